@@ -1,0 +1,133 @@
+"""The `alphac` command: argument parsing and the exit-code conventions, nothing else.
+
+Exit codes: 0 success; 1 the input has errors (diagnostics on stderr); 2 the command line is
+wrong (argparse's usage message); a run that refuses exits with its refusal's code
+(`alphac.refusals`) after printing `refused: NAME` on stderr, exactly like the executables.
+A bad input never produces a Python traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from alphac import __version__
+from alphac.diag import CODES, CompileError, explain
+from alphac.refusals import Refusal
+
+HELP = """\
+alphac compiles Alpha learners: a learner and its deployment become one static executable per
+role (x86-64, AArch64), bit for bit equal to the reference interpreter.
+
+commands:
+  check FILE...           check learners; print diagnostics; exit 0 when clean
+  run FILE [--steps N]    run a learner in the reference interpreter (default 5 steps) and
+                          print its state, one `NAME[K] HEX` line per coordinate
+  explain CODE            explain a diagnostic code such as E0050
+
+run `alphac COMMAND --help` for a command's options.
+"""
+
+
+def _steps(text: str) -> int:
+    try:
+        n = int(text, 10)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}")
+    if n < 0:
+        raise argparse.ArgumentTypeError("must be 0 or more")
+    return n
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="alphac", description=HELP,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--version", action="version", version=f"alphac {__version__}")
+    sub = ap.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser("check", help="check learners and report diagnostics",
+                       description="Parse and check each FILE; print every diagnostic. Exit 0 "
+                                   "when all are clean, 1 otherwise.")
+    p.add_argument("files", nargs="+", metavar="FILE")
+
+    p = sub.add_parser("run", help="run a learner in the reference interpreter",
+                       description="Run FILE in the reference interpreter under the numerical "
+                                   "contract and print the state in the LEARNERS.md format.")
+    p.add_argument("file", metavar="FILE")
+    p.add_argument("--steps", type=_steps, default=5, metavar="N", help="training steps (default 5)")
+
+    p = sub.add_parser("explain", help="explain a diagnostic code",
+                       description="Print the explanation of a diagnostic code (E0xxx, W0xxx).")
+    p.add_argument("code", metavar="CODE")
+    return ap
+
+
+def _report(err: CompileError) -> int:
+    for d in err.diagnostics:
+        print(d.render(), file=sys.stderr)
+    n = sum(1 for d in err.diagnostics if d.severity == "error")
+    print(f"alphac: {n} error{'s' if n != 1 else ''}", file=sys.stderr)
+    return 1
+
+
+def _warn(compiled) -> None:
+    for d in compiled.warnings:
+        print(d.render(), file=sys.stderr)
+
+
+def cmd_check(args) -> int:
+    from alphac.driver import compile_file
+    status = 0
+    for path in args.files:
+        try:
+            _warn(compile_file(path))
+        except CompileError as e:
+            status = _report(e)
+    return status
+
+
+def cmd_run(args) -> int:
+    from alphac.driver import compile_file
+    from alphac.ir.interp import format_state, run
+    try:
+        compiled = compile_file(args.file)
+    except CompileError as e:
+        return _report(e)
+    _warn(compiled)
+    lr = compiled.learner
+    state = run(lr, args.steps)
+    sys.stdout.write(format_state(lr, state))
+    return 0
+
+
+def cmd_explain(args) -> int:
+    text = explain(args.code)
+    if text is None:
+        print(f"alphac: no diagnostic code {args.code!r}; known codes: {', '.join(sorted(CODES))}",
+              file=sys.stderr)
+        return 2
+    sys.stdout.write(text)
+    return 0
+
+
+COMMANDS = {"check": cmd_check, "run": cmd_run, "explain": cmd_explain}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = build_parser()
+    try:
+        args = ap.parse_args(argv)
+    except SystemExit as e:            # --help, --version and usage errors
+        return int(e.code or 0)
+    if args.command is None:
+        ap.print_help()
+        return 2
+    try:
+        return COMMANDS[args.command](args)
+    except Refusal as r:
+        print(f"refused: {r.name}", file=sys.stderr)
+        return r.exit_code
+    except BrokenPipeError:
+        return 0
+    except KeyboardInterrupt:
+        print("alphac: interrupted", file=sys.stderr)
+        return 130

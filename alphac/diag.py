@@ -1,0 +1,241 @@
+"""Diagnostics: source positions, coded messages, and their rendering.
+
+Every error alphac reports about its input is a `Diagnostic` with a code from `CODES` (the one
+table of codes, each with a title and an explanation that `alphac explain CODE` prints), a span in
+a `Source`, a message, and an optional hint. Passes append to a `Sink` and keep going where they
+can, so one run reports several errors; the driver renders them like a good C compiler:
+
+    examples/bad.alpha:3:12: error[E0020]: unknown name `wq`
+        3 | loss(i) = wq * x[i]
+          |           ^^
+        = hint: did you mean `w`?
+
+Guarantees: rendering is deterministic (no paths beyond the one given, no time); a span is
+always clamped into its source, so a bad input can never make the renderer raise.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Source:
+    """One input text and the name it is reported under."""
+    name: str
+    text: str
+
+    def line_col(self, offset: int) -> tuple[int, int]:
+        offset = max(0, min(offset, len(self.text)))
+        line = self.text.count("\n", 0, offset) + 1
+        col = offset - (self.text.rfind("\n", 0, offset) + 1) + 1
+        return line, col
+
+    def line_text(self, line: int) -> str:
+        lines = self.text.split("\n")
+        return lines[line - 1] if 1 <= line <= len(lines) else ""
+
+
+@dataclass(frozen=True)
+class Span:
+    source: Source
+    start: int
+    end: int
+
+    def to(self, other: "Span") -> "Span":
+        return Span(self.source, min(self.start, other.start), max(self.end, other.end))
+
+    @property
+    def line_col(self) -> tuple[int, int]:
+        return self.source.line_col(self.start)
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    code: str
+    span: Span | None
+    message: str
+    hint: str | None = None
+    severity: str = "error"          # "error" | "warning"
+
+    def render(self) -> str:
+        tag = f"{self.severity}[{self.code}]"
+        if self.span is None:
+            out = f"alphac: {tag}: {self.message}"
+            return out + (f"\n    = hint: {self.hint}" if self.hint else "")
+        src = self.span.source
+        line, col = self.span.line_col
+        text = src.line_text(line).replace("\t", " ")
+        end_line, _ = src.line_col(max(self.span.start, self.span.end - 1))
+        width = max(1, (self.span.end - self.span.start) if end_line == line else len(text) - col + 1)
+        width = min(width, max(1, len(text) - col + 1))
+        gutter = " " * len(str(line))
+        out = [f"{src.name}:{line}:{col}: {tag}: {self.message}",
+               f"    {line} | {text}",
+               f"    {gutter} | {' ' * (col - 1)}{'^' * width}"]
+        if self.hint:
+            out.append(f"    {gutter} = hint: {self.hint}")
+        return "\n".join(out)
+
+
+@dataclass
+class Sink:
+    """Collects diagnostics; passes check `sink.ok` before handing work to the next pass."""
+    items: list[Diagnostic] = field(default_factory=list)
+
+    def error(self, code: str, span: Span | None, message: str, hint: str | None = None) -> None:
+        assert code in CODES, code
+        self.items.append(Diagnostic(code, span, message, hint))
+
+    def warning(self, code: str, span: Span | None, message: str, hint: str | None = None) -> None:
+        assert code in CODES, code
+        self.items.append(Diagnostic(code, span, message, hint, "warning"))
+
+    @property
+    def errors(self) -> list[Diagnostic]:
+        return [d for d in self.items if d.severity == "error"]
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    def sorted(self) -> list[Diagnostic]:
+        def key(d: Diagnostic):
+            if d.span is None:
+                return ("", 0, d.code, d.message)
+            return (d.span.source.name, d.span.start, d.code, d.message)
+        return sorted(self.items, key=key)
+
+
+class CompileError(Exception):
+    """Raised by the driver when a pass leaves errors in its sink."""
+
+    def __init__(self, diagnostics: list[Diagnostic]):
+        super().__init__("\n".join(d.render() for d in diagnostics))
+        self.diagnostics = diagnostics
+
+
+# The one table of diagnostic codes: code -> (title, explanation). `alphac explain` prints these,
+# docs/diagnostics.md is generated from them, and every code has a golden test in
+# tests/test_diagnostics.py.
+CODES: dict[str, tuple[str, str]] = {
+    "E0000": ("cannot read the input",
+              "The file does not exist or cannot be read."),
+    # -- lexical ------------------------------------------------------------------------------
+    "E0001": ("unexpected character",
+              "The character cannot start any token of Alpha. Alpha source is ASCII: names, "
+              "numbers, strings in double quotes, `#` comments and the punctuation "
+              "+ - * / ^ = ( ) [ ] { } , : ; ."),
+    "E0002": ("unterminated string",
+              "A string literal (used for `load(\"file.npy\")`) has no closing `\"` on its line."),
+    "E0003": ("malformed number",
+              "A numeric literal is not a decimal number (`12`, `0.5`, `1e-8`) or a hexadecimal "
+              "float (`0x1.8p3`). Numbers are read as the nearest binary64."),
+    # -- syntax -------------------------------------------------------------------------------
+    "E0010": ("unexpected token",
+              "The parser expected something else here. The message says what it expected. "
+              "A file starts with `learner NAME` and continues with declarations "
+              "(data, const, param, state, loss, update, deployment), one per line."),
+    "E0011": ("unclosed bracket",
+              "An opening `(`, `[` or `{` has no matching closing bracket."),
+    "E0012": ("nested too deeply",
+              "An expression nests more than 100 levels of brackets (or of unary minus signs). "
+              "Name the inner parts with `let` or `const`."),
+    # -- names --------------------------------------------------------------------------------
+    "E0020": ("unknown name",
+              "The name is not declared. Names must be declared before they are used: data, "
+              "const, param and state at the top level, `let` inside a block."),
+    "E0021": ("name declared twice",
+              "Each name may be declared once: data, const, param, state and let names share "
+              "one namespace, and may not shadow the builtins (sqrt, dot, sum, grad, load)."),
+    # -- shapes and types ---------------------------------------------------------------------
+    "E0030": ("shapes do not match",
+              "An elementwise operation needs operands of the same shape, or a scalar with "
+              "anything. Alpha does no other broadcasting."),
+    "E0031": ("value has the wrong shape",
+              "The value assigned (or given as an initial value) does not have the declared "
+              "shape of its target. A scalar initial value fills every coordinate."),
+    "E0032": ("index out of range",
+              "A constant index must be at least 0 and less than the dimension it indexes."),
+    "E0033": ("bad indexing",
+              "Only arrays can be indexed, with at most one index per dimension. An index is "
+              "an integer literal or the sample index of `loss(i)`; the sample index may only "
+              "index data, as its first index."),
+    "E0034": ("ragged array literal",
+              "Every row of an array literal must have the same length."),
+    "E0035": ("sample counts disagree",
+              "Every `data` declaration is per sample: its first dimension is the sample count, "
+              "and all data must agree on it."),
+    "E0036": ("bad type",
+              "A type is `f64` (a scalar) or `f64[D1, D2, ...]` with positive integer "
+              "dimensions (at most 2)."),
+    "E0037": ("array literal is not constant",
+              "Array literals (`[a, b, c]`) are folded at compile time; every item must be a "
+              "constant."),
+    "E0038": ("data outside the loss",
+              "Data is per sample; only the loss reads it, through the sample index."),
+    "E0039": ("not a constant",
+              "Constants, data and initial values are computed at compile time; they may use "
+              "numbers, array literals and earlier constants, but not params or state."),
+    # -- numerical contract -------------------------------------------------------------------
+    "E0040": ("operation not in the numerical contract",
+              "Only the correctly rounded binary64 operations + - * / and sqrt (and the "
+              "reductions dot and sum, which are left folds) are in the contract. Functions "
+              "such as exp or log are not correctly rounded on every target and are refused."),
+    "E0041": ("unsupported exponent",
+              "`^` takes a positive integer literal exponent (at most 8); `u^n` means the left "
+              "product u * u * ... * u."),
+    "E0042": ("wrong number of arguments",
+              "The builtin was called with the wrong number of arguments: sqrt(u), dot(u, v), "
+              "sum(u), grad(param), load(\"file.npy\")."),
+    "E0043": ("constant is not finite",
+              "Folding a constant in binary64 gave infinity or NaN; the contract keeps every "
+              "value finite at compile time."),
+    # -- learner structure --------------------------------------------------------------------
+    "E0050": ("update is not per-coordinate",
+              "Each coordinate's new value may depend only on that coordinate of the state, "
+              "its mean gradient, constants, and scalar state. Reductions (dot, sum), fixed "
+              "indices such as w[0], and data are not allowed in `update`: they would make one "
+              "coordinate read others, which a partitioned learner cannot do locally."),
+    "E0051": ("coordinates of different shapes meet",
+              "A per-coordinate update reads a coordinate value (a param, its gradient, or "
+              "state updated from them) whose shape is not the target's. Coordinate k of the "
+              "target must read coordinate k of each such value."),
+    "E0052": ("not assignable",
+              "Only `param` and `state` can be assigned in `update`; data, constants and `let` "
+              "bindings cannot."),
+    "E0053": ("state assigned twice",
+              "A state is assigned at most once per update; later statements read its new value."),
+    "E0054": ("grad of something that is not a param",
+              "`grad(p)` is the mean gradient of the loss with respect to the param `p`."),
+    "E0055": ("grad without a loss",
+              "`grad` needs a `loss(i)` to differentiate; a learner without a loss updates its "
+              "state by its own rule only."),
+    "E0056": ("sample index outside the loss",
+              "The sample index exists only inside `loss(i)`."),
+    "E0057": ("loss is not a scalar",
+              "The per-sample loss must be a scalar; reduce vectors with dot or sum."),
+    "E0058": ("loss without data",
+              "A loss is evaluated per sample; the learner needs at least one `data` "
+              "declaration, whose first dimension is the sample count."),
+    "E0059": ("missing or repeated section",
+              "A learner has exactly one `learner NAME` header and one `update` block, and at "
+              "most one `loss`."),
+    "E0060": ("cannot load data file",
+              "`load(\"file.npy\")` reads a NumPy .npy file at compile time, relative to the "
+              "source file: little-endian float64 (or an integer/float type exactly convertible), "
+              "C order, at most 2 dimensions. The file's bytes become part of the learner's "
+              "identity."),
+    # -- warnings -----------------------------------------------------------------------------
+    "W0001": ("param does not reach the loss",
+              "The param never appears in the loss, so its gradient is +0.0 on every sample."),
+    "W0002": ("state never updated",
+              "The state keeps its initial value forever; a `const` may say what you mean."),
+}
+
+
+def explain(code: str) -> str | None:
+    entry = CODES.get(code.upper())
+    if entry is None:
+        return None
+    title, text = entry
+    return f"{code.upper()}: {title}\n\n{text}\n"

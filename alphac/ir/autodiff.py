@@ -1,0 +1,130 @@
+"""Reverse-mode differentiation of the per-sample loss, giving the LEARNERS.md operation order.
+
+`differentiate(learner)` fills `learner.grads`: for each param, the list of `Contribution`s whose
+left-fold sum, coordinate by coordinate, is that param's per-sample gradient. A coordinate that no
+contribution covers has gradient +0.0.
+
+The order of operations is part of the numerical contract, so it is fixed here:
+- the seed (the loss's own adjoint) is the constant 1;
+- nodes are visited parents first (reversed post-order of the loss DAG, children left to right);
+  a node's adjoint is the left fold of the contributions it received, in arrival order;
+- rules, with `dt` the adjoint of `t`:
+    t = a + b    a += dt             b += dt
+    t = a - b    a += dt             b += -dt
+    t = a * b    a += dt * b         b += dt * a
+    t = a / b    a += dt / b         b += -((dt * t) / b)
+    t = -a       a += -dt
+    t = sqrt(a)  a += (dt * 0.5) / t
+    t = a^n      a += (dt * n) * a^(n-1)          (a^1 is a itself)
+    t = dot(a,b) a += dt * b         b += dt * a
+    t = sum(a)   a += dt, at every coordinate
+  and a contribution to a scalar from a vector-shaped expression is its `sum` (a left fold);
+- while building the adjoint expressions, constant operands are folded in binary64 and `1 * x`
+  becomes `x` (both exact), so `0.5 * r^2` gives exactly `r`, and `r * x[i]` is the gradient of
+  `a * x[i]`: no multiplication by 1 ever reaches the learner's arithmetic.
+
+Requires: a checked `Learner`. Guarantees: deterministic; the result references forward nodes
+of the loss DAG (so a value the forward pass computed is reused, not recomputed).
+"""
+from __future__ import annotations
+
+from alphac.ir.evaluate import fold
+from alphac.ir.learner import (Bcast, Const, Contribution, DataRow, Dot, Elem, Grad, Learner,
+                               Node, Pick, Pow, Read, Sum, Unary, postorder)
+
+
+def _is_one(n: Node) -> bool:
+    return isinstance(n, Const) and not n.shape and n.values[0] == 1.0
+
+
+def const(v: float) -> Const:
+    return Const((), (v,))
+
+
+def mul(a: Node, b: Node) -> Node:
+    if _is_one(a):
+        return b
+    if _is_one(b):
+        return a
+    return fold(Elem("mul", a, b, a.shape or b.shape))
+
+
+def add(a: Node, b: Node) -> Node:
+    return fold(Elem("add", a, b, a.shape or b.shape))
+
+
+def div(a: Node, b: Node) -> Node:
+    return fold(Elem("div", a, b, a.shape or b.shape))
+
+
+def neg(a: Node) -> Node:
+    if isinstance(a, Unary) and a.op == "neg":
+        return a.a
+    return fold(Unary("neg", a, a.shape))
+
+
+def reduce_to(shape: tuple[int, ...], c: Node) -> Node:
+    """A contribution for an operand of `shape`: summed if the operand is a broadcast scalar."""
+    if c.shape and not shape:
+        return fold(Sum(c))
+    return c
+
+
+def differentiate(lr: Learner) -> None:
+    lr.grads = {p.name: [] for p in lr.params}
+    if lr.loss is None:
+        return
+    adj: dict[int, list[Node]] = {id(lr.loss): [const(1.0)]}
+
+    def give(n: Node, c: Node) -> None:
+        if isinstance(n, (Const, DataRow, Grad)):
+            return
+        adj.setdefault(id(n), []).append(reduce_to(n.shape, c))
+
+    for t in reversed(postorder([lr.loss])):
+        contribs = adj.pop(id(t), None)
+        if not contribs:
+            continue
+        dt = contribs[0]
+        for c in contribs[1:]:
+            dt = add(dt, c)
+        if isinstance(t, Read):
+            if t.name in lr.grads:
+                lr.grads[t.name].append(Contribution(0, dt))
+        elif isinstance(t, Pick):
+            offset, root = 0, t
+            while isinstance(root, Pick):
+                row = max(1, root.a.size // root.a.shape[0])
+                offset += root.k * row
+                root = root.a
+            if isinstance(root, Read) and root.name in lr.grads:
+                lr.grads[root.name].append(Contribution(offset, dt))
+        elif isinstance(t, Elem):
+            a, b = t.a, t.b
+            if t.op == "add":
+                give(a, dt)
+                give(b, dt)
+            elif t.op == "sub":
+                give(a, dt)
+                give(b, neg(dt))
+            elif t.op == "mul":
+                give(a, mul(dt, b))
+                give(b, mul(dt, a))
+            elif t.op == "div":
+                give(a, div(dt, b))
+                give(b, neg(div(mul(dt, t), b)))
+        elif isinstance(t, Unary):
+            if t.op == "neg":
+                give(t.a, neg(dt))
+            else:
+                give(t.a, div(mul(dt, const(0.5)), t))
+        elif isinstance(t, Pow):
+            rest = t.a if t.n == 2 else Pow(t.a, t.n - 1, t.a.shape)
+            give(t.a, mul(mul(dt, const(float(t.n))), rest))
+        elif isinstance(t, Dot):
+            give(t.a, mul(dt, t.b))
+            give(t.b, mul(dt, t.a))
+        elif isinstance(t, Sum):
+            give(t.a, fold(Bcast(dt, t.a.shape)))
+        elif isinstance(t, Bcast):
+            give(t.a, dt)

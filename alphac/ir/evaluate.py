@@ -1,0 +1,108 @@
+"""Evaluating learner-IR nodes on binary64 values: constant folding and the reference interpreter.
+
+A value is a flat tuple of floats with the node's shape. `evaluate(node, env)` computes one node
+under an `Env` that supplies what the leaves read (state, the current sample's data rows, mean
+gradients) and memoizes shared nodes. Every arithmetic step goes through `binary64`, one
+rounding each, in exactly the order the LEARNERS.md contract states: elementwise operations
+coordinate by coordinate, `dot` and `sum` as left folds starting from the first term, `a^n` as the
+left product.
+
+Requires: a node tree built by the checker (shapes consistent). Guarantees: no Python exception
+for any float input (IEEE infinities and NaN flow through).
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from alphac.ir import binary64 as f
+from alphac.ir.learner import (Bcast, Const, DataRow, Dot, Elem, Grad, Node, Pick, Pow, Read,
+                               Sum, Unary, children, postorder)
+
+Value = tuple[float, ...]
+
+
+class Env:
+    """What leaves read. Subclass or fill the dicts; `memo` caches shared nodes."""
+
+    def __init__(self, state: dict[tuple[str, int], Value] | None = None,
+                 rows: dict[str, Value] | None = None, grads: dict[str, Value] | None = None):
+        self.state = state or {}
+        self.rows = rows or {}
+        self.grads = grads or {}
+        self.memo: dict[int, Value] = {}
+
+
+def _broadcast(op: Callable[[float, float], float], a: Value, b: Value) -> Value:
+    if len(a) == len(b):
+        return tuple(op(x, y) for x, y in zip(a, b))
+    if len(a) == 1:
+        x = a[0]
+        return tuple(op(x, y) for y in b)
+    y = b[0]
+    return tuple(op(x, y) for x in a)
+
+
+def left_fold_add(values) -> float:
+    it = iter(values)
+    acc = next(it)
+    for v in it:
+        acc = f.add(acc, v)
+    return acc
+
+
+def _step(n: Node, env: Env, val: Callable[[Node], Value]) -> Value:
+    if isinstance(n, Const):
+        return n.values
+    if isinstance(n, Read):
+        return env.state[(n.name, n.version)]
+    if isinstance(n, DataRow):
+        return env.rows[n.name]
+    if isinstance(n, Grad):
+        return env.grads[n.param]
+    if isinstance(n, Elem):
+        return _broadcast(f.BINARY[n.op], val(n.a), val(n.b))
+    if isinstance(n, Unary):
+        op = f.UNARY[n.op]
+        return tuple(op(x) for x in val(n.a))
+    if isinstance(n, Pow):
+        base = val(n.a)
+        out = base
+        for _ in range(n.n - 1):
+            out = tuple(f.mul(p, x) for p, x in zip(out, base))
+        return out
+    if isinstance(n, Dot):
+        a, b = val(n.a), val(n.b)
+        return (left_fold_add(f.mul(x, y) for x, y in zip(a, b)),)
+    if isinstance(n, Sum):
+        return (left_fold_add(val(n.a)),)
+    if isinstance(n, Pick):
+        a = val(n.a)
+        row = max(1, len(a) // n.a.shape[0])
+        return a[n.k * row:(n.k + 1) * row]
+    if isinstance(n, Bcast):
+        (x,) = val(n.a)
+        return (x,) * n.size
+    raise TypeError(f"cannot evaluate {type(n).__name__}")
+
+
+def evaluate(node: Node, env: Env) -> Value:
+    """The value of `node`, evaluating each shared node once (iteratively: deep DAGs are fine)."""
+    memo = env.memo
+    if id(node) in memo:
+        return memo[id(node)]
+    for n in postorder([node]):
+        if id(n) not in memo:
+            memo[id(n)] = _step(n, env, lambda c: memo[id(c)])
+    return memo[id(node)]
+
+
+def is_constant(n: Node) -> bool:
+    return all(isinstance(c, Const) for c in children(n)) and not isinstance(
+        n, (Read, DataRow, Grad))
+
+
+def fold(n: Node) -> Node:
+    """`n` as a `Const` when all its operands are constants, else `n` itself."""
+    if isinstance(n, Const) or not is_constant(n):
+        return n
+    return Const(n.shape, evaluate(n, Env()))

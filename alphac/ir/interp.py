@@ -1,0 +1,117 @@
+"""The reference interpreter: the project's own numeric oracle for a learner.
+
+It executes the learner IR under the LEARNERS.md contract, step by step:
+1. an owner's contribution `(G, n)`: for each of its samples in increasing order, the per-sample
+   gradient (the left fold of the param's `Contribution`s, +0.0 where none covers a coordinate),
+   summed left to right from the first sample (`owner_contribution`);
+2. contributions combined by a combine tree, children left to right (`combine`);
+3. the mean gradient `G / n`;
+4. the update, statement by statement, coordinate by coordinate (`apply_update`).
+A single process is one owner holding every sample. Plans with several owners
+(`alphac.dist`) call the same functions per owner.
+
+Requires: a checked and differentiated `Learner`. Guarantees: each arithmetic step is one
+binary64 operation through `alphac.ir.binary64`; deterministic; nothing printed for a state that
+is not finite (`Refusal("non-finite-state")`).
+"""
+from __future__ import annotations
+
+import math
+
+from alphac.ir import binary64 as f
+from alphac.ir.evaluate import Env, evaluate
+from alphac.ir.learner import Learner
+from alphac.refusals import Refusal
+
+State = dict[str, tuple[float, ...]]
+Contrib = tuple[dict[str, tuple[float, ...]], int] | None     # None: an owner with no samples
+
+
+def initial_state(lr: Learner) -> State:
+    return {s.name: s.init for s in lr.states}
+
+
+def sample_rows(lr: Learner, i: int) -> dict[str, tuple[float, ...]]:
+    rows = {}
+    for d in lr.data:
+        width = math.prod(d.row_shape)
+        rows[d.name] = d.values[i * width:(i + 1) * width]
+    return rows
+
+
+def per_sample_gradient(lr: Learner, state: State, i: int) -> dict[str, tuple[float, ...]]:
+    env = Env(state={(k, 0): v for k, v in state.items()}, rows=sample_rows(lr, i))
+    out = {}
+    for p in lr.params:
+        g: list[float | None] = [None] * p.size
+        for c in lr.grads[p.name]:
+            vals = evaluate(c.node, env)
+            for k, v in enumerate(vals):
+                j = c.offset + k
+                g[j] = v if g[j] is None else f.add(g[j], v)
+        out[p.name] = tuple(0.0 if v is None else v for v in g)
+    return out
+
+
+def owner_contribution(lr: Learner, state: State, samples: range) -> Contrib:
+    """`(G, n)` for one owner's samples; None for an owner with none (the combine's identity)."""
+    total: dict[str, tuple[float, ...]] | None = None
+    for i in samples:
+        g = per_sample_gradient(lr, state, i)
+        if total is None:
+            total = g
+        else:
+            total = {p: tuple(f.add(a, b) for a, b in zip(total[p], g[p])) for p in total}
+    return None if total is None else (total, len(samples))
+
+
+def combine(a: Contrib, b: Contrib) -> Contrib:
+    """One combine-tree node: `(G_a + G_b, n_a + n_b)`, the identity for an empty side."""
+    if a is None:
+        return b
+    if b is None:
+        return a
+    ga, na = a
+    gb, nb = b
+    return {p: tuple(f.add(x, y) for x, y in zip(ga[p], gb[p])) for p in ga}, na + nb
+
+
+def mean_gradient(c: Contrib) -> dict[str, tuple[float, ...]]:
+    if c is None:
+        return {}
+    g, n = c
+    nf = float(n)
+    return {p: tuple(f.div(x, nf) for x in v) for p, v in g.items()}
+
+
+def apply_update(lr: Learner, state: State, grads: dict[str, tuple[float, ...]]) -> State:
+    env = Env(state={(k, 0): v for k, v in state.items()}, grads=grads)
+    for a in lr.update:
+        env.state[(a.target, 1)] = evaluate(a.node, env)
+    return {k: env.state.get((k, 1), v) for k, v in state.items()}
+
+
+def step(lr: Learner, state: State) -> State:
+    """One step of the single-process learner: one owner holding every sample."""
+    grads = {}
+    if lr.loss is not None:
+        grads = mean_gradient(owner_contribution(lr, state, range(lr.nsamples)))
+    return apply_update(lr, state, grads)
+
+
+def run(lr: Learner, steps: int, state: State | None = None) -> State:
+    state = initial_state(lr) if state is None else state
+    for _ in range(steps):
+        state = step(lr, state)
+    return state
+
+
+def format_state(lr: Learner, state: State) -> str:
+    """The LEARNERS.md output: `NAME[K] HEX` per coordinate, in declaration order."""
+    lines = []
+    for s in lr.states:
+        for k, v in enumerate(state[s.name]):
+            if not math.isfinite(v):
+                raise Refusal("non-finite-state", f"{s.coord_name(k)} is {v}")
+            lines.append(f"{s.coord_name(k)} {f.hex16(v)}")
+    return "\n".join(lines) + "\n"

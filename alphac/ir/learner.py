@@ -1,0 +1,304 @@
+"""The learner IR: a checked learner, as data.
+
+A `Learner` is what the checker (`alphac.types.check`) produces from a parsed file: folded
+constants, per-sample data, the state in declaration order (params first-class, other state
+beside them), the per-sample loss as a DAG of shaped `Node`s over the sample's data row, the
+update as an ordered list of assignments whose nodes are per-coordinate, the coordinate groups
+(the units that a placement partitions), and after `alphac.ir.autodiff` the per-sample gradient
+of every param.
+
+Nodes are identity-compared (eq=False): a node referenced twice is one value computed once, and
+reverse-mode differentiation accumulates its adjoint. Shapes are tuples: () scalar, (n,) vector,
+(n, m) matrix; a node's `values` are flat, row-major.
+
+`Learner.identity` is the SHA-256 of a canonical serialization of everything that determines the
+learner's numbers (constants and data by their bits, state declarations, loss, update, and the
+numerical contract), and nothing else: not the source's path, not the owner count, not the
+sample split.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from math import prod
+
+from alphac.ir.binary64 import bits
+
+CONTRACT = "binary64-rne-nofma-leftfold-v1"   # the LEARNERS.md contract, by name
+
+
+class Node:
+    shape: tuple[int, ...]
+
+    @property
+    def size(self) -> int:
+        return prod(self.shape)
+
+
+@dataclass(eq=False)
+class Const(Node):
+    shape: tuple[int, ...]
+    values: tuple[float, ...]
+
+
+@dataclass(eq=False)
+class Read(Node):
+    """A param or state. `version` 0 is its value before the update, 1 after its assignment."""
+    name: str
+    shape: tuple[int, ...]
+    version: int = 0
+
+
+@dataclass(eq=False)
+class DataRow(Node):
+    """Row `i` of a data array, for the current sample `i` (only inside the loss)."""
+    name: str
+    shape: tuple[int, ...]
+
+
+@dataclass(eq=False)
+class Grad(Node):
+    """The mean gradient of a param (only inside the update)."""
+    param: str
+    shape: tuple[int, ...]
+
+
+@dataclass(eq=False)
+class Elem(Node):
+    op: str                 # add | sub | mul | div ; a scalar operand broadcasts
+    a: Node
+    b: Node
+    shape: tuple[int, ...]
+
+
+@dataclass(eq=False)
+class Unary(Node):
+    op: str                 # neg | sqrt
+    a: Node
+    shape: tuple[int, ...]
+
+
+@dataclass(eq=False)
+class Pow(Node):
+    """`a^n`, n >= 2: the left product ((a*a)*a)..., elementwise."""
+    a: Node
+    n: int
+    shape: tuple[int, ...]
+
+
+@dataclass(eq=False)
+class Dot(Node):
+    """Left fold of the elementwise products: ((a0*b0 + a1*b1) + a2*b2) + ..."""
+    a: Node
+    b: Node
+    shape: tuple[int, ...] = ()
+
+
+@dataclass(eq=False)
+class Sum(Node):
+    """Left fold of the coordinates, starting from the first."""
+    a: Node
+    shape: tuple[int, ...] = ()
+
+
+@dataclass(eq=False)
+class Pick(Node):
+    """Constant index `k` on the first dimension of a declared name's value."""
+    a: Node
+    k: int
+    shape: tuple[int, ...]
+
+
+@dataclass(eq=False)
+class Bcast(Node):
+    """A scalar repeated to `shape` (made by differentiation of `sum`, and scalar assignment)."""
+    a: Node
+    shape: tuple[int, ...]
+
+
+def children(n: Node) -> tuple[Node, ...]:
+    if isinstance(n, Elem):
+        return (n.a, n.b)
+    if isinstance(n, Dot):
+        return (n.a, n.b)
+    if isinstance(n, (Unary, Pow, Sum, Pick, Bcast)):
+        return (n.a,)
+    return ()
+
+
+def postorder(roots: list[Node]) -> list[Node]:
+    """Every node reachable from `roots`, children before parents, left to right, once each."""
+    seen: set[int] = set()
+    out: list[Node] = []
+    stack: list[tuple[Node, bool]] = [(r, False) for r in reversed(roots)]
+    while stack:
+        n, done = stack.pop()
+        if done:
+            out.append(n)
+            continue
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        stack.append((n, True))
+        for c in reversed(children(n)):
+            if id(c) not in seen:
+                stack.append((c, False))
+    return out
+
+
+# -- declarations -------------------------------------------------------------------------------
+@dataclass
+class DataDef:
+    name: str
+    shape: tuple[int, ...]          # (samples, ...)
+    values: tuple[float, ...]
+    origin: str                     # "literal" or "npy:<sha256 of the file bytes>"
+
+    @property
+    def row_shape(self) -> tuple[int, ...]:
+        return self.shape[1:]
+
+
+@dataclass
+class ConstDef:
+    name: str
+    shape: tuple[int, ...]
+    values: tuple[float, ...]
+
+
+@dataclass
+class StateDef:
+    name: str
+    kind: str                       # "param" | "state"
+    shape: tuple[int, ...]
+    init: tuple[float, ...]
+    group: int | None = None        # coordinate group; None for scalar (replicated) state
+
+    @property
+    def size(self) -> int:
+        return prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return 8 * self.size
+
+    def coord_name(self, k: int) -> str:
+        """How coordinate k prints: `w[3]`, `W[1,2]`, or `p1` for a scalar."""
+        if not self.shape:
+            return self.name
+        if len(self.shape) == 1:
+            return f"{self.name}[{k}]"
+        return f"{self.name}[{k // self.shape[1]},{k % self.shape[1]}]"
+
+
+@dataclass
+class Assign:
+    target: str
+    node: Node
+    line: int = 0                   # source line, for annotated listings
+
+
+@dataclass
+class Group:
+    """States updated coordinate by coordinate together: a placement partitions them alike."""
+    index: int
+    shape: tuple[int, ...]
+    members: list[str]
+
+    @property
+    def size(self) -> int:
+        return prod(self.shape)
+
+
+@dataclass
+class Contribution:
+    """Part of a param's per-sample gradient: `node` covers coordinates [offset, offset+len)."""
+    offset: int
+    node: Node
+
+    @property
+    def length(self) -> int:
+        return max(1, prod(self.node.shape))
+
+
+@dataclass
+class Learner:
+    name: str
+    consts: list[ConstDef]
+    data: list[DataDef]
+    states: list[StateDef]
+    nsamples: int | None
+    loss: Node | None
+    update: list[Assign]
+    groups: list[Group]
+    grads: dict[str, list[Contribution]] = field(default_factory=dict)
+
+    def state(self, name: str) -> StateDef:
+        for s in self.states:
+            if s.name == name:
+                return s
+        raise KeyError(name)
+
+    def datum(self, name: str) -> DataDef:
+        for d in self.data:
+            if d.name == name:
+                return d
+        raise KeyError(name)
+
+    @property
+    def params(self) -> list[StateDef]:
+        return [s for s in self.states if s.kind == "param"]
+
+    @property
+    def scalar_states(self) -> list[StateDef]:
+        return [s for s in self.states if s.group is None]
+
+    @property
+    def identity(self) -> str:
+        return hashlib.sha256(canonical(self).encode()).hexdigest()
+
+
+# -- canonical serialization (the learner's identity) -------------------------------------------
+def _vals(values) -> str:
+    return ",".join(f"{bits(v):x}" for v in values)
+
+
+def canonical(lr: Learner) -> str:
+    names: dict[int, str] = {}
+    lines = [f"contract {CONTRACT}", f"learner {lr.name}", f"samples {lr.nsamples}"]
+    for c in lr.consts:
+        lines.append(f"const {c.name} {c.shape} {_vals(c.values)}")
+    for d in lr.data:
+        lines.append(f"data {d.name} {d.shape} {_vals(d.values)}")
+    for s in lr.states:
+        lines.append(f"{s.kind} {s.name} {s.shape} {_vals(s.init)} group={s.group}")
+
+    def ser(roots: list[Node]) -> None:
+        for n in postorder(roots):
+            if id(n) in names:
+                continue
+            k = f"%{len(names)}"
+            names[id(n)] = k
+            args = " ".join(names[id(c)] for c in children(n))
+            extra = ""
+            if isinstance(n, Const):
+                extra = _vals(n.values)
+            elif isinstance(n, (Read, DataRow)):
+                extra = f"{n.name}@{getattr(n, 'version', 0)}"
+            elif isinstance(n, Grad):
+                extra = n.param
+            elif isinstance(n, (Elem, Unary)):
+                extra = n.op
+            elif isinstance(n, Pow):
+                extra = str(n.n)
+            elif isinstance(n, Pick):
+                extra = str(n.k)
+            lines.append(f"{k} = {type(n).__name__} {n.shape} {extra} {args}".rstrip())
+
+    if lr.loss is not None:
+        ser([lr.loss])
+        lines.append(f"loss {names[id(lr.loss)]}")
+    for a in lr.update:
+        ser([a.node])
+        lines.append(f"assign {a.target} {names[id(a.node)]}")
+    return "\n".join(lines) + "\n"

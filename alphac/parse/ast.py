@@ -1,0 +1,157 @@
+"""The Alpha syntax tree: what the parser builds and the checker reads.
+
+Every node carries the `Span` it came from, so every later diagnostic can point at source.
+Nodes are plain frozen dataclasses; the tree holds no semantic information (shapes, folded
+values) -- that is `alphac.types`' job.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from alphac.diag import Span
+
+
+# -- expressions -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Num:
+    value: float
+    ival: int | None
+    text: str
+    span: Span
+
+
+@dataclass(frozen=True)
+class Str:
+    value: str
+    span: Span
+
+
+@dataclass(frozen=True)
+class Name:
+    name: str
+    span: Span
+
+
+@dataclass(frozen=True)
+class Unary:
+    op: str            # "-"
+    operand: "Expr"
+    span: Span
+
+
+@dataclass(frozen=True)
+class Binary:
+    op: str            # "+" "-" "*" "/" "^"
+    left: "Expr"
+    right: "Expr"
+    span: Span
+
+
+@dataclass(frozen=True)
+class Call:
+    func: str
+    func_span: Span
+    args: tuple["Expr", ...]
+    span: Span
+
+
+@dataclass(frozen=True)
+class Index:
+    base: "Expr"
+    indices: tuple["Expr", ...]
+    span: Span
+
+
+@dataclass(frozen=True)
+class ArrayLit:
+    items: tuple["Expr", ...]
+    span: Span
+
+
+Expr = Num | Str | Name | Unary | Binary | Call | Index | ArrayLit
+
+
+# -- statements and blocks ----------------------------------------------------------------------
+@dataclass(frozen=True)
+class Let:
+    name: str
+    name_span: Span
+    value: Expr
+    span: Span
+
+
+@dataclass(frozen=True)
+class Assign:
+    name: str
+    name_span: Span
+    value: Expr
+    span: Span
+
+
+@dataclass(frozen=True)
+class Block:
+    stmts: tuple[Let | Assign, ...]
+    result: Expr | None
+    span: Span
+
+
+# -- declarations -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TypeExpr:
+    dims: tuple[int, ...]
+    span: Span
+
+
+@dataclass(frozen=True)
+class LearnerHeader:
+    name: str
+    span: Span
+
+
+@dataclass(frozen=True)
+class DataDecl:
+    name: str
+    name_span: Span
+    type: TypeExpr | None
+    value: Expr
+    span: Span
+
+
+@dataclass(frozen=True)
+class ConstDecl:
+    name: str
+    name_span: Span
+    type: TypeExpr | None
+    value: Expr
+    span: Span
+
+
+@dataclass(frozen=True)
+class StateDecl:
+    kind: str          # "param" | "state"
+    name: str
+    name_span: Span
+    type: TypeExpr
+    init: Expr
+    span: Span
+
+
+@dataclass(frozen=True)
+class LossDecl:
+    index: str
+    index_span: Span
+    body: Block
+    span: Span
+
+
+@dataclass(frozen=True)
+class UpdateDecl:
+    body: Block
+    span: Span
+
+
+@dataclass(frozen=True)
+class Module:
+    header: LearnerHeader | None
+    decls: tuple[object, ...]
+    span: Span

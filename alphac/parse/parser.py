@@ -1,0 +1,368 @@
+"""The Alpha parser: tokens -> `ast.Module`, hand-written recursive descent.
+
+Grammar (docs/language.md has the full description):
+
+    file   := NL* 'learner' NAME NL decl*
+    decl   := 'data' NAME [':' type] '=' expr NL
+            | 'const' NAME [':' type] '=' expr NL
+            | ('param' | 'state') NAME ':' type '=' expr NL
+            | 'loss' '(' NAME ')' ('=' expr NL | block)
+            | 'update' block
+            | deployment                               (alphac.parse.deploy)
+    type   := 'f64' ['[' INT (',' INT)* ']']
+    block  := '{' (stmt (NL | ';'))* [expr] '}'
+    stmt   := 'let' NAME '=' expr | NAME '=' expr
+    expr   := term (('+' | '-') term)*
+    term   := unary (('*' | '/') unary)*
+    unary  := '-' unary | power
+    power  := postfix ['^' postfix]
+    postfix:= primary ('[' expr (',' expr)* ']')*
+    primary:= NUM | STR | NAME | NAME '(' [expr (',' expr)*] ')' | '(' expr ')'
+            | '[' [expr (',' expr)*] ']'
+
+Requires: tokens from `lexer.lex`. Guarantees: never raises on any token list; on a syntax
+error it reports E0010/E0011, skips to the next declaration and goes on, so one run reports
+several errors. Deployment blocks are parsed by `alphac.parse.deploy` through `DECL_PARSERS`.
+"""
+from __future__ import annotations
+
+from alphac.diag import Sink, Source
+from alphac.parse import ast
+from alphac.parse.lexer import Token, lex
+
+
+class _Bail(Exception):
+    """Unwinds to the enclosing declaration after a reported syntax error."""
+
+
+DECL_KEYWORDS = ("data", "const", "param", "state", "loss", "update", "deployment")
+
+
+class Parser:
+    def __init__(self, tokens: list[Token], sink: Sink):
+        self.toks = tokens
+        self.pos = 0
+        self.depth = 0
+        self.sink = sink
+
+    # -- token helpers -----------------------------------------------------------------------
+    @property
+    def tok(self) -> Token:
+        return self.toks[self.pos]
+
+    def peek(self, k: int = 1) -> Token:
+        return self.toks[min(self.pos + k, len(self.toks) - 1)]
+
+    def advance(self) -> Token:
+        t = self.toks[self.pos]
+        if t.kind != "eof":
+            self.pos += 1
+        return t
+
+    def at(self, kind: str, text: str | None = None) -> bool:
+        return self.tok.is_(kind, text)
+
+    def accept(self, kind: str, text: str | None = None) -> Token | None:
+        return self.advance() if self.at(kind, text) else None
+
+    def describe(self, t: Token) -> str:
+        return {"nl": "end of line", "eof": "end of file"}.get(t.kind, f"`{t.text}`")
+
+    def fail(self, what: str, hint: str | None = None) -> "_Bail":
+        t = self.tok
+        at_end = t.span.start >= len(t.span.source.text)
+        unclosed = self._unclosed() if at_end else None
+        if unclosed is not None:
+            self.sink.error("E0011", unclosed.span, f"this `{unclosed.text}` is never closed",
+                            hint=f"expected {what} before the end of the file")
+        else:
+            self.sink.error("E0010", t.span, f"expected {what}, found {self.describe(t)}", hint)
+        return _Bail()
+
+    def _unclosed(self) -> Token | None:
+        """The innermost ( or [ still open at the current position, if any."""
+        stack: list[Token] = []
+        for t in self.toks[: self.pos]:
+            if t.kind == "punct" and t.text in "([":
+                stack.append(t)
+            elif t.kind == "punct" and t.text in ")]" and stack:
+                stack.pop()
+            elif t.kind == "punct" and t.text in "{}":
+                stack.clear()
+        return stack[-1] if stack else None
+
+    def expect(self, kind: str, text: str | None = None, what: str | None = None) -> Token:
+        if self.at(kind, text):
+            return self.advance()
+        raise self.fail(what or (f"`{text}`" if text else kind))
+
+    def skip_newlines(self) -> None:
+        while self.at("nl") or self.at("punct", ";"):
+            self.advance()
+
+    def end_of_line(self) -> None:
+        if self.at("nl") or self.at("punct", ";") or self.at("eof"):
+            self.skip_newlines()
+            return
+        raise self.fail("end of line")
+
+    def recover_to_decl(self) -> None:
+        """Skip to the start of the next top-level declaration."""
+        depth = 0
+        while not self.at("eof"):
+            t = self.tok
+            if t.kind == "punct" and t.text == "{":
+                depth += 1
+            elif t.kind == "punct" and t.text == "}":
+                depth = max(0, depth - 1)
+                if depth == 0:
+                    self.advance()
+                    continue
+            if t.kind == "nl" and depth == 0:
+                nxt = self.peek()
+                if nxt.kind == "kw" and nxt.text in DECL_KEYWORDS or nxt.kind == "eof":
+                    self.advance()
+                    return
+            self.advance()
+
+    # -- file --------------------------------------------------------------------------------
+    def parse_module(self) -> ast.Module:
+        start = self.tok.span
+        self.skip_newlines()
+        header = None
+        decls: list[object] = []
+        try:
+            if self.at("kw", "learner"):
+                kw = self.advance()
+                name = self.expect("name", what="the learner's name")
+                header = ast.LearnerHeader(name.text, kw.span.to(name.span))
+                self.end_of_line()
+            else:
+                raise self.fail("`learner NAME` at the start of the file",
+                                hint="every Alpha file begins with `learner NAME`")
+        except _Bail:
+            self.recover_to_decl()
+        while not self.at("eof"):
+            self.skip_newlines()
+            if self.at("eof"):
+                break
+            try:
+                decls.append(self.parse_decl())
+            except _Bail:
+                self.recover_to_decl()
+        return ast.Module(header, tuple(decls), start.to(self.tok.span))
+
+    def parse_decl(self) -> object:
+        t = self.tok
+        if t.kind == "kw" and t.text in DECL_PARSERS:
+            return DECL_PARSERS[t.text](self)
+        raise self.fail("a declaration (data, const, param, state, loss, update, deployment)")
+
+    def parse_type(self) -> ast.TypeExpr:
+        f = self.expect("kw", "f64", what="a type (`f64` or `f64[N]`)")
+        dims: list[int] = []
+        end = f.span
+        if self.accept("punct", "["):
+            while True:
+                d = self.expect("num", what="a dimension")
+                if d.ival is None or d.ival <= 0:
+                    self.sink.error("E0036", d.span, f"dimension `{d.text}` is not a positive integer")
+                dims.append(d.ival if d.ival and d.ival > 0 else 1)
+                if not self.accept("punct", ","):
+                    break
+            end = self.expect("punct", "]").span
+            if len(dims) > 2:
+                self.sink.error("E0036", f.span.to(end), f"{len(dims)} dimensions; at most 2 are supported")
+        return ast.TypeExpr(tuple(dims), f.span.to(end))
+
+    def _named_value(self, keyword: str, typed: bool):
+        kw = self.advance()
+        name = self.expect("name", what=f"a name after `{keyword}`")
+        type_ = None
+        if typed or self.at("punct", ":"):
+            self.expect("punct", ":", what=f"`:` and a type after `{keyword} {name.text}`")
+            type_ = self.parse_type()
+        self.expect("punct", "=", what="`=` and a value")
+        value = self.parse_expr()
+        span = kw.span.to(value.span)
+        self.end_of_line()
+        return kw, name, type_, value, span
+
+    def parse_data(self) -> ast.DataDecl:
+        _, name, type_, value, span = self._named_value("data", typed=False)
+        return ast.DataDecl(name.text, name.span, type_, value, span)
+
+    def parse_const(self) -> ast.ConstDecl:
+        _, name, type_, value, span = self._named_value("const", typed=False)
+        return ast.ConstDecl(name.text, name.span, type_, value, span)
+
+    def parse_state(self) -> ast.StateDecl:
+        kw, name, type_, value, span = self._named_value(self.tok.text, typed=True)
+        return ast.StateDecl(kw.text, name.text, name.span, type_, value, span)
+
+    def parse_loss(self) -> ast.LossDecl:
+        kw = self.advance()
+        self.expect("punct", "(", what="`(` and the sample index name, as in `loss(i)`")
+        idx = self.expect("name", what="the sample index name")
+        self.expect("punct", ")")
+        if self.accept("punct", "="):
+            value = self.parse_expr()
+            body = ast.Block((), value, value.span)
+            self.end_of_line()
+        else:
+            body = self.parse_block()
+        return ast.LossDecl(idx.text, idx.span, body, kw.span.to(body.span))
+
+    def parse_update(self) -> ast.UpdateDecl:
+        kw = self.advance()
+        body = self.parse_block()
+        return ast.UpdateDecl(body, kw.span.to(body.span))
+
+    def parse_block(self) -> ast.Block:
+        open_ = self.expect("punct", "{", what="`{`")
+        stmts: list[ast.Let | ast.Assign] = []
+        result = None
+        self.skip_newlines()
+        while not self.at("punct", "}"):
+            if self.at("eof"):
+                self.sink.error("E0011", open_.span, "this `{` is never closed")
+                raise _Bail()
+            if result is not None:
+                raise self.fail("`}` after the block's result expression")
+            try:
+                if self.at("kw", "let"):
+                    kw = self.advance()
+                    name = self.expect("name", what="a name after `let`")
+                    self.expect("punct", "=")
+                    value = self.parse_expr()
+                    stmts.append(ast.Let(name.text, name.span, value, kw.span.to(value.span)))
+                elif self.at("name") and self.peek().is_("punct", "="):
+                    name = self.advance()
+                    self.advance()
+                    value = self.parse_expr()
+                    stmts.append(ast.Assign(name.text, name.span, value, name.span.to(value.span)))
+                else:
+                    result = self.parse_expr()
+                if not self.at("punct", "}"):
+                    self.end_of_line()
+            except _Bail:
+                while not (self.at("nl") or self.at("punct", "}") or self.at("eof")):
+                    self.advance()
+                self.skip_newlines()
+        close = self.advance()
+        if not self.at("eof"):
+            self.end_of_line()
+        return ast.Block(tuple(stmts), result, open_.span.to(close.span))
+
+    # -- expressions ---------------------------------------------------------------------------
+    MAX_DEPTH = 100
+
+    def parse_expr(self) -> ast.Expr:
+        self.depth += 1
+        try:
+            if self.depth > self.MAX_DEPTH:
+                self.sink.error("E0012", self.tok.span,
+                                f"expression nested more than {self.MAX_DEPTH} levels deep")
+                raise _Bail()
+            return self._parse_expr()
+        finally:
+            self.depth -= 1
+
+    def _parse_expr(self) -> ast.Expr:
+        left = self.parse_term()
+        while self.at("punct", "+") or self.at("punct", "-"):
+            op = self.advance().text
+            right = self.parse_term()
+            left = ast.Binary(op, left, right, left.span.to(right.span))
+        return left
+
+    def parse_term(self) -> ast.Expr:
+        left = self.parse_unary()
+        while self.at("punct", "*") or self.at("punct", "/"):
+            op = self.advance().text
+            right = self.parse_unary()
+            left = ast.Binary(op, left, right, left.span.to(right.span))
+        return left
+
+    def parse_unary(self) -> ast.Expr:
+        minuses = []
+        while self.at("punct", "-"):
+            minuses.append(self.advance())
+            if len(minuses) > self.MAX_DEPTH:
+                self.sink.error("E0012", self.tok.span,
+                                f"more than {self.MAX_DEPTH} unary minus signs in a row")
+                raise _Bail()
+        e = self.parse_power()
+        for minus in reversed(minuses):
+            e = ast.Unary("-", e, minus.span.to(e.span))
+        return e
+
+    def parse_power(self) -> ast.Expr:
+        base = self.parse_postfix()
+        if self.accept("punct", "^"):
+            exp = self.parse_postfix()
+            return ast.Binary("^", base, exp, base.span.to(exp.span))
+        return base
+
+    def parse_postfix(self) -> ast.Expr:
+        e = self.parse_primary()
+        while self.at("punct", "["):
+            self.advance()
+            idx = [self.parse_expr()]
+            while self.accept("punct", ","):
+                idx.append(self.parse_expr())
+            close = self.expect("punct", "]", what="`]` or `,`")
+            e = ast.Index(e, tuple(idx), e.span.to(close.span))
+        return e
+
+    def parse_list(self, close: str) -> tuple[list[ast.Expr], Token]:
+        items: list[ast.Expr] = []
+        if not self.at("punct", close):
+            items.append(self.parse_expr())
+            while self.accept("punct", ","):
+                if self.at("punct", close):
+                    break                       # trailing comma
+                items.append(self.parse_expr())
+        end = self.expect("punct", close, what=f"`{close}` or `,`")
+        return items, end
+
+    def parse_primary(self) -> ast.Expr:
+        t = self.tok
+        if t.kind == "num":
+            self.advance()
+            return ast.Num(t.value, t.ival, t.text, t.span)
+        if t.kind == "str":
+            self.advance()
+            return ast.Str(t.value, t.span)
+        if t.kind == "name":
+            self.advance()
+            if self.at("punct", "("):
+                self.advance()
+                args, end = self.parse_list(")")
+                return ast.Call(t.text, t.span, tuple(args), t.span.to(end.span))
+            return ast.Name(t.text, t.span)
+        if t.is_("punct", "("):
+            self.advance()
+            inner = self.parse_expr()
+            self.expect("punct", ")", what="`)`")
+            return inner
+        if t.is_("punct", "["):
+            self.advance()
+            items, end = self.parse_list("]")
+            return ast.ArrayLit(tuple(items), t.span.to(end.span))
+        raise self.fail("an expression")
+
+
+DECL_PARSERS = {
+    "data": Parser.parse_data,
+    "const": Parser.parse_const,
+    "param": Parser.parse_state,
+    "state": Parser.parse_state,
+    "loss": Parser.parse_loss,
+    "update": Parser.parse_update,
+}
+
+
+def parse(source: Source, sink: Sink) -> ast.Module:
+    """Lex and parse one Alpha file; diagnostics go to `sink`."""
+    return Parser(lex(source, sink), sink).parse_module()

@@ -1,0 +1,581 @@
+"""The checker: a parsed Alpha file -> a `Learner` (alphac.ir.learner), or coded diagnostics.
+
+What it decides:
+- names: one namespace for data, const, param, state and let; declared before use;
+- shapes: () scalar, (n,), (n, m); elementwise operations need equal shapes or a scalar; dot needs
+  two vectors of one length; sum a vector; indices are literals in range, or the sample index as
+  the first index of data;
+- constants are folded in binary64 (`alphac.ir.evaluate.fold`), wherever all operands are
+  constant, and must be finite;
+- the learner's structure: data outside the loss, grad outside the update, assignment targets;
+- per-coordinate updates: no reduction, fixed index or data inside `update`, and coordinate
+  values (params, their gradients, and state updated from them) meet only at equal shapes. The
+  states that meet form coordinate groups (`Group`); shape-() state that never meets a coordinate
+  value is scalar state, replicated on every owner;
+- memory demand: each state's `nbytes` (8 per coordinate).
+
+Requires: an `ast.Module`. Guarantees: never raises on a well-formed tree; reports every error it
+can find in one run (a bad expression becomes `None` and silences the errors it would cause).
+"""
+from __future__ import annotations
+
+import difflib
+import hashlib
+import io
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from alphac.diag import Sink, Span
+from alphac.ir import learner as ir
+from alphac.ir.evaluate import fold
+from alphac.parse import ast
+
+BUILTINS = {"sqrt": 1, "dot": 2, "sum": 1, "grad": 1, "load": 1}
+OUTSIDE_CONTRACT = {"exp", "log", "sin", "cos", "tan", "tanh", "pow", "abs", "max", "min",
+                    "sigmoid", "relu", "softmax", "fma", "erf", "floor", "ceil", "round"}
+MAX_POW = 8
+
+
+@dataclass
+class Symbol:
+    kind: str                      # data | const | param | state | let
+    shape: tuple[int, ...]
+    span: Span
+    const: ir.Const | None = None  # consts
+    node: ir.Node | None = None    # lets
+
+
+@dataclass
+class Ctx:
+    kind: str                      # "const" | "loss" | "update"
+    index: str | None = None       # the sample index name, in the loss
+    lets: dict[str, Symbol] = field(default_factory=dict)
+    assigned: set[str] = field(default_factory=set)
+
+
+def _fmt(shape: tuple[int, ...]) -> str:
+    return "f64" if not shape else "f64[" + ", ".join(map(str, shape)) + "]"
+
+
+class Checker:
+    def __init__(self, module: ast.Module, sink: Sink, base_dir: Path | None):
+        self.module = module
+        self.sink = sink
+        self.base_dir = base_dir
+        self.syms: dict[str, Symbol] = {}
+        self.later: dict[str, Span] = {}
+        self.consts: list[ir.ConstDef] = []
+        self.data: list[ir.DataDef] = []
+        self.states: list[ir.StateDef] = []
+        self.loss: ir.Node | None = None
+        self.update: list[ir.Assign] = []
+        self.loss_decl: ast.LossDecl | None = None
+
+    def err(self, code: str, span: Span, msg: str, hint: str | None = None) -> None:
+        self.sink.error(code, span, msg, hint)
+
+    # -- declarations ------------------------------------------------------------------------
+    def run(self) -> ir.Learner | None:
+        m = self.module
+        for d in m.decls:
+            if isinstance(d, (ast.DataDecl, ast.ConstDecl, ast.StateDecl)):
+                self.later.setdefault(d.name, d.name_span)
+        losses = [d for d in m.decls if isinstance(d, ast.LossDecl)]
+        updates = [d for d in m.decls if isinstance(d, ast.UpdateDecl)]
+        for extra in losses[1:]:
+            self.err("E0059", extra.span, "a second `loss`", hint="a learner has at most one loss")
+        for extra in updates[1:]:
+            self.err("E0059", extra.span, "a second `update`", hint="merge the two blocks")
+        if not updates and m.header is not None:
+            self.err("E0059", m.header.span, f"learner `{m.header.name}` has no `update` block",
+                     hint="add `update { ... }` that assigns the state")
+        for d in m.decls:
+            if isinstance(d, ast.ConstDecl):
+                self.decl_const(d)
+            elif isinstance(d, ast.DataDecl):
+                self.decl_data(d)
+            elif isinstance(d, ast.StateDecl):
+                self.decl_state(d)
+        nsamples = self.sample_count()
+        if losses:
+            self.decl_loss(losses[0], nsamples)
+        if updates:
+            self.decl_update(updates[0])
+        groups = self.coordinate_groups()
+        self.warnings()
+        if not self.sink.ok or m.header is None:
+            return None
+        return ir.Learner(m.header.name, self.consts, self.data, self.states, nsamples,
+                          self.loss, self.update, groups)
+
+    def define(self, name: str, span: Span, sym: Symbol, scope: dict[str, Symbol] | None = None) -> bool:
+        if name in BUILTINS or name in self.syms or (scope is not None and name in scope):
+            prev = self.syms.get(name) or (scope or {}).get(name)
+            where = f" (first at line {prev.span.line_col[0]})" if prev else " (a builtin)"
+            self.err("E0021", span, f"`{name}` is declared twice{where}")
+            return False
+        (self.syms if scope is None else scope)[name] = sym
+        return True
+
+    def check_type(self, t: ast.TypeExpr | None, shape: tuple[int, ...], span: Span, what: str) -> bool:
+        if t is not None and t.dims != shape:
+            self.err("E0031", span, f"{what} has shape {_fmt(shape)}, but its type says {_fmt(t.dims)}")
+            return False
+        return True
+
+    def finite(self, c: ir.Const, span: Span) -> bool:
+        if all(math.isfinite(v) for v in c.values):
+            return True
+        self.err("E0043", span, "value is not finite in binary64")
+        return False
+
+    def decl_const(self, d: ast.ConstDecl) -> None:
+        node = self.const_value(d.value)
+        if node is None or not self.check_type(d.type, node.shape, d.value.span, f"`{d.name}`") \
+                or not self.finite(node, d.value.span):
+            self.define(d.name, d.name_span, Symbol("const", d.type.dims if d.type else (), d.name_span))
+            return
+        if self.define(d.name, d.name_span, Symbol("const", node.shape, d.name_span, const=node)):
+            self.consts.append(ir.ConstDef(d.name, node.shape, node.values))
+
+    def decl_data(self, d: ast.DataDecl) -> None:
+        origin = "literal"
+        if isinstance(d.value, ast.Call) and d.value.func == "load":
+            loaded = self.load_npy(d.value)
+            node, origin = loaded if loaded else (None, "")
+        else:
+            node = self.const_value(d.value)
+        ok = node is not None and self.check_type(d.type, node.shape, d.value.span, f"`{d.name}`")
+        if ok and not node.shape:
+            self.err("E0035", d.value.span, f"data `{d.name}` is a scalar; data has one entry per sample",
+                     hint="declare it `const` if it is the same for every sample")
+            ok = False
+        if ok and not self.finite(node, d.value.span):
+            ok = False
+        shape = node.shape if ok else (d.type.dims if d.type else (1,))
+        if self.define(d.name, d.name_span, Symbol("data", shape, d.name_span)) and ok:
+            self.data.append(ir.DataDef(d.name, node.shape, node.values, origin))
+
+    def decl_state(self, d: ast.StateDecl) -> None:
+        shape = d.type.dims
+        init = self.const_value(d.init)
+        values = None
+        if init is not None:
+            if init.shape == shape:
+                values = init.values
+            elif not init.shape:
+                values = init.values * math.prod(shape)
+            else:
+                self.err("E0031", d.init.span,
+                         f"initial value has shape {_fmt(init.shape)}, but `{d.name}` is {_fmt(shape)}",
+                         hint="a scalar initial value fills every coordinate")
+            if values is not None and not self.finite(init, d.init.span):
+                values = None
+        if self.define(d.name, d.name_span, Symbol(d.kind, shape, d.name_span)) and values is not None:
+            self.states.append(ir.StateDef(d.name, d.kind, shape, tuple(values)))
+
+    def load_npy(self, call: ast.Call) -> tuple[ir.Const, str] | None:
+        if len(call.args) != 1 or not isinstance(call.args[0], ast.Str):
+            self.err("E0042", call.span, "load takes one string: the .npy file's path")
+            return None
+        rel = call.args[0].value
+        path = (self.base_dir or Path(".")) / rel
+        try:
+            raw = path.read_bytes()
+        except OSError as e:
+            self.err("E0060", call.args[0].span, f"cannot read `{rel}`: {e.strerror or e}")
+            return None
+        import numpy as np
+        try:
+            arr = np.load(io.BytesIO(raw), allow_pickle=False)
+        except Exception as e:  # numpy reports many kinds of malformed files
+            self.err("E0060", call.args[0].span, f"`{rel}` is not a .npy array: {e}")
+            return None
+        if not isinstance(arr, np.ndarray) or arr.ndim == 0 or arr.ndim > 2 or arr.size == 0:
+            self.err("E0060", call.args[0].span, f"`{rel}` must hold a non-empty 1- or 2-D array")
+            return None
+        if arr.dtype.kind not in "fiu":
+            self.err("E0060", call.args[0].span, f"`{rel}` has dtype {arr.dtype}, not a number type")
+            return None
+        as64 = arr.astype("<f8")
+        if arr.dtype.kind in "iu" and not np.array_equal(as64.astype(arr.dtype), arr):
+            self.err("E0060", call.args[0].span, f"`{rel}` has integers that binary64 cannot hold exactly")
+            return None
+        values = tuple(float(v) for v in as64.reshape(-1))
+        return ir.Const(tuple(int(s) for s in arr.shape), values), "npy:" + hashlib.sha256(raw).hexdigest()
+
+    def sample_count(self) -> int | None:
+        if not self.data:
+            return None
+        first = self.data[0]
+        for d in self.data[1:]:
+            if d.shape[0] != first.shape[0]:
+                self.err("E0035", self.syms[d.name].span,
+                         f"data `{d.name}` has {d.shape[0]} samples, but `{first.name}` has {first.shape[0]}")
+        return first.shape[0]
+
+    def decl_loss(self, d: ast.LossDecl, nsamples: int | None) -> None:
+        self.loss_decl = d
+        if nsamples is None:
+            self.err("E0058", d.span, "the learner has a loss but no data",
+                     hint="declare the samples with `data NAME = [...]`")
+        if d.index in self.syms or d.index in BUILTINS:
+            self.err("E0021", d.index_span, f"the sample index `{d.index}` hides a declared name")
+            return
+        ctx = Ctx("loss", index=d.index)
+        for st in d.body.stmts:
+            if isinstance(st, ast.Assign):
+                self.err("E0052", st.name_span, "the loss cannot assign state",
+                         hint="state changes only in `update`; use `let` for a local value")
+            else:
+                self.let(st, ctx)
+        if d.body.result is None:
+            self.err("E0057", d.body.span, "the loss block does not end with the loss expression")
+            return
+        node = self.expr(d.body.result, ctx)
+        if node is not None and node.shape:
+            self.err("E0057", d.body.result.span, f"the loss has shape {_fmt(node.shape)}, not f64",
+                     hint="reduce it with sum(...) or dot(...)")
+            return
+        self.loss = node
+
+    def let(self, st: ast.Let, ctx: Ctx) -> None:
+        node = self.expr(st.value, ctx)
+        self.define(st.name, st.name_span,
+                    Symbol("let", node.shape if node else (), st.name_span, node=node), ctx.lets)
+
+    def decl_update(self, d: ast.UpdateDecl) -> None:
+        ctx = Ctx("update")
+        if d.body.result is not None:
+            self.err("E0010", d.body.result.span, "expected a statement, found an expression",
+                     hint="update statements are `NAME = expr` or `let NAME = expr`")
+        for st in d.body.stmts:
+            if isinstance(st, ast.Let):
+                self.let(st, ctx)
+                continue
+            sym = ctx.lets.get(st.name) or self.syms.get(st.name)
+            node = self.expr(st.value, ctx)
+            if sym is None:
+                self.unknown(st.name, st.name_span)
+                continue
+            if sym.kind not in ("param", "state"):
+                self.err("E0052", st.name_span, f"`{st.name}` is a {sym.kind}, not a param or state")
+                continue
+            if st.name in ctx.assigned:
+                self.err("E0053", st.name_span, f"`{st.name}` is assigned twice in the update",
+                         hint="later statements already read the new value; combine the two")
+                continue
+            ctx.assigned.add(st.name)
+            if node is None:
+                continue
+            if node.shape != sym.shape:
+                if node.shape:
+                    self.err("E0031", st.value.span,
+                             f"value has shape {_fmt(node.shape)}, but `{st.name}` is {_fmt(sym.shape)}")
+                    continue
+                node = ir.Bcast(node, sym.shape)
+            self.update.append(ir.Assign(st.name, node, st.span.line_col[0]))
+
+    # -- expressions --------------------------------------------------------------------------
+    def unknown(self, name: str, span: Span) -> None:
+        if self.loss_decl is not None and name == self.loss_decl.index:
+            self.err("E0056", span, f"the sample index `{name}` is used outside the loss",
+                     hint=f"`{name}` exists only inside `loss({name})`")
+            return
+        if name in self.later:
+            self.err("E0020", span, f"`{name}` is used before its declaration",
+                     hint=f"it is declared at line {self.later[name].line_col[0]}; move that line up")
+            return
+        close = difflib.get_close_matches(name, list(self.syms), n=1)
+        self.err("E0020", span, f"unknown name `{name}`",
+                 hint=f"did you mean `{close[0]}`?" if close else None)
+
+    def const_value(self, e: ast.Expr) -> ir.Const | None:
+        node = self.expr(e, Ctx("const"))
+        if node is not None and not isinstance(node, ir.Const):
+            self.err("E0039", e.span, "this value must be a constant")
+            return None
+        return node
+
+    def expr(self, e: ast.Expr, ctx: Ctx) -> ir.Node | None:
+        node = self._expr(e, ctx)
+        return fold(node) if node is not None else None
+
+    def _expr(self, e: ast.Expr, ctx: Ctx) -> ir.Node | None:
+        if isinstance(e, ast.Num):
+            return ir.Const((), (e.value,))
+        if isinstance(e, ast.Str):
+            self.err("E0010", e.span, "a string is only allowed in load(\"file.npy\")")
+            return None
+        if isinstance(e, ast.Name):
+            return self.name(e, ctx)
+        if isinstance(e, ast.Unary):
+            a = self.expr(e.operand, ctx)
+            return ir.Unary("neg", a, a.shape) if a is not None else None
+        if isinstance(e, ast.Binary):
+            return self.binary(e, ctx)
+        if isinstance(e, ast.Call):
+            return self.call(e, ctx)
+        if isinstance(e, ast.Index):
+            return self.index(e, ctx)
+        if isinstance(e, ast.ArrayLit):
+            return self.array(e, ctx)
+        raise TypeError(type(e).__name__)
+
+    def name(self, e: ast.Name, ctx: Ctx) -> ir.Node | None:
+        if ctx.index is not None and e.name == ctx.index:
+            self.err("E0033", e.span, f"the sample index `{e.name}` can only index data, as in `x[{e.name}]`")
+            return None
+        sym = ctx.lets.get(e.name) or self.syms.get(e.name)
+        if sym is None:
+            if e.name in BUILTINS:
+                self.err("E0042", e.span, f"`{e.name}` is a builtin function; call it")
+            else:
+                self.unknown(e.name, e.span)
+            return None
+        if sym.kind == "let":
+            return sym.node
+        if sym.kind == "const":
+            return sym.const
+        if sym.kind == "data":
+            if ctx.kind == "loss":
+                self.err("E0033", e.span, f"data `{e.name}` must be indexed by the sample index",
+                         hint=f"write `{e.name}[{ctx.index}]`")
+            else:
+                self.data_outside(e.span, e.name, ctx)
+            return None
+        if ctx.kind == "const":
+            self.err("E0039", e.span, f"`{e.name}` is a {sym.kind}, not a constant")
+            return None
+        version = 1 if e.name in ctx.assigned else 0
+        return ir.Read(e.name, sym.shape, version)
+
+    def data_outside(self, span: Span, name: str, ctx: Ctx) -> None:
+        if ctx.kind == "update":
+            self.err("E0050", span, f"the update reads data `{name}`",
+                     hint="data is per sample and only the loss reads it")
+        else:
+            self.err("E0038", span, f"data `{name}` is used outside the loss")
+
+    def binary(self, e: ast.Binary, ctx: Ctx) -> ir.Node | None:
+        a = self.expr(e.left, ctx)
+        if e.op == "^":
+            exp = e.right
+            if not isinstance(exp, ast.Num) or exp.ival is None or not 1 <= exp.ival <= MAX_POW:
+                self.err("E0041", exp.span, "the exponent must be an integer literal from 1 to 8")
+                return None
+            if a is None:
+                return None
+            return a if exp.ival == 1 else ir.Pow(a, exp.ival, a.shape)
+        b = self.expr(e.right, ctx)
+        if a is None or b is None:
+            return None
+        if a.shape != b.shape and a.shape and b.shape:
+            self.err("E0030", e.span, f"`{e.op}` of {_fmt(a.shape)} and {_fmt(b.shape)}",
+                     hint="elementwise operations need equal shapes, or a scalar")
+            return None
+        op = {"+": "add", "-": "sub", "*": "mul", "/": "div"}[e.op]
+        return ir.Elem(op, a, b, a.shape or b.shape)
+
+    def call(self, e: ast.Call, ctx: Ctx) -> ir.Node | None:
+        if e.func not in BUILTINS:
+            if e.func in self.syms or e.func in ctx.lets:
+                self.err("E0033", e.func_span, f"`{e.func}` is not a function",
+                         hint=f"index arrays with brackets: `{e.func}[...]`")
+                return None
+            close = difflib.get_close_matches(e.func, list(BUILTINS), n=1)
+            why = "is not correctly rounded on every target" if e.func in OUTSIDE_CONTRACT else "is not an operation of Alpha"
+            self.err("E0040", e.func_span, f"`{e.func}` {why}",
+                     hint=f"did you mean `{close[0]}`?" if close else "the contract has + - * / sqrt dot sum")
+            return None
+        if len(e.args) != BUILTINS[e.func]:
+            self.err("E0042", e.span, f"`{e.func}` takes {BUILTINS[e.func]} argument(s), "
+                                      f"given {len(e.args)}")
+            return None
+        if e.func == "load":
+            self.err("E0060", e.span, "load(...) can only be the whole value of a data or const declaration")
+            return None
+        if e.func == "grad":
+            return self.grad(e, ctx)
+        args = [self.expr(a, ctx) for a in e.args]
+        if any(a is None for a in args):
+            return None
+        if ctx.kind == "update" and e.func in ("dot", "sum") and not all(isinstance(a, ir.Const) for a in args):
+            self.err("E0050", e.span, f"`{e.func}` in the update reads every coordinate",
+                     hint="reductions belong in the loss; the update works coordinate by coordinate")
+            return None
+        if e.func == "sqrt":
+            return ir.Unary("sqrt", args[0], args[0].shape)
+        if e.func == "sum":
+            if len(args[0].shape) != 1:
+                self.err("E0030", e.args[0].span, f"sum takes a vector, given {_fmt(args[0].shape)}")
+                return None
+            return ir.Sum(args[0])
+        a, b = args
+        if len(a.shape) != 1 or a.shape != b.shape:
+            self.err("E0030", e.span, f"dot of {_fmt(a.shape)} and {_fmt(b.shape)}",
+                     hint="dot takes two vectors of the same length")
+            return None
+        return ir.Dot(a, b)
+
+    def grad(self, e: ast.Call, ctx: Ctx) -> ir.Node | None:
+        arg = e.args[0]
+        if ctx.kind != "update":
+            self.err("E0054", e.span, "grad(...) can only be used in the update")
+            return None
+        if self.loss_decl is None:
+            self.err("E0055", e.span, "grad(...) needs a loss to differentiate",
+                     hint="declare `loss(i) = ...`")
+            return None
+        sym = self.syms.get(arg.name) if isinstance(arg, ast.Name) else None
+        if sym is None or sym.kind != "param":
+            what = f"`{arg.name}` is a {sym.kind}" if sym else "its argument is not a declared param"
+            self.err("E0054", arg.span, f"grad of something that is not a param: {what}")
+            return None
+        return ir.Grad(arg.name, sym.shape)
+
+    def index(self, e: ast.Index, ctx: Ctx) -> ir.Node | None:
+        if not isinstance(e.base, ast.Name):
+            self.err("E0033", e.base.span, "only declared names can be indexed")
+            return None
+        name = e.base.name
+        sym = ctx.lets.get(name) or self.syms.get(name)
+        if sym is None:
+            self.unknown(name, e.base.span)
+            return None
+        idx = list(e.indices)
+        if len(idx) > len(sym.shape):
+            self.err("E0033", e.span, f"`{name}` has {len(sym.shape)} dimension(s), indexed with {len(idx)}")
+            return None
+        if sym.kind == "data":
+            first = idx.pop(0)
+            if ctx.kind != "loss":
+                self.data_outside(e.span, name, ctx)
+                return None
+            if not (isinstance(first, ast.Name) and first.name == ctx.index):
+                self.err("E0033", first.span, f"data is indexed by the sample index first: `{name}[{ctx.index}]`")
+                return None
+            node: ir.Node = ir.DataRow(name, sym.shape[1:])
+        else:
+            if sym.kind == "let":
+                self.err("E0033", e.base.span, f"`{name}` is a let; only declared arrays can be indexed")
+                return None
+            node = self.name(e.base, ctx)
+            if node is None:
+                return None
+        for ix in idx:
+            if not isinstance(ix, ast.Num) or ix.ival is None:
+                if isinstance(ix, ast.Name) and ix.name == ctx.index:
+                    self.err("E0033", ix.span, "the sample index can only be the first index of data")
+                else:
+                    self.err("E0033", ix.span, "an index must be an integer literal")
+                return None
+            if not 0 <= ix.ival < node.shape[0]:
+                self.err("E0032", ix.span, f"index {ix.ival} is out of range for a dimension of {node.shape[0]}")
+                return None
+            node = fold(ir.Pick(node, ix.ival, node.shape[1:]))
+        if ctx.kind == "update" and not isinstance(node, ir.Const) and idx:
+            self.err("E0050", e.span, f"`{name}` at a fixed index in the update",
+                     hint="coordinate k may read only coordinate k; write the whole name")
+            return None
+        return node
+
+    def array(self, e: ast.ArrayLit, ctx: Ctx) -> ir.Node | None:
+        if not e.items:
+            self.err("E0036", e.span, "an empty array has no shape")
+            return None
+        items = [self.expr(x, ctx) for x in e.items]
+        if any(x is None for x in items):
+            return None
+        if not all(isinstance(x, ir.Const) for x in items):
+            self.err("E0037", e.span, "array literals must be constant")
+            return None
+        shape0 = items[0].shape
+        for x, src in zip(items, e.items):
+            if x.shape != shape0:
+                self.err("E0034", src.span, f"row of shape {_fmt(x.shape)} among rows of {_fmt(shape0)}")
+                return None
+        if len(shape0) >= 2:
+            self.err("E0036", e.span, "arrays have at most 2 dimensions")
+            return None
+        return ir.Const((len(items),) + shape0, tuple(v for x in items for v in x.values))
+
+    # -- per-coordinate structure --------------------------------------------------------------
+    def coordinate_groups(self) -> list[ir.Group]:
+        states = {s.name: s for s in self.states}
+        parent = {n: n for n in states}
+
+        def find(n: str) -> str:
+            while parent[n] != n:
+                parent[n] = parent[parent[n]]
+                n = parent[n]
+            return n
+
+        coord = {n for n, s in states.items() if s.kind == "param" or s.shape}
+
+        def leaves(node: ir.Node) -> list[str]:
+            out = []
+            for n in ir.postorder([node]):
+                if isinstance(n, ir.Read) and n.name in states:
+                    out.append(n.name)
+                elif isinstance(n, ir.Grad):
+                    out.append(n.param)
+            return out
+
+        reads = [(a, leaves(a.node)) for a in self.update if a.target in states]
+        changed = True
+        while changed:
+            changed = False
+            for a, names in reads:
+                if a.target not in coord and any(n in coord for n in names):
+                    coord.add(a.target)
+                    changed = True
+        for a, names in reads:
+            if a.target not in coord:
+                continue
+            tshape = states[a.target].shape
+            for n in names:
+                if n in coord and states[n].shape != tshape:
+                    span = self.assign_span(a)
+                    self.err("E0051", span, f"`{a.target}` ({_fmt(tshape)}) reads coordinate value "
+                                            f"`{n}` ({_fmt(states[n].shape)}) in its update",
+                             hint="coordinate k of the target must read coordinate k of the same shape")
+                else:
+                    if n in coord:
+                        parent[find(n)] = find(a.target)
+        roots: dict[str, list[str]] = {}
+        for s in self.states:
+            if s.name in coord:
+                roots.setdefault(find(s.name), []).append(s.name)
+        groups = []
+        for i, members in enumerate(roots.values()):
+            for m in members:
+                states[m].group = i
+            groups.append(ir.Group(i, states[members[0]].shape, members))
+        return groups
+
+    def assign_span(self, a: ir.Assign) -> Span:
+        for d in self.module.decls:
+            if isinstance(d, ast.UpdateDecl):
+                for st in d.body.stmts:
+                    if isinstance(st, ast.Assign) and st.name == a.target:
+                        return st.span
+        return self.module.span
+
+    def warnings(self) -> None:
+        if not self.sink.ok:
+            return
+        used = {n.name for n in ir.postorder([self.loss]) if isinstance(n, ir.Read)} if self.loss else set()
+        assigned = {a.target for a in self.update}
+        for s in self.states:
+            span = self.syms[s.name].span
+            if s.kind == "param" and self.loss is not None and s.name not in used:
+                self.sink.warning("W0001", span, f"param `{s.name}` does not appear in the loss")
+            if s.name not in assigned:
+                self.sink.warning("W0002", span, f"`{s.name}` is never updated")
+
+
+def check(module: ast.Module, sink: Sink, base_dir: Path | None = None) -> ir.Learner | None:
+    """Check a parsed learner. Returns the learner IR, or None with errors in `sink`."""
+    return Checker(module, sink, base_dir).run()

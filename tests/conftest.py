@@ -1,0 +1,39 @@
+"""Shared test helpers: paths, running the CLI in-process, and the examples."""
+import io
+import os
+import sys
+from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+LEARNER_NAMES = ["scalar_regression", "two_coordinate", "independent_state", "lsq_momentum",
+                 "lsq_adam"]
+
+
+def alphac(*args):
+    """Run the alphac CLI in this process; returns (exit code, stdout, stderr)."""
+    from alphac.cli import main
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        code = main([str(a) for a in args])
+    return code, out.getvalue(), err.getvalue()
+
+
+def example(name):
+    return EXAMPLES / f"{name}.alpha"
+
+
+def require_tool(name):
+    """A tool the suite needs. In CI (CI=1) its absence fails loudly instead of skipping."""
+    import shutil
+    path = shutil.which(name)
+    if path is None:
+        if os.environ.get("CI"):
+            pytest.fail(f"{name} is required in CI but is not installed")
+        pytest.skip(f"{name} is not installed")
+    return path
