@@ -48,6 +48,8 @@ class Mem:
             raise EncodeError('rsp cannot be an index register')
         if self.scale not in (1, 2, 4, 8):
             raise EncodeError(f'scale must be 1, 2, 4 or 8, not {self.scale}')
+        if self.scale != 1 and self.index is None:
+            raise EncodeError('a scale needs an index register')
         if not -2**31 <= self.disp < 2**31:
             raise EncodeError(f'displacement {self.disp:#x} does not fit in 32 bits')
         if self.rip and (self.base or self.index):
