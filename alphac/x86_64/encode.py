@@ -60,6 +60,7 @@ class Mem:
 
 @dataclass(frozen=True)
 class Imm:
+    """An immediate; each row checks its range (signed or unsigned, by operand kind)."""
     value: int
 
 
@@ -72,6 +73,7 @@ class Rel:
 
 @dataclass(frozen=True)
 class Encoded:
+    """One instruction's machine code, and where a later assembler patches its rel32/rip field."""
     bytes: bytes
     fixup: int | None = None   # offset of the 4-byte PC-relative field, if any
 
