@@ -1,0 +1,214 @@
+"""Encode one x86-64 instruction to machine code, driven by `isa.TABLE`.
+
+What it does: `encode(mnemonic, *operands)` finds the first table row whose operand kinds
+accept the operands and lays out its bytes -- legacy prefix, REX, opcode, ModRM, SIB,
+displacement, immediate.  `intel(...)` prints the same instruction in the Intel syntax
+keystone assembles and capstone prints (for tests and listings).
+
+Requires: `alphac.x86_64.isa` only (stdlib otherwise).
+
+Guarantees: operands are a `Reg` from isa, `Mem`, `Imm` or `Rel`; an operand form no row
+accepts (wrong kind, immediate out of range, bad address) raises `EncodeError`, never
+wrong bytes.  Memory operands get every ModRM/SIB special case right: rsp/r12 as base
+take a SIB byte, rbp/r13 as base with no displacement take a zero disp8, index without
+base takes disp32, rsp is never an index, disp8 is used whenever it fits, and REX.R/X/B
+carry bit 3 of r8-r15/xmm8-15.  `Encoded.fixup` is the offset inside the bytes of the
+4-byte PC-relative field (rel32 branch/call, RIP-relative memory), else None.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from alphac.x86_64.isa import GPR32, TABLE, Reg, Row
+
+
+class EncodeError(ValueError):
+    """An instruction or operand that has no encoding."""
+
+
+@dataclass(frozen=True)
+class Mem:
+    """[base + index*scale + disp], or [rip + disp] (disp from the end of the instruction).
+
+    With neither base nor index nor rip, the address is the absolute sign-extended disp32.
+    `size` is the access width in bits where the instruction needs one (8/16/32/64).
+    """
+    base: Reg | None = None
+    index: Reg | None = None
+    scale: int = 1
+    disp: int = 0
+    rip: bool = False
+    size: int = 64
+
+    def __post_init__(self) -> None:
+        for r in (self.base, self.index):
+            if r is not None and (not isinstance(r, Reg) or r.kind != 'r64'):
+                raise EncodeError(f'address register must be a 64-bit GPR, not {r!r}')
+        if self.index is not None and self.index.num == 4:
+            raise EncodeError('rsp cannot be an index register')
+        if self.scale not in (1, 2, 4, 8):
+            raise EncodeError(f'scale must be 1, 2, 4 or 8, not {self.scale}')
+        if self.scale != 1 and self.index is None:
+            raise EncodeError('a scale needs an index register')
+        if not -2**31 <= self.disp < 2**31:
+            raise EncodeError(f'displacement {self.disp:#x} does not fit in 32 bits')
+        if self.rip and (self.base or self.index):
+            raise EncodeError('rip-relative address takes no base or index')
+        if self.size not in (8, 16, 32, 64):
+            raise EncodeError(f'memory size must be 8/16/32/64 bits, not {self.size}')
+
+
+@dataclass(frozen=True)
+class Imm:
+    """An immediate; each row checks its range (signed or unsigned, by operand kind)."""
+    value: int
+
+
+@dataclass(frozen=True)
+class Rel:
+    """Branch displacement from the end of the instruction; size 8 asks for the short form."""
+    disp: int
+    size: int = 32
+
+
+@dataclass(frozen=True)
+class Encoded:
+    """One instruction's machine code, and where a later assembler patches its rel32/rip field."""
+    bytes: bytes
+    fixup: int | None = None   # offset of the 4-byte PC-relative field, if any
+
+
+_IMM_RANGE = {'one': (1, 1), 'imm8': (0, 255), 'simm8': (-2**7, 2**7 - 1),
+              'simm32': (-2**31, 2**31 - 1), 'uimm32': (0, 2**32 - 1),
+              'imm64': (-2**63, 2**64 - 1)}
+_PTR = {8: 'byte', 16: 'word', 32: 'dword', 64: 'qword'}
+
+_BY_NAME: dict[str, list[Row]] = {}
+for _r in TABLE:
+    _BY_NAME.setdefault(_r.mnem, []).append(_r)
+    if _r.name != _r.mnem:
+        _BY_NAME.setdefault(_r.name, []).append(_r)
+
+
+def accepts(kind: str, op: object) -> bool:
+    """Whether operand `op` is of operand kind `kind` (see the legend in isa)."""
+    if isinstance(op, Reg):
+        if kind in ('rax', 'cl'):
+            return op.name == kind
+        if kind == 'r64z':
+            return op.kind in ('r64', 'r32')
+        return op.kind == kind or kind == 'rm' + op.kind[1:] or (kind == 'xm64' and op.kind == 'xmm')
+    if isinstance(op, Mem):
+        return kind in ('m', f'm{op.size}', f'rm{op.size}') or (kind == 'xm64' and op.size == 64)
+    if isinstance(op, Imm):
+        lo, hi = _IMM_RANGE.get(kind, (1, 0))
+        return isinstance(op.value, int) and lo <= op.value <= hi
+    if isinstance(op, Rel):
+        return kind == f'rel{op.size}' and -2**(op.size - 1) <= op.disp < 2**(op.size - 1)
+    return False
+
+
+def select(mnemonic: str, *operands: object) -> Row:
+    """The first table row for `mnemonic` that accepts `operands`."""
+    rows = _BY_NAME.get(mnemonic)
+    if rows is None:
+        raise EncodeError(f'unknown mnemonic {mnemonic!r}')
+    for row in rows:
+        if len(row.ops) == len(operands) and all(map(accepts, row.ops, operands)):
+            return row
+    forms = '; '.join(map(repr, rows))
+    raise EncodeError(f'no encoding of {mnemonic} {", ".join(map(repr, operands))} (forms: {forms})')
+
+
+def _modrm(reg: int, rm: Reg | Mem) -> tuple[int, bytes, int | None]:
+    """(REX X/B bits, ModRM+SIB+disp bytes, offset of a RIP disp32 in them) for reg field `reg`."""
+    if isinstance(rm, Reg):
+        return rm.num >> 3, bytes([0xC0 | reg << 3 | rm.num & 7]), None
+    disp32 = (rm.disp & 0xFFFFFFFF).to_bytes(4, 'little')
+    if rm.rip:                                          # mod=00 rm=101: [rip + disp32]
+        return 0, bytes([reg << 3 | 5]) + disp32, 1
+    ss = {1: 0, 2: 1, 4: 2, 8: 3}[rm.scale]
+    idx = rm.index.num if rm.index else 4               # index 100 = none
+    rex = (idx >> 3) << 1
+    if rm.base is None:                                 # SIB base 101 with mod=00: disp32, no base
+        return rex, bytes([reg << 3 | 4, ss << 6 | (idx & 7) << 3 | 5]) + disp32, None
+    b = rm.base.num & 7
+    rex |= rm.base.num >> 3
+    if rm.disp == 0 and b != 5:                         # rbp/r13 with mod=00 would mean rip/no base
+        mod, disp = 0, b''
+    elif -128 <= rm.disp < 128:
+        mod, disp = 1, (rm.disp & 0xFF).to_bytes(1, 'little')
+    else:
+        mod, disp = 2, disp32
+    if rm.index is None and b != 4:                     # rm=100 means "SIB follows"
+        return rex, bytes([mod << 6 | reg << 3 | b]) + disp, None
+    return rex, bytes([mod << 6 | reg << 3 | 4, ss << 6 | (idx & 7) << 3 | b]) + disp, None
+
+
+def _emit(row: Row, ops: tuple) -> Encoded:
+    rex = 8 if row.w else 0                             # REX bits: W=8 R=4 X=2 B=1
+    force_rex = any(isinstance(o, Reg) and o.kind == 'r8' and 4 <= o.num < 8 for o in ops)
+    opc, reg, rm, tail = bytearray(row.opc), row.ext or 0, None, b''
+    for role, op in zip(row.enc, ops):
+        if role == 'r':
+            reg = op.num
+            rex |= (op.num >> 3) << 2
+        elif role == 'o':
+            opc[-1] += op.num & 7
+            rex |= op.num >> 3
+        elif role == 'm':
+            rm = op
+        elif role in 'id':
+            value = op.value if role == 'i' else op.disp
+            tail = (value & (1 << 8 * row.imm) - 1).to_bytes(row.imm, 'little')
+    modrm, rip_at = b'', None
+    if rm is not None:
+        xb, modrm, rip_at = _modrm(reg & 7, rm)
+        rex |= xb
+    head = row.pfx + (bytes([0x40 | rex]) if rex or force_rex else b'') + opc
+    fixup = None
+    if rip_at is not None:
+        fixup = len(head) + rip_at
+    elif 'd' in row.enc and row.imm == 4:
+        fixup = len(head)
+    return Encoded(head + modrm + tail, fixup)
+
+
+def encode(mnemonic: str, *operands: Reg | Mem | Imm | Rel) -> Encoded:
+    """Machine code for one instruction; EncodeError if no table row accepts the operands."""
+    return _emit(select(mnemonic, *operands), operands)
+
+
+def _num(v: int) -> str:
+    return str(v) if -10 < v < 10 else ('-' if v < 0 else '') + hex(abs(v))
+
+
+def _address(m: Mem) -> str:
+    terms = ['rip'] if m.rip else []
+    if m.base:
+        terms.append(m.base.name)
+    if m.index:
+        terms.append(m.index.name + (f'*{m.scale}' if m.scale != 1 or not m.base else ''))
+    text = ' + '.join(terms)
+    if not terms:
+        text = _num(m.disp)
+    elif m.disp:
+        text += f' {"-" if m.disp < 0 else "+"} {_num(abs(m.disp))}'
+    return f'[{text}]'
+
+
+def intel(mnemonic: str, *operands: Reg | Mem | Imm | Rel, addr: int = 0) -> str:
+    """Intel-syntax text of the instruction `encode` would produce; a branch target is
+    printed as an absolute address, as if the instruction started at `addr`."""
+    row = select(mnemonic, *operands)
+    out = []
+    for kind, op in zip(row.ops, operands):
+        if isinstance(op, Reg):
+            out.append(GPR32[op.num].name if kind == 'r64z' else op.name)
+        elif isinstance(op, Mem):
+            out.append(_address(op) if kind == 'm' else f'{_PTR[op.size]} ptr {_address(op)}')
+        elif isinstance(op, Imm):
+            out.append(_num(op.value))
+        else:
+            out.append(_num(addr + len(_emit(row, operands).bytes) + op.disp))
+    return f'{row.name} {", ".join(out)}'.rstrip()

@@ -1,0 +1,215 @@
+"""x86-64 registers, condition codes and the instruction encoding table.
+
+What it does: names every register the code generator may use, the sixteen condition
+codes, and lists -- as data, one row per operand form -- how each instruction the
+instruction selector emits is encoded (the shape of Go's asm6.go optab and Zig's
+encodings.zig, written in the Intel manual's opcode notation).
+
+Requires: nothing beyond the standard library.
+
+Guarantees: `Reg.num` is the hardware register number 0..15 (bit 3 goes to a REX bit);
+`CC[cc]` is the 4-bit condition number used by Jcc/SETcc/CMOVcc; every `Row` in `TABLE`
+is self-consistent (one role per operand, '+r' opcodes exactly for 'o' operands, an
+immediate size exactly when an operand is an immediate or displacement), checked at
+import.  `alphac.x86_64.encode` picks the first row, in table order, that accepts the
+operands, so for one mnemonic the shorter or canonical (keystone's) form comes first.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class Reg(NamedTuple):
+    name: str
+    num: int    # 0..15
+    kind: str   # 'r64' | 'r32' | 'r16' | 'r8' | 'xmm'
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+def _regs(kind: str, names: str) -> tuple[Reg, ...]:
+    return tuple(Reg(n, i, kind) for i, n in enumerate(names.split()))
+
+
+def _hi(suffix: str) -> str:
+    return ' '.join(f'r{i}{suffix}' for i in range(8, 16))
+
+
+GPR64 = _regs('r64', 'rax rcx rdx rbx rsp rbp rsi rdi ' + _hi(''))
+GPR32 = _regs('r32', 'eax ecx edx ebx esp ebp esi edi ' + _hi('d'))
+GPR16 = _regs('r16', 'ax cx dx bx sp bp si di ' + _hi('w'))
+# No ah/ch/dh/bh: with them, numbers 4..7 would need "no REX"; here they always mean
+# spl/bpl/sil/dil, which need a REX prefix (the encoder adds an empty one, 0x40).
+GPR8 = _regs('r8', 'al cl dl bl spl bpl sil dil ' + _hi('b'))
+XMM = _regs('xmm', ' '.join(f'xmm{i}' for i in range(16)))
+
+rax, rcx, rdx, rbx, rsp, rbp, rsi, rdi, r8, r9, r10, r11, r12, r13, r14, r15 = GPR64
+(eax, ecx, edx, ebx, esp, ebp, esi, edi,
+ r8d, r9d, r10d, r11d, r12d, r13d, r14d, r15d) = GPR32
+(ax, cx, dx, bx, sp, bp, si, di,
+ r8w, r9w, r10w, r11w, r12w, r13w, r14w, r15w) = GPR16
+(al, cl, dl, bl, spl, bpl, sil, dil,
+ r8b, r9b, r10b, r11b, r12b, r13b, r14b, r15b) = GPR8
+(xmm0, xmm1, xmm2, xmm3, xmm4, xmm5, xmm6, xmm7,
+ xmm8, xmm9, xmm10, xmm11, xmm12, xmm13, xmm14, xmm15) = XMM
+
+REGS: dict[str, Reg] = {r.name: r for r in GPR64 + GPR32 + GPR16 + GPR8 + XMM}
+
+# Condition codes: the low nibble of Jcc (70+cc, 0F 80+cc), SETcc (0F 90+cc), CMOVcc (0F 40+cc).
+CC: dict[str, int] = {
+    'o': 0x0, 'no': 0x1, 'b': 0x2, 'ae': 0x3, 'e': 0x4, 'ne': 0x5, 'be': 0x6, 'a': 0x7,
+    's': 0x8, 'ns': 0x9, 'p': 0xA, 'np': 0xB, 'l': 0xC, 'ge': 0xD, 'le': 0xE, 'g': 0xF,
+}
+_CC_NAME = {n: cc for cc, n in CC.items()}
+
+
+def negate(cc: str) -> str:
+    """The condition that holds exactly when `cc` does not (flip the low bit)."""
+    return _CC_NAME[CC[cc] ^ 1]
+
+
+# ---------------------------------------------------------------------------------------
+# The table.
+#
+# Operand kinds (what an operand may be):
+#   r64 r32 r16 r8 xmm    a register of that class
+#   rax cl                exactly that register (implicit in the opcode)
+#   r64z                  r64 or r32 register, written as its 32-bit name (the CPU zero-extends)
+#   m                     memory of any size, printed without a size (lea)
+#   m8 m16 m32 m64        memory with Mem.size of that many bits
+#   rm8 rm16 rm32 rm64    a register of that width, or memory of that size
+#   xm64                  an xmm register, or 64-bit memory
+#   one                   the immediate 1 (implicit in the opcode)
+#   imm8                  immediate 0..255            simm8   -2**7..2**7-1
+#   simm32  -2**31..2**31-1   uimm32  0..2**32-1      imm64   -2**63..2**64-1
+#   rel8 rel32            Rel branch displacement of that size
+#
+# Roles (one letter per operand): r = ModRM.reg, m = ModRM.rm, o = added to the last
+# opcode byte, i = immediate, d = PC-relative displacement, - = implicit.
+#
+# Code, in the Intel manual's notation: optional mandatory prefix (66/F2/F3, emitted before
+# REX), REX.W, opcode bytes ('+r' = register in the low 3 bits), '/digit' (ModRM.reg holds
+# an opcode extension) or '/r', then ib/id/io (imm 1/4/8 bytes) or cb/cd (rel 1/4 bytes).
+# ---------------------------------------------------------------------------------------
+
+class Row(NamedTuple):
+    mnem: str             # mnemonic the instruction selector asks for
+    ops: tuple[str, ...]  # operand kinds
+    enc: str              # one role letter per operand
+    pfx: bytes            # mandatory legacy prefix
+    w: bool               # REX.W
+    opc: bytes            # opcode bytes
+    ext: int | None       # ModRM.reg opcode extension (/digit), None for /r or no ModRM
+    imm: int              # bytes of trailing immediate / displacement, 0 if none
+    name: str             # mnemonic as printed in Intel syntax
+
+    def __repr__(self) -> str:
+        return f'{self.name} {", ".join(self.ops)}'.strip()
+
+
+_TRAILER = {'ib': 1, 'iw': 2, 'id': 4, 'io': 8, 'cb': 1, 'cd': 4}
+IMM_KINDS = {'imm8': 1, 'simm8': 1, 'simm32': 4, 'uimm32': 4, 'imm64': 8, 'rel8': 1, 'rel32': 4}
+
+
+def _row(mnem: str, ops: str, enc: str, code: str, name: str | None = None) -> Row:
+    pfx, opc, w, ext, imm, plus_r = bytearray(), bytearray(), False, None, 0, False
+    for tok in code.split():
+        if tok == 'REX.W':
+            w = True
+        elif tok == '/r':
+            pass
+        elif tok[0] == '/':
+            ext = int(tok[1:])
+        elif tok in _TRAILER:
+            imm = _TRAILER[tok]
+        elif tok.endswith('+r'):
+            opc.append(int(tok[:-2], 16))
+            plus_r = True
+        elif not opc and tok in ('66', 'F2', 'F3'):
+            pfx.append(int(tok, 16))
+        else:
+            opc.append(int(tok, 16))
+    kinds = tuple(ops.split(', ')) if ops else ()
+    assert len(enc) == len(kinds), (mnem, ops, enc)
+    assert plus_r == ('o' in enc), (mnem, ops)
+    assert (ext is not None or '/r' in code.split()) == ('m' in enc), (mnem, ops)
+    assert ('r' in enc) == ('/r' in code.split() and ext is None), (mnem, ops)
+    sized = [IMM_KINDS[k] for k, e in zip(kinds, enc) if e in 'id']
+    assert sized == ([imm] if imm else []), (mnem, ops)
+    return Row(mnem, kinds, enc, bytes(pfx), w, bytes(opc), ext, imm, name or mnem)
+
+
+_ALU = {'add': (0x00, 0), 'or': (0x08, 1), 'and': (0x20, 4), 'sub': (0x28, 5),
+        'xor': (0x30, 6), 'cmp': (0x38, 7)}
+_SHIFT = {'shl': 4, 'shr': 5, 'sar': 7}
+_SSE_ARITH = {'addsd': 0x58, 'mulsd': 0x59, 'subsd': 0x5C, 'divsd': 0x5E, 'sqrtsd': 0x51}
+
+TABLE: tuple[Row, ...] = (
+    # -- moves: registers and memory
+    _row('mov', 'rm64, r64', 'mr', 'REX.W 89 /r'),
+    _row('mov', 'r64, m64', 'rm', 'REX.W 8B /r'),
+    _row('mov', 'rm32, r32', 'mr', '89 /r'),
+    _row('mov', 'r32, m32', 'rm', '8B /r'),             # zero-extends into the r64
+    _row('mov', 'rm16, r16', 'mr', '66 89 /r'),
+    _row('mov', 'rm8, r8', 'mr', '88 /r'),
+    # -- moves: immediates, shortest first (keystone picks the same)
+    _row('mov', 'r64z, uimm32', 'oi', 'B8+r id'),       # mov r32, imm32: zero-extends
+    _row('mov', 'rm64, simm32', 'mi', 'REX.W C7 /0 id'),
+    _row('mov', 'r64, imm64', 'oi', 'REX.W B8+r io', name='movabs'),
+    # -- widening loads
+    _row('movzx', 'r64, rm8', 'rm', 'REX.W 0F B6 /r'),
+    _row('movzx', 'r64, rm16', 'rm', 'REX.W 0F B7 /r'),
+    _row('movsx', 'r64, rm8', 'rm', 'REX.W 0F BE /r'),
+    _row('movsx', 'r64, rm16', 'rm', 'REX.W 0F BF /r'),
+    _row('movsxd', 'r64, rm32', 'rm', 'REX.W 63 /r'),
+    _row('lea', 'r64, m', 'rm', 'REX.W 8D /r'),
+    # -- integer arithmetic; for imm: imm8 form, then the short rax form, then imm32
+    *(r for mn, (op, d) in _ALU.items() for r in (
+        _row(mn, 'rm64, r64', 'mr', f'REX.W {op + 1:02X} /r'),
+        _row(mn, 'rm64, simm8', 'mi', f'REX.W 83 /{d} ib'),
+        _row(mn, 'rax, simm32', '-i', f'REX.W {op + 5:02X} id'),
+        _row(mn, 'rm64, simm32', 'mi', f'REX.W 81 /{d} id'))),
+    _row('test', 'rm64, r64', 'mr', 'REX.W 85 /r'),
+    _row('imul', 'r64, rm64', 'rm', 'REX.W 0F AF /r'),
+    _row('imul', 'r64, rm64, simm8', 'rmi', 'REX.W 6B /r ib'),
+    _row('imul', 'r64, rm64, simm32', 'rmi', 'REX.W 69 /r id'),
+    _row('not', 'rm64', 'm', 'REX.W F7 /2'),
+    _row('neg', 'rm64', 'm', 'REX.W F7 /3'),
+    _row('div', 'rm64', 'm', 'REX.W F7 /6'),
+    _row('idiv', 'rm64', 'm', 'REX.W F7 /7'),
+    _row('cqo', '', '', 'REX.W 99'),
+    *(r for mn, d in _SHIFT.items() for r in (
+        _row(mn, 'rm64, one', 'm-', f'REX.W D1 /{d}'),
+        _row(mn, 'rm64, imm8', 'mi', f'REX.W C1 /{d} ib'),
+        _row(mn, 'rm64, cl', 'm-', f'REX.W D3 /{d}'))),
+    # -- conditions
+    *(_row('set' + cc, 'rm8', 'm', f'0F {0x90 + n:02X} /0') for cc, n in CC.items()),
+    *(_row('cmov' + cc, 'r64, rm64', 'rm', f'REX.W 0F {0x40 + n:02X} /r') for cc, n in CC.items()),
+    # -- control flow
+    *(_row('j' + cc, 'rel8', 'd', f'{0x70 + n:02X} cb') for cc, n in CC.items()),
+    *(_row('j' + cc, 'rel32', 'd', f'0F {0x80 + n:02X} cd') for cc, n in CC.items()),
+    _row('jmp', 'rel8', 'd', 'EB cb'),
+    _row('jmp', 'rel32', 'd', 'E9 cd'),
+    _row('jmp', 'rm64', 'm', 'FF /4'),
+    _row('call', 'rel32', 'd', 'E8 cd'),
+    _row('call', 'rm64', 'm', 'FF /2'),
+    _row('ret', '', '', 'C3'),
+    _row('push', 'r64', 'o', '50+r'),
+    _row('pop', 'r64', 'o', '58+r'),
+    _row('syscall', '', '', '0F 05'),
+    _row('ud2', '', '', '0F 0B'),
+    _row('nop', '', '', '90'),
+    # -- SSE2 scalar double
+    _row('movsd', 'xmm, xm64', 'rm', 'F2 0F 10 /r'),
+    _row('movsd', 'm64, xmm', 'mr', 'F2 0F 11 /r'),
+    *(_row(mn, 'xmm, xm64', 'rm', f'F2 0F {op:02X} /r') for mn, op in _SSE_ARITH.items()),
+    _row('movq', 'xmm, r64', 'rm', '66 REX.W 0F 6E /r'),
+    _row('movq', 'r64, xmm', 'mr', '66 REX.W 0F 7E /r'),
+    _row('cvtsi2sd', 'xmm, rm64', 'rm', 'F2 REX.W 0F 2A /r'),
+    _row('cvttsd2si', 'r64, xm64', 'rm', 'F2 REX.W 0F 2C /r'),
+    _row('ucomisd', 'xmm, xm64', 'rm', '66 0F 2E /r'),
+    _row('andpd', 'xmm, xmm', 'rm', '66 0F 54 /r'),
+    _row('xorpd', 'xmm, xmm', 'rm', '66 0F 57 /r'),
+    _row('movapd', 'xmm, xmm', 'rm', '66 0F 28 /r'),
+)
