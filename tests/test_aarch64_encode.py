@@ -46,6 +46,11 @@ oracles = pytest.mark.skipif(KS is None, reason="keystone-engine/capstone not in
 GOLDEN = pathlib.Path(__file__).parent / "golden" / "aarch64_enc.txt"
 
 # Rows whose text keystone rejects or mis-assembles: checked with capstone only.
+# None so far for the forms we print. Keystone quirks met on the way (all avoided):
+#  * `adr xN, #t` at a non-zero address encodes a wrong displacement (b/ldr literal are
+#    fine), so everything is assembled at address 0, where #t is the displacement;
+#  * for unpredictable forms (writeback base transferred, ldp Rt == Rt2) asm() returns
+#    None instead of raising KsError, and it accepts `ldp xN, xN, [xM, #i]!` / `[xM], #i`.
 KEYSTONE_WRONG = {}
 
 
@@ -150,6 +155,7 @@ def test_every_kind_has_a_strategy_and_rows_are_distinct():
     kinds = {k.partition(".")[0] for row in ROWS for k in row.kinds}
     assert kinds <= set(REGISTERS) | set(STRATEGIES)
     assert len({(r.mnemonic, r.kinds) for r in ROWS}) == len(ROWS)
+    assert set(KEYSTONE_WRONG) <= {str(r) for r in ROWS}
 
 
 @oracles
