@@ -1,0 +1,1 @@
+"""AArch64 target."""
