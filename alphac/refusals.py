@@ -13,6 +13,7 @@ from __future__ import annotations
 REFUSALS: dict[str, tuple[int, str]] = {
     "usage": (64, "the command line is not `EXE [--steps N]` (N a decimal integer, at most "
                   "10^15) or carries an unknown option"),
+    "output": (66, "standard output could not be written (a closed pipe, a full disk)"),
     "non-finite-state": (65, "a value to be published is NaN or infinite; the contract publishes "
                              "finite state only, so nothing is printed"),
 }

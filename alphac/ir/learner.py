@@ -232,6 +232,7 @@ class Learner:
     update: list[Assign]
     groups: list[Group]
     grads: dict[str, list[Contribution]] = field(default_factory=dict)
+    loss_line: int = 0              # source line of the loss (for annotated listings)
 
     def state(self, name: str) -> StateDef:
         for s in self.states:

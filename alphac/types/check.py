@@ -107,7 +107,8 @@ class Checker:
         if not self.sink.ok or m.header is None:
             return None
         return ir.Learner(m.header.name, self.consts, self.data, self.states, nsamples,
-                          self.loss, self.update, groups)
+                          self.loss, self.update, groups,
+                          loss_line=losses[0].span.line_col[0] if losses else 0)
 
     def define(self, name: str, span: Span, sym: Symbol, scope: dict[str, Symbol] | None = None) -> bool:
         if name in BUILTINS or name in self.syms or (scope is not None and name in scope):

@@ -1,0 +1,349 @@
+"""Learner IR -> runtime-language source: the learner's arithmetic as code both backends lower.
+
+Requires: a checked, differentiated `Learner`. Guarantees: the generated functions perform, for
+every coordinate, exactly the binary64 operations the reference interpreter performs, in the same
+order (the contract in alphac.ir.autodiff and alphac.ir.interp):
+
+    learner_grad(lo, hi)     G_p = sum over samples lo..hi-1 of the per-sample gradient of p,
+                             a left fold from -0.0 (the exact additive identity, so it equals
+                             the fold that starts from the first sample)
+    learner_mean(n)          g_p = G_p / n
+    learner_scalars()        the scalar-state statements, into sn_<name> (old values untouched)
+    learner_group_<k>(a, b)  the update of coordinate group k for coordinates a..b-1
+    learner_commit()         sn_<name> -> the scalar state
+    learner_step()           one single-process step: all samples, every coordinate
+    learner_check_finite()   refuses `non-finite-state` unless every state value is finite
+    learner_print()          the LEARNERS.md output, through the runtime's buffered printer
+
+Values: every node becomes a `let` (straight-line code the register allocator keeps in
+registers); a vector node is computed coordinate by coordinate inside the loop that needs it
+(a reduction's loop, a gradient's or an update's), small loops unrolled; a `dot`/`sum` is a left
+fold from -0.0. Globals: `st_<name>` state (initial values from the learner), `dt_<name>` data,
+`ct<k>` constant vectors, `G_<param>` and `g_<param>` gradient sums and means.
+
+`#line N` directives carry the Alpha source line into the LIR, for annotated listings.
+"""
+from __future__ import annotations
+
+import struct
+
+from alphac.ir.binary64 import bits
+from alphac.ir.learner import (Bcast, Const, DataRow, Dot, Elem, Grad, Learner, Node, Pick, Pow,
+                               Read, Sum, Unary, postorder)
+
+UNROLL = 8
+OPS = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
+
+
+def flit(v: float) -> str:
+    """An exact binary64 literal in the runtime language."""
+    return f"bits2f(0x{bits(v):016x})"
+
+
+def f64_bytes(values) -> bytes:
+    return struct.pack(f"<{len(values)}d", *values)
+
+
+class Emitter:
+    """Statements of one function body, with `let` names and per-coordinate memo tables."""
+
+    def __init__(self, gen: "Generator"):
+        self.gen = gen
+        self.lines: list[str] = []
+        self.depth = 1
+
+    def put(self, text: str) -> None:
+        self.lines.append("    " * self.depth + text)
+
+    def fresh(self, hint: str = "v") -> str:
+        self.gen.counter += 1
+        return f"{hint}{self.gen.counter}"
+
+    def let(self, expr: str, hint: str = "v") -> str:
+        name = self.fresh(hint)
+        self.put(f"let {name} = {expr};")
+        return name
+
+    def loop(self, lo, hi, body) -> None:
+        """Call body(j) for j in [lo, hi): unrolled when short and static, else a while loop."""
+        if isinstance(lo, int) and isinstance(hi, int) and hi - lo <= UNROLL:
+            for j in range(lo, hi):
+                body(str(j))
+            return
+        j = self.fresh("j")
+        self.put(f"let {j} = {lo};")
+        self.put(f"while {j} < {hi} {{")
+        self.depth += 1
+        body(j)
+        self.put(f"{j} = {j} + 1;")
+        self.depth -= 1
+        self.put("}")
+
+
+class Values:
+    """Computes nodes into `let`s. `scalars` memoizes shape-() nodes for the whole body;
+    coordinate values are memoized per coordinate expression `j`."""
+
+    def __init__(self, em: Emitter, leaf):
+        self.em = em
+        self.leaf = leaf          # leaf(node, j) -> expression, or None if not a leaf it knows
+        self.scalars: dict[int, str] = {}
+        self.coord: dict[tuple[int, str], str] = {}
+
+    def get(self, n: Node, j: str | None) -> str:
+        if not n.shape:
+            if id(n) not in self.scalars:
+                self.scalars[id(n)] = self.compute(n, None)
+            return self.scalars[id(n)]
+        key = (id(n), j)
+        if key not in self.coord:
+            self.coord[key] = self.compute(n, j)
+        return self.coord[key]
+
+    def prepare(self, nodes: list[Node]) -> None:
+        """Compute, here and now, every scalar a loop over these vector nodes will read, so that
+        no scalar's `let` is born inside a loop body and read after it."""
+        for sub in postorder(nodes):
+            if not sub.shape:
+                self.get(sub, None)
+
+    def compute(self, n: Node, j: str | None) -> str:
+        em = self.em
+        leaf = self.leaf(n, j)
+        if leaf is not None:
+            return em.let(leaf)
+        if isinstance(n, Const):
+            if not n.shape:
+                return em.let(flit(n.values[0]), "c")
+            return em.let(f"loadf({self.em.gen.const_vector(n)} + 8 * {j})")
+        if isinstance(n, Elem):
+            a = self.get(n.a, j)
+            b = self.get(n.b, j)
+            return em.let(f"{a} {OPS[n.op]} {b}")
+        if isinstance(n, Unary):
+            a = self.get(n.a, j)
+            return em.let(f"-{a}" if n.op == "neg" else f"sqrt({a})")
+        if isinstance(n, Pow):
+            a = self.get(n.a, j)
+            acc = a
+            for _ in range(n.n - 1):
+                acc = em.let(f"{acc} * {a}")
+            return acc
+        if isinstance(n, Bcast):
+            return self.get(n.a, None)
+        if isinstance(n, (Dot, Sum)):
+            self.prepare([n.a] + ([n.b] if isinstance(n, Dot) else []))
+            acc = em.let(flit(-0.0), "acc")
+            size = n.a.shape[0]
+
+            def body(k: str) -> None:
+                if isinstance(n, Dot):
+                    term = em.let(f"{self.get(n.a, k)} * {self.get(n.b, k)}")
+                else:
+                    term = self.get(n.a, k)
+                em.put(f"{acc} = {acc} + {term};")
+            inner = dict(self.coord)
+            em.loop(0, size, body)
+            self.coord = inner                   # coordinate values die with their loop
+            return acc
+        raise TypeError(f"cannot lower {type(n).__name__}")
+
+
+class Generator:
+    def __init__(self, lr: Learner):
+        self.lr = lr
+        self.counter = 0
+        self.consts: dict[tuple, str] = {}
+        self.blobs: dict[str, bytes] = {}
+        self.globals: list[str] = []
+
+    def const_vector(self, c: Const) -> str:
+        key = c.values
+        if key not in self.consts:
+            name = f"ct{len(self.consts)}"
+            self.consts[key] = name
+            self.blobs[name] = f64_bytes(c.values)
+            self.globals.append(f"data {name}: [f64; {len(c.values)}] = extern;")
+        return self.consts[key]
+
+    # -- leaves --------------------------------------------------------------------------------
+    def address(self, base: str, offset: str) -> str:
+        return f"loadf({base} + 8 * ({offset}))" if not offset.isdigit() else \
+            f"loadf({base} + {8 * int(offset)})"
+
+    def loss_leaf(self, n: Node, j: str | None, i: str) -> str | None:
+        if isinstance(n, Read):
+            return f"loadf(st_{n.name})" if not n.shape else self.address(f"st_{n.name}", j)
+        if isinstance(n, DataRow):
+            return f"loadf(row_{n.name})" if not n.shape else self.address(f"row_{n.name}", j)
+        if isinstance(n, Pick):
+            offset, root = 0, n
+            while isinstance(root, Pick):
+                row = max(1, root.a.size // root.a.shape[0])
+                offset += root.k * row
+                root = root.a
+            coord = str(offset) if not n.shape else (f"{offset} + {j}" if not j.isdigit()
+                                                     else str(offset + int(j)))
+            if isinstance(root, Read):
+                return self.address(f"st_{root.name}", coord)
+            if isinstance(root, DataRow):
+                return self.address(f"row_{root.name}", coord)
+        return None
+
+    # -- functions -----------------------------------------------------------------------------
+    def gen_grad(self) -> str:
+        lr = self.lr
+        em = Emitter(self)
+        em.put(f"#line {lr.loss_line}")
+        for p in lr.params:
+            em.loop(0, p.size, lambda j, p=p: em.put(f"storef(G_{p.name} + 8 * ({j}), {flit(-0.0)});"))
+        em.put("let i = lo;")
+        em.put("while i < hi {")
+        em.depth += 1
+        for d in lr.data:
+            em.put(f"let row_{d.name} = dt_{d.name} + i * {8 * max(1, d.values and len(d.values) // d.shape[0])};")
+        vals = Values(em, lambda n, j: self.loss_leaf(n, j, "i"))
+        for p in lr.params:
+            contribs = lr.grads[p.name]
+            cuts = sorted({0, p.size} | {c.offset for c in contribs} |
+                          {c.offset + c.length for c in contribs})
+            for a, b in zip(cuts, cuts[1:]):
+                covering = [c for c in contribs if c.offset <= a and b <= c.offset + c.length]
+
+                def body(j: str, covering=covering, p=p, a=a) -> None:
+                    terms = []
+                    for c in covering:
+                        local = None if not c.node.shape else _sub(j, c.offset)
+                        terms.append(vals.get(c.node, local))
+                    g = terms[0] if terms else em.let(flit(0.0), "zero")
+                    for t in terms[1:]:
+                        g = em.let(f"{g} + {t}")
+                    slot = f"G_{p.name} + 8 * ({j})" if not j.isdigit() else f"G_{p.name} + {8 * int(j)}"
+                    em.put(f"storef({slot}, loadf({slot}) + {g});")
+                vals.prepare([c.node for c in covering])
+                saved = dict(vals.coord)
+                em.loop(a, b, body)
+                vals.coord = saved
+        em.put("i = i + 1;")
+        em.depth -= 1
+        em.put("}")
+        return self.function("learner_grad", "lo: i64, hi: i64", em)
+
+    def gen_mean(self) -> str:
+        em = Emitter(self)
+        em.put("let nf = i2f(n);")
+        for p in self.lr.params:
+            em.loop(0, p.size, lambda j, p=p: em.put(
+                f"storef(g_{p.name} + 8 * ({j}), loadf(G_{p.name} + 8 * ({j})) / nf);"))
+        return self.function("learner_mean", "n: i64", em)
+
+    def update_leaf(self, n: Node, j: str | None, members_new: dict[str, str]) -> str | None:
+        if isinstance(n, Read):
+            s = self.lr.state(n.name)
+            if s.group is None:                       # scalar state: old value, or its new one
+                return f"loadf(sn_{n.name})" if n.version else f"loadf(st_{n.name})"
+            if n.version and n.name in members_new:
+                return members_new[n.name]
+            return f"loadf(st_{n.name})" if not n.shape else self.address(f"st_{n.name}", j)
+        if isinstance(n, Grad):
+            return f"loadf(g_{n.param})" if not n.shape else self.address(f"g_{n.param}", j)
+        return None
+
+    def gen_scalars(self) -> str:
+        em = Emitter(self)
+        vals = Values(em, lambda n, j: self.update_leaf(n, j, {}))
+        for a in self.lr.update:
+            if self.lr.state(a.target).group is None:
+                em.put(f"#line {a.line}")
+                v = vals.get(a.node, None)
+                em.put(f"storef(sn_{a.target}, {v});")
+                vals.scalars.clear()            # a later read of sn_ reloads the stored value
+        return self.function("learner_scalars", "", em)
+
+    def gen_group(self, gi: int) -> str:
+        g = self.lr.groups[gi]
+        em = Emitter(self)
+        stmts = [a for a in self.lr.update if self.lr.state(a.target).group == gi]
+
+        def body(j: str) -> None:
+            new: dict[str, str] = {}
+            vals = Values(em, lambda n, jj: self.update_leaf(n, jj, new))
+            for a in stmts:
+                em.put(f"#line {a.line}")
+                coord = j if g.shape else None
+                v = vals.get(a.node, coord)
+                new[a.target] = v
+                slot = f"st_{a.target}" if not g.shape else f"st_{a.target} + 8 * ({j})"
+                em.put(f"storef({slot}, {v});")
+        em.loop("a", "b", body)
+        return self.function(f"learner_group_{gi}", "a: i64, b: i64", em)
+
+    def gen_commit(self) -> str:
+        em = Emitter(self)
+        for s in self.lr.scalar_states:
+            if any(a.target == s.name for a in self.lr.update):
+                em.put(f"storef(st_{s.name}, loadf(sn_{s.name}));")
+        return self.function("learner_commit", "", em)
+
+    def gen_step(self) -> str:
+        em = Emitter(self)
+        if self.lr.loss is not None:
+            em.put(f"learner_grad(0, {self.lr.nsamples});")
+            em.put(f"learner_mean({self.lr.nsamples});")
+        em.put("learner_scalars();")
+        for g in self.lr.groups:
+            em.put(f"learner_group_{g.index}(0, {g.size});")
+        em.put("learner_commit();")
+        return self.function("learner_step", "", em)
+
+    def gen_check_and_print(self) -> str:
+        em = Emitter(self)
+        for s in self.lr.states:
+            em.put(f"rt_check_finite(st_{s.name}, {s.size});")
+        check = self.function("learner_check_finite", "", em)
+        em = Emitter(self)
+        for s in self.lr.states:
+            cols = s.shape[1] if len(s.shape) == 2 else (0 if s.shape else -1)
+            em.put(f'rt_print_state("{s.name}", st_{s.name}, {s.size}, {cols});')
+        return check + self.function("learner_print", "", em)
+
+    def function(self, name: str, params: str, em: Emitter) -> str:
+        return f"fn {name}({params}) {{\n" + "\n".join(em.lines) + "\n}\n\n"
+
+    def generate(self) -> str:
+        lr = self.lr
+        decls = []
+        for s in lr.states:
+            self.blobs[f"st_{s.name}"] = f64_bytes(s.init)
+            decls.append(f"var st_{s.name}: [f64; {s.size}] = extern;")
+            if s.group is None:
+                decls.append(f"global sn_{s.name}: [f64; 1];")
+        for d in lr.data:
+            self.blobs[f"dt_{d.name}"] = f64_bytes(d.values)
+            decls.append(f"data dt_{d.name}: [f64; {len(d.values)}] = extern;")
+        for p in lr.params:
+            decls.append(f"global G_{p.name}: [f64; {p.size}];")
+            decls.append(f"global g_{p.name}: [f64; {p.size}];")
+        body = ""
+        if lr.loss is not None:
+            body += self.gen_grad() + self.gen_mean()
+        body += self.gen_scalars()
+        for g in lr.groups:
+            body += self.gen_group(g.index)
+        body += self.gen_commit() + self.gen_step() + self.gen_check_and_print()
+        head = (f"// generated by alphac from learner `{lr.name}` ({lr.identity[:16]})\n"
+                + "\n".join(decls + self.globals) + "\n\n")
+        return head + body
+
+
+def _sub(j: str, offset: int) -> str:
+    if not offset:
+        return j
+    return str(int(j) - offset) if j.isdigit() else f"{j} - {offset}"
+
+
+def generate(lr: Learner) -> tuple[str, dict[str, bytes]]:
+    """The learner's runtime-language source, and the bytes of its `extern` globals."""
+    g = Generator(lr)
+    text = g.generate()
+    return text, g.blobs

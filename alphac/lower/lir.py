@@ -1,0 +1,197 @@
+"""LIR: the target-neutral low-level program both backends lower.
+
+A `Program` is functions, globals and their initial bytes. A `Function` is basic blocks of
+three-address `Inst`s over virtual registers of two classes, `i` (64-bit integers and addresses)
+and `f` (binary64). Blocks end in one terminator. The operations are a table (`OPS`): each says
+what it defines and reads; the register allocator and both instruction selectors read it, so an
+operation is added in one place.
+
+Operands: `VReg`, `Imm` (a 64-bit integer), `Sym` (a global's address, by name), or a string
+(function names, labels, condition codes). An `origin` on an instruction names the Alpha source
+line it came from, for annotated listings.
+
+Requires nothing. Guarantees: `Program.check()` verifies that every operand has the class its
+operation wants, every label exists, and every block ends in a terminator.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class VReg:
+    id: int
+    cls: str            # "i" | "f"
+
+    def __repr__(self) -> str:
+        return f"%{self.cls}{self.id}"
+
+
+@dataclass(frozen=True)
+class Imm:
+    value: int
+
+    def __repr__(self) -> str:
+        return f"${self.value}"
+
+
+@dataclass(frozen=True)
+class Sym:
+    name: str
+    offset: int = 0
+
+    def __repr__(self) -> str:
+        return f"@{self.name}" + (f"+{self.offset}" if self.offset else "")
+
+
+# op -> (defines: class or None, operand signature). Signature letters: i/f = a register of that
+# class; I = an i register or an Imm; s = Sym; n = a name (function/label); c = a condition;
+# * = any number of i/f registers (call and syscall arguments).
+OPS: dict[str, tuple[str | None, str]] = {
+    "iconst": ("i", "I"),          # d = imm
+    "fconst": ("f", "I"),          # d = the binary64 with these bits
+    "addr": ("i", "s"),            # d = &sym
+    "mov": ("i", "i"), "fmov": ("f", "f"),
+    "add": ("i", "iI"), "sub": ("i", "iI"), "mul": ("i", "iI"),
+    "and": ("i", "iI"), "or": ("i", "iI"), "xor": ("i", "iI"),
+    "shl": ("i", "iI"), "shr": ("i", "iI"), "sar": ("i", "iI"),
+    "udiv": ("i", "ii"), "urem": ("i", "ii"), "sdiv": ("i", "ii"), "srem": ("i", "ii"),
+    "neg": ("i", "i"), "not": ("i", "i"),
+    "setcc": ("i", "ciI"),         # d = (a cc b) ? 1 : 0
+    "fadd": ("f", "ff"), "fsub": ("f", "ff"), "fmul": ("f", "ff"), "fdiv": ("f", "ff"),
+    "fsqrt": ("f", "f"), "fneg": ("f", "f"),
+    "i2f": ("f", "i"),             # signed integer -> nearest binary64
+    "f2bits": ("i", "f"), "bits2f": ("f", "i"),
+    "load8": ("i", "iI"), "load16": ("i", "iI"), "load32": ("i", "iI"), "load64": ("i", "iI"),
+    "fload": ("f", "iI"),          # d = mem[base + offset]
+    "store8": (None, "iIi"), "store16": (None, "iIi"), "store32": (None, "iIi"),
+    "store64": (None, "iIi"), "fstore": (None, "iIf"),   # mem[base + offset] = v
+    "call": ("?", "n*"),           # d (i, f or none) = fn(args...)
+    "syscall": ("i", "*"),         # d = syscall(nr, args...)
+}
+TERMINATORS = {"jmp": "n", "br": "ciInn", "ret": "?", "trap": ""}
+CONDS = ("eq", "ne", "lt", "le", "gt", "ge", "ult", "ule", "ugt", "uge")
+NEGATE = {"eq": "ne", "ne": "eq", "lt": "ge", "ge": "lt", "le": "gt", "gt": "le",
+          "ult": "uge", "uge": "ult", "ule": "ugt", "ugt": "ule"}
+SWAP = {"eq": "eq", "ne": "ne", "lt": "gt", "gt": "lt", "le": "ge", "ge": "le",
+        "ult": "ugt", "ugt": "ult", "ule": "uge", "uge": "ule"}
+
+
+@dataclass
+class Inst:
+    op: str
+    dst: VReg | None
+    args: tuple
+    origin: int = 0
+
+    def uses(self) -> list[VReg]:
+        return [a for a in self.args if isinstance(a, VReg)]
+
+    def __repr__(self) -> str:
+        lhs = f"{self.dst!r} = " if self.dst is not None else ""
+        return f"{lhs}{self.op} " + ", ".join(map(repr, self.args))
+
+
+@dataclass
+class Block:
+    label: str
+    insts: list[Inst] = field(default_factory=list)
+    term: Inst | None = None
+
+    def successors(self) -> list[str]:
+        t = self.term
+        if t is None or t.op in ("ret", "trap"):
+            return []
+        if t.op == "jmp":
+            return [t.args[0]]
+        return [t.args[3], t.args[4]]
+
+
+@dataclass
+class Function:
+    name: str
+    params: list[VReg]
+    ret: str | None                 # "i" | "f" | None
+    blocks: list[Block] = field(default_factory=list)
+    nvregs: int = 0
+    exported: bool = False
+
+    def new(self, cls: str) -> VReg:
+        self.nvregs += 1
+        return VReg(self.nvregs, cls)
+
+    def block(self, label: str) -> Block:
+        for b in self.blocks:
+            if b.label == label:
+                return b
+        raise KeyError(label)
+
+    def dump(self) -> str:
+        out = [f"fn {self.name}({', '.join(map(repr, self.params))}) -> {self.ret}"]
+        for b in self.blocks:
+            out.append(f"{b.label}:")
+            out += [f"    {i!r}" for i in b.insts]
+            out.append(f"    {b.term!r}")
+        return "\n".join(out)
+
+
+@dataclass
+class Global:
+    name: str
+    section: str            # ".rodata" | ".data" | ".bss"
+    size: int
+    init: bytes = b""
+    align: int = 16
+
+
+@dataclass
+class Program:
+    functions: list[Function] = field(default_factory=list)
+    globals: list[Global] = field(default_factory=list)
+    entry: str = "rt_start"
+
+    def function(self, name: str) -> Function:
+        for f in self.functions:
+            if f.name == name:
+                return f
+        raise KeyError(name)
+
+    def check(self) -> None:
+        names = {f.name for f in self.functions}
+        syms = {g.name for g in self.globals}
+        for f in self.functions:
+            labels = {b.label for b in f.blocks}
+            for b in f.blocks:
+                if b.term is None or b.term.op not in TERMINATORS:
+                    raise ValueError(f"{f.name}:{b.label} does not end in a terminator")
+                for inst in b.insts + [b.term]:
+                    sig = OPS[inst.op][1] if inst.op in OPS else TERMINATORS[inst.op]
+                    _check_args(f, inst, sig, labels, names, syms)
+
+
+def _check_args(f: Function, inst: Inst, sig: str, labels, names, syms) -> None:
+    args = list(inst.args)
+    where = f"{f.name}: {inst!r}"
+    if sig.endswith("*"):
+        fixed = sig[:-1]
+        if len(args) < len(fixed):
+            raise ValueError(f"{where}: too few operands")
+        rest, args = args[len(fixed):], args[:len(fixed)]
+        if not all(isinstance(a, VReg) for a in rest):
+            raise ValueError(f"{where}: variadic operands must be registers")
+        sig = fixed
+    if sig == "?":
+        if len(args) > 1 or (args and not isinstance(args[0], VReg)):
+            raise ValueError(f"{where}: bad return")
+        return
+    if len(args) != len(sig):
+        raise ValueError(f"{where}: expected {len(sig)} operands")
+    for a, s in zip(args, sig):
+        ok = {"i": lambda a: isinstance(a, VReg) and a.cls == "i",
+              "f": lambda a: isinstance(a, VReg) and a.cls == "f",
+              "I": lambda a: isinstance(a, Imm) or (isinstance(a, VReg) and a.cls == "i"),
+              "s": lambda a: isinstance(a, Sym) and a.name in syms,
+              "c": lambda a: a in CONDS,
+              "n": lambda a: isinstance(a, str) and (a in labels or a in names)}[s](a)
+        if not ok:
+            raise ValueError(f"{where}: operand {a!r} is not {s}")

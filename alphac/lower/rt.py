@@ -1,0 +1,336 @@
+"""The runtime language: the small systems language the runtime is written in, once.
+
+Argument parsing, number printing, refusals, frames, checksums, checkpoint I/O and the driver
+conversation are written in this language (`alphac/runtime/*.rt`) and lowered to LIR by
+`alphac.lower.rt_lower`, then by both backends. The code generated for a learner
+(`alphac.lower.learner`) is emitted as this language too, so `alphac build --emit rt` shows
+exactly what the backends receive.
+
+    const PAGE = 4096;                       // compile-time integer constant
+    global buf: [u8; 65536];                 // zeroed, writable (.bss)
+    var w: [f64; 2] = [0.0, 0.5];            // initialised, writable (.data)
+    data names: [u8] = "w\\0";               // read-only (.rodata)
+    data xs: [f64; 40] = extern;             // bytes supplied by the code generator
+    fn write_all(fd: i64, p: i64, n: i64) -> i64 {
+        let off = 0;
+        while off < n {
+            let k = syscall(SYS_write, fd, p + off, n - off);
+            if k < 0 { return k; }
+            off = off + k;
+        }
+        return 0;
+    }
+
+Values are `i64` (integers and addresses) or `f64`. A global's name is its address. Memory is
+reached through `load8/16/32/64`, `loadf`, `store8/16/32/64`, `storef` (little-endian, unsigned
+narrow loads). Other builtins: `syscall(nr, ...)`, `i2f`, `f2bits`, `bits2f`, `sqrt`, `udiv`,
+`urem`, `sar`, `ult` (unsigned <), `refuse("NAME")` (alphac.refusals). `// line N` comments are
+ignored, but `#line N` directives set the Alpha source line that later instructions come from.
+
+This module is the lexer and parser; it requires nothing and guarantees a syntax tree or an
+`RtError` naming the file, line and column (runtime sources are ours: an error is a compiler bug).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class RtError(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class Tok:
+    kind: str          # name int float str punct eof line
+    text: str
+    line: int
+    col: int
+    value: object = None
+
+
+PUNCT2 = {"==", "!=", "<=", ">=", "<<", ">>", "&&", "||", "->"}
+PUNCT1 = set("+-*/%&|^~!<>=(){}[],;:")
+
+
+def lex(text: str, name: str) -> list[Tok]:
+    out: list[Tok] = []
+    i, line, col0 = 0, 1, 0
+    n = len(text)
+    while i < n:
+        c = text[i]
+        col = i - col0 + 1
+        if c == "\n":
+            line += 1
+            col0 = i + 1
+            i += 1
+        elif c in " \t\r":
+            i += 1
+        elif text.startswith("//", i):
+            while i < n and text[i] != "\n":
+                i += 1
+        elif text.startswith("#line", i):
+            j = i + 5
+            while j < n and text[j] != "\n":
+                j += 1
+            out.append(Tok("line", "#line", line, col, int(text[i + 5:j].strip() or 0)))
+            i = j
+        elif c.isalpha() or c == "_":
+            j = i
+            while j < n and (text[j].isalnum() or text[j] == "_"):
+                j += 1
+            out.append(Tok("name", text[i:j], line, col))
+            i = j
+        elif c.isdigit():
+            j = i
+            while j < n and (text[j].isalnum() or text[j] in "._" or
+                             (text[j] in "+-" and text[j - 1] in "eE" and not text.startswith("0x", i))):
+                j += 1
+            word = text[i:j].replace("_", "")
+            try:
+                if word.startswith(("0x", "0X")):
+                    out.append(Tok("int", word, line, col, int(word, 16)))
+                elif any(ch in word for ch in ".eE"):
+                    out.append(Tok("float", word, line, col, float(word)))
+                else:
+                    out.append(Tok("int", word, line, col, int(word)))
+            except ValueError:
+                raise RtError(f"{name}:{line}:{col}: bad number {word!r}")
+            i = j
+        elif c == '"':
+            j = i + 1
+            buf = bytearray()
+            while j < n and text[j] != '"':
+                if text[j] == "\\":
+                    esc = text[j + 1]
+                    buf += {"n": b"\n", "t": b"\t", "0": b"\0", "\\": b"\\", '"': b'"'}.get(esc, b"")
+                    if esc == "x":
+                        buf.append(int(text[j + 2:j + 4], 16))
+                        j += 2
+                    j += 2
+                else:
+                    buf += text[j].encode()
+                    j += 1
+            if j >= n:
+                raise RtError(f"{name}:{line}:{col}: unterminated string")
+            out.append(Tok("str", text[i:j + 1], line, col, bytes(buf)))
+            i = j + 1
+        elif text[i:i + 2] in PUNCT2:
+            out.append(Tok("punct", text[i:i + 2], line, col))
+            i += 2
+        elif c in PUNCT1:
+            out.append(Tok("punct", c, line, col))
+            i += 1
+        else:
+            raise RtError(f"{name}:{line}:{col}: unexpected character {c!r}")
+    out.append(Tok("eof", "", line, 1))
+    return out
+
+
+# -- syntax tree: tuples tagged by their first element, kept small --------------------------------
+# expressions: ("int", v) ("float", v) ("str", bytes) ("name", n) ("call", f, [args])
+#              ("bin", op, a, b) ("un", op, a)
+# statements:  ("let", n, e) ("set", n, e) ("if", c, then, else) ("while", c, body)
+#              ("break",) ("continue",) ("return", e|None) ("expr", e) ("line", n)
+# items:       ("fn", name, [(p, type)], ret, body) ("const", n, e) ("global", n, elem, count)
+#              ("var", n, elem, count, values) ("data", n, elem, count, values)
+
+BINARY_PREC = [("||",), ("&&",), ("|",), ("^",), ("&",), ("==", "!="), ("<", "<=", ">", ">="),
+               ("<<", ">>"), ("+", "-"), ("*", "/", "%")]
+
+
+class Parser:
+    def __init__(self, toks: list[Tok], name: str):
+        self.toks, self.pos, self.name = toks, 0, name
+
+    @property
+    def tok(self) -> Tok:
+        return self.toks[self.pos]
+
+    def err(self, msg: str) -> RtError:
+        t = self.tok
+        return RtError(f"{self.name}:{t.line}:{t.col}: {msg} (at {t.text!r})")
+
+    def at(self, text: str) -> bool:
+        return self.tok.kind in ("punct", "name") and self.tok.text == text
+
+    def eat(self, text: str) -> Tok:
+        if not self.at(text):
+            raise self.err(f"expected {text!r}")
+        t = self.tok
+        self.pos += 1
+        return t
+
+    def ident(self) -> str:
+        if self.tok.kind != "name":
+            raise self.err("expected a name")
+        t = self.tok
+        self.pos += 1
+        return t.text
+
+    def items(self) -> list[tuple]:
+        out = []
+        while self.tok.kind != "eof":
+            if self.tok.kind == "line":
+                self.pos += 1
+                continue
+            kw = self.ident()
+            if kw == "fn":
+                name = self.ident()
+                self.eat("(")
+                params = []
+                while not self.at(")"):
+                    p = self.ident()
+                    self.eat(":")
+                    params.append((p, self.ident()))
+                    if not self.at(")"):
+                        self.eat(",")
+                self.eat(")")
+                ret = None
+                if self.at("->"):
+                    self.pos += 1
+                    ret = self.ident()
+                out.append(("fn", name, params, ret, self.block()))
+            elif kw == "const":
+                name = self.ident()
+                self.eat("=")
+                e = self.expr()
+                self.eat(";")
+                out.append(("const", name, e))
+            elif kw in ("global", "var", "data"):
+                name = self.ident()
+                self.eat(":")
+                self.eat("[")
+                elem = self.ident()
+                count = None
+                if self.at(";"):
+                    self.pos += 1
+                    count = self.expr()
+                self.eat("]")
+                values = None
+                if kw != "global":
+                    self.eat("=")
+                    if self.at("extern"):
+                        self.pos += 1
+                        values = "extern"
+                    elif self.tok.kind == "str":
+                        values = self.tok.value
+                        self.pos += 1
+                    else:
+                        self.eat("[")
+                        values = []
+                        while not self.at("]"):
+                            values.append(self.expr())
+                            if not self.at("]"):
+                                self.eat(",")
+                        self.eat("]")
+                self.eat(";")
+                out.append((kw, name, elem, count) + ((values,) if kw != "global" else ()))
+            else:
+                raise self.err(f"unknown item {kw!r}")
+        return out
+
+    def block(self) -> list[tuple]:
+        self.eat("{")
+        body = []
+        while not self.at("}"):
+            body.append(self.stmt())
+        self.eat("}")
+        return body
+
+    def stmt(self) -> tuple:
+        t = self.tok
+        if t.kind == "line":
+            self.pos += 1
+            return ("line", t.value)
+        if t.kind == "name":
+            if t.text == "let":
+                self.pos += 1
+                name = self.ident()
+                if self.at(":"):
+                    self.pos += 1
+                    self.ident()
+                self.eat("=")
+                e = self.expr()
+                self.eat(";")
+                return ("let", name, e)
+            if t.text == "if":
+                return self.if_stmt()
+            if t.text == "while":
+                self.pos += 1
+                cond = self.expr()
+                return ("while", cond, self.block())
+            if t.text in ("break", "continue"):
+                self.pos += 1
+                self.eat(";")
+                return (t.text,)
+            if t.text == "return":
+                self.pos += 1
+                e = None if self.at(";") else self.expr()
+                self.eat(";")
+                return ("return", e)
+            if self.toks[self.pos + 1].text == "=" and self.toks[self.pos + 1].kind == "punct":
+                self.pos += 2
+                e = self.expr()
+                self.eat(";")
+                return ("set", t.text, e)
+        e = self.expr()
+        self.eat(";")
+        return ("expr", e)
+
+    def if_stmt(self) -> tuple:
+        self.eat("if")
+        cond = self.expr()
+        then = self.block()
+        other: list[tuple] = []
+        if self.at("else"):
+            self.pos += 1
+            other = [self.if_stmt()] if self.at("if") else self.block()
+        return ("if", cond, then, other)
+
+    def expr(self, level: int = 0) -> tuple:
+        if level == len(BINARY_PREC):
+            return self.unary()
+        left = self.expr(level + 1)
+        while self.tok.kind == "punct" and self.tok.text in BINARY_PREC[level]:
+            op = self.tok.text
+            self.pos += 1
+            left = ("bin", op, left, self.expr(level + 1))
+        return left
+
+    def unary(self) -> tuple:
+        if self.tok.kind == "punct" and self.tok.text in ("-", "!", "~"):
+            op = self.tok.text
+            self.pos += 1
+            return ("un", op, self.unary())
+        return self.primary()
+
+    def primary(self) -> tuple:
+        t = self.tok
+        self.pos += 1
+        if t.kind == "int":
+            return ("int", t.value)
+        if t.kind == "float":
+            return ("float", t.value)
+        if t.kind == "str":
+            return ("str", t.value)
+        if t.kind == "name":
+            if self.at("("):
+                self.pos += 1
+                args = []
+                while not self.at(")"):
+                    args.append(self.expr())
+                    if not self.at(")"):
+                        self.eat(",")
+                self.eat(")")
+                return ("call", t.text, args)
+            return ("name", t.text)
+        if t.kind == "punct" and t.text == "(":
+            e = self.expr()
+            self.eat(")")
+            return e
+        self.pos -= 1
+        raise self.err("expected an expression")
+
+
+def parse(text: str, name: str) -> list[tuple]:
+    return Parser(lex(text, name), name).items()

@@ -1,0 +1,500 @@
+"""Runtime language -> LIR: type checking and lowering of `alphac.lower.rt` syntax trees.
+
+Requires: items from one or more parsed runtime sources (the runtime, the target's prelude of
+system-call numbers, the code generated for a learner). Guarantees: a checked `lir.Program`, or
+an `RtError` naming the function and the problem.
+
+Lowering is direct: each local is one virtual register (assignments redefine it; the register
+allocator computes liveness), each expression yields a register or an immediate, conditions
+become compare-and-branch terminators with `&&`, `||` and `!` short-circuited, and integer
+constant expressions are folded. Loads and stores fold `p + CONST` into the offset.
+"""
+from __future__ import annotations
+
+import struct
+
+from alphac.lower import lir
+from alphac.lower.lir import Block, Function, Global, Imm, Inst, Program, Sym, VReg
+from alphac.lower.rt import RtError
+from alphac.refusals import REFUSALS
+
+ELEM = {"u8": 1, "u16": 2, "u32": 4, "i64": 8, "f64": 8}
+INT_BIN = {"+": "add", "-": "sub", "*": "mul", "&": "and", "|": "or", "^": "xor",
+           "<<": "shl", ">>": "shr", "/": "sdiv", "%": "srem"}
+FLOAT_BIN = {"+": "fadd", "-": "fsub", "*": "fmul", "/": "fdiv"}
+CMP = {"==": "eq", "!=": "ne", "<": "lt", "<=": "le", ">": "gt", ">=": "ge"}
+LOADS = {"load8": "load8", "load16": "load16", "load32": "load32", "load64": "load64", "loadf": "fload"}
+STORES = {"store8": "store8", "store16": "store16", "store32": "store32", "store64": "store64",
+          "storef": "fstore"}
+MASK64 = (1 << 64) - 1
+
+
+def _wrap(v: int) -> int:
+    v &= MASK64
+    return v - (1 << 64) if v >> 63 else v
+
+
+class Module:
+    """All items of one program: constants, globals, function signatures."""
+
+    def __init__(self, items: list[tuple], blobs: dict[str, bytes] | None = None):
+        self.blobs = blobs or {}
+        self.consts: dict[str, tuple] = {}
+        self.const_values: dict[str, int] = {}
+        self.globals: dict[str, Global] = {}
+        self.fns: dict[str, tuple] = {}
+        self.strings: dict[bytes, str] = {}
+        self.order: list[tuple] = []
+        for it in items:
+            kind, name = it[0], it[1]
+            if name in self.consts or name in self.globals or name in self.fns:
+                raise RtError(f"`{name}` is defined twice")
+            if kind == "const":
+                self.consts[name] = it[2]
+            elif kind == "fn":
+                self.fns[name] = it
+            else:
+                self.order.append(it)
+                self.globals[name] = None  # placeholder, filled below
+        for it in self.order:
+            self.globals[it[1]] = self.make_global(it)
+
+    def const(self, name: str, busy: frozenset = frozenset()) -> int:
+        if name in self.const_values:
+            return self.const_values[name]
+        if name in busy:
+            raise RtError(f"constant `{name}` depends on itself")
+        v = self.fold(self.consts[name], busy | {name})
+        if v is None:
+            raise RtError(f"constant `{name}` is not an integer constant expression")
+        self.const_values[name] = v
+        return v
+
+    def fold(self, e: tuple, busy: frozenset = frozenset()) -> int | None:
+        k = e[0]
+        if k == "int":
+            return _wrap(e[1])
+        if k == "name" and e[1] in self.consts:
+            return self.const(e[1], busy)
+        if k == "un" and e[1] in ("-", "~"):
+            a = self.fold(e[2], busy)
+            return None if a is None else _wrap(-a if e[1] == "-" else ~a)
+        if k == "bin" and e[1] in ("+", "-", "*", "<<", "|", "&"):
+            a, b = self.fold(e[2], busy), self.fold(e[3], busy)
+            if a is None or b is None:
+                return None
+            return _wrap({"+": a + b, "-": a - b, "*": a * b, "<<": a << (b & 63),
+                          "|": a | b, "&": a & b}[e[1]])
+        return None
+
+    def make_global(self, it: tuple) -> Global:
+        kind, name, elem = it[0], it[1], it[2]
+        if elem not in ELEM:
+            raise RtError(f"global `{name}`: unknown element type `{elem}`")
+        width = ELEM[elem]
+        count = self.fold(it[3]) if it[3] is not None else None
+        section = {"global": ".bss", "var": ".data", "data": ".rodata"}[kind]
+        init = b""
+        if kind != "global":
+            values = it[4]
+            if values == "extern":
+                if name not in self.blobs:
+                    raise RtError(f"global `{name}` is extern but no bytes were supplied")
+                init = self.blobs[name]
+            elif isinstance(values, bytes):
+                init = values
+            else:
+                parts = []
+                for v in values:
+                    if elem == "f64":
+                        parts.append(struct.pack("<d", self.float_const(v)))
+                    else:
+                        iv = self.fold(v)
+                        if iv is None:
+                            raise RtError(f"global `{name}`: initial values must be constants")
+                        parts.append((iv & ((1 << (8 * width)) - 1)).to_bytes(width, "little"))
+                init = b"".join(parts)
+            if count is None:
+                count = len(init) // width
+            if len(init) > count * width:
+                raise RtError(f"global `{name}`: {len(init) // width} values for {count} slots")
+            init = init + bytes(count * width - len(init))
+        if count is None:
+            raise RtError(f"global `{name}` needs a size")
+        return Global(name, section, count * width, init, 16 if width >= 8 or count * width >= 16 else width)
+
+    def float_const(self, e: tuple) -> float:
+        if e[0] == "float":
+            return e[1]
+        if e[0] == "un" and e[1] == "-":
+            return -self.float_const(e[2])
+        if e[0] == "call" and e[1] == "bits2f":
+            v = self.fold(e[2][0])
+            if v is not None:
+                return struct.unpack("<d", struct.pack("<Q", v & MASK64))[0]
+        raise RtError(f"not a float constant: {e!r}")
+
+    def string(self, value: bytes) -> str:
+        if value not in self.strings:
+            name = f".str{len(self.strings)}"
+            self.strings[value] = name
+            self.globals[name] = Global(name, ".rodata", len(value) + 1, value + b"\0", 1)
+        return self.strings[value]
+
+
+class FnLowerer:
+    def __init__(self, mod: Module, item: tuple):
+        _, name, params, ret, body = item
+        self.mod = mod
+        self.body = body
+        self.fn = Function(name, [], ret)
+        self.scopes: list[dict[str, VReg]] = [{}]
+        self.loops: list[tuple[str, str]] = []
+        self.nlabels = 0
+        self.origin = 0
+        for p, t in params:
+            if t not in ("i64", "f64"):
+                raise RtError(f"{name}: parameter `{p}` has type {t}; use i64 or f64")
+            v = self.fn.new("f" if t == "f64" else "i")
+            self.fn.params.append(v)
+            self.scopes[0][p] = v
+        self.cur = self.new_block("entry")
+
+    # -- blocks ------------------------------------------------------------------------------
+    def label(self, hint: str) -> str:
+        self.nlabels += 1
+        return f".{hint}{self.nlabels}"
+
+    def new_block(self, label: str) -> Block:
+        b = Block(label)
+        self.fn.blocks.append(b)
+        return b
+
+    def emit(self, op: str, dst: VReg | None, *args) -> VReg | None:
+        if self.cur.term is not None:                  # unreachable code after a jump
+            self.cur = self.new_block(self.label("dead"))
+        self.cur.insts.append(Inst(op, dst, tuple(args), self.origin))
+        return dst
+
+    def terminate(self, op: str, *args) -> None:
+        if self.cur.term is None:
+            self.cur.term = Inst(op, None, tuple(args), self.origin)
+
+    def start(self, label: str) -> None:
+        if self.cur.term is None:
+            self.terminate("jmp", label)
+        self.cur = self.new_block(label)
+
+    # -- values ------------------------------------------------------------------------------
+    def err(self, msg: str) -> RtError:
+        return RtError(f"in fn {self.fn.name}: {msg}")
+
+    def lookup(self, name: str) -> VReg | None:
+        for scope in reversed(self.scopes):
+            if name in scope:
+                return scope[name]
+        return None
+
+    def reg(self, v) -> VReg:
+        """An operand as a register (immediates are materialized)."""
+        if isinstance(v, Imm):
+            return self.emit("iconst", self.fn.new("i"), v)
+        return v
+
+    def expr(self, e: tuple) -> tuple[VReg | Imm, str]:
+        folded = self.mod.fold(e)
+        if folded is not None:
+            return Imm(folded), "i64"
+        k = e[0]
+        if k == "call" and e[1] == "bits2f" and len(e[2]) == 1 and self.mod.fold(e[2][0]) is not None:
+            return self.emit("fconst", self.fn.new("f"), Imm(self.mod.fold(e[2][0]))), "f64"
+        if k == "float":
+            bits = struct.unpack("<Q", struct.pack("<d", e[1]))[0]
+            return self.emit("fconst", self.fn.new("f"), Imm(_wrap(bits))), "f64"
+        if k == "str":
+            return self.emit("addr", self.fn.new("i"), Sym(self.mod.string(e[1]))), "i64"
+        if k == "name":
+            v = self.lookup(e[1])
+            if v is not None:
+                return v, "f64" if v.cls == "f" else "i64"
+            if e[1] in self.mod.globals:
+                return self.emit("addr", self.fn.new("i"), Sym(e[1])), "i64"
+            raise self.err(f"unknown name `{e[1]}`")
+        if k == "un":
+            a, t = self.expr(e[2])
+            if e[1] == "-":
+                if t == "f64":
+                    return self.emit("fneg", self.fn.new("f"), a), t
+                return self.emit("neg", self.fn.new("i"), self.reg(a)), t
+            if t != "i64":
+                raise self.err(f"`{e[1]}` needs an i64")
+            if e[1] == "~":
+                return self.emit("not", self.fn.new("i"), self.reg(a)), t
+            return self.emit("setcc", self.fn.new("i"), "eq", self.reg(a), Imm(0)), t
+        if k == "bin":
+            op = e[1]
+            if op in CMP or op in ("&&", "||"):
+                return self.bool_value(e), "i64"
+            a, ta = self.expr(e[2])
+            b, tb = self.expr(e[3])
+            if ta != tb:
+                raise self.err(f"`{op}` of {ta} and {tb}")
+            if ta == "f64":
+                if op not in FLOAT_BIN:
+                    raise self.err(f"`{op}` is not defined on f64")
+                return self.emit(FLOAT_BIN[op], self.fn.new("f"), a, b), ta
+            lop = INT_BIN[op]
+            if lop in ("sdiv", "srem"):
+                b = self.reg(b)
+            return self.emit(lop, self.fn.new("i"), self.reg(a), b), ta
+        if k == "call":
+            return self.call(e[1], e[2])
+        raise self.err(f"cannot lower {e!r}")
+
+    def address(self, e: tuple) -> tuple[VReg, Imm]:
+        if e[0] == "bin" and e[1] in ("+", "-"):
+            off = self.mod.fold(e[3])
+            if off is not None and -(1 << 31) <= off < (1 << 31):
+                base, t = self.expr(e[2])
+                if t == "i64":
+                    return self.reg(base), Imm(off if e[1] == "+" else -off)
+        base, t = self.expr(e)
+        if t != "i64":
+            raise self.err("an address must be i64")
+        return self.reg(base), Imm(0)
+
+    def call(self, f: str, args: list[tuple]) -> tuple[VReg | Imm | None, str | None]:
+        def need(n: int) -> None:
+            if len(args) != n:
+                raise self.err(f"`{f}` takes {n} argument(s)")
+
+        def typed(e: tuple, want: str):
+            v, t = self.expr(e)
+            if t != want:
+                raise self.err(f"`{f}` wants {want}, given {t}")
+            return v
+        if f in LOADS:
+            need(1)
+            base, off = self.address(args[0])
+            cls = "f" if f == "loadf" else "i"
+            return self.emit(LOADS[f], self.fn.new(cls), base, off), "f64" if cls == "f" else "i64"
+        if f in STORES:
+            need(2)
+            base, off = self.address(args[0])
+            v = typed(args[1], "f64" if f == "storef" else "i64")
+            self.emit(STORES[f], None, base, off, self.reg(v))
+            return None, None
+        if f == "syscall":
+            if not 1 <= len(args) <= 7:
+                raise self.err("syscall takes a number and up to 6 arguments")
+            regs = [self.reg(typed(a, "i64")) for a in args]
+            return self.emit("syscall", self.fn.new("i"), *regs), "i64"
+        if f in ("i2f", "bits2f"):
+            need(1)
+            return self.emit(f, self.fn.new("f"), self.reg(typed(args[0], "i64"))), "f64"
+        if f == "f2bits":
+            need(1)
+            return self.emit("f2bits", self.fn.new("i"), typed(args[0], "f64")), "i64"
+        if f == "sqrt":
+            need(1)
+            return self.emit("fsqrt", self.fn.new("f"), typed(args[0], "f64")), "f64"
+        if f in ("udiv", "urem", "sar"):
+            need(2)
+            a = self.reg(typed(args[0], "i64"))
+            b = typed(args[1], "i64")
+            b = b if f == "sar" else self.reg(b)
+            return self.emit(f, self.fn.new("i"), a, b), "i64"
+        if f == "ult":
+            need(2)
+            a = self.reg(typed(args[0], "i64"))
+            return self.emit("setcc", self.fn.new("i"), "ult", a, typed(args[1], "i64")), "i64"
+        if f == "refuse":
+            need(1)
+            if args[0][0] != "str" or args[0][1].decode() not in REFUSALS:
+                raise self.err("refuse takes a refusal name from alphac.refusals")
+            name = args[0][1].decode()
+            line = f"refused: {name}\n".encode()
+            msg = self.emit("addr", self.fn.new("i"), Sym(self.mod.string(line)))
+            n = self.reg(Imm(len(line)))
+            code = self.reg(Imm(REFUSALS[name][0]))
+            self.emit("call", None, "rt_refuse", msg, n, code)
+            self.terminate("trap")
+            return None, None
+        if f not in self.mod.fns:
+            raise self.err(f"unknown function `{f}`")
+        _, _, params, ret, _ = self.mod.fns[f]
+        if len(params) != len(args):
+            raise self.err(f"`{f}` takes {len(params)} argument(s), given {len(args)}")
+        regs = [self.reg(typed(a, t)) for a, (_, t) in zip(args, params)]
+        dst = None if ret is None else self.fn.new("f" if ret == "f64" else "i")
+        self.emit("call", dst, f, *regs)
+        return dst, ret
+
+    # -- conditions ----------------------------------------------------------------------------
+    def cond(self, e: tuple, yes: str, no: str) -> None:
+        if e[0] == "bin" and e[1] == "&&":
+            mid = self.label("and")
+            self.cond(e[2], mid, no)
+            self.start(mid)
+            self.cond(e[3], yes, no)
+            return
+        if e[0] == "bin" and e[1] == "||":
+            mid = self.label("or")
+            self.cond(e[2], yes, mid)
+            self.start(mid)
+            self.cond(e[3], yes, no)
+            return
+        if e[0] == "un" and e[1] == "!":
+            self.cond(e[2], no, yes)
+            return
+        if e[0] == "bin" and e[1] in CMP:
+            a, ta = self.expr(e[2])
+            b, tb = self.expr(e[3])
+            if ta != "i64" or tb != "i64":
+                raise self.err("comparisons are defined on i64 only")
+            self.terminate("br", CMP[e[1]], self.reg(a), b, yes, no)
+            return
+        if e[0] == "call" and e[1] == "ult":
+            a = self.reg(self.expr(e[2][0])[0])
+            self.terminate("br", "ult", a, self.expr(e[2][1])[0], yes, no)
+            return
+        v, t = self.expr(e)
+        if t != "i64":
+            raise self.err("a condition must be i64")
+        self.terminate("br", "ne", self.reg(v), Imm(0), yes, no)
+
+    def bool_value(self, e: tuple) -> VReg:
+        if e[1] in CMP:
+            a, ta = self.expr(e[2])
+            b, tb = self.expr(e[3])
+            if ta != "i64" or tb != "i64":
+                raise self.err("comparisons are defined on i64 only")
+            return self.emit("setcc", self.fn.new("i"), CMP[e[1]], self.reg(a), b)
+        out = self.fn.new("i")
+        yes, no, done = self.label("t"), self.label("f"), self.label("b")
+        self.cond(e, yes, no)
+        self.start(yes)
+        self.emit("iconst", out, Imm(1))
+        self.terminate("jmp", done)
+        self.start(no)
+        self.emit("iconst", out, Imm(0))
+        self.start(done)
+        return out
+
+    # -- statements ----------------------------------------------------------------------------
+    def stmts(self, body: list[tuple]) -> None:
+        self.scopes.append({})
+        for s in body:
+            self.stmt(s)
+        self.scopes.pop()
+
+    def stmt(self, s: tuple) -> None:
+        k = s[0]
+        if k == "line":
+            self.origin = s[1]
+        elif k == "let":
+            v, t = self.expr(s[2])
+            if t is None:
+                raise self.err(f"`{s[1]}` is bound to a call that returns nothing")
+            dst = self.fn.new("f" if t == "f64" else "i")
+            self.emit("fmov" if t == "f64" else "mov", dst, self.reg(v)) if not isinstance(v, Imm) \
+                else self.emit("iconst", dst, v)
+            self.scopes[-1][s[1]] = dst
+        elif k == "set":
+            dst = self.lookup(s[1])
+            if dst is None:
+                raise self.err(f"assignment to unknown local `{s[1]}`")
+            v, t = self.expr(s[2])
+            if (t == "f64") != (dst.cls == "f"):
+                raise self.err(f"`{s[1]}` changes type")
+            if isinstance(v, Imm):
+                self.emit("iconst", dst, v)
+            else:
+                self.emit("fmov" if dst.cls == "f" else "mov", dst, v)
+        elif k == "if":
+            yes, no, done = self.label("then"), self.label("else"), self.label("fi")
+            self.cond(s[1], yes, no if s[3] else done)
+            self.start(yes)
+            self.stmts(s[2])
+            self.terminate("jmp", done)
+            if s[3]:
+                self.start(no)
+                self.stmts(s[3])
+            self.start(done)
+        elif k == "while":
+            head, body, done = self.label("loop"), self.label("body"), self.label("done")
+            self.start(head)
+            self.cond(s[1], body, done)
+            self.start(body)
+            self.loops.append((head, done))
+            self.stmts(s[2])
+            self.loops.pop()
+            self.terminate("jmp", head)
+            self.start(done)
+        elif k in ("break", "continue"):
+            if not self.loops:
+                raise self.err(f"`{k}` outside a loop")
+            head, done = self.loops[-1]
+            self.terminate("jmp", done if k == "break" else head)
+        elif k == "return":
+            if s[1] is None:
+                if self.fn.ret is not None:
+                    raise self.err("`return` without a value")
+                self.terminate("ret")
+            else:
+                v, t = self.expr(s[1])
+                if t != self.fn.ret:
+                    raise self.err(f"returns {t}, declared {self.fn.ret}")
+                self.terminate("ret", self.reg(v))
+        elif k == "expr":
+            self.expr(s[1])
+        else:
+            raise self.err(f"unknown statement {k}")
+
+    def lower(self) -> Function:
+        self.stmts(self.body)
+        if self.cur.term is None:
+            self.terminate("ret" if self.fn.ret is None else "trap")
+        reachable = _reachable(self.fn)
+        self.fn.blocks = [b for b in self.fn.blocks if b.label in reachable]
+        return self.fn
+
+
+def _reachable(fn: Function) -> set[str]:
+    seen, todo = set(), [fn.blocks[0].label]
+    while todo:
+        lab = todo.pop()
+        if lab in seen:
+            continue
+        seen.add(lab)
+        todo += fn.block(lab).successors()
+    return seen
+
+
+def lower_program(items: list[tuple], blobs: dict[str, bytes] | None = None,
+                  entry: str = "rt_start") -> Program:
+    mod = Module(items, blobs)
+    fns = [FnLowerer(mod, mod.fns[name]).lower() for name in mod.fns]
+    used = _used_functions(fns, entry)
+    prog = Program([f for f in fns if f.name in used], [], entry)
+    gl = [g for g in mod.globals.values()]
+    prog.globals = sorted(gl, key=lambda g: g.name)
+    prog.check()
+    return prog
+
+
+def _used_functions(fns: list[Function], entry: str) -> set[str]:
+    by = {f.name: f for f in fns}
+    if entry not in by:
+        raise RtError(f"no entry function `{entry}`")
+    seen, todo = set(), [entry]
+    while todo:
+        n = todo.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        for b in by[n].blocks:
+            for i in b.insts:
+                if i.op == "call":
+                    todo.append(i.args[0])
+    return seen

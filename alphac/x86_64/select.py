@@ -1,0 +1,350 @@
+"""x86-64 instruction selection: LIR + register allocation -> machine instructions.
+
+Requires: a checked `lir.Function` and its `Allocation` (alphac.lower.regalloc with
+`abi.REGFILE`). Guarantees: one `assemble.MI` list per function that implements the LIR exactly:
+every binary64 operation is one SSE2 scalar instruction (`addsd subsd mulsd divsd sqrtsd`) on its
+operands in their written order (never swapped, never fused), spilled values are reloaded
+through the scratch registers of `abi`, calls and system calls move their arguments by
+`parallel_moves`, and the stack stays 16-byte aligned at every call.
+
+The frame: callee-saved registers pushed in allocation order, then `sub rsp, F` for the spill
+slots (slot k at [rsp + 8k]).
+"""
+from __future__ import annotations
+
+from alphac.lower.assemble import MI, Label
+from alphac.lower.lir import Function, Imm, Inst, Sym, VReg
+from alphac.lower.regalloc import Allocation, parallel_moves
+from alphac.x86_64 import abi
+from alphac.x86_64.encode import Mem
+from alphac.x86_64.encode import Imm as XImm
+from alphac.x86_64.isa import GPR8, GPR16, GPR32, REGS
+
+CC = {"eq": "e", "ne": "ne", "lt": "l", "le": "le", "gt": "g", "ge": "ge",
+      "ult": "b", "ule": "be", "ugt": "a", "uge": "ae"}
+NEG = {"e": "ne", "ne": "e", "l": "ge", "ge": "l", "le": "g", "g": "le",
+       "b": "ae", "ae": "b", "be": "a", "a": "be"}
+ALU = {"add": "add", "sub": "sub", "and": "and", "or": "or", "xor": "xor"}
+FALU = {"fadd": "addsd", "fsub": "subsd", "fmul": "mulsd", "fdiv": "divsd"}
+SHIFT = {"shl": "shl", "shr": "shr", "sar": "sar"}
+S1, S2, S3 = (REGS[r] for r in abi.SCRATCH)        # rax, r11, rdx
+F1, F2 = (REGS[r] for r in abi.FSCRATCH)           # xmm15, xmm14
+RSP = REGS["rsp"]
+
+
+def _fits32(v: int) -> bool:
+    return -(1 << 31) <= v < (1 << 31)
+
+
+class Selector:
+    def __init__(self, fn: Function, alloc: Allocation):
+        self.fn, self.alloc = fn, alloc
+        self.out: list = []
+        self.origin = 0
+        pushed = len(alloc.used_callee_saved)
+        frame = 8 * alloc.nslots
+        if (8 + 8 * pushed + frame) % 16:
+            frame += 8
+        self.frame = frame
+
+    def emit(self, mnemonic: str, *ops, target: str | None = None, sym: str | None = None) -> None:
+        self.out.append(MI(mnemonic, ops, self.origin, target, sym))
+
+    # -- locations ---------------------------------------------------------------------------
+    def slot(self, k: int) -> Mem:
+        return Mem(RSP, disp=8 * k)
+
+    def where(self, v: VReg):
+        kind, x = self.alloc.of(v)
+        return REGS[x] if kind == "reg" else self.slot(x)
+
+    def use(self, v: VReg, scratch) -> object:
+        """A register holding v: its own, or `scratch` after a reload."""
+        loc = self.where(v)
+        if isinstance(loc, Mem):
+            self.emit("movsd" if v.cls == "f" else "mov", scratch, loc)
+            return scratch
+        return loc
+
+    def defreg(self, v: VReg, scratch):
+        loc = self.where(v)
+        return scratch if isinstance(loc, Mem) else loc
+
+    def commit(self, v: VReg, reg) -> None:
+        """After computing v into `reg`, store it if v lives in a slot."""
+        loc = self.where(v)
+        if isinstance(loc, Mem):
+            self.emit("movsd" if v.cls == "f" else "mov", loc, reg)
+        elif loc != reg:
+            self.emit("movapd" if v.cls == "f" else "mov", loc, reg)
+
+    def imm_or_reg(self, a, scratch):
+        if isinstance(a, Imm):
+            if _fits32(a.value):
+                return XImm(a.value)
+            self.emit("mov", scratch, XImm(a.value))
+            return scratch
+        return self.use(a, scratch)
+
+    def move(self, dst, src) -> None:
+        """One location-to-location move (registers or stack Mems, same class)."""
+        if dst == src:
+            return
+        isf = (getattr(dst, "kind", "") == "xmm") or (getattr(src, "kind", "") == "xmm")
+        if isinstance(dst, Mem) and isinstance(src, Mem):
+            tmp = F1 if isf else S2
+            self.emit("movsd" if isf else "mov", tmp, src)
+            src = tmp
+        if isf:
+            both_regs = not isinstance(dst, Mem) and not isinstance(src, Mem)
+            self.emit("movapd" if both_regs else "movsd", dst, src)
+        else:
+            self.emit("mov", dst, src)
+
+    def moves(self, pairs: list[tuple[object, object]], cls_of) -> None:
+        for cls in ("i", "f"):
+            group = [(d, s) for d, s in pairs if cls_of(d, s) == cls]
+            scratch = S2 if cls == "i" else F1
+            for d, s in parallel_moves(group, scratch):
+                self.move(d, s)
+
+    # -- functions ---------------------------------------------------------------------------
+    def select(self) -> list:
+        for r in self.alloc.used_callee_saved:
+            self.emit("push", REGS[r])
+        if self.frame:
+            self.emit("sub", RSP, XImm(self.frame))
+        self.arg_moves(self.fn.params, incoming=True)
+        for i, b in enumerate(self.fn.blocks):
+            self.out.append(Label(b.label))
+            nxt = self.fn.blocks[i + 1].label if i + 1 < len(self.fn.blocks) else None
+            for inst in b.insts:
+                self.origin = inst.origin
+                self.inst(inst)
+            self.origin = b.term.origin
+            self.term(b.term, nxt)
+        return self.out
+
+    def arg_regs(self, regs: list[VReg]) -> list:
+        ints, floats = iter(abi.INT_ARGS), iter(abi.FLOAT_ARGS)
+        out = []
+        for v in regs:
+            name = next(floats if v.cls == "f" else ints, None)
+            if name is None:
+                raise ValueError(f"{self.fn.name}: too many arguments of class {v.cls}")
+            out.append(REGS[name])
+        return out
+
+    def arg_moves(self, regs: list[VReg], incoming: bool) -> None:
+        fixed = self.arg_regs(regs)
+        pairs = [(self.where(v), r) if incoming else (r, self.where(v)) for v, r in zip(regs, fixed)]
+        self.moves(pairs, lambda d, s: "f" if "xmm" in (getattr(d, "kind", ""), getattr(s, "kind", "")) else "i")
+
+    def epilogue(self) -> None:
+        if self.frame:
+            self.emit("add", RSP, XImm(self.frame))
+        for r in reversed(self.alloc.used_callee_saved):
+            self.emit("pop", REGS[r])
+        self.emit("ret")
+
+    # -- instructions ------------------------------------------------------------------------
+    def inst(self, inst: Inst) -> None:
+        op, d, a = inst.op, inst.dst, inst.args
+        if op == "iconst":
+            r = self.defreg(d, S1)
+            if a[0].value == 0:
+                self.emit("xor", r, r)
+            else:
+                self.emit("mov", r, XImm(a[0].value))
+            self.commit(d, r)
+        elif op == "fconst":
+            r = self.defreg(d, F1)
+            if a[0].value == 0:
+                self.emit("xorpd", r, r)
+            else:
+                self.emit("mov", S2, XImm(a[0].value))
+                self.emit("movq", r, S2)
+            self.commit(d, r)
+        elif op == "addr":
+            r = self.defreg(d, S1)
+            self.emit("lea", r, Mem(rip=True), sym=a[0].name)
+            self.commit(d, r)
+        elif op in ("mov", "fmov"):
+            self.move(self.where(d), self.where(a[0]))
+        elif op in ALU or op == "mul":
+            self.alu(op, d, a[0], a[1])
+        elif op in SHIFT:
+            self.shift(op, d, a[0], a[1])
+        elif op in ("udiv", "urem", "sdiv", "srem"):
+            self.emit("mov", S1, self.use(a[0], S1)) if self.where(a[0]) != S1 else None
+            src = self.where(a[1])
+            if op in ("udiv", "urem"):
+                self.emit("xor", S3, S3)
+                self.emit("div", src)
+            else:
+                self.emit("cqo")
+                self.emit("idiv", src)
+            self.commit(d, S1 if op in ("udiv", "sdiv") else S3)
+        elif op in ("neg", "not"):
+            r = self.defreg(d, S1)
+            self.move(r, self.where(a[0]))
+            self.emit(op, r)
+            self.commit(d, r)
+        elif op == "setcc":
+            x = self.use(a[1], S1)
+            y = self.imm_or_reg(a[2], S2)
+            self.emit("cmp", x, y)
+            self.emit("set" + CC[a[0]], GPR8[S1.num])
+            self.emit("movzx", S1, GPR8[S1.num])
+            self.commit(d, S1)
+        elif op in FALU:
+            self.falu(FALU[op], d, a[0], a[1])
+        elif op == "fsqrt":
+            r = self.defreg(d, F1)
+            self.emit("sqrtsd", r, self.use(a[0], F2) if isinstance(self.where(a[0]), Mem) else self.where(a[0]))
+            self.commit(d, r)
+        elif op == "fneg":
+            r = self.defreg(d, F1)
+            self.move(r, self.where(a[0]))
+            self.emit("mov", S2, XImm(-(1 << 63)))
+            self.emit("movq", F2, S2)
+            self.emit("xorpd", r, F2)
+            self.commit(d, r)
+        elif op == "i2f":
+            r = self.defreg(d, F1)
+            self.emit("cvtsi2sd", r, self.where(a[0]))
+            self.commit(d, r)
+        elif op in ("f2bits", "bits2f"):
+            r = self.defreg(d, S1 if op == "f2bits" else F1)
+            self.emit("movq", r, self.use(a[0], F2 if op == "f2bits" else S2))
+            self.commit(d, r)
+        elif op.startswith("load") or op == "fload":
+            mem = self.mem(a[0], a[1], S2)
+            if op == "fload":
+                r = self.defreg(d, F1)
+                self.emit("movsd", r, mem)
+            else:
+                r = self.defreg(d, S1)
+                width = int(op[4:])
+                if width == 64:
+                    self.emit("mov", r, mem)
+                elif width == 32:
+                    self.emit("mov", GPR32[r.num], Mem(mem.base, disp=mem.disp, size=32))
+                else:
+                    self.emit("movzx", r, Mem(mem.base, disp=mem.disp, size=width))
+            self.commit(d, r)
+        elif op.startswith("store") or op == "fstore":
+            mem = self.mem(a[0], a[1], S2)
+            if op == "fstore":
+                self.emit("movsd", mem, self.use(a[2], F1))
+            else:
+                width = int(op[5:])
+                v = self.use(a[2], S1)
+                reg = {64: v, 32: GPR32[v.num], 16: GPR16[v.num], 8: GPR8[v.num]}[width]
+                self.emit("mov", Mem(mem.base, disp=mem.disp, size=width), reg)
+        elif op == "call":
+            args = list(a[1:])
+            self.arg_moves(args, incoming=False)
+            self.emit("call", target=a[0])
+            if d is not None:
+                self.commit(d, REGS[abi.FLOAT_RET if d.cls == "f" else abi.INT_RET])
+        elif op == "syscall":
+            regs = [REGS[r] for r in abi.SYSCALL_REGS[:len(a)]]
+            self.moves([(r, self.where(v)) for r, v in zip(regs, a)], lambda d, s: "i")
+            self.emit("syscall")
+            self.commit(d, S1)
+        else:
+            raise ValueError(f"x86-64 selector: no rule for {op}")
+
+    def mem(self, base: VReg, off: Imm, scratch) -> Mem:
+        if not _fits32(off.value):
+            raise ValueError("memory offset does not fit 32 bits")
+        return Mem(self.use(base, scratch), disp=off.value)
+
+    def alu(self, op: str, d: VReg, a: VReg, b) -> None:
+        r = self.defreg(d, S1)
+        if not isinstance(b, Imm) and self.where(b) == r and r != self.where(a):
+            # d is b's register: compute in scratch so b is read before it is overwritten
+            r = S1
+        self.move(r, self.where(a))
+        if isinstance(b, Imm) and _fits32(b.value):
+            if op == "mul":
+                self.emit("imul", r, r, XImm(b.value))
+            else:
+                self.emit(ALU[op], r, XImm(b.value))
+        else:
+            src = self.imm_or_reg(b, S2) if isinstance(b, Imm) else self.where(b)
+            if isinstance(src, Mem):
+                self.emit("mov", S2, src)
+                src = S2
+            self.emit("imul" if op == "mul" else ALU[op], r, src)
+        self.commit(d, r)
+
+    def shift(self, op: str, d: VReg, a: VReg, b) -> None:
+        if isinstance(b, Imm):
+            r = self.defreg(d, S1)
+            self.move(r, self.where(a))
+            self.emit(SHIFT[op], r, XImm(b.value & 63))
+            self.commit(d, r)
+            return
+        rcx = REGS["rcx"]
+        self.move(S1, self.where(a))
+        self.emit("mov", S2, rcx)
+        self.move(rcx, self.where(b))
+        self.emit(SHIFT[op], S1, REGS["cl"])
+        self.emit("mov", rcx, S2)
+        self.commit(d, S1)
+
+    def falu(self, mnem: str, d: VReg, a: VReg, b: VReg) -> None:
+        r = self.defreg(d, F1)
+        if self.where(b) == r and self.where(a) != r:
+            r = F1                               # keep operand order: compute a op b in scratch
+        self.move(r, self.where(a))
+        src = self.where(b)
+        self.emit(mnem, r, src if not isinstance(src, Mem) else src)
+        self.commit(d, r)
+
+    # -- terminators -------------------------------------------------------------------------
+    def term(self, t: Inst, nxt: str | None) -> None:
+        if t.op == "jmp":
+            if t.args[0] != nxt:
+                self.emit("jmp", target=t.args[0])
+        elif t.op == "br":
+            cc, a, b, yes, no = t.args
+            x = self.use(a, S1)
+            y = self.imm_or_reg(b, S2)
+            if isinstance(y, Mem):
+                self.emit("mov", S2, y)
+                y = S2
+            self.emit("cmp", x, y)
+            c = CC[cc]
+            if yes == nxt:
+                self.emit("j" + NEG[c], target=no)
+            else:
+                self.emit("j" + c, target=yes)
+                if no != nxt:
+                    self.emit("jmp", target=no)
+        elif t.op == "ret":
+            if t.args:
+                v = t.args[0]
+                self.move(REGS[abi.FLOAT_RET if v.cls == "f" else abi.INT_RET], self.where(v))
+            self.epilogue()
+        elif t.op == "trap":
+            self.emit("ud2")
+        else:
+            raise ValueError(t.op)
+
+
+def select(fn: Function, alloc: Allocation) -> list:
+    return Selector(fn, alloc).select()
+
+
+def entry_stub() -> list:
+    """`_start`: pass the initial stack pointer to rt_start, exit_group with its result."""
+    return [MI("mov", (REGS["rdi"], RSP)),
+            MI("and", (RSP, XImm(-16))),
+            MI("call", (), target="rt_start"),
+            MI("mov", (REGS["rdi"], S1)),
+            MI("mov", (S1, XImm(abi.SYSCALLS["exit_group"]))),
+            MI("syscall", ()),
+            MI("ud2", ())]
