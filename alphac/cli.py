@@ -14,6 +14,8 @@ from alphac import __version__
 from alphac.diag import CODES, CompileError, explain
 from alphac.refusals import Refusal
 
+TARGETS = ("x86_64", "aarch64")
+
 HELP = """\
 alphac compiles Alpha learners: a learner and its deployment become one static executable per
 role (x86-64, AArch64), bit for bit equal to the reference interpreter.
@@ -22,6 +24,9 @@ commands:
   check FILE...           check learners; print diagnostics; exit 0 when clean
   run FILE [--steps N]    run a learner in the reference interpreter (default 5 steps) and
                           print its state, one `NAME[K] HEX` line per coordinate
+  build FILE [-o OUT] [--target ISA] [--emit asm|rt|lir]
+                          build a static executable (x86_64 or aarch64) that trains on all
+                          samples and prints its state; --emit prints an intermediate form
   explain CODE            explain a diagnostic code such as E0050
 
 run `alphac COMMAND --help` for a command's options.
@@ -42,6 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="alphac", description=HELP,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--version", action="version", version=f"alphac {__version__}")
+    ap.add_argument("--target", choices=TARGETS, default=None,
+                    help="instruction set for build commands (default x86_64)")
     sub = ap.add_subparsers(dest="command", metavar="COMMAND")
 
     p = sub.add_parser("check", help="check learners and report diagnostics",
@@ -54,6 +61,19 @@ def build_parser() -> argparse.ArgumentParser:
                                    "contract and print the state in the LEARNERS.md format.")
     p.add_argument("file", metavar="FILE")
     p.add_argument("--steps", type=_steps, default=5, metavar="N", help="training steps (default 5)")
+
+    p = sub.add_parser("build", help="build a static executable",
+                       description="Compile FILE into a static Linux executable for --target "
+                                   "(x86_64 or aarch64): `OUT [--steps N]` trains on all samples "
+                                   "and prints the state exactly as `alphac run` does. No "
+                                   "assembler, linker or libc is used.")
+    p.add_argument("file", metavar="FILE")
+    p.add_argument("-o", dest="output", metavar="OUT", help="output path (default: the learner's name)")
+    p.add_argument("--target", dest="sub_target", choices=TARGETS, default=None,
+                   help="instruction set (default x86_64)")
+    p.add_argument("--emit", choices=("asm", "rt", "lir"), default=None,
+                   help="print the disassembly annotated with source lines (asm), the generated "
+                        "runtime-language code (rt), or the low-level IR (lir) to stdout")
 
     p = sub.add_parser("explain", help="explain a diagnostic code",
                        description="Print the explanation of a diagnostic code (E0xxx, W0xxx).")
@@ -99,6 +119,39 @@ def cmd_run(args) -> int:
     return 0
 
 
+def cmd_build(args) -> int:
+    import os
+    from pathlib import Path
+    from alphac.build import BuildError, build_learner
+    from alphac.driver import compile_file
+    from alphac.listing import disassemble, lir
+    try:
+        compiled = compile_file(args.file)
+    except CompileError as e:
+        return _report(e)
+    _warn(compiled)
+    target = args.sub_target or args.target or "x86_64"
+    try:
+        image = build_learner(compiled.learner, target)
+    except BuildError as e:
+        print(f"alphac: error: {e}", file=sys.stderr)
+        return 1
+    if args.emit == "asm":
+        sys.stdout.write(disassemble(image, compiled.source.text.split("\n"),
+                                     Path(args.file).name))
+    elif args.emit == "rt":
+        sys.stdout.write(image.rt_source)
+    elif args.emit == "lir":
+        sys.stdout.write(lir(image.program))
+    if args.emit is None or args.output:
+        out = Path(args.output or compiled.learner.name)
+        tmp = out.with_name(out.name + ".tmp")
+        tmp.write_bytes(image.elf)
+        os.chmod(tmp, 0o755)
+        os.replace(tmp, out)
+    return 0
+
+
 def cmd_explain(args) -> int:
     text = explain(args.code)
     if text is None:
@@ -109,7 +162,7 @@ def cmd_explain(args) -> int:
     return 0
 
 
-COMMANDS = {"check": cmd_check, "run": cmd_run, "explain": cmd_explain}
+COMMANDS = {"check": cmd_check, "run": cmd_run, "build": cmd_build, "explain": cmd_explain}
 
 
 def main(argv: list[str] | None = None) -> int:

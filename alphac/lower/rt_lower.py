@@ -189,6 +189,9 @@ class FnLowerer:
     def err(self, msg: str) -> RtError:
         return RtError(f"in fn {self.fn.name}: {msg}")
 
+    def is_variable(self, v: VReg) -> bool:
+        return any(v in scope.values() for scope in self.scopes)
+
     def lookup(self, name: str) -> VReg | None:
         for scope in reversed(self.scopes):
             if name in scope:
@@ -244,6 +247,10 @@ class FnLowerer:
                     raise self.err(f"`{op}` is not defined on f64")
                 return self.emit(FLOAT_BIN[op], self.fn.new("f"), a, b), ta
             lop = INT_BIN[op]
+            if isinstance(a, Imm) and lop in ("add", "mul", "and", "or", "xor"):
+                a, b = b, a                          # commutative: the immediate goes second
+            if lop == "mul" and isinstance(b, Imm) and b.value > 0 and b.value & (b.value - 1) == 0:
+                lop, b = "shl", Imm(b.value.bit_length() - 1)
             if lop in ("sdiv", "srem"):
                 b = self.reg(b)
             return self.emit(lop, self.fn.new("i"), self.reg(a), b), ta
@@ -396,6 +403,9 @@ class FnLowerer:
             v, t = self.expr(s[2])
             if t is None:
                 raise self.err(f"`{s[1]}` is bound to a call that returns nothing")
+            if isinstance(v, VReg) and not self.is_variable(v):
+                self.scopes[-1][s[1]] = v            # a fresh temporary becomes the variable
+                return
             dst = self.fn.new("f" if t == "f64" else "i")
             self.emit("fmov" if t == "f64" else "mov", dst, self.reg(v)) if not isinstance(v, Imm) \
                 else self.emit("iconst", dst, v)

@@ -1,0 +1,39 @@
+"""Helpers for backend tests: build learners and runtime-language programs, run them natively
+or under qemu-aarch64."""
+import os
+import subprocess
+from pathlib import Path
+
+from conftest import EXAMPLES, require_tool
+
+
+def build_learner_exe(name: str, target: str, out_dir: Path) -> Path:
+    from alphac.build import build_learner
+    from alphac.driver import compile_file
+    img = build_learner(compile_file(EXAMPLES / f"{name}.alpha").learner, target)
+    path = out_dir / f"{name}.{target}"
+    path.write_bytes(img.elf)
+    os.chmod(path, 0o755)
+    return path
+
+
+def build_rt_exe(rt_path: Path, target: str, out_dir: Path) -> Path:
+    from alphac.build import link_program, target as get_target
+    from alphac.lower import rt
+    from alphac.lower.rt_lower import lower_program
+    from alphac.runtime import source
+    tgt = get_target(target)
+    items = rt.parse(tgt.prelude(), "prelude.rt") + rt.parse(source("core"), "core.rt")
+    items += rt.parse(rt_path.read_text(), rt_path.name)
+    elf, _, _ = link_program(lower_program(items), tgt)
+    path = out_dir / f"{rt_path.stem}.{target}"
+    path.write_bytes(elf)
+    os.chmod(path, 0o755)
+    return path
+
+
+def run_exe(path: Path, *args, target: str = "x86_64", timeout: float = 60):
+    cmd = [str(path), *map(str, args)]
+    if target == "aarch64":
+        cmd = [require_tool("qemu-aarch64")] + cmd
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
