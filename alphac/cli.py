@@ -22,8 +22,13 @@ role (x86-64, AArch64), bit for bit equal to the reference interpreter.
 
 commands:
   check FILE...           check learners; print diagnostics; exit 0 when clean
-  run FILE [--steps N]    run a learner in the reference interpreter (default 5 steps) and
-                          print its state, one `NAME[K] HEX` line per coordinate
+  run FILE [--steps N] [--deployment NAME]
+                          run a learner in the reference interpreter (default 5 steps) and
+                          print its state, one `NAME[K] HEX` line per coordinate; with a
+                          deployment, every role's projected program, in turn
+  plan FILE [--deployment NAME]
+                          print how a deployment splits the learner: roles, holdings, the
+                          combine tree, each role's messages per step, memory per role
   build FILE [-o OUT] [--target ISA] [--emit asm|rt|lir]
                           build a static executable (x86_64 or aarch64) that trains on all
                           samples and prints its state; --emit prints an intermediate form
@@ -61,6 +66,12 @@ def build_parser() -> argparse.ArgumentParser:
                                    "contract and print the state in the LEARNERS.md format.")
     p.add_argument("file", metavar="FILE")
     p.add_argument("--steps", type=_steps, default=5, metavar="N", help="training steps (default 5)")
+    p.add_argument("--deployment", metavar="NAME", help="execute this deployment's plan")
+
+    p = sub.add_parser("plan", help="print a deployment's plan",
+                       description="Check FILE's deployments and print the plan of one (or all).")
+    p.add_argument("file", metavar="FILE")
+    p.add_argument("--deployment", metavar="NAME", help="the deployment (default: every one)")
 
     p = sub.add_parser("build", help="build a static executable",
                        description="Compile FILE into a static Linux executable for --target "
@@ -108,6 +119,15 @@ def cmd_check(args) -> int:
 def cmd_run(args) -> int:
     from alphac.driver import compile_file
     from alphac.ir.interp import format_state, run
+    if args.deployment:
+        plans = _plans(args)
+        if isinstance(plans, int):
+            return plans
+        compiled, plan = plans
+        from alphac.dist.execute import run_plan
+        lr = compiled.learner
+        sys.stdout.write(format_state(lr, run_plan(lr, plan[args.deployment], args.steps)))
+        return 0
     try:
         compiled = compile_file(args.file)
     except CompileError as e:
@@ -116,6 +136,33 @@ def cmd_run(args) -> int:
     lr = compiled.learner
     state = run(lr, args.steps)
     sys.stdout.write(format_state(lr, state))
+    return 0
+
+
+def _plans(args):
+    """(compiled, {name: plan}) for FILE, or an exit code after reporting."""
+    from alphac.diag import Diagnostic
+    from alphac.driver import compile_deployments
+    try:
+        compiled, plans = compile_deployments(args.file)
+    except CompileError as e:
+        return _report(e)
+    _warn(compiled)
+    if args.deployment and args.deployment not in plans:
+        known = ", ".join(sorted(plans)) or "none"
+        return _report(CompileError([Diagnostic("E0100", None, f"no deployment `{args.deployment}` "
+                                                f"in {args.file}", f"deployments: {known}")]))
+    return compiled, plans
+
+
+def cmd_plan(args) -> int:
+    from alphac.dist.plan import render
+    plans = _plans(args)
+    if isinstance(plans, int):
+        return plans
+    _, plans = plans
+    names = [args.deployment] if args.deployment else sorted(plans)
+    sys.stdout.write("\n".join(render(plans[n]) for n in names))
     return 0
 
 
@@ -162,7 +209,8 @@ def cmd_explain(args) -> int:
     return 0
 
 
-COMMANDS = {"check": cmd_check, "run": cmd_run, "build": cmd_build, "explain": cmd_explain}
+COMMANDS = {"check": cmd_check, "run": cmd_run, "plan": cmd_plan, "build": cmd_build,
+            "explain": cmd_explain}
 
 
 def main(argv: list[str] | None = None) -> int:

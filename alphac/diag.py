@@ -225,6 +225,60 @@ CODES: dict[str, tuple[str, str]] = {
               "source file: little-endian float64 (or an integer/float type exactly convertible), "
               "C order, at most 2 dimensions. The file's bytes become part of the learner's "
               "identity."),
+    # -- deployments (alphac.dist) ------------------------------------------------------------
+    "E0100": ("unknown deployment",
+              "`--deployment NAME` names a deployment the file does not declare."),
+    "E0101": ("bad deployment item",
+              "A deployment is a block of items, one per line: roles, topology, samples, combine, "
+              "deliver, strategy, partition, target, memory (docs/distribution.md)."),
+    "E0102": ("membership overlap",
+              "Two index nodes of one role name cover the same index, as `owner[0..4], "
+              "owner[3..8]` do at 3: a role would exist twice."),
+    "E0103": ("membership gap",
+              "The index nodes of a role name must cover 0..N without a hole, as `owner[0..3], "
+              "owner[4..8]` do not (3 is missing)."),
+    "E0104": ("unknown role",
+              "The role, or its index, is not in the deployment's membership."),
+    "E0105": ("samples not covered exactly once",
+              "The sample split must give every sample 0..N-1 to exactly one owner: ranges may "
+              "not overlap, leave a gap, or reach past the last sample. An owner may hold none."),
+    "E0106": ("combine tree misses a contribution",
+              "Every owner's contribution must appear in the combine tree; a missing one would "
+              "silently drop its samples from the gradient."),
+    "E0107": ("combine tree duplicates a contribution",
+              "An owner appears twice in the combine tree; its samples would be counted twice."),
+    "E0108": ("placement does not cover the state exactly once",
+              "A partitioned state's coordinates must be split among the owners without overlap "
+              "or gap: every coordinate has exactly one holder."),
+    "E0109": ("fan-out over its bound",
+              "A hierarchy's fan-out, and the number of peers of a star's center, are bounded "
+              "(64): each role talks to at most fan-out + 1 peers. Use a hierarchy for more "
+              "owners."),
+    "E0110": ("memory demand over supply",
+              "The bytes a role holds (its state, its samples' data, gradient sums and the "
+              "values it receives) exceed the memory declared for it. Exactly the supply is "
+              "accepted; one byte more is refused."),
+    "E0111": ("target cannot run this role",
+              "The target is not supported, or cannot run what this role must do."),
+    "E0112": ("bad strategy",
+              "A strategy partitions or replicates the classes params, state and gradients; each "
+              "class at most once. `replicated`, `zero1`, `zero2` and `zero3` are in the library "
+              "(alphac/dist/strategies.alpha); a file may declare its own."),
+    "E0113": ("bad topology",
+              "A star is centered on a singleton role that holds no samples; a hierarchy needs "
+              "owners and a fan-out of at least 2."),
+    "E0114": ("missing or repeated deployment item",
+              "A deployment needs `roles` and `topology`, and gives each item at most once."),
+    "E0115": ("combine tree not realizable on the topology",
+              "In a hierarchy each inner node combines its children in order; a written combine "
+              "tree must be exactly that tree."),
+    "E0116": ("delivery conflicts with the strategy",
+              "Delivering the combined gradient to one owner needs a strategy that replicates "
+              "everything: partitioned state lives on every owner."),
+    "E0117": ("the protocol does not fit together",
+              "The step projected to each role must match its peers (every send has its receive, "
+              "in the same order) and let every role finish. This is checked for every plan; a "
+              "failure is a defect in the plan's derivation or in a hand-written strategy."),
     # -- warnings -----------------------------------------------------------------------------
     "W0001": ("param does not reach the loss",
               "The param never appears in the loss, so its gradient is +0.0 on every sample."),

@@ -54,3 +54,23 @@ def compile_file(path: str | Path) -> Compiled:
     if not sink.ok or learner is None:
         raise CompileError(sink.sorted())
     return Compiled(learner, source, module, [d for d in sink.sorted() if d.severity != "error"])
+
+
+def compile_deployments(path: str | Path) -> tuple[Compiled, dict]:
+    """The learner and every deployment its file declares, checked (with memory admission and
+    the protocol check of each plan)."""
+    from alphac.dist.deployment import check_deployments
+    from alphac.dist.plan import Plan
+    compiled = compile_file(path)
+    sink = Sink()
+    deps = check_deployments(compiled.learner, compiled.module, sink)
+    plans = {}
+    for name, dep in deps.items():
+        plan = Plan(dep)
+        plan.admit(sink)
+        for problem in plan.check_protocol():
+            sink.error("E0117", dep.spans.get("topology"), f"deployment `{name}`: {problem}")
+        plans[name] = plan
+    if not sink.ok:
+        raise CompileError(sink.sorted())
+    return compiled, plans

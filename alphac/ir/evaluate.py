@@ -106,3 +106,30 @@ def fold(n: Node) -> Node:
     if isinstance(n, Const) or not is_constant(n):
         return n
     return Const(n.shape, evaluate(n, Env()))
+
+
+def evaluate_at(node: Node, j: int, leaf, memo: dict[int, float]) -> float:
+    """The value of an elementwise node at coordinate j (the update is per-coordinate, so this
+    is all a partitioned owner computes). `leaf(n)` reads a Read/Grad node at j."""
+    if id(node) in memo:
+        return memo[id(node)]
+    n = node
+    if isinstance(n, Const):
+        v = n.values[j] if n.shape else n.values[0]
+    elif isinstance(n, (Read, Grad)):
+        v = leaf(n)
+    elif isinstance(n, Elem):
+        v = f.BINARY[n.op](evaluate_at(n.a, j, leaf, memo), evaluate_at(n.b, j, leaf, memo))
+    elif isinstance(n, Unary):
+        v = f.UNARY[n.op](evaluate_at(n.a, j, leaf, memo))
+    elif isinstance(n, Pow):
+        base = evaluate_at(n.a, j, leaf, memo)
+        v = base
+        for _ in range(n.n - 1):
+            v = f.mul(v, base)
+    elif isinstance(n, Bcast):
+        v = evaluate_at(n.a, 0, leaf, memo)
+    else:
+        raise TypeError(f"{type(n).__name__} is not per-coordinate")
+    memo[id(node)] = v
+    return v

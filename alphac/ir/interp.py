@@ -115,3 +115,48 @@ def format_state(lr: Learner, state: State) -> str:
                 raise Refusal("non-finite-state", f"{s.coord_name(k)} is {v}")
             lines.append(f"{s.coord_name(k)} {f.hex16(v)}")
     return "\n".join(lines) + "\n"
+
+
+def apply_update_coords(lr: Learner, state: dict[str, list], grads: dict[str, list],
+                        coords: dict[int, range]) -> None:
+    """The update of only the coordinates `coords[group]` (in place), coordinate by coordinate,
+    plus every scalar-state statement. Values outside the ranges may be unknown (None): the
+    per-coordinate proof says they are never read, and a None that is read fails loudly."""
+    from alphac.ir.evaluate import evaluate_at
+    old = {k: v for k, v in state.items()}
+    new: dict[str, list] = {}
+    scalar_env = Env(state={(k, 0): tuple(v) for k, v in old.items() if lr.state(k).group is None})
+    for a in lr.update:
+        s = lr.state(a.target)
+        if s.group is None:
+            scalar_env.state[(a.target, 1)] = evaluate(a.node, scalar_env)
+    for g, rng in coords.items():
+        for j in rng:
+            memo: dict[int, float] = {}
+            for a in lr.update:
+                if lr.state(a.target).group != g:
+                    continue
+
+                def leaf(n, j=j):
+                    from alphac.ir.learner import Grad, Read
+                    if isinstance(n, Read):
+                        if lr.state(n.name).group is None:
+                            return scalar_env.state[(n.name, n.version)][0]
+                        src = new if n.version else old
+                        v = src[n.name][j if n.shape else 0]
+                    else:
+                        v = grads[n.param][j if n.shape else 0]
+                    if v is None:
+                        raise ValueError(f"coordinate {j} of {getattr(n, 'name', n)} is not held here")
+                    return v
+                value = evaluate_at(a.node, j, leaf, memo)
+                new.setdefault(a.target, list(old[a.target]))[j if s_shape(lr, a.target) else 0] = value
+    for k, v in new.items():
+        state[k] = v
+    for (k, ver), v in scalar_env.state.items():
+        if ver == 1:
+            state[k] = list(v)
+
+
+def s_shape(lr: Learner, name: str) -> tuple[int, ...]:
+    return lr.state(name).shape

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from alphac.diag import Sink, Source, Span
 
 KEYWORDS = {"learner", "data", "const", "param", "state", "loss", "update", "let",
-            "deployment", "f64"}
+            "deployment", "strategy", "f64"}
 DIGITS = "0123456789"
 PUNCT = {"+", "-", "*", "/", "^", "=", "(", ")", "[", "]", "{", "}", ",", ":", ";", ".",
          "..", "@"}

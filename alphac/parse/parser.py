@@ -35,7 +35,7 @@ class _Bail(Exception):
     """Unwinds to the enclosing declaration after a reported syntax error."""
 
 
-DECL_KEYWORDS = ("data", "const", "param", "state", "loss", "update", "deployment")
+DECL_KEYWORDS = ("data", "const", "param", "state", "loss", "update", "deployment", "strategy")
 
 
 class Parser:
@@ -156,7 +156,8 @@ class Parser:
         t = self.tok
         if t.kind == "kw" and t.text in DECL_PARSERS:
             return DECL_PARSERS[t.text](self)
-        raise self.fail("a declaration (data, const, param, state, loss, update, deployment)")
+        raise self.fail("a declaration (data, const, param, state, loss, update, deployment, "
+                        "strategy)")
 
     def parse_type(self) -> ast.TypeExpr:
         f = self.expect("kw", "f64", what="a type (`f64` or `f64[N]`)")
@@ -365,4 +366,20 @@ DECL_PARSERS = {
 
 def parse(source: Source, sink: Sink) -> ast.Module:
     """Lex and parse one Alpha file; diagnostics go to `sink`."""
+    import alphac.parse.deploy  # noqa: F401  (registers the deployment and strategy parsers)
     return Parser(lex(source, sink), sink).parse_module()
+
+
+def parse_library(source: Source, sink: Sink) -> list[object]:
+    """Declarations without a `learner` header: the strategy library."""
+    import alphac.parse.deploy  # noqa: F401
+    p = Parser(lex(source, sink), sink)
+    decls = []
+    while True:
+        p.skip_newlines()
+        if p.at("eof"):
+            return decls
+        try:
+            decls.append(p.parse_decl())
+        except _Bail:
+            p.recover_to_decl()

@@ -1,0 +1,443 @@
+"""The plan: a deployment's step composed from five operations, projected to every role.
+
+The five operations: `partition` (a class of state split among owners by coordinate ranges),
+`replicate` (a value copied to every owner), `transfer` (a value sent from role to role),
+`combine` ((G, n) pairs added in the combine tree's order), `advance` (the step's version). A
+strategy only says which classes it partitions; `composition` derives the step:
+
+    1. params partitioned:  transfer params slices up the topology, replicate them down
+    2. every owner:         compute its contribution (G, n) over its samples
+    3.                      transfer contributions up; combine at each combining role
+    4.                      transfer the combined (G, n) down: all of it (gradients replicated,
+                            or to the one owner of `deliver`), or each owner's slice
+    5.                      update: every coordinate (replicated) or each owner's slices
+    6. update partitioned:  for each replicated class, transfer slices up, replicate down
+    7.                      advance the version
+    at the end:             transfer every coordinate from its holder up to the root (publish)
+
+A star is the one-level case of the tree (its center is the root). `project(role)` turns the
+global step into that role's program: a list of `Action`s whose sends and receives name a peer
+and a message kind. `check_protocol` proves the projections fit together: every send has its
+receive, in order, and no role waits forever (a simulation of all roles for deployments up to
+4096 roles; beyond that, each role class's program is checked to be phase-ordered, which is what
+makes a tree protocol deadlock-free, and representative parent/child pairs are matched).
+
+`demand(role)` is the bytes of learner values a role holds at its peak (the buffers its
+executable declares for them); `admit` refuses a role one byte over its declared memory.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from alphac.diag import Sink
+from alphac.dist.deployment import Deployment
+from alphac.dist.structure import Hierarchy, Role, Star
+
+PHASES = ("gather-params", "combine", "deliver", "allgather-params", "allgather-state", "publish")
+
+
+@dataclass(frozen=True)
+class Action:
+    op: str                       # send | recv | compute | combine | update | advance | publish
+    peer: Role | None = None
+    kind: str = ""                # message kind: the phase it belongs to
+    detail: str = ""
+
+    def __str__(self) -> str:
+        if self.op in ("send", "recv"):
+            arrow = "->" if self.op == "send" else "<-"
+            return f"{self.op} {self.kind} {arrow} {self.peer}" + (f" ({self.detail})" if self.detail else "")
+        return self.op + (f" {self.detail}" if self.detail else "")
+
+
+class Plan:
+    def __init__(self, dep: Deployment):
+        self.dep = dep
+        self.lr = dep.learner
+        self.topo = dep.topology
+        self.has_loss = self.lr.loss is not None
+        s = dep.strategy
+        self.part = s.partition
+        self.deliver_one = dep.deliver
+
+    # -- structure -----------------------------------------------------------------------------
+    def parent(self, role: Role) -> Role | None:
+        t = self.topo
+        if isinstance(t, Star):
+            return None if role == t.center else t.center
+        return t.parent(role)
+
+    def children(self, role: Role) -> list[Role]:
+        t = self.topo
+        if isinstance(t, Star):
+            return [Role(t.owner, k) for k in range(t.owners)] if role == t.center else []
+        return t.children(role)
+
+    @property
+    def root(self) -> Role:
+        return self.topo.root
+
+    def is_owner(self, role: Role) -> bool:
+        return role.name == self.dep.owner
+
+    def role_count(self) -> int:
+        t = self.topo
+        if isinstance(t, Star):
+            return t.owners + 1
+        return sum(t.counts)
+
+    def roles(self) -> list[Role]:
+        """Every role (small deployments only: the fleet path never calls this)."""
+        t = self.topo
+        if isinstance(t, Star):
+            return [t.center] + [Role(t.owner, k) for k in range(t.owners)]
+        out = []
+        for level, n in enumerate(t.counts):
+            out += [t.role(level, k) for k in range(n)]
+        return out
+
+    def role_classes(self) -> list[tuple[str, list[Role]]]:
+        """Each index node with representative members (first and last)."""
+        t = self.topo
+        if isinstance(t, Star):
+            last = max(t.owners - 1, 0)
+            return [(t.center.name, [t.center]), (t.owner, sorted({Role(t.owner, 0), Role(t.owner, last)}))]
+        out = []
+        for level, n in enumerate(t.counts):
+            reps = sorted({t.role(level, 0), t.role(level, n - 1)})
+            out.append((t.level_name(level), reps))
+        return out
+
+    # -- the composition -------------------------------------------------------------------------
+    def composition(self) -> list[str]:
+        d, s = self.dep, self.dep.strategy
+        ops = []
+        up = "owners -> " + ("the center" if isinstance(self.topo, Star) else "the root, through the aggregators")
+        if self.has_loss and "params" in self.part:
+            ops.append(f"transfer  params slices, {up}")
+            ops.append("replicate params to every owner")
+        if self.has_loss:
+            ops.append("compute   (G, n) at every owner, its samples in order")
+            ops.append(f"transfer  (G, n), {up}")
+            ops.append(f"combine   by the tree {d.tree_text()}")
+            if self.deliver_one is not None:
+                ops.append(f"transfer  the combined (G, n) to {d.owner}[{self.deliver_one}]")
+            elif "gradients" in self.part:
+                ops.append("transfer  each owner its slice of the combined (G, n)  (reduce-scatter)")
+            else:
+                ops.append("replicate the combined (G, n) to every owner  (all-reduce)")
+        if self.deliver_one is not None:
+            ops.append(f"update    every coordinate at {d.owner}[{self.deliver_one}]")
+            ops.append(f"transfer  params from {d.owner}[{self.deliver_one}], replicate to every owner")
+        elif s.partitioned_update:
+            ops.append("partition the update: each owner its coordinates (" + s.describe() + ")")
+            for cls in self.regathered():
+                ops.append(f"transfer  {cls} slices up, replicate {cls} to every owner  (all-gather)")
+        else:
+            ops.append("update    every coordinate at every owner (replicated)")
+        ops.append("advance   the version")
+        return ops
+
+    def regathered(self) -> list[str]:
+        """Classes replicated between steps but updated in slices: re-gathered after the update."""
+        if not self.dep.strategy.partitioned_update:
+            return []
+        out = []
+        if "params" not in self.part and self.lr.params:
+            out.append("params")
+        if "state" not in self.part and any(s.kind == "state" and s.group is not None for s in self.lr.states):
+            out.append("state")
+        return out
+
+    # -- projection --------------------------------------------------------------------------------
+    def _up(self, role: Role, kind: str, what: str, prog: list[Action], combine: bool = False) -> None:
+        for c in self.children(role):
+            prog.append(Action("recv", c, kind, what))
+        if combine and not self.is_owner(role):
+            kids = self.children(role)
+            if isinstance(self.topo, Star):
+                what = f"by the tree {self.dep.tree_text()}"
+            elif len(kids) > 2:
+                what = f"{kids[0]}..{kids[-1].index} left to right"
+            else:
+                what = ", ".join(str(c) for c in kids) + " left to right"
+            prog.append(Action("combine", detail=what))
+        p = self.parent(role)
+        if p is not None:
+            prog.append(Action("send", p, kind, what))
+
+    def _down(self, role: Role, kind: str, what: str, prog: list[Action], only: int | None = None) -> None:
+        p = self.parent(role)
+        if only is not None and not self._on_path(role, only):
+            return
+        if p is not None:
+            prog.append(Action("recv", p, kind, what))
+        for c in self.children(role):
+            if only is None or self._on_path(c, only):
+                prog.append(Action("send", c, kind, what))
+
+    def _on_path(self, role: Role, owner: int) -> bool:
+        if self.is_owner(role):
+            return role.index == owner
+        if isinstance(self.topo, Star):
+            return True
+        lo, hi = self.topo.subtree_owners(role)
+        return lo <= owner < hi
+
+    def project(self, role: Role, final: bool = True) -> list[Action]:
+        """This role's program for one step (and, with `final`, the publication after it)."""
+        prog: list[Action] = []
+        owner = self.is_owner(role)
+        grad_what = "slices" if "gradients" in self.part else "all"
+        if self.has_loss and "params" in self.part:
+            self._up(role, "gather-params", "slices", prog)
+            self._down(role, "gather-params", "all", prog)
+        if self.has_loss:
+            if owner:
+                prog.append(Action("compute", detail="(G, n) over its samples"))
+            self._up(role, "combine", "(G, n)", prog, combine=True)
+            self._down(role, "deliver", grad_what, prog, only=self.deliver_one)
+        if self.deliver_one is not None:
+            if owner and role.index == self.deliver_one:
+                prog.append(Action("update", detail="every coordinate"))
+            # params travel from the updating owner up to the root, then down to everyone
+            if self._on_path(role, self.deliver_one):
+                if not owner or role.index == self.deliver_one:
+                    kids = [c for c in self.children(role) if self._on_path(c, self.deliver_one)]
+                    for c in kids:
+                        prog.append(Action("recv", c, "allgather-params", "all"))
+                    if self.parent(role) is not None:
+                        prog.append(Action("send", self.parent(role), "allgather-params", "all"))
+            self._down(role, "allgather-params", "all", prog)
+        else:
+            if owner:
+                scope = "its coordinates" if self.dep.strategy.partitioned_update else "every coordinate"
+                prog.append(Action("update", detail=scope))
+            for cls in self.regathered():
+                self._up(role, f"allgather-{cls}", "slices", prog)
+                self._down(role, f"allgather-{cls}", "all", prog)
+        prog.append(Action("advance"))
+        if final:
+            self._up(role, "publish", "held coordinates", prog)
+            if role == self.root:
+                prog.append(Action("publish", detail="print the state"))
+        return prog
+
+    # -- checks -----------------------------------------------------------------------------------
+    def check_protocol(self) -> list[str]:
+        """Problems with the projections; empty when every send meets its receive, in order,
+        and no role can wait forever."""
+        if self.role_count() <= 4096:
+            return simulate({r: self.project(r) for r in self.roles()})
+        problems = []
+        for name, reps in self.role_classes():
+            for r in reps:
+                problems += phase_ordered(r, self.project(r))
+                kids = self.children(r)
+                for c in ([kids[0], kids[-1]] if kids else []):
+                    mine = [a.kind for a in self.project(r) if a.peer == c]
+                    theirs = [a.kind for a in self.project(c) if a.peer == r]
+                    if mine != theirs:
+                        problems.append(f"{r} and {c} disagree on their messages: {mine} vs {theirs}")
+                peers = len({a.peer for a in self.project(r) if a.peer is not None})
+                if peers > self.topo.max_peers:
+                    problems.append(f"{r} talks to {peers} peers")
+        return problems
+
+    # -- memory -----------------------------------------------------------------------------------
+    def buffers(self, role: Role) -> dict[str, int]:
+        """Bytes of learner values this role holds at its peak, by buffer."""
+        lr, dep = self.lr, self.dep
+        ptotal = sum(p.size for p in lr.params)
+        out: dict[str, int] = {}
+        if self.is_owner(role):
+            k = role.index
+            rows = sum(8 * max(1, len(d.values) // d.shape[0]) for d in lr.data)
+            if self.has_loss:
+                out["data"] = dep.samples.size(k) * rows
+                out["params (all, for compute)"] = 8 * ptotal
+                out["G (its sum)"] = 8 * ptotal
+                out["combined gradient"] = 8 * (self.slice_total(k) if "gradients" in self.part else ptotal)
+            for s in lr.states:
+                if s.group is None:
+                    out.setdefault("scalar state (old, new)", 0)
+                    out["scalar state (old, new)"] += 16
+                    continue
+                held = self.holds_all(s.kind) or self.deliver_one is not None
+                n = s.size if held else self.placement_size(s.group, k)
+                if s.kind == "param" and self.has_loss and held:
+                    continue                      # the compute buffer is the param itself
+                out[f"{s.name}"] = 8 * n
+            return out
+        kids = len(self.children(role))
+        if self.has_loss:
+            out["children's (G, n)"] = kids * (8 * ptotal + 8)
+            out["combined (G, n)"] = 8 * ptotal + 8
+        if self.part or self.deliver_one is not None or self.regathered():
+            out["gathered params/state"] = 8 * sum(s.size for s in lr.states if s.group is not None)
+        out["published state"] = 8 * sum(s.size for s in lr.states)
+        return out
+
+    def holds_all(self, kind: str) -> bool:
+        cls = "params" if kind == "param" else "state"
+        return cls not in self.part
+
+    def placement_size(self, group: int, k: int) -> int:
+        r = self.dep.placement.get(group)
+        return r.size(k) if r is not None else self.lr.groups[group].size
+
+    def slice_total(self, k: int) -> int:
+        total = 0
+        for p in self.lr.params:
+            total += self.placement_size(p.group, k)
+        return total
+
+    def demand(self, role: Role) -> int:
+        return sum(self.buffers(role).values())
+
+    def class_demand(self, name: str, reps: list[Role]) -> tuple[int, Role]:
+        """The largest demand in an index node. Demand grows with the member's share of samples
+        and coordinates; the largest shares are found from the ranges, not by enumeration."""
+        cands = set(reps)
+        if name == self.dep.owner:
+            d = self.dep
+            best = max(range(d.owners), key=lambda k: d.samples.size(k)) if d.owners <= 4096 else None
+            if best is not None:
+                cands.add(Role(name, best))
+                for g, r in d.placement.items():
+                    cands.add(Role(name, max(range(d.owners), key=r.size)))
+            else:
+                cands |= {Role(name, 0), Role(name, d.owners - 1)}
+        role = max(sorted(cands), key=self.demand)
+        return self.demand(role), role
+
+    def admit(self, sink: Sink) -> None:
+        span = self.dep.spans.get("memory")
+        for name, reps in self.role_classes():
+            need, role = self.class_demand(name, reps)
+            members = reps if name != self.dep.owner or self.dep.owners > 4096 else \
+                [Role(name, k) for k in range(self.dep.owners)]
+            for r in sorted(set(members) | {role}):
+                supply = self.dep.supply_of(r)
+                if supply is not None and self.demand(r) > supply:
+                    over = self.demand(r) - supply
+                    sink.error("E0110", span, f"`{r.ref()}` needs {self.demand(r)} bytes; its "
+                                              f"memory is {supply} ({over} over)",
+                               hint="alphac plan lists each role's buffers")
+                    return
+
+
+def simulate(programs: dict[Role, list[Action]]) -> list[str]:
+    """Run every role's program with unbounded in-order channels; report what goes wrong."""
+    pc = {r: 0 for r in programs}
+    chans: dict[tuple[Role, Role], list[str]] = {}
+    problems = []
+    progress = True
+    while progress:
+        progress = False
+        for r in sorted(programs):
+            prog = programs[r]
+            while pc[r] < len(prog):
+                a = prog[pc[r]]
+                if a.op == "send":
+                    if a.peer not in programs:
+                        return [f"{r} sends {a.kind} to {a.peer}, which is not a role"]
+                    chans.setdefault((r, a.peer), []).append(a.kind)
+                elif a.op == "recv":
+                    q = chans.get((a.peer, r), [])
+                    if not q:
+                        break
+                    got = q.pop(0)
+                    if got != a.kind:
+                        return [f"{r} expects {a.kind} from {a.peer} but gets {got}"]
+                pc[r] += 1
+                progress = True
+    stuck = [r for r in programs if pc[r] < len(programs[r])]
+    for r in stuck:
+        problems.append(f"{r} waits forever at `{programs[r][pc[r]]}`")
+    for (a, b), q in sorted(chans.items()):
+        if q:
+            problems.append(f"{a} sends {q[0]} to {b}, which never receives it")
+    return problems
+
+
+def phase_ordered(role: Role, prog: list[Action]) -> list[str]:
+    """A role's messages follow the global phase order, and within a phase all receives from
+    children precede the send to the parent (up) or the receive from the parent precedes the
+    sends to children (down): the shape that makes a tree protocol deadlock-free."""
+    seen = []
+    for a in prog:
+        if a.op in ("send", "recv"):
+            if seen and a.kind != seen[-1] and a.kind in seen:
+                return [f"{role} returns to phase {a.kind} after leaving it"]
+            if not seen or seen[-1] != a.kind:
+                seen.append(a.kind)
+    return []
+
+
+def compress(actions: list[Action]) -> list[str]:
+    """Runs of one message to consecutive peers of one index node, as one line."""
+    out, i = [], 0
+    while i < len(actions):
+        a = actions[i]
+        j = i + 1
+        if a.op in ("send", "recv") and a.peer.index is not None:
+            while (j < len(actions) and actions[j].op == a.op and actions[j].kind == a.kind
+                   and actions[j].peer is not None and actions[j].peer.name == a.peer.name
+                   and actions[j].peer.index == a.peer.index + (j - i)):
+                j += 1
+        if j - i > 2:
+            last = actions[j - 1].peer
+            arrow = "->" if a.op == "send" else "<-"
+            out.append(f"{a.op} {a.kind} {arrow} {a.peer}..{last.index} ({a.detail}) x{j - i}")
+        else:
+            out += [str(x) for x in actions[i:j]]
+        i = j
+    return out
+
+
+def render(plan: Plan) -> str:
+    """`alphac plan`: the deployment, readably."""
+    d, lr = plan.dep, plan.lr
+    out = [f"deployment {d.name} of learner {lr.name} (identity {lr.identity[:16]})", ""]
+    t = plan.topo
+    out.append("roles:")
+    for name, lo, hi in d.roles:
+        out.append(f"  {name}" + ("" if lo is None else f"[{lo}..{hi}]  ({hi - lo} roles)"))
+    out.append(f"  {plan.role_count()} roles in all, at most {t.max_peers} peers each")
+    if isinstance(t, Star):
+        out.append(f"topology: star centered on {t.center}")
+    else:
+        levels = ", ".join(f"{t.level_name(l)} x{n}" for l, n in enumerate(t.counts))
+        out.append(f"topology: hierarchy, fan-out {t.fanout}: {levels}")
+    out.append(f"strategy: {d.strategy.name} ({d.strategy.describe()})")
+    out.append(f"combine tree: {d.tree_text()}")
+    out.append("delivery: " + ("every owner" if d.deliver is None else f"{d.owner}[{d.deliver}]"))
+    out += ["", "holdings:"]
+    owners = range(d.owners) if d.owners <= 64 else [0, d.owners - 1]
+    for k in owners:
+        r = Role(d.owner, k)
+        parts = [f"samples {d.samples.describe(k)}"]
+        for g in lr.groups:
+            names = ",".join(g.members)
+            if d.placement and g.index in d.placement and d.deliver is None:
+                parts.append(f"{names} coordinates {d.placement[g.index].describe(k)}")
+        out.append(f"  {r.ref()}: " + "; ".join(parts) + f"; target {d.target_of(r)}")
+    if d.owners > 64:
+        out.append(f"  ... ({d.owners} owners; ranges by formula)")
+    out += ["", "one step, composed:"]
+    out += [f"  {i + 1}. {op}" for i, op in enumerate(plan.composition())]
+    out += ["", "messages per step, by role:"]
+    for name, reps in plan.role_classes():
+        for r in reps:
+            out.append(f"  {r}:")
+            out += [f"    {line}" for line in compress(plan.project(r, final=False))]
+    out += ["", "memory per role (bytes of learner values at the peak):"]
+    for name, reps in plan.role_classes():
+        need, r = plan.class_demand(name, reps)
+        supply = d.supply_of(r)
+        sup = f" of {supply} declared" if supply is not None else ""
+        out.append(f"  {r.ref() if r.index is None else name + '[*]'}: {need}{sup}")
+        for buf, n in plan.buffers(r).items():
+            out.append(f"      {buf}: {n}")
+    return "\n".join(out) + "\n"
