@@ -37,7 +37,6 @@ learner and target give the same text, byte for byte.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from math import prod
 from typing import Callable
 
 from alphac.ir import binary64
@@ -51,7 +50,7 @@ from alphac.ptx.render import Emitter, f64imm
 class Param:
     name: str                        # the PTX parameter name
     type: str                        # "u64" (a global pointer) | "u32" | "f64"
-    role: str                        # state | data | gs | G | n | lo | hi | klo | khi | scalar | const
+    role: str                        # state data gs G n lo hi klo khi scalar const
     ref: str = ""                    # the state or data name (state, data, scalar)
     version: int = 0                 # scalar: 0 the value before the update, 1 after
     values: tuple[float, ...] = ()   # const: the buffer's contents

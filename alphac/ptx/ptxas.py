@@ -4,11 +4,13 @@
 line and the SHA-256 of the file (after resolving symlinks; a wrapper script is hashed as the
 script). `assemble(ptx, sm)` runs it as
 
-    ptxas -arch=sm_<sm> -O3 --fmad=false kernel.ptx -o kernel.cubin
+    ptxas -arch=sm_<sm> -O3 --fmad=false --disable-optimizer-constants kernel.ptx -o kernel.cubin
 
 in a fresh temporary directory with fixed file names and `LC_ALL=C`. `--fmad=false` forbids
 contracting a multiply and an add into DFMA (the PTX already names `.rn` on each, which forbids
-it too). ptxas records its options in the cubin (`.note.nv.tkinfo`) but no path, so the cubin's
+it too). `--disable-optimizer-constants` keeps ptxas's own constants out of a second constant
+bank (`.nv.constant2.K`, seen on sm_86 for div/sqrt), so a launch binds constant bank 0 only.
+ptxas records its options in the cubin (`.note.nv.tkinfo`) but no path, so the cubin's
 bytes depend only on the PTX, the target and the assembler: tests/test_ptx.py checks two builds
 from two directories are identical. `-v` is never passed to a build (it would change that note).
 
@@ -27,7 +29,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-FLAGS = ("-O3", "--fmad=false")
+FLAGS = ("-O3", "--fmad=false", "--disable-optimizer-constants")
 
 
 class PtxasMissing(Exception):
