@@ -246,6 +246,20 @@ def test_ptxas_is_fingerprinted_and_missing_is_named(monkeypatch, tmp_path):
         ptxas.assemble(".version 7.8\n", 90)
 
 
+@pytest.mark.parametrize("sm", SMS)
+def test_build_is_all_or_nothing(sm, monkeypatch, tmp_path):
+    require_tool("ptxas")
+    from alphac.ptx import build
+    for name in LEARNER_NAMES:
+        got = build(learner(name), sm)
+        assert [b.kernel.name for b in got] == [k.name for k in kernels(learner(name), sm)]
+        assert all(b.image.sm == sm and b.image.name == b.kernel.name for b in got)
+    monkeypatch.delenv("ALPHAC_PTXAS", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(ptxas.PtxasMissing):
+        build(learner("lsq_adam"), sm)
+
+
 def test_ptxas_failure_is_named():
     require_tool("ptxas")
     with pytest.raises(ptxas.PtxasFailed):
@@ -481,11 +495,11 @@ def test_interpreter_catches_a_fold_from_plus_zero_not_first_term():
     bad = ok.replace("\tld.global.f64 %fd1, [%rd6+0];", "\tld.global.f64 %fd9, [%rd6+0];\n"
                      "\tmov.f64 %fd1, 0d0000000000000000;\n\tadd.rn.f64 %fd1, %fd1, %fd9;")
     assert bad != ok
-    for text, want in ((ok, bits(-0.0)), (bad, bits(0.0))):
+    for text, n, want in ((ok, 3, bits(-0.0)), (bad, 3, bits(0.0)), (ok, 0, bits(1.0))):
         mem = Memory()
         gs, G = mem.alloc([-0.0, -0.0, -0.0]), mem.alloc([1.0])
-        Ptx(text).launch(mem, {"gs": gs, "G": G, "n": 3}, param_count(lr))
-        assert bits(mem.read(G, 1)[0]) == want
+        Ptx(text).launch(mem, {"gs": gs, "G": G, "n": n}, param_count(lr))
+        assert bits(mem.read(G, 1)[0]) == want             # n = 0 writes nothing
 
 
 # -- reproducibility ------------------------------------------------------------------------------
