@@ -21,6 +21,7 @@ import hashlib
 import math
 import os
 import re
+import shutil
 import struct
 import subprocess
 import sys
@@ -465,6 +466,57 @@ def test_reference_split_four_owners(name):
         assert state_bits(owner.read_state()) == state_bits(want)
     split = [(5, oracle.REF_SPLIT, oracle.REF_TREE)]
     assert interp.format_state(lr, want) == oracle.run(name, split)
+
+
+COVERAGE = """learner coverage
+data x = [[1.0, 2.0, -0.5], [0.25, -1.5, 3.0], [2.0, 0.5, 1.0], [-1.0, 1.0, 0.75]]
+data y = [1.0, -2.0, 0.5, 3.0]
+const c = [0.5, 1.5, 2.0]
+param w: f64[3] = 0.1
+param b: f64 = 0.2
+param W: f64[2, 3] = 0.05
+param u: f64[2] = 1.0
+state s: f64 = 2.0
+state q: f64[3] = 1.0
+loss(i) {
+  let h = dot(W[0], x[i]) * s + sum(w * x[i] * c) - b^3
+  let z = sqrt(h * h + 1) - y[i]
+  0.5 * z^2 + -(W[1, 2] / (b + 2))
+}
+update {
+  let g = grad(w)
+  q = q * 0.5 + c * (g * g)
+  s = s * 0.99
+  w = w - 0.01 * g / sqrt(q + 1e-8) * s
+  b = b - 0.01 * grad(b)
+  W = W - 0.02 * grad(W)
+  u = -u / 2
+}
+"""
+
+
+def test_every_node_kind(tmp_path):
+    """dot, sum, pow, sqrt, neg, a row and an element of a matrix param, a scalar state read by
+    the loss and (new) by the update, a vector constant in the update, four groups."""
+    (tmp_path / "coverage.alpha").write_text(COVERAGE)
+    lr = compile_file(tmp_path / "coverage.alpha").learner
+    ks = kernels(lr)
+    assert [k.name for k in ks] == ["grad_samples", "owner_sum", *(f"update_g{i}" for i in range(4))]
+    assert [p.name for p in ks[2].params] == ["state_w", "state_q", "G", "n", "scalar_s_new",
+                                              "const_0", "klo", "khi"]
+    owner, want = Owner(InterpDevice(), lr, ks), interp.initial_state(lr)
+    for _ in range(8):
+        owner.step()
+        want = interp.step(lr, want)
+        assert state_bits(owner.read_state()) == state_bits(want)
+    interp.format_state(lr, want)                       # finite: a meaningful comparison
+    if shutil.which("ptxas") or os.environ.get("ALPHAC_PTXAS"):    # else other tests fail in CI
+        from alphac.ptx import build
+        for sm in SMS:
+            for b in build(lr, sm):
+                assert scan(b.kernel.ptx) == []
+                check_image(b.image, sm, [p.type for p in b.kernel.params],
+                            ptxas_v(b.kernel.ptx, sm)[b.kernel.name])
 
 
 def reassociate_first_fold(ptx):
