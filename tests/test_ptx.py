@@ -501,7 +501,8 @@ def test_every_node_kind(tmp_path):
     (tmp_path / "coverage.alpha").write_text(COVERAGE)
     lr = compile_file(tmp_path / "coverage.alpha").learner
     ks = kernels(lr)
-    assert [k.name for k in ks] == ["grad_samples", "owner_sum", *(f"update_g{i}" for i in range(4))]
+    assert [k.name for k in ks] == ["grad_samples", "owner_sum",
+                                    *(f"update_g{i}" for i in range(4))]
     assert [p.name for p in ks[2].params] == ["state_w", "state_q", "G", "n", "scalar_s_new",
                                               "const_0", "klo", "khi"]
     owner, want = Owner(InterpDevice(), lr, ks), interp.initial_state(lr)
