@@ -1,0 +1,48 @@
+"""alphac.ptx: an owner's compute as PTX, assembled by a pinned `ptxas`, read back as launch images.
+
+    render.py   the PTX instruction table (op -> format) and an emitter with virtual registers
+    kernels.py  learner IR -> the owner kernels `grad_samples`, `owner_sum`, `update_g<N>`; the
+                kernel ABI (parameters, buffer layouts) as data
+    ptxas.py    find, fingerprint and run `ptxas` deterministically; `PtxasMissing` without it
+    cubin.py    read a cubin (ELF + NVIDIA `.nv.info` records) into one `LaunchImage` per kernel
+    host.py     the host side of the ABI over any `Device` (the reference for role executables)
+
+Every binary64 operation the kernels perform is one IEEE operation rounded to nearest even, in
+the order `alphac.ir.interp` performs it (docs/gpu.md); tests/test_ptx.py proves it by running
+the PTX in an interpreter written in the test and comparing bits.
+
+`build(lr, sm)` is the entry point: every kernel assembled and read back, or a named exception
+(`PtxasMissing` first of all, which the compiler reports as a refusal of the GPU build) and no
+partial result.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from alphac.ir.learner import Learner
+from alphac.ptx.cubin import CubinError, LaunchImage, read_cubin
+from alphac.ptx.kernels import Kernel, kernels
+from alphac.ptx.ptxas import Ptxas, assemble, find_ptxas
+from alphac.ptx.render import PARAM_TYPES
+
+
+@dataclass(frozen=True)
+class Built:
+    kernel: Kernel
+    cubin: bytes
+    image: LaunchImage
+
+
+def build(lr: Learner, sm: int = 90, tool: Ptxas | None = None) -> list[Built]:
+    """Every kernel of `lr` for sm_<sm>, assembled and read back, or an exception and nothing:
+    `PtxasMissing`, `PtxasFailed`, or `CubinError` (also when ptxas laid out the parameters
+    differently from the kernel's own list)."""
+    tool = tool or find_ptxas()
+    out = []
+    for k in kernels(lr, sm):
+        blob = assemble(k.ptx, sm, tool)
+        image = read_cubin(blob)[k.name]
+        if [p.size for p in image.params] != [PARAM_TYPES[p.type] for p in k.params]:
+            raise CubinError(f"{k.name}: ptxas's parameters differ from the kernel's")
+        out.append(Built(k, blob, image))
+    return out

@@ -1,0 +1,86 @@
+"""The host side of the kernel ABI, in Python: one owner's buffers and steps over any `Device`.
+
+This is the reference for what a role executable does around the kernels (alphac/ptx/kernels.py
+has the ABI): upload the state, data and vector constants once; per step, launch
+`grad_samples` over the owner's samples and `owner_sum` over the param coordinates, combine
+(the caller's combine tree, on the host), run the scalar-state statements on the host
+(`host_scalars`), then launch each group's `update_g<N>` over its coordinates. A `Device` is
+anything that can allocate, copy and launch: the PTX interpreter in tests/test_ptx.py, or CUDA's
+driver API in gpu/vendor_check.py.
+
+Requires: kernels from `kernels.kernels(lr)`. Guarantees: binary64 arithmetic happens only in
+the kernels and in `host_scalars` (the scalar statements, through alphac.ir.evaluate); the
+host's own work is copying and combining `G` by the caller's order.
+"""
+from __future__ import annotations
+
+from typing import Protocol, Sequence
+
+from alphac.ir.learner import Learner
+from alphac.ptx.kernels import Kernel, host_scalars, param_count
+
+
+class Device(Protocol):
+    def alloc(self, values: Sequence[float]) -> int: ...            # a buffer holding `values`
+    def write(self, addr: int, values: Sequence[float]) -> None: ...
+    def read(self, addr: int, count: int) -> list[float]: ...
+    def launch(self, kernel: Kernel, args: list[int | float], threads: int) -> None: ...
+
+
+class Owner:
+    """One owner's device buffers: every state, every data array, gs, G, vector constants."""
+
+    def __init__(self, dev: Device, lr: Learner, kernels: list[Kernel]):
+        self.dev, self.lr = dev, lr
+        self.kernels = {k.name: k for k in kernels}
+        self.P = param_count(lr)
+        self.state = {s.name: dev.alloc(s.init) for s in lr.states}
+        self.data = {d.name: dev.alloc(d.values) for d in lr.data}
+        self.gs = dev.alloc([0.0] * max(1, self.P * (lr.nsamples or 0)))
+        self.G = dev.alloc([0.0] * max(1, self.P))
+        self.consts = {(k.name, p.name): dev.alloc(p.values)
+                       for k in kernels for p in k.params if p.role == "const"}
+
+    def _args(self, k: Kernel, **scalar: int | float) -> list[int | float]:
+        out: list[int | float] = []
+        for p in k.params:
+            if p.role == "state":
+                out.append(self.state[p.ref])
+            elif p.role == "data":
+                out.append(self.data[p.ref])
+            elif p.role in ("gs", "G"):
+                out.append(getattr(self, p.role))
+            elif p.role == "const":
+                out.append(self.consts[(k.name, p.name)])
+            elif p.role == "scalar":
+                out.append(scalar["values"][(p.ref, p.version)])
+            else:
+                out.append(scalar[p.role])
+        return out
+
+    def contribution(self, lo: int, hi: int) -> list[float]:
+        """G of samples [lo, hi): the owner's left-fold sum of their per-sample gradients."""
+        gs, total = self.kernels["grad_samples"], self.kernels["owner_sum"]
+        self.dev.launch(gs, self._args(gs, lo=lo, hi=hi), hi - lo)
+        self.dev.launch(total, self._args(total, n=hi - lo), self.P)
+        return self.dev.read(self.G, self.P)
+
+    def update(self, G: list[float] | None, n: int) -> None:
+        """The update, given the combined sum G over n samples (None without a loss)."""
+        if G is not None:
+            self.dev.write(self.G, G)
+        values = host_scalars(self.lr, {s.name: tuple(self.dev.read(self.state[s.name], 1))
+                                        for s in self.lr.scalar_states})
+        for g in self.lr.groups:
+            k = self.kernels[f"update_g{g.index}"]
+            self.dev.launch(k, self._args(k, n=n, klo=0, khi=g.size, values=values), g.size)
+        for s in self.lr.scalar_states:
+            self.dev.write(self.state[s.name], [values[(s.name, 1)]])
+
+    def step(self) -> None:
+        """One step of the single-owner learner (the owner holds every sample)."""
+        n = self.lr.nsamples or 0
+        self.update(self.contribution(0, n) if self.lr.loss is not None else None, n)
+
+    def read_state(self) -> dict[str, tuple[float, ...]]:
+        return {s.name: tuple(self.dev.read(self.state[s.name], s.size)) for s in self.lr.states}

@@ -1,0 +1,288 @@
+"""An owner's compute as PTX kernels: per-sample gradients, the owner sum, the per-group update.
+
+The kernel ABI (docs/gpu.md has the same, with a worked example). Every buffer is binary64,
+row-major, 8-byte aligned, and indexed by the global index (the host passes full-size buffers or
+offsets the base itself). Indices and counts are u32. `P` is the number of param coordinates,
+params concatenated in declaration order (`param_layout`). Each kernel is 1-D: any grid whose
+`ctaid.x * ntid.x + tid.x` covers the range; threads past its end do nothing.
+
+    grad_samples  (learners with a loss) one thread per sample i in [lo, hi)
+        state_<s>  u64  for every state the loss reads, declaration order
+        data_<d>   u64  for every data array, declaration order (all samples)
+        gs         u64  out: gs[(i - lo) * P + j], every param coordinate j
+        lo, hi     u32
+      gs[(i-lo)*P + j] is the per-sample gradient exactly as `interp.per_sample_gradient`: the
+      left fold of the contributions covering j, +0.0 where none does; `dot` and `sum` unrolled
+      as left folds.
+    owner_sum     one thread per param coordinate j in [0, P)
+        gs u64, G u64 (out: G[j]), n u32 (the owner's sample count, n >= 1; n = 0 writes nothing)
+      G[j] = ((gs[j] + gs[P + j]) + gs[2P + j]) + ...: the left fold from the first sample.
+    update_g<N>   one thread per coordinate k in [klo, khi) of coordinate group N
+        state_<s>  u64  for every member of the group the statements read or assign (decl. order)
+        G, n       u64, u32  only if the update reads a gradient: the combined sum G (P coords,
+                             as owner_sum writes it) and the total sample count; the kernel
+                             divides, grad(p)[k] = G[off(p) + k] / float(n)
+        scalar_<s>_old / scalar_<s>_new  f64  each scalar state version the statements read
+                             (the host runs the scalar statements first: `host_scalars`)
+        const_<c>  u64  each vector constant the statements read (`Param.values`: upload once)
+        klo, khi   u32
+      The group's statements run in source order for coordinate k; assigned members are stored
+      at the end, so every read of an old value sees the old value.
+The parameters' order and meaning are data: `Kernel.params`, one `Param` each.
+
+Requires: a checked, differentiated `Learner`. Guarantees: every binary64 operation is the one
+`alphac.ir.interp` performs, in its order (tests/test_ptx.py runs the PTX to prove it); the same
+learner and target give the same text, byte for byte.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from alphac.ir import binary64
+from alphac.ir.evaluate import Env, evaluate
+from alphac.ir.learner import (Bcast, Const, DataRow, Dot, Elem, Grad, Group, Learner, Node,
+                               Pick, Pow, Read, Sum, Unary, postorder)
+from alphac.ptx.render import Emitter, f64imm
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str                        # the PTX parameter name
+    type: str                        # "u64" (a global pointer) | "u32" | "f64"
+    role: str                        # state data gs G n lo hi klo khi scalar const
+    ref: str = ""                    # the state or data name (state, data, scalar)
+    version: int = 0                 # scalar: 0 the value before the update, 1 after
+    values: tuple[float, ...] = ()   # const: the buffer's contents
+
+
+@dataclass(frozen=True)
+class Kernel:
+    name: str
+    sm: int
+    params: tuple[Param, ...]
+    ptx: str
+    group: int | None = None         # update kernels: the coordinate group
+
+
+def param_layout(lr: Learner) -> dict[str, int]:
+    """Each param's first coordinate in the concatenated vector of `P` coordinates."""
+    out, off = {}, 0
+    for p in lr.params:
+        out[p.name] = off
+        off += p.size
+    return out
+
+
+def param_count(lr: Learner) -> int:
+    return sum(p.size for p in lr.params)
+
+
+def host_scalars(lr: Learner, state: dict[str, tuple[float, ...]]) -> dict[tuple[str, int], float]:
+    """Every scalar state's (name, version) -> value: what the host passes to update kernels."""
+    env = Env(state={(k, 0): v for k, v in state.items()})
+    for a in lr.update:
+        if lr.state(a.target).group is None:
+            env.state[(a.target, 1)] = evaluate(a.node, env)
+    out = {}
+    for s in lr.scalar_states:
+        out[(s.name, 0)] = state[s.name][0]
+        out[(s.name, 1)] = env.state.get((s.name, 1), state[s.name])[0]
+    return out
+
+
+class _Lower:
+    """Node -> this thread's registers: one per coordinate (loss), or one for coordinate k."""
+
+    def __init__(self, em: Emitter, leaf: Callable[[Node], list[str]], per_coordinate: bool):
+        self.em, self.leaf, self.per_coordinate = em, leaf, per_coordinate
+        self.memo: dict[int, list[str]] = {}
+
+    def __call__(self, root: Node) -> list[str]:
+        for n in postorder([root]):
+            if id(n) not in self.memo:
+                self.memo[id(n)] = self.step(n)
+        return self.memo[id(root)]
+
+    def fold(self, regs: list[str]) -> str:
+        acc = regs[0]
+        for r in regs[1:]:
+            acc = self.em.op("add", acc, r)
+        return acc
+
+    def step(self, n: Node) -> list[str]:
+        em, v = self.em, (lambda c: self.memo[id(c)])
+        if isinstance(n, (Const, Read, DataRow, Grad)):
+            return self.leaf(n)
+        if isinstance(n, Elem):
+            a, b = v(n.a), v(n.b)
+            a, b = (a * len(b) if len(a) == 1 else a), (b * len(a) if len(b) == 1 else b)
+            return [em.op(n.op, x, y) for x, y in zip(a, b)]
+        if isinstance(n, Unary):
+            return [em.op(n.op, x) for x in v(n.a)]
+        if isinstance(n, Pow):
+            out = base = v(n.a)
+            for _ in range(n.n - 1):
+                out = [em.op("mul", p, x) for p, x in zip(out, base)]
+            return out
+        if isinstance(n, Dot):
+            return [self.fold([em.op("mul", x, y) for x, y in zip(v(n.a), v(n.b))])]
+        if isinstance(n, Sum):
+            return [self.fold(v(n.a))]
+        if isinstance(n, Pick):
+            a = v(n.a)
+            row = max(1, len(a) // n.a.shape[0])
+            return a[n.k * row:(n.k + 1) * row]
+        if isinstance(n, Bcast):
+            return v(n.a) * (1 if self.per_coordinate else n.size)
+        raise TypeError(f"no PTX for {type(n).__name__}")
+
+
+def _pointers(em: Emitter, params: list[Param]) -> dict[str, str]:
+    return {p.name: em.op("global", em.op("ldp64", p.name)) for p in params if p.type == "u64"}
+
+
+def _module(em: Emitter, lr: Learner, name: str, params: list[Param], sm: int,
+            group: int | None = None) -> Kernel:
+    em.label("$done")
+    em.op("ret")
+    text = em.module(name, [(p.name, p.type) for p in params], sm, f"{lr.name}: {name}")
+    return Kernel(name, sm, tuple(params), text, group)
+
+
+def grad_samples(lr: Learner, sm: int = 90) -> Kernel:
+    assert lr.loss is not None, "grad_samples needs a loss"
+    em = Emitter()
+    read = {n.name for n in postorder([lr.loss]) if isinstance(n, Read)}
+    params = [Param(f"state_{s.name}", "u64", "state", s.name) for s in lr.states if s.name in read]
+    params += [Param(f"data_{d.name}", "u64", "data", d.name) for d in lr.data]
+    params += [Param("gs", "u64", "gs"), Param("lo", "u32", "lo"), Param("hi", "u32", "hi")]
+    base = _pointers(em, params)
+    lo, hi = em.op("ldp32", "lo"), em.op("ldp32", "hi")
+    t = em.thread_index()
+    i = em.op("add32", lo, t)
+    em.op("braif", em.op("ge", i, hi), "$done")
+    loaded: dict[str, list[str]] = {}
+
+    def leaf(n: Node) -> list[str]:
+        if isinstance(n, Const):
+            return [em.op("movf", f64imm(x)) for x in n.values]
+        key = ("state_" if isinstance(n, Read) else "data_") + n.name
+        if key not in loaded:
+            addr = base[key]
+            if isinstance(n, DataRow):
+                addr = em.op("add64", addr, em.op("wide", i, 8 * n.size))
+            loaded[key] = [em.op("ld", addr, 8 * c) for c in range(n.size)]
+        return loaded[key]
+
+    lower = _Lower(em, leaf, per_coordinate=False)
+    out = em.op("add64", base["gs"], em.op("wide", t, 8 * param_count(lr)))
+    offsets, zero = param_layout(lr), None
+    for p in lr.params:
+        em.comment(f"per-sample gradient of {p.name}")
+        g: list[str | None] = [None] * p.size
+        for c in lr.grads[p.name]:
+            for k, r in enumerate(lower(c.node)):
+                j = c.offset + k
+                g[j] = r if g[j] is None else em.op("add", g[j], r)
+        for j, r in enumerate(g):
+            if r is None:
+                r = zero = zero or em.op("movf", f64imm(0.0))
+            em.op("st", out, 8 * (offsets[p.name] + j), r)
+    return _module(em, lr, "grad_samples", params, sm)
+
+
+def owner_sum(lr: Learner, sm: int = 90) -> Kernel:
+    em = Emitter()
+    params = [Param("gs", "u64", "gs"), Param("G", "u64", "G"), Param("n", "u32", "n")]
+    base = _pointers(em, params)
+    n = em.op("ldp32", "n")
+    j = em.thread_index()
+    em.op("braif", em.op("ge", j, param_count(lr)), "$done")
+    em.op("braif", em.op("ge", em.op("mov32", 0), n), "$done")
+    off = em.op("wide", j, 8)
+    src = em.op("add64", base["gs"], off)
+    acc = em.op("ld", src, 0)
+    i = em.op("mov32", 1)
+    em.label("$loop")
+    em.op("braif", em.op("ge", i, n), "$store")
+    em.op("add64", src, 8 * param_count(lr), d=src)
+    em.op("add", acc, em.op("ld", src, 0), d=acc)
+    em.op("add32", i, 1, d=i)
+    em.op("bra", "$loop")
+    em.label("$store")
+    em.op("st", em.op("add64", base["G"], off), 0, acc)
+    return _module(em, lr, "owner_sum", params, sm)
+
+
+def update(lr: Learner, group: Group, sm: int = 90) -> Kernel:
+    em = Emitter()
+    stmts = [a for a in lr.update if lr.state(a.target).group == group.index]
+    nodes = postorder([a.node for a in stmts])
+    reads = [n for n in nodes if isinstance(n, Read)]
+    touched = {a.target for a in stmts} | {n.name for n in reads}
+    params = [Param(f"state_{s.name}", "u64", "state", s.name)
+              for s in lr.states if s.group == group.index and s.name in touched]
+    if any(isinstance(n, Grad) for n in nodes):
+        params += [Param("G", "u64", "G"), Param("n", "u32", "n")]
+    order = {s.name: i for i, s in enumerate(lr.states)}
+    scalars = sorted({(n.name, n.version) for n in reads if lr.state(n.name).group is None},
+                     key=lambda sv: (order[sv[0]], sv[1]))
+    params += [Param(f"scalar_{s}_{('old', 'new')[v]}", "f64", "scalar", s, v) for s, v in scalars]
+    consts: dict[tuple[int, ...], str] = {}
+    for n in nodes:
+        if isinstance(n, Const) and n.size > 1:
+            key = tuple(binary64.bits(x) for x in n.values)
+            if key not in consts:
+                consts[key] = f"const_{len(consts)}"
+                params.append(Param(consts[key], "u64", "const", values=n.values))
+    params += [Param("klo", "u32", "klo"), Param("khi", "u32", "khi")]
+    base = _pointers(em, params)
+    klo, khi = em.op("ldp32", "klo"), em.op("ldp32", "khi")
+    k = em.op("add32", klo, em.thread_index())
+    em.op("braif", em.op("ge", k, khi), "$done")
+    kb = em.op("wide", k, 8)
+    cache: dict[str, str] = {}
+
+    def once(key: str, make: Callable[[], str]) -> str:
+        if key not in cache:
+            cache[key] = make()
+        return cache[key]
+
+    def at(name: str) -> str:                       # the address of coordinate k of a buffer
+        return once("&" + name, lambda: em.op("add64", base[name], kb))
+
+    offsets, new = param_layout(lr), {}
+
+    def leaf(n: Node) -> list[str]:
+        if isinstance(n, Const):
+            if n.size == 1:
+                return [em.op("movf", f64imm(n.values[0]))]
+            name = consts[tuple(binary64.bits(x) for x in n.values)]
+            return [once(name, lambda: em.op("ld", at(name), 0))]
+        if isinstance(n, Grad):
+            nf = once("n", lambda: em.op("cvtf", em.op("ldp32", "n")))
+            g = once("G" + n.param, lambda: em.op("ld", at("G"), 8 * offsets[n.param]))
+            return [em.op("div", g, nf)]
+        if lr.state(n.name).group is None:
+            name = f"scalar_{n.name}_{('old', 'new')[n.version]}"
+            return [once(name, lambda: em.op("ldpf", name))]
+        if n.version == 1:
+            return [new[n.name]]
+        name = f"state_{n.name}"
+        return [once(name, lambda: em.op("ld", at(name), 0))]
+
+    lower = _Lower(em, leaf, per_coordinate=True)
+    for a in stmts:
+        em.comment(f"line {a.line}: {a.target}")
+        (new[a.target],) = lower(a.node)
+    for s in lr.states:
+        if s.name in new:
+            em.op("st", at(f"state_{s.name}"), 0, new[s.name])
+    return _module(em, lr, f"update_g{group.index}", params, sm, group.index)
+
+
+def kernels(lr: Learner, sm: int = 90) -> list[Kernel]:
+    """The owner's kernels: grad_samples and owner_sum (with a loss), then one update per group."""
+    out = [grad_samples(lr, sm), owner_sum(lr, sm)] if lr.loss is not None else []
+    return out + [update(lr, g, sm) for g in lr.groups]

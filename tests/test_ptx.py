@@ -1,0 +1,662 @@
+"""GPU code (alphac.ptx): the PTX obeys the contract, ptxas accepts it, the cubin reader agrees
+with ptxas, and the kernels compute the reference interpreter's bits.
+
+Requires: ptxas (CUDA 13.0; skipped without it, failed in CI) for the assembler and cubin tests;
+nothing for the golden and interpreter tests.
+
+Guarantees checked:
+  * for the five learners, sm_86 and sm_90: ptxas accepts every kernel; a scan finds no fma,
+    mad, atom, red, .ftz or .approx, and every f64 add/sub/mul/div/sqrt names .rn;
+  * the launch image (alphac.ptx.cubin) has the registers, stack, shared and constant-bank sizes
+    `ptxas -v` reports, and parameter offsets laid out from the kernel's own parameter list;
+    a probe kernel with shared and local memory and .maxntid checks the non-zero cases;
+  * tests/golden/ptx/<learner>.<kernel>.ptx hold the sm_90 text (`PYTHONPATH=. python
+    tests/test_ptx.py` rewrites them);
+  * PTX INTERPRETER (below, written here from the PTX ISA): running the kernels through
+    alphac.ptx.host gives, step after step, the bits of alphac.ir.interp and of tests/oracle.py,
+    single owner and the reference four-owner split; a reassociated add is caught;
+  * PTX and cubins are byte-identical across runs from two working directories.
+"""
+import hashlib
+import math
+import os
+import re
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+
+import oracle
+from conftest import LEARNER_NAMES, ROOT, example, require_tool
+
+from alphac.driver import compile_file
+from alphac.ir import interp
+from alphac.ptx import ptxas
+from alphac.ptx.cubin import CubinError, cubin_info, read_cubin
+from alphac.ptx.host import Owner
+from alphac.ptx.kernels import kernels, param_count
+from alphac.ptx.render import PARAM_TYPES
+
+GOLDEN = ROOT / "tests" / "golden" / "ptx"
+SMS = [86, 90]
+
+
+@lru_cache(maxsize=None)
+def learner(name):
+    return compile_file(example(name)).learner
+
+
+@lru_cache(maxsize=None)
+def built(name, sm):
+    """(kernel, cubin bytes) for each kernel of the learner."""
+    require_tool("ptxas")
+    return [(k, ptxas.assemble(k.ptx, sm)) for k in kernels(learner(name), sm)]
+
+
+def bits(x):
+    return struct.unpack("<Q", struct.pack("<d", x))[0]
+
+
+# -- the PTX scan ---------------------------------------------------------------------------------
+FORBIDDEN_OPS = {"fma", "mad", "atom", "red"}
+FORBIDDEN_MODS = {"ftz", "approx"}
+ROUNDING_OPS = {"add", "sub", "mul", "div", "sqrt"}
+
+
+def scan(ptx):
+    """Every instruction's problems with the contract (an empty list when there are none)."""
+    bad = []
+    for line in ptx.splitlines():
+        code = line.split("//")[0].strip()
+        if not code.endswith(";") or code.startswith("."):
+            continue
+        op = code.split()[1] if code.startswith("@") else code.split()[0]
+        parts = op.split(".")
+        if parts[0] in FORBIDDEN_OPS or FORBIDDEN_MODS & set(parts[1:]):
+            bad.append(code)
+        elif parts[0] in ROUNDING_OPS and "f64" in parts and "rn" not in parts:
+            bad.append(code)
+    return bad
+
+
+def test_scan_catches_what_it_must():
+    assert scan("\tfma.rn.f64 %fd1, %fd2, %fd3, %fd4;\n\tmad.lo.s32 %r1, %r2, %r3, %r4;") != []
+    assert len(scan("\tadd.f64 %fd1, %fd2, %fd3;\n\tdiv.approx.f64 %fd1, %fd2, %fd3;\n"
+                    "\tsqrt.rn.ftz.f64 %fd1, %fd2;\n\tred.global.add.f64 [%rd1], %fd1;")) == 4
+    assert scan("\tadd.rn.f64 %fd1, %fd2, %fd3;\n\t@%p1 bra $done;\n\tneg.f64 %fd1, %fd1;") == []
+
+
+@pytest.mark.parametrize("sm", SMS)
+@pytest.mark.parametrize("name", LEARNER_NAMES)
+def test_ptx_keeps_the_contract_and_assembles(name, sm):
+    ks = kernels(learner(name), sm)
+    assert [k.name for k in ks] == (["grad_samples", "owner_sum"] if learner(name).loss else []) \
+        + [f"update_g{g.index}" for g in learner(name).groups]
+    for k in ks:
+        assert scan(k.ptx) == [], k.name
+        assert f".target sm_{sm}\n" in k.ptx
+    for k, cubin in built(name, sm):
+        assert list(read_cubin(cubin)) == [k.name]
+
+
+# -- the cubin reader against ptxas -v ------------------------------------------------------------
+def ptxas_v(ptx, sm):
+    """`ptxas -v` per entry: registers, stack, spills, smem and cmem[0] (when it prints it)."""
+    tool = ptxas.find_ptxas()
+    with tempfile.TemporaryDirectory() as tmp:
+        Path(tmp, "k.ptx").write_text(ptx)
+        run = subprocess.run([tool.path, f"-arch=sm_{sm}", *ptxas.FLAGS, "-v", "k.ptx", "-o",
+                              "k.cubin"], cwd=tmp, capture_output=True, text=True, check=True)
+    out, entry, fn = {}, None, None
+    for line in (run.stdout + run.stderr).splitlines():
+        if m := re.search(r"Compiling entry function '(\w+)'", line):
+            entry = m[1]
+            out[entry] = {"smem": 0}
+        elif m := re.search(r"Function properties for (\S+)", line):
+            fn = m[1]
+        elif (m := re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores", line)) \
+                and fn == entry:
+            out[entry].update(stack=int(m[1]), spills=int(m[2]))
+        elif m := re.search(r"Used (\d+) registers", line):
+            out[entry]["registers"] = int(m[1])
+            if s := re.search(r"(\d+) bytes smem", line):
+                out[entry]["smem"] = int(s[1])
+            if c := re.search(r"(\d+) bytes cmem\[0\]", line):
+                out[entry]["cmem0"] = int(c[1])
+    return out
+
+
+def natural_layout(types):
+    """C-like layout of parameters: each aligned to its size."""
+    off, out = 0, []
+    for t in types:
+        size = PARAM_TYPES[t]
+        off = (off + size - 1) // size * size
+        out.append((off, size))
+        off += size
+    return out, off
+
+
+PARAM_BASE = {86: 0x160, 90: 0x210}      # observed with ptxas 13.0 (NVIDIA-DRIVER-NOTES guessed)
+RESERVED_SMEM = {86: 0, 90: 1024}        # sm_90: .nv.shared.K starts with a 1 KiB reserved window
+
+
+def check_image(im, sm, types, v):
+    assert im.sm == sm
+    assert im.registers == v["registers"]
+    assert im.local == v["stack"] and v["spills"] == 0
+    assert im.shared == (v["smem"] + RESERVED_SMEM[sm] if v["smem"] else 0)
+    if "cmem0" in v:
+        assert im.cbank0 == v["cmem0"]
+    layout, size = natural_layout(types)
+    assert [(p.offset, p.size) for p in im.params] == layout
+    assert [p.ordinal for p in im.params] == list(range(len(types)))
+    assert im.param_size == size and im.param_base == PARAM_BASE[sm]
+    assert im.param_base + im.param_size <= im.cbank0
+    assert im.code_sha256 == hashlib.sha256(im.code).hexdigest() and im.relocs == ()
+
+
+@pytest.mark.parametrize("sm", SMS)
+@pytest.mark.parametrize("name", LEARNER_NAMES)
+def test_launch_image_equals_ptxas_v(name, sm):
+    for k, cubin in built(name, sm):
+        im = read_cubin(cubin)[k.name]
+        check_image(im, sm, [p.type for p in k.params], ptxas_v(k.ptx, sm)[k.name])
+        assert im.exits and all(e % 16 == 0 and e < len(im.code) for e in im.exits)
+        listing = cubin_info(cubin)
+        assert f"kernel {k.name}:" in listing and "EIATTR_KPARAM_INFO" in listing
+
+
+PROBE = """.version 7.8
+.target sm_{sm}
+.address_size 64
+
+.visible .entry probe(.param .u64 out, .param .u32 k, .param .f64 x, .param .u32 j)
+.maxntid 64, 1, 1
+{{
+	.reg .b32 %r<3>;
+	.reg .b64 %rd<8>;
+	.reg .f64 %fd<3>;
+	.shared .align 8 .b8 sh[256];
+	.local .align 8 .b8 loc[96];
+	ld.param.u64 %rd1, [out];
+	cvta.to.global.u64 %rd1, %rd1;
+	ld.param.u32 %r1, [k];
+	ld.param.f64 %fd1, [x];
+	mul.wide.u32 %rd2, %r1, 8;
+	mov.u64 %rd3, loc;
+	add.s64 %rd4, %rd3, %rd2;
+	st.local.f64 [%rd4], %fd1;
+	mov.u64 %rd5, sh;
+	add.s64 %rd6, %rd5, %rd2;
+	st.shared.f64 [%rd6], %fd1;
+	bar.sync 0;
+	ld.param.u32 %r2, [j];
+	mul.wide.u32 %rd2, %r2, 8;
+	add.s64 %rd4, %rd3, %rd2;
+	ld.local.f64 %fd2, [%rd4];
+	add.s64 %rd6, %rd5, %rd2;
+	ld.shared.f64 %fd1, [%rd6];
+	add.rn.f64 %fd2, %fd2, %fd1;
+	st.global.f64 [%rd1], %fd2;
+	ret;
+}}
+"""
+
+
+@pytest.mark.parametrize("sm", SMS)
+def test_reader_on_a_probe_with_shared_local_and_maxntid(sm):
+    require_tool("ptxas")
+    ptx = PROBE.format(sm=sm)
+    im = read_cubin(ptxas.assemble(ptx, sm))["probe"]
+    v = ptxas_v(ptx, sm)["probe"]
+    assert v["stack"] == 96 and v["smem"] == 256         # the probe reaches the non-zero cases
+    check_image(im, sm, ["u64", "u32", "f64", "u32"], v)
+    assert im.max_threads == (64, 1, 1)
+
+
+def test_reader_refuses_what_it_does_not_understand():
+    with pytest.raises(CubinError):
+        read_cubin(b"\x7fELF not really")
+    with pytest.raises(CubinError):
+        read_cubin(Path(sys.executable).read_bytes()[:1 << 16])
+    cubin = bytearray(built("scalar_regression", 90)[0][1])
+    at = bytes(cubin).index(b".nv.constant0.")
+    cubin[at:at + 14] = b".nv.constant2."            # a second constant bank: not launchable
+    with pytest.raises(CubinError):
+        read_cubin(bytes(cubin))
+
+
+# -- the assembler --------------------------------------------------------------------------------
+def test_ptxas_is_fingerprinted_and_missing_is_named(monkeypatch, tmp_path):
+    require_tool("ptxas")
+    tool = ptxas.find_ptxas()
+    assert "release" in tool.version and len(tool.sha256) == 64
+    assert "--fmad=false" in ptxas.FLAGS
+    monkeypatch.setenv("ALPHAC_PTXAS", str(tmp_path / "no-ptxas"))
+    with pytest.raises(ptxas.PtxasMissing):
+        ptxas.find_ptxas()
+    monkeypatch.delenv("ALPHAC_PTXAS")
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(ptxas.PtxasMissing):
+        ptxas.assemble(".version 7.8\n", 90)
+
+
+@pytest.mark.parametrize("sm", SMS)
+def test_build_is_all_or_nothing(sm, monkeypatch, tmp_path):
+    require_tool("ptxas")
+    from alphac.ptx import build
+    for name in LEARNER_NAMES:
+        got = build(learner(name), sm)
+        assert [b.kernel.name for b in got] == [k.name for k in kernels(learner(name), sm)]
+        assert all(b.image.sm == sm and b.image.name == b.kernel.name for b in got)
+    monkeypatch.delenv("ALPHAC_PTXAS", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(ptxas.PtxasMissing):
+        build(learner("lsq_adam"), sm)
+
+
+def test_ptxas_failure_is_named():
+    require_tool("ptxas")
+    with pytest.raises(ptxas.PtxasFailed):
+        ptxas.assemble(".version 7.8\n.target sm_90\n.address_size 64\nnonsense;\n", 90)
+
+
+# -- golden PTX -----------------------------------------------------------------------------------
+def golden_texts():
+    return {f"{n}.{k.name}.ptx": k.ptx for n in LEARNER_NAMES for k in kernels(learner(n), 90)}
+
+
+def test_golden_ptx():
+    texts = golden_texts()
+    assert sorted(p.name for p in GOLDEN.glob("*.ptx")) == sorted(texts)
+    for fname, text in texts.items():
+        assert (GOLDEN / fname).read_text() == text, f"{fname} changed: regenerate and review"
+
+
+def test_targets_differ_only_in_the_target_line():
+    for n in LEARNER_NAMES:
+        for a, b in zip(kernels(learner(n), 86), kernels(learner(n), 90)):
+            assert a.ptx.replace(".target sm_86", ".target sm_90") == b.ptx
+
+
+# -- a PTX interpreter, for the subset alphac emits -----------------------------------------------
+M32, M64 = (1 << 32) - 1, (1 << 64) - 1
+INF, NAN = float("inf"), float("nan")
+
+
+def ieee_div(a, b):
+    try:
+        return a / b
+    except ZeroDivisionError:                 # IEEE: x/0 is a signed infinity, 0/0 and nan/0 NaN
+        return NAN if a != a or a == 0.0 else math.copysign(INF, a) * math.copysign(1.0, b)
+
+
+def ieee_sqrt(a):
+    return a if a != a or a == 0.0 else NAN if a < 0.0 else math.sqrt(a)
+
+
+F64 = {"add.rn.f64": lambda a, b: a + b, "sub.rn.f64": lambda a, b: a - b,
+       "mul.rn.f64": lambda a, b: a * b, "div.rn.f64": ieee_div, "sqrt.rn.f64": ieee_sqrt,
+       "neg.f64": lambda a: -a, "cvt.rn.f64.u32": float, "mov.f64": lambda a: a}
+INT = {"add.u32": lambda a, b: (a + b) & M32, "mul.lo.u32": lambda a, b: (a * b) & M32,
+       "mul.wide.u32": lambda a, b: a * b, "add.s64": lambda a, b: (a + b) & M64,
+       "setp.ge.u32": lambda a, b: a >= b, "mov.u32": lambda a: a & M32,
+       "cvta.to.global.u64": lambda a: a}
+SREGS = ("%tid.x", "%ntid.x", "%ctaid.x")
+
+
+def test_interpreter_arithmetic_is_ieee():
+    assert ieee_div(1.0, 0.0) == INF and ieee_div(-1.0, 0.0) == -INF and ieee_div(1.0, -0.0) == -INF
+    assert math.isnan(ieee_div(0.0, 0.0)) and math.isnan(ieee_sqrt(-1.0))
+    assert bits(ieee_sqrt(-0.0)) == bits(-0.0) and ieee_sqrt(INF) == INF
+    assert F64["add.rn.f64"](0.1, 0.2) == 0.30000000000000004
+
+
+class Memory:
+    """Global memory: buffers at spaced addresses; any access outside them raises KeyError."""
+
+    def __init__(self):
+        self.cells, self.top = {}, 1 << 20
+
+    def alloc(self, values):
+        base = self.top
+        self.top += (8 * len(values) + 4095) // 4096 * 4096 + 4096
+        self.write(base, values)
+        return base
+
+    def write(self, addr, values):
+        for i, v in enumerate(values):
+            self.cells[addr + 8 * i] = float(v)
+
+    def read(self, addr, count):
+        return [self.cells[addr + 8 * i] for i in range(count)]
+
+
+class Ptx:
+    def __init__(self, text):
+        self.params = re.findall(r"\.param \.(\w+) (\w+)", text)
+        self.code, self.labels = [], {}
+        for line in text[text.index("{") + 1:text.rindex("}")].splitlines():
+            line = line.split("//")[0].strip()
+            if not line or line.startswith("."):
+                continue
+            if line.endswith(":"):
+                self.labels[line[:-1]] = len(self.code)
+                continue
+            guard = None
+            if line.startswith("@"):
+                guard, line = line[1:].split(None, 1)
+            op, _, rest = line.rstrip(";").partition(" ")
+            self.code.append((guard, op, [a.strip() for a in rest.split(",")] if rest else []))
+
+    def launch(self, mem, args, threads, block=4, grid=None):
+        """A 1-D grid covering `threads` with a spare block: its threads must do nothing."""
+        for b in range(threads // block + 2 if grid is None else grid):
+            for t in range(block):
+                self.thread(mem, args, {"%tid.x": t, "%ntid.x": block, "%ctaid.x": b})
+
+    def thread(self, mem, args, sregs):
+        R = {}
+
+        def val(x):
+            if x in sregs:
+                return sregs[x]
+            if x.startswith("%"):
+                return R[x]
+            return struct.unpack("<d", bytes.fromhex(x[2:])[::-1])[0] if x.startswith("0d") \
+                else int(x)
+
+        def addr(x):
+            reg, _, off = x.strip("[]").partition("+")
+            return R[reg] + int(off or 0)
+
+        pc = 0
+        for _ in range(1 << 20):
+            guard, op, a = self.code[pc]
+            pc += 1
+            if guard is not None and not R[guard]:
+                continue
+            if op == "ret":
+                return
+            if op in ("bra", "bra.uni"):
+                pc = self.labels[a[0]]
+            elif op.startswith("ld.param."):
+                R[a[0]] = args[a[1].strip("[]")]
+            elif op == "ld.global.f64":
+                R[a[0]] = mem.cells[addr(a[1])]
+            elif op == "st.global.f64":
+                if addr(a[0]) not in mem.cells:
+                    raise KeyError(f"store outside every buffer: {a[0]}")
+                mem.cells[addr(a[0])] = val(a[1])
+            elif op in F64:
+                R[a[0]] = F64[op](*map(val, a[1:]))
+            elif op in INT:
+                R[a[0]] = INT[op](*map(val, a[1:]))
+            else:
+                raise NotImplementedError(op)
+        raise RuntimeError("runaway thread")
+
+
+class InterpDevice:
+    """alphac.ptx.host's Device, over the interpreter: the kernels run as written."""
+
+    def __init__(self, mutate=None):
+        self.mem, self.mutate, self.launches = Memory(), mutate or {}, []
+
+    def alloc(self, values):
+        return self.mem.alloc(values)
+
+    def write(self, addr, values):
+        assert all(addr + 8 * i in self.mem.cells for i in range(len(values)))
+        self.mem.write(addr, values)
+
+    def read(self, addr, count):
+        return self.mem.read(addr, count)
+
+    def launch(self, kernel, args, threads):
+        prog = Ptx(self.mutate.get(kernel.name, lambda t: t)(kernel.ptx))
+        assert prog.params == [(p.type, p.name) for p in kernel.params]
+        for p, v in zip(kernel.params, args):
+            assert isinstance(v, float if p.type == "f64" else int), p
+        prog.launch(self.mem, {p.name: v for p, v in zip(kernel.params, args)}, threads)
+        self.launches.append(kernel.name)
+
+
+def state_bits(state):
+    return {k: [bits(x) for x in v] for k, v in state.items()}
+
+
+def run_on_interpreter(name, steps=5, mutate=None):
+    """Steps through alphac.ptx.host; returns the first step whose bits differ, or None."""
+    lr = learner(name)
+    owner = Owner(InterpDevice(mutate), lr, kernels(lr))
+    want = interp.initial_state(lr)
+    for s in range(1, steps + 1):
+        owner.step()
+        want = interp.step(lr, want)
+        if state_bits(owner.read_state()) != state_bits(want):
+            return s
+    assert interp.format_state(lr, owner.read_state()) == oracle.run(name, steps=steps)
+    return None
+
+
+@pytest.mark.parametrize("name", LEARNER_NAMES)
+def test_kernels_compute_the_reference_bits(name):
+    assert run_on_interpreter(name) is None
+
+
+@pytest.mark.parametrize("name", ["lsq_momentum", "lsq_adam"])
+def test_reference_split_four_owners(name):
+    lr = learner(name)
+    owner = Owner(InterpDevice(), lr, kernels(lr))
+    want = interp.initial_state(lr)
+    for _ in range(5):
+        parts = [(owner.contribution(lo, hi), hi - lo) for lo, hi in oracle.REF_SPLIT]
+        G, n = oracle.combine(oracle.REF_TREE, parts)
+        owner.update(G, n)
+        c = [interp.owner_contribution(lr, want, range(lo, hi)) for lo, hi in oracle.REF_SPLIT]
+        total = interp.combine(interp.combine(c[0], c[1]), interp.combine(c[2], c[3]))
+        want = interp.apply_update(lr, want, interp.mean_gradient(total))
+        assert state_bits(owner.read_state()) == state_bits(want)
+    split = [(5, oracle.REF_SPLIT, oracle.REF_TREE)]
+    assert interp.format_state(lr, want) == oracle.run(name, split)
+
+
+COVERAGE = """learner coverage
+data x = [[1.0, 2.0, -0.5], [0.25, -1.5, 3.0], [2.0, 0.5, 1.0], [-1.0, 1.0, 0.75]]
+data y = [1.0, -2.0, 0.5, 3.0]
+const c = [0.5, 1.5, 2.0]
+param w: f64[3] = 0.1
+param b: f64 = 0.2
+param W: f64[2, 3] = 0.05
+param u: f64[2] = 1.0
+state s: f64 = 2.0
+state q: f64[3] = 1.0
+loss(i) {
+  let h = dot(W[0], x[i]) * s + sum(w * x[i] * c) - b^3
+  let z = sqrt(h * h + 1) - y[i]
+  0.5 * z^2 + -(W[1, 2] / (b + 2))
+}
+update {
+  let g = grad(w)
+  q = q * 0.5 + c * (g * g)
+  s = s * 0.99
+  w = w - 0.01 * g / sqrt(q + 1e-8) * s
+  b = b - 0.01 * grad(b)
+  W = W - 0.02 * grad(W)
+  u = -u / 2
+}
+"""
+
+
+def test_every_node_kind(tmp_path):
+    """dot, sum, pow, sqrt, neg, a row and an element of a matrix param, a scalar state read by
+    the loss and (new) by the update, a vector constant in the update, four groups."""
+    (tmp_path / "coverage.alpha").write_text(COVERAGE)
+    lr = compile_file(tmp_path / "coverage.alpha").learner
+    ks = kernels(lr)
+    assert [k.name for k in ks] == ["grad_samples", "owner_sum",
+                                    *(f"update_g{i}" for i in range(4))]
+    assert [p.name for p in ks[2].params] == ["state_w", "state_q", "G", "n", "scalar_s_new",
+                                              "const_0", "klo", "khi"]
+    owner, want = Owner(InterpDevice(), lr, ks), interp.initial_state(lr)
+    for _ in range(8):
+        owner.step()
+        want = interp.step(lr, want)
+        assert state_bits(owner.read_state()) == state_bits(want)
+    interp.format_state(lr, want)                       # finite: a meaningful comparison
+    if shutil.which("ptxas") or os.environ.get("ALPHAC_PTXAS"):    # else other tests fail in CI
+        from alphac.ptx import build
+        for sm in SMS:
+            for b in build(lr, sm):
+                assert scan(b.kernel.ptx) == []
+                check_image(b.image, sm, [p.type for p in b.kernel.params],
+                            ptxas_v(b.kernel.ptx, sm)[b.kernel.name])
+
+
+def reassociate_first_fold(ptx):
+    """((a + b) + c) -> (a + (b + c)) at the first chained pair of adds."""
+    lines = ptx.split("\n")
+    add = re.compile(r"\tadd\.rn\.f64 (%fd\d+), (%fd\d+), (%fd\d+);")
+    for i in range(len(lines) - 1):
+        m1, m2 = add.fullmatch(lines[i]), add.fullmatch(lines[i + 1])
+        if m1 and m2 and m2[2] == m1[1]:
+            lines[i] = f"\tadd.rn.f64 {m1[1]}, {m1[3]}, {m2[3]};"
+            lines[i + 1] = f"\tadd.rn.f64 {m2[1]}, {m1[2]}, {m1[1]};"
+            return "\n".join(lines)
+    raise AssertionError("no chained adds")
+
+
+def test_interpreter_catches_a_reassociated_add():
+    mutant = {"grad_samples": reassociate_first_fold}
+    assert "add.rn.f64 %fd16, %fd12, %fd13" in reassociate_first_fold(
+        kernels(learner("lsq_adam"))[0].ptx)
+    assert run_on_interpreter("lsq_adam", mutate=mutant) is not None
+
+
+def test_interpreter_catches_a_fold_from_plus_zero_not_first_term():
+    """owner_sum starting from +0.0 turns an all -0.0 column into +0.0: caught on a -0.0 case."""
+    lr = learner("scalar_regression")
+    k = [k for k in kernels(lr) if k.name == "owner_sum"][0]
+    ok = k.ptx
+    bad = ok.replace("\tld.global.f64 %fd1, [%rd6+0];", "\tld.global.f64 %fd9, [%rd6+0];\n"
+                     "\tmov.f64 %fd1, 0d0000000000000000;\n\tadd.rn.f64 %fd1, %fd1, %fd9;")
+    assert bad != ok
+    for text, n, want in ((ok, 3, bits(-0.0)), (bad, 3, bits(0.0)), (ok, 0, bits(1.0))):
+        mem = Memory()
+        gs, G = mem.alloc([-0.0, -0.0, -0.0]), mem.alloc([1.0])
+        Ptx(text).launch(mem, {"gs": gs, "G": G, "n": n}, param_count(lr))
+        assert bits(mem.read(G, 1)[0]) == want             # n = 0 writes nothing
+
+
+# -- reproducibility ------------------------------------------------------------------------------
+BUILD = """import hashlib, sys
+sys.path.insert(0, {root!r})
+from alphac.driver import compile_file
+from alphac.ptx.kernels import kernels
+from alphac.ptx.ptxas import assemble
+for name in {names!r}:
+    lr = compile_file({root!r} + "/examples/" + name + ".alpha").learner
+    for sm in (86, 90):
+        for k in kernels(lr, sm):
+            print(name, sm, k.name, hashlib.sha256(k.ptx.encode()).hexdigest(),
+                  hashlib.sha256(assemble(k.ptx, sm)).hexdigest())
+"""
+
+
+def test_ptx_and_cubins_are_reproducible_across_directories(tmp_path):
+    require_tool("ptxas")
+    script = BUILD.format(root=str(ROOT), names=LEARNER_NAMES)
+    outs = []
+    for sub, seed in (("a", "1"), ("b/c", "2")):
+        cwd = tmp_path / sub
+        cwd.mkdir(parents=True)
+        env = dict(os.environ, PYTHONHASHSEED=seed, TMPDIR=str(cwd))
+        outs.append(subprocess.run([sys.executable, "-c", script], cwd=cwd, env=env, text=True,
+                                   capture_output=True, check=True).stdout)
+    assert outs[0] == outs[1] and outs[0].count("\n") == 13 * 2
+
+
+# -- the vendor check script ----------------------------------------------------------------------
+def test_vendor_check_without_libcuda_exits_2(tmp_path):
+    script = ROOT / "gpu" / "vendor_check.py"
+    run = subprocess.run([sys.executable, str(script), "--libcuda", str(tmp_path / "nope.so")],
+                         capture_output=True, text=True)
+    assert run.returncode == 2 and "libcuda" in run.stderr and run.stdout == ""
+    run = subprocess.run([sys.executable, str(script), "--learner", "nonesuch"],
+                         capture_output=True, text=True)
+    assert run.returncode == 2
+
+
+class FakeCuda:
+    """The driver-API calls gpu/vendor_check.py makes, decoded from their ctypes arguments and
+    served by the PTX interpreter: checks the script's marshaling without a GPU."""
+    sm = 90
+
+    def __init__(self, mutate=None):
+        self.mem, self.kernels, self.mutate = Memory(), {}, mutate or {}
+
+    def call(self, name, *a):
+        import ctypes
+        if name == "cuModuleLoadData":
+            a[0]._obj.value = len(self.kernels) + 1
+        elif name == "cuModuleGetFunction":
+            a[0]._obj.value = a[1].value
+            self.kernels[a[1].value] = a[2].decode()
+        elif name == "cuMemAlloc_v2":
+            a[0]._obj.value = self.mem.alloc([0.0] * (a[1].value // 8))
+        elif name == "cuMemcpyHtoD_v2":
+            self.mem.write(a[0].value, struct.unpack(f"<{a[2].value // 8}d", a[1]))
+        elif name == "cuMemcpyDtoH_v2":
+            data = struct.pack(f"<{a[2].value // 8}d", *self.mem.read(a[1].value, a[2].value // 8))
+            ctypes.memmove(a[0], data, len(data))
+        elif name == "cuLaunchKernel":
+            k = self.current[self.kernels[a[0].value]]
+            ctype = {"u64": ctypes.c_uint64, "u32": ctypes.c_uint32, "f64": ctypes.c_double}
+            args = {p.name: ctypes.cast(a[9][i], ctypes.POINTER(ctype[p.type])).contents.value
+                    for i, p in enumerate(k.params)}
+            text = self.mutate.get(k.name, lambda t: t)(k.ptx)
+            Ptx(text).launch(self.mem, args, 0, block=a[4], grid=a[1])
+        else:
+            assert name == "cuCtxSynchronize", name
+
+
+def vendor_check_module():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("vendor_check", ROOT / "gpu" / "vendor_check.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_vendor_check_against_a_fake_driver(tmp_path):
+    require_tool("ptxas")
+    vc = vendor_check_module()
+    assert vc.main(["--build", str(tmp_path), "--learner", "lsq_adam"]) == 0
+    for name in LEARNER_NAMES:
+        fake = FakeCuda()
+        fake.current = {k.name: k for k in kernels(learner(name))}
+        assert vc.check(fake, name, 5, tmp_path if name == "lsq_adam" else None) == []
+    fake = FakeCuda({"grad_samples": reassociate_first_fold})
+    fake.current = {k.name: k for k in kernels(learner("lsq_adam"))}
+    rows = vc.check(fake, "lsq_adam", 5, tmp_path)
+    assert rows and "step   3" in rows[0]
+
+
+def regenerate():
+    GOLDEN.mkdir(parents=True, exist_ok=True)
+    for old in GOLDEN.glob("*.ptx"):
+        old.unlink()
+    for fname, text in golden_texts().items():
+        (GOLDEN / fname).write_text(text)
+    print(f"wrote {len(golden_texts())} files to {GOLDEN}")
+
+
+if __name__ == "__main__":
+    sys.exit(regenerate())
