@@ -106,11 +106,11 @@ def _warn(compiled) -> None:
 
 
 def cmd_check(args) -> int:
-    from alphac.driver import compile_file
+    from alphac.driver import compile_deployments
     status = 0
     for path in args.files:
         try:
-            _warn(compile_file(path))
+            _warn(compile_deployments(path)[0])
         except CompileError as e:
             status = _report(e)
     return status

@@ -269,9 +269,9 @@ class DeploymentChecker:
         problem = coverage_problem(total, tags)
         if problem is not None:
             kind, span = problem
-            msg = {"overlap": f"{what} ranges overlap", "gap": f"{what} ranges leave a gap",
-                   "beyond": f"a range reaches past the {total} {what}"}[kind]
-            self.err(code, span or item.span, msg + f" (there are {total} {what}: 0..{total})")
+            msg = {"overlap": "ranges overlap", "gap": "ranges leave a gap",
+                   "beyond": "a range reaches past the end"}[kind]
+            self.err(code, span or item.span, f"{what}: {msg} (there are {total}: 0..{total})")
             return None
         return Ranges(total, self.owners, tuple(r if r else (0, 0) for r in explicit))
 
