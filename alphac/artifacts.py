@@ -20,6 +20,7 @@ Requires
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 from typing import Callable, NamedTuple
@@ -88,14 +89,25 @@ def learner_recipe(source: str | Path, target: str) -> dict:
     return {"kind": "learner", "source": manifest.input_path(source), "target": target}
 
 
+def _loaded(node):
+    """Every path a `load("...")` anywhere in the syntax tree `node` names."""
+    from alphac.diag import Span
+    from alphac.parse import ast
+    if isinstance(node, ast.Call) and node.func == "load" and node.args \
+            and isinstance(node.args[0], ast.Str):
+        yield node.args[0].value
+    if isinstance(node, (tuple, list)):
+        for x in node:
+            yield from _loaded(x)
+    elif dataclasses.is_dataclass(node) and not isinstance(node, Span):
+        for f in dataclasses.fields(node):
+            yield from _loaded(getattr(node, f.name))
+
+
 def learner_inputs(source: str | Path, compiled) -> list[str]:
     """The files a learner was compiled from: its source and every `load("file.npy")`."""
-    from alphac.parse import ast
     base = Path(source).parent
-    found = [source]
-    for d in compiled.module.decls:
-        if isinstance(d, ast.DataDecl) and isinstance(d.value, ast.Call) and d.value.func == "load":
-            found.append(base / d.value.args[0].value)
+    found = [source, *(base / rel for rel in _loaded(compiled.module))]
     return sorted({manifest.input_path(p) for p in found})
 
 

@@ -134,11 +134,13 @@ def plan(tmp: Path, tree: Path, files: list[str]):
 
     b_tree = b_src
     mnt = tmp / "b-second-build-with-a-longer-path" / "mounted" / "src"
-    if shutil.which("disorderfs") and shutil.which("fusermount"):
+    unmount = next(([f, "-u"] for f in ("fusermount", "fusermount3") if shutil.which(f)),
+                   ["umount"])
+    if shutil.which("disorderfs"):
         mnt.mkdir(parents=True)
         if works(["disorderfs", "-q", "--shuffle-dirents=yes", str(b_src), str(mnt)]):
             b_tree = mnt
-            cleanup.append(["fusermount", "-u", str(mnt)])
+            cleanup.append(unmount + [str(mnt)])
             varied.append(f"directory listing order: B through disorderfs (shuffled) at {mnt}")
         else:
             not_varied.append("directory listing order: disorderfs would not mount (no FUSE?); "
