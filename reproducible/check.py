@@ -321,6 +321,9 @@ def json_diff(a, b, path: str = "") -> list[str]:
 def compare(a_root: Path, b_root: Path) -> tuple[list[str], int]:
     """(report lines, number of artifacts compared); no lines means identical."""
     ma_path, mb_path = a_root / OUT / MANIFEST, b_root / OUT / MANIFEST
+    absent = [label for label, p in (("A", ma_path), ("B", mb_path)) if not p.is_file()]
+    if absent:
+        return [f"MISMATCH MANIFEST.json: build {' and '.join(absent)} wrote none"], 0
     ta, tb = ma_path.read_bytes(), mb_path.read_bytes()
     ma, mb = json.loads(ta), json.loads(tb)
     lines = []
