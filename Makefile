@@ -6,7 +6,7 @@ STAMP    = $(VENV)/.installed
 ALPHAC   = $(BIN)/alphac
 EXAMPLES = scalar_regression two_coordinate independent_state lsq_momentum lsq_adam
 
-.PHONY: venv test demo docs clean
+.PHONY: venv test repro demo docs clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -18,6 +18,11 @@ venv: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
+	$(BIN)/python reproducible/check.py
+
+# every artifact, built twice under varied conditions, byte for byte (docs/reproducible.md)
+repro: $(STAMP)
+	$(BIN)/python reproducible/check.py
 
 demo: $(STAMP)
 	@for e in $(EXAMPLES); do \

@@ -1,8 +1,10 @@
 """The `alphac` command: argument parsing and the exit-code conventions, nothing else.
 
-Exit codes: 0 success; 1 the input has errors (diagnostics on stderr); 2 the command line is
-wrong (argparse's usage message); a run that refuses exits with its refusal's code
-(`alphac.refusals`) after printing `refused: NAME` on stderr, exactly like the executables.
+Exit codes: 0 success; 1 the input has errors (diagnostics on stderr; for `verify`, a missing or
+malformed manifest); 2 the command line is wrong (argparse's usage message); 3 `verify` found a
+difference (one `verify: ...` line per problem on stderr); a run that refuses exits with its
+refusal's code (`alphac.refusals`) after printing `refused: NAME` on stderr, exactly like the
+executables.
 A bad input never produces a Python traceback.
 """
 from __future__ import annotations
@@ -31,7 +33,12 @@ commands:
                           combine tree, each role's messages per step, memory per role
   build FILE [-o OUT] [--target ISA] [--emit asm|rt|lir]
                           build a static executable (x86_64 or aarch64) that trains on all
-                          samples and prints its state; --emit prints an intermediate form
+                          samples and prints its state; --emit prints an intermediate form;
+                          writes OUT.manifest.json beside OUT
+  build-all [--out DIR]   build every artifact the project knows (every example, every target)
+                          into DIR (default build/all) with DIR/MANIFEST.json
+  verify MANIFEST         rebuild what a manifest lists and check every hash; exit 0 when all
+                          match, 3 when something differs (one line each), 1 for a bad manifest
   explain CODE            explain a diagnostic code such as E0050
 
 run `alphac COMMAND --help` for a command's options.
@@ -85,6 +92,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--emit", choices=("asm", "rt", "lir"), default=None,
                    help="print the disassembly annotated with source lines (asm), the generated "
                         "runtime-language code (rt), or the low-level IR (lir) to stdout")
+
+    p = sub.add_parser("build-all", help="build every artifact, with a manifest",
+                       description="Build every artifact the project knows how to build (every "
+                                   "examples/*.alpha for every target) into DIR, and write "
+                                   "DIR/MANIFEST.json. Run from the project root.")
+    p.add_argument("--out", default="build/all", metavar="DIR", help="output folder (default build/all)")
+
+    p = sub.add_parser("verify", help="rebuild what a manifest lists and check every hash",
+                       description="Check the compiler, every input and every artifact a manifest "
+                                   "lists: each file's SHA-256, and a rebuild from its recipe. "
+                                   "Run from the directory the build ran in. Exit 0 when all "
+                                   "match, 3 when something differs, 1 for a missing or malformed "
+                                   "manifest.")
+    p.add_argument("manifest", metavar="MANIFEST")
 
     p = sub.add_parser("explain", help="explain a diagnostic code",
                        description="Print the explanation of a diagnostic code (E0xxx, W0xxx).")
@@ -167,8 +188,9 @@ def cmd_plan(args) -> int:
 
 
 def cmd_build(args) -> int:
-    import os
     from pathlib import Path
+    from alphac import manifest
+    from alphac.artifacts import learner_inputs, learner_recipe, write_file
     from alphac.build import BuildError, build_learner
     from alphac.driver import compile_file
     from alphac.listing import disassemble, lir
@@ -192,10 +214,46 @@ def cmd_build(args) -> int:
         sys.stdout.write(lir(image.program))
     if args.emit is None or args.output:
         out = Path(args.output or compiled.learner.name)
-        tmp = out.with_name(out.name + ".tmp")
-        tmp.write_bytes(image.elf)
-        os.chmod(tmp, 0o755)
-        os.replace(tmp, out)
+        write_file(out, image.elf, 0o755)
+        try:
+            entry = manifest.artifact_entry(image.elf, learner_recipe(args.file, target),
+                                            learner_inputs(args.file, compiled))
+            m = manifest.new({out.name: entry}, entry["inputs"], {})
+        except manifest.ManifestError as e:
+            print(f"alphac: warning: no manifest written: {e}", file=sys.stderr)
+            return 0
+        manifest.write(out.with_name(out.name + manifest.SUFFIX), m)
+    return 0
+
+
+def cmd_build_all(args) -> int:
+    from alphac.artifacts import RecipeError, build_all
+    from alphac.build import BuildError
+    from alphac.manifest import ManifestError
+    try:
+        m = build_all(args.out)
+    except CompileError as e:
+        return _report(e)
+    except (BuildError, RecipeError, ManifestError) as e:
+        print(f"alphac: error: {e}", file=sys.stderr)
+        return 1
+    print(f"alphac: {len(m['artifacts'])} artifacts and {args.out}/MANIFEST.json")
+    return 0
+
+
+def cmd_verify(args) -> int:
+    from alphac.manifest import ManifestError
+    from alphac.verify import verify
+    try:
+        problems = verify(args.manifest)
+    except ManifestError as e:
+        print(f"alphac: error: {e}", file=sys.stderr)
+        return 1
+    for line in problems:
+        print(f"verify: {line}", file=sys.stderr)
+    if problems:
+        return 3
+    print(f"verify: {args.manifest}: every hash matches")
     return 0
 
 
@@ -210,7 +268,7 @@ def cmd_explain(args) -> int:
 
 
 COMMANDS = {"check": cmd_check, "run": cmd_run, "plan": cmd_plan, "build": cmd_build,
-            "explain": cmd_explain}
+            "build-all": cmd_build_all, "verify": cmd_verify, "explain": cmd_explain}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,160 @@
+"""Every artifact the project knows how to build, each from a recipe that can rebuild it.
+
+What it does
+    A recipe is a small dict, `{"kind": ..., ...}`, saying how to make one artifact. `KINDS` maps
+    each kind to the function that builds it, `recipe -> Built(data, inputs, tools)`: the bytes,
+    the input files it read (paths as `manifest.input_path` records them) and the external tools
+    it ran (name -> {version, sha256}). `all_recipes()` lists every artifact the project builds,
+    as sorted `(path, recipe)` pairs gathered from `CATALOGUES`; `build_all(out_dir)` builds them
+    all and writes `out_dir/MANIFEST.json`. A new kind of artifact (roles, cubins) is one
+    `@kind(...)` function and one `@catalogue` function; nothing else changes.
+
+    kind "learner": {"kind": "learner", "source": "examples/lsq_adam.alpha", "target": "x86_64"}
+        an executable (mode 0755) from `alphac.driver.compile_file` and `alphac.build`; its
+        inputs are the source and every `.npy` the learner loads.
+
+Requires
+    Run from the directory that recipes' paths are relative to (the project root for
+    `all_recipes`). Guarantees: the bytes depend only on the recipe, the inputs and the
+    compiler; catalogues are sorted; files are written whole (a temporary file, then rename).
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import Callable, NamedTuple
+
+from alphac import manifest
+
+
+class Built(NamedTuple):
+    data: bytes
+    inputs: list[str]
+    tools: dict[str, dict]
+
+
+class Kind(NamedTuple):
+    build: Callable[[dict], Built]
+    mode: int                            # file mode of the artifact
+
+
+class RecipeError(ValueError):
+    """A recipe that names no known kind or lacks a field."""
+
+
+KINDS: dict[str, Kind] = {}
+CATALOGUES: list[Callable[[], list[tuple[str, dict]]]] = []
+
+
+def kind(name: str, mode: int = 0o755):
+    """Register `fn(recipe) -> Built` as the builder of recipes of kind `name`."""
+    def register(fn):
+        KINDS[name] = Kind(fn, mode)
+        return fn
+    return register
+
+
+def catalogue(fn):
+    """Register `fn() -> [(path, recipe)]`, a family of artifacts `all_recipes` includes."""
+    CATALOGUES.append(fn)
+    return fn
+
+
+def build(recipe: dict) -> Built:
+    k = KINDS.get(recipe.get("kind")) if isinstance(recipe, dict) else None
+    if k is None:
+        raise RecipeError(f"unknown recipe kind {recipe.get('kind') if isinstance(recipe, dict) else recipe!r}"
+                          f" (known: {', '.join(sorted(KINDS))})")
+    return k.build(recipe)
+
+
+def mode(recipe: dict) -> int:
+    return KINDS[recipe["kind"]].mode
+
+
+def all_recipes() -> list[tuple[str, dict]]:
+    """Every artifact the project knows how to build: sorted (path, recipe) pairs."""
+    out = sorted(((p, r) for fn in CATALOGUES for p, r in fn()), key=lambda pr: pr[0])
+    seen = set()
+    for p, _ in out:
+        if p in seen:
+            raise RecipeError(f"two recipes make `{p}`")
+        seen.add(p)
+    return out
+
+
+# ---- learners ----------------------------------------------------------------------------------
+def learner_recipe(source: str | Path, target: str) -> dict:
+    return {"kind": "learner", "source": manifest.input_path(source), "target": target}
+
+
+def _loaded(node):
+    """Every path a `load("...")` anywhere in the syntax tree `node` names."""
+    from alphac.diag import Span
+    from alphac.parse import ast
+    if isinstance(node, ast.Call) and node.func == "load" and node.args \
+            and isinstance(node.args[0], ast.Str):
+        yield node.args[0].value
+    if isinstance(node, (tuple, list)):
+        for x in node:
+            yield from _loaded(x)
+    elif dataclasses.is_dataclass(node) and not isinstance(node, Span):
+        for f in dataclasses.fields(node):
+            yield from _loaded(getattr(node, f.name))
+
+
+def learner_inputs(source: str | Path, compiled) -> list[str]:
+    """The files a learner was compiled from: its source and every `load("file.npy")`."""
+    base = Path(source).parent
+    found = [source, *(base / rel for rel in _loaded(compiled.module))]
+    return sorted({manifest.input_path(p) for p in found})
+
+
+@kind("learner")
+def build_learner_recipe(recipe: dict) -> Built:
+    from alphac.build import build_learner
+    from alphac.driver import compile_file
+    for field in ("source", "target"):
+        if not isinstance(recipe.get(field), str):
+            raise RecipeError(f"learner recipe: `{field}` must be a string")
+    compiled = compile_file(recipe["source"])
+    image = build_learner(compiled.learner, recipe["target"])
+    return Built(image.elf, learner_inputs(recipe["source"], compiled), {})
+
+
+@catalogue
+def example_learners() -> list[tuple[str, dict]]:
+    """Every examples/*.alpha for every target: `learners/<name>.<target>`."""
+    from alphac.build import targets
+    return [(f"learners/{src.stem}.{t}", learner_recipe(src.as_posix(), t))
+            for src in sorted(Path("examples").glob("*.alpha")) for t in sorted(targets())]
+
+
+# ---- writing -----------------------------------------------------------------------------------
+def write_file(path: str | Path, data: bytes, file_mode: int) -> None:
+    """Write `data` whole: a temporary file, its mode set (whatever the umask), then rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
+    os.chmod(tmp, file_mode)
+    os.replace(tmp, path)
+
+
+def build_all(out_dir: str | Path = "build/all") -> dict:
+    """Build every recipe into `out_dir`, then write `out_dir/MANIFEST.json` (last); return it."""
+    out_dir = Path(out_dir)
+    recipes = all_recipes()
+    if not recipes:
+        raise RecipeError("nothing to build here: no examples/*.alpha under the current directory")
+    entries, inputs, tools = {}, [], {}
+    for path, recipe in recipes:
+        built = build(recipe)
+        write_file(out_dir / path, built.data, mode(recipe))
+        entries[path] = manifest.artifact_entry(built.data, recipe, built.inputs)
+        inputs += built.inputs
+        tools.update(built.tools)
+    m = manifest.new(entries, inputs, tools)
+    manifest.write(out_dir / manifest.NAME, m)
+    return m

@@ -1,0 +1,184 @@
+"""Build manifests: what a build made, from what, with which compiler; as stable JSON.
+
+What it does
+    A manifest is written next to every build. It lists each artifact (its path relative to the
+    manifest's directory, size, SHA-256, the inputs it was made from, and a `recipe`: a small
+    dict that `alphac.artifacts` can rebuild it from), the SHA-256 of every input (sources,
+    `.npy` files; paths relative to the directory the build ran in), the compiler (its version
+    and the SHA-256 of its own source tree) and the external tools used (name -> version and
+    SHA-256; none yet, ptxas later). `alphac verify` reads it back and checks every hash.
+
+        {"format": 1,
+         "compiler": {"sha256": "...", "version": "0.1.0"},
+         "tools": {},
+         "inputs": {"examples/lsq_adam.alpha": {"sha256": "..."}},
+         "artifacts": {"learners/lsq_adam.x86_64": {
+             "inputs": ["examples/lsq_adam.alpha"],
+             "recipe": {"kind": "learner", "source": "examples/lsq_adam.alpha", "target": "x86_64"},
+             "sha256": "...", "size": 6840}}}
+
+Requires
+    Inputs inside the current directory (an absolute path inside it is recorded relative to it).
+
+Guarantees
+    The text is a function of its content: JSON with sorted keys, 2-space indent, a trailing
+    newline; lists sorted. No time, no host name, no absolute path: `input_path` refuses a path
+    outside the current directory, and `load` refuses a manifest with one. A missing or
+    malformed manifest raises `ManifestError` with a one-line reason, never another exception.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from functools import lru_cache
+from pathlib import Path, PurePosixPath
+
+from alphac import __version__
+
+FORMAT = 1
+NAME = "MANIFEST.json"                   # what build-all writes into its output directory
+SUFFIX = ".manifest.json"                # `alphac build -o OUT` writes OUT.manifest.json
+PACKAGE = Path(__file__).resolve().parent
+COMPILER_FILES = ("*.py", "*.rt")        # what the package is made of (see compiler_digest)
+
+_HEX64 = re.compile(r"[0-9a-f]{64}\Z")
+
+
+class ManifestError(ValueError):
+    """A manifest that cannot be written or read; the message says which field and why."""
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def sha256_file(path: str | Path) -> str:
+    return sha256_bytes(Path(path).read_bytes())
+
+
+def input_path(path: str | Path) -> str:
+    """`path` as a manifest records it: relative to the current directory, '/'-separated."""
+    cwd = os.path.abspath(os.curdir)
+    rel = os.path.relpath(os.path.abspath(path), cwd)
+    if rel == os.pardir or rel.startswith(os.pardir + os.sep):
+        raise ManifestError(f"input `{path}` is outside the current directory, so a manifest "
+                            f"cannot name it without an absolute path; build from a directory "
+                            f"that contains every input")
+    return PurePosixPath(Path(rel)).as_posix()
+
+
+def compiler_digest(package: str | Path = PACKAGE) -> str:
+    """SHA-256 over the compiler's own source: every *.py and *.rt under `package`, by sorted
+    relative path, each as `path NUL length NUL bytes`. __pycache__ is not source."""
+    package = Path(package)
+    files = sorted({p.relative_to(package).as_posix() for pattern in COMPILER_FILES
+                    for p in package.rglob(pattern)
+                    if "__pycache__" not in p.relative_to(package).parts and p.is_file()})
+    h = hashlib.sha256()
+    for rel in files:
+        data = (package / rel).read_bytes()
+        h.update(rel.encode() + b"\0" + str(len(data)).encode() + b"\0" + data)
+    return h.hexdigest()
+
+
+@lru_cache(maxsize=None)
+def compiler() -> dict:
+    """This compiler, as a manifest names it."""
+    return {"sha256": compiler_digest(), "version": __version__}
+
+
+def artifact_entry(data: bytes, recipe: dict, inputs: list[str]) -> dict:
+    return {"inputs": sorted(set(inputs)), "recipe": dict(recipe),
+            "sha256": sha256_bytes(data), "size": len(data)}
+
+
+def new(artifacts: dict[str, dict], inputs: list[str], tools: dict[str, dict]) -> dict:
+    """A manifest of `artifacts` (path -> artifact_entry), hashing every input file now."""
+    return {"format": FORMAT, "compiler": compiler(), "tools": dict(tools),
+            "inputs": {p: {"sha256": sha256_file(p)} for p in sorted(set(inputs))},
+            "artifacts": dict(artifacts)}
+
+
+def dumps(manifest: dict) -> str:
+    return json.dumps(manifest, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
+
+
+def write(path: str | Path, manifest: dict) -> None:
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(dumps(manifest), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+# ---- reading -----------------------------------------------------------------------------------
+def _relative(p, what: str) -> str:
+    if not isinstance(p, str) or not p:
+        raise ManifestError(f"{what}: not a path: {p!r}")
+    parts = PurePosixPath(p).parts
+    if p.startswith("/") or os.path.isabs(p) or ".." in parts:
+        raise ManifestError(f"{what}: `{p}` is not a relative path inside its directory")
+    return p
+
+
+def _sha(v, what: str) -> str:
+    if not isinstance(v, str) or not _HEX64.match(v):
+        raise ManifestError(f"{what}: not a SHA-256 in hex: {v!r}")
+    return v
+
+
+def _dict(v, what: str) -> dict:
+    if not isinstance(v, dict):
+        raise ManifestError(f"{what}: expected an object, got {type(v).__name__}")
+    return v
+
+
+def validate(m) -> dict:
+    """`m` if it is a well-formed manifest of this format; otherwise ManifestError."""
+    m = _dict(m, "manifest")
+    if m.get("format") != FORMAT:
+        raise ManifestError(f"format {m.get('format')!r} is not {FORMAT}")
+    missing = sorted({"format", "compiler", "tools", "inputs", "artifacts"} - set(m))
+    if missing:
+        raise ManifestError(f"missing field{'s' if len(missing) > 1 else ''}: {', '.join(missing)}")
+    comp = _dict(m["compiler"], "compiler")
+    _sha(comp.get("sha256"), "compiler.sha256")
+    if not isinstance(comp.get("version"), str):
+        raise ManifestError("compiler.version: not a string")
+    for name, tool in _dict(m["tools"], "tools").items():
+        _dict(tool, f"tools.{name}")
+    for p, entry in _dict(m["inputs"], "inputs").items():
+        _relative(p, "inputs")
+        _sha(_dict(entry, f"inputs.{p}").get("sha256"), f"inputs.{p}.sha256")
+    for p, a in _dict(m["artifacts"], "artifacts").items():
+        _relative(p, "artifacts")
+        a = _dict(a, f"artifacts.{p}")
+        _sha(a.get("sha256"), f"artifacts.{p}.sha256")
+        if not isinstance(a.get("size"), int) or a["size"] < 0:
+            raise ManifestError(f"artifacts.{p}.size: not a size: {a.get('size')!r}")
+        recipe = _dict(a.get("recipe"), f"artifacts.{p}.recipe")
+        if not isinstance(recipe.get("kind"), str):
+            raise ManifestError(f"artifacts.{p}.recipe.kind: not a string")
+        ins = a.get("inputs")
+        if not isinstance(ins, list):
+            raise ManifestError(f"artifacts.{p}.inputs: expected a list")
+        for i in ins:
+            if _relative(i, f"artifacts.{p}.inputs") not in m["inputs"]:
+                raise ManifestError(f"artifacts.{p}.inputs: `{i}` is not among the inputs")
+    return m
+
+
+def load(path: str | Path) -> dict:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ManifestError(f"cannot read `{path}`: {getattr(e, 'strerror', None) or e}")
+    try:
+        m = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ManifestError(f"`{path}` is not JSON: {e}")
+    try:
+        return validate(m)
+    except ManifestError as e:
+        raise ManifestError(f"`{path}`: {e}")

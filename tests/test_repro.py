@@ -1,0 +1,257 @@
+"""Reproducible builds (DESIGN.md contract 4): manifests, `alphac verify`, reproducible/check.py.
+
+The mutant tests copy the project, make the copy's compiler deliberately non-reproducible, and
+show that reproducible/check.py catches it, naming the artifact, the ELF section and the offset.
+"""
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, alphac
+from alphac import artifacts, manifest
+from alphac.build import targets
+
+EXAMPLE_NAMES = sorted(p.stem for p in (ROOT / "examples").glob("*.alpha"))
+CHECK = Path("reproducible") / "check.py"
+
+
+def walk(value):
+    """Every key and scalar in a JSON value."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield k
+            yield from walk(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from walk(v)
+    else:
+        yield value
+
+
+@pytest.fixture
+def built(tmp_path, monkeypatch):
+    """`alphac build-all` of this project into tmp_path/out, run from the project root."""
+    monkeypatch.chdir(ROOT)
+    code, out, err = alphac("build-all", "--out", tmp_path / "out")
+    assert code == 0, err
+    return tmp_path / "out"
+
+
+# ---- the manifest ------------------------------------------------------------------------------
+def test_manifest_is_sorted_stable_and_complete(built, tmp_path):
+    text = (built / "MANIFEST.json").read_text()
+    m = json.loads(text)
+    assert text == json.dumps(m, sort_keys=True, indent=2) + "\n"
+    assert set(m) == {"format", "compiler", "tools", "inputs", "artifacts"}
+    assert m["format"] == manifest.FORMAT and m["tools"] == {}
+    assert m["compiler"] == {"sha256": manifest.compiler_digest(ROOT / "alphac"),
+                             "version": "0.1.0"}
+    names = [f"learners/{n}.{t}" for n in EXAMPLE_NAMES for t in sorted(targets())]
+    assert sorted(m["artifacts"]) == names and [p for p, _ in artifacts.all_recipes()] == names
+    for name, a in m["artifacts"].items():
+        data = (built / name).read_bytes()
+        assert a["sha256"] == manifest.sha256_bytes(data) and a["size"] == len(data)
+        assert (built / name).stat().st_mode & 0o777 == 0o755
+        stem, target = Path(name).stem, Path(name).suffix[1:]
+        assert a["recipe"] == {"kind": "learner", "source": f"examples/{stem}.alpha",
+                               "target": target}
+        assert a["inputs"] == [f"examples/{stem}.alpha"]
+    assert sorted(m["inputs"]) == [f"examples/{n}.alpha" for n in EXAMPLE_NAMES]
+    for p, entry in m["inputs"].items():
+        assert entry["sha256"] == manifest.sha256_file(ROOT / p)
+    # no absolute path, no time, no host
+    assert str(ROOT) not in text and str(tmp_path) not in text
+    keys = {k for part in ("compiler", "tools") for k in m[part]} | {
+        k for a in m["artifacts"].values() for k in [*a, *a["recipe"]]}
+    assert not [k for k in keys if re.search(r"time|date|host|user|dir", k, re.I)]
+    for v in walk(m):
+        if isinstance(v, str):
+            assert not v.startswith("/") and not re.search(r"\d{4}-\d\d-\d\d|\d\d:\d\d", v), v
+        elif isinstance(v, int):
+            assert not 10**9 <= v < 10**19, v           # no seconds or nanoseconds since 1970
+
+
+def test_build_all_twice_gives_identical_bytes(built, tmp_path):
+    code, _, err = alphac("build-all", "--out", tmp_path / "again")
+    assert code == 0, err
+    first = {p.relative_to(built): p.read_bytes() for p in built.rglob("*") if p.is_file()}
+    again = {p.relative_to(tmp_path / "again"): p.read_bytes()
+             for p in (tmp_path / "again").rglob("*") if p.is_file()}
+    assert first == again and len(first) == len(EXAMPLE_NAMES) * len(targets()) + 1
+
+
+def test_compiler_digest_covers_the_source_and_nothing_else(tmp_path):
+    pkg = tmp_path / "alphac"
+    shutil.copytree(ROOT / "alphac", pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    d = manifest.compiler_digest(pkg)
+    assert d == manifest.compiler_digest(ROOT / "alphac")
+    (pkg / "__pycache__").mkdir(exist_ok=True)
+    (pkg / "__pycache__" / "x.cpython-311.pyc").write_bytes(b"junk")
+    (pkg / "notes.orig").write_text("not source")
+    assert manifest.compiler_digest(pkg) == d
+    rt = pkg / "runtime" / "core.rt"
+    rt.write_text(rt.read_text() + "\n")
+    assert manifest.compiler_digest(pkg) != d
+
+
+def test_input_paths_are_relative_and_inside(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a").mkdir()
+    assert manifest.input_path("a/../a/x.alpha") == "a/x.alpha"
+    assert manifest.input_path(tmp_path / "a" / "x.alpha") == "a/x.alpha"
+    for outside in ("/etc/passwd", "../x.alpha", str(tmp_path.parent / "x.alpha")):
+        with pytest.raises(manifest.ManifestError, match="outside the current directory"):
+            manifest.input_path(outside)
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda m: m.update(format=99), "format 99"),
+    (lambda m: m.pop("inputs"), "missing field: inputs"),
+    (lambda m: m["artifacts"].update({"/tmp/x": m["artifacts"].popitem()[1]}), "not a relative"),
+    (lambda m: m["inputs"].update({"../x.alpha": {"sha256": "0" * 64}}), "not a relative"),
+    (lambda m: next(iter(m["artifacts"].values())).update(sha256="xyz"), "not a SHA-256"),
+    (lambda m: next(iter(m["artifacts"].values())).update(inputs=["nowhere"]), "not among"),
+], ids=["format", "missing", "absolute-artifact", "outside-input", "bad-sha", "unknown-input"])
+def test_malformed_manifest_is_a_clear_error(built, change, message):
+    m = json.loads((built / "MANIFEST.json").read_text())
+    change(m)
+    (built / "MANIFEST.json").write_text(json.dumps(m))
+    code, out, err = alphac("verify", built / "MANIFEST.json")
+    assert code == 1 and message in err and "Traceback" not in err, err
+
+
+def test_missing_or_unparsable_manifest(tmp_path):
+    code, _, err = alphac("verify", tmp_path / "nope.json")
+    assert code == 1 and "cannot read" in err and "nope.json" in err
+    (tmp_path / "bad.json").write_text("{")
+    code, _, err = alphac("verify", tmp_path / "bad.json")
+    assert code == 1 and "is not JSON" in err
+
+
+# ---- alphac verify -----------------------------------------------------------------------------
+def test_verify_accepts_a_fresh_build(built):
+    code, out, err = alphac("verify", built / "MANIFEST.json")
+    assert code == 0 and err == "" and "every hash matches" in out
+
+
+def test_verify_refuses_an_executable_changed_by_one_byte(built):
+    exe = built / "learners" / "lsq_adam.x86_64"
+    data = bytearray(exe.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    exe.write_bytes(bytes(data))
+    code, _, err = alphac("verify", built / "MANIFEST.json")
+    assert code == 3
+    assert err.splitlines() == [
+        f"verify: learners/lsq_adam.x86_64: file sha256 {manifest.sha256_bytes(bytes(data))} "
+        f"!= manifest {json.loads((built / 'MANIFEST.json').read_text())['artifacts']['learners/lsq_adam.x86_64']['sha256']}"]
+
+
+def test_verify_refuses_a_changed_source(tmp_path, monkeypatch):
+    shutil.copytree(ROOT / "examples", tmp_path / "examples")
+    monkeypatch.chdir(tmp_path)
+    assert alphac("build-all", "--out", "out")[0] == 0
+    src = tmp_path / "examples" / "lsq_adam.alpha"
+    src.write_text(src.read_text().replace("const lr = 0.05", "const lr = 0.06"))
+    code, _, err = alphac("verify", "out/MANIFEST.json")
+    assert code == 3
+    assert "verify: input examples/lsq_adam.alpha (used by learners/lsq_adam.x86_64): sha256" in err
+    assert "verify: learners/lsq_adam.x86_64: rebuilt sha256" in err
+    assert "lsq_momentum" not in err
+
+
+def test_verify_refuses_another_compiler(built):
+    m = json.loads((built / "MANIFEST.json").read_text())
+    m["compiler"]["sha256"] = "0" * 64
+    manifest.write(built / "MANIFEST.json", m)
+    code, _, err = alphac("verify", built / "MANIFEST.json")
+    assert code == 3 and err.startswith("verify: compiler: sha256 ") and f"!= manifest {'0' * 64}" in err
+
+
+def test_build_writes_a_manifest_that_names_npy_inputs(tmp_path, monkeypatch):
+    import numpy as np
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "src" / "data").mkdir(parents=True)
+    (tmp_path / "src" / "t.alpha").write_text(
+        'learner t\ndata x = load("data/x.npy")\nparam w: f64 = 0.0\n'
+        'loss(i) = (w * x[i] - 1.0)^2\nupdate {\n  w = w - 0.1 * grad(w)\n}\n')
+    np.save(tmp_path / "src" / "data" / "x.npy", np.array([1.0, 2.0]))
+    code, _, err = alphac("build", "src/t.alpha", "-o", "bin/t")
+    assert code == 0, err
+    m = manifest.load(tmp_path / "bin" / "t.manifest.json")
+    npy = manifest.sha256_file("src/data/x.npy")
+    assert m["inputs"] == {"src/data/x.npy": {"sha256": npy},
+                           "src/t.alpha": {"sha256": manifest.sha256_file("src/t.alpha")}}
+    assert m["artifacts"]["t"]["inputs"] == ["src/data/x.npy", "src/t.alpha"]
+    from alphac.driver import compile_file
+    assert compile_file("src/t.alpha").learner.data[0].origin == f"npy:{npy}"
+    assert alphac("verify", "bin/t.manifest.json")[0] == 0
+    np.save(tmp_path / "src" / "data" / "x.npy", np.array([1.0, 3.0]))
+    code, _, err = alphac("verify", "bin/t.manifest.json")
+    assert code == 3 and "verify: input src/data/x.npy (used by t): sha256" in err
+    assert "verify: t: rebuilt sha256" in err
+
+
+def test_build_outside_the_current_directory_writes_no_manifest(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, _, err = alphac("build", ROOT / "examples" / "two_coordinate.alpha", "-o", "tc")
+    assert code == 0 and (tmp_path / "tc").exists()
+    assert "no manifest written" in err and not (tmp_path / "tc.manifest.json").exists()
+
+
+# ---- reproducible/check.py ---------------------------------------------------------------------
+def run_check(tree: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(tree / CHECK)], capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_check_passes_on_this_tree():
+    r = run_check(ROOT)
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = r.stdout
+    assert "repro: OK: " in out and "MANIFEST.json are identical" in out
+    for varied in ("build path", "time zone", "umask", "HOME", "PYTHONHASHSEED",
+                   "SOURCE_DATE_EPOCH", "locale", "environment", "file creation order"):
+        assert f"repro:   {varied}" in out, varied
+    assert "repro: not varied:" in out and ("clock: now / 397 days ahead" in out
+                                            or "clock: faketime is not installed" in out)
+
+
+WRITER = "alphac/elf/writer.py"
+MUTANTS = {
+    # a timestamp reaching the output: the string table starts with the time of the build
+    "timestamp": (WRITER, 'bytearray(b"\\0")\n',
+                  'bytearray(b"\\0" + str(__import__("time").time_ns()).encode() + b"\\0")\n',
+                  ".strtab"),
+    # an unsorted set reaching the output: symbols in the order a set of names iterates
+    "set-order": (WRITER, "ordered = sorted(symbols.values(), key=lambda y: (\n"
+                          "        BINDINGS[y.binding], order.index(y.section), y.offset, y.name))",
+                  "ordered = [symbols[n] for n in set(symbols)]", ".symtab"),
+}
+
+
+@pytest.mark.parametrize("mutant", sorted(MUTANTS))
+def test_check_catches_a_non_reproducible_compiler(tmp_path, mutant):
+    path, old, new, section = MUTANTS[mutant]
+    tree = tmp_path / "tree"
+    shutil.copytree(ROOT, tree, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "build", "__pycache__", ".pytest_cache", ".hypothesis", "*.egg-info"))
+    text = (tree / path).read_text()
+    assert text.count(old) == 1, "the mutant no longer applies; update it"
+    (tree / path).write_text(text.replace(old, new))
+    r = run_check(tree)
+    assert r.returncode == 1, r.stdout + r.stderr
+    out = r.stdout
+    assert "found by a plain copy (no git)" in out
+    names = [f"learners/{n}.{t}" for n in EXAMPLE_NAMES for t in sorted(targets())]
+    for name in names:
+        assert f"repro: MISMATCH {name}: sha256 differs between build A and build B\n" \
+               f"repro:   first difference at file offset 0x" in out, name
+    first = re.findall(r"first difference at file offset 0x[0-9a-f]+, in (\S+) \+ 0x[0-9a-f]+", out)
+    assert len(first) == len(names) and set(first) == {section}, out
+    assert out.rstrip().endswith(f"FAIL: build A and build B differ ({len(names)} artifacts "
+                                 f"compared)")
