@@ -105,3 +105,16 @@ def build_learner(lr: Learner, target_name: str) -> Image:
     prog, gen = program_for(lr, tgt)
     elf, text, addrs = link_program(prog, tgt)
     return Image(tgt, elf, text, prog, gen, addrs)
+
+
+ROLE_RUNTIME = ("core", "net", "role")
+
+
+def build_role(plan, role, target_name: str | None = None) -> Image:
+    """One role of a deployment: its projected program over the role runtime."""
+    from alphac.lower.role import generate
+    tgt = target(target_name or plan.dep.target_of(role))
+    text, blobs = generate(plan, role)
+    prog, gen = program_for(plan.lr, tgt, runtime=ROLE_RUNTIME, extra=text, blobs=blobs)
+    elf, code, addrs = link_program(prog, tgt)
+    return Image(tgt, elf, code, prog, gen + "\n" + text, addrs)

@@ -11,9 +11,29 @@ from __future__ import annotations
 
 # name -> (exit code, when)
 REFUSALS: dict[str, tuple[int, str]] = {
-    "usage": (64, "the command line is not `EXE [--steps N]` (N a decimal integer, at most "
-                  "10^15) or carries an unknown option"),
+    "usage": (64, "the command line is not what the executable takes (see its docs: a learner "
+                  "takes `--steps N`, a role also its addresses), a number is not a decimal "
+                  "integer of at most 15 digits, or an option is unknown"),
     "output": (66, "standard output could not be written (a closed pipe, a full disk)"),
+    "listen-failed": (70, "a role could not listen on the address given by --listen"),
+    "connect-failed": (71, "a role could not reach its parent within the deadline"),
+    "peer-lost": (72, "a peer closed its connection, or sent nothing within the deadline"),
+    "frame-bad-header": (73, "a frame does not start with the magic and format of alphac frames"),
+    "frame-too-long": (74, "a frame announces more payload than the receiver expects (the bound "
+                           "is fixed at compile time)"),
+    "frame-truncated": (75, "a frame ends before its header or payload is complete, or announces "
+                            "less than the receiver expects"),
+    "frame-checksum": (76, "a frame's checksum does not match its bytes"),
+    "frame-unknown-role": (77, "a frame comes from a role that is not the expected peer (or a "
+                               "role connects twice)"),
+    "frame-out-of-order": (78, "a frame has the wrong kind or is for another step"),
+    "peer-learner": (80, "a peer was built for another learner"),
+    "peer-rate": (81, "a peer was built with other constants (a learning rate, say)"),
+    "peer-contract": (82, "a peer was built for another numerical contract"),
+    "peer-combine-order": (83, "a peer combines in another order (another combine tree)"),
+    "peer-membership": (84, "a peer was built for another membership or topology"),
+    "peer-plan": (85, "a peer was built for another sample split, strategy or placement"),
+    "stale-epoch": (90, "a frame or checkpoint belongs to an older epoch"),
     "non-finite-state": (65, "a value to be published is NaN or infinite; the contract publishes "
                              "finite state only, so nothing is printed"),
 }

@@ -1,0 +1,284 @@
+"""A plan's role -> runtime-language source: the role's projected program as code.
+
+Requires: a checked `Plan` and one of its roles. Guarantees: the generated `role_step(v)` and
+`role_final(v)` perform exactly the actions `Plan.project` lists, in order, through the runtime
+(`net.rt` frames, the learner functions of `alphac.lower.learner`), so the role executable does
+what the reference execution (`alphac.dist.execute`) does, message for message:
+
+- `compute`: `learner_grad` over the owner's samples;
+- `combine`: the children's (G, n), received into `cb<k>`, added in the tree's order (the first
+  child copied, the others added: the combine's identity needs no branch, since an owner without
+  samples contributes G = -0.0, the exact additive identity, and n = 0);
+- `update`: the mean of the delivered G, then the scalar statements, each group's coordinates the
+  owner holds, and the commit;
+- gathers and the publication move whole arrays; the receiver keeps only the coordinates the
+  sender's subtree holds (its placement ranges, or everything from the subtree of the designated
+  holder of a replicated value), so combining roles hold the assembled values in their own
+  state arrays, and the root publishes with the learner's own printer.
+
+Message payloads are fixed by the plan: every receive knows its exact length (the bound a frame
+is checked against) and its sender's role code.
+"""
+from __future__ import annotations
+
+from alphac.dist.identity import COMPONENTS, digests, short
+from alphac.dist.plan import Plan
+from alphac.dist.structure import Leaf, Role, Star
+
+KINDS = {"hello": 1, "combine": 2, "deliver": 3, "gather-params": 4, "allgather-params": 5,
+         "allgather-state": 6, "publish": 7}
+
+
+def role_codes(plan: Plan) -> dict[str, int]:
+    names = sorted({n for n, _, _ in plan.dep.roles})
+    return {n: i for i, n in enumerate(names)}
+
+
+def code_of(plan: Plan, role: Role) -> int:
+    return (role_codes(plan)[role.name] << 24) | (role.index or 0)
+
+
+class RoleLowering:
+    def __init__(self, plan: Plan, role: Role):
+        self.plan, self.role = plan, role
+        self.lr = plan.lr
+        self.owner = plan.is_owner(role)
+        self.children = plan.children(role)
+        self.parent = plan.parent(role)
+        self.params = self.lr.params
+        self.poff = {}
+        off = 0
+        for p in self.params:
+            self.poff[p.name] = off
+            off += p.size
+        self.P = off
+        self.lines: list[str] = []
+        self.msg_words = 1
+
+    # -- what moves ----------------------------------------------------------------------------
+    def members(self, kind: str):
+        lr = self.lr
+        if kind in ("gather-params", "allgather-params"):
+            return [s for s in lr.states if s.kind == "param"]
+        if kind == "allgather-state":
+            return [s for s in lr.states if s.kind == "state" and s.group is not None]
+        return list(lr.states)                          # publish
+
+    def subtree(self, role: Role) -> tuple[int, int]:
+        if self.plan.is_owner(role):
+            return role.index, role.index + 1
+        if isinstance(self.plan.topo, Star):
+            return 0, self.plan.dep.owners
+        return self.plan.topo.subtree_owners(role)
+
+    def held(self, child: Role, s, kind: str) -> list[tuple[int, int]]:
+        """Coordinate ranges of state s that `child`'s subtree sends up in `kind`."""
+        plan = self.plan
+        a, b = self.subtree(child)
+        designated = plan.deliver_one if plan.deliver_one is not None else 0
+        replicated = s.group is None or plan.deliver_one is not None or (
+            kind == "publish" and plan.holds_all(s.kind))
+        if replicated:
+            return [(0, s.size)] if a <= designated < b else []
+        ranges = sorted(plan.dep.placement[s.group].range(k) for k in range(a, b))
+        merged: list[list[int]] = []
+        for lo, hi in ranges:
+            if hi <= lo:
+                continue
+            if merged and merged[-1][1] == lo:
+                merged[-1][1] = hi
+            else:
+                merged.append([lo, hi])
+        return [tuple(r) for r in merged]
+
+    def slices(self, k: int) -> list[tuple[str, int, int]]:
+        """Owner k's slice of each param's coordinates (gradients partitioned)."""
+        out = []
+        for p in self.params:
+            lo, hi = self.plan.dep.placement[p.group].range(k)
+            out.append((p.name, lo, hi))
+        return out
+
+    # -- code ----------------------------------------------------------------------------------
+    def put(self, line: str) -> None:
+        self.lines.append("    " + line)
+
+    def fd(self, peer: Role) -> str:
+        if peer == self.parent:
+            return "load64(fd_parent)"
+        return f"load64(fd_child + {8 * self.children.index(peer)})"
+
+    def need(self, words: int) -> None:
+        self.msg_words = max(self.msg_words, words)
+
+    def send(self, peer: Role, kind: str, buf: str, words: int) -> None:
+        self.need(words)
+        self.put(f"frame_send({self.fd(peer)}, {KINDS[kind]}, v, {buf}, {8 * words});")
+
+    def recv(self, peer: Role, kind: str, buf: str, words: int) -> None:
+        self.need(words)
+        self.put(f"frame_recv({self.fd(peer)}, {code_of(self.plan, peer)}, {KINDS[kind]}, v, {buf}, {8 * words});")
+
+    def pack_states(self, states) -> int:
+        at = 0
+        for s in states:
+            self.put(f"vec_copy(msg + {8 * at}, st_{s.name}, {s.size});")
+            at += s.size
+        return at
+
+    def action(self, a) -> None:
+        plan, lr = self.plan, self.lr
+        P = self.P
+        if a.op == "compute":
+            lo, hi = plan.dep.samples.range(self.role.index)
+            self.put(f"learner_grad({lo}, {hi});")
+            for p in self.params:
+                self.put(f"vec_copy(comb + {8 * self.poff[p.name]}, G_{p.name}, {p.size});")
+            self.put(f"store64(comb + {8 * P}, {hi - lo});")
+        elif a.op == "combine":
+            self.combine()
+        elif a.op == "update":
+            if lr.loss is not None:
+                self.put("learner_mean(load64(g_n));")
+            self.put("learner_scalars();")
+            for g in lr.groups:
+                if plan.deliver_one is None and plan.dep.strategy.partitioned_update:
+                    lo, hi = plan.dep.placement[g.index].range(self.role.index)
+                else:
+                    lo, hi = 0, g.size
+                if hi > lo:
+                    self.put(f"learner_group_{g.index}({lo}, {hi});")
+            self.put("learner_commit();")
+        elif a.op == "publish":
+            self.put("learner_check_finite();")
+            self.put("learner_print();")
+            self.put("rt_flush();")
+            self.put('rt_event("published");')
+        elif a.op == "advance":
+            pass
+        elif a.op == "send":
+            self.send_action(a)
+        elif a.op == "recv":
+            self.recv_action(a)
+
+    def send_action(self, a) -> None:
+        P, peer, kind = self.P, a.peer, a.kind
+        if kind == "combine":
+            self.send(peer, kind, "comb", P + 1)
+        elif kind == "deliver":
+            if self.plan.is_owner(peer) and "gradients" in self.plan.part:
+                at = 0
+                for name, lo, hi in self.slices(peer.index):
+                    self.put(f"vec_copy(msg + {8 * at}, comb + {8 * (self.poff[name] + lo)}, {hi - lo});")
+                    at += hi - lo
+                self.put(f"store64(msg + {8 * at}, load64(comb + {8 * P}));")
+                self.send(peer, kind, "msg", at + 1)
+            else:
+                self.send(peer, kind, "comb", P + 1)
+        else:
+            words = self.pack_states(self.members(kind))
+            self.send(peer, kind, "msg", words)
+
+    def recv_action(self, a) -> None:
+        P, peer, kind = self.P, a.peer, a.kind
+        if kind == "combine":
+            self.recv(peer, kind, f"cb{self.children.index(peer)}", P + 1)
+        elif kind == "deliver":
+            if not self.owner:
+                self.recv(peer, kind, "comb", P + 1)
+                return
+            if "gradients" in self.plan.part:
+                at = 0
+                pieces = self.slices(self.role.index)
+                words = sum(hi - lo for _, lo, hi in pieces) + 1
+                self.recv(peer, kind, "msg", words)
+                for name, lo, hi in pieces:
+                    self.put(f"vec_copy(G_{name} + {8 * lo}, msg + {8 * at}, {hi - lo});")
+                    at += hi - lo
+                self.put(f"store64(g_n, load64(msg + {8 * at}));")
+            else:
+                self.recv(peer, kind, "comb", P + 1)
+                for p in self.params:
+                    self.put(f"vec_copy(G_{p.name}, comb + {8 * self.poff[p.name]}, {p.size});")
+                self.put(f"store64(g_n, load64(comb + {8 * P}));")
+        else:
+            states = self.members(kind)
+            words = sum(s.size for s in states)
+            self.recv(peer, kind, "msg", words)
+            at = 0
+            up = peer != self.parent
+            for s in states:
+                ranges = self.held(peer, s, kind) if up else [(0, s.size)]
+                for lo, hi in ranges:
+                    self.put(f"vec_copy(st_{s.name} + {8 * lo}, msg + {8 * (at + lo)}, {hi - lo});")
+                at += s.size
+
+    def combine(self) -> None:
+        P = self.P
+        n = P + 1
+        if isinstance(self.plan.topo, Star):
+            tree = self.plan.dep.combine_tree()
+            temps = [0]
+
+            def emit(t) -> str:
+                if isinstance(t, Leaf):
+                    return f"cb{t.owner}"
+                parts = [emit(c) for c in t.children]
+                temps[0] += 1
+                dst = f"ct_{temps[0]}"
+                self.extra.append(f"global {dst}: [f64; {n}];")
+                self.put(f"vec_copy({dst}, {parts[0]}, {n});")
+                for p in parts[1:]:
+                    self.put(f"combine_into({dst}, {p}, {P});")
+                return dst
+            top = emit(tree)
+            self.put(f"vec_copy(comb, {top}, {n});")
+        else:
+            self.put(f"vec_copy(comb, cb0, {n});")
+            for k in range(1, len(self.children)):
+                self.put(f"combine_into(comb, cb{k}, {P});")
+
+    # -- the module ------------------------------------------------------------------------------
+    def generate(self) -> tuple[str, dict[str, bytes]]:
+        plan, role = self.plan, self.role
+        self.extra: list[str] = []
+        prog = plan.project(role, final=True)
+        step = [a for a in prog if a.kind != "publish" and a.op != "publish"]
+        final = [a for a in prog if a.kind == "publish" or a.op == "publish"]
+        self.lines = []
+        for a in step:
+            self.action(a)
+        step_body = self.lines
+        self.lines = []
+        for a in final:
+            self.action(a)
+        final_body = self.lines
+        dg = digests(plan.dep)
+        kids = [code_of(plan, c) for c in self.children]
+        head = [f"// role {role} of deployment {plan.dep.name} (generated by alphac)",
+                f"const ROLE_CODE = {code_of(plan, role)};",
+                f"const N_CHILDREN = {len(kids)};",
+                f"const HAS_PARENT = {1 if self.parent else 0};",
+                f"const PARENT_CODE = {code_of(plan, self.parent) if self.parent else -1};"]
+        head += [f"const ID_{c.upper()} = {short(dg[c])};" for c in COMPONENTS]
+        head += ["data role_identity: [u8; 192] = extern;",
+                 f"data role_name: [u8] = \"{role}\\0\";",
+                 "global fd_parent: [i64; 1];",
+                 f"global fd_child: [i64; {max(1, len(kids))}];",
+                 f"global msg: [f64; {self.msg_words}];",
+                 f"global comb: [f64; {self.P + 1}];",
+                 "global g_n: [i64; 1];"]
+        head += [f"global cb{k}: [f64; {self.P + 1}];" for k in range(len(kids))]
+        head += self.extra
+        slot = ["fn role_child_slot(code: i64) -> i64 {"]
+        slot += [f"    if code == {c} {{ return {k}; }}" for k, c in enumerate(kids)]
+        slot += ["    return -1;", "}"]
+        text = "\n".join(head) + "\n\n" + "\n".join(slot) + "\n\n"
+        text += "fn role_step(v: i64) {\n" + "\n".join(step_body) + "\n}\n\n"
+        text += "fn role_final(v: i64) {\n" + "\n".join(final_body) + "\n}\n"
+        blobs = {"role_identity": b"".join(dg[c] for c in COMPONENTS)}
+        return text, blobs
+
+
+def generate(plan: Plan, role: Role) -> tuple[str, dict[str, bytes]]:
+    return RoleLowering(plan, role).generate()
