@@ -158,3 +158,92 @@ def build_all(out_dir: str | Path = "build/all") -> dict:
     m = manifest.new(entries, inputs, tools)
     manifest.write(out_dir / manifest.NAME, m)
     return m
+
+
+# ---- roles of deployments ----------------------------------------------------------------------
+MAX_BUILT_ROLES = 256      # fleets are checked and planned, not built one executable per role
+
+
+@__import__("functools").lru_cache(maxsize=8)
+def _plans(source: str, digest: str):
+    from alphac.driver import compile_deployments
+    return compile_deployments(source)
+
+
+def plans_of(source: str):
+    """(compiled, plans) for a source, compiled once per content."""
+    return _plans(source, manifest.sha256_file(source))
+
+
+def role_recipe(source: str, deployment: str, role: str, target: str) -> dict:
+    return {"kind": "role", "source": manifest.input_path(source), "deployment": deployment,
+            "role": role, "target": target}
+
+
+def _role(plan, name: str):
+    for r in plan.roles():
+        if str(r) == name:
+            return r
+    raise RecipeError(f"deployment `{plan.dep.name}` has no role `{name}`")
+
+
+@kind("role")
+def build_role_recipe(recipe: dict) -> Built:
+    from alphac.build import build_role
+    for field in ("source", "deployment", "role", "target"):
+        if not isinstance(recipe.get(field), str):
+            raise RecipeError(f"role recipe: `{field}` must be a string")
+    compiled, plans = plans_of(recipe["source"])
+    plan = plans.get(recipe["deployment"])
+    if plan is None:
+        raise RecipeError(f"no deployment `{recipe['deployment']}` in {recipe['source']}")
+    image = build_role(plan, _role(plan, recipe["role"]), recipe["target"])
+    return Built(image.elf, learner_inputs(recipe["source"], compiled), {})
+
+
+def roles_table(plan) -> dict:
+    """What the launcher needs to start a deployment: each role, its file, parent and target."""
+    from alphac.dist.identity import digests
+    roles = []
+    for r in plan.roles():
+        parent = plan.parent(r)
+        roles.append({"role": str(r), "file": str(r), "parent": str(parent) if parent else None,
+                      "listens": bool(plan.children(r)), "target": plan.dep.target_of(r)})
+    return {"format": 1, "deployment": plan.dep.name, "learner": plan.lr.name,
+            "identity": {k: v.hex() for k, v in digests(plan.dep).items()},
+            "root": str(plan.root), "roles": roles}
+
+
+@kind("roles-table", mode=0o644)
+def build_roles_table(recipe: dict) -> Built:
+    import json
+    compiled, plans = plans_of(recipe["source"])
+    plan = plans.get(recipe["deployment"])
+    if plan is None:
+        raise RecipeError(f"no deployment `{recipe['deployment']}` in {recipe['source']}")
+    table = roles_table(plan)
+    table["source"] = recipe["source"]
+    data = (json.dumps(table, indent=2, sort_keys=True) + "\n").encode()
+    return Built(data, learner_inputs(recipe["source"], compiled), {})
+
+
+@catalogue
+def example_roles() -> list[tuple[str, dict]]:
+    """Every role of every deployment in examples/: `roles/<deployment>/<role>`, and the
+    deployment's `roles/<deployment>/roles.json`."""
+    out = []
+    for src in sorted(Path("examples").glob("*.alpha")):
+        try:
+            _, plans = plans_of(src.as_posix())
+        except Exception:          # a broken example is reported by its own build, not here
+            continue
+        for name, plan in sorted(plans.items()):
+            if plan.role_count() > MAX_BUILT_ROLES:
+                continue
+            base = f"roles/{name}"
+            out.append((f"{base}/roles.json", {"kind": "roles-table", "source": src.as_posix(),
+                                               "deployment": name}))
+            for r in plan.roles():
+                out.append((f"{base}/{r}", role_recipe(src.as_posix(), name, str(r),
+                                                      plan.dep.target_of(r))))
+    return out

@@ -39,6 +39,9 @@ commands:
                           into DIR (default build/all) with DIR/MANIFEST.json
   verify MANIFEST         rebuild what a manifest lists and check every hash; exit 0 when all
                           match, 3 when something differs (one line each), 1 for a bad manifest
+  launch DIR [--steps N]  run a built deployment (build/roles/NAME, from `make roles`): check
+                          every executable's SHA-256, start the roles on loopback, print the
+                          published state, write a run record
   explain CODE            explain a diagnostic code such as E0050
 
 run `alphac COMMAND --help` for a command's options.
@@ -106,6 +109,20 @@ def build_parser() -> argparse.ArgumentParser:
                                    "match, 3 when something differs, 1 for a missing or malformed "
                                    "manifest.")
     p.add_argument("manifest", metavar="MANIFEST")
+
+    p = sub.add_parser("launch", help="run a built deployment on this machine",
+                       description="Run the role executables of a built deployment (a directory "
+                                   "made by `make roles`, e.g. build/roles/lsq_adam_star) on "
+                                   "loopback, after checking each one's SHA-256 against the build "
+                                   "manifest. Prints the published state; writes a run record.")
+    p.add_argument("dir", metavar="DIR")
+    p.add_argument("--steps", type=_steps, default=5, metavar="N")
+    p.add_argument("--deadline-ms", type=_steps, default=10000, metavar="MS",
+                   help="each role's bound on any wait (default 10000)")
+    p.add_argument("--records", default="runs", metavar="DIR", help="where run records go (runs/)")
+    p.add_argument("--compare", action="store_true",
+                   help="also run the deployment in the reference interpreter and say whether the "
+                        "bits are equal")
 
     p = sub.add_parser("explain", help="explain a diagnostic code",
                        description="Print the explanation of a diagnostic code (E0xxx, W0xxx).")
@@ -257,6 +274,33 @@ def cmd_verify(args) -> int:
     return 0
 
 
+def cmd_launch(args) -> int:
+    import json
+    from pathlib import Path
+    from alphac.launch import launch
+    record = launch(args.dir, steps=args.steps, deadline_ms=args.deadline_ms, records=args.records)
+    for r in record["roles"]:
+        if r["exit"] != 0:
+            why = f"refused: {r['refused']}" if r["refused"] else f"exit {r['exit']}"
+            print(f"{r['role']}: {why}", file=sys.stderr)
+    sys.stdout.write(record["published"])
+    if args.compare and record["published"]:
+        from alphac.dist.execute import run_plan
+        from alphac.driver import compile_deployments
+        from alphac.ir.interp import format_state
+        table = json.loads((Path(args.dir) / "roles.json").read_text())
+        compiled, plans = compile_deployments(table["source"])
+        want = format_state(compiled.learner, run_plan(compiled.learner, plans[table["deployment"]], args.steps))
+        same = want == record["published"]
+        print(f"equals the reference interpreter: {'yes' if same else 'NO'}", file=sys.stderr)
+        if not same:
+            return 1
+    print(f"run record: {record['path']} ({'pass' if record['passed'] else 'FAIL'})", file=sys.stderr)
+    if not record["passed"]:
+        raise Refusal("run-failed")
+    return 0
+
+
 def cmd_explain(args) -> int:
     text = explain(args.code)
     if text is None:
@@ -268,7 +312,8 @@ def cmd_explain(args) -> int:
 
 
 COMMANDS = {"check": cmd_check, "run": cmd_run, "plan": cmd_plan, "build": cmd_build,
-            "build-all": cmd_build_all, "verify": cmd_verify, "explain": cmd_explain}
+            "build-all": cmd_build_all, "verify": cmd_verify, "launch": cmd_launch,
+            "explain": cmd_explain}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -34,6 +34,11 @@ REFUSALS: dict[str, tuple[int, str]] = {
     "peer-membership": (84, "a peer was built for another membership or topology"),
     "peer-plan": (85, "a peer was built for another sample split, strategy or placement"),
     "stale-epoch": (90, "a frame or checkpoint belongs to an older epoch"),
+    "artifact-hash": (100, "the launcher found an executable (or roles.json) whose SHA-256 is not "
+                           "the build manifest's, or no manifest; nothing was started"),
+    "launch-tool": (101, "the launcher needs a tool this host lacks (qemu-aarch64 for AArch64 roles)"),
+    "run-failed": (102, "a role of the launched deployment refused or crashed; nothing was published "
+                        "(the run record names the role and its refusal)"),
     "non-finite-state": (65, "a value to be published is NaN or infinite; the contract publishes "
                              "finite state only, so nothing is printed"),
 }

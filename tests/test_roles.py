@@ -1,0 +1,315 @@
+"""The distributed runtime: role executables on loopback print exactly the reference plan's bits;
+malformed frames, foreign peers and lost peers are refused by name, never crash or hang."""
+import json
+import os
+import socket
+import struct
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+import oracle
+from conftest import EXAMPLES, ROOT, alphac, example, require_tool
+
+from alphac.refusals import REFUSALS
+
+SPLIT, TREE = oracle.REF_SPLIT, oracle.REF_TREE
+DEPLOYMENTS = {"lsq_adam_star": "lsq_adam", "lsq_adam_tree": "lsq_adam",
+               "lsq_adam_star_zero1": "lsq_adam", "lsq_adam_star_zero2": "lsq_adam",
+               "lsq_adam_star_zero3": "lsq_adam", "lsq_adam_mixed": "lsq_adam",
+               "lsq_momentum_star": "lsq_momentum", "lsq_momentum_tree": "lsq_momentum",
+               "independent_state_star": "independent_state"}
+
+
+def build_roles(out: Path, sources=None) -> Path:
+    """Build every example deployment's roles into out/roles/..., with out/MANIFEST.json."""
+    from alphac import artifacts, manifest
+    cwd = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        entries, inputs = {}, []
+        for p, r in artifacts.all_recipes():
+            if not p.startswith("roles/") or (sources and r["source"] not in sources) or "mixed" in p:
+                continue
+            b = artifacts.build(r)
+            artifacts.write_file(out / p, b.data, artifacts.mode(r))
+            entries[p] = manifest.artifact_entry(b.data, r, b.inputs)
+            inputs += b.inputs
+        manifest.write(out / manifest.NAME, manifest.new(entries, inputs, {}))
+    finally:
+        os.chdir(cwd)
+    return out / "roles"
+
+
+@pytest.fixture(scope="module")
+def roles(tmp_path_factory):
+    return build_roles(tmp_path_factory.mktemp("build"))
+
+
+def launch(roles, dep, tmp_path, **kw):
+    from alphac.launch import launch as run
+    cwd = os.getcwd()
+    os.chdir(ROOT)                                   # roles.json names its source from the root
+    try:
+        return run(roles / dep, records=tmp_path / "runs", **kw)
+    finally:
+        os.chdir(cwd)
+
+
+@pytest.mark.parametrize("dep", sorted(DEPLOYMENTS))
+@pytest.mark.parametrize("steps", [0, 1, 5, 50])
+def test_deployment_equals_oracle(roles, dep, steps, tmp_path):
+    if dep == "lsq_adam_mixed":
+        require_tool("qemu-aarch64")
+    rec = launch(roles, dep, tmp_path, steps=steps)
+    assert rec["passed"], rec["roles"]
+    name = DEPLOYMENTS[dep]
+    assert rec["published"] == oracle.run(name, [(steps, SPLIT, TREE)])
+    assert rec["published"] == alphac("run", example(name), "--deployment", dep, "--steps", steps)[1]
+
+
+def test_mixed_isa_equals_all_x86(roles, tmp_path):
+    require_tool("qemu-aarch64")
+    a = launch(roles, "lsq_adam_mixed", tmp_path, steps=9)
+    b = launch(roles, "lsq_adam_star", tmp_path, steps=9)
+    assert a["published"] == b["published"] and a["passed"]
+    assert {r["role"]: r["isa"] for r in a["roles"]}["owner.0"] == "aarch64"
+
+
+def test_run_record_is_linked_sealed_and_verifiable(roles, tmp_path):
+    from alphac.launch import verify_record
+    rec = launch(roles, "lsq_adam_star", tmp_path, steps=3)
+    path = Path(rec["path"])
+    assert verify_record(path) == []
+    data = json.loads(path.read_text())
+    assert {r["role"] for r in data["roles"]} == {"coordinator", "owner.0", "owner.1", "owner.2", "owner.3"}
+    assert all(len(r["sha256"]) == 64 and r["stream"]["count"] >= 5 for r in data["roles"])
+    log = path.parent / "events" / "owner.2.log"
+    log.write_text(log.read_text().replace("step 2", "step 9"))
+    assert any("does not match its seal" in p for p in verify_record(path))
+
+
+def test_launcher_refuses_a_changed_executable(roles, tmp_path):
+    import shutil
+    from alphac.refusals import Refusal
+    copy = tmp_path / "b"
+    shutil.copytree(roles.parent, copy)
+    exe = copy / "roles" / "lsq_adam_star" / "owner.1"
+    data = bytearray(exe.read_bytes())
+    data[200] ^= 1
+    exe.write_bytes(bytes(data))
+    with pytest.raises(Refusal) as e:
+        launch(copy / "roles", "lsq_adam_star", tmp_path)
+    assert e.value.name == "artifact-hash"
+
+
+@pytest.mark.parametrize("victim", ["coordinator", "owner.0", "owner.3"])
+def test_killing_a_role_stops_everyone_by_name(roles, victim, tmp_path):
+    t0 = time.monotonic()
+    rec = launch(roles, "lsq_adam_star", tmp_path, steps=10**9, deadline_ms=2000, kill=(victim, 0.3))
+    assert time.monotonic() - t0 < 20
+    assert not rec["passed"] and rec["published"] == ""
+    for r in rec["roles"]:
+        if r["role"] == victim:
+            assert r["signal"] == 9
+        else:
+            assert r["refused"] in REFUSALS and r["exit"] == REFUSALS[r["refused"]][0], r
+
+
+def test_role_usage(roles):
+    r = subprocess.run([str(roles / "lsq_adam_star" / "coordinator"), "--steps", "1"],
+                       capture_output=True, text=True, timeout=10)
+    assert (r.returncode, r.stderr) == (64, "refused: usage\n")
+
+
+# -- a fake parent speaking frames to a live owner ------------------------------------------------
+def plan_of(dep="lsq_adam_star", src="lsq_adam"):
+    from alphac.driver import compile_deployments
+    return compile_deployments(example(src))[1][dep]
+
+
+@pytest.fixture(scope="module")
+def star():
+    from alphac.dist.identity import digests
+    from alphac.dist.structure import Role
+    from alphac.lower.role import code_of
+    plan = plan_of()
+    return {"plan": plan, "id": digests(plan.dep), "coord": code_of(plan, Role("coordinator")),
+            "owner0": code_of(plan, Role("owner", 0)), "P": sum(p.size for p in plan.lr.params)}
+
+
+def recv_exact(conn, n):
+    buf = b""
+    while len(buf) < n:
+        chunk = conn.recv(n - len(buf))
+        if not chunk:
+            raise ConnectionError("closed")
+        buf += chunk
+    return buf
+
+
+def talk(roles, star, mutate, deadline_ms=800):
+    """Start owner.0 against a fake coordinator; `mutate(conn, star)` plays the coordinator
+    after the owner's HELLO (and may send any bytes). Returns (exit code, stderr)."""
+    from alphac.dist import frames
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    port = srv.getsockname()[1]
+    exe = roles / "lsq_adam_star" / "owner.0"
+    p = subprocess.Popen([str(exe), "--steps", "1", "--deadline-ms", str(deadline_ms),
+                          "--parent", f"127.0.0.1:{port}"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        srv.settimeout(5)
+        conn, _ = srv.accept()
+        head = recv_exact(conn, 96)
+        body = recv_exact(conn, 192)
+        h = frames.decode_header(head)
+        zeroed = head[:80] + bytes(8) + head[88:]
+        assert h["checksum"] == frames.sum64(body, frames.sum64(zeroed)), "sum64 twins disagree"
+        assert h["sender"] == star["owner0"] and h["kind"] == 1
+        mutate(conn, star)
+        out, err = p.communicate(timeout=deadline_ms / 1000 + 10)
+        conn.close()
+    finally:
+        srv.close()
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode >= 0, f"owner died of signal {-p.returncode}"
+    return p.returncode, err
+
+
+def good_hello(conn, star):
+    from alphac.dist import frames
+    conn.sendall(frames.hello(star["coord"], star["id"]))
+    # the owner computes and sends its contribution
+    head = recv_exact(conn, 96)
+    from alphac.dist.frames import decode_header
+    h = decode_header(head)
+    recv_exact(conn, h["length"])
+    assert h["kind"] == 2 and h["length"] == 8 * (star["P"] + 1)
+
+
+def deliver_frame(star, **kw):
+    from alphac.dist import frames
+    payload = struct.pack(f"<{star['P']}d", *[0.5] * star["P"]) + struct.pack("<q", 8)
+    args = dict(kind=3, sender=star["coord"], payload=payload, identity=star["id"], version=0)
+    args.update(kw)
+    return frames.encode(**args)
+
+
+def test_a_good_conversation_publishes_nothing_at_an_owner(roles, star):
+    def play(conn, star):
+        good_hello(conn, star)
+        conn.sendall(deliver_frame(star))
+        # the owner updates, then sends its part of the publication
+        head = recv_exact(conn, 96)
+    code, err = talk(roles, star, play)
+    # after the publication message, the owner finishes; it never prints the state
+    assert code == 0 and err == ""
+
+
+MUTATIONS = {
+    "frame-checksum": lambda s, d: deliver_frame(s, checksum=12345),
+    "frame-too-long": lambda s, d: deliver_frame(s, length=8 * (s["P"] + 1) + d.draw(st.integers(1, 10**6))),
+    "frame-unknown-role": lambda s, d: deliver_frame(s, sender=s["owner0"]),
+    "frame-out-of-order": lambda s, d: deliver_frame(s, **d.draw(st.sampled_from(
+        [{"version": 1}, {"version": 7}, {"kind": 2}, {"kind": 7}]))),
+    "frame-bad-header": lambda s, d: deliver_frame(s, magic=d.draw(st.integers(0, 2**32 - 1).filter(
+        lambda m: m != 0x48504C41))),
+    "stale-epoch": lambda s, d: deliver_frame(s, epoch=d.draw(st.integers(1, 2**63))),
+}
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_malformed_frames_are_refused_by_name(roles, star, data):
+    from alphac.dist.identity import COMPONENTS
+    choice = data.draw(st.sampled_from(sorted(MUTATIONS) + ["truncated", "garbage", "silence",
+                                                          "close", "identity"]))
+    expect = {choice}
+
+    def play(conn, star):
+        if choice == "identity":
+            comp = data.draw(st.sampled_from(COMPONENTS))
+            other = dict(star["id"])
+            other[comp] = bytes(32) if other[comp] != bytes(32) else b"\1" * 32
+            from alphac.dist import frames
+            conn.sendall(frames.hello(star["coord"], other))
+            expect.clear()
+            expect.add({"learner": "peer-learner", "rate": "peer-rate", "contract": "peer-contract",
+                        "combine": "peer-combine-order", "membership": "peer-membership",
+                        "plan": "peer-plan"}[comp])
+            return
+        good_hello(conn, star)
+        if choice in MUTATIONS:
+            conn.sendall(MUTATIONS[choice](star, data))
+        elif choice == "truncated":
+            frame = deliver_frame(star)
+            conn.sendall(frame[:data.draw(st.integers(1, len(frame) - 1))])
+            conn.shutdown(socket.SHUT_WR)
+            expect.clear()
+            expect.update({"frame-truncated"})
+        elif choice == "garbage":
+            conn.sendall(data.draw(st.binary(min_size=1, max_size=400)))
+            conn.shutdown(socket.SHUT_WR)
+            expect.clear()
+            expect.update(REFUSALS)
+        elif choice == "close":
+            conn.shutdown(socket.SHUT_RDWR)
+            expect.clear()
+            expect.add("peer-lost")
+        elif choice == "silence":
+            expect.clear()
+            expect.add("peer-lost")
+    t0 = time.monotonic()
+    code, err = talk(roles, star, play)
+    assert time.monotonic() - t0 < 8, "the owner did not respect its deadline"
+    assert err.startswith("refused: ") and err.count("\n") == 1, err
+    name = err.strip()[len("refused: "):]
+    assert name in expect and code == REFUSALS[name][0], (choice, err)
+
+
+def test_foreign_peers_built_from_mutated_sources(tmp_path, roles):
+    """Real executables built for another learner / rate / combine order / membership / plan
+    connect to the real coordinator: both sides refuse by name, nothing is combined."""
+    base = (EXAMPLES / "lsq_adam.alpha").read_text()
+    cases = {
+        "peer-learner": base.replace("y = [0.7, 3.1", "y = [0.75, 3.1"),
+        "peer-rate": base.replace("const lr = 0.05", "const lr = 0.04"),
+        "peer-combine-order": base.replace(
+            "  combine ((owner[0], owner[1]), (owner[2], owner[3]))\n}\n\ndeployment lsq_adam_tree",
+            "  combine ((owner[0], owner[2]), (owner[1], owner[3]))\n}\n\ndeployment lsq_adam_tree"),
+        "peer-plan": base.replace("owner[2] = 3..4, owner[3] = 4..8\n  combine ((owner[0], owner[1]), (owner[2], owner[3]))\n}\n\ndeployment lsq_adam_tree",
+                                  "owner[2] = 3..5, owner[3] = 5..8\n  combine ((owner[0], owner[1]), (owner[2], owner[3]))\n}\n\ndeployment lsq_adam_tree"),
+    }
+    from alphac.build import build_role
+    from alphac.dist.structure import Role
+    from alphac.driver import compile_deployments
+    for want, text in cases.items():
+        assert text != base, want
+        src = tmp_path / "lsq_adam.alpha"
+        src.write_text(text)
+        plan = compile_deployments(src)[1]["lsq_adam_star"]
+        foreign = tmp_path / f"owner.1-{want}"
+        foreign.write_bytes(build_role(plan, Role("owner", 1)).elf)
+        foreign.chmod(0o755)
+        port = socket.socket()
+        port.bind(("127.0.0.1", 0))
+        pn = port.getsockname()[1]
+        port.close()
+        real = roles / "lsq_adam_star"
+        procs = {"coordinator": subprocess.Popen([str(real / "coordinator"), "--listen", f"127.0.0.1:{pn}",
+                                                  "--deadline-ms", "3000"], stderr=subprocess.PIPE, text=True)}
+        procs["owner.1"] = subprocess.Popen([str(foreign), "--parent", f"127.0.0.1:{pn}",
+                                             "--deadline-ms", "3000"], stderr=subprocess.PIPE, text=True)
+        for k in (0, 2, 3):
+            procs[f"owner.{k}"] = subprocess.Popen([str(real / f"owner.{k}"), "--parent", f"127.0.0.1:{pn}",
+                                                    "--deadline-ms", "3000"], stderr=subprocess.PIPE, text=True)
+        results = {n: (p.wait(timeout=20), p.stderr.read()) for n, p in procs.items()}
+        assert results["coordinator"][1] == f"refused: {want}\n", (want, results)
+        assert all(code != 0 for code, _ in results.values())
