@@ -1,0 +1,234 @@
+"""Benchmark: a distributed step of alphac's role executables against PyTorch's
+torch.distributed (gloo backend) on loopback, doing the same arithmetic.
+
+Two learners: `lsq_adam` on the reference star (4 owners with shares 1, 2, 1, 4 samples), and a
+generated least-squares learner with momentum, 100,000 coordinates, 8 samples, over 4 owners
+(2 samples each). For each: start-up time (processes started to connections made, measured as a
+0-step run), time per step (a long run minus the 0-step run, divided by the steps), bytes on the
+loopback wire per step (the `lo` counters of /proc/net/dev, for both systems alike), and whether
+the bits agree: across owner counts (1, 2, 4), and with the numerical contract's oracle for the
+split and tree (alphac's reference interpreter; torch has no such contract, so its column says
+whether repeated runs at least agree with each other).
+
+    python bench/distributed.py [--steps N]
+
+Needs `pip install torch` (CPU) for the torch rows; alphac's rows need nothing but this repo.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import shutil
+import socket
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+SPLIT4 = {"lsq_adam": [(0, 1), (1, 3), (3, 4), (4, 8)], "big": [(0, 2), (2, 4), (4, 6), (6, 8)]}
+
+
+def lo_bytes() -> int:
+    for line in Path("/proc/net/dev").read_text().splitlines():
+        if line.strip().startswith("lo:"):
+            f = line.split(":", 1)[1].split()
+            return int(f[0]) + int(f[8])
+    return 0
+
+
+def big_learner(tmp: Path, n: int = 100_000, samples: int = 8) -> Path:
+    rng = np.random.default_rng(7)
+    np.save(tmp / "x.npy", rng.standard_normal((samples, n)))
+    np.save(tmp / "y.npy", rng.standard_normal(samples))
+    splits = {1: [(0, 8)], 2: [(0, 4), (4, 8)], 4: SPLIT4["big"]}
+    deps = ""
+    for p, split in splits.items():
+        rng_s = ", ".join(f"owner[{k}] = {a}..{b}" for k, (a, b) in enumerate(split))
+        deps += (f"\ndeployment big_{p} {{\n  roles coordinator, owner[{p}]\n  topology star(coordinator)\n"
+                 f"  samples {rng_s}\n}}\n")
+    src = tmp / "big.alpha"
+    src.write_text(f"""learner big
+data x = load("x.npy")
+data y = load("y.npy")
+param w: f64[{n}] = 0.0
+state v: f64[{n}] = 0.0
+loss(i) = 0.5 * (dot(w, x[i]) - y[i])^2
+update {{
+  v = 0.9 * v + grad(w)
+  w = w - 0.001 * v
+}}
+""" + deps)
+    return src
+
+
+def build(src: Path, out: Path, deps: list[str]) -> None:
+    from alphac import artifacts, manifest
+    from alphac.build import build_role
+    cwd = os.getcwd()
+    os.chdir(src.parent)
+    try:
+        compiled, plans = artifacts.plans_of(src.name)
+        entries = {}
+        for d in deps:
+            plan = plans[d]
+            table = artifacts.roles_table(plan)
+            table["source"] = str(src)
+            data = (__import__("json").dumps(table, indent=2, sort_keys=True) + "\n").encode()
+            artifacts.write_file(out / d / "roles.json", data, 0o644)
+            entries[f"{d}/roles.json"] = manifest.artifact_entry(data, {"kind": "bench"}, [])
+            for r in plan.roles():
+                elf = build_role(plan, r).elf
+                artifacts.write_file(out / d / str(r), elf, 0o755)
+                entries[f"{d}/{r}"] = manifest.artifact_entry(elf, {"kind": "bench"}, [])
+        manifest.write(out / "MANIFEST.json", manifest.new(entries, [], {}))
+    finally:
+        os.chdir(cwd)
+
+
+def alphac_run(out: Path, dep: str, steps: int) -> tuple[float, int, str]:
+    from alphac.launch import launch
+    b0 = lo_bytes()
+    t = time.perf_counter()
+    rec = launch(out / dep, steps=steps, records=out / "runs", deadline_ms=60000)
+    dt = time.perf_counter() - t
+    assert rec["passed"], rec["roles"]
+    return dt, lo_bytes() - b0, rec["published"]
+
+
+def alphac_rows(src: Path, name: str, deps: dict[int, str], steps: int, tmp: Path):
+    from alphac.driver import compile_deployments
+    from alphac.dist.execute import run_plan
+    from alphac.ir.interp import format_state
+    out = tmp / f"build-{name}"
+    build(src, out, list(deps.values()))
+    compiled, plans = compile_deployments(src)
+    results = {}
+    for p, dep in deps.items():
+        results[p] = alphac_run(out, dep, 5)[2]
+    oracle_ok = True
+    if name == "lsq_adam":
+        want = format_state(compiled.learner, run_plan(compiled.learner, plans[deps[4]], 5))
+        oracle_ok = want == results[4]
+    start = statistics.median(alphac_run(out, deps[4], 0)[0] for _ in range(3))
+    long, wire, _ = alphac_run(out, deps[4], steps)
+    wire0 = alphac_run(out, deps[4], 0)[1]
+    per_step = max(0.0, long - start) / steps
+    same = len({hashlib.sha256(r.encode()).hexdigest() for r in results.values()}) == 1
+    return ("alphac", name, start, per_step, (wire - wire0) / steps, same, oracle_ok)
+
+
+# -- torch ----------------------------------------------------------------------------------------
+def torch_worker(rank, world, port, name, steps, split, xs, ys, q):
+    import torch
+    import torch.distributed as dist
+    torch.set_num_threads(1)
+    t0 = time.perf_counter()
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    dist.barrier()
+    t_up = time.perf_counter() - t0
+    lo, hi = split[rank]
+    x = torch.tensor(xs[lo:hi], dtype=torch.float64)
+    y = torch.tensor(ys[lo:hi], dtype=torch.float64)
+    n = xs.shape[1]
+    w = torch.zeros(n, dtype=torch.float64)
+    m = torch.zeros(n, dtype=torch.float64)
+    v = torch.zeros(n, dtype=torch.float64)
+    p1 = p2 = 1.0
+    cnt = torch.tensor([float(hi - lo)], dtype=torch.float64)
+    dist.all_reduce(cnt)
+    t1 = time.perf_counter()
+    for _ in range(steps):
+        r = x @ w - y
+        G = (r[:, None] * x).sum(0) if hi > lo else torch.zeros(n, dtype=torch.float64)
+        dist.all_reduce(G)
+        g = G / cnt
+        if name == "lsq_adam":
+            m = 0.9 * m + (1 - 0.9) * g
+            v = 0.999 * v + (1 - 0.999) * (g * g)
+            p1 *= 0.9
+            p2 *= 0.999
+            w = w - (0.05 * (m / (1 - p1))) / (torch.sqrt(v / (1 - p2)) + 1e-8)
+        else:
+            v = 0.9 * v + g
+            w = w - 0.001 * v
+    dist.barrier()
+    t_steps = time.perf_counter() - t1
+    if rank == 0:
+        q.put((t_up, t_steps, hashlib.sha256(w.numpy().tobytes()).hexdigest()))
+    dist.destroy_process_group()
+
+
+def torch_run(name, world, steps, xs, ys):
+    import torch.multiprocessing as mp
+    splits = {1: [(0, 8)], 2: [(0, 4), (4, 8)], 4: SPLIT4[name]}
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    b0 = lo_bytes()
+    procs = [ctx.Process(target=torch_worker, args=(r, world, port, name, steps, splits[world], xs, ys, q))
+             for r in range(world)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join()
+    return (*q.get(), lo_bytes() - b0)
+
+
+def torch_rows(name, xs, ys, steps):
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return ("torch gloo", name, float("nan"), float("nan"), float("nan"), "n/a (no torch)", "n/a")
+    hashes = {w: torch_run(name, w, 5, xs, ys)[2] for w in (1, 2, 4)}
+    again = torch_run(name, 4, 5, xs, ys)[2]
+    up, t_steps, _, wire = torch_run(name, 4, steps, xs, ys)
+    _, _, _, wire0 = torch_run(name, 4, 0, xs, ys)
+    return ("torch gloo", name, up, t_steps / steps, (wire - wire0) / steps,
+            len(set(hashes.values())) == 1, f"no contract (repeat equal: {again == hashes[4]})")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=200)
+    args = ap.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory() as t:
+        tmp = Path(t)
+        lsq = tmp / "lsq"
+        lsq.mkdir()
+        src = lsq / "lsq_adam.alpha"
+        text = (ROOT / "examples" / "lsq_adam.alpha").read_text()
+        for p, split in {1: [(0, 8)], 2: [(0, 4), (4, 8)]}.items():
+            rng_s = ", ".join(f"owner[{k}] = {a}..{b}" for k, (a, b) in enumerate(split))
+            text += (f"\ndeployment star_{p} {{\n  roles coordinator, owner[{p}]\n"
+                     f"  topology star(coordinator)\n  samples {rng_s}\n}}\n")
+        src.write_text(text)
+        rows.append(alphac_rows(src, "lsq_adam", {1: "star_1", 2: "star_2", 4: "lsq_adam_star"},
+                                args.steps * 10, tmp))
+        import oracle_data  # noqa: F401  (the LEARNERS.md data, below)
+        xs, ys = np.array(oracle_data.X), np.array(oracle_data.Y)
+        rows.append(torch_rows("lsq_adam", xs, ys, args.steps * 10))
+        big_dir = tmp / "big"
+        big_dir.mkdir()
+        bsrc = big_learner(big_dir)
+        rows.append(alphac_rows(bsrc, "lsq 100k", {1: "big_1", 2: "big_2", 4: "big_4"}, args.steps, tmp))
+        rows.append(torch_rows("big", np.load(big_dir / "x.npy"), np.load(big_dir / "y.npy"), args.steps))
+    print("| system | learner | start-up s | time per step ms | loopback bytes per step | "
+          "bits equal across 1/2/4 owners | bits equal to the contract's oracle |")
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r[0]} | {r[1]} | {r[2]:.3f} | {r[3] * 1e3:.3f} | {r[4]:.0f} | {r[5]} | {r[6]} |")
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    main()
