@@ -183,10 +183,11 @@ class Selector:
             self.li(r, a[0].value)
             self.commit(d, r)
         elif op == "fconst":
-            r = self.defreg(d, F1)
+            r, src = self.defreg(d, F1), xzr                 # +0.0 is fmov from xzr
             if a[0].value & M64:
                 self.li(S2, a[0].value)
-            self.emit("fmov", r, S2 if a[0].value & M64 else xzr)
+                src = S2
+            self.emit("fmov", r, src)
             self.commit(d, r)
         elif op == "addr":
             if a[0].offset:
@@ -271,9 +272,9 @@ class Selector:
         if isinstance(b, Imm):
             v = b.value
             if op in ("add", "sub") and (_aimm(v) or _aimm(-v)):
-                flip = _aimm(v) is None                # add -k is sub k, and sub -k is add k
-                mnemonic = {"add": "sub", "sub": "add"}[op] if flip else op
-                self.emit(mnemonic, r, x, _aimm(-v if flip else v))
+                if _aimm(v) is None:                   # add -k is sub k, and sub -k is add k
+                    op, v = {"add": "sub", "sub": "add"}[op], -v
+                self.emit(op, r, x, _aimm(v))
                 self.commit(d, r)
                 return
             if op in ("and", "or", "xor") and is_bitmask_imm(v):
