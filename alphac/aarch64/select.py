@@ -1,0 +1,340 @@
+"""AArch64 instruction selection: LIR + register allocation -> machine instructions.
+
+Requires: a checked `lir.Function` and its `Allocation` (alphac.lower.regalloc with
+`abi.REGFILE`). Guarantees: one `assemble.MI` list per function that implements the LIR exactly:
+every binary64 operation is one `fadd fsub fmul fdiv fsqrt fneg` on its operands in their written
+order (never swapped, never fused: no fmadd/fmsub/fnmadd/fnmsub is ever emitted), spilled values
+are reloaded through the scratch registers of `abi`, calls and system calls move their arguments
+by `parallel_moves`, and sp stays 16-byte aligned at every instruction.
+
+The frame, from the caller's sp down: x29/x30 (x29 then points here), the used callee-saved
+registers in pairs (integers, then binary64), then the spill slots (slot k at [sp + 8k]),
+rounded up to 16 bytes. Immediates are one `orr` when they are a bitmask immediate, otherwise
+movz/movn + movk; memory offsets use the scaled unsigned form, else ldur/stur, else an index
+register; global addresses are adrp + add with `adrp`/`add_lo12` relocations.
+"""
+from __future__ import annotations
+
+from alphac.aarch64 import abi
+from alphac.aarch64.encode import Imm as AImm
+from alphac.aarch64.encode import Label as ALabel
+from alphac.aarch64.encode import Mem, MemReg, is_bitmask_imm
+from alphac.aarch64.isa import COND, REGS, W, sp, xzr
+from alphac.lower.assemble import MI, Label
+from alphac.lower.lir import NEGATE, Function, Imm, Inst, VReg
+from alphac.lower.regalloc import Allocation, parallel_moves
+
+CC = {"eq": "eq", "ne": "ne", "lt": "lt", "le": "le", "gt": "gt", "ge": "ge",
+      "ult": "lo", "ule": "ls", "ugt": "hi", "uge": "hs"}
+ALU = {"add": "add", "sub": "sub", "and": "and", "or": "orr", "xor": "eor", "mul": "mul"}
+FALU = {"fadd": "fadd", "fsub": "fsub", "fmul": "fmul", "fdiv": "fdiv", "fsqrt": "fsqrt", "fneg": "fneg"}
+SHIFT = {"shl": "lsl", "shr": "lsr", "sar": "asr"}
+# op -> (scaled mnemonic, unscaled mnemonic, access size in bytes)
+LDST = {"load8": ("ldrb", "ldurb", 1), "load16": ("ldrh", "ldurh", 2), "load32": ("ldr", "ldur", 4),
+        "load64": ("ldr", "ldur", 8), "fload": ("ldr", "ldur", 8),
+        "store8": ("strb", "sturb", 1), "store16": ("strh", "sturh", 2), "store32": ("str", "stur", 4),
+        "store64": ("str", "stur", 8), "fstore": ("str", "stur", 8)}
+S1, S2, S3 = (REGS[r] for r in abi.SCRATCH)        # x16, x17, x15
+F1, F2 = (REGS[r] for r in abi.FSCRATCH)           # d31, d30
+X29, X30 = REGS["x29"], REGS["x30"]
+M64 = (1 << 64) - 1
+MAX_SLOTS = 4095                                   # [sp + 8k] in the scaled imm12 form
+
+
+def _aimm(v: int):
+    """`v` as an add/sub immediate (imm12, optionally lsl #12), or None."""
+    if 0 <= v < 4096:
+        return AImm(v)
+    if v & 0xFFF == 0 and 0 <= v >> 12 < 4096:
+        return AImm(v >> 12, 12)
+    return None
+
+
+class Selector:
+    def __init__(self, fn: Function, alloc: Allocation):
+        self.fn, self.alloc = fn, alloc
+        self.out: list = []
+        self.origin = 0
+        if alloc.nslots > MAX_SLOTS:
+            raise ValueError(f"{fn.name}: {alloc.nslots} spill slots exceed the AArch64 frame limit")
+        self.frame = (8 * alloc.nslots + 15) & ~15
+        saved = alloc.used_callee_saved
+        pairs = []
+        for cls in "xd":
+            regs = [REGS[r] for r in saved if r[0] == cls]
+            pairs += [regs[i:i + 2] for i in range(0, len(regs), 2)]
+        self.saved = pairs
+
+    def emit(self, mnemonic: str, *ops, target: str | None = None, sym: str | None = None) -> None:
+        self.out.append(MI(mnemonic, ops, self.origin, target, sym))
+
+    # -- locations ---------------------------------------------------------------------------
+    def where(self, v: VReg):
+        kind, x = self.alloc.of(v)
+        return REGS[x] if kind == "reg" else Mem(sp, 8 * x)
+
+    def use(self, v: VReg, scratch):
+        """A register holding v: its own, or `scratch` after a reload."""
+        loc = self.where(v)
+        if isinstance(loc, Mem):
+            self.emit("ldr", scratch, loc)
+            return scratch
+        return loc
+
+    def defreg(self, v: VReg, scratch):
+        loc = self.where(v)
+        return scratch if isinstance(loc, Mem) else loc
+
+    def commit(self, v: VReg, reg) -> None:
+        """After computing v into `reg`, move it to v's location."""
+        self.move(self.where(v), reg)
+
+    def move(self, dst, src) -> None:
+        """One location-to-location move (registers or stack slots, same class)."""
+        if dst == src:
+            return
+        if isinstance(dst, Mem) and isinstance(src, Mem):
+            self.emit("ldr", S2, src)                # slot to slot: the 8 bytes, through x17
+            src = S2
+        if isinstance(src, Mem):
+            self.emit("ldr", dst, src)
+        elif isinstance(dst, Mem):
+            self.emit("str", src, dst)
+        else:
+            self.emit("fmov" if dst.cls == "d" else "mov", dst, src)
+
+    def moves(self, pairs: list[tuple[object, object]]) -> None:
+        def cls(d, s):
+            return "d" if "d" in (getattr(d, "cls", ""), getattr(s, "cls", "")) else "x"
+        for c, scratch in (("x", S3), ("d", F1)):
+            for d, s in parallel_moves([(d, s) for d, s in pairs if cls(d, s) == c], scratch):
+                self.move(d, s)
+
+    def li(self, r, value: int) -> None:
+        """r = value (mod 2**64): one orr for a bitmask immediate, else movz/movn + movk."""
+        v = value & M64
+        if v == 0:
+            self.emit("mov", r, xzr)
+            return
+        if is_bitmask_imm(v):
+            self.emit("orr", r, xzr, AImm(v))
+            return
+        chunks = [(v >> s) & 0xFFFF for s in (0, 16, 32, 48)]
+        fill = 0xFFFF if chunks.count(0xFFFF) > chunks.count(0) else 0
+        first = next((i for i, c in enumerate(chunks) if c != fill), 0)
+        if fill:
+            self.emit("movn", r, AImm(~chunks[first] & 0xFFFF, 16 * first))
+        else:
+            self.emit("movz", r, AImm(chunks[first], 16 * first))
+        for i, c in enumerate(chunks):
+            if i != first and c != fill:
+                self.emit("movk", r, AImm(c, 16 * i))
+
+    # -- functions ---------------------------------------------------------------------------
+    def select(self) -> list:
+        self.emit("stp", X29, X30, Mem(sp, -16, "pre"))
+        self.emit("mov", X29, sp)
+        for pair in self.saved:
+            self.emit("stp" if len(pair) == 2 else "str", *pair, Mem(sp, -16, "pre"))
+        self.sp_adjust("sub", self.frame)
+        self.arg_moves(self.fn.params, incoming=True)
+        for i, b in enumerate(self.fn.blocks):
+            self.out.append(Label(b.label))
+            nxt = self.fn.blocks[i + 1].label if i + 1 < len(self.fn.blocks) else None
+            for inst in b.insts:
+                self.origin = inst.origin
+                self.inst(inst)
+            self.origin = b.term.origin
+            self.term(b.term, nxt)
+        return self.out
+
+    def sp_adjust(self, mnemonic: str, n: int) -> None:
+        if n >> 12:
+            self.emit(mnemonic, sp, sp, AImm(n >> 12, 12))
+        if n & 0xFFF:
+            self.emit(mnemonic, sp, sp, AImm(n & 0xFFF))
+
+    def arg_regs(self, regs: list[VReg]) -> list:
+        ints, floats = iter(abi.INT_ARGS), iter(abi.FLOAT_ARGS)
+        out = []
+        for v in regs:
+            name = next(floats if v.cls == "f" else ints, None)
+            if name is None:
+                raise ValueError(f"{self.fn.name}: too many arguments of class {v.cls}")
+            out.append(REGS[name])
+        return out
+
+    def arg_moves(self, regs: list[VReg], incoming: bool) -> None:
+        fixed = self.arg_regs(regs)
+        self.moves([(self.where(v), r) if incoming else (r, self.where(v)) for v, r in zip(regs, fixed)])
+
+    def epilogue(self) -> None:
+        self.sp_adjust("add", self.frame)
+        for pair in reversed(self.saved):
+            self.emit("ldp" if len(pair) == 2 else "ldr", *pair, Mem(sp, 16, "post"))
+        self.emit("ldp", X29, X30, Mem(sp, 16, "post"))
+        self.emit("ret")
+
+    # -- instructions ------------------------------------------------------------------------
+    def inst(self, inst: Inst) -> None:
+        op, d, a = inst.op, inst.dst, inst.args
+        if op == "iconst":
+            r = self.defreg(d, S1)
+            self.li(r, a[0].value)
+            self.commit(d, r)
+        elif op == "fconst":
+            r, src = self.defreg(d, F1), xzr                 # +0.0 is fmov from xzr
+            if a[0].value & M64:
+                self.li(S2, a[0].value)
+                src = S2
+            self.emit("fmov", r, src)
+            self.commit(d, r)
+        elif op == "addr":
+            if a[0].offset:
+                raise ValueError(f"aarch64 selector: address {a[0]!r} with an offset")
+            r = self.defreg(d, S1)
+            self.emit("adrp", r, ALabel(0), sym=a[0].name)
+            self.emit("add", r, r, AImm(0), sym=a[0].name)
+            self.commit(d, r)
+        elif op in ("mov", "fmov"):
+            self.move(self.where(d), self.where(a[0]))
+        elif op in ALU:
+            self.alu(op, d, a[0], a[1])
+        elif op in SHIFT:
+            x, r = self.use(a[0], S1), self.defreg(d, S1)
+            if isinstance(a[1], Imm):
+                self.emit(SHIFT[op], r, x, AImm(a[1].value & 63))
+            else:
+                self.emit(SHIFT[op] + "v", r, x, self.use(a[1], S2))
+            self.commit(d, r)
+        elif op in ("udiv", "urem", "sdiv", "srem"):
+            x, y, r = self.use(a[0], S1), self.use(a[1], S2), self.defreg(d, S1)
+            div = op[0] + "div"
+            if op.endswith("div"):
+                self.emit(div, r, x, y)
+            else:
+                self.emit(div, S3, x, y)
+                self.emit("msub", r, S3, y, x)           # r = x - (x / y) * y
+            self.commit(d, r)
+        elif op in ("neg", "not"):
+            x, r = self.use(a[0], S1), self.defreg(d, S1)
+            self.emit("neg" if op == "neg" else "mvn", r, x)
+            self.commit(d, r)
+        elif op == "setcc":
+            self.compare(a[1], a[2])
+            r = self.defreg(d, S1)
+            self.emit("cset", r, COND[CC[a[0]]])
+            self.commit(d, r)
+        elif op in FALU:
+            ops = [self.use(v, s) for v, s in zip(a, (F1, F2))]
+            r = self.defreg(d, F1)
+            self.emit(FALU[op], r, *ops)
+            self.commit(d, r)
+        elif op in ("i2f", "f2bits", "bits2f"):
+            x = self.use(a[0], F1 if op == "f2bits" else S1)
+            r = self.defreg(d, S1 if op == "f2bits" else F1)
+            self.emit("scvtf" if op == "i2f" else "fmov", r, x)
+            self.commit(d, r)
+        elif op.startswith("load") or op == "fload":
+            mnemonic, mem = self.mem(op, a[0], a[1])
+            r = self.defreg(d, F1 if op == "fload" else S1)
+            self.emit(mnemonic, W[r.num] if op in ("load8", "load16", "load32") else r, mem)
+            self.commit(d, r)
+        elif op.startswith("store") or op == "fstore":
+            mnemonic, mem = self.mem(op, a[0], a[1])
+            v = self.use(a[2], F1 if op == "fstore" else S1)
+            self.emit(mnemonic, W[v.num] if op in ("store8", "store16", "store32") else v, mem)
+        elif op == "call":
+            self.arg_moves(list(a[1:]), incoming=False)
+            self.emit("bl", target=a[0])
+            if d is not None:
+                self.commit(d, REGS[abi.FLOAT_RET if d.cls == "f" else abi.INT_RET])
+        elif op == "syscall":
+            self.moves([(REGS[r], self.where(v)) for r, v in zip(abi.SYSCALL_REGS, a)])
+            self.emit("svc", AImm(0))
+            self.commit(d, REGS[abi.INT_RET])
+        else:
+            raise ValueError(f"aarch64 selector: no rule for {op}")
+
+    def mem(self, op: str, base: VReg, off: Imm):
+        """(mnemonic, address operand) for [base + off]; the base may be reloaded into x17."""
+        scaled, unscaled, size = LDST[op]
+        b, v = self.use(base, S2), off.value
+        if v % size == 0 and 0 <= v // size < 4096:
+            return scaled, Mem(b, v)
+        if -256 <= v < 256:
+            return unscaled, Mem(b, v)
+        self.li(S3, v)
+        return scaled, MemReg(b, S3)
+
+    def alu(self, op: str, d: VReg, a: VReg, b) -> None:
+        x, r = self.use(a, S1), self.defreg(d, S1)
+        if isinstance(b, Imm):
+            v = b.value
+            if op in ("add", "sub") and (_aimm(v) or _aimm(-v)):
+                if _aimm(v) is None:                   # add -k is sub k, and sub -k is add k
+                    op, v = {"add": "sub", "sub": "add"}[op], -v
+                self.emit(op, r, x, _aimm(v))
+                self.commit(d, r)
+                return
+            if op in ("and", "or", "xor") and is_bitmask_imm(v):
+                self.emit(ALU[op], r, x, AImm(v & M64))
+                self.commit(d, r)
+                return
+            self.li(S2, v)
+            y = S2
+        else:
+            y = self.use(b, S2)
+        self.emit(ALU[op], r, x, y)
+        self.commit(d, r)
+
+    def compare(self, a: VReg, b) -> None:
+        x = self.use(a, S1)
+        if isinstance(b, Imm) and (_aimm(b.value) or _aimm(-b.value)):
+            if _aimm(b.value):
+                self.emit("cmp", x, _aimm(b.value))
+            else:
+                self.emit("cmn", x, _aimm(-b.value))   # same flags as cmp x, #-k (k != 0)
+            return
+        if isinstance(b, Imm):
+            self.li(S2, b.value)
+            self.emit("cmp", x, S2)
+        else:
+            self.emit("cmp", x, self.use(b, S2))
+
+    # -- terminators -------------------------------------------------------------------------
+    def term(self, t: Inst, nxt: str | None) -> None:
+        if t.op == "jmp":
+            if t.args[0] != nxt:
+                self.emit("b", target=t.args[0])
+        elif t.op == "br":
+            cc, a, b, yes, no = t.args
+            self.compare(a, b)
+            if yes == nxt:
+                self.emit("b." + CC[NEGATE[cc]], target=no)
+            else:
+                self.emit("b." + CC[cc], target=yes)
+                if no != nxt:
+                    self.emit("b", target=no)
+        elif t.op == "ret":
+            if t.args:
+                v = t.args[0]
+                self.move(REGS[abi.FLOAT_RET if v.cls == "f" else abi.INT_RET], self.where(v))
+            self.epilogue()
+        elif t.op == "trap":
+            self.emit("brk", AImm(1))
+        else:
+            raise ValueError(t.op)
+
+
+def select(fn: Function, alloc: Allocation) -> list:
+    return Selector(fn, alloc).select()
+
+
+def entry_stub() -> list:
+    """`_start`: pass the initial stack pointer to rt_start, exit_group with its result."""
+    return [MI("mov", (REGS["x0"], sp)),
+            MI("bl", (), target="rt_start"),
+            MI("movz", (REGS["x8"], AImm(abi.SYSCALLS["exit_group"]))),
+            MI("svc", (AImm(0),)),
+            MI("brk", (AImm(1),))]

@@ -1,0 +1,205 @@
+"""Every LIR operation through both instruction selectors, against plain Python.
+
+One runtime-language program (built here, with the real core runtime) prints one 64-bit pattern a
+line: integer and binary64 operations on values the compiler cannot fold, every immediate shape
+(bitmask, movz/movn/movk, add/sub imm12 and lsl #12, negative compares), every load/store width at
+offsets that take each addressing form, calls whose arguments form move cycles, functions with an
+odd number of callee-saved registers, and one with hundreds of values live across calls (spills,
+slot-to-slot moves, a frame over 4 KiB). The expected lines are computed in Python. The x86-64
+executable runs where the host is x86-64; the AArch64 one under qemu-aarch64.
+"""
+import math
+import platform
+import struct
+import subprocess
+
+import pytest
+from conftest import require_tool
+
+M = (1 << 64) - 1
+X, Y, Z, S = 0x0123456789ABCDEF, -1234567, 7, 13
+P, Q, R = 1.5, -0.1, 3.0
+
+
+def bits(x: float) -> int:
+    return struct.unpack("<Q", struct.pack("<d", x))[0]
+
+
+def sdiv(a, b):
+    q = abs(a) // abs(b)
+    return -q if (a < 0) != (b < 0) else q
+
+
+U = lambda v: v & M                    # noqa: E731  (the unsigned view)
+INT_CASES = [
+    ("x + 4095", X + 4095), ("x + 20480", X + 20480), ("x + 8384512", X + 0x7FF000),
+    ("x + -5", X - 5), ("x - 4095", X - 4095), ("x - -7", X + 7), ("x + 123456789", X + 123456789),
+    ("x - 8384512", X - 0x7FF000), ("x & 0xFF00", X & 0xFF00),
+    ("x | 0x5555555555555555", X | 0x5555555555555555), ("x ^ -1", ~X), ("x & 0x123456", X & 0x123456),
+    ("x * 1000003", X * 1000003), ("x * y", X * Y), ("x & y", X & Y), ("x | y", X | Y),
+    ("x ^ y", X ^ Y), ("x + y", X + Y), ("x - y", X - Y), ("y - x", Y - X),
+    ("x << 7", X << 7), ("x >> 9", X >> 9), ("sar(y, 3)", Y >> 3), ("sar(x, z)", X >> Z),
+    ("x << s", X << S), ("y >> s", U(Y) >> S), ("sar(y, s)", Y >> S), ("y << 63", Y << 63),
+    ("y >> 0", Y), ("udiv(x, z)", X // Z), ("urem(x, z)", X % Z), ("udiv(y, z)", U(Y) // Z),
+    ("urem(y, z)", U(Y) % Z), ("y / z", sdiv(Y, Z)), ("y % z", Y - sdiv(Y, Z) * Z),
+    ("x / y", sdiv(X, Y)), ("x % y", X - sdiv(X, Y) * Y), ("-x", -X), ("~y", ~Y),
+    ("x < y", X < Y), ("y < 0", Y < 0), ("y < -5", Y < -5), ("y > -2000000", Y > -2000000),
+    ("x == 81985529216486895", X == 81985529216486895), ("ult(y, x)", U(Y) < X), ("ult(x, y)", X < U(Y)),
+    ("x >= 4096", X >= 4096), ("x != y", X != Y), ("y <= -1234567", Y <= -1234567),
+    ("ult(x, 0x7000000000000000)", X < 0x7000000000000000), ("y == -1234567", True),
+    ("z >= -4095", True), ("ult(z, 4096)", True), ("z > 4096", False), ("!z", False),
+]
+CONSTANTS = [0, 1, -1, 4095, 0xFFFF0000, 0x5555555555555555, 0x0000FFFF0000FFFF,
+             0xFFFF1234FFFFFFFF, -123456789, 0x8000000000000000, 0x123456789ABCDEF0,
+             0x0001000000000000, 0xFFFFFFFFFFFF0000 + 0x1234]
+BRANCHES = [("y < -5", Y < -5), ("x > 4095", X > 4095), ("z == 7", True), ("ult(y, 5)", False),
+            ("z != -7", True), ("y >= x", Y >= X), ("z <= 0x100000000", True)]
+FLOAT_CASES = [
+    ("p + q", P + Q), ("p - q", P - Q), ("q - p", Q - P), ("p * q", P * Q), ("p / q", P / Q),
+    ("q / p", Q / P), ("sqrt(r)", math.sqrt(R)), ("-q", -Q), ("i2f(y)", float(Y)), ("i2f(x)", float(X)),
+    ("bits2f(x)", struct.unpack("<d", X.to_bytes(8, "little"))[0]), ("0.0", 0.0), ("-0.0", -0.0),
+    ("1e300", 1e300), ("p * q + r", P * Q + R), ("r - p * q", R - P * Q),
+    ("(p + q) * (p - q)", (P + Q) * (P - Q)), ("fret(q, p)", P - Q),
+]
+BASE = 300                      # b = buf + BASE, so that negative offsets stay inside buf
+STORES = [("store64", 0, "x"), ("store32", 9, "y"), ("store16", 15, "x"), ("store8", -3, "y"),
+          ("store64", -16, "y"), ("store64", 60000, "x"), ("store8", 65000, "x"),
+          ("store16", 8190, "x"), ("store16", 8192, "y"), ("store32", 16380, "x"),
+          ("store32", 16384, "y"), ("store64", 32760, "y"), ("store64", 32768, "x"),
+          ("store64", 255, "x"), ("store64", -256, "x"), ("storef", 33, "p"),
+          ("storef", 40000, "q"), ("storef", 48, "r")]
+LOADS = [(s.replace("store", "load"), off) for s, off, _ in STORES] + [
+    ("load64", 8), ("load32", 12), ("load16", 1), ("load8", 10), ("load64", -8)]
+NSPILL = 300
+
+
+def spill_source() -> tuple[str, int]:
+    """A function with NSPILL integers and NSPILL binary64s live across calls, and its result."""
+    src = ["fn spill(x: i64, p: f64) -> i64 {"]
+    src += [f"    let a{k} = x * {k + 2} ^ {k};" for k in range(NSPILL)]
+    src += [f"    let f{k} = p * {float(k + 1)!r};" for k in range(NSPILL)]
+    src.append("    nop();")
+    for v in "af":
+        src.append(f"    let t{v} = {v}0;")
+        src += [f"    {v}{k} = {v}{k + 1};" for k in range(NSPILL - 1)]
+        src.append(f"    {v}{NSPILL - 1} = t{v};")
+    src += ["    nop();", "    let acc = 0;", "    let facc = 0.0;"]
+    src += [f"    acc = acc * 31 + a{k};\n    facc = facc + f{k};" for k in range(NSPILL)]
+    src += ["    return acc ^ f2bits(facc);", "}"]
+    a = [U(X * (k + 2)) ^ k for k in range(NSPILL)]
+    f = [P * float(k + 1) for k in range(NSPILL)]
+    a, f = a[1:] + a[:1], f[1:] + f[:1]
+    acc, facc = 0, 0.0
+    for k in range(NSPILL):
+        acc, facc = U(acc * 31 + a[k]), facc + f[k]
+    return "\n".join(src) + "\n", acc ^ bits(facc)
+
+
+FUNCTIONS = """
+fn nop() {}
+fn out(v: i64) { rt_out_hex16(v); rt_out_byte(10); }
+fn fret(p: f64, q: f64) -> f64 { return q - p; }
+fn args(a: i64, b: i64, c: i64, d: i64, e: i64, f: i64,
+        p1: f64, p2: f64, p3: f64, p4: f64, p5: f64, p6: f64, p7: f64, p8: f64) -> i64 {
+    let acc = ((((a * 3 + b) * 3 + c) * 3 + d) * 3 + e) * 3 + f;
+    let fa = (((((((p1 - p2) * p3) - p4) / p5) + p6) - p7) * p8);
+    return acc ^ f2bits(fa);
+}
+fn rot(a: i64, b: i64, c: i64, d: i64, e: i64, f: i64,
+       p1: f64, p2: f64, p3: f64, p4: f64, p5: f64, p6: f64, p7: f64, p8: f64) -> i64 {
+    return args(f, a, b, c, d, e, p8, p1, p2, p3, p4, p5, p6, p7);
+}
+fn swap2(a: i64, b: i64, p: f64, q: f64) -> i64 {
+    return args(b, a, b, a, a, b, q, p, q, q, p, p, q, p);
+}
+fn three(x: i64, p: f64) -> i64 {
+    let a = x + 1;
+    let b = x * 5;
+    let c = x - 9;
+    let f = p * 2.0;
+    nop();
+    return (a * b - c) ^ f2bits(f + p);
+}
+"""
+
+
+def args(a, b, c, d, e, f, p1, p2, p3, p4, p5, p6, p7, p8):
+    acc = a
+    for v in (b, c, d, e, f):
+        acc = acc * 3 + v
+    return U(acc) ^ bits((((((((p1 - p2) * p3) - p4) / p5) + p6) - p7) * p8))
+
+
+def program() -> tuple[str, str]:
+    """(runtime-language source with `main`, the expected stdout)."""
+    spill, spill_value = spill_source()
+    body = [f"    let {v} = load64(seeds + {8 * k});" for k, v in enumerate("xyzs")]
+    body += [f"    let {v} = loadf(seeds + {32 + 8 * k});" for k, v in enumerate("pqr")]
+    want = []
+    for e, v in INT_CASES:
+        body.append(f"    out({e});")
+        want.append(int(v))
+    for c in CONSTANTS:
+        body.append(f"    out({c:#x});")
+        want.append(c)
+    for e, v in BRANCHES:
+        body.append(f"    if {e} {{ out(1); }} else {{ out(0); }}")
+        want.append(int(v))
+    for e, v in FLOAT_CASES:
+        body.append(f"    out(f2bits({e}));")
+        want.append(bits(v))
+    mem = bytearray(70000)
+    value = {"x": X.to_bytes(8, "little"), "y": U(Y).to_bytes(8, "little"),
+             "p": struct.pack("<d", P), "q": struct.pack("<d", Q), "r": struct.pack("<d", R)}
+    width = {"8": 1, "16": 2, "32": 4, "64": 8, "f": 8}
+    body.append("    let b = buf + 300;")
+    for op, off, v in STORES:
+        body.append(f"    {op}(b + {off}, {v});" if off >= 0 else f"    {op}(b - {-off}, {v});")
+        n = width[op[5:]]
+        mem[BASE + off:BASE + off + n] = value[v][:n]
+    for op, off in LOADS:
+        addr = f"b + {off}" if off >= 0 else f"b - {-off}"
+        body.append(f"    out(f2bits(loadf({addr})));" if op == "loadf" else f"    out({op}({addr}));")
+        want.append(int.from_bytes(mem[BASE + off:BASE + off + width[op[4:]]], "little"))
+    pa = [P, Q, R, -R, 0.25, 7.0, -2.5, 1e-3]
+    body += ["    out(rot(x, y, z, s, 1, 2, p, q, r, -r, 0.25, 7.0, -2.5, 0.001));",
+             "    out(swap2(x, y, p, q));", "    out(three(x, p));", "    out(spill(x, p));"]
+    want += [args(2, X, Y, Z, S, 1, pa[7], *pa[:7]),
+             args(Y, X, Y, X, X, Y, Q, P, Q, Q, P, P, Q, P),
+             U((X + 1) * (X * 5) - (X - 9)) ^ bits(P * 2.0 + P), spill_value]
+    source = (f"global buf: [u8; 70000];\nvar seeds: [i64; 7] = [{X}, {Y}, {Z}, {S}, {bits(P)}, "
+              f"{bits(Q)}, {bits(R)}];\n" + FUNCTIONS + spill +
+              "fn main(argc: i64, argv: i64) -> i64 {\n" + "\n".join(body) +
+              "\n    rt_flush();\n    return 3;\n}\n")
+    return source, "".join(f"{U(v):016x}\n" for v in want)
+
+
+def build(isa: str, source: str) -> bytes:
+    from alphac.build import link_program, target
+    from alphac.lower import rt
+    from alphac.lower.rt_lower import lower_program
+    from alphac.runtime import source as runtime
+    tgt = target(isa)
+    items = rt.parse(tgt.prelude(), "prelude.rt") + rt.parse(runtime("core"), "core.rt")
+    items += rt.parse(source, "ops.rt")
+    return link_program(lower_program(items, {}), tgt)[0]
+
+
+@pytest.mark.parametrize("isa", ["x86_64", "aarch64"])
+def test_every_operation(isa, tmp_path):
+    if isa == "aarch64":
+        runner = [require_tool("qemu-aarch64")]
+    elif platform.machine() in ("x86_64", "AMD64"):
+        runner = []
+    else:
+        pytest.skip("x86-64 executables run only on an x86-64 host")
+    source, want = program()
+    exe = tmp_path / f"ops.{isa}"
+    exe.write_bytes(build(isa, source))
+    exe.chmod(0o755)
+    r = subprocess.run(runner + [str(exe)], capture_output=True, text=True, timeout=60)
+    assert (r.returncode, r.stderr) == (3, "")
+    got, expected = r.stdout.splitlines(), want.splitlines()
+    assert len(got) == len(expected)
+    wrong = [(i, g, e) for i, (g, e) in enumerate(zip(got, expected)) if g != e]
+    assert not wrong, wrong
