@@ -32,7 +32,7 @@ def build_roles(out: Path, sources=None) -> Path:
     try:
         entries, inputs = {}, []
         for p, r in artifacts.all_recipes():
-            if not p.startswith("roles/") or (sources and r["source"] not in sources) or "mixed" in p:
+            if not p.startswith("roles/") or (sources and r["source"] not in sources):
                 continue
             b = artifacts.build(r)
             artifacts.write_file(out / p, b.data, artifacts.mode(r))
