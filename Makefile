@@ -6,7 +6,7 @@ STAMP    = $(VENV)/.installed
 ALPHAC   = $(BIN)/alphac
 EXAMPLES = scalar_regression two_coordinate independent_state lsq_momentum lsq_adam
 
-.PHONY: venv test repro demo docs clean
+.PHONY: venv test repro roles demo docs bench clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -24,11 +24,22 @@ test: $(STAMP)
 repro: $(STAMP)
 	$(BIN)/python reproducible/check.py
 
-demo: $(STAMP)
-	@for e in $(EXAMPLES); do \
-	  echo "== $$e (reference interpreter, 5 steps)"; \
-	  $(ALPHAC) run examples/$$e.alpha --steps 5 || exit 1; \
-	done
+# every artifact: the learners for every target, and one executable per role of every deployment
+# in examples/ (build/roles/DEPLOYMENT/ROLE), with build/MANIFEST.json
+roles: $(STAMP)
+	$(ALPHAC) build-all --out build
+
+# the main job: build the roles, launch the reference star (owners 0 and 2 on AArch64 when
+# qemu-aarch64 is here), print the published state and compare it with the reference interpreter
+demo: roles
+	@if command -v qemu-aarch64 >/dev/null; then dep=lsq_adam_mixed; else dep=lsq_adam_star; fi; \
+	echo "== launching build/roles/$$dep (5 steps)"; \
+	$(ALPHAC) launch build/roles/$$dep --steps 5 --compare
+
+bench: $(STAMP)
+	$(BIN)/python bench/learners.py
+	$(BIN)/python bench/fleet.py
+	$(BIN)/python bench/distributed.py
 
 docs: $(STAMP)
 	$(BIN)/python -m alphac.docs

@@ -32,7 +32,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-SPLIT4 = {"lsq_adam": [(0, 1), (1, 3), (3, 4), (4, 8)], "big": [(0, 2), (2, 4), (4, 6), (6, 8)]}
+SPLIT4 = {"lsq_adam": [(0, 1), (1, 3), (3, 4), (4, 8)], "lsq 100k": [(0, 2), (2, 4), (4, 6), (6, 8)]}
 
 
 def lo_bytes() -> int:
@@ -112,10 +112,8 @@ def alphac_rows(src: Path, name: str, deps: dict[int, str], steps: int, tmp: Pat
     results = {}
     for p, dep in deps.items():
         results[p] = alphac_run(out, dep, 5)[2]
-    oracle_ok = True
-    if name == "lsq_adam":
-        want = format_state(compiled.learner, run_plan(compiled.learner, plans[deps[4]], 5))
-        oracle_ok = want == results[4]
+    want = format_state(compiled.learner, run_plan(compiled.learner, plans[deps[4]], 5))
+    oracle_ok = want == results[4]
     start = statistics.median(alphac_run(out, deps[4], 0)[0] for _ in range(3))
     long, wire, _ = alphac_run(out, deps[4], steps)
     wire0 = alphac_run(out, deps[4], 0)[1]
@@ -223,7 +221,7 @@ def main() -> None:
         big_dir.mkdir()
         bsrc = big_learner(big_dir)
         rows.append(alphac_rows(bsrc, "lsq 100k", {1: "big_1", 2: "big_2", 4: "big_4"}, args.steps, tmp))
-        rows.append(torch_rows("big", np.load(big_dir / "x.npy"), np.load(big_dir / "y.npy"), args.steps))
+        rows.append(torch_rows("lsq 100k", np.load(big_dir / "x.npy"), np.load(big_dir / "y.npy"), args.steps))
     print("| system | learner | start-up s | time per step ms | loopback bytes per step | "
           "bits equal across 1/2/4 owners | bits equal to the contract's oracle |")
     print("|---|---|---|---|---|---|---|")
