@@ -51,12 +51,18 @@ def test_manifest_is_sorted_stable_and_complete(built, tmp_path):
     assert m["format"] == manifest.FORMAT and m["tools"] == {}
     assert m["compiler"] == {"sha256": manifest.compiler_digest(ROOT / "alphac"),
                              "version": "0.1.0"}
-    names = [f"learners/{n}.{t}" for n in EXAMPLE_NAMES for t in sorted(targets())]
-    assert sorted(m["artifacts"]) == names and [p for p, _ in artifacts.all_recipes()] == names
+    learners = [f"learners/{n}.{t}" for n in EXAMPLE_NAMES for t in sorted(targets())]
+    names = [p for p, _ in artifacts.all_recipes()]
+    assert sorted(m["artifacts"]) == names and set(learners) <= set(names)
+    assert any(n.startswith("roles/lsq_adam_star/") for n in names)
     for name, a in m["artifacts"].items():
         data = (built / name).read_bytes()
         assert a["sha256"] == manifest.sha256_bytes(data) and a["size"] == len(data)
-        assert (built / name).stat().st_mode & 0o777 == 0o755
+        assert (built / name).stat().st_mode & 0o777 == (0o644 if name.endswith(".json") else 0o755)
+        if not name.startswith("learners/"):
+            assert a["recipe"]["kind"] in ("role", "roles-table")
+            assert a["inputs"] == [a["recipe"]["source"]]
+            continue
         stem, target = Path(name).stem, Path(name).suffix[1:]
         assert a["recipe"] == {"kind": "learner", "source": f"examples/{stem}.alpha",
                                "target": target}
@@ -82,7 +88,7 @@ def test_build_all_twice_gives_identical_bytes(built, tmp_path):
     first = {p.relative_to(built): p.read_bytes() for p in built.rglob("*") if p.is_file()}
     again = {p.relative_to(tmp_path / "again"): p.read_bytes()
              for p in (tmp_path / "again").rglob("*") if p.is_file()}
-    assert first == again and len(first) == len(EXAMPLE_NAMES) * len(targets()) + 1
+    assert first == again and len(first) == len(artifacts.all_recipes()) + 1
 
 
 def test_compiler_digest_covers_the_source_and_nothing_else(tmp_path):
@@ -159,7 +165,8 @@ def test_verify_refuses_a_changed_source(tmp_path, monkeypatch):
     src.write_text(src.read_text().replace("const lr = 0.05", "const lr = 0.06"))
     code, _, err = alphac("verify", "out/MANIFEST.json")
     assert code == 3
-    assert "verify: input examples/lsq_adam.alpha (used by learners/lsq_adam.x86_64): sha256" in err
+    line = next(l for l in err.splitlines() if l.startswith("verify: input examples/lsq_adam.alpha"))
+    assert "(used by " in line and "learners/lsq_adam.x86_64" in line and ": sha256" in line
     assert "verify: learners/lsq_adam.x86_64: rebuilt sha256" in err
     assert "lsq_momentum" not in err
 
@@ -247,11 +254,11 @@ def test_check_catches_a_non_reproducible_compiler(tmp_path, mutant):
     assert r.returncode == 1, r.stdout + r.stderr
     out = r.stdout
     assert "found by a plain copy (no git)" in out
-    names = [f"learners/{n}.{t}" for n in EXAMPLE_NAMES for t in sorted(targets())]
+    names = [p for p, r in artifacts.all_recipes() if r["kind"] in ("learner", "role")]
     for name in names:
         assert f"repro: MISMATCH {name}: sha256 differs between build A and build B\n" \
                f"repro:   first difference at file offset 0x" in out, name
     first = re.findall(r"first difference at file offset 0x[0-9a-f]+, in (\S+) \+ 0x[0-9a-f]+", out)
     assert len(first) == len(names) and set(first) == {section}, out
-    assert out.rstrip().endswith(f"FAIL: build A and build B differ ({len(names)} artifacts "
-                                 f"compared)")
+    assert out.rstrip().endswith(f"FAIL: build A and build B differ ({len(artifacts.all_recipes())}"
+                                 f" artifacts compared)")
