@@ -57,7 +57,7 @@ class Image:
     addresses: dict[str, int]
 
 
-RUNTIME = ("core", "single")
+RUNTIME = ("core", "ckpt", "single")
 
 
 def program_for(lr: Learner, tgt: Target, runtime=RUNTIME, extra: str = "",
@@ -101,13 +101,15 @@ def link_program(prog: Program, tgt: Target) -> tuple[bytes, Text, dict[str, int
 
 
 def build_learner(lr: Learner, target_name: str) -> Image:
+    from alphac.lower.ckpt import single_source
     tgt = target(target_name)
-    prog, gen = program_for(lr, tgt)
+    extra, blobs = single_source(lr)
+    prog, gen = program_for(lr, tgt, extra=extra, blobs=blobs)
     elf, text, addrs = link_program(prog, tgt)
     return Image(tgt, elf, text, prog, gen, addrs)
 
 
-ROLE_RUNTIME = ("core", "net", "role")
+ROLE_RUNTIME = ("core", "net", "ckpt", "role")
 
 
 def build_role(plan, role, target_name: str | None = None) -> Image:

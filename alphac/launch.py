@@ -108,12 +108,20 @@ def check_hashes(dep_dir: Path, table: dict, manifest: dict, mpath: Path) -> dic
 
 def launch(dep_dir: str | Path, steps: int = 5, deadline_ms: int = 10000,
            records: str | Path = "runs", extra: dict[str, list[str]] | None = None,
-           kill: tuple[str, float] | None = None) -> dict:
+           kill: tuple[str, float] | None = None, checkpoint: str | Path | None = None,
+           resume: str | Path | None = None, targets: dict[str, str] | None = None) -> dict:
     """Run a built deployment; returns the run record (also written under `records`)."""
     dep_dir = Path(dep_dir)
     table, manifest, mpath = load_table(dep_dir)
     hashes = check_hashes(dep_dir, table, manifest, mpath)
+    if targets:                        # run other builds of the roles (e.g. every owner swapped)
+        for r in table["roles"]:
+            r["target"] = targets.get(r["role"], r["target"])
     ports = {r["role"]: free_port() for r in table["roles"] if r["listens"]}
+    extra = {k: list(v) for k, v in (extra or {}).items()}
+    for flag, path in (("--checkpoint", checkpoint), ("--resume", resume)):
+        if path is not None:
+            extra.setdefault("*", []).extend([flag, str(Path(path).resolve())])
     work = Path(tempfile.mkdtemp(prefix="alphac-run-"))
     native = platform.machine().lower() in ("aarch64", "arm64")
     runs: list[RoleRun] = []

@@ -39,6 +39,20 @@ REFUSALS: dict[str, tuple[int, str]] = {
     "launch-tool": (101, "the launcher needs a tool this host lacks (qemu-aarch64 for AArch64 roles)"),
     "run-failed": (102, "a role of the launched deployment refused or crashed; nothing was published "
                         "(the run record names the role and its refusal)"),
+    "checkpoint-write": (110, "a checkpoint file could not be written, fsynced or renamed into place; "
+                              "the previous checkpoint is untouched"),
+    "checkpoint-missing": (111, "--resume names a directory without a checkpoint manifest"),
+    "manifest-torn": (112, "a checkpoint manifest is truncated, torn, or fails its checksum"),
+    "shard-missing": (113, "a shard the manifest lists is missing, or the shards do not cover a "
+                           "value to restore"),
+    "shard-corrupt": (114, "a shard's bytes do not match the checksum its manifest records, or it "
+                           "is not the .npy array the manifest describes"),
+    "shard-non-finite": (115, "a shard holds a NaN or an infinity (even behind a checksum that "
+                              "matches it): a checkpoint publishes finite state only"),
+    "checkpoint-other-learner": (116, "the checkpoint was written by another learner (or the same "
+                                      "learner with other constants)"),
+    "checkpoint-layout": (117, "a hierarchy resumes only from a checkpoint of its own shape, and a "
+                               "star or a single process only from a flat one"),
     "non-finite-state": (65, "a value to be published is NaN or infinite; the contract publishes "
                              "finite state only, so nothing is printed"),
 }

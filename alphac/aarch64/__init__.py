@@ -51,4 +51,5 @@ TARGET = Target(
     apply_reloc=apply_reloc,
     text_pad=encode_bytes("brk", Imm(0)),            # 4 bytes: tiles the 16-byte alignment
     capstone=("CS_ARCH_ARM64", "CS_MODE_ARM"),
+    constants=(("O_DIRECTORY", 0x4000),)
 )

@@ -33,7 +33,8 @@ from alphac.diag import Sink
 from alphac.dist.deployment import Deployment
 from alphac.dist.structure import Hierarchy, Role, Star
 
-PHASES = ("gather-params", "combine", "deliver", "allgather-params", "allgather-state", "publish")
+PHASES = ("gather-params", "combine", "deliver", "allgather-params", "allgather-state",
+          "checkpoint", "publish")
 
 
 @dataclass(frozen=True)
@@ -150,9 +151,12 @@ class Plan:
         return out
 
     # -- projection --------------------------------------------------------------------------------
-    def _up(self, role: Role, kind: str, what: str, prog: list[Action], combine: bool = False) -> None:
+    def _up(self, role: Role, kind: str, what: str, prog: list[Action], combine: bool = False,
+            local: Action | None = None) -> None:
         for c in self.children(role):
             prog.append(Action("recv", c, kind, what))
+        if local is not None:
+            prog.append(local)
         if combine and not self.is_owner(role):
             kids = self.children(role)
             if isinstance(self.topo, Star):
@@ -184,8 +188,10 @@ class Plan:
         lo, hi = self.topo.subtree_owners(role)
         return lo <= owner < hi
 
-    def project(self, role: Role, final: bool = True) -> list[Action]:
-        """This role's program for one step (and, with `final`, the publication after it)."""
+    def project(self, role: Role, final: bool = True, checkpoint: bool = False) -> list[Action]:
+        """This role's program for one step (and, with `final`, the publication after it; with
+        `checkpoint` too, the checkpoint before the publication: owners write their shards and
+        send their records up, combining roles write the manifests, the root's last)."""
         prog: list[Action] = []
         owner = self.is_owner(role)
         grad_what = "slices" if "gradients" in self.part else "all"
@@ -217,6 +223,12 @@ class Plan:
                 self._up(role, f"allgather-{cls}", "slices", prog)
                 self._down(role, f"allgather-{cls}", "all", prog)
         prog.append(Action("advance"))
+        if final and checkpoint:
+            if owner:
+                prog.append(Action("save", detail="its shards"))
+            where = "the root manifest, last" if role == self.root else "its sub-manifest"
+            self._up(role, "checkpoint", "shard records", prog,
+                     local=None if owner else Action("manifest", detail=where))
         if final:
             self._up(role, "publish", "held coordinates", prog)
             if role == self.root:
@@ -228,7 +240,8 @@ class Plan:
         """Problems with the projections; empty when every send meets its receive, in order,
         and no role can wait forever."""
         if self.role_count() <= 4096:
-            return simulate({r: self.project(r) for r in self.roles()})
+            return simulate({r: self.project(r) for r in self.roles()}) + simulate(
+                {r: self.project(r, checkpoint=True) for r in self.roles()})
         problems = []
         for name, reps in self.role_classes():
             for r in reps:

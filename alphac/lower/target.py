@@ -22,7 +22,9 @@ class Target:
     apply_reloc: Callable            # elf.writer apply_reloc
     text_pad: bytes                  # filler between functions (never executed)
     capstone: tuple[str, str]        # (arch, mode) constant names, for listings and tests
+    constants: tuple[tuple[str, int], ...] = ()   # ABI constants that differ per ISA (O_DIRECTORY)
 
     def prelude(self) -> str:
-        """The runtime-language constants for this target's system calls."""
-        return "".join(f"const SYS_{name} = {nr};\n" for name, nr in sorted(self.syscalls.items()))
+        """The runtime-language constants for this target's system calls and ABI."""
+        out = "".join(f"const SYS_{name} = {nr};\n" for name, nr in sorted(self.syscalls.items()))
+        return out + "".join(f"const {name} = {v};\n" for name, v in self.constants)

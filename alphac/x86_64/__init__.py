@@ -44,4 +44,5 @@ TARGET = Target(
     apply_reloc=apply_reloc,
     text_pad=b"\xcc",
     capstone=("CS_ARCH_X86", "CS_MODE_64"),
+    constants=(("O_DIRECTORY", 0x10000),)
 )

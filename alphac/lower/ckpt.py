@@ -1,0 +1,85 @@
+"""Checkpoint code for an executable: which shards it writes, which values it restores.
+
+The runtime (alphac/runtime/ckpt.rt) does the work once for every executable; what differs per
+executable is the list of (state, coordinate range) it holds, its writer index, where its files
+go, and how big its buffers are. These functions emit that as runtime-language code:
+
+- `declarations`: the buffers (CK_CAP bytes for the largest file, a fill map, record space);
+- `save_lines`: one shard per held state, each `<role>/<state>.<lo>-<hi>.e<E>.v<V>.npy`;
+- `restore_lines`: the root manifest checked (and the layout), the path followed down to this
+  owner's manifest, every held range restored (its own shards first).
+
+Requires: state names of at most 31 bytes (they are stored in manifest records).
+"""
+from __future__ import annotations
+
+HDR, REC = 128, 160
+
+
+def declarations(lr, records: int) -> list[str]:
+    """`records`: the most records a manifest this executable writes has. A manifest it reads may
+    come from another owner count: up to 64 writers (the fan-out bound) per state."""
+    biggest = max([s.size for s in lr.states] + [1])
+    cap = max(HDR + 8 * biggest, HDR + REC * records + 64)
+    man = HDR + REC * 64 * max(len(lr.states), 1) + 64
+    return [f"const CK_CAP = {cap};",
+            f"const CK_MAN_CAP = {man};",
+            f"global ck_buf: [u8; {cap}];",
+            f"global ck_man: [u8; {man}];",
+            f"global ck_fill: [u8; {biggest}];",
+            f"global ck_recs: [u8; {REC * max(records, 1)}];",
+            "global ck_sub: [u8; 160];"]
+
+
+def check_names(lr) -> None:
+    for s in lr.states:
+        if len(s.name.encode()) > 31:
+            from alphac.build import BuildError
+            raise BuildError(f"state `{s.name}` has a name over 31 bytes; checkpoints record names "
+                             f"of at most 31")
+
+
+def save_lines(holdings, role: str, writer: int) -> list[str]:
+    """`holdings`: [(state name, lo, hi)] in declaration order; records go to ck_recs."""
+    return [f'ckpt_begin(dir, "{role}", {writer}, v);'] + [
+        f'ckpt_shard("{name}", {lo}, {hi}, st_{name} + {8 * lo}, ck_recs + {REC * k});'
+        for k, (name, lo, hi) in enumerate(holdings)]
+
+
+def layout_check(layout: int, owners: int) -> list[str]:
+    """The root manifest (in ck_man) must be of this executable's layout: 0 flat, else the
+    fan-out of a tree of `owners` owners."""
+    if layout == 0:
+        return ['if load64(ck_man + 104) != 0 { refuse("checkpoint-layout"); }']
+    return [f'if load64(ck_man + 104) != {layout} || load64(ck_man + 120) != {owners} '
+            '{ refuse("checkpoint-layout"); }']
+
+
+def load_root_lines(layout: int, owners: int, me: int = 0) -> list[str]:
+    return [f'ckpt_begin(dir, "", {me}, 0);',
+            'let count = ckpt_load("MANIFEST", ck_man, CK_MAN_CAP, 0, 1);'] + \
+        layout_check(layout, owners)
+
+
+def restore_lines(holdings, me: int, layout: int, owners: int) -> list[str]:
+    out = load_root_lines(layout, owners, me)
+    out += ["count = ckpt_descend(ck_man, CK_MAN_CAP, count);"]
+    out += [f'ckpt_restore(ck_man, count, "{name}", {lo}, {hi}, st_{name} + {8 * lo});'
+            for name, lo, hi in holdings]
+    return out
+
+
+def single_source(lr) -> tuple[str, dict[str, bytes]]:
+    """The single-process executable's checkpoint functions: it is owner 0 of a flat layout."""
+    from alphac.dist.identity import learner_digests
+    check_names(lr)
+    holdings = [(s.name, 0, s.size) for s in lr.states]
+    lines = [f"data role_identity: [u8; 192] = extern;"] + declarations(lr, len(holdings))
+    lines += ["", "fn learner_save(dir: i64, v: i64) {"]
+    lines += ["    " + l for l in save_lines(holdings, "single", 0)]
+    lines += [f'    ckpt_manifest("MANIFEST", 0, 0, 0, 1, {len(holdings)});', "}",
+              "", "fn learner_resume(dir: i64) -> i64 {"]
+    lines += ["    " + l for l in restore_lines(holdings, 0, 0, 1)]
+    lines += ["    return load64(ck_version);", "}", ""]
+    learner, rate = learner_digests(lr)
+    return "\n".join(lines), {"role_identity": learner + rate + bytes(128)}
