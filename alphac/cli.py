@@ -42,6 +42,7 @@ commands:
   launch DIR [--steps N]  run a built deployment (build/roles/NAME, from `make roles`): check
                           every executable's SHA-256, start the roles on loopback, print the
                           published state, write a run record
+  ckpt show DIR           print a checkpoint's manifests and the state it holds
   explain CODE            explain a diagnostic code such as E0050
 
 run `alphac COMMAND --help` for a command's options.
@@ -120,9 +121,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--deadline-ms", type=_steps, default=10000, metavar="MS",
                    help="each role's bound on any wait (default 10000)")
     p.add_argument("--records", default="runs", metavar="DIR", help="where run records go (runs/)")
+    p.add_argument("--checkpoint", metavar="DIR", help="publish a checkpoint at the end")
+    p.add_argument("--resume", metavar="DIR", help="start from the checkpoint in DIR")
     p.add_argument("--compare", action="store_true",
                    help="also run the deployment in the reference interpreter and say whether the "
                         "bits are equal")
+
+    p = sub.add_parser("ckpt", help="inspect a checkpoint",
+                       description="`alphac ckpt show DIR` prints the manifest tree of a checkpoint "
+                                   "and the state its shards hold (checksums checked).")
+    p.add_argument("action", choices=("show",))
+    p.add_argument("dir", metavar="DIR")
 
     p = sub.add_parser("explain", help="explain a diagnostic code",
                        description="Print the explanation of a diagnostic code (E0xxx, W0xxx).")
@@ -278,7 +287,8 @@ def cmd_launch(args) -> int:
     import json
     from pathlib import Path
     from alphac.launch import launch
-    record = launch(args.dir, steps=args.steps, deadline_ms=args.deadline_ms, records=args.records)
+    record = launch(args.dir, steps=args.steps, deadline_ms=args.deadline_ms, records=args.records,
+                    checkpoint=args.checkpoint, resume=args.resume)
     for r in record["roles"]:
         if r["exit"] != 0:
             why = f"refused: {r['refused']}" if r["refused"] else f"exit {r['exit']}"
@@ -301,6 +311,16 @@ def cmd_launch(args) -> int:
     return 0
 
 
+def cmd_ckpt(args) -> int:
+    from alphac.ckpt import CheckpointError, show
+    try:
+        sys.stdout.write(show(args.dir))
+    except (CheckpointError, OSError) as e:
+        print(f"alphac: error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def cmd_explain(args) -> int:
     text = explain(args.code)
     if text is None:
@@ -313,7 +333,7 @@ def cmd_explain(args) -> int:
 
 COMMANDS = {"check": cmd_check, "run": cmd_run, "plan": cmd_plan, "build": cmd_build,
             "build-all": cmd_build_all, "verify": cmd_verify, "launch": cmd_launch,
-            "explain": cmd_explain}
+            "ckpt": cmd_ckpt, "explain": cmd_explain}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -37,3 +37,35 @@ def run_exe(path: Path, *args, target: str = "x86_64", timeout: float = 60):
     if target == "aarch64":
         cmd = [require_tool("qemu-aarch64")] + cmd
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+
+
+def build_deployment(src, dep: str, out: Path, target_of=None) -> Path:
+    """Build one deployment's roles (each for `target_of(role)` or its planned target) into
+    out/<dep>/, with roles.json and out/MANIFEST.json: what `alphac launch` runs."""
+    import json
+    from alphac import artifacts, manifest
+    from alphac.build import build_role
+    from alphac.driver import compile_deployments
+    _, plans = compile_deployments(src)
+    plan = plans[dep]
+    entries = {}
+    table = artifacts.roles_table(plan)
+    table["source"] = str(src)
+    for r in table["roles"]:
+        if target_of is not None:
+            r["target"] = target_of(r["role"], r["target"])
+    data = (json.dumps(table, indent=2, sort_keys=True) + "\n").encode()
+    artifacts.write_file(out / dep / "roles.json", data, 0o644)
+    entries[f"{dep}/roles.json"] = manifest.artifact_entry(data, {"kind": "test"}, [])
+    targets = {r["role"]: r["target"] for r in table["roles"]}
+    for r in plan.roles():
+        elf = build_role(plan, r, targets[str(r)]).elf
+        artifacts.write_file(out / dep / str(r), elf, 0o755)
+        entries[f"{dep}/{r}"] = manifest.artifact_entry(elf, {"kind": "test"}, [])
+    mpath = out / "MANIFEST.json"
+    if mpath.exists():
+        old = json.loads(mpath.read_text())
+        old["artifacts"].update(entries)
+        entries = old["artifacts"]
+    manifest.write(mpath, manifest.new(entries, [], {}))
+    return out / dep
