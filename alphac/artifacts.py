@@ -247,3 +247,44 @@ def example_roles() -> list[tuple[str, dict]]:
                 out.append((f"{base}/{r}", role_recipe(src.as_posix(), name, str(r),
                                                       plan.dep.target_of(r))))
     return out
+
+
+# ---- GPU code: one cubin per kernel, per SM version ----------------------------------------------
+GPU_SMS = (86, 90)
+
+
+@__import__("functools").lru_cache(maxsize=16)
+def _kernels(source: str, digest: str, sm: int):
+    from alphac.driver import compile_file
+    from alphac.ptx import build
+    compiled = compile_file(source)
+    return compiled, {b.kernel.name: b for b in build(compiled.learner, sm)}
+
+
+@kind("cubin", mode=0o644)
+def build_cubin_recipe(recipe: dict) -> Built:
+    from alphac.ptx.ptxas import find_ptxas
+    compiled, built = _kernels(recipe["source"], manifest.sha256_file(recipe["source"]), recipe["sm"])
+    if recipe["kernel"] not in built:
+        raise RecipeError(f"learner has no kernel `{recipe['kernel']}`")
+    tool = find_ptxas()
+    return Built(built[recipe["kernel"]].cubin, learner_inputs(recipe["source"], compiled),
+                 {"ptxas": {"version": tool.version, "sha256": tool.sha256}})
+
+
+@catalogue
+def example_cubins() -> list[tuple[str, dict]]:
+    """Every kernel of the five reference learners for sm_86 and sm_90:
+    `gpu/<learner>/sm_<N>/<kernel>.cubin`. Needs ptxas (the build refuses without it)."""
+    from alphac.driver import compile_file
+    from alphac.ptx.kernels import kernels
+    out = []
+    for src in sorted(Path("examples").glob("*.alpha")):
+        if src.stem == "fleet_lsq":
+            continue
+        lr = compile_file(src).learner
+        for sm in GPU_SMS:
+            for k in kernels(lr, sm):
+                out.append((f"gpu/{src.stem}/sm_{sm}/{k.name}.cubin",
+                            {"kind": "cubin", "source": src.as_posix(), "sm": sm, "kernel": k.name}))
+    return out

@@ -93,9 +93,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", dest="output", metavar="OUT", help="output path (default: the learner's name)")
     p.add_argument("--target", dest="sub_target", choices=TARGETS, default=None,
                    help="instruction set (default x86_64)")
-    p.add_argument("--emit", choices=("asm", "rt", "lir"), default=None,
+    p.add_argument("--emit", choices=("asm", "rt", "lir", "ptx", "cubin-info"), default=None,
                    help="print the disassembly annotated with source lines (asm), the generated "
-                        "runtime-language code (rt), or the low-level IR (lir) to stdout")
+                        "runtime-language code (rt), the low-level IR (lir), the owner kernels' "
+                        "PTX (ptx), or what the cubins hold (cubin-info; needs ptxas) to stdout")
+    p.add_argument("--sm", type=int, choices=(86, 90), default=90,
+                   help="the GPU architecture for --emit ptx and cubin-info (default 90)")
 
     p = sub.add_parser("build-all", help="build every artifact, with a manifest",
                        description="Build every artifact the project knows how to build (every "
@@ -225,6 +228,8 @@ def cmd_build(args) -> int:
     except CompileError as e:
         return _report(e)
     _warn(compiled)
+    if args.emit in ("ptx", "cubin-info"):
+        return _emit_gpu(compiled.learner, args)
     target = args.sub_target or args.target or "x86_64"
     try:
         image = build_learner(compiled.learner, target)
@@ -256,11 +261,12 @@ def cmd_build_all(args) -> int:
     from alphac.artifacts import RecipeError, build_all
     from alphac.build import BuildError
     from alphac.manifest import ManifestError
+    from alphac.ptx.ptxas import PtxasFailed, PtxasMissing
     try:
         m = build_all(args.out)
     except CompileError as e:
         return _report(e)
-    except (BuildError, RecipeError, ManifestError) as e:
+    except (BuildError, RecipeError, ManifestError, PtxasMissing, PtxasFailed) as e:
         print(f"alphac: error: {e}", file=sys.stderr)
         return 1
     print(f"alphac: {len(m['artifacts'])} artifacts and {args.out}/MANIFEST.json")
@@ -318,6 +324,23 @@ def cmd_ckpt(args) -> int:
     except (CheckpointError, OSError) as e:
         print(f"alphac: error: {e}", file=sys.stderr)
         return 1
+    return 0
+
+
+def _emit_gpu(lr, args) -> int:
+    from alphac.ptx.kernels import kernels
+    if args.emit == "ptx":
+        sys.stdout.write("\n".join(k.ptx for k in kernels(lr, args.sm)))
+        return 0
+    from alphac.ptx import build
+    from alphac.ptx.cubin import cubin_info
+    from alphac.ptx.ptxas import PtxasMissing
+    try:
+        built = build(lr, args.sm)
+    except PtxasMissing as e:
+        print(f"alphac: error: {e}", file=sys.stderr)
+        return 1
+    sys.stdout.write("\n".join(cubin_info(b.cubin) for b in built))
     return 0
 
 

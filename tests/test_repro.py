@@ -48,7 +48,8 @@ def test_manifest_is_sorted_stable_and_complete(built, tmp_path):
     m = json.loads(text)
     assert text == json.dumps(m, sort_keys=True, indent=2) + "\n"
     assert set(m) == {"format", "compiler", "tools", "inputs", "artifacts"}
-    assert m["format"] == manifest.FORMAT and m["tools"] == {}
+    assert m["format"] == manifest.FORMAT and set(m["tools"]) == {"ptxas"}
+    assert m["tools"]["ptxas"]["version"].startswith("Cuda compilation tools")
     assert m["compiler"] == {"sha256": manifest.compiler_digest(ROOT / "alphac"),
                              "version": "0.1.0"}
     learners = [f"learners/{n}.{t}" for n in EXAMPLE_NAMES for t in sorted(targets())]
@@ -58,9 +59,9 @@ def test_manifest_is_sorted_stable_and_complete(built, tmp_path):
     for name, a in m["artifacts"].items():
         data = (built / name).read_bytes()
         assert a["sha256"] == manifest.sha256_bytes(data) and a["size"] == len(data)
-        assert (built / name).stat().st_mode & 0o777 == (0o644 if name.endswith(".json") else 0o755)
+        assert (built / name).stat().st_mode & 0o777 == (0o644 if name.endswith((".json", ".cubin")) else 0o755)
         if not name.startswith("learners/"):
-            assert a["recipe"]["kind"] in ("role", "roles-table")
+            assert a["recipe"]["kind"] in ("role", "roles-table", "cubin")
             assert a["inputs"] == [a["recipe"]["source"]]
             continue
         stem, target = Path(name).stem, Path(name).suffix[1:]

@@ -47,9 +47,25 @@ class Ptxas:
     sha256: str
 
 
+def _unwrap(path: str) -> str:
+    """The binary behind a one-line `exec /path/ptxas "$@"` wrapper script (as CUDA installs
+    often put on the PATH), so that the fingerprint pins the assembler, not the wrapper."""
+    real = os.path.realpath(path)
+    try:
+        head = Path(real).read_bytes()[:512]
+    except OSError:
+        return real
+    if head.startswith(b"#!"):
+        for line in head.decode(errors="replace").splitlines():
+            words = line.split()
+            if len(words) >= 2 and words[0] == "exec" and os.path.isfile(words[1]):
+                return os.path.realpath(words[1])
+    return real
+
+
 @lru_cache(maxsize=None)
 def _fingerprint(path: str) -> Ptxas:
-    real = os.path.realpath(path)
+    real = _unwrap(path)
     try:
         out = subprocess.run([real, "--version"], capture_output=True, text=True, check=True,
                              env=_env()).stdout
