@@ -95,8 +95,9 @@ def test_builds_are_reproducible(tmp_path):
 
 
 def test_executables_are_small(exes):
+    # the learner, the runtime (output, arguments, checkpoints with their SHA-256), the ELF
     for path in exes.values():
-        assert path.stat().st_size < 16384
+        assert path.stat().st_size < 24576
 
 
 def test_every_lir_operation(tmp_path):

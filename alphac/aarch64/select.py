@@ -20,9 +20,10 @@ from alphac.aarch64.encode import Imm as AImm
 from alphac.aarch64.encode import Label as ALabel
 from alphac.aarch64.encode import Mem, MemReg, is_bitmask_imm
 from alphac.aarch64.isa import COND, REGS, W, sp, xzr
-from alphac.lower.assemble import MI, Label
+from alphac.lower.assemble import MI
 from alphac.lower.lir import NEGATE, Function, Imm, Inst, VReg
 from alphac.lower.regalloc import Allocation, parallel_moves
+from alphac.lower.selector import SelectorBase
 
 CC = {"eq": "eq", "ne": "ne", "lt": "lt", "le": "le", "gt": "gt", "ge": "ge",
       "ult": "lo", "ule": "ls", "ugt": "hi", "uge": "hs"}
@@ -50,11 +51,11 @@ def _aimm(v: int):
     return None
 
 
-class Selector:
+class Selector(SelectorBase):
+    REGS, INT_ARGS, FLOAT_ARGS = REGS, abi.INT_ARGS, abi.FLOAT_ARGS
+
     def __init__(self, fn: Function, alloc: Allocation):
-        self.fn, self.alloc = fn, alloc
-        self.out: list = []
-        self.origin = 0
+        super().__init__(fn, alloc)
         if alloc.nslots > MAX_SLOTS:
             raise ValueError(f"{fn.name}: {alloc.nslots} spill slots exceed the AArch64 frame limit")
         self.frame = (8 * alloc.nslots + 15) & ~15
@@ -64,9 +65,6 @@ class Selector:
             regs = [REGS[r] for r in saved if r[0] == cls]
             pairs += [regs[i:i + 2] for i in range(0, len(regs), 2)]
         self.saved = pairs
-
-    def emit(self, mnemonic: str, *ops, target: str | None = None, sym: str | None = None) -> None:
-        self.out.append(MI(mnemonic, ops, self.origin, target, sym))
 
     # -- locations ---------------------------------------------------------------------------
     def where(self, v: VReg):
@@ -80,10 +78,6 @@ class Selector:
             self.emit("ldr", scratch, loc)
             return scratch
         return loc
-
-    def defreg(self, v: VReg, scratch):
-        loc = self.where(v)
-        return scratch if isinstance(loc, Mem) else loc
 
     def commit(self, v: VReg, reg) -> None:
         """After computing v into `reg`, move it to v's location."""
@@ -131,38 +125,18 @@ class Selector:
                 self.emit("movk", r, AImm(c, 16 * i))
 
     # -- functions ---------------------------------------------------------------------------
-    def select(self) -> list:
+    def prologue(self) -> None:
         self.emit("stp", X29, X30, Mem(sp, -16, "pre"))
         self.emit("mov", X29, sp)
         for pair in self.saved:
             self.emit("stp" if len(pair) == 2 else "str", *pair, Mem(sp, -16, "pre"))
         self.sp_adjust("sub", self.frame)
-        self.arg_moves(self.fn.params, incoming=True)
-        for i, b in enumerate(self.fn.blocks):
-            self.out.append(Label(b.label))
-            nxt = self.fn.blocks[i + 1].label if i + 1 < len(self.fn.blocks) else None
-            for inst in b.insts:
-                self.origin = inst.origin
-                self.inst(inst)
-            self.origin = b.term.origin
-            self.term(b.term, nxt)
-        return self.out
 
     def sp_adjust(self, mnemonic: str, n: int) -> None:
         if n >> 12:
             self.emit(mnemonic, sp, sp, AImm(n >> 12, 12))
         if n & 0xFFF:
             self.emit(mnemonic, sp, sp, AImm(n & 0xFFF))
-
-    def arg_regs(self, regs: list[VReg]) -> list:
-        ints, floats = iter(abi.INT_ARGS), iter(abi.FLOAT_ARGS)
-        out = []
-        for v in regs:
-            name = next(floats if v.cls == "f" else ints, None)
-            if name is None:
-                raise ValueError(f"{self.fn.name}: too many arguments of class {v.cls}")
-            out.append(REGS[name])
-        return out
 
     def arg_moves(self, regs: list[VReg], incoming: bool) -> None:
         fixed = self.arg_regs(regs)

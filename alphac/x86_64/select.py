@@ -12,9 +12,10 @@ slots (slot k at [rsp + 8k]).
 """
 from __future__ import annotations
 
-from alphac.lower.assemble import MI, Label
-from alphac.lower.lir import Function, Imm, Inst, Sym, VReg
+from alphac.lower.assemble import MI
+from alphac.lower.lir import Function, Imm, Inst, VReg
 from alphac.lower.regalloc import Allocation, parallel_moves
+from alphac.lower.selector import SelectorBase
 from alphac.x86_64 import abi
 from alphac.x86_64.encode import Mem
 from alphac.x86_64.encode import Imm as XImm
@@ -36,19 +37,16 @@ def _fits32(v: int) -> bool:
     return -(1 << 31) <= v < (1 << 31)
 
 
-class Selector:
+class Selector(SelectorBase):
+    REGS, INT_ARGS, FLOAT_ARGS = REGS, abi.INT_ARGS, abi.FLOAT_ARGS
+
     def __init__(self, fn: Function, alloc: Allocation):
-        self.fn, self.alloc = fn, alloc
-        self.out: list = []
-        self.origin = 0
+        super().__init__(fn, alloc)
         pushed = len(alloc.used_callee_saved)
         frame = 8 * alloc.nslots
         if (8 + 8 * pushed + frame) % 16:
             frame += 8
         self.frame = frame
-
-    def emit(self, mnemonic: str, *ops, target: str | None = None, sym: str | None = None) -> None:
-        self.out.append(MI(mnemonic, ops, self.origin, target, sym))
 
     # -- locations ---------------------------------------------------------------------------
     def slot(self, k: int) -> Mem:
@@ -65,10 +63,6 @@ class Selector:
             self.emit("movsd" if v.cls == "f" else "mov", scratch, loc)
             return scratch
         return loc
-
-    def defreg(self, v: VReg, scratch):
-        loc = self.where(v)
-        return scratch if isinstance(loc, Mem) else loc
 
     def commit(self, v: VReg, reg) -> None:
         """After computing v into `reg`, store it if v lives in a slot."""
@@ -109,31 +103,11 @@ class Selector:
                 self.move(d, s)
 
     # -- functions ---------------------------------------------------------------------------
-    def select(self) -> list:
+    def prologue(self) -> None:
         for r in self.alloc.used_callee_saved:
             self.emit("push", REGS[r])
         if self.frame:
             self.emit("sub", RSP, XImm(self.frame))
-        self.arg_moves(self.fn.params, incoming=True)
-        for i, b in enumerate(self.fn.blocks):
-            self.out.append(Label(b.label))
-            nxt = self.fn.blocks[i + 1].label if i + 1 < len(self.fn.blocks) else None
-            for inst in b.insts:
-                self.origin = inst.origin
-                self.inst(inst)
-            self.origin = b.term.origin
-            self.term(b.term, nxt)
-        return self.out
-
-    def arg_regs(self, regs: list[VReg]) -> list:
-        ints, floats = iter(abi.INT_ARGS), iter(abi.FLOAT_ARGS)
-        out = []
-        for v in regs:
-            name = next(floats if v.cls == "f" else ints, None)
-            if name is None:
-                raise ValueError(f"{self.fn.name}: too many arguments of class {v.cls}")
-            out.append(REGS[name])
-        return out
 
     def arg_moves(self, regs: list[VReg], incoming: bool) -> None:
         fixed = self.arg_regs(regs)

@@ -1,0 +1,56 @@
+"""What every ISA's instruction selector does the same way.
+
+`SelectorBase` walks a function's blocks in layout order (each block's label, its instructions,
+its terminator with the next block's label for fall-through), keeps the Alpha source line of the
+instruction being selected, and assigns call arguments to the ISA's argument registers in order.
+A backend's `Selector` subclasses it and supplies the ISA: `REGS` (register objects by name),
+`INT_ARGS`/`FLOAT_ARGS`, `where(v)` (a register or a stack slot), `prologue()`, `inst(i)` and
+`term(t, next_label)`.
+"""
+from __future__ import annotations
+
+from alphac.lower.assemble import MI, Label
+from alphac.lower.lir import Function, VReg
+from alphac.lower.regalloc import Allocation
+
+
+class SelectorBase:
+    REGS: dict
+    INT_ARGS: tuple[str, ...]
+    FLOAT_ARGS: tuple[str, ...]
+
+    def __init__(self, fn: Function, alloc: Allocation):
+        self.fn, self.alloc = fn, alloc
+        self.out: list = []
+        self.origin = 0
+
+    def emit(self, mnemonic: str, *ops, target: str | None = None, sym: str | None = None) -> None:
+        self.out.append(MI(mnemonic, ops, self.origin, target, sym))
+
+    def defreg(self, v: VReg, scratch):
+        """The register to compute v into: its own, or `scratch` when v lives in a slot."""
+        loc = self.where(v)
+        return loc if loc in self.REGS.values() else scratch
+
+    def arg_regs(self, regs: list[VReg]) -> list:
+        ints, floats = iter(self.INT_ARGS), iter(self.FLOAT_ARGS)
+        out = []
+        for v in regs:
+            name = next(floats if v.cls == "f" else ints, None)
+            if name is None:
+                raise ValueError(f"{self.fn.name}: too many arguments of class {v.cls}")
+            out.append(self.REGS[name])
+        return out
+
+    def select(self) -> list:
+        self.prologue()
+        self.arg_moves(self.fn.params, incoming=True)
+        for i, b in enumerate(self.fn.blocks):
+            self.out.append(Label(b.label))
+            nxt = self.fn.blocks[i + 1].label if i + 1 < len(self.fn.blocks) else None
+            for inst in b.insts:
+                self.origin = inst.origin
+                self.inst(inst)
+            self.origin = b.term.origin
+            self.term(b.term, nxt)
+        return self.out
