@@ -124,8 +124,8 @@ def test_protocol_mutant_is_caught(monkeypatch):
     plan = plans()["lsq_adam_star"]
     real = Plan.project
 
-    def forgetful(self, role, final=True):
-        prog = real(self, role, final)
+    def forgetful(self, role, final=True, checkpoint=False):
+        prog = real(self, role, final, checkpoint)
         if str(role) == "coordinator":
             prog = [a for a in prog if not (a.op == "recv" and str(a.peer) == "owner.2"
                                            and a.kind == "combine")]
