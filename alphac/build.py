@@ -11,6 +11,7 @@ no hash seed: every table is iterated in a fixed order). `Image` keeps what list
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from alphac.elf.writer import Reloc, Section, Symbol, layout, link
 from alphac.ir.learner import Learner
@@ -60,13 +61,19 @@ class Image:
 RUNTIME = ("core", "ckpt", "single")
 
 
+@lru_cache(maxsize=64)
+def _parsed(text: str, name: str) -> tuple:
+    """The runtime's sources are parsed once per process (their trees are never modified)."""
+    return tuple(rt.parse(text, name))
+
+
 def program_for(lr: Learner, tgt: Target, runtime=RUNTIME, extra: str = "",
                 blobs: dict[str, bytes] | None = None) -> tuple[Program, str]:
     """LIR for a learner executable: the prelude, the runtime, the generated learner code."""
     gen, gen_blobs = learner_lowering.generate(lr)
-    items = rt.parse(tgt.prelude(), "prelude.rt")
+    items = list(_parsed(tgt.prelude(), "prelude.rt"))
     for name in runtime:
-        items += rt.parse(source(name), f"{name}.rt")
+        items += _parsed(source(name), f"{name}.rt")
     items += rt.parse(gen, f"{lr.name}.rt")
     if extra:
         items += rt.parse(extra, "extra.rt")
