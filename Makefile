@@ -8,26 +8,33 @@ EXAMPLES = scalar_regression two_coordinate independent_state lsq_momentum lsq_a
 
 .PHONY: venv test repro roles demo docs bench clean
 
+# ptxas assembles the GPU code at build time (never at run time). Without one on the PATH (or in
+# $ALPHAC_PTXAS), the venv gets CUDA's pinned ptxas from PyPI.
+PTXAS_WHEEL = nvidia-cuda-nvcc==13.0.88
+WITH_PTXAS  = p=$$(command -v ptxas || ls $(CURDIR)/$(VENV)/lib/python3*/site-packages/nvidia/cu13/bin/ptxas 2>/dev/null | head -n 1); \
+              export ALPHAC_PTXAS=$${ALPHAC_PTXAS:-$$p};
+
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[test]'
+	command -v ptxas >/dev/null || [ -n "$$ALPHAC_PTXAS" ] || $(BIN)/python -m pip install -q $(PTXAS_WHEEL)
 	touch $@
 
 venv: $(STAMP)
 
 test: $(STAMP)
-	$(BIN)/python -m pytest
-	$(BIN)/python reproducible/check.py
+	$(WITH_PTXAS) $(BIN)/python -m pytest
+	$(WITH_PTXAS) $(BIN)/python reproducible/check.py
 
 # every artifact, built twice under varied conditions, byte for byte (docs/reproducible.md)
 repro: $(STAMP)
-	$(BIN)/python reproducible/check.py
+	$(WITH_PTXAS) $(BIN)/python reproducible/check.py
 
 # every artifact: the learners for every target, and one executable per role of every deployment
 # in examples/ (build/roles/DEPLOYMENT/ROLE), with build/MANIFEST.json
 roles: $(STAMP)
-	$(ALPHAC) build-all --out build
+	$(WITH_PTXAS) $(ALPHAC) build-all --out build
 
 # the main job: build the roles, launch the reference star (owners 0 and 2 on AArch64 when
 # qemu-aarch64 is here), print the published state and compare it with the reference interpreter
@@ -37,7 +44,7 @@ demo: roles
 	$(ALPHAC) launch build/roles/$$dep --steps 5 --compare
 
 bench: $(STAMP)
-	$(BIN)/python bench/learners.py
+	$(WITH_PTXAS) $(BIN)/python bench/learners.py
 	$(BIN)/python bench/fleet.py
 	$(BIN)/python bench/distributed.py
 
