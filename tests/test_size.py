@@ -1,0 +1,28 @@
+"""Small is a feature: a line budget per package (non-blank lines of .py and .rt), checked here
+as tinygrad checks its own. Raising a budget is a decision to make in review, not by accident."""
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+
+BUDGETS = {"parse": 1000, "types": 700, "ir": 800, "dist": 1600, "lower": 2300, "runtime": 2000,
+           "x86_64": 1000, "aarch64": 1000, "elf": 500, "ptx": 1100, "nvdrv": 4500, "": 2600}
+
+
+def lines(pkg: str) -> int:
+    base = ROOT / "alphac" / pkg if pkg else ROOT / "alphac"
+    files = base.rglob("*") if pkg else base.glob("*")
+    return sum(1 for f in files if f.suffix in (".py", ".rt") and f.is_file()
+               for line in f.read_text().splitlines() if line.strip())
+
+
+@pytest.mark.parametrize("pkg", sorted(BUDGETS))
+def test_package_within_its_line_budget(pkg):
+    n = lines(pkg)
+    assert n <= BUDGETS[pkg], f"alphac/{pkg}: {n} lines, budget {BUDGETS[pkg]}"
+
+
+def test_every_package_has_a_budget():
+    pkgs = {p.name for p in (ROOT / "alphac").iterdir() if p.is_dir() and not p.name.startswith("__")}
+    assert pkgs <= set(BUDGETS), pkgs - set(BUDGETS)
