@@ -161,6 +161,8 @@ def plan(tmp: Path, tree: Path, files: list[str]):
              "SOURCE_DATE_EPOCH": "1234567890", "CAPTURE_ENVIRONMENT": "i_capture_the_environment",
              "ALPHAC_REPRO_JUNK": "a value nobody should read", "COLUMNS": "37", "USER": "repro-b",
              "LOGNAME": "repro-b", "TMPDIR": str(tmp)}
+    if os.environ.get("ALPHAC_PTXAS"):       # the pinned build tool is an input, not a variation
+        env_a["ALPHAC_PTXAS"] = env_b["ALPHAC_PTXAS"] = os.environ["ALPHAC_PTXAS"]
     varied += ["environment: minimal / junk variables (CAPTURE_ENVIRONMENT, ALPHAC_REPRO_JUNK, "
                "COLUMNS, USER, LOGNAME, TMPDIR) and a junk PATH entry",
                "time zone: TZ=UTC / TZ=GMT-14",

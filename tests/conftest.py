@@ -8,6 +8,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+if os.environ.get("ALPHAC_PTXAS"):
+    # the pinned assembler the Makefile provides: visible as `ptxas` to every test and tool
+    os.environ["PATH"] = str(Path(os.environ["ALPHAC_PTXAS"]).parent) + os.pathsep + os.environ["PATH"]
 EXAMPLES = ROOT / "examples"
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
