@@ -64,6 +64,7 @@ def install_in_child(sock: socket.socket) -> None:
         os._exit(121)
     socket.send_fds(sock, [b"L"], [fd])
     os.close(fd)
+    sock.close()                          # the program under test inherits neither
 
 
 class Notification:
