@@ -17,11 +17,13 @@ addresses (Python, strace, the loader) are not intercepted.
 """
 from __future__ import annotations
 
+import functools
 import os
 import select
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -58,14 +60,30 @@ class MockResult:
         return out
 
 
+@functools.lru_cache(maxsize=None)
 def available() -> str | None:
-    """None when the mock can run here, else why not."""
+    """None when the mock can run here, else why not (tried once: a child installs the filter)."""
     if os.uname().sysname != "Linux" or os.uname().machine != "x86_64":
         return "the mock driver needs Linux on x86-64"
     major, minor = (int(x) for x in os.uname().release.split(".")[:2])
     if (major, minor) < (5, 14):
         return "the mock driver needs Linux 5.14 or later (seccomp user notification)"
-    return None
+    parent, child = socket.socketpair()
+    parent.settimeout(10)
+    try:
+        proc = subprocess.Popen([sys.executable, "-c", "pass"], pass_fds=[child.fileno()],
+                                preexec_fn=lambda: install_in_child(child))
+        child.close()
+        try:
+            _, fds, _, _ = socket.recv_fds(parent, 1, 1)
+        except (socket.timeout, OSError):
+            fds = []
+        proc.wait()
+        for fd in fds:
+            os.close(fd)
+        return None if fds else f"seccomp user notification is not available here (exit {proc.returncode})"
+    finally:
+        parent.close()
 
 
 def run(exe: str | Path, args=(), card: Card | None = None, kernels=(), present: bool = True,
@@ -93,8 +111,13 @@ def run(exe: str | Path, args=(), card: Card | None = None, kernels=(), present:
             proc = subprocess.Popen(argv, stdout=out, stderr=err, pass_fds=[child.fileno()],
                                     preexec_fn=lambda: install_in_child(child), cwd=tmp)
             child.close()
-            _, fds, _, _ = socket.recv_fds(parent, 1, 1)
+            parent.settimeout(30)
+            try:
+                _, fds, _, _ = socket.recv_fds(parent, 1, 1)
+            except (socket.timeout, OSError):
+                fds = []
             if not fds:
+                proc.kill()
                 proc.wait()
                 raise RuntimeError(f"the child could not install the seccomp filter (exit {proc.returncode})")
             listener = Listener(fds[0])
