@@ -32,7 +32,7 @@ from pathlib import Path
 import pytest
 
 import oracle
-from ptx_interp import F64, INF, INT, NAN, Memory, Ptx, ieee_div, ieee_sqrt
+from ptx_interp import F64, INF, Memory, Ptx, ieee_div, ieee_sqrt
 from conftest import LEARNER_NAMES, ROOT, example, require_tool
 
 from alphac.driver import compile_file
