@@ -199,6 +199,15 @@ def test_another_device_minor_and_no_driver():
     assert r.device_calls() == [("openat", "/dev/nvidiactl")]
 
 
+def test_only_the_planned_card_is_opened():
+    """Built for /dev/nvidia1, the owner opens that card's file and no other, and runs there."""
+    need_mock()
+    r, built = run("independent_state", 90, host={"minor": 1}, card=card_for(90, minor=1))
+    assert r.errors == [] and r.returncode == 0 and r.stdout == oracle.run("independent_state", steps=5)
+    opened = {t[1] for t in r.device_calls() if t[0] == "openat"}
+    assert opened == {"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia1"}
+
+
 def test_one_byte_over_the_card_is_refused_at_compile_time(tmp_path):
     require_tool("ptxas")
     _, built = owner("independent_state", 90)
