@@ -153,6 +153,9 @@ class Call:
 
 
 class Conversation:
+    """The calls of one GPU owner (`build` lists them), the region their structures live in,
+    and the slots the driver's answers go to."""
+
     def __init__(self, host: GpuHost, img: GpuImage):
         self.host, self.img, self.arch = host, img, img.arch
         self.region = Region()
@@ -204,27 +207,27 @@ class Conversation:
                    [(arg, p, k, v) for p, k, v in patches], [(arg, p, s, b) for p, s, b in saves])
         return arg
 
-    def uvm(self, name: str, values: dict, patches=(), saves=(), fd: str = "fd_uvm",
+    def uvm(self, name: str, values: dict, patches=(), fd: str = "fd_uvm",
             status: str | None = "rmStatus") -> Placed:
+        """An nvidia-uvm.ko ioctl (a bare command number) with its parameters."""
         io = UVM_IOCTLS[name]
         arg = self.region.place(io.params, values)
-        self.ioctl(fd, io.cmd, arg, name, status, [(arg, p, k, v) for p, k, v in patches], saves)
+        self.ioctl(fd, io.cmd, arg, name, status, [(arg, p, k, v) for p, k, v in patches])
         return arg
 
     def alloc(self, cls: str, parent: str, handle: str, params: str | None = None,
-              values: dict | None = None, patches=(), parent_is_root: bool = False) -> Placed | None:
-        """NV_ESC_RM_ALLOC (NVOS21) of class `cls` under `parent`; the new handle into `handle`."""
+              values: dict | None = None, patches=()) -> Placed | None:
+        """NV_ESC_RM_ALLOC (NVOS21) of class `cls` under `parent`, its parameters `params` filled
+        from `values` and `patches`; the handle the driver answers goes into slot `handle`."""
         prm = self.region.place(params, values) if params else None
-        head = {"hClass": CLASSES[cls], "paramsSize": STRUCTS[params].size if params else 0}
-        pat = [(None, "hRoot", SLOT, "h_root"), (None, "hObjectParent", SLOT, parent)] \
-            if cls != "NV01_ROOT_CLIENT" else []
+        arg = self.region.place("NVOS21_PARAMETERS", {"hClass": CLASSES[cls],
+                                                      "paramsSize": STRUCTS[params].size if params else 0})
+        pat = [] if cls == "NV01_ROOT_CLIENT" else \
+            [(arg, "hRoot", SLOT, "h_root"), (arg, "hObjectParent", SLOT, parent)]
         if prm is not None:
-            pat.append((None, "pAllocParms", ADDR, prm.offset))
-        arg = self.region.place("NVOS21_PARAMETERS", head)
-        full = [(arg if t is None else t, p, k, v) for t, p, k, v in pat] + \
-               [(prm, p, k, v) for p, k, v in patches]
+            pat += [(arg, "pAllocParms", ADDR, prm.offset)] + [(prm, p, k, v) for p, k, v in patches]
         self.ioctl("fd_ctl", NV_IOCTLS["NV_ESC_RM_ALLOC(NVOS21_PARAMETERS)"].cmd, arg,
-                   f"NV_ESC_RM_ALLOC {cls}", "status", full, [(arg, "hObjectNew", handle, "zero")])
+                   f"NV_ESC_RM_ALLOC {cls}", "status", pat, [(arg, "hObjectNew", handle, "zero")])
         return prm
 
     def control(self, obj: str, cmd: str, values: dict | None = None, patches=(), saves=()) -> Placed:
