@@ -12,6 +12,9 @@ What it does
     kind "learner": {"kind": "learner", "source": "examples/lsq_adam.alpha", "target": "x86_64"}
         an executable (mode 0755) from `alphac.driver.compile_file` and `alphac.build`; its
         inputs are the source and every `.npy` the learner loads.
+    kind "gpu-owner": the same with "target": "x86_64+sm_90" and "host": {uuid, product, memory,
+        driver, minor}; its tool is the pinned ptxas (version and SHA-256). No catalogue builds
+        these: a GPU owner is built for one machine's card (gpu/qualify.py does that).
 
 Requires
     Run from the directory that recipes' paths are relative to (the project root for
@@ -129,6 +132,32 @@ def example_learners() -> list[tuple[str, dict]]:
     from alphac.build import targets
     return [(f"learners/{src.stem}.{t}", learner_recipe(src.as_posix(), t))
             for src in sorted(Path("examples").glob("*.alpha")) for t in sorted(targets())]
+
+
+# ---- GPU owners --------------------------------------------------------------------------------
+def gpu_recipe(source: str | Path, target: str, host) -> dict:
+    """A GPU owner: the learner, the target (x86_64+sm_NN) and the host it is built for."""
+    return {"kind": "gpu-owner", "source": manifest.input_path(source), "target": target,
+            "host": host.as_dict()}
+
+
+def ptxas_tool(tool) -> dict[str, dict]:
+    return {"ptxas": {"version": tool.version, "sha256": tool.sha256}}
+
+
+@kind("gpu-owner")
+def build_gpu_owner_recipe(recipe: dict) -> Built:
+    from alphac.build import build_gpu_owner, load_gpu_host
+    from alphac.driver import compile_file
+    for field in ("source", "target"):
+        if not isinstance(recipe.get(field), str):
+            raise RecipeError(f"gpu-owner recipe: `{field}` must be a string")
+    if not isinstance(recipe.get("host"), dict):
+        raise RecipeError("gpu-owner recipe: `host` must be an object")
+    compiled = compile_file(recipe["source"])
+    host = load_gpu_host(None, {k: str(v) for k, v in recipe["host"].items()})
+    built = build_gpu_owner(compiled.learner, recipe["target"], host)
+    return Built(built.image.elf, learner_inputs(recipe["source"], compiled), ptxas_tool(built.ptxas))
 
 
 # ---- writing -----------------------------------------------------------------------------------

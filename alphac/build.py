@@ -58,7 +58,7 @@ class Image:
     addresses: dict[str, int]
 
 
-RUNTIME = ("core", "ckpt", "single")
+RUNTIME = ("core", "sha256", "ckpt", "single")
 
 
 @lru_cache(maxsize=64)
@@ -116,7 +116,7 @@ def build_learner(lr: Learner, target_name: str) -> Image:
     return Image(tgt, elf, text, prog, gen, addrs)
 
 
-ROLE_RUNTIME = ("core", "net", "ckpt", "role")
+ROLE_RUNTIME = ("core", "net", "sha256", "ckpt", "role")
 
 
 def build_role(plan, role, target_name: str | None = None) -> Image:
@@ -127,3 +127,84 @@ def build_role(plan, role, target_name: str | None = None) -> Image:
     prog, gen = program_for(plan.lr, tgt, runtime=ROLE_RUNTIME, extra=text, blobs=blobs)
     elf, code, addrs = link_program(prog, tgt)
     return Image(tgt, elf, code, prog, gen + "\n" + text, addrs)
+
+
+# -- GPU owners ----------------------------------------------------------------------------------
+GPU_RUNTIME = ("core", "sha256", "nvdrv", "gpu")
+GPU_ISAS = ("x86_64",)                    # the GPU owner is an x86-64 executable
+GPU_SMS = (86, 90)
+
+
+@dataclass
+class GpuBuild:
+    """A GPU owner and what it was made from: the kernels, the launch image, the conversation."""
+    image: Image
+    kernels: list                         # alphac.ptx.Built, one per kernel
+    gpu: object                           # alphac.nvdrv.image.GpuImage
+    conversation: object                  # alphac.nvdrv.conversation.Conversation
+    ptxas: object                         # alphac.ptx.ptxas.Ptxas
+
+
+def split_target(name: str) -> tuple[str, int | None]:
+    """"x86_64" -> ("x86_64", None); "x86_64+sm_90" -> ("x86_64", 90); else BuildError."""
+    isa, plus, gpu = name.partition("+")
+    if not plus:
+        return isa, None
+    if not gpu.startswith("sm_") or not gpu[3:].isdigit():
+        raise BuildError(f"`{gpu}` is not a GPU target such as sm_90")
+    return isa, int(gpu[3:])
+
+
+def _gpu_error(code: str, message: str, hint: str | None = None):
+    from alphac.diag import CompileError, Diagnostic
+    return CompileError([Diagnostic(code, None, message, hint)])
+
+
+def load_gpu_host(path: str | None, overrides: dict):
+    """The host a GPU owner is built for, from a description file and/or options; CompileError
+    E0122 when nothing was given, E0123 when what was given is not a valid description."""
+    from alphac.nvdrv import host as gpu_host
+    if path is None and not any(v is not None for v in overrides.values()):
+        return None
+    try:
+        return gpu_host.load(path, overrides)
+    except gpu_host.HostError as e:
+        raise _gpu_error("E0123", f"bad GPU host description: {e}",
+                         "see docs/nvdrv.md for the keys: uuid, product, memory, driver, minor")
+
+
+def build_gpu_owner(lr: Learner, target_name: str, host, ptxas_path: str | None = None) -> GpuBuild:
+    """A GPU owner for `host`: the kernels assembled by ptxas, the memory plan admitted against
+    the host's declared memory, the conversation, the runtime. CompileError E0120-E0124."""
+    from alphac import ptx
+    from alphac.lower import gpu as gpu_lowering
+    from alphac.nvdrv import conversation, image
+    from alphac.ptx.ptxas import PtxasMissing, find_ptxas
+    isa, sm = split_target(target_name)
+    if isa not in GPU_ISAS or sm not in GPU_SMS:
+        raise _gpu_error("E0124", f"unsupported GPU target `{target_name}`",
+                         "a GPU owner is an x86-64 executable for sm_86 (Ampere) or sm_90 "
+                         "(Hopper): x86_64+sm_86 or x86_64+sm_90")
+    if host is None:
+        raise _gpu_error("E0122", f"target `{target_name}` needs the GPU host it is built for",
+                         "give --gpu-host FILE, or --gpu-uuid, --gpu-product, --gpu-memory and "
+                         "--driver (docs/nvdrv.md)")
+    try:
+        tool = find_ptxas(ptxas_path)
+    except PtxasMissing as e:
+        raise _gpu_error("E0121", f"no PTX assembler: {e}",
+                         "install CUDA's ptxas, set ALPHAC_PTXAS, or pass --ptxas PATH")
+    built = ptx.build(lr, sm, tool)
+    gpu = image.plan(lr, built, sm)
+    if gpu.demand > host.memory:
+        parts = ", ".join(f"{a.name} {a.size}" for a in gpu.allocations if a.where == "vidmem")
+        raise _gpu_error("E0120", f"the GPU owner needs {gpu.demand} bytes of the card's memory "
+                         f"({parts}); the host declares {host.memory}",
+                         "the demand is what the plan allocates on the card; a card that "
+                         "declares less is refused, one byte is enough")
+    conv = conversation.conversation(host, gpu)
+    tgt = target(isa)
+    text, blobs = gpu_lowering.generate(lr, gpu, conv)
+    prog, gen = program_for(lr, tgt, runtime=GPU_RUNTIME, extra=text, blobs=blobs)
+    elf, code, addrs = link_program(prog, tgt)
+    return GpuBuild(Image(tgt, elf, code, prog, gen + "\n" + text, addrs), built, gpu, conv, tool)

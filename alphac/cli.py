@@ -17,6 +17,15 @@ from alphac.diag import CODES, CompileError, explain
 from alphac.refusals import Refusal
 
 TARGETS = ("x86_64", "aarch64")
+GPU_TARGETS = ("x86_64+sm_86", "x86_64+sm_90")
+
+
+def _target(text: str) -> str:
+    """An ISA, or ISA+sm_NN for a GPU owner (checked further by the build: E0124)."""
+    isa = text.partition("+")[0]
+    if isa not in TARGETS:
+        raise argparse.ArgumentTypeError(f"unknown target {text!r} (targets: {', '.join(TARGETS + GPU_TARGETS)})")
+    return text
 
 HELP = """\
 alphac compiles Alpha learners: a learner and its deployment become one static executable per
@@ -35,6 +44,9 @@ commands:
                           build a static executable (x86_64 or aarch64) that trains on all
                           samples and prints its state; --emit prints an intermediate form;
                           writes OUT.manifest.json beside OUT
+  build FILE --target x86_64+sm_90 --gpu-host HOST [-o OUT] [--emit calls|...]
+                          a GPU owner: the same learner with its owner compute on one NVIDIA
+                          GPU, for the host described in HOST (docs/nvdrv.md)
   build-all [--out DIR]   build every artifact the project knows (every example, every target)
                           into DIR (default build/all) with DIR/MANIFEST.json
   verify MANIFEST         rebuild what a manifest lists and check every hash; exit 0 when all
@@ -63,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="alphac", description=HELP,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--version", action="version", version=f"alphac {__version__}")
-    ap.add_argument("--target", choices=TARGETS, default=None,
+    ap.add_argument("--target", type=_target, default=None,
                     help="instruction set for build commands (default x86_64)")
     sub = ap.add_subparsers(dest="command", metavar="COMMAND")
 
@@ -91,14 +103,25 @@ def build_parser() -> argparse.ArgumentParser:
                                    "assembler, linker or libc is used.")
     p.add_argument("file", metavar="FILE")
     p.add_argument("-o", dest="output", metavar="OUT", help="output path (default: the learner's name)")
-    p.add_argument("--target", dest="sub_target", choices=TARGETS, default=None,
-                   help="instruction set (default x86_64)")
-    p.add_argument("--emit", choices=("asm", "rt", "lir", "ptx", "cubin-info"), default=None,
+    p.add_argument("--target", dest="sub_target", type=_target, default=None,
+                   help="instruction set (default x86_64), or x86_64+sm_86 / x86_64+sm_90 for a "
+                        "GPU owner")
+    p.add_argument("--emit", choices=("asm", "rt", "lir", "ptx", "cubin-info", "calls"), default=None,
                    help="print the disassembly annotated with source lines (asm), the generated "
                         "runtime-language code (rt), the low-level IR (lir), the owner kernels' "
-                        "PTX (ptx), or what the cubins hold (cubin-info; needs ptxas) to stdout")
+                        "PTX (ptx), what the cubins hold (cubin-info; needs ptxas), or a GPU "
+                        "owner's driver conversation (calls) to stdout")
     p.add_argument("--sm", type=int, choices=(86, 90), default=90,
                    help="the GPU architecture for --emit ptx and cubin-info (default 90)")
+    g = p.add_argument_group("GPU owners (docs/nvdrv.md)")
+    g.add_argument("--gpu-host", metavar="FILE", help="the host description: uuid, product, memory, "
+                   "driver, minor")
+    g.add_argument("--gpu-uuid", metavar="GPU-...", help="the card's UUID (overrides the file)")
+    g.add_argument("--gpu-product", metavar="NAME", help='the product name, e.g. "NVIDIA H200"')
+    g.add_argument("--gpu-memory", metavar="BYTES", help="the card's memory: bytes, or N KiB/MiB/GiB")
+    g.add_argument("--driver", metavar="VERSION", help="the driver version, e.g. 580.159.04")
+    g.add_argument("--gpu-minor", metavar="N", help="the card's device minor (/dev/nvidiaN; default 0)")
+    g.add_argument("--ptxas", metavar="PATH", help="the PTX assembler (default $ALPHAC_PTXAS or PATH)")
 
     p = sub.add_parser("build-all", help="build every artifact, with a manifest",
                        description="Build every artifact the project knows how to build (every "
@@ -219,7 +242,7 @@ def cmd_plan(args) -> int:
 def cmd_build(args) -> int:
     from pathlib import Path
     from alphac import manifest
-    from alphac.artifacts import learner_inputs, learner_recipe, write_file
+    from alphac.artifacts import gpu_recipe, learner_inputs, learner_recipe, ptxas_tool, write_file
     from alphac.build import BuildError, build_learner
     from alphac.driver import compile_file
     from alphac.listing import disassemble, lir
@@ -231,12 +254,23 @@ def cmd_build(args) -> int:
     if args.emit in ("ptx", "cubin-info"):
         return _emit_gpu(compiled.learner, args)
     target = args.sub_target or args.target or "x86_64"
+    gpu = None
     try:
-        image = build_learner(compiled.learner, target)
+        if "+" in target:
+            gpu = _build_gpu(compiled, target, args)
+            image = gpu.image
+        else:
+            if args.emit == "calls":
+                raise BuildError("--emit calls needs a GPU target (x86_64+sm_90)")
+            image = build_learner(compiled.learner, target)
     except BuildError as e:
         print(f"alphac: error: {e}", file=sys.stderr)
         return 1
-    if args.emit == "asm":
+    except CompileError as e:
+        return _report(e)
+    if args.emit == "calls":
+        sys.stdout.write(gpu.conversation.listing())
+    elif args.emit == "asm":
         sys.stdout.write(disassemble(image, compiled.source.text.split("\n"),
                                      Path(args.file).name))
     elif args.emit == "rt":
@@ -247,14 +281,25 @@ def cmd_build(args) -> int:
         out = Path(args.output or compiled.learner.name)
         write_file(out, image.elf, 0o755)
         try:
-            entry = manifest.artifact_entry(image.elf, learner_recipe(args.file, target),
-                                            learner_inputs(args.file, compiled))
-            m = manifest.new({out.name: entry}, entry["inputs"], {})
+            recipe, tools = learner_recipe(args.file, target), {}
+            if gpu is not None:
+                recipe, tools = gpu_recipe(args.file, target, gpu.conversation.host), ptxas_tool(gpu.ptxas)
+            entry = manifest.artifact_entry(image.elf, recipe, learner_inputs(args.file, compiled))
+            m = manifest.new({out.name: entry}, entry["inputs"], tools)
         except manifest.ManifestError as e:
             print(f"alphac: warning: no manifest written: {e}", file=sys.stderr)
             return 0
         manifest.write(out.with_name(out.name + manifest.SUFFIX), m)
     return 0
+
+
+def _build_gpu(compiled, target: str, args):
+    """A GPU owner for the host the options describe (CompileError E0120-E0124)."""
+    from alphac.build import build_gpu_owner, load_gpu_host
+    host = load_gpu_host(args.gpu_host, {"uuid": args.gpu_uuid, "product": args.gpu_product,
+                                         "memory": args.gpu_memory, "driver": args.driver,
+                                         "minor": args.gpu_minor})
+    return build_gpu_owner(compiled.learner, target, host, args.ptxas)
 
 
 def cmd_build_all(args) -> int:

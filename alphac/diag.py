@@ -279,6 +279,28 @@ CODES: dict[str, tuple[str, str]] = {
               "The step projected to each role must match its peers (every send has its receive, "
               "in the same order) and let every role finish. This is checked for every plan; a "
               "failure is a defect in the plan's derivation or in a hand-written strategy."),
+    # -- GPU owners (alphac.nvdrv, docs/nvdrv.md) -----------------------------------------------
+    "E0120": ("GPU memory demand over the card's supply",
+              "A GPU owner allocates its arena (code, constant banks, QMDs, push buffers, state, "
+              "data, gradients) and its GPFIFO area in the card's memory, in 2 MiB units. That "
+              "demand is checked against the memory the host description declares for the card: "
+              "exactly the supply is accepted; one byte more is refused."),
+    "E0121": ("no PTX assembler",
+              "A GPU owner's kernels are assembled to SASS at build time by CUDA's ptxas (pinned "
+              "and hashed in the manifest). None was found: install it, set ALPHAC_PTXAS, or pass "
+              "--ptxas PATH. Nothing is written."),
+    "E0122": ("GPU target without a host description",
+              "A GPU owner is built for one card on one machine: its UUID, product name, memory "
+              "and driver version are compiled in and checked at start-up. Give them with "
+              "--gpu-host FILE or --gpu-uuid, --gpu-product, --gpu-memory and --driver "
+              "(gpu/qualify.py writes the file from the machine)."),
+    "E0123": ("bad GPU host description",
+              "The host description needs `uuid GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`, "
+              "`product NAME`, `memory BYTES` (or N KiB/MiB/GiB), `driver VERSION`, and may give "
+              "`minor N` (the card's /dev/nvidiaN); one `key value` per line, `#` comments."),
+    "E0124": ("unsupported GPU target",
+              "A GPU owner is an x86-64 executable for an Ampere (sm_86) or Hopper (sm_90) card: "
+              "x86_64+sm_86 or x86_64+sm_90."),
     # -- warnings -----------------------------------------------------------------------------
     "W0001": ("param does not reach the loss",
               "The param never appears in the loss, so its gradient is +0.0 on every sample."),

@@ -53,6 +53,22 @@ REFUSALS: dict[str, tuple[int, str]] = {
                                       "learner with other constants)"),
     "checkpoint-layout": (117, "a hierarchy resumes only from a checkpoint of its own shape, and a "
                                "star or a single process only from a flat one"),
+    "device-uuid": (120, "a GPU owner's card has another UUID than the card it was built for; "
+                         "refused at start-up, before anything is allocated on the card"),
+    "nvidia-plan-host": (121, "a GPU owner runs on another host than the one it was built for: the "
+                              "driver version, the product name, the card's device minor, its "
+                              "classes or its memory differ; refused before anything is allocated"),
+    "launch-image": (122, "a GPU owner's launch image (kernels, QMDs, constant banks, push "
+                          "buffers, initial state) does not match its SHA-256: the executable "
+                          "was altered; refused before the driver is opened"),
+    "gpu-shadow-mismatch": (123, "the GPU's result bits differ from the host shadow's (the same "
+                                 "step computed on the CPU); nothing is published"),
+    "nvidia-open": (124, "a GPU owner cannot open an NVIDIA device file (no driver, no card, no "
+                         "permission)"),
+    "nvidia-call": (125, "the NVIDIA driver refused a call of the conversation (an ioctl failed or "
+                         "answered a non-zero status; the events file names the call)"),
+    "nvidia-map": (126, "a GPU owner could not map driver memory at the address its plan fixes"),
+    "gpu-timeout": (127, "a launch did not complete (its semaphore was not released) within 10 s"),
     "non-finite-state": (65, "a value to be published is NaN or infinite; the contract publishes "
                              "finite state only, so nothing is printed"),
 }

@@ -317,6 +317,8 @@ def text(mnemonic, *operands):
     if row.kinds[:1] == ("cond",) and row.mnemonic == "b":
         return f"b.{operands[0].name} {_op_text(row.kinds[1], operands[1])}"
     ops = ", ".join(_op_text(k, op) for k, op in zip(row.kinds, operands))
+    if row.mnemonic == "dmb":                  # the row is `dmb sy`: its option is in the word
+        return "dmb sy"
     return f"{row.mnemonic} {ops}" if ops else row.mnemonic
 
 

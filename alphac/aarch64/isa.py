@@ -173,6 +173,7 @@ _ROWS = [
     ("svc",  "u16",             0xd4000001, "imm16"),
     ("brk",  "u16",             0xd4200000, "imm16"),
     ("nop",  "",                0xd503201f, ""),
+    ("dmb",  "",                0xd5033fbf, ""),           # dmb sy
     ("adr",  "x rel21",         0x10000000, "Rd immlo:immhi"),
     ("adrp", "x page21",        0x90000000, "Rd immlo:immhi"),
     ("ldr",  "x rel19",         0x58000000, "Rt imm19"),

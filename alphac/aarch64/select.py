@@ -227,6 +227,8 @@ class Selector(SelectorBase):
             self.moves([(REGS[r], self.where(v)) for r, v in zip(abi.SYSCALL_REGS, a)])
             self.emit("svc", AImm(0))
             self.commit(d, REGS[abi.INT_RET])
+        elif op == "fence":
+            self.emit("dmb")
         else:
             raise ValueError(f"aarch64 selector: no rule for {op}")
 

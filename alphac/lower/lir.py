@@ -68,6 +68,8 @@ OPS: dict[str, tuple[str | None, str]] = {
     "store64": (None, "iIi"), "fstore": (None, "iIf"),   # mem[base + offset] = v
     "call": ("?", "n*"),           # d (i, f or none) = fn(args...)
     "syscall": ("i", "*"),         # d = syscall(nr, args...)
+    "fence": (None, ""),           # a full memory barrier: every access before it is visible
+                                   # (to devices too) before any after it
 }
 TERMINATORS = {"jmp": "n", "br": "ciInn", "ret": "?", "trap": ""}
 CONDS = ("eq", "ne", "lt", "le", "gt", "ge", "ult", "ule", "ugt", "uge")

@@ -24,7 +24,8 @@ exactly what the backends receive.
 Values are `i64` (integers and addresses) or `f64`. A global's name is its address. Memory is
 reached through `load8/16/32/64`, `loadf`, `store8/16/32/64`, `storef` (little-endian, unsigned
 narrow loads). Other builtins: `syscall(nr, ...)`, `i2f`, `f2bits`, `bits2f`, `sqrt`, `udiv`,
-`urem`, `sar`, `ult` (unsigned <), `refuse("NAME")` (alphac.refusals). `// line N` comments are
+`urem`, `sar`, `ult` (unsigned <), `fence()` (a full memory barrier: stores before it reach
+memory, and devices, before any access after it), `refuse("NAME")` (alphac.refusals). `// line N` comments are
 ignored, but `#line N` directives set the Alpha source line that later instructions come from.
 
 This module is the lexer and parser; it requires nothing and guarantees a syntax tree or an

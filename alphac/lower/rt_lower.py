@@ -315,6 +315,10 @@ class FnLowerer:
             need(2)
             a = self.reg(typed(args[0], "i64"))
             return self.emit("setcc", self.fn.new("i"), "ult", a, typed(args[1], "i64")), "i64"
+        if f == "fence":
+            need(0)
+            self.emit("fence", None)
+            return None, None
         if f == "refuse":
             need(1)
             if args[0][0] != "str" or args[0][1].decode() not in REFUSALS:

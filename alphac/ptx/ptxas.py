@@ -79,7 +79,12 @@ def _env() -> dict[str, str]:
     return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C"}
 
 
-def find_ptxas() -> Ptxas:
+def find_ptxas(path: str | None = None) -> Ptxas:
+    """`path` if given, else $ALPHAC_PTXAS, else `ptxas` on the PATH; PtxasMissing if none runs."""
+    if path is not None:
+        if not os.path.isfile(path):
+            raise PtxasMissing(f"`{path}` is not a file")
+        return _fingerprint(path)
     path = os.environ.get("ALPHAC_PTXAS") or shutil.which("ptxas")
     if not path or not os.path.isfile(path):
         raise PtxasMissing("ptxas not found: set ALPHAC_PTXAS or add CUDA's bin to PATH")

@@ -199,6 +199,7 @@ TABLE: tuple[Row, ...] = (
     _row('pop', 'r64', 'o', '58+r'),
     _row('syscall', '', '', '0F 05'),
     _row('ud2', '', '', '0F 0B'),
+    _row('mfence', '', '', '0F AE F0'),
     _row('nop', '', '', '90'),
     # -- SSE2 scalar double
     _row('movsd', 'xmm, xm64', 'rm', 'F2 0F 10 /r'),

@@ -227,6 +227,8 @@ class Selector(SelectorBase):
             self.moves([(r, self.where(v)) for r, v in zip(regs, a)], lambda d, s: "i")
             self.emit("syscall")
             self.commit(d, S1)
+        elif op == "fence":
+            self.emit("mfence")
         else:
             raise ValueError(f"x86-64 selector: no rule for {op}")
 

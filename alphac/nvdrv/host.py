@@ -1,0 +1,131 @@
+"""The GPU host a GPU owner is built for: which card, which driver, how much memory.
+
+A GPU-owner executable is built for one card on one machine. Its identity is compiled in and
+checked at start-up against what the driver says (`conversation.py`): the UUID
+(`refused: device-uuid` on a difference), the product name and the driver version
+(`refused: nvidia-plan-host`). The declared memory is the supply that memory admission checks the
+owner's demand against at compile time (E0120).
+
+A host description is a small text file, one `key value` per line, `#` comments:
+
+    uuid     GPU-5a1e7c3d-0b2f-4c6e-8a9d-1f2e3d4c5b6a   # as nvidia-smi -L and /proc print it
+    product  NVIDIA H200                                 # NV2080_CTRL_CMD_GPU_GET_NAME_STRING
+    memory   143771 MiB                                  # bytes, or N KiB / MiB / GiB
+    driver   580.159.04                                  # the kernel module's version
+    minor    0                                           # /dev/nvidia<minor> (default 0)
+
+or the same as build options (`--gpu-uuid`, `--gpu-product`, `--gpu-memory`, `--driver`,
+`--gpu-minor`), which override the file's lines. `gpu/qualify.py` writes one from the machine.
+
+Requires nothing. Guarantees: a `GpuHost` with every field valid, or `HostError` naming the
+field and what is wrong with it.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+UNITS = {"": 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
+KEYS = ("uuid", "product", "memory", "driver", "minor")
+_UUID = re.compile(r"GPU-([0-9a-fA-F]{8})-([0-9a-fA-F]{4})-([0-9a-fA-F]{4})-([0-9a-fA-F]{4})-([0-9a-fA-F]{12})")
+_DRIVER = re.compile(r"[0-9]+(\.[0-9]+){1,3}")
+NAME_MAX = 63          # NV2080_GPU_MAX_NAME_STRING_LENGTH (64) with its NUL
+DRIVER_MAX = 255       # NV0000_CTRL_SYSTEM_GET_BUILD_VERSION_V2_MAX_STRING_SIZE with its NUL
+
+
+class HostError(ValueError):
+    """A host description that cannot be used; the message names the field."""
+
+
+@dataclass(frozen=True)
+class GpuHost:
+    uuid: bytes            # the 16 bytes of the GPU's UUID, in the order the string prints them
+    product: str           # the driver's product name, e.g. "NVIDIA H200"
+    memory: int            # bytes of the card's memory the plan may use (the supply)
+    driver: str            # the driver version, e.g. "580.159.04"
+    minor: int = 0         # the card's device file /dev/nvidia<minor>
+
+    @property
+    def uuid_text(self) -> str:
+        return format_uuid(self.uuid)
+
+    def describe(self) -> str:
+        return (f"uuid {self.uuid_text}\nproduct {self.product}\nmemory {self.memory}\n"
+                f"driver {self.driver}\nminor {self.minor}\n")
+
+    def as_dict(self) -> dict:
+        return {"uuid": self.uuid_text, "product": self.product, "memory": self.memory,
+                "driver": self.driver, "minor": self.minor}
+
+
+def parse_uuid(text: str) -> bytes:
+    m = _UUID.fullmatch(text.strip())
+    if m is None:
+        raise HostError(f"uuid `{text}` is not of the form GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx")
+    return bytes.fromhex("".join(m.groups()))
+
+
+def format_uuid(raw: bytes) -> str:
+    h = raw.hex()
+    return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
+
+
+def parse_memory(text: str) -> int:
+    m = re.fullmatch(r"\s*([0-9]+)\s*([A-Za-z]*)\s*", str(text))
+    if m is None or m.group(2) not in UNITS:
+        raise HostError(f"memory `{text}` is not a whole number of bytes, KiB, MiB, GiB or TiB")
+    value = int(m.group(1)) * UNITS[m.group(2)]
+    if value <= 0:
+        raise HostError("memory must be more than 0 bytes")
+    return value
+
+
+def _check_text(key: str, value: str, limit: int) -> str:
+    if not value or not value.isascii() or not value.isprintable() or len(value) > limit:
+        raise HostError(f"{key} must be 1 to {limit} printable ASCII characters")
+    return value
+
+
+def make(fields: dict[str, str | int]) -> GpuHost:
+    """A GpuHost from raw fields (strings from a file or the command line)."""
+    missing = [k for k in ("uuid", "product", "memory", "driver") if fields.get(k) in (None, "")]
+    if missing:
+        raise HostError(f"the host description lacks {', '.join(missing)}")
+    unknown = sorted(set(fields) - set(KEYS))
+    if unknown:
+        raise HostError(f"unknown key `{unknown[0]}` (keys: {', '.join(KEYS)})")
+    driver = _check_text("driver", str(fields["driver"]).strip(), DRIVER_MAX)
+    if not _DRIVER.fullmatch(driver):
+        raise HostError(f"driver `{driver}` is not a version such as 580.159.04")
+    minor = str(fields.get("minor", 0)).strip()
+    if not minor.isdigit() or int(minor) > 254:
+        raise HostError(f"minor `{minor}` is not a device minor number (0..254)")
+    return GpuHost(parse_uuid(str(fields["uuid"])),
+                   _check_text("product", str(fields["product"]).strip(), NAME_MAX),
+                   parse_memory(fields["memory"]), driver, int(minor))
+
+
+def read_fields(text: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for n, line in enumerate(text.splitlines(), 1):
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        key, _, value = line.partition(" ")
+        if key in out:
+            raise HostError(f"line {n}: `{key}` is given twice")
+        out[key] = value.strip()
+    return out
+
+
+def load(path: str | Path | None, overrides: dict[str, str | int | None] | None = None) -> GpuHost:
+    """The host from a description file (or none) with command-line overrides applied."""
+    fields: dict[str, str | int] = {}
+    if path is not None:
+        try:
+            fields.update(read_fields(Path(path).read_text()))
+        except OSError as e:
+            raise HostError(f"cannot read the host description `{path}`: {e.strerror or e}")
+    fields.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    return make(fields)

@@ -1,0 +1,378 @@
+"""What a GPU owner puts on the card: its memory plan, its launch image, its QMDs and push buffers.
+
+Given the owner's kernels (`alphac.ptx.build`: each kernel's ABI and its cubin's launch image),
+the target's `abi.Arch` and the host, `plan()` fixes, at compile time, everything a launch needs:
+
+    allocation  va              size            what
+    arena       ARENA_VA        k * 2 MiB       video memory: code, constant banks, QMDs, push
+                                                buffers, state, data, constants, gs, G
+    gpfifo      after it        2 MiB           video memory: the GPFIFO ring, then USERD
+    sysmem      after it        64 KiB          system memory: the channel's error notifier, the
+                                                completion semaphore
+    channel     after it        64 MiB          a VA range UVM reserves for the channel (unmapped)
+    usermode    after it        64 KiB          the usermode page (the doorbell at 0x90)
+
+Every address is chosen here (UVM maps each allocation at the same address for the CPU and the
+GPU), so the QMDs, constant banks and push buffers are complete at compile time; at run time the
+owner writes only the scalar-state parameters into a constant bank, the semaphore, one GPFIFO
+entry, GPPut and the doorbell. The *launch image* is the arena's initial bytes (code to the end of
+the constants); the executable carries it with its SHA-256 and checks that before uploading.
+
+Memory demand (what admission checks against the card's declared memory, E0120) is the video
+memory allocated: the arena and the GPFIFO area, in 2 MiB units.
+
+Facts and their sources (docs/nvdrv.md has the full list and what is still unknown on Hopper):
+  - QMD fields for Ampere V03 as tinygrad's ops_nv.py sets them (group id 0x3f, caching,
+    invalidations, API call limit, sampler index, L1 sysmembar, shared-memory configuration
+    9/9/0x1a, barrier count 1, prefetch, SASS version), constant bank 0 prefix: dwords 6-11 hold
+    the shared window, the local window and 0xfffdc0 [read: tinygrad].
+  - QMD V04 (Hopper) as Mesa NAK's qmd.rs fills it (major 4, minor 0, API call limit NO_CHECK,
+    sampler index INDEPENDENTLY, GRID_*, SHIFTED6 constant-buffer address, SHIFTED4 size,
+    shared-memory configuration from the rounded size) [read: NAK]; QMD_TYPE GRID_CTA, the
+    invalidations, the membar, group id, SASS version 0x90 and the constant-bank prefix are the
+    Ampere choices carried over [inferred: unconfirmed on an H200].
+  - Push buffer: SEND_PCAS_A = QMD >> 8, SEND_SIGNALING_PCAS2_B = PREFETCH_SCHEDULE, then the host
+    semaphore release with wait-for-idle; GPFIFO entry with LEVEL = SUBROUTINE [read: tinygrad].
+
+Requires: every kernel's cubin for `arch.sm`. Guarantees: the same inputs give the same bytes.
+"""
+from __future__ import annotations
+
+import hashlib
+import struct
+from dataclasses import dataclass
+
+from alphac.ir.learner import Learner
+from alphac.nvdrv import abi
+from alphac.nvdrv.abi import BITFIELDS, CONSTANTS, METHODS, pack_bitfields, pack_qmd
+from alphac.ptx.kernels import param_count
+
+ARENA_VA = 0x10_0000_0000          # 64 GiB: below 2^40 (GPFIFO entries and QMD addresses)
+HUGE = 2 << 20
+GPFIFO_AREA = 2 << 20
+GPFIFO_ENTRIES = 0x400
+SYSMEM_SIZE = 0x10000
+SEMAPHORE_OFFSET = 0x1000          # in sysmem; the error notifier is at 0
+CHANNEL_RANGE = 0x4000000          # tinygrad's UVM_REGISTER_CHANNEL length
+USERMODE_SIZE = CONSTANTS["NVC361_NV_USERMODE__SIZE"]
+SHARED_WINDOW, LOCAL_WINDOW = 0xfe000000, 0xff000000     # tinygrad's windows
+CBANK_PREFIX = {6: SHARED_WINDOW, 8: LOCAL_WINDOW, 10: 0xfffdc0}   # dword -> u64 value
+CODE_ALIGN, QMD_ALIGN, CBANK_ALIGN = 256, 256, 256
+CODE_TAIL = 0x1000                 # room past the last instruction for the prefetcher
+BLOCK = 128                        # threads per CTA at most
+SEM_RELEASED = 1                   # the payload the release writes; the owner clears it first
+
+
+def round_up(v: int, a: int) -> int:
+    return (v + a - 1) // a * a
+
+
+@dataclass(frozen=True)
+class Allocation:
+    name: str
+    va: int
+    size: int
+    where: str                     # "vidmem" | "sysmem" | "usermode" | "reserved"
+
+
+@dataclass(frozen=True)
+class Scalar:
+    """A per-step f64 parameter: the host writes scalar state `ref` (version 0 old, 1 new)."""
+    ref: str
+    version: int
+    va: int                        # where in the constant bank
+
+
+@dataclass(frozen=True)
+class Launch:
+    kernel: str
+    threads: int
+    block: int
+    grid: int
+    code_va: int
+    code_sha256: str
+    qmd_va: int
+    qmd: bytes
+    cbank_va: int
+    cbank: bytes
+    pushbuf_va: int
+    pushbuf: tuple[int, ...]       # dwords
+    entry: int                     # the GPFIFO entry that runs the push buffer
+    scalars: tuple[Scalar, ...]
+
+
+@dataclass(frozen=True)
+class GpuImage:
+    sm: int
+    arch: abi.Arch
+    allocations: tuple[Allocation, ...]
+    launches: tuple[Launch, ...]
+    setup_pushbuf: tuple[int, ...]
+    setup_entry: int
+    buffers: dict                  # "state_w" / "data_x" / "gs" / "G" / "const_..." -> va
+    image: bytes                   # the arena's initial bytes
+    sha256: bytes
+
+    def alloc(self, name: str) -> Allocation:
+        return next(a for a in self.allocations if a.name == name)
+
+    def launch(self, kernel: str) -> Launch:
+        return next(x for x in self.launches if x.kernel == kernel)
+
+    @property
+    def demand(self) -> int:
+        return sum(a.size for a in self.allocations if a.where == "vidmem")
+
+    @property
+    def semaphore_va(self) -> int:
+        return self.alloc("sysmem").va + SEMAPHORE_OFFSET
+
+    @property
+    def ring_va(self) -> int:
+        return self.alloc("gpfifo").va
+
+    @property
+    def userd_va(self) -> int:
+        return self.alloc("gpfifo").va + GPFIFO_ENTRIES * CONSTANTS["NVC56F_GP_ENTRY__SIZE"]
+
+    @property
+    def doorbell_va(self) -> int:
+        return self.alloc("usermode").va + abi.USERMODE_DOORBELL_OFFSET
+
+
+# -- push buffers ------------------------------------------------------------------------------
+def method(subchannel: int, offset: int, count: int) -> int:
+    """A push-buffer method header (incrementing): NVC56F_DMA_INCR_* (Hopper: the same, assumed)."""
+    return pack_bitfields({"NVC56F_DMA_INCR_OPCODE": CONSTANTS["NVC56F_DMA_INCR_OPCODE_VALUE"],
+                           "NVC56F_DMA_INCR_COUNT": count, "NVC56F_DMA_INCR_SUBCHANNEL": subchannel,
+                           "NVC56F_DMA_INCR_ADDRESS": offset >> 2})
+
+
+SUBCH_HOST, SUBCH_COMPUTE = 0, 1
+
+
+def semaphore_release(arch: abi.Arch, va: int) -> list[int]:
+    h = arch.host_methods
+    execute = pack_bitfields({f"{h}_SEM_EXECUTE_OPERATION": CONSTANTS[f"{h}_SEM_EXECUTE_OPERATION_RELEASE"],
+                              f"{h}_SEM_EXECUTE_RELEASE_WFI": 1,
+                              f"{h}_SEM_EXECUTE_PAYLOAD_SIZE": CONSTANTS[f"{h}_SEM_EXECUTE_PAYLOAD_SIZE_32BIT"]})
+    return [method(SUBCH_HOST, METHODS[h]["SEM_ADDR_LO"], 5),
+            pack_bitfields({f"{h}_SEM_ADDR_LO_OFFSET": (va & 0xffffffff) >> 2}),
+            pack_bitfields({f"{h}_SEM_ADDR_HI_OFFSET": va >> 32}),
+            SEM_RELEASED, 0, execute]
+
+
+def setup_pushbuf(arch: abi.Arch, sem_va: int) -> list[int]:
+    c = arch.compute_methods
+    m = METHODS[c]
+    return [method(SUBCH_COMPUTE, m["SET_OBJECT"], 1),
+            pack_bitfields({f"{c}_SET_OBJECT_CLASS_ID": abi.CLASSES[arch.compute]}),
+            method(SUBCH_COMPUTE, m["SET_SHADER_LOCAL_MEMORY_WINDOW_A"], 2), LOCAL_WINDOW >> 32,
+            LOCAL_WINDOW & 0xffffffff,
+            method(SUBCH_COMPUTE, m["SET_SHADER_SHARED_MEMORY_WINDOW_A"], 2), SHARED_WINDOW >> 32,
+            SHARED_WINDOW & 0xffffffff] + semaphore_release(arch, sem_va)
+
+
+def launch_pushbuf(arch: abi.Arch, qmd_va: int, sem_va: int) -> list[int]:
+    c = arch.compute_methods
+    m = METHODS[c]
+    invalidate = pack_bitfields({f"{c}_INVALIDATE_SHADER_CACHES_NO_WFI_INSTRUCTION": 1,
+                                 f"{c}_INVALIDATE_SHADER_CACHES_NO_WFI_GLOBAL_DATA": 1,
+                                 f"{c}_INVALIDATE_SHADER_CACHES_NO_WFI_CONSTANT": 1})
+    return [method(SUBCH_COMPUTE, m["INVALIDATE_SHADER_CACHES_NO_WFI"], 1), invalidate,
+            method(SUBCH_COMPUTE, m["SEND_PCAS_A"], 1), qmd_va >> 8,
+            method(SUBCH_COMPUTE, m["SEND_SIGNALING_PCAS2_B"], 1),
+            CONSTANTS[f"{c}_SEND_SIGNALING_PCAS2_B_PCAS_ACTION_PREFETCH_SCHEDULE"]] \
+        + semaphore_release(arch, sem_va)
+
+
+def gpfifo_entry(arch: abi.Arch, va: int, dwords: int) -> int:
+    h = arch.host_methods
+    lo = pack_bitfields({f"{h}_GP_ENTRY0_GET": (va & 0xffffffff) >> 2})
+    hi = pack_bitfields({f"{h}_GP_ENTRY1_GET_HI": va >> 32,
+                         f"{h}_GP_ENTRY1_LEVEL": CONSTANTS[f"{h}_GP_ENTRY1_LEVEL_SUBROUTINE"],
+                         f"{h}_GP_ENTRY1_LENGTH": dwords})
+    return lo | hi << 32
+
+
+def decode_entry(arch: abi.Arch, entry: int) -> tuple[int, int]:
+    """(push-buffer va, dwords) of a GPFIFO entry: the inverse of gpfifo_entry, for the mock."""
+    h = arch.host_methods
+
+    def field(word: int, name: str) -> int:
+        hi, lo = BITFIELDS[name]
+        return (word >> lo) & ((1 << (hi - lo + 1)) - 1)
+    lo, hi = entry & 0xffffffff, entry >> 32
+    va = (field(lo, f"{h}_GP_ENTRY0_GET") << 2) | (field(hi, f"{h}_GP_ENTRY1_GET_HI") << 32)
+    return va, field(hi, f"{h}_GP_ENTRY1_LENGTH")
+
+
+# -- QMDs --------------------------------------------------------------------------------------
+def _sm_config(size: int) -> int:
+    """Mesa NAK's gv100_sm_config_smem_size: the shared-memory carve-out, (KiB rounded) / 4 + 1."""
+    for kib in (8, 16, 32, 64):
+        if size <= kib << 10:
+            return (kib << 10) // 4096 + 1
+    return (96 << 10) // 4096 + 1
+
+
+def qmd_fields(arch: abi.Arch, la: Launch, registers: int, shared: int, code_size: int,
+               cbank_size: int) -> dict[str, int]:
+    layout = abi.QMD_LAYOUTS[arch.qmd]
+    v = layout.values
+    shared_size = max(0x400, round_up(shared, 0x100))
+    common = {
+        "QMD_GROUP_ID": 0x3f,
+        "INVALIDATE_TEXTURE_HEADER_CACHE": v["INVALIDATE_TEXTURE_HEADER_CACHE_TRUE"],
+        "INVALIDATE_TEXTURE_SAMPLER_CACHE": v["INVALIDATE_TEXTURE_SAMPLER_CACHE_TRUE"],
+        "INVALIDATE_TEXTURE_DATA_CACHE": v["INVALIDATE_TEXTURE_DATA_CACHE_TRUE"],
+        "INVALIDATE_SHADER_DATA_CACHE": v["INVALIDATE_SHADER_DATA_CACHE_TRUE"],
+        "API_VISIBLE_CALL_LIMIT": v["API_VISIBLE_CALL_LIMIT_NO_CHECK"],
+        "CWD_MEMBAR_TYPE": v["CWD_MEMBAR_TYPE_L1_SYSMEMBAR"],
+        "BARRIER_COUNT": 1,
+        "SHARED_MEMORY_SIZE": shared_size,
+        "SHADER_LOCAL_MEMORY_HIGH_SIZE": 0,
+        "SHADER_LOCAL_MEMORY_LOW_SIZE": 0,
+        "CTA_THREAD_DIMENSION0": la.block, "CTA_THREAD_DIMENSION1": 1, "CTA_THREAD_DIMENSION2": 1,
+        "PROGRAM_ADDRESS_LOWER": la.code_va & 0xffffffff,
+        "PROGRAM_ADDRESS_UPPER": la.code_va >> 32,
+        "PROGRAM_PREFETCH_ADDR_LOWER_SHIFTED": (la.code_va >> 8) & 0xffffffff,
+        "PROGRAM_PREFETCH_ADDR_UPPER_SHIFTED": la.code_va >> 40,
+        "PROGRAM_PREFETCH_SIZE": min(code_size >> 8, 0x1ff),
+        "SASS_VERSION": sass_version(arch),
+        "CONSTANT_BUFFER_VALID(0)": 1,
+        "CONSTANT_BUFFER_INVALIDATE(0)": v["CONSTANT_BUFFER_INVALIDATE_TRUE"],
+        "CONSTANT_BUFFER_SIZE_SHIFTED4(0)": round_up(cbank_size, 16) >> 4,
+    }
+    if arch.qmd == "V03_00":
+        return common | {
+            "QMD_MAJOR_VERSION": 3, "QMD_VERSION": 0, "SM_GLOBAL_CACHING_ENABLE": 1,
+            "SAMPLER_INDEX": v["SAMPLER_INDEX_VIA_HEADER_INDEX"],
+            "MIN_SM_CONFIG_SHARED_MEM_SIZE": 9, "TARGET_SM_CONFIG_SHARED_MEM_SIZE": 9,
+            "MAX_SM_CONFIG_SHARED_MEM_SIZE": 0x1a,
+            "REGISTER_COUNT_V": registers,
+            "CTA_RASTER_WIDTH": la.grid, "CTA_RASTER_HEIGHT": 1, "CTA_RASTER_DEPTH": 1,
+            "CONSTANT_BUFFER_ADDR_LOWER(0)": la.cbank_va & 0xffffffff,
+            "CONSTANT_BUFFER_ADDR_UPPER(0)": la.cbank_va >> 32,
+        }
+    return common | {
+        "QMD_MAJOR_VERSION": 4, "QMD_MINOR_VERSION": 0, "QMD_TYPE": v["QMD_TYPE_GRID_CTA"],
+        "SAMPLER_INDEX": v["SAMPLER_INDEX_INDEPENDENTLY"],
+        "MIN_SM_CONFIG_SHARED_MEM_SIZE": _sm_config(shared_size),
+        "TARGET_SM_CONFIG_SHARED_MEM_SIZE": _sm_config(shared_size),
+        "MAX_SM_CONFIG_SHARED_MEM_SIZE": _sm_config(228 << 10),
+        "REGISTER_COUNT": registers,
+        "GRID_WIDTH": la.grid, "GRID_HEIGHT": 1, "GRID_DEPTH": 1,
+        "CONSTANT_BUFFER_ADDR_LOWER_SHIFTED6(0)": (la.cbank_va >> 6) & 0xffffffff,
+        "CONSTANT_BUFFER_ADDR_UPPER_SHIFTED6(0)": la.cbank_va >> 38,
+    }
+
+
+def sass_version(arch: abi.Arch) -> int:
+    """SASS_VERSION: the SM version as major << 4 | minor (sm_86 -> 0x86, sm_90 -> 0x90)."""
+    n = int(arch.sm.split("_")[1])
+    return (n // 10) << 4 | n % 10
+
+
+# -- the plan ----------------------------------------------------------------------------------
+def _threads(lr: Learner, kernel) -> int:
+    if kernel.name == "grad_samples":
+        return lr.nsamples
+    if kernel.name == "owner_sum":
+        return param_count(lr)
+    return lr.groups[kernel.group].size
+
+
+def plan(lr: Learner, built: list, sm: int) -> GpuImage:
+    """The owner's memory plan and launch image for every kernel in `built` (alphac.ptx.build)."""
+    arch = abi.ARCHES[f"sm_{sm}"]
+    qmd_layout = abi.QMD_LAYOUTS[arch.qmd]
+    arena = bytearray()
+
+    def put(data: bytes, align: int) -> int:
+        while len(arena) % align:
+            arena.append(0)
+        off = len(arena)
+        arena.extend(data)
+        return off
+
+    code_off = {}
+    for b in built:
+        if b.image.relocs:
+            raise ValueError(f"{b.kernel.name}: relocations in the code are not supported")
+        code_off[b.kernel.name] = put(b.image.code, CODE_ALIGN)
+    put(bytes(CODE_TAIL), 1)
+    cbank_off = {b.kernel.name: put(bytes(round_up(b.image.cbank0, 16)), CBANK_ALIGN) for b in built}
+    qmd_off = {b.kernel.name: put(bytes(qmd_layout.nbytes), QMD_ALIGN) for b in built}
+    n_launch = 6 + 6            # invalidate, PCAS A, PCAS2 B; semaphore (6 dwords)
+    pb_off = {b.kernel.name: put(bytes(4 * n_launch), 256) for b in built}
+    setup_off = put(bytes(4 * (8 + 6)), 256)
+
+    buffers: dict[str, int] = {}
+    for s in lr.states:
+        buffers[f"state_{s.name}"] = put(struct.pack(f"<{s.size}d", *s.init), 256)
+    for d in lr.data:
+        buffers[f"data_{d.name}"] = put(struct.pack(f"<{len(d.values)}d", *d.values), 256)
+    for b in built:
+        for p in b.kernel.params:
+            if p.role == "const":
+                buffers[f"{b.kernel.name}.{p.name}"] = put(struct.pack(f"<{len(p.values)}d", *p.values), 256)
+    image_end = round_up(len(arena), 8)
+    P = param_count(lr)
+    gs_off = round_up(image_end, 256)
+    g_off = round_up(gs_off + 8 * max(1, P * (lr.nsamples or 0)), 256)
+    arena_size = round_up(g_off + 8 * max(1, P), HUGE)
+
+    va = ARENA_VA
+    allocs = []
+    for name, size, where in (("arena", arena_size, "vidmem"), ("gpfifo", GPFIFO_AREA, "vidmem"),
+                              ("sysmem", SYSMEM_SIZE, "sysmem"), ("channel", CHANNEL_RANGE, "reserved"),
+                              ("usermode", USERMODE_SIZE, "usermode")):
+        allocs.append(Allocation(name, va, size, where))
+        va = round_up(va + size, HUGE)
+    sem_va = allocs[2].va + SEMAPHORE_OFFSET
+    vas = {k: ARENA_VA + v for k, v in buffers.items()}
+    vas["gs"], vas["G"] = ARENA_VA + gs_off, ARENA_VA + g_off
+
+    launches = []
+    for b in built:
+        k, im = b.kernel, b.image
+        threads = _threads(lr, k)
+        block = min(BLOCK, round_up(max(1, threads), 32))
+        grid = max(1, -(-threads // block))
+        cbank = bytearray(round_up(im.cbank0, 16))
+        for dw, value in CBANK_PREFIX.items():
+            struct.pack_into("<Q", cbank, 4 * dw, value)
+        scalars = []
+        statics = {"lo": 0, "hi": lr.nsamples or 0, "n": lr.nsamples or 0, "klo": 0,
+                   "khi": threads if k.group is not None else 0}
+        for p, kp in zip(k.params, im.params):
+            at = im.param_base + kp.offset
+            if p.type == "u64":
+                key = {"state": f"state_{p.ref}", "data": f"data_{p.ref}"}.get(p.role) or \
+                    (f"{k.name}.{p.name}" if p.role == "const" else p.role)
+                struct.pack_into("<Q", cbank, at, vas[key])
+            elif p.type == "u32":
+                struct.pack_into("<I", cbank, at, statics[p.role])
+            else:
+                scalars.append(Scalar(p.ref, p.version, ARENA_VA + cbank_off[k.name] + at))
+        code_va = ARENA_VA + code_off[k.name]
+        cbank_va = ARENA_VA + cbank_off[k.name]
+        qmd_va = ARENA_VA + qmd_off[k.name]
+        pb_va = ARENA_VA + pb_off[k.name]
+        pb = launch_pushbuf(arch, qmd_va, sem_va)
+        la = Launch(k.name, threads, block, grid, code_va, im.code_sha256, qmd_va, b"", cbank_va,
+                    bytes(cbank), pb_va, tuple(pb), gpfifo_entry(arch, pb_va, len(pb)), tuple(scalars))
+        qmd = pack_qmd(qmd_layout, qmd_fields(arch, la, im.registers, im.shared, len(im.code), len(cbank)))
+        la = Launch(**{**la.__dict__, "qmd": qmd})
+        arena[cbank_off[k.name]:cbank_off[k.name] + len(cbank)] = cbank
+        arena[qmd_off[k.name]:qmd_off[k.name] + len(qmd)] = qmd
+        arena[pb_off[k.name]:pb_off[k.name] + 4 * len(pb)] = struct.pack(f"<{len(pb)}I", *pb)
+        launches.append(la)
+    setup = setup_pushbuf(arch, sem_va)
+    arena[setup_off:setup_off + 4 * len(setup)] = struct.pack(f"<{len(setup)}I", *setup)
+    image = bytes(arena[:image_end]) + bytes(image_end - len(arena))
+    return GpuImage(sm, arch, tuple(allocs), tuple(launches), tuple(setup),
+                    gpfifo_entry(arch, ARENA_VA + setup_off, len(setup)), vas, image,
+                    hashlib.sha256(image).digest())
+

@@ -1,0 +1,250 @@
+#!/usr/bin/env python3
+"""Qualify alphac's GPU owners on this machine's NVIDIA GPU: one command, one run record.
+
+    python3 gpu/qualify.py [--steps 5] [--learner independent_state --learner lsq_adam]
+                           [--minor 0] [--sm 90] [--cuda-trace] [--records runs]
+
+1. Reads the card's identity from the kernel driver (/proc/driver/nvidia/version and
+   /proc/driver/nvidia/gpus/*/information: driver version, model, UUID, device minor).
+2. Builds a provisional GPU owner for that host and runs it with `--probe-identity`: the
+   executable's own conversation asks the driver for the version, UUID, product name, classes
+   and memory, and prints the answers without allocating anything. Those answers are the host
+   description (written to the record as host.gpuhost), so the build that follows is for
+   exactly what the driver says.
+3. With --cuda-trace, first records what CUDA's own driver says for one tiny launch
+   (gpu/cuda_ioctl_trace.py into the record's cuda-trace/), when libcuda is here.
+4. For each learner: builds the GPU owner (`alphac build --target x86_64+sm_NN --gpu-host`),
+   runs it with `--steps N --events`, and compares what it prints with the reference
+   interpreter (alphac.ir.interp) and the independent oracle (tests/oracle.py). The executable
+   itself compares the GPU's bits with its host shadow after every kernel (refusing
+   gpu-shadow-mismatch otherwise).
+5. Writes runs/gpu-qualify-NNNN/record.json: the host, the GPU (UUID, product, driver, memory,
+   minor, SM), the probe's output, the SHA-256 of every artifact (executables, cubins, the host
+   description) and the pinned ptxas, each run's exit, refusal, output, verdicts and event
+   stream (hash-chained and sealed as alphac.launch does; `alphac.launch.verify_record` checks
+   it), and whether the whole qualification passed.
+
+Exit codes: 0 every owner ran and printed the oracle's bits; 1 something refused or differed (the
+record says what); 2 it cannot run here (no NVIDIA driver, no ptxas, an unknown card).
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+
+from alphac.launch import chain                               # noqa: E402
+
+LEARNERS = ["independent_state", "lsq_adam"]
+SM_BY_MODEL = [(r"\bH100\b|\bH200\b|\bH800\b|\bGH200\b", 90),
+               (r"RTX 30\d0|RTX A\d000|\bA10\b|\bA40\b|\bA16\b|\bA2\b", 86)]
+
+
+class Unavailable(Exception):
+    pass
+
+
+# -- what the kernel driver says about itself ----------------------------------------------------
+def parse_version(text: str) -> str:
+    """The driver version from /proc/driver/nvidia/version."""
+    m = re.search(r"Kernel Module(?: for \S+)?\s+([0-9]+(?:\.[0-9]+)+)", text) or \
+        re.search(r"NVRM version:.*?\b([0-9]+\.[0-9]+(?:\.[0-9]+)?)\b", text)
+    if m is None:
+        raise Unavailable("cannot read the driver version from /proc/driver/nvidia/version")
+    return m.group(1)
+
+
+def parse_information(text: str) -> dict[str, str]:
+    """Model, GPU UUID and Device Minor from /proc/driver/nvidia/gpus/*/information."""
+    out = {}
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        out[key.strip()] = value.strip()
+    return {"product": out.get("Model", ""), "uuid": out.get("GPU UUID", ""),
+            "minor": out.get("Device Minor", "0")}
+
+
+def read_identity(proc: Path, minor: int | None) -> dict[str, str]:
+    version = proc / "version"
+    if not version.exists():
+        raise Unavailable(f"no NVIDIA kernel driver here ({version} does not exist)")
+    gpus = [parse_information(p.read_text()) for p in sorted(proc.glob("gpus/*/information"))]
+    if minor is not None:
+        gpus = [g for g in gpus if g["minor"] == str(minor)]
+    if not gpus:
+        raise Unavailable("the driver lists no GPU" + (f" with device minor {minor}" if minor is not None else ""))
+    return gpus[0] | {"driver": parse_version(version.read_text())}
+
+
+def sm_of(product: str, given: int | None) -> int:
+    if given is not None:
+        return given
+    smi = shutil.which("nvidia-smi")
+    if smi:
+        run = subprocess.run([smi, "--query-gpu=name,compute_cap", "--format=csv,noheader"],
+                             capture_output=True, text=True)
+        for line in run.stdout.splitlines():
+            name, _, cap = line.rpartition(",")
+            if name.strip() == product and cap.strip():
+                return int(cap.strip().replace(".", ""))
+    for pattern, sm in SM_BY_MODEL:
+        if re.search(pattern, product):
+            return sm
+    raise Unavailable(f"cannot tell the SM of `{product}`: pass --sm 90 or --sm 86")
+
+
+def parse_probe(text: str) -> dict[str, str]:
+    out = {}
+    for line in text.splitlines():
+        key, _, value = line.partition(" ")
+        out[key] = value
+    return out
+
+
+# -- running an owner ------------------------------------------------------------------------------
+def run_owner(exe: Path, args: list[str], built) -> tuple[int, str, str]:
+    """Run a GPU owner on this machine (tests replace this to run it against the mock driver)."""
+    p = subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=600)
+    return p.returncode, p.stdout, p.stderr
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def qualify(args, runner=None) -> tuple[int, Path | None]:
+    from alphac.artifacts import gpu_recipe, ptxas_tool, write_file
+    from alphac.build import build_gpu_owner
+    from alphac.diag import CompileError
+    from alphac.driver import compile_file
+    from alphac.ir.interp import format_state, run as interp_run
+    from alphac.nvdrv import host as host_mod
+    from alphac.ptx.ptxas import PtxasMissing, find_ptxas
+    import oracle
+    runner = runner or run_owner
+    ident = read_identity(Path(args.proc), args.minor)
+    sm = sm_of(ident["product"], args.sm)
+    try:
+        tool = find_ptxas()
+    except PtxasMissing as e:
+        raise Unavailable(str(e))
+    records = Path(args.records)
+    records.mkdir(parents=True, exist_ok=True)
+    n = 1
+    while (records / f"gpu-qualify-{n:04d}").exists():
+        n += 1
+    rdir = records / f"gpu-qualify-{n:04d}"
+    (rdir / "events").mkdir(parents=True)
+    (rdir / "bin").mkdir()
+    target = f"x86_64+sm_{sm}"
+
+    def build(name: str, host):
+        lr = compile_file(ROOT / "examples" / f"{name}.alpha").learner
+        return lr, build_gpu_owner(lr, target, host)
+
+    provisional = host_mod.make({"uuid": ident["uuid"], "product": ident["product"][:63] or "unknown",
+                                 "memory": "1 TiB", "driver": ident["driver"], "minor": ident["minor"]})
+    _, probe_build = build(args.learner[0], provisional)
+    probe_exe = rdir / "bin" / "probe"
+    write_file(probe_exe, probe_build.image.elf, 0o755)
+    rc, probe_out, probe_err = runner(probe_exe, ["--probe-identity", "--events", str(rdir / "events" / "probe.log")],
+                                      probe_build)
+    said = parse_probe(probe_out)
+    record = {"format": 1, "kind": "gpu-qualification", "steps": args.steps, "target": target,
+              "host": {"machine": platform.machine(), "system": platform.system(),
+                       "release": platform.release(), "node": platform.node()},
+              "proc": ident, "probe": {"exit": rc, "stdout": probe_out, "stderr": probe_err},
+              "tools": ptxas_tool(tool), "artifacts": {"bin/probe": sha256(probe_exe)}, "roles": [],
+              "published": "", "passed": False}
+    if rc != 0 or not {"driver", "uuid", "product", "memory-kib"} <= said.keys():
+        record["why"] = f"the identity probe failed: exit {rc} {probe_err.strip()}"
+        return finish(rdir, record)
+    host = host_mod.make({"uuid": said["uuid"], "product": said["product"], "driver": said["driver"],
+                          "memory": str(int(said["memory-kib"]) * 1024), "minor": ident["minor"]})
+    (rdir / "host.gpuhost").write_text(host.describe())
+    record["gpu"] = host.as_dict() | {"sm": sm}
+    record["artifacts"]["host.gpuhost"] = sha256(rdir / "host.gpuhost")
+    if args.cuda_trace:
+        trace = subprocess.run([sys.executable, str(ROOT / "gpu" / "cuda_ioctl_trace.py"), "--out",
+                                str(rdir / "cuda-trace"), "--libcuda", args.libcuda])
+        record["cuda_trace"] = {"exit": trace.returncode, "report": "cuda-trace/report.txt"}
+    published = []
+    for name in args.learner:
+        try:
+            lr, built = build(name, host)
+        except CompileError as e:
+            record["roles"].append({"role": name, "exit": None, "refused": None,
+                                    "build": "\n".join(d.render() for d in e.diagnostics)})
+            continue
+        exe = rdir / "bin" / f"{name}.sm_{sm}"
+        write_file(exe, built.image.elf, 0o755)
+        record["artifacts"][f"bin/{name}.sm_{sm}"] = sha256(exe)
+        for b in built.kernels:
+            cub = rdir / "bin" / f"{name}.{b.kernel.name}.sm_{sm}.cubin"
+            cub.write_bytes(b.cubin)
+            record["artifacts"][cub.relative_to(rdir).as_posix()] = sha256(cub)
+        events = rdir / "events" / f"{name}.log"
+        rc, out, err = runner(exe, ["--steps", str(args.steps), "--events", str(events)], built)
+        lines = events.read_text().splitlines() if events.exists() else []
+        seal, _ = chain(name, lines)
+        refused = next((ln[len("refused: "):] for ln in err.splitlines() if ln.startswith("refused: ")), None)
+        want = format_state(lr, interp_run(lr, args.steps))
+        record["roles"].append({
+            "role": name, "isa": target, "sha256": record["artifacts"][f"bin/{name}.sm_{sm}"],
+            "recipe": gpu_recipe(f"examples/{name}.alpha", target, host), "exit": rc, "refused": refused,
+            "stdout": out, "equals_interpreter": out == want, "equals_oracle": out == oracle.run(name, steps=args.steps),
+            "stream": {"file": f"events/{name}.log", "count": len(lines), "seal": seal}})
+        published.append(out)
+    record["published"] = "".join(published)
+    record["passed"] = bool(record["roles"]) and all(
+        r["exit"] == 0 and r.get("equals_interpreter") and r.get("equals_oracle") for r in record["roles"])
+    return finish(rdir, record)
+
+
+def finish(rdir: Path, record: dict) -> tuple[int, Path]:
+    tmp = rdir / "record.json.tmp"
+    tmp.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, rdir / "record.json")
+    return (0 if record["passed"] else 1), rdir
+
+
+def main(argv=None, runner=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--learner", action="append", help=f"default: {' and '.join(LEARNERS)}")
+    ap.add_argument("--minor", type=int, default=None, help="the card's device minor (default: the first)")
+    ap.add_argument("--sm", type=int, choices=(86, 90), default=None)
+    ap.add_argument("--records", default="runs")
+    ap.add_argument("--cuda-trace", action="store_true", help="first record libcuda's conversation")
+    ap.add_argument("--libcuda", default="libcuda.so.1")
+    ap.add_argument("--proc", default="/proc/driver/nvidia", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    args.learner = args.learner or LEARNERS
+    try:
+        code, rdir = qualify(args, runner)
+    except Unavailable as e:
+        print(f"qualify: cannot run here: {e}", file=sys.stderr)
+        return 2
+    rec = json.loads((rdir / "record.json").read_text())
+    for r in rec["roles"]:
+        verdict = "PASS" if r.get("exit") == 0 and r.get("equals_oracle") else \
+            f"FAIL ({'refused: ' + r['refused'] if r.get('refused') else r.get('build') or 'bits differ'})"
+        print(f"{r['role']}: {verdict}")
+    if rec.get("why"):
+        print(f"qualify: {rec['why']}", file=sys.stderr)
+    print(f"run record: {rdir}/record.json ({'pass' if rec['passed'] else 'FAIL'})")
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

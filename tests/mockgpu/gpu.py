@@ -1,0 +1,271 @@
+"""The mock GPU: memory behind the driver's allocations, the GPFIFO channel, QMD launches.
+
+Memory: every allocation the driver makes is a memfd (the executable maps the same memfd, so
+both see the same real pages); `GpuMemory` is the GPU's address space, built from the UVM
+mappings the executable asks for, and faults (KeyError) outside them.
+
+A channel runs when its doorbell is rung with its token: the mock reads GPPut from USERD, takes
+each GPFIFO entry from GPGet to GPPut, decodes the push buffer (method headers by
+abi.BITFIELDS NVC56F_DMA_*, methods by abi.METHODS of the channel's classes), and for
+SEND_SIGNALING_PCAS2_B launches the QMD at SEND_PCAS_A << 8: decoded with abi.unpack_qmd, the
+kernel found by the SHA-256 of the code at its program address, its parameters read from
+constant bank 0 at the offsets of the kernel's launch image, and the kernel run by the PTX
+interpreter (tests/ptx_interp.py) over this memory. The host semaphore release writes its
+payload. Anything the mock does not know is an error the test reports.
+"""
+from __future__ import annotations
+
+import hashlib
+import mmap
+import os
+import struct
+
+from alphac.nvdrv import abi
+from alphac.nvdrv.abi import BITFIELDS, CONSTANTS, METHODS
+from alphac.nvdrv.image import CBANK_PREFIX, decode_entry
+from ptx_interp import Ptx
+
+
+def bits(word: int, name: str) -> int:
+    hi, lo = BITFIELDS[name]
+    return (word >> lo) & ((1 << (hi - lo + 1)) - 1)
+
+
+class Alloc:
+    """Driver memory: real pages in a memfd, mapped here and (by mmap) in the executable."""
+
+    def __init__(self, handle: int, kind: str, size: int):
+        self.handle, self.kind, self.size = handle, kind, size
+        self.fd = os.memfd_create(f"alphac-mock-{kind}-{handle:#x}", os.MFD_CLOEXEC)
+        os.ftruncate(self.fd, size)
+        self.mm = mmap.mmap(self.fd, size)
+
+    def u32(self, off: int) -> int:
+        return struct.unpack_from("<I", self.mm, off)[0]
+
+    def set_u32(self, off: int, v: int) -> None:
+        struct.pack_into("<I", self.mm, off, v)
+
+    def close(self) -> None:
+        self.mm.close()
+        os.close(self.fd)
+
+
+class GpuMemory:
+    """The GPU's virtual address space: (base, length, Alloc) mappings from UVM."""
+
+    def __init__(self):
+        self.maps: list[tuple[int, int, Alloc]] = []
+
+    def map(self, base: int, length: int, alloc: Alloc) -> None:
+        self.maps.append((base, length, alloc))
+
+    def where(self, va: int, n: int) -> tuple[Alloc, int]:
+        for base, length, alloc in self.maps:
+            if base <= va and va + n <= base + length:
+                return alloc, va - base
+        raise KeyError(f"GPU fault at {va:#x} (+{n}): no mapping")
+
+    def read(self, va: int, n: int) -> bytes:
+        a, off = self.where(va, n)
+        return bytes(a.mm[off:off + n])
+
+    def write(self, va: int, data: bytes) -> None:
+        a, off = self.where(va, len(data))
+        a.mm[off:off + len(data)] = data
+
+    def u32(self, va: int) -> int:
+        return struct.unpack("<I", self.read(va, 4))[0]
+
+    def u64(self, va: int) -> int:
+        return struct.unpack("<Q", self.read(va, 8))[0]
+
+    # the PTX interpreter's memory
+    def load(self, va: int) -> float:
+        return struct.unpack("<d", self.read(va, 8))[0]
+
+    def store(self, va: int, value: float) -> None:
+        self.write(va, struct.pack("<d", value))
+
+
+class Channel:
+    def __init__(self, handle: int, token: int, ring_va: int, entries: int, userd: Alloc,
+                 userd_off: int, group):
+        self.handle, self.token, self.ring_va, self.entries = handle, token, ring_va, entries
+        self.userd, self.userd_off, self.group = userd, userd_off, group
+        self.compute: int | None = None               # the compute class allocated on it
+        self.get = 0
+        self.subch: dict[int, int] = {}               # subchannel -> bound class
+        self.regs: dict[str, int] = {}                # method name -> last data
+
+    @property
+    def put(self) -> int:
+        return self.userd.u32(self.userd_off + abi.USERD_GPPUT_OFFSET)
+
+
+class Gpu:
+    def __init__(self, arch: abi.Arch, kernels: list, memory: GpuMemory, errors: list[str]):
+        self.arch, self.memory, self.errors = arch, memory, errors
+        self.by_code = {b.image.code_sha256: b for b in kernels}
+        self.programs: dict[str, Ptx] = {}
+        self.launches: list[tuple[str, int, int, dict]] = []
+        self.host = {v: k for k, v in METHODS[arch.host_methods].items()}
+        self.compute = {v: k for k, v in METHODS[arch.compute_methods].items()}
+        self.qmd_layout = abi.QMD_LAYOUTS[arch.qmd]
+
+    # -- the channel -----------------------------------------------------------------------------
+    def run(self, ch: Channel) -> None:
+        """Everything from GPGet to GPPut; then GPGet = GPPut."""
+        put = ch.put
+        if put >= ch.entries:
+            self.errors.append(f"GPPut {put} outside the ring of {ch.entries}")
+            return
+        while ch.get != put:
+            entry = self.memory.u64(ch.ring_va + 8 * ch.get)
+            va, dwords = decode_entry(self.arch, entry)
+            words = struct.unpack(f"<{dwords}I", self.memory.read(va, 4 * dwords))
+            self.pushbuf(ch, words)
+            ch.get = (ch.get + 1) % ch.entries
+        ch.userd.set_u32(ch.userd_off + abi.USERD_GPGET_OFFSET, ch.get)
+
+    def pushbuf(self, ch: Channel, words: tuple[int, ...]) -> None:
+        i = 0
+        while i < len(words):
+            head = words[i]
+            op = bits(head, "NVC56F_DMA_SEC_OP")
+            sub = bits(head, "NVC56F_DMA_METHOD_SUBCHANNEL")
+            addr = bits(head, "NVC56F_DMA_METHOD_ADDRESS") << 2
+            if op == CONSTANTS["NVC56F_DMA_SEC_OP_IMMD_DATA_METHOD"]:
+                self.method(ch, sub, addr, bits(head, "NVC56F_DMA_IMMD_DATA"))
+                i += 1
+                continue
+            count = bits(head, "NVC56F_DMA_METHOD_COUNT")
+            if op not in (CONSTANTS["NVC56F_DMA_SEC_OP_INC_METHOD"], CONSTANTS["NVC56F_DMA_SEC_OP_NON_INC_METHOD"],
+                          CONSTANTS["NVC56F_DMA_SEC_OP_ONE_INC"]):
+                self.errors.append(f"push buffer: unknown opcode {op} in {head:#010x}")
+                return
+            for k in range(count):
+                step = {CONSTANTS["NVC56F_DMA_SEC_OP_INC_METHOD"]: k,
+                        CONSTANTS["NVC56F_DMA_SEC_OP_NON_INC_METHOD"]: 0,
+                        CONSTANTS["NVC56F_DMA_SEC_OP_ONE_INC"]: min(k, 1)}[op]
+                self.method(ch, sub, addr + 4 * step, words[i + 1 + k])
+            i += 1 + count
+
+    def method(self, ch: Channel, sub: int, addr: int, data: int) -> None:
+        if addr == 0:                                  # SET_OBJECT on every class
+            if sub == 1 and data != ch.compute:
+                self.errors.append(f"SET_OBJECT {data:#x} on subchannel 1: the channel's compute "
+                                   f"object is {ch.compute}")
+            ch.subch[sub] = data
+            return
+        if sub == 0:
+            name = self.host.get(addr)
+            if name is None:
+                self.errors.append(f"host method {addr:#x} unknown to {self.arch.host_methods}")
+                return
+            ch.regs["host." + name] = data
+            if name == "SEM_EXECUTE":
+                self.semaphore(ch, data)
+            return
+        if ch.subch.get(sub) != ch.compute or sub != 1:
+            self.errors.append(f"method {addr:#x} on subchannel {sub} with no compute object bound")
+            return
+        name = self.compute.get(addr)
+        if name is None:
+            self.errors.append(f"compute method {addr:#x} unknown to {self.arch.compute_methods}")
+            return
+        ch.regs[name] = data
+        if name == "SEND_SIGNALING_PCAS2_B":
+            c = self.arch.compute_methods
+            action = bits(data, f"{c}_SEND_SIGNALING_PCAS2_B_PCAS_ACTION")
+            if action not in (CONSTANTS[f"{c}_SEND_SIGNALING_PCAS2_B_PCAS_ACTION_SCHEDULE"],
+                              CONSTANTS[f"{c}_SEND_SIGNALING_PCAS2_B_PCAS_ACTION_PREFETCH_SCHEDULE"]):
+                self.errors.append(f"PCAS action {action} does not schedule the QMD")
+                return
+            self.launch(ch, ch.regs.get("SEND_PCAS_A", 0) << 8)
+        elif name not in ("SEND_PCAS_A", "INVALIDATE_SHADER_CACHES_NO_WFI", "SET_SHADER_LOCAL_MEMORY_WINDOW_A",
+                          "SET_SHADER_LOCAL_MEMORY_WINDOW_B", "SET_SHADER_SHARED_MEMORY_WINDOW_A",
+                          "SET_SHADER_SHARED_MEMORY_WINDOW_B"):
+            self.errors.append(f"compute method {name} is not modelled")
+
+    def semaphore(self, ch: Channel, data: int) -> None:
+        h = self.arch.host_methods
+        if bits(data, f"{h}_SEM_EXECUTE_OPERATION") != CONSTANTS[f"{h}_SEM_EXECUTE_OPERATION_RELEASE"]:
+            self.errors.append("only semaphore releases are modelled")
+            return
+        if bits(data, f"{h}_SEM_EXECUTE_RELEASE_WFI") != 1:
+            self.errors.append("a release without wait-for-idle does not wait for the kernel")
+        va = (bits(ch.regs.get("host.SEM_ADDR_LO", 0), f"{h}_SEM_ADDR_LO_OFFSET") << 2) | \
+             (bits(ch.regs.get("host.SEM_ADDR_HI", 0), f"{h}_SEM_ADDR_HI_OFFSET") << 32)
+        payload = ch.regs.get("host.SEM_PAYLOAD_LO", 0)
+        if bits(data, f"{h}_SEM_EXECUTE_PAYLOAD_SIZE") == 1:
+            self.memory.write(va, struct.pack("<II", payload, ch.regs.get("host.SEM_PAYLOAD_HI", 0)))
+        else:
+            self.memory.write(va, struct.pack("<I", payload))
+
+    # -- a launch --------------------------------------------------------------------------------
+    def launch(self, ch: Channel, qmd_va: int) -> None:
+        layout = self.qmd_layout
+        q = abi.unpack_qmd(layout, self.memory.read(qmd_va, layout.nbytes))
+        v3 = self.arch.qmd == "V03_00"
+        want_major = 3 if v3 else 4
+        if q["QMD_MAJOR_VERSION"] != want_major:
+            self.errors.append(f"QMD major version {q['QMD_MAJOR_VERSION']}, the class takes {want_major}")
+            return
+        if not v3 and q["QMD_TYPE"] != layout.values["QMD_TYPE_GRID_CTA"]:
+            self.errors.append(f"QMD type {q['QMD_TYPE']} is not GRID_CTA")
+        pc = q["PROGRAM_ADDRESS_LOWER"] | q["PROGRAM_ADDRESS_UPPER"] << 32
+        built = None
+        for b in self.by_code.values():
+            try:
+                if hashlib.sha256(self.memory.read(pc, len(b.image.code))).hexdigest() == b.image.code_sha256:
+                    built = b
+                    break
+            except KeyError:
+                continue
+        if built is None:
+            self.errors.append(f"no known kernel at program address {pc:#x}")
+            return
+        im, k = built.image, built.kernel
+        regs = q["REGISTER_COUNT_V" if v3 else "REGISTER_COUNT"]
+        if regs != im.registers:
+            self.errors.append(f"{k.name}: QMD gives {regs} registers, the kernel needs {im.registers}")
+        if q["SHARED_MEMORY_SIZE"] < im.shared:
+            self.errors.append(f"{k.name}: shared memory {q['SHARED_MEMORY_SIZE']} < {im.shared}")
+        if q["CONSTANT_BUFFER_VALID(0)"] != 1:
+            self.errors.append(f"{k.name}: constant bank 0 not valid")
+        if v3:
+            cb = q["CONSTANT_BUFFER_ADDR_LOWER(0)"] | q["CONSTANT_BUFFER_ADDR_UPPER(0)"] << 32
+        else:
+            cb = (q["CONSTANT_BUFFER_ADDR_LOWER_SHIFTED6(0)"] | q["CONSTANT_BUFFER_ADDR_UPPER_SHIFTED6(0)"] << 32) << 6
+        if q["CONSTANT_BUFFER_SIZE_SHIFTED4(0)"] << 4 < im.cbank0:
+            self.errors.append(f"{k.name}: constant bank 0 of {q['CONSTANT_BUFFER_SIZE_SHIFTED4(0)'] << 4} "
+                               f"bytes < {im.cbank0}")
+        for dw, value in CBANK_PREFIX.items():
+            if self.memory.u64(cb + 4 * dw) != value:
+                self.errors.append(f"{k.name}: constant bank dword {dw} is not the window the channel set")
+        grid = q["CTA_RASTER_WIDTH" if v3 else "GRID_WIDTH"]
+        other = (q["CTA_RASTER_HEIGHT"], q["CTA_RASTER_DEPTH"]) if v3 else (q["GRID_HEIGHT"], q["GRID_DEPTH"])
+        block = q["CTA_THREAD_DIMENSION0"]
+        if other != (1, 1) or (q["CTA_THREAD_DIMENSION1"], q["CTA_THREAD_DIMENSION2"]) != (1, 1):
+            self.errors.append(f"{k.name}: a launch that is not 1-D")
+        if not 1 <= block <= 1024 or grid < 1:
+            self.errors.append(f"{k.name}: grid {grid} x block {block}")
+            return
+        args = {}
+        for p, kp in zip(k.params, im.params):
+            at = cb + im.param_base + kp.offset
+            if p.type == "u64":
+                args[p.name] = self.memory.u64(at)
+            elif p.type == "u32":
+                args[p.name] = self.memory.u32(at)
+            else:
+                args[p.name] = struct.unpack("<d", self.memory.read(at, 8))[0]
+        prog = self.programs.get(k.name)
+        if prog is None:
+            prog = self.programs[k.name] = Ptx(k.ptx)
+        try:
+            prog.launch(self.memory, args, grid * block, block=block, grid=grid)
+        except KeyError as e:
+            self.errors.append(f"{k.name}: {e}")
+        self.launches.append((k.name, grid, block, args))

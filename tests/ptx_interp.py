@@ -1,0 +1,125 @@
+"""A PTX interpreter for the subset alphac emits, written from the PTX ISA: the tests' reference
+for what a kernel computes. Used by tests/test_ptx.py (over `Memory`, buffers in a dict) and by the
+mock GPU (tests/mockgpu/gpu.py, over the pages of the executable's mapped memory).
+
+A memory is anything with `load(addr) -> float` and `store(addr, value)`; both raise KeyError
+outside the memory (a GPU fault).
+"""
+import math
+import re
+import struct
+
+M32, M64 = (1 << 32) - 1, (1 << 64) - 1
+INF, NAN = float("inf"), float("nan")
+
+
+def ieee_div(a, b):
+    try:
+        return a / b
+    except ZeroDivisionError:                 # IEEE: x/0 is a signed infinity, 0/0 and nan/0 NaN
+        return NAN if a != a or a == 0.0 else math.copysign(INF, a) * math.copysign(1.0, b)
+
+
+def ieee_sqrt(a):
+    return a if a != a or a == 0.0 else NAN if a < 0.0 else math.sqrt(a)
+
+
+F64 = {"add.rn.f64": lambda a, b: a + b, "sub.rn.f64": lambda a, b: a - b,
+       "mul.rn.f64": lambda a, b: a * b, "div.rn.f64": ieee_div, "sqrt.rn.f64": ieee_sqrt,
+       "neg.f64": lambda a: -a, "cvt.rn.f64.u32": float, "mov.f64": lambda a: a}
+INT = {"add.u32": lambda a, b: (a + b) & M32, "mul.lo.u32": lambda a, b: (a * b) & M32,
+       "mul.wide.u32": lambda a, b: a * b, "add.s64": lambda a, b: (a + b) & M64,
+       "setp.ge.u32": lambda a, b: a >= b, "mov.u32": lambda a: a & M32,
+       "cvta.to.global.u64": lambda a: a}
+SREGS = ("%tid.x", "%ntid.x", "%ctaid.x")
+
+
+class Memory:
+    """Global memory: buffers at spaced addresses; any access outside them raises KeyError."""
+
+    def __init__(self):
+        self.cells, self.top = {}, 1 << 20
+
+    def alloc(self, values):
+        base = self.top
+        self.top += (8 * len(values) + 4095) // 4096 * 4096 + 4096
+        self.write(base, values)
+        return base
+
+    def write(self, addr, values):
+        for i, v in enumerate(values):
+            self.cells[addr + 8 * i] = float(v)
+
+    def read(self, addr, count):
+        return [self.cells[addr + 8 * i] for i in range(count)]
+
+    def load(self, addr):
+        return self.cells[addr]
+
+    def store(self, addr, value):
+        if addr not in self.cells:
+            raise KeyError(f"store outside every buffer: {addr:#x}")
+        self.cells[addr] = value
+
+
+class Ptx:
+    def __init__(self, text):
+        self.params = re.findall(r"\.param \.(\w+) (\w+)", text)
+        self.code, self.labels = [], {}
+        for line in text[text.index("{") + 1:text.rindex("}")].splitlines():
+            line = line.split("//")[0].strip()
+            if not line or line.startswith("."):
+                continue
+            if line.endswith(":"):
+                self.labels[line[:-1]] = len(self.code)
+                continue
+            guard = None
+            if line.startswith("@"):
+                guard, line = line[1:].split(None, 1)
+            op, _, rest = line.rstrip(";").partition(" ")
+            self.code.append((guard, op, [a.strip() for a in rest.split(",")] if rest else []))
+
+    def launch(self, mem, args, threads, block=4, grid=None):
+        """A 1-D grid covering `threads` with a spare block: its threads must do nothing."""
+        for b in range(threads // block + 2 if grid is None else grid):
+            for t in range(block):
+                self.thread(mem, args, {"%tid.x": t, "%ntid.x": block, "%ctaid.x": b})
+
+    def thread(self, mem, args, sregs):
+        R = {}
+
+        def val(x):
+            if x in sregs:
+                return sregs[x]
+            if x.startswith("%"):
+                return R[x]
+            return struct.unpack("<d", bytes.fromhex(x[2:])[::-1])[0] if x.startswith("0d") \
+                else int(x)
+
+        def addr(x):
+            reg, _, off = x.strip("[]").partition("+")
+            return R[reg] + int(off or 0)
+
+        pc = 0
+        for _ in range(1 << 20):
+            guard, op, a = self.code[pc]
+            pc += 1
+            if guard is not None and not R[guard]:
+                continue
+            if op == "ret":
+                return
+            if op in ("bra", "bra.uni"):
+                pc = self.labels[a[0]]
+            elif op.startswith("ld.param."):
+                R[a[0]] = args[a[1].strip("[]")]
+            elif op == "ld.global.f64":
+                R[a[0]] = mem.load(addr(a[1]))
+            elif op == "st.global.f64":
+                mem.store(addr(a[0]), val(a[1]))
+            elif op in F64:
+                R[a[0]] = F64[op](*map(val, a[1:]))
+            elif op in INT:
+                R[a[0]] = INT[op](*map(val, a[1:]))
+            else:
+                raise NotImplementedError(op)
+        raise RuntimeError("runaway thread")

@@ -1,0 +1,133 @@
+"""The scripts for a machine with a GPU, run here as far as a machine without one allows.
+
+  * gpu/qualify.py runs whole against the mock driver (its one hook, `runner`, runs each
+    executable under tests/mockgpu instead of directly): identity from a /proc tree, the probe,
+    the host description from the driver's answers, the builds, the runs, the comparisons, the
+    run record (checked by alphac.launch.verify_record); without a driver it exits 2;
+  * gpu/ioctl_sniffer.c builds with gcc -Wall -Werror and logs an ioctl (bytes before and after)
+    when preloaded into a process that makes one on a file it watches; gpu/cuda_ioctl_trace.py
+    names that call from the ABI tables, and exits 2 without libcuda.
+"""
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import mockgpu
+from conftest import ROOT, require_tool
+from mockgpu import Card
+
+UUID = "GPU-5a1e7c3d-0b2f-4c6e-8a9d-1f2e3d4c5b6a"
+VERSION = ("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build  "
+           "(dvs-builder@U22-I3-AE18-23-3)  Mon Sep  1 00:00:00 UTC 2025\n"
+           "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n")
+INFORMATION = f"""Model: \t\t NVIDIA H200
+IRQ:   \t\t 120
+GPU UUID: \t {UUID}
+Video BIOS: \t 96.00.af.00.01
+Bus Type: \t PCIe
+DMA Size: \t 52 bits
+DMA Mask: \t 0xfffffffffffff
+Bus Location: \t 0000:18:00.0
+Device Minor: \t 0
+GPU Excluded:\t No
+"""
+
+
+def script(name):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "gpu" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def fake_proc(tmp_path: Path) -> Path:
+    proc = tmp_path / "proc"
+    (proc / "gpus" / "0000:18:00.0").mkdir(parents=True)
+    (proc / "version").write_text(VERSION)
+    (proc / "gpus" / "0000:18:00.0" / "information").write_text(INFORMATION)
+    return proc
+
+
+def test_proc_parsers():
+    q = script("qualify")
+    assert q.parse_version(VERSION) == "580.159.04"
+    assert q.parse_version("NVRM version: NVIDIA UNIX x86_64 Kernel Module  570.86.15  Tue Jan\n") == "570.86.15"
+    assert q.parse_information(INFORMATION) == {"product": "NVIDIA H200", "uuid": UUID, "minor": "0"}
+    assert q.sm_of("NVIDIA H200", None) == 90 and q.sm_of("NVIDIA GeForce RTX 3090", None) == 86
+
+
+def test_qualify_against_the_mock(tmp_path):
+    require_tool("ptxas")
+    why = mockgpu.available()
+    if why:
+        pytest.fail(why) if os.environ.get("CI") else pytest.skip(why)
+    from alphac.launch import verify_record
+    from alphac.nvdrv.host import parse_uuid
+    q = script("qualify")
+    card = Card(uuid=parse_uuid(UUID), name="NVIDIA H200", driver="580.159.04", sm=90)
+    seen = []
+
+    def runner(exe, args, built):
+        r = mockgpu.run(exe, args, card=card, kernels=built.kernels, events=False)
+        assert r.errors == []
+        seen.append((Path(exe).name, r.returncode, r.allocations != []))
+        return r.returncode, r.stdout, r.stderr
+    rc = q.main(["--proc", str(fake_proc(tmp_path)), "--records", str(tmp_path / "runs"), "--steps", "3"],
+                runner=runner)
+    assert rc == 0
+    rdir = tmp_path / "runs" / "gpu-qualify-0001"
+    rec = json.loads((rdir / "record.json").read_text())
+    assert rec["passed"] and verify_record(rdir / "record.json") == []
+    assert seen == [("probe", 0, False), ("independent_state.sm_90", 0, True), ("lsq_adam.sm_90", 0, True)]
+    assert rec["gpu"] == {"uuid": UUID, "product": "NVIDIA H200", "driver": "580.159.04",
+                          "memory": 143771 << 20, "minor": 0, "sm": 90}
+    assert (rdir / "host.gpuhost").read_text().startswith(f"uuid {UUID}\nproduct NVIDIA H200\n")
+    assert [r["role"] for r in rec["roles"]] == ["independent_state", "lsq_adam"]
+    assert all(r["equals_interpreter"] and r["equals_oracle"] for r in rec["roles"])
+    for path, digest in rec["artifacts"].items():
+        import hashlib
+        assert hashlib.sha256((rdir / path).read_bytes()).hexdigest() == digest
+    assert any(p.endswith(".cubin") for p in rec["artifacts"]) and "ptxas" in rec["tools"]
+    # a record whose stream was edited no longer verifies
+    log = rdir / "events" / "lsq_adam.log"
+    log.write_text(log.read_text().replace("step 2", "step 9"))
+    assert verify_record(rdir / "record.json") == ["lsq_adam: stream does not match its seal"]
+
+
+def test_qualify_without_a_driver_exits_2(tmp_path):
+    run = subprocess.run([sys.executable, str(ROOT / "gpu" / "qualify.py"), "--proc", str(tmp_path / "none"),
+                          "--records", str(tmp_path / "runs")], capture_output=True, text=True)
+    assert run.returncode == 2 and "no NVIDIA kernel driver" in run.stderr
+
+
+def test_sniffer_builds_and_logs_an_ioctl(tmp_path):
+    require_tool("gcc")
+    t = script("cuda_ioctl_trace")
+    so = t.build_sniffer(tmp_path)
+    from alphac.nvdrv import abi
+    cmd = abi.NV_IOCTLS["NV_ESC_RM_ALLOC(NVOS21_PARAMETERS)"].cmd
+    probe = (f"import fcntl, os\nfd = os.open('/dev/null', os.O_RDWR)\nbuf = bytearray(range(32))\n"
+             f"try:\n    fcntl.ioctl(fd, {cmd}, buf)\nexcept OSError as e:\n    print(e.errno)\n")
+    env = dict(os.environ, LD_PRELOAD=str(so), SNIFF_PREFIX="/dev/null", **t.sniffer_env(tmp_path / "log"))
+    run = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True)
+    assert run.returncode == 0 and run.stdout.strip() == "25"              # ENOTTY
+    log = t.load_log(tmp_path / "log")
+    call = next(e for e in log if e["call"] == "ioctl")
+    assert call["req"] == cmd and call["size"] == 32 and call["in"] == bytes(range(32)).hex()
+    assert (call["ret"], call["errno"]) == (-1, 25)
+    assert "NV_ESC_RM_ALLOC" in t.describe(call)
+    assert any(e["call"] == "open" and e["path"] == "/dev/null" for e in log)
+
+
+def test_cuda_trace_without_libcuda_exits_2(tmp_path):
+    require_tool("gcc")
+    run = subprocess.run([sys.executable, str(ROOT / "gpu" / "cuda_ioctl_trace.py"), "--out", str(tmp_path),
+                          "--libcuda", str(tmp_path / "nope.so")], capture_output=True, text=True)
+    assert run.returncode == 2 and "libcuda" in run.stderr
+    assert shutil.which("gcc")

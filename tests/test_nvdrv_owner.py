@@ -1,0 +1,430 @@
+"""GPU owners against the mock driver: the conversation, the identity checks, the launches, the
+host shadow, the refusals (docs/nvdrv.md).
+
+Requires ptxas (the kernels are assembled; failed in CI, skipped elsewhere) and Linux >= 5.14 on
+x86-64 for the mock (tests/mockgpu: seccomp user notification at the executable's syscall
+boundary). Guarantees checked:
+  * the independent-state learner and the least-squares Adam owner, for sm_90 and sm_86, run end
+    to end and print the oracle's bits (tests/oracle.py) after five steps, with every driver call
+    matching alphac's ABI tables (the mock's error list is empty) and the calls, in order, equal
+    to the conversation table's (`expected_trace`);
+  * under strace, the executable makes only the calls the conversation lists, plus its output,
+    its events file, the completion polls (nanosleep) and exit_group;
+  * executed mutants: built for another UUID (device-uuid), another product or driver version, a
+    card with less memory than the plan (nvidia-plan-host), no driver (nvidia-open), a flipped
+    byte in the launch image (launch-image), a GPU that computes another bit
+    (gpu-shadow-mismatch); identity refusals happen before any memory is allocated; one byte
+    over the card's memory is refused at compile time, exactly the supply is accepted;
+  * the runtime's SHA-256 equals hashlib's at every length up to 300 bytes;
+  * the table itself: only ABI numbers, identity before allocation, QMDs and push buffers that
+    decode to the plan, GPFIFO entries that round-trip, host descriptions parsed or refused.
+"""
+import atexit
+import os
+import re
+import shutil
+import tempfile
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+from elftools.elf.elffile import ELFFile
+from hypothesis import given, strategies as st
+
+import mockgpu
+import oracle
+from conftest import ROOT, alphac, example, require_tool
+
+from alphac.driver import compile_file
+from alphac.nvdrv import abi, conversation as conv_mod, host as host_mod, image as image_mod
+from alphac.refusals import exit_code
+from mockgpu import Card
+
+HOST = host_mod.make({"uuid": "GPU-5a1e7c3d-0b2f-4c6e-8a9d-1f2e3d4c5b6a", "product": "NVIDIA H200",
+                      "memory": "143771 MiB", "driver": "580.159.04"})
+OWNERS = [("independent_state", 90), ("lsq_adam", 90), ("independent_state", 86), ("lsq_adam", 86)]
+PRODUCT = {90: "NVIDIA H200", 86: "NVIDIA GeForce RTX 3090"}
+_DIR = tempfile.mkdtemp(prefix="alphac-gpu-owners-")
+atexit.register(shutil.rmtree, _DIR, True)
+
+
+def need_mock():
+    require_tool("ptxas")
+    why = mockgpu.available()
+    if why:                             # like require_tool: CI must run the mock
+        pytest.fail(why) if os.environ.get("CI") else pytest.skip(why)
+
+
+def host_for(sm: int, **changes) -> host_mod.GpuHost:
+    fields = HOST.as_dict() | {"product": PRODUCT[sm]} | changes
+    return host_mod.make({k: str(v) for k, v in fields.items()})
+
+
+def card_for(sm: int, **changes) -> Card:
+    h = host_for(sm)
+    return Card(**({"uuid": h.uuid, "name": h.product, "driver": h.driver, "sm": sm} | changes))
+
+
+@lru_cache(maxsize=None)
+def owner(name: str, sm: int, **changes):
+    """(path, GpuBuild) of a GPU owner built for host_for(sm, **changes)."""
+    from alphac.build import build_gpu_owner
+    built = build_gpu_owner(compile_file(example(name)).learner, f"x86_64+sm_{sm}", host_for(sm, **changes))
+    out = Path(_DIR)
+    tag = "-".join(f"{k}{abs(hash(v)) % 10**8}" for k, v in sorted(changes.items()))
+    path = out / f"{name}.sm_{sm}{'.' + tag if tag else ''}"
+    path.write_bytes(built.image.elf)
+    os.chmod(path, 0o755)
+    return path, built
+
+
+def run(name, sm, args=("--steps", "5"), card=None, **kw):
+    path, built = owner(name, sm, **kw.pop("host", {}))
+    return mockgpu.run(path, args, card=card or card_for(sm), kernels=built.kernels, **kw), built
+
+
+# -- end to end ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("name,sm", OWNERS)
+def test_owner_prints_the_oracle_bits(name, sm):
+    need_mock()
+    r, built = run(name, sm)
+    assert r.errors == []
+    assert (r.returncode, r.stderr) == (0, "")
+    assert r.stdout == oracle.run(name, steps=5)
+    assert r.device_calls() == built.conversation.expected_trace()
+    kernels = [b.kernel.name for b in built.kernels]
+    assert [la[0] for la in r.launches] == kernels * 5
+    assert r.events.split("\n")[1:] == ["identity", "memory", "channel", "uploaded",
+                                        *(f"step {k}" for k in range(1, 6)), "done", ""]
+    assert sum(size for _, size in r.allocations) == built.gpu.demand + image_mod.SYSMEM_SIZE
+
+
+STRACE_LINE = re.compile(r"^\d+ +(\w+)\((.*)\) += (-?\w+)")
+
+
+def test_strace_shows_only_the_conversation():
+    need_mock()
+    require_tool("strace")
+    r, built = run("lsq_adam", 90, strace=True)
+    assert r.errors == [] and r.returncode == 0 and r.stdout == oracle.run("lsq_adam", steps=5)
+    calls = []
+    for line in r.strace:
+        m = STRACE_LINE.match(line)
+        if m is None:
+            assert "exit_group" in line or "+++" in line, line
+            calls.append(("exit_group", line.split("(")[1].split(")")[0]))
+            continue
+        calls.append((m[1], m[2], m[3]))
+    assert calls[0][0] == "execve"
+    paths, device, other = {}, [], []
+    for c in calls[1:]:
+        if c[0] == "openat":
+            path = re.search(r'"([^"]*)"', c[1])[1]
+            paths[int(c[2])] = path
+            (device if path.startswith("/dev/nvidia") else other).append(("openat", path))
+        elif c[0] in ("ioctl", "close"):
+            args = c[1].split(", ")
+            path = paths[int(args[0])]
+            device.append(("ioctl", path, int(args[1], 16)) if c[0] == "ioctl" else ("close", path))
+        elif c[0] == "mmap":
+            args = c[1].split(", ")
+            device.append(("mmap", int(args[0], 16), int(args[1]), paths[int(args[4])]))
+        else:
+            other.append(c[0] if c[0] != "write" else ("write", paths.get(int(c[1].split(",")[0]), c[1][:1])))
+    assert device == built.conversation.expected_trace()
+    assert {c[0] for c in calls} == {"execve", "openat", "ioctl", "mmap", "close", "nanosleep",
+                                     "write", "exit_group"}
+    events = next(p for p in paths.values() if p.endswith("events.log"))
+    assert set(other) == {("openat", events), ("write", events), ("write", "1"), "nanosleep",
+                          "exit_group"}
+    assert other.count("nanosleep") >= 1 + 3 * 5                  # setup, 3 kernels, 5 steps
+    assert calls[-1] == ("exit_group", "0")
+
+
+def test_probe_identity_prints_what_the_driver_says():
+    need_mock()
+    r, _ = run("lsq_adam", 90, args=("--probe-identity",), card=card_for(90, uuid=bytes(range(16))))
+    assert r.errors == [] and r.returncode == 0 and r.allocations == []
+    assert r.stdout.split("\n") == [
+        "driver 580.159.04", "uuid GPU-00010203-0405-0607-0809-0a0b0c0d0e0f", "product NVIDIA H200",
+        "class cbc0 present", "class c86f present", "class c661 present",
+        f"memory-kib {143771 << 10}", ""]
+    assert not any(t[0] == "openat" and t[1] == "/dev/nvidia-uvm" for t in r.trace)
+
+
+# -- refusals, each by an executed mutant ----------------------------------------------------------
+def refused(r, name):
+    assert r.errors == []
+    assert (r.returncode, r.stdout, r.stderr) == (exit_code(name), "", f"refused: {name}\n")
+
+
+def identity_only(r, built):
+    """Refused before anything was allocated: the calls are a prefix of the identity part."""
+    assert r.allocations == []
+    calls = r.device_calls()
+    assert calls == built.conversation.expected_trace(until_identity=True)[:len(calls)]
+
+
+def test_another_uuid_is_refused_before_anything_is_allocated():
+    need_mock()
+    r, built = run("lsq_adam", 90, host={"uuid": "GPU-5a1e7c3d-0b2f-4c6e-8a9d-1f2e3d4c5b6b"})
+    refused(r, "device-uuid")
+    identity_only(r, built)
+    assert r.events.split("\n")[-3:] == ["uuid", "refused: device-uuid", ""]   # the check named
+
+
+@pytest.mark.parametrize("change", [{"product": "NVIDIA H100 80GB HBM3"}, {"driver": "580.142"}])
+def test_another_product_or_driver_is_refused(change):
+    need_mock()
+    r, built = run("lsq_adam", 90, host=change)
+    refused(r, "nvidia-plan-host")
+    identity_only(r, built)
+
+
+def test_a_card_with_less_memory_than_the_plan_is_refused():
+    need_mock()
+    _, built = owner("independent_state", 90)
+    r, _ = run("independent_state", 90, card=card_for(90, memory=built.gpu.demand - 1024))
+    refused(r, "nvidia-plan-host")
+    identity_only(r, built)
+
+
+def test_another_device_minor_and_no_driver():
+    need_mock()
+    r, built = run("independent_state", 90, card=card_for(90, minor=1))
+    refused(r, "nvidia-plan-host")
+    identity_only(r, built)
+    r, _ = run("independent_state", 90, present=False)
+    refused(r, "nvidia-open")
+    assert r.device_calls() == [("openat", "/dev/nvidiactl")]
+
+
+def test_only_the_planned_card_is_opened():
+    """Built for /dev/nvidia1, the owner opens that card's file and no other, and runs there."""
+    need_mock()
+    r, built = run("independent_state", 90, host={"minor": 1}, card=card_for(90, minor=1))
+    assert r.errors == [] and r.returncode == 0 and r.stdout == oracle.run("independent_state", steps=5)
+    opened = {t[1] for t in r.device_calls() if t[0] == "openat"}
+    assert opened == {"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia1"}
+
+
+def test_one_byte_over_the_card_is_refused_at_compile_time(tmp_path):
+    require_tool("ptxas")
+    _, built = owner("independent_state", 90)
+    demand = built.gpu.demand
+    for memory, want in ((demand - 1, 1), (demand, 0)):
+        rc, _, err = alphac("build", example("independent_state"), "--target", "x86_64+sm_90",
+                            "--gpu-uuid", HOST.uuid_text, "--gpu-product", "H200", "--driver", "580.159.04",
+                            "--gpu-memory", memory, "-o", tmp_path / f"owner{memory}")
+        assert rc == want, err
+        assert ("error[E0120]" in err) == (want == 1)
+        assert (tmp_path / f"owner{memory}").exists() == (want == 0)
+
+
+def _symbol_offset(path: Path, name: str) -> int:
+    with open(path, "rb") as fh:
+        elf = ELFFile(fh)
+        sym = elf.get_section_by_name(".symtab").get_symbol_by_name(name)[0]
+        sec = elf.get_section(sym["st_shndx"])
+        return sec["sh_offset"] + sym["st_value"] - sec["sh_addr"]
+
+
+def test_a_corrupted_launch_image_is_refused_before_the_driver_is_opened(tmp_path):
+    need_mock()
+    path, built = owner("lsq_adam", 90)
+    data = bytearray(path.read_bytes())
+    at = _symbol_offset(path, "nv_image") + len(built.gpu.image) // 2
+    data[at] ^= 0x01
+    bad = tmp_path / "corrupted"
+    bad.write_bytes(data)
+    os.chmod(bad, 0o755)
+    r = mockgpu.run(bad, ["--steps", "5"], card=card_for(90), kernels=built.kernels)
+    refused(r, "launch-image")
+    assert r.device_calls() == []
+
+
+def test_a_gpu_that_computes_another_bit_is_refused():
+    need_mock()
+
+    def off_by_one(ptx):            # the update's first add becomes a subtraction
+        return ptx.replace("add.rn.f64", "sub.rn.f64", 1)
+    r, _ = run("independent_state", 90, mutate={"update_g0": off_by_one})
+    refused(r, "gpu-shadow-mismatch")
+    assert "mismatch at step 1" in r.events and len(r.launches) == 1
+    r, _ = run("lsq_adam", 86, mutate={"owner_sum": off_by_one})     # G differs before the update
+    refused(r, "gpu-shadow-mismatch")
+    assert [la[0] for la in r.launches] == ["grad_samples", "owner_sum"]
+
+
+# -- the runtime's SHA-256 -----------------------------------------------------------------------
+SHA_MAIN = """
+data msg: [u8; 300] = extern;
+global digest: [u8; 32];
+fn main(argc: i64, argv: i64) -> i64 {
+    let n = 0;
+    while n <= 300 {
+        sha256(msg, n, digest);
+        let i = 0;
+        while i < 32 {
+            rt_out_byte(load8(rt_hex_digits + (load8(digest + i) >> 4)));
+            rt_out_byte(load8(rt_hex_digits + (load8(digest + i) & 15)));
+            i = i + 1;
+        }
+        rt_out_byte(10);
+        n = n + 1;
+    }
+    rt_flush();
+    return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("isa", ["x86_64", "aarch64"])
+def test_runtime_sha256_equals_hashlib(tmp_path, isa):
+    import hashlib
+    from backend import run_exe
+    from alphac.build import link_program, target
+    from alphac.lower import rt
+    from alphac.lower.rt_lower import lower_program
+    from alphac.runtime import source
+    tgt = target(isa)
+    msg = bytes((i * 37 + 11) & 255 for i in range(300))
+    items = rt.parse(tgt.prelude(), "prelude.rt") + rt.parse(source("core"), "core.rt") \
+        + rt.parse(source("sha256"), "sha256.rt") + rt.parse(SHA_MAIN, "sha.rt")
+    elf, _, _ = link_program(lower_program(items, {"msg": msg}), tgt)
+    exe = tmp_path / f"sha.{isa}"
+    exe.write_bytes(elf)
+    os.chmod(exe, 0o755)
+    out = run_exe(exe, target=isa).stdout.split()
+    assert out == [hashlib.sha256(msg[:n]).hexdigest() for n in range(301)]
+
+
+# -- the table and the plan, without running anything --------------------------------------------
+def plan(name="lsq_adam", sm=90):
+    return owner(name, sm)[1]
+
+
+def test_every_call_is_an_abi_call_with_its_structure():
+    require_tool("ptxas")
+    nv = {io.cmd: io for io in abi.NV_IOCTLS.values()}
+    uvm = {io.cmd: io for io in abi.UVM_IOCTLS.values()}
+    for sm in (90, 86):
+        c = plan(sm=sm).conversation
+        for call in c.calls:
+            if call.op == conv_mod.IOCTL:
+                cmd = call.args[1]
+                assert cmd in (uvm if call.fd.startswith("fd_uvm") else nv), call.what
+                size = uvm[cmd].params and abi.STRUCTS[uvm[cmd].params].size if cmd in uvm else nv[cmd].size
+                assert call.args[2] + size <= len(c.region.buf)
+                for dst, n, kind, value in call.patches:
+                    assert 0 <= dst and dst + n <= len(c.region.buf) and n in ((4, 8) if kind != 3 else (16,))
+
+
+def test_identity_comes_before_any_allocation():
+    require_tool("ptxas")
+    c = plan().conversation
+    ident = next(i for i, x in enumerate(c.calls) if x.op == conv_mod.MARK and x.args[1])
+    before = c.calls[:ident]
+    assert not any(x.op == conv_mod.MMAP for x in before)
+    assert not any("MEMORY" in x.what or "UVM" in x.what or "/dev/nvidia-uvm" in x.what for x in before)
+    checks = [x.what for x in before if x.op in (conv_mod.EXPECT, conv_mod.FIND)]
+    assert checks == ["expect driver", "card /dev/nvidia0", "expect uuid", "expect product",
+                      "class HOPPER_COMPUTE_A", "class HOPPER_CHANNEL_GPFIFO_A", "class HOPPER_USERMODE_A",
+                      "expect memory-kib"]
+
+
+@pytest.mark.parametrize("sm", [90, 86])
+def test_qmds_and_push_buffers_decode_to_the_plan(sm):
+    require_tool("ptxas")
+    b = plan(sm=sm)
+    g, arch = b.gpu, b.gpu.arch
+    layout = abi.QMD_LAYOUTS[arch.qmd]
+    for la, k in zip(g.launches, b.kernels):
+        q = abi.unpack_qmd(layout, la.qmd)
+        assert q["PROGRAM_ADDRESS_LOWER"] | q["PROGRAM_ADDRESS_UPPER"] << 32 == la.code_va
+        assert q["REGISTER_COUNT_V" if sm == 86 else "REGISTER_COUNT"] == k.image.registers
+        cb = q["CONSTANT_BUFFER_ADDR_LOWER(0)"] | q["CONSTANT_BUFFER_ADDR_UPPER(0)"] << 32 if sm == 86 else \
+            (q["CONSTANT_BUFFER_ADDR_LOWER_SHIFTED6(0)"] | q["CONSTANT_BUFFER_ADDR_UPPER_SHIFTED6(0)"] << 32) << 6
+        assert cb == la.cbank_va and la.qmd_va % 256 == 0 and la.code_va % 256 == 0
+        off = la.qmd_va - g.alloc("arena").va
+        assert g.image[off:off + len(la.qmd)] == la.qmd
+        assert image_mod.decode_entry(arch, la.entry) == (la.pushbuf_va, len(la.pushbuf))
+        methods = abi.METHODS[arch.compute_methods]
+        assert la.pushbuf[2:4] == (image_mod.method(1, methods["SEND_PCAS_A"], 1), la.qmd_va >> 8)
+        assert la.grid * la.block >= la.threads
+    assert g.image[:len(g.image)] and len(g.image) % 8 == 0
+    import hashlib
+    assert hashlib.sha256(g.image).digest() == g.sha256
+
+
+@given(st.integers(0, (1 << 40) - 4).map(lambda v: v & ~3), st.integers(0, (1 << 21) - 1))
+def test_gpfifo_entries_round_trip(va, dwords):
+    for arch in abi.ARCHES.values():
+        assert image_mod.decode_entry(arch, image_mod.gpfifo_entry(arch, va, dwords)) == (va, dwords)
+
+
+def test_host_descriptions(tmp_path):
+    p = tmp_path / "h"
+    p.write_text("# a comment\nuuid GPU-5a1e7c3d-0b2f-4c6e-8a9d-1f2e3d4c5b6a\nproduct NVIDIA H200 # x\n"
+                 "memory 2 GiB\ndriver 580.159.04\nminor 3\n")
+    h = host_mod.load(p)
+    assert (h.product, h.memory, h.minor, h.uuid_text) == ("NVIDIA H200", 2 << 30, 3,
+                                                           "GPU-5a1e7c3d-0b2f-4c6e-8a9d-1f2e3d4c5b6a")
+    assert host_mod.load(p, {"memory": "100", "minor": None}).memory == 100
+    for bad in ({"uuid": "GPU-xyz"}, {"memory": "2 GB"}, {"memory": "0"}, {"driver": "r580"},
+                {"minor": "-1"}, {"product": ""}, {"color": "red"}, {"product": "x" * 64}):
+        with pytest.raises(host_mod.HostError):
+            host_mod.make(HOST.as_dict() | bad)
+    p.write_text("uuid a\nuuid b\n")
+    with pytest.raises(host_mod.HostError, match="twice"):
+        host_mod.load(p)
+
+
+def test_emit_calls_lists_the_conversation(tmp_path):
+    require_tool("ptxas")
+    rc, out, err = alphac("build", example("independent_state"), "--target", "x86_64+sm_86",
+                          "--gpu-host", ROOT / "tests" / "diagnostics" / "h200.gpuhost", "--emit", "calls")
+    assert rc == 0, err
+    assert "NV_ESC_RM_ALLOC NV01_ROOT_CLIENT -> h_root" in out
+    assert "AMPERE_COMPUTE_B" in out and "(identity checked; nothing allocated before this)" in out
+    rc, _, err = alphac("build", example("independent_state"), "--emit", "calls")
+    assert rc == 1 and "needs a GPU target" in err
+
+
+REBUILD = """import hashlib, sys
+sys.path.insert(0, {root!r})
+from alphac.build import build_gpu_owner
+from alphac.driver import compile_file
+from alphac.nvdrv.host import load
+host = load({host!r})
+for name in ("independent_state", "lsq_adam"):
+    for sm in (86, 90):
+        b = build_gpu_owner(compile_file({root!r} + "/examples/" + name + ".alpha").learner, f"x86_64+sm_{{sm}}", host)
+        print(name, sm, hashlib.sha256(b.image.elf).hexdigest())
+"""
+
+
+def test_gpu_owners_are_reproducible(tmp_path):
+    """The same source, host and ptxas give the same bytes, whatever the directory or hash seed."""
+    import subprocess
+    import sys
+    require_tool("ptxas")
+    code = REBUILD.format(root=str(ROOT), host=str(ROOT / "tests" / "diagnostics" / "h200.gpuhost"))
+    outs = []
+    for sub, seed in (("a", "1"), ("b/c", "77")):
+        cwd = tmp_path / sub
+        cwd.mkdir(parents=True)
+        env = dict(os.environ, PYTHONHASHSEED=seed, TMPDIR=str(cwd))
+        outs.append(subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env, text=True,
+                                   capture_output=True, check=True).stdout)
+    assert outs[0] == outs[1] and outs[0].count("\n") == 4
+
+
+def test_the_docs_show_the_table_as_it_is():
+    require_tool("ptxas")
+    rc, out, err = alphac("build", example("independent_state"), "--target", "x86_64+sm_90",
+                          "--gpu-host", ROOT / "tests" / "diagnostics" / "h200.gpuhost", "--emit", "calls")
+    assert rc == 0, err
+    doc = (ROOT / "docs" / "nvdrv.md").read_text()
+    block = doc.split("`tests/diagnostics/h200.gpuhost`")[1].split("```\n")[1]
+    assert block == out
