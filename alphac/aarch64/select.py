@@ -53,6 +53,7 @@ def _aimm(v: int):
 
 class Selector(SelectorBase):
     REGS, INT_ARGS, FLOAT_ARGS = REGS, abi.INT_ARGS, abi.FLOAT_ARGS
+    INT_RET, FLOAT_RET = abi.INT_RET, abi.FLOAT_RET
 
     def __init__(self, fn: Function, alloc: Allocation):
         super().__init__(fn, alloc)
@@ -293,10 +294,7 @@ class Selector(SelectorBase):
                 if no != nxt:
                     self.emit("b", target=no)
         elif t.op == "ret":
-            if t.args:
-                v = t.args[0]
-                self.move(REGS[abi.FLOAT_RET if v.cls == "f" else abi.INT_RET], self.where(v))
-            self.epilogue()
+            self.return_(t)
         elif t.op == "trap":
             self.emit("brk", AImm(1))
         else:

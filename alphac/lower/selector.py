@@ -18,6 +18,8 @@ class SelectorBase:
     REGS: dict
     INT_ARGS: tuple[str, ...]
     FLOAT_ARGS: tuple[str, ...]
+    INT_RET: str
+    FLOAT_RET: str
 
     def __init__(self, fn: Function, alloc: Allocation):
         self.fn, self.alloc = fn, alloc
@@ -41,6 +43,13 @@ class SelectorBase:
                 raise ValueError(f"{self.fn.name}: too many arguments of class {v.cls}")
             out.append(self.REGS[name])
         return out
+
+    def return_(self, t) -> None:
+        """A `ret` terminator: the value (if any) to the ISA's result register, then the epilogue."""
+        if t.args:
+            v = t.args[0]
+            self.move(self.REGS[self.FLOAT_RET if v.cls == "f" else self.INT_RET], self.where(v))
+        self.epilogue()
 
     def select(self) -> list:
         self.prologue()

@@ -39,6 +39,7 @@ def _fits32(v: int) -> bool:
 
 class Selector(SelectorBase):
     REGS, INT_ARGS, FLOAT_ARGS = REGS, abi.INT_ARGS, abi.FLOAT_ARGS
+    INT_RET, FLOAT_RET = abi.INT_RET, abi.FLOAT_RET
 
     def __init__(self, fn: Function, alloc: Allocation):
         super().__init__(fn, alloc)
@@ -301,10 +302,7 @@ class Selector(SelectorBase):
                 if no != nxt:
                     self.emit("jmp", target=no)
         elif t.op == "ret":
-            if t.args:
-                v = t.args[0]
-                self.move(REGS[abi.FLOAT_RET if v.cls == "f" else abi.INT_RET], self.where(v))
-            self.epilogue()
+            self.return_(t)
         elif t.op == "trap":
             self.emit("ud2")
         else:
