@@ -189,13 +189,19 @@ def make_record(table: dict, runs: list[RoleRun], work: Path, steps: int, manife
             "published": published, "passed": passed}
 
 
-def write_record(records: Path, deployment: str, record: dict, work: Path) -> Path:
+def new_record_dir(records: Path, name: str) -> Path:
+    """`records/NAME-NNNN` with its `events/` folder, NNNN the first number not yet taken."""
     records.mkdir(parents=True, exist_ok=True)
     n = 1
-    while (records / f"{deployment}-{n:04d}").exists():
+    while (records / f"{name}-{n:04d}").exists():
         n += 1
-    rdir = records / f"{deployment}-{n:04d}"
+    rdir = records / f"{name}-{n:04d}"
     (rdir / "events").mkdir(parents=True)
+    return rdir
+
+
+def write_record(records: Path, deployment: str, record: dict, work: Path) -> Path:
+    rdir = new_record_dir(records, deployment)
     for r in record["roles"]:
         src = work / f"{r['role']}.events"
         (rdir / r["stream"]["file"]).write_bytes(src.read_bytes() if src.exists() else b"")

@@ -43,7 +43,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from alphac.launch import chain                               # noqa: E402
+from alphac.launch import chain, new_record_dir               # noqa: E402
 
 LEARNERS = ["independent_state", "lsq_adam"]
 SM_BY_MODEL = [(r"\bH100\b|\bH200\b|\bH800\b|\bGH200\b", 90),
@@ -138,13 +138,7 @@ def qualify(args, runner=None) -> tuple[int, Path | None]:
         tool = find_ptxas()
     except PtxasMissing as e:
         raise Unavailable(str(e))
-    records = Path(args.records)
-    records.mkdir(parents=True, exist_ok=True)
-    n = 1
-    while (records / f"gpu-qualify-{n:04d}").exists():
-        n += 1
-    rdir = records / f"gpu-qualify-{n:04d}"
-    (rdir / "events").mkdir(parents=True)
+    rdir = new_record_dir(Path(args.records), "gpu-qualify")
     (rdir / "bin").mkdir()
     target = f"x86_64+sm_{sm}"
 

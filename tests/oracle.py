@@ -24,6 +24,13 @@ X_LSQ = [[1.0, 0.5, -1.0, 0.25, 2.0],
 Y_LSQ = [0.7, 3.1, 0.2, 1.9, 1.4, -1.8, 1.2, -0.4]
 REF_SPLIT = [(0, 1), (1, 3), (3, 4), (4, 8)]
 REF_TREE = ((0, 1), (2, 3))
+# the reference deployments in examples/ (all on the reference split and tree) -> their learner
+REF_DEPLOYMENTS = {
+    "lsq_adam_star": "lsq_adam", "lsq_adam_tree": "lsq_adam", "lsq_adam_star_zero1": "lsq_adam",
+    "lsq_adam_star_zero2": "lsq_adam", "lsq_adam_star_zero3": "lsq_adam",
+    "lsq_adam_mixed": "lsq_adam", "lsq_momentum_star": "lsq_momentum",
+    "lsq_momentum_tree": "lsq_momentum", "independent_state_star": "independent_state",
+}
 
 
 def hexbits(v):

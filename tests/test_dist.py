@@ -8,12 +8,7 @@ import oracle
 from conftest import EXAMPLES, alphac, example
 
 SPLIT, TREE = oracle.REF_SPLIT, oracle.REF_TREE
-DEPLOYMENTS = {  # deployment -> (learner, schedule for the oracle)
-    "lsq_adam_star": "lsq_adam", "lsq_adam_tree": "lsq_adam", "lsq_adam_star_zero1": "lsq_adam",
-    "lsq_adam_star_zero2": "lsq_adam", "lsq_adam_star_zero3": "lsq_adam",
-    "lsq_adam_mixed": "lsq_adam", "lsq_momentum_star": "lsq_momentum",
-    "lsq_momentum_tree": "lsq_momentum", "independent_state_star": "independent_state",
-}
+DEPLOYMENTS = oracle.REF_DEPLOYMENTS
 
 
 @pytest.mark.parametrize("dep", sorted(DEPLOYMENTS))

@@ -17,11 +17,7 @@ from conftest import EXAMPLES, ROOT, alphac, example, require_tool
 from alphac.refusals import REFUSALS
 
 SPLIT, TREE = oracle.REF_SPLIT, oracle.REF_TREE
-DEPLOYMENTS = {"lsq_adam_star": "lsq_adam", "lsq_adam_tree": "lsq_adam",
-               "lsq_adam_star_zero1": "lsq_adam", "lsq_adam_star_zero2": "lsq_adam",
-               "lsq_adam_star_zero3": "lsq_adam", "lsq_adam_mixed": "lsq_adam",
-               "lsq_momentum_star": "lsq_momentum", "lsq_momentum_tree": "lsq_momentum",
-               "independent_state_star": "independent_state"}
+DEPLOYMENTS = oracle.REF_DEPLOYMENTS
 
 
 def build_roles(out: Path, sources=None) -> Path:
