@@ -137,8 +137,8 @@ def test_plan_shows_roles_holdings_tree_messages_memory():
     assert rc == 0
     for needle in ["topology: star centered on coordinator", "owner[3]: samples 4..8",
                    "w,m,v coordinates 4..5", "combine tree: ((owner[0], owner[1]), (owner[2], owner[3]))",
-                   "send combine -> coordinator", "recv gather-params <- coordinator",
-                   "memory per role", "replicate params to every owner"]:
+                   "send combine -> coordinator", "recv gather-inputs <- coordinator",
+                   "memory per role", "replicate w to every owner"]:
         assert needle in out, needle
 
 

@@ -41,20 +41,13 @@ class RoleState:
         self.published = None
 
 
+def only(vals, lo: int, hi: int) -> list:
+    return [v if lo <= j < hi else None for j, v in enumerate(vals)]
+
+
 def mask(plan: Plan, k: int, full: dict[str, list]) -> dict[str, list]:
-    """Owner k's share of the state, by the strategy's placement."""
-    out = {}
-    for s in plan.lr.states:
-        vals = list(full[s.name])
-        if not holds_all(plan, s):
-            lo, hi = plan.dep.placement[s.group].range(k)
-            vals = [v if lo <= j < hi else None for j, v in enumerate(vals)]
-        out[s.name] = vals
-    return out
-
-
-def holds_all(plan: Plan, s) -> bool:
-    return s.group is None or plan.deliver_one is not None or plan.holds_all(s.kind)
+    """Owner k's share of the state between steps (`Plan.holding`); None where it holds nothing."""
+    return {s.name: only(full[s.name], *plan.holding(k, s)) for s in plan.lr.states}
 
 
 def merge(into: dict[str, list] | None, part: dict[str, list]) -> dict[str, list]:
@@ -155,23 +148,16 @@ class Execution:
         return me.up[a.kind] if me.role == plan.root else me.down[a.kind]
 
     def share(self, me: RoleState, kind: str) -> dict[str, list]:
-        """What an owner sends up for a gather or the publication."""
+        """What an owner sends up for a gather or the publication (`Plan.carries`, each state's
+        `Plan.source_range`); a value it should send but does not hold fails loudly."""
         plan, k = self.plan, me.role.index
-        designated = plan.deliver_one if plan.deliver_one is not None else 0
         out = {}
-        for s in self.lr.states:
-            if kind == "publish":
-                mine = not holds_all(plan, s) or k == designated
-            else:
-                cls = "param" if kind.endswith("params") else "state"
-                if s.group is None or s.kind != cls:
-                    continue
-                mine = True if plan.deliver_one is None else k == plan.deliver_one
-            vals = me.state[s.name]
-            if mine and kind != "publish" and plan.deliver_one is None:
-                lo, hi = plan.dep.placement[s.group].range(k)
-                vals = [v if lo <= j < hi else None for j, v in enumerate(vals)]
-            out[s.name] = list(vals) if mine else [None] * s.size
+        for s in plan.carries(kind):
+            lo, hi = plan.source_range(k, s, kind)
+            vals = only(me.state[s.name], lo, hi)
+            if None in vals[lo:hi]:
+                raise PlanError(f"{me.role} sends {s.name}[{lo}..{hi}) in {kind} but does not hold it")
+            out[s.name] = vals
         return out
 
     # -- local operations ----------------------------------------------------------------------
@@ -179,7 +165,11 @@ class Execution:
         plan, lr = self.plan, self.lr
         if a.op == "compute":
             lo, hi = plan.dep.samples.range(me.role.index)
-            view = {k: tuple(v) for k, v in me.state.items() if None not in v}
+            view = {}
+            for s in plan.loss_reads():
+                if None in me.state[s.name]:
+                    raise PlanError(f"{me.role} computes its loss without holding all of {s.name}")
+                view[s.name] = tuple(me.state[s.name])
             me.contrib = interp.owner_contribution(lr, view, range(lo, hi))
         elif a.op == "combine":
             if isinstance(plan.topo, Star):
@@ -192,16 +182,15 @@ class Execution:
             me.contribs = []
         elif a.op == "update":
             grads = {}
-            if lr.loss is not None:
+            if lr.loss is not None and "deliver" in me.down:
                 g, n = me.down["deliver"]
                 nf = float(n)
                 grads = {p: [None if v is None else f.div(v, nf) for v in vals] for p, vals in g.items()}
-            if plan.deliver_one is not None or not plan.dep.strategy.partitioned_update:
-                coords = {g.index: range(g.size) for g in lr.groups}
-            else:
-                coords = {g.index: range(*plan.dep.placement[g.index].range(me.role.index))
-                          for g in lr.groups}
-            interp.apply_update_coords(lr, me.state, grads, coords)
+            coords = {g: range(lo, hi) for g, (lo, hi) in plan.updates(me.role.index).items()}
+            try:
+                interp.apply_update_coords(lr, me.state, grads, coords)
+            except ValueError as e:
+                raise PlanError(f"{me.role}: {e}") from None
             me.state = mask(plan, me.role.index, me.state)      # keep only what it holds
         elif a.op == "advance":
             me.down.clear()

@@ -13,7 +13,7 @@ FORMAT = 1
 HEADER = struct.Struct("<IHHII6QQQQQ")      # 96 bytes
 K = 0x9E3779B97F4A7C15
 M64 = (1 << 64) - 1
-KINDS = {"hello": 1, "combine": 2, "deliver": 3, "gather-params": 4, "allgather-params": 5,
+KINDS = {"hello": 1, "combine": 2, "deliver": 3, "gather-inputs": 4, "allgather-params": 5,
          "allgather-state": 6, "publish": 7}
 assert HEADER.size == 96
 

@@ -5,13 +5,15 @@ The five operations: `partition` (a class of state split among owners by coordin
 `combine` ((G, n) pairs added in the combine tree's order), `advance` (the step's version). A
 strategy only says which classes it partitions; `composition` derives the step:
 
-    1. params partitioned:  transfer params slices up the topology, replicate them down
+    1. inputs partitioned:  transfer slices of the partitioned state the loss reads (zero3's
+                            params; a proximal term's reference point) up, replicate them down
     2. every owner:         compute its contribution (G, n) over its samples
     3.                      transfer contributions up; combine at each combining role
     4.                      transfer the combined (G, n) down: all of it (gradients replicated,
                             or to the one owner of `deliver`), or each owner's slice
     5.                      update: every coordinate (replicated) or each owner's slices
-    6. update partitioned:  for each replicated class, transfer slices up, replicate down
+    6. update partitioned:  for each replicated class, transfer slices up, replicate down;
+       delivered to one:    that owner sends everything the loss reads to every owner
     7.                      advance the version
     at the end:             transfer every coordinate from its holder up to the root (publish)
 
@@ -21,6 +23,12 @@ and a message kind. `check_protocol` proves the projections fit together: every 
 receive, in order, and no role waits forever (a simulation of all roles for deployments up to
 4096 roles; beyond that, each role class's program is checked to be phase-ordered, which is what
 makes a tree protocol deadlock-free, and representative parent/child pairs are matched).
+
+What each owner holds between steps (`holding`), what each message carries (`carries`) and
+which of an owner's coordinates it contributes to a message (`source_range`) are decided here
+once: the plan executor and the role lowering read them, so the oracle and the executables
+cannot disagree about who holds what. Every value the loss reads is held whole by every owner
+when it computes, and every value an update reads is held by the owner that updates.
 
 `demand(role)` is the bytes of learner values a role holds at its peak (the buffers its
 executable declares for them); `admit` refuses a role one byte over its declared memory.
@@ -33,7 +41,7 @@ from alphac.diag import Sink
 from alphac.dist.deployment import Deployment
 from alphac.dist.structure import Hierarchy, Role, Star
 
-PHASES = ("gather-params", "combine", "deliver", "allgather-params", "allgather-state",
+PHASES = ("gather-inputs", "combine", "deliver", "allgather-params", "allgather-state",
           "checkpoint", "publish")
 
 
@@ -109,14 +117,82 @@ class Plan:
             out.append((t.level_name(level), reps))
         return out
 
+    # -- who holds what -----------------------------------------------------------------------
+    def loss_reads(self) -> list:
+        """The states the loss reads, in declaration order."""
+        if self.lr.loss is None:
+            return []
+        from alphac.ir.learner import Read, postorder
+        names = {n.name for n in postorder([self.lr.loss]) if isinstance(n, Read)}
+        return [s for s in self.lr.states if s.name in names]
+
+    def partitioned(self, s) -> bool:
+        """State `s` is split among the owners by the placement (each holds its slice)."""
+        return (s.group is not None and self.deliver_one is None
+                and not self.holds_all(s.kind))
+
+    def gathered_inputs(self) -> list:
+        """Partitioned states the loss reads: gathered whole to every owner before it computes."""
+        return [s for s in self.loss_reads() if self.partitioned(s)]
+
+    def holding(self, k: int, s) -> tuple[int, int]:
+        """The coordinates [lo, hi) of state `s` that owner k holds between steps (lo == hi:
+        none). Scalar state is computed by every owner; with one delivered owner the others hold
+        only what the loss reads (it is sent to them after the update)."""
+        if self.partitioned(s):
+            return self.dep.placement[s.group].range(k)
+        if (self.deliver_one is not None and k != self.deliver_one and s.group is not None
+                and s.kind != "param" and s not in self.loss_reads()):
+            return (0, 0)
+        return (0, s.size)
+
+    def updates(self, k: int) -> dict[int, tuple[int, int]]:
+        """The coordinates owner k updates, by coordinate group (every owner also runs the
+        scalar-state statements)."""
+        lr = self.lr
+        if self.deliver_one is not None:
+            return {g.index: (0, g.size) for g in lr.groups} if k == self.deliver_one else {}
+        if self.dep.strategy.partitioned_update:
+            return {g.index: self.dep.placement[g.index].range(k) for g in lr.groups}
+        return {g.index: (0, g.size) for g in lr.groups}
+
+    def carries(self, kind: str) -> list:
+        """The states a gather or publication message carries, in declaration order."""
+        lr = self.lr
+        if kind == "gather-inputs":
+            return self.gathered_inputs()
+        if kind == "allgather-params":
+            if self.deliver_one is not None:
+                reads = self.loss_reads()
+                return [s for s in lr.states if s.kind == "param" or (s in reads and s.group is not None)]
+            return [s for s in lr.states if s.kind == "param"]
+        if kind == "allgather-state":
+            return [s for s in lr.states if s.kind == "state" and s.group is not None]
+        if kind == "publish":
+            return list(lr.states)
+        raise KeyError(kind)
+
+    def source_range(self, k: int, s, kind: str) -> tuple[int, int]:
+        """The coordinates of `s` that owner k puts into an up-going `kind` message: its slice
+        of a value updated in slices, or all of a value every owner holds alike from one
+        designated owner (the delivered one, else owner 0), so each coordinate comes once."""
+        designated = self.deliver_one if self.deliver_one is not None else 0
+        alike = s.group is None or self.deliver_one is not None or (
+            kind == "publish" and self.holds_all(s.kind))
+        if alike:
+            return (0, s.size) if k == designated else (0, 0)
+        return self.dep.placement[s.group].range(k)
+
     # -- the composition -------------------------------------------------------------------------
     def composition(self) -> list[str]:
         d, s = self.dep, self.dep.strategy
         ops = []
         up = "owners -> " + ("the center" if isinstance(self.topo, Star) else "the root, through the aggregators")
-        if self.has_loss and "params" in self.part:
-            ops.append(f"transfer  params slices, {up}")
-            ops.append("replicate params to every owner")
+        inputs = self.gathered_inputs()
+        if self.has_loss and inputs:
+            names = ", ".join(x.name for x in inputs)
+            ops.append(f"transfer  slices of what the loss reads ({names}), {up}")
+            ops.append(f"replicate {names} to every owner")
         if self.has_loss:
             ops.append("compute   (G, n) at every owner, its samples in order")
             ops.append(f"transfer  (G, n), {up}")
@@ -128,8 +204,10 @@ class Plan:
             else:
                 ops.append("replicate the combined (G, n) to every owner  (all-reduce)")
         if self.deliver_one is not None:
-            ops.append(f"update    every coordinate at {d.owner}[{self.deliver_one}]")
-            ops.append(f"transfer  params from {d.owner}[{self.deliver_one}], replicate to every owner")
+            ops.append(f"update    every coordinate at {d.owner}[{self.deliver_one}]; "
+                       "the scalar state at every owner")
+            names = ", ".join(x.name for x in self.carries("allgather-params"))
+            ops.append(f"transfer  {names} from {d.owner}[{self.deliver_one}], replicate to every owner")
         elif s.partitioned_update:
             ops.append("partition the update: each owner its coordinates (" + s.describe() + ")")
             for cls in self.regathered():
@@ -195,17 +273,18 @@ class Plan:
         prog: list[Action] = []
         owner = self.is_owner(role)
         grad_what = "slices" if "gradients" in self.part else "all"
-        if self.has_loss and "params" in self.part:
-            self._up(role, "gather-params", "slices", prog)
-            self._down(role, "gather-params", "all", prog)
+        if self.has_loss and self.gathered_inputs():
+            self._up(role, "gather-inputs", "slices", prog)
+            self._down(role, "gather-inputs", "all", prog)
         if self.has_loss:
             if owner:
                 prog.append(Action("compute", detail="(G, n) over its samples"))
             self._up(role, "combine", "(G, n)", prog, combine=True)
             self._down(role, "deliver", grad_what, prog, only=self.deliver_one)
         if self.deliver_one is not None:
-            if owner and role.index == self.deliver_one:
-                prog.append(Action("update", detail="every coordinate"))
+            if owner:
+                prog.append(Action("update", detail="every coordinate" if role.index == self.deliver_one
+                                   else "the scalar state"))
             # params travel from the updating owner up to the root, then down to everyone
             if self._on_path(role, self.deliver_one):
                 if not owner or role.index == self.deliver_one:
@@ -277,7 +356,8 @@ class Plan:
                     out["scalar state (old, new)"] += 16
                     continue
                 held = self.holds_all(s.kind) or self.deliver_one is not None
-                n = s.size if held else self.placement_size(s.group, k)
+                whole = held or (s.kind != "param" and s in self.gathered_inputs())
+                n = s.size if whole else self.placement_size(s.group, k)
                 if s.kind == "param" and self.has_loss and held:
                     continue                      # the compute buffer is the param itself
                 out[f"{s.name}"] = 8 * n

@@ -265,13 +265,21 @@ class Generator:
         em = Emitter(self)
         stmts = [a for a in self.lr.update if self.lr.state(a.target).group == gi]
 
+        # The update stores each target in place, so a later statement's read of a target's
+        # *old* value (`let old = a; a = a + 1; b = old`) must be loaded before that store.
+        old_reads = [[n for b in stmts[k + 1:] for n in postorder([b.node])
+                      if isinstance(n, Read) and n.version == 0 and n.name == a.target]
+                     for k, a in enumerate(stmts)]
+
         def body(j: str) -> None:
             new: dict[str, str] = {}
             vals = Values(em, lambda n, jj: self.update_leaf(n, jj, new))
-            for a in stmts:
+            coord = j if g.shape else None
+            for a, before_store in zip(stmts, old_reads):
                 em.put(f"#line {a.line}")
-                coord = j if g.shape else None
                 v = vals.get(a.node, coord)
+                for n in before_store:
+                    vals.get(n, coord)
                 new[a.target] = v
                 slot = f"st_{a.target}" if not g.shape else f"st_{a.target} + 8 * ({j})"
                 em.put(f"storef({slot}, {v});")

@@ -26,7 +26,7 @@ from alphac.lower import ckpt
 from alphac.dist.plan import Plan
 from alphac.dist.structure import Leaf, Role, Star
 
-KINDS = {"hello": 1, "combine": 2, "deliver": 3, "gather-params": 4, "allgather-params": 5,
+KINDS = {"hello": 1, "combine": 2, "deliver": 3, "gather-inputs": 4, "allgather-params": 5,
          "allgather-state": 6, "publish": 7, "checkpoint": 8}
 
 
@@ -58,12 +58,7 @@ class RoleLowering:
 
     # -- what moves ----------------------------------------------------------------------------
     def members(self, kind: str):
-        lr = self.lr
-        if kind in ("gather-params", "allgather-params"):
-            return [s for s in lr.states if s.kind == "param"]
-        if kind == "allgather-state":
-            return [s for s in lr.states if s.kind == "state" and s.group is not None]
-        return list(lr.states)                          # publish
+        return self.plan.carries(kind)
 
     def subtree(self, role: Role) -> tuple[int, int]:
         if self.plan.is_owner(role):
@@ -74,14 +69,8 @@ class RoleLowering:
 
     def held(self, child: Role, s, kind: str) -> list[tuple[int, int]]:
         """Coordinate ranges of state s that `child`'s subtree sends up in `kind`."""
-        plan = self.plan
         a, b = self.subtree(child)
-        designated = plan.deliver_one if plan.deliver_one is not None else 0
-        replicated = s.group is None or plan.deliver_one is not None or (
-            kind == "publish" and plan.holds_all(s.kind))
-        if replicated:
-            return [(0, s.size)] if a <= designated < b else []
-        ranges = sorted(plan.dep.placement[s.group].range(k) for k in range(a, b))
+        ranges = sorted(self.plan.source_range(k, s, kind) for k in range(a, b))
         merged: list[list[int]] = []
         for lo, hi in ranges:
             if hi <= lo:
@@ -139,14 +128,12 @@ class RoleLowering:
         elif a.op == "combine":
             self.combine()
         elif a.op == "update":
-            if lr.loss is not None:
+            ranges = plan.updates(self.role.index)
+            if lr.loss is not None and ranges:
                 self.put("learner_mean(load64(g_n));")
             self.put("learner_scalars();")
             for g in lr.groups:
-                if plan.deliver_one is None and plan.dep.strategy.partitioned_update:
-                    lo, hi = plan.dep.placement[g.index].range(self.role.index)
-                else:
-                    lo, hi = 0, g.size
+                lo, hi = ranges.get(g.index, (0, 0))
                 if hi > lo:
                     self.put(f"learner_group_{g.index}({lo}, {hi});")
             self.put("learner_commit();")
@@ -240,19 +227,20 @@ class RoleLowering:
                 self.put(f"combine_into(comb, cb{k}, {P});")
 
     # -- checkpoints -----------------------------------------------------------------------------
-    def holdings(self) -> list[tuple[str, int, int]]:
-        """What this owner holds of each state, as it writes and restores it."""
-        plan, out = self.plan, []
+    def holdings(self, k: int | None = None) -> list[tuple[str, int, int]]:
+        """What owner k (default: this one) holds of each state, as it writes and restores it
+        (`Plan.holding`; a replicated state it does not hold is left out, an empty slice of a
+        partitioned one is written as an empty shard)."""
+        k = self.role.index if k is None else k
+        out = []
         for s in self.lr.states:
-            if s.group is None or plan.deliver_one is not None or plan.holds_all(s.kind):
-                out.append((s.name, 0, s.size))
-            else:
-                lo, hi = plan.dep.placement[s.group].range(self.role.index)
+            lo, hi = self.plan.holding(k, s)
+            if hi > lo or self.plan.partitioned(s):
                 out.append((s.name, lo, hi))
         return out
 
     def records_from(self, child: Role) -> int:
-        return len(self.lr.states) if self.plan.is_owner(child) else 1
+        return len(self.holdings(child.index)) if self.plan.is_owner(child) else 1
 
     @property
     def layout(self) -> int:
@@ -281,7 +269,7 @@ class RoleLowering:
             elif a.op == "send":
                 if self.owner:
                     lines.append(f"frame_send({self.fd(a.peer)}, {KINDS['checkpoint']}, v, ck_recs, "
-                                 f"{160 * len(self.lr.states)});")
+                                 f"{160 * len(self.holdings())});")
                 else:
                     lines.append(f"frame_send({self.fd(a.peer)}, {KINDS['checkpoint']}, v, ck_sub, 160);")
         self.ck_records = max(at, len(self.lr.states))
