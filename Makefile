@@ -6,7 +6,7 @@ STAMP    = $(VENV)/.installed
 ALPHAC   = $(BIN)/alphac
 EXAMPLES = scalar_regression two_coordinate independent_state lsq_momentum lsq_adam
 
-.PHONY: venv test repro roles demo docs bench clean
+.PHONY: venv test repro roles demo docs bench fuzz clean
 
 # ptxas assembles the GPU code at build time (never at run time). Without one on the PATH (or in
 # $ALPHAC_PTXAS), the venv gets CUDA's pinned ptxas from PyPI.
@@ -42,6 +42,11 @@ demo: roles
 	@if command -v qemu-aarch64 >/dev/null; then dep=lsq_adam_mixed; else dep=lsq_adam_star; fi; \
 	echo "== launching build/roles/$$dep (5 steps)"; \
 	$(ALPHAC) launch build/roles/$$dep --steps 5 --compare
+
+# random learners through every engine (tests/fuzz.py): `make fuzz MINUTES=30 [SEED=N] [FAST=1]`
+MINUTES ?= 10
+fuzz: $(STAMP)
+	$(WITH_PTXAS) $(BIN)/python tests/fuzz.py --minutes $(MINUTES) $(if $(SEED),--seed $(SEED)) $(if $(FAST),--fast)
 
 bench: $(STAMP)
 	$(WITH_PTXAS) $(BIN)/python bench/learners.py

@@ -197,9 +197,15 @@ def cmd_run(args) -> int:
         if isinstance(plans, int):
             return plans
         compiled, plan = plans
-        from alphac.dist.execute import run_plan
+        from alphac.dist.execute import PlanError, run_plan
         lr = compiled.learner
-        sys.stdout.write(format_state(lr, run_plan(lr, plan[args.deployment], args.steps)))
+        try:
+            state = run_plan(lr, plan[args.deployment], args.steps)
+        except PlanError as e:           # the checked plan cannot run: a defect of alphac's
+            print(f"alphac: internal error: deployment `{args.deployment}`: {e} (please report "
+                  "this learner)", file=sys.stderr)
+            return 3
+        sys.stdout.write(format_state(lr, state))
         return 0
     try:
         compiled = compile_file(args.file)

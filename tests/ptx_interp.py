@@ -123,3 +123,28 @@ class Ptx:
             else:
                 raise NotImplementedError(op)
         raise RuntimeError("runaway thread")
+
+
+class InterpDevice:
+    """alphac.ptx.host's Device, over the interpreter: the kernels run as written."""
+
+    def __init__(self, mutate=None):
+        self.mem, self.mutate, self.launches = Memory(), mutate or {}, []
+
+    def alloc(self, values):
+        return self.mem.alloc(values)
+
+    def write(self, addr, values):
+        assert all(addr + 8 * i in self.mem.cells for i in range(len(values)))
+        self.mem.write(addr, values)
+
+    def read(self, addr, count):
+        return self.mem.read(addr, count)
+
+    def launch(self, kernel, args, threads):
+        prog = Ptx(self.mutate.get(kernel.name, lambda t: t)(kernel.ptx))
+        assert prog.params == [(p.type, p.name) for p in kernel.params]
+        for p, v in zip(kernel.params, args):
+            assert isinstance(v, float if p.type == "f64" else int), p
+        prog.launch(self.mem, {p.name: v for p, v in zip(kernel.params, args)}, threads)
+        self.launches.append(kernel.name)

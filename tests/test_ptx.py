@@ -32,7 +32,7 @@ from pathlib import Path
 import pytest
 
 import oracle
-from ptx_interp import F64, INF, Memory, Ptx, ieee_div, ieee_sqrt
+from ptx_interp import F64, INF, InterpDevice, Memory, Ptx, ieee_div, ieee_sqrt
 from conftest import LEARNER_NAMES, ROOT, example, require_tool
 
 from alphac.driver import compile_file
@@ -292,31 +292,6 @@ def test_interpreter_arithmetic_is_ieee():
     assert math.isnan(ieee_div(0.0, 0.0)) and math.isnan(ieee_sqrt(-1.0))
     assert bits(ieee_sqrt(-0.0)) == bits(-0.0) and ieee_sqrt(INF) == INF
     assert F64["add.rn.f64"](0.1, 0.2) == 0.30000000000000004
-
-
-class InterpDevice:
-    """alphac.ptx.host's Device, over the interpreter: the kernels run as written."""
-
-    def __init__(self, mutate=None):
-        self.mem, self.mutate, self.launches = Memory(), mutate or {}, []
-
-    def alloc(self, values):
-        return self.mem.alloc(values)
-
-    def write(self, addr, values):
-        assert all(addr + 8 * i in self.mem.cells for i in range(len(values)))
-        self.mem.write(addr, values)
-
-    def read(self, addr, count):
-        return self.mem.read(addr, count)
-
-    def launch(self, kernel, args, threads):
-        prog = Ptx(self.mutate.get(kernel.name, lambda t: t)(kernel.ptx))
-        assert prog.params == [(p.type, p.name) for p in kernel.params]
-        for p, v in zip(kernel.params, args):
-            assert isinstance(v, float if p.type == "f64" else int), p
-        prog.launch(self.mem, {p.name: v for p, v in zip(kernel.params, args)}, threads)
-        self.launches.append(kernel.name)
 
 
 def state_bits(state):

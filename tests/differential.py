@@ -1,0 +1,308 @@
+"""Differential testing of one learner: every way alphac can run it must print the same bits.
+
+`check_text(source, work)` compiles a learner file with its deployments and runs it
+
+    interp        the reference interpreter, 5 steps (and 3)
+    plan:D        deployment D's plan in the plan executor (alphac.dist.execute)
+    ptx           the GPU owner's kernels (alphac.ptx) in the tests' PTX interpreter, 5 steps
+    x86_64        the single-process executable: 5 steps; 3 + --checkpoint, then 2 + --resume
+    aarch64       the same under qemu-aarch64, and resumed from the x86-64 checkpoint
+    roles:D       deployment D's role executables on loopback (its own targets, mixed ISAs
+                  included): 5 steps; 3 + checkpoint, then 2 resumed
+    moved:D       the x86-64 executable's 3-step checkpoint resumed by D's roles for 2 steps,
+                  and each other star deployment's 3-step checkpoint resumed by D's roles
+
+and compares each with what the contract says, computed here from the interpreter's primitive
+operations (an owner's (G, n), a combine, the update) by a driver written in this file: for the
+single-process engines the interpreter's own run; for a deployment, its owners' sample ranges
+and its combine tree (`expected`). Outcomes are the printed state, or `refused: NAME`; any
+compiler exception is a `crash:` outcome, and so a disagreement.
+
+`check_program(prog, work)` first drops the deployments the compiler refuses (each refusal is
+a named diagnostic, never a traceback), then checks what is left. A `Report` says whether the
+program was refused (with the diagnostic code), agreed, or disagreed (with each problem).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from conftest import require_tool
+
+ALL = ("interp", "plan", "ptx", "x86_64", "aarch64", "roles", "moved")
+FAST = ("interp", "plan")
+STEPS, FIRST = 5, 3
+
+
+@dataclass
+class Report:
+    source: str
+    status: str = "agreed"                    # refused | agreed | disagreed
+    code: str = ""                            # the diagnostic code of a refused program
+    outcomes: dict[str, str] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+    refused_deployments: list[str] = field(default_factory=list)
+
+    def problem(self, text: str) -> None:
+        self.problems.append(text)
+        self.status = "disagreed"
+
+    def summary(self) -> str:
+        return "\n".join(self.problems)
+
+
+# -- what the contract says -------------------------------------------------------------------
+def fold_tree(tree, contribs):
+    from alphac.dist.structure import Leaf
+    from alphac.ir import interp
+    if isinstance(tree, Leaf):
+        return contribs[tree.owner]
+    acc = None
+    for c in tree.children:
+        acc = interp.combine(acc, fold_tree(c, contribs))
+    return acc
+
+
+def expected(lr, history) -> str:
+    """The state after `history`, a list of (steps, deployment or None for one process)."""
+    from alphac.ir import interp
+    from alphac.refusals import Refusal
+    state = interp.initial_state(lr)
+    for steps, dep in history:
+        for _ in range(steps):
+            grads = {}
+            if lr.loss is not None:
+                if dep is None:
+                    combined = interp.owner_contribution(lr, state, range(lr.nsamples))
+                else:
+                    contribs = [interp.owner_contribution(lr, state, range(*dep.samples.range(k)))
+                                for k in range(dep.owners)]
+                    combined = fold_tree(dep.combine_tree(), contribs)
+                grads = interp.mean_gradient(combined)
+            state = interp.apply_update(lr, state, grads)
+    try:
+        return interp.format_state(lr, state)
+    except Refusal as r:
+        return f"refused: {r.name}"
+
+
+def finite(outcome: str) -> bool:
+    return not outcome.startswith(("refused:", "crash:", "failed:"))
+
+
+# -- running things ----------------------------------------------------------------------------
+def guarded(fn) -> str:
+    """An engine's outcome; a Python exception from the compiler is a crash."""
+    from alphac.refusals import Refusal
+    try:
+        return fn()
+    except Refusal as r:
+        return f"refused: {r.name}"
+    except Exception:
+        return "crash: " + traceback.format_exc(limit=6).strip().splitlines()[-1]
+
+
+def exe_outcome(proc) -> str:
+    if proc.returncode == 0:
+        return proc.stdout
+    refused = [l for l in proc.stderr.splitlines() if l.startswith("refused: ")]
+    if refused and proc.returncode > 0:
+        return refused[0]
+    return f"crash: exit {proc.returncode} {proc.stderr[-200:]!r}"
+
+
+def run_exe(path: Path, target: str, *args) -> str:
+    cmd = [str(path), *map(str, args)]
+    if target == "aarch64":
+        cmd = [require_tool("qemu-aarch64")] + cmd
+    return exe_outcome(subprocess.run(cmd, capture_output=True, text=True, timeout=120))
+
+
+def launch_outcome(record: dict) -> str:
+    if record["passed"]:
+        return record["published"]
+    bad = [r for r in record["roles"] if r["exit"] != 0]
+    names = sorted({r["refused"] for r in bad if r["refused"]})
+    if len(names) == 1 and all(r["refused"] for r in bad):
+        return f"refused: {names[0]}"
+    return "failed: " + ", ".join(f"{r['role']} exit {r['exit']} {r['refused'] or ''}".strip()
+                                  for r in bad)
+
+
+def compare(rep: Report, label: str, got: str, want: str) -> None:
+    rep.outcomes[label] = got
+    if got != want:
+        rep.problem(f"{label} differs from the contract:\n  want {first_difference(want, got)[0]}\n"
+                    f"  got  {first_difference(want, got)[1]}")
+
+
+def first_difference(a: str, b: str) -> tuple[str, str]:
+    la, lb = a.splitlines(), b.splitlines()
+    for x, y in zip(la, lb):
+        if x != y:
+            return x, y
+    return (la[len(lb)] if len(la) > len(lb) else "<end>",
+            lb[len(la)] if len(lb) > len(la) else "<end>")
+
+
+# -- one learner file ----------------------------------------------------------------------------
+def check_text(text: str, work: Path, engines=ALL) -> Report:
+    """Every engine in `engines` against the contract, for the learner file `text`."""
+    from alphac.diag import CompileError
+    from alphac.driver import compile_deployments
+    rep = Report(text)
+    work.mkdir(parents=True, exist_ok=True)
+    src = work / "learner.alpha"
+    src.write_text(text)
+    try:
+        compiled, plans = compile_deployments(src)
+    except CompileError as e:
+        errors = [d for d in e.diagnostics if d.severity == "error"]
+        rep.status, rep.code = "refused", errors[0].code if errors else "?"
+        return rep
+    except Exception:
+        rep.problem("crash: the compiler raised " + traceback.format_exc(limit=8))
+        return rep
+    lr = compiled.learner
+    want5 = expected(lr, [(STEPS, None)])
+    want3 = expected(lr, [(FIRST, None)])
+    if "interp" in engines:
+        from alphac.ir import interp
+        compare(rep, "interp", guarded(lambda: interp.format_state(lr, interp.run(lr, STEPS))), want5)
+    deps = {name: plan.dep for name, plan in sorted(plans.items())}
+    if "plan" in engines:
+        from alphac.dist.execute import run_plan
+        from alphac.ir.interp import format_state
+        for name, plan in sorted(plans.items()):
+            compare(rep, f"plan:{name}", guarded(lambda: format_state(lr, run_plan(lr, plan, STEPS))),
+                    expected(lr, [(STEPS, deps[name])]))
+    if "ptx" in engines:
+        compare(rep, "ptx", guarded(lambda: run_ptx(lr)), want5)
+    single = {}
+    for target in ("x86_64", "aarch64"):
+        if target not in engines:
+            continue
+        got = guarded(lambda: build_single(lr, target, work))
+        if got.startswith(("crash:", "refused:")):
+            rep.problem(f"{target}: the build failed: {got}")
+            continue
+        exe = Path(got)
+        single[target] = exe
+        compare(rep, f"{target}", run_exe(exe, target, "--steps", STEPS), want5)
+        ck = work / f"ck-{target}"
+        shutil.rmtree(ck, ignore_errors=True)
+        compare(rep, f"{target} 3 steps, checkpoint", run_exe(exe, target, "--steps", FIRST,
+                                                               "--checkpoint", ck), want3)
+        if finite(want3):
+            compare(rep, f"{target} resumed 2 steps", run_exe(exe, target, "--steps", STEPS - FIRST,
+                                                              "--resume", ck), want5)
+        if target == "aarch64" and finite(want3) and (work / "ck-x86_64" / "MANIFEST").exists():
+            compare(rep, "aarch64 resumed from x86_64's checkpoint",
+                    run_exe(exe, target, "--steps", STEPS - FIRST, "--resume", work / "ck-x86_64"), want5)
+    if "roles" in engines or "moved" in engines:
+        for name, plan in sorted(plans.items()):
+            check_roles(rep, src, name, plan, lr, work, engines, single.get("x86_64"), deps)
+    return rep
+
+
+def run_ptx(lr) -> str:
+    """The GPU owner's step (alphac.ptx.host) with its kernels run by the PTX interpreter."""
+    from alphac.ir.interp import format_state
+    from alphac.ptx.host import Owner
+    from alphac.ptx.kernels import kernels
+    from ptx_interp import InterpDevice
+    owner = Owner(InterpDevice(), lr, kernels(lr))
+    for _ in range(STEPS):
+        owner.step()
+    return format_state(lr, owner.read_state())
+
+
+def build_single(lr, target: str, work: Path) -> str:
+    from alphac.build import build_learner
+    path = work / f"single.{target}"
+    path.write_bytes(build_learner(lr, target).elf)
+    os.chmod(path, 0o755)
+    return str(path)
+
+
+def check_roles(rep: Report, src: Path, name: str, plan, lr, work: Path, engines, single,
+                deps: dict) -> None:
+    from alphac.dist.structure import Star
+    from alphac.launch import launch
+    from backend import build_deployment
+    dep = plan.dep
+    out = work / "roles"
+    try:
+        dep_dir = build_deployment(src, name, out)
+    except Exception:
+        rep.problem(f"roles:{name}: the build failed: " + traceback.format_exc(limit=6))
+        return
+    runs = work / "runs"
+    want5 = expected(lr, [(STEPS, dep)])
+    want3 = expected(lr, [(FIRST, dep)])
+
+    def go(steps, **kw) -> str:
+        return guarded(lambda: launch_outcome(launch(dep_dir, steps=steps, records=runs, **kw)))
+    if "roles" in engines:
+        compare(rep, f"roles:{name}", go(STEPS), want5)
+        ck = work / f"ck-{name}"
+        shutil.rmtree(ck, ignore_errors=True)
+        compare(rep, f"roles:{name} 3 steps, checkpoint", go(FIRST, checkpoint=ck), want3)
+        if finite(want3):
+            compare(rep, f"roles:{name} resumed 2 steps", go(STEPS - FIRST, resume=ck), want5)
+    if "moved" in engines and isinstance(dep.topology, Star):
+        ck = work / "ck-x86_64"
+        if single is not None and (ck / "MANIFEST").exists() and finite(expected(lr, [(FIRST, None)])):
+            compare(rep, f"moved:{name} (single's checkpoint, 2 steps)", go(STEPS - FIRST, resume=ck),
+                    expected(lr, [(FIRST, None), (STEPS - FIRST, dep)]))
+        for other, odep in sorted(deps.items()):             # checkpoints of the stars before
+            ck = work / f"ck-{other}"
+            if other < name and isinstance(odep.topology, Star) and (ck / "MANIFEST").exists() \
+                    and finite(expected(lr, [(FIRST, odep)])):
+                compare(rep, f"moved:{name} ({other}'s checkpoint, 2 steps)",
+                        go(STEPS - FIRST, resume=ck), expected(lr, [(FIRST, odep), (STEPS - FIRST, dep)]))
+    shutil.rmtree(runs, ignore_errors=True)
+
+
+def check_program(prog, work: Path, engines=ALL, seed: int | None = None) -> Report:
+    """A generated program: its learner, then each deployment the compiler accepts."""
+    import learngen
+    from alphac.diag import CompileError
+    from alphac.driver import compile_deployments, compile_file
+    work.mkdir(parents=True, exist_ok=True)
+    src = work / "learner.alpha"
+    deps = list(prog.deployments)
+    prog.deployments = []
+    src.write_text(learngen.render(prog))
+    try:
+        lr = compile_file(src).learner
+    except CompileError:
+        return check_text(learngen.render(prog), work, engines)     # refused, with its code
+    except Exception:
+        rep = Report(learngen.render(prog))
+        rep.problem("crash: the compiler raised " + traceback.format_exc(limit=8))
+        return rep
+    if seed is not None and not deps:
+        learngen.add_deployments(prog, lr, seed)
+        deps = list(prog.deployments)
+    kept, refused = [], []
+    for d in deps:
+        prog.deployments = [d]
+        src.write_text(learngen.render(prog))
+        try:
+            compile_deployments(src)
+            kept.append(d)
+        except CompileError as e:
+            refused.append(e.diagnostics[0].code)
+        except Exception:
+            rep = Report(learngen.render(prog))
+            rep.problem(f"crash: the compiler raised on deployment {d.name}: " + traceback.format_exc(limit=8))
+            return rep
+    prog.deployments = kept
+    rep = check_text(learngen.render(prog), work, engines)
+    rep.refused_deployments = refused
+    return rep
