@@ -249,6 +249,8 @@ class FnLowerer:
             lop = INT_BIN[op]
             if isinstance(a, Imm) and lop in ("add", "mul", "and", "or", "xor"):
                 a, b = b, a                          # commutative: the immediate goes second
+            if lop in ("add", "sub", "or", "xor", "shl", "shr", "sar") and b == Imm(0):
+                return a, ta                         # x + 0 (a field at offset 0, say) is x
             if lop == "mul" and isinstance(b, Imm) and b.value > 0 and b.value & (b.value - 1) == 0:
                 lop, b = "shl", Imm(b.value.bit_length() - 1)
             if lop in ("sdiv", "srem"):
