@@ -1,18 +1,21 @@
 """Reading checkpoints from Python: `alphac ckpt show DIR`, and the tests' view of the format.
 
-The format is written by the runtime (alphac/runtime/ckpt.rt) and documented in
-docs/checkpoints.md: a manifest (128-byte header, 160-byte records, a SHA-256 trailer) and
-shards that are plain NumPy `.npy` files. This module checks what it reads the way the runtime
+The format is written by the runtime (alphac/runtime/ckpt.rt) from the one table of its
+fields, `alphac.formats` (CKPT_HEADER, CKPT_RECORD), which this module reads too; it is
+documented in docs/checkpoints.md: a manifest (header, records, a SHA-256 trailer) and shards
+that are plain NumPy `.npy` files. This module checks what it reads the way the runtime
 does (trailer, shard checksums), and assembles the state a checkpoint holds.
 """
 from __future__ import annotations
 
 import hashlib
-import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-HDR, REC = 128, 160
+from alphac.formats import (CKPT_FORMAT, CKPT_HEADER, CKPT_MAGIC, CKPT_RECORD, CKPT_SHARD, CKPT_SUB,
+                            CKPT_TRAILER)
+
+HDR, REC = CKPT_HEADER.size, CKPT_RECORD.size
 
 
 class CheckpointError(Exception):
@@ -44,21 +47,24 @@ class Manifest:
 
 def read_manifest(path: Path) -> Manifest:
     data = Path(path).read_bytes()
-    if len(data) < HDR + 32 or data[:8] != b"ALPHCKPT":
+    if len(data) < HDR + CKPT_TRAILER or data[:len(CKPT_MAGIC)] != CKPT_MAGIC:
         raise CheckpointError(f"{path}: not a checkpoint manifest")
-    if hashlib.sha256(data[:-32]).digest() != data[-32:]:
+    if hashlib.sha256(data[:-CKPT_TRAILER]).digest() != data[-CKPT_TRAILER:]:
         raise CheckpointError(f"{path}: torn (its checksum fails)")
-    fmt, kind = struct.unpack_from("<II", data, 8)
-    epoch, version, count, layout, olo, ohi = struct.unpack_from("<6Q", data, 80)
-    if len(data) != HDR + REC * count + 32:
+    h = CKPT_HEADER.unpack(data)
+    if h["format"] != CKPT_FORMAT:
+        raise CheckpointError(f"{path}: manifest format {h['format']}, not {CKPT_FORMAT}")
+    count = h["count"]
+    if len(data) != HDR + REC * count + CKPT_TRAILER:
         raise CheckpointError(f"{path}: torn (length)")
     recs = []
     for k in range(count):
-        r = data[HDR + REC * k: HDR + REC * (k + 1)]
-        rk, writer, lo, hi = struct.unpack_from("<IIQQ", r)
-        recs.append(Record(rk, writer, lo, hi, r[24:56], r[56:88].rstrip(b"\0").decode(),
-                           r[88:160].rstrip(b"\0").decode()))
-    return Manifest(kind, data[16:48], data[48:80], epoch, version, layout, (olo, ohi), recs)
+        r = CKPT_RECORD.unpack(data, HDR + REC * k)
+        recs.append(Record(r["kind"], r["writer"], r["lo"], r["hi"], r["sha256"],
+                           r["state"].rstrip(b"\0").decode(errors="replace"),
+                           r["path"].rstrip(b"\0").decode(errors="replace")))
+    return Manifest(h["kind"], h["learner"], h["rate"], h["epoch"], h["version"], h["layout"],
+                    (h["owner_lo"], h["owner_hi"]), recs)
 
 
 def walk(root: Path) -> list[tuple[str, Manifest]]:
@@ -68,7 +74,7 @@ def walk(root: Path) -> list[tuple[str, Manifest]]:
     i = 0
     while i < len(out):
         for r in out[i][1].records:
-            if r.kind == 2:
+            if r.kind == CKPT_SUB:
                 data = (root / r.path).read_bytes()
                 if hashlib.sha256(data).digest() != r.sha256:
                     raise CheckpointError(f"{r.path}: checksum differs from its record")
@@ -84,7 +90,7 @@ def state(root: Path) -> dict[str, list[float]]:
     out: dict[str, list] = {}
     for _, m in walk(root):
         for r in m.records:
-            if r.kind != 1:
+            if r.kind != CKPT_SHARD:
                 continue
             data = (root / r.path).read_bytes()
             if hashlib.sha256(data).digest() != r.sha256:
@@ -109,9 +115,9 @@ def show(root: Path) -> str:
                      f"step {m.version}, {shape}, owners {m.owners[0]}..{m.owners[1]}")
         lines.append(f"  learner {m.learner.hex()[:16]}  rate {m.rate.hex()[:16]}")
         for r in m.records:
-            what = f"{r.state}[{r.lo}..{r.hi}) by owner {r.writer}" if r.kind == 1 else \
+            what = f"{r.state}[{r.lo}..{r.hi}) by owner {r.writer}" if r.kind == CKPT_SHARD else \
                 f"owners {r.lo}..{r.hi}"
-            lines.append(f"  {'shard' if r.kind == 1 else 'sub  '} {what:<28} {r.path}  "
+            lines.append(f"  {'shard' if r.kind == CKPT_SHARD else 'sub  '} {what:<28} {r.path}  "
                          f"sha256 {r.sha256.hex()[:16]}")
     lines.append("state:")
     for name, vals in state(root).items():

@@ -150,7 +150,7 @@ def recv_exact(conn, n):
 def talk(roles, star, mutate, deadline_ms=800):
     """Start owner.0 against a fake coordinator; `mutate(conn, star)` plays the coordinator
     after the owner's HELLO (and may send any bytes). Returns (exit code, stderr)."""
-    from alphac.dist import frames
+    import frames
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))
     srv.listen(1)
@@ -180,18 +180,18 @@ def talk(roles, star, mutate, deadline_ms=800):
 
 
 def good_hello(conn, star):
-    from alphac.dist import frames
+    import frames
     conn.sendall(frames.hello(star["coord"], star["id"]))
     # the owner computes and sends its contribution
     head = recv_exact(conn, 96)
-    from alphac.dist.frames import decode_header
+    from frames import decode_header
     h = decode_header(head)
     recv_exact(conn, h["length"])
     assert h["kind"] == 2 and h["length"] == 8 * (star["P"] + 1)
 
 
 def deliver_frame(star, **kw):
-    from alphac.dist import frames
+    import frames
     payload = struct.pack(f"<{star['P']}d", *[0.5] * star["P"]) + struct.pack("<q", 8)
     args = dict(kind=3, sender=star["coord"], payload=payload, identity=star["id"], version=0)
     args.update(kw)
@@ -234,7 +234,7 @@ def test_malformed_frames_are_refused_by_name(roles, star, data):
             comp = data.draw(st.sampled_from(COMPONENTS))
             other = dict(star["id"])
             other[comp] = bytes(32) if other[comp] != bytes(32) else b"\1" * 32
-            from alphac.dist import frames
+            import frames
             conn.sendall(frames.hello(star["coord"], other))
             expect.clear()
             expect.add({"learner": "peer-learner", "rate": "peer-rate", "contract": "peer-contract",

@@ -13,7 +13,9 @@ Requires: state names of at most 31 bytes (they are stored in manifest records).
 """
 from __future__ import annotations
 
-HDR, REC = 128, 160
+from alphac.formats import CKPT_HEADER, CKPT_RECORD, HELLO_BYTES
+
+HDR, REC = CKPT_HEADER.size, CKPT_RECORD.size
 
 
 def declarations(lr, records: int) -> list[str]:
@@ -28,7 +30,7 @@ def declarations(lr, records: int) -> list[str]:
             f"global ck_man: [u8; {man}];",
             f"global ck_fill: [u8; {biggest}];",
             f"global ck_recs: [u8; {REC * max(records, 1)}];",
-            "global ck_sub: [u8; 160];"]
+            f"global ck_sub: [u8; {REC}];"]
 
 
 def check_names(lr) -> None:
@@ -50,8 +52,8 @@ def layout_check(layout: int, owners: int) -> list[str]:
     """The root manifest (in ck_man) must be of this executable's layout: 0 flat, else the
     fan-out of a tree of `owners` owners."""
     if layout == 0:
-        return ['if load64(ck_man + 104) != 0 { refuse("checkpoint-layout"); }']
-    return [f'if load64(ck_man + 104) != {layout} || load64(ck_man + 120) != {owners} '
+        return ['if load64(ck_man + CKH_LAYOUT) != 0 { refuse("checkpoint-layout"); }']
+    return [f'if load64(ck_man + CKH_LAYOUT) != {layout} || load64(ck_man + CKH_OWNER_HI) != {owners} '
             '{ refuse("checkpoint-layout"); }']
 
 
@@ -74,7 +76,7 @@ def single_source(lr) -> tuple[str, dict[str, bytes]]:
     from alphac.dist.identity import learner_digests
     check_names(lr)
     holdings = [(s.name, 0, s.size) for s in lr.states]
-    lines = [f"data role_identity: [u8; 192] = extern;"] + declarations(lr, len(holdings))
+    lines = ["data role_identity: [u8; HELLO_BYTES] = extern;"] + declarations(lr, len(holdings))
     lines += ["", "fn learner_save(dir: i64, v: i64) {"]
     lines += ["    " + l for l in save_lines(holdings, "single", 0)]
     lines += [f'    ckpt_manifest("MANIFEST", 0, 0, 0, 1, {len(holdings)});', "}",
@@ -82,4 +84,4 @@ def single_source(lr) -> tuple[str, dict[str, bytes]]:
     lines += ["    " + l for l in restore_lines(holdings, 0, 0, 1)]
     lines += ["    return load64(ck_version);", "}", ""]
     learner, rate = learner_digests(lr)
-    return "\n".join(lines), {"role_identity": learner + rate + bytes(128)}
+    return "\n".join(lines), {"role_identity": learner + rate + bytes(HELLO_BYTES - len(learner + rate))}

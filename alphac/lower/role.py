@@ -22,12 +22,11 @@ is checked against) and its sender's role code.
 from __future__ import annotations
 
 from alphac.dist.identity import COMPONENTS, digests, short
+from alphac.formats import CKPT_RECORD, FRAME_KINDS as KINDS
 from alphac.lower import ckpt
 from alphac.dist.plan import Plan
 from alphac.dist.structure import Leaf, Role, Star
 
-KINDS = {"hello": 1, "combine": 2, "deliver": 3, "gather-inputs": 4, "allgather-params": 5,
-         "allgather-state": 6, "publish": 7, "checkpoint": 8}
 
 
 def role_codes(plan: Plan) -> dict[str, int]:
@@ -37,6 +36,9 @@ def role_codes(plan: Plan) -> dict[str, int]:
 
 def code_of(plan: Plan, role: Role) -> int:
     return (role_codes(plan)[role.name] << 24) | (role.index or 0)
+
+
+REC = CKPT_RECORD.size
 
 
 class RoleLowering:
@@ -264,14 +266,14 @@ class RoleLowering:
             elif a.op == "recv":
                 n = self.records_from(a.peer)
                 lines.append(f"frame_recv({self.fd(a.peer)}, {code_of(self.plan, a.peer)}, "
-                             f"{KINDS['checkpoint']}, v, ck_recs + {160 * at}, {160 * n});")
+                             f"{KINDS['checkpoint']}, v, ck_recs + {REC * at}, {REC * n});")
                 at += n
             elif a.op == "send":
                 if self.owner:
                     lines.append(f"frame_send({self.fd(a.peer)}, {KINDS['checkpoint']}, v, ck_recs, "
-                                 f"{160 * len(self.holdings())});")
+                                 f"{REC * len(self.holdings())});")
                 else:
-                    lines.append(f"frame_send({self.fd(a.peer)}, {KINDS['checkpoint']}, v, ck_sub, 160);")
+                    lines.append(f"frame_send({self.fd(a.peer)}, {KINDS['checkpoint']}, v, ck_sub, {REC});")
         self.ck_records = max(at, len(self.lr.states))
         return lines
 
@@ -308,7 +310,7 @@ class RoleLowering:
                 f"const HAS_PARENT = {1 if self.parent else 0};",
                 f"const PARENT_CODE = {code_of(plan, self.parent) if self.parent else -1};"]
         head += [f"const ID_{c.upper()} = {short(dg[c])};" for c in COMPONENTS]
-        head += ["data role_identity: [u8; 192] = extern;",
+        head += ["data role_identity: [u8; HELLO_BYTES] = extern;",
                  f"data role_name: [u8] = \"{role}\\0\";",
                  "global fd_parent: [i64; 1];",
                  f"global fd_child: [i64; {max(1, len(kids))}];",

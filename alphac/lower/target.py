@@ -25,6 +25,8 @@ class Target:
     constants: tuple[tuple[str, int], ...] = ()   # ABI constants that differ per ISA (O_DIRECTORY)
 
     def prelude(self) -> str:
-        """The runtime-language constants for this target's system calls and ABI."""
+        """The runtime-language constants for this target's system calls and ABI, and those of
+        the binary formats every target shares (alphac.formats)."""
+        from alphac import formats
         out = "".join(f"const SYS_{name} = {nr};\n" for name, nr in sorted(self.syscalls.items()))
-        return out + "".join(f"const {name} = {v};\n" for name, v in self.constants)
+        return out + "".join(f"const {name} = {v};\n" for name, v in self.constants) + formats.prelude()

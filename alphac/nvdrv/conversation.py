@@ -54,6 +54,7 @@ import re
 import struct
 from dataclasses import dataclass, field
 
+from alphac.formats import CONV_EXPECTS, CONV_HEADER_WORDS, CONV_OPS, CONV_PATCHES, CONV_REFUSALS
 from alphac.nvdrv import abi
 from alphac.nvdrv.abi import CLASSES, CONSTANTS, CTRL_CMDS, NV_IOCTLS, STRUCTS, UVM_IOCTLS
 from alphac.nvdrv.host import GpuHost
@@ -62,13 +63,15 @@ from alphac.nvdrv.image import CHANNEL_RANGE, GPFIFO_ENTRIES, GpuImage
 O_RDWR, O_CLOEXEC = 0x2, 0x80000
 PROT_RW = 0x3
 MAP_SHARED, MAP_FIXED_NOREPLACE = 0x01, 0x100000
-OPEN, IOCTL, MMAP, CLOSE, FIND, EXPECT, MARK = range(1, 8)
+# the record format's codes: one table, alphac.formats (nvdrv.rt reads the same)
+OPEN, IOCTL, MMAP, CLOSE, FIND, EXPECT, MARK = (CONV_OPS[k] for k in
+                                                ("open", "ioctl", "mmap", "close", "find", "expect", "mark"))
 OP_NAMES = {OPEN: "openat", IOCTL: "ioctl", MMAP: "mmap", CLOSE: "close", FIND: "find",
             EXPECT: "expect", MARK: "mark"}
-SLOT, ADDR, COPY = 1, 2, 3
-REFUSE_UUID, REFUSE_HOST = 1, 2
-EXPECT_BYTES, EXPECT_STRING, EXPECT_GE = 1, 2, 3
-HEADER_WORDS = 10
+SLOT, ADDR, COPY = CONV_PATCHES["slot"], CONV_PATCHES["addr"], CONV_PATCHES["copy"]
+REFUSE_UUID, REFUSE_HOST = CONV_REFUSALS["device-uuid"], CONV_REFUSALS["nvidia-plan-host"]
+EXPECT_BYTES, EXPECT_STRING, EXPECT_GE = CONV_EXPECTS["bytes"], CONV_EXPECTS["string"], CONV_EXPECTS["ge"]
+HEADER_WORDS = CONV_HEADER_WORDS
 NV_MAX_DEVICES = CONSTANTS["NV_MAX_DEVICES"]
 # Video memory is allocated with these NVOS32 attributes and flags (tinygrad's _gpu_alloc),
 # system memory with tinygrad's _gpu_system_alloc ones. format 6 is tinygrad's value too.

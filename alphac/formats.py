@@ -1,0 +1,176 @@
+"""The binary formats shared by the compiler and the runtime, each as one table.
+
+Each `Layout` is a record's fields (name, offset, type). The runtime reads them as constants
+that every program's prelude defines (`prelude()`: `FH_KIND`, `CKR_LO`, ... and `FH_BYTES`);
+the Python side packs and unpacks with `Layout.unpack`/`pack`; the docs' tables are tested
+against `Layout.doc_rows()`. So a format changes in this file and nowhere else.
+
+    FRAME        the 96-byte header of every frame between roles (alphac/runtime/net.rt)
+    FRAME_KINDS  the message kinds a frame carries
+    CKPT_HEADER  a checkpoint manifest's 128-byte header (alphac/runtime/ckpt.rt)
+    CKPT_RECORD  its 160-byte records
+    CONV_*       the driver conversation's record header, opcodes, patch, expectation and
+                 refusal kinds (alphac/nvdrv/conversation.py writes it, nvdrv.rt reads it)
+
+Requires nothing. Guarantees: offsets are checked at import (fields in order, no overlap,
+inside the record).
+"""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+SIZES = {"u8": 1, "u16": 2, "u32": 4, "u64": 8}
+CODES = {"u8": "B", "u16": "H", "u32": "I", "u64": "Q"}
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str
+    offset: int
+    type: str                 # u8 u16 u32 u64, or bytes<N> (raw, or zero-padded text)
+    doc: str
+
+    @property
+    def size(self) -> int:
+        return SIZES.get(self.type) or int(self.type[len("bytes"):])
+
+
+@dataclass(frozen=True)
+class Layout:
+    title: str
+    prefix: str               # the runtime's constants: PREFIX_FIELD offsets, PREFIX_BYTES
+    size: int
+    fields: tuple[Field, ...]
+
+    def __post_init__(self) -> None:
+        at = 0
+        for f in self.fields:
+            assert f.offset >= at, f"{self.title}: {f.name} overlaps"
+            at = f.offset + f.size
+        assert at <= self.size, f"{self.title}: fields pass the end"
+
+    def field(self, name: str) -> Field:
+        return next(f for f in self.fields if f.name == name)
+
+    def offset(self, name: str) -> int:
+        return self.field(name).offset
+
+    def constants(self) -> dict[str, int]:
+        out = {f"{self.prefix}_{f.name.upper()}": f.offset for f in self.fields}
+        out[f"{self.prefix}_BYTES"] = self.size
+        return out
+
+    def unpack(self, data: bytes, at: int = 0) -> dict[str, int | bytes]:
+        out: dict[str, int | bytes] = {}
+        for f in self.fields:
+            if f.type in CODES:
+                (out[f.name],) = struct.unpack_from("<" + CODES[f.type], data, at + f.offset)
+            else:
+                out[f.name] = bytes(data[at + f.offset: at + f.offset + f.size])
+        return out
+
+    def pack(self, **values) -> bytes:
+        buf = bytearray(self.size)
+        for f in self.fields:
+            v = values.get(f.name, 0 if f.type in CODES else b"")
+            if f.type in CODES:
+                struct.pack_into("<" + CODES[f.type], buf, f.offset, v)
+            else:
+                assert len(v) <= f.size, (f.name, len(v))
+                buf[f.offset:f.offset + len(v)] = v
+        return bytes(buf)
+
+    def doc_rows(self) -> list[str]:
+        """Markdown table rows `| offset | type | field: meaning |`, as the docs show them."""
+        return [f"| {f.offset} | {f.type} | {f.name}: {f.doc} |" for f in self.fields]
+
+
+def _fields(*rows: tuple[str, int, str, str]) -> tuple[Field, ...]:
+    return tuple(Field(*r) for r in rows)
+
+
+# -- frames between roles (DESIGN.md contract 5) --------------------------------------------------
+FRAME_MAGIC = 0x48504C41                  # "ALPH"
+FRAME_FORMAT = 1
+FRAME = Layout("frame header", "FH", 96, _fields(
+    ("magic", 0, "u32", 'the bytes "ALPH"'),
+    ("format", 4, "u16", "the frame format, 1"),
+    ("kind", 6, "u16", "the message kind (FRAME_KINDS)"),
+    ("sender", 8, "u32", "the sender's role code: its index node << 24 | its index"),
+    ("length", 12, "u32", "payload bytes; the receiver knows exactly how many it expects"),
+    ("learner", 16, "u64", "the first 8 bytes of the learner digest"),
+    ("rate", 24, "u64", "... of the rate digest (the constants)"),
+    ("contract", 32, "u64", "... of the numerical contract's digest"),
+    ("combine", 40, "u64", "... of the combine order's digest"),
+    ("membership", 48, "u64", "... of the membership's digest"),
+    ("plan", 56, "u64", "... of the plan's digest (split, strategy, placement)"),
+    ("epoch", 64, "u64", "the epoch"),
+    ("version", 72, "u64", "the step the frame belongs to"),
+    ("checksum", 80, "u64", "sum64 of the header (this field zero), then of the payload"),
+    ("reserved", 88, "u64", "zero"),
+))
+FRAME_KINDS = {"hello": 1, "combine": 2, "deliver": 3, "gather-inputs": 4, "allgather-params": 5,
+               "allgather-state": 6, "publish": 7, "checkpoint": 8}
+HELLO_BYTES = 192                         # the six 32-byte identity digests
+
+# -- checkpoint manifests (DESIGN.md contract 6) ---------------------------------------------------
+CKPT_MAGIC = b"ALPHCKPT"
+CKPT_FORMAT = 1
+CKPT_HEADER = Layout("checkpoint manifest header", "CKH", 128, _fields(
+    ("magic", 0, "bytes8", 'the bytes "ALPHCKPT"'),
+    ("format", 8, "u32", "the manifest format, 1"),
+    ("kind", 12, "u32", "0 the root manifest, 1 a sub-manifest"),
+    ("learner", 16, "bytes32", "the learner digest"),
+    ("rate", 48, "bytes32", "the rate digest"),
+    ("epoch", 80, "u64", "the capture's epoch"),
+    ("version", 88, "u64", "the capture's step"),
+    ("count", 96, "u64", "the number of records after the header"),
+    ("layout", 104, "u64", "0 flat (a star or one process), else the fan-out of the hierarchy"),
+    ("owner_lo", 112, "u64", "the first owner the manifest covers"),
+    ("owner_hi", 120, "u64", "one past the last"),
+))
+CKPT_RECORD = Layout("checkpoint manifest record", "CKR", 160, _fields(
+    ("kind", 0, "u32", "1 a shard, 2 a sub-manifest"),
+    ("writer", 4, "u32", "the owner that wrote the shard"),
+    ("lo", 8, "u64", "a shard: its first coordinate; a sub-manifest: its first owner"),
+    ("hi", 16, "u64", "one past the last"),
+    ("sha256", 24, "bytes32", "the SHA-256 of the file"),
+    ("state", 56, "bytes32", "a shard's state name, zero padded"),
+    ("path", 88, "bytes72", "the file's path relative to the checkpoint, zero padded"),
+))
+CKPT_SHARD, CKPT_SUB = 1, 2
+CKPT_TRAILER = 32                         # a SHA-256 of everything before it
+
+# -- the driver conversation (alphac/nvdrv/conversation.py) --------------------------------------
+CONV_HEADER_WORDS = 10                    # op, a0..a6, npatch, nsave
+CONV_ITEM_WORDS = 4                       # a patch (dst, size, kind, value) or a save
+CONV_OPS = {"open": 1, "ioctl": 2, "mmap": 3, "close": 4, "find": 5, "expect": 6, "mark": 7}
+CONV_PATCHES = {"slot": 1, "addr": 2, "copy": 3}
+CONV_EXPECTS = {"bytes": 1, "string": 2, "ge": 3}
+CONV_REFUSALS = {"device-uuid": 1, "nvidia-plan-host": 2}
+
+LAYOUTS = (FRAME, CKPT_HEADER, CKPT_RECORD)
+
+
+def constants() -> dict[str, int]:
+    """Every constant the runtime reads from this file, by name."""
+    out: dict[str, int] = {}
+    for lay in LAYOUTS:
+        out.update(lay.constants())
+    out.update(FRAME_MAGIC=FRAME_MAGIC, FRAME_FORMAT=FRAME_FORMAT, HELLO_BYTES=HELLO_BYTES,
+               CKPT_FORMAT=CKPT_FORMAT, CKPT_SHARD=CKPT_SHARD, CKPT_SUB=CKPT_SUB,
+               CKPT_TRAILER=CKPT_TRAILER, NV_HEADER_WORDS=CONV_HEADER_WORDS,
+               NV_ITEM_WORDS=CONV_ITEM_WORDS)
+    for name, code in FRAME_KINDS.items():
+        out["KIND_" + name.upper().replace("-", "_")] = code
+    for table, prefix in ((CONV_OPS, "NV_"), (CONV_PATCHES, "NV_PATCH_"),
+                          (CONV_EXPECTS, "NV_EXPECT_"), (CONV_REFUSALS, "NV_REFUSE_")):
+        for name, code in table.items():
+            out[prefix + name.upper().replace("-", "_")] = code
+    return out
+
+
+def prelude() -> str:
+    """The runtime-language constants of every shared format (part of every prelude)."""
+    return "".join(f"const {k} = {v};\n" for k, v in sorted(constants().items()))
