@@ -1,14 +1,19 @@
-"""Generated documentation: the tables of codes become docs/diagnostics.md and docs/refusals.md.
+"""Generated documentation: the tables of codes become docs/diagnostics.md and docs/refusals.md,
+and the binary formats' tables (alphac.formats) the marked sections of docs/runtime.md and
+docs/checkpoints.md (between `<!-- format:NAME -->` and `<!-- end format -->`).
 
-`python -m alphac.docs` rewrites both; tests check that the committed files equal what this
-module generates, so a code cannot be added without its documentation.
+`python -m alphac.docs` rewrites them; tests check that the committed files equal what this
+module generates, so a code or a field cannot change without its documentation.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
+from alphac import formats
 from alphac.diag import CODES
 from alphac.refusals import REFUSALS
+
+FORMAT_DOCS = {"runtime.md": ("FRAME", "FRAME_KINDS"), "checkpoints.md": ("CKPT_HEADER", "CKPT_RECORD")}
 
 
 def diagnostics_md() -> str:
@@ -34,11 +39,37 @@ def refusals_md() -> str:
     return "\n".join(out) + "\n"
 
 
+def format_table(name: str) -> str:
+    """The markdown table of one shared format (alphac.formats)."""
+    if name == "FRAME_KINDS":
+        rows = [f"| {code} | `{kind}` |" for kind, code in formats.FRAME_KINDS.items()]
+        return "\n".join(["| kind | message |", "| --- | --- |"] + rows)
+    lay = getattr(formats, name)
+    head = [f"| offset | type | {lay.title} ({lay.size} bytes) |", "| --- | --- | --- |"]
+    return "\n".join(head + lay.doc_rows())
+
+
+def with_formats(text: str) -> str:
+    """`text` with every marked format section regenerated."""
+    out, skipping = [], False
+    for line in text.split("\n"):
+        if skipping and line != "<!-- end format -->":
+            continue
+        skipping = False
+        out.append(line)
+        if line.startswith("<!-- format:") and line.endswith(" -->"):
+            out.append(format_table(line[len("<!-- format:"):-len(" -->")]))
+            skipping = True
+    return "\n".join(out)
+
+
 def main() -> None:
     docs = Path(__file__).resolve().parent.parent / "docs"
     docs.mkdir(exist_ok=True)
     (docs / "diagnostics.md").write_text(diagnostics_md())
     (docs / "refusals.md").write_text(refusals_md())
+    for name in FORMAT_DOCS:
+        (docs / name).write_text(with_formats((docs / name).read_text()))
 
 
 if __name__ == "__main__":

@@ -97,7 +97,7 @@ FRAME = Layout("frame header", "FH", 96, _fields(
     ("magic", 0, "u32", 'the bytes "ALPH"'),
     ("format", 4, "u16", "the frame format, 1"),
     ("kind", 6, "u16", "the message kind (FRAME_KINDS)"),
-    ("sender", 8, "u32", "the sender's role code: its index node << 24 | its index"),
+    ("sender", 8, "u32", "the sender's role code: (its index node << 24) + its index"),
     ("length", 12, "u32", "payload bytes; the receiver knows exactly how many it expects"),
     ("learner", 16, "u64", "the first 8 bytes of the learner digest"),
     ("rate", 24, "u64", "... of the rate digest (the constants)"),
