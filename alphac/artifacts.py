@@ -129,9 +129,9 @@ def build_learner_recipe(recipe: dict) -> Built:
 @catalogue
 def example_learners() -> list[tuple[str, dict]]:
     """Every examples/*.alpha for every target: `learners/<name>.<target>`."""
-    from alphac.build import targets
+    from alphac.lower.target import ISAS
     return [(f"learners/{src.stem}.{t}", learner_recipe(src.as_posix(), t))
-            for src in sorted(Path("examples").glob("*.alpha")) for t in sorted(targets())]
+            for src in sorted(Path("examples").glob("*.alpha")) for t in sorted(ISAS)]
 
 
 # ---- GPU owners --------------------------------------------------------------------------------
@@ -279,7 +279,6 @@ def example_roles() -> list[tuple[str, dict]]:
 
 
 # ---- GPU code: one cubin per kernel, per SM version ----------------------------------------------
-GPU_SMS = (86, 90)
 
 
 @__import__("functools").lru_cache(maxsize=16)
@@ -306,13 +305,14 @@ def example_cubins() -> list[tuple[str, dict]]:
     """Every kernel of the five reference learners for sm_86 and sm_90:
     `gpu/<learner>/sm_<N>/<kernel>.cubin`. Needs ptxas (the build refuses without it)."""
     from alphac.driver import compile_file
+    from alphac.lower.target import gpu_sms
     from alphac.ptx.kernels import kernels
     out = []
     for src in sorted(Path("examples").glob("*.alpha")):
         if src.stem == "fleet_lsq":
             continue
         lr = compile_file(src).learner
-        for sm in GPU_SMS:
+        for sm in gpu_sms():
             for k in kernels(lr, sm):
                 out.append((f"gpu/{src.stem}/sm_{sm}/{k.name}.cubin",
                             {"kind": "cubin", "source": src.as_posix(), "sm": sm, "kernel": k.name}))

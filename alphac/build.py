@@ -21,7 +21,7 @@ from alphac.lower.assemble import Text, assemble
 from alphac.lower.lir import Program
 from alphac.lower.regalloc import allocate
 from alphac.lower.rt_lower import lower_program
-from alphac.lower.target import Target
+from alphac.lower.target import Target, UnknownTarget, gpu_targets, target as target_record
 from alphac.runtime import source
 
 
@@ -29,22 +29,12 @@ class BuildError(Exception):
     """A build that cannot be done (an unsupported target, say); carries a refusal name."""
 
 
-def targets() -> dict[str, Target]:
-    from alphac.x86_64 import TARGET as X86
-    out = {"x86_64": X86}
-    try:
-        from alphac.aarch64 import TARGET as A64
-        out["aarch64"] = A64
-    except ImportError:
-        pass
-    return out
-
-
 def target(name: str) -> Target:
-    t = targets().get(name)
-    if t is None:
-        raise BuildError(f"unsupported target `{name}` (supported: {', '.join(sorted(targets()))})")
-    return t
+    """The target record of ISA `name` (the registry: alphac.lower.target); BuildError else."""
+    try:
+        return target_record(name)
+    except UnknownTarget as e:
+        raise BuildError(str(e)) from None
 
 
 @dataclass
@@ -103,8 +93,8 @@ def link_program(prog: Program, tgt: Target) -> tuple[bytes, Text, dict[str, int
             data = bytes(blob) if sec != ".bss" else b""
             sections.append(Section(sec, data, size=len(blob)))
     relocs = [Reloc(".text", off, kind, sym, addend) for off, kind, sym, addend in text.relocs]
-    elf = link(tgt.name, sections, symbols, relocs, "_start", tgt.apply_reloc)
-    return elf, text, layout(tgt.name, sections)
+    elf = link(tgt, sections, symbols, relocs, "_start", tgt.apply_reloc)
+    return elf, text, layout(tgt, sections)
 
 
 def build_learner(lr: Learner, target_name: str) -> Image:
@@ -131,8 +121,6 @@ def build_role(plan, role, target_name: str | None = None) -> Image:
 
 # -- GPU owners ----------------------------------------------------------------------------------
 GPU_RUNTIME = ("core", "sha256", "nvdrv", "gpu")
-GPU_ISAS = ("x86_64",)                    # the GPU owner is an x86-64 executable
-GPU_SMS = (86, 90)
 
 
 @dataclass
@@ -180,11 +168,11 @@ def build_gpu_owner(lr: Learner, target_name: str, host, ptxas_path: str | None 
     from alphac.lower import gpu as gpu_lowering
     from alphac.nvdrv import conversation, image
     from alphac.ptx.ptxas import PtxasMissing, find_ptxas
-    isa, sm = split_target(target_name)
-    if isa not in GPU_ISAS or sm not in GPU_SMS:
+    if target_name not in gpu_targets():
         raise _gpu_error("E0124", f"unsupported GPU target `{target_name}`",
                          "a GPU owner is an x86-64 executable for sm_86 (Ampere) or sm_90 "
-                         "(Hopper): x86_64+sm_86 or x86_64+sm_90")
+                         "(Hopper): " + " or ".join(gpu_targets()))
+    isa, sm = split_target(target_name)
     if host is None:
         raise _gpu_error("E0122", f"target `{target_name}` needs the GPU host it is built for",
                          "give --gpu-host FILE, or --gpu-uuid, --gpu-product, --gpu-memory and "

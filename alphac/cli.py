@@ -16,15 +16,12 @@ from alphac import __version__
 from alphac.diag import CODES, CompileError, explain
 from alphac.refusals import Refusal
 
-TARGETS = ("x86_64", "aarch64")
-GPU_TARGETS = ("x86_64+sm_86", "x86_64+sm_90")
-
-
 def _target(text: str) -> str:
     """An ISA, or ISA+sm_NN for a GPU owner (checked further by the build: E0124)."""
-    isa = text.partition("+")[0]
-    if isa not in TARGETS:
-        raise argparse.ArgumentTypeError(f"unknown target {text!r} (targets: {', '.join(TARGETS + GPU_TARGETS)})")
+    from alphac.lower.target import ISAS, gpu_targets
+    if text.partition("+")[0] not in ISAS:
+        known = ", ".join(ISAS + gpu_targets())
+        raise argparse.ArgumentTypeError(f"unknown target {text!r} (targets: {known})")
     return text
 
 HELP = """\

@@ -27,6 +27,7 @@ from elftools.elf.elffile import ELFFile
 from hypothesis import given, settings, strategies as st
 
 from alphac.elf.writer import LinkError, Reloc, Section, Symbol, layout, link
+from alphac.lower.target import target
 
 MSG = b"hello from alphac\n"
 PAGE = {"x86_64": 0x1000, "aarch64": 0x10000}
@@ -140,7 +141,7 @@ def program(machine: str):
 
 def build(machine: str, **change) -> bytes:
     sections, symbols, relocs = program(machine)
-    args = dict(machine=machine, sections=sections, symbols=symbols, relocs=relocs,
+    args = dict(machine=target(machine), sections=sections, symbols=symbols, relocs=relocs,
                 entry="_start", apply_reloc=apply_reloc)
     args.update(change)
     return link(**args)
@@ -212,7 +213,7 @@ def test_sections_inside_segments(exe):
                      ".symtab", ".strtab", ".shstrtab"]
     assert elf.get_section_by_name(".bss")["sh_type"] == "SHT_NOBITS"
     loads = [seg for seg in elf.iter_segments() if seg["p_type"] == "PT_LOAD"]
-    predicted = layout(machine, program(machine)[0])
+    predicted = layout(target(machine), program(machine)[0])
     sections, _, _ = program(machine)
     for s in elf.iter_sections():
         if not s["sh_flags"] & 2:                             # SHF_ALLOC
@@ -255,7 +256,7 @@ def test_symbols(exe):
     machine, data, _ = exe
     elf = _elf(data)
     symtab = elf.get_section_by_name(".symtab")
-    addr = layout(machine, program(machine)[0])
+    addr = layout(target(machine), program(machine)[0])
     _, symbols, _ = program(machine)
     syms = list(symtab.iter_symbols())
     assert syms[0].name == "" and len(syms) == len(symbols) + 1
@@ -329,7 +330,7 @@ def test_empty_sections_left_out(machine):
                 Section(".bss", b"", size=0)]
     symbols = [Symbol("_start", ".text", 0, 1, "func", "global"),
                Symbol("data_end", ".data", 0, 0, "object")]
-    out = link(machine, sections, symbols, [], "_start", apply_reloc)
+    out = link(target(machine), sections, symbols, [], "_start", apply_reloc)
     _assert_readelf_quiet(out)
     elf = _elf(out)
     assert [s.name for s in elf.iter_sections()] == [
@@ -337,7 +338,7 @@ def test_empty_sections_left_out(machine):
     loads = [seg["p_flags"] for seg in elf.iter_segments() if seg["p_type"] == "PT_LOAD"]
     assert loads == [P_FLAGS.PF_R, P_FLAGS.PF_R | P_FLAGS.PF_X]
     s, = elf.get_section_by_name(".symtab").get_symbol_by_name("data_end")
-    assert s["st_value"] == layout(machine, sections)[".data"]
+    assert s["st_value"] == layout(target(machine), sections)[".data"]
 
 
 BSS_ONLY = {  # exit 3 if the last word of a large .bss reads as zero
@@ -359,7 +360,7 @@ def test_bss_only_segment_runs(machine, tmp_path):
     symbols = [Symbol("_start", ".text", 0, len(code), "func", "global"),
                Symbol("v", ".bss", 199996, 4, "object")]
     relocs = [Reloc(".text", off, kind, "v", addend) for off, kind, addend in fixups]
-    data = link(machine, sections, symbols, relocs, "_start", apply_reloc)
+    data = link(target(machine), sections, symbols, relocs, "_start", apply_reloc)
     _assert_readelf_quiet(data)
     rw, = [seg for seg in _elf(data).iter_segments() if seg["p_type"] == "PT_LOAD"
            and seg["p_flags"] == P_FLAGS.PF_R | P_FLAGS.PF_W]
@@ -381,11 +382,11 @@ def test_layout_invariants(machine, text, rodata, data, bss):
                 Section(".rodata", bytes([1]) * rodata[0], align=rodata[1]),
                 Section(".data", bytes([2]) * data[0], align=data[1]),
                 Section(".bss", b"", size=bss[0], align=bss[1])]
-    out = link(machine, sections, [Symbol("_start", ".text", 0, 1, "func", "global")], [],
+    out = link(target(machine), sections, [Symbol("_start", ".text", 0, 1, "func", "global")], [],
                "_start", apply_reloc)
     _assert_readelf_quiet(out)
     elf = _elf(out)
-    predicted = layout(machine, sections)
+    predicted = layout(target(machine), sections)
     loads = [seg for seg in elf.iter_segments() if seg["p_type"] == "PT_LOAD"]
     page = PAGE[machine]
     for a, b in zip(loads, loads[1:]):                        # own pages, in order, no overlap
@@ -431,7 +432,7 @@ def test_section_name_outside_allowed_set(name):
     with pytest.raises(LinkError, match="not allowed"):
         build("aarch64", sections=sections + [Section(name, b"x")])
     with pytest.raises(LinkError, match="not allowed"):
-        layout("aarch64", sections + [Section(name, b"x")])
+        layout(target("aarch64"), sections + [Section(name, b"x")])
 
 
 @pytest.mark.parametrize("bad", [
@@ -449,17 +450,17 @@ def test_bad_symbols(bad):
 
 def test_other_bad_inputs():
     with pytest.raises(LinkError, match="machine"):
-        build("riscv64")
+        layout("riscv64", [Section(".text", b"\x90")])
     with pytest.raises(LinkError, match=".bss"):
-        layout("x86_64", [Section(".text", b"\x90"), Section(".bss", b"\0", size=1)])
+        layout(target("x86_64"), [Section(".text", b"\x90"), Section(".bss", b"\0", size=1)])
     with pytest.raises(LinkError, match="align"):
-        layout("x86_64", [Section(".text", b"\x90", align=3)])
+        layout(target("x86_64"), [Section(".text", b"\x90", align=3)])
     with pytest.raises(LinkError, match="align"):
-        layout("x86_64", [Section(".text", b"\x90", align=0x2000)])
+        layout(target("x86_64"), [Section(".text", b"\x90", align=0x2000)])
     with pytest.raises(LinkError, match="twice"):
-        layout("x86_64", [Section(".text", b"\x90"), Section(".text", b"\x90")])
+        layout(target("x86_64"), [Section(".text", b"\x90"), Section(".text", b"\x90")])
     with pytest.raises(LinkError, match=".text"):
-        layout("x86_64", [Section(".data", b"\x90")])
+        layout(target("x86_64"), [Section(".data", b"\x90")])
     _, _, relocs = program("x86_64")
     with pytest.raises(LinkError, match="offset"):
         build("x86_64", relocs=relocs + [Reloc(".rodata", len(MSG), "R_X86_64_PC32", "msg")])

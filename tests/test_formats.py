@@ -29,7 +29,7 @@ def test_layouts_pack_and_unpack(lay):
 
 
 def test_every_target_prelude_carries_the_formats():
-    from alphac.build import targets
+    from alphac.lower.target import targets
     for t in targets().values():
         text = t.prelude()
         for name, value in formats.constants().items():

@@ -14,7 +14,7 @@ import pytest
 
 from conftest import ROOT, alphac
 from alphac import artifacts, manifest
-from alphac.build import targets
+from alphac.lower.target import targets
 
 EXAMPLE_NAMES = sorted(p.stem for p in (ROOT / "examples").glob("*.alpha"))
 CHECK = Path("reproducible") / "check.py"

@@ -10,6 +10,7 @@ from __future__ import annotations
 from alphac.aarch64 import abi, select as _select
 from alphac.aarch64.encode import Imm, Label, encode_bytes, patch_add_lo12, patch_adrp
 from alphac.lower.assemble import MI
+from alphac.elf.writer import EM_AARCH64
 from alphac.lower.target import Target
 
 RELOC_OF = {"adrp": "adrp", "add": "add_lo12"}     # mnemonic -> relocation kind of its address
@@ -51,5 +52,7 @@ TARGET = Target(
     apply_reloc=apply_reloc,
     text_pad=encode_bytes("brk", Imm(0)),            # 4 bytes: tiles the 16-byte alignment
     capstone=("CS_ARCH_ARM64", "CS_MODE_ARM"),
+    elf_machine=EM_AARCH64,
+    page_size=0x10000,               # 64 KiB, so that kernels with 64K pages load it
     constants=(("O_DIRECTORY", 0x4000),)
 )

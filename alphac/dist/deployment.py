@@ -23,9 +23,9 @@ from alphac.diag import Sink, Source, Span
 from alphac.dist.structure import (MAX_FANOUT, Hierarchy, Leaf, Node, Ranges, Role, Star,
                                    coverage_problem, tree_leaves, tree_text)
 from alphac.ir.learner import Learner
+from alphac.lower.target import ISAS
 from alphac.parse.deploy import DeploymentDecl, RoleRef, StrategyDecl
 
-TARGETS = ("x86_64", "aarch64")
 CLASSES = ("params", "state", "gradients")
 
 
@@ -397,9 +397,9 @@ class DeploymentChecker:
         return roles[0].index
 
     def target_name(self, tok, span):
-        if tok.text not in TARGETS:
+        if tok.text not in ISAS:
             self.err("E0111", tok.span, f"unsupported target `{tok.text}`",
-                     hint="targets: " + ", ".join(TARGETS))
+                     hint="targets: " + ", ".join(ISAS))
             return None
         return tok.text
 

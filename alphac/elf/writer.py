@@ -75,11 +75,6 @@ NOTE_ALIGN = 4
 META_ALIGN = 8                           # .symtab and the section header table
 STACK_ALIGN = 16                         # p_align of PT_GNU_STACK
 
-# machine name -> (e_machine, page size): 64 KiB on AArch64 so 64K-page kernels load it.
-MACHINES = {
-    "x86_64": (EM_X86_64, 0x1000),
-    "aarch64": (EM_AARCH64, 0x10000),
-}
 
 # section name -> (sh_type, sh_flags); the order is the file and address order.
 SECTION_ORDER = {
@@ -167,10 +162,11 @@ def _note() -> bytes:
     return NHDR.pack(len(NOTE_NAME), BUILD_ID_SIZE, NT_GNU_BUILD_ID) + NOTE_NAME + bytes(BUILD_ID_SIZE)
 
 
-def _check_sections(machine: str, sections) -> tuple[int, int, dict]:
-    if machine not in MACHINES:
-        raise LinkError(f"unknown machine {machine!r}; expected one of {sorted(MACHINES)}")
-    e_machine, page = MACHINES[machine]
+def _check_sections(machine, sections) -> tuple[int, int, dict]:
+    e_machine, page = getattr(machine, "elf_machine", None), getattr(machine, "page_size", None)
+    if not isinstance(e_machine, int) or not isinstance(page, int) or page & (page - 1):
+        raise LinkError(f"not a machine: {type(machine).__name__} (a target record, "
+                        "alphac.lower.target, with its ELF machine and page size)")
     by_name = {}
     for s in sections:
         if not isinstance(s, Section):
@@ -194,7 +190,7 @@ def _check_sections(machine: str, sections) -> tuple[int, int, dict]:
     return e_machine, page, by_name
 
 
-def _plan(machine: str, sections) -> _Plan:
+def _plan(machine, sections) -> _Plan:
     e_machine, page, secs = _check_sections(machine, sections)
     live = lambda name: name in secs and secs[name].size > 0
     emitted = [i == 0 or any(live(n) for n in names) for i, (_, names) in enumerate(SEGMENTS)]
@@ -233,7 +229,7 @@ def _plan(machine: str, sections) -> _Plan:
     return _Plan(e_machine, page, secs, placed, loads, note_offset, pos)
 
 
-def layout(machine: str, sections) -> dict[str, int]:
+def layout(machine, sections) -> dict[str, int]:
     """Section name -> virtual address that ``link`` gives it (for every given section)."""
     plan = _plan(machine, sections)
     return {name: p.vaddr for name, p in plan.placed.items()}
@@ -323,7 +319,7 @@ def _symtab(plan: _Plan, symbols: dict, shndx: dict) -> tuple[bytes, bytes, int]
     return b"".join(symtab), bytes(strtab), first_global
 
 
-def link(machine: str, sections, symbols, relocs, entry: str,
+def link(machine, sections, symbols, relocs, entry: str,
          apply_reloc: Callable[[str, bytearray, int, int, int], None]) -> bytes:
     """The bytes of a static executable; see the module docstring for what they guarantee."""
     plan = _plan(machine, sections)

@@ -1,10 +1,18 @@
-"""The target record: everything per-ISA that the shared passes call, in one place.
+"""The target record, and the one registry of targets.
 
-Each backend package (`alphac.x86_64`, `alphac.aarch64`) exports one `TARGET`. Nothing above the
-backends knows an instruction, a register name or a system-call number except through it.
+Each backend package (`alphac.x86_64`, `alphac.aarch64`) exports one `TARGET`: everything
+per-ISA that the shared passes call (the register file, instruction selection, encoding,
+relocations, system calls), its ELF machine and page size (the ELF writer reads them), and the
+GPU architectures a GPU owner on it may drive. Nothing above the backends knows an
+instruction, a register name or a system-call number except through it.
+
+`ISAS` lists the backends; `target(name)`, `targets()` and `gpu_targets()` are the registry the
+command line, the deployment checker, the build, the PTX renderer and the artifacts read.
+A backend that fails to import is an error, never a target quietly missing.
 """
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from typing import Callable
 
@@ -22,6 +30,9 @@ class Target:
     apply_reloc: Callable            # elf.writer apply_reloc
     text_pad: bytes                  # filler between functions (never executed)
     capstone: tuple[str, str]        # (arch, mode) constant names, for listings and tests
+    elf_machine: int                 # e_machine
+    page_size: int                   # the segments' alignment
+    gpu_sms: tuple[int, ...] = ()    # GPU architectures a GPU owner on this ISA drives
     constants: tuple[tuple[str, int], ...] = ()   # ABI constants that differ per ISA (O_DIRECTORY)
 
     def prelude(self) -> str:
@@ -30,3 +41,30 @@ class Target:
         from alphac import formats
         out = "".join(f"const SYS_{name} = {nr};\n" for name, nr in sorted(self.syscalls.items()))
         return out + "".join(f"const {name} = {v};\n" for name, v in self.constants) + formats.prelude()
+
+
+ISAS = ("x86_64", "aarch64")         # the backends, each the package alphac.<name>
+
+
+class UnknownTarget(ValueError):
+    pass
+
+
+def target(name: str) -> Target:
+    """The record of ISA `name`; UnknownTarget for any other name."""
+    if name not in ISAS:
+        raise UnknownTarget(f"unsupported target `{name}` (supported: {', '.join(ISAS)})")
+    return importlib.import_module(f"alphac.{name}").TARGET
+
+
+def targets() -> dict[str, Target]:
+    return {name: target(name) for name in ISAS}
+
+
+def gpu_sms() -> tuple[int, ...]:
+    return tuple(sorted({sm for t in targets().values() for sm in t.gpu_sms}))
+
+
+def gpu_targets() -> tuple[str, ...]:
+    """`ISA+sm_NN` for every GPU architecture of every ISA: x86_64+sm_86, x86_64+sm_90."""
+    return tuple(f"{t.name}+sm_{sm}" for t in targets().values() for sm in t.gpu_sms)

@@ -7,6 +7,7 @@ RIP-relative with an R_X86_64_PC32-style relocation) and `apply_reloc`.
 from __future__ import annotations
 
 from alphac.lower.assemble import MI
+from alphac.elf.writer import EM_X86_64
 from alphac.lower.target import Target
 from alphac.x86_64 import abi, select as _select
 from alphac.x86_64.encode import Mem, Rel, encode
@@ -44,5 +45,8 @@ TARGET = Target(
     apply_reloc=apply_reloc,
     text_pad=b"\xcc",
     capstone=("CS_ARCH_X86", "CS_MODE_64"),
+    elf_machine=EM_X86_64,
+    page_size=0x1000,
+    gpu_sms=(86, 90),                # the GPU owner is an x86-64 executable: Ampere, Hopper
     constants=(("O_DIRECTORY", 0x10000),)
 )
