@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
+from alphac.diag import BuildError
 from alphac.elf.writer import Reloc, Section, Symbol, layout, link
 from alphac.ir.learner import Learner
 from alphac.lower import learner as learner_lowering
@@ -23,10 +24,6 @@ from alphac.lower.regalloc import allocate
 from alphac.lower.rt_lower import lower_program
 from alphac.lower.target import Target, UnknownTarget, gpu_targets, target as target_record
 from alphac.runtime import source
-
-
-class BuildError(Exception):
-    """A build that cannot be done (an unsupported target, say); carries a refusal name."""
 
 
 def target(name: str) -> Target:

@@ -5,7 +5,7 @@ table of codes, each with a title and an explanation that `alphac explain CODE` 
 a `Source`, a message, and an optional hint. Passes append to a `Sink` and keep going where they
 can, so one run reports several errors; the driver renders them like a good C compiler:
 
-    examples/bad.alpha:3:12: error[E0020]: unknown name `wq`
+    bad.alpha:3:12: error[E0020]: unknown name `wq`
         3 | loss(i) = wq * x[i]
           |           ^^
         = hint: did you mean `w`?
@@ -112,6 +112,10 @@ class CompileError(Exception):
     def __init__(self, diagnostics: list[Diagnostic]):
         super().__init__("\n".join(d.render() for d in diagnostics))
         self.diagnostics = diagnostics
+
+
+class BuildError(Exception):
+    """A build that cannot be done (an unsupported target, a name a checkpoint cannot record)."""
 
 
 # The one table of diagnostic codes: code -> (title, explanation). `alphac explain` prints these,

@@ -15,7 +15,7 @@ from pathlib import Path
 from alphac.diag import CompileError, Diagnostic, Sink, Source
 from alphac.ir.autodiff import differentiate
 from alphac.ir.learner import Learner
-from alphac.parse.parser import parse
+from alphac.parse import parse
 from alphac.types.check import check
 
 

@@ -3,7 +3,7 @@
 An executable (and the reference interpreter, and the launcher) that refuses prints exactly one
 line `refused: NAME` on standard error and exits with the code below. Nothing is half-written: a
 refusal happens before the state is published. The table is lowered into every executable
-(`alphac.lower.runtime`) and documented in docs/refusals.md (generated from it; a test keeps the
+(`alphac.lower.rt_lower`) and documented in docs/refusals.md (generated from it; a test keeps the
 two equal). Exit codes start at 64 so that they never collide with 0 (success), 1 (diagnostics
 from the compiler) or 2 (the compiler's own usage errors).
 """

@@ -87,7 +87,7 @@ class Deployment:
 
 
 def strategy_library(sink: Sink) -> dict[str, StrategyDecl]:
-    from alphac.parse.parser import parse_library
+    from alphac.parse import parse_library
     text = resources.files("alphac.dist").joinpath("strategies.alpha").read_text()
     decls = parse_library(Source("alphac/dist/strategies.alpha", text), sink)
     return {d.name: d for d in decls if isinstance(d, StrategyDecl)}

@@ -13,6 +13,7 @@ Requires: state names of at most 31 bytes (they are stored in manifest records).
 """
 from __future__ import annotations
 
+from alphac.diag import BuildError
 from alphac.formats import CKPT_HEADER, CKPT_RECORD, HELLO_BYTES
 
 HDR, REC = CKPT_HEADER.size, CKPT_RECORD.size
@@ -36,7 +37,6 @@ def declarations(lr, records: int) -> list[str]:
 def check_names(lr) -> None:
     for s in lr.states:
         if len(s.name.encode()) > 31:
-            from alphac.build import BuildError
             raise BuildError(f"state `{s.name}` has a name over 31 bytes; checkpoints record names "
                              f"of at most 31")
 

@@ -17,7 +17,7 @@
       replicate params
     }
 
-Requires: the `Parser` of alphac.parse.parser (registered in its `DECL_PARSERS`). Guarantees:
+Requires: the `Parser` of alphac.parse.parser (alphac.parse adds these to its table). Guarantees:
 a `DeploymentDecl` or `StrategyDecl` whose items keep their spans; meaning is checked by
 `alphac.dist`. `samples even`, `partition even` and `owner[*]` describe fleets without listing
 their members.
@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from alphac.diag import Span
-from alphac.parse.parser import DECL_PARSERS, Parser, _Bail
+from alphac.parse.parser import Parser, _Bail
 
 
 @dataclass(frozen=True)
@@ -266,5 +266,3 @@ def parse_strategy(p: Parser) -> StrategyDecl:
                         kw.span.to(span))
 
 
-DECL_PARSERS["deployment"] = parse_deployment
-DECL_PARSERS["strategy"] = parse_strategy

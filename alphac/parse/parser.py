@@ -22,11 +22,12 @@ Grammar (docs/language.md has the full description):
 
 Requires: tokens from `lexer.lex`. Guarantees: never raises on any token list; on a syntax
 error it reports E0010/E0011, skips to the next declaration and goes on, so one run reports
-several errors. Deployment blocks are parsed by `alphac.parse.deploy` through `DECL_PARSERS`.
+several errors. The parser of each declaration is a table, `DECL_PARSERS`; `alphac.parse`
+(the entry point, `parse`) adds the deployment and strategy parsers of `alphac.parse.deploy`.
 """
 from __future__ import annotations
 
-from alphac.diag import Sink, Source
+from alphac.diag import Sink
 from alphac.parse import ast
 from alphac.parse.lexer import Token, lex
 
@@ -39,11 +40,12 @@ DECL_KEYWORDS = ("data", "const", "param", "state", "loss", "update", "deploymen
 
 
 class Parser:
-    def __init__(self, tokens: list[Token], sink: Sink):
+    def __init__(self, tokens: list[Token], sink: Sink, decls: dict | None = None):
         self.toks = tokens
         self.pos = 0
         self.depth = 0
         self.sink = sink
+        self.decls = DECL_PARSERS if decls is None else decls
 
     # -- token helpers -----------------------------------------------------------------------
     @property
@@ -154,8 +156,8 @@ class Parser:
 
     def parse_decl(self) -> object:
         t = self.tok
-        if t.kind == "kw" and t.text in DECL_PARSERS:
-            return DECL_PARSERS[t.text](self)
+        if t.kind == "kw" and t.text in self.decls:
+            return self.decls[t.text](self)
         raise self.fail("a declaration (data, const, param, state, loss, update, deployment, "
                         "strategy)")
 
@@ -362,24 +364,3 @@ DECL_PARSERS = {
     "loss": Parser.parse_loss,
     "update": Parser.parse_update,
 }
-
-
-def parse(source: Source, sink: Sink) -> ast.Module:
-    """Lex and parse one Alpha file; diagnostics go to `sink`."""
-    import alphac.parse.deploy  # noqa: F401  (registers the deployment and strategy parsers)
-    return Parser(lex(source, sink), sink).parse_module()
-
-
-def parse_library(source: Source, sink: Sink) -> list[object]:
-    """Declarations without a `learner` header: the strategy library."""
-    import alphac.parse.deploy  # noqa: F401
-    p = Parser(lex(source, sink), sink)
-    decls = []
-    while True:
-        p.skip_newlines()
-        if p.at("eof"):
-            return decls
-        try:
-            decls.append(p.parse_decl())
-        except _Bail:
-            p.recover_to_decl()
