@@ -45,28 +45,31 @@ class Image:
     addresses: dict[str, int]
 
 
-RUNTIME = ("core", "sha256", "ckpt", "single")
-
-
 @lru_cache(maxsize=64)
 def _parsed(text: str, name: str) -> tuple:
     """The runtime's sources are parsed once per process (their trees are never modified)."""
     return tuple(rt.parse(text, name))
 
 
-def program_for(lr: Learner, tgt: Target, runtime=RUNTIME, extra: str = "",
+def runtime_items(name: str) -> tuple:
+    return _parsed(source(name), f"{name}.rt")
+
+
+def program_for(lr: Learner, tgt: Target, main: str = "single", extra: str = "",
                 blobs: dict[str, bytes] | None = None) -> tuple[Program, str]:
-    """LIR for a learner executable: the prelude, the runtime, the generated learner code."""
+    """LIR for an executable: the prelude, the runtime files its main file (`single.rt`,
+    `role.rt`, `gpu.rt`) uses, the generated learner code and `extra` (the role's or the GPU
+    owner's generated code), checked as modules (alphac.lower.rt.check_modules)."""
     gen, gen_blobs = learner_lowering.generate(lr)
-    items = list(_parsed(tgt.prelude(), "prelude.rt"))
-    for name in runtime:
-        items += _parsed(source(name), f"{name}.rt")
-    items += rt.parse(gen, f"{lr.name}.rt")
+    units = [("prelude.rt", list(_parsed(tgt.prelude(), "prelude.rt")), False)]
+    units += [(f"{m}.rt", list(runtime_items(m)), True) for m in rt.modules(main, runtime_items)]
+    units.append((f"{lr.name}.rt", rt.parse(gen, f"{lr.name}.rt"), False))
     if extra:
-        items += rt.parse(extra, "extra.rt")
+        units.append(("extra.rt", rt.parse(extra, "extra.rt"), False))
+    rt.check_modules(units)
     all_blobs = dict(gen_blobs)
     all_blobs.update(blobs or {})
-    return lower_program(items, all_blobs), gen
+    return lower_program([it for _, items, _ in units for it in items], all_blobs), gen
 
 
 def link_program(prog: Program, tgt: Target) -> tuple[bytes, Text, dict[str, int]]:
@@ -103,21 +106,17 @@ def build_learner(lr: Learner, target_name: str) -> Image:
     return Image(tgt, elf, text, prog, gen, addrs)
 
 
-ROLE_RUNTIME = ("core", "net", "sha256", "ckpt", "role")
-
-
 def build_role(plan, role, target_name: str | None = None) -> Image:
     """One role of a deployment: its projected program over the role runtime."""
     from alphac.lower.role import generate
     tgt = target(target_name or plan.dep.target_of(role))
     text, blobs = generate(plan, role)
-    prog, gen = program_for(plan.lr, tgt, runtime=ROLE_RUNTIME, extra=text, blobs=blobs)
+    prog, gen = program_for(plan.lr, tgt, main="role", extra=text, blobs=blobs)
     elf, code, addrs = link_program(prog, tgt)
     return Image(tgt, elf, code, prog, gen + "\n" + text, addrs)
 
 
 # -- GPU owners ----------------------------------------------------------------------------------
-GPU_RUNTIME = ("core", "sha256", "nvdrv", "gpu")
 
 
 @dataclass
@@ -190,6 +189,6 @@ def build_gpu_owner(lr: Learner, target_name: str, host, ptxas_path: str | None 
     conv = conversation.conversation(host, gpu)
     tgt = target(isa)
     text, blobs = gpu_lowering.generate(lr, gpu, conv)
-    prog, gen = program_for(lr, tgt, runtime=GPU_RUNTIME, extra=text, blobs=blobs)
+    prog, gen = program_for(lr, tgt, main="gpu", extra=text, blobs=blobs)
     elf, code, addrs = link_program(prog, tgt)
     return GpuBuild(Image(tgt, elf, code, prog, gen + "\n" + text, addrs), built, gpu, conv, tool)

@@ -26,7 +26,7 @@ def shadow_exe(name, target, tmp_path):
         for p in lr.params:
             calls.append(f'    rt_print_state("{p.name}", G_{p.name}, {p.size}, 0);')
     tgt = get_target(target)
-    prog, _ = program_for(lr, tgt, runtime=("core",), extra=MAIN % "\n".join(calls))
+    prog, _ = program_for(lr, tgt, main="core", extra=MAIN % "\n".join(calls))
     elf, _, _ = link_program(prog, tgt)
     path = tmp_path / f"shadow-{name}.{target}"
     path.write_bytes(elf)

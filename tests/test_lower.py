@@ -65,6 +65,9 @@ def test_allocation_never_shares_a_live_location_and_respects_calls():
     ("fn rt_start(sp: i64) -> i64 { return h(1); }", "unknown function"),
     ("fn f() {} fn f() {} fn rt_start(sp: i64) -> i64 { return 0; }", "defined twice"),
     ("fn rt_start(sp: i64) -> i64 { return 1 $ 2; }", "unexpected character"),
+    ('fn rt_start(sp: i64) -> i64 { refuse("usage\\q"); return 0; }', "unknown escape"),
+    ("fn rt_start(sp: i64) -> i64 { return 'ab'; }", "one byte"),
+    ("fn rt_start(sp: i64) -> i64 { let x: f64 = sp; return 0; }", "value of type i64"),
 ])
 def test_runtime_language_errors_are_named(bad, msg):
     with pytest.raises(rt.RtError, match=msg):
@@ -78,3 +81,56 @@ def test_lir_check_catches_bad_operands():
                                lir.Inst("ret", None, ())))
     with pytest.raises(ValueError, match="is not i"):
         lir.Program([fn]).check()
+
+
+def test_character_literals_are_bytes():
+    toks = rt.lex("let a = '/'; let b = '\\n'; let c = '\\x7f'; let d = '\\'';", "t.rt")
+    assert [t.value for t in toks if t.kind == "int"] == [47, 10, 127, 39]
+
+
+UNITS = {
+    "a": "use b;\nextern fn gen(x: i64) -> i64;\nfn fa() -> i64 { return fb() + gen(1); }\n",
+    "b": "fn fb() -> i64 { return 2; }\nfn hidden() -> i64 { return 3; }\n",
+    "c": "use a;\nfn fc() -> i64 { return hidden(); }\n",
+}
+
+
+def units(files, generated="fn gen(x: i64) -> i64 { return x; }"):
+    out = [(f"{f}.rt", rt.parse(UNITS[f], f"{f}.rt"), True) for f in files]
+    return out + [("gen.rt", rt.parse(generated, "gen.rt"), False)]
+
+
+def test_modules_see_only_what_they_use_and_declare():
+    rt.check_modules(units(["b", "a"]))
+    with pytest.raises(rt.RtError, match="`fc` reads `hidden`.*nor declared extern"):
+        rt.check_modules(units(["b", "a", "c"]))        # c uses a, not b
+    with pytest.raises(rt.RtError, match="extern fn `gen` is not defined"):
+        rt.check_modules(units(["b", "a"], generated="fn other() {}"))
+    with pytest.raises(rt.RtError, match="extern fn `gen` is declared"):
+        rt.check_modules(units(["b", "a"], generated="fn gen(x: f64) -> i64 { return 1; }"))
+    with pytest.raises(rt.RtError, match="uses `b`, which the program does not have"):
+        rt.check_modules(units(["a"]))
+
+
+def test_the_program_files_come_from_the_use_lines():
+    from alphac.build import runtime_items
+    assert rt.modules("single", runtime_items) == ["core", "sha256", "ckpt", "single"]
+    assert rt.modules("role", runtime_items) == ["core", "net", "sha256", "ckpt", "role"]
+    assert rt.modules("gpu", runtime_items) == ["core", "sha256", "nvdrv", "gpu"]
+    loop = {"x": rt.parse("use y;", "x.rt"), "y": rt.parse("use x;", "y.rt")}
+    with pytest.raises(rt.RtError, match="loop"):
+        rt.modules("x", loop.__getitem__)
+
+
+def test_every_use_line_is_needed():
+    """Each file a runtime file uses gives it at least one name it reads."""
+    from alphac.build import runtime_items
+    from alphac.runtime import source
+    from conftest import ROOT
+    for path in sorted((ROOT / "alphac" / "runtime").glob("*.rt")):
+        items = runtime_items(path.stem)
+        reads: set[str] = set()
+        for it in items:
+            rt._names(list(it[2:]) if it[0] != "fn" else it[4], reads)
+        for dep in rt.uses(items):
+            assert reads & set(rt.defined(runtime_items(dep))), f"{path.name} uses {dep} for nothing"

@@ -28,8 +28,18 @@ narrow loads). Other builtins: `syscall(nr, ...)`, `i2f`, `f2bits`, `bits2f`, `s
 memory, and devices, before any access after it), `refuse("NAME")` (alphac.refusals). `// line N` comments are
 ignored, but `#line N` directives set the Alpha source line that later instructions come from.
 
-This module is the lexer and parser; it requires nothing and guarantees a syntax tree or an
-`RtError` naming the file, line and column (runtime sources are ours: an error is a compiler bug).
+Each runtime file is a module: it opens with `use core, sha256;` (the files whose items it
+reads) and declares with `extern` what the code generated for a learner, a role or a GPU owner
+supplies (`extern fn learner_step();`, `extern const N_CHILDREN;`, `extern global msg;`). A
+file sees its own items, those of the files it uses (directly), its externs and the target's
+prelude; `check_modules` refuses anything else, and every extern must be defined, once, by the
+program with the signature it declares. `modules(entry)` is the list of files a program needs,
+derived from the `use` lines (each file after the files it uses). Character literals (`'/'`,
+`'\n'`) are integers; `let x: f64 = ...` is checked against the value's type.
+
+This module is the lexer, the parser and the module check; it requires nothing and guarantees a
+syntax tree or an `RtError` naming the file, line and column (runtime sources are ours: an
+error is a compiler bug).
 """
 from __future__ import annotations
 
@@ -97,23 +107,25 @@ def lex(text: str, name: str) -> list[Tok]:
             except ValueError:
                 raise RtError(f"{name}:{line}:{col}: bad number {word!r}")
             i = j
-        elif c == '"':
+        elif c in "\"'":
             j = i + 1
             buf = bytearray()
-            while j < n and text[j] != '"':
+            while j < n and text[j] != c and text[j] != "\n":
                 if text[j] == "\\":
-                    esc = text[j + 1]
-                    buf += {"n": b"\n", "t": b"\t", "0": b"\0", "\\": b"\\", '"': b'"'}.get(esc, b"")
-                    if esc == "x":
-                        buf.append(int(text[j + 2:j + 4], 16))
-                        j += 2
-                    j += 2
+                    byte, j = _escape(text, j, f"{name}:{line}:{col}")
+                    buf.append(byte)
                 else:
                     buf += text[j].encode()
                     j += 1
-            if j >= n:
-                raise RtError(f"{name}:{line}:{col}: unterminated string")
-            out.append(Tok("str", text[i:j + 1], line, col, bytes(buf)))
+            if j >= n or text[j] != c:
+                what = "character" if c == "'" else "string"
+                raise RtError(f"{name}:{line}:{col}: unterminated {what}")
+            if c == "'":
+                if len(buf) != 1:
+                    raise RtError(f"{name}:{line}:{col}: a character literal holds one byte")
+                out.append(Tok("int", text[i:j + 1], line, col, buf[0]))
+            else:
+                out.append(Tok("str", text[i:j + 1], line, col, bytes(buf)))
             i = j + 1
         elif text[i:i + 2] in PUNCT2:
             out.append(Tok("punct", text[i:i + 2], line, col))
@@ -127,13 +139,29 @@ def lex(text: str, name: str) -> list[Tok]:
     return out
 
 
+ESCAPES = {"n": 10, "t": 9, "0": 0, "\\": 92, '"': 34, "'": 39}
+
+
+def _escape(text: str, j: int, where: str) -> tuple[int, int]:
+    """The byte of the escape at text[j] (a backslash) and the index after it."""
+    esc = text[j + 1:j + 2]
+    if esc in ESCAPES:
+        return ESCAPES[esc], j + 2
+    digits = text[j + 2:j + 4]
+    if esc == "x" and len(digits) == 2 and all(ch in "0123456789abcdefABCDEF" for ch in digits):
+        return int(digits, 16), j + 4
+    raise RtError(f"{where}: unknown escape `\\{text[j + 1:j + 4]}` (escapes: \\n \\t \\0 \\\\ "
+                  f"\\\" \\' \\xHH)")
+
+
 # -- syntax tree: tuples tagged by their first element, kept small --------------------------------
 # expressions: ("int", v) ("float", v) ("str", bytes) ("name", n) ("call", f, [args])
 #              ("bin", op, a, b) ("un", op, a)
-# statements:  ("let", n, e) ("set", n, e) ("if", c, then, else) ("while", c, body)
+# statements:  ("let", n, e, type|None) ("set", n, e) ("if", c, then, else) ("while", c, body)
 #              ("break",) ("continue",) ("return", e|None) ("expr", e) ("line", n)
 # items:       ("fn", name, [(p, type)], ret, body) ("const", n, e) ("global", n, elem, count)
 #              ("var", n, elem, count, values) ("data", n, elem, count, values)
+#              ("use", [files]) ("extern", "fn", name, ([types], ret)) ("extern", "const"|"global", name)
 
 BINARY_PREC = [("||",), ("&&",), ("|",), ("^",), ("&",), ("==", "!="), ("<", "<=", ">", ">="),
                ("<<", ">>"), ("+", "-"), ("*", "/", "%")]
@@ -175,21 +203,27 @@ class Parser:
                 self.pos += 1
                 continue
             kw = self.ident()
-            if kw == "fn":
-                name = self.ident()
-                self.eat("(")
-                params = []
-                while not self.at(")"):
-                    p = self.ident()
-                    self.eat(":")
-                    params.append((p, self.ident()))
-                    if not self.at(")"):
-                        self.eat(",")
-                self.eat(")")
-                ret = None
-                if self.at("->"):
+            if kw == "use":
+                names = [self.ident()]
+                while self.at(","):
                     self.pos += 1
-                    ret = self.ident()
+                    names.append(self.ident())
+                self.eat(";")
+                out.append(("use", names))
+            elif kw == "extern":
+                kind = self.ident()
+                name = self.ident()
+                if kind == "fn":
+                    params, ret = self.signature()
+                    out.append(("extern", "fn", name, ([t for _, t in params], ret)))
+                elif kind in ("const", "global"):
+                    out.append(("extern", kind, name))
+                else:
+                    raise self.err(f"extern {kind!r}: externs are fn, const and global")
+                self.eat(";")
+            elif kw == "fn":
+                name = self.ident()
+                params, ret = self.signature()
                 out.append(("fn", name, params, ret, self.block()))
             elif kw == "const":
                 name = self.ident()
@@ -230,6 +264,22 @@ class Parser:
                 raise self.err(f"unknown item {kw!r}")
         return out
 
+    def signature(self) -> tuple[list[tuple[str, str]], str | None]:
+        self.eat("(")
+        params = []
+        while not self.at(")"):
+            p = self.ident()
+            self.eat(":")
+            params.append((p, self.ident()))
+            if not self.at(")"):
+                self.eat(",")
+        self.eat(")")
+        ret = None
+        if self.at("->"):
+            self.pos += 1
+            ret = self.ident()
+        return params, ret
+
     def block(self) -> list[tuple]:
         self.eat("{")
         body = []
@@ -247,13 +297,14 @@ class Parser:
             if t.text == "let":
                 self.pos += 1
                 name = self.ident()
+                ty = None
                 if self.at(":"):
                     self.pos += 1
-                    self.ident()
+                    ty = self.ident()
                 self.eat("=")
                 e = self.expr()
                 self.eat(";")
-                return ("let", name, e)
+                return ("let", name, e, ty)
             if t.text == "if":
                 return self.if_stmt()
             if t.text == "while":
@@ -335,3 +386,105 @@ class Parser:
 
 def parse(text: str, name: str) -> list[tuple]:
     return Parser(lex(text, name), name).items()
+
+
+# -- modules -----------------------------------------------------------------------------------
+BUILTINS = frozenset({"load8", "load16", "load32", "load64", "loadf", "store8", "store16",
+                      "store32", "store64", "storef", "syscall", "i2f", "f2bits", "bits2f", "sqrt",
+                      "udiv", "urem", "sar", "ult", "fence", "refuse"})
+
+
+def uses(items: list[tuple]) -> list[str]:
+    return [f for it in items if it[0] == "use" for f in it[1]]
+
+
+def modules(entry: str, read) -> list[str]:
+    """The runtime files a program whose main file is `entry` needs: each after the files it
+    uses, in the order its `use` lines name them. `read(name)` gives a file's items."""
+    out: list[str] = []
+
+    def visit(name: str, path: tuple[str, ...]) -> None:
+        if name in out:
+            return
+        if name in path:
+            raise RtError(f"{name}.rt: `use` loop: " + " -> ".join(path + (name,)))
+        for dep in uses(read(name)):
+            visit(dep, path + (name,))
+        out.append(name)
+    visit(entry, ())
+    return out
+
+
+def _names(x, out: set[str]) -> None:
+    """Every name an expression, statement or body reads, writes or calls."""
+    if isinstance(x, list):
+        for y in x:
+            _names(y, out)
+    elif isinstance(x, tuple) and x:
+        if x[0] in ("name", "call", "set"):
+            out.add(x[1])
+        for y in x[1:]:
+            _names(y, out)
+
+
+def _locals(body, out: set[str]) -> None:
+    if isinstance(body, list):
+        for y in body:
+            _locals(y, out)
+    elif isinstance(body, tuple) and body:
+        if body[0] == "let":
+            out.add(body[1])
+        for y in body[1:]:
+            _locals(y, out)
+
+
+def defined(items: list[tuple]) -> dict[str, tuple]:
+    return {it[1]: it for it in items if it[0] in ("fn", "const", "global", "var", "data")}
+
+
+def check_modules(units: list[tuple[str, list[tuple], bool]]) -> None:
+    """`units`: (file, items, is_module) in program order. A module (a runtime file) may read
+    only its own items, those of the files it uses, its externs and the prelude's; every
+    extern of any file is defined exactly once in the program, as declared. Generated code
+    (is_module False) sees the whole program. RtError names the first violation."""
+    by_file = {f: items for f, items, _ in units}
+    everything: dict[str, tuple] = {}
+    for f, items, _ in units:
+        for name, it in defined(items).items():
+            if name in everything:
+                raise RtError(f"{f}: `{name}` is defined twice")
+            everything[name] = it
+    for f, items, is_module in units:
+        externs = {it[2]: it for it in items if it[0] == "extern"}
+        for name, ext in externs.items():
+            it = everything.get(name)
+            want = {"fn": ("fn",), "const": ("const",), "global": ("global", "var", "data")}[ext[1]]
+            if it is None or it[0] not in want:
+                raise RtError(f"{f}: extern {ext[1]} `{name}` is not defined by the program")
+            if ext[1] == "fn" and ([t for _, t in it[2]], it[3]) != ext[3]:
+                raise RtError(f"{f}: extern fn `{name}` is declared ({', '.join(ext[3][0])})"
+                              f"{' -> ' + ext[3][1] if ext[3][1] else ''}, defined otherwise")
+        if not is_module:
+            continue
+        visible = set(defined(items)) | set(externs) | BUILTINS
+        for dep in uses(items):
+            if f"{dep}.rt" not in by_file:
+                raise RtError(f"{f}: uses `{dep}`, which the program does not have")
+            visible |= set(defined(by_file[f"{dep}.rt"]))
+        for dep in ("prelude.rt",):
+            visible |= set(defined(by_file.get(dep, [])))
+        for it in items:
+            if it[0] not in ("fn", "const", "global", "var", "data"):
+                continue
+            reads: set[str] = set()
+            local: set[str] = set()
+            if it[0] == "fn":
+                _names(it[4], reads)
+                _locals(it[4], local)
+                local |= {p for p, _ in it[2]}
+            else:
+                _names(list(it[2:]), reads)
+            missing = sorted(reads - local - visible)
+            if missing:
+                raise RtError(f"{f}: `{it[1]}` reads `{missing[0]}`, which is neither in the file, "
+                              f"in a file it uses, nor declared extern")

@@ -46,6 +46,8 @@ class Module:
         self.strings: dict[bytes, str] = {}
         self.order: list[tuple] = []
         for it in items:
+            if it[0] in ("use", "extern"):               # declarations: alphac.lower.rt.check_modules
+                continue
             kind, name = it[0], it[1]
             if name in self.consts or name in self.globals or name in self.fns:
                 raise RtError(f"`{name}` is defined twice")
@@ -409,6 +411,8 @@ class FnLowerer:
             v, t = self.expr(s[2])
             if t is None:
                 raise self.err(f"`{s[1]}` is bound to a call that returns nothing")
+            if s[3] is not None and s[3] != t:
+                raise self.err(f"`let {s[1]}: {s[3]}` is given a value of type {t}")
             if isinstance(v, VReg) and not self.is_variable(v):
                 self.scopes[-1][s[1]] = v            # a fresh temporary becomes the variable
                 return
