@@ -23,9 +23,9 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
+# the suite; it runs reproducible/check.py once (tests/test_repro.py::test_check_passes_on_this_tree)
 test: $(STAMP)
 	$(WITH_PTXAS) $(BIN)/python -m pytest
-	$(WITH_PTXAS) $(BIN)/python reproducible/check.py
 
 # every artifact, built twice under varied conditions, byte for byte (docs/reproducible.md)
 repro: $(STAMP)

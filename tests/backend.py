@@ -69,3 +69,24 @@ def build_deployment(src, dep: str, out: Path, target_of=None) -> Path:
         entries = old["artifacts"]
     manifest.write(mpath, manifest.new(entries, [], {}))
     return out / dep
+
+
+def build_roles(out: Path, sources=None) -> Path:
+    """Build every example deployment's roles into out/roles/..., with out/MANIFEST.json."""
+    from alphac import artifacts, manifest
+    from conftest import ROOT
+    cwd = os.getcwd()
+    os.chdir(ROOT)
+    try:
+        entries, inputs = {}, []
+        for p, r in artifacts.all_recipes():
+            if not p.startswith("roles/") or (sources and r["source"] not in sources):
+                continue
+            b = artifacts.build(r)
+            artifacts.write_file(out / p, b.data, artifacts.mode(r))
+            entries[p] = manifest.artifact_entry(b.data, r, b.inputs)
+            inputs += b.inputs
+        manifest.write(out / manifest.NAME, manifest.new(entries, inputs, {}))
+    finally:
+        os.chdir(cwd)
+    return out / "roles"

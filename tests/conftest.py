@@ -40,3 +40,11 @@ def require_tool(name):
             pytest.fail(f"{name} is required in CI but is not installed")
         pytest.skip(f"{name} is not installed")
     return path
+
+
+@pytest.fixture(scope="session")
+def example_roles(tmp_path_factory):
+    """Every example deployment's role executables, built once for the whole run:
+    DIR/roles/DEPLOYMENT/ROLE with DIR/MANIFEST.json (read them, never change them)."""
+    from backend import build_roles
+    return build_roles(tmp_path_factory.mktemp("example-roles"))

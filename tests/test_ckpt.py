@@ -65,12 +65,8 @@ def test_shards_are_numpy_files_holding_the_published_values(tmp_path):
 
 # -- distributed -------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    out = tmp_path_factory.mktemp("ckroles")
-    dirs = {}
-    for dep, name in DEPLOYMENTS.items():
-        dirs[dep] = build_deployment(example(name), dep, out / "plain")
-    return dirs
+def built(example_roles):
+    return {dep: example_roles / dep for dep in DEPLOYMENTS}
 
 
 def swapped_dir(dep, tmp_path_factory, cache={}):

@@ -33,12 +33,22 @@ def walk(value):
         yield value
 
 
-@pytest.fixture
-def built(tmp_path, monkeypatch):
-    """`alphac build-all` of this project into tmp_path/out, run from the project root."""
-    monkeypatch.chdir(ROOT)
-    code, out, err = alphac("build-all", "--out", tmp_path / "out")
+@pytest.fixture(scope="module")
+def built_once(tmp_path_factory):
+    """`alphac build-all` of this project, once for the module, run from the project root."""
+    out = tmp_path_factory.mktemp("built") / "out"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(ROOT)
+        code, _, err = alphac("build-all", "--out", out)
     assert code == 0, err
+    return out
+
+
+@pytest.fixture
+def built(built_once, tmp_path, monkeypatch):
+    """A copy of that build, tmp_path/out, for a test to read or change."""
+    monkeypatch.chdir(ROOT)
+    shutil.copytree(built_once, tmp_path / "out")
     return tmp_path / "out"
 
 
@@ -218,6 +228,7 @@ def run_check(tree: Path) -> subprocess.CompletedProcess:
 
 
 def test_check_passes_on_this_tree():
+    """The reproducibility check itself (`make repro`), once per `make test`."""
     r = run_check(ROOT)
     assert r.returncode == 0, r.stdout + r.stderr
     out = r.stdout

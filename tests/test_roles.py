@@ -20,29 +20,9 @@ SPLIT, TREE = oracle.REF_SPLIT, oracle.REF_TREE
 DEPLOYMENTS = oracle.REF_DEPLOYMENTS
 
 
-def build_roles(out: Path, sources=None) -> Path:
-    """Build every example deployment's roles into out/roles/..., with out/MANIFEST.json."""
-    from alphac import artifacts, manifest
-    cwd = os.getcwd()
-    os.chdir(ROOT)
-    try:
-        entries, inputs = {}, []
-        for p, r in artifacts.all_recipes():
-            if not p.startswith("roles/") or (sources and r["source"] not in sources):
-                continue
-            b = artifacts.build(r)
-            artifacts.write_file(out / p, b.data, artifacts.mode(r))
-            entries[p] = manifest.artifact_entry(b.data, r, b.inputs)
-            inputs += b.inputs
-        manifest.write(out / manifest.NAME, manifest.new(entries, inputs, {}))
-    finally:
-        os.chdir(cwd)
-    return out / "roles"
-
-
 @pytest.fixture(scope="module")
-def roles(tmp_path_factory):
-    return build_roles(tmp_path_factory.mktemp("build"))
+def roles(example_roles):
+    return example_roles
 
 
 def launch(roles, dep, tmp_path, **kw):
