@@ -203,3 +203,14 @@ def test_every_operation(isa, tmp_path):
     assert len(got) == len(expected)
     wrong = [(i, g, e) for i, (g, e) in enumerate(zip(got, expected)) if g != e]
     assert not wrong, wrong
+
+
+@pytest.mark.parametrize("isa", ["x86_64", "aarch64"])
+def test_every_lir_operation_has_a_rule(isa):
+    """The op table is the list: each selector has one rule per LIR operation, and no rule
+    for an operation the table does not have."""
+    import importlib
+    from alphac.lower.lir import OPS
+    rules = importlib.import_module(f"alphac.{isa}.select").RULES
+    assert set(rules) == set(OPS), (set(OPS) ^ set(rules))
+    assert {op for op, o in OPS.items() if o.clobbers} == {"call", "syscall"}

@@ -150,88 +150,105 @@ class Selector(SelectorBase):
         self.emit("ldp", X29, X30, Mem(sp, 16, "post"))
         self.emit("ret")
 
-    # -- instructions ------------------------------------------------------------------------
+    # -- instructions: one rule per LIR operation (RULES, below the class) ---------------------
     def inst(self, inst: Inst) -> None:
-        op, d, a = inst.op, inst.dst, inst.args
-        if op == "iconst":
-            r = self.defreg(d, S1)
-            self.li(r, a[0].value)
-            self.commit(d, r)
-        elif op == "fconst":
-            r, src = self.defreg(d, F1), xzr                 # +0.0 is fmov from xzr
-            if a[0].value & M64:
-                self.li(S2, a[0].value)
-                src = S2
-            self.emit("fmov", r, src)
-            self.commit(d, r)
-        elif op == "addr":
-            if a[0].offset:
-                raise ValueError(f"aarch64 selector: address {a[0]!r} with an offset")
-            r = self.defreg(d, S1)
-            self.emit("adrp", r, ALabel(0), sym=a[0].name)
-            self.emit("add", r, r, AImm(0), sym=a[0].name)
-            self.commit(d, r)
-        elif op in ("mov", "fmov"):
-            self.move(self.where(d), self.where(a[0]))
-        elif op in ALU:
-            self.alu(op, d, a[0], a[1])
-        elif op in SHIFT:
-            x, r = self.use(a[0], S1), self.defreg(d, S1)
-            if isinstance(a[1], Imm):
-                self.emit(SHIFT[op], r, x, AImm(a[1].value & 63))
-            else:
-                self.emit(SHIFT[op] + "v", r, x, self.use(a[1], S2))
-            self.commit(d, r)
-        elif op in ("udiv", "urem", "sdiv", "srem"):
-            x, y, r = self.use(a[0], S1), self.use(a[1], S2), self.defreg(d, S1)
-            div = op[0] + "div"
-            if op.endswith("div"):
-                self.emit(div, r, x, y)
-            else:
-                self.emit(div, S3, x, y)
-                self.emit("msub", r, S3, y, x)           # r = x - (x / y) * y
-            self.commit(d, r)
-        elif op in ("neg", "not"):
-            x, r = self.use(a[0], S1), self.defreg(d, S1)
-            self.emit("neg" if op == "neg" else "mvn", r, x)
-            self.commit(d, r)
-        elif op == "setcc":
-            self.compare(a[1], a[2])
-            r = self.defreg(d, S1)
-            self.emit("cset", r, COND[CC[a[0]]])
-            self.commit(d, r)
-        elif op in FALU:
-            ops = [self.use(v, s) for v, s in zip(a, (F1, F2))]
-            r = self.defreg(d, F1)
-            self.emit(FALU[op], r, *ops)
-            self.commit(d, r)
-        elif op in ("i2f", "f2bits", "bits2f"):
-            x = self.use(a[0], F1 if op == "f2bits" else S1)
-            r = self.defreg(d, S1 if op == "f2bits" else F1)
-            self.emit("scvtf" if op == "i2f" else "fmov", r, x)
-            self.commit(d, r)
-        elif op.startswith("load") or op == "fload":
-            mnemonic, mem = self.mem(op, a[0], a[1])
-            r = self.defreg(d, F1 if op == "fload" else S1)
-            self.emit(mnemonic, W[r.num] if op in ("load8", "load16", "load32") else r, mem)
-            self.commit(d, r)
-        elif op.startswith("store") or op == "fstore":
-            mnemonic, mem = self.mem(op, a[0], a[1])
-            v = self.use(a[2], F1 if op == "fstore" else S1)
-            self.emit(mnemonic, W[v.num] if op in ("store8", "store16", "store32") else v, mem)
-        elif op == "call":
-            self.arg_moves(list(a[1:]), incoming=False)
-            self.emit("bl", target=a[0])
-            if d is not None:
-                self.commit(d, REGS[abi.FLOAT_RET if d.cls == "f" else abi.INT_RET])
-        elif op == "syscall":
-            self.moves([(REGS[r], self.where(v)) for r, v in zip(abi.SYSCALL_REGS, a)])
-            self.emit("svc", AImm(0))
-            self.commit(d, REGS[abi.INT_RET])
-        elif op == "fence":
-            self.emit("dmb")
+        rule = RULES.get(inst.op)
+        if rule is None:
+            raise ValueError(f"aarch64 selector: no rule for {inst.op}")
+        rule(self, inst.op, inst.dst, inst.args)
+
+    def iconst(self, op, d, a) -> None:
+        r = self.defreg(d, S1)
+        self.li(r, a[0].value)
+        self.commit(d, r)
+
+    def fconst(self, op, d, a) -> None:
+        r, src = self.defreg(d, F1), xzr                 # +0.0 is fmov from xzr
+        if a[0].value & M64:
+            self.li(S2, a[0].value)
+            src = S2
+        self.emit("fmov", r, src)
+        self.commit(d, r)
+
+    def addr(self, op, d, a) -> None:
+        if a[0].offset:
+            raise ValueError(f"aarch64 selector: address {a[0]!r} with an offset")
+        r = self.defreg(d, S1)
+        self.emit("adrp", r, ALabel(0), sym=a[0].name)
+        self.emit("add", r, r, AImm(0), sym=a[0].name)
+        self.commit(d, r)
+
+    def copy(self, op, d, a) -> None:
+        self.move(self.where(d), self.where(a[0]))
+
+    def int_alu(self, op, d, a) -> None:
+        self.alu(op, d, a[0], a[1])
+
+    def int_shift(self, op, d, a) -> None:
+        x, r = self.use(a[0], S1), self.defreg(d, S1)
+        if isinstance(a[1], Imm):
+            self.emit(SHIFT[op], r, x, AImm(a[1].value & 63))
         else:
-            raise ValueError(f"aarch64 selector: no rule for {op}")
+            self.emit(SHIFT[op] + "v", r, x, self.use(a[1], S2))
+        self.commit(d, r)
+
+    def divide(self, op, d, a) -> None:
+        x, y, r = self.use(a[0], S1), self.use(a[1], S2), self.defreg(d, S1)
+        div = op[0] + "div"
+        if op.endswith("div"):
+            self.emit(div, r, x, y)
+        else:
+            self.emit(div, S3, x, y)
+            self.emit("msub", r, S3, y, x)           # r = x - (x / y) * y
+        self.commit(d, r)
+
+    def int_unary(self, op, d, a) -> None:
+        x, r = self.use(a[0], S1), self.defreg(d, S1)
+        self.emit("neg" if op == "neg" else "mvn", r, x)
+        self.commit(d, r)
+
+    def setcc(self, op, d, a) -> None:
+        self.compare(a[1], a[2])
+        r = self.defreg(d, S1)
+        self.emit("cset", r, COND[CC[a[0]]])
+        self.commit(d, r)
+
+    def float_op(self, op, d, a) -> None:
+        ops = [self.use(v, s) for v, s in zip(a, (F1, F2))]
+        r = self.defreg(d, F1)
+        self.emit(FALU[op], r, *ops)
+        self.commit(d, r)
+
+    def convert(self, op, d, a) -> None:
+        x = self.use(a[0], F1 if op == "f2bits" else S1)
+        r = self.defreg(d, S1 if op == "f2bits" else F1)
+        self.emit("scvtf" if op == "i2f" else "fmov", r, x)
+        self.commit(d, r)
+
+    def load(self, op, d, a) -> None:
+        mnemonic, mem = self.mem(op, a[0], a[1])
+        r = self.defreg(d, F1 if op == "fload" else S1)
+        self.emit(mnemonic, W[r.num] if op in ("load8", "load16", "load32") else r, mem)
+        self.commit(d, r)
+
+    def store(self, op, d, a) -> None:
+        mnemonic, mem = self.mem(op, a[0], a[1])
+        v = self.use(a[2], F1 if op == "fstore" else S1)
+        self.emit(mnemonic, W[v.num] if op in ("store8", "store16", "store32") else v, mem)
+
+    def call(self, op, d, a) -> None:
+        self.arg_moves(list(a[1:]), incoming=False)
+        self.emit("bl", target=a[0])
+        if d is not None:
+            self.commit(d, REGS[abi.FLOAT_RET if d.cls == "f" else abi.INT_RET])
+
+    def syscall(self, op, d, a) -> None:
+        self.moves([(REGS[r], self.where(v)) for r, v in zip(abi.SYSCALL_REGS, a)])
+        self.emit("svc", AImm(0))
+        self.commit(d, REGS[abi.INT_RET])
+
+    def fence(self, op, d, a) -> None:
+        self.emit("dmb")
 
     def mem(self, op: str, base: VReg, off: Imm):
         """(mnemonic, address operand) for [base + off]; the base may be reloaded into x17."""
@@ -299,6 +316,20 @@ class Selector(SelectorBase):
             self.emit("brk", AImm(1))
         else:
             raise ValueError(t.op)
+
+
+RULES = {
+    "iconst": Selector.iconst, "fconst": Selector.fconst, "addr": Selector.addr,
+    "mov": Selector.copy, "fmov": Selector.copy,
+    **dict.fromkeys(ALU, Selector.int_alu), **dict.fromkeys(SHIFT, Selector.int_shift),
+    **dict.fromkeys(("udiv", "urem", "sdiv", "srem"), Selector.divide),
+    "neg": Selector.int_unary, "not": Selector.int_unary, "setcc": Selector.setcc,
+    **dict.fromkeys(FALU, Selector.float_op),
+    "i2f": Selector.convert, "f2bits": Selector.convert, "bits2f": Selector.convert,
+    **dict.fromkeys(("load8", "load16", "load32", "load64", "fload"), Selector.load),
+    **dict.fromkeys(("store8", "store16", "store32", "store64", "fstore"), Selector.store),
+    "call": Selector.call, "syscall": Selector.syscall, "fence": Selector.fence,
+}
 
 
 def select(fn: Function, alloc: Allocation) -> list:

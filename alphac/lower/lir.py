@@ -16,6 +16,7 @@ operation wants, every label exists, and every block ends in a terminator.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 
 @dataclass(frozen=True)
@@ -44,10 +45,17 @@ class Sym:
         return f"@{self.name}" + (f"+{self.offset}" if self.offset else "")
 
 
-# op -> (defines: class or None, operand signature). Signature letters: i/f = a register of that
-# class; I = an i register or an Imm; s = Sym; n = a name (function/label); c = a condition;
-# * = any number of i/f registers (call and syscall arguments).
-OPS: dict[str, tuple[str | None, str]] = {
+class Op(NamedTuple):
+    defines: str | None          # the class of the result ("?": call's, as the callee returns)
+    operands: str                # the signature, below
+    clobbers: bool = False       # the caller-saved registers do not survive it (calls)
+
+
+# op -> Op. Signature letters: i/f = a register of that class; I = an i register or an Imm;
+# s = Sym; n = a name (function/label); c = a condition; * = any number of i/f registers (call
+# and syscall arguments). Both selectors have a rule for every op (tests/test_select_ops.py),
+# and the register allocator reads `clobbers`.
+_OPS: dict[str, tuple] = {
     "iconst": ("i", "I"),          # d = imm
     "fconst": ("f", "I"),          # d = the binary64 with these bits
     "addr": ("i", "s"),            # d = &sym
@@ -66,11 +74,12 @@ OPS: dict[str, tuple[str | None, str]] = {
     "fload": ("f", "iI"),          # d = mem[base + offset]
     "store8": (None, "iIi"), "store16": (None, "iIi"), "store32": (None, "iIi"),
     "store64": (None, "iIi"), "fstore": (None, "iIf"),   # mem[base + offset] = v
-    "call": ("?", "n*"),           # d (i, f or none) = fn(args...)
-    "syscall": ("i", "*"),         # d = syscall(nr, args...)
+    "call": ("?", "n*", True),     # d (i, f or none) = fn(args...)
+    "syscall": ("i", "*", True),   # d = syscall(nr, args...)
     "fence": (None, ""),           # a full memory barrier: every access before it is visible
                                    # (to devices too) before any after it
 }
+OPS: dict[str, Op] = {name: Op(*row) for name, row in _OPS.items()}
 TERMINATORS = {"jmp": "n", "br": "ciInn", "ret": "?", "trap": ""}
 CONDS = ("eq", "ne", "lt", "le", "gt", "ge", "ult", "ule", "ugt", "uge")
 NEGATE = {"eq": "ne", "ne": "eq", "lt": "ge", "ge": "lt", "le": "gt", "gt": "le",
@@ -167,7 +176,7 @@ class Program:
                 if b.term is None or b.term.op not in TERMINATORS:
                     raise ValueError(f"{f.name}:{b.label} does not end in a terminator")
                 for inst in b.insts + [b.term]:
-                    sig = OPS[inst.op][1] if inst.op in OPS else TERMINATORS[inst.op]
+                    sig = OPS[inst.op].operands if inst.op in OPS else TERMINATORS[inst.op]
                     _check_args(f, inst, sig, labels, names, syms)
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from alphac.lower.lir import Function, VReg
+from alphac.lower.lir import OPS, Function, VReg
 
 
 @dataclass(frozen=True)
@@ -99,7 +99,7 @@ def intervals(fn: Function) -> tuple[dict[VReg, list[int]], list[int]]:
             touch(v, p)
         if inst.dst is not None:
             touch(inst.dst, p)
-        if inst.op in ("call", "syscall"):
+        if inst.op in OPS and OPS[inst.op].clobbers:
             calls.append(p)
     # a value live out of a block is live from wherever it was live to the block's end; a value
     # live into a block (a loop header) is live from the block's start

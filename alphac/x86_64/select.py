@@ -122,116 +122,136 @@ class Selector(SelectorBase):
             self.emit("pop", REGS[r])
         self.emit("ret")
 
-    # -- instructions ------------------------------------------------------------------------
+    # -- instructions: one rule per LIR operation (RULES, below the class) ---------------------
     def inst(self, inst: Inst) -> None:
-        op, d, a = inst.op, inst.dst, inst.args
-        if op == "iconst":
-            r = self.defreg(d, S1)
-            if a[0].value == 0:
-                self.emit("xor", r, r)
-            else:
-                self.emit("mov", r, XImm(a[0].value))
-            self.commit(d, r)
-        elif op == "fconst":
-            r = self.defreg(d, F1)
-            if a[0].value == 0:
-                self.emit("xorpd", r, r)
-            else:
-                self.emit("mov", S2, XImm(a[0].value))
-                self.emit("movq", r, S2)
-            self.commit(d, r)
-        elif op == "addr":
-            r = self.defreg(d, S1)
-            self.emit("lea", r, Mem(rip=True), sym=a[0].name)
-            self.commit(d, r)
-        elif op in ("mov", "fmov"):
-            self.move(self.where(d), self.where(a[0]))
-        elif op in ALU or op == "mul":
-            self.alu(op, d, a[0], a[1])
-        elif op in SHIFT:
-            self.shift(op, d, a[0], a[1])
-        elif op in ("udiv", "urem", "sdiv", "srem"):
-            self.emit("mov", S1, self.use(a[0], S1)) if self.where(a[0]) != S1 else None
-            src = self.where(a[1])
-            if op in ("udiv", "urem"):
-                self.emit("xor", S3, S3)
-                self.emit("div", src)
-            else:
-                self.emit("cqo")
-                self.emit("idiv", src)
-            self.commit(d, S1 if op in ("udiv", "sdiv") else S3)
-        elif op in ("neg", "not"):
-            r = self.defreg(d, S1)
-            self.move(r, self.where(a[0]))
-            self.emit(op, r)
-            self.commit(d, r)
-        elif op == "setcc":
-            x = self.use(a[1], S1)
-            y = self.imm_or_reg(a[2], S2)
-            self.emit("cmp", x, y)
-            self.emit("set" + CC[a[0]], GPR8[S1.num])
-            self.emit("movzx", S1, GPR8[S1.num])
-            self.commit(d, S1)
-        elif op in FALU:
-            self.falu(FALU[op], d, a[0], a[1])
-        elif op == "fsqrt":
-            r = self.defreg(d, F1)
-            self.emit("sqrtsd", r, self.use(a[0], F2) if isinstance(self.where(a[0]), Mem) else self.where(a[0]))
-            self.commit(d, r)
-        elif op == "fneg":
-            r = self.defreg(d, F1)
-            self.move(r, self.where(a[0]))
-            self.emit("mov", S2, XImm(-(1 << 63)))
-            self.emit("movq", F2, S2)
-            self.emit("xorpd", r, F2)
-            self.commit(d, r)
-        elif op == "i2f":
-            r = self.defreg(d, F1)
-            self.emit("cvtsi2sd", r, self.where(a[0]))
-            self.commit(d, r)
-        elif op in ("f2bits", "bits2f"):
-            r = self.defreg(d, S1 if op == "f2bits" else F1)
-            self.emit("movq", r, self.use(a[0], F2 if op == "f2bits" else S2))
-            self.commit(d, r)
-        elif op.startswith("load") or op == "fload":
-            mem = self.mem(a[0], a[1], S2)
-            if op == "fload":
-                r = self.defreg(d, F1)
-                self.emit("movsd", r, mem)
-            else:
-                r = self.defreg(d, S1)
-                width = int(op[4:])
-                if width == 64:
-                    self.emit("mov", r, mem)
-                elif width == 32:
-                    self.emit("mov", GPR32[r.num], Mem(mem.base, disp=mem.disp, size=32))
-                else:
-                    self.emit("movzx", r, Mem(mem.base, disp=mem.disp, size=width))
-            self.commit(d, r)
-        elif op.startswith("store") or op == "fstore":
-            mem = self.mem(a[0], a[1], S2)
-            if op == "fstore":
-                self.emit("movsd", mem, self.use(a[2], F1))
-            else:
-                width = int(op[5:])
-                v = self.use(a[2], S1)
-                reg = {64: v, 32: GPR32[v.num], 16: GPR16[v.num], 8: GPR8[v.num]}[width]
-                self.emit("mov", Mem(mem.base, disp=mem.disp, size=width), reg)
-        elif op == "call":
-            args = list(a[1:])
-            self.arg_moves(args, incoming=False)
-            self.emit("call", target=a[0])
-            if d is not None:
-                self.commit(d, REGS[abi.FLOAT_RET if d.cls == "f" else abi.INT_RET])
-        elif op == "syscall":
-            regs = [REGS[r] for r in abi.SYSCALL_REGS[:len(a)]]
-            self.moves([(r, self.where(v)) for r, v in zip(regs, a)], lambda d, s: "i")
-            self.emit("syscall")
-            self.commit(d, S1)
-        elif op == "fence":
-            self.emit("mfence")
+        rule = RULES.get(inst.op)
+        if rule is None:
+            raise ValueError(f"x86-64 selector: no rule for {inst.op}")
+        rule(self, inst.op, inst.dst, inst.args)
+
+    def iconst(self, op, d, a) -> None:
+        r = self.defreg(d, S1)
+        if a[0].value == 0:
+            self.emit("xor", r, r)
         else:
-            raise ValueError(f"x86-64 selector: no rule for {op}")
+            self.emit("mov", r, XImm(a[0].value))
+        self.commit(d, r)
+
+    def fconst(self, op, d, a) -> None:
+        r = self.defreg(d, F1)
+        if a[0].value == 0:
+            self.emit("xorpd", r, r)
+        else:
+            self.emit("mov", S2, XImm(a[0].value))
+            self.emit("movq", r, S2)
+        self.commit(d, r)
+
+    def addr(self, op, d, a) -> None:
+        r = self.defreg(d, S1)
+        self.emit("lea", r, Mem(rip=True), sym=a[0].name)
+        self.commit(d, r)
+
+    def copy(self, op, d, a) -> None:
+        self.move(self.where(d), self.where(a[0]))
+
+    def int_alu(self, op, d, a) -> None:
+        self.alu(op, d, a[0], a[1])
+
+    def int_shift(self, op, d, a) -> None:
+        self.shift(op, d, a[0], a[1])
+
+    def divide(self, op, d, a) -> None:
+        self.emit("mov", S1, self.use(a[0], S1)) if self.where(a[0]) != S1 else None
+        src = self.where(a[1])
+        if op in ("udiv", "urem"):
+            self.emit("xor", S3, S3)
+            self.emit("div", src)
+        else:
+            self.emit("cqo")
+            self.emit("idiv", src)
+        self.commit(d, S1 if op in ("udiv", "sdiv") else S3)
+
+    def int_unary(self, op, d, a) -> None:
+        r = self.defreg(d, S1)
+        self.move(r, self.where(a[0]))
+        self.emit(op, r)
+        self.commit(d, r)
+
+    def setcc(self, op, d, a) -> None:
+        x = self.use(a[1], S1)
+        y = self.imm_or_reg(a[2], S2)
+        self.emit("cmp", x, y)
+        self.emit("set" + CC[a[0]], GPR8[S1.num])
+        self.emit("movzx", S1, GPR8[S1.num])
+        self.commit(d, S1)
+
+    def float_alu(self, op, d, a) -> None:
+        self.falu(FALU[op], d, a[0], a[1])
+
+    def fsqrt(self, op, d, a) -> None:
+        r = self.defreg(d, F1)
+        self.emit("sqrtsd", r, self.use(a[0], F2) if isinstance(self.where(a[0]), Mem) else self.where(a[0]))
+        self.commit(d, r)
+
+    def fneg(self, op, d, a) -> None:
+        r = self.defreg(d, F1)
+        self.move(r, self.where(a[0]))
+        self.emit("mov", S2, XImm(-(1 << 63)))
+        self.emit("movq", F2, S2)
+        self.emit("xorpd", r, F2)
+        self.commit(d, r)
+
+    def i2f(self, op, d, a) -> None:
+        r = self.defreg(d, F1)
+        self.emit("cvtsi2sd", r, self.where(a[0]))
+        self.commit(d, r)
+
+    def bits(self, op, d, a) -> None:
+        r = self.defreg(d, S1 if op == "f2bits" else F1)
+        self.emit("movq", r, self.use(a[0], F2 if op == "f2bits" else S2))
+        self.commit(d, r)
+
+    def load(self, op, d, a) -> None:
+        mem = self.mem(a[0], a[1], S2)
+        if op == "fload":
+            r = self.defreg(d, F1)
+            self.emit("movsd", r, mem)
+        else:
+            r = self.defreg(d, S1)
+            width = int(op[4:])
+            if width == 64:
+                self.emit("mov", r, mem)
+            elif width == 32:
+                self.emit("mov", GPR32[r.num], Mem(mem.base, disp=mem.disp, size=32))
+            else:
+                self.emit("movzx", r, Mem(mem.base, disp=mem.disp, size=width))
+        self.commit(d, r)
+
+    def store(self, op, d, a) -> None:
+        mem = self.mem(a[0], a[1], S2)
+        if op == "fstore":
+            self.emit("movsd", mem, self.use(a[2], F1))
+        else:
+            width = int(op[5:])
+            v = self.use(a[2], S1)
+            reg = {64: v, 32: GPR32[v.num], 16: GPR16[v.num], 8: GPR8[v.num]}[width]
+            self.emit("mov", Mem(mem.base, disp=mem.disp, size=width), reg)
+
+    def call(self, op, d, a) -> None:
+        args = list(a[1:])
+        self.arg_moves(args, incoming=False)
+        self.emit("call", target=a[0])
+        if d is not None:
+            self.commit(d, REGS[abi.FLOAT_RET if d.cls == "f" else abi.INT_RET])
+
+    def syscall(self, op, d, a) -> None:
+        regs = [REGS[r] for r in abi.SYSCALL_REGS[:len(a)]]
+        self.moves([(r, self.where(v)) for r, v in zip(regs, a)], lambda d, s: "i")
+        self.emit("syscall")
+        self.commit(d, S1)
+
+    def fence(self, op, d, a) -> None:
+        self.emit("mfence")
 
     def mem(self, base: VReg, off: Imm, scratch) -> Mem:
         if not _fits32(off.value):
@@ -307,6 +327,21 @@ class Selector(SelectorBase):
             self.emit("ud2")
         else:
             raise ValueError(t.op)
+
+
+RULES = {
+    "iconst": Selector.iconst, "fconst": Selector.fconst, "addr": Selector.addr,
+    "mov": Selector.copy, "fmov": Selector.copy,
+    **dict.fromkeys(("add", "sub", "mul", "and", "or", "xor"), Selector.int_alu),
+    **dict.fromkeys(SHIFT, Selector.int_shift),
+    **dict.fromkeys(("udiv", "urem", "sdiv", "srem"), Selector.divide),
+    "neg": Selector.int_unary, "not": Selector.int_unary, "setcc": Selector.setcc,
+    **dict.fromkeys(FALU, Selector.float_alu), "fsqrt": Selector.fsqrt, "fneg": Selector.fneg,
+    "i2f": Selector.i2f, "f2bits": Selector.bits, "bits2f": Selector.bits,
+    **dict.fromkeys(("load8", "load16", "load32", "load64", "fload"), Selector.load),
+    **dict.fromkeys(("store8", "store16", "store32", "store64", "fstore"), Selector.store),
+    "call": Selector.call, "syscall": Selector.syscall, "fence": Selector.fence,
+}
 
 
 def select(fn: Function, alloc: Allocation) -> list:
