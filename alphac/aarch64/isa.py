@@ -116,17 +116,11 @@ _ROWS = [
     ("add",  "xsp xsp aimm",    0x91000000, "Rd Rn sh:imm12"),
     ("sub",  "x x x",           0xcb000000, "Rd Rn Rm"),
     ("sub",  "xsp xsp aimm",    0xd1000000, "Rd Rn sh:imm12"),
-    ("adds", "x x x",           0xab000000, "Rd Rn Rm"),
-    ("adds", "x xsp aimm",      0xb1000000, "Rd Rn sh:imm12"),
-    ("subs", "x x x",           0xeb000000, "Rd Rn Rm"),
-    ("subs", "x xsp aimm",      0xf1000000, "Rd Rn sh:imm12"),
     ("cmp",  "x x",             0xeb00001f, "Rn Rm"),
     ("cmp",  "xsp aimm",        0xf100001f, "Rn sh:imm12"),
-    ("cmn",  "x x",             0xab00001f, "Rn Rm"),
     ("cmn",  "xsp aimm",        0xb100001f, "Rn sh:imm12"),
     ("neg",  "x x",             0xcb0003e0, "Rd Rm"),
     ("mul",  "x x x",           0x9b007c00, "Rd Rn Rm"),
-    ("madd", "x x x x",         0x9b000000, "Rd Rn Rm Ra"),
     ("msub", "x x x x",         0x9b008000, "Rd Rn Rm Ra"),
     ("udiv", "x x x",           0x9ac00800, "Rd Rn Rm"),
     ("sdiv", "x x x",           0x9ac00c00, "Rd Rn Rm"),
@@ -137,47 +131,31 @@ _ROWS = [
     ("and",  "xsp x limm",      0x92000000, "Rd Rn N:immr:imms"),
     ("orr",  "xsp x limm",      0xb2000000, "Rd Rn N:immr:imms"),
     ("eor",  "xsp x limm",      0xd2000000, "Rd Rn N:immr:imms"),
-    ("tst",  "x x",             0xea00001f, "Rn Rm"),
-    ("tst",  "x limm",          0xf200001f, "Rn N:immr:imms"),
     ("mvn",  "x x",             0xaa2003e0, "Rd Rm"),
     # shifts: immediate forms are ubfm/sbfm, register forms lslv/lsrv/asrv
     ("lsl",  "x x lsl6",        0xd3400000, "Rd Rn immr:imms"),
     ("lsr",  "x x shr6",        0xd340fc00, "Rd Rn immr"),
     ("asr",  "x x shr6",        0x9340fc00, "Rd Rn immr"),
-    ("lsl",  "x x x",           0x9ac02000, "Rd Rn Rm"),
-    ("lsr",  "x x x",           0x9ac02400, "Rd Rn Rm"),
-    ("asr",  "x x x",           0x9ac02800, "Rd Rn Rm"),
     ("lslv", "x x x",           0x9ac02000, "Rd Rn Rm"),
     ("lsrv", "x x x",           0x9ac02400, "Rd Rn Rm"),
     ("asrv", "x x x",           0x9ac02800, "Rd Rn Rm"),
     # moves: mov x,x is orr with xzr; mov to/from sp is add #0
     ("mov",  "x x",             0xaa0003e0, "Rd Rm"),
     ("mov",  "xsp sp",          0x91000000, "Rd Rn"),
-    ("mov",  "sp xsp",          0x91000000, "Rd Rn"),
     ("movz", "x mimm",          0xd2800000, "Rd hw:imm16"),
     ("movk", "x mimm",          0xf2800000, "Rd hw:imm16"),
     ("movn", "x mimm",          0x92800000, "Rd hw:imm16"),
     # conditional select (cset is csinc xd, xzr, xzr, !cond)
-    ("csel", "x x x cond",      0x9a800000, "Rd Rn Rm cond"),
     ("cset", "x ncond",         0x9a9f07e0, "Rd cond"),
     # branches, system, pc-relative
     ("b",    "rel26",           0x14000000, "imm26"),
     ("b",    "cond rel19",      0x54000000, "bcond imm19"),
     ("bl",   "rel26",           0x94000000, "imm26"),
-    ("cbz",  "x rel19",         0xb4000000, "Rt imm19"),
-    ("cbnz", "x rel19",         0xb5000000, "Rt imm19"),
-    ("br",   "x",               0xd61f0000, "Rn"),
-    ("blr",  "x",               0xd63f0000, "Rn"),
     ("ret",  "",                0xd65f03c0, ""),
-    ("ret",  "x",               0xd65f0000, "Rn"),
     ("svc",  "u16",             0xd4000001, "imm16"),
     ("brk",  "u16",             0xd4200000, "imm16"),
-    ("nop",  "",                0xd503201f, ""),
     ("dmb",  "",                0xd5033fbf, ""),           # dmb sy
-    ("adr",  "x rel21",         0x10000000, "Rd immlo:immhi"),
     ("adrp", "x page21",        0x90000000, "Rd immlo:immhi"),
-    ("ldr",  "x rel19",         0x58000000, "Rt imm19"),
-    ("ldr",  "d rel19",         0x5c000000, "Rt imm19"),
     # floating point, double precision (deliberately no fused multiply-add)
     ("fadd", "d d d",           0x1e602800, "Rd Rn Rm"),
     ("fsub", "d d d",           0x1e603800, "Rd Rn Rm"),
@@ -185,13 +163,10 @@ _ROWS = [
     ("fdiv", "d d d",           0x1e601800, "Rd Rn Rm"),
     ("fsqrt", "d d",            0x1e61c000, "Rd Rn"),
     ("fneg", "d d",             0x1e614000, "Rd Rn"),
-    ("fabs", "d d",             0x1e60c000, "Rd Rn"),
     ("fmov", "d d",             0x1e604000, "Rd Rn"),
     ("fmov", "d x",             0x9e670000, "Rd Rn"),
     ("fmov", "x d",             0x9e660000, "Rd Rn"),
     ("scvtf", "d x",            0x9e620000, "Rd Rn"),
-    ("fcvtzs", "x d",           0x9e780000, "Rd Rn"),
-    ("fcmp", "d d",             0x1e602000, "Rn Rm"),
 ]
 
 # Single-register loads/stores: five addressing forms each, derived from the
@@ -200,7 +175,6 @@ _LDST = [
     ("strb", "sturb", "w", 1, 0x39000000), ("ldrb", "ldurb", "w", 1, 0x39400000),
     ("strh", "sturh", "w", 2, 0x79000000), ("ldrh", "ldurh", "w", 2, 0x79400000),
     ("str", "stur", "w", 4, 0xb9000000), ("ldr", "ldur", "w", 4, 0xb9400000),
-    ("ldrsw", "ldursw", "x", 4, 0xb9800000),
     ("str", "stur", "x", 8, 0xf9000000), ("ldr", "ldur", "x", 8, 0xf9400000),
     ("str", "stur", "d", 8, 0xfd000000), ("ldr", "ldur", "d", 8, 0xfd400000),
 ]
@@ -209,19 +183,18 @@ for _mn, _umn, _r, _n, _base in _LDST:
     _ROWS += [
         (_mn, f"{_r} Mu12.{_n}", _base, "Rt Rn:imm12"),
         (_umn, f"{_r} Ms9", _unscaled, "Rt Rn:imm9"),
-        (_mn, f"{_r} Mpre9", _unscaled | 0xc00, "Rt Rn:imm9"),
-        (_mn, f"{_r} Mpost9", _unscaled | 0x400, "Rt Rn:imm9"),
         (_mn, f"{_r} Mreg.{_n}", _unscaled | 0x206800, "Rt Rn:Rm:S"),  # option=lsl/uxtx
     ]
+    if _n == 8:                                # the frame: str pre-index saves, ldr post restores
+        _ROWS.append((_mn, f"{_r} {'Mpre9' if _mn == 'str' else 'Mpost9'}",
+                      _unscaled | (0xc00 if _mn == "str" else 0x400), "Rt Rn:imm9"))
 
-# Pair loads/stores: signed offset, pre-index, post-index (bits 24:23 = 10, 11, 01).
+# Pair stores pre-index (bits 24:23 = 11) and pair loads post-index (01): the frame's saves.
 for _mn, _r, _base in [("stp", "x", 0xa9000000), ("ldp", "x", 0xa9400000),
                        ("stp", "d", 0x6d000000), ("ldp", "d", 0x6d400000)]:
-    _ROWS += [
-        (_mn, f"{_r} {_r} Ms7.8", _base, "Rt Rt2 Rn:imm7"),
-        (_mn, f"{_r} {_r} Mpre7.8", _base | 0x00800000, "Rt Rt2 Rn:imm7"),
-        (_mn, f"{_r} {_r} Mpost7.8", (_base & ~0x01000000) | 0x00800000, "Rt Rt2 Rn:imm7"),
-    ]
+    _ROWS.append((_mn, f"{_r} {_r} {'Mpre7.8' if _mn == 'stp' else 'Mpost7.8'}",
+                  _base | 0x00800000 if _mn == "stp" else (_base & ~0x01000000) | 0x00800000,
+                  "Rt Rt2 Rn:imm7"))
 
 
 def _row(mnemonic, kinds, base, fields):

@@ -140,6 +140,8 @@ def _row(mnem: str, ops: str, enc: str, code: str, name: str | None = None) -> R
     return Row(mnem, kinds, enc, bytes(pfx), w, bytes(opc), ext, imm, name or mnem)
 
 
+# The conditions LIR compares with (alphac.lower.lir.CONDS: eq ne lt le gt ge ult ule ugt uge).
+LIR_CC = ('e', 'ne', 'l', 'le', 'g', 'ge', 'b', 'be', 'a', 'ae')
 _ALU = {'add': (0x00, 0), 'or': (0x08, 1), 'and': (0x20, 4), 'sub': (0x28, 5),
         'xor': (0x30, 6), 'cmp': (0x38, 7)}
 _SHIFT = {'shl': 4, 'shr': 5, 'sar': 7}
@@ -160,9 +162,6 @@ TABLE: tuple[Row, ...] = (
     # -- widening loads
     _row('movzx', 'r64, rm8', 'rm', 'REX.W 0F B6 /r'),
     _row('movzx', 'r64, rm16', 'rm', 'REX.W 0F B7 /r'),
-    _row('movsx', 'r64, rm8', 'rm', 'REX.W 0F BE /r'),
-    _row('movsx', 'r64, rm16', 'rm', 'REX.W 0F BF /r'),
-    _row('movsxd', 'r64, rm32', 'rm', 'REX.W 63 /r'),
     _row('lea', 'r64, m', 'rm', 'REX.W 8D /r'),
     # -- integer arithmetic; for imm: imm8 form, then the short rax form, then imm32
     *(r for mn, (op, d) in _ALU.items() for r in (
@@ -170,7 +169,6 @@ TABLE: tuple[Row, ...] = (
         _row(mn, 'rm64, simm8', 'mi', f'REX.W 83 /{d} ib'),
         _row(mn, 'rax, simm32', '-i', f'REX.W {op + 5:02X} id'),
         _row(mn, 'rm64, simm32', 'mi', f'REX.W 81 /{d} id'))),
-    _row('test', 'rm64, r64', 'mr', 'REX.W 85 /r'),
     _row('imul', 'r64, rm64', 'rm', 'REX.W 0F AF /r'),
     _row('imul', 'r64, rm64, simm8', 'rmi', 'REX.W 6B /r ib'),
     _row('imul', 'r64, rm64, simm32', 'rmi', 'REX.W 69 /r id'),
@@ -184,23 +182,17 @@ TABLE: tuple[Row, ...] = (
         _row(mn, 'rm64, imm8', 'mi', f'REX.W C1 /{d} ib'),
         _row(mn, 'rm64, cl', 'm-', f'REX.W D3 /{d}'))),
     # -- conditions
-    *(_row('set' + cc, 'rm8', 'm', f'0F {0x90 + n:02X} /0') for cc, n in CC.items()),
-    *(_row('cmov' + cc, 'r64, rm64', 'rm', f'REX.W 0F {0x40 + n:02X} /r') for cc, n in CC.items()),
+    *(_row('set' + cc, 'rm8', 'm', f'0F {0x90 + CC[cc]:02X} /0') for cc in LIR_CC),
     # -- control flow
-    *(_row('j' + cc, 'rel8', 'd', f'{0x70 + n:02X} cb') for cc, n in CC.items()),
-    *(_row('j' + cc, 'rel32', 'd', f'0F {0x80 + n:02X} cd') for cc, n in CC.items()),
-    _row('jmp', 'rel8', 'd', 'EB cb'),
+    *(_row('j' + cc, 'rel32', 'd', f'0F {0x80 + CC[cc]:02X} cd') for cc in LIR_CC),
     _row('jmp', 'rel32', 'd', 'E9 cd'),
-    _row('jmp', 'rm64', 'm', 'FF /4'),
     _row('call', 'rel32', 'd', 'E8 cd'),
-    _row('call', 'rm64', 'm', 'FF /2'),
     _row('ret', '', '', 'C3'),
     _row('push', 'r64', 'o', '50+r'),
     _row('pop', 'r64', 'o', '58+r'),
     _row('syscall', '', '', '0F 05'),
     _row('ud2', '', '', '0F 0B'),
     _row('mfence', '', '', '0F AE F0'),
-    _row('nop', '', '', '90'),
     # -- SSE2 scalar double
     _row('movsd', 'xmm, xm64', 'rm', 'F2 0F 10 /r'),
     _row('movsd', 'm64, xmm', 'mr', 'F2 0F 11 /r'),
@@ -208,9 +200,6 @@ TABLE: tuple[Row, ...] = (
     _row('movq', 'xmm, r64', 'rm', '66 REX.W 0F 6E /r'),
     _row('movq', 'r64, xmm', 'mr', '66 REX.W 0F 7E /r'),
     _row('cvtsi2sd', 'xmm, rm64', 'rm', 'F2 REX.W 0F 2A /r'),
-    _row('cvttsd2si', 'r64, xm64', 'rm', 'F2 REX.W 0F 2C /r'),
-    _row('ucomisd', 'xmm, xm64', 'rm', '66 0F 2E /r'),
-    _row('andpd', 'xmm, xmm', 'rm', '66 0F 54 /r'),
     _row('xorpd', 'xmm, xmm', 'rm', '66 0F 57 /r'),
     _row('movapd', 'xmm, xmm', 'rm', '66 0F 28 /r'),
 )
