@@ -33,10 +33,10 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(ROOT / "gpu")]
 
 from alphac.nvdrv import abi                                # noqa: E402
-from alphac.nvdrv.image import decode_entry                  # noqa: E402
+from nvdrv_decode import decode_entry, unpack_qmd           # noqa: E402
 
 GPFIFO_CLASSES = {abi.CLASSES[n] for n in ("AMPERE_CHANNEL_GPFIFO_A", "HOPPER_CHANNEL_GPFIFO_A")}
 CLASS_NAME = {v: k for k, v in abi.CLASSES.items()}
@@ -200,7 +200,7 @@ def inner(args) -> int:
     from vendor_check import Cuda, CudaDevice
     from alphac.driver import compile_file
     from alphac.ptx import build
-    from alphac.ptx.host import Owner
+    from ptx_host import Owner
     from alphac.ptx.kernels import host_scalars
     cuda = Cuda(args.libcuda)
     lr = compile_file(ROOT / "examples" / f"{args.learner}.alpha").learner
@@ -261,7 +261,7 @@ def report(out: Path) -> str:
                 lines += [f"    subch {sub} {name} = {data:#x}" for sub, name, data in methods(arch, words)]
             for va, q in (s.get("qmds") or {}).items():
                 if q:
-                    fields = abi.unpack_qmd(layout, bytes.fromhex(q))
+                    fields = unpack_qmd(layout, bytes.fromhex(q))
                     theirs = fields
                     lines.append(f"    QMD at {va}: " + ", ".join(f"{k}={v:#x}" for k, v in fields.items() if v))
     if theirs is not None:
@@ -269,7 +269,7 @@ def report(out: Path) -> str:
                            "memory": "1 TiB", "driver": "0.0"})
         lr = compile_file(ROOT / "examples" / f"{info['learner']}.alpha").learner
         ours = build_gpu_owner(lr, f"x86_64+sm_{info['sm']}", h).gpu.launch(info["kernel"]).qmd
-        mine = abi.unpack_qmd(layout, ours)
+        mine = unpack_qmd(layout, ours)
         skip = ("PROGRAM_ADDRESS", "CONSTANT_BUFFER_ADDR", "PROGRAM_PREFETCH_ADDR", "RELEASE_SEMAPHORE")
         lines += ["", f"## QMD fields that differ (libcuda vs alphac, {info['kernel']}; addresses not compared)"]
         for k in layout.fields:

@@ -4,7 +4,7 @@
 For the day an NVIDIA GPU is at hand: this is the vendor-side check of alphac/ptx, independent of
 alphac's own driver conversation (alphac/nvdrv). For each reference learner it builds (or reads)
 the cubins of its kernels, loads them with cuModuleLoadData, runs `--steps` steps through
-alphac.ptx.host (the same host logic the tests drive through their PTX interpreter), and
+gpu/ptx_host.py (the same host logic the tests drive through their PTX interpreter), and
 compares every state coordinate's bits with the reference interpreter after every step.
 
     python3 gpu/vendor_check.py [--steps 5] [--learner NAME ...] [--libcuda PATH]
@@ -25,11 +25,11 @@ import struct
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent)]
 
 from alphac.driver import compile_file                     # noqa: E402
 from alphac.ir import interp                               # noqa: E402
-from alphac.ptx.host import Owner                          # noqa: E402
+from ptx_host import Owner                          # noqa: E402
 from alphac.ptx.kernels import kernels                     # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -76,7 +76,7 @@ class Cuda:
 
 
 class CudaDevice:
-    """alphac.ptx.host's Device over the CUDA driver API."""
+    """gpu/ptx_host.py's Device over the CUDA driver API."""
 
     def __init__(self, cuda: Cuda, cubins: dict[str, bytes]):
         self.cuda, self.functions, self.modules = cuda, {}, []

@@ -13,6 +13,7 @@ if os.environ.get("ALPHAC_PTXAS"):
     os.environ["PATH"] = str(Path(os.environ["ALPHAC_PTXAS"]).parent) + os.pathsep + os.environ["PATH"]
 EXAMPLES = ROOT / "examples"
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(ROOT / "gpu"))                   # gpu/ptx_host.py, the kernels' Python host
 
 LEARNER_NAMES = ["scalar_regression", "two_coordinate", "independent_state", "lsq_momentum",
                  "lsq_adam"]

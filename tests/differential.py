@@ -210,9 +210,9 @@ def check_text(text: str, work: Path, engines=ALL) -> Report:
 
 
 def run_ptx(lr) -> str:
-    """The GPU owner's step (alphac.ptx.host) with its kernels run by the PTX interpreter."""
+    """The GPU owner's step (gpu/ptx_host.py) with its kernels run by the PTX interpreter."""
     from alphac.ir.interp import format_state
-    from alphac.ptx.host import Owner
+    from ptx_host import Owner
     from alphac.ptx.kernels import kernels
     from ptx_interp import InterpDevice
     owner = Owner(InterpDevice(), lr, kernels(lr))

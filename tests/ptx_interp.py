@@ -126,7 +126,7 @@ class Ptx:
 
 
 class InterpDevice:
-    """alphac.ptx.host's Device, over the interpreter: the kernels run as written."""
+    """gpu/ptx_host.py's Device, over the interpreter: the kernels run as written."""
 
     def __init__(self, mutate=None):
         self.mem, self.mutate, self.launches = Memory(), mutate or {}, []

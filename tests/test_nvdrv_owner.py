@@ -35,6 +35,7 @@ import mockgpu
 import oracle
 from conftest import ROOT, alphac, example, require_tool
 
+from nvdrv_decode import decode_entry, unpack_qmd
 from alphac.driver import compile_file
 from alphac.nvdrv import abi, conversation as conv_mod, host as host_mod, image as image_mod
 from alphac.refusals import exit_code
@@ -340,7 +341,7 @@ def test_qmds_and_push_buffers_decode_to_the_plan(sm):
     g, arch = b.gpu, b.gpu.arch
     layout = abi.QMD_LAYOUTS[arch.qmd]
     for la, k in zip(g.launches, b.kernels):
-        q = abi.unpack_qmd(layout, la.qmd)
+        q = unpack_qmd(layout, la.qmd)
         assert q["PROGRAM_ADDRESS_LOWER"] | q["PROGRAM_ADDRESS_UPPER"] << 32 == la.code_va
         assert q["REGISTER_COUNT_V" if sm == 86 else "REGISTER_COUNT"] == k.image.registers
         cb = q["CONSTANT_BUFFER_ADDR_LOWER(0)"] | q["CONSTANT_BUFFER_ADDR_UPPER(0)"] << 32 if sm == 86 else \
@@ -348,7 +349,7 @@ def test_qmds_and_push_buffers_decode_to_the_plan(sm):
         assert cb == la.cbank_va and la.qmd_va % 256 == 0 and la.code_va % 256 == 0
         off = la.qmd_va - g.alloc("arena").va
         assert g.image[off:off + len(la.qmd)] == la.qmd
-        assert image_mod.decode_entry(arch, la.entry) == (la.pushbuf_va, len(la.pushbuf))
+        assert decode_entry(arch, la.entry) == (la.pushbuf_va, len(la.pushbuf))
         methods = abi.METHODS[arch.compute_methods]
         assert la.pushbuf[2:4] == (image_mod.method(1, methods["SEND_PCAS_A"], 1), la.qmd_va >> 8)
         assert la.grid * la.block >= la.threads
@@ -360,7 +361,7 @@ def test_qmds_and_push_buffers_decode_to_the_plan(sm):
 @given(st.integers(0, (1 << 40) - 4).map(lambda v: v & ~3), st.integers(0, (1 << 21) - 1))
 def test_gpfifo_entries_round_trip(va, dwords):
     for arch in abi.ARCHES.values():
-        assert image_mod.decode_entry(arch, image_mod.gpfifo_entry(arch, va, dwords)) == (va, dwords)
+        assert decode_entry(arch, image_mod.gpfifo_entry(arch, va, dwords)) == (va, dwords)
 
 
 def test_host_descriptions(tmp_path):

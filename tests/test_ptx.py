@@ -13,7 +13,7 @@ Guarantees checked:
   * tests/golden/ptx/<learner>.<kernel>.ptx hold the sm_90 text (`PYTHONPATH=. python
     tests/test_ptx.py` rewrites them);
   * PTX INTERPRETER (below, written here from the PTX ISA): running the kernels through
-    alphac.ptx.host gives, step after step, the bits of alphac.ir.interp and of tests/oracle.py,
+    gpu/ptx_host.py gives, step after step, the bits of alphac.ir.interp and of tests/oracle.py,
     single owner and the reference four-owner split; a reassociated add is caught;
   * PTX and cubins are byte-identical across runs from two working directories.
 """
@@ -39,7 +39,7 @@ from alphac.driver import compile_file
 from alphac.ir import interp
 from alphac.ptx import ptxas
 from alphac.ptx.cubin import CubinError, cubin_info, read_cubin
-from alphac.ptx.host import Owner
+from ptx_host import Owner
 from alphac.ptx.kernels import kernels, param_count
 from alphac.ptx.render import PARAM_TYPES
 
@@ -299,7 +299,7 @@ def state_bits(state):
 
 
 def run_on_interpreter(name, steps=5, mutate=None):
-    """Steps through alphac.ptx.host; returns the first step whose bits differ, or None."""
+    """Steps through gpu/ptx_host.py; returns the first step whose bits differ, or None."""
     lr = learner(name)
     owner = Owner(InterpDevice(mutate), lr, kernels(lr))
     want = interp.initial_state(lr)

@@ -58,14 +58,6 @@ def bits(x: float) -> int:
     return struct.unpack("<Q", struct.pack("<d", x))[0]
 
 
-def from_bits(b: int) -> float:
-    return struct.unpack("<d", struct.pack("<Q", b & 0xFFFF_FFFF_FFFF_FFFF))[0]
-
-
 def hex16(x: float) -> str:
     """The LEARNERS.md printing of a value: 16 lowercase hex digits of its bit pattern."""
     return f"{bits(x):016x}"
-
-
-def is_finite(x: float) -> bool:
-    return math.isfinite(x)

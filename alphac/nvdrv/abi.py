@@ -80,18 +80,6 @@ def _IOC(direction: int, type_: int | str, nr: int, size: int) -> int:
     return (direction << _IOC_DIRSHIFT) | (type_ << _IOC_TYPESHIFT) | (nr << _IOC_NRSHIFT) | (size << _IOC_SIZESHIFT)
 
 
-def _IO(type_, nr):
-    return _IOC(_IOC_NONE, type_, nr, 0)
-
-
-def _IOR(type_, nr, size):
-    return _IOC(_IOC_READ, type_, nr, size)
-
-
-def _IOW(type_, nr, size):
-    return _IOC(_IOC_WRITE, type_, nr, size)
-
-
 def _IOWR(type_, nr, size):
     return _IOC(_IOC_READ | _IOC_WRITE, type_, nr, size)
 
@@ -1549,11 +1537,6 @@ QMD_V04_00 = QmdLayout("V04_00", "classes/compute/clcbc0qmd.h", "NVCBC0_QMDV04_0
 QMD_LAYOUTS: Mapping[str, QmdLayout] = {q.name: q for q in (QMD_V03_00, QMD_V04_00)}
 
 
-def qmd_field(name: str, index: int | None = None) -> str:
-    """The table key of FIELD or FIELD(index)."""
-    return name if index is None else f"{name}({index})"
-
-
 class FieldError(ValueError):
     """A field name or value that pack_qmd / pack_bitfields refuse."""
 
@@ -1588,15 +1571,3 @@ def pack_qmd(layout: QmdLayout, values: Mapping[str, int]) -> bytes:
     and every other bit zero.  Refuses an unknown field, a value that does not fit its
     field (negative included), and a non-int value."""
     return _pack_int(layout.fields, values, layout.bits).to_bytes(layout.nbytes, "little")
-
-
-def unpack_qmd(layout: QmdLayout, image: bytes, names=None) -> dict[str, int]:
-    """Field values of a QMD image (all fields when names is None)."""
-    if len(image) != layout.nbytes:
-        raise FieldError(f"a {layout.name} QMD is {layout.nbytes} bytes, not {len(image)}")
-    word = int.from_bytes(image, "little")
-    out = {}
-    for name in (layout.fields if names is None else names):
-        hi, lo = layout.fields[name]
-        out[name] = (word >> lo) & ((1 << (hi - lo + 1)) - 1)
-    return out

@@ -195,18 +195,6 @@ def gpfifo_entry(arch: abi.Arch, va: int, dwords: int) -> int:
     return lo | hi << 32
 
 
-def decode_entry(arch: abi.Arch, entry: int) -> tuple[int, int]:
-    """(push-buffer va, dwords) of a GPFIFO entry: the inverse of gpfifo_entry, for the mock."""
-    h = arch.host_methods
-
-    def field(word: int, name: str) -> int:
-        hi, lo = BITFIELDS[name]
-        return (word >> lo) & ((1 << (hi - lo + 1)) - 1)
-    lo, hi = entry & 0xffffffff, entry >> 32
-    va = (field(lo, f"{h}_GP_ENTRY0_GET") << 2) | (field(hi, f"{h}_GP_ENTRY1_GET_HI") << 32)
-    return va, field(hi, f"{h}_GP_ENTRY1_LENGTH")
-
-
 # -- QMDs --------------------------------------------------------------------------------------
 def _sm_config(size: int) -> int:
     """Mesa NAK's gv100_sm_config_smem_size: the shared-memory carve-out, (KiB rounded) / 4 + 1."""

@@ -19,12 +19,10 @@ from alphac.lower.selector import SelectorBase
 from alphac.x86_64 import abi
 from alphac.x86_64.encode import Mem
 from alphac.x86_64.encode import Imm as XImm
-from alphac.x86_64.isa import GPR8, GPR16, GPR32, REGS
+from alphac.x86_64.isa import GPR8, GPR16, GPR32, REGS, negate
 
 CC = {"eq": "e", "ne": "ne", "lt": "l", "le": "le", "gt": "g", "ge": "ge",
       "ult": "b", "ule": "be", "ugt": "a", "uge": "ae"}
-NEG = {"e": "ne", "ne": "e", "l": "ge", "ge": "l", "le": "g", "g": "le",
-       "b": "ae", "ae": "b", "be": "a", "a": "be"}
 ALU = {"add": "add", "sub": "sub", "and": "and", "or": "or", "xor": "xor"}
 FALU = {"fadd": "addsd", "fsub": "subsd", "fmul": "mulsd", "fdiv": "divsd"}
 SHIFT = {"shl": "shl", "shr": "shr", "sar": "sar"}
@@ -316,7 +314,7 @@ class Selector(SelectorBase):
             self.emit("cmp", x, y)
             c = CC[cc]
             if yes == nxt:
-                self.emit("j" + NEG[c], target=no)
+                self.emit("j" + negate(c), target=no)
             else:
                 self.emit("j" + c, target=yes)
                 if no != nxt:

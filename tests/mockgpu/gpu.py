@@ -7,7 +7,7 @@ mappings the executable asks for, and faults (KeyError) outside them.
 A channel runs when its doorbell is rung with its token: the mock reads GPPut from USERD, takes
 each GPFIFO entry from GPGet to GPPut, decodes the push buffer (method headers by
 abi.BITFIELDS NVC56F_DMA_*, methods by abi.METHODS of the channel's classes), and for
-SEND_SIGNALING_PCAS2_B launches the QMD at SEND_PCAS_A << 8: decoded with abi.unpack_qmd, the
+SEND_SIGNALING_PCAS2_B launches the QMD at SEND_PCAS_A << 8: decoded with unpack_qmd, the
 kernel found by the SHA-256 of the code at its program address, its parameters read from
 constant bank 0 at the offsets of the kernel's launch image, and the kernel run by the PTX
 interpreter (tests/ptx_interp.py) over this memory. The host semaphore release writes its
@@ -22,7 +22,8 @@ import struct
 
 from alphac.nvdrv import abi
 from alphac.nvdrv.abi import BITFIELDS, CONSTANTS, METHODS
-from alphac.nvdrv.image import CBANK_PREFIX, decode_entry
+from alphac.nvdrv.image import CBANK_PREFIX
+from nvdrv_decode import decode_entry, unpack_qmd
 from ptx_interp import Ptx
 
 
@@ -206,7 +207,7 @@ class Gpu:
     # -- a launch --------------------------------------------------------------------------------
     def launch(self, ch: Channel, qmd_va: int) -> None:
         layout = self.qmd_layout
-        q = abi.unpack_qmd(layout, self.memory.read(qmd_va, layout.nbytes))
+        q = unpack_qmd(layout, self.memory.read(qmd_va, layout.nbytes))
         v3 = self.arch.qmd == "V03_00"
         want_major = 3 if v3 else 4
         if q["QMD_MAJOR_VERSION"] != want_major:

@@ -1,11 +1,12 @@
 """The host side of the kernel ABI, in Python: one owner's buffers and steps over any `Device`.
+(A twin of the GPU owner's step for the tests and the GPU tools, not part of the compiler.)
 
 This is the reference for what a role executable does around the kernels (alphac/ptx/kernels.py
 has the ABI): upload the state, data and vector constants once; per step, launch
 `grad_samples` over the owner's samples and `owner_sum` over the param coordinates, combine
 (the caller's combine tree, on the host), run the scalar-state statements on the host
 (`host_scalars`), then launch each group's `update_g<N>` over its coordinates. A `Device` is
-anything that can allocate, copy and launch: the PTX interpreter in tests/test_ptx.py, or CUDA's
+anything that can allocate, copy and launch: the PTX interpreter in tests/ptx_interp.py, or CUDA's
 driver API in gpu/vendor_check.py.
 
 Requires: kernels from `kernels.kernels(lr)`. Guarantees: binary64 arithmetic happens only in
