@@ -54,7 +54,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/distributed.py
 
 docs: $(STAMP)
-	$(BIN)/python -m alphac.docs
+	$(BIN)/python -m alphac.tools.docs
 
 clean:
 	rm -rf build .pytest_cache .hypothesis

@@ -248,7 +248,7 @@ def cmd_build(args) -> int:
     from alphac.artifacts import gpu_recipe, learner_inputs, learner_recipe, ptxas_tool, write_file
     from alphac.build import BuildError, build_learner
     from alphac.driver import compile_file
-    from alphac.listing import disassemble, lir
+    from alphac.tools.listing import disassemble, lir
     try:
         compiled = compile_file(args.file)
     except CompileError as e:
@@ -323,7 +323,7 @@ def cmd_build_all(args) -> int:
 
 def cmd_verify(args) -> int:
     from alphac.manifest import ManifestError
-    from alphac.verify import verify
+    from alphac.tools.verify import verify
     try:
         problems = verify(args.manifest)
     except ManifestError as e:
@@ -340,7 +340,7 @@ def cmd_verify(args) -> int:
 def cmd_launch(args) -> int:
     import json
     from pathlib import Path
-    from alphac.launch import launch
+    from alphac.tools.launch import launch
     record = launch(args.dir, steps=args.steps, deadline_ms=args.deadline_ms, records=args.records,
                     checkpoint=args.checkpoint, resume=args.resume)
     for r in record["roles"]:
@@ -366,7 +366,7 @@ def cmd_launch(args) -> int:
 
 
 def cmd_ckpt(args) -> int:
-    from alphac.ckpt import CheckpointError, show
+    from alphac.tools.ckpt import CheckpointError, show
     try:
         sys.stdout.write(show(args.dir))
     except (CheckpointError, OSError) as e:

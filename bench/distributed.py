@@ -93,7 +93,7 @@ def build(src: Path, out: Path, deps: list[str]) -> None:
 
 
 def alphac_run(out: Path, dep: str, steps: int) -> tuple[float, int, str]:
-    from alphac.launch import launch
+    from alphac.tools.launch import launch
     b0 = lo_bytes()
     t = time.perf_counter()
     rec = launch(out / dep, steps=steps, records=out / "runs", deadline_ms=60000)

@@ -21,7 +21,7 @@
 5. Writes runs/gpu-qualify-NNNN/record.json: the host, the GPU (UUID, product, driver, memory,
    minor, SM), the probe's output, the SHA-256 of every artifact (executables, cubins, the host
    description) and the pinned ptxas, each run's exit, refusal, output, verdicts and event
-   stream (hash-chained and sealed as alphac.launch does; `alphac.launch.verify_record` checks
+   stream (hash-chained and sealed as alphac.tools.launch does; `alphac.tools.launch.verify_record` checks
    it), and whether the whole qualification passed.
 
 Exit codes: 0 every owner ran and printed the oracle's bits; 1 something refused or differed (the
@@ -43,7 +43,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from alphac.launch import chain, new_record_dir               # noqa: E402
+from alphac.tools.launch import chain, new_record_dir               # noqa: E402
 
 LEARNERS = ["independent_state", "lsq_adam"]
 SM_BY_MODEL = [(r"\bH100\b|\bH200\b|\bH800\b|\bGH200\b", 90),

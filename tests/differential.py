@@ -232,7 +232,7 @@ def build_single(lr, target: str, work: Path) -> str:
 def check_roles(rep: Report, src: Path, name: str, plan, lr, work: Path, engines, single,
                 deps: dict) -> None:
     from alphac.dist.structure import Star
-    from alphac.launch import launch
+    from alphac.tools.launch import launch
     from backend import build_deployment
     dep = plan.dep
     out = work / "roles"

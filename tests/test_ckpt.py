@@ -22,7 +22,7 @@ OTHER = {"x86_64": "aarch64", "aarch64": "x86_64"}
 
 
 def launch(dep_dir, tmp_path, **kw):
-    from alphac.launch import launch as run
+    from alphac.tools.launch import launch as run
     rec = run(dep_dir, records=tmp_path / "runs", deadline_ms=8000, **kw)
     return rec
 
@@ -47,7 +47,7 @@ def test_single_process_exact_resume(name, target, tmp_path):
 
 
 def test_shards_are_numpy_files_holding_the_published_values(tmp_path):
-    from alphac.ckpt import read_manifest
+    from alphac.tools.ckpt import read_manifest
     exe = build_learner_exe("lsq_adam", "x86_64", tmp_path)
     out = run_exe(exe, "--steps", 4, "--checkpoint", tmp_path / "ck").stdout
     printed = dict(line.split() for line in out.splitlines())
@@ -171,7 +171,7 @@ def test_killed_at_every_syscall_of_the_publication(tmp_path):
 
 # -- path-only restore on the hierarchy ----------------------------------------------------------------------
 def test_hierarchy_restore_reads_only_the_path_to_the_owner(built, tmp_path):
-    from alphac.ckpt import walk
+    from alphac.tools.ckpt import walk
     launch(built["lsq_adam_tree"], tmp_path, steps=3, checkpoint=tmp_path / "ck")
     assert [rel for rel, _ in walk(tmp_path / "ck")] == ["MANIFEST", "agg1.0/MANIFEST", "agg1.1/MANIFEST"]
     paths = {0: "agg1.0", 1: "agg1.0", 2: "agg1.1", 3: "agg1.1"}

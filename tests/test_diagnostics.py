@@ -99,5 +99,5 @@ def test_explain_unknown():
 
 
 def test_docs_match_the_table():
-    from alphac.docs import diagnostics_md
+    from alphac.tools.docs import diagnostics_md
     assert (ROOT / "docs" / "diagnostics.md").read_text() == diagnostics_md()

@@ -9,13 +9,13 @@ import pytest
 
 from conftest import ROOT, example
 from alphac import formats
-from alphac.docs import FORMAT_DOCS, with_formats
+from alphac.tools.docs import FORMAT_DOCS, with_formats
 
 
 @pytest.mark.parametrize("doc", sorted(FORMAT_DOCS))
 def test_docs_tables_are_generated_from_the_tables(doc):
     text = (ROOT / "docs" / doc).read_text()
-    assert with_formats(text) == text, f"run `python -m alphac.docs`: docs/{doc} is stale"
+    assert with_formats(text) == text, f"run `python -m alphac.tools.docs`: docs/{doc} is stale"
     for name in FORMAT_DOCS[doc]:
         assert f"<!-- format:{name} -->" in text
 

@@ -3,7 +3,7 @@
   * gpu/qualify.py runs whole against the mock driver (its one hook, `runner`, runs each
     executable under tests/mockgpu instead of directly): identity from a /proc tree, the probe,
     the host description from the driver's answers, the builds, the runs, the comparisons, the
-    run record (checked by alphac.launch.verify_record); without a driver it exits 2;
+    run record (checked by alphac.tools.launch.verify_record); without a driver it exits 2;
   * gpu/ioctl_sniffer.c builds with gcc -Wall -Werror and logs an ioctl (bytes before and after)
     when preloaded into a process that makes one on a file it watches; gpu/cuda_ioctl_trace.py
     names that call from the ABI tables, and exits 2 without libcuda.
@@ -67,7 +67,7 @@ def test_qualify_against_the_mock(tmp_path):
     why = mockgpu.available()
     if why:
         pytest.fail(why) if os.environ.get("CI") else pytest.skip(why)
-    from alphac.launch import verify_record
+    from alphac.tools.launch import verify_record
     from alphac.nvdrv.host import parse_uuid
     q = script("qualify")
     card = Card(uuid=parse_uuid(UUID), name="NVIDIA H200", driver="580.159.04", sm=90)

@@ -26,7 +26,7 @@ def roles(example_roles):
 
 
 def launch(roles, dep, tmp_path, **kw):
-    from alphac.launch import launch as run
+    from alphac.tools.launch import launch as run
     cwd = os.getcwd()
     os.chdir(ROOT)                                   # roles.json names its source from the root
     try:
@@ -56,7 +56,7 @@ def test_mixed_isa_equals_all_x86(roles, tmp_path):
 
 
 def test_run_record_is_linked_sealed_and_verifiable(roles, tmp_path):
-    from alphac.launch import verify_record
+    from alphac.tools.launch import verify_record
     rec = launch(roles, "lsq_adam_star", tmp_path, steps=3)
     path = Path(rec["path"])
     assert verify_record(path) == []

@@ -2,7 +2,7 @@
 and the binary formats' tables (alphac.formats) the marked sections of docs/runtime.md and
 docs/checkpoints.md (between `<!-- format:NAME -->` and `<!-- end format -->`).
 
-`python -m alphac.docs` rewrites them; tests check that the committed files equal what this
+`python -m alphac.tools.docs` rewrites them; tests check that the committed files equal what this
 module generates, so a code or a field cannot change without its documentation.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ FORMAT_DOCS = {"runtime.md": ("FRAME", "FRAME_KINDS"), "checkpoints.md": ("CKPT_
 
 def diagnostics_md() -> str:
     out = ["# Diagnostic codes", "",
-           "Generated from `alphac/diag.py` by `python -m alphac.docs`; `alphac explain CODE` "
+           "Generated from `alphac/diag.py` by `python -m alphac.tools.docs`; `alphac explain CODE` "
            "prints the same text. Errors are `E`, warnings `W`. Each code has a golden test: "
            "`tests/diagnostics/CODE.alpha` and the exact message in `CODE.expected`.", ""]
     for code in sorted(CODES):
@@ -29,7 +29,7 @@ def diagnostics_md() -> str:
 
 def refusals_md() -> str:
     out = ["# Refusals", "",
-           "Generated from `alphac/refusals.py` by `python -m alphac.docs`. A program that "
+           "Generated from `alphac/refusals.py` by `python -m alphac.tools.docs`. A program that "
            "refuses prints one line `refused: NAME` on standard error and exits with the code "
            "below; it publishes nothing. The executables, the reference interpreter and the "
            "launcher use the same table.", "",
@@ -64,7 +64,7 @@ def with_formats(text: str) -> str:
 
 
 def main() -> None:
-    docs = Path(__file__).resolve().parent.parent / "docs"
+    docs = Path(__file__).resolve().parents[2] / "docs"
     docs.mkdir(exist_ok=True)
     (docs / "diagnostics.md").write_text(diagnostics_md())
     (docs / "refusals.md").write_text(refusals_md())
