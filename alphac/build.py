@@ -16,7 +16,7 @@ from functools import lru_cache
 from alphac.diag import BuildError
 from alphac.elf.writer import Reloc, Section, Symbol, layout, link
 from alphac.ir.learner import Learner
-from alphac.lower import learner as learner_lowering
+from alphac.lower.learner import learner_source
 from alphac.lower import rt
 from alphac.lower.assemble import Text, assemble
 from alphac.lower.lir import Program
@@ -60,7 +60,7 @@ def program_for(lr: Learner, tgt: Target, main: str = "single", extra: str = "",
     """LIR for an executable: the prelude, the runtime files its main file (`single.rt`,
     `role.rt`, `gpu.rt`) uses, the generated learner code and `extra` (the role's or the GPU
     owner's generated code), checked as modules (alphac.lower.rt.check_modules)."""
-    gen, gen_blobs = learner_lowering.generate(lr)
+    gen, gen_blobs = learner_source(lr)
     units = [("prelude.rt", list(_parsed(tgt.prelude(), "prelude.rt")), False)]
     units += [(f"{m}.rt", list(runtime_items(m)), True) for m in rt.modules(main, runtime_items)]
     units.append((f"{lr.name}.rt", rt.parse(gen, f"{lr.name}.rt"), False))
@@ -108,9 +108,9 @@ def build_learner(lr: Learner, target_name: str) -> Image:
 
 def build_role(plan, role, target_name: str | None = None) -> Image:
     """One role of a deployment: its projected program over the role runtime."""
-    from alphac.lower.role import generate
+    from alphac.lower.role import role_source
     tgt = target(target_name or plan.dep.target_of(role))
-    text, blobs = generate(plan, role)
+    text, blobs = role_source(plan, role)
     prog, gen = program_for(plan.lr, tgt, main="role", extra=text, blobs=blobs)
     elf, code, addrs = link_program(prog, tgt)
     return Image(tgt, elf, code, prog, gen + "\n" + text, addrs)
@@ -188,7 +188,7 @@ def build_gpu_owner(lr: Learner, target_name: str, host, ptxas_path: str | None 
                          "declares less is refused, one byte is enough")
     conv = conversation.conversation(host, gpu)
     tgt = target(isa)
-    text, blobs = gpu_lowering.generate(lr, gpu, conv)
+    text, blobs = gpu_lowering.gpu_owner_source(lr, gpu, conv)
     prog, gen = program_for(lr, tgt, main="gpu", extra=text, blobs=blobs)
     elf, code, addrs = link_program(prog, tgt)
     return GpuBuild(Image(tgt, elf, code, prog, gen + "\n" + text, addrs), built, gpu, conv, tool)

@@ -69,7 +69,7 @@ def step(lr: Learner, img: GpuImage) -> str:
     return "\n".join(out)
 
 
-def generate(lr: Learner, img: GpuImage, conv: Conversation) -> tuple[str, dict[str, bytes]]:
+def gpu_owner_source(lr: Learner, img: GpuImage, conv: Conversation) -> tuple[str, dict[str, bytes]]:
     """The owner's runtime source and the bytes of its extern globals."""
     table = conv.encode()
     region = bytes(conv.region.buf)

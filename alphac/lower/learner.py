@@ -47,7 +47,7 @@ def f64_bytes(values) -> bytes:
 class Emitter:
     """Statements of one function body, with `let` names and per-coordinate memo tables."""
 
-    def __init__(self, gen: "Generator"):
+    def __init__(self, gen: "LearnerCode"):
         self.gen = gen
         self.lines: list[str] = []
         self.depth = 1
@@ -149,7 +149,7 @@ class Values:
         raise TypeError(f"cannot lower {type(n).__name__}")
 
 
-class Generator:
+class LearnerCode:
     def __init__(self, lr: Learner):
         self.lr = lr
         self.counter = 0
@@ -355,8 +355,8 @@ def _sub(j: str, offset: int) -> str:
     return str(int(j) - offset) if j.isdigit() else f"{j} - {offset}"
 
 
-def generate(lr: Learner) -> tuple[str, dict[str, bytes]]:
+def learner_source(lr: Learner) -> tuple[str, dict[str, bytes]]:
     """The learner's runtime-language source, and the bytes of its `extern` globals."""
-    g = Generator(lr)
+    g = LearnerCode(lr)
     text = g.generate()
     return text, g.blobs

@@ -332,5 +332,7 @@ class RoleLowering:
         return text, blobs
 
 
-def generate(plan: Plan, role: Role) -> tuple[str, dict[str, bytes]]:
+def role_source(plan: Plan, role: Role) -> tuple[str, dict[str, bytes]]:
+    """The role's runtime-language source (its program, checkpoints, identity), and the bytes of
+    its `extern` globals."""
     return RoleLowering(plan, role).generate()
