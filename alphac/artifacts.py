@@ -12,9 +12,10 @@ What it does
     kind "learner": {"kind": "learner", "source": "examples/lsq_adam.alpha", "target": "x86_64"}
         an executable (mode 0755) from `alphac.driver.compile_file` and `alphac.build`; its
         inputs are the source and every `.npy` the learner loads.
-    kind "gpu-owner": the same with "target": "x86_64+sm_90" and "host": {uuid, product, memory,
-        driver, minor}; its tool is the pinned ptxas (version and SHA-256). No catalogue builds
-        these: a GPU owner is built for one machine's card (gpu/qualify.py does that).
+    kind "gpu-owner": the same with "target": "x86_64+sm_90" and "card": {uuid, product, memory,
+        driver, minor}; its tool is the pinned ptxas (version and SHA-256). A GPU owner is built
+        for one machine's card (gpu/qualify.py builds them for the card it finds); the catalogue
+        builds the examples' for the reference host, examples/h200.gpuhost.
 
 Requires
     Run from the directory that recipes' paths are relative to (the project root for
@@ -138,7 +139,7 @@ def example_learners() -> list[tuple[str, dict]]:
 def gpu_recipe(source: str | Path, target: str, host) -> dict:
     """A GPU owner: the learner, the target (x86_64+sm_NN) and the host it is built for."""
     return {"kind": "gpu-owner", "source": manifest.input_path(source), "target": target,
-            "host": host.as_dict()}
+            "card": host.as_dict()}
 
 
 def ptxas_tool(tool) -> dict[str, dict]:
@@ -152,12 +153,28 @@ def build_gpu_owner_recipe(recipe: dict) -> Built:
     for field in ("source", "target"):
         if not isinstance(recipe.get(field), str):
             raise RecipeError(f"gpu-owner recipe: `{field}` must be a string")
-    if not isinstance(recipe.get("host"), dict):
-        raise RecipeError("gpu-owner recipe: `host` must be an object")
+    if not isinstance(recipe.get("card"), dict):
+        raise RecipeError("gpu-owner recipe: `card` (the GPU host it is built for) must be an object")
     compiled = compile_file(recipe["source"])
-    host = load_gpu_host(None, {k: str(v) for k, v in recipe["host"].items()})
+    host = load_gpu_host(None, {k: str(v) for k, v in recipe["card"].items()})
     built = build_gpu_owner(compiled.learner, recipe["target"], host)
     return Built(built.image.elf, learner_inputs(recipe["source"], compiled), ptxas_tool(built.ptxas))
+
+
+REFERENCE_GPU_HOST = "examples/h200.gpuhost"
+
+
+@catalogue
+def example_gpu_owners() -> list[tuple[str, dict]]:
+    """Every reference learner's GPU owner for the reference host (an H200, so sm_90):
+    `gpu/<learner>/x86_64+sm_90`. Needs ptxas (the build refuses without it)."""
+    from alphac.nvdrv import host as gpu_host
+    path = Path(REFERENCE_GPU_HOST)
+    if not path.exists():
+        return []
+    host = gpu_host.load(str(path), {})
+    return [(f"gpu/{src.stem}/x86_64+sm_90", gpu_recipe(src.as_posix(), "x86_64+sm_90", host))
+            for src in sorted(Path("examples").glob("*.alpha")) if src.stem != "fleet_lsq"]
 
 
 # ---- writing -----------------------------------------------------------------------------------
