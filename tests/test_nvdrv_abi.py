@@ -1,4 +1,5 @@
-"""alphac/nvdrv/abi.py against the golden file the header probe wrote.
+"""alphac/nvdrv/abi.py (and its generated numbers, abi_580.py) against the golden file the
+header probe wrote.
 
 tests/golden/nvdrv_abi_580.json holds what gcc computed from NVIDIA's published headers
 (see tests/nvdrv_layout_probe/README.md).  Every table in abi.py must equal it entry for
@@ -375,3 +376,15 @@ def test_ioc_refuses_oversize():
     with pytest.raises(ValueError):
         abi._IOWR("F", 256, 8)
     assert abi._IOWR("F", 0x2B, 32) == 0xC020462B
+
+
+def test_generated_numbers_are_the_golden_file():
+    """alphac/nvdrv/abi_580.py is what tests/nvdrv_layout_probe/autogen.py writes from the
+    golden file: the numbers live once (the probe's output), never typed by hand."""
+    import subprocess
+    import sys
+    autogen = Path(__file__).parent / "nvdrv_layout_probe" / "autogen.py"
+    r = subprocess.run([sys.executable, str(autogen), "--check"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    first = (Path(abi.__file__).parent / "abi_580.py").read_text().splitlines()[0]
+    assert "generated; do not edit" in first

@@ -1,5 +1,6 @@
-"""Small is a feature: a line budget per package (non-blank lines of .py and .rt), checked here
-as tinygrad checks its own. Raising a budget is a decision to make in review, not by accident."""
+"""Small is a feature: a line budget per package (non-blank lines of .py and .rt, generated data
+files left out, as tinygrad leaves out its autogen), checked here as tinygrad checks its own.
+Raising a budget is a decision to make in review, not by accident."""
 from pathlib import Path
 
 import pytest
@@ -8,14 +9,19 @@ from conftest import ROOT
 
 # tightened to what the code needs (issue 14: each a few percent over its size then)
 BUDGETS = {"parse": 850, "types": 570, "ir": 670, "dist": 1370, "lower": 2280, "runtime": 1480,
-           "x86_64": 780, "aarch64": 860, "elf": 370, "ptx": 740, "nvdrv": 3200, "tools": 520,
+           "x86_64": 780, "aarch64": 860, "elf": 370, "ptx": 740, "nvdrv": 1150, "tools": 520,
            "": 1600}
+
+
+def generated(f) -> bool:
+    """A file written by a generator (alphac/nvdrv/abi_580.py): data, not code to review."""
+    return "generated; do not edit" in f.read_text().split("\n", 1)[0]
 
 
 def lines(pkg: str) -> int:
     base = ROOT / "alphac" / pkg if pkg else ROOT / "alphac"
     files = base.rglob("*") if pkg else base.glob("*")
-    return sum(1 for f in files if f.suffix in (".py", ".rt") and f.is_file()
+    return sum(1 for f in files if f.suffix in (".py", ".rt") and f.is_file() and not generated(f)
                for line in f.read_text().splitlines() if line.strip())
 
 
