@@ -56,19 +56,9 @@ class Report:
 
 
 # -- what the contract says -------------------------------------------------------------------
-def fold_tree(tree, contribs):
-    from alphac.dist.structure import Leaf
-    from alphac.ir import interp
-    if isinstance(tree, Leaf):
-        return contribs[tree.owner]
-    acc = None
-    for c in tree.children:
-        acc = interp.combine(acc, fold_tree(c, contribs))
-    return acc
-
-
 def expected(lr, history) -> str:
     """The state after `history`, a list of (steps, deployment or None for one process)."""
+    from alphac.dist.execute import evaluate_tree
     from alphac.ir import interp
     from alphac.refusals import Refusal
     state = interp.initial_state(lr)
@@ -81,7 +71,7 @@ def expected(lr, history) -> str:
                 else:
                     contribs = [interp.owner_contribution(lr, state, range(*dep.samples.range(k)))
                                 for k in range(dep.owners)]
-                    combined = fold_tree(dep.combine_tree(), contribs)
+                    combined = evaluate_tree(dep.combine_tree(), contribs)
                 grads = interp.mean_gradient(combined)
             state = interp.apply_update(lr, state, grads)
     try:

@@ -96,10 +96,13 @@ class Reducer:
     def edits(self):
         """Candidate programs, each one edit away from the best so far (smallest first)."""
         p = self.best
-        for k in range(len(p.deployments)):
-            q = copy.deepcopy(p)
-            del q.deployments[k]
-            yield q
+
+        def without(attr: str):
+            for k in range(len(getattr(p, attr))):
+                q = copy.deepcopy(p)
+                del getattr(q, attr)[k]
+                yield q
+        yield from without("deployments")
         for k, d in enumerate(p.deployments):
             for j, item in enumerate(d.items):
                 if item.split()[0] in ("roles", "topology"):
@@ -107,27 +110,15 @@ class Reducer:
                 q = copy.deepcopy(p)
                 del q.deployments[k].items[j]
                 yield q
-        for k in range(len(p.update)):
-            q = copy.deepcopy(p)
-            del q.update[k]
-            yield q
-        for k in range(len(p.loss)):
-            q = copy.deepcopy(p)
-            del q.loss[k]
-            yield q
+        yield from without("update")
+        yield from without("loss")
         if p.loss_result is not None and not p.loss and not any(
                 s.kind == "assign" and "grad" in learngen.expr_text(s.expr) for s in p.update):
             q = copy.deepcopy(p)
             q.loss_result = None
             yield q
-        for k in range(len(p.strategies)):
-            q = copy.deepcopy(p)
-            del q.strategies[k]
-            yield q
-        for k in range(len(p.decls)):
-            q = copy.deepcopy(p)
-            del q.decls[k]
-            yield q
+        yield from without("strategies")
+        yield from without("decls")
         data = [d for d in p.decls if d.kind == "data"]
         if data and len(data[0].value) > 1:
             for row in range(len(data[0].value)):

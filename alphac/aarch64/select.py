@@ -23,7 +23,7 @@ from alphac.aarch64.isa import COND, REGS, W, sp, xzr
 from alphac.lower.assemble import MI
 from alphac.lower.lir import NEGATE, Function, Imm, Inst, VReg
 from alphac.lower.regalloc import Allocation, parallel_moves
-from alphac.lower.selector import SelectorBase
+from alphac.lower.selector import SelectorBase, rules
 
 CC = {"eq": "eq", "ne": "ne", "lt": "lt", "le": "le", "gt": "gt", "ge": "ge",
       "ult": "lo", "ule": "ls", "ugt": "hi", "uge": "hs"}
@@ -213,17 +213,21 @@ class Selector(SelectorBase):
         self.emit("cset", r, COND[CC[a[0]]])
         self.commit(d, r)
 
-    def float_op(self, op, d, a) -> None:
+    def float_alu(self, op, d, a) -> None:
         ops = [self.use(v, s) for v, s in zip(a, (F1, F2))]
         r = self.defreg(d, F1)
         self.emit(FALU[op], r, *ops)
         self.commit(d, r)
 
-    def convert(self, op, d, a) -> None:
+    fsqrt = fneg = float_alu                         # one instruction each, like the binary ones
+
+    def bits(self, op, d, a) -> None:
         x = self.use(a[0], F1 if op == "f2bits" else S1)
         r = self.defreg(d, S1 if op == "f2bits" else F1)
         self.emit("scvtf" if op == "i2f" else "fmov", r, x)
         self.commit(d, r)
+
+    i2f = bits
 
     def load(self, op, d, a) -> None:
         mnemonic, mem = self.mem(op, a[0], a[1])
@@ -318,18 +322,7 @@ class Selector(SelectorBase):
             raise ValueError(t.op)
 
 
-RULES = {
-    "iconst": Selector.iconst, "fconst": Selector.fconst, "addr": Selector.addr,
-    "mov": Selector.copy, "fmov": Selector.copy,
-    **dict.fromkeys(ALU, Selector.int_alu), **dict.fromkeys(SHIFT, Selector.int_shift),
-    **dict.fromkeys(("udiv", "urem", "sdiv", "srem"), Selector.divide),
-    "neg": Selector.int_unary, "not": Selector.int_unary, "setcc": Selector.setcc,
-    **dict.fromkeys(FALU, Selector.float_op),
-    "i2f": Selector.convert, "f2bits": Selector.convert, "bits2f": Selector.convert,
-    **dict.fromkeys(("load8", "load16", "load32", "load64", "fload"), Selector.load),
-    **dict.fromkeys(("store8", "store16", "store32", "store64", "fstore"), Selector.store),
-    "call": Selector.call, "syscall": Selector.syscall, "fence": Selector.fence,
-}
+RULES = rules(Selector)
 
 
 def select(fn: Function, alloc: Allocation) -> list:

@@ -14,6 +14,28 @@ from alphac.lower.lir import Function, VReg
 from alphac.lower.regalloc import Allocation
 
 
+# Each LIR operation -> the name of the selector method that lowers it. The grouping is the
+# same on every ISA (an ISA's `RULES` is this table over its own methods); a test checks it
+# covers alphac.lower.lir.OPS exactly.
+OP_RULES: dict[str, str] = {
+    "iconst": "iconst", "fconst": "fconst", "addr": "addr", "mov": "copy", "fmov": "copy",
+    **dict.fromkeys(("add", "sub", "mul", "and", "or", "xor"), "int_alu"),
+    **dict.fromkeys(("shl", "shr", "sar"), "int_shift"),
+    **dict.fromkeys(("udiv", "urem", "sdiv", "srem"), "divide"),
+    "neg": "int_unary", "not": "int_unary", "setcc": "setcc",
+    **dict.fromkeys(("fadd", "fsub", "fmul", "fdiv"), "float_alu"), "fsqrt": "fsqrt", "fneg": "fneg",
+    "i2f": "i2f", "f2bits": "bits", "bits2f": "bits",
+    **dict.fromkeys(("load8", "load16", "load32", "load64", "fload"), "load"),
+    **dict.fromkeys(("store8", "store16", "store32", "store64", "fstore"), "store"),
+    "call": "call", "syscall": "syscall", "fence": "fence",
+}
+
+
+def rules(selector: type) -> dict:
+    """An ISA's rule table: each operation's method of `selector`."""
+    return {op: getattr(selector, name) for op, name in OP_RULES.items()}
+
+
 class SelectorBase:
     REGS: dict
     INT_ARGS: tuple[str, ...]

@@ -15,7 +15,7 @@ from __future__ import annotations
 from alphac.lower.assemble import MI
 from alphac.lower.lir import Function, Imm, Inst, VReg
 from alphac.lower.regalloc import Allocation, parallel_moves
-from alphac.lower.selector import SelectorBase
+from alphac.lower.selector import SelectorBase, rules
 from alphac.x86_64 import abi
 from alphac.x86_64.encode import Mem
 from alphac.x86_64.encode import Imm as XImm
@@ -327,19 +327,7 @@ class Selector(SelectorBase):
             raise ValueError(t.op)
 
 
-RULES = {
-    "iconst": Selector.iconst, "fconst": Selector.fconst, "addr": Selector.addr,
-    "mov": Selector.copy, "fmov": Selector.copy,
-    **dict.fromkeys(("add", "sub", "mul", "and", "or", "xor"), Selector.int_alu),
-    **dict.fromkeys(SHIFT, Selector.int_shift),
-    **dict.fromkeys(("udiv", "urem", "sdiv", "srem"), Selector.divide),
-    "neg": Selector.int_unary, "not": Selector.int_unary, "setcc": Selector.setcc,
-    **dict.fromkeys(FALU, Selector.float_alu), "fsqrt": Selector.fsqrt, "fneg": Selector.fneg,
-    "i2f": Selector.i2f, "f2bits": Selector.bits, "bits2f": Selector.bits,
-    **dict.fromkeys(("load8", "load16", "load32", "load64", "fload"), Selector.load),
-    **dict.fromkeys(("store8", "store16", "store32", "store64", "fstore"), Selector.store),
-    "call": Selector.call, "syscall": Selector.syscall, "fence": Selector.fence,
-}
+RULES = rules(Selector)
 
 
 def select(fn: Function, alloc: Allocation) -> list:
