@@ -68,6 +68,10 @@ def test_allocation_never_shares_a_live_location_and_respects_calls():
     ('fn rt_start(sp: i64) -> i64 { refuse("usage\\q"); return 0; }', "unknown escape"),
     ("fn rt_start(sp: i64) -> i64 { return 'ab'; }", "one byte"),
     ("fn rt_start(sp: i64) -> i64 { let x: f64 = sp; return 0; }", "value of type i64"),
+    ("fn rt_start(sp: i64) -> i64 { return umulh(sp, 1.0); }", "`umulh` wants i64, given f64"),
+    ("fn rt_start(sp: i64) -> i64 { return umulh(sp); }", "`umulh` takes 2 argument"),
+    ("fn rt_start(sp: i64) -> i64 { return fgt(1.0, sp); }", "`fgt` wants f64, given i64"),
+    ("fn rt_start(sp: i64) -> f64 { return fgt(1.0, 2.0); }", "returns i64"),
 ])
 def test_runtime_language_errors_are_named(bad, msg):
     with pytest.raises(rt.RtError, match=msg):

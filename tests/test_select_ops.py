@@ -1,12 +1,14 @@
 """Every LIR operation through both instruction selectors, against plain Python.
 
 One runtime-language program (built here, with the real core runtime) prints one 64-bit pattern a
-line: integer and binary64 operations on values the compiler cannot fold, every immediate shape
-(bitmask, movz/movn/movk, add/sub imm12 and lsl #12, negative compares), every load/store width at
-offsets that take each addressing form, calls whose arguments form move cycles, functions with an
-odd number of callee-saved registers, and one with hundreds of values live across calls (spills,
-slot-to-slot moves, a frame over 4 KiB). The expected lines are computed in Python. The x86-64
-executable runs where the host is x86-64; the AArch64 one under qemu-aarch64.
+line: integer and binary64 operations on values the compiler cannot fold (umulh with the top bits
+set, fgt on NaNs, infinities, signed zeros and subnormals), every immediate shape (bitmask,
+movz/movn/movk, add/sub imm12 and lsl #12, negative compares), every load/store width at offsets
+that take each addressing form, calls whose arguments form move cycles, functions with an odd
+number of callee-saved registers, and one with hundreds of values live across calls (spills,
+slot-to-slot moves, umulh and fgt on spilled operands, a frame over 4 KiB). The expected lines
+are computed in Python. The x86-64 executable runs where the host is x86-64; the AArch64 one
+under qemu-aarch64.
 """
 import math
 import platform
@@ -19,6 +21,8 @@ from conftest import require_tool
 M = (1 << 64) - 1
 X, Y, Z, S = 0x0123456789ABCDEF, -1234567, 7, 13
 P, Q, R = 1.5, -0.1, 3.0
+NAN, INF, TINY = math.nan, math.inf, 5e-324        # TINY: the least subnormal
+FSEEDS = {"p": P, "q": Q, "r": R, "nan": NAN, "inf": INF, "tiny": TINY}
 
 
 def bits(x: float) -> int:
@@ -31,6 +35,12 @@ def sdiv(a, b):
 
 
 U = lambda v: v & M                    # noqa: E731  (the unsigned view)
+
+
+def umulh(a, b):
+    return (U(a) * U(b)) >> 64
+
+
 INT_CASES = [
     ("x + 4095", X + 4095), ("x + 20480", X + 20480), ("x + 8384512", X + 0x7FF000),
     ("x + -5", X - 5), ("x - 4095", X - 4095), ("x - -7", X + 7), ("x + 123456789", X + 123456789),
@@ -48,12 +58,33 @@ INT_CASES = [
     ("x >= 4096", X >= 4096), ("x != y", X != Y), ("y <= -1234567", Y <= -1234567),
     ("ult(x, 0x7000000000000000)", X < 0x7000000000000000), ("y == -1234567", True),
     ("z >= -4095", True), ("ult(z, 4096)", True), ("z > 4096", False), ("!z", False),
+    ("umulh(x, y)", umulh(X, Y)), ("umulh(y, x)", umulh(Y, X)), ("umulh(y, y)", umulh(Y, Y)),
+    ("umulh(x, x)", umulh(X, X)), ("umulh(x, z)", umulh(X, Z)), ("umulh(y, -1)", umulh(Y, -1)),
+    ("umulh(-1, -1)", umulh(-1, -1)), ("umulh(s, 0x8000000000000000)", umulh(S, 1 << 63)),
+]
+# fgt is Python's float >: ordered (false when either side is a NaN), +0.0 and -0.0 equal
+FGT_CASES = [
+    ("fgt(p, q)", P > Q), ("fgt(q, p)", Q > P), ("fgt(p, p)", P > P), ("fgt(p, 1.5)", P > 1.5),
+    ("fgt(0.0, -0.0)", 0.0 > -0.0), ("fgt(-0.0, 0.0)", -0.0 > 0.0),
+    ("fgt(p - p, -(p - p))", (P - P) > -(P - P)),
+    ("fgt(nan, p)", NAN > P), ("fgt(p, nan)", P > NAN), ("fgt(nan, nan)", NAN > NAN),
+    ("fgt(-nan, q)", -NAN > Q), ("fgt(q, -nan)", Q > -NAN),
+    ("fgt(inf, nan)", INF > NAN), ("fgt(nan, -inf)", NAN > -INF),
+    ("fgt((p - p) / (p - p), q)", NAN > Q),       # 0/0: a NaN (Python raises instead)
+    ("fgt(inf, 1e300)", INF > 1e300), ("fgt(1e300, inf)", 1e300 > INF),
+    ("fgt(inf, inf)", INF > INF), ("fgt(inf, -inf)", INF > -INF),
+    ("fgt(q, -inf)", Q > -INF), ("fgt(-inf, q)", -INF > Q),
+    ("fgt(tiny, 0.0)", TINY > 0.0), ("fgt(0.0, tiny)", 0.0 > TINY),
+    ("fgt(-0.0, -tiny)", -0.0 > -TINY), ("fgt(-tiny, -0.0)", -TINY > -0.0),
+    ("fgt(tiny * 2.0, tiny)", TINY * 2.0 > TINY), ("fgt(tiny, bits2f(1))", TINY > TINY),
 ]
 CONSTANTS = [0, 1, -1, 4095, 0xFFFF0000, 0x5555555555555555, 0x0000FFFF0000FFFF,
              0xFFFF1234FFFFFFFF, -123456789, 0x8000000000000000, 0x123456789ABCDEF0,
              0x0001000000000000, 0xFFFFFFFFFFFF0000 + 0x1234]
 BRANCHES = [("y < -5", Y < -5), ("x > 4095", X > 4095), ("z == 7", True), ("ult(y, 5)", False),
-            ("z != -7", True), ("y >= x", Y >= X), ("z <= 0x100000000", True)]
+            ("z != -7", True), ("y >= x", Y >= X), ("z <= 0x100000000", True),
+            ("fgt(r, p)", R > P), ("fgt(q, nan)", Q > NAN),
+            ("umulh(y, y) == 0", umulh(Y, Y) == 0)]
 FLOAT_CASES = [
     ("p + q", P + Q), ("p - q", P - Q), ("q - p", Q - P), ("p * q", P * Q), ("p / q", P / Q),
     ("q / p", Q / P), ("sqrt(r)", math.sqrt(R)), ("-q", -Q), ("i2f(y)", float(Y)), ("i2f(x)", float(X)),
@@ -83,16 +114,24 @@ def spill_source() -> tuple[str, int]:
         src.append(f"    let t{v} = {v}0;")
         src += [f"    {v}{k} = {v}{k + 1};" for k in range(NSPILL - 1)]
         src.append(f"    {v}{NSPILL - 1} = t{v};")
-    src += ["    nop();", "    let acc = 0;", "    let facc = 0.0;"]
+    src += ["    nop();", "    let acc = 0;", "    let facc = 0.0;", "    let hacc = 0;"]
     src += [f"    acc = acc * 31 + a{k};\n    facc = facc + f{k};" for k in range(NSPILL)]
-    src += ["    return acc ^ f2bits(facc);", "}"]
+    src += [f"    hacc = hacc * 31 + umulh(a{k}, a{_partner(k)}) + fgt(f{k}, f{_partner(k)});"
+            for k in range(NSPILL)]
+    src += ["    return acc ^ f2bits(facc) ^ hacc;", "}"]
     a = [U(X * (k + 2)) ^ k for k in range(NSPILL)]
     f = [P * float(k + 1) for k in range(NSPILL)]
     a, f = a[1:] + a[:1], f[1:] + f[:1]
-    acc, facc = 0, 0.0
+    acc, facc, hacc = 0, 0.0, 0
     for k in range(NSPILL):
         acc, facc = U(acc * 31 + a[k]), facc + f[k]
-    return "\n".join(src) + "\n", acc ^ bits(facc)
+        hacc = U(hacc * 31 + umulh(a[k], a[_partner(k)]) + (f[k] > f[_partner(k)]))
+    return "\n".join(src) + "\n", acc ^ bits(facc) ^ hacc
+
+
+def _partner(k: int) -> int:
+    """The spilled value umulh and fgt pair with the k-th: far from it, before or after."""
+    return (7 * k + 3) % NSPILL
 
 
 FUNCTIONS = """
@@ -120,6 +159,12 @@ fn three(x: i64, p: f64) -> i64 {
     nop();
     return (a * b - c) ^ f2bits(f + p);
 }
+fn wide(x: i64, y: i64, p: f64, q: f64) -> i64 {
+    let h = umulh(x, y);
+    let g = fgt(p, q);
+    nop();
+    return (umulh(h, y) ^ umulh(y, x)) + g * 2 + fgt(q, p) * 4 + fgt(p, p) * 8;
+}
 """
 
 
@@ -130,13 +175,18 @@ def args(a, b, c, d, e, f, p1, p2, p3, p4, p5, p6, p7, p8):
     return U(acc) ^ bits((((((((p1 - p2) * p3) - p4) / p5) + p6) - p7) * p8))
 
 
+def wide(x, y, p, q):
+    h = umulh(x, y)
+    return U((umulh(h, y) ^ umulh(y, x)) + (p > q) * 2 + (q > p) * 4 + (p > p) * 8)
+
+
 def program() -> tuple[str, str]:
     """(runtime-language source with `main`, the expected stdout)."""
     spill, spill_value = spill_source()
     body = [f"    let {v} = load64(seeds + {8 * k});" for k, v in enumerate("xyzs")]
-    body += [f"    let {v} = loadf(seeds + {32 + 8 * k});" for k, v in enumerate("pqr")]
+    body += [f"    let {v} = loadf(seeds + {32 + 8 * k});" for k, v in enumerate(FSEEDS)]
     want = []
-    for e, v in INT_CASES:
+    for e, v in INT_CASES + FGT_CASES:
         body.append(f"    out({e});")
         want.append(int(v))
     for c in CONSTANTS:
@@ -163,12 +213,15 @@ def program() -> tuple[str, str]:
         want.append(int.from_bytes(mem[BASE + off:BASE + off + width[op[4:]]], "little"))
     pa = [P, Q, R, -R, 0.25, 7.0, -2.5, 1e-3]
     body += ["    out(rot(x, y, z, s, 1, 2, p, q, r, -r, 0.25, 7.0, -2.5, 0.001));",
-             "    out(swap2(x, y, p, q));", "    out(three(x, p));", "    out(spill(x, p));"]
+             "    out(swap2(x, y, p, q));", "    out(three(x, p));", "    out(spill(x, p));",
+             "    out(wide(x, y, p, q));", "    out(wide(y, x, q, p));"]
     want += [args(2, X, Y, Z, S, 1, pa[7], *pa[:7]),
              args(Y, X, Y, X, X, Y, Q, P, Q, Q, P, P, Q, P),
-             U((X + 1) * (X * 5) - (X - 9)) ^ bits(P * 2.0 + P), spill_value]
-    source = (f"global buf: [u8; 70000];\nvar seeds: [i64; 7] = [{X}, {Y}, {Z}, {S}, {bits(P)}, "
-              f"{bits(Q)}, {bits(R)}];\n" + FUNCTIONS + spill +
+             U((X + 1) * (X * 5) - (X - 9)) ^ bits(P * 2.0 + P), spill_value,
+             wide(X, Y, P, Q), wide(Y, X, Q, P)]
+    seeds = [X, Y, Z, S] + [bits(v) for v in FSEEDS.values()]
+    source = (f"global buf: [u8; 70000];\nvar seeds: [i64; {len(seeds)}] = {seeds};\n" +
+              FUNCTIONS + spill +
               "fn main(argc: i64, argv: i64) -> i64 {\n" + "\n".join(body) +
               "\n    rt_flush();\n    return 3;\n}\n")
     return source, "".join(f"{U(v):016x}\n" for v in want)

@@ -122,6 +122,7 @@ _ROWS = [
     ("neg",  "x x",             0xcb0003e0, "Rd Rm"),
     ("mul",  "x x x",           0x9b007c00, "Rd Rn Rm"),
     ("msub", "x x x x",         0x9b008000, "Rd Rn Rm Ra"),
+    ("umulh", "x x x",          0x9bc07c00, "Rd Rn Rm"),
     ("udiv", "x x x",           0x9ac00800, "Rd Rn Rm"),
     ("sdiv", "x x x",           0x9ac00c00, "Rd Rn Rm"),
     # logical (mvn is orn with xzr, tst is ands into xzr)
@@ -163,6 +164,7 @@ _ROWS = [
     ("fdiv", "d d d",           0x1e601800, "Rd Rn Rm"),
     ("fsqrt", "d d",            0x1e61c000, "Rd Rn"),
     ("fneg", "d d",             0x1e614000, "Rd Rn"),
+    ("fcmp", "d d",             0x1e602000, "Rn Rm"),
     ("fmov", "d d",             0x1e604000, "Rd Rn"),
     ("fmov", "d x",             0x9e670000, "Rd Rn"),
     ("fmov", "x d",             0x9e660000, "Rd Rn"),

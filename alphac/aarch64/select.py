@@ -3,9 +3,10 @@
 Requires: a checked `lir.Function` and its `Allocation` (alphac.lower.regalloc with
 `abi.REGFILE`). Guarantees: one `assemble.MI` list per function that implements the LIR exactly:
 every binary64 operation is one `fadd fsub fmul fdiv fsqrt fneg` on its operands in their written
-order (never swapped, never fused: no fmadd/fmsub/fnmadd/fnmsub is ever emitted), spilled values
-are reloaded through the scratch registers of `abi`, calls and system calls move their arguments
-by `parallel_moves`, and sp stays 16-byte aligned at every instruction.
+order (never swapped, never fused: no fmadd/fmsub/fnmadd/fnmsub is ever emitted), `fgt` is
+`fcmp` + `cset gt` (false when unordered), spilled values are reloaded through the scratch
+registers of `abi`, calls and system calls move their arguments by `parallel_moves`, and sp stays
+16-byte aligned at every instruction.
 
 The frame, from the caller's sp down: x29/x30 (x29 then points here), the used callee-saved
 registers in pairs (integers, then binary64), then the spill slots (slot k at [sp + 8k]),
@@ -202,6 +203,11 @@ class Selector(SelectorBase):
             self.emit("msub", r, S3, y, x)           # r = x - (x / y) * y
         self.commit(d, r)
 
+    def umulh(self, op, d, a) -> None:
+        x, y, r = self.use(a[0], S1), self.use(a[1], S2), self.defreg(d, S1)
+        self.emit("umulh", r, x, y)
+        self.commit(d, r)
+
     def int_unary(self, op, d, a) -> None:
         x, r = self.use(a[0], S1), self.defreg(d, S1)
         self.emit("neg" if op == "neg" else "mvn", r, x)
@@ -220,6 +226,12 @@ class Selector(SelectorBase):
         self.commit(d, r)
 
     fsqrt = fneg = float_alu                         # one instruction each, like the binary ones
+
+    def fgt(self, op, d, a) -> None:
+        self.emit("fcmp", self.use(a[0], F1), self.use(a[1], F2))
+        r = self.defreg(d, S1)
+        self.emit("cset", r, COND["gt"])             # gt: Z = 0 and N = V, false when unordered
+        self.commit(d, r)
 
     def bits(self, op, d, a) -> None:
         x = self.use(a[0], F1 if op == "f2bits" else S1)

@@ -64,10 +64,12 @@ _OPS: dict[str, tuple] = {
     "and": ("i", "iI"), "or": ("i", "iI"), "xor": ("i", "iI"),
     "shl": ("i", "iI"), "shr": ("i", "iI"), "sar": ("i", "iI"),
     "udiv": ("i", "ii"), "urem": ("i", "ii"), "sdiv": ("i", "ii"), "srem": ("i", "ii"),
+    "umulh": ("i", "ii"),          # d = the high 64 bits of the unsigned 128-bit product a * b
     "neg": ("i", "i"), "not": ("i", "i"),
     "setcc": ("i", "ciI"),         # d = (a cc b) ? 1 : 0
     "fadd": ("f", "ff"), "fsub": ("f", "ff"), "fmul": ("f", "ff"), "fdiv": ("f", "ff"),
     "fsqrt": ("f", "f"), "fneg": ("f", "f"),
+    "fgt": ("i", "ff"),            # d = (a > b) ? 1 : 0, ordered: 0 when either is a NaN
     "i2f": ("f", "i"),             # signed integer -> nearest binary64
     "f2bits": ("i", "f"), "bits2f": ("f", "i"),
     "load8": ("i", "iI"), "load16": ("i", "iI"), "load32": ("i", "iI"), "load64": ("i", "iI"),

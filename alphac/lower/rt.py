@@ -24,9 +24,11 @@ exactly what the backends receive.
 Values are `i64` (integers and addresses) or `f64`. A global's name is its address. Memory is
 reached through `load8/16/32/64`, `loadf`, `store8/16/32/64`, `storef` (little-endian, unsigned
 narrow loads). Other builtins: `syscall(nr, ...)`, `i2f`, `f2bits`, `bits2f`, `sqrt`, `udiv`,
-`urem`, `sar`, `ult` (unsigned <), `fence()` (a full memory barrier: stores before it reach
-memory, and devices, before any access after it), `refuse("NAME")` (alphac.refusals). `// line N` comments are
-ignored, but `#line N` directives set the Alpha source line that later instructions come from.
+`urem`, `sar`, `ult` (unsigned <), `umulh` (the high 64 bits of the unsigned 128-bit product),
+`fgt` (binary64 >, as an i64: 0 when either operand is a NaN), `fence()` (a full memory barrier:
+stores before it reach memory, and devices, before any access after it), `refuse("NAME")`
+(alphac.refusals). `// line N` comments are ignored, but `#line N` directives set the Alpha
+source line that later instructions come from.
 
 Each runtime file is a module: it opens with `use core, sha256;` (the files whose items it
 reads) and declares with `extern` what the code generated for a learner, a role or a GPU owner
@@ -391,7 +393,7 @@ def parse(text: str, name: str) -> list[tuple]:
 # -- modules -----------------------------------------------------------------------------------
 BUILTINS = frozenset({"load8", "load16", "load32", "load64", "loadf", "store8", "store16",
                       "store32", "store64", "storef", "syscall", "i2f", "f2bits", "bits2f", "sqrt",
-                      "udiv", "urem", "sar", "ult", "fence", "refuse"})
+                      "udiv", "urem", "sar", "ult", "umulh", "fgt", "fence", "refuse"})
 
 
 def uses(items: list[tuple]) -> list[str]:

@@ -309,12 +309,16 @@ class FnLowerer:
         if f == "sqrt":
             need(1)
             return self.emit("fsqrt", self.fn.new("f"), typed(args[0], "f64")), "f64"
-        if f in ("udiv", "urem", "sar"):
+        if f in ("udiv", "urem", "sar", "umulh"):
             need(2)
             a = self.reg(typed(args[0], "i64"))
             b = typed(args[1], "i64")
             b = b if f == "sar" else self.reg(b)
             return self.emit(f, self.fn.new("i"), a, b), "i64"
+        if f == "fgt":
+            need(2)
+            a, b = typed(args[0], "f64"), typed(args[1], "f64")
+            return self.emit("fgt", self.fn.new("i"), a, b), "i64"
         if f == "ult":
             need(2)
             a = self.reg(typed(args[0], "i64"))

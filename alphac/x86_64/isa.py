@@ -174,6 +174,7 @@ TABLE: tuple[Row, ...] = (
     _row('imul', 'r64, rm64, simm32', 'rmi', 'REX.W 69 /r id'),
     _row('not', 'rm64', 'm', 'REX.W F7 /2'),
     _row('neg', 'rm64', 'm', 'REX.W F7 /3'),
+    _row('mul', 'rm64', 'm', 'REX.W F7 /4'),            # rdx:rax = rax * rm64, unsigned
     _row('div', 'rm64', 'm', 'REX.W F7 /6'),
     _row('idiv', 'rm64', 'm', 'REX.W F7 /7'),
     _row('cqo', '', '', 'REX.W 99'),
@@ -200,6 +201,7 @@ TABLE: tuple[Row, ...] = (
     _row('movq', 'xmm, r64', 'rm', '66 REX.W 0F 6E /r'),
     _row('movq', 'r64, xmm', 'mr', '66 REX.W 0F 7E /r'),
     _row('cvtsi2sd', 'xmm, rm64', 'rm', 'F2 REX.W 0F 2A /r'),
+    _row('ucomisd', 'xmm, xm64', 'rm', '66 0F 2E /r'),
     _row('xorpd', 'xmm, xmm', 'rm', '66 0F 57 /r'),
     _row('movapd', 'xmm, xmm', 'rm', '66 0F 28 /r'),
 )

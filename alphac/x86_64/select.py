@@ -3,9 +3,10 @@
 Requires: a checked `lir.Function` and its `Allocation` (alphac.lower.regalloc with
 `abi.REGFILE`). Guarantees: one `assemble.MI` list per function that implements the LIR exactly:
 every binary64 operation is one SSE2 scalar instruction (`addsd subsd mulsd divsd sqrtsd`) on its
-operands in their written order (never swapped, never fused), spilled values are reloaded
-through the scratch registers of `abi`, calls and system calls move their arguments by
-`parallel_moves`, and the stack stays 16-byte aligned at every call.
+operands in their written order (never swapped, never fused), `fgt` is `ucomisd` + `seta` (false
+when unordered), `umulh` is `mul` (rdx:rax = rax * b), spilled values are reloaded through the
+scratch registers of `abi`, calls and system calls move their arguments by `parallel_moves`, and
+the stack stays 16-byte aligned at every call.
 
 The frame: callee-saved registers pushed in allocation order, then `sub rsp, F` for the spill
 slots (slot k at [rsp + 8k]).
@@ -169,6 +170,11 @@ class Selector(SelectorBase):
             self.emit("idiv", src)
         self.commit(d, S1 if op in ("udiv", "sdiv") else S3)
 
+    def umulh(self, op, d, a) -> None:
+        self.move(S1, self.where(a[0]))
+        self.emit("mul", self.where(a[1]))          # rdx:rax = rax * b, unsigned
+        self.commit(d, S3)
+
     def int_unary(self, op, d, a) -> None:
         r = self.defreg(d, S1)
         self.move(r, self.where(a[0]))
@@ -198,6 +204,12 @@ class Selector(SelectorBase):
         self.emit("movq", F2, S2)
         self.emit("xorpd", r, F2)
         self.commit(d, r)
+
+    def fgt(self, op, d, a) -> None:
+        self.emit("ucomisd", self.use(a[0], F1), self.use(a[1], F2))
+        self.emit("seta", GPR8[S1.num])              # above: CF = ZF = 0, false when unordered
+        self.emit("movzx", S1, GPR8[S1.num])
+        self.commit(d, S1)
 
     def i2f(self, op, d, a) -> None:
         r = self.defreg(d, F1)
