@@ -27,10 +27,36 @@ def ieee_sqrt(a):
 F64 = {"add.rn.f64": lambda a, b: a + b, "sub.rn.f64": lambda a, b: a - b,
        "mul.rn.f64": lambda a, b: a * b, "div.rn.f64": ieee_div, "sqrt.rn.f64": ieee_sqrt,
        "neg.f64": lambda a: -a, "cvt.rn.f64.u32": float, "mov.f64": lambda a: a}
+def signed(v):
+    return v - (1 << 64) if v >> 63 else v
+
+
+def bits_of(x):
+    return struct.unpack("<Q", struct.pack("<d", x))[0]
+
+
+def float_of(v):
+    return struct.unpack("<d", struct.pack("<Q", v & M64))[0]
+
+
 INT = {"add.u32": lambda a, b: (a + b) & M32, "mul.lo.u32": lambda a, b: (a * b) & M32,
        "mul.wide.u32": lambda a, b: a * b, "add.s64": lambda a, b: (a + b) & M64,
        "setp.ge.u32": lambda a, b: a >= b, "mov.u32": lambda a: a & M32,
-       "cvta.to.global.u64": lambda a: a}
+       "cvta.to.global.u64": lambda a: a,
+       # 64-bit integers: the functions of alphac.math
+       "mov.u64": lambda a: a & M64, "sub.s64": lambda a, b: (a - b) & M64,
+       "mul.lo.s64": lambda a, b: (a * b) & M64, "mul.hi.u64": lambda a, b: (a * b) >> 64,
+       "and.b64": lambda a, b: a & b, "or.b64": lambda a, b: a | b, "xor.b64": lambda a, b: a ^ b,
+       "cvt.u32.u64": lambda a: a & M32,
+       "shl.b64": lambda a, n: (a << n) & M64 if n < 64 else 0,
+       "shr.u64": lambda a, n: a >> n if n < 64 else 0,
+       "shr.s64": lambda a, n: (signed(a) >> min(n, 63)) & M64,
+       "setp.lt.u64": lambda a, b: a < b, "setp.lt.s64": lambda a, b: signed(a) < signed(b),
+       "setp.eq.u64": lambda a, b: a == b, "setp.ne.u64": lambda a, b: a != b,
+       "selp.u64": lambda a, b, p: a if p else b}
+F64["setp.gt.f64"] = lambda a, b: a > b                 # ordered: False when either is NaN
+F64["cvt.rn.f64.s64"] = lambda a: float(signed(a))
+F64["selp.f64"] = lambda a, b, p: a if p else b
 SREGS = ("%tid.x", "%ntid.x", "%ctaid.x")
 
 
@@ -104,7 +130,7 @@ class Ptx:
         for _ in range(1 << 20):
             guard, op, a = self.code[pc]
             pc += 1
-            if guard is not None and not R[guard]:
+            if guard is not None and (R[guard[1:]] if guard[0] == "!" else not R[guard]):
                 continue
             if op == "ret":
                 return
@@ -114,6 +140,14 @@ class Ptx:
                 R[a[0]] = args[a[1].strip("[]")]
             elif op == "ld.global.f64":
                 R[a[0]] = mem.load(addr(a[1]))
+            elif op == "ld.global.u64":
+                R[a[0]] = bits_of(mem.load(addr(a[1])))
+            elif op == "mov.b64":                     # between %fd and %rd: the same 64 bits
+                v = val(a[1])
+                if a[0].startswith("%fd"):
+                    R[a[0]] = v if isinstance(v, float) else float_of(v)
+                else:
+                    R[a[0]] = bits_of(v) if isinstance(v, float) else v
             elif op == "st.global.f64":
                 mem.store(addr(a[0]), val(a[1]))
             elif op in F64:

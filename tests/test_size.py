@@ -7,10 +7,11 @@ import pytest
 
 from conftest import ROOT
 
-# tightened to what the code needs (issue 14: each a few percent over its size then)
-BUDGETS = {"parse": 850, "types": 570, "ir": 670, "dist": 1370, "lower": 2280, "runtime": 1480,
-           "x86_64": 780, "aarch64": 860, "elf": 370, "ptx": 740, "nvdrv": 1150, "tools": 520,
-           "": 1600}
+# tightened to what the code needs (issue 14: each a few percent over its size then); issue 15
+# added alphac/math and raised ir, ptx (the functions' PTX backend) and tools (mathexe)
+BUDGETS = {"parse": 850, "types": 570, "ir": 720, "dist": 1370, "lower": 2280, "runtime": 1480,
+           "x86_64": 780, "aarch64": 860, "elf": 370, "ptx": 900, "nvdrv": 1150, "tools": 590,
+           "math": 1150, "": 1600}
 
 
 def generated(f) -> bool:

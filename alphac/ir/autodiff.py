@@ -15,6 +15,15 @@ The order of operations is part of the numerical contract, so it is fixed here:
     t = a / b    a += dt / b         b += -((dt * t) / b)
     t = -a       a += -dt
     t = sqrt(a)  a += (dt * 0.5) / t
+    t = exp(a)   a += dt * t                      (the forward value, reused)
+    t = expm1(a) a += dt * (t + 1)
+    t = log(a)   a += dt / a
+    t = log1p(a) a += dt / (1 + a)
+    t = tanh(a)  a += dt * (1 - t * t)
+    t = abs(a)   a += where(a > 0, dt, where(0 > a, -dt, +0))     (abs'(0) = 0)
+    t = relu(a)  a += where(a > 0, dt, +0)                         (relu'(0) = 0)
+    t = max(a,b) a += where(b > a, +0, dt)      b += where(b > a, dt, +0)   (ties: to a)
+    t = min(a,b) a += where(a > b, +0, dt)      b += where(a > b, dt, +0)   (ties: to a)
     t = a^n      a += (dt * n) * a^(n-1)          (a^1 is a itself)
     t = dot(a,b) a += dt * b         b += dt * a
     t = sum(a)   a += dt, at every coordinate
@@ -30,7 +39,7 @@ from __future__ import annotations
 
 from alphac.ir.evaluate import fold
 from alphac.ir.learner import (Bcast, Const, Contribution, DataRow, Dot, Elem, Grad, Learner,
-                               Node, Pick, Pow, Read, Sum, Unary, postorder)
+                               Node, Pick, Pow, Read, Sum, Unary, Where, postorder)
 
 
 def _is_one(n: Node) -> bool:
@@ -61,6 +70,16 @@ def neg(a: Node) -> Node:
     if isinstance(a, Unary) and a.op == "neg":
         return a.a
     return fold(Unary("neg", a, a.shape))
+
+
+def sub(a: Node, b: Node) -> Node:
+    return fold(Elem("sub", a, b, a.shape or b.shape))
+
+
+def where(a: Node, b: Node, then: Node, other: Node) -> Node:
+    """`then` where a > b, else `other`; the shape of all four's broadcast."""
+    shape = a.shape or b.shape or then.shape or other.shape
+    return fold(Where(a, b, then, other, shape))
 
 
 def reduce_to(shape: tuple[int, ...], c: Node) -> Node:
@@ -113,11 +132,32 @@ def differentiate(lr: Learner) -> None:
             elif t.op == "div":
                 give(a, div(dt, b))
                 give(b, neg(div(mul(dt, t), b)))
+            elif t.op == "max":
+                give(a, where(b, a, const(0.0), dt))
+                give(b, where(b, a, dt, const(0.0)))
+            elif t.op == "min":
+                give(a, where(a, b, const(0.0), dt))
+                give(b, where(a, b, dt, const(0.0)))
         elif isinstance(t, Unary):
+            a, zero, one = t.a, const(0.0), const(1.0)
             if t.op == "neg":
-                give(t.a, neg(dt))
-            else:
-                give(t.a, div(mul(dt, const(0.5)), t))
+                give(a, neg(dt))
+            elif t.op == "sqrt":
+                give(a, div(mul(dt, const(0.5)), t))
+            elif t.op == "exp":
+                give(a, mul(dt, t))
+            elif t.op == "expm1":
+                give(a, mul(dt, add(t, one)))
+            elif t.op == "log":
+                give(a, div(dt, a))
+            elif t.op == "log1p":
+                give(a, div(dt, add(one, a)))
+            elif t.op == "tanh":
+                give(a, mul(dt, sub(one, mul(t, t))))
+            elif t.op == "abs":
+                give(a, where(a, zero, dt, where(zero, a, neg(dt), zero)))
+            elif t.op == "relu":
+                give(a, where(a, zero, dt, zero))
         elif isinstance(t, Pow):
             rest = t.a if t.n == 2 else Pow(t.a, t.n - 1, t.a.shape)
             give(t.a, mul(mul(dt, const(float(t.n))), rest))

@@ -14,11 +14,19 @@ from __future__ import annotations
 
 from typing import Callable
 
+from alphac import math as elementary
 from alphac.ir import binary64 as f
 from alphac.ir.learner import (Bcast, Const, DataRow, Dot, Elem, Grad, Node, Pick, Pow, Read,
-                               Sum, Unary, children, postorder)
+                               Sum, Unary, Where, children, postorder)
 
 Value = tuple[float, ...]
+
+# Every operation an Elem or Unary node names: binary64's + - * / sqrt, and the functions whose
+# one definition is alphac.math (exact max, min, abs, relu; correctly rounded exp, log, ...).
+BINARY = {**f.BINARY, **{n: (lambda n: lambda a, b: elementary.evaluate(n, a, b))(n)
+                         for n, k in elementary.FUNCTIONS.items() if k == 2}}
+UNARY = {**f.UNARY, **{n: (lambda n: lambda a: elementary.evaluate(n, a))(n)
+                       for n, k in elementary.FUNCTIONS.items() if k == 1}}
 
 
 class Env:
@@ -42,6 +50,10 @@ def _broadcast(op: Callable[[float, float], float], a: Value, b: Value) -> Value
     return tuple(op(x, y) for x in a)
 
 
+def _spread(v: Value, size: int) -> Value:
+    return v if len(v) == size else v * size
+
+
 def left_fold_add(values) -> float:
     it = iter(values)
     acc = next(it)
@@ -60,10 +72,14 @@ def _step(n: Node, env: Env, val: Callable[[Node], Value]) -> Value:
     if isinstance(n, Grad):
         return env.grads[n.param]
     if isinstance(n, Elem):
-        return _broadcast(f.BINARY[n.op], val(n.a), val(n.b))
+        return _broadcast(BINARY[n.op], val(n.a), val(n.b))
     if isinstance(n, Unary):
-        op = f.UNARY[n.op]
+        op = UNARY[n.op]
         return tuple(op(x) for x in val(n.a))
+    if isinstance(n, Where):
+        size = n.size
+        a, b, t, o = (_spread(val(c), size) for c in (n.a, n.b, n.then, n.other))
+        return tuple(t[k] if a[k] > b[k] else o[k] for k in range(size))
     if isinstance(n, Pow):
         base = val(n.a)
         out = base
@@ -119,9 +135,12 @@ def evaluate_at(node: Node, j: int, leaf, memo: dict[int, float]) -> float:
     elif isinstance(n, (Read, Grad)):
         v = leaf(n)
     elif isinstance(n, Elem):
-        v = f.BINARY[n.op](evaluate_at(n.a, j, leaf, memo), evaluate_at(n.b, j, leaf, memo))
+        v = BINARY[n.op](evaluate_at(n.a, j, leaf, memo), evaluate_at(n.b, j, leaf, memo))
     elif isinstance(n, Unary):
-        v = f.UNARY[n.op](evaluate_at(n.a, j, leaf, memo))
+        v = UNARY[n.op](evaluate_at(n.a, j, leaf, memo))
+    elif isinstance(n, Where):
+        a, b, t, o = (evaluate_at(c, j, leaf, memo) for c in (n.a, n.b, n.then, n.other))
+        v = t if a > b else o
     elif isinstance(n, Pow):
         base = evaluate_at(n.a, j, leaf, memo)
         v = base

@@ -65,7 +65,7 @@ class Grad(Node):
 
 @dataclass(eq=False)
 class Elem(Node):
-    op: str                 # add | sub | mul | div ; a scalar operand broadcasts
+    op: str                 # add | sub | mul | div | max | min ; a scalar operand broadcasts
     a: Node
     b: Node
     shape: tuple[int, ...]
@@ -73,8 +73,19 @@ class Elem(Node):
 
 @dataclass(eq=False)
 class Unary(Node):
-    op: str                 # neg | sqrt
+    op: str                 # neg | sqrt | abs | relu | exp | log | log1p | expm1 | tanh
     a: Node
+    shape: tuple[int, ...]
+
+
+@dataclass(eq=False)
+class Where(Node):
+    """`then` where a > b, else `other`, elementwise (an ordered comparison: false when either
+    is NaN). Made by differentiation of max, min, abs and relu; scalars broadcast."""
+    a: Node
+    b: Node
+    then: Node
+    other: Node
     shape: tuple[int, ...]
 
 
@@ -119,6 +130,8 @@ class Bcast(Node):
 def children(n: Node) -> tuple[Node, ...]:
     if isinstance(n, Elem):
         return (n.a, n.b)
+    if isinstance(n, Where):
+        return (n.a, n.b, n.then, n.other)
     if isinstance(n, Dot):
         return (n.a, n.b)
     if isinstance(n, (Unary, Pow, Sum, Pick, Bcast)):

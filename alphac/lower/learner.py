@@ -29,7 +29,8 @@ import struct
 
 from alphac.ir.binary64 import bits
 from alphac.ir.learner import (Bcast, Const, DataRow, Dot, Elem, Grad, Learner, Node, Pick, Pow,
-                               Read, Sum, Unary, postorder)
+                               Read, Sum, Unary, Where, postorder)
+from alphac.math import rt_name
 
 UNROLL = 8
 OPS = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
@@ -119,10 +120,19 @@ class Values:
         if isinstance(n, Elem):
             a = self.get(n.a, j)
             b = self.get(n.b, j)
-            return em.let(f"{a} {OPS[n.op]} {b}")
+            if n.op in OPS:
+                return em.let(f"{a} {OPS[n.op]} {b}")
+            return em.let(f"{rt_name(n.op)}({a}, {b})")
         if isinstance(n, Unary):
             a = self.get(n.a, j)
-            return em.let(f"-{a}" if n.op == "neg" else f"sqrt({a})")
+            if n.op in ("neg", "sqrt"):
+                return em.let(f"-{a}" if n.op == "neg" else f"sqrt({a})")
+            return em.let(f"{rt_name(n.op)}({a})")
+        if isinstance(n, Where):
+            a, b, then, other = (self.get(c, j) for c in (n.a, n.b, n.then, n.other))
+            out = em.let(other, "w")
+            em.put(f"if fgt({a}, {b}) != 0 {{ {out} = {then}; }}")
+            return out
         if isinstance(n, Pow):
             a = self.get(n.a, j)
             acc = a
@@ -314,6 +324,13 @@ class LearnerCode:
     def function(self, name: str, params: str, em: Emitter) -> str:
         return f"fn {name}({params}) {{\n" + "\n".join(em.lines) + "\n}\n\n"
 
+    def math_functions(self) -> list[str]:
+        """The functions of alphac.math the learner's arithmetic calls (runtime names)."""
+        roots = ([self.lr.loss] if self.lr.loss is not None else []) + [a.node for a in self.lr.update]
+        roots += [c.node for cs in self.lr.grads.values() for c in cs]
+        return sorted({n.op for n in postorder(roots) if (isinstance(n, Unary) and n.op not in ("neg", "sqrt"))
+                       or (isinstance(n, Elem) and n.op not in OPS)})
+
     def generate(self) -> str:
         lr = self.lr
         decls = []
@@ -356,7 +373,10 @@ def _sub(j: str, offset: int) -> str:
 
 
 def learner_source(lr: Learner) -> tuple[str, dict[str, bytes]]:
-    """The learner's runtime-language source, and the bytes of its `extern` globals."""
+    """The learner's runtime-language source (with the alphac.math functions it calls), and
+    the bytes of its `extern` globals."""
+    from alphac.math import rt_source
     g = LearnerCode(lr)
     text = g.generate()
-    return text, g.blobs
+    used = g.math_functions()
+    return (text + "\n" + rt_source(used) if used else text), g.blobs

@@ -25,6 +25,8 @@ params concatenated in declaration order (`param_layout`). Each kernel is 1-D: a
         scalar_<s>_old / scalar_<s>_new  f64  each scalar state version the statements read
                              (the host runs the scalar statements first: `host_scalars`)
         const_<c>  u64  each vector constant the statements read (`Param.values`: upload once)
+        tbl_<t>    u64  each constant table the functions of alphac.math read (also uploaded
+                        once; grad_samples has them too, after its data)
         klo, khi   u32
       The group's statements run in source order for coordinate k; assigned members are stored
       at the end, so every read of an old value sees the old value.
@@ -42,8 +44,26 @@ from typing import Callable
 from alphac.ir import binary64
 from alphac.ir.evaluate import Env, evaluate
 from alphac.ir.learner import (Bcast, Const, DataRow, Dot, Elem, Grad, Group, Learner, Node,
-                               Pick, Pow, Read, Sum, Unary, postorder)
+                               Pick, Pow, Read, Sum, Unary, Where, postorder)
+from alphac.ptx.mathfn import PtxSource, table_words_as_floats
 from alphac.ptx.render import Emitter, f64imm
+
+ARITH = {"add", "sub", "mul", "div", "neg", "sqrt"}       # one PTX instruction each
+
+
+def math_tables(nodes: list[Node]) -> list:
+    """The constant tables the alphac.math functions among `nodes` read, by name."""
+    from alphac.math import _function_source
+    used = {n.op for n in nodes if isinstance(n, (Unary, Elem)) and n.op not in ARITH}
+    tables = {}
+    for name in sorted(used):
+        tables.update(_function_source(name)[1])
+    return [t for _, t in sorted(tables.items())]
+
+
+def table_params(nodes: list[Node]) -> list["Param"]:
+    return [Param(f"tbl_{t.name}", "u64", "const", values=table_words_as_floats(t))
+            for t in math_tables(nodes)]
 
 
 @dataclass(frozen=True)
@@ -92,11 +112,19 @@ def host_scalars(lr: Learner, state: dict[str, tuple[float, ...]]) -> dict[tuple
 
 
 class _Lower:
-    """Node -> this thread's registers: one per coordinate (loss), or one for coordinate k."""
+    """Node -> this thread's registers: one per coordinate (loss), or one for coordinate k.
+    The functions of alphac.math are written inline by their PTX backend; `base` maps each
+    table parameter (`tbl_<name>`) to the register holding its address."""
 
-    def __init__(self, em: Emitter, leaf: Callable[[Node], list[str]], per_coordinate: bool):
+    def __init__(self, em: Emitter, leaf: Callable[[Node], list[str]], per_coordinate: bool,
+                 base: dict[str, str] | None = None):
         self.em, self.leaf, self.per_coordinate = em, leaf, per_coordinate
         self.memo: dict[int, list[str]] = {}
+        self.math = PtxSource(em, lambda t: (base or {})[f"tbl_{t.name}"])
+
+    def call(self, name: str, *regs: str) -> str:
+        from alphac.math import _IMPL
+        return _IMPL[name](self.math, *(self.math.arg("f", r) for r in regs)).v
 
     def __call__(self, root: Node) -> list[str]:
         for n in postorder([root]):
@@ -117,9 +145,17 @@ class _Lower:
         if isinstance(n, Elem):
             a, b = v(n.a), v(n.b)
             a, b = (a * len(b) if len(a) == 1 else a), (b * len(a) if len(b) == 1 else b)
-            return [em.op(n.op, x, y) for x, y in zip(a, b)]
+            if n.op in ARITH:
+                return [em.op(n.op, x, y) for x, y in zip(a, b)]
+            return [self.call(n.op, x, y) for x, y in zip(a, b)]
         if isinstance(n, Unary):
-            return [em.op(n.op, x) for x in v(n.a)]
+            if n.op in ARITH:
+                return [em.op(n.op, x) for x in v(n.a)]
+            return [self.call(n.op, x) for x in v(n.a)]
+        if isinstance(n, Where):
+            size = max(len(v(c)) for c in (n.a, n.b, n.then, n.other))
+            a, b, t, o = (v(c) * size if len(v(c)) == 1 else v(c) for c in (n.a, n.b, n.then, n.other))
+            return [em.op("selpf", t[k], o[k], em.op("gtf64", a[k], b[k])) for k in range(size)]
         if isinstance(n, Pow):
             out = base = v(n.a)
             for _ in range(n.n - 1):
@@ -156,6 +192,7 @@ def grad_samples(lr: Learner, sm: int = 90) -> Kernel:
     read = {n.name for n in postorder([lr.loss]) if isinstance(n, Read)}
     params = [Param(f"state_{s.name}", "u64", "state", s.name) for s in lr.states if s.name in read]
     params += [Param(f"data_{d.name}", "u64", "data", d.name) for d in lr.data]
+    params += table_params(postorder([c.node for cs in lr.grads.values() for c in cs]))
     params += [Param("gs", "u64", "gs"), Param("lo", "u32", "lo"), Param("hi", "u32", "hi")]
     base = _pointers(em, params)
     lo, hi = em.op("ldp32", "lo"), em.op("ldp32", "hi")
@@ -175,7 +212,7 @@ def grad_samples(lr: Learner, sm: int = 90) -> Kernel:
             loaded[key] = [em.op("ld", addr, 8 * c) for c in range(n.size)]
         return loaded[key]
 
-    lower = _Lower(em, leaf, per_coordinate=False)
+    lower = _Lower(em, leaf, per_coordinate=False, base=base)
     out = em.op("add64", base["gs"], em.op("wide", t, 8 * param_count(lr)))
     offsets, zero = param_layout(lr), None
     for p in lr.params:
@@ -236,6 +273,7 @@ def update(lr: Learner, group: Group, sm: int = 90) -> Kernel:
             if key not in consts:
                 consts[key] = f"const_{len(consts)}"
                 params.append(Param(consts[key], "u64", "const", values=n.values))
+    params += table_params(nodes)
     params += [Param("klo", "u32", "klo"), Param("khi", "u32", "khi")]
     base = _pointers(em, params)
     klo, khi = em.op("ldp32", "klo"), em.op("ldp32", "khi")
@@ -272,7 +310,7 @@ def update(lr: Learner, group: Group, sm: int = 90) -> Kernel:
         name = f"state_{n.name}"
         return [once(name, lambda: em.op("ld", at(name), 0))]
 
-    lower = _Lower(em, leaf, per_coordinate=True)
+    lower = _Lower(em, leaf, per_coordinate=True, base=base)
     for a in stmts:
         em.comment(f"line {a.line}: {a.target}")
         (new[a.target],) = lower(a.node)
@@ -286,3 +324,28 @@ def kernels(lr: Learner, sm: int = 90) -> list[Kernel]:
     """The owner's kernels: grad_samples and owner_sum (with a loss), then one update per group."""
     out = [grad_samples(lr, sm), owner_sum(lr, sm)] if lr.loss is not None else []
     return out + [update(lr, g, sm) for g in lr.groups]
+
+
+def function_kernel(name: str, sm: int = 90) -> Kernel:
+    """`y[i] = name(x[i], ...)` for i in [0, n): one of the functions of alphac.math alone, for
+    checking its PTX against the oracle (tests/test_math.py) and timing it on a device.
+    Parameters: x u64 (FUNCTIONS[name] binary64 arguments per i, consecutive), y u64 (out),
+    n u32, then tbl_<t> for each table the function reads."""
+    from alphac.math import FUNCTIONS, _function_source
+    arity = FUNCTIONS[name]
+    em = Emitter()
+    tables = [t for _, t in _function_source(name)[1]]
+    params = [Param("x", "u64", "data", "x"), Param("y", "u64", "gs"), Param("n", "u32", "n")]
+    params += [Param(f"tbl_{t.name}", "u64", "const", values=table_words_as_floats(t))
+               for t in tables]
+    base = _pointers(em, params)
+    i = em.thread_index()
+    em.op("braif", em.op("ge", i, em.op("ldp32", "n")), "$done")
+    src = em.op("add64", base["x"], em.op("wide", i, 8 * arity))
+    args = [em.op("ld", src, 8 * k) for k in range(arity)]
+    out = _Lower(em, lambda n: [], False, base).call(name, *args)
+    em.op("st", em.op("add64", base["y"], em.op("wide", i, 8)), 0, out)
+    em.label("$done")
+    em.op("ret")
+    text = em.module(f"fn_{name}", [(p.name, p.type) for p in params], sm, f"alphac.math: {name}")
+    return Kernel(f"fn_{name}", sm, tuple(params), text)

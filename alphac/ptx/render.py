@@ -47,9 +47,34 @@ INSTR: dict[str, tuple[str | None, str]] = {
     "mul32":  ("r",  "mul.lo.u32 {d}, {a}, {b};"),
     "wide":   ("rd", "mul.wide.u32 {d}, {a}, {b};"),
     "add64":  ("rd", "add.s64 {d}, {a}, {b};"),
+    # 64-bit integers (the functions of alphac.math: alphac/ptx/mathfn.py), modulo 2^64
+    "movi64": ("rd", "mov.u64 {d}, {a};"),
+    "mov64":  ("rd", "mov.b64 {d}, {a};"),
+    "sub64":  ("rd", "sub.s64 {d}, {a}, {b};"),
+    "mullo64": ("rd", "mul.lo.s64 {d}, {a}, {b};"),
+    "mulhi64": ("rd", "mul.hi.u64 {d}, {a}, {b};"),
+    "and64":  ("rd", "and.b64 {d}, {a}, {b};"),
+    "or64":   ("rd", "or.b64 {d}, {a}, {b};"),
+    "xor64":  ("rd", "xor.b64 {d}, {a}, {b};"),
+    "cvt32":  ("r",  "cvt.u32.u64 {d}, {a};"),
+    "shl64":  ("rd", "shl.b64 {d}, {a}, {b};"),
+    "shr64":  ("rd", "shr.u64 {d}, {a}, {b};"),
+    "sar64":  ("rd", "shr.s64 {d}, {a}, {b};"),
+    "f2b":    ("rd", "mov.b64 {d}, {a};"),                  # the bits of a binary64
+    "b2f":    ("fd", "mov.b64 {d}, {a};"),                  # the binary64 with these bits
+    "s64tof": ("fd", "cvt.rn.f64.s64 {d}, {a};"),
+    "ldu64":  ("rd", "ld.global.u64 {d}, [{a}+{b}];"),
+    "ltu64":  ("p",  "setp.lt.u64 {d}, {a}, {b};"),
+    "lts64":  ("p",  "setp.lt.s64 {d}, {a}, {b};"),
+    "eq64":   ("p",  "setp.eq.u64 {d}, {a}, {b};"),
+    "ne64":   ("p",  "setp.ne.u64 {d}, {a}, {b};"),
+    "gtf64":  ("p",  "setp.gt.f64 {d}, {a}, {b};"),         # ordered: false with a NaN
+    "selp01": ("rd", "selp.u64 {d}, 1, 0, {a};"),
+    "selpf":  ("fd", "selp.f64 {d}, {a}, {b}, {c};"),
     # control
     "ge":     ("p",  "setp.ge.u32 {d}, {a}, {b};"),
     "braif":  (None, "@{a} bra {b};"),
+    "braifnot": (None, "@!{a} bra {b};"),
     "bra":    (None, "bra.uni {a};"),
     "ret":    (None, "ret;"),
 }

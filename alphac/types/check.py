@@ -31,9 +31,11 @@ from alphac.ir import learner as ir
 from alphac.ir.evaluate import fold
 from alphac.parse import ast
 
-BUILTINS = {"sqrt": 1, "dot": 2, "sum": 1, "grad": 1, "load": 1}
-OUTSIDE_CONTRACT = {"exp", "log", "sin", "cos", "tan", "tanh", "pow", "abs", "max", "min",
-                    "sigmoid", "relu", "softmax", "fma", "erf", "floor", "ceil", "round"}
+# name -> arity. Elementwise functions (alphac.math: exact or correctly rounded), two library
+# compositions of them (COMPOSITIONS), and the reductions.
+ELEMENTWISE = {"sqrt": 1, "exp": 1, "log": 1, "log1p": 1, "expm1": 1, "tanh": 1, "abs": 1,
+               "relu": 1, "max": 2, "min": 2, "sigmoid": 1, "softplus": 1}
+BUILTINS = {**ELEMENTWISE, "dot": 2, "sum": 1, "grad": 1, "load": 1}
 MAX_POW = 8
 
 
@@ -386,9 +388,9 @@ class Checker:
                          hint=f"index arrays with brackets: `{e.func}[...]`")
                 return None
             close = difflib.get_close_matches(e.func, list(BUILTINS), n=1)
-            why = "is not correctly rounded on every target" if e.func in OUTSIDE_CONTRACT else "is not an operation of Alpha"
-            self.err("E0040", e.func_span, f"`{e.func}` {why}",
-                     hint=f"did you mean `{close[0]}`?" if close else "the contract has + - * / sqrt dot sum")
+            self.err("E0040", e.func_span, f"`{e.func}` is not an operation of Alpha",
+                     hint=f"did you mean `{close[0]}`?" if close else
+                     "functions: " + ", ".join(sorted(ELEMENTWISE)) + ", dot, sum")
             return None
         if len(e.args) != BUILTINS[e.func]:
             self.err("E0042", e.span, f"`{e.func}` takes {BUILTINS[e.func]} argument(s), "
@@ -406,8 +408,12 @@ class Checker:
             self.err("E0050", e.span, f"`{e.func}` in the update reads every coordinate",
                      hint="reductions belong in the loss; the update works coordinate by coordinate")
             return None
-        if e.func == "sqrt":
-            return ir.Unary("sqrt", args[0], args[0].shape)
+        if e.func in ELEMENTWISE:
+            if len(args) == 2 and args[0].shape != args[1].shape and args[0].shape and args[1].shape:
+                self.err("E0030", e.span, f"`{e.func}` of {_fmt(args[0].shape)} and {_fmt(args[1].shape)}",
+                         hint="elementwise operations need equal shapes, or a scalar")
+                return None
+            return elementwise(e.func, args)
         if e.func == "sum":
             if len(args[0].shape) != 1:
                 self.err("E0030", e.args[0].span, f"sum takes a vector, given {_fmt(args[0].shape)}")
@@ -575,6 +581,26 @@ class Checker:
                 self.sink.warning("W0001", span, f"param `{s.name}` does not appear in the loss")
             if s.name not in assigned:
                 self.sink.warning("W0002", span, f"`{s.name}` is never updated")
+
+
+def elementwise(func: str, args: list[ir.Node]) -> ir.Node:
+    """The node of an elementwise function; sigmoid and softplus are compositions, exactly
+    these (docs/language.md): sigmoid(x) = 1 / (1 + exp(-x)),
+    softplus(x) = max(x, 0) + log1p(exp(-abs(x)))."""
+    a = args[0]
+    if func == "sigmoid":
+        one = ir.Const((), (1.0,))
+        return fold(ir.Elem("div", one, fold(ir.Elem("add", one, fold(ir.Unary(
+            "exp", fold(ir.Unary("neg", a, a.shape)), a.shape)), a.shape)), a.shape))
+    if func == "softplus":
+        zero = ir.Const((), (0.0,))
+        tail = ir.Unary("log1p", ir.Unary("exp", ir.Unary("neg", ir.Unary("abs", a, a.shape), a.shape),
+                                          a.shape), a.shape)
+        return fold(ir.Elem("add", fold(ir.Elem("max", a, zero, a.shape)), fold(tail), a.shape))
+    if len(args) == 2:
+        b = args[1]
+        return ir.Elem(func, a, b, a.shape or b.shape)
+    return ir.Unary(func, a, a.shape)
 
 
 def check(module: ast.Module, sink: Sink, base_dir: Path | None = None) -> ir.Learner | None:

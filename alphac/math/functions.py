@@ -1,0 +1,576 @@
+"""The contract's functions, each written once in the staging language (alphac.math.dsl).
+
+Exact operations (IEEE 754-2019 semantics, docs/language.md):
+    fmax(a, b), fmin(a, b)   NaN if either is NaN; max(-0, +0) = +0, min(-0, +0) = -0
+    fabs(a)                  the sign bit cleared
+    relu(a)                  a if a > 0, NaN if a is NaN, else +0
+Correctly rounded (the binary64 nearest the exact value, ties to even), for every binary64:
+    exp, log, log1p, expm1, tanh
+
+Each correctly rounded function is Ziv's strategy in two steps. Special values and ranges
+where the result is known exactly are decided first. Then a fast path computes the value as a
+double-double (alphac.math.dd) with a proven error bound, and the rounding test returns its
+rounding where the bound decides it. Where it does not (about one input in 2^10 to 2^20), the
+accurate path evaluates in 192-bit fixed point (alphac.math.mp) with a relative error below
+2^-125 (each function's bound is derived at its definition) and rounds once (`to_double`).
+The hardest-to-round cases known for these functions need about 2^-(53+66) relative
+accuracy at most (Lefevre and Muller's searches, CORE-MATH's worst-case lists), so the
+rounding of the 192-bit value is the correct rounding of the exact value. tests/test_math.py
+checks every such case, every special value and random inputs against MPFR, the fast paths'
+bounds against measured errors, and that a fast path without its rounding test is caught.
+
+Requires: a backend (alphac.math.dsl). Guarantees: the same bits under every backend.
+"""
+from __future__ import annotations
+
+from alphac.math import mp
+from alphac.math.dd import (fast_two_sum, rounded, split, square, two_prod, two_prod_split,
+                            two_sum)
+from alphac.math.dsl import Table
+from alphac.math.tables import exp_tables, fast_tables, log_tables
+
+SIGN = 1 << 63
+ABS = SIGN - 1
+INF = 0x7FF0000000000000
+MANT = (1 << 52) - 1
+IMPLICIT = 1 << 52
+
+
+def _tables() -> dict[str, Table]:
+    out = {}
+    for group in (exp_tables(), log_tables(), fast_tables()):
+        for name, values in group.items():
+            out[name] = Table(name.lower(), tuple(values))
+    return out
+
+
+TABLES = _tables()
+
+
+def limbs(m, table: str, k) -> tuple:
+    """Entry k of a table of 192-bit numbers (three words each); k an int or a value."""
+    t = TABLES[table]
+    if isinstance(k, int):
+        return tuple(m.load(t, 3 * k + i) for i in range(3))
+    base = k * 3
+    return tuple(m.load(t, base + i) for i in range(3))
+
+
+def const192(m, table: str) -> tuple:
+    return limbs(m, table, 0)
+
+
+# -- exact operations ------------------------------------------------------------------------
+def is_nan(m, a):
+    return m.i(INF).ult(a.bits() & ABS)
+
+
+def fmax(m, a, b):
+    ab, bb = a.bits(), b.bits()
+    nan = is_nan(m, a) | is_nan(m, b)
+    return m.cond(nan, lambda: (a + b,), lambda: m.cond(
+        a.fgt(b), lambda: (a,), lambda: m.cond(
+            b.fgt(a), lambda: (b,), lambda: (m.float_(ab & bb),))))[0]
+
+
+def fmin(m, a, b):
+    ab, bb = a.bits(), b.bits()
+    nan = is_nan(m, a) | is_nan(m, b)
+    return m.cond(nan, lambda: (a + b,), lambda: m.cond(
+        b.fgt(a), lambda: (a,), lambda: m.cond(
+            a.fgt(b), lambda: (b,), lambda: (m.float_(ab | bb),))))[0]
+
+
+def fabs(m, a):
+    return m.float_(a.bits() & ABS)
+
+
+def relu(m, a):
+    return m.cond(a.fgt(m.f(0.0)), lambda: (a,), lambda: m.cond(
+        is_nan(m, a), lambda: (a + a,), lambda: (m.f(0.0),)))[0]
+
+
+# -- rounding a 192-bit value -----------------------------------------------------------------
+def to_double(m, sign, a: tuple, s):
+    """The binary64 nearest (ties to even) to N * 2^s, N the nonzero 192-bit number `a` and s
+    a signed integer value, with the sign bit `sign` (0 or 1 << 63): subnormal results and
+    overflow to infinity included."""
+    lz = mp.clz(m, a)
+    b = mp.shl(m, a, lz)                              # the top bit at 2^191
+    e = s + 191 - lz                                  # the unbiased exponent of the value
+
+    def normal():
+        mant = b[0] >> 11                             # 53 bits, the implicit one at 2^52
+        rb = (b[0] >> 10) & 1
+        sticky = m.i(0).ult((b[0] & 0x3FF) | b[1] | b[2])
+        mant = mant + (rb & (sticky | (mant & 1)))   # ties to even; 2^53 carries into e
+        bits = ((e + 1022) << 52) + mant
+        big = m.i(0x7FEFFFFFFFFFFFFF).ult(bits) | m.i(1023).slt(e)
+        return m.cond(big, lambda: (m.i(INF),), lambda: (bits,))
+
+    def subnormal():
+        # in units of 2^-1074 the value is b * 2^(s - lz + 1074); shift right by sh >= 140
+        sh = lz - s - 1074
+        x, sticky = mp.shr(m, b, sh - 1)
+        mant = x[2] >> 1
+        rb = x[2] & 1
+        rest = sticky | m.i(0).ult(x[0] | x[1])
+        return (mant + (rb & (rest | (mant & 1))),)
+    bits = m.cond(e.slt(-1022), subnormal, normal)[0]
+    return m.float_(bits | sign)
+
+
+# -- the fast paths ------------------------------------------------------------------------------
+# Error bounds are relative to the value unless marked absolute; each `rounded` call passes at
+# least twice the bound derived here (alphac.math.dd states the test's requirements).
+EXP_POLY = (1 / 6, 1 / 24, 1 / 120, 1 / 720, 1 / 5040)
+LOG_POLY = (1 / 3, -1 / 4, 1 / 5, -1 / 6, 1 / 7, -1 / 8, 1 / 9)
+FAST_EXP_MAX = 0x4086200000000000        # 708: e^x stays normal, 2^(k >> 8) too
+TWO = {n: 2.0 ** n for n in (-65, -68, -72, -75, -76, -98, -101)}
+
+
+def first_fast(m, go, fast, rest):
+    """fast() -> (ok, value) where `go`; its value where ok, else rest() (the special values and
+    the accurate path, written once)."""
+    ok, v = m.cond(go, fast, lambda: (m.i(0), m.f(0.0)))
+    return m.cond(ok, lambda: (v,), lambda: (rest(),))[0]
+
+
+def _horner(m, t, coefs):
+    acc = m.f(coefs[-1])
+    for c in reversed(coefs[:-1]):
+        acc = m.f(c) + t * acc
+    return acc
+
+
+def _exp_reduce(m, x):
+    """(k, p_h, p_l): x = k ln2/256 + r, e^r - 1 = p_h + p_l, for 2^-54 <= |x| <= 708.
+
+    k = round(x 256/ln2) (to within one), so |r| <= 0.51 ln2/256 < 2^-9.47 and |k| < 2^18.
+    ln2/256 = C1 + C2 + C3 (C1, C2 of 35 bits: k C1 and k C2 are exact). x - k C1 is exact:
+    for |k| >= 2 the two are within a factor 2 of each other (Sterbenz); for |k| = 1 they are,
+    or x lies in the binade below C1's and the difference, a multiple of ulp(x) smaller than
+    x, is representable. Then (r_h, r_l) = r with an absolute error below 2^-110, exact for k = 0.
+    p = r + r^2/2 + r^3 q(r), q(r) = 1/6 + r/24 + ... + r^4/5040 by Horner in binary64 at r_h:
+    truncation r^8/8! < 2^-81.6 |r|; q's rounding (about 6 roundings, 2^-50.4 relative) times
+    |r^3 q| <= 2^-21.5 |r|, r_h for r in q, and the four additions of the low part (partial
+    sums below 2^-30) give |p_h + p_l - (e^r - 1)| < 2^-71 |e^r - 1| for k = 0 and below 2^-79
+    absolute for any k."""
+    t = x * m.f(INV_LN2_256) + m.f(MAGIC)
+    k = t.bits() - m.f(MAGIC).bits()
+    kf = t - m.f(MAGIC)
+    c = TABLES["EXP_C"]
+    r1 = x - kf * m.loadf(c, 0)
+    rh, rl = two_sum(r1, -(kf * m.loadf(c, 1)))
+    rh, rl = fast_two_sum(rh, rl - kf * m.loadf(c, 2))
+    sh, sl = square(rh)
+    q = (sh * rh) * _horner(m, rh, EXP_POLY)
+    a, b = fast_two_sum(rh, sh * m.f(0.5))
+    lo = (b + (rl + (sl * m.f(0.5) + rh * rl))) + q
+    ph, pl = fast_two_sum(a, lo)
+    return k, ph, pl
+
+
+def _exp_scaled(m, k, ph, pl):
+    """(v_h, v_l) = 2^(j/256) (1 + p), j = k & 255: error below 2^-79 + 2^-100 (table, products,
+    and the four roundings of the low part), under 2^-78.9 relative; v in [1, 2.003)."""
+    at = (k & 255) * 3
+    th, tl, thh = (m.loadf(TABLES["EXP_T"], at + i) for i in range(3))
+    uh, ul = two_prod_split(th, thh, th - thh, ph, *split(ph))
+    vh, vl = fast_two_sum(th, uh)
+    return vh, vl + (ul + (th * pl + tl * (m.f(1.0) + ph)))
+
+
+def _pow2(m, e):
+    return m.float_((e + 1023) << 52)
+
+
+def _exp_fast(m, x):
+    k, ph, pl = _exp_reduce(m, x)
+    vh, vl = _exp_scaled(m, k, ph, pl)
+    ok, v = rounded(m, vh, vl, vh * m.f(TWO[-76]))
+    return ok, v * _pow2(m, k.sar(8))                   # exact: the result is normal
+
+
+def _expm1_fast(m, x):
+    """(h, l, err) for e^x - 1, -40 <= x <= 708, |x| >= 2^-54: for k = 0, p itself (2^-71);
+    otherwise Y = 2^E v (absolute error 2^-78.9 Y) minus one by two_sum, the low part's
+    rounding below 2^-104 (|Y - 1| + Y): err = 2^-75 (Y + |Y - 1|)."""
+    k, ph, pl = _exp_reduce(m, x)
+
+    def far():
+        vh, vl = _exp_scaled(m, k, ph, pl)
+        scale = _pow2(m, k.sar(8))
+        yh, yl = vh * scale, vl * scale
+        ah, bl = two_sum(yh, m.f(-1.0))
+        return ah, bl + yl, (yh + _fabs(m, ah)) * m.f(TWO[-75])
+    return m.cond(k.eq(0), lambda: (ph, pl, _fabs(m, ph) * m.f(TWO[-68])), far)
+
+
+def _fabs(m, a):
+    return m.float_(a.bits() & ABS)
+
+
+def _log1p_poly(m, th, tl):
+    """log1p(t) as a double-double, t = t_h + t_l exactly, |t| < 2^-8: t - t^2/2 + t^3 q(t),
+    q = 1/3 - t/4 + ... + t^6/9 at t_h. Truncation t^10/10 < 2^-75.3 |t|; q's rounding and the
+    two products (2^-51.3 relative) times |t^3 q| <= 2^-17.6 |t|; t_h for t in q (2^-69 |t|);
+    the low part's four roundings (partial sums below 2^-17 |t|, 2^-68 |t|): below
+    2^-66.9 |t|, so below 2^-66 |log1p(t)|."""
+    sh, sl = square(th)
+    c = (sh * th) * _horner(m, th, LOG_POLY)
+    a, b = fast_two_sum(th, -(sh * m.f(0.5)))
+    return fast_two_sum(a, (b + (tl - (sl * m.f(0.5) + th * tl))) + c)
+
+
+def _log_fast(m, xb, extra):
+    """log(x) for x = xb's positive normal binary64, plus `extra` (a binary64 below 2^-52
+    |log x| added to the low part, for log1p).
+
+    x = 2^e c, c in [1, 2); j = c's first 8 fraction bits, r_j = I_j / 2^16: c r_j - 1 = t,
+    |t| < 2^-8, exactly t_h + t_l (c = c_h + c_l, c_h its first 26 bits, c_h r_j, c_l r_j exact,
+    c_h r_j - 1 exact by Sterbenz). log x = e ln2 + log(1/r_j) + log1p(t). Where e = 0, j = 0
+    or e = -1, j = 255 the first two cancel exactly (LOG_L[255] is LN2_HL itself) and the
+    result is log1p(t) (relative 2^-66). Elsewhere |log x| > 2^-9 and the absolute error is
+    below 2^-74 (log1p) + 2^-84.8 (e L, e < 2^11) + 2^-96 (tables) + 2^-103 |log x| (sums)."""
+    e = ((xb >> 52) & 0x7FF) - 1023
+    j = (xb >> 44) & 255
+    cb = (xb & MANT) | 0x3FF0000000000000
+    c = m.float_(cb)
+    r = m.loadf(TABLES["LOG_R"], j)
+    ch = m.float_(cb & -(1 << 27))                          # c's first 26 bits: c_h r_j exact
+    cl = c - ch
+    th, tl = two_sum(ch * r - m.f(1.0), cl * r)
+    ph, pl = _log1p_poly(m, th, tl)
+    ef = m.i2f(e)
+    at = j * 2
+    h1, h2 = two_sum(ef * m.loadf(TABLES["LN2_HL"], 0), m.loadf(TABLES["LOG_L"], at))
+    s1, s2 = two_sum(h1, ph)
+    lo = s2 + (h2 + (pl + ((m.loadf(TABLES["LOG_L"], at + 1)
+                            + ef * m.loadf(TABLES["LN2_HL"], 1)) + extra)))
+    alone = (e.eq(0) & j.eq(0)) | (e.eq(-1) & j.eq(255))
+    err = m.cond(alone, lambda: (_fabs(m, s1) * m.f(TWO[-65]),),
+                 lambda: (m.f(TWO[-72]) + _fabs(m, s1) * m.f(TWO[-101]),))[0]
+    return rounded(m, s1, lo, err)
+
+
+# -- exp ------------------------------------------------------------------------------------------
+INV_LN2_256 = 369.3299304675746          # 256 / ln 2, rounded: k only has to be near
+MAGIC = 6755399441055744.0               # 1.5 * 2^52: x + MAGIC rounds x to an integer
+
+
+def _abs_k(m, k):
+    neg = k.slt(0)
+    return m.cond(neg, lambda: (m.i(0) - k,), lambda: (k,))[0], neg
+
+
+def exp_core(m, x):
+    """e^x as (Q, s): e^x = Q * 2^s (1 + eps), Q a 192-bit number with Q * 2^-192 in
+    [1/4, 1/2), |eps| < 2^-184; for a finite x with 2^-54 <= |x| < 746.
+
+    x = k ln2/256 + r with 0 <= r < ln2/256: r exact up to 2 * 2^-176 (X holds x exactly at
+    2^-176, k ln2/256 is floored from a 200-bit constant); e^r / 2 by Horner over 17 terms
+    (truncation < 2^-191, 16 products of error < 4 * 2^-192 and 17 floored constants:
+    < 2^-184 in all); times 2^(j/256) / 2 from the table (floored, and one product)."""
+    xb = x.bits()
+    negative = m.i(0).ult(xb & SIGN)
+    e = (xb >> 52) & 0x7FF
+    mant = (xb & MANT) | IMPLICIT
+    X = mp.shl(m, (m.i(0), m.i(0), mant), e - 899)           # |x| * 2^176, exact
+    X = m.cond(negative, lambda: mp.neg(m, X), lambda: X)
+    t = x * m.f(INV_LN2_256) + m.f(MAGIC)
+    k = t.bits() - m.f(MAGIC).bits()                         # round(x * 256/ln2)
+    ak, kneg = _abs_k(m, k)
+    p4 = mp.scale_small(m, const192(m, "LN2_256"), ak)       # |k| * ln2/256 * 2^200
+    kc = ((p4[0] << 40) | (p4[1] >> 24), (p4[1] << 40) | (p4[2] >> 24), (p4[2] << 40) | (p4[3] >> 24))
+    kc = m.cond(kneg, lambda: mp.neg(m, kc), lambda: kc)
+    r, _ = mp.sub(m, X, kc)
+    c = mp.shr_const(m, const192(m, "LN2_256"), 24)          # ln2/256 * 2^176
+    low = m.i(0).ult(r[0] & SIGN)                            # r < 0: one step down
+    *r, k = m.cond(low, lambda: mp.add(m, r, c)[0] + (k - 1,), lambda: r + (k,))
+    high = mp.lt(m, tuple(r), c) ^ 1                         # r >= ln2/256: one step up
+    *r, k = m.cond(high, lambda: mp.sub(m, tuple(r), c)[0] + (k + 1,), lambda: tuple(r) + (k,))
+    r = tuple(r)
+    R = mp.shl_const(m, r, 16)                               # r as a fraction (r < 2^-8)
+    p = limbs(m, "EXP_COEF", 16)
+    for n in range(15, -1, -1):
+        p, _ = mp.add(m, mp.mul(m, p, R), limbs(m, "EXP_COEF", n))
+    q = mp.mul(m, limbs(m, "EXP2", k & 255), p)              # e^r 2^(j/256) / 4
+    return q, k.sar(8) + 2 - 192
+
+
+def exp(m, x):
+    xb = x.bits()
+    ax = xb & ABS
+
+    def finite():
+        return m.cond(m.i(0x4087500000000000).ult(ax), lambda: m.cond(      # |x| > 746
+            m.i(0).ult(xb & SIGN), lambda: (m.f(0.0),), lambda: (m.f(float("inf")),)),
+            lambda: m.cond(ax.ult(0x3C90000000000000), lambda: (m.f(1.0),),  # |x| < 2^-54
+                           lambda: (to_double(m, m.i(0), *exp_core(m, x)),)))
+    special = m.i(INF - 1).ult(ax)                                          # inf or NaN
+    return first_fast(m, ax.ult(FAST_EXP_MAX), lambda: _exp_fast(m, x), lambda: m.cond(
+        special, lambda: m.cond(ax.eq(INF), lambda: m.cond(
+            m.i(0).ult(xb & SIGN), lambda: (m.f(0.0),), lambda: (x,)), lambda: (x + x,)),
+        finite)[0])
+
+
+# -- log, log1p ---------------------------------------------------------------------------------
+NAN = 0x7FF8000000000000                 # the NaN the functions make (x86 would make 0xfff8...)
+
+
+def log_core(m, e, Y):
+    """log(y) for y = (Y / 2^191) * 2^e, Y a 192-bit number with its top bit at 2^191, y != 1,
+    as (sign, N, s): log(y) = (-1)^sign N 2^s (1 + eps), |eps| < 2^-135.
+
+    y's mantissa m is reduced by the table: j = its 8 bits after the leading one, I_j ~ 2^16/c_j
+    (I_0 = 2^16, I_255 = 2^15), so m I_j / 2^16 = 1 + t exactly with |t| < 2^-8;
+    log(y) = e ln2 + log(2^16/I_j) + log1p(t), log1p(t) = 2 t A(t) with
+    A(t) = sum_{n=1..24} (-t)^(n-1) / (2n) by Horner (truncation < 2^-200).
+    In the two exact cancellations (e = 0, j = 0 and e = -1, j = 255) log(y) is log1p(t)
+    alone, and t is normalized before the last product so that a tiny t keeps its relative
+    accuracy (A's absolute error below 2^-185, the product's 2^-190: relative < 2^-184; log1p of
+    a tiny x needs it: its hardest cases, x - x^2/2 near a midpoint, need 2^-141). Elsewhere the
+    three terms are summed in signed fixed point at 2^-180 (error < 4 * 2^-180) and
+    |log y| >= 2^-9 (relative error < 2^-169)."""
+    j = (Y[0] >> 55) & 255
+    inv = m.load(TABLES["LOG_INV"], j)
+    P = mp.scale_small(m, Y, inv)                           # m I_j / 2^16 = P / 2^207
+    t_nonneg = m.i(0).ult(P[0] >> 15)                       # P >= 2^207: t >= 0
+    T = ((P[0] << 49) | (P[1] >> 15), (P[1] << 49) | (P[2] >> 15), (P[2] << 49) | (P[3] >> 15))
+    T = m.cond(t_nonneg, lambda: T, lambda: mp.neg(m, T))  # |t| as a fraction
+
+    def series(op):
+        a = limbs(m, "LOG_COEF", 23)
+        for n in range(22, -1, -1):
+            a, _ = op(m, limbs(m, "LOG_COEF", n), mp.mul(m, T, a))
+        return a
+    A = m.cond(t_nonneg, lambda: series(mp.sub), lambda: series(mp.add))
+    L1 = mp.mul(m, T, A)                                    # |log1p(t)| / 2, as a fraction
+    tsign = m.cond(t_nonneg, lambda: (m.i(0),), lambda: (m.i(SIGN),))[0]
+    alone = (e.eq(0) & j.eq(0)) | (e.eq(-1) & j.eq(255))
+
+    def summed():
+        ae, eneg = _abs_k(m, e)
+        E4 = mp.scale_small(m, const192(m, "LN2"), ae)      # |e| ln2 2^192, four limbs
+        E = ((E4[0] << 52) | (E4[1] >> 12), (E4[1] << 52) | (E4[2] >> 12), (E4[2] << 52) | (E4[3] >> 12))
+        E = m.cond(eneg, lambda: mp.neg(m, E), lambda: E)
+        L = mp.shr_const(m, limbs(m, "LOG_TAB", j), 12)
+        P1 = mp.shr_const(m, L1, 11)                        # 2 |t| A at 2^-180
+        P1 = m.cond(t_nonneg, lambda: P1, lambda: mp.neg(m, P1))
+        S, _ = mp.add(m, mp.add(m, E, L)[0], P1)
+        neg = m.i(0).ult(S[0] & SIGN)
+        mag = m.cond(neg, lambda: mp.neg(m, S), lambda: S)
+        return (m.cond(neg, lambda: (m.i(SIGN),), lambda: (m.i(0),))[0],) + mag + (m.i(-180),)
+    def by_itself():                                        # log1p(t): T normalized first
+        lz = mp.clz(m, T)
+        return (tsign,) + mp.mul(m, mp.shl(m, T, lz), A) + (m.i(-191) - lz,)
+    out = m.cond(alone, by_itself, summed)
+    return out[0], out[1:4], out[4]
+
+
+def _decompose(m, xb):
+    """(e, Y) of a positive finite nonzero double: x = (Y / 2^191) 2^e, Y's top bit at 2^191."""
+    field = (xb >> 52) & 0x7FF
+    mant = xb & MANT
+
+    def subnormal():
+        lz = mp.clz64(m, mant)
+        return (m.i(-1011) - lz, mant << lz)
+
+    def normal():
+        return (field - 1023, (mant | IMPLICIT) << 11)
+    e, top = m.cond(field.eq(0), subnormal, normal)
+    return e, (top, m.i(0), m.i(0))
+
+
+def log(m, x):
+    xb = x.bits()
+
+    def positive():
+        return m.cond(xb.eq(0x3FF0000000000000), lambda: (m.f(0.0),), lambda: m.cond(
+            xb.eq(INF), lambda: (x,), lambda: (to_double(m, *log_core(m, *_decompose(m, xb))),)))
+    normal = m.i(0x000FFFFFFFFFFFFF).ult(xb) & xb.ult(INF)                 # positive normal
+    return first_fast(m, normal, lambda: _log_fast(m, xb, m.f(0.0)), lambda: m.cond(
+        is_nan(m, x), lambda: (x + x,), lambda: m.cond(
+            (xb & ABS).eq(0), lambda: (m.f(float("-inf")),), lambda: m.cond(
+                m.i(0).ult(xb & SIGN), lambda: (m.float_(m.i(NAN)),), positive)))[0])
+
+
+def log1p(m, x):
+    xb = x.bits()
+    ax = xb & ABS
+    negative = m.i(0).ult(xb & SIGN)
+
+    def large():                                            # x >= 1: x's mantissa, plus one
+        e = ((xb >> 52) & 0x7FF) - 1023
+        Y = (((xb & MANT) | IMPLICIT) << 11, m.i(0), m.i(0))
+
+        def add_one():                                      # 1 is bit 191 - e of Y
+            one = mp.shl(m, (m.i(0), m.i(0), m.i(1)), m.i(191) - e)
+            s, carry = mp.add(m, Y, one)
+            halved = ((s[0] >> 1) | SIGN, (s[1] >> 1) | (s[0] << 63), (s[2] >> 1) | (s[1] << 63))
+            return m.cond(carry, lambda: (e + 1,) + halved, lambda: (e,) + s)
+        return m.cond(m.i(191).slt(e), lambda: (e,) + Y, add_one)   # beyond 2^191, 1 is lost
+
+    def small():                                            # -1 < x < 1: 1 + x, exactly
+        e = ((xb >> 52) & 0x7FF) - 1023
+        X = mp.shl(m, (m.i(0), m.i(0), (xb & MANT) | IMPLICIT), e + 138)   # |x| 2^190
+        one = (m.i(1 << 62), m.i(0), m.i(0))                               # 2^190
+        Y0 = m.cond(negative, lambda: mp.sub(m, one, X)[0], lambda: mp.add(m, one, X)[0])
+        lz = mp.clz(m, Y0)
+        return (m.i(1) - lz,) + mp.shl(m, Y0, lz)
+
+    def accurate():
+        r = m.cond(negative | ax.ult(0x3FF0000000000000), small, large)
+        return to_double(m, *log_core(m, r[0], r[1:4]))
+
+    def near_zero():                                        # |x| < 2^-8: log1p(t), t = x
+        ph, pl = _log1p_poly(m, x, m.f(0.0))
+        return rounded(m, ph, pl, _fabs(m, ph) * m.f(TWO[-65]))
+
+    def one_plus():                                         # log(y_h) + y_l / y_h, y = 1 + x
+        yh, yl = two_sum(m.f(1.0), x)
+        return _log_fast(m, yh.bits(), yl / yh)
+
+    def fast():
+        return m.cond(ax.ult(0x3F70000000000000), near_zero, one_plus)
+    minus_one = xb.eq(0xBFF0000000000000)
+    below = m.i(0xBFF0000000000000).ult(xb)                 # x < -1, -inf included
+    go = m.i(0x3C8FFFFFFFFFFFFF).ult(ax) & (xb.ult(INF) | (m.i(SIGN).ult(xb) &   # -1 < x < inf
+                                                           xb.ult(0xBFF0000000000000)))
+    return first_fast(m, go, fast, lambda: m.cond(is_nan(m, x), lambda: (x + x,), lambda: m.cond(
+        ax.ult(0x3C90000000000000), lambda: (x,), lambda: m.cond(     # |x| < 2^-54: x
+            xb.eq(INF), lambda: (x,), lambda: m.cond(
+                minus_one, lambda: (m.f(float("-inf")),), lambda: m.cond(
+                    below, lambda: (m.float_(m.i(NAN)),), lambda: (accurate(),))))))[0])
+
+
+# -- expm1, tanh -----------------------------------------------------------------------------------
+def _exp_minus_one(m, x, negative):
+    """e^x - 1 as (sign, D, s): D 2^s (1 + eps), for a finite x with 2^-54 <= |x| < 746:
+    e^x = Q 2^s from exp_core, and 1 is 2^-s in Q's units. Where 1 fits in Q's 192 bits
+    (-191 <= s <= 0) the difference is exact; beyond (s > 0) the 1 is below Q's last bit; below
+    (e^x < 1/2) both are taken at 2^-191. |e^x - 1| >= |x|/2, so |eps| < 2^-184 e^x / (|x|/2),
+    below 2^-129 everywhere."""
+    Q, s = exp_core(m, x)
+
+    def aligned():
+        one = mp.shl(m, (m.i(0), m.i(0), m.i(1)), m.i(0) - s)
+        D = m.cond(negative, lambda: mp.sub(m, one, Q)[0], lambda: mp.sub(m, Q, one)[0])
+        return D + (s,)
+
+    def below():                                           # e^x < 1/2: 1 - e^x at 2^-191
+        q, _ = mp.shr(m, Q, m.i(-191) - s)
+        return mp.sub(m, (m.i(SIGN), m.i(0), m.i(0)), q)[0] + (m.i(-191),)
+    out = m.cond(m.i(0).slt(s), lambda: Q + (s,), lambda: m.cond(s.slt(-191), below, aligned))
+    sign = m.cond(negative, lambda: (m.i(SIGN),), lambda: (m.i(0),))[0]
+    return sign, out[0:3], out[3]
+
+
+def _expm1_series(m, x, negative):
+    """e^x - 1 for 2^-54 <= |x| < 2^-9 with relative accuracy, as (sign, D, s): x B(x),
+    B/2 = sum_{n=0..15} x^n / (2 (n+1)!) by Horner over |x| as an exact fraction (truncation
+    below 2^-192; 15 products and 16 floored coefficients, < 2^-185 absolute on B/2 ~ 1/2),
+    times |x| normalized (2^-190): relative error < 2^-183. (e^x - 1 near 0 is as hard to round
+    as log1p there; the fixed point of _exp_minus_one holds only 2^-129 of it.)"""
+    xb = x.bits()
+    e = ((xb >> 52) & 0x7FF) - 1023
+    T = mp.shl(m, (m.i(0), m.i(0), (xb & MANT) | IMPLICIT), e + 140)   # |x| 2^192, exact
+    op = m.cond(negative, lambda: (m.i(1),), lambda: (m.i(0),))[0]
+
+    def series(step):
+        a = limbs(m, "EXP_COEF", 16)
+        for n in range(14, -1, -1):
+            a, _ = step(m, limbs(m, "EXP_COEF", n + 1), mp.mul(m, T, a))
+        return a
+    a = m.cond(op, lambda: series(mp.sub), lambda: series(mp.add))
+    lz = mp.clz(m, T)
+    sign = m.cond(negative, lambda: (m.i(SIGN),), lambda: (m.i(0),))[0]
+    return sign, mp.mul(m, mp.shl(m, T, lz), a), m.i(-191) - lz
+
+
+def expm1(m, x):
+    xb = x.bits()
+    ax = xb & ABS
+    negative = m.i(0).ult(xb & SIGN)
+
+    def finite():
+        return m.cond(ax.ult(0x3C90000000000000), lambda: (x,), lambda: m.cond(  # |x| < 2^-54
+            negative & m.i(0x4044000000000000).ult(ax), lambda: (m.f(-1.0),),    # x < -40
+            lambda: m.cond(m.i(0x4087500000000000).ult(ax), lambda: (m.f(float("inf")),),
+                           accurate)))
+
+    def accurate():
+        return m.cond(
+            ax.ult(0x3F60000000000000), lambda: (to_double(m, *_expm1_series(m, x, negative)),),
+            lambda: (to_double(m, *_exp_minus_one(m, x, negative)),))
+    go = m.i(0x3C8FFFFFFFFFFFFF).ult(ax) & ax.ult(FAST_EXP_MAX) & \
+        (xb.ult(SIGN) | ax.ult(0x4044000000000000))                       # -40 < x < 708
+    return first_fast(m, go, lambda: rounded(m, *_expm1_fast(m, x)), lambda: m.cond(
+        m.i(INF - 1).ult(ax), lambda: m.cond(ax.eq(INF), lambda: m.cond(
+            negative, lambda: (m.f(-1.0),), lambda: (x,)), lambda: (x + x,)), finite)[0])
+
+
+def _reciprocal(m, d):
+    """w ~ 1/(4 d) for a fraction d in [1/2, 1), as a fraction, with a relative error below
+    2^-186: a binary64 start (2^-51) and two Newton steps, w += w (1 - 4 d w) 4."""
+    top = d[0] >> 11                                       # d's leading 53 bits
+    y0 = m.f(1.0) / (m.i2f(top) * m.f(2.0 ** -53))         # 1/d to about 2^-51, in (1, 2]
+    yb = y0.bits()
+    w = mp.shl(m, (m.i(0), m.i(0), (yb & MANT) | IMPLICIT), ((yb >> 52) & 0x7FF) - 1023 + 138)
+    quarter = (m.i(1 << 62), m.i(0), m.i(0))               # 1/4
+    for _ in range(2):
+        g = mp.mul(m, d, w)                                # d w ~ 1/4
+        over = mp.lt(m, quarter, g)
+
+        def step(sub):
+            e = mp.sub(m, g, quarter)[0] if sub else mp.sub(m, quarter, g)[0]
+            c = mp.shl_const(m, mp.mul(m, w, e), 2)
+            return mp.sub(m, w, c)[0] if sub else mp.add(m, w, c)[0]
+        w = m.cond(over, lambda: step(True), lambda: step(False))
+    return w
+
+
+def _tanh_fast(m, y):
+    """tanh(y/2) = E / (E + 2), E = e^y - 1 from _expm1_fast (relative bound rho = err/E_h,
+    err already twice the bound), 2^-27 <= y <= 38.2. D = E + 2 by two_sum has at most E's
+    absolute error, so relative below rho/2 too; the quotient q_h = fl(E_h/D_h), the remainder
+    E - q_h D exactly up to 2^-104 E (E_h - fl(q_h D_h) is exact by Sterbenz), q_l = rem/D_h:
+    below 2^-100. tanh's bound is rho/2 + rho/2 + 2^-100; err = q_h (2 rho + 2^-98)."""
+    eh, el, err = _expm1_fast(m, y)
+    dh, dt = two_sum(m.f(2.0), eh)
+    dl = dt + el
+    qh = eh / dh
+    uh, ul = two_prod(qh, dh)
+    ql = ((((eh - uh) - ul) + el) - qh * dl) / dh
+    return rounded(m, qh, ql, qh * (m.f(2.0) * (err / eh) + m.f(TWO[-98])))
+
+
+def tanh(m, x):
+    """tanh |x| = (e^y - 1) / (e^y + 1), y = 2|x|, both exact from e^y = Q 2^s (1 is 2^-s,
+    inside Q's bits for y < 38.2); the quotient by a Newton reciprocal."""
+    xb = x.bits()
+    ax = xb & ABS
+    sign = xb & SIGN
+
+    def fast():
+        ok, v = _tanh_fast(m, m.float_(ax) * m.f(2.0))
+        return ok, m.float_(v.bits() | sign)
+
+    def accurate():
+        y = m.float_(ax) * m.f(2.0)
+        Q, s = exp_core(m, y)
+        one = mp.shl(m, (m.i(0), m.i(0), m.i(1)), m.i(0) - s)
+        num = mp.sub(m, Q, one)[0]
+        den = mp.add(m, Q, one)[0]
+        lzn, lzd = mp.clz(m, num), mp.clz(m, den)
+        w = _reciprocal(m, mp.shl(m, den, lzd))
+        q = mp.mul(m, mp.shl(m, num, lzn), w)              # num/den / 4, normalized parts
+        return (to_double(m, sign, q, lzd - lzn - 190),)
+    one = m.float_(m.i(0x3FF0000000000000) | sign)
+    go = m.i(0x3E2FFFFFFFFFFFFF).ult(ax) & ax.ult(0x403319999999999A)     # 2^-28 <= |x| <= 19.1
+    return first_fast(m, go, fast, lambda: m.cond(
+        m.i(INF - 1).ult(ax), lambda: m.cond(ax.eq(INF), lambda: (one,), lambda: (x + x,)),
+        lambda: m.cond(ax.ult(0x3E30000000000000), lambda: (x,), lambda: m.cond(   # < 2^-28
+            m.i(0x4033199999999999).ult(ax), lambda: (one,), accurate)))[0])           # > 19.1

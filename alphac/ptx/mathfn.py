@@ -1,0 +1,107 @@
+"""The contract's functions in PTX: the staging language's third backend (alphac.math.dsl).
+
+`PtxSource(em, table_base)` writes an algorithm of alphac/math/functions.py inline into a kernel
+being built with `alphac.ptx.render.Emitter`: binary64 values in %fd registers, integers in
+%rd, a `cond` as a predicated branch around each side with the results moved into registers
+declared before it. A constant table is a kernel parameter (a global buffer the host uploads
+once, like the vector constants): `table_base(table)` gives the register holding its address.
+
+Every binary64 operation is the `.rn` instruction of render.INSTR, so the bits are those of
+the other backends; integer operations are 64-bit and modulo 2^64, as in the staging language.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from alphac.math.dsl import M64, Table, Val
+from alphac.ptx.render import Emitter, f64imm
+
+F_OPS = {"fadd": "add", "fsub": "sub", "fmul": "mul", "fdiv": "div"}
+I_OPS = {"add": "add64", "sub": "sub64", "mul": "mullo64", "umulh": "mulhi64", "and": "and64",
+         "or": "or64", "xor": "xor64"}
+SETP = {"ult": "ltu64", "slt": "lts64", "eq": "eq64", "fgt": "gtf64"}
+SHIFTS = {"shl": "shl64", "shr": "shr64", "sar": "sar64"}
+
+
+class PtxSource:
+    def __init__(self, em: Emitter, table_base: Callable[[Table], str]):
+        self.em, self.table_base = em, table_base
+        self.labels = 0
+
+    def f(self, x: float) -> Val:
+        return Val(self, "f", self.em.op("movf", f64imm(float(x))))
+
+    def i(self, v: int) -> Val:
+        return Val(self, "i", self.em.op("movi64", str(v & M64)))
+
+    def arg(self, kind: str, reg: str) -> Val:
+        return Val(self, kind, reg)
+
+    def op(self, name: str, *a: Val) -> Val:
+        em, x = self.em, [v.v for v in a]
+        if name in F_OPS:
+            return Val(self, "f", em.op(F_OPS[name], x[0], x[1]))
+        if name == "fneg":
+            return Val(self, "f", em.op("neg", x[0]))
+        if name == "fsqrt":
+            return Val(self, "f", em.op("sqrt", x[0]))
+        if name in I_OPS:
+            return Val(self, "i", em.op(I_OPS[name], x[0], x[1]))
+        if name in SHIFTS:
+            return Val(self, "i", em.op(SHIFTS[name], x[0], em.op("cvt32", x[1])))
+        if name in SETP:
+            return Val(self, "i", em.op("selp01", em.op(SETP[name], x[0], x[1])))
+        if name == "bits":
+            return Val(self, "i", em.op("f2b", x[0]))
+        if name == "float":
+            return Val(self, "f", em.op("b2f", x[0]))
+        if name == "i2f":
+            return Val(self, "f", em.op("s64tof", x[0]))
+        raise ValueError(name)
+
+    def sqrt(self, a: Val) -> Val:
+        return self.op("fsqrt", a)
+
+    def float_(self, a: Val) -> Val:
+        return self.op("float", a)
+
+    def i2f(self, a: Val) -> Val:
+        return self.op("i2f", a)
+
+    def load(self, table: Table, index) -> Val:
+        em = self.em
+        k = index.v if isinstance(index, Val) else em.op("movi64", str(index))
+        at = em.op("add64", self.table_base(table), em.op("shl64", k, "3"))
+        return Val(self, "i", em.op("ldu64", at, 0))
+
+    def loadf(self, table: Table, index) -> Val:
+        em = self.em
+        k = index.v if isinstance(index, Val) else em.op("movi64", str(index))
+        at = em.op("add64", self.table_base(table), em.op("shl64", k, "3"))
+        return Val(self, "f", em.op("ld", at, 0))
+
+    def cond(self, c: Val, then: Callable[[], tuple], else_: Callable[[], tuple]) -> tuple:
+        em = self.em
+        self.labels += 1
+        other, end = f"$m{self.labels}_else", f"$m{self.labels}_end"
+        em.op("braifnot", em.op("ne64", c.v, "0"), other)
+        a = then()
+        outs = [em.reg("fd" if v.kind == "f" else "rd") for v in a]
+        for d, v in zip(outs, a):
+            em.op("movf" if v.kind == "f" else "mov64", v.v, d=d)
+        em.op("bra", end)
+        em.label(other)
+        b = else_()
+        if [v.kind for v in a] != [v.kind for v in b]:
+            raise TypeError("the branches of a cond return values of different kinds")
+        for d, v in zip(outs, b):
+            em.op("movf" if v.kind == "f" else "mov64", v.v, d=d)
+        em.label(end)
+        return tuple(Val(self, v.kind, d) for d, v in zip(outs, a))
+
+
+def table_words_as_floats(table: Table) -> tuple[float, ...]:
+    """A table's words as the binary64 values with those bits (how kernel buffers are held)."""
+    import struct
+    return tuple(struct.unpack("<d", struct.pack("<Q", w))[0] for w in table.words)
+
