@@ -6,7 +6,7 @@ STAMP    = $(VENV)/.installed
 ALPHAC   = $(BIN)/alphac
 EXAMPLES = scalar_regression two_coordinate independent_state lsq_momentum lsq_adam
 
-.PHONY: venv test repro roles demo docs bench fuzz clean
+.PHONY: venv test repro roles demo docs bench fuzz math-soak clean
 
 # ptxas assembles the GPU code at build time (never at run time). Without one on the PATH (or in
 # $ALPHAC_PTXAS), the venv gets CUDA's pinned ptxas from PyPI.
@@ -48,8 +48,14 @@ MINUTES ?= 10
 fuzz: $(STAMP)
 	$(WITH_PTXAS) $(BIN)/python tests/fuzz.py --minutes $(MINUTES) $(if $(SEED),--seed $(SEED)) $(if $(FAST),--fast)
 
+# the contract's functions against MPFR: a billion random inputs each (`COUNT=1e7` for less)
+COUNT ?= 1e9
+math-soak: $(STAMP)
+	$(BIN)/python tests/math_soak.py --count $(COUNT)
+
 bench: $(STAMP)
 	$(WITH_PTXAS) $(BIN)/python bench/learners.py
+	$(BIN)/python bench/functions.py
 	$(BIN)/python bench/fleet.py
 	$(BIN)/python bench/distributed.py
 

@@ -1,0 +1,130 @@
+"""Benchmark: nanoseconds per call of the contract's functions in our executables, against
+glibc's libm (not correctly rounded) and, when a CORE-MATH checkout is given, CORE-MATH
+(correctly rounded), side by side in one run.
+
+Every contender is the same filter program: read 8192 binary64 inputs, call the function on
+each R times, write the results. Ours is alphac.tools.mathexe (the code a learner's executable
+gets); the C ones are built here with gcc -O2 (libm: -lm; CORE-MATH: its src/binary64/<f>/<f>.c,
+with -march=native so that it has its FMA). ns/call = (time(R = 1 + K) - time(R = 1)) / (K n),
+the best of 5 runs each, so start-up and I/O cancel. The last columns are the ratio to glibc and
+how many of the n results differ from ours in their bits (ours are correctly rounded: a
+difference is the other library's misrounding).
+
+    python bench/functions.py [--core-math PATH] [--repeat K]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from alphac.math import ELEMENTARY                          # noqa: E402
+from alphac.tools.mathexe import build                      # noqa: E402
+
+N = 8192
+RANGES = {"exp": (-700.0, 700.0), "log": (1e-3, 1e3), "log1p": (-0.9, 100.0),
+          "expm1": (-30.0, 30.0), "tanh": (-10.0, 10.0)}
+
+C_MAIN = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+double %(fn)s(double);
+static double in[%(n)d], out[%(n)d];
+int main(int argc, char **argv) {
+    long repeat = argc > 1 ? atol(argv[1]) : 1;
+    size_t got = 0;
+    while (got < sizeof in) {
+        ssize_t k = read(0, (char *)in + got, sizeof in - got);
+        if (k <= 0) break;
+        got += k;
+    }
+    size_t n = got / 8;
+    for (long r = 0; r < repeat; r++)
+        for (size_t i = 0; i < n; i++) out[i] = %(fn)s(in[i]);
+    fwrite(out, 8, n, stdout);
+    return 0;
+}
+"""
+
+
+def best_time(cmd, data, repeat):
+    best = float("inf")
+    for _ in range(5):
+        t = time.perf_counter()
+        r = subprocess.run(cmd + [str(repeat)], input=data, capture_output=True)
+        best = min(best, time.perf_counter() - t)
+        assert r.returncode == 0, r.stderr
+    return best, r.stdout
+
+
+def ns_per_call(cmd, data, k):
+    t1, out = best_time(cmd, data, 1)
+    tk, _ = best_time(cmd, data, 1 + k)
+    return (tk - t1) / (k * N) * 1e9, np.frombuffer(out, dtype="<u8")
+
+
+def c_program(tmp: Path, name: str, fn: str, extra: list[str], flags: list[str]) -> list[str] | None:
+    src = tmp / f"{fn}_main.c"
+    src.write_text(C_MAIN % {"fn": fn, "n": N})
+    exe = tmp / f"{fn}.exe"
+    r = subprocess.run(["gcc", "-O2", *flags, str(src), *extra, "-o", str(exe), "-lm"],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        print(f"  ({fn}: gcc failed: {r.stderr.strip().splitlines()[-1:]})")
+        return None
+    return [str(exe)]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--core-math", help="a CORE-MATH checkout (its src/binary64 is compiled)")
+    ap.add_argument("--repeat", type=int, default=200, help="K, the extra passes timed")
+    args = ap.parse_args()
+    if platform.machine() not in ("x86_64", "AMD64") or not shutil.which("gcc"):
+        sys.exit("bench/functions.py needs an x86-64 host with gcc")
+    rng = np.random.default_rng(1)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        for name in ELEMENTARY:
+            data = rng.uniform(*RANGES[name], N).astype("<f8").tobytes()
+            ours = tmp / f"alphac_{name}"
+            ours.write_bytes(build(name, "x86_64"))
+            os.chmod(ours, 0o755)
+            t_ours, r_ours = ns_per_call([str(ours)], data, args.repeat)
+            libm = c_program(tmp, name, name, [], [])
+            t_libm, r_libm = ns_per_call(libm, data, args.repeat)
+            row = [name, f"{RANGES[name][0]:g}..{RANGES[name][1]:g}", f"{t_ours:.1f}",
+                   f"{t_libm:.1f}", f"{t_ours / t_libm:.2f}x", str(int((r_ours != r_libm).sum()))]
+            cm = Path(args.core_math or "") / "src/binary64" / name / f"{name}.c"
+            if args.core_math and cm.exists():
+                exe = c_program(tmp, name, f"cr_{name}", [str(cm)], ["-march=native", f"-I{cm.parent}"])
+                if exe:
+                    t_cm, r_cm = ns_per_call(exe, data, args.repeat)
+                    row += [f"{t_cm:.1f}", str(int((r_ours != r_cm).sum()))]
+            rows.append(row)
+            print(f"  {name} done", file=sys.stderr)
+    head = ["function", "inputs", "alphac ns", "glibc ns", "ours/glibc", "differ (glibc)"]
+    if any(len(r) > 6 for r in rows):
+        head += ["CORE-MATH ns", "differ (CORE-MATH)"]
+    rows = [r + [""] * (len(head) - len(r)) for r in rows]
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *rows)]
+    print(f"ns per call, n = {N} inputs uniform over the range, K = {args.repeat} passes")
+    for r in [head] + rows:
+        print("  ".join(str(x).rjust(w) for x, w in zip(r, widths)))
+
+
+if __name__ == "__main__":
+    main()
