@@ -20,6 +20,7 @@ from alphac.lower.learner import learner_source
 from alphac.lower import rt
 from alphac.lower.assemble import Text, assemble
 from alphac.lower.lir import Program
+from alphac.math import MARKER as MATH_MARKER
 from alphac.lower.regalloc import allocate
 from alphac.lower.rt_lower import lower_program
 from alphac.lower.target import Target, UnknownTarget, gpu_targets, target as target_record
@@ -63,7 +64,11 @@ def program_for(lr: Learner, tgt: Target, main: str = "single", extra: str = "",
     gen, gen_blobs = learner_source(lr)
     units = [("prelude.rt", list(_parsed(tgt.prelude(), "prelude.rt")), False)]
     units += [(f"{m}.rt", list(runtime_items(m)), True) for m in rt.modules(main, runtime_items)]
-    units.append((f"{lr.name}.rt", rt.parse(gen, f"{lr.name}.rt"), False))
+    own, marker, math = gen.partition(MATH_MARKER)
+    items = rt.parse(own, f"{lr.name}.rt")
+    if marker:                      # the alphac.math functions: the same text for many programs
+        items += list(_parsed(marker + math, "alphac.math.rt"))
+    units.append((f"{lr.name}.rt", items, False))
     if extra:
         units.append(("extra.rt", rt.parse(extra, "extra.rt"), False))
     rt.check_modules(units)

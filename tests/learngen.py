@@ -149,8 +149,30 @@ class Gen:
 
     def __init__(self, seed: int):
         self.r = random.Random(seed)
-        self.seed = seed
+        self.fr = random.Random(seed ^ 0x5EED)       # the functions: a stream of its own, so
+        self.seed = seed                             # the rest of a seed's program is unchanged
         self.names = 0
+
+    def wrap(self, e: tuple, other: tuple | None = None, rate: float = 0.15) -> tuple:
+        """Sometimes e inside one of the contract's functions (alphac.math), in forms that
+        stay finite: the bounded ones, the exact ones, exp and log of safe arguments."""
+        r = self.fr
+        if r.random() >= rate:
+            return e
+        k = r.randrange(13)
+        if k < 6:
+            return ("call", ("tanh", "sigmoid", "relu", "abs", "softplus", "tanh")[k], (e,))
+        if k < 8 and other is not None:
+            return ("call", ("max", "min")[k - 6], (e, other) if r.random() < 0.5 else (other, e))
+        if k < 9:
+            return ("call", "exp", (("neg", ("pow", e, 2)),))
+        if k < 10:
+            return ("call", "log1p", (("pow", e, 2),))
+        if k < 11:
+            return ("call", "log", (("bin", "+", ("num", r.choice([1.0, 0.5])), ("pow", e, 2)),))
+        if k < 12:
+            return ("call", "expm1", (("call", "tanh", (e,)),))
+        return ("call", "relu", (e,))
 
     def fresh(self, base: str) -> str:
         self.names += 1
@@ -296,13 +318,23 @@ class LossGen:
             op = r.choice(["*", "+", "-", "/"]) if r.random() < 0.8 else "*"
             if op == "/":
                 other = ("bin", "+", ("num", 1.0), ("pow", other, 2))
-        return ("bin", op, base, other)
+        return self.g.wrap(("bin", op, base, other), ("num", round(self.g.fr.uniform(-1, 1), 2)))
 
     @property
     def r(self):
         return self.g.r
 
     def scalar(self, depth: int) -> tuple:
+        e = self.scalar_plain(depth)
+        return e if e[0] in ("num", "name") else self.g.wrap(e, self.scalar_leaf_other())
+
+    def scalar_leaf_other(self) -> tuple:
+        """A second operand for max/min, from the functions' own stream."""
+        sc = [v for v in self.params + self.loss_states if not v.shape]
+        r = self.g.fr
+        return ("name", r.choice(sc).name) if sc and r.random() < 0.5 else ("num", round(r.uniform(-1, 1), 2))
+
+    def scalar_plain(self, depth: int) -> tuple:
         r = self.r
         if depth <= 0 or r.random() < 0.25:
             return self.scalar_leaf()
@@ -433,7 +465,19 @@ class UpdateGen:
         return r.choice(pool)
 
     def bounded(self, group: str, shape, depth: int, scalar_only=False) -> tuple:
-        """An expression that stays small: sums and products of leaves, guarded / and sqrt."""
+        """An expression that stays small: sums and products of leaves, guarded / and sqrt, and
+        sometimes one of the contract's functions around them."""
+        e = self.bounded_plain(group, shape, depth, scalar_only)
+        if e[0] in ("num", "name", "grad"):
+            return e
+        return self.g.wrap(e, self.scalar_leaf_other(), rate=0.12)
+
+    def scalar_leaf_other(self) -> tuple:
+        r = self.g.fr
+        return ("name", r.choice(self.scalars).name) if self.scalars and r.random() < 0.5 \
+            else ("num", round(r.uniform(-1, 1), 2))
+
+    def bounded_plain(self, group: str, shape, depth: int, scalar_only=False) -> tuple:
         r = self.r
         leaf = (lambda: self.scalar_leaf()) if scalar_only else (lambda: self.leaf(group, shape))
         if depth <= 0 or r.random() < 0.3:

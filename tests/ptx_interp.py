@@ -104,6 +104,7 @@ class Ptx:
                 guard, line = line[1:].split(None, 1)
             op, _, rest = line.rstrip(";").partition(" ")
             self.code.append((guard, op, [a.strip() for a in rest.split(",")] if rest else []))
+        self.steps = None                           # compiled on the first thread
 
     def launch(self, mem, args, threads, block=4, grid=None):
         """A 1-D grid covering `threads` with a spare block: its threads must do nothing."""
@@ -112,51 +113,94 @@ class Ptx:
                 self.thread(mem, args, {"%tid.x": t, "%ntid.x": block, "%ctaid.x": b})
 
     def thread(self, mem, args, sregs):
-        R = {}
+        if self.steps is None:
+            self.steps = [self._compile(pc, *ins) for pc, ins in enumerate(self.code)]
+        R = dict(sregs)
+        env = (R, mem, args)
+        steps, pc = self.steps, 0
+        for _ in range(1 << 20):
+            pc = steps[pc](env)
+            if pc < 0:
+                return
+        raise RuntimeError("runaway thread")
 
-        def val(x):
-            if x in sregs:
-                return sregs[x]
+    def _compile(self, pc, guard, op, a):
+        """Instruction `pc` as a function of (registers, memory, params) -> the next pc (-1: ret).
+        Registers and the special registers share one dict (their names cannot collide)."""
+        nxt = pc + 1
+
+        def get(x):
             if x.startswith("%"):
-                return R[x]
-            return struct.unpack("<d", bytes.fromhex(x[2:])[::-1])[0] if x.startswith("0d") \
-                else int(x)
+                return lambda R: R[x]
+            v = struct.unpack("<d", bytes.fromhex(x[2:])[::-1])[0] if x.startswith("0d") else int(x)
+            return lambda R: v
 
         def addr(x):
             reg, _, off = x.strip("[]").partition("+")
-            return R[reg] + int(off or 0)
+            off = int(off or 0)
+            return lambda R: R[reg] + off
 
-        pc = 0
-        for _ in range(1 << 20):
-            guard, op, a = self.code[pc]
-            pc += 1
-            if guard is not None and (R[guard[1:]] if guard[0] == "!" else not R[guard]):
-                continue
-            if op == "ret":
-                return
-            if op in ("bra", "bra.uni"):
-                pc = self.labels[a[0]]
-            elif op.startswith("ld.param."):
-                R[a[0]] = args[a[1].strip("[]")]
-            elif op == "ld.global.f64":
-                R[a[0]] = mem.load(addr(a[1]))
-            elif op == "ld.global.u64":
-                R[a[0]] = bits_of(mem.load(addr(a[1])))
-            elif op == "mov.b64":                     # between %fd and %rd: the same 64 bits
-                v = val(a[1])
-                if a[0].startswith("%fd"):
-                    R[a[0]] = v if isinstance(v, float) else float_of(v)
+        if op == "ret":
+            body = lambda env: -1                                           # noqa: E731
+        elif op in ("bra", "bra.uni"):
+            target = self.labels[a[0]]
+            body = lambda env: target                                       # noqa: E731
+        elif op.startswith("ld.param."):
+            d, name = a[0], a[1].strip("[]")
+
+            def body(env):
+                env[0][d] = env[2][name]
+                return nxt
+        elif op in ("ld.global.f64", "ld.global.u64"):
+            d, at, raw = a[0], addr(a[1]), op == "ld.global.u64"
+
+            def body(env):
+                v = env[1].load(at(env[0]))
+                env[0][d] = bits_of(v) if raw else v
+                return nxt
+        elif op == "mov.b64":                     # between %fd and %rd: the same 64 bits
+            d, src, to_f = a[0], get(a[1]), a[0].startswith("%fd")
+
+            def body(env):
+                v = src(env[0])
+                if to_f:
+                    env[0][d] = v if isinstance(v, float) else float_of(v)
                 else:
-                    R[a[0]] = bits_of(v) if isinstance(v, float) else v
-            elif op == "st.global.f64":
-                mem.store(addr(a[0]), val(a[1]))
-            elif op in F64:
-                R[a[0]] = F64[op](*map(val, a[1:]))
-            elif op in INT:
-                R[a[0]] = INT[op](*map(val, a[1:]))
+                    env[0][d] = bits_of(v) if isinstance(v, float) else v
+                return nxt
+        elif op == "st.global.f64":
+            at, src = addr(a[0]), get(a[1])
+
+            def body(env):
+                env[1].store(at(env[0]), src(env[0]))
+                return nxt
+        elif op in F64 or op in INT:
+            fn, d, srcs = F64.get(op) or INT[op], a[0], [get(x) for x in a[1:]]
+            if len(srcs) == 1:
+                (x,) = srcs
+
+                def body(env):
+                    R = env[0]
+                    R[d] = fn(x(R))
+                    return nxt
+            elif len(srcs) == 2:
+                x, y = srcs
+
+                def body(env):
+                    R = env[0]
+                    R[d] = fn(x(R), y(R))
+                    return nxt
             else:
-                raise NotImplementedError(op)
-        raise RuntimeError("runaway thread")
+                def body(env):
+                    R = env[0]
+                    R[d] = fn(*(g(R) for g in srcs))
+                    return nxt
+        else:
+            raise NotImplementedError(op)
+        if guard is None:
+            return body
+        neg, reg = guard[0] == "!", guard.lstrip("!")
+        return lambda env: nxt if (env[0][reg] if neg else not env[0][reg]) else body(env)
 
 
 class InterpDevice:

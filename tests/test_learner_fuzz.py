@@ -63,7 +63,8 @@ def test_generator_is_deterministic_and_covers_the_features():
     assert learngen.render(learngen.generate(7)) == learngen.render(learngen.generate(7))
     text = "".join(learngen.render(learngen.generate(s)) for s in range(120))
     for needle in ["let old", "grad(", "dot(", "sum(", "sqrt(", "^2", "^3", "loss(i)", "x[i, ",
-                   "f64[", ", ", "state p", "state ref"]:
+                   "f64[", ", ", "state p", "state ref", "tanh(", "sigmoid(", "relu(", "abs(",
+                   "softplus(", "max(", "min(", "exp(", "log1p(", "log(", "expm1("]:
         assert needle in text, needle
     shapes = Counter()
     for s in range(120):

@@ -151,6 +151,7 @@ class FnLowerer:
         self.body = body
         self.fn = Function(name, [], ret)
         self.scopes: list[dict[str, VReg]] = [{}]
+        self.bound: dict[VReg, int] = {}    # how many live scope entries name each register
         self.loops: list[tuple[str, str]] = []
         self.nlabels = 0
         self.origin = 0
@@ -159,7 +160,7 @@ class FnLowerer:
                 raise RtError(f"{name}: parameter `{p}` has type {t}; use i64 or f64")
             v = self.fn.new("f" if t == "f64" else "i")
             self.fn.params.append(v)
-            self.scopes[0][p] = v
+            self.bind(p, v)
         self.cur = self.new_block("entry")
 
     # -- blocks ------------------------------------------------------------------------------
@@ -192,7 +193,15 @@ class FnLowerer:
         return RtError(f"in fn {self.fn.name}: {msg}")
 
     def is_variable(self, v: VReg) -> bool:
-        return any(v in scope.values() for scope in self.scopes)
+        return self.bound.get(v, 0) > 0
+
+    def bind(self, name: str, v: VReg) -> None:
+        """name = v in the innermost scope (a variable: is_variable(v) while it is in scope)."""
+        scope = self.scopes[-1]
+        if name in scope:
+            self.bound[scope[name]] -= 1
+        scope[name] = v
+        self.bound[v] = self.bound.get(v, 0) + 1
 
     def lookup(self, name: str) -> VReg | None:
         for scope in reversed(self.scopes):
@@ -405,7 +414,8 @@ class FnLowerer:
         self.scopes.append({})
         for s in body:
             self.stmt(s)
-        self.scopes.pop()
+        for v in self.scopes.pop().values():
+            self.bound[v] -= 1
 
     def stmt(self, s: tuple) -> None:
         k = s[0]
@@ -418,12 +428,12 @@ class FnLowerer:
             if s[3] is not None and s[3] != t:
                 raise self.err(f"`let {s[1]}: {s[3]}` is given a value of type {t}")
             if isinstance(v, VReg) and not self.is_variable(v):
-                self.scopes[-1][s[1]] = v            # a fresh temporary becomes the variable
+                self.bind(s[1], v)                   # a fresh temporary becomes the variable
                 return
             dst = self.fn.new("f" if t == "f64" else "i")
             self.emit("fmov" if t == "f64" else "mov", dst, self.reg(v)) if not isinstance(v, Imm) \
                 else self.emit("iconst", dst, v)
-            self.scopes[-1][s[1]] = dst
+            self.bind(s[1], dst)
         elif k == "set":
             dst = self.lookup(s[1])
             if dst is None:

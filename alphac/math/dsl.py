@@ -166,6 +166,9 @@ class Eval:
     def loadf(self, table: Table, index) -> Val:
         return self.f(_f(self.load(table, index).v))
 
+    def outline(self, name: str, body: Callable, args: tuple, nout: int) -> tuple:
+        return body(self, *args)
+
     def cond(self, c: Val, then: Callable[[], tuple], else_: Callable[[], tuple]) -> tuple:
         self.ops += 1
         out = then() if c.v else else_()
@@ -191,6 +194,7 @@ class RtSource:
         self.n = 0
         self.tables: dict[str, Table] = {}
         self.conds: dict[str, str] = {}          # comparison value -> its condition form
+        self.helpers: dict[str, str] = {}        # outlined subroutines: name -> their `fn` text
 
     def fresh(self) -> str:
         self.n += 1
@@ -248,6 +252,23 @@ class RtSource:
         self.tables[table.name] = table
         k = index.v if isinstance(index, Val) else str(index)
         return self.let("f", f"loadf({self.prefix}{table.name} + 8 * ({k}))")
+
+    def outline(self, name: str, body: Callable, args: tuple, nout: int) -> tuple:
+        """body(m, *args) (integer values in, `nout` out) written once as `fn <prefix><name>`,
+        its results left in the words of the global `<prefix>out`, and called here."""
+        fn = f"{self.prefix}{name}"
+        if fn not in self.helpers:
+            sub = RtSource(self.prefix)
+            params = [f"x{k}" for k in range(len(args))]
+            out = body(sub, *(sub.arg("i", p) for p in params))
+            assert len(out) == nout <= 4 and all(v.kind == "i" for v in out)
+            stores = [f"    store64({self.prefix}out + {8 * k}, {v.v});" for k, v in enumerate(out)]
+            self.helpers[fn] = "\n".join([f"fn {fn}({', '.join(p + ': i64' for p in params)}) {{"]
+                                          + sub.lines + stores + ["}"]) + "\n"
+            self.helpers.update(sub.helpers)
+            self.tables.update(sub.tables)
+        self.put(f"{fn}({', '.join(v.v for v in args)});")
+        return tuple(self.let("i", f"load64({self.prefix}out + {8 * k})") for k in range(nout))
 
     def cond(self, c: Val, then: Callable[[], tuple], else_: Callable[[], tuple]) -> tuple:
         head = len(self.lines)

@@ -62,7 +62,13 @@ def neg(m, a: tuple) -> tuple:
 
 
 def mul(m, a: tuple, b: tuple) -> tuple:
-    """floor(a * b / 2^192) - [0, 4): the product of two fractions, as a fraction."""
+    """floor(a * b / 2^192) - [0, 4): the product of two fractions, as a fraction. (A backend
+    may write it once and call it: `m.outline`.)"""
+    return m.outline("mul3", _mul, tuple(a) + tuple(b), 3)
+
+
+def _mul(m, *ab) -> tuple:
+    a, b = ab[:3], ab[3:]
     a2, a1, a0 = a
     b2, b1, b0 = b
     # the column at 2^192 (r0): lows of the weight-3 products, highs of the weight-2 ones
@@ -119,6 +125,12 @@ def _pair_shl(hi, lo, r):
 def shr(m, a: tuple, n) -> tuple:
     """(floor(a / 2^n), sticky) for a variable 0 <= n (n >= 192 gives 0): sticky is 1 when a
     bit that was 1 is dropped."""
+    *y, sticky = m.outline("shr3", _shr, tuple(a) + (n,), 4)
+    return tuple(y), sticky
+
+
+def _shr(m, a0, a1, a2, n) -> tuple:
+    a = (a0, a1, a2)
     q, r = n >> 6, n & 63
     z = m.i(0)
 
@@ -139,11 +151,16 @@ def shr(m, a: tuple, n) -> tuple:
         return (z, z, z, a[0] | a[1] | a[2])
     y2, y1, y0, lost = m.cond(q.eq(0), lambda: pick(0), lambda: m.cond(
         q.eq(1), lambda: pick(1), lambda: m.cond(q.eq(2), lambda: pick(2), lambda: pick(3))))
-    return (y2, y1, y0), (z.ult(lost))
+    return y2, y1, y0, z.ult(lost)
 
 
 def shl(m, a: tuple, n) -> tuple:
     """a << n for a variable 0 <= n < 192, the bits above 2^192 dropped."""
+    return m.outline("shl3", _shl, tuple(a) + (n,), 3)
+
+
+def _shl(m, a0, a1, a2, n) -> tuple:
+    a = (a0, a1, a2)
     q, r = n >> 6, n & 63
     z = m.i(0)
 
@@ -171,9 +188,13 @@ def _shift_var(m, x, s):
 
 def clz(m, a: tuple):
     """The number of leading zeros of a 192-bit number (192 for 0)."""
+    return m.outline("clz3", _clz, tuple(a), 1)[0]
+
+
+def _clz(m, *a):
     z0, z1, z2 = clz64(m, a[0]), clz64(m, a[1]), clz64(m, a[2])
     return m.cond(z0.ult(64), lambda: (z0,), lambda: m.cond(
-        z1.ult(64), lambda: (z1 + 64,), lambda: (z2 + 128,)))[0]
+        z1.ult(64), lambda: (z1 + 64,), lambda: (z2 + 128,)))
 
 
 def scale_small(m, a: tuple, k) -> tuple:

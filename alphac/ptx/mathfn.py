@@ -80,6 +80,9 @@ class PtxSource:
         at = em.op("add64", self.table_base(table), em.op("shl64", k, "3"))
         return Val(self, "f", em.op("ld", at, 0))
 
+    def outline(self, name: str, body: Callable, args: tuple, nout: int) -> tuple:
+        return body(self, *args)                 # inline: every GPU thread has its own registers
+
     def cond(self, c: Val, then: Callable[[], tuple], else_: Callable[[], tuple]) -> tuple:
         em = self.em
         self.labels += 1
