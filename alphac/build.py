@@ -67,7 +67,7 @@ def program_for(lr: Learner, tgt: Target, main: str = "single", extra: str = "",
     own, marker, math = gen.partition(MATH_MARKER)
     items = rt.parse(own, f"{lr.name}.rt")
     if marker:                      # the alphac.math functions: the same text for many programs
-        items += list(_parsed(marker + math, "alphac.math.rt"))
+        items += list(_parsed(marker + math, "math.rt"))
     units.append((f"{lr.name}.rt", items, False))
     if extra:
         units.append(("extra.rt", rt.parse(extra, "extra.rt"), False))
