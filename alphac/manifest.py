@@ -9,7 +9,8 @@ What it does
     SHA-256; none yet, ptxas later). `alphac verify` reads it back and checks every hash.
 
         {"format": 1,
-         "compiler": {"sha256": "...", "version": "0.1.0"},
+         "compiler": {"sha256": "...", "version": "0.1.0",
+                      "math_tables": {"exp2": {"sha256": "...", "words": 768}, ...}},
          "tools": {},
          "inputs": {"examples/lsq_adam.alpha": {"sha256": "..."}},
          "artifacts": {"learners/lsq_adam.x86_64": {
@@ -85,8 +86,10 @@ def compiler_digest(package: str | Path = PACKAGE) -> str:
 
 @lru_cache(maxsize=None)
 def compiler() -> dict:
-    """This compiler, as a manifest names it."""
-    return {"sha256": compiler_digest(), "version": __version__}
+    """This compiler, as a manifest names it: with the constant tables of the contract's
+    functions (alphac.math), which every executable that calls one carries as data."""
+    from alphac.math import table_digests
+    return {"sha256": compiler_digest(), "version": __version__, "math_tables": table_digests()}
 
 
 def artifact_entry(data: bytes, recipe: dict, inputs: list[str]) -> dict:
@@ -146,6 +149,9 @@ def validate(m) -> dict:
     _sha(comp.get("sha256"), "compiler.sha256")
     if not isinstance(comp.get("version"), str):
         raise ManifestError("compiler.version: not a string")
+    for name, t in _dict(comp.get("math_tables", {}), "compiler.math_tables").items():
+        _sha(_dict(t, f"compiler.math_tables.{name}").get("sha256"),
+             f"compiler.math_tables.{name}.sha256")
     for name, tool in _dict(m["tools"], "tools").items():
         _dict(tool, f"tools.{name}")
     for p, entry in _dict(m["inputs"], "inputs").items():

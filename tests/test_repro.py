@@ -60,8 +60,10 @@ def test_manifest_is_sorted_stable_and_complete(built, tmp_path):
     assert set(m) == {"format", "compiler", "tools", "inputs", "artifacts"}
     assert m["format"] == manifest.FORMAT and set(m["tools"]) == {"ptxas"}
     assert m["tools"]["ptxas"]["version"].startswith("Cuda compilation tools")
+    from alphac.math import table_digests
     assert m["compiler"] == {"sha256": manifest.compiler_digest(ROOT / "alphac"),
-                             "version": "0.1.0"}
+                             "version": "0.1.0", "math_tables": table_digests()}
+    assert {"exp2", "exp_t", "log_inv", "log_l"} <= set(m["compiler"]["math_tables"])
     learners = [f"learners/{n}.{t}" for n in EXAMPLE_NAMES for t in sorted(targets())]
     names = [p for p, _ in artifacts.all_recipes()]
     assert sorted(m["artifacts"]) == names and set(learners) <= set(names)
@@ -188,6 +190,14 @@ def test_verify_refuses_another_compiler(built):
     manifest.write(built / "MANIFEST.json", m)
     code, _, err = alphac("verify", built / "MANIFEST.json")
     assert code == 3 and err.startswith("verify: compiler: sha256 ") and f"!= manifest {'0' * 64}" in err
+
+
+def test_verify_refuses_other_math_tables(built):
+    m = json.loads((built / "MANIFEST.json").read_text())
+    m["compiler"]["math_tables"]["exp_t"]["sha256"] = "0" * 64
+    manifest.write(built / "MANIFEST.json", m)
+    code, _, err = alphac("verify", built / "MANIFEST.json")
+    assert code == 3 and "verify: compiler: math table exp_t differs from the manifest's" in err
 
 
 def test_build_writes_a_manifest_that_names_npy_inputs(tmp_path, monkeypatch):

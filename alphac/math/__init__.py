@@ -11,6 +11,7 @@ FUNCTIONS lists each function's arity. docs/language.md has their semantics and 
 """
 from __future__ import annotations
 
+import hashlib
 import struct
 from functools import lru_cache
 
@@ -75,3 +76,11 @@ def rt_source(names) -> str:
         words = ", ".join(str(w - (1 << 64)) if w >> 63 else str(w) for w in table.words)
         out.insert(0, f"data rt_math_{tname}: [i64; {len(table.words)}] = [{words}];\n")
     return MARKER + "\n".join(out)
+
+
+def table_digests() -> dict[str, dict]:
+    """Each constant table the functions read, as a manifest records it: its word count and the
+    SHA-256 of its words (little-endian 64-bit), computed from alphac/math/tables.py now."""
+    return {name: {"words": len(t.words),
+                   "sha256": hashlib.sha256(struct.pack(f"<{len(t.words)}Q", *t.words)).hexdigest()}
+            for name, t in sorted((t.name, t) for t in functions.TABLES.values())}

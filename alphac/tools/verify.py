@@ -41,6 +41,10 @@ def verify(path: str | Path) -> list[str]:
     for field in ("sha256", "version"):
         if here[field] != m["compiler"][field]:
             problems.append(f"compiler: {field} {here[field]} != manifest {m['compiler'][field]}")
+    theirs = m["compiler"].get("math_tables", {})
+    for name in sorted(set(theirs) | set(here["math_tables"])):
+        if theirs.get(name) != here["math_tables"].get(name):
+            problems.append(f"compiler: math table {name} differs from the manifest's")
 
     users = {}
     for name, a in m["artifacts"].items():
