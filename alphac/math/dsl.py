@@ -99,7 +99,24 @@ def _b(x: float) -> int:
     return struct.unpack("<Q", struct.pack("<d", x))[0]
 
 
-class Eval:
+class Backend:
+    """What every backend shares: the operations written as `op`, and `outline` (a subroutine
+    the algorithm names: inline unless the backend writes it once and calls it)."""
+
+    def sqrt(self, a: Val) -> Val:
+        return self.op("fsqrt", a)
+
+    def float_(self, a: Val) -> Val:
+        return self.op("float", a)
+
+    def i2f(self, a: Val) -> Val:
+        return self.op("i2f", a)
+
+    def outline(self, name: str, body: Callable, args: tuple, nout: int) -> tuple:
+        return body(self, *args)
+
+
+class Eval(Backend):
     """Runs an algorithm now. `ops` counts the operations executed (for the benchmarks)."""
 
     def __init__(self):
@@ -149,15 +166,6 @@ class Eval:
                "slt": lambda p, q: int(p - (p >> 63 << 64) < q - (q >> 63 << 64))}
         return self.i(ops[name](x[0], x[1]))
 
-    def sqrt(self, a: Val) -> Val:
-        return self.op("fsqrt", a)
-
-    def float_(self, a: Val) -> Val:
-        return self.op("float", a)
-
-    def i2f(self, a: Val) -> Val:
-        return self.op("i2f", a)
-
     def load(self, table: Table, index) -> Val:
         self.ops += 1
         k = index.v if isinstance(index, Val) else index
@@ -165,9 +173,6 @@ class Eval:
 
     def loadf(self, table: Table, index) -> Val:
         return self.f(_f(self.load(table, index).v))
-
-    def outline(self, name: str, body: Callable, args: tuple, nout: int) -> tuple:
-        return body(self, *args)
 
     def cond(self, c: Val, then: Callable[[], tuple], else_: Callable[[], tuple]) -> tuple:
         self.ops += 1
@@ -184,7 +189,7 @@ RT_OPS = {"fadd": "{0} + {1}", "fsub": "{0} - {1}", "fmul": "{0} * {1}", "fdiv":
           "bits": "f2bits({0})", "float": "bits2f({0})", "i2f": "i2f({0})"}
 
 
-class RtSource:
+class RtSource(Backend):
     """Writes an algorithm as runtime-language statements (straight-line lets, if/else)."""
 
     def __init__(self, prefix: str):
@@ -233,15 +238,6 @@ class RtSource:
                 f"({self.conds[x.v]})" for x in a)
             return v
         return self.let(kind, text)
-
-    def sqrt(self, a: Val) -> Val:
-        return self.op("fsqrt", a)
-
-    def float_(self, a: Val) -> Val:
-        return self.op("float", a)
-
-    def i2f(self, a: Val) -> Val:
-        return self.op("i2f", a)
 
     def load(self, table: Table, index) -> Val:
         self.tables[table.name] = table

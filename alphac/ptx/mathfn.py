@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from alphac.math.dsl import M64, Table, Val
+from alphac.math.dsl import M64, Backend, Table, Val
 from alphac.ptx.render import Emitter, f64imm
 
 F_OPS = {"fadd": "add", "fsub": "sub", "fmul": "mul", "fdiv": "div"}
@@ -23,7 +23,7 @@ SETP = {"ult": "ltu64", "slt": "lts64", "eq": "eq64", "fgt": "gtf64"}
 SHIFTS = {"shl": "shl64", "shr": "shr64", "sar": "sar64"}
 
 
-class PtxSource:
+class PtxSource(Backend):       # outline: inline, every GPU thread has its own registers
     def __init__(self, em: Emitter, table_base: Callable[[Table], str]):
         self.em, self.table_base = em, table_base
         self.labels = 0
@@ -59,29 +59,16 @@ class PtxSource:
             return Val(self, "f", em.op("s64tof", x[0]))
         raise ValueError(name)
 
-    def sqrt(self, a: Val) -> Val:
-        return self.op("fsqrt", a)
-
-    def float_(self, a: Val) -> Val:
-        return self.op("float", a)
-
-    def i2f(self, a: Val) -> Val:
-        return self.op("i2f", a)
+    def _address(self, table: Table, index) -> str:
+        em = self.em
+        k = index.v if isinstance(index, Val) else em.op("movi64", str(index))
+        return em.op("add64", self.table_base(table), em.op("shl64", k, "3"))
 
     def load(self, table: Table, index) -> Val:
-        em = self.em
-        k = index.v if isinstance(index, Val) else em.op("movi64", str(index))
-        at = em.op("add64", self.table_base(table), em.op("shl64", k, "3"))
-        return Val(self, "i", em.op("ldu64", at, 0))
+        return Val(self, "i", self.em.op("ldu64", self._address(table, index), 0))
 
     def loadf(self, table: Table, index) -> Val:
-        em = self.em
-        k = index.v if isinstance(index, Val) else em.op("movi64", str(index))
-        at = em.op("add64", self.table_base(table), em.op("shl64", k, "3"))
-        return Val(self, "f", em.op("ld", at, 0))
-
-    def outline(self, name: str, body: Callable, args: tuple, nout: int) -> tuple:
-        return body(self, *args)                 # inline: every GPU thread has its own registers
+        return Val(self, "f", self.em.op("ld", self._address(table, index), 0))
 
     def cond(self, c: Val, then: Callable[[], tuple], else_: Callable[[], tuple]) -> tuple:
         em = self.em
