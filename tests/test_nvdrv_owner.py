@@ -100,6 +100,26 @@ def test_owner_prints_the_oracle_bits(name, sm):
     assert sum(size for _, size in r.allocations) == built.gpu.demand + image_mod.SYSMEM_SIZE
 
 
+def test_an_owner_of_a_learner_with_the_functions_prints_the_interpreters_bits():
+    """tests/regress/elementwise_functions.alpha calls every function of the contract (its
+    kernels carry the functions inline and their tables as constant buffers)."""
+    need_mock()
+    from alphac.build import build_gpu_owner
+    from alphac.ir.interp import format_state, initial_state, step
+    lr = compile_file(ROOT / "tests/regress/elementwise_functions.alpha").learner
+    built = build_gpu_owner(lr, "x86_64+sm_90", host_for(90))
+    path = Path(_DIR) / "elementwise_functions.sm_90"
+    path.write_bytes(built.image.elf)
+    os.chmod(path, 0o755)
+    r = mockgpu.run(path, ("--steps", "5"), card=card_for(90), kernels=built.kernels)
+    state = initial_state(lr)
+    for _ in range(5):
+        state = step(lr, state)
+    assert r.errors == [] and (r.returncode, r.stderr) == (0, "")
+    assert r.stdout == format_state(lr, state)
+    assert any(p.name.startswith("tbl_") for b in built.kernels for p in b.kernel.params)
+
+
 STRACE_LINE = re.compile(r"^\d+ +(\w+)\((.*)\) += (-?\w+)")
 
 
