@@ -219,6 +219,48 @@ def first_shard(ck: Path) -> Path:
     return ck / data[offs[0] + 88:offs[0] + 160].rstrip(b"\0").decode()
 
 
+def mutate_first_record(ck: Path, lo: int | None = None, hi: int | None = None,
+                        shard=None) -> None:
+    """The first record's range (lo, hi as u64) or its shard's bytes changed, with every checksum
+    recomputed: what anyone can do to a checkpoint."""
+    data, offs = records(ck / "MANIFEST")
+    data = bytearray(data)
+    off = offs[0]
+    if lo is not None:
+        struct.pack_into("<QQ", data, off + 8, lo % 2 ** 64, hi % 2 ** 64)
+    if shard is not None:
+        rel = data[off + 88:off + 160].rstrip(b"\0").decode()
+        new = shard((ck / rel).read_bytes())
+        (ck / rel).write_bytes(new)
+        data[off + 24:off + 56] = hashlib.sha256(new).digest()
+    (ck / "MANIFEST").write_bytes(bytes(data))
+    sha_fix_manifest(ck / "MANIFEST")
+
+
+# issue 22: ranges that wrapped 8 * (hi - lo) (restoring zeros, exit 0) or read outside the
+# buffer (a segmentation fault), and shards whose header is another array's
+HOSTILE = {
+    "wrapping-range": lambda ck: mutate_first_record(ck, 2 ** 64 - 1000, 2 ** 61 - 995),
+    "negative-lo": lambda ck: mutate_first_record(ck, -2 ** 40, 2),
+    "empty-range": lambda ck: mutate_first_record(ck, 1, 1),
+    "big-endian": lambda ck: mutate_first_record(ck, shard=lambda b: b.replace(b"'<f8'", b"'>f8'")),
+    "integers": lambda ck: mutate_first_record(ck, shard=lambda b: b.replace(b"'<f8'", b"'<i8'")),
+    "other-shape": lambda ck: mutate_first_record(
+        ck, shard=lambda b: b.replace(b"'shape': (", b"'shape': (1, ")[:len(b)]),
+}
+
+
+@pytest.mark.parametrize("mutant", sorted(HOSTILE))
+def test_resume_refuses_hostile_records_and_headers(mutant, tmp_path):
+    exe = build_learner_exe("lsq_adam", "x86_64", tmp_path)
+    ck = tmp_path / "ck"
+    run_exe(exe, "--steps", 3, "--checkpoint", ck)
+    HOSTILE[mutant](ck)
+    r = run_exe(exe, "--steps", 2, "--resume", ck)
+    assert (r.returncode, r.stdout, r.stderr) == (REFUSALS["shard-corrupt"][0], "",
+                                                  "refused: shard-corrupt\n")
+
+
 MUTANTS = {
     "shard-corrupt": lambda ck: first_shard(ck).write_bytes(
         first_shard(ck).read_bytes()[:-1] + b"\x01"),
