@@ -17,7 +17,8 @@ REFUSALS: dict[str, tuple[int, str]] = {
     "output": (66, "standard output could not be written (a closed pipe, a full disk)"),
     "listen-failed": (70, "a role could not listen on the address given by --listen"),
     "connect-failed": (71, "a role could not reach its parent within the deadline"),
-    "peer-lost": (72, "a peer closed its connection, or sent nothing within the deadline"),
+    "peer-lost": (72, "a peer closed its connection, or did not send (or take) a whole frame, or "
+                      "finish the connection's set-up, within the deadline"),
     "frame-bad-header": (73, "a frame does not start with the magic and format of alphac frames"),
     "frame-too-long": (74, "a frame announces more payload than the receiver expects (the bound "
                            "is fixed at compile time)"),
@@ -42,7 +43,9 @@ REFUSALS: dict[str, tuple[int, str]] = {
     "checkpoint-write": (110, "a checkpoint file could not be written, fsynced or renamed into place; "
                               "the previous checkpoint is untouched"),
     "checkpoint-missing": (111, "--resume names a directory without a checkpoint manifest"),
-    "manifest-torn": (112, "a checkpoint manifest is truncated, torn, or fails its checksum"),
+    "manifest-torn": (112, "a checkpoint manifest is truncated, torn, or fails its checksum, or "
+                           "is not what the format allows (its kind, owner range or record count, "
+                           "a record path outside the checkpoint)"),
     "shard-missing": (113, "a shard the manifest lists is missing, or the shards do not cover a "
                            "value to restore"),
     "shard-corrupt": (114, "a shard's bytes do not match the checksum its manifest records, or it "

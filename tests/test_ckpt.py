@@ -250,15 +250,78 @@ HOSTILE = {
 }
 
 
-@pytest.mark.parametrize("mutant", sorted(HOSTILE))
-def test_resume_refuses_hostile_records_and_headers(mutant, tmp_path):
-    exe = build_learner_exe("lsq_adam", "x86_64", tmp_path)
+def mutate_manifest(ck: Path, change) -> None:
+    """The root manifest's bytes changed by `change(bytearray)`, its trailer recomputed."""
+    data = bytearray((ck / "MANIFEST").read_bytes())
+    change(data)
+    (ck / "MANIFEST").write_bytes(bytes(data))
+    sha_fix_manifest(ck / "MANIFEST")
+
+
+def record_path(ck: Path, rel: bytes, sha_of: Path | None = None) -> None:
+    """The first record names `rel` (with the SHA-256 of `sha_of`, so that only the path is wrong)."""
+    def change(data):
+        off = records(ck / "MANIFEST")[1][0]
+        data[off + 88:off + 160] = rel + bytes(72 - len(rel))
+        if sha_of is not None:
+            data[off + 24:off + 56] = hashlib.sha256(sha_of.read_bytes()).digest()
+    mutate_manifest(ck, change)
+
+
+def fifo_shard(ck: Path) -> None:
+    shard = first_shard(ck)
+    shard.unlink()
+    os.mkfifo(shard)
+
+
+def count_wrapping(data) -> None:
+    # 160 * (count + 2^63) == 160 * count (mod 2^64): the same file size, a negative count
+    count = struct.unpack_from("<Q", data, 96)[0]
+    struct.pack_into("<Q", data, 96, count + 2 ** 63)
+
+
+# issue 22: what docs/checkpoints.md says a manifest is, behind a trailer anyone can recompute
+HOSTILE_MANIFESTS = {
+    "root-marked-sub": lambda ck: mutate_manifest(ck, lambda d: struct.pack_into("<I", d, 12, 1)),
+    "owners-backwards": lambda ck: mutate_manifest(ck, lambda d: struct.pack_into("<QQ", d, 112, 7, 3)),
+    "owners-not-from-0": lambda ck: mutate_manifest(ck, lambda d: struct.pack_into("<QQ", d, 112, 1, 2)),
+    "count-wrapping": lambda ck: mutate_manifest(ck, count_wrapping),
+    "path-escapes": lambda ck: record_path(ck, b"../../../../../../etc/hostname", Path("/etc/hostname")),
+    "path-absolute": lambda ck: record_path(ck, b"/etc/hostname", Path("/etc/hostname")),
+    "path-unterminated": lambda ck: record_path(ck, b"single/" + b"x" * 65),
+}
+HOSTILE_REFUSALS = {**{m: "shard-corrupt" for m in HOSTILE},
+                    **{m: "manifest-torn" for m in HOSTILE_MANIFESTS}, "fifo-shard": "shard-corrupt"}
+
+
+@pytest.fixture(scope="module")
+def adam_exes(tmp_path_factory):
+    d = tmp_path_factory.mktemp("adam")
+    return {t: build_learner_exe("lsq_adam", t, d) for t in ("x86_64", "aarch64")}
+
+
+@pytest.mark.parametrize("target", ["x86_64", "aarch64"])
+@pytest.mark.parametrize("mutant", sorted(HOSTILE_REFUSALS))
+def test_resume_refuses_hostile_records_and_headers(mutant, target, adam_exes, tmp_path):
+    exe = adam_exes[target]
     ck = tmp_path / "ck"
-    run_exe(exe, "--steps", 3, "--checkpoint", ck)
-    HOSTILE[mutant](ck)
-    r = run_exe(exe, "--steps", 2, "--resume", ck)
-    assert (r.returncode, r.stdout, r.stderr) == (REFUSALS["shard-corrupt"][0], "",
-                                                  "refused: shard-corrupt\n")
+    run_exe(exe, "--steps", 3, "--checkpoint", ck, target=target)
+    {**HOSTILE, **HOSTILE_MANIFESTS, "fifo-shard": fifo_shard}[mutant](ck)
+    before = tree_of(ck)
+    r = run_exe(exe, "--steps", 2, "--resume", ck, "--checkpoint", ck, target=target, timeout=20)
+    name = HOSTILE_REFUSALS[mutant]
+    assert (r.returncode, r.stdout, r.stderr) == (REFUSALS[name][0], "", f"refused: {name}\n")
+    assert before == tree_of(ck), "a refused resume wrote something"
+
+
+def tree_of(ck: Path):
+    return sorted((p.relative_to(ck), p.is_file() and p.read_bytes()) for p in ck.rglob("*"))
+
+
+@pytest.mark.parametrize("option", ["--checkpoint", "--resume"])
+def test_an_empty_checkpoint_path_is_usage(option, adam_exes, tmp_path):
+    r = run_exe(adam_exes["x86_64"], "--steps", 1, option, "", timeout=20)
+    assert (r.returncode, r.stdout, r.stderr) == (64, "", "refused: usage\n")
 
 
 MUTANTS = {

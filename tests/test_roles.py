@@ -289,3 +289,76 @@ def test_foreign_peers_built_from_mutated_sources(tmp_path, roles):
         results = {n: (p.wait(timeout=20), p.stderr.read()) for n, p in procs.items()}
         assert results["coordinator"][1] == f"refused: {want}\n", (want, results)
         assert all(code != 0 for code, _ in results.values())
+
+
+# -- deadlines per frame and per connection set-up (issue 22) ---------------------------------------
+def trickle(conn, data, every, limit):
+    """Send `data` one byte every `every` seconds, for at most `limit` seconds or until the peer
+    goes away; returns how long the peer held on."""
+    t0 = time.monotonic()
+    try:
+        for i in range(len(data)):
+            conn.sendall(data[i:i + 1])
+            time.sleep(every)
+            if time.monotonic() - t0 > limit:
+                break
+    except OSError:
+        pass
+    return time.monotonic() - t0
+
+
+def test_a_parent_trickling_a_frame_holds_an_owner_no_longer_than_its_deadline(roles, star):
+    held = []
+
+    def play(conn, star):
+        good_hello(conn, star)
+        held.append(trickle(conn, deliver_frame(star), 0.3, 8))
+    code, err = talk(roles, star, play, deadline_ms=1000)
+    assert (code, err) == (REFUSALS["peer-lost"][0], "refused: peer-lost\n")
+    assert held[0] < 3.5, f"the owner waited {held[0]:.1f} s for one frame with a 1 s deadline"
+
+
+def coordinator(roles, deadline_ms=1000):
+    port = free_port()
+    exe = roles / "lsq_adam_star" / "coordinator"
+    p = subprocess.Popen([str(exe), "--steps", "1", "--deadline-ms", str(deadline_ms),
+                          "--listen", f"127.0.0.1:{port}"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 5
+    while True:
+        try:
+            return p, socket.create_connection(("127.0.0.1", port), timeout=5)
+        except OSError:
+            if time.monotonic() > deadline:
+                p.kill()
+                raise
+            time.sleep(0.02)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("case", ["trickled-hello", "silent", "hello-too-long"])
+def test_a_connecting_peer_holds_the_coordinator_no_longer_than_its_deadline(roles, star, case):
+    import frames
+    p, conn = coordinator(roles)
+    try:
+        hello = frames.hello(star["owner0"], star["id"])
+        t0 = time.monotonic()
+        if case == "trickled-hello":
+            trickle(conn, hello, 0.3, 8)
+        elif case == "hello-too-long":
+            conn.sendall(frames.encode(frames.KINDS["hello"], star["owner0"], b"", star["id"],
+                                       length=2 ** 32 - 1))
+        out, err = p.communicate(timeout=10)
+        held = time.monotonic() - t0
+    finally:
+        conn.close()
+        if p.poll() is None:
+            p.kill()
+    name = "frame-too-long" if case == "hello-too-long" else "peer-lost"
+    assert (p.returncode, out, err) == (REFUSALS[name][0], "", f"refused: {name}\n")
+    assert held < 3.5, f"the coordinator waited {held:.1f} s with a 1 s deadline"
