@@ -56,6 +56,11 @@ def runtime_items(name: str) -> tuple:
     return _parsed(source(name), f"{name}.rt")
 
 
+def runtime_closure(name: str) -> list:
+    """The items of runtime file `name` and of every file it uses, each after its uses."""
+    return [it for m in rt.modules(name, runtime_items) for it in runtime_items(m)]
+
+
 def program_for(lr: Learner, tgt: Target, main: str = "single", extra: str = "",
                 blobs: dict[str, bytes] | None = None) -> tuple[Program, str]:
     """LIR for an executable: the prelude, the runtime files its main file (`single.rt`,

@@ -18,12 +18,11 @@ def build_learner_exe(name: str, target: str, out_dir: Path) -> Path:
 
 
 def build_rt_exe(rt_path: Path, target: str, out_dir: Path) -> Path:
-    from alphac.build import link_program, target as get_target
+    from alphac.build import link_program, runtime_closure, target as get_target
     from alphac.lower import rt
     from alphac.lower.rt_lower import lower_program
-    from alphac.runtime import source
     tgt = get_target(target)
-    items = rt.parse(tgt.prelude(), "prelude.rt") + rt.parse(source("core"), "core.rt")
+    items = rt.parse(tgt.prelude(), "prelude.rt") + runtime_closure("core")
     items += rt.parse(rt_path.read_text(), rt_path.name)
     elf, _, _ = link_program(lower_program(items), tgt)
     path = out_dir / f"{rt_path.stem}.{target}"

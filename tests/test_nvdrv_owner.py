@@ -294,6 +294,18 @@ fn main(argc: i64, argv: i64) -> i64 {
         rt_out_byte(10);
         n = n + 1;
     }
+    n = 0;
+    while n <= 192 {                        // HMAC-SHA-256 under the key msg[200..232]
+        hmac_sha256(msg + 200, msg, n, digest);
+        let i = 0;
+        while i < 32 {
+            rt_out_byte(load8(rt_hex_digits + (load8(digest + i) >> 4)));
+            rt_out_byte(load8(rt_hex_digits + (load8(digest + i) & 15)));
+            i = i + 1;
+        }
+        rt_out_byte(10);
+        n = n + 1;
+    }
     rt_flush();
     return 0;
 }
@@ -301,23 +313,24 @@ fn main(argc: i64, argv: i64) -> i64 {
 
 
 @pytest.mark.parametrize("isa", ["x86_64", "aarch64"])
-def test_runtime_sha256_equals_hashlib(tmp_path, isa):
+def test_runtime_sha256_and_hmac_equal_hashlib(tmp_path, isa):
     import hashlib
+    import hmac
     from backend import run_exe
-    from alphac.build import link_program, target
+    from alphac.build import link_program, runtime_closure, target
     from alphac.lower import rt
     from alphac.lower.rt_lower import lower_program
-    from alphac.runtime import source
     tgt = target(isa)
     msg = bytes((i * 37 + 11) & 255 for i in range(300))
-    items = rt.parse(tgt.prelude(), "prelude.rt") + rt.parse(source("core"), "core.rt") \
-        + rt.parse(source("sha256"), "sha256.rt") + rt.parse(SHA_MAIN, "sha.rt")
+    items = rt.parse(tgt.prelude(), "prelude.rt") + runtime_closure("core") \
+        + rt.parse(SHA_MAIN, "sha.rt")
     elf, _, _ = link_program(lower_program(items, {"msg": msg}), tgt)
     exe = tmp_path / f"sha.{isa}"
     exe.write_bytes(elf)
     os.chmod(exe, 0o755)
     out = run_exe(exe, target=isa).stdout.split()
-    assert out == [hashlib.sha256(msg[:n]).hexdigest() for n in range(301)]
+    assert out == [hashlib.sha256(msg[:n]).hexdigest() for n in range(301)] + \
+        [hmac.new(msg[200:232], msg[:n], hashlib.sha256).hexdigest() for n in range(193)]
 
 
 # -- the table and the plan, without running anything --------------------------------------------

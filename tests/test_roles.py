@@ -362,3 +362,32 @@ def test_a_connecting_peer_holds_the_coordinator_no_longer_than_its_deadline(rol
     name = "frame-too-long" if case == "hello-too-long" else "peer-lost"
     assert (p.returncode, out, err) == (REFUSALS[name][0], "", f"refused: {name}\n")
     assert held < 3.5, f"the coordinator waited {held:.1f} s with a 1 s deadline"
+
+
+# -- event streams authenticated by the role itself (issue 22) ---------------------------------
+def events_twin(key: bytes, lines: list[str]) -> list[str]:
+    """The lines a role writes under `key`: each ends with HMAC-SHA-256(key, previous | line)."""
+    import hashlib
+    import hmac
+    mac = hmac.new(key, b"alphac-events-v2", hashlib.sha256).digest()
+    out = []
+    for line in lines:
+        mac = hmac.new(key, mac + line.encode(), hashlib.sha256).digest()
+        out.append(f"{line} {mac.hex()}")
+    return out
+
+
+@pytest.mark.parametrize("key", ["good", "short", "upper", "none"])
+def test_a_role_authenticates_its_events_with_the_key_it_is_given(roles, key, tmp_path):
+    k = bytes(range(32))
+    env = {"good": k.hex(), "short": k.hex()[:-2], "upper": k.hex().upper()}.get(key)
+    ev = tmp_path / "owner.events"
+    r = subprocess.run([str(roles / "lsq_adam_star" / "owner.0"), "--deadline-ms", "100",
+                        "--parent", "127.0.0.1:1", "--events", str(ev)], capture_output=True,
+                       text=True, env={} if env is None else {"ALPHAC_EVENTS_KEY": env}, timeout=20)
+    if key in ("short", "upper"):
+        assert (r.returncode, r.stderr) == (64, "refused: usage\n")
+        return
+    assert (r.returncode, r.stderr) == (71, "refused: connect-failed\n")
+    lines = ["owner.0", "refused: connect-failed"]
+    assert ev.read_text().splitlines() == (events_twin(k, lines) if key == "good" else lines)

@@ -66,10 +66,10 @@ def source(name: str) -> str:
 
 
 def build(name: str, isa: str) -> bytes:
-    from alphac.build import link_program, runtime_items, target
+    from alphac.build import link_program, runtime_closure, target
     from alphac.lower import rt
     from alphac.lower.rt_lower import lower_program
     tgt = target(isa)
-    items = rt.parse(tgt.prelude(), "prelude.rt") + list(runtime_items("core"))
+    items = rt.parse(tgt.prelude(), "prelude.rt") + runtime_closure("core")
     items += rt.parse(source(name), f"math_{name}.rt")
     return link_program(lower_program(items, {}), tgt)[0]
