@@ -305,8 +305,12 @@ MALFORMED_RECORDS = {
     "format 1": lambda rec: json.dumps(dict(rec, format=1)),
     "roles not a list": lambda rec: json.dumps(dict(rec, roles={})),
     "no MAC": lambda rec: json.dumps({k: v for k, v in rec.items() if k != "mac"}),
+    "a nonce that is not hex": lambda rec: json.dumps(dict(rec, auth=dict(rec["auth"], nonce="\ud800" * 32))),
+    "a kind that is a list": lambda rec: json.dumps(dict(rec, kind=[])),
+    "a seal that is not hex": lambda rec: json.dumps(dict(rec, roles=[dict(rec["roles"][0], stream=dict(
+        rec["roles"][0]["stream"], seal="\u00e9" * 64))])),
     "a stream outside the record": lambda rec: json.dumps(dict(rec, roles=[dict(rec["roles"][0], stream={
-        "file": "../../../etc/passwd", "count": 1, "seal": ""})])),
+        "file": "../../../etc/passwd", "count": 1, "seal": "0" * 64})])),
     "an exit that is a string": lambda rec: json.dumps(dict(rec, roles=[dict(rec["roles"][0], exit="0")])),
 }
 

@@ -76,6 +76,10 @@ def is_name(v) -> bool:
     return isinstance(v, str) and NAME.match(v) is not None
 
 
+def is_hex(v, digits: int) -> bool:
+    return isinstance(v, str) and re.fullmatch(f"[0-9a-f]{{{digits}}}", v) is not None
+
+
 def find_manifest(start: Path) -> Path:
     for d in [start, *start.parents]:
         m = d / "MANIFEST.json"
@@ -403,17 +407,18 @@ def check_record(rec) -> dict:
     auth = rec.get("auth") if isinstance(rec, dict) else None
     if not isinstance(rec, dict) or rec.get("format") != RECORD_FORMAT:
         raise bad(f"not a run record of format {RECORD_FORMAT}")
-    if rec.get("kind") not in PASS_RULES or not isinstance(rec.get("roles"), list) \
-            or not isinstance(rec.get("published"), str) or not isinstance(rec.get("passed"), bool) \
-            or not isinstance(rec.get("mac"), str) or not isinstance(auth, dict) \
-            or not all(isinstance(auth.get(f), str) for f in ("key_id", "nonce")):
+    if not isinstance(rec.get("kind"), str) or rec["kind"] not in PASS_RULES \
+            or not isinstance(rec.get("roles"), list) or not isinstance(rec.get("published"), str) \
+            or not isinstance(rec.get("passed"), bool) or not is_hex(rec.get("mac"), 64) \
+            or not isinstance(auth, dict) or not isinstance(auth.get("key_id"), str) \
+            or not is_hex(auth.get("nonce"), 32):
         raise bad("kind, roles, published, passed, auth or mac missing or not what they are")
     for i, r in enumerate(rec["roles"]):
         s = r.get("stream") if isinstance(r, dict) else None
         if not (isinstance(r, dict) and is_name(r.get("role"))
                 and (r.get("exit") is None or type(r.get("exit")) is int)
                 and ("stream" not in r or (isinstance(s, dict) and s.get("file") == f"events/{r['role']}.log"
-                                           and type(s.get("count")) is int and isinstance(s.get("seal"), str)))):
+                                           and type(s.get("count")) is int and is_hex(s.get("seal"), 64)))):
             raise bad(f"role {i} is not a role's entry")
     return rec
 
