@@ -1,10 +1,10 @@
 """The `alphac` command: argument parsing and the exit-code conventions, nothing else.
 
 Exit codes: 0 success; 1 the input has errors (diagnostics on stderr; for `verify`, a missing or
-malformed manifest); 2 the command line is wrong (argparse's usage message); 3 `verify` found a
-difference (one `verify: ...` line per problem on stderr); a run that refuses exits with its
-refusal's code (`alphac.refusals`) after printing `refused: NAME` on stderr, exactly like the
-executables.
+malformed manifest); 2 the command line is wrong (argparse's usage message); 3 `verify` or
+`verify-record` found a difference (one line per problem on stderr); a run that refuses exits
+with its refusal's code (`alphac.refusals`) after printing `refused: NAME` on stderr, exactly
+like the executables.
 A bad input never produces a Python traceback.
 """
 from __future__ import annotations
@@ -50,7 +50,10 @@ commands:
                           match, 3 when something differs (one line each), 1 for a bad manifest
   launch DIR [--steps N]  run a built deployment (build/roles/NAME, from `make roles`): check
                           every executable's SHA-256, start the roles on loopback, print the
-                          published state, write a run record
+                          published state, write a run record (authenticated with the
+                          record key, --record-key FILE)
+  verify-record RECORD    check a run record: its MAC, its streams, what follows from them;
+                          exit 0 when it is an authentic pass, 3 otherwise (one line a problem)
   ckpt show DIR           print a checkpoint's manifests and the state it holds
   explain CODE            explain a diagnostic code such as E0050
 
@@ -66,6 +69,10 @@ def _steps(text: str) -> int:
     if n < 0:
         raise argparse.ArgumentTypeError("must be 0 or more")
     return n
+
+
+KEY_HELP = ("the key records are authenticated with (default $ALPHAC_RECORD_KEY, else "
+            "~/.config/alphac/record-key, made on first use)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -144,11 +151,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--deadline-ms", type=_steps, default=10000, metavar="MS",
                    help="each role's bound on any wait (default 10000)")
     p.add_argument("--records", default="runs", metavar="DIR", help="where run records go (runs/)")
+    p.add_argument("--record-key", metavar="FILE", help=KEY_HELP)
     p.add_argument("--checkpoint", metavar="DIR", help="publish a checkpoint at the end")
     p.add_argument("--resume", metavar="DIR", help="start from the checkpoint in DIR")
     p.add_argument("--compare", action="store_true",
                    help="also run the deployment in the reference interpreter and say whether the "
                         "bits are equal")
+
+    p = sub.add_parser("verify-record", help="check a run record",
+                       description="Check a run record written by `alphac launch`: its MAC and "
+                                   "every stream's seal under the record key, and what follows "
+                                   "from the rest (passed, exits, published state, the build's "
+                                   "hashes). Exit 0 when it is an authentic pass, 3 otherwise.")
+    p.add_argument("record", metavar="RECORD")
+    p.add_argument("--record-key", metavar="FILE", help=KEY_HELP)
 
     p = sub.add_parser("ckpt", help="inspect a checkpoint",
                        description="`alphac ckpt show DIR` prints the manifest tree of a checkpoint "
@@ -342,7 +358,7 @@ def cmd_launch(args) -> int:
     from pathlib import Path
     from alphac.tools.launch import launch
     record = launch(args.dir, steps=args.steps, deadline_ms=args.deadline_ms, records=args.records,
-                    checkpoint=args.checkpoint, resume=args.resume)
+                    checkpoint=args.checkpoint, resume=args.resume, key=args.record_key)
     for r in record["roles"]:
         if r["exit"] != 0:
             why = f"refused: {r['refused']}" if r["refused"] else f"exit {r['exit']}"
@@ -363,6 +379,16 @@ def cmd_launch(args) -> int:
     if not record["passed"]:
         raise Refusal("run-failed")
     return 0
+
+
+def cmd_verify_record(args) -> int:
+    from alphac.tools.launch import verify_record
+    problems = verify_record(args.record, key=args.record_key)
+    for line in problems:
+        print(f"verify-record: {line}", file=sys.stderr)
+    if not problems:
+        print(f"verify-record: {args.record}: an authentic pass")
+    return 3 if problems else 0
 
 
 def cmd_ckpt(args) -> int:
@@ -404,7 +430,7 @@ def cmd_explain(args) -> int:
 
 COMMANDS = {"check": cmd_check, "run": cmd_run, "plan": cmd_plan, "build": cmd_build,
             "build-all": cmd_build_all, "verify": cmd_verify, "launch": cmd_launch,
-            "ckpt": cmd_ckpt, "explain": cmd_explain}
+            "verify-record": cmd_verify_record, "ckpt": cmd_ckpt, "explain": cmd_explain}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -40,6 +40,17 @@ REFUSALS: dict[str, tuple[int, str]] = {
     "launch-tool": (101, "the launcher needs a tool this host lacks (qemu-aarch64 for AArch64 roles)"),
     "run-failed": (102, "a role of the launched deployment refused or crashed; nothing was published "
                         "(the run record names the role and its refusal)"),
+    "launch-input": (103, "the launcher's inputs are malformed: roles.json or the build manifest is "
+                          "not JSON or lacks a field the launcher reads, or a role file is not an "
+                          "executable regular file; nothing was started"),
+    "records-dir": (104, "the launcher cannot make the run's record directory under --records (a "
+                         "path through a file, no permission, a full disk); nothing was started"),
+    "record-key": (105, "the record key file cannot be read or made, holds fewer than 32 bytes, or "
+                        "others can read or write it; a launch starts nothing"),
+    "launch-interrupted": (106, "the launcher got SIGINT, SIGTERM or SIGHUP: every role was ended, "
+                                "nothing was published, and the run record says so"),
+    "record-malformed": (107, "a run record to verify is not JSON, not of the current record "
+                              "format, or lacks a field the verification reads"),
     "checkpoint-write": (110, "a checkpoint file could not be written, fsynced or renamed into place; "
                               "the previous checkpoint is untouched"),
     "checkpoint-missing": (111, "--resume names a directory without a checkpoint manifest"),

@@ -21,8 +21,8 @@
 5. Writes runs/gpu-qualify-NNNN/record.json: the host, the GPU (UUID, product, driver, memory,
    minor, SM), the probe's output, the SHA-256 of every artifact (executables, cubins, the host
    description) and the pinned ptxas, each run's exit, refusal, output, verdicts and event
-   stream (hash-chained and sealed as alphac.tools.launch does; `alphac.tools.launch.verify_record` checks
-   it), and whether the whole qualification passed.
+   stream, and whether the whole qualification passed; authenticated with the record key as
+   alphac.tools.launch does (`alphac verify-record` checks it).
 
 Exit codes: 0 every owner ran and printed the oracle's bits; 1 something refused or differed (the
 record says what); 2 it cannot run here (no NVIDIA driver, no ptxas, an unknown card).
@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import platform
 import re
 import shutil
@@ -43,7 +42,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from alphac.tools.launch import chain, new_record_dir               # noqa: E402
+from alphac.refusals import Refusal                                      # noqa: E402
+from alphac.tools.launch import (PASS_RULES, RECORD_FORMAT, new_record_dir, record_key,  # noqa: E402
+                                 seal, write_record)
 
 LEARNERS = ["independent_state", "lsq_adam"]
 SM_BY_MODEL = [(r"\bH100\b|\bH200\b|\bH800\b|\bGH200\b", 90),
@@ -138,6 +139,7 @@ def qualify(args, runner=None) -> tuple[int, Path | None]:
         tool = find_ptxas()
     except PtxasMissing as e:
         raise Unavailable(str(e))
+    key = record_key(args.record_key)
     rdir = new_record_dir(Path(args.records), "gpu-qualify")
     (rdir / "bin").mkdir()
     target = f"x86_64+sm_{sm}"
@@ -154,7 +156,7 @@ def qualify(args, runner=None) -> tuple[int, Path | None]:
     rc, probe_out, probe_err = runner(probe_exe, ["--probe-identity", "--events", str(rdir / "events" / "probe.log")],
                                       probe_build)
     said = parse_probe(probe_out)
-    record = {"format": 1, "kind": "gpu-qualification", "steps": args.steps, "target": target,
+    record = {"format": RECORD_FORMAT, "kind": "gpu-qualification", "steps": args.steps, "target": target,
               "host": {"machine": platform.machine(), "system": platform.system(),
                        "release": platform.release(), "node": platform.node()},
               "proc": ident, "probe": {"exit": rc, "stdout": probe_out, "stderr": probe_err},
@@ -162,7 +164,7 @@ def qualify(args, runner=None) -> tuple[int, Path | None]:
               "published": "", "passed": False}
     if rc != 0 or not {"driver", "uuid", "product", "memory-kib"} <= said.keys():
         record["why"] = f"the identity probe failed: exit {rc} {probe_err.strip()}"
-        return finish(rdir, record)
+        return finish(rdir, record, key)
     host = host_mod.make({"uuid": said["uuid"], "product": said["product"], "driver": said["driver"],
                           "memory": str(int(said["memory-kib"]) * 1024), "minor": ident["minor"]})
     (rdir / "host.gpuhost").write_text(host.describe())
@@ -189,26 +191,21 @@ def qualify(args, runner=None) -> tuple[int, Path | None]:
             record["artifacts"][cub.relative_to(rdir).as_posix()] = sha256(cub)
         events = rdir / "events" / f"{name}.log"
         rc, out, err = runner(exe, ["--steps", str(args.steps), "--events", str(events)], built)
-        lines = events.read_text().splitlines() if events.exists() else []
-        seal, _ = chain(name, lines)
         refused = next((ln[len("refused: "):] for ln in err.splitlines() if ln.startswith("refused: ")), None)
         want = format_state(lr, interp_run(lr, args.steps))
         record["roles"].append({
             "role": name, "isa": target, "sha256": record["artifacts"][f"bin/{name}.sm_{sm}"],
             "recipe": gpu_recipe(f"examples/{name}.alpha", target, host), "exit": rc, "refused": refused,
             "stdout": out, "equals_interpreter": out == want, "equals_oracle": out == oracle.run(name, steps=args.steps),
-            "stream": {"file": f"events/{name}.log", "count": len(lines), "seal": seal}})
+            "stream": {"file": f"events/{name}.log"}})
         published.append(out)
     record["published"] = "".join(published)
-    record["passed"] = bool(record["roles"]) and all(
-        r["exit"] == 0 and r.get("equals_interpreter") and r.get("equals_oracle") for r in record["roles"])
-    return finish(rdir, record)
+    record["passed"] = PASS_RULES["gpu-qualification"](record)
+    return finish(rdir, record, key)
 
 
-def finish(rdir: Path, record: dict) -> tuple[int, Path]:
-    tmp = rdir / "record.json.tmp"
-    tmp.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, rdir / "record.json")
+def finish(rdir: Path, record: dict, key: bytes) -> tuple[int, Path]:
+    write_record(rdir, seal(record, rdir, key))
     return (0 if record["passed"] else 1), rdir
 
 
@@ -219,6 +216,7 @@ def main(argv=None, runner=None) -> int:
     ap.add_argument("--minor", type=int, default=None, help="the card's device minor (default: the first)")
     ap.add_argument("--sm", type=int, choices=(86, 90), default=None)
     ap.add_argument("--records", default="runs")
+    ap.add_argument("--record-key", help="the key records are authenticated with (as alphac launch)")
     ap.add_argument("--cuda-trace", action="store_true", help="first record libcuda's conversation")
     ap.add_argument("--libcuda", default="libcuda.so.1")
     ap.add_argument("--proc", default="/proc/driver/nvidia", help=argparse.SUPPRESS)
@@ -229,6 +227,9 @@ def main(argv=None, runner=None) -> int:
     except Unavailable as e:
         print(f"qualify: cannot run here: {e}", file=sys.stderr)
         return 2
+    except Refusal as r:
+        print(f"refused: {r.name} ({r.detail})", file=sys.stderr)
+        return 1
     rec = json.loads((rdir / "record.json").read_text())
     for r in rec["roles"]:
         verdict = "PASS" if r.get("exit") == 0 and r.get("equals_oracle") else \

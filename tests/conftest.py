@@ -43,6 +43,14 @@ def require_tool(name):
     return path
 
 
+@pytest.fixture(scope="session", autouse=True)
+def record_key(tmp_path_factory):
+    """The key run records are authenticated with: a file of the test run's, never ~/.config."""
+    path = tmp_path_factory.mktemp("record-key") / "record-key"
+    os.environ["ALPHAC_RECORD_KEY"] = str(path)
+    return path
+
+
 @pytest.fixture(scope="session")
 def example_roles(tmp_path_factory):
     """Every example deployment's role executables, built once for the whole run:

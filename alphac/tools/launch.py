@@ -1,42 +1,62 @@
 """`alphac launch`: the local qualification driver for a built deployment.
 
     alphac launch build/roles/lsq_adam_star [--steps N] [--deadline-ms MS] [--records DIR]
+                                            [--record-key FILE]
 
 What it does, in order, and nothing else (no launcher decides anything about the learning):
-1. reads `roles.json` (written by the build) and the build's MANIFEST.json (found in the
-   directory or above it), and checks every role executable's SHA-256 against the manifest
-   before anything runs (`refused: artifact-hash` otherwise);
+1. reads the build's MANIFEST.json (found in the directory or above it) and `roles.json`
+   (written by the build), refusing either by name when it is malformed (`launch-input`), and
+   checks the SHA-256 of `roles.json` and of every role executable against the manifest
+   (`artifact-hash`); reads the record key (`record-key`) and makes the run's record directory
+   (`records-dir`). Nothing has started yet, so a refusal here leaves nothing behind to lose;
 2. picks free loopback ports for the roles that listen, starts every role (AArch64 roles under
-   qemu-aarch64 unless this host is AArch64), each with its own event file;
+   qemu-aarch64 unless this host is AArch64) in one process group of their own, each writing
+   its events into the record directory. Every role dies with the launcher (PR_SET_PDEATHSIG,
+   set between fork and exec), and SIGINT, SIGTERM or SIGHUP to the launcher ends them all and
+   is then refused as `launch-interrupted`, after the record is written;
 3. waits for all of them (bounded: the deadline plus a margin), kills none unless the bound
    passes;
-4. writes a run record (DESIGN.md contract 10): host, each role's ISA, artifact hash, exit code,
-   refusal, and its event stream, hash-chained and sealed; the published state; whether the run
-   passed. A record is a pass only when every role exited 0, the root published, and every
-   stream is linked and intact (`verify_record`);
+4. writes the run record (DESIGN.md contract 11, docs/runtime.md): host, each role's ISA,
+   artifact hash, exit code, refusal and event stream, the published state, whether the run
+   passed, all authenticated with HMAC-SHA-256 under a key the launcher holds and never writes
+   down (`verify_record` checks it and recomputes what follows from the rest);
 5. prints the published state on stdout exactly as the root printed it.
 
-Event streams: each role writes one line per event; the launcher chains them, `h_0 =
-SHA-256("alphac-events-v1" | role)`, `h_i = SHA-256(h_{i-1} | line_i)`, and seals the stream with
-its length and final hash. The record links each stream by file name and seal.
+Authentication: the record key (32 random bytes in `$ALPHAC_RECORD_KEY`, by default
+~/.config/alphac/record-key, made with mode 0600 on first use) and a random nonce kept in the
+record give the run key `k = HMAC(key, "alphac-run-key|" + nonce)`. Each stream is chained,
+`h_0 = HMAC(k, "alphac-events-v2|" + role)`, `h_i = HMAC(k, h_{i-1} | "|" | line_i)` (a line
+with its newline), and sealed with its length and final hash; the record's `mac` is
+`HMAC(k, canonical JSON of the record without "mac")`.
 """
 from __future__ import annotations
 
+import ctypes
 import hashlib
+import hmac
 import json
 import os
 import platform
+import re
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
+from alphac.manifest import ManifestError, load as load_manifest, sha256_file
 from alphac.refusals import Refusal
 
-RECORD_FORMAT = 1
+RECORD_FORMAT = 2
+NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*\Z")     # a role, file or deployment: one name
+INTERRUPTS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+PR_SET_PDEATHSIG = 1
+_libc = ctypes.CDLL(None, use_errno=True)
 
 
 @dataclass
@@ -44,11 +64,20 @@ class RoleRun:
     role: str
     target: str
     sha256: str
+    artifact: str                      # its path in the build manifest
     argv: list[str]
     proc: subprocess.Popen | None = None
     exit: int | None = None
     stdout: str = ""
     stderr: str = ""
+
+
+def is_name(v) -> bool:
+    return isinstance(v, str) and NAME.match(v) is not None
+
+
+def is_hex(v, digits: int) -> bool:
+    return isinstance(v, str) and re.fullmatch(f"[0-9a-f]{{{digits}}}", v) is not None
 
 
 def find_manifest(start: Path) -> Path:
@@ -59,176 +88,390 @@ def find_manifest(start: Path) -> Path:
     raise Refusal("artifact-hash", f"no MANIFEST.json at or above {start}")
 
 
-def sha256_file(p: Path) -> str:
-    h = hashlib.sha256()
-    with open(p, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
-def chain(role: str, lines: list[str]) -> tuple[str, list[str]]:
-    h = hashlib.sha256(b"alphac-events-v1|" + role.encode()).digest()
-    links = []
-    for line in lines:
-        h = hashlib.sha256(h + b"|" + line.encode()).digest()
-        links.append(h.hex())
-    return h.hex(), links
+# -- the inputs, checked before anything starts ---------------------------------------------------
+def check_table(t) -> dict:
+    """roles.json if it is what the launcher reads; `launch-input` otherwise."""
+    def bad(why):
+        return Refusal("launch-input", f"roles.json: {why}")
+    if not isinstance(t, dict) or t.get("format") != 1 or not isinstance(t.get("roles"), list) \
+            or not t["roles"] or not isinstance(t.get("identity"), dict):
+        raise bad("not a table of format 1 with roles and an identity")
+    if not all(isinstance(t.get(k), str) for k in ("learner", "root")) \
+            or not is_name(t.get("deployment")):
+        raise bad("learner, root or deployment is not a name")
+    for i, r in enumerate(t["roles"]):
+        if not (isinstance(r, dict) and is_name(r.get("role")) and is_name(r.get("file"))
+                and isinstance(r.get("listens"), bool) and isinstance(r.get("target"), str)
+                and (r.get("parent") is None or isinstance(r["parent"], str))):
+            raise bad(f"role {i} is not a role entry")
+    names = [r["role"] for r in t["roles"]]
+    listening = {r["role"] for r in t["roles"] if r["listens"]}
+    if len(set(names)) != len(names) or t["root"] not in names \
+            or any(r["parent"] is not None and r["parent"] not in listening for r in t["roles"]):
+        raise bad("a role is named twice, the root is not a role, or a parent is not a listening role")
+    return t
 
 
 def load_table(dep_dir: Path) -> tuple[dict, dict, Path]:
     table_path = dep_dir / "roles.json"
     if not table_path.exists():
         raise Refusal("artifact-hash", f"{table_path} does not exist (run `make roles`)")
-    table = json.loads(table_path.read_text())
     mpath = find_manifest(dep_dir)
-    manifest = json.loads(mpath.read_text())
-    return table, manifest, mpath
+    try:
+        manifest = load_manifest(mpath)
+    except ManifestError as e:
+        raise Refusal("launch-input", str(e))
+    check_hashes(dep_dir, ["roles.json"], manifest, mpath)
+    try:
+        table = json.loads(table_path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise Refusal("launch-input", f"roles.json is not JSON: {e}")
+    return check_table(table), manifest, mpath
 
 
-def check_hashes(dep_dir: Path, table: dict, manifest: dict, mpath: Path) -> dict[str, str]:
-    """The SHA-256 of every role executable (and roles.json), checked against the manifest."""
-    rel = dep_dir.resolve().relative_to(mpath.parent.resolve())
+def artifact_key(dep_dir: Path, mpath: Path, name: str) -> str:
+    return (dep_dir.resolve().relative_to(mpath.parent.resolve()) / name).as_posix()
+
+
+def check_hashes(dep_dir: Path, names: list[str], manifest: dict, mpath: Path) -> dict[str, str]:
+    """The SHA-256 of each named file (an executable, or roles.json), checked against the manifest."""
     hashes = {}
-    for name in ["roles.json"] + [r["file"] for r in table["roles"]]:
-        key = (rel / name).as_posix()
-        entry = manifest.get("artifacts", {}).get(key)
-        path = dep_dir / name
-        if entry is None or not path.exists() or sha256_file(path) != entry["sha256"]:
+    for name in names:
+        key, path = artifact_key(dep_dir, mpath, name), dep_dir / name
+        if path.exists() and not (path.is_file() and (name == "roles.json" or os.access(path, os.X_OK))):
+            raise Refusal("launch-input", f"{key} is not an executable regular file")
+        entry = manifest["artifacts"].get(key)
+        try:
+            same = entry is not None and path.exists() and sha256_file(path) == entry["sha256"]
+        except OSError as e:
+            raise Refusal("launch-input", f"{key}: {e.strerror}")
+        if not same:
             raise Refusal("artifact-hash", f"{key} does not match the manifest")
         hashes[name] = entry["sha256"]
     return hashes
 
 
+def new_record_dir(records: Path, name: str) -> Path:
+    """`records/NAME-NNNN` with its `events/` folder, NNNN the first number not yet taken;
+    `records-dir` when it cannot be made (so that nothing runs whose record would be lost)."""
+    try:
+        records.mkdir(parents=True, exist_ok=True)
+        n = 1
+        while True:
+            rdir = records / f"{name}-{n:04d}"
+            try:
+                rdir.mkdir()
+                break
+            except FileExistsError:
+                n += 1
+        (rdir / "events").mkdir()
+    except OSError as e:
+        raise Refusal("records-dir", f"{records}: {e.strerror or e}")
+    return rdir
+
+
+# -- the key ---------------------------------------------------------------------------------------
+def record_key(path: str | Path | None = None, create: bool = True) -> bytes:
+    """The launcher's secret: the file `path`, else $ALPHAC_RECORD_KEY, else
+    ~/.config/alphac/record-key; made (32 random bytes, mode 0600) when absent and `create`."""
+    p = Path(path or os.environ.get("ALPHAC_RECORD_KEY") or Path.home() / ".config/alphac/record-key")
+    try:
+        if create and not p.exists():
+            p.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            tmp = p.with_name(f".{p.name}.{os.getpid()}")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(os.urandom(32))
+            try:
+                os.link(tmp, p)                 # atomic: a key another launcher made first wins
+            except FileExistsError:
+                pass
+            os.unlink(tmp)
+        if p.stat().st_mode & 0o077:
+            raise Refusal("record-key", f"{p} can be read or written by others (chmod 600 it)")
+        key = p.read_bytes()
+    except OSError as e:
+        raise Refusal("record-key", f"{p}: {e.strerror or e}")
+    if len(key) < 32:
+        raise Refusal("record-key", f"{p} holds fewer than 32 bytes")
+    return key
+
+
+def key_id(key: bytes) -> str:
+    """Names the key in a record without revealing it."""
+    return hmac.new(key, b"alphac-key-id", "sha256").hexdigest()[:16]
+
+
+def run_key(key: bytes, nonce: str) -> bytes:
+    return hmac.new(key, b"alphac-run-key|" + nonce.encode(), "sha256").digest()
+
+
+def stream_lines(path: Path) -> list[bytes]:
+    """A stream's lines, each with its newline (so that a trailing newline counts too)."""
+    parts = path.read_bytes().split(b"\n")
+    return [p + b"\n" for p in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
+
+
+def chain(k: bytes, role: str, lines: list[bytes]) -> str:
+    h = hmac.new(k, b"alphac-events-v2|" + role.encode(), "sha256").digest()
+    for line in lines:
+        h = hmac.new(k, h + b"|" + line, "sha256").digest()
+    return h.hex()
+
+
+def record_mac(k: bytes, record: dict) -> str:
+    body = {f: v for f, v in record.items() if f != "mac"}
+    return hmac.new(k, json.dumps(body, sort_keys=True, separators=(",", ":")).encode(),
+                    "sha256").hexdigest()
+
+
+def seal(record: dict, rdir: Path, key: bytes) -> dict:
+    """`record` authenticated under a fresh run key: each role's stream (read from `rdir`)
+    chained and sealed, then the whole record MACed."""
+    nonce = os.urandom(16).hex()
+    k = run_key(key, nonce)
+    record["auth"] = {"alg": "HMAC-SHA-256", "key_id": key_id(key), "nonce": nonce}
+    for r in record["roles"]:
+        if "stream" in r:
+            f = rdir / r["stream"]["file"]
+            lines = stream_lines(f) if f.exists() else []
+            r["stream"].update(count=len(lines), seal=chain(k, r["role"], lines))
+    record["mac"] = record_mac(k, record)
+    return record
+
+
+def write_record(rdir: Path, record: dict) -> Path:
+    tmp = rdir / "record.json.tmp"
+    tmp.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, rdir / "record.json")
+    return rdir / "record.json"
+
+
+# -- running the roles -----------------------------------------------------------------------------
+class Interrupted(Exception):
+    pass
+
+
+def _interrupt(signum, frame):
+    for s in INTERRUPTS:                   # once: ending the roles is not itself interrupted
+        signal.signal(s, signal.SIG_IGN)
+    raise Interrupted(signal.Signals(signum).name)
+
+
+def _die_with(launcher: int) -> None:
+    """In a role, between fork and exec: die when the launcher does, even if it already has."""
+    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != launcher:
+        os._exit(1)
+
+
+def run_roles(runs: list[RoleRun], deadline_ms: int, kill: tuple[str, float] | None) -> str | None:
+    """Start every role in one new process group, wait for all (bounded), and on any way out
+    end whatever is still running; the name of the signal that interrupted us, or None."""
+    handlers = {}
+    if threading.current_thread() is threading.main_thread():
+        handlers = {s: signal.signal(s, _interrupt) for s in INTERRUPTS     # an ignored signal
+                    if signal.getsignal(s) is not signal.SIG_IGN}              # stays ignored (nohup)
+    files = [(tempfile.TemporaryFile(), tempfile.TemporaryFile()) for _ in runs]
+    interrupted, overdue = None, set()
+    try:
+        for run, (out, err) in zip(runs, files):
+            group = runs[0].proc.pid if runs[0].proc else 0
+            run.proc = subprocess.Popen(run.argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                                        process_group=group, preexec_fn=partial(_die_with, os.getpid()))
+        if kill is not None:
+            victim, after = kill
+            time.sleep(after)
+            for run in runs:
+                if run.role == victim and run.proc.poll() is None:
+                    run.proc.kill()
+        bound = deadline_ms / 1000 * 4 + 30
+        start = time.monotonic()
+        for run in runs:
+            try:
+                run.proc.wait(timeout=max(0.1, bound - (time.monotonic() - start)))
+            except subprocess.TimeoutExpired:
+                run.proc.kill()
+                overdue.add(run.role)
+    except Interrupted as e:
+        interrupted = e.args[0]
+    finally:
+        started = [run.proc for run in runs if run.proc]
+        if any(p.poll() is None for p in started):   # the unreaped one keeps the group's id ours
+            os.killpg(started[0].pid, signal.SIGKILL)
+        for p in started:
+            p.wait()
+        for s, h in handlers.items():
+            signal.signal(s, h)
+    for run, (out, err) in zip(runs, files):
+        if run.proc:
+            run.exit = run.proc.returncode
+        for fh, field in ((out, "stdout"), (err, "stderr")):
+            fh.seek(0)
+            setattr(run, field, fh.read().decode(errors="replace"))
+            fh.close()
+        run.stderr += "launcher: killed after the bound\n" if run.role in overdue else ""
+    return interrupted
+
+
 def launch(dep_dir: str | Path, steps: int = 5, deadline_ms: int = 10000,
            records: str | Path = "runs", extra: dict[str, list[str]] | None = None,
            kill: tuple[str, float] | None = None, checkpoint: str | Path | None = None,
-           resume: str | Path | None = None, targets: dict[str, str] | None = None) -> dict:
+           resume: str | Path | None = None, targets: dict[str, str] | None = None,
+           key: str | Path | None = None) -> dict:
     """Run a built deployment; returns the run record (also written under `records`)."""
     dep_dir = Path(dep_dir)
     table, manifest, mpath = load_table(dep_dir)
-    hashes = check_hashes(dep_dir, table, manifest, mpath)
+    hashes = check_hashes(dep_dir, [r["file"] for r in table["roles"]], manifest, mpath)
     if targets:                        # run other builds of the roles (e.g. every owner swapped)
         for r in table["roles"]:
             r["target"] = targets.get(r["role"], r["target"])
+    native = platform.machine().lower() in ("aarch64", "arm64")
+    qemu = shutil.which("qemu-aarch64")
+    if qemu is None and not native and any(r["target"] == "aarch64" for r in table["roles"]):
+        raise Refusal("launch-tool", "qemu-aarch64 is needed for AArch64 roles")
+    secret = record_key(key)
+    rdir = new_record_dir(Path(records), table["deployment"])
     ports = {r["role"]: free_port() for r in table["roles"] if r["listens"]}
     extra = {k: list(v) for k, v in (extra or {}).items()}
     for flag, path in (("--checkpoint", checkpoint), ("--resume", resume)):
         if path is not None:
             extra.setdefault("*", []).extend([flag, str(Path(path).resolve())])
-    work = Path(tempfile.mkdtemp(prefix="alphac-run-"))
-    native = platform.machine().lower() in ("aarch64", "arm64")
     runs: list[RoleRun] = []
     for r in table["roles"]:
-        argv = [str((dep_dir / r["file"]).resolve()), "--steps", str(steps),
-                "--deadline-ms", str(deadline_ms), "--events", str(work / f"{r['role']}.events")]
+        argv = [str((dep_dir / r["file"]).resolve()), "--steps", str(steps), "--deadline-ms",
+                str(deadline_ms), "--events", str((rdir / "events" / f"{r['role']}.log").resolve())]
         if r["listens"]:
             argv += ["--listen", f"127.0.0.1:{ports[r['role']]}"]
         if r["parent"]:
             argv += ["--parent", f"127.0.0.1:{ports[r['parent']]}"]
-        argv += (extra or {}).get(r["role"], []) + (extra or {}).get("*", [])
+        argv += extra.get(r["role"], []) + extra.get("*", [])
         if r["target"] == "aarch64" and not native:
-            qemu = shutil.which("qemu-aarch64")
-            if qemu is None:
-                raise Refusal("launch-tool", "qemu-aarch64 is needed for AArch64 roles")
             argv = [qemu] + argv
-        runs.append(RoleRun(r["role"], r["target"], hashes[r["file"]], argv))
-    for run in runs:
-        run.proc = subprocess.Popen(run.argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    if kill is not None:
-        victim, after = kill
-        time.sleep(after)
-        for run in runs:
-            if run.role == victim and run.proc.poll() is None:
-                run.proc.kill()
-    bound = deadline_ms / 1000 * 4 + 30
-    start = time.monotonic()
-    for run in runs:
-        left = max(0.1, bound - (time.monotonic() - start))
-        try:
-            out, err = run.proc.communicate(timeout=left)
-        except subprocess.TimeoutExpired:
-            run.proc.kill()
-            out, err = run.proc.communicate()
-            err += b"launcher: killed after the bound\n"
-        run.exit, run.stdout, run.stderr = run.proc.returncode, out.decode(errors="replace"), \
-            err.decode(errors="replace")
-    record = make_record(table, runs, work, steps, manifest)
-    rdir = write_record(Path(records), table["deployment"], record, work)
-    record["path"] = str(rdir / "record.json")
-    shutil.rmtree(work, ignore_errors=True)
+        runs.append(RoleRun(r["role"], r["target"], hashes[r["file"]],
+                            artifact_key(dep_dir, mpath, r["file"]), argv))
+    try:
+        interrupted = run_roles(runs, deadline_ms, kill)
+    except OSError as e:              # an executable the manifest lists that cannot be executed
+        raise Refusal("launch-input", f"{e.filename}: {e.strerror}")
+    record = make_record(table, runs, steps, manifest, mpath)
+    if interrupted:
+        record["interrupted"] = interrupted
+    record["path"] = str(write_record(rdir, seal(record, rdir, secret)))
+    if interrupted:
+        raise Refusal("launch-interrupted", f"{interrupted}; run record {record['path']}")
     return record
 
 
-def make_record(table: dict, runs: list[RoleRun], work: Path, steps: int, manifest: dict) -> dict:
+# -- the record --------------------------------------------------------------------------------------
+PASS_RULES = {   # what `passed` must be, from the rest of a record of each kind
+    "launch": lambda rec: all(r["exit"] == 0 for r in rec["roles"]) and bool(rec["published"]),
+    "gpu-qualification": lambda rec: bool(rec["roles"]) and all(
+        r["exit"] == 0 and r.get("equals_interpreter") is True and r.get("equals_oracle") is True
+        for r in rec["roles"]),
+}
+
+
+def make_record(table: dict, runs: list[RoleRun], steps: int, manifest: dict, mpath: Path) -> dict:
     roles = []
     for run in runs:
-        ev_path = work / f"{run.role}.events"
-        lines = ev_path.read_text().splitlines() if ev_path.exists() else []
-        head, _ = chain(run.role, lines)
         refused = next((l[len("refused: "):] for l in run.stderr.splitlines()
                         if l.startswith("refused: ")), None)
         roles.append({"role": run.role, "isa": run.target, "sha256": run.sha256,
+                      "artifact": run.artifact,
                       "exit": run.exit, "refused": refused,
                       "signal": -run.exit if run.exit is not None and run.exit < 0 else None,
-                      "stream": {"file": f"events/{run.role}.log", "count": len(lines), "seal": head}})
+                      "stream": {"file": f"events/{run.role}.log"}})
     root = next(r for r in runs if r.role == table["root"])
-    published = root.stdout if root.exit == 0 else ""
-    passed = all(r.exit == 0 for r in runs) and bool(published)
-    return {"format": RECORD_FORMAT, "deployment": table["deployment"], "learner": table["learner"],
-            "identity": table["identity"], "steps": steps,
-            "host": {"machine": platform.machine(), "system": platform.system(),
-                     "release": platform.release()},
-            "compiler": manifest.get("compiler", {}), "roles": roles,
-            "published": published, "passed": passed}
+    record = {"format": RECORD_FORMAT, "kind": "launch", "deployment": table["deployment"],
+              "learner": table["learner"], "identity": table["identity"], "steps": steps,
+              "host": {"machine": platform.machine(), "system": platform.system(),
+                       "release": platform.release()},
+              "compiler": manifest.get("compiler", {}), "roles": roles,
+              "build": {"manifest": str(mpath.resolve()), "sha256": sha256_file(mpath)},
+              "published": root.stdout if root.exit == 0 else ""}
+    record["passed"] = PASS_RULES["launch"](record)
+    return record
 
 
-def new_record_dir(records: Path, name: str) -> Path:
-    """`records/NAME-NNNN` with its `events/` folder, NNNN the first number not yet taken."""
-    records.mkdir(parents=True, exist_ok=True)
-    n = 1
-    while (records / f"{name}-{n:04d}").exists():
-        n += 1
-    rdir = records / f"{name}-{n:04d}"
-    (rdir / "events").mkdir(parents=True)
-    return rdir
+def check_record(rec) -> dict:
+    """`rec` if verify_record can read it; `record-malformed` otherwise."""
+    def bad(why):
+        return Refusal("record-malformed", why)
+    auth = rec.get("auth") if isinstance(rec, dict) else None
+    if not isinstance(rec, dict) or rec.get("format") != RECORD_FORMAT:
+        raise bad(f"not a run record of format {RECORD_FORMAT}")
+    if not isinstance(rec.get("kind"), str) or rec["kind"] not in PASS_RULES \
+            or not isinstance(rec.get("roles"), list) or not isinstance(rec.get("published"), str) \
+            or not isinstance(rec.get("passed"), bool) or not is_hex(rec.get("mac"), 64) \
+            or not isinstance(auth, dict) or not isinstance(auth.get("key_id"), str) \
+            or not is_hex(auth.get("nonce"), 32):
+        raise bad("kind, roles, published, passed, auth or mac missing or not what they are")
+    for i, r in enumerate(rec["roles"]):
+        s = r.get("stream") if isinstance(r, dict) else None
+        if not (isinstance(r, dict) and is_name(r.get("role"))
+                and (r.get("exit") is None or type(r.get("exit")) is int)
+                and ("stream" not in r or (isinstance(s, dict) and s.get("file") == f"events/{r['role']}.log"
+                                           and type(s.get("count")) is int and is_hex(s.get("seal"), 64)))):
+            raise bad(f"role {i} is not a role's entry")
+    return rec
 
 
-def write_record(records: Path, deployment: str, record: dict, work: Path) -> Path:
-    rdir = new_record_dir(records, deployment)
-    for r in record["roles"]:
-        src = work / f"{r['role']}.events"
-        (rdir / r["stream"]["file"]).write_bytes(src.read_bytes() if src.exists() else b"")
-    tmp = rdir / "record.json.tmp"
-    tmp.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, rdir / "record.json")
-    return rdir
-
-
-def verify_record(path: str | Path) -> list[str]:
-    """Problems with a run record: empty when it is a pass whose streams are linked and intact."""
+def verify_record(path: str | Path, key: str | Path | None = None) -> list[str]:
+    """Problems with a run record: empty when it is an authentic pass whose streams are intact."""
     path = Path(path)
-    rec = json.loads(path.read_text())
+    try:
+        rec = check_record(json.loads(path.read_text()))
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise Refusal("record-malformed", f"{path}: {e}")
+    secret = record_key(key, create=False)
+    if rec["auth"]["key_id"] != key_id(secret):
+        return ["the record was authenticated with another key"]
+    k = run_key(secret, rec["auth"]["nonce"])
     problems = []
+    if not hmac.compare_digest(rec["mac"], record_mac(k, rec)):
+        problems.append("the record was edited: its MAC does not match")
     for r in rec["roles"]:
-        f = path.parent / r["stream"]["file"]
-        if not f.exists():
+        f = path.parent / r["stream"]["file"] if "stream" in r else None
+        lines = stream_lines(f) if f and f.is_file() else None
+        if f and lines is None:
             problems.append(f"{r['role']}: stream {r['stream']['file']} is missing")
-            continue
-        lines = f.read_text().splitlines()
-        head, _ = chain(r["role"], lines)
-        if len(lines) != r["stream"]["count"] or head != r["stream"]["seal"]:
+        elif f and len(lines) != r["stream"]["count"] or \
+                not hmac.compare_digest(chain(k, r["role"], lines), r["stream"]["seal"]):
             problems.append(f"{r['role']}: stream does not match its seal")
+        elif f and r["exit"] == 0 and lines[-1:] != [b"done\n"]:
+            problems.append(f"{r['role']}: exited 0 but its stream does not end with `done`")
         if r["exit"] != 0:
-            problems.append(f"{r['role']}: exited {r['exit']}" + (f" (refused: {r['refused']})" if r["refused"] else ""))
-    if not rec.get("published"):
+            problems.append(f"{r['role']}: exited {r['exit']}" + (f" (refused: {r['refused']})" if r.get("refused") else ""))
+    problems += recomputed(rec)
+    if not rec["published"]:
         problems.append("nothing was published")
-    if not rec.get("passed"):
+    if not rec["passed"]:
         problems.append("the record is not a pass")
+    return problems
+
+
+def recomputed(rec: dict) -> list[str]:
+    """What a record says that follows from the rest of it, or from the build, and differs."""
+    problems = []
+    if rec["passed"] != PASS_RULES[rec["kind"]](rec):
+        problems.append("`passed` does not follow from the exits and the published state")
+    if rec["kind"] != "launch":
+        return problems
+    for r in rec["roles"]:
+        if r.get("signal") != (-r["exit"] if r["exit"] is not None and r["exit"] < 0 else None):
+            problems.append(f"{r['role']}: its signal is not its exit's")
+    build = rec.get("build") if isinstance(rec.get("build"), dict) else {}
+    mpath = Path(str(build.get("manifest")))
+    if mpath.is_file() and sha256_file(mpath) == build.get("sha256"):   # the build is reachable
+        artifacts = json.loads(mpath.read_text())["artifacts"]
+        for r in rec["roles"]:
+            if r.get("sha256") != artifacts.get(str(r.get("artifact")), {}).get("sha256"):
+                problems.append(f"{r['role']}: its sha256 is not the build manifest's")
     return problems
