@@ -260,10 +260,34 @@ def test_an_edited_record_is_detected(records, tmp_path, case):
 def test_an_edited_stream_is_detected(records, tmp_path):
     path = edited_copy(records, "pass", lambda d, rec: None, tmp_path)
     log = path.parent / "events" / "owner.2.log"
-    log.write_bytes(log.read_bytes().replace(b"step 2\n", b"step 9\n"))
+    log.write_bytes(log.read_bytes().replace(b"step 2 ", b"step 9 "))
     assert verify_record(path) == ["owner.2: stream does not match its seal"]
-    log.write_bytes(log.read_bytes().replace(b"step 9\n", b"step 2\n").rstrip(b"\n"))
+    log.write_bytes(log.read_bytes().replace(b"step 9 ", b"step 2 ").rstrip(b"\n"))
     assert verify_record(path) == ["owner.2: stream does not match its seal"]
+
+
+@pytest.mark.parametrize("edit", ["changed", "dropped", "reordered", "unauthenticated"])
+def test_a_stream_changed_before_the_launcher_sealed_it_is_detected(records, tmp_path, edit):
+    """Each role authenticates its events as it writes them: a stream changed during the run
+    (before the launcher's seal, which is then recomputed with the launcher's own key) does not
+    verify."""
+    path = edited_copy(records, "pass", lambda d, rec: None, tmp_path)
+    log = path.parent / "events" / "owner.2.log"
+    lines = log.read_bytes().splitlines(keepends=True)
+    if edit == "changed":
+        lines[3] = lines[3].replace(b"step 2 ", b"step 9 ")
+        assert lines[3].startswith(b"step 9 ")
+    elif edit == "dropped":
+        del lines[2]
+    elif edit == "reordered":
+        lines[2], lines[3] = lines[3], lines[2]
+    else:
+        lines[2] = lines[2].rpartition(b" ")[0] + b"\n"
+    log.write_bytes(b"".join(lines))
+    rec = json.loads(path.read_text())
+    rec.pop("mac")
+    write_record(path.parent, seal(rec, path.parent, record_key(), rec["auth"]["nonce"]))
+    assert verify_record(path) == ["owner.2: its events are not the ones it authenticated as it ran"]
 
 
 def test_a_record_sealed_or_checked_with_another_key_is_detected(records, tmp_path):
@@ -295,7 +319,7 @@ def test_what_follows_from_the_streams_and_the_build_is_recomputed(records, tmp_
 
     def resealed(d, rec):
         edit(d, rec)
-        seal(rec, d, record_key())
+        seal(rec, d, record_key(), rec["auth"]["nonce"])     # the roles' events keys kept
     problems = verify_record(edited_copy(records, which, resealed, tmp_path))
     assert EDITED not in problems and any(p.startswith(problem) for p in problems), problems
 

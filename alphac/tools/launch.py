@@ -24,7 +24,10 @@ What it does, in order, and nothing else (no launcher decides anything about the
 
 Authentication: the record key (32 random bytes in `$ALPHAC_RECORD_KEY`, by default
 ~/.config/alphac/record-key, made with mode 0600 on first use) and a random nonce kept in the
-record give the run key `k = HMAC(key, "alphac-run-key|" + nonce)`. Each stream is chained,
+record give the run key `k = HMAC(key, "alphac-run-key|" + nonce)`. Each role authenticates its
+own events as it writes them, in the runtime (alphac/runtime/core.rt), under its events key
+`HMAC(k, "alphac-events-key|" + role)`, given in its environment (ALPHAC_EVENTS_KEY), never on a
+command line: every line ends with its MAC. After the run, each stream is also chained,
 `h_0 = HMAC(k, "alphac-events-v2|" + role)`, `h_i = HMAC(k, h_{i-1} | "|" | line_i)` (a line
 with its newline), and sealed with its length and final hash; the record's `mac` is
 `HMAC(k, canonical JSON of the record without "mac")`.
@@ -66,6 +69,7 @@ class RoleRun:
     sha256: str
     artifact: str                      # its path in the build manifest
     argv: list[str]
+    env: dict[str, str] | None = None
     proc: subprocess.Popen | None = None
     exit: int | None = None
     stdout: str = ""
@@ -225,16 +229,35 @@ def chain(k: bytes, role: str, lines: list[bytes]) -> str:
     return h.hex()
 
 
+def events_key(k: bytes, role: str) -> bytes:
+    return hmac.new(k, b"alphac-events-key|" + role.encode(), "sha256").digest()
+
+
+def role_events(k: bytes, lines: list[bytes]) -> list[str] | None:
+    """The events of a stream a role wrote under its events key `k` (each line "TEXT MAC",
+    MAC_i = HMAC(k, MAC_{i-1} | TEXT), MAC_0 = HMAC(k, "alphac-events-v2")), or None unless
+    every line is complete and authentic."""
+    mac = hmac.new(k, b"alphac-events-v2", "sha256").digest()
+    texts = []
+    for line in lines:
+        text, _, got = line.rstrip(b"\n").rpartition(b" ")
+        mac = hmac.new(k, mac + text, "sha256").digest()
+        if not line.endswith(b"\n") or not hmac.compare_digest(got, mac.hex().encode()):
+            return None
+        texts.append(text.decode(errors="replace"))
+    return texts
+
+
 def record_mac(k: bytes, record: dict) -> str:
     body = {f: v for f, v in record.items() if f != "mac"}
     return hmac.new(k, json.dumps(body, sort_keys=True, separators=(",", ":")).encode(),
                     "sha256").hexdigest()
 
 
-def seal(record: dict, rdir: Path, key: bytes) -> dict:
-    """`record` authenticated under a fresh run key: each role's stream (read from `rdir`)
-    chained and sealed, then the whole record MACed."""
-    nonce = os.urandom(16).hex()
+def seal(record: dict, rdir: Path, key: bytes, nonce: str | None = None) -> dict:
+    """`record` authenticated under the run key of `nonce` (a fresh one by default): each role's
+    stream (read from `rdir`) chained and sealed, then the whole record MACed."""
+    nonce = nonce or os.urandom(16).hex()
     k = run_key(key, nonce)
     record["auth"] = {"alg": "HMAC-SHA-256", "key_id": key_id(key), "nonce": nonce}
     for r in record["roles"]:
@@ -283,7 +306,7 @@ def run_roles(runs: list[RoleRun], deadline_ms: int, kill: tuple[str, float] | N
     try:
         for run, (out, err) in zip(runs, files):
             group = runs[0].proc.pid if runs[0].proc else 0
-            run.proc = subprocess.Popen(run.argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+            run.proc = subprocess.Popen(run.argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=run.env,
                                         process_group=group, preexec_fn=partial(_die_with, os.getpid()))
         if kill is not None:
             victim, after = kill
@@ -337,6 +360,8 @@ def launch(dep_dir: str | Path, steps: int = 5, deadline_ms: int = 10000,
     if qemu is None and not native and any(r["target"] == "aarch64" for r in table["roles"]):
         raise Refusal("launch-tool", "qemu-aarch64 is needed for AArch64 roles")
     secret = record_key(key)
+    nonce = os.urandom(16).hex()
+    k = run_key(secret, nonce)
     rdir = new_record_dir(Path(records), table["deployment"])
     ports = {r["role"]: free_port() for r in table["roles"] if r["listens"]}
     extra = {k: list(v) for k, v in (extra or {}).items()}
@@ -354,8 +379,9 @@ def launch(dep_dir: str | Path, steps: int = 5, deadline_ms: int = 10000,
         argv += extra.get(r["role"], []) + extra.get("*", [])
         if r["target"] == "aarch64" and not native:
             argv = [qemu] + argv
+        env = {**os.environ, "ALPHAC_EVENTS_KEY": events_key(k, r["role"]).hex()}
         runs.append(RoleRun(r["role"], r["target"], hashes[r["file"]],
-                            artifact_key(dep_dir, mpath, r["file"]), argv))
+                            artifact_key(dep_dir, mpath, r["file"]), argv, env))
     try:
         interrupted = run_roles(runs, deadline_ms, kill)
     except OSError as e:              # an executable the manifest lists that cannot be executed
@@ -363,7 +389,7 @@ def launch(dep_dir: str | Path, steps: int = 5, deadline_ms: int = 10000,
     record = make_record(table, runs, steps, manifest, mpath)
     if interrupted:
         record["interrupted"] = interrupted
-    record["path"] = str(write_record(rdir, seal(record, rdir, secret)))
+    record["path"] = str(write_record(rdir, seal(record, rdir, secret, nonce)))
     if interrupted:
         raise Refusal("launch-interrupted", f"{interrupted}; run record {record['path']}")
     return record
@@ -438,15 +464,8 @@ def verify_record(path: str | Path, key: str | Path | None = None) -> list[str]:
     if not hmac.compare_digest(rec["mac"], record_mac(k, rec)):
         problems.append("the record was edited: its MAC does not match")
     for r in rec["roles"]:
-        f = path.parent / r["stream"]["file"] if "stream" in r else None
-        lines = stream_lines(f) if f and f.is_file() else None
-        if f and lines is None:
-            problems.append(f"{r['role']}: stream {r['stream']['file']} is missing")
-        elif f and len(lines) != r["stream"]["count"] or \
-                not hmac.compare_digest(chain(k, r["role"], lines), r["stream"]["seal"]):
-            problems.append(f"{r['role']}: stream does not match its seal")
-        elif f and r["exit"] == 0 and lines[-1:] != [b"done\n"]:
-            problems.append(f"{r['role']}: exited 0 but its stream does not end with `done`")
+        if "stream" in r:
+            problems += stream_problems(k, rec["kind"], r, path.parent / r["stream"]["file"])
         if r["exit"] != 0:
             problems.append(f"{r['role']}: exited {r['exit']}" + (f" (refused: {r['refused']})" if r.get("refused") else ""))
     problems += recomputed(rec)
@@ -455,6 +474,24 @@ def verify_record(path: str | Path, key: str | Path | None = None) -> list[str]:
     if not rec["passed"]:
         problems.append("the record is not a pass")
     return problems
+
+
+def stream_problems(k: bytes, kind: str, r: dict, f: Path) -> list[str]:
+    """What is wrong with role entry r's stream, the file f: missing, not its seal, (in a launch)
+    not what the role authenticated as it ran, or (exited 0) not ending with `done`."""
+    if not f.is_file():
+        return [f"{r['role']}: stream {r['stream']['file']} is missing"]
+    lines = stream_lines(f)
+    if len(lines) != r["stream"]["count"] or \
+            not hmac.compare_digest(chain(k, r["role"], lines), r["stream"]["seal"]):
+        return [f"{r['role']}: stream does not match its seal"]
+    texts = role_events(events_key(k, r["role"]), lines) if kind == "launch" else \
+        [line.decode(errors="replace").rstrip("\n") for line in lines]
+    if texts is None:
+        return [f"{r['role']}: its events are not the ones it authenticated as it ran"]
+    if r["exit"] == 0 and texts[-1:] != ["done"]:
+        return [f"{r['role']}: exited 0 but its stream does not end with `done`"]
+    return []
 
 
 def recomputed(rec: dict) -> list[str]:
