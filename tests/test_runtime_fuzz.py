@@ -174,7 +174,9 @@ def test_shards(exes, checkpoint, target, data, tmp_path_factory):
     if how == "bitflip":
         bit = data.draw(st.integers(0, 8 * len(shard) - 1))
         shard[bit // 8] ^= 1 << (bit % 8)
-        allowed = {"shard-corrupt"} if bit // 8 < header else {"shard-non-finite"}
+        # a value changed is a legal state (it may train to a non-finite one)
+        allowed = {"shard-corrupt"} if bit // 8 < header else \
+            {None, "shard-non-finite", "non-finite-state"}
     elif how == "truncate":
         del shard[data.draw(st.integers(0, len(shard) - 1)):]
         allowed = {"shard-corrupt"}
@@ -185,9 +187,7 @@ def test_shards(exes, checkpoint, target, data, tmp_path_factory):
     man[-32:] = hashlib.sha256(bytes(man[:-32])).digest()
     write_checkpoint({**files, "MANIFEST": bytes(man), rel: bytes(shard)}, ck)
     code, out, err = run(exes[target], target, "--steps", 2, "--resume", ck)
-    refusal = named(code, err, allowed | {None} if "shard-non-finite" in allowed else allowed)
-    if refusal is None:
-        assert how == "bitflip" and bit // 8 >= header       # a value changed: a legal state
+    named(code, err, allowed)
 
 
 # -- frames -------------------------------------------------------------------------------------
