@@ -91,7 +91,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--core-math", help="a CORE-MATH checkout (its src/binary64 is compiled)")
     ap.add_argument("--repeat", type=int, default=200, help="K, the extra passes timed")
+    ap.add_argument("--quick", action="store_true", help="one pass: a smoke run (CI)")
     args = ap.parse_args()
+    if args.quick:
+        args.repeat = 1
     if platform.machine() not in ("x86_64", "AMD64") or not shutil.which("gcc"):
         sys.exit("bench/functions.py needs an x86-64 host with gcc")
     rng = np.random.default_rng(1)

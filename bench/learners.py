@@ -84,7 +84,10 @@ def timed(fn, repeat=5):
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=200000, help="steps for the executable timing")
+    ap.add_argument("--quick", action="store_true", help="a few steps of each: a smoke run (CI)")
     args = ap.parse_args()
+    if args.quick:
+        args.steps = 100
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in NAMES:
@@ -99,12 +102,12 @@ def main() -> None:
             run = lambda n: subprocess.run([str(exe), "--steps", str(n)], capture_output=True, check=True)
             base = timed(lambda: run(0))
             exe_step = max(0.0, timed(lambda: run(args.steps)) - base) / args.steps
-            isteps = 200
+            isteps = 5 if args.quick else 200
             st = initial_state(lr)
             interp_step = timed(lambda: [step(lr, st) for _ in range(isteps)], 3) / isteps
             f = numpy_step(name, lr)
             s = {k: np.array(v) if len(v) > 1 else np.float64(v[0]) for k, v in initial_state(lr).items()}
-            npsteps = 2000
+            npsteps = 20 if args.quick else 2000
             np_step = timed(lambda: [f(s) for _ in range(npsteps)], 3) / npsteps
             # do numpy's bits agree with the contract after 5 steps?
             s5 = {k: np.array(v) if len(v) > 1 else np.float64(v[0]) for k, v in initial_state(lr).items()}
