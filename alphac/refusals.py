@@ -34,6 +34,8 @@ REFUSALS: dict[str, tuple[int, str]] = {
     "peer-combine-order": (83, "a peer combines in another order (another combine tree)"),
     "peer-membership": (84, "a peer was built for another membership or topology"),
     "peer-plan": (85, "a peer was built for another sample split, strategy or placement"),
+    "peer-steps": (86, "a peer was started for another number of steps (`--steps`): every role of a "
+                       "run must take the same steps"),
     "stale-epoch": (90, "a frame or checkpoint belongs to an older epoch"),
     "artifact-hash": (100, "the launcher found an executable (or roles.json) whose SHA-256 is not "
                            "the build manifest's, or no manifest; nothing was started"),

@@ -49,9 +49,11 @@ def encode(kind: int, sender: int, payload: bytes, identity: dict[str, bytes], v
     return FRAME.pack(**fields, checksum=checksum) + payload
 
 
-def hello(sender: int, identity: dict[str, bytes]) -> bytes:
+def hello(sender: int, identity: dict[str, bytes], steps: int) -> bytes:
+    """The HELLO of a role `sender` whose run takes `steps` steps (its version field)."""
     from alphac.dist.identity import COMPONENTS
-    return encode(KINDS["hello"], sender, b"".join(identity[c] for c in COMPONENTS), identity)
+    return encode(KINDS["hello"], sender, b"".join(identity[c] for c in COMPONENTS), identity,
+                  version=steps)
 
 
 def decode_header(data: bytes) -> dict:

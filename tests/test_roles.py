@@ -161,7 +161,7 @@ def talk(roles, star, mutate, deadline_ms=800):
 
 def good_hello(conn, star):
     import frames
-    conn.sendall(frames.hello(star["coord"], star["id"]))
+    conn.sendall(frames.hello(star["coord"], star["id"], 1))
     # the owner computes and sends its contribution
     head = recv_exact(conn, 96)
     from frames import decode_header
@@ -215,7 +215,7 @@ def test_malformed_frames_are_refused_by_name(roles, star, data):
             other = dict(star["id"])
             other[comp] = bytes(32) if other[comp] != bytes(32) else b"\1" * 32
             import frames
-            conn.sendall(frames.hello(star["coord"], other))
+            conn.sendall(frames.hello(star["coord"], other, 1))
             expect.clear()
             expect.add({"learner": "peer-learner", "rate": "peer-rate", "contract": "peer-contract",
                         "combine": "peer-combine-order", "membership": "peer-membership",
@@ -346,7 +346,7 @@ def test_a_connecting_peer_holds_the_coordinator_no_longer_than_its_deadline(rol
     import frames
     p, conn = coordinator(roles)
     try:
-        hello = frames.hello(star["owner0"], star["id"])
+        hello = frames.hello(star["owner0"], star["id"], 1)
         t0 = time.monotonic()
         if case == "trickled-hello":
             trickle(conn, hello, 0.3, 8)
@@ -391,3 +391,14 @@ def test_a_role_authenticates_its_events_with_the_key_it_is_given(roles, key, tm
     assert (r.returncode, r.stderr) == (71, "refused: connect-failed\n")
     lines = ["owner.0", "refused: connect-failed"]
     assert ev.read_text().splitlines() == (events_twin(k, lines) if key == "good" else lines)
+
+
+def test_roles_started_for_other_step_counts_refuse_by_name(roles, tmp_path):
+    """issue 21: an owner started with --steps 3 under a coordinator started with --steps 5 was
+    `frame-too-long` a few frames later; the coordinator now refuses `peer-steps` at its HELLO,
+    and every other role refuses in turn."""
+    rec = launch(roles, "lsq_adam_star", tmp_path, steps=5, extra={"owner.1": ["--steps", "3"]},
+                 deadline_ms=3000)
+    refused = {r["role"]: r["refused"] for r in rec["roles"]}
+    assert refused["coordinator"] == "peer-steps" and all(refused.values()), refused
+    assert not rec["passed"] and rec["published"] == ""

@@ -225,7 +225,7 @@ def test_frames(owners, target, data):
         conn, _ = srv.accept()
         recv_exact(conn, FRAME.size + 192)
         if data.draw(st.booleans()):
-            conn.sendall(frames.hello(coord, ident))
+            conn.sendall(frames.hello(coord, ident, 1))
         kind = data.draw(st.sampled_from(sorted(frames.KINDS.values()) + [0, 9, 65535]))
         fields = dict(kind=kind, sender=data.draw(st.sampled_from([coord, 0, 2 ** 32 - 1])),
                       payload=data.draw(st.binary(max_size=300)), identity=ident,
