@@ -95,8 +95,11 @@ def test_owner_prints_the_oracle_bits(name, sm):
     assert r.device_calls() == built.conversation.expected_trace()
     kernels = [b.kernel.name for b in built.kernels]
     assert [la[0] for la in r.launches] == kernels * 5
-    assert r.events.split("\n")[1:] == ["identity", "memory", "channel", "uploaded",
-                                        *(f"step {k}" for k in range(1, 6)), "done", ""]
+    from alphac.tools.launch import split_event
+    events = [split_event(line) for line in r.events.split("\n")[1:-1]]
+    assert [what for what, _ in events] == ["identity", "memory", "channel", "uploaded",
+                                            *(f"step {k}" for k in range(1, 6)), "done"]
+    assert r.events.endswith("\n") and [t for _, t in events] == sorted(t for _, t in events)
     assert sum(size for _, size in r.allocations) == built.gpu.demand + image_mod.SYSMEM_SIZE
 
 
@@ -154,10 +157,11 @@ def test_strace_shows_only_the_conversation():
             other.append(c[0] if c[0] != "write" else ("write", paths.get(int(c[1].split(",")[0]), c[1][:1])))
     assert device == built.conversation.expected_trace()
     assert {c[0] for c in calls} == {"execve", "openat", "ioctl", "mmap", "close", "nanosleep",
-                                     "write", "exit_group"}
+                                     "write", "exit_group", "clock_gettime"}   # events' times
     events = next(p for p in paths.values() if p.endswith("events.log"))
     assert set(other) == {("openat", events), ("write", events), ("write", "1"), "nanosleep",
-                          "exit_group"}
+                          "exit_group", "clock_gettime"}
+    assert other.count("clock_gettime") == other.count(("write", events))     # one per event
     assert other.count("nanosleep") >= 1 + 3 * 5                  # setup, 3 kernels, 5 steps
     assert calls[-1] == ("exit_group", "0")
 
@@ -191,7 +195,9 @@ def test_another_uuid_is_refused_before_anything_is_allocated():
     r, built = run("lsq_adam", 90, host={"uuid": "GPU-5a1e7c3d-0b2f-4c6e-8a9d-1f2e3d4c5b6b"})
     refused(r, "device-uuid")
     identity_only(r, built)
-    assert r.events.split("\n")[-3:] == ["uuid", "refused: device-uuid", ""]   # the check named
+    from alphac.tools.launch import split_event
+    assert [split_event(e)[0] for e in r.events.split("\n")[-3:]] == \
+        ["uuid", "refused: device-uuid", ""]                                    # the check named
 
 
 @pytest.mark.parametrize("change", [{"product": "NVIDIA H100 80GB HBM3"}, {"driver": "580.142"}])

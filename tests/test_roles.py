@@ -389,8 +389,13 @@ def test_a_role_authenticates_its_events_with_the_key_it_is_given(roles, key, tm
         assert (r.returncode, r.stderr) == (64, "refused: usage\n")
         return
     assert (r.returncode, r.stderr) == (71, "refused: connect-failed\n")
-    lines = ["owner.0", "refused: connect-failed"]
-    assert ev.read_text().splitlines() == (events_twin(k, lines) if key == "good" else lines)
+    from alphac.tools.launch import split_event
+    got = ev.read_text().splitlines()
+    texts = [l.rpartition(" ")[0] if key == "good" else l for l in got]       # "TEXT @NS"
+    assert [split_event(t)[0] for t in texts] == ["owner.0", "refused: connect-failed"]
+    times = [split_event(t)[1] for t in texts]
+    assert all(t is not None for t in times) and times == sorted(times)
+    assert got == (events_twin(k, texts) if key == "good" else texts)
 
 
 def test_roles_started_for_other_step_counts_refuse_by_name(roles, tmp_path):
