@@ -16,8 +16,8 @@ from alphac.ptx.cubin import read_cubin
 from alphac.ptx.ptxas import FLAGS                 # the build's options: one constant bank
 
 FORMS = ("asm", "rt", "lir", "ptx", "cubin-info")
-MARK = {"asm": "learner_group_0:", "rt": "fn learner_grad(", "lir": "fmul", "ptx": ".entry owner_sum(",
-        "cubin-info": "kernel owner_sum:"}
+MARK = {"asm": "learner_group_0:", "rt": "fn learner_grad(", "lir": "fmul",
+        "ptx": ".entry owner_sum(", "cubin-info": "kernel owner_sum:"}
 
 
 @pytest.mark.parametrize("form", FORMS)
@@ -44,7 +44,8 @@ def test_emit_to_an_unwritable_path_is_one_line(tmp_path):
 @pytest.mark.parametrize("name", ("lsq_adam", "independent_state", "two_coordinate"))
 def test_emitted_ptx_is_one_module_ptxas_assembles(name, sm, tmp_path):
     ptxas = require_tool("ptxas")
-    code, _, err = alphac("build", example(name), "--emit", "ptx", "--sm", sm, "-o", tmp_path / "k.ptx")
+    code, _, err = alphac("build", example(name), "--emit", "ptx", "--sm", sm,
+                          "-o", tmp_path / "k.ptx")
     assert code == 0, err
     run = subprocess.run([ptxas, f"-arch=sm_{sm}", *FLAGS, "k.ptx", "-o", "k.cubin"], cwd=tmp_path,
                          capture_output=True, text=True)

@@ -12,9 +12,10 @@ from conftest import ROOT
 # raised runtime (bounds on what comes from outside, per-frame deadlines, authenticated events)
 # and tools (the launcher checks its inputs, owns its roles' process group, and authenticates its
 # run records); issue 21 raised elf (the reader that replaces pyelftools at run time: cubins and
-# the --emit asm listing read through it) and the top level (cli.py: --emit writes to -o)
+# the --emit asm listing read through it), the top level (cli.py: --emit writes to -o) and tools
+# (listing's named CapstoneMissing; tools was already at 803 lines, over 790, before issue 21)
 BUDGETS = {"parse": 850, "types": 570, "ir": 720, "dist": 1370, "lower": 2280, "runtime": 1640,
-           "x86_64": 780, "aarch64": 860, "elf": 480, "ptx": 900, "nvdrv": 1150, "tools": 790,
+           "x86_64": 780, "aarch64": 860, "elf": 480, "ptx": 900, "nvdrv": 1150, "tools": 810,
            "math": 1150, "": 1615}
 
 

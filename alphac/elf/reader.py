@@ -147,5 +147,6 @@ class Elf:
         for i, (offset, info, *addend) in enumerate(entries):
             if info >> 32 >= count:
                 raise ElfError(f"{s.name}[{i}]: symbol {info >> 32} of {count}")
-            out.append(Relocation(offset, info & 0xFFFFFFFF, info >> 32, addend[0] if addend else 0))
+            out.append(Relocation(offset, info & 0xFFFFFFFF, info >> 32,
+                                  addend[0] if addend else 0))
         return tuple(out)
