@@ -37,10 +37,11 @@ commands:
   plan FILE [--deployment NAME]
                           print how a deployment splits the learner: roles, holdings, the
                           combine tree, each role's messages per step, memory per role
-  build FILE [-o OUT] [--target ISA] [--emit asm|rt|lir]
+  build FILE [-o OUT] [--target ISA] [--emit asm|rt|lir|ptx|cubin-info]
                           build a static executable (x86_64 or aarch64) that trains on all
-                          samples and prints its state; --emit prints an intermediate form;
-                          writes OUT.manifest.json beside OUT
+                          samples and prints its state; writes OUT.manifest.json beside OUT;
+                          --emit FORM writes that form instead, to OUT with -o, else to stdout
+                          (ptx: one module holding every owner kernel, as ptxas assembles it)
   build FILE --target x86_64+sm_90 --gpu-host HOST [-o OUT] [--emit calls|...]
                           a GPU owner: the same learner with its owner compute on one NVIDIA
                           GPU, for the host described in HOST (docs/nvdrv.md)
@@ -111,10 +112,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="instruction set (default x86_64), or x86_64+sm_86 / x86_64+sm_90 for a "
                         "GPU owner")
     p.add_argument("--emit", choices=("asm", "rt", "lir", "ptx", "cubin-info", "calls"), default=None,
-                   help="print the disassembly annotated with source lines (asm), the generated "
-                        "runtime-language code (rt), the low-level IR (lir), the owner kernels' "
-                        "PTX (ptx), what the cubins hold (cubin-info; needs ptxas), or a GPU "
-                        "owner's driver conversation (calls) to stdout")
+                   help="instead of the executable, write to OUT (-o) or else stdout: the "
+                        "disassembly annotated with source lines (asm; needs capstone: pip "
+                        "install 'alphac[listing]'), the generated runtime-language code (rt), "
+                        "the low-level IR (lir), every owner kernel in one PTX module that ptxas "
+                        "assembles (ptx), what the cubins hold (cubin-info; needs ptxas), or a "
+                        "GPU owner's driver conversation (calls)")
     p.add_argument("--sm", type=int, choices=(86, 90), default=90,
                    help="the GPU architecture for --emit ptx and cubin-info (default 90)")
     g = p.add_argument_group("GPU owners (docs/nvdrv.md)")
@@ -264,14 +267,15 @@ def cmd_build(args) -> int:
     from alphac.artifacts import gpu_recipe, learner_inputs, learner_recipe, ptxas_tool, write_file
     from alphac.build import BuildError, build_learner
     from alphac.driver import compile_file
-    from alphac.tools.listing import disassemble, lir
+    from alphac.tools.listing import CapstoneMissing, disassemble, lir
     try:
         compiled = compile_file(args.file)
     except CompileError as e:
         return _report(e)
     _warn(compiled)
     if args.emit in ("ptx", "cubin-info"):
-        return _emit_gpu(compiled.learner, args)
+        text = _emit_gpu(compiled.learner, args)
+        return text if isinstance(text, int) else _emitted(text, args.output)
     target = args.sub_target or args.target or "x86_64"
     gpu = None
     try:
@@ -287,28 +291,45 @@ def cmd_build(args) -> int:
         return 1
     except CompileError as e:
         return _report(e)
-    if args.emit == "calls":
-        sys.stdout.write(gpu.conversation.listing())
-    elif args.emit == "asm":
-        sys.stdout.write(disassemble(image, compiled.source.text.split("\n"),
-                                     Path(args.file).name))
-    elif args.emit == "rt":
-        sys.stdout.write(image.rt_source)
-    elif args.emit == "lir":
-        sys.stdout.write(lir(image.program))
-    if args.emit is None or args.output:
-        out = Path(args.output or compiled.learner.name)
-        write_file(out, image.elf, 0o755)
+    if args.emit == "asm":
         try:
-            recipe, tools = learner_recipe(args.file, target), {}
-            if gpu is not None:
-                recipe, tools = gpu_recipe(args.file, target, gpu.conversation.host), ptxas_tool(gpu.ptxas)
-            entry = manifest.artifact_entry(image.elf, recipe, learner_inputs(args.file, compiled))
-            m = manifest.new({out.name: entry}, entry["inputs"], tools)
-        except manifest.ManifestError as e:
-            print(f"alphac: warning: no manifest written: {e}", file=sys.stderr)
-            return 0
-        manifest.write(out.with_name(out.name + manifest.SUFFIX), m)
+            return _emitted(disassemble(image, compiled.source.text.split("\n"),
+                                        Path(args.file).name), args.output)
+        except CapstoneMissing as e:
+            print(f"alphac: error: {e}", file=sys.stderr)
+            return 1
+    if args.emit == "calls":
+        return _emitted(gpu.conversation.listing(), args.output)
+    if args.emit == "rt":
+        return _emitted(image.rt_source, args.output)
+    if args.emit == "lir":
+        return _emitted(lir(image.program), args.output)
+    out = Path(args.output or compiled.learner.name)
+    write_file(out, image.elf, 0o755)
+    try:
+        recipe, tools = learner_recipe(args.file, target), {}
+        if gpu is not None:
+            recipe, tools = gpu_recipe(args.file, target, gpu.conversation.host), ptxas_tool(gpu.ptxas)
+        entry = manifest.artifact_entry(image.elf, recipe, learner_inputs(args.file, compiled))
+        m = manifest.new({out.name: entry}, entry["inputs"], tools)
+    except manifest.ManifestError as e:
+        print(f"alphac: warning: no manifest written: {e}", file=sys.stderr)
+        return 0
+    manifest.write(out.with_name(out.name + manifest.SUFFIX), m)
+    return 0
+
+
+def _emitted(text: str, output: str | None) -> int:
+    """An --emit form: to OUT when -o names one (instead of the executable), else to stdout."""
+    if output is None:
+        sys.stdout.write(text)
+        return 0
+    try:
+        with open(output, "w", encoding="utf-8") as f:
+            f.write(text)
+    except OSError as e:
+        print(f"alphac: error: cannot write `{output}`: {e.strerror or e}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -401,11 +422,11 @@ def cmd_ckpt(args) -> int:
     return 0
 
 
-def _emit_gpu(lr, args) -> int:
-    from alphac.ptx.kernels import kernels
+def _emit_gpu(lr, args) -> str | int:
+    """The text of --emit ptx (one module holding every kernel) or cubin-info, or an exit code."""
+    from alphac.ptx.kernels import module
     if args.emit == "ptx":
-        sys.stdout.write("\n".join(k.ptx for k in kernels(lr, args.sm)))
-        return 0
+        return module(lr, args.sm)
     from alphac.ptx import build
     from alphac.ptx.cubin import cubin_info
     from alphac.ptx.ptxas import PtxasMissing
@@ -414,8 +435,7 @@ def _emit_gpu(lr, args) -> int:
     except PtxasMissing as e:
         print(f"alphac: error: {e}", file=sys.stderr)
         return 1
-    sys.stdout.write("\n".join(cubin_info(b.cubin) for b in built))
-    return 0
+    return "\n".join(cubin_info(b.cubin) for b in built)
 
 
 def cmd_explain(args) -> int:

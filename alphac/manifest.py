@@ -5,7 +5,7 @@ What it does
     manifest's directory, size, SHA-256, the inputs it was made from, and a `recipe`: a small
     dict that `alphac.artifacts` can rebuild it from), the SHA-256 of every input (sources,
     `.npy` files; paths relative to the directory the build ran in), the compiler (its version
-    and the SHA-256 of its own source tree) and the external tools used (name -> version and
+    and the SHA-256 of every file of its package) and the external tools used (name -> version and
     SHA-256; none yet, ptxas later). `alphac verify` reads it back and checks every hash.
 
         {"format": 1,
@@ -42,7 +42,6 @@ FORMAT = 1
 NAME = "MANIFEST.json"                   # what build-all writes into its output directory
 SUFFIX = ".manifest.json"                # `alphac build -o OUT` writes OUT.manifest.json
 PACKAGE = Path(__file__).resolve().parent
-COMPILER_FILES = ("*.py", "*.rt")        # what the package is made of (see compiler_digest)
 
 _HEX64 = re.compile(r"[0-9a-f]{64}\Z")
 
@@ -70,13 +69,19 @@ def input_path(path: str | Path) -> str:
     return PurePosixPath(Path(rel)).as_posix()
 
 
-def compiler_digest(package: str | Path = PACKAGE) -> str:
-    """SHA-256 over the compiler's own source: every *.py and *.rt under `package`, by sorted
-    relative path, each as `path NUL length NUL bytes`. __pycache__ is not source."""
+def compiler_files(package: str | Path = PACKAGE) -> list[str]:
+    """Every file the compiler may read: all of `package` (code, the runtime's *.rt, the *.alpha
+    libraries, any data), by sorted relative path; not __pycache__ or *.pyc (Python's caches)."""
     package = Path(package)
-    files = sorted({p.relative_to(package).as_posix() for pattern in COMPILER_FILES
-                    for p in package.rglob(pattern)
-                    if "__pycache__" not in p.relative_to(package).parts and p.is_file()})
+    return sorted(p.relative_to(package).as_posix() for p in package.rglob("*")
+                  if p.is_file() and p.suffix != ".pyc"
+                  and "__pycache__" not in p.relative_to(package).parts)
+
+
+def compiler_digest(package: str | Path = PACKAGE) -> str:
+    """SHA-256 over `compiler_files(package)`, each as `path NUL length NUL bytes`."""
+    package = Path(package)
+    files = compiler_files(package)
     h = hashlib.sha256()
     for rel in files:
         data = (package / rel).read_bytes()

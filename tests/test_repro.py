@@ -104,17 +104,24 @@ def test_build_all_twice_gives_identical_bytes(built, tmp_path):
     assert first == again and len(first) == len(artifacts.all_recipes()) + 1
 
 
-def test_compiler_digest_covers_the_source_and_nothing_else(tmp_path):
+def test_compiler_digest_covers_every_file_of_the_package_but_caches(tmp_path):
     pkg = tmp_path / "alphac"
     shutil.copytree(ROOT / "alphac", pkg, ignore=shutil.ignore_patterns("__pycache__"))
     d = manifest.compiler_digest(pkg)
     assert d == manifest.compiler_digest(ROOT / "alphac")
+    assert {"dist/strategies.alpha", "runtime/core.rt", "cli.py"} <= set(manifest.compiler_files(pkg))
     (pkg / "__pycache__").mkdir(exist_ok=True)
     (pkg / "__pycache__" / "x.cpython-311.pyc").write_bytes(b"junk")
-    (pkg / "notes.orig").write_text("not source")
+    (pkg / "old.pyc").write_bytes(b"junk")
     assert manifest.compiler_digest(pkg) == d
-    rt = pkg / "runtime" / "core.rt"
-    rt.write_text(rt.read_text() + "\n")
+    for name in ("runtime/core.rt", "dist/strategies.alpha", "cli.py"):
+        f = pkg / name
+        before = f.read_bytes()
+        f.write_bytes(before + b"\n")
+        assert manifest.compiler_digest(pkg) != d, name
+        f.write_bytes(before)
+    assert manifest.compiler_digest(pkg) == d
+    (pkg / "math" / "table.bin").write_bytes(b"\0")              # a data file is read too
     assert manifest.compiler_digest(pkg) != d
 
 

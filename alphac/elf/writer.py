@@ -388,18 +388,3 @@ def link(machine, sections, symbols, relocs, entry: str,
     put(desc, hashlib.sha256(out).digest()[:BUILD_ID_SIZE])   # descriptor is still zero here
     return bytes(out)
 
-
-def read_section(elf: bytes, name: str) -> tuple[int, bytes]:
-    """(virtual address, bytes) of a section of an ELF64 file this writer produced."""
-    shoff, = struct.unpack_from("<Q", elf, 0x28)
-    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", elf, 0x3a)
-
-    def header(i: int):
-        return struct.unpack_from("<IIQQQQIIQQ", elf, shoff + i * shentsize)
-    strtab = header(shstrndx)
-    for i in range(shnum):
-        h = header(i)
-        start = strtab[4] + h[0]
-        if elf[start:elf.index(b"\0", start)].decode() == name:
-            return h[3], elf[h[4]:h[4] + h[5]]
-    raise LinkError(f"no section {name}")

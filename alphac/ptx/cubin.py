@@ -1,4 +1,4 @@
-"""A cubin reader: the ELF container (pyelftools) and NVIDIA's `.nv.info` records (our parser).
+"""A cubin reader: the ELF container (alphac.elf.reader) and NVIDIA's `.nv.info` records.
 
 A cubin is an ELF (`EM_CUDA`, 190) with, per kernel K: `.text.K` (SASS), `.nv.constant0.K`
 (constant bank 0: the driver's prefix, then the parameters), `.nv.shared.K` (static shared
@@ -36,12 +36,10 @@ understood; otherwise one frozen `LaunchImage` per kernel, in section order.
 from __future__ import annotations
 
 import hashlib
-import io
 import struct
 from dataclasses import dataclass
 
-from elftools.common.exceptions import ELFError
-from elftools.elf.elffile import ELFFile
+from alphac.elf.reader import SH_TYPES, Elf, ElfError, Symbol
 
 EIFMT = {1: "NVAL", 2: "BVAL", 3: "HVAL", 4: "SVAL"}
 EIATTR = {i: "EIATTR_" + n for i, n in enumerate("""
@@ -69,6 +67,7 @@ EIATTR = {i: "EIATTR_" + n for i, n in enumerate("""
 BY_NAME = {v[len("EIATTR_"):]: k for k, v in EIATTR.items()}
 FUNCTION_KEYED = {BY_NAME[n] for n in ("REGCOUNT", "FRAME_SIZE", "MIN_STACK_SIZE",
                                         "MAX_STACK_SIZE", "CRS_STACK_SIZE")}
+EM_CUDA, STT_FUNC = 190, 2
 
 
 class CubinError(Exception):
@@ -85,9 +84,12 @@ class Attr:
     def name(self) -> str:
         return EIATTR.get(self.attr, f"EIATTR_{self.attr:#04x}")
 
-    def words(self) -> tuple[int, ...]:
-        assert isinstance(self.value, bytes)
-        return struct.unpack(f"<{len(self.value) // 4}I", self.value[:len(self.value) // 4 * 4])
+    def words(self, at_least: int = 0) -> tuple[int, ...]:
+        """The SVAL payload as u32s; CubinError unless it is one of at least `at_least` words."""
+        n = len(self.value) // 4 if isinstance(self.value, bytes) else -1
+        if n < at_least:
+            raise CubinError(f"{self.name}: not a payload of {at_least} or more words")
+        return struct.unpack(f"<{n}I", self.value[:n * 4])
 
 
 @dataclass(frozen=True)
@@ -145,7 +147,7 @@ def nv_info(data: bytes) -> list[Attr]:
 
 
 def kparam(a: Attr) -> KParam:
-    if len(a.value) != 12:
+    if not isinstance(a.value, bytes) or len(a.value) != 12:
         raise CubinError(f"KPARAM_INFO of {len(a.value)} bytes")
     _, ordinal, offset, bits = struct.unpack("<IHHI", a.value)
     if bits >> 17 & 1:
@@ -153,27 +155,40 @@ def kparam(a: Attr) -> KParam:
     return KParam(ordinal, offset, bits >> 18)
 
 
-def _elf(blob: bytes) -> ELFFile:
+def _elf(blob: bytes) -> Elf:
     try:
-        elf = ELFFile(io.BytesIO(blob))
-        elf.num_sections()
-    except (ELFError, struct.error) as e:
+        elf = Elf(blob)
+    except ElfError as e:
         raise CubinError(f"not an ELF file: {e}") from None
-    if elf["e_machine"] != "EM_CUDA" or elf.elfclass != 64:
-        raise CubinError(f"not a 64-bit cubin (e_machine {elf['e_machine']})")
+    if elf.machine != EM_CUDA:
+        raise CubinError(f"not a 64-bit cubin (e_machine {elf.machine})")
     return elf
 
 
-def sm_of(elf: ELFFile) -> int:
-    flags = elf["e_flags"]
-    return (flags >> 16) & 0xFF or (flags >> 8) & 0xFF
+def _symbols(elf: Elf) -> tuple[Symbol, ...]:
+    symtab = elf.section(".symtab")
+    if symtab is None:
+        raise CubinError("no .symtab")
+    try:
+        return elf.symbols(symtab)
+    except ElfError as e:
+        raise CubinError(str(e)) from None
 
 
-def _function_attrs(elf: ELFFile) -> dict[tuple[int, int], int]:
+def _data(elf: Elf, name: str) -> bytes | None:
+    sec = elf.section(name)
+    return None if sec is None else elf.data(sec)
+
+
+def sm_of(elf: Elf) -> int:
+    return (elf.flags >> 16) & 0xFF or (elf.flags >> 8) & 0xFF
+
+
+def _function_attrs(elf: Elf) -> dict[tuple[int, int], int]:
     """(attribute, function symbol index) -> value, from the global .nv.info."""
-    sec = elf.get_section_by_name(".nv.info")
+    data = _data(elf, ".nv.info")
     out = {}
-    for a in nv_info(sec.data()) if sec else []:
+    for a in nv_info(data) if data is not None else []:
         if a.attr in FUNCTION_KEYED and a.fmt == 4 and len(a.value) == 8:
             sym, value = a.words()[:2]
             out[(a.attr, sym)] = value
@@ -182,60 +197,62 @@ def _function_attrs(elf: ELFFile) -> dict[tuple[int, int], int]:
 
 def read_cubin(blob: bytes) -> dict[str, LaunchImage]:
     elf = _elf(blob)
-    symtab = elf.get_section_by_name(".symtab")
-    if symtab is None:
-        raise CubinError("no .symtab")
-    syms = list(symtab.iter_symbols())
+    syms = _symbols(elf)
     fattrs, sm = _function_attrs(elf), sm_of(elf)
     images = {}
-    for sec in elf.iter_sections():
+    for sec in elf.sections:
         if sec.name.startswith(".nv.constant") and not sec.name.startswith(".nv.constant0."):
             raise CubinError(f"{sec.name}: a launch binds constant bank 0 only")
         if not sec.name.startswith(".text."):
             continue
         name = sec.name[len(".text."):]
-        index = next((i for i, s in enumerate(syms) if s.name == name
-                      and s["st_info"]["type"] == "STT_FUNC"), None)
-        info = elf.get_section_by_name(".nv.info." + name)
+        index = next((i for i, s in enumerate(syms) if s.name == name and s.type == STT_FUNC),
+                     None)
+        info = _data(elf, ".nv.info." + name)
         if index is None or info is None or (BY_NAME["REGCOUNT"], index) not in fattrs:
             raise CubinError(f"kernel {name}: no symbol, .nv.info.{name} or REGCOUNT")
-        attrs = nv_info(info.data())
+        attrs = nv_info(info)
         by = {a.attr: a for a in attrs}
         if BY_NAME["KPARAM_INFO_V2"] in by:
             raise CubinError(f"kernel {name}: KPARAM_INFO_V2 is not understood")
         if BY_NAME["PARAM_CBANK"] not in by:
             raise CubinError(f"kernel {name}: no PARAM_CBANK")
-        cbank = by[BY_NAME["PARAM_CBANK"]].words()[1]
+        cbank = by[BY_NAME["PARAM_CBANK"]].words(2)[1]
         params = sorted((kparam(a) for a in attrs if a.attr == BY_NAME["KPARAM_INFO"]),
                         key=lambda p: p.ordinal)
-        const0 = elf.get_section_by_name(".nv.constant0." + name)
-        shared = elf.get_section_by_name(".nv.shared." + name)
+        const0 = elf.section(".nv.constant0." + name)
+        shared = elf.section(".nv.shared." + name)
         mt = by.get(BY_NAME["MAX_THREADS"])
         ex = by.get(BY_NAME["EXIT_INSTR_OFFSETS"])
-        code = sec.data()
+        code = elf.data(sec)
         images[name] = LaunchImage(
             name=name, sm=sm, code=code, code_sha256=hashlib.sha256(code).hexdigest(),
             registers=fattrs[(BY_NAME["REGCOUNT"], index)],
             param_base=cbank & 0xFFFF, param_size=cbank >> 16, params=tuple(params),
-            shared=shared["sh_size"] if shared else 0,
+            shared=shared.size if shared else 0,
             local=fattrs.get((BY_NAME["MIN_STACK_SIZE"], index), 0),
-            cbank0=const0["sh_size"] if const0 else 0,
-            max_threads=mt.words()[:3] if mt else None, exits=ex.words() if ex else (),
-            relocs=_relocs(elf, sec.name, syms))
+            cbank0=const0.size if const0 else 0,
+            max_threads=mt.words(3)[:3] if mt else None, exits=ex.words() if ex else (),
+            relocs=_relocs(elf, sec.name))
     return images
 
 
-def _relocs(elf: ELFFile, target: str, syms: list) -> tuple[Reloc, ...]:
+def _relocs(elf: Elf, target: str) -> tuple[Reloc, ...]:
     out = []
     for prefix in (".rel", ".rela"):
-        sec = elf.get_section_by_name(prefix + target)
-        for r in sec.iter_relocations() if sec else ():
-            out.append(Reloc(r["r_offset"], r["r_info_type"], syms[r["r_info_sym"]].name,
-                             r.entry.get("r_addend", 0)))
+        sec = elf.section(prefix + target)
+        if sec is None:
+            continue
+        try:
+            relocs = elf.relocations(sec)       # checks the link and every symbol index
+            syms = elf.symbols(elf.sections[sec.link])
+            out += [Reloc(r.offset, r.type, syms[r.symbol].name, r.addend) for r in relocs]
+        except ElfError as e:
+            raise CubinError(str(e)) from None
     return tuple(out)
 
 
-def _show(a: Attr, syms: list) -> str:
+def _show(a: Attr, syms: tuple[Symbol, ...]) -> str:
     if a.value is None:
         return ""
     if isinstance(a.value, int):
@@ -244,7 +261,8 @@ def _show(a: Attr, syms: list) -> str:
         p = kparam(a)
         return f"ordinal {p.ordinal} offset {p.offset:#x} size {p.size}"
     w = a.words()
-    if len(w) == 2 and (a.attr in FUNCTION_KEYED or a.attr == BY_NAME["PARAM_CBANK"]):
+    if len(w) == 2 and (a.attr in FUNCTION_KEYED or a.attr == BY_NAME["PARAM_CBANK"]) \
+            and w[0] < len(syms):
         rest = (f"offset {w[1] & 0xFFFF:#x} size {w[1] >> 16:#x}"
                 if a.attr == BY_NAME["PARAM_CBANK"] else str(w[1]))
         return f"{syms[w[0]].name}: {rest}"
@@ -254,18 +272,17 @@ def _show(a: Attr, syms: list) -> str:
 def cubin_info(blob: bytes) -> str:
     """A readable listing: the header, the sections, every attribute, each launch image."""
     elf = _elf(blob)
-    syms = list(elf.get_section_by_name(".symtab").iter_symbols())
-    lines = [f"cubin sm_{sm_of(elf)}, ELF ABI version {elf['e_ident']['EI_ABIVERSION']}, "
-             f"e_flags {elf['e_flags']:#010x}, {len(blob)} bytes", "sections:"]
-    for i, s in enumerate(elf.iter_sections()):
-        if i:
-            kind = s["sh_type"] if isinstance(s["sh_type"], str) else f"{s['sh_type']:#x}"
-            lines.append(f"  [{i:2}] {s.name:32} {kind:18} size {s['sh_size']}")
-    for s in elf.iter_sections():
+    syms = _symbols(elf)
+    lines = [f"cubin sm_{sm_of(elf)}, ELF ABI version {elf.abiversion}, "
+             f"e_flags {elf.flags:#010x}, {len(blob)} bytes", "sections:"]
+    for s in elf.sections[1:]:
+        kind = SH_TYPES.get(s.type, f"{s.type:#x}")
+        lines.append(f"  [{s.index:2}] {s.name:32} {kind:18} size {s.size}")
+    for s in elf.sections:
         if s.name.startswith(".nv.info"):
             lines.append(f"{s.name}:")
             lines += [f"  {a.name:32} {EIFMT[a.fmt]}  {_show(a, syms)}".rstrip()
-                      for a in nv_info(s.data())]
+                      for a in nv_info(elf.data(s))]
     for im in read_cubin(blob).values():
         lines += [f"kernel {im.name}:",
                   f"  code       {len(im.code)} bytes, sha256 {im.code_sha256}",

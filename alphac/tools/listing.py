@@ -1,6 +1,7 @@
 """`alphac build --emit asm`: the executable's code, disassembled, annotated with Alpha source.
 
-The disassembler is capstone (an optional tool: `pip install capstone`); the annotation comes
+The disassembler is capstone, an optional dependency (`pip install 'alphac[listing]'`;
+without it `CapstoneMissing`, which the CLI reports in one line); the annotation comes
 from the line table the assembler keeps (`Text.lines`), which follows the `#line` directives
 the learner lowering emits. Each function is listed under its name; where the Alpha line an
 instruction came from changes, the line is printed as a comment:
@@ -12,16 +13,23 @@ instruction came from changes, the line is printed as a comment:
 from __future__ import annotations
 
 
+class CapstoneMissing(Exception):
+    """capstone is not installed: `--emit asm` is refused with how to install it."""
+
+
 def disassemble(image, source_lines: list[str], source_name: str) -> str:
     try:
         import capstone
     except ImportError:
-        raise RuntimeError("--emit asm needs capstone (pip install capstone)")
+        raise CapstoneMissing("--emit asm needs the disassembler capstone, an optional dependency: "
+                              "pip install 'alphac[listing]' (or pip install capstone)") from None
     arch_name, mode_name = image.target.capstone
     arch = getattr(capstone, arch_name, None) or getattr(capstone, "CS_ARCH_AARCH64")
     md = capstone.Cs(arch, getattr(capstone, mode_name))
-    from alphac.elf.writer import read_section
-    base, code = read_section(image.elf, ".text")
+    from alphac.elf.reader import Elf
+    elf = Elf(image.elf)
+    text = elf.section(".text")
+    base, code = text.addr, elf.data(text)
     marks = {off: line for off, _, line in image.text.lines}
     out = []
     for name, start, size in image.text.funcs:

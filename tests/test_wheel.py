@@ -1,0 +1,176 @@
+"""As a new user: alphac built as a wheel, installed with numpy alone into a fresh virtual
+environment outside the repository, used from a folder of the user's own.
+
+What it does: copies the package's sources to a temporary folder and builds a wheel there
+(`pip wheel --no-deps`), creates a venv in tmp (no system site packages), installs the wheel
+(`--no-deps`) and numpy into it, and then, from a project folder holding a learner of its own
+(an examples folder of its own: `mine.alpha`, its data in two `.npy` files, and the
+reference GPU host), runs that
+venv's `alphac`: check, run, build for x86_64 and aarch64 (both executables run, the AArch64 one
+under qemu-aarch64, and print what `alphac run` prints), verify, `--emit ptx` (ptxas assembles
+it), a GPU owner build, build-all, and `--emit asm` without capstone (a one-line error, exit 1).
+
+Requires: pip able to reach the package registry (numpy; pip's cache is reused), ptxas and
+qemu-aarch64 (`require_tool`: in CI their absence fails the test), an x86-64 host.
+"""
+from __future__ import annotations
+
+import ast
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, require_tool
+
+from alphac import manifest
+
+LEARNER = """\
+# a newcomer's learner: a line through seven points of its own, read from .npy files, by Adam
+learner mine
+
+data x = load("mine_x.npy")
+data y = load("mine_y.npy")
+
+param w: f64[2] = 0.0
+state m: f64[2] = 0.0
+state v: f64[2] = 0.0
+
+loss(i) = 0.5 * (w[0] * x[i] + w[1] - y[i])^2
+
+update {
+  m = 0.9 * m + 0.1 * grad(w)
+  v = 0.999 * v + 0.001 * grad(w)^2
+  w = w - 0.05 * m / (sqrt(v) + 1e-8)
+}
+"""
+MINE = str(Path("examples", "mine.alpha"))      # in the user's folder, not the repository's
+X = [0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5]
+Y = [1.9, 2.6, 3.4, 4.1, 4.9, 5.4, 6.2]
+
+
+def run(cmd, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=300, **kw)
+
+
+def pip_env() -> dict[str, str]:
+    """This environment (proxies, pip's cache and index settings) without what would let the
+    repository or this venv leak into the new one."""
+    return {k: v for k, v in os.environ.items()
+            if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "PIP_TARGET", "PIP_PREFIX")}
+
+
+@pytest.fixture(scope="module")
+def venv(tmp_path_factory):
+    """A fresh venv with the wheel and numpy installed, and nothing else."""
+    if platform.machine() != "x86_64":
+        pytest.fail("this test runs x86-64 executables natively; run it on an x86-64 host")
+    tmp = tmp_path_factory.mktemp("wheel")
+    src = tmp / "src"                      # the sources only: pip writes nothing in the repository
+    shutil.copytree(ROOT / "alphac", src / "alphac",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, src / name)
+    r = run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", tmp / "dist", src],
+            env=pip_env())
+    assert r.returncode == 0, r.stderr
+    (wheel,) = (tmp / "dist").glob("alphac-*.whl")
+    env = tmp / "venv"
+    r = run([sys.executable, "-m", "venv", "--without-pip", env], env=pip_env())
+    assert r.returncode == 0, r.stderr
+    python = env / "bin" / "python"
+    r = run([sys.executable, "-m", "pip", "--python", python, "install", "-q",
+             "--disable-pip-version-check", "--no-deps", wheel], env=pip_env())
+    assert r.returncode == 0, r.stderr
+    r = run([sys.executable, "-m", "pip", "--python", python, "install", "-q",
+             "--disable-pip-version-check", "numpy"], env=pip_env())
+    assert r.returncode == 0, f"pip could not install numpy into the venv: {r.stderr}"
+    return env
+
+
+@pytest.fixture(scope="module")
+def user(venv, tmp_path_factory):
+    """(run alphac, the project folder): the venv's alphac, from a folder of the user's own,
+    with an environment that names neither the repository nor the test's venv."""
+    ptxas = require_tool("ptxas")
+    home = tmp_path_factory.mktemp("home")
+    proj = tmp_path_factory.mktemp("newcomer")
+    (proj / "examples").mkdir()
+    (proj / MINE).write_text(LEARNER)
+    shutil.copy(ROOT / "examples" / "h200.gpuhost", proj / "examples" / "h200.gpuhost")
+    code = ("import numpy as np, sys; np.save(sys.argv[1], np.array(%r)); np.save(sys.argv[2], "
+            "np.array(%r))" % (X, Y))
+    data = [Path("examples", f"mine_{v}.npy") for v in "xy"]
+    r = run([venv / "bin" / "python", "-c", code, *data], cwd=proj, env={"PATH": "/usr/bin:/bin"})
+    assert r.returncode == 0, r.stderr
+    path = [str(venv / "bin"), str(Path(ptxas).parent), "/usr/bin", "/bin"]
+    env = {"PATH": os.pathsep.join(path),
+           "HOME": str(home), "LC_ALL": "C.UTF-8", "ALPHAC_PTXAS": ptxas}
+
+    def alphac(*args):
+        return run([venv / "bin" / "alphac", *args], cwd=proj, env=env)
+    return alphac, proj
+
+
+def ok(r: subprocess.CompletedProcess) -> str:
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    return r.stdout
+
+
+def test_the_wheel_holds_every_compiler_file_and_needs_only_numpy(venv):
+    code = ("import alphac, importlib.metadata as md; from alphac import manifest; "
+            "print(alphac.__file__); print(manifest.compiler_digest()); "
+            "print(sorted(d.metadata['Name'] for d in md.distributions()))")
+    lines = ok(run([venv / "bin" / "python", "-c", code], cwd=venv, env={"PATH": "/usr/bin:/bin"}))
+    where, digest, dists = lines.splitlines()
+    assert where.startswith(str(venv)) and not where.startswith(str(ROOT))
+    assert digest == manifest.compiler_digest(ROOT / "alphac")       # every file shipped
+    assert dists == "['alphac', 'numpy']"
+
+
+def test_every_import_is_the_standard_library_numpy_or_a_declared_extra():
+    """Also the imports inside functions, which no command above may reach: by reading them."""
+    allowed = set(sys.stdlib_module_names) | {"alphac", "numpy", "capstone"}   # capstone: [listing]
+    found = {}
+    for f in (ROOT / "alphac").rglob("*.py"):
+        for node in ast.walk(ast.parse(f.read_text(), str(f))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 else [])
+            for n in names:
+                found.setdefault(n.split(".")[0], f.relative_to(ROOT).as_posix())
+    assert {n: f for n, f in found.items() if n not in allowed} == {}
+    assert "numpy" in found and "capstone" in found
+
+
+def test_a_newcomer_checks_runs_builds_and_verifies(user):
+    alphac, proj = user
+    ok(alphac("check", MINE))
+    want = ok(alphac("run", MINE, "--steps", "7"))
+    assert want.startswith("w[0] ") and len(want.splitlines()) == 6
+    ok(alphac("build", MINE, "-o", "mine"))
+    ok(alphac("build", MINE, "--target", "aarch64", "-o", "mine.a64"))
+    assert ok(run([proj / "mine", "--steps", "7"])) == want
+    qemu = require_tool("qemu-aarch64")
+    assert ok(run([qemu, proj / "mine.a64", "--steps", "7"])) == want
+    assert "every hash matches" in ok(alphac("verify", "mine.manifest.json"))
+
+
+def test_a_newcomer_builds_for_the_gpu_and_emits(user):
+    alphac, proj = user
+    ok(alphac("build", MINE, "--emit", "ptx", "-o", "mine.ptx"))
+    r = run([require_tool("ptxas"), "-arch=sm_90",
+             "--disable-optimizer-constants", "mine.ptx", "-o", "mine.cubin"], cwd=proj)
+    assert r.returncode == 0, r.stderr
+    ok(alphac("build", MINE, "--target", "x86_64+sm_90",
+              "--gpu-host", "examples/h200.gpuhost", "-o", "mine.gpu"))
+    assert (proj / "mine.gpu").stat().st_size > 0 and (proj / "mine.gpu.manifest.json").exists()
+    assert "kernel owner_sum:" in ok(alphac("build", MINE, "--emit", "cubin-info"))
+    assert "artifacts and build/all/MANIFEST.json" in ok(alphac("build-all"))
+    r = alphac("build", MINE, "--emit", "asm")
+    assert r.returncode == 1 and r.stdout == "" and r.stderr == (
+        "alphac: error: --emit asm needs the disassembler capstone, an optional dependency: "
+        "pip install 'alphac[listing]' (or pip install capstone)\n")
