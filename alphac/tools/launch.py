@@ -255,6 +255,33 @@ def split_event(text: str) -> tuple[str, int | None]:
     return (what, int(ns)) if at and ns.isdigit() else (text, None)
 
 
+def stream_events(lines: list[bytes], authenticated: bool) -> list[tuple[str, int | None]]:
+    """(what, ns) per line of a stream; `authenticated`: each line ends with its MAC (not
+    checked here: verify_record does)."""
+    out = []
+    for line in lines:
+        text = line.decode(errors="replace").rstrip("\n")
+        out.append(split_event(text.rpartition(" ")[0] if authenticated else text))
+    return out
+
+
+def timing(events: list[tuple[str, int | None]]) -> dict | None:
+    """A role's durations (ms) from its events: connecting (start to `connected`), the steps
+    (`connected` to the last step), time in frames during the steps, the whole run."""
+    times = {what.split(" ")[0]: t for what, t in events if t is not None}
+    if not events or any(t is None for _, t in events):
+        return None
+    first, last = events[0][1], events[-1][1]
+    steps = [(what, t) for what, t in events if what.startswith("step ")]
+    frames = sum(int(w.split(" comm ")[1]) for w, _ in steps if " comm " in w)
+    ms = lambda ns: round(ns / 1e6, 3)
+    out = {"total_ms": ms(last - first), "steps": len(steps), "frames_ms": ms(frames)}
+    if "connected" in times:
+        out["connect_ms"] = ms(times["connected"] - first)
+        out["steps_ms"] = ms((steps[-1][1] if steps else times["connected"]) - times["connected"])
+    return out
+
+
 def record_mac(k: bytes, record: dict) -> str:
     body = {f: v for f, v in record.items() if f != "mac"}
     return hmac.new(k, json.dumps(body, sort_keys=True, separators=(",", ":")).encode(),
@@ -393,7 +420,7 @@ def launch(dep_dir: str | Path, steps: int = 5, deadline_ms: int = 10000,
         interrupted = run_roles(runs, deadline_ms, kill)
     except OSError as e:              # an executable the manifest lists that cannot be executed
         raise Refusal("launch-input", f"{e.filename}: {e.strerror}")
-    record = make_record(table, runs, steps, manifest, mpath)
+    record = make_record(table, runs, steps, manifest, mpath, rdir)
     if interrupted:
         record["interrupted"] = interrupted
     record["path"] = str(write_record(rdir, seal(record, rdir, secret, nonce)))
@@ -411,7 +438,8 @@ PASS_RULES = {   # what `passed` must be, from the rest of a record of each kind
 }
 
 
-def make_record(table: dict, runs: list[RoleRun], steps: int, manifest: dict, mpath: Path) -> dict:
+def make_record(table: dict, runs: list[RoleRun], steps: int, manifest: dict, mpath: Path,
+                rdir: Path) -> dict:
     roles = []
     for run in runs:
         refused = next((l[len("refused: "):] for l in run.stderr.splitlines()
@@ -421,6 +449,8 @@ def make_record(table: dict, runs: list[RoleRun], steps: int, manifest: dict, mp
                       "exit": run.exit, "refused": refused,
                       "signal": -run.exit if run.exit is not None and run.exit < 0 else None,
                       "stream": {"file": f"events/{run.role}.log"}})
+        f = rdir / roles[-1]["stream"]["file"]
+        roles[-1]["timing"] = timing(stream_events(stream_lines(f), True)) if f.is_file() else None
     root = next(r for r in runs if r.role == table["root"])
     record = {"format": RECORD_FORMAT, "kind": "launch", "deployment": table["deployment"],
               "learner": table["learner"], "identity": table["identity"], "steps": steps,
@@ -498,6 +528,8 @@ def stream_problems(k: bytes, kind: str, r: dict, f: Path) -> list[str]:
         return [f"{r['role']}: its events are not the ones it authenticated as it ran"]
     if r["exit"] == 0 and [split_event(t)[0] for t in texts[-1:]] != ["done"]:
         return [f"{r['role']}: exited 0 but its stream does not end with `done`"]
+    if kind == "launch" and r.get("timing") != timing(stream_events(lines, True)):
+        return [f"{r['role']}: its timing is not what its stream says"]
     return []
 
 

@@ -1,0 +1,69 @@
+"""`alphac trace RECORD -o trace.json`: a run's event streams as a Chrome / Perfetto trace.
+
+What it does
+    Reads the record (`runs/NAME-NNNN/record.json`) and each role's event stream, whose lines
+    carry the role's monotonic clock (every role of a loopback run reads the same clock, so their
+    spans line up), and writes the trace-event format (JSON; open it in ui.perfetto.dev or
+    chrome://tracing): one process per role, named by a metadata event; a complete event ("X")
+    per span between two events, named by the later one: `connect` (start to `connected`),
+    `step N` (with its time in frames, `frames_ms`, as an argument), `publish` (the root),
+    `checkpoint`, `finish`;
+    an instant event for a refusal. Times are microseconds from the run's first event.
+Requires
+    A record written by `alphac launch` (format 2); `alphac verify-record` says whether it is
+    authentic: this only reads it.
+Guarantees
+    The same trace for the same record (roles in the record's order). A record or stream that
+    cannot be read is `record-malformed`.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from alphac.refusals import Refusal
+from alphac.tools.launch import check_record, stream_events, stream_lines
+
+
+def span_name(what: str) -> str:
+    if what.startswith("step "):
+        return " ".join(what.split(" ")[:2])
+    return {"connected": "connect", "checkpointed": "checkpoint", "published": "publish",
+            "done": "finish"}.get(what, what)
+
+
+def trace(record: str | Path) -> dict:
+    path = Path(record)
+    try:
+        rec = check_record(json.loads(path.read_text()))
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise Refusal("record-malformed", f"{path}: {e}")
+    streams = []
+    for r in rec["roles"]:
+        f = path.parent / r["stream"]["file"] if "stream" in r else None
+        events = stream_events(stream_lines(f), rec["kind"] == "launch") if f and f.is_file() else []
+        streams.append((r["role"], [(w, t) for w, t in events if t is not None]))
+    t0 = min((ev[0][1] for _, ev in streams if ev), default=0)
+    us = lambda ns: round((ns - t0) / 1000, 3)
+    out = []
+    for pid, (role, events) in enumerate(streams):
+        out.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": role}})
+        for (_, t_prev), (what, t) in zip(events, events[1:]):
+            if what.startswith("refused: "):
+                out.append({"ph": "i", "name": what, "pid": pid, "tid": 0, "ts": us(t), "s": "p"})
+                continue
+            ev = {"ph": "X", "name": span_name(what), "pid": pid, "tid": 0, "ts": us(t_prev),
+                  "dur": us(t) - us(t_prev)}
+            if " comm " in what:
+                ev["args"] = {"frames_ms": round(int(what.split(" comm ")[1]) / 1e6, 3)}
+            out.append(ev)
+    return {"traceEvents": out, "displayTimeUnit": "ms",
+            "otherData": {"deployment": str(rec.get("deployment")), "passed": rec["passed"]}}
+
+
+def write_trace(record: str | Path, out: str | Path) -> int:
+    """Write the trace of `record` to `out`; returns the number of events."""
+    from alphac.artifacts import write_file
+    t = trace(record)
+    write_file(out, (json.dumps(t, indent=1, sort_keys=True) + "\n").encode(), 0o644)
+    return len(t["traceEvents"])

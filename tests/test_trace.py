@@ -1,0 +1,42 @@
+"""Run records with times (issue 21): every role's connect, steps and finish as spans, their time
+in frames, and `alphac trace` in the Chrome / Perfetto trace-event format."""
+import json
+from pathlib import Path
+
+from conftest import alphac
+from backend import build_deployment
+from conftest import example
+
+
+def test_a_launch_records_durations_and_traces_every_role(tmp_path):
+    from alphac.tools.launch import launch, verify_record
+    from alphac.tools.trace import write_trace
+    dep = build_deployment(example("lsq_adam"), "lsq_adam_star", tmp_path / "b")
+    rec = launch(dep, steps=4, records=tmp_path / "runs")
+    assert rec["passed"] and verify_record(rec["path"]) == []
+    for r in rec["roles"]:
+        t = r["timing"]
+        assert t["steps"] == 4 and 0 <= t["frames_ms"] and 0 <= t["connect_ms"] <= t["total_ms"]
+        assert t["steps_ms"] <= t["total_ms"]
+    n = write_trace(rec["path"], tmp_path / "trace.json")
+    events = json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
+    assert n == len(events)
+    names = {e["pid"]: e["args"]["name"] for e in events if e["ph"] == "M"}
+    assert sorted(names.values()) == ["coordinator", "owner.0", "owner.1", "owner.2", "owner.3"]
+    for pid in names:
+        spans = [e for e in events if e["pid"] == pid and e["ph"] == "X"]
+        publish = ["publish"] if names[pid] == "coordinator" else []
+        assert [e["name"] for e in spans] == ["connect", "step 1", "step 2", "step 3", "step 4",
+                                              *publish, "finish"]
+        assert all(e["dur"] >= 0 for e in spans)
+        assert [e["ts"] for e in spans] == sorted(e["ts"] for e in spans)
+        assert all("frames_ms" in e["args"] for e in spans if e["name"].startswith("step"))
+    # a timing edited (and resealed) no longer follows from the stream
+    from alphac.tools.launch import record_key, seal, write_record
+    data = json.loads(Path(rec["path"]).read_text())
+    data["roles"][1]["timing"]["total_ms"] += 1
+    data.pop("mac")
+    write_record(Path(rec["path"]).parent, seal(data, Path(rec["path"]).parent, record_key(),
+                                                data["auth"]["nonce"]))
+    assert verify_record(rec["path"]) == [f"{data['roles'][1]['role']}: its timing is not what "
+                                          f"its stream says"]
