@@ -46,3 +46,25 @@ def test_build_never_follows_a_planted_link(tmp_path, monkeypatch):
 def test_an_empty_path_is_a_usage_error(argv):
     rc, _, err = alphac(*argv)
     assert rc == 2 and "not a path: ''" in err, err
+
+
+# -- the compiler's limits -----------------------------------------------------------------------------
+def learner(tmp_path, body: str, name="t.alpha"):
+    p = tmp_path / name
+    p.write_text("learner t\n" + body)
+    return p
+
+
+def diagnostic(rc, err):
+    """The one line `FILE:LINE:COL: error[CODE]: message` of a refused check."""
+    assert rc == 1 and "Traceback" not in err and "internal error" not in err, err
+    return err.splitlines()[0].split(": ", 1)
+
+
+def test_number_literals_that_overflow_binary64(tmp_path):
+    for n, lit in enumerate(["1" * 4400, "0x1p1024", "0x" + "f" * 300, "1e309"]):
+        p = learner(tmp_path, f"state s: f64 = 1.0\nupdate {{\n  s = s * {lit}\n}}\n", f"{n}.alpha")
+        where, what = diagnostic(*alphac("check", p)[::2])
+        assert where == f"{p}:4:11" and what.startswith("error[E0004]: `") and "overflows" in what
+    p = learner(tmp_path, "state s: f64[" + "0" * 5000 + "2] = 1.0\nupdate {\n  s = s\n}\n")
+    assert alphac("check", p)[0] == 0                       # 5,000 leading zeros: the integer 2
