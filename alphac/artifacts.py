@@ -25,11 +25,11 @@ Requires
 from __future__ import annotations
 
 import dataclasses
-import os
 from pathlib import Path
 from typing import Callable, NamedTuple
 
 from alphac import manifest
+from alphac.files import write_file
 
 
 class Built(NamedTuple):
@@ -178,16 +178,6 @@ def example_gpu_owners() -> list[tuple[str, dict]]:
 
 
 # ---- writing -----------------------------------------------------------------------------------
-def write_file(path: str | Path, data: bytes, file_mode: int) -> None:
-    """Write `data` whole: a temporary file, its mode set (whatever the umask), then rename."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(data)
-    os.chmod(tmp, file_mode)
-    os.replace(tmp, path)
-
-
 def build_all(out_dir: str | Path = "build/all") -> dict:
     """Build every recipe into `out_dir`, then write `out_dir/MANIFEST.json` (last); return it."""
     out_dir = Path(out_dir)

@@ -1,10 +1,12 @@
 """The `alphac` command: argument parsing and the exit-code conventions, nothing else.
 
 Exit codes: 0 success; 1 the input has errors (diagnostics on stderr; for `verify`, a missing or
-malformed manifest); 2 the command line is wrong (argparse's usage message); 3 `verify` or
-`verify-record` found a difference (one line per problem on stderr); a run that refuses exits
-with its refusal's code (`alphac.refusals`) after printing `refused: NAME` on stderr, exactly
-like the executables.
+malformed manifest), or a file cannot be read or written (`alphac: error: ...`: an output path
+that is not absent or a regular file is refused by name, alphac.files); 2 the command line is
+wrong (argparse's usage message; an empty path is one); 3 `verify` or `verify-record` found a
+difference (one line per problem on stderr), or alphac has a defect (`alphac: internal error:
+...`); a run that refuses exits with its refusal's code (`alphac.refusals`) after printing
+`refused: NAME` on stderr, exactly like the executables.
 A bad input never produces a Python traceback.
 """
 from __future__ import annotations
@@ -62,6 +64,13 @@ run `alphac COMMAND --help` for a command's options.
 """
 
 
+def _path(text: str) -> str:
+    """A path on the command line: never empty (`''` would name the current directory, or `/`)."""
+    if not text or "\0" in text:
+        raise argparse.ArgumentTypeError(f"not a path: {text!r}")
+    return text
+
+
 def _steps(text: str) -> int:
     try:
         n = int(text, 10)
@@ -87,18 +96,18 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("check", help="check learners and report diagnostics",
                        description="Parse and check each FILE; print every diagnostic. Exit 0 "
                                    "when all are clean, 1 otherwise.")
-    p.add_argument("files", nargs="+", metavar="FILE")
+    p.add_argument("files", nargs="+", type=_path, metavar="FILE")
 
     p = sub.add_parser("run", help="run a learner in the reference interpreter",
                        description="Run FILE in the reference interpreter under the numerical "
                                    "contract and print the state in the LEARNERS.md format.")
-    p.add_argument("file", metavar="FILE")
+    p.add_argument("file", type=_path, metavar="FILE")
     p.add_argument("--steps", type=_steps, default=5, metavar="N", help="training steps (default 5)")
     p.add_argument("--deployment", metavar="NAME", help="execute this deployment's plan")
 
     p = sub.add_parser("plan", help="print a deployment's plan",
                        description="Check FILE's deployments and print the plan of one (or all).")
-    p.add_argument("file", metavar="FILE")
+    p.add_argument("file", type=_path, metavar="FILE")
     p.add_argument("--deployment", metavar="NAME", help="the deployment (default: every one)")
 
     p = sub.add_parser("build", help="build a static executable",
@@ -106,8 +115,8 @@ def build_parser() -> argparse.ArgumentParser:
                                    "(x86_64 or aarch64): `OUT [--steps N]` trains on all samples "
                                    "and prints the state exactly as `alphac run` does. No "
                                    "assembler, linker or libc is used.")
-    p.add_argument("file", metavar="FILE")
-    p.add_argument("-o", dest="output", metavar="OUT", help="output path (default: the learner's name)")
+    p.add_argument("file", type=_path, metavar="FILE")
+    p.add_argument("-o", dest="output", type=_path, metavar="OUT", help="output path (default: the learner's name)")
     p.add_argument("--target", dest="sub_target", type=_target, default=None,
                    help="instruction set (default x86_64), or x86_64+sm_86 / x86_64+sm_90 for a "
                         "GPU owner")
@@ -121,20 +130,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sm", type=int, choices=(86, 90), default=90,
                    help="the GPU architecture for --emit ptx and cubin-info (default 90)")
     g = p.add_argument_group("GPU owners (docs/nvdrv.md)")
-    g.add_argument("--gpu-host", metavar="FILE", help="the host description: uuid, product, memory, "
+    g.add_argument("--gpu-host", type=_path, metavar="FILE", help="the host description: uuid, product, memory, "
                    "driver, minor")
     g.add_argument("--gpu-uuid", metavar="GPU-...", help="the card's UUID (overrides the file)")
     g.add_argument("--gpu-product", metavar="NAME", help='the product name, e.g. "NVIDIA H200"')
     g.add_argument("--gpu-memory", metavar="BYTES", help="the card's memory: bytes, or N KiB/MiB/GiB")
     g.add_argument("--driver", metavar="VERSION", help="the driver version, e.g. 580.159.04")
     g.add_argument("--gpu-minor", metavar="N", help="the card's device minor (/dev/nvidiaN; default 0)")
-    g.add_argument("--ptxas", metavar="PATH", help="the PTX assembler (default $ALPHAC_PTXAS or PATH)")
+    g.add_argument("--ptxas", type=_path, metavar="PATH", help="the PTX assembler (default $ALPHAC_PTXAS or PATH)")
 
     p = sub.add_parser("build-all", help="build every artifact, with a manifest",
                        description="Build every artifact the project knows how to build (every "
                                    "examples/*.alpha for every target) into DIR, and write "
                                    "DIR/MANIFEST.json. Run from the project root.")
-    p.add_argument("--out", default="build/all", metavar="DIR", help="output folder (default build/all)")
+    p.add_argument("--out", type=_path, default="build/all", metavar="DIR", help="output folder (default build/all)")
 
     p = sub.add_parser("verify", help="rebuild what a manifest lists and check every hash",
                        description="Check the compiler, every input and every artifact a manifest "
@@ -142,21 +151,21 @@ def build_parser() -> argparse.ArgumentParser:
                                    "Run from the directory the build ran in. Exit 0 when all "
                                    "match, 3 when something differs, 1 for a missing or malformed "
                                    "manifest.")
-    p.add_argument("manifest", metavar="MANIFEST")
+    p.add_argument("manifest", type=_path, metavar="MANIFEST")
 
     p = sub.add_parser("launch", help="run a built deployment on this machine",
                        description="Run the role executables of a built deployment (a directory "
                                    "made by `make roles`, e.g. build/roles/lsq_adam_star) on "
                                    "loopback, after checking each one's SHA-256 against the build "
                                    "manifest. Prints the published state; writes a run record.")
-    p.add_argument("dir", metavar="DIR")
+    p.add_argument("dir", type=_path, metavar="DIR")
     p.add_argument("--steps", type=_steps, default=5, metavar="N")
     p.add_argument("--deadline-ms", type=_steps, default=10000, metavar="MS",
                    help="each role's bound on any wait (default 10000)")
-    p.add_argument("--records", default="runs", metavar="DIR", help="where run records go (runs/)")
-    p.add_argument("--record-key", metavar="FILE", help=KEY_HELP)
-    p.add_argument("--checkpoint", metavar="DIR", help="publish a checkpoint at the end")
-    p.add_argument("--resume", metavar="DIR", help="start from the checkpoint in DIR")
+    p.add_argument("--records", type=_path, default="runs", metavar="DIR", help="where run records go (runs/)")
+    p.add_argument("--record-key", type=_path, metavar="FILE", help=KEY_HELP)
+    p.add_argument("--checkpoint", type=_path, metavar="DIR", help="publish a checkpoint at the end")
+    p.add_argument("--resume", type=_path, metavar="DIR", help="start from the checkpoint in DIR")
     p.add_argument("--compare", action="store_true",
                    help="also run the deployment in the reference interpreter and say whether the "
                         "bits are equal")
@@ -173,7 +182,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="`alphac ckpt show DIR` prints the manifest tree of a checkpoint "
                                    "and the state its shards hold (checksums checked).")
     p.add_argument("action", choices=("show",))
-    p.add_argument("dir", metavar="DIR")
+    p.add_argument("dir", type=_path, metavar="DIR")
 
     p = sub.add_parser("explain", help="explain a diagnostic code",
                        description="Print the explanation of a diagnostic code (E0xxx, W0xxx).")
@@ -305,28 +314,33 @@ def cmd_build(args) -> int:
     if args.emit == "lir":
         return _emitted(lir(image.program), args.output)
     out = Path(args.output or compiled.learner.name)
-    write_file(out, image.elf, 0o755)
+    side = out.with_name(out.name + manifest.SUFFIX) if out.name else out
     try:
-        recipe, tools = learner_recipe(args.file, target), {}
-        if gpu is not None:
-            recipe, tools = gpu_recipe(args.file, target, gpu.conversation.host), ptxas_tool(gpu.ptxas)
-        entry = manifest.artifact_entry(image.elf, recipe, learner_inputs(args.file, compiled))
-        m = manifest.new({out.name: entry}, entry["inputs"], tools)
-    except manifest.ManifestError as e:
-        print(f"alphac: warning: no manifest written: {e}", file=sys.stderr)
-        return 0
-    manifest.write(out.with_name(out.name + manifest.SUFFIX), m)
+        write_file(out, image.elf, 0o755)
+        try:
+            recipe, tools = learner_recipe(args.file, target), {}
+            if gpu is not None:
+                recipe, tools = gpu_recipe(args.file, target, gpu.conversation.host), ptxas_tool(gpu.ptxas)
+            entry = manifest.artifact_entry(image.elf, recipe, learner_inputs(args.file, compiled))
+            m = manifest.new({out.name: entry}, entry["inputs"], tools)
+        except manifest.ManifestError as e:
+            print(f"alphac: warning: no manifest written: {e}", file=sys.stderr)
+            return 0
+        manifest.write(side, m)
+    except OSError as e:
+        print(f"alphac: error: cannot write `{e.filename or out}`: {e.strerror or e}", file=sys.stderr)
+        return 1
     return 0
 
 
 def _emitted(text: str, output: str | None) -> int:
     """An --emit form: to OUT when -o names one (instead of the executable), else to stdout."""
+    from alphac.files import write_file
     if output is None:
         sys.stdout.write(text)
         return 0
     try:
-        with open(output, "w", encoding="utf-8") as f:
-            f.write(text)
+        write_file(output, text.encode(), 0o644)
     except OSError as e:
         print(f"alphac: error: cannot write `{output}`: {e.strerror or e}", file=sys.stderr)
         return 1
@@ -472,3 +486,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("alphac: interrupted", file=sys.stderr)
         return 130
+    except OSError as e:               # the machine said no: a file, a directory, a process
+        where = f" `{e.filename}`" if e.filename else ""
+        print(f"alphac: error:{where} {e.strerror or e}", file=sys.stderr)
+        return 1
+    except Exception as e:             # a defect of alphac's, reported without a traceback
+        print(f"alphac: internal error: {type(e).__name__}: {e} (please report this input)",
+              file=sys.stderr)
+        return 3

@@ -135,6 +135,11 @@ CODES: dict[str, tuple[str, str]] = {
               "A numeric literal is not a decimal number (`12`, `0.5`, `1e-8`) or a hexadecimal "
               "float (`0x1.8p3`). Numbers are read as the nearest binary64."),
     # -- syntax -------------------------------------------------------------------------------
+    "E0004": ("number out of range",
+              "A numeric literal is too large for binary64: its nearest binary64 is infinity "
+              "(`1e309`, `0x1p1024`, an integer of 310 digits), and the contract keeps every "
+              "value finite. The largest finite binary64 is 0x1.fffffffffffffp1023, about "
+              "1.7976931348623157e308."),
     "E0010": ("unexpected token",
               "The parser expected something else here. The message says what it expected. "
               "A file starts with `learner NAME` and continues with declarations "

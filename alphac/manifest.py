@@ -37,6 +37,7 @@ from functools import lru_cache
 from pathlib import Path, PurePosixPath
 
 from alphac import __version__
+from alphac.files import write_file
 
 FORMAT = 1
 NAME = "MANIFEST.json"                   # what build-all writes into its output directory
@@ -114,10 +115,7 @@ def dumps(manifest: dict) -> str:
 
 
 def write(path: str | Path, manifest: dict) -> None:
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(dumps(manifest), encoding="utf-8")
-    os.replace(tmp, path)
+    write_file(path, dumps(manifest).encode("utf-8"), 0o644)
 
 
 # ---- reading -----------------------------------------------------------------------------------

@@ -6,11 +6,12 @@ E000x diagnostic and lexing continues. Newlines are tokens (statements end at a 
 lines. `#` starts a comment to the end of the line.
 
 Numbers are kept as text and their binary64 value (Python's `float()`, the nearest double; hex
-floats through `float.fromhex`); integer-looking literals also carry their integer value, since
-dimensions and indices are integers.
+floats through `float.fromhex`); one whose value rounds to infinity is E0004. Integer-looking
+literals also carry their integer value, since dimensions and indices are integers.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from alphac.diag import Sink, Source, Span
@@ -35,6 +36,8 @@ class Token:
 
 
 def _number(text: str) -> tuple[float, int | None] | None:
+    """(binary64 value, integer value or None); the value is infinite when the literal overflows
+    binary64, and None means the literal is malformed."""
     try:
         if text.lower().startswith("0x"):
             if "p" in text.lower() or "." in text:
@@ -42,10 +45,16 @@ def _number(text: str) -> tuple[float, int | None] | None:
             v = int(text, 16)
             return float(v), v
         value = float(text)
-    except (ValueError, OverflowError):
+    except OverflowError:
+        return math.inf, None
+    except ValueError:
         return None
-    ival = int(text) if text.isdigit() else None
-    return value, ival
+    finite = text.isdigit() and math.isfinite(value)    # so at most 309 significant digits
+    return value, int(text.lstrip("0") or "0") if finite else None
+
+
+def _short(word: str) -> str:
+    return word if len(word) <= 24 else f"{word[:10]}...{word[-10:]}"
 
 
 def lex(source: Source, sink: Sink) -> list[Token]:
@@ -99,8 +108,12 @@ def lex(source: Source, sink: Sink) -> list[Token]:
                     j += 1                        # swallow junk like `1.5x` into one bad token
             word = text[i:j]
             parsed = _number(word)
-            if parsed is None:
-                sink.error("E0003", span(i, j), f"malformed number `{word}`")
+            if parsed is None or math.isinf(parsed[0]):
+                if parsed is None:
+                    sink.error("E0003", span(i, j), f"malformed number `{word}`")
+                else:
+                    sink.error("E0004", span(i, j), f"`{_short(word)}` overflows binary64",
+                               hint="the largest finite binary64 is 1.7976931348623157e308")
                 out.append(Token("num", word, span(i, j), 0.0, 0))
             else:
                 out.append(Token("num", word, span(i, j), parsed[0], parsed[1]))

@@ -73,7 +73,7 @@ def npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
 
 def export(ckpt: str | Path, out: str | Path, shapes: dict[str, tuple[int, ...]] | None = None) -> dict:
     """Write the checkpoint at `ckpt` to `out`; returns {name: shape}."""
-    from alphac.artifacts import write_file
+    from alphac.files import write_file
     from alphac.tools.ckpt import read_manifest
     ckpt, out = Path(ckpt), Path(out)
     if out.suffix not in SUFFIXES:

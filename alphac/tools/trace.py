@@ -63,7 +63,7 @@ def trace(record: str | Path) -> dict:
 
 def write_trace(record: str | Path, out: str | Path) -> int:
     """Write the trace of `record` to `out`; returns the number of events."""
-    from alphac.artifacts import write_file
+    from alphac.files import write_file
     t = trace(record)
     write_file(out, (json.dumps(t, indent=1, sort_keys=True) + "\n").encode(), 0o644)
     return len(t["traceEvents"])
