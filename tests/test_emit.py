@@ -36,7 +36,8 @@ def test_emit_goes_to_o_instead_of_the_executable(form, tmp_path, monkeypatch):
 
 
 def test_emit_to_an_unwritable_path_is_one_line(tmp_path):
-    code, _, err = alphac("build", example("lsq_adam"), "--emit", "rt", "-o", tmp_path / "no" / "x")
+    (tmp_path / "file").write_text("")
+    code, _, err = alphac("build", example("lsq_adam"), "--emit", "rt", "-o", tmp_path / "file" / "x")
     assert code == 1 and err.startswith("alphac: error: cannot write") and err.count("\n") == 1
 
 
