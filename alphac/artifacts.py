@@ -263,6 +263,35 @@ def build_roles_table(recipe: dict) -> Built:
     return Built(data, learner_inputs(recipe["source"], compiled), {})
 
 
+def deployment_recipes(source: str, name: str, plan) -> list[tuple[str, dict]]:
+    """One deployment's artifacts: `roles.json` and one executable per role."""
+    out = [("roles.json", {"kind": "roles-table", "source": source, "deployment": name})]
+    return out + [(str(r), role_recipe(source, name, str(r), plan.dep.target_of(r)))
+                  for r in plan.roles()]
+
+
+def build_deployment(source: str | Path, name: str, out_dir: str | Path) -> dict:
+    """`alphac build FILE --deployment NAME -o DIR`: the deployment's roles and roles.json in
+    DIR, then DIR/MANIFEST.json (last): what `alphac launch DIR` runs. Returns the manifest."""
+    src = manifest.input_path(source)
+    _, plans = plans_of(src)
+    if name not in plans:
+        raise RecipeError(f"no deployment `{name}` in {src} (deployments: "
+                          f"{', '.join(sorted(plans)) or 'none'})")
+    if plans[name].role_count() > MAX_BUILT_ROLES:
+        raise RecipeError(f"deployment `{name}` has {plans[name].role_count()} roles; at most "
+                          f"{MAX_BUILT_ROLES} are built one executable per role")
+    entries, inputs = {}, []
+    for path, recipe in deployment_recipes(src, name, plans[name]):
+        b = build(recipe)
+        write_file(Path(out_dir) / path, b.data, mode(recipe))
+        entries[path] = manifest.artifact_entry(b.data, recipe, b.inputs)
+        inputs += b.inputs
+    m = manifest.new(entries, inputs, {})
+    manifest.write(Path(out_dir) / manifest.NAME, m)
+    return m
+
+
 @catalogue
 def example_roles() -> list[tuple[str, dict]]:
     """Every role of every deployment in examples/: `roles/<deployment>/<role>`, and the
@@ -276,12 +305,8 @@ def example_roles() -> list[tuple[str, dict]]:
         for name, plan in sorted(plans.items()):
             if plan.role_count() > MAX_BUILT_ROLES:
                 continue
-            base = f"roles/{name}"
-            out.append((f"{base}/roles.json", {"kind": "roles-table", "source": src.as_posix(),
-                                               "deployment": name}))
-            for r in plan.roles():
-                out.append((f"{base}/{r}", role_recipe(src.as_posix(), name, str(r),
-                                                      plan.dep.target_of(r))))
+            out += [(f"roles/{name}/{path}", recipe)
+                    for path, recipe in deployment_recipes(src.as_posix(), name, plan)]
     return out
 
 

@@ -81,14 +81,20 @@ def _steps(text: str) -> int:
     return n
 
 
+FORMATS = ("hex", "decimal", "json")
+FORMAT_HELP = ("how the state is printed: hex (the default, `NAME[K] HEX`, what scripts read), "
+               "decimal (`NAME[K] VALUE`, the shortest decimal that reads back to the same bits) "
+               "or json ({\"NAME\": value or [values]})")
 KEY_HELP = ("the key records are authenticated with (default $ALPHAC_RECORD_KEY, else "
             "~/.config/alphac/record-key, made on first use)")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="alphac", description=HELP,
+    from alphac.manifest import compiler_digest
+    ap = argparse.ArgumentParser(prog="alphac", description=HELP, allow_abbrev=False,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--version", action="version", version=f"alphac {__version__}")
+    ap.add_argument("--version", action="version",
+                    version=f"alphac {__version__} (source sha256 {compiler_digest()[:16]})")
     ap.add_argument("--target", type=_target, default=None,
                     help="instruction set for build commands (default x86_64)")
     sub = ap.add_subparsers(dest="command", metavar="COMMAND")
@@ -96,18 +102,19 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("check", help="check learners and report diagnostics",
                        description="Parse and check each FILE; print every diagnostic. Exit 0 "
                                    "when all are clean, 1 otherwise.")
-    p.add_argument("files", nargs="+", type=_path, metavar="FILE")
+    p.add_argument("files", nargs="+", type=_path, metavar="FILE", help="learners (.alpha)")
 
     p = sub.add_parser("run", help="run a learner in the reference interpreter",
                        description="Run FILE in the reference interpreter under the numerical "
                                    "contract and print the state in the LEARNERS.md format.")
-    p.add_argument("file", type=_path, metavar="FILE")
+    p.add_argument("file", type=_path, metavar="FILE", help="the learner (.alpha)")
     p.add_argument("--steps", type=_steps, default=5, metavar="N", help="training steps (default 5)")
     p.add_argument("--deployment", metavar="NAME", help="execute this deployment's plan")
+    p.add_argument("--format", choices=FORMATS, default="hex", help=FORMAT_HELP)
 
     p = sub.add_parser("plan", help="print a deployment's plan",
                        description="Check FILE's deployments and print the plan of one (or all).")
-    p.add_argument("file", type=_path, metavar="FILE")
+    p.add_argument("file", type=_path, metavar="FILE", help="the learner (.alpha)")
     p.add_argument("--deployment", metavar="NAME", help="the deployment (default: every one)")
 
     p = sub.add_parser("build", help="build a static executable",
@@ -115,8 +122,11 @@ def build_parser() -> argparse.ArgumentParser:
                                    "(x86_64 or aarch64): `OUT [--steps N]` trains on all samples "
                                    "and prints the state exactly as `alphac run` does. No "
                                    "assembler, linker or libc is used.")
-    p.add_argument("file", type=_path, metavar="FILE")
+    p.add_argument("file", type=_path, metavar="FILE", help="the learner (.alpha)")
     p.add_argument("-o", dest="output", type=_path, metavar="OUT", help="output path (default: the learner's name)")
+    p.add_argument("--deployment", metavar="NAME",
+                   help="build this deployment's role executables, roles.json and MANIFEST.json "
+                        "into the directory -o names: what `alphac launch DIR` runs")
     p.add_argument("--target", dest="sub_target", type=_target, default=None,
                    help="instruction set (default x86_64), or x86_64+sm_86 / x86_64+sm_90 for a "
                         "GPU owner")
@@ -151,15 +161,17 @@ def build_parser() -> argparse.ArgumentParser:
                                    "Run from the directory the build ran in. Exit 0 when all "
                                    "match, 3 when something differs, 1 for a missing or malformed "
                                    "manifest.")
-    p.add_argument("manifest", type=_path, metavar="MANIFEST")
+    p.add_argument("manifest", type=_path, metavar="MANIFEST", help="a MANIFEST.json or OUT.manifest.json")
 
     p = sub.add_parser("launch", help="run a built deployment on this machine",
                        description="Run the role executables of a built deployment (a directory "
                                    "made by `make roles`, e.g. build/roles/lsq_adam_star) on "
                                    "loopback, after checking each one's SHA-256 against the build "
                                    "manifest. Prints the published state; writes a run record.")
-    p.add_argument("dir", type=_path, metavar="DIR")
-    p.add_argument("--steps", type=_steps, default=5, metavar="N")
+    p.add_argument("dir", type=_path, metavar="DIR", help="the built deployment")
+    p.add_argument("--steps", type=_steps, default=5, metavar="N",
+                   help="training steps every role takes (default 5)")
+    p.add_argument("--format", choices=FORMATS, default="hex", help=FORMAT_HELP)
     p.add_argument("--deadline-ms", type=_steps, default=10000, metavar="MS",
                    help="each role's bound on any wait (default 10000)")
     p.add_argument("--records", type=_path, default="runs", metavar="DIR", help="where run records go (runs/)")
@@ -175,18 +187,35 @@ def build_parser() -> argparse.ArgumentParser:
                                    "every stream's seal under the record key, and what follows "
                                    "from the rest (passed, exits, published state, the build's "
                                    "hashes). Exit 0 when it is an authentic pass, 3 otherwise.")
-    p.add_argument("record", metavar="RECORD")
-    p.add_argument("--record-key", metavar="FILE", help=KEY_HELP)
+    p.add_argument("record", type=_path, metavar="RECORD", help="runs/NAME-NNNN/record.json")
+    p.add_argument("--record-key", type=_path, metavar="FILE", help=KEY_HELP)
 
-    p = sub.add_parser("ckpt", help="inspect a checkpoint",
+    p = sub.add_parser("trace", help="a run record as a Chrome/Perfetto trace",
+                       description="Write a run record's event streams (each role's connect, "
+                                   "steps with their time in frames, finish) in the trace-event "
+                                   "format: open it in ui.perfetto.dev or chrome://tracing.")
+    p.add_argument("record", type=_path, metavar="RECORD", help="runs/NAME-NNNN/record.json")
+    p.add_argument("-o", dest="output", type=_path, metavar="OUT", required=True,
+                   help="the trace file to write (JSON)")
+
+    p = sub.add_parser("ckpt", help="inspect or export a checkpoint",
                        description="`alphac ckpt show DIR` prints the manifest tree of a checkpoint "
-                                   "and the state its shards hold (checksums checked).")
-    p.add_argument("action", choices=("show",))
-    p.add_argument("dir", type=_path, metavar="DIR")
+                                   "and the state its shards hold (checksums checked); `alphac ckpt "
+                                   "export DIR -o FILE` writes the state as full named float64 "
+                                   "tensors, a .safetensors or .npz file.")
+    p.add_argument("action", choices=("show", "export"), help="show, or export")
+    p.add_argument("dir", type=_path, metavar="DIR", help="the checkpoint directory")
+    p.add_argument("--json", action="store_true", help="show: the manifests and state as JSON")
+    p.add_argument("-o", dest="output", type=_path, metavar="FILE",
+                   help="export: the file to write, ending in .safetensors or .npz")
+    p.add_argument("--learner", type=_path, metavar="FILE",
+                   help="export: the learner's source, for each state's shape (else 1-d)")
 
     p = sub.add_parser("explain", help="explain a diagnostic code",
                        description="Print the explanation of a diagnostic code (E0xxx, W0xxx).")
-    p.add_argument("code", metavar="CODE")
+    p.add_argument("code", metavar="CODE", help="a code such as E0050")
+    for p in sub.choices.values():
+        p.allow_abbrev = False              # `--step 5` is not `--steps 5`
     return ap
 
 
@@ -230,7 +259,7 @@ def cmd_run(args) -> int:
             print(f"alphac: internal error: deployment `{args.deployment}`: {e} (please report "
                   "this learner)", file=sys.stderr)
             return 3
-        sys.stdout.write(format_state(lr, state))
+        sys.stdout.write(formatted(format_state(lr, state), args.format))
         return 0
     try:
         compiled = compile_file(args.file)
@@ -239,8 +268,29 @@ def cmd_run(args) -> int:
     _warn(compiled)
     lr = compiled.learner
     state = run(lr, args.steps)
-    sys.stdout.write(format_state(lr, state))
+    sys.stdout.write(formatted(format_state(lr, state), args.format))
     return 0
+
+
+def formatted(state_text: str, fmt: str) -> str:
+    """The printed state (`NAME[K] HEX` lines, the machine contract) in another format."""
+    import json
+    import struct
+    if fmt == "hex":
+        return state_text
+    values: dict[str, list] = {}
+    lines = []
+    for line in state_text.splitlines():
+        label, bits = line.split(" ")
+        v = struct.unpack("<d", int(bits, 16).to_bytes(8, "little"))[0]
+        lines.append(f"{label} {v!r}")
+        name, _, index = label.partition("[")
+        values.setdefault(name, []).append(v if index else None)
+        if not index:
+            values[name] = v
+    if fmt == "decimal":
+        return "".join(l + "\n" for l in lines)
+    return json.dumps(values) + "\n"
 
 
 def _plans(args):
@@ -277,6 +327,8 @@ def cmd_build(args) -> int:
     from alphac.build import BuildError, build_learner
     from alphac.driver import compile_file
     from alphac.tools.listing import CapstoneMissing, disassemble, lir
+    if args.deployment is not None:
+        return _build_deployment(args)
     try:
         compiled = compile_file(args.file)
     except CompileError as e:
@@ -330,6 +382,30 @@ def cmd_build(args) -> int:
     except OSError as e:
         print(f"alphac: error: cannot write `{e.filename or out}`: {e.strerror or e}", file=sys.stderr)
         return 1
+    return 0
+
+
+def _build_deployment(args) -> int:
+    from alphac.artifacts import RecipeError, build_deployment
+    from alphac.build import BuildError
+    from alphac.manifest import ManifestError
+    if args.output is None or args.emit is not None or args.sub_target or args.target:
+        print("alphac build: error: --deployment NAME builds the deployment's planned targets into "
+              "the directory -o DIR; it takes no --emit or --target", file=sys.stderr)
+        return 2
+    try:
+        m = build_deployment(args.file, args.deployment, args.output)
+    except CompileError as e:
+        return _report(e)
+    except (BuildError, RecipeError, ManifestError) as e:
+        print(f"alphac: error: {e}", file=sys.stderr)
+        return 1
+    except OSError as e:
+        print(f"alphac: error: cannot write `{e.filename}`: {e.strerror or e}", file=sys.stderr)
+        return 1
+    roles = len(m["artifacts"]) - 1
+    print(f"alphac: {roles} role{'s' * (roles != 1)}, roles.json and {args.output}/MANIFEST.json; "
+          f"run it with `alphac launch {args.output}`", file=sys.stderr)
     return 0
 
 
@@ -398,7 +474,7 @@ def cmd_launch(args) -> int:
         if r["exit"] != 0:
             why = f"refused: {r['refused']}" if r["refused"] else f"exit {r['exit']}"
             print(f"{r['role']}: {why}", file=sys.stderr)
-    sys.stdout.write(record["published"])
+    sys.stdout.write(formatted(record["published"], args.format))
     if args.compare and record["published"]:
         from alphac.dist.execute import run_plan
         from alphac.driver import compile_deployments
@@ -427,12 +503,45 @@ def cmd_verify_record(args) -> int:
 
 
 def cmd_ckpt(args) -> int:
-    from alphac.tools.ckpt import CheckpointError, show
+    from alphac.tools.ckpt import CheckpointError, show, show_json
+    from alphac.tools.export import export, learner_shapes
+    if (args.action == "export") != (args.output is not None) or \
+            (args.action != "export" and args.learner) or (args.action != "show" and args.json):
+        print("alphac ckpt: error: `show DIR [--json]`, or `export DIR -o FILE [--learner FILE]`",
+              file=sys.stderr)
+        return 2
     try:
-        sys.stdout.write(show(args.dir))
-    except (CheckpointError, OSError) as e:
+        if args.action == "show":
+            sys.stdout.write(show_json(args.dir) if args.json else show(args.dir))
+            return 0
+        shapes = None
+        if args.learner:
+            from alphac.driver import compile_file
+            try:
+                shapes = learner_shapes(compile_file(args.learner).learner)
+            except CompileError as e:
+                return _report(e)
+        done = export(args.dir, args.output, shapes)
+        print(f"alphac: {len(done)} tensors in {args.output}: " +
+              ", ".join(f"{k} {list(v)}" for k, v in done.items()), file=sys.stderr)
+    except (CheckpointError, ValueError) as e:
         print(f"alphac: error: {e}", file=sys.stderr)
         return 1
+    except OSError as e:
+        print(f"alphac: error: {e.filename or args.dir}: {e.strerror or e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_trace(args) -> int:
+    from alphac.tools.trace import write_trace
+    try:
+        n = write_trace(args.record, args.output)
+    except OSError as e:
+        print(f"alphac: error: cannot write `{e.filename or args.output}`: {e.strerror or e}",
+              file=sys.stderr)
+        return 1
+    print(f"alphac: {n} trace events in {args.output} (open it in ui.perfetto.dev)", file=sys.stderr)
     return 0
 
 
@@ -464,13 +573,37 @@ def cmd_explain(args) -> int:
 
 COMMANDS = {"check": cmd_check, "run": cmd_run, "plan": cmd_plan, "build": cmd_build,
             "build-all": cmd_build_all, "verify": cmd_verify, "launch": cmd_launch,
-            "verify-record": cmd_verify_record, "ckpt": cmd_ckpt, "explain": cmd_explain}
+            "verify-record": cmd_verify_record, "trace": cmd_trace, "ckpt": cmd_ckpt,
+            "explain": cmd_explain}
+
+
+def _suggest(word: str, known) -> str:
+    import difflib
+    near = difflib.get_close_matches(word, sorted(known), n=1, cutoff=0.6)
+    return f"; did you mean `{near[0]}`?" if near else ""
+
+
+def _parse(ap: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """argparse's parse, with a suggestion for a mistyped command, and a mistyped option reported
+    by the command's own usage (with a suggestion) rather than the top level's."""
+    first = next((a for a in argv if not a.startswith("-")), None)
+    if first is not None and first not in COMMANDS and argv.index(first) == 0:
+        ap.error(f"unknown command `{first}`{_suggest(first, COMMANDS)} (commands: "
+                 f"{', '.join(COMMANDS)})")
+    args, extra = ap.parse_known_args(argv)
+    if extra:
+        sub = ap._subparsers._group_actions[0].choices.get(args.command, ap) if args.command else ap
+        flags = [o for a in sub._actions for o in a.option_strings]
+        bad = extra[0].split("=")[0]
+        sub.error(f"unrecognized argument `{extra[0]}`" +
+                  (_suggest(bad, flags) if bad.startswith("-") else ""))
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = build_parser()
     try:
-        args = ap.parse_args(argv)
+        args = _parse(ap, sys.argv[1:] if argv is None else list(argv))
     except SystemExit as e:            # --help, --version and usage errors
         return int(e.code or 0)
     if args.command is None:
@@ -479,7 +612,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return COMMANDS[args.command](args)
     except Refusal as r:
-        print(f"refused: {r.name}", file=sys.stderr)
+        print(str(r), file=sys.stderr)          # refused: NAME (the detail), one line
         return r.exit_code
     except BrokenPipeError:
         return 0

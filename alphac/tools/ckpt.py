@@ -126,3 +126,21 @@ def show(root: Path) -> str:
             lines.append(f"  {label} {hex16(v) if v is not None else '(none)'}"
                          + (f"  {v!r}" if v is not None else ""))
     return "\n".join(lines) + "\n"
+
+
+def show_json(root: Path) -> str:
+    """`alphac ckpt show --json`: every manifest (its fields and records) and the state, each
+    value as its 16 hex digits and as a number."""
+    import json
+    from dataclasses import asdict
+    from alphac.ir.binary64 import hex16
+    root = Path(root)
+    manifests = []
+    for rel, m in walk(root):
+        d = asdict(m)
+        d.update(path=rel, learner=m.learner.hex(), rate=m.rate.hex(), owners=list(m.owners),
+                 records=[dict(asdict(r), sha256=r.sha256.hex()) for r in m.records])
+        manifests.append(d)
+    st = {name: {"hex": [hex16(v) if v is not None else None for v in vals], "values": vals}
+          for name, vals in state(root).items()}
+    return json.dumps({"manifests": manifests, "state": st}, indent=2, sort_keys=True) + "\n"

@@ -122,10 +122,23 @@ def check_table(t) -> dict:
     return t
 
 
+HOW = "build one with `alphac build FILE --deployment NAME -o DIR` (or `make roles`)"
+
+
 def load_table(dep_dir: Path) -> tuple[dict, dict, Path]:
     table_path = dep_dir / "roles.json"
+    if not dep_dir.exists():
+        raise Refusal("launch-input", f"{dep_dir} does not exist; {HOW}")
+    if not dep_dir.is_dir():
+        raise Refusal("launch-input", f"{dep_dir} is a file, not a built deployment (a directory "
+                                      f"with roles.json); {HOW}")
     if not table_path.exists():
-        raise Refusal("artifact-hash", f"{table_path} does not exist (run `make roles`)")
+        inner = sorted(p.parent.name for p in dep_dir.glob("*/roles.json"))
+        if inner:
+            raise Refusal("launch-input", f"{dep_dir} holds deployments, not one: launch one of "
+                                          f"{', '.join(str(dep_dir / n) for n in inner)}")
+        raise Refusal("launch-input", f"{dep_dir} has no roles.json, so it is not a built "
+                                      f"deployment; {HOW}")
     mpath = find_manifest(dep_dir)
     try:
         manifest = load_manifest(mpath)

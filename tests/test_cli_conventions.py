@@ -1,0 +1,113 @@
+"""The CLI as cargo and git users expect it (issue 21): no abbreviated options, suggestions for
+typos, a command's own usage on its errors, --version with the source digest, help for every
+option, launch errors with their detail and a hint, output formats, one-command deployments."""
+import json
+import os
+import shutil
+
+import pytest
+
+from conftest import ROOT, alphac, example
+
+
+def test_an_abbreviated_option_is_not_taken_for_another():
+    code, out, err = alphac("run", example("lsq_adam"), "--step", "5")
+    assert code == 2 and out == "" and "alphac run" in err and "did you mean `--steps`?" in err
+
+
+def test_a_mistyped_command_gets_a_suggestion():
+    code, _, err = alphac("biuld", example("lsq_adam"))
+    assert code == 2 and "unknown command `biuld`; did you mean `build`?" in err
+
+
+def test_a_mistyped_option_prints_the_commands_usage():
+    code, _, err = alphac("launch", "x", "--stepz", "3")
+    assert code == 2 and err.startswith("usage: alphac launch") and "--steps" in err
+
+
+def test_version_names_the_source_digest():
+    from alphac.manifest import compiler_digest
+    code, out, _ = alphac("--version")
+    assert code == 0 and out.strip().endswith(f"(source sha256 {compiler_digest()[:16]})")
+
+
+def test_every_option_of_every_command_has_help():
+    from alphac.cli import build_parser
+    ap = build_parser()
+    subs = ap._subparsers._group_actions[0].choices
+    missing = [f"{name} {a.dest}" for name, p in subs.items() for a in p._actions
+               if a.help in (None, "") and a.dest != "help"]
+    assert missing == []
+
+
+@pytest.mark.parametrize("case", ["nosuch", "empty", "alpha file", "role binary", "roles folder"])
+def test_launch_errors_say_what_is_wrong_and_what_to_do(case, tmp_path, example_roles):
+    paths = {"nosuch": tmp_path / "nosuch", "empty": tmp_path / "empty",
+             "alpha file": example("lsq_adam"), "role binary": example_roles / "lsq_adam_star" / "owner.0",
+             "roles folder": example_roles}
+    (tmp_path / "empty").mkdir()
+    code, out, err = alphac("launch", paths[case], "--records", tmp_path / "runs")
+    assert code == 103 and out == "" and err.count("\n") == 1, err
+    assert err.startswith("refused: launch-input (") and str(paths[case]) in err
+    want = {"nosuch": "does not exist", "empty": "has no roles.json", "alpha file": "is a file",
+            "role binary": "is a file", "roles folder": "holds deployments"}[case]
+    assert want in err and ("alphac build FILE --deployment" in err or "launch one of" in err)
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("fmt", ["decimal", "json"])
+def test_the_state_in_decimal_and_json_reads_back_to_the_same_bits(fmt):
+    import struct
+    _, hexed, _ = alphac("run", example("lsq_adam"), "--steps", "3")
+    code, out, _ = alphac("run", example("lsq_adam"), "--steps", "3", "--format", fmt)
+    assert code == 0
+    bits = lambda v: f"{struct.unpack('<Q', struct.pack('<d', v))[0]:016x}"
+    if fmt == "decimal":
+        back = [f"{l.split()[0]} {bits(float(l.split()[1]))}" for l in out.splitlines()]
+    else:
+        back = []
+        for name, v in json.loads(out).items():
+            back += [f"{name}[{k}] {bits(x)}" for k, x in enumerate(v)] if isinstance(v, list) \
+                else [f"{name} {bits(v)}"]
+    assert "\n".join(back) + "\n" == hexed
+
+
+def test_a_deployment_of_your_own_in_one_command(tmp_path, monkeypatch):
+    """A learner in a folder of its own, its deployment built with one command and launched."""
+    work = tmp_path / "mine"
+    work.mkdir()
+    shutil.copy(example("lsq_adam"), work / "mine.alpha")
+    monkeypatch.chdir(work)
+    code, out, err = alphac("build", "mine.alpha", "--deployment", "lsq_adam_star", "-o", "dep")
+    assert code == 0, err
+    assert sorted(p.name for p in (work / "dep").iterdir()) == sorted(
+        ["MANIFEST.json", "roles.json", "coordinator", "owner.0", "owner.1", "owner.2", "owner.3"])
+    code, out, err = alphac("launch", "dep", "--steps", "3", "--records", "runs")
+    assert code == 0, err
+    _, want, _ = alphac("run", "mine.alpha", "--steps", "3", "--deployment", "lsq_adam_star")
+    assert out == want
+    code, out, err = alphac("verify", "dep/MANIFEST.json")
+    assert code == 0, err
+    record = next((work / "runs").glob("*/record.json"))
+    assert alphac("verify-record", record)[0] == 0
+    code, _, err = alphac("trace", record, "-o", "trace.json")
+    assert code == 0 and json.loads((work / "trace.json").read_text())["traceEvents"]
+
+
+def test_a_checkpoint_exported_and_shown_as_json(tmp_path):
+    import numpy as np
+    from backend import build_learner_exe, run_exe
+    exe = build_learner_exe("lsq_adam", "x86_64", tmp_path)
+    r = run_exe(exe, "--steps", 3, "--checkpoint", tmp_path / "ck")
+    code, out, err = alphac("ckpt", "export", tmp_path / "ck", "-o", tmp_path / "m.npz",
+                            "--learner", example("lsq_adam"))
+    assert code == 0, err
+    with np.load(tmp_path / "m.npz") as z:
+        assert z["p1"].shape == () and z["w"].shape == (5,)
+    code, out, _ = alphac("ckpt", "show", tmp_path / "ck", "--json")
+    shown = json.loads(out)
+    assert code == 0 and shown["manifests"][0]["path"] == "MANIFEST"
+    printed = dict(l.split() for l in r.stdout.splitlines())
+    assert shown["state"]["w"]["hex"] == [printed[f"w[{k}]"] for k in range(5)]
+    code, _, err = alphac("ckpt", "export", tmp_path / "ck", "-o", tmp_path / "m.txt")
+    assert code == 1 and ".safetensors or .npz" in err
