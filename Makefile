@@ -41,7 +41,7 @@ roles: $(STAMP)
 demo: roles
 	@if command -v qemu-aarch64 >/dev/null; then dep=lsq_adam_mixed; else dep=lsq_adam_star; fi; \
 	echo "== launching build/roles/$$dep (5 steps)"; \
-	$(ALPHAC) launch build/roles/$$dep --steps 5 --compare
+	$(ALPHAC) launch build/roles/$$dep --steps 5 --compare --format decimal
 
 # random learners through every engine (tests/fuzz.py): `make fuzz MINUTES=30 [SEED=N] [FAST=1]`
 MINUTES ?= 10

@@ -181,6 +181,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compare", action="store_true",
                    help="also run the deployment in the reference interpreter and say whether the "
                         "bits are equal")
+    p.add_argument("--progress", choices=("auto", "always", "never"), default="auto",
+                   help="the root's steps, steps per second and time left on standard error: "
+                        "auto (the default) when it is a terminal")
 
     p = sub.add_parser("verify-record", help="check a run record",
                        description="Check a run record written by `alphac launch`: its MAC and "
@@ -469,7 +472,9 @@ def cmd_launch(args) -> int:
     from pathlib import Path
     from alphac.tools.launch import launch
     record = launch(args.dir, steps=args.steps, deadline_ms=args.deadline_ms, records=args.records,
-                    checkpoint=args.checkpoint, resume=args.resume, key=args.record_key)
+                    checkpoint=args.checkpoint, resume=args.resume, key=args.record_key,
+                    progress=sys.stderr if args.progress == "always" or
+                    (args.progress == "auto" and sys.stderr.isatty()) else None)
     for r in record["roles"]:
         if r["exit"] != 0:
             why = f"refused: {r['refused']}" if r["refused"] else f"exit {r['exit']}"

@@ -111,3 +111,12 @@ def test_a_checkpoint_exported_and_shown_as_json(tmp_path):
     assert shown["state"]["w"]["hex"] == [printed[f"w[{k}]"] for k in range(5)]
     code, _, err = alphac("ckpt", "export", tmp_path / "ck", "-o", tmp_path / "m.txt")
     assert code == 1 and ".safetensors or .npz" in err
+
+
+def test_launch_shows_progress_when_asked_and_not_otherwise(tmp_path, example_roles):
+    code, out, err = alphac("launch", example_roles / "lsq_adam_star", "--steps", "40",
+                            "--records", tmp_path / "runs", "--progress", "always")
+    assert code == 0 and "launch: step 40/40, " in err and "steps/s" in err
+    code, out, err = alphac("launch", example_roles / "lsq_adam_star", "--steps", "3",
+                            "--records", tmp_path / "runs")          # stderr is not a terminal
+    assert code == 0 and "launch: step" not in err

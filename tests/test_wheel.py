@@ -47,6 +47,12 @@ update {
   v = 0.999 * v + 0.001 * grad(w)^2
   w = w - 0.05 * m / (sqrt(v) + 1e-8)
 }
+
+deployment mine_star {
+  roles coordinator, owner[2]
+  topology star(coordinator)
+  samples owner[0] = 0..3, owner[1] = 3..7
+}
 """
 MINE = str(Path("examples", "mine.alpha"))      # in the user's folder, not the repository's
 X = [0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5]
@@ -174,3 +180,30 @@ def test_a_newcomer_builds_for_the_gpu_and_emits(user):
     assert r.returncode == 1 and r.stdout == "" and r.stderr == (
         "alphac: error: --emit asm needs the disassembler capstone, an optional dependency: "
         "pip install 'alphac[listing]' (or pip install capstone)\n")
+
+
+def test_a_newcomer_launches_a_deployment_traces_it_and_exports_the_checkpoint(venv, user):
+    """The issue's path: a deployment built with one command, launched, decimal output, a trace
+    written, the checkpoint exported and read back by numpy with the printed bits."""
+    import json
+    import struct
+    alphac, proj = user
+    ok(alphac("build", MINE, "--deployment", "mine_star", "-o", "dep"))
+    hexed = ok(alphac("launch", "dep", "--steps", "4", "--records", "runs", "--checkpoint", "ck"))
+    assert hexed == ok(alphac("run", MINE, "--steps", "4", "--deployment", "mine_star"))
+    decimal = ok(alphac("run", MINE, "--steps", "4", "--deployment", "mine_star", "--format", "decimal"))
+    bits = lambda v: f"{struct.unpack('<Q', struct.pack('<d', float(v)))[0]:016x}"
+    assert [f"{l.split()[0]} {bits(l.split()[1])}" for l in decimal.splitlines()] == hexed.splitlines()
+    record = next(proj.glob("runs/*/record.json"))
+    ok(alphac("verify-record", record))
+    ok(alphac("trace", record, "-o", "trace.json"))
+    assert {e["args"]["name"] for e in json.loads((proj / "trace.json").read_text())["traceEvents"]
+            if e["ph"] == "M"} == {"coordinator", "owner.0", "owner.1"}
+    ok(alphac("ckpt", "export", "ck", "-o", "model.npz", "--learner", MINE))
+    code = ("import numpy as np, struct\n"
+            "z = np.load('model.npz')\n"
+            "for name in ('w', 'm', 'v'):\n"
+            "    for k, x in enumerate(z[name]):\n"
+            "        print(f'{name}[{k}]', struct.pack('>d', x).hex())\n")
+    got = ok(run([venv / "bin" / "python", "-c", code], cwd=proj, env={"PATH": "/usr/bin:/bin"}))
+    assert sorted(got.splitlines()) == sorted(hexed.splitlines())

@@ -341,6 +341,37 @@ def _die_with(launcher: int) -> None:
         os._exit(1)
 
 
+class Progress(threading.Thread):
+    """Steps done by the root, from its event stream, on standard error every half second:
+    `step K/N, S steps/s, about T s left`; a last line when the run ends."""
+
+    def __init__(self, events: Path, steps: int, out):
+        super().__init__(daemon=True)
+        self.events, self.steps, self.out = events, steps, out
+        self.start_time, self.stop = time.monotonic(), threading.Event()
+
+    def done(self) -> int:
+        try:
+            return sum(1 for line in self.events.read_bytes().split(b"\n") if line.startswith(b"step "))
+        except OSError:
+            return 0
+
+    def line(self, final: bool) -> str:
+        k, dt = self.done(), time.monotonic() - self.start_time
+        rate = k / dt if dt > 0 else 0.0
+        left = f", about {(self.steps - k) / rate:.0f} s left" if rate and not final else ""
+        return f"launch: step {k}/{self.steps}, {rate:.1f} steps/s{left}"
+
+    def run(self) -> None:
+        while not self.stop.wait(0.5):
+            print("\r" + self.line(False), end="", file=self.out, flush=True)
+
+    def finish(self) -> None:
+        self.stop.set()
+        self.join()
+        print("\r" + self.line(True), file=self.out, flush=True)
+
+
 def run_roles(runs: list[RoleRun], deadline_ms: int, kill: tuple[str, float] | None) -> str | None:
     """Start every role in one new process group, wait for all (bounded), and on any way out
     end whatever is still running; the name of the signal that interrupted us, or None."""
@@ -394,8 +425,9 @@ def launch(dep_dir: str | Path, steps: int = 5, deadline_ms: int = 10000,
            records: str | Path = "runs", extra: dict[str, list[str]] | None = None,
            kill: tuple[str, float] | None = None, checkpoint: str | Path | None = None,
            resume: str | Path | None = None, targets: dict[str, str] | None = None,
-           key: str | Path | None = None) -> dict:
-    """Run a built deployment; returns the run record (also written under `records`)."""
+           key: str | Path | None = None, progress=None) -> dict:
+    """Run a built deployment; returns the run record (also written under `records`). With
+    `progress` (a text stream, standard error), the root's steps are shown there as they go."""
     dep_dir = Path(dep_dir)
     table, manifest, mpath = load_table(dep_dir)
     hashes = check_hashes(dep_dir, [r["file"] for r in table["roles"]], manifest, mpath)
@@ -430,7 +462,12 @@ def launch(dep_dir: str | Path, steps: int = 5, deadline_ms: int = 10000,
         runs.append(RoleRun(r["role"], r["target"], hashes[r["file"]],
                             artifact_key(dep_dir, mpath, r["file"]), argv, env))
     try:
+        if progress:
+            shown = Progress(rdir / "events" / f"{table['root']}.log", steps, progress)
+            shown.start()
         interrupted = run_roles(runs, deadline_ms, kill)
+        if progress:
+            shown.finish()
     except OSError as e:              # an executable the manifest lists that cannot be executed
         raise Refusal("launch-input", f"{e.filename}: {e.strerror}")
     record = make_record(table, runs, steps, manifest, mpath, rdir)
