@@ -120,3 +120,18 @@ def test_launch_shows_progress_when_asked_and_not_otherwise(tmp_path, example_ro
     code, out, err = alphac("launch", example_roles / "lsq_adam_star", "--steps", "3",
                             "--records", tmp_path / "runs")          # stderr is not a terminal
     assert code == 0 and "launch: step" not in err
+
+
+def test_ckpt_show_of_a_missing_checkpoint_is_one_line():
+    code, out, err = alphac("ckpt", "show", "/nonexistent-ckpt")
+    assert code == 1 and out == "" and err.startswith("alphac: error: ") and err.count("\n") == 1
+    assert "[Errno" not in err and "No such file" in err
+
+
+def test_a_deployment_builds_without_ptxas_when_no_role_needs_a_gpu(tmp_path, monkeypatch):
+    monkeypatch.delenv("ALPHAC_PTXAS", raising=False)
+    monkeypatch.setenv("PATH", "/nonexistent")
+    shutil.copy(example("lsq_adam"), tmp_path / "mine.alpha")
+    monkeypatch.chdir(tmp_path)
+    code, _, err = alphac("build", "mine.alpha", "--deployment", "lsq_adam_tree", "-o", "dep")
+    assert code == 0, err
