@@ -68,3 +68,62 @@ def test_number_literals_that_overflow_binary64(tmp_path):
         assert where == f"{p}:4:11" and what.startswith("error[E0004]: `") and "overflows" in what
     p = learner(tmp_path, "state s: f64[" + "0" * 5000 + "2] = 1.0\nupdate {\n  s = s\n}\n")
     assert alphac("check", p)[0] == 0                       # 5,000 leading zeros: the integer 2
+
+
+STAR = ("deployment d {\n  roles coordinator, owner[2]\n  topology star(coordinator)\n"
+        "  samples owner[0] = 0..1, owner[1] = 1..2\n  strategy zero2\n}\n")
+
+
+def test_long_chains_compile(tmp_path):
+    """Chains of operators and of lets are walked, not recursed into: no depth limit."""
+    from alphac.ir.interp import format_state, run
+    from alphac.driver import compile_file
+    head = "data x = [1.0, 2.0]\nparam w: f64 = 0.5\n"
+    for n in (328, 5000):
+        p = learner(tmp_path, head + "loss(i) = " + " + ".join(["w * x[i]"] * n) +
+                    "\nupdate {\n  w = w - 0.0001 * grad(w)\n}\n", f"sum{n}.alpha")
+        rc, out, err = alphac("run", p, "--steps", 1)
+        assert rc == 0 and out.startswith("w "), err
+    assert alphac("check", learner(tmp_path, "const c = " + " + ".join(["1.0"] * 10000) +
+                                   "\nstate s: f64 = c\nupdate {\n  s = s\n}\n"))[0] == 0
+    rc, _, err = alphac("build", tmp_path / "sum328.alpha", "-o", tmp_path / "sum328")
+    assert rc == 0, err
+    # a partitioned update of 2,000 lets: the plan's per-coordinate evaluation and the lowering
+    lets = "".join(f"  let b{k + 1} = b{k} * 0.5 + w\n" for k in range(2000))
+    p = learner(tmp_path, "data x = [[1.0, 2.0], [0.5, 1.5]]\nparam w: f64[2] = 0.5\n"
+                "loss(i) = dot(w, x[i])\nupdate {\n  let b0 = grad(w)\n" + lets +
+                "  w = w - 0.1 * b2000\n}\n" + STAR, "lets.alpha")
+    rc, out, err = alphac("run", p, "--deployment", "d", "--steps", 2)
+    assert rc == 0 and out == format_state(compile_file(p).learner, run(compile_file(p).learner, 2)), err
+    rc, _, err = alphac("build", p, "-o", tmp_path / "lets")
+    assert rc == 0, err
+
+
+def test_nesting_and_sizes_are_bounded_with_a_diagnostic(tmp_path):
+    deep = STAR.replace("strategy zero2", "combine " + "(" * 3000 + "owner[0], owner[1]" + ")" * 3000)
+    p = learner(tmp_path, "data x = [1.0, 2.0]\nparam w: f64 = 0.5\nloss(i) = w * x[i]\n"
+                "update {\n  w = w - 0.1 * grad(w)\n}\n" + deep)
+    where, what = diagnostic(*alphac("check", p)[::2])
+    assert where == f"{p}:12:111" and what == "error[E0012]: combine tree nested more than 100 levels deep"
+    for dims, count in (("100000000000", 100000000000), ("100000000", 100000000), ("1024, 1025", 1049600)):
+        p = learner(tmp_path, f"state s: f64[{dims}] = 0.0\nupdate {{\n  s = s\n}}\n")
+        where, what = diagnostic(*alphac("check", p)[::2])
+        assert where == f"{p}:2:10" and what == f"error[E0044]: `s` makes the learner hold {count} " \
+                                                "values; at most 1048576 (2^20) are compiled"
+    p = learner(tmp_path, "state s: f64[1024, 1024] = 0.0\nstate t: f64 = 0.0\nupdate {\n  s = s\n}\n")
+    where, what = diagnostic(*alphac("check", p)[::2])
+    assert where == f"{p}:3:10" and "`t` makes the learner hold 1048577 values" in what
+
+
+def test_inputs_must_be_bounded_regular_files(tmp_path):
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "big.alpha").write_bytes(b"learner t\n" + b"#" * (1 << 20))
+    for path, why in ((tmp_path / "fifo", "it is a FIFO, not a regular file"),
+                      ("/dev/zero", "it is a character device, not a regular file"),
+                      (tmp_path, "it is a directory, not a regular file"),
+                      (tmp_path / "big.alpha", "it is larger than 1048576 bytes")):
+        rc, _, err = alphac("check", path)
+        assert rc == 1 and err == f"alphac: error[E0000]: cannot read `{path}`: {why}\nalphac: 1 error\n"
+    p = learner(tmp_path, 'data x = load("fifo")\nstate s: f64 = 0.0\nupdate {\n  s = s\n}\n')
+    where, what = diagnostic(*alphac("check", p)[::2])
+    assert where == f"{p}:2:15" and what == "error[E0060]: cannot read `fifo`: it is a FIFO, not a regular file"
