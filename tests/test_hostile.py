@@ -127,3 +127,54 @@ def test_inputs_must_be_bounded_regular_files(tmp_path):
     p = learner(tmp_path, 'data x = load("fifo")\nstate s: f64 = 0.0\nupdate {\n  s = s\n}\n')
     where, what = diagnostic(*alphac("check", p)[::2])
     assert where == f"{p}:2:15" and what == "error[E0060]: cannot read `fifo`: it is a FIFO, not a regular file"
+
+
+# -- alphac ckpt show --------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    from backend import build_learner_exe, run_exe
+    d = tmp_path_factory.mktemp("ckpt")
+    exe = build_learner_exe("lsq_momentum", "x86_64", d)
+    assert run_exe(exe, "--steps", 2, "--checkpoint", d / "ck").returncode == 0
+    return d / "ck"
+
+
+def _with_first_record(ck, tmp_path, **fields):
+    """A copy of the checkpoint whose first record has other fields, every checksum repaired."""
+    import hashlib
+    import shutil
+    from alphac.formats import CKPT_HEADER, CKPT_RECORD
+    out = tmp_path / "ck"
+    shutil.copytree(ck, out)
+    data = bytearray((out / "MANIFEST").read_bytes())
+    for name, value in fields.items():
+        f = CKPT_RECORD.field(name)
+        at = CKPT_HEADER.size + f.offset
+        data[at:at + f.size] = value.ljust(f.size, b"\0")
+    data[-32:] = hashlib.sha256(bytes(data[:-32])).digest()
+    (out / "MANIFEST").write_bytes(bytes(data))
+    return out
+
+
+def test_ckpt_show_stays_inside_the_checkpoint(checkpoint, tmp_path):
+    import hashlib
+    assert alphac("ckpt", "show", checkpoint)[0] == 0
+    outside = tmp_path / "outside.npy"
+    outside.write_bytes(b"secret")
+    sha = hashlib.sha256(b"secret").digest()
+    (checkpoint.parent / "inner").mkdir(exist_ok=True)
+    for rel in (b"../../etc/hostname", b"/etc/hostname", b"../outside.npy", b"link.npy"):
+        ck = _with_first_record(checkpoint, tmp_path / rel.hex(), path=rel, sha256=sha)
+        (ck / "link.npy").symlink_to(outside)
+        rc, out, err = alphac("ckpt", "show", ck)
+        assert (rc, out) == (1, "") and err == f"alphac: error: {ck}: record path {rel.decode()!r} " \
+                                               "is not a path inside the checkpoint\n", err
+
+
+def test_ckpt_show_never_raises_on_names_that_are_not_utf8(checkpoint, tmp_path):
+    ck = _with_first_record(checkpoint, tmp_path / "path", path=b"\xff\xfe.npy")
+    rc, out, err = alphac("ckpt", "show", ck)
+    assert (rc, out) == (1, "") and err == f"alphac: error: {ck / 'MANIFEST'}: record 0: its path is not UTF-8\n"
+    ck = _with_first_record(checkpoint, tmp_path / "state", state=b"w\xff")
+    rc, out, err = alphac("ckpt", "show", ck)
+    assert rc == 0 and "  shard w\\xff[0..5) by owner 0" in out, err
