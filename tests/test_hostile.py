@@ -178,3 +178,86 @@ def test_ckpt_show_never_raises_on_names_that_are_not_utf8(checkpoint, tmp_path)
     ck = _with_first_record(checkpoint, tmp_path / "state", state=b"w\xff")
     rc, out, err = alphac("ckpt", "show", ck)
     assert rc == 0 and "  shard w\\xff[0..5) by owner 0" in out, err
+
+
+# -- the command line, fuzzed --------------------------------------------------------------------------
+FUZZ_RUNS = int(os.environ.get("ALPHAC_CLI_FUZZ", "300"))
+
+
+def hostile_files(d):
+    """Inputs of every kind a user or an attacker can hand the CLI."""
+    import random
+    rng = random.Random(22)
+    good = example("lsq_momentum").read_bytes()
+    files = {"good.alpha": good, "empty": b"", "binary": bytes(rng.randrange(256) for _ in range(300)),
+             "latin1.alpha": good.replace(b"momentum", b"m\xf6mentum"),
+             "nested.alpha": b"learner t\nconst c = " + b"(" * 500 + b"1" + b")" * 500 + b"\n",
+             "huge.alpha": b"learner t\nstate s: f64[99999999999999999999] = 0.0\nupdate {\n  s = s\n}\n",
+             "manifest.json": b'{"format": 1, "artifacts": {"../x": {}}}',
+             "MANIFEST": b"ALPHACK" + bytes(rng.randrange(256) for _ in range(200))}
+    for k in range(12):                                    # the example, mutated byte by byte
+        b = bytearray(good)
+        for _ in range(rng.randrange(1, 8)):
+            at = rng.randrange(len(b))
+            b[at:at + rng.randrange(4)] = bytes(rng.randrange(256) for _ in range(rng.randrange(4)))
+        files[f"mut{k}.alpha"] = bytes(b)
+    for name, data in files.items():
+        (d / name).write_bytes(data)
+    os.mkfifo(d / "fifo")
+    (d / "dir").mkdir()
+    (d / "dir" / "MANIFEST").write_bytes(files["MANIFEST"])
+    (d / "loop").symlink_to(d / "loop")
+    (d / "dangling").symlink_to(d / "nowhere")
+    return sorted(files) + ["fifo", "dir", "loop", "dangling", "nowhere", "/dev/zero", ".", "-",
+                            "\x00", "\udcff"]
+
+
+def random_argv(rng, paths):
+    p = lambda: rng.choice(paths)
+    words = ["--steps", "-1", "1e3", "x", "--deployment", "nope", "--target",
+             "aarch64", "x86_64+sm_90", "sparc", "--emit", "asm", "rt", "lir", "ptx", "calls",
+             "--gpu-memory", "1 XiB", "--gpu-host", "-o", "--out", "--checkpoint", "--resume", "--help"]
+    command = rng.choice([["check", p(), p()], ["run", p()], ["plan", p()], ["build", p(), "-o", "out/" + p()],
+                          ["build", p(), "--emit", rng.choice(["asm", "rt", "lir", "ptx"])],
+                          ["build", p(), "--target", "x86_64+sm_90", "--gpu-host", p()],
+                          ["verify", p()], ["ckpt", "show", p()], ["launch", p(), "--steps", "1"],
+                          ["explain", rng.choice(["E0004", "e0044", "E9999", ""])], ["build-all", "--out", p()],
+                          [], [p()]])
+    for _ in range(rng.choice([0, 0, 0, 1, 2])):            # now and then random words anywhere
+        command.insert(rng.randrange(len(command) + 1), rng.choice(words + paths))
+    return command
+
+
+def test_cli_fuzzer_never_tracebacks(tmp_path, monkeypatch, capsys):
+    """Random command lines over hostile files through alphac.cli.main: every outcome is a
+    diagnostic, a refusal or a usage message; never a traceback, an internal error or a hang."""
+    import random
+    import signal
+    monkeypatch.chdir(tmp_path)
+    paths = hostile_files(tmp_path)
+    rng = random.Random(2022)
+
+    class Hang(BaseException):                              # past every handler of the CLI's
+        pass
+
+    def hang(*_):
+        raise Hang()
+    old = signal.signal(signal.SIGALRM, hang)
+    tried, codes = 0, {}
+    try:
+        for _ in range(FUZZ_RUNS):
+            argv = random_argv(rng, paths)
+            signal.alarm(60)
+            try:
+                rc, out, err = alphac(*argv)
+            finally:
+                signal.alarm(0)
+            assert "Traceback" not in out + err and "internal error" not in err, (argv, err)
+            assert rc in (0, 1, 2) or rc >= 64, (argv, rc, err)
+            tried += 1
+            codes[rc] = codes.get(rc, 0) + 1
+    finally:
+        signal.signal(signal.SIGALRM, old)
+    with capsys.disabled():
+        print(f"\nCLI fuzzer: {tried} command lines, 0 tracebacks; exit codes {sorted(codes.items())}")
+    assert tried == FUZZ_RUNS and len(codes) >= 3

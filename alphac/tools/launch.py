@@ -34,6 +34,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from alphac.files import read_regular
+from alphac.manifest import MAX_FILE, sha256_file
 from alphac.refusals import Refusal
 
 RECORD_FORMAT = 1
@@ -59,14 +61,6 @@ def find_manifest(start: Path) -> Path:
     raise Refusal("artifact-hash", f"no MANIFEST.json at or above {start}")
 
 
-def sha256_file(p: Path) -> str:
-    h = hashlib.sha256()
-    with open(p, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -86,9 +80,11 @@ def load_table(dep_dir: Path) -> tuple[dict, dict, Path]:
     table_path = dep_dir / "roles.json"
     if not table_path.exists():
         raise Refusal("artifact-hash", f"{table_path} does not exist (run `make roles`)")
-    table = json.loads(table_path.read_text())
     mpath = find_manifest(dep_dir)
-    manifest = json.loads(mpath.read_text())
+    try:
+        table, manifest = (json.loads(read_regular(p, MAX_FILE)) for p in (table_path, mpath))
+    except (OSError, ValueError) as e:
+        raise Refusal("artifact-hash", f"{table_path} or {mpath} cannot be read as JSON: {e}")
     return table, manifest, mpath
 
 
