@@ -8,10 +8,12 @@ import pytest
 from conftest import ROOT
 
 # tightened to what the code needs (issue 14: each a few percent over its size then); issue 15
-# added alphac/math and raised ir, ptx (the functions' PTX backend) and tools (mathexe)
-BUDGETS = {"parse": 850, "types": 570, "ir": 720, "dist": 1370, "lower": 2280, "runtime": 1480,
-           "x86_64": 780, "aarch64": 860, "elf": 370, "ptx": 900, "nvdrv": 1150, "tools": 590,
-           "math": 1150, "": 1600}
+# added alphac/math and raised ir, ptx (the functions' PTX backend) and tools (mathexe); issue 22
+# raised types (the values bound, a chain walked), tools (ckpt show's checks) and the top level
+# (alphac/files.py: reading and writing only regular files)
+BUDGETS = {"parse": 850, "types": 600, "ir": 720, "dist": 1370, "lower": 2280, "runtime": 1480,
+           "x86_64": 780, "aarch64": 860, "elf": 370, "ptx": 900, "nvdrv": 1150, "tools": 610,
+           "math": 1150, "": 1680}
 
 
 def generated(f) -> bool:
