@@ -24,7 +24,6 @@ Requires
 """
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Callable, NamedTuple
 
@@ -93,25 +92,14 @@ def learner_recipe(source: str | Path, target: str) -> dict:
     return {"kind": "learner", "source": manifest.input_path(source), "target": target}
 
 
-def _loaded(node):
-    """Every path a `load("...")` anywhere in the syntax tree `node` names."""
-    from alphac.diag import Span
-    from alphac.parse import ast
-    if isinstance(node, ast.Call) and node.func == "load" and node.args \
-            and isinstance(node.args[0], ast.Str):
-        yield node.args[0].value
-    if isinstance(node, (tuple, list)):
-        for x in node:
-            yield from _loaded(x)
-    elif dataclasses.is_dataclass(node) and not isinstance(node, Span):
-        for f in dataclasses.fields(node):
-            yield from _loaded(getattr(node, f.name))
-
-
 def learner_inputs(source: str | Path, compiled) -> list[str]:
-    """The files a learner was compiled from: its source and every `load("file.npy")`."""
+    """The files a learner was compiled from: its source and every `load("file.npy")` (the
+    checker accepts a load only as the whole value of a data declaration)."""
+    from alphac.parse import ast
     base = Path(source).parent
-    found = [source, *(base / rel for rel in _loaded(compiled.module))]
+    found = [source, *(base / d.value.args[0].value for d in compiled.module.decls
+                       if isinstance(d, ast.DataDecl) and isinstance(d.value, ast.Call)
+                       and d.value.func == "load")]
     return sorted({manifest.input_path(p) for p in found})
 
 

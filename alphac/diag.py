@@ -123,7 +123,9 @@ class BuildError(Exception):
 # tests/test_diagnostics.py.
 CODES: dict[str, tuple[str, str]] = {
     "E0000": ("cannot read the input",
-              "The file does not exist or cannot be read."),
+              "The file does not exist or cannot be read, is not a regular file (a directory, "
+              "a FIFO or a device is refused before reading: it could block or never end), or "
+              "is larger than 1 MiB (1,048,576 bytes), the bound on one source file."),
     # -- lexical ------------------------------------------------------------------------------
     "E0001": ("unexpected character",
               "The character cannot start any token of Alpha. Alpha source is ASCII: names, "
@@ -147,8 +149,10 @@ CODES: dict[str, tuple[str, str]] = {
     "E0011": ("unclosed bracket",
               "An opening `(`, `[` or `{` has no matching closing bracket."),
     "E0012": ("nested too deeply",
-              "An expression nests more than 100 levels of brackets (or of unary minus signs). "
-              "Name the inner parts with `let` or `const`."),
+              "An expression nests more than 100 levels of brackets (or of unary minus signs), "
+              "or a deployment's combine tree more than 100 levels of parentheses. Name the "
+              "inner parts of an expression with `let` or `const`. Chains of operators "
+              "(`a + b + c ...`) and of `let`s have no depth limit."),
     # -- names --------------------------------------------------------------------------------
     "E0020": ("unknown name",
               "The name is not declared. Names must be declared before they are used: data, "
@@ -201,6 +205,11 @@ CODES: dict[str, tuple[str, str]] = {
     "E0043": ("constant is not finite",
               "Folding a constant in binary64 gave infinity or NaN; the contract keeps every "
               "value finite at compile time."),
+    "E0044": ("learner too large",
+              "A learner holds at most 1,048,576 (2^20) values in all: its constants, data and "
+              "state, 8 bytes each (8 MiB). The compiler folds and lays out every value at "
+              "compile time; it counts them before it allocates a state and bounds a `.npy` "
+              "file (at most that many bytes and a 64 KiB header) before reading it."),
     # -- learner structure --------------------------------------------------------------------
     "E0050": ("update is not per-coordinate",
               "Each coordinate's new value may depend only on that coordinate of the state, "

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from alphac.diag import CompileError, Diagnostic, Sink, Source
+from alphac.files import read_regular
 from alphac.ir.autodiff import differentiate
 from alphac.ir.learner import Learner
 from alphac.parse import parse
@@ -27,9 +28,12 @@ class Compiled:
     warnings: list[Diagnostic]
 
 
+MAX_SOURCE = 1 << 20                   # bytes of one source file
+
+
 def read_source(path: str | Path, sink: Sink) -> Source | None:
     try:
-        raw = Path(path).read_bytes()
+        raw = read_regular(path, MAX_SOURCE)
     except OSError as e:
         sink.error("E0000", None, f"cannot read `{path}`: {e.strerror or e}")
         return None

@@ -34,11 +34,14 @@ def read_regular(path: str | Path, limit: int) -> bytes:
     if "\0" in str(path):
         raise OSError(errno.EINVAL, "the path holds a NUL byte", repr(str(path)))
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    with os.fdopen(fd, "rb") as f:
+    try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise _not_regular(path, st.st_mode)
-        data = f.read(limit + 1)
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            data = f.read(limit + 1)
+    finally:
+        os.close(fd)
     if len(data) > limit:
         raise OSError(errno.EFBIG, f"it is larger than {limit} bytes", str(path))
     return data

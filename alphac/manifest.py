@@ -37,7 +37,7 @@ from functools import lru_cache
 from pathlib import Path, PurePosixPath
 
 from alphac import __version__
-from alphac.files import write_file
+from alphac.files import read_regular, write_file
 
 FORMAT = 1
 NAME = "MANIFEST.json"                   # what build-all writes into its output directory
@@ -55,8 +55,11 @@ def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+MAX_FILE = 1 << 28                  # bytes of a manifest, or of a file it hashes
+
+
 def sha256_file(path: str | Path) -> str:
-    return sha256_bytes(Path(path).read_bytes())
+    return sha256_bytes(read_regular(path, MAX_FILE))
 
 
 def input_path(path: str | Path) -> str:
@@ -180,7 +183,7 @@ def validate(m) -> dict:
 
 def load(path: str | Path) -> dict:
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = read_regular(path, MAX_FILE).decode("utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise ManifestError(f"cannot read `{path}`: {getattr(e, 'strerror', None) or e}")
     try:

@@ -68,3 +68,196 @@ def test_number_literals_that_overflow_binary64(tmp_path):
         assert where == f"{p}:4:11" and what.startswith("error[E0004]: `") and "overflows" in what
     p = learner(tmp_path, "state s: f64[" + "0" * 5000 + "2] = 1.0\nupdate {\n  s = s\n}\n")
     assert alphac("check", p)[0] == 0                       # 5,000 leading zeros: the integer 2
+
+
+STAR = ("deployment d {\n  roles coordinator, owner[2]\n  topology star(coordinator)\n"
+        "  samples owner[0] = 0..1, owner[1] = 1..2\n  strategy zero2\n}\n")
+
+
+def test_long_chains_compile(tmp_path):
+    """Chains of operators and of lets are walked, not recursed into: no depth limit."""
+    from alphac.ir.interp import format_state, run
+    from alphac.driver import compile_file
+    head = "data x = [1.0, 2.0]\nparam w: f64 = 0.5\n"
+    for n in (328, 5000):
+        p = learner(tmp_path, head + "loss(i) = " + " + ".join(["w * x[i]"] * n) +
+                    "\nupdate {\n  w = w - 0.0001 * grad(w)\n}\n", f"sum{n}.alpha")
+        rc, out, err = alphac("run", p, "--steps", 1)
+        assert rc == 0 and out.startswith("w "), err
+    assert alphac("check", learner(tmp_path, "const c = " + " + ".join(["1.0"] * 10000) +
+                                   "\nstate s: f64 = c\nupdate {\n  s = s\n}\n"))[0] == 0
+    rc, _, err = alphac("build", tmp_path / "sum328.alpha", "-o", tmp_path / "sum328")
+    assert rc == 0, err
+    # a partitioned update of 2,000 lets: the plan's per-coordinate evaluation and the lowering
+    lets = "".join(f"  let b{k + 1} = b{k} * 0.5 + w\n" for k in range(2000))
+    p = learner(tmp_path, "data x = [[1.0, 2.0], [0.5, 1.5]]\nparam w: f64[2] = 0.5\n"
+                "loss(i) = dot(w, x[i])\nupdate {\n  let b0 = grad(w)\n" + lets +
+                "  w = w - 0.1 * b2000\n}\n" + STAR, "lets.alpha")
+    rc, out, err = alphac("run", p, "--deployment", "d", "--steps", 2)
+    assert rc == 0 and out == format_state(compile_file(p).learner, run(compile_file(p).learner, 2)), err
+    rc, _, err = alphac("build", p, "-o", tmp_path / "lets")
+    assert rc == 0, err
+
+
+def test_nesting_and_sizes_are_bounded_with_a_diagnostic(tmp_path):
+    deep = STAR.replace("strategy zero2", "combine " + "(" * 3000 + "owner[0], owner[1]" + ")" * 3000)
+    p = learner(tmp_path, "data x = [1.0, 2.0]\nparam w: f64 = 0.5\nloss(i) = w * x[i]\n"
+                "update {\n  w = w - 0.1 * grad(w)\n}\n" + deep)
+    where, what = diagnostic(*alphac("check", p)[::2])
+    assert where == f"{p}:12:111" and what == "error[E0012]: combine tree nested more than 100 levels deep"
+    for dims, count in (("100000000000", 100000000000), ("100000000", 100000000), ("1024, 1025", 1049600)):
+        p = learner(tmp_path, f"state s: f64[{dims}] = 0.0\nupdate {{\n  s = s\n}}\n")
+        where, what = diagnostic(*alphac("check", p)[::2])
+        assert where == f"{p}:2:10" and what == f"error[E0044]: `s` makes the learner hold {count} " \
+                                                "values; at most 1048576 (2^20) are compiled"
+    p = learner(tmp_path, "state s: f64[1024, 1024] = 0.0\nstate t: f64 = 0.0\nupdate {\n  s = s\n}\n")
+    where, what = diagnostic(*alphac("check", p)[::2])
+    assert where == f"{p}:3:10" and "`t` makes the learner hold 1048577 values" in what
+
+
+def test_inputs_must_be_bounded_regular_files(tmp_path):
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "big.alpha").write_bytes(b"learner t\n" + b"#" * (1 << 20))
+    for path, why in ((tmp_path / "fifo", "it is a FIFO, not a regular file"),
+                      ("/dev/zero", "it is a character device, not a regular file"),
+                      (tmp_path, "it is a directory, not a regular file"),
+                      (tmp_path / "big.alpha", "it is larger than 1048576 bytes")):
+        rc, _, err = alphac("check", path)
+        assert rc == 1 and err == f"alphac: error[E0000]: cannot read `{path}`: {why}\nalphac: 1 error\n"
+    p = learner(tmp_path, 'data x = load("fifo")\nstate s: f64 = 0.0\nupdate {\n  s = s\n}\n')
+    where, what = diagnostic(*alphac("check", p)[::2])
+    assert where == f"{p}:2:15" and what == "error[E0060]: cannot read `fifo`: it is a FIFO, not a regular file"
+
+
+# -- alphac ckpt show --------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    from backend import build_learner_exe, run_exe
+    d = tmp_path_factory.mktemp("ckpt")
+    exe = build_learner_exe("lsq_momentum", "x86_64", d)
+    assert run_exe(exe, "--steps", 2, "--checkpoint", d / "ck").returncode == 0
+    return d / "ck"
+
+
+def _with_first_record(ck, tmp_path, **fields):
+    """A copy of the checkpoint whose first record has other fields, every checksum repaired."""
+    import hashlib
+    import shutil
+    from alphac.formats import CKPT_HEADER, CKPT_RECORD
+    out = tmp_path / "ck"
+    shutil.copytree(ck, out)
+    data = bytearray((out / "MANIFEST").read_bytes())
+    for name, value in fields.items():
+        f = CKPT_RECORD.field(name)
+        at = CKPT_HEADER.size + f.offset
+        data[at:at + f.size] = value.ljust(f.size, b"\0")
+    data[-32:] = hashlib.sha256(bytes(data[:-32])).digest()
+    (out / "MANIFEST").write_bytes(bytes(data))
+    return out
+
+
+def test_ckpt_show_stays_inside_the_checkpoint(checkpoint, tmp_path):
+    import hashlib
+    assert alphac("ckpt", "show", checkpoint)[0] == 0
+    outside = tmp_path / "outside.npy"
+    outside.write_bytes(b"secret")
+    sha = hashlib.sha256(b"secret").digest()
+    (checkpoint.parent / "inner").mkdir(exist_ok=True)
+    for rel in (b"../../etc/hostname", b"/etc/hostname", b"../outside.npy", b"link.npy"):
+        ck = _with_first_record(checkpoint, tmp_path / rel.hex(), path=rel, sha256=sha)
+        (ck / "link.npy").symlink_to(outside)
+        rc, out, err = alphac("ckpt", "show", ck)
+        assert (rc, out) == (1, "") and err == f"alphac: error: {ck}: record path {rel.decode()!r} " \
+                                               "is not a path inside the checkpoint\n", err
+
+
+def test_ckpt_show_never_raises_on_names_that_are_not_utf8(checkpoint, tmp_path):
+    ck = _with_first_record(checkpoint, tmp_path / "path", path=b"\xff\xfe.npy")
+    rc, out, err = alphac("ckpt", "show", ck)
+    assert (rc, out) == (1, "") and err == f"alphac: error: {ck / 'MANIFEST'}: record 0: its path is not UTF-8\n"
+    ck = _with_first_record(checkpoint, tmp_path / "state", state=b"w\xff")
+    rc, out, err = alphac("ckpt", "show", ck)
+    assert rc == 0 and "  shard w\\xff[0..5) by owner 0" in out, err
+
+
+# -- the command line, fuzzed --------------------------------------------------------------------------
+FUZZ_RUNS = int(os.environ.get("ALPHAC_CLI_FUZZ", "300"))
+
+
+def hostile_files(d):
+    """Inputs of every kind a user or an attacker can hand the CLI."""
+    import random
+    rng = random.Random(22)
+    good = example("lsq_momentum").read_bytes()
+    files = {"good.alpha": good, "empty": b"", "binary": bytes(rng.randrange(256) for _ in range(300)),
+             "latin1.alpha": good.replace(b"momentum", b"m\xf6mentum"),
+             "nested.alpha": b"learner t\nconst c = " + b"(" * 500 + b"1" + b")" * 500 + b"\n",
+             "huge.alpha": b"learner t\nstate s: f64[99999999999999999999] = 0.0\nupdate {\n  s = s\n}\n",
+             "manifest.json": b'{"format": 1, "artifacts": {"../x": {}}}',
+             "MANIFEST": b"ALPHACK" + bytes(rng.randrange(256) for _ in range(200))}
+    for k in range(12):                                    # the example, mutated byte by byte
+        b = bytearray(good)
+        for _ in range(rng.randrange(1, 8)):
+            at = rng.randrange(len(b))
+            b[at:at + rng.randrange(4)] = bytes(rng.randrange(256) for _ in range(rng.randrange(4)))
+        files[f"mut{k}.alpha"] = bytes(b)
+    for name, data in files.items():
+        (d / name).write_bytes(data)
+    os.mkfifo(d / "fifo")
+    (d / "dir").mkdir()
+    (d / "dir" / "MANIFEST").write_bytes(files["MANIFEST"])
+    (d / "loop").symlink_to(d / "loop")
+    (d / "dangling").symlink_to(d / "nowhere")
+    return sorted(files) + ["fifo", "dir", "loop", "dangling", "nowhere", "/dev/zero", ".", "-",
+                            "\x00", "\udcff"]
+
+
+def random_argv(rng, paths):
+    p = lambda: rng.choice(paths)
+    words = ["--steps", "-1", "1e3", "x", "--deployment", "nope", "--target",
+             "aarch64", "x86_64+sm_90", "sparc", "--emit", "asm", "rt", "lir", "ptx", "calls",
+             "--gpu-memory", "1 XiB", "--gpu-host", "-o", "--out", "--checkpoint", "--resume", "--help"]
+    command = rng.choice([["check", p(), p()], ["run", p()], ["plan", p()], ["build", p(), "-o", "out/" + p()],
+                          ["build", p(), "--emit", rng.choice(["asm", "rt", "lir", "ptx"])],
+                          ["build", p(), "--target", "x86_64+sm_90", "--gpu-host", p()],
+                          ["verify", p()], ["ckpt", "show", p()], ["launch", p(), "--steps", "1"],
+                          ["explain", rng.choice(["E0004", "e0044", "E9999", ""])], ["build-all", "--out", p()],
+                          [], [p()]])
+    for _ in range(rng.choice([0, 0, 0, 1, 2])):            # now and then random words anywhere
+        command.insert(rng.randrange(len(command) + 1), rng.choice(words + paths))
+    return command
+
+
+def test_cli_fuzzer_never_tracebacks(tmp_path, monkeypatch, capsys):
+    """Random command lines over hostile files through alphac.cli.main: every outcome is a
+    diagnostic, a refusal or a usage message; never a traceback, an internal error or a hang."""
+    import random
+    import signal
+    monkeypatch.chdir(tmp_path)
+    paths = hostile_files(tmp_path)
+    rng = random.Random(2022)
+
+    class Hang(BaseException):                              # past every handler of the CLI's
+        pass
+
+    def hang(*_):
+        raise Hang()
+    old = signal.signal(signal.SIGALRM, hang)
+    tried, codes = 0, {}
+    try:
+        for _ in range(FUZZ_RUNS):
+            argv = random_argv(rng, paths)
+            signal.alarm(60)
+            try:
+                rc, out, err = alphac(*argv)
+            finally:
+                signal.alarm(0)
+            assert "Traceback" not in out + err and "internal error" not in err, (argv, err)
+            assert rc in (0, 1, 2) or rc >= 64, (argv, rc, err)
+            tried += 1
+            codes[rc] = codes.get(rc, 0) + 1
+    finally:
+        signal.signal(signal.SIGALRM, old)
+    with capsys.disabled():
+        print(f"\nCLI fuzzer: {tried} command lines, 0 tracebacks; exit codes {sorted(codes.items())}")
+    assert tried == FUZZ_RUNS and len(codes) >= 3

@@ -126,29 +126,41 @@ def fold(n: Node) -> Node:
 
 def evaluate_at(node: Node, j: int, leaf, memo: dict[int, float]) -> float:
     """The value of an elementwise node at coordinate j (the update is per-coordinate, so this
-    is all a partitioned owner computes). `leaf(n)` reads a Read/Grad node at j."""
-    if id(node) in memo:
-        return memo[id(node)]
-    n = node
+    is all a partitioned owner computes). `leaf(n)` reads a Read/Grad node at j. Operands come
+    first, left to right, from an explicit stack: deep chains are fine."""
+    todo = [(node, j)]
+    while todo:
+        n, k = todo[-1]
+        if id(n) in memo:
+            todo.pop()
+            continue
+        pending = [(c, 0 if isinstance(n, Bcast) else k) for c in children(n) if id(c) not in memo]
+        if pending:
+            todo.extend(reversed(pending))
+            continue
+        todo.pop()
+        memo[id(n)] = _at(n, k, leaf, memo)
+    return memo[id(node)]
+
+
+def _at(n: Node, j: int, leaf, memo: dict[int, float]) -> float:
+    """One node's value at j, its operands' values in `memo`."""
+    v = [memo[id(c)] for c in children(n)]
     if isinstance(n, Const):
-        v = n.values[j] if n.shape else n.values[0]
-    elif isinstance(n, (Read, Grad)):
-        v = leaf(n)
-    elif isinstance(n, Elem):
-        v = BINARY[n.op](evaluate_at(n.a, j, leaf, memo), evaluate_at(n.b, j, leaf, memo))
-    elif isinstance(n, Unary):
-        v = UNARY[n.op](evaluate_at(n.a, j, leaf, memo))
-    elif isinstance(n, Where):
-        a, b, t, o = (evaluate_at(c, j, leaf, memo) for c in (n.a, n.b, n.then, n.other))
-        v = t if a > b else o
-    elif isinstance(n, Pow):
-        base = evaluate_at(n.a, j, leaf, memo)
-        v = base
+        return n.values[j] if n.shape else n.values[0]
+    if isinstance(n, (Read, Grad)):
+        return leaf(n)
+    if isinstance(n, Elem):
+        return BINARY[n.op](v[0], v[1])
+    if isinstance(n, Unary):
+        return UNARY[n.op](v[0])
+    if isinstance(n, Where):
+        return v[2] if v[0] > v[1] else v[3]
+    if isinstance(n, Pow):
+        acc = v[0]
         for _ in range(n.n - 1):
-            v = f.mul(v, base)
-    elif isinstance(n, Bcast):
-        v = evaluate_at(n.a, 0, leaf, memo)
-    else:
-        raise TypeError(f"{type(n).__name__} is not per-coordinate")
-    memo[id(node)] = v
-    return v
+            acc = f.mul(acc, v[0])
+        return acc
+    if isinstance(n, Bcast):
+        return v[0]
+    raise TypeError(f"{type(n).__name__} is not per-coordinate")

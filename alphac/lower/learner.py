@@ -29,7 +29,7 @@ import struct
 
 from alphac.ir.binary64 import bits
 from alphac.ir.learner import (Bcast, Const, DataRow, Dot, Elem, Grad, Learner, Node, Pick, Pow,
-                               Read, Sum, Unary, Where, postorder)
+                               Read, Sum, Unary, Where, children, postorder)
 from alphac.math import rt_name
 
 UNROLL = 8
@@ -92,14 +92,32 @@ class Values:
         self.coord: dict[tuple[int, str], str] = {}
 
     def get(self, n: Node, j: str | None) -> str:
-        if not n.shape:
-            if id(n) not in self.scalars:
-                self.scalars[id(n)] = self.compute(n, None)
-            return self.scalars[id(n)]
-        key = (id(n), j)
-        if key not in self.coord:
-            self.coord[key] = self.compute(n, j)
-        return self.coord[key]
+        """The `let` of n (at coordinate j). Its operands are computed first, in the order
+        `compute` asks for them, from an explicit stack: a chain of any depth is no recursion."""
+        todo = [(n, j, False)]
+        while todo:
+            m, k, ready = todo.pop()
+            memo, key = self.slot(m, k)
+            if key in memo:
+                continue
+            if ready:
+                memo[key] = self.compute(m, k)
+            else:
+                todo.append((m, k, True))
+                todo.extend((c, ck, False) for c, ck in reversed(self.operands(m, k)))
+        memo, key = self.slot(n, j)
+        return memo[key]
+
+    def slot(self, n: Node, j: str | None) -> tuple[dict, object]:
+        return (self.scalars, id(n)) if not n.shape else (self.coord, (id(n), j))
+
+    def operands(self, n: Node, j: str | None) -> list[tuple[Node, str | None]]:
+        """What `compute(n, j)` reads before it emits n (a reduction reads inside its loop)."""
+        if self.leaf(n, j) is not None or isinstance(n, (Const, Dot, Sum)):
+            return []
+        if isinstance(n, Bcast):
+            return [(n.a, None)]
+        return [(c, j) for c in children(n)]
 
     def prepare(self, nodes: list[Node]) -> None:
         """Compute, here and now, every scalar a loop over these vector nodes will read, so that

@@ -26,6 +26,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from alphac.files import read_regular
+
 UNITS = {"": 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
 KEYS = ("uuid", "product", "memory", "driver", "minor")
 _UUID = re.compile(r"GPU-([0-9a-fA-F]{8})-([0-9a-fA-F]{4})-([0-9a-fA-F]{4})-([0-9a-fA-F]{4})-([0-9a-fA-F]{12})")
@@ -124,7 +126,7 @@ def load(path: str | Path | None, overrides: dict[str, str | int | None] | None 
     fields: dict[str, str | int] = {}
     if path is not None:
         try:
-            fields.update(read_fields(Path(path).read_text()))
+            fields.update(read_fields(read_regular(path, 1 << 16).decode("utf-8", "replace")))
         except OSError as e:
             raise HostError(f"cannot read the host description `{path}`: {e.strerror or e}")
     fields.update({k: v for k, v in (overrides or {}).items() if v is not None})

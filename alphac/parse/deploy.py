@@ -121,11 +121,14 @@ def assignments(p: Parser, value) -> list[tuple[list[RoleRef], object]]:
         refs = [role_ref(p)]
 
 
-def combine_tree(p: Parser):
+def combine_tree(p: Parser, depth: int = 1):
+    if p.at("punct", "(") and depth > p.MAX_DEPTH:
+        p.sink.error("E0012", p.tok.span, f"combine tree nested more than {p.MAX_DEPTH} levels deep")
+        raise _Bail()
     if p.accept("punct", "("):
-        kids = [combine_tree(p)]
+        kids = [combine_tree(p, depth + 1)]
         while p.accept("punct", ","):
-            kids.append(combine_tree(p))
+            kids.append(combine_tree(p, depth + 1))
         p.expect("punct", ")", what="`)` or `,`")
         return tuple(kids)
     return role_ref(p)

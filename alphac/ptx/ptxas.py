@@ -52,7 +52,8 @@ def _unwrap(path: str) -> str:
     often put on the PATH), so that the fingerprint pins the assembler, not the wrapper."""
     real = os.path.realpath(path)
     try:
-        head = Path(real).read_bytes()[:512]
+        with open(real if os.path.isfile(real) else os.devnull, "rb") as f:
+            head = f.read(512)
     except OSError:
         return real
     if head.startswith(b"#!"):

@@ -5,17 +5,27 @@ fields, `alphac.formats` (CKPT_HEADER, CKPT_RECORD), which this module reads too
 documented in docs/checkpoints.md: a manifest (header, records, a SHA-256 trailer) and shards
 that are plain NumPy `.npy` files. This module checks what it reads the way the runtime
 does (trailer, shard checksums), and assembles the state a checkpoint holds.
+
+Guarantees: a hostile checkpoint is a `CheckpointError`, never another exception: only regular
+files of bounded size are read, a record's path must be a relative path inside the checkpoint
+directory (no `..`, no absolute path, no link leading out, UTF-8), a shard must be the 1-D
+float64 array its record's range describes, and names are shown with non-ASCII bytes escaped.
 """
 from __future__ import annotations
 
 import hashlib
+import io
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from alphac.formats import (CKPT_FORMAT, CKPT_HEADER, CKPT_MAGIC, CKPT_RECORD, CKPT_SHARD, CKPT_SUB,
                             CKPT_TRAILER)
 
+from alphac.files import read_regular
+from alphac.types.check import MAX_VALUES, NPY_HEADER
+
 HDR, REC = CKPT_HEADER.size, CKPT_RECORD.size
+LIMIT = 8 * MAX_VALUES + NPY_HEADER        # bytes of any checkpoint file: a learner's values, at most
 
 
 class CheckpointError(Exception):
@@ -45,8 +55,27 @@ class Manifest:
     records: list[Record]
 
 
+def _read(path: Path) -> bytes:
+    try:
+        return read_regular(path, LIMIT)
+    except OSError as e:
+        raise CheckpointError(f"{path}: {e.strerror or e}")
+
+
+def inside(root: Path, rel: str) -> Path:
+    """`root / rel`, refused unless it stays inside `root` (links resolved)."""
+    bad = not rel or rel.startswith("/") or ".." in PurePosixPath(rel).parts or "\0" in rel
+    try:
+        bad = bad or not (root / rel).resolve().is_relative_to(root.resolve())
+    except (OSError, RuntimeError):                 # a loop of links
+        bad = True
+    if bad:
+        raise CheckpointError(f"{root}: record path {rel!r} is not a path inside the checkpoint")
+    return root / rel
+
+
 def read_manifest(path: Path) -> Manifest:
-    data = Path(path).read_bytes()
+    data = _read(Path(path))
     if len(data) < HDR + CKPT_TRAILER or data[:len(CKPT_MAGIC)] != CKPT_MAGIC:
         raise CheckpointError(f"{path}: not a checkpoint manifest")
     if hashlib.sha256(data[:-CKPT_TRAILER]).digest() != data[-CKPT_TRAILER:]:
@@ -60,9 +89,12 @@ def read_manifest(path: Path) -> Manifest:
     recs = []
     for k in range(count):
         r = CKPT_RECORD.unpack(data, HDR + REC * k)
+        try:
+            rel = r["path"].rstrip(b"\0").decode()
+        except UnicodeDecodeError:
+            raise CheckpointError(f"{path}: record {k}: its path is not UTF-8")
         recs.append(Record(r["kind"], r["writer"], r["lo"], r["hi"], r["sha256"],
-                           r["state"].rstrip(b"\0").decode(errors="replace"),
-                           r["path"].rstrip(b"\0").decode(errors="replace")))
+                           r["state"].rstrip(b"\0").decode("ascii", errors="backslashreplace"), rel))
     return Manifest(h["kind"], h["learner"], h["rate"], h["epoch"], h["version"], h["layout"],
                     (h["owner_lo"], h["owner_hi"]), recs)
 
@@ -75,7 +107,7 @@ def walk(root: Path) -> list[tuple[str, Manifest]]:
     while i < len(out):
         for r in out[i][1].records:
             if r.kind == CKPT_SUB:
-                data = (root / r.path).read_bytes()
+                data = _read(inside(root, r.path))
                 if hashlib.sha256(data).digest() != r.sha256:
                     raise CheckpointError(f"{r.path}: checksum differs from its record")
                 out.append((r.path, read_manifest(root / r.path)))
@@ -92,10 +124,15 @@ def state(root: Path) -> dict[str, list[float]]:
         for r in m.records:
             if r.kind != CKPT_SHARD:
                 continue
-            data = (root / r.path).read_bytes()
+            data = _read(inside(root, r.path))
             if hashlib.sha256(data).digest() != r.sha256:
                 raise CheckpointError(f"{r.path}: checksum differs from its record")
-            values = np.load(root / r.path)
+            try:
+                values = np.load(io.BytesIO(data), allow_pickle=False)
+            except Exception as e:      # numpy reports many kinds of malformed files
+                raise CheckpointError(f"{r.path}: not a .npy array: {e}")
+            if values.dtype != np.float64 or values.shape != (r.hi - r.lo,) or r.hi > MAX_VALUES:
+                raise CheckpointError(f"{r.path}: not the float64[{r.hi - r.lo}] its record says")
             vec = out.setdefault(r.state, [])
             if len(vec) < r.hi:
                 vec.extend([None] * (r.hi - len(vec)))

@@ -52,7 +52,8 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-from alphac.manifest import ManifestError, load as load_manifest, sha256_file
+from alphac.files import read_regular
+from alphac.manifest import MAX_FILE, ManifestError, load as load_manifest, sha256_file
 from alphac.refusals import Refusal
 
 RECORD_FORMAT = 2
@@ -146,7 +147,7 @@ def load_table(dep_dir: Path) -> tuple[dict, dict, Path]:
         raise Refusal("launch-input", str(e))
     check_hashes(dep_dir, ["roles.json"], manifest, mpath)
     try:
-        table = json.loads(table_path.read_text())
+        table = json.loads(read_regular(table_path, MAX_FILE))
     except (OSError, UnicodeDecodeError, ValueError) as e:
         raise Refusal("launch-input", f"roles.json is not JSON: {e}")
     return check_table(table), manifest, mpath

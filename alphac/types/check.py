@@ -12,7 +12,9 @@ What it decides:
   values (params, their gradients, and state updated from them) meet only at equal shapes. The
   states that meet form coordinate groups (`Group`); shape-() state that never meets a coordinate
   value is scalar state, replicated on every owner;
-- memory demand: each state's `nbytes` (8 per coordinate).
+- memory demand: each state's `nbytes` (8 per coordinate); the learner's values in all
+  (constants, data, state) at most `MAX_VALUES`, counted before a state is allocated and before
+  a `.npy` file is read (E0044).
 
 Requires: an `ast.Module`. Guarantees: never raises on a well-formed tree; reports every error it
 can find in one run (a bad expression becomes `None` and silences the errors it would cause).
@@ -27,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from alphac.diag import Sink, Span
+from alphac.files import read_regular
 from alphac.ir import learner as ir
 from alphac.ir.evaluate import fold
 from alphac.parse import ast
@@ -37,6 +40,8 @@ ELEMENTWISE = {"sqrt": 1, "exp": 1, "log": 1, "log1p": 1, "expm1": 1, "tanh": 1,
                "relu": 1, "max": 2, "min": 2, "sigmoid": 1, "softplus": 1}
 BUILTINS = {**ELEMENTWISE, "dot": 2, "sum": 1, "grad": 1, "load": 1}
 MAX_POW = 8
+MAX_VALUES = 1 << 20               # constants, data and state of one learner: 8 MiB of binary64
+NPY_HEADER = 1 << 16               # a .npy file's header, at most (numpy's own bound is 10,000 bytes)
 
 
 @dataclass
@@ -73,6 +78,16 @@ class Checker:
         self.loss: ir.Node | None = None
         self.update: list[ir.Assign] = []
         self.loss_decl: ast.LossDecl | None = None
+        self.values = 0                # how many values the declarations so far hold
+
+    def admit(self, count: int, span: Span, what: str) -> bool:
+        """Count `count` more values against MAX_VALUES, before they are allocated."""
+        self.values += count
+        if self.values <= MAX_VALUES:
+            return True
+        self.err("E0044", span, f"{what} makes the learner hold {self.values} values; at most "
+                                f"{MAX_VALUES} (2^20) are compiled")
+        return False
 
     def err(self, code: str, span: Span, msg: str, hint: str | None = None) -> None:
         self.sink.error(code, span, msg, hint)
@@ -136,7 +151,8 @@ class Checker:
     def decl_const(self, d: ast.ConstDecl) -> None:
         node = self.const_value(d.value)
         if node is None or not self.check_type(d.type, node.shape, d.value.span, f"`{d.name}`") \
-                or not self.finite(node, d.value.span):
+                or not self.finite(node, d.value.span) \
+                or not self.admit(node.size, d.value.span, f"`{d.name}`"):
             self.define(d.name, d.name_span, Symbol("const", d.type.dims if d.type else (), d.name_span))
             return
         if self.define(d.name, d.name_span, Symbol("const", node.shape, d.name_span, const=node)):
@@ -156,6 +172,8 @@ class Checker:
             ok = False
         if ok and not self.finite(node, d.value.span):
             ok = False
+        if ok and not self.admit(node.size, d.value.span, f"`{d.name}`"):
+            ok = False
         shape = node.shape if ok else (d.type.dims if d.type else (1,))
         if self.define(d.name, d.name_span, Symbol("data", shape, d.name_span)) and ok:
             self.data.append(ir.DataDef(d.name, node.shape, node.values, origin))
@@ -164,6 +182,8 @@ class Checker:
         shape = d.type.dims
         init = self.const_value(d.init)
         values = None
+        if not self.admit(math.prod(shape), d.type.span, f"`{d.name}`"):
+            init = None
         if init is not None:
             if init.shape == shape:
                 values = init.values
@@ -185,7 +205,7 @@ class Checker:
         rel = call.args[0].value
         path = (self.base_dir or Path(".")) / rel
         try:
-            raw = path.read_bytes()
+            raw = read_regular(path, 8 * MAX_VALUES + NPY_HEADER)
         except OSError as e:
             self.err("E0060", call.args[0].span, f"cannot read `{rel}`: {e.strerror or e}")
             return None
@@ -362,24 +382,30 @@ class Checker:
             self.err("E0038", span, f"data `{name}` is used outside the loss")
 
     def binary(self, e: ast.Binary, ctx: Ctx) -> ir.Node | None:
-        a = self.expr(e.left, ctx)
         if e.op == "^":
-            exp = e.right
+            a, exp = self.expr(e.left, ctx), e.right
             if not isinstance(exp, ast.Num) or exp.ival is None or not 1 <= exp.ival <= MAX_POW:
                 self.err("E0041", exp.span, "the exponent must be an integer literal from 1 to 8")
                 return None
             if a is None:
                 return None
             return a if exp.ival == 1 else ir.Pow(a, exp.ival, a.shape)
-        b = self.expr(e.right, ctx)
-        if a is None or b is None:
-            return None
+        chain = [e]                  # `a + b + c ...` is a left spine: walked, not recursed into
+        while isinstance(chain[-1].left, ast.Binary) and chain[-1].left.op != "^":
+            chain.append(chain[-1].left)
+        a = self.expr(chain[-1].left, ctx)
+        for link in reversed(chain):
+            b = self.expr(link.right, ctx)
+            a = self.arith(link, a, b) if a is not None and b is not None else None
+        return a
+
+    def arith(self, e: ast.Binary, a: ir.Node, b: ir.Node) -> ir.Node | None:
         if a.shape != b.shape and a.shape and b.shape:
             self.err("E0030", e.span, f"`{e.op}` of {_fmt(a.shape)} and {_fmt(b.shape)}",
                      hint="elementwise operations need equal shapes, or a scalar")
             return None
         op = {"+": "add", "-": "sub", "*": "mul", "/": "div"}[e.op]
-        return ir.Elem(op, a, b, a.shape or b.shape)
+        return fold(ir.Elem(op, a, b, a.shape or b.shape))
 
     def call(self, e: ast.Call, ctx: Ctx) -> ir.Node | None:
         if e.func not in BUILTINS:
