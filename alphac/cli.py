@@ -617,7 +617,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return COMMANDS[args.command](args)
     except Refusal as r:
-        print(str(r), file=sys.stderr)          # refused: NAME (the detail), one line
+        # the interpreter prints exactly what an executable prints; the tools add the detail:
+        # `refused: NAME (what was wrong, and what to do)`, one line
+        print(f"refused: {r.name}" if args.command == "run" else str(r), file=sys.stderr)
         return r.exit_code
     except BrokenPipeError:
         return 0
