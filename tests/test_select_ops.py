@@ -228,12 +228,11 @@ def program() -> tuple[str, str]:
 
 
 def build(isa: str, source: str) -> bytes:
-    from alphac.build import link_program, target
+    from alphac.build import link_program, runtime_closure, target
     from alphac.lower import rt
     from alphac.lower.rt_lower import lower_program
-    from alphac.runtime import source as runtime
     tgt = target(isa)
-    items = rt.parse(tgt.prelude(), "prelude.rt") + rt.parse(runtime("core"), "core.rt")
+    items = rt.parse(tgt.prelude(), "prelude.rt") + runtime_closure("core")
     items += rt.parse(source, "ops.rt")
     return link_program(lower_program(items, {}), tgt)[0]
 
