@@ -60,3 +60,14 @@ def decode_header(data: bytes) -> dict:
     h = FRAME.unpack(data[:HEADER])
     h["ids"] = tuple(h[d] for d in DIGESTS)
     return h
+
+
+def recv_exact(conn, n: int) -> bytes:
+    """Exactly n bytes from a socket; ConnectionError if the peer closes first."""
+    buf = b""
+    while len(buf) < n:
+        chunk = conn.recv(n - len(buf))
+        if not chunk:
+            raise ConnectionError("closed")
+        buf += chunk
+    return buf

@@ -287,29 +287,27 @@ def test_a_gpu_that_computes_another_bit_is_refused():
 SHA_MAIN = """
 data msg: [u8; 300] = extern;
 global digest: [u8; 32];
+fn print_digest() {
+    let i = 0;
+    while i < 32 {
+        rt_out_byte(load8(rt_hex_digits + (load8(digest + i) >> 4)));
+        rt_out_byte(load8(rt_hex_digits + (load8(digest + i) & 15)));
+        i = i + 1;
+    }
+    rt_out_byte(10);
+}
+
 fn main(argc: i64, argv: i64) -> i64 {
     let n = 0;
     while n <= 300 {
         sha256(msg, n, digest);
-        let i = 0;
-        while i < 32 {
-            rt_out_byte(load8(rt_hex_digits + (load8(digest + i) >> 4)));
-            rt_out_byte(load8(rt_hex_digits + (load8(digest + i) & 15)));
-            i = i + 1;
-        }
-        rt_out_byte(10);
+        print_digest();
         n = n + 1;
     }
     n = 0;
     while n <= 192 {                        // HMAC-SHA-256 under the key msg[200..232]
         hmac_sha256(msg + 200, msg, n, digest);
-        let i = 0;
-        while i < 32 {
-            rt_out_byte(load8(rt_hex_digits + (load8(digest + i) >> 4)));
-            rt_out_byte(load8(rt_hex_digits + (load8(digest + i) & 15)));
-            i = i + 1;
-        }
-        rt_out_byte(10);
+        print_digest();
         n = n + 1;
     }
     rt_flush();

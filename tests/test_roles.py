@@ -12,6 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import oracle
+from frames import recv_exact
 from conftest import EXAMPLES, ROOT, alphac, example, require_tool
 
 from alphac.refusals import REFUSALS
@@ -117,14 +118,6 @@ def star():
             "owner0": code_of(plan, Role("owner", 0)), "P": sum(p.size for p in plan.lr.params)}
 
 
-def recv_exact(conn, n):
-    buf = b""
-    while len(buf) < n:
-        chunk = conn.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError("closed")
-        buf += chunk
-    return buf
 
 
 def talk(roles, star, mutate, deadline_ms=800):

@@ -191,14 +191,6 @@ def test_shards(exes, checkpoint, target, data, tmp_path_factory):
 
 
 # -- frames -------------------------------------------------------------------------------------
-def recv_exact(conn, n):
-    buf = b""
-    while len(buf) < n:
-        chunk = conn.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError("closed")
-        buf += chunk
-    return buf
 
 
 @pytest.mark.parametrize("target", ISAS)
@@ -223,7 +215,7 @@ def test_frames(owners, target, data):
     try:
         srv.settimeout(10)
         conn, _ = srv.accept()
-        recv_exact(conn, FRAME.size + 192)
+        frames.recv_exact(conn, FRAME.size + 192)
         if data.draw(st.booleans()):
             conn.sendall(frames.hello(coord, ident, 1))
         kind = data.draw(st.sampled_from(sorted(frames.KINDS.values()) + [0, 9, 65535]))
