@@ -18,6 +18,7 @@ Guarantees:
     of the matching ELF relocation, and raise ``EncodeError`` otherwise.
 """
 from dataclasses import dataclass
+from functools import lru_cache
 
 from alphac.aarch64.isa import COND, FIELDS, ROWS, Cond, Reg, sp
 
@@ -269,8 +270,10 @@ def encode_row(row, *operands):
         raise EncodeError(f"{row}: {e}") from None
 
 
+@lru_cache(maxsize=1 << 16)
 def encode(mnemonic, *operands):
-    """The 32-bit instruction word, e.g. encode('add', x0, x1, Imm(16))."""
+    """The 32-bit instruction word, e.g. encode('add', x0, x1, Imm(16)). Memoized: a pure
+    function of frozen operands (see alphac/x86_64/encode.py)."""
     return _select(mnemonic, operands)[2]
 
 

@@ -18,6 +18,7 @@ carry bit 3 of r8-r15/xmm8-15.  `Encoded.fixup` is the offset inside the bytes o
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from alphac.x86_64.isa import GPR32, TABLE, Reg, Row
 
@@ -174,8 +175,11 @@ def _emit(row: Row, ops: tuple) -> Encoded:
     return Encoded(head + modrm + tail, fixup)
 
 
+@lru_cache(maxsize=1 << 16)
 def encode(mnemonic: str, *operands: Reg | Mem | Imm | Rel) -> Encoded:
-    """Machine code for one instruction; EncodeError if no table row accepts the operands."""
+    """Machine code for one instruction; EncodeError if no table row accepts the operands.
+    A pure function of frozen operands, so it is memoized: an executable repeats most of its
+    instructions (the runtime's, in every role), and the assembler encodes each twice."""
     return _emit(select(mnemonic, *operands), operands)
 
 
