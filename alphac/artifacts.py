@@ -166,14 +166,17 @@ def example_gpu_owners() -> list[tuple[str, dict]]:
 
 
 # ---- writing -----------------------------------------------------------------------------------
-def build_all(out_dir: str | Path = "build/all") -> dict:
-    """Build every recipe into `out_dir`, then write `out_dir/MANIFEST.json` (last); return it."""
+def build_all(out_dir: str | Path = "build/all", progress=None) -> dict:
+    """Build every recipe into `out_dir`, then write `out_dir/MANIFEST.json` (last); return it.
+    `progress(k, n, path)`, when given, is told before each artifact is built."""
     out_dir = Path(out_dir)
     recipes = all_recipes()
     if not recipes:
         raise RecipeError("nothing to build here: no examples/*.alpha under the current directory")
     entries, inputs, tools = {}, [], {}
-    for path, recipe in recipes:
+    for k, (path, recipe) in enumerate(recipes):
+        if progress:
+            progress(k, len(recipes), path)
         built = build(recipe)
         write_file(out_dir / path, built.data, mode(recipe))
         entries[path] = manifest.artifact_entry(built.data, recipe, built.inputs)

@@ -154,6 +154,9 @@ def build_parser() -> argparse.ArgumentParser:
                                    "examples/*.alpha for every target) into DIR, and write "
                                    "DIR/MANIFEST.json. Run from the project root.")
     p.add_argument("--out", type=_path, default="build/all", metavar="DIR", help="output folder (default build/all)")
+    p.add_argument("--progress", choices=("auto", "always", "never"), default="auto",
+                   help="each artifact as it is built, on standard error: auto (the default) when "
+                        "it is a terminal")
 
     p = sub.add_parser("verify", help="rebuild what a manifest lists and check every hash",
                        description="Check the compiler, every input and every artifact a manifest "
@@ -440,8 +443,13 @@ def cmd_build_all(args) -> int:
     from alphac.build import BuildError
     from alphac.manifest import ManifestError
     from alphac.ptx.ptxas import PtxasFailed, PtxasMissing
+    def show(k: int, n: int, path: str) -> None:
+        print(f"\rbuild-all: [{k + 1}/{n}] {path}\x1b[K", end="", file=sys.stderr, flush=True)
+    shown = args.progress == "always" or (args.progress == "auto" and sys.stderr.isatty())
     try:
-        m = build_all(args.out)
+        m = build_all(args.out, show if shown else None)
+        if shown:
+            print(file=sys.stderr)
     except CompileError as e:
         return _report(e)
     except (BuildError, RecipeError, ManifestError, PtxasMissing, PtxasFailed) as e:

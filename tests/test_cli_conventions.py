@@ -135,3 +135,17 @@ def test_a_deployment_builds_without_ptxas_when_no_role_needs_a_gpu(tmp_path, mo
     monkeypatch.chdir(tmp_path)
     code, _, err = alphac("build", "mine.alpha", "--deployment", "lsq_adam_tree", "-o", "dep")
     assert code == 0, err
+
+
+def test_build_all_shows_progress_when_asked(tmp_path, monkeypatch):
+    (tmp_path / "examples").mkdir()
+    shutil.copy(example("scalar_regression"), tmp_path / "examples" / "scalar_regression.alpha")
+    monkeypatch.chdir(tmp_path)
+    code, out, err = alphac("build-all", "--out", "b", "--progress", "always")
+    assert code == 0, err
+    import re
+    steps = [tuple(map(int, m)) for m in re.findall(r"build-all: \[(\d+)/(\d+)\] ", err)]
+    n = steps[0][1]
+    assert steps == [(k, n) for k in range(1, n + 1)] and n > 1, err
+    code, out, err = alphac("build-all", "--out", "c")            # stderr is not a terminal
+    assert code == 0 and "build-all: [" not in err
