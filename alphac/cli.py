@@ -89,6 +89,15 @@ KEY_HELP = ("the key records are authenticated with (default $ALPHAC_RECORD_KEY,
             "~/.config/alphac/record-key, made on first use)")
 
 
+def _progress_option(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("--progress", choices=("auto", "always", "never"), default="auto",
+                   help=f"{what}, on standard error: auto (the default) when it is a terminal")
+
+
+def _progress(args) -> bool:
+    return args.progress == "always" or (args.progress == "auto" and sys.stderr.isatty())
+
+
 def build_parser() -> argparse.ArgumentParser:
     from alphac.manifest import compiler_digest
     ap = argparse.ArgumentParser(prog="alphac", description=HELP, allow_abbrev=False,
@@ -154,9 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "examples/*.alpha for every target) into DIR, and write "
                                    "DIR/MANIFEST.json. Run from the project root.")
     p.add_argument("--out", type=_path, default="build/all", metavar="DIR", help="output folder (default build/all)")
-    p.add_argument("--progress", choices=("auto", "always", "never"), default="auto",
-                   help="each artifact as it is built, on standard error: auto (the default) when "
-                        "it is a terminal")
+    _progress_option(p, "each artifact as it is built")
 
     p = sub.add_parser("verify", help="rebuild what a manifest lists and check every hash",
                        description="Check the compiler, every input and every artifact a manifest "
@@ -184,9 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compare", action="store_true",
                    help="also run the deployment in the reference interpreter and say whether the "
                         "bits are equal")
-    p.add_argument("--progress", choices=("auto", "always", "never"), default="auto",
-                   help="the root's steps, steps per second and time left on standard error: "
-                        "auto (the default) when it is a terminal")
+    _progress_option(p, "the root's steps, steps per second and time left")
 
     p = sub.add_parser("verify-record", help="check a run record",
                        description="Check a run record written by `alphac launch`: its MAC and "
@@ -445,7 +450,7 @@ def cmd_build_all(args) -> int:
     from alphac.ptx.ptxas import PtxasFailed, PtxasMissing
     def show(k: int, n: int, path: str) -> None:
         print(f"\rbuild-all: [{k + 1}/{n}] {path}\x1b[K", end="", file=sys.stderr, flush=True)
-    shown = args.progress == "always" or (args.progress == "auto" and sys.stderr.isatty())
+    shown = _progress(args)
     try:
         m = build_all(args.out, show if shown else None)
         if shown:
@@ -481,8 +486,7 @@ def cmd_launch(args) -> int:
     from alphac.tools.launch import launch
     record = launch(args.dir, steps=args.steps, deadline_ms=args.deadline_ms, records=args.records,
                     checkpoint=args.checkpoint, resume=args.resume, key=args.record_key,
-                    progress=sys.stderr if args.progress == "always" or
-                    (args.progress == "auto" and sys.stderr.isatty()) else None)
+                    progress=sys.stderr if _progress(args) else None)
     for r in record["roles"]:
         if r["exit"] != 0:
             why = f"refused: {r['refused']}" if r["refused"] else f"exit {r['exit']}"
