@@ -242,7 +242,7 @@ def mutate_first_record(ck: Path, lo: int | None = None, hi: int | None = None,
 HOSTILE = {
     "wrapping-range": lambda ck: mutate_first_record(ck, 2 ** 64 - 1000, 2 ** 61 - 995),
     "negative-lo": lambda ck: mutate_first_record(ck, -2 ** 40, 2),
-    "empty-range": lambda ck: mutate_first_record(ck, 1, 1),
+    "empty-range": lambda ck: mutate_first_record(ck, 1, 1),      # holds nothing: w is missing
     "big-endian": lambda ck: mutate_first_record(ck, shard=lambda b: b.replace(b"'<f8'", b"'>f8'")),
     "integers": lambda ck: mutate_first_record(ck, shard=lambda b: b.replace(b"'<f8'", b"'<i8'")),
     "other-shape": lambda ck: mutate_first_record(
@@ -290,7 +290,7 @@ HOSTILE_MANIFESTS = {
     "path-absolute": lambda ck: record_path(ck, b"/etc/hostname", Path("/etc/hostname")),
     "path-unterminated": lambda ck: record_path(ck, b"single/" + b"x" * 65),
 }
-HOSTILE_REFUSALS = {**{m: "shard-corrupt" for m in HOSTILE},
+HOSTILE_REFUSALS = {**{m: "shard-corrupt" for m in HOSTILE}, "empty-range": "shard-missing",
                     **{m: "manifest-torn" for m in HOSTILE_MANIFESTS}, "fifo-shard": "shard-corrupt"}
 
 

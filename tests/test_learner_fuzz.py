@@ -160,3 +160,12 @@ def test_reducer_shrinks_a_failure_and_keeps_it(monkeypatch, tmp_path):
     kept = reduce.keep(small, tmp_path / "kept", f"found-{seed}", "a note")
     assert kept.read_text().startswith("# a note\nlearner ")
     assert differential.check_text(kept.read_text(), tmp_path / "k", ("interp", "x86_64")).status == "disagreed"
+
+
+def test_an_owners_empty_slice_in_a_checkpoint_moves_to_another_star(tmp_path):
+    """Seed 310018 (a fresh seed, after issue 22): d0's owners write empty-range shards for their
+    empty slices; d1's one owner, resuming d0's checkpoint, refused `shard-corrupt` because the
+    new range check took an empty range for a hostile one. An empty range holds nothing."""
+    rep = differential.check_program(learngen.generate(310018), tmp_path,
+                                     ("interp", "roles", "moved"), seed=310018)
+    assert rep.status == "agreed", rep.summary()
