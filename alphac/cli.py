@@ -564,7 +564,13 @@ def cmd_trace(args) -> int:
 
 def _emit_gpu(lr, args) -> str | int:
     """The text of --emit ptx (one module holding every kernel) or cubin-info, or an exit code."""
-    from alphac.ptx.kernels import module
+    from alphac.diag import BuildError
+    from alphac.ptx.kernels import kernels, module
+    try:
+        kernels(lr, args.sm)           # BuildError for what the GPU kernels cannot do
+    except BuildError as e:
+        print(f"alphac: error: {e}", file=sys.stderr)
+        return 1
     if args.emit == "ptx":
         return module(lr, args.sm)
     from alphac.ptx import build

@@ -27,6 +27,11 @@ The order of operations is part of the numerical contract, so it is fixed here:
     t = a^n      a += (dt * n) * a^(n-1)          (a^1 is a itself)
     t = dot(a,b) a += dt * b         b += dt * a
     t = sum(a)   a += dt, at every coordinate
+    t = A @ v    A += outer(dt, v)   v += dt @ A      (the transposed product)
+    t = u @ A    u += A @ dt         A += outer(u, dt)
+    t = outer(u, v)   u += dt @ v        v += u @ dt   (dt the matrix adjoint)
+    t = max(a)   a += maxadj(a, dt): dt to the coordinate the pairwise rule picks (MaxAdj)
+    t = onehot(k, n)  nothing: a label carries no gradient
   and a contribution to a scalar from a vector-shaped expression is its `sum` (a left fold);
 - while building the adjoint expressions, constant operands are folded in binary64 and `1 * x`
   becomes `x` (both exact), so `0.5 * r^2` gives exactly `r`, and `r * x[i]` is the gradient of
@@ -39,7 +44,8 @@ from __future__ import annotations
 
 from alphac.ir.evaluate import fold
 from alphac.ir.learner import (Bcast, Const, Contribution, DataRow, Dot, Elem, Grad, Learner,
-                               Node, Pick, Pow, Read, Sum, Unary, Where, postorder)
+                               MatVec, Max, MaxAdj, Node, OneHot, Outer, Pick, Pow, Read, Sum,
+                               Unary, VecMat, Where, postorder)
 
 
 def _is_one(n: Node) -> bool:
@@ -96,7 +102,7 @@ def differentiate(lr: Learner) -> None:
     adj: dict[int, list[Node]] = {id(lr.loss): [const(1.0)]}
 
     def give(n: Node, c: Node) -> None:
-        if isinstance(n, (Const, DataRow, Grad)):
+        if isinstance(n, (Const, DataRow, Grad, OneHot, MaxAdj)):
             return
         adj.setdefault(id(n), []).append(reduce_to(n.shape, c))
 
@@ -168,3 +174,14 @@ def differentiate(lr: Learner) -> None:
             give(t.a, fold(Bcast(dt, t.a.shape)))
         elif isinstance(t, Bcast):
             give(t.a, dt)
+        elif isinstance(t, MatVec):
+            give(t.a, fold(Outer(dt, t.b, t.a.shape)))
+            give(t.b, fold(VecMat(dt, t.a, t.b.shape)))
+        elif isinstance(t, VecMat):
+            give(t.a, fold(MatVec(t.b, dt, t.a.shape)))
+            give(t.b, fold(Outer(t.a, dt, t.b.shape)))
+        elif isinstance(t, Outer):
+            give(t.a, fold(MatVec(dt, t.b, t.a.shape)))
+            give(t.b, fold(VecMat(t.a, dt, t.b.shape)))
+        elif isinstance(t, Max):
+            give(t.a, fold(MaxAdj(t.a, dt, t.a.shape)))

@@ -16,8 +16,9 @@ from typing import Callable
 
 from alphac import math as elementary
 from alphac.ir import binary64 as f
-from alphac.ir.learner import (Bcast, Const, DataRow, Dot, Elem, Grad, Node, Pick, Pow, Read,
-                               Sum, Unary, Where, children, postorder)
+from alphac.ir.learner import (Bcast, Const, DataRow, Dot, Elem, Grad, MatVec, Max, MaxAdj, Node,
+                               OneHot, Outer, Pick, Pow, Read, Sum, Unary, VecMat, Where,
+                               children, postorder)
 
 Value = tuple[float, ...]
 
@@ -62,6 +63,16 @@ def left_fold_add(values) -> float:
     return acc
 
 
+def max_winner(v) -> int:
+    """The coordinate that max(v)'s gradient goes to (alphac.ir.learner.MaxAdj)."""
+    m, win = v[0], 0
+    for k in range(1, len(v)):
+        if v[k] > m:
+            win = k
+        m = BINARY["max"](m, v[k])
+    return win
+
+
 def _step(n: Node, env: Env, val: Callable[[Node], Value]) -> Value:
     if isinstance(n, Const):
         return n.values
@@ -91,6 +102,33 @@ def _step(n: Node, env: Env, val: Callable[[Node], Value]) -> Value:
         return (left_fold_add(f.mul(x, y) for x, y in zip(a, b)),)
     if isinstance(n, Sum):
         return (left_fold_add(val(n.a)),)
+    if isinstance(n, MatVec):
+        a, v = val(n.a), val(n.b)
+        cols = len(v)
+        return tuple(left_fold_add(f.mul(a[r * cols + c], v[c]) for c in range(cols))
+                     for r in range(n.a.shape[0]))
+    if isinstance(n, VecMat):
+        u, a = val(n.a), val(n.b)
+        cols = n.b.shape[1]
+        return tuple(left_fold_add(f.mul(u[r], a[r * cols + c]) for r in range(len(u)))
+                     for c in range(cols))
+    if isinstance(n, Outer):
+        u, v = val(n.a), val(n.b)
+        return tuple(f.mul(x, y) for x in u for y in v)
+    if isinstance(n, Max):
+        v = val(n.a)
+        acc = v[0]
+        for x in v[1:]:
+            acc = BINARY["max"](acc, x)
+        return (acc,)
+    if isinstance(n, MaxAdj):
+        v, (dt,) = val(n.a), val(n.dt)
+        out = [0.0] * len(v)
+        out[max_winner(v)] = dt
+        return tuple(out)
+    if isinstance(n, OneHot):
+        (k,) = val(n.a)
+        return tuple(1.0 if k == j else 0.0 for j in range(n.shape[0]))
     if isinstance(n, Pick):
         a = val(n.a)
         row = max(1, len(a) // n.a.shape[0])

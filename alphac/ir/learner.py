@@ -121,6 +121,58 @@ class Pick(Node):
 
 
 @dataclass(eq=False)
+class MatVec(Node):
+    """`A @ v`, A of shape (R, C) and v of (C,): out[r] = (A[r,0]*v[0] + A[r,1]*v[1]) + ...,
+    one left fold per row r, over c ascending."""
+    a: Node
+    b: Node
+    shape: tuple[int, ...]
+
+
+@dataclass(eq=False)
+class VecMat(Node):
+    """`u @ A` (the transposed product), u of (R,) and A of (R, C): out[c] = (u[0]*A[0,c] +
+    u[1]*A[1,c]) + ..., one left fold per column c, over r ascending."""
+    a: Node
+    b: Node
+    shape: tuple[int, ...]
+
+
+@dataclass(eq=False)
+class Outer(Node):
+    """`outer(u, v)`: out[r, c] = u[r] * v[c] (one product each)."""
+    a: Node
+    b: Node
+    shape: tuple[int, ...]
+
+
+@dataclass(eq=False)
+class Max(Node):
+    """`max(v)`: the left fold of IEEE maximum, ((v0 max v1) max v2) ..."""
+    a: Node
+    shape: tuple[int, ...] = ()
+
+
+@dataclass(eq=False)
+class MaxAdj(Node):
+    """What `max(v)`'s adjoint `dt` sends to v, exactly the composition of the pairwise rule
+    (max(a, b): to b where b > a, else to a): with m_0 = v0 and m_k = m_(k-1) max v_k, the
+    winner is the last k >= 1 with v_k > m_(k-1) (an ordered comparison), else 0; the winner
+    gets dt and every other coordinate +0. Made by differentiation only."""
+    a: Node
+    dt: Node
+    shape: tuple[int, ...]
+
+
+@dataclass(eq=False)
+class OneHot(Node):
+    """`onehot(k, n)`: out[j] = 1 where k == j, else +0 (a NaN or a k outside 0..n-1 gives all
+    +0). No gradient flows through k: it is a label."""
+    a: Node
+    shape: tuple[int, ...]
+
+
+@dataclass(eq=False)
 class Bcast(Node):
     """A scalar repeated to `shape` (made by differentiation of `sum`, and scalar assignment)."""
     a: Node
@@ -132,9 +184,11 @@ def children(n: Node) -> tuple[Node, ...]:
         return (n.a, n.b)
     if isinstance(n, Where):
         return (n.a, n.b, n.then, n.other)
-    if isinstance(n, Dot):
+    if isinstance(n, (Dot, MatVec, VecMat, Outer)):
         return (n.a, n.b)
-    if isinstance(n, (Unary, Pow, Sum, Pick, Bcast)):
+    if isinstance(n, MaxAdj):
+        return (n.a, n.dt)
+    if isinstance(n, (Unary, Pow, Sum, Pick, Bcast, Max, OneHot)):
         return (n.a,)
     return ()
 

@@ -28,8 +28,9 @@ from __future__ import annotations
 import struct
 
 from alphac.ir.binary64 import bits
-from alphac.ir.learner import (Bcast, Const, DataRow, Dot, Elem, Grad, Learner, Node, Pick, Pow,
-                               Read, Sum, Unary, Where, children, postorder)
+from alphac.ir.learner import (Bcast, Const, DataRow, Dot, Elem, Grad, Learner, MatVec, Max,
+                               MaxAdj, Node, OneHot, Outer, Pick, Pow, Read, Sum, Unary, VecMat,
+                               Where, children, postorder)
 from alphac.math import rt_name
 
 UNROLL = 8
@@ -81,15 +82,77 @@ class Emitter:
         self.put("}")
 
 
+BUFFERED = (MatVec, VecMat, MaxAdj)      # computed by loops of their own, into a buffer
+REREAD = (MatVec, VecMat, Outer, MaxAdj)  # read their vector operands more than once
+
+
+def buffered_nodes(roots: list[Node]) -> set[int]:
+    """The vector nodes of a per-sample DAG that are computed once per sample into a buffer,
+    rather than coordinate by coordinate where they are read: the products and MaxAdj, the
+    vector operands of those (read many times each), and every vector node read by more than
+    one consumer (a root counts as a consumer). A leaf (a declared name, a data row, a
+    constant, a fixed index of one) is read in place."""
+    users: dict[int, int] = {}
+    must: set[int] = set()
+    nodes = postorder(roots)
+    for n in nodes:
+        for c in set(map(id, children(n))):
+            users[c] = users.get(c, 0) + 1
+        if isinstance(n, REREAD):
+            must.update(id(c) for c in children(n) if c.shape)
+    for r in roots:
+        users[id(r)] = users.get(id(r), 0) + 1
+    out = set()
+    for n in nodes:
+        if not n.shape or isinstance(n, (Const, Read, DataRow, Pick, Bcast)):
+            continue
+        if isinstance(n, BUFFERED) or id(n) in must or users.get(id(n), 0) > 1:
+            out.add(id(n))
+    return out
+
+
 class Values:
     """Computes nodes into `let`s. `scalars` memoizes shape-() nodes for the whole body;
-    coordinate values are memoized per coordinate expression `j`."""
+    coordinate values are memoized per coordinate expression `j`. Nodes in `buffered`
+    (`buffered_nodes`) are computed once, into a global buffer, by `prepare`, before the loop
+    that reads them; after that they are read like leaves."""
 
-    def __init__(self, em: Emitter, leaf):
+    def __init__(self, em: Emitter, leaf, buffered: set[int] | None = None):
         self.em = em
-        self.leaf = leaf          # leaf(node, j) -> expression, or None if not a leaf it knows
+        self._leaf = leaf         # leaf(node, j) -> expression, or None if not a leaf it knows
         self.scalars: dict[int, str] = {}
         self.coord: dict[tuple[int, str], str] = {}
+        self.buffered = buffered or set()
+        self.buffers: dict[int, str] = {}     # node id -> its buffer, once computed
+        self.rc: dict[str, tuple[str, str]] = {}  # a 2-D loop's flat coordinate -> (row, col)
+        self.filling: int | None = None
+
+    def leaf(self, n: Node, j: str | None) -> str | None:
+        if id(n) in self.buffers:
+            return self.em.gen.address(self.buffers[id(n)], j)
+        return self._leaf(n, j)
+
+    def split(self, j: str, cols: int) -> tuple[str, str]:
+        """(row, col) of flat coordinate j of a matrix with `cols` columns."""
+        if j.isdigit():
+            return str(int(j) // cols), str(int(j) % cols)
+        if j in self.rc:
+            return self.rc[j]
+        r = self.em.let(f"{j} / {cols}", "r")
+        return r, self.em.let(f"{j} - {r} * {cols}", "c")
+
+    def flat(self, r: str, c: str, cols: int) -> str:
+        if r.isdigit() and c.isdigit():
+            return str(int(r) * cols + int(c))
+        j = f"{r} * {cols} + {c}"
+        self.rc[j] = (r, c)
+        return j
+
+    def loop(self, lo, hi, body) -> None:
+        """em.loop, with coordinate values dying with the loop."""
+        saved = dict(self.coord)
+        self.em.loop(lo, hi, body)
+        self.coord = saved
 
     def get(self, n: Node, j: str | None) -> str:
         """The `let` of n (at coordinate j). Its operands are computed first, in the order
@@ -113,7 +176,11 @@ class Values:
 
     def operands(self, n: Node, j: str | None) -> list[tuple[Node, str | None]]:
         """What `compute(n, j)` reads before it emits n (a reduction reads inside its loop)."""
-        if self.leaf(n, j) is not None or isinstance(n, (Const, Dot, Sum)):
+        if self.leaf(n, j) is not None or isinstance(n, (Const, Dot, Sum, Max)):
+            return []
+        if id(n) in self.buffered and id(n) != self.filling:
+            raise AssertionError(f"{type(n).__name__} read before its buffer is prepared")
+        if isinstance(n, Outer):
             return []
         if isinstance(n, Bcast):
             return [(n.a, None)]
@@ -125,6 +192,58 @@ class Values:
         for sub in postorder(nodes):
             if not sub.shape:
                 self.get(sub, None)
+            elif id(sub) in self.buffered and id(sub) not in self.buffers:
+                self.fill(sub)
+
+    def fill(self, n: Node) -> None:
+        """Compute buffered node n into its buffer, here (its operands are prepared already)."""
+        em, gen = self.em, self.em.gen
+        buf = gen.buffer(n.size)
+        put = lambda j, v: em.put(f"storef({gen.slot(buf, j)}, {v});")
+        self.filling = id(n)
+        if isinstance(n, MatVec):
+            rows, cols = n.a.shape
+
+            def row(r: str) -> None:
+                acc = em.let(flit(-0.0), "acc")
+
+                def term(c: str) -> None:
+                    t = em.let(f"{self.get(n.a, self.flat(r, c, cols))} * {self.get(n.b, c)}")
+                    em.put(f"{acc} = {acc} + {t};")
+                self.loop(0, cols, term)
+                put(r, acc)
+            self.loop(0, rows, row)
+        elif isinstance(n, VecMat):
+            rows, cols = n.b.shape
+            self.loop(0, cols, lambda c: put(c, flit(-0.0)))
+
+            def row(r: str) -> None:
+                u = self.get(n.a, r)
+
+                def term(c: str) -> None:
+                    t = em.let(f"{u} * {self.get(n.b, self.flat(r, c, cols))}")
+                    put(c, f"{gen.address(buf, c)} + {t}")
+                self.loop(0, cols, term)
+            self.loop(0, rows, row)
+        elif isinstance(n, MaxAdj):
+            dt = self.get(n.dt, None)
+            m = em.let(self.get(n.a, "0"), "m")
+            win = em.let("0", "win")
+
+            def scan(k: str) -> None:
+                v = self.get(n.a, k)
+                em.put(f"if fgt({v}, {m}) != 0 {{ {win} = {k}; }}")
+                em.put(f"{m} = {rt_name('max')}({m}, {v});")
+            self.loop(1, n.size, scan)
+
+            def spread(j: str) -> None:
+                w = em.let(flit(0.0), "w")
+                em.put(f"if {j} == {win} {{ {w} = {dt}; }}")
+                put(j, w)
+            self.loop(0, n.size, spread)
+        else:
+            self.loop(0, n.size, lambda j: put(j, self.get(n, j)))
+        self.buffers[id(n)] = buf
 
     def compute(self, n: Node, j: str | None) -> str:
         em = self.em
@@ -159,6 +278,20 @@ class Values:
             return acc
         if isinstance(n, Bcast):
             return self.get(n.a, None)
+        if isinstance(n, Outer):
+            r, c = self.split(j, n.shape[1])
+            return em.let(f"{self.get(n.a, r)} * {self.get(n.b, c)}")
+        if isinstance(n, OneHot):
+            k = self.get(n.a, None)
+            out = em.let(flit(0.0), "w")
+            em.put(f"if (f2bits({k} - i2f({j})) << 1) == 0 {{ {out} = {flit(1.0)}; }}")
+            return out
+        if isinstance(n, Max):
+            self.prepare([n.a])
+            acc = em.let(self.get(n.a, "0"), "m")
+            self.loop(1, n.a.shape[0],
+                      lambda k: em.put(f"{acc} = {rt_name('max')}({acc}, {self.get(n.a, k)});"))
+            return acc
         if isinstance(n, (Dot, Sum)):
             self.prepare([n.a] + ([n.b] if isinstance(n, Dot) else []))
             acc = em.let(flit(-0.0), "acc")
@@ -170,9 +303,7 @@ class Values:
                 else:
                     term = self.get(n.a, k)
                 em.put(f"{acc} = {acc} + {term};")
-            inner = dict(self.coord)
-            em.loop(0, size, body)
-            self.coord = inner                   # coordinate values die with their loop
+            self.loop(0, size, body)             # coordinate values die with their loop
             return acc
         raise TypeError(f"cannot lower {type(n).__name__}")
 
@@ -184,6 +315,14 @@ class LearnerCode:
         self.consts: dict[tuple, str] = {}
         self.blobs: dict[str, bytes] = {}
         self.globals: list[str] = []
+        self.buffers: list[str] = []
+
+    def buffer(self, size: int) -> str:
+        """A fresh global of `size` binary64 values, for one buffered node."""
+        name = f"bf{len(self.buffers)}"
+        self.buffers.append(name)
+        self.globals.append(f"global {name}: [f64; {size}];")
+        return name
 
     def const_vector(self, c: Const) -> str:
         key = c.values
@@ -195,9 +334,11 @@ class LearnerCode:
         return self.consts[key]
 
     # -- leaves --------------------------------------------------------------------------------
+    def slot(self, base: str, offset: str) -> str:
+        return f"{base} + 8 * ({offset})" if not offset.isdigit() else f"{base} + {8 * int(offset)}"
+
     def address(self, base: str, offset: str) -> str:
-        return f"loadf({base} + 8 * ({offset}))" if not offset.isdigit() else \
-            f"loadf({base} + {8 * int(offset)})"
+        return f"loadf({self.slot(base, offset)})"
 
     def loss_leaf(self, n: Node, j: str | None, i: str) -> str | None:
         if isinstance(n, Read):
@@ -230,7 +371,8 @@ class LearnerCode:
         em.depth += 1
         for d in lr.data:
             em.put(f"let row_{d.name} = dt_{d.name} + i * {8 * max(1, d.values and len(d.values) // d.shape[0])};")
-        vals = Values(em, lambda n, j: self.loss_leaf(n, j, "i"))
+        roots = [c.node for p in lr.params for c in lr.grads[p.name]]
+        vals = Values(em, lambda n, j: self.loss_leaf(n, j, "i"), buffered_nodes(roots))
         for p in lr.params:
             contribs = lr.grads[p.name]
             cuts = sorted({0, p.size} | {c.offset for c in contribs} |
@@ -249,9 +391,13 @@ class LearnerCode:
                     slot = f"G_{p.name} + 8 * ({j})" if not j.isdigit() else f"G_{p.name} + {8 * int(j)}"
                     em.put(f"storef({slot}, loadf({slot}) + {g});")
                 vals.prepare([c.node for c in covering])
-                saved = dict(vals.coord)
-                em.loop(a, b, body)
-                vals.coord = saved
+                cols = p.shape[1] if len(p.shape) == 2 else 0
+                if cols and a % cols == 0 and b % cols == 0 and \
+                        any(len(c.node.shape) == 2 for c in covering):
+                    vals.loop(a // cols, b // cols, lambda r, body=body, cols=cols: vals.loop(
+                        0, cols, lambda c: body(vals.flat(r, c, cols))))
+                else:
+                    vals.loop(a, b, body)
         em.put("i = i + 1;")
         em.depth -= 1
         em.put("}")
@@ -346,8 +492,10 @@ class LearnerCode:
         """The functions of alphac.math the learner's arithmetic calls (runtime names)."""
         roots = ([self.lr.loss] if self.lr.loss is not None else []) + [a.node for a in self.lr.update]
         roots += [c.node for cs in self.lr.grads.values() for c in cs]
-        return sorted({n.op for n in postorder(roots) if (isinstance(n, Unary) and n.op not in ("neg", "sqrt"))
-                       or (isinstance(n, Elem) and n.op not in OPS)})
+        nodes = postorder(roots)
+        return sorted({n.op for n in nodes if (isinstance(n, Unary) and n.op not in ("neg", "sqrt"))
+                       or (isinstance(n, Elem) and n.op not in OPS)}
+                      | ({"max"} if any(isinstance(n, (Max, MaxAdj)) for n in nodes) else set()))
 
     def generate(self) -> str:
         lr = self.lr

@@ -13,7 +13,7 @@ Grammar (docs/language.md has the full description):
     block  := '{' (stmt (NL | ';'))* [expr] '}'
     stmt   := 'let' NAME '=' expr | NAME '=' expr
     expr   := term (('+' | '-') term)*
-    term   := unary (('*' | '/') unary)*
+    term   := unary (('*' | '/' | '@') unary)*
     unary  := '-' unary | power
     power  := postfix ['^' postfix]
     postfix:= primary ('[' expr (',' expr)* ']')*
@@ -281,7 +281,7 @@ class Parser:
 
     def parse_term(self) -> ast.Expr:
         left = self.parse_unary()
-        while self.at("punct", "*") or self.at("punct", "/"):
+        while self.at("punct", "*") or self.at("punct", "/") or self.at("punct", "@"):
             op = self.advance().text
             right = self.parse_unary()
             left = ast.Binary(op, left, right, left.span.to(right.span))

@@ -320,8 +320,20 @@ def update(lr: Learner, group: Group, sm: int = 90) -> Kernel:
     return _module(em, lr, f"update_g{group.index}", params, sm, group.index)
 
 
+GPU_NODES = (Const, Read, DataRow, Grad, Elem, Unary, Where, Pow, Dot, Sum, Pick, Bcast)
+
+
 def kernels(lr: Learner, sm: int = 90) -> list[Kernel]:
-    """The owner's kernels: grad_samples and owner_sum (with a loss), then one update per group."""
+    """The owner's kernels: grad_samples and owner_sum (with a loss), then one update per group.
+    A learner with an operation these kernels do not have (the matrix products, max(v),
+    onehot) is refused with BuildError before anything is generated."""
+    from alphac.diag import BuildError
+    roots = ([lr.loss] if lr.loss is not None else []) + [a.node for a in lr.update] + \
+        [c.node for cs in lr.grads.values() for c in cs]
+    missing = sorted({type(n).__name__ for n in postorder(roots) if not isinstance(n, GPU_NODES)})
+    if missing:
+        raise BuildError(f"learner `{lr.name}` uses operations the GPU owner kernels do not "
+                         f"have yet ({', '.join(missing)}); build it for x86_64 or aarch64")
     out = [grad_samples(lr, sm), owner_sum(lr, sm)] if lr.loss is not None else []
     return out + [update(lr, g, sm) for g in lr.groups]
 

@@ -38,7 +38,10 @@ from alphac.parse import ast
 # compositions of them (COMPOSITIONS), and the reductions.
 ELEMENTWISE = {"sqrt": 1, "exp": 1, "log": 1, "log1p": 1, "expm1": 1, "tanh": 1, "abs": 1,
                "relu": 1, "max": 2, "min": 2, "sigmoid": 1, "softplus": 1}
-BUILTINS = {**ELEMENTWISE, "dot": 2, "sum": 1, "grad": 1, "load": 1}
+REDUCTIONS = {"dot": 2, "sum": 1, "outer": 2, "logsumexp": 1, "onehot": 2}
+BUILTINS = {**ELEMENTWISE, **REDUCTIONS, "grad": 1, "load": 1}
+VARIADIC = {"max": (1, 2)}         # max(v) of a vector is a reduction; max(a, b) elementwise
+MAX_ONEHOT = 1 << 16
 MAX_POW = 8
 MAX_VALUES = 1 << 20               # constants, data and state of one learner: 8 MiB of binary64
 NPY_HEADER = 1 << 16               # a .npy file's header, at most (numpy's own bound is 10,000 bytes)
@@ -400,12 +403,23 @@ class Checker:
         return a
 
     def arith(self, e: ast.Binary, a: ir.Node, b: ir.Node) -> ir.Node | None:
-        if a.shape != b.shape and a.shape and b.shape:
+        if e.op != "@" and a.shape != b.shape and a.shape and b.shape:
             self.err("E0030", e.span, f"`{e.op}` of {_fmt(a.shape)} and {_fmt(b.shape)}",
                      hint="elementwise operations need equal shapes, or a scalar")
             return None
+        if e.op == "@":
+            return self.matmul(e, a, b)
         op = {"+": "add", "-": "sub", "*": "mul", "/": "div"}[e.op]
         return fold(ir.Elem(op, a, b, a.shape or b.shape))
+
+    def matmul(self, e: ast.Binary, a: ir.Node, b: ir.Node) -> ir.Node | None:
+        if len(a.shape) == 2 and len(b.shape) == 1 and a.shape[1] == b.shape[0]:
+            return fold(ir.MatVec(a, b, a.shape[:1]))
+        if len(a.shape) == 1 and len(b.shape) == 2 and a.shape[0] == b.shape[0]:
+            return fold(ir.VecMat(a, b, b.shape[1:]))
+        self.err("E0030", e.span, f"`@` of {_fmt(a.shape)} and {_fmt(b.shape)}",
+                 hint="`A @ v` takes f64[R, C] and f64[C]; `u @ A` takes f64[R] and f64[R, C]")
+        return None
 
     def call(self, e: ast.Call, ctx: Ctx) -> ir.Node | None:
         if e.func not in BUILTINS:
@@ -416,12 +430,15 @@ class Checker:
             close = difflib.get_close_matches(e.func, list(BUILTINS), n=1)
             self.err("E0040", e.func_span, f"`{e.func}` is not an operation of Alpha",
                      hint=f"did you mean `{close[0]}`?" if close else
-                     "functions: " + ", ".join(sorted(ELEMENTWISE)) + ", dot, sum")
+                     "functions: " + ", ".join(sorted(ELEMENTWISE)) + ", " + ", ".join(sorted(REDUCTIONS)))
             return None
-        if len(e.args) != BUILTINS[e.func]:
-            self.err("E0042", e.span, f"`{e.func}` takes {BUILTINS[e.func]} argument(s), "
-                                      f"given {len(e.args)}")
+        arity = VARIADIC.get(e.func, (BUILTINS[e.func],))
+        if len(e.args) not in arity:
+            self.err("E0042", e.span, f"`{e.func}` takes {' or '.join(map(str, arity))} "
+                                      f"argument(s), given {len(e.args)}")
             return None
+        if e.func == "onehot":
+            return self.onehot(e, ctx)
         if e.func == "load":
             self.err("E0060", e.span, "load(...) can only be the whole value of a data or const declaration")
             return None
@@ -430,27 +447,55 @@ class Checker:
         args = [self.expr(a, ctx) for a in e.args]
         if any(a is None for a in args):
             return None
-        if ctx.kind == "update" and e.func in ("dot", "sum") and not all(isinstance(a, ir.Const) for a in args):
+        reduction = e.func in REDUCTIONS or (e.func == "max" and len(args) == 1)
+        if ctx.kind == "update" and reduction and not all(isinstance(a, ir.Const) for a in args):
             self.err("E0050", e.span, f"`{e.func}` in the update reads every coordinate",
                      hint="reductions belong in the loss; the update works coordinate by coordinate")
             return None
+        if e.func in ("sum", "max", "logsumexp") and len(args) == 1:
+            if len(args[0].shape) != 1:
+                self.err("E0030", e.args[0].span, f"{e.func} takes a vector, given {_fmt(args[0].shape)}")
+                return None
+            if e.func == "sum":
+                return ir.Sum(args[0])
+            return fold(ir.Max(args[0])) if e.func == "max" else logsumexp(args[0])
+        if e.func == "outer":
+            a, b = args
+            if len(a.shape) != 1 or len(b.shape) != 1:
+                self.err("E0030", e.span, f"outer of {_fmt(a.shape)} and {_fmt(b.shape)}",
+                         hint="outer takes two vectors")
+                return None
+            return fold(ir.Outer(a, b, a.shape + b.shape))
         if e.func in ELEMENTWISE:
             if len(args) == 2 and args[0].shape != args[1].shape and args[0].shape and args[1].shape:
                 self.err("E0030", e.span, f"`{e.func}` of {_fmt(args[0].shape)} and {_fmt(args[1].shape)}",
                          hint="elementwise operations need equal shapes, or a scalar")
                 return None
             return elementwise(e.func, args)
-        if e.func == "sum":
-            if len(args[0].shape) != 1:
-                self.err("E0030", e.args[0].span, f"sum takes a vector, given {_fmt(args[0].shape)}")
-                return None
-            return ir.Sum(args[0])
         a, b = args
         if len(a.shape) != 1 or a.shape != b.shape:
             self.err("E0030", e.span, f"dot of {_fmt(a.shape)} and {_fmt(b.shape)}",
                      hint="dot takes two vectors of the same length")
             return None
         return ir.Dot(a, b)
+
+    def onehot(self, e: ast.Call, ctx: Ctx) -> ir.Node | None:
+        label, count = e.args
+        if not isinstance(count, ast.Num) or count.ival is None or not 1 <= count.ival <= MAX_ONEHOT:
+            self.err("E0041", count.span, f"onehot's length must be an integer literal from 1 to {MAX_ONEHOT}")
+            return None
+        k = self.expr(label, ctx)
+        if k is None:
+            return None
+        if k.shape:
+            self.err("E0030", label.span, f"onehot takes a scalar label, given {_fmt(k.shape)}",
+                     hint="a label is one number per sample, as in `onehot(y[i], 10)`")
+            return None
+        if ctx.kind == "update" and not isinstance(k, ir.Const):
+            self.err("E0050", e.span, "`onehot` in the update builds a vector from one value",
+                     hint="labels belong in the loss")
+            return None
+        return fold(ir.OneHot(k, (count.ival,)))
 
     def grad(self, e: ast.Call, ctx: Ctx) -> ir.Node | None:
         arg = e.args[0]
@@ -627,6 +672,14 @@ def elementwise(func: str, args: list[ir.Node]) -> ir.Node:
         b = args[1]
         return ir.Elem(func, a, b, a.shape or b.shape)
     return ir.Unary(func, a, a.shape)
+
+
+def logsumexp(z: ir.Node) -> ir.Node:
+    """logsumexp(z) = m + log(sum(exp(z - m))) with m = max(z) (docs/language.md): the library
+    composition, with the max subtracted so no exp overflows."""
+    m = fold(ir.Max(z))
+    e = fold(ir.Unary("exp", fold(ir.Elem("sub", z, m, z.shape)), z.shape))
+    return fold(ir.Elem("add", m, fold(ir.Unary("log", fold(ir.Sum(e)), ())), ()))
 
 
 def check(module: ast.Module, sink: Sink, base_dir: Path | None = None) -> ir.Learner | None:
