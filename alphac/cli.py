@@ -32,7 +32,7 @@ role (x86-64, AArch64), bit for bit equal to the reference interpreter.
 
 commands:
   check FILE...           check learners; print diagnostics; exit 0 when clean
-  run FILE [--steps N] [--deployment NAME]
+  run FILE [--steps N | --epochs E] [--deployment NAME]
                           run a learner in the reference interpreter (default 5 steps) and
                           print its state, one `NAME[K] HEX` line per coordinate; with a
                           deployment, every role's projected program, in turn
@@ -117,7 +117,10 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Run FILE in the reference interpreter under the numerical "
                                    "contract and print the state in the LEARNERS.md format.")
     p.add_argument("file", type=_path, metavar="FILE", help="the learner (.alpha)")
-    p.add_argument("--steps", type=_steps, default=5, metavar="N", help="training steps (default 5)")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--steps", type=_steps, default=5, metavar="N", help="training steps (default 5)")
+    g.add_argument("--epochs", type=_steps, metavar="E",
+                   help="training epochs: E times the learner's batches per epoch (`batch N`)")
     p.add_argument("--deployment", metavar="NAME", help="execute this deployment's plan")
     p.add_argument("--format", choices=FORMATS, default="hex", help=FORMAT_HELP)
 
@@ -265,7 +268,7 @@ def cmd_run(args) -> int:
         from alphac.dist.execute import PlanError, run_plan
         lr = compiled.learner
         try:
-            state = run_plan(lr, plan[args.deployment], args.steps)
+            state = run_plan(lr, plan[args.deployment], _step_count(args, lr))
         except PlanError as e:           # the checked plan cannot run: a defect of alphac's
             print(f"alphac: internal error: deployment `{args.deployment}`: {e} (please report "
                   "this learner)", file=sys.stderr)
@@ -278,9 +281,14 @@ def cmd_run(args) -> int:
         return _report(e)
     _warn(compiled)
     lr = compiled.learner
-    state = run(lr, args.steps)
+    state = run(lr, _step_count(args, lr))
     sys.stdout.write(formatted(format_state(lr, state), args.format))
     return 0
+
+
+def _step_count(args, lr) -> int:
+    """--steps N, or --epochs E: E times the learner's batches per epoch."""
+    return args.steps if getattr(args, "epochs", None) is None else args.epochs * lr.batches
 
 
 def formatted(state_text: str, fmt: str) -> str:

@@ -240,6 +240,11 @@ CODES: dict[str, tuple[str, str]] = {
     "E0059": ("missing or repeated section",
               "A learner has exactly one `learner NAME` header and one `update` block, and at "
               "most one `loss`."),
+    "E0061": ("bad minibatch declaration",
+              "`batch N` declares minibatches of N samples, an integer from 1 to the sample "
+              "count, in a learner with a loss; `order sequence` or `order shuffle(SEED)`, SEED "
+              "an integer from 0 to 2^63 - 1, says the samples' order in each epoch. Each is "
+              "declared at most once, and `order` needs `batch`."),
     "E0060": ("cannot load data file",
               "`load(\"file.npy\")` reads a NumPy .npy file at compile time, relative to the "
               "source file: little-endian float64 (or an integer/float type exactly convertible), "

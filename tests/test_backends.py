@@ -100,7 +100,7 @@ def test_elf_is_static_wx_and_reads_cleanly(executable, isa, name):
         assert not (s["p_flags"] & P_FLAGS.PF_W and s["p_flags"] & P_FLAGS.PF_X)
     assert elf.get_section_by_name(".dynamic") is None
     syms = {s.name for s in elf.get_section_by_name(".symtab").iter_symbols()}
-    assert {"_start", "rt_start", "main", "learner_step"} <= syms
+    assert {"_start", "rt_start", "main", "learner_step_at"} <= syms
     r = subprocess.run([require_tool("readelf"), "-W", "-a", str(path)], capture_output=True, text=True)
     assert r.returncode == 0 and r.stderr == "" and "warning" not in r.stdout.lower()
     assert Path(path).stat().st_size < 24576        # learner, runtime (with checkpoints), ELF

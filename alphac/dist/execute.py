@@ -79,6 +79,7 @@ class Execution:
         full = {k: list(v) for k, v in state.items()}
         self.rs = {r: RoleState(r, mask(plan, r.index, full) if plan.is_owner(r) else {})
                    for r in self.roles}
+        self.t = 0                                 # the step being run (minibatches)
 
     def run_step(self, final: bool, only_publish: bool = False) -> None:
         plan = self.plan
@@ -170,7 +171,7 @@ class Execution:
                 if None in me.state[s.name]:
                     raise PlanError(f"{me.role} computes its loss without holding all of {s.name}")
                 view[s.name] = tuple(me.state[s.name])
-            me.contrib = interp.owner_contribution(lr, view, range(lo, hi))
+            me.contrib = interp.owner_contribution(lr, view, interp.step_samples(lr, range(lo, hi), self.t))
         elif a.op == "combine":
             if isinstance(plan.topo, Star):
                 me.combined = evaluate_tree(plan.dep.combine_tree(), me.contribs)
@@ -199,12 +200,15 @@ class Execution:
             me.published = me.up["publish"]
 
 
-def run_plan(lr: Learner, plan: Plan, steps: int, state: dict[str, tuple] | None = None) -> dict[str, tuple]:
-    """`steps` steps of the plan from `state` (default: the initial state); the published state."""
+def run_plan(lr: Learner, plan: Plan, steps: int, state: dict[str, tuple] | None = None,
+             start: int = 0) -> dict[str, tuple]:
+    """Steps start .. start+steps-1 of the plan from `state` (default: the initial state); the
+    published state."""
     ex = Execution(plan, state or interp.initial_state(lr))
     if steps == 0:
         ex.run_step(final=True, only_publish=True)
     for step in range(steps):
+        ex.t = start + step
         ex.run_step(final=step == steps - 1)
     out = ex.rs[plan.root].published
     missing = [f"{k}[{j}]" for k, v in out.items() for j, x in enumerate(v) if x is None]

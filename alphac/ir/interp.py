@@ -53,7 +53,7 @@ def per_sample_gradient(lr: Learner, state: State, i: int) -> dict[str, tuple[fl
     return out
 
 
-def owner_contribution(lr: Learner, state: State, samples: range) -> Contrib:
+def owner_contribution(lr: Learner, state: State, samples) -> Contrib:
     """`(G, n)` for one owner's samples; None for an owner with none (the combine's identity)."""
     total: dict[str, tuple[float, ...]] | None = None
     for i in samples:
@@ -91,18 +91,28 @@ def apply_update(lr: Learner, state: State, grads: dict[str, tuple[float, ...]])
     return {k: env.state.get((k, 1), v) for k, v in state.items()}
 
 
-def step(lr: Learner, state: State) -> State:
-    """One step of the single-process learner: one owner holding every sample."""
+def step_samples(lr: Learner, samples: range, t: int) -> list[int] | range:
+    """The samples of an owner's range that step t uses, in increasing order (alphac.ir.order):
+    all of them for the full batch."""
+    if not lr.batch:
+        return samples
+    from alphac.ir.order import step_samples as pick
+    return pick(samples, lr.nsamples, lr.batch, lr.shuffle, t)
+
+
+def step(lr: Learner, state: State, t: int = 0) -> State:
+    """Step t of the single-process learner: one owner holding every sample."""
     grads = {}
     if lr.loss is not None:
-        grads = mean_gradient(owner_contribution(lr, state, range(lr.nsamples)))
+        grads = mean_gradient(owner_contribution(lr, state, step_samples(lr, range(lr.nsamples), t)))
     return apply_update(lr, state, grads)
 
 
-def run(lr: Learner, steps: int, state: State | None = None) -> State:
+def run(lr: Learner, steps: int, state: State | None = None, start: int = 0) -> State:
+    """Steps start .. start+steps-1 (a resumed run starts where its checkpoint stopped)."""
     state = initial_state(lr) if state is None else state
-    for _ in range(steps):
-        state = step(lr, state)
+    for t in range(start, start + steps):
+        state = step(lr, state, t)
     return state
 
 

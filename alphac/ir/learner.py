@@ -300,6 +300,14 @@ class Learner:
     groups: list[Group]
     grads: dict[str, list[Contribution]] = field(default_factory=dict)
     loss_line: int = 0              # source line of the loss (for annotated listings)
+    batch: int | None = None        # minibatch size (alphac.ir.order); None: every sample
+    shuffle: int | None = None      # the shuffle's seed; None: in sequence
+
+    @property
+    def batches(self) -> int:
+        """Batches per epoch (1 for the full batch)."""
+        from alphac.ir.order import batches
+        return batches(self.nsamples or 0, self.batch)
 
     def state(self, name: str) -> StateDef:
         for s in self.states:
@@ -334,6 +342,9 @@ def _vals(values) -> str:
 def canonical(lr: Learner) -> str:
     names: dict[int, str] = {}
     lines = [f"contract {CONTRACT}", f"learner {lr.name}", f"samples {lr.nsamples}"]
+    if lr.batch:
+        lines.append(f"batch {lr.batch} order " + ("sequence" if lr.shuffle is None
+                                                    else f"shuffle {lr.shuffle}"))
     for c in lr.consts:
         lines.append(f"const {c.name} {c.shape} {_vals(c.values)}")
     for d in lr.data:

@@ -366,9 +366,20 @@ class LearnerCode:
         em.put(f"#line {lr.loss_line}")
         for p in lr.params:
             em.loop(0, p.size, lambda j, p=p: em.put(f"storef(G_{p.name} + 8 * ({j}), {flit(-0.0)});"))
+        batched = bool(lr.batch)
+        if batched:                      # step t's samples (alphac.ir.order), counted in n
+            em.put(f"let ep = t / {lr.batches};")
+            em.put(f"let first = (t - ep * {lr.batches}) * {lr.batch};")
+            em.put(f"let last = first + {lr.batch};")
+            em.put("let n = 0;")
         em.put("let i = lo;")
         em.put("while i < hi {")
         em.depth += 1
+        if batched:
+            em.put("let pos = " + ("i;" if lr.shuffle is None else "learner_position(i, ep);"))
+            em.put("if pos >= first && pos < last {")
+            em.depth += 1
+            em.put("n = n + 1;")
         for d in lr.data:
             em.put(f"let row_{d.name} = dt_{d.name} + i * {8 * max(1, d.values and len(d.values) // d.shape[0])};")
         roots = [c.node for p in lr.params for c in lr.grads[p.name]]
@@ -398,10 +409,41 @@ class LearnerCode:
                         0, cols, lambda c: body(vals.flat(r, c, cols))))
                 else:
                     vals.loop(a, b, body)
+        if batched:
+            em.depth -= 1
+            em.put("}")
         em.put("i = i + 1;")
         em.depth -= 1
         em.put("}")
+        if batched:
+            em.put("return n;")
+            return self.function("learner_grad", "lo: i64, hi: i64, t: i64", em, "i64") + \
+                self.gen_position()
         return self.function("learner_grad", "lo: i64, hi: i64", em)
+
+    def gen_position(self) -> str:
+        """The runtime's copy of alphac.ir.order.position (for `order shuffle(SEED)`)."""
+        from alphac.ir import order
+        lr = self.lr
+        if lr.shuffle is None:
+            return ""
+        h = order.half_bits(lr.nsamples)
+        mask = (1 << h) - 1
+        g = f"0x{order.GOLDEN:x}"
+        rounds = "".join(f"    let t{r} = left ^ (learner_round(e, {r}, right) & {mask});\n"
+                         f"    left = right;\n    right = t{r};\n" for r in range(order.ROUNDS))
+        return (f"fn learner_round(e: i64, r: i64, right: i64) -> i64 {{\n"
+                f"    let key = (({lr.shuffle} * {g} + e) * {g} + r) * {g} + right;\n"
+                f"    let z = (key ^ (key >> 30)) * 0x{order.MIX1:x};\n"
+                f"    z = (z ^ (z >> 27)) * 0x{order.MIX2:x};\n"
+                f"    return z ^ (z >> 31);\n}}\n\n"
+                f"fn learner_feistel(x: i64, e: i64) -> i64 {{\n"
+                f"    let left = x >> {h};\n    let right = x & {mask};\n{rounds}"
+                f"    return (left << {h}) | right;\n}}\n\n"
+                f"fn learner_position(s: i64, e: i64) -> i64 {{\n"
+                f"    let x = learner_feistel(s, e);\n"
+                f"    while x >= {lr.nsamples} {{ x = learner_feistel(x, e); }}\n"
+                f"    return x;\n}}\n\n")
 
     def gen_mean(self) -> str:
         em = Emitter(self)
@@ -464,15 +506,21 @@ class LearnerCode:
         return self.function("learner_commit", "", em)
 
     def gen_step(self) -> str:
+        """learner_step_at(t): step t of the single process; learner_step(): step 0."""
         em = Emitter(self)
-        if self.lr.loss is not None:
+        if self.lr.loss is not None and self.lr.batch:
+            em.put(f"learner_mean(learner_grad(0, {self.lr.nsamples}, t));")
+        elif self.lr.loss is not None:
             em.put(f"learner_grad(0, {self.lr.nsamples});")
             em.put(f"learner_mean({self.lr.nsamples});")
         em.put("learner_scalars();")
         for g in self.lr.groups:
             em.put(f"learner_group_{g.index}(0, {g.size});")
         em.put("learner_commit();")
-        return self.function("learner_step", "", em)
+        at = self.function("learner_step_at", "t: i64", em)
+        em = Emitter(self)
+        em.put("learner_step_at(0);")
+        return at + self.function("learner_step", "", em)
 
     def gen_check_and_print(self) -> str:
         em = Emitter(self)
@@ -485,8 +533,9 @@ class LearnerCode:
             em.put(f'rt_print_state("{s.name}", st_{s.name}, {s.size}, {cols});')
         return check + self.function("learner_print", "", em)
 
-    def function(self, name: str, params: str, em: Emitter) -> str:
-        return f"fn {name}({params}) {{\n" + "\n".join(em.lines) + "\n}\n\n"
+    def function(self, name: str, params: str, em: Emitter, result: str | None = None) -> str:
+        arrow = f" -> {result}" if result else ""
+        return f"fn {name}({params}){arrow} {{\n" + "\n".join(em.lines) + "\n}\n\n"
 
     def math_functions(self) -> list[str]:
         """The functions of alphac.math the learner's arithmetic calls (runtime names)."""
@@ -518,6 +567,7 @@ class LearnerCode:
         for g in lr.groups:
             body += self.gen_group(g.index)
         body += self.gen_commit() + self.gen_step() + self.gen_check_and_print()
+        decls.append(f"const LEARNER_BATCHES = {lr.batches};")
         head = (f"// generated by alphac from learner `{lr.name}` ({lr.identity[:16]})\n"
                 + "\n".join(decls + self.globals) + "\n\n")
         return head + body

@@ -123,10 +123,13 @@ class RoleLowering:
         P = self.P
         if a.op == "compute":
             lo, hi = plan.dep.samples.range(self.role.index)
-            self.put(f"learner_grad({lo}, {hi});")
+            if lr.batch:                  # step v's samples among lo..hi: their count
+                self.put(f"let n = learner_grad({lo}, {hi}, v);")
+            else:
+                self.put(f"learner_grad({lo}, {hi});")
             for p in self.params:
                 self.put(f"vec_copy(comb + {8 * self.poff[p.name]}, G_{p.name}, {p.size});")
-            self.put(f"store64(comb + {8 * P}, {hi - lo});")
+            self.put(f"store64(comb + {8 * P}, {'n' if lr.batch else hi - lo});")
         elif a.op == "combine":
             self.combine()
         elif a.op == "update":

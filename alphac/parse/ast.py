@@ -151,6 +151,21 @@ class UpdateDecl:
 
 
 @dataclass(frozen=True)
+class BatchDecl:
+    """`batch N`: minibatches of N samples (docs/language.md)."""
+    size: Num
+    span: Span
+
+
+@dataclass(frozen=True)
+class OrderDecl:
+    """`order sequence` or `order shuffle(SEED)`: the samples' order in each epoch."""
+    kind: str
+    seed: Num | None
+    span: Span
+
+
+@dataclass(frozen=True)
 class Module:
     header: LearnerHeader | None
     decls: tuple[object, ...]

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from alphac.diag import Sink, Source, Span
 
 KEYWORDS = {"learner", "data", "const", "param", "state", "loss", "update", "let",
-            "deployment", "strategy", "f64"}
+            "deployment", "strategy", "f64", "batch", "order"}
 DIGITS = "0123456789"
 PUNCT = {"+", "-", "*", "/", "^", "=", "(", ")", "[", "]", "{", "}", ",", ":", ";", ".",
          "..", "@"}

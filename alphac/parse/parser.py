@@ -36,7 +36,8 @@ class _Bail(Exception):
     """Unwinds to the enclosing declaration after a reported syntax error."""
 
 
-DECL_KEYWORDS = ("data", "const", "param", "state", "loss", "update", "deployment", "strategy")
+DECL_KEYWORDS = ("data", "const", "param", "state", "loss", "update", "batch", "order",
+                 "deployment", "strategy")
 
 
 class Parser:
@@ -158,8 +159,8 @@ class Parser:
         t = self.tok
         if t.kind == "kw" and t.text in self.decls:
             return self.decls[t.text](self)
-        raise self.fail("a declaration (data, const, param, state, loss, update, deployment, "
-                        "strategy)")
+        raise self.fail("a declaration (data, const, param, state, loss, update, batch, order, "
+                        "deployment, strategy)")
 
     def parse_type(self) -> ast.TypeExpr:
         f = self.expect("kw", "f64", what="a type (`f64` or `f64[N]`)")
@@ -215,6 +216,27 @@ class Parser:
         else:
             body = self.parse_block()
         return ast.LossDecl(idx.text, idx.span, body, kw.span.to(body.span))
+
+    def parse_batch(self) -> ast.BatchDecl:
+        kw = self.advance()
+        t = self.expect("num", what="the batch size, an integer (`batch 32`)")
+        self.end_of_line()
+        return ast.BatchDecl(ast.Num(t.value, t.ival, t.text, t.span), kw.span.to(t.span))
+
+    def parse_order(self) -> ast.OrderDecl:
+        kw = self.advance()
+        kind = self.expect("name", what="`sequence` or `shuffle(SEED)`")
+        seed, end = None, kind.span
+        if kind.text == "shuffle":
+            self.expect("punct", "(", what="`(` and the shuffle's seed, as in `shuffle(7)`")
+            t = self.expect("num", what="the seed, an integer")
+            seed = ast.Num(t.value, t.ival, t.text, t.span)
+            end = self.expect("punct", ")").span
+        elif kind.text != "sequence":
+            self.sink.error("E0010", kind.span, f"unknown order `{kind.text}`",
+                            "the order is `sequence` or `shuffle(SEED)`")
+        self.end_of_line()
+        return ast.OrderDecl(kind.text, seed, kw.span.to(end))
 
     def parse_update(self) -> ast.UpdateDecl:
         kw = self.advance()
@@ -363,4 +385,6 @@ DECL_PARSERS = {
     "state": Parser.parse_state,
     "loss": Parser.parse_loss,
     "update": Parser.parse_update,
+    "batch": Parser.parse_batch,
+    "order": Parser.parse_order,
 }

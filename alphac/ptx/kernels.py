@@ -331,6 +331,8 @@ def kernels(lr: Learner, sm: int = 90) -> list[Kernel]:
     roots = ([lr.loss] if lr.loss is not None else []) + [a.node for a in lr.update] + \
         [c.node for cs in lr.grads.values() for c in cs]
     missing = sorted({type(n).__name__ for n in postorder(roots) if not isinstance(n, GPU_NODES)})
+    if lr.batch:
+        missing.append("minibatches")
     if missing:
         raise BuildError(f"learner `{lr.name}` uses operations the GPU owner kernels do not "
                          f"have yet ({', '.join(missing)}); build it for x86_64 or aarch64")

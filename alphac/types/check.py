@@ -120,6 +120,7 @@ class Checker:
         nsamples = self.sample_count()
         if losses:
             self.decl_loss(losses[0], nsamples)
+        batch, seed = self.decl_batch(m, nsamples, bool(losses))
         if updates:
             self.decl_update(updates[0])
         groups = self.coordinate_groups()
@@ -128,7 +129,8 @@ class Checker:
             return None
         return ir.Learner(m.header.name, self.consts, self.data, self.states, nsamples,
                           self.loss, self.update, groups,
-                          loss_line=losses[0].span.line_col[0] if losses else 0)
+                          loss_line=losses[0].span.line_col[0] if losses else 0,
+                          batch=batch, shuffle=seed)
 
     def define(self, name: str, span: Span, sym: Symbol, scope: dict[str, Symbol] | None = None) -> bool:
         if name in BUILTINS or name in self.syms or (scope is not None and name in scope):
@@ -265,6 +267,36 @@ class Checker:
                      hint="reduce it with sum(...) or dot(...)")
             return
         self.loss = node
+
+    def decl_batch(self, m: ast.Module, nsamples: int | None, has_loss: bool) -> tuple[int | None, int | None]:
+        """`batch N` and `order ...` (E0061): the batch size (None: the full batch) and the
+        shuffle's seed (None: in sequence)."""
+        batches = [d for d in m.decls if isinstance(d, ast.BatchDecl)]
+        orders = [d for d in m.decls if isinstance(d, ast.OrderDecl)]
+        for extra in batches[1:] + orders[1:]:
+            self.err("E0061", extra.span, "declared twice", hint="a learner has one batch size and one order")
+        batch = seed = None
+        if batches:
+            b = batches[0].size
+            if not has_loss:
+                self.err("E0061", batches[0].span, "`batch` in a learner without a loss",
+                         hint="minibatches choose the samples a gradient sums over")
+            elif b.ival is None or not 1 <= b.ival <= (nsamples or 0):
+                self.err("E0061", b.span, f"the batch size must be an integer from 1 to the "
+                                          f"sample count ({nsamples})")
+            else:
+                batch = b.ival
+        if orders:
+            o = orders[0]
+            if not batches:
+                self.err("E0061", o.span, "`order` without `batch`",
+                         hint="declare `batch N`; the full batch has no order")
+            elif o.kind == "shuffle":
+                if o.seed.ival is None or not 0 <= o.seed.ival < 1 << 63:
+                    self.err("E0061", o.seed.span, "the seed must be an integer from 0 to 2^63 - 1")
+                else:
+                    seed = o.seed.ival
+        return batch, seed
 
     def let(self, st: ast.Let, ctx: Ctx) -> None:
         node = self.expr(st.value, ctx)
