@@ -54,7 +54,7 @@ class RoleLowering:
         for p in self.params:
             self.poff[p.name] = off
             off += p.size
-        self.P = off
+        self.P = off + (1 if self.lr.loss is not None else 0)   # the loss sum follows G
         self.lines: list[str] = []
         self.msg_words = 1
 
@@ -130,8 +130,12 @@ class RoleLowering:
             for p in self.params:
                 self.put(f"vec_copy(comb + {8 * self.poff[p.name]}, G_{p.name}, {p.size});")
             self.put(f"store64(comb + {8 * P}, {'n' if lr.batch else hi - lo});")
+            if lr.loss is not None:
+                self.put(f"storef(comb + {8 * (P - 1)}, loadf(L_sum));")
         elif a.op == "combine":
             self.combine()
+            if lr.loss is not None and self.role == plan.root:   # the step's (L, n), exact
+                self.put(f"rt_event_loss(v, loadf(comb + {8 * (P - 1)}), load64(comb + {8 * P}));")
         elif a.op == "update":
             ranges = plan.updates(self.role.index)
             if lr.loss is not None and ranges:

@@ -44,6 +44,7 @@ import re
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import tempfile
 import threading
@@ -296,6 +297,21 @@ def timing(events: list[tuple[str, int | None]]) -> dict | None:
     return out
 
 
+def losses(events: list[tuple[str, int | None]]) -> list[dict]:
+    """Each step's mean loss, from the root's `loss V HEX N` events: the combined loss sum (its
+    bits) over n samples, and the mean sum / n (one binary64 division, as learner_mean does),
+    exactly (`mean` as 16 hex digits) and in decimal (the shortest that reads back)."""
+    out = []
+    for what, _ in events:
+        parts = what.split(" ")
+        if len(parts) == 4 and parts[0] == "loss" and parts[1].isdigit() and parts[3].isdigit() \
+                and is_hex(parts[2], 16) and int(parts[3]) > 0:
+            mean = struct.unpack("<d", int(parts[2], 16).to_bytes(8, "little"))[0] / int(parts[3])
+            out.append({"step": int(parts[1]) + 1, "sum": parts[2], "n": int(parts[3]),
+                        "mean": struct.pack(">d", mean).hex(), "decimal": repr(mean)})
+    return out
+
+
 def record_mac(k: bytes, record: dict) -> str:
     body = {f: v for f, v in record.items() if f != "mac"}
     return hmac.new(k, json.dumps(body, sort_keys=True, separators=(",", ":")).encode(),
@@ -351,17 +367,21 @@ class Progress(threading.Thread):
         self.events, self.steps, self.out = events, steps, out
         self.start_time, self.stop = time.monotonic(), threading.Event()
 
-    def done(self) -> int:
+    def done(self) -> tuple[int, str]:
+        """Steps the root has done, and its last mean loss in decimal ("" before one)."""
         try:
-            return sum(1 for line in self.events.read_bytes().split(b"\n") if line.startswith(b"step "))
+            lines = self.events.read_bytes().split(b"\n")
         except OSError:
-            return 0
+            return 0, ""
+        loss = losses(stream_events([line for line in lines if line.startswith(b"loss ")][-1:], True))
+        return sum(1 for line in lines if line.startswith(b"step ")), \
+            (f", loss {float(loss[0]['decimal']):.6g}" if loss else "")
 
     def line(self, final: bool) -> str:
-        k, dt = self.done(), time.monotonic() - self.start_time
+        (k, loss), dt = self.done(), time.monotonic() - self.start_time
         rate = k / dt if dt > 0 else 0.0
         left = f", about {(self.steps - k) / rate:.0f} s left" if rate and not final else ""
-        return f"launch: step {k}/{self.steps}, {rate:.1f} steps/s{left}"
+        return f"launch: step {k}/{self.steps}{loss}, {rate:.1f} steps/s{left}"
 
     def run(self) -> None:
         while not self.stop.wait(0.5):
@@ -503,13 +523,15 @@ def make_record(table: dict, runs: list[RoleRun], steps: int, manifest: dict, mp
         f = rdir / roles[-1]["stream"]["file"]
         roles[-1]["timing"] = timing(stream_events(stream_lines(f), True)) if f.is_file() else None
     root = next(r for r in runs if r.role == table["root"])
+    rf = rdir / f"events/{root.role}.log"
+    loss = losses(stream_events(stream_lines(rf), True)) if rf.is_file() else []
     record = {"format": RECORD_FORMAT, "kind": "launch", "deployment": table["deployment"],
               "learner": table["learner"], "identity": table["identity"], "steps": steps,
               "host": {"machine": platform.machine(), "system": platform.system(),
                        "release": platform.release()},
               "compiler": manifest.get("compiler", {}), "roles": roles,
               "build": {"manifest": str(mpath.resolve()), "sha256": sha256_file(mpath)},
-              "published": root.stdout if root.exit == 0 else ""}
+              "published": root.stdout if root.exit == 0 else "", "loss": loss}
     record["passed"] = PASS_RULES["launch"](record)
     return record
 
