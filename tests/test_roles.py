@@ -115,7 +115,8 @@ def star():
     from alphac.lower.role import code_of
     plan = plan_of()
     return {"plan": plan, "id": digests(plan.dep), "coord": code_of(plan, Role("coordinator")),
-            "owner0": code_of(plan, Role("owner", 0)), "P": sum(p.size for p in plan.lr.params)}
+            "owner0": code_of(plan, Role("owner", 0)),     # P: G's words, then the loss sum's
+            "P": sum(p.size for p in plan.lr.params) + (plan.lr.loss is not None)}
 
 
 
