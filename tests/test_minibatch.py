@@ -130,7 +130,54 @@ deployment tree {
   topology hierarchy(fanout 2)
   samples owner[0] = 0..3, owner[1] = 3..4, owner[2] = 4..7
 }
+
+deployment star {
+  roles coordinator, owner[3]
+  topology star(coordinator)
+  samples owner[0] = 0..3, owner[1] = 3..4, owner[2] = 4..7
+  combine ((owner[0], owner[1]), owner[2])
+}
 """
+
+
+def loss_sum(lr, state, samples):
+    """An owner's loss sum: a left fold over its samples, None for none (the identity)."""
+    from alphac.ir.evaluate import Env, evaluate
+    from alphac.ir import binary64 as f
+    acc = None
+    for i in samples:
+        v = evaluate(lr.loss, Env(state={(k, 0): x for k, x in state.items()},
+                                  rows=interp.sample_rows(lr, i)))[0]
+        acc = v if acc is None else f.add(acc, v)
+    return acc
+
+
+def test_the_record_keeps_each_steps_loss_combined_in_the_tree(tmp_path, monkeypatch):
+    from alphac.ir import binary64 as f
+    monkeypatch.chdir(tmp_path)
+    src = tmp_path / "mb.alpha"
+    src.write_text(MB)
+    from alphac.dist.execute import run_plan
+    from alphac.driver import compile_deployments
+    compiled, plans = compile_deployments(src)
+    lr = compiled.learner
+    roles = tmp_path / "roles"
+    assert alphac("build", src, "--deployment", "star", "-o", roles)[0] == 0
+    code, out, err = alphac("launch", roles, "--steps", "4", "--records", tmp_path / "runs")
+    assert code == 0, err
+    import json
+    rec = json.loads(next((tmp_path / "runs").glob("*/record.json")).read_text())
+    state, want = interp.initial_state(lr), []
+    for t in range(4):
+        parts = [loss_sum(lr, state, step_samples(range(a, b), 7, 3, 5, t))
+                 for a, b in ((0, 3), (3, 4), (4, 7))]
+        add = lambda a, b: b if a is None else a if b is None else f.add(a, b)
+        total = add(add(parts[0], parts[1]), parts[2])
+        n = len(step_samples(range(7), 7, 3, 5, t))
+        want.append({"step": t + 1, "sum": f.hex16(total), "n": n,
+                     "mean": f.hex16(f.div(total, float(n))), "decimal": repr(f.div(total, float(n)))})
+        state = run_plan(lr, plans["star"], t + 1)      # the state the star's step t+1 starts from
+    assert rec["loss"] == want
 
 
 def test_epochs_resume_mid_epoch_and_the_loss(tmp_path, monkeypatch):
