@@ -182,8 +182,9 @@ CODES: dict[str, tuple[str, str]] = {
               "A type is `f64` (a scalar) or `f64[D1, D2, ...]` with positive integer "
               "dimensions (at most 2)."),
     "E0037": ("array literal is not constant",
-              "Array literals (`[a, b, c]`) are folded at compile time; every item must be a "
-              "constant."),
+              "Array literals (`[a, b, c]`) of constants are folded at compile time. A vector of "
+              "scalar values that are not constant (`[dot(u, v), w[0]]`) is computed where it "
+              "is read (in the loss); a matrix literal's rows must be constant."),
     "E0038": ("data outside the loss",
               "Data is per sample; only the loss reads it, through the sample index."),
     "E0039": ("not a constant",

@@ -32,6 +32,8 @@ The order of operations is part of the numerical contract, so it is fixed here:
     t = outer(u, v)   u += dt @ v        v += u @ dt   (dt the matrix adjoint)
     t = max(a)   a += maxadj(a, dt): dt to the coordinate the pairwise rule picks (MaxAdj)
     t = onehot(k, n)  nothing: a label carries no gradient
+    t = [a, b, ...]   a += dt[0], b += dt[1], ...
+  a vector operand broadcast over a matrix's rows gets its adjoint's column sums (`ones @ dt`);
   and a contribution to a scalar from a vector-shaped expression is its `sum` (a left fold);
 - while building the adjoint expressions, constant operands are folded in binary64 and `1 * x`
   becomes `x` (both exact), so `0.5 * r^2` gives exactly `r`, and `r * x[i]` is the gradient of
@@ -44,8 +46,8 @@ from __future__ import annotations
 
 from alphac.ir.evaluate import fold
 from alphac.ir.learner import (Bcast, Const, Contribution, DataRow, Dot, Elem, Grad, Learner,
-                               MatVec, Max, MaxAdj, Node, OneHot, Outer, Pick, Pow, Read, Sum,
-                               Unary, VecMat, Where, postorder)
+                               MatVec, Max, MaxAdj, Node, OneHot, Outer, Pick, Pow, Read, Stack,
+                               Sum, Unary, VecMat, Where, postorder, wide)
 
 
 def _is_one(n: Node) -> bool:
@@ -61,15 +63,15 @@ def mul(a: Node, b: Node) -> Node:
         return b
     if _is_one(b):
         return a
-    return fold(Elem("mul", a, b, a.shape or b.shape))
+    return fold(Elem("mul", a, b, wide(a.shape, b.shape)))
 
 
 def add(a: Node, b: Node) -> Node:
-    return fold(Elem("add", a, b, a.shape or b.shape))
+    return fold(Elem("add", a, b, wide(a.shape, b.shape)))
 
 
 def div(a: Node, b: Node) -> Node:
-    return fold(Elem("div", a, b, a.shape or b.shape))
+    return fold(Elem("div", a, b, wide(a.shape, b.shape)))
 
 
 def neg(a: Node) -> Node:
@@ -79,19 +81,22 @@ def neg(a: Node) -> Node:
 
 
 def sub(a: Node, b: Node) -> Node:
-    return fold(Elem("sub", a, b, a.shape or b.shape))
+    return fold(Elem("sub", a, b, wide(a.shape, b.shape)))
 
 
 def where(a: Node, b: Node, then: Node, other: Node) -> Node:
     """`then` where a > b, else `other`; the shape of all four's broadcast."""
-    shape = a.shape or b.shape or then.shape or other.shape
-    return fold(Where(a, b, then, other, shape))
+    return fold(Where(a, b, then, other, wide(a.shape, b.shape, then.shape, other.shape)))
 
 
 def reduce_to(shape: tuple[int, ...], c: Node) -> Node:
-    """A contribution for an operand of `shape`: summed if the operand is a broadcast scalar."""
+    """A contribution for an operand of `shape`: summed if the operand is a broadcast scalar;
+    for a vector broadcast over a matrix's rows, its column sums `ones @ c` (left folds over
+    the rows; 1 * x is exact, so these are the sums themselves)."""
     if c.shape and not shape:
         return fold(Sum(c))
+    if len(c.shape) == 2 and len(shape) == 1:
+        return fold(VecMat(Const(c.shape[:1], (1.0,) * c.shape[0]), c, shape))
     return c
 
 
@@ -185,3 +190,6 @@ def differentiate(lr: Learner) -> None:
             give(t.b, fold(VecMat(t.a, dt, t.b.shape)))
         elif isinstance(t, Max):
             give(t.a, fold(MaxAdj(t.a, dt, t.a.shape)))
+        elif isinstance(t, Stack):
+            for k, item in enumerate(t.items):
+                give(item, fold(Pick(dt, k, ())))

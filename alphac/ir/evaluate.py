@@ -17,7 +17,7 @@ from typing import Callable
 from alphac import math as elementary
 from alphac.ir import binary64 as f
 from alphac.ir.learner import (Bcast, Const, DataRow, Dot, Elem, Grad, MatVec, Max, MaxAdj, Node,
-                               OneHot, Outer, Pick, Pow, Read, Sum, Unary, VecMat, Where,
+                               OneHot, Outer, Pick, Pow, Read, Stack, Sum, Unary, VecMat, Where,
                                children, postorder)
 
 Value = tuple[float, ...]
@@ -52,7 +52,8 @@ def _broadcast(op: Callable[[float, float], float], a: Value, b: Value) -> Value
 
 
 def _spread(v: Value, size: int) -> Value:
-    return v if len(v) == size else v * size
+    """v repeated to `size` values: a scalar everywhere, a row vector over a matrix's rows."""
+    return v if len(v) == size else v * (size // len(v))
 
 
 def left_fold_add(values) -> float:
@@ -83,7 +84,12 @@ def _step(n: Node, env: Env, val: Callable[[Node], Value]) -> Value:
     if isinstance(n, Grad):
         return env.grads[n.param]
     if isinstance(n, Elem):
-        return _broadcast(BINARY[n.op], val(n.a), val(n.b))
+        a, b = val(n.a), val(n.b)
+        if len(a) > 1 and len(b) > 1:
+            a, b = _spread(a, n.size), _spread(b, n.size)
+        return _broadcast(BINARY[n.op], a, b)
+    if isinstance(n, Stack):
+        return tuple(val(x)[0] for x in n.items)
     if isinstance(n, Unary):
         op = UNARY[n.op]
         return tuple(op(x) for x in val(n.a))

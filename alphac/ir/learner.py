@@ -173,13 +173,28 @@ class OneHot(Node):
 
 
 @dataclass(eq=False)
+class Stack(Node):
+    """`[a, b, ...]` of scalar values that are not all constant: the vector of them."""
+    items: tuple[Node, ...]
+    shape: tuple[int, ...]
+
+
+@dataclass(eq=False)
 class Bcast(Node):
     """A scalar repeated to `shape` (made by differentiation of `sum`, and scalar assignment)."""
     a: Node
     shape: tuple[int, ...]
 
 
+def wide(*shapes: tuple[int, ...]) -> tuple[int, ...]:
+    """The shape of an elementwise operation's result: its widest operand's (a scalar repeats
+    everywhere; a vector f64[C] repeats over the rows of an f64[R, C])."""
+    return max(shapes, key=len)
+
+
 def children(n: Node) -> tuple[Node, ...]:
+    if isinstance(n, Stack):
+        return n.items
     if isinstance(n, Elem):
         return (n.a, n.b)
     if isinstance(n, Where):

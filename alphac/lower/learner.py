@@ -29,8 +29,8 @@ import struct
 
 from alphac.ir.binary64 import bits
 from alphac.ir.learner import (Bcast, Const, DataRow, Dot, Elem, Grad, Learner, MatVec, Max,
-                               MaxAdj, Node, OneHot, Outer, Pick, Pow, Read, Sum, Unary, VecMat,
-                               Where, children, postorder)
+                               MaxAdj, Node, OneHot, Outer, Pick, Pow, Read, Stack, Sum, Unary,
+                               VecMat, Where, children, postorder)
 from alphac.math import rt_name
 
 UNROLL = 8
@@ -82,7 +82,7 @@ class Emitter:
         self.put("}")
 
 
-BUFFERED = (MatVec, VecMat, MaxAdj)      # computed by loops of their own, into a buffer
+BUFFERED = (MatVec, VecMat, MaxAdj, Stack)   # computed by loops of their own, into a buffer
 REREAD = (MatVec, VecMat, Outer, MaxAdj)  # read their vector operands more than once
 
 
@@ -184,7 +184,25 @@ class Values:
             return []
         if isinstance(n, Bcast):
             return [(n.a, None)]
-        return [(c, j) for c in children(n)]
+        if isinstance(n, Pick):
+            return [(n.a, self.picked(n, j))]
+        return [(c, self.at(n, c, j)) for c in children(n)]
+
+    def at(self, n: Node, c: Node, j: str | None) -> str | None:
+        """The coordinate of operand c that coordinate j of elementwise n reads: j itself, none
+        for a scalar, j's column for a vector over a matrix's rows."""
+        if not c.shape:
+            return None
+        if len(c.shape) < len(n.shape):
+            return self.split(j, n.shape[1])[1]
+        return j
+
+    def picked(self, n: Pick, j: str | None) -> str:
+        """The coordinate of n.a that coordinate j of the fixed index n reads."""
+        row = max(1, n.a.size // n.a.shape[0])
+        if j is None:
+            return str(n.k * row)
+        return str(n.k * row + int(j)) if j.isdigit() else f"{n.k * row} + {j}"
 
     def prepare(self, nodes: list[Node]) -> None:
         """Compute, here and now, every scalar a loop over these vector nodes will read, so that
@@ -225,6 +243,9 @@ class Values:
                     put(c, f"{gen.address(buf, c)} + {t}")
                 self.loop(0, cols, term)
             self.loop(0, rows, row)
+        elif isinstance(n, Stack):
+            for k, item in enumerate(n.items):
+                put(str(k), self.get(item, None))
         elif isinstance(n, MaxAdj):
             dt = self.get(n.dt, None)
             m = em.let(self.get(n.a, "0"), "m")
@@ -254,9 +275,11 @@ class Values:
             if not n.shape:
                 return em.let(flit(n.values[0]), "c")
             return em.let(f"loadf({self.em.gen.const_vector(n)} + 8 * {j})")
+        if isinstance(n, Pick):
+            return self.get(n.a, self.picked(n, j))
         if isinstance(n, Elem):
-            a = self.get(n.a, j)
-            b = self.get(n.b, j)
+            a = self.get(n.a, self.at(n, n.a, j))
+            b = self.get(n.b, self.at(n, n.b, j))
             if n.op in OPS:
                 return em.let(f"{a} {OPS[n.op]} {b}")
             return em.let(f"{rt_name(n.op)}({a}, {b})")
@@ -266,7 +289,7 @@ class Values:
                 return em.let(f"-{a}" if n.op == "neg" else f"sqrt({a})")
             return em.let(f"{rt_name(n.op)}({a})")
         if isinstance(n, Where):
-            a, b, then, other = (self.get(c, j) for c in (n.a, n.b, n.then, n.other))
+            a, b, then, other = (self.get(c, self.at(n, c, j)) for c in (n.a, n.b, n.then, n.other))
             out = em.let(other, "w")
             em.put(f"if fgt({a}, {b}) != 0 {{ {out} = {then}; }}")
             return out

@@ -44,7 +44,7 @@ from typing import Callable
 from alphac.ir import binary64
 from alphac.ir.evaluate import Env, evaluate
 from alphac.ir.learner import (Bcast, Const, DataRow, Dot, Elem, Grad, Group, Learner, Node,
-                               Pick, Pow, Read, Sum, Unary, Where, postorder)
+                               Pick, Pow, Read, Sum, Unary, Where, children, postorder)
 from alphac.ptx.mathfn import PtxSource, table_words_as_floats
 from alphac.ptx.render import PTX_VERSION, Emitter, f64imm
 
@@ -330,7 +330,11 @@ def kernels(lr: Learner, sm: int = 90) -> list[Kernel]:
     from alphac.diag import BuildError
     roots = ([lr.loss] if lr.loss is not None else []) + [a.node for a in lr.update] + \
         [c.node for cs in lr.grads.values() for c in cs]
-    missing = sorted({type(n).__name__ for n in postorder(roots) if not isinstance(n, GPU_NODES)})
+    nodes = postorder(roots)
+    missing = sorted({type(n).__name__ for n in nodes if not isinstance(n, GPU_NODES)})
+    if any(isinstance(n, (Elem, Where)) and any(c.shape and c.shape != n.shape for c in children(n))
+           for n in nodes):
+        missing.append("a vector over a matrix's rows")
     if lr.batch:
         missing.append("minibatches")
     if missing:

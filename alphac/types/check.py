@@ -32,6 +32,7 @@ from alphac.diag import Sink, Span
 from alphac.files import read_regular
 from alphac.ir import learner as ir
 from alphac.ir.evaluate import fold
+from alphac.ir.learner import wide
 from alphac.parse import ast
 
 # name -> arity. Elementwise functions (alphac.math: exact or correctly rounded), two library
@@ -431,18 +432,35 @@ class Checker:
         a = self.expr(chain[-1].left, ctx)
         for link in reversed(chain):
             b = self.expr(link.right, ctx)
-            a = self.arith(link, a, b) if a is not None and b is not None else None
+            a = self.arith(link, a, b, ctx) if a is not None and b is not None else None
         return a
 
-    def arith(self, e: ast.Binary, a: ir.Node, b: ir.Node) -> ir.Node | None:
-        if e.op != "@" and a.shape != b.shape and a.shape and b.shape:
-            self.err("E0030", e.span, f"`{e.op}` of {_fmt(a.shape)} and {_fmt(b.shape)}",
-                     hint="elementwise operations need equal shapes, or a scalar")
+    def shapes_meet(self, e, what: str, a: ir.Node, b: ir.Node, ctx: Ctx) -> bool:
+        """Elementwise operands: equal shapes, a scalar, or (in the loss) a vector f64[C] over
+        the rows of an f64[R, C] (E0030; E0050 in the update, where it would read across
+        coordinates)."""
+        if a.shape == b.shape or not a.shape or not b.shape:
+            return True
+        rows = len(a.shape) + len(b.shape) == 3 and wide(a.shape, b.shape)[1:] == min(
+            a.shape, b.shape, key=len)
+        if not rows:
+            self.err("E0030", e.span, f"`{what}` of {_fmt(a.shape)} and {_fmt(b.shape)}",
+                     hint="elementwise operations need equal shapes, a scalar, or a vector "
+                          "f64[C] over the rows of an f64[R, C]")
+            return False
+        if ctx.kind == "update" and not (isinstance(a, ir.Const) and isinstance(b, ir.Const)):
+            self.err("E0050", e.span, "a vector over a matrix's rows in the update",
+                     hint="coordinate [r, c] may read only coordinate [r, c] of its values")
+            return False
+        return True
+
+    def arith(self, e: ast.Binary, a: ir.Node, b: ir.Node, ctx: Ctx) -> ir.Node | None:
+        if e.op != "@" and not self.shapes_meet(e, e.op, a, b, ctx):
             return None
         if e.op == "@":
             return self.matmul(e, a, b)
         op = {"+": "add", "-": "sub", "*": "mul", "/": "div"}[e.op]
-        return fold(ir.Elem(op, a, b, a.shape or b.shape))
+        return fold(ir.Elem(op, a, b, wide(a.shape, b.shape)))
 
     def matmul(self, e: ast.Binary, a: ir.Node, b: ir.Node) -> ir.Node | None:
         if len(a.shape) == 2 and len(b.shape) == 1 and a.shape[1] == b.shape[0]:
@@ -499,9 +517,7 @@ class Checker:
                 return None
             return fold(ir.Outer(a, b, a.shape + b.shape))
         if e.func in ELEMENTWISE:
-            if len(args) == 2 and args[0].shape != args[1].shape and args[0].shape and args[1].shape:
-                self.err("E0030", e.span, f"`{e.func}` of {_fmt(args[0].shape)} and {_fmt(args[1].shape)}",
-                         hint="elementwise operations need equal shapes, or a scalar")
+            if len(args) == 2 and not self.shapes_meet(e, e.func, args[0], args[1], ctx):
                 return None
             return elementwise(e.func, args)
         a, b = args
@@ -599,8 +615,15 @@ class Checker:
         if any(x is None for x in items):
             return None
         if not all(isinstance(x, ir.Const) for x in items):
-            self.err("E0037", e.span, "array literals must be constant")
-            return None
+            if any(x.shape for x in items):
+                self.err("E0037", e.span, "an array literal of vectors must be constant",
+                         hint="a vector of scalar values may be computed: `[a, b, c]`")
+                return None
+            if ctx.kind == "update":
+                self.err("E0050", e.span, "a vector built from values in the update",
+                         hint="coordinate k may read only coordinate k of its values")
+                return None
+            return ir.Stack(tuple(items), (len(items),))
         shape0 = items[0].shape
         for x, src in zip(items, e.items):
             if x.shape != shape0:
@@ -702,7 +725,7 @@ def elementwise(func: str, args: list[ir.Node]) -> ir.Node:
         return fold(ir.Elem("add", fold(ir.Elem("max", a, zero, a.shape)), fold(tail), a.shape))
     if len(args) == 2:
         b = args[1]
-        return ir.Elem(func, a, b, a.shape or b.shape)
+        return ir.Elem(func, a, b, wide(a.shape, b.shape))
     return ir.Unary(func, a, a.shape)
 
 
