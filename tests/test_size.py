@@ -16,10 +16,12 @@ from conftest import ROOT
 # level (cli.py: --emit writes to -o, the CLI's conventions), tools (listing's named
 # CapstoneMissing; checkpoints exported; traces; ckpt show's checks) and runtime (events carry
 # their times); issue 22 the top level again (alphac/files.py: outputs only over regular files,
-# reads bounded and never blocking)
-BUDGETS = {"parse": 850, "types": 600, "ir": 720, "dist": 1370, "lower": 2280, "runtime": 1660,
-           "x86_64": 780, "aarch64": 860, "elf": 480, "ptx": 900, "nvdrv": 1150, "tools": 1080,
-           "math": 1150, "": 1860}
+# reads bounded and never blocking); issue 16 raised lower, ir and types (matrices in the loss,
+# to what that commit had left over budget) and, with evaluation, ir (alphac/ir/score.py), types
+# (predict), tools (alphac/tools/evaluate.py) and the top level (cli.py's `eval`)
+BUDGETS = {"parse": 850, "types": 660, "ir": 865, "dist": 1370, "lower": 2375, "runtime": 1660,
+           "x86_64": 780, "aarch64": 860, "elf": 480, "ptx": 900, "nvdrv": 1150, "tools": 1210,
+           "math": 1150, "": 1940}
 
 
 def generated(f) -> bool:
