@@ -58,6 +58,9 @@ commands:
   verify-record RECORD    check a run record: its MAC, its streams, what follows from them;
                           exit 0 when it is an authentic pass, 3 otherwise (one line a problem)
   ckpt show DIR           print a checkpoint's manifests and the state it holds
+  eval FILE --checkpoint DIR [--data NAME=PATH.npy ...]
+                          score a trained state on held-out data: the sample count, the mean
+                          loss and, when predict gives class scores, the accuracy
   explain CODE            explain a diagnostic code such as E0050
 
 run `alphac COMMAND --help` for a command's options.
@@ -69,6 +72,13 @@ def _path(text: str) -> str:
     if not text or "\0" in text:
         raise argparse.ArgumentTypeError(f"not a path: {text!r}")
     return text
+
+
+def _data_arg(text: str) -> tuple[str, str]:
+    name, eq, path = text.partition("=")
+    if not eq or not name or not path:
+        raise argparse.ArgumentTypeError(f"not NAME=PATH.npy: {text!r}")
+    return name, _path(path)
 
 
 def _steps(text: str) -> int:
@@ -224,6 +234,34 @@ def build_parser() -> argparse.ArgumentParser:
                    help="export: the file to write, ending in .safetensors or .npz")
     p.add_argument("--learner", type=_path, metavar="FILE",
                    help="export: the learner's source, for each state's shape (else 1-d)")
+
+    p = sub.add_parser("eval", help="score a trained state on held-out data",
+                       description="Score the state of a checkpoint (or of N steps of the "
+                                   "reference interpreter) on held-out data, and print the sample "
+                                   "count n, the mean loss (each sample's loss in binary64 by the "
+                                   "reference interpreter, summed left to right from the first "
+                                   "sample, divided by n) and, when `predict(i)` gives class "
+                                   "scores and labels are known, the accuracy (correct / n; the "
+                                   "predicted class is the first index of the largest score, "
+                                   "compared by `>`, so a NaN never wins). A "
+                                   "checkpoint that cannot be used is refused by the name its "
+                                   "resume would give (docs/refusals.md).")
+    p.add_argument("file", type=_path, metavar="FILE", help="the learner (.alpha)")
+    p.add_argument("--checkpoint", type=_path, metavar="DIR",
+                   help="the checkpoint to score (written by an executable's or `alphac launch`'s "
+                        "--checkpoint; partitioned or not)")
+    p.add_argument("--steps", type=_steps, metavar="N",
+                   help="instead of a checkpoint: train N steps in the reference interpreter first")
+    p.add_argument("--data", action="append", default=[], type=_data_arg, metavar="NAME=PATH.npy",
+                   help="replace data array NAME by the held-out array in PATH.npy (rows of the "
+                        "same shape; one sample count for every replaced array); repeat it per "
+                        "array (default: the learner's own data)")
+    p.add_argument("--labels", metavar="NAME",
+                   help="the data array of class labels (default: the one the loss passes to "
+                        "onehot(NAME[i], ...), if exactly one)")
+    p.add_argument("--format", choices=("decimal", "json"), default="decimal",
+                   help="decimal (the default: the shortest decimals that read back to the same "
+                        "bits) or json (also the mean loss's bits as 16 hex digits)")
 
     p = sub.add_parser("explain", help="explain a diagnostic code",
                        description="Print the explanation of a diagnostic code (E0xxx, W0xxx).")
@@ -558,6 +596,40 @@ def cmd_ckpt(args) -> int:
     return 0
 
 
+def cmd_eval(args) -> int:
+    from alphac.driver import compile_file
+    from alphac.ir.interp import run
+    from alphac.tools.evaluate import (EvalError, checkpoint_state, evaluate_learner, held_out,
+                                       labels_for, render)
+    if (args.checkpoint is None) == (args.steps is None):
+        print("alphac eval: error: give one of --checkpoint DIR (a trained state) and --steps N "
+              "(train in the reference interpreter first)", file=sys.stderr)
+        return 2
+    try:
+        compiled = compile_file(args.file)
+    except CompileError as e:
+        return _report(e)
+    _warn(compiled)
+    lr = compiled.learner
+    try:
+        test = held_out(lr, args.data)
+        labels = labels_for(test, args.labels, args.file)
+        if test.loss is None and labels is None:
+            raise EvalError(f"nothing to score: {args.file} has no loss, and no predict with labels")
+        if args.checkpoint is not None:
+            state, step = checkpoint_state(lr, args.checkpoint)
+        else:
+            state, step = run(lr, args.steps), args.steps
+    except EvalError as e:
+        print(f"alphac: error: {e}", file=sys.stderr)
+        return 1
+    if labels is None and test.predict is not None and test.predict.shape:
+        print("alphac: no accuracy: the loss passes no single data array to onehot; name the "
+              "labels with --labels NAME", file=sys.stderr)
+    sys.stdout.write(render(evaluate_learner(test, state, step, labels), args.format))
+    return 0
+
+
 def cmd_trace(args) -> int:
     from alphac.tools.trace import write_trace
     try:
@@ -605,7 +677,7 @@ def cmd_explain(args) -> int:
 COMMANDS = {"check": cmd_check, "run": cmd_run, "plan": cmd_plan, "build": cmd_build,
             "build-all": cmd_build_all, "verify": cmd_verify, "launch": cmd_launch,
             "verify-record": cmd_verify_record, "trace": cmd_trace, "ckpt": cmd_ckpt,
-            "explain": cmd_explain}
+            "eval": cmd_eval, "explain": cmd_explain}
 
 
 def _suggest(word: str, known) -> str:

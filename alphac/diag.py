@@ -145,7 +145,7 @@ CODES: dict[str, tuple[str, str]] = {
     "E0010": ("unexpected token",
               "The parser expected something else here. The message says what it expected. "
               "A file starts with `learner NAME` and continues with declarations "
-              "(data, const, param, state, loss, update, deployment), one per line."),
+              "(data, const, param, state, loss, predict, update, deployment), one per line."),
     "E0011": ("unclosed bracket",
               "An opening `(`, `[` or `{` has no matching closing bracket."),
     "E0012": ("nested too deeply",
@@ -171,8 +171,8 @@ CODES: dict[str, tuple[str, str]] = {
               "A constant index must be at least 0 and less than the dimension it indexes."),
     "E0033": ("bad indexing",
               "Only arrays can be indexed, with at most one index per dimension. An index is "
-              "an integer literal or the sample index of `loss(i)`; the sample index may only "
-              "index data, as its first index."),
+              "an integer literal or the sample index of `loss(i)` (or `predict(i)`); the "
+              "sample index may only index data, as its first index."),
     "E0034": ("ragged array literal",
               "Every row of an array literal must have the same length."),
     "E0035": ("sample counts disagree",
@@ -232,15 +232,15 @@ CODES: dict[str, tuple[str, str]] = {
               "`grad` needs a `loss(i)` to differentiate; a learner without a loss updates its "
               "state by its own rule only."),
     "E0056": ("sample index outside the loss",
-              "The sample index exists only inside `loss(i)`."),
+              "The sample index exists only inside `loss(i)` (and `predict(i)`)."),
     "E0057": ("loss is not a scalar",
               "The per-sample loss must be a scalar; reduce vectors with dot or sum."),
-    "E0058": ("loss without data",
-              "A loss is evaluated per sample; the learner needs at least one `data` "
-              "declaration, whose first dimension is the sample count."),
+    "E0058": ("loss or predict without data",
+              "A loss (or a predict) is evaluated per sample; the learner needs at least one "
+              "`data` declaration, whose first dimension is the sample count."),
     "E0059": ("missing or repeated section",
               "A learner has exactly one `learner NAME` header and one `update` block, and at "
-              "most one `loss`."),
+              "most one `loss` and at most one `predict`."),
     "E0061": ("bad minibatch declaration",
               "`batch N` declares minibatches of N samples, an integer from 1 to the sample "
               "count, in a learner with a loss; `order sequence` or `order shuffle(SEED)`, SEED "
@@ -251,6 +251,12 @@ CODES: dict[str, tuple[str, str]] = {
               "source file: little-endian float64 (or an integer/float type exactly convertible), "
               "C order, at most 2 dimensions. The file's bytes become part of the learner's "
               "identity."),
+    "E0062": ("predict is not a scalar or a vector",
+              "`predict(i)` is the learner's output for sample i, checked as the loss is (it "
+              "reads params, state, constants and the sample's data rows; it assigns nothing and "
+              "takes no grad). Its block ends with the prediction: a scalar (a regression output) "
+              "or a vector of class scores, whose first maximum is the predicted class (`alphac "
+              "eval`). A matrix is refused."),
     # -- deployments (alphac.dist) ------------------------------------------------------------
     "E0100": ("unknown deployment",
               "`--deployment NAME` names a deployment the file does not declare."),

@@ -221,6 +221,7 @@ def random_argv(rng, paths):
                           ["build", p(), "--emit", rng.choice(["asm", "rt", "lir", "ptx"])],
                           ["build", p(), "--target", "x86_64+sm_90", "--gpu-host", p()],
                           ["verify", p()], ["ckpt", "show", p()], ["launch", p(), "--steps", "1"],
+                          ["eval", p(), "--checkpoint", p()], ["eval", p(), "--steps", "1", "--data", "x=" + p()],
                           ["explain", rng.choice(["E0004", "e0044", "E9999", ""])], ["build-all", "--out", p()],
                           [], [p()]])
     for _ in range(rng.choice([0, 0, 0, 1, 2])):            # now and then random words anywhere

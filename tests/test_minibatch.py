@@ -10,6 +10,7 @@ from hypothesis import given, settings, strategies as st
 from alphac.driver import compile_file
 from alphac.ir import interp
 from alphac.ir.order import batches, position, step_samples
+from alphac.ir.score import mean_loss
 from backend import run_exe
 from conftest import alphac
 
@@ -201,7 +202,7 @@ def test_epochs_resume_mid_epoch_and_the_loss(tmp_path, monkeypatch):
     state = interp.initial_state(lr)
     for t in range(5):
         samples = step_samples(range(7), 7, 3, 5, t)
-        mean = interp.mean_loss(lr, state, samples)
+        mean = mean_loss(lr, state, samples)
         if str(t + 1) in [s[1] for s in shown]:
             printed = float(next(s[3] for s in shown if s[1] == str(t + 1)))
             assert abs(printed - mean) <= 1.01e-6 and printed <= mean + 1e-12

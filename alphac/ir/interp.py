@@ -65,15 +65,6 @@ def owner_contribution(lr: Learner, state: State, samples) -> Contrib:
     return None if total is None else (total, len(samples))
 
 
-def mean_loss(lr: Learner, state: State, samples) -> float:
-    """The mean of the samples' loss values: a left fold over them in order, then one division
-    (what learner_mean computes from L and n)."""
-    from alphac.ir.evaluate import left_fold_add
-    vals = [evaluate(lr.loss, Env(state={(k, 0): v for k, v in state.items()},
-                                  rows=sample_rows(lr, i)))[0] for i in samples]
-    return f.div(left_fold_add(vals), float(len(vals)))
-
-
 def combine(a: Contrib, b: Contrib) -> Contrib:
     """One combine-tree node: `(G_a + G_b, n_a + n_b)`, the identity for an empty side."""
     if a is None:

@@ -13,8 +13,8 @@ reverse-mode differentiation accumulates its adjoint. Shapes are tuples: () scal
 
 `Learner.identity` is the SHA-256 of a canonical serialization of everything that determines the
 learner's numbers (constants and data by their bits, state declarations, loss, update, and the
-numerical contract), and nothing else: not the source's path, not the owner count, not the
-sample split.
+numerical contract) and its `predict` when it has one (a learner without one serializes as it
+always did), and nothing else: not the source's path, not the owner count, not the sample split.
 """
 from __future__ import annotations
 
@@ -323,6 +323,7 @@ class Learner:
         """Batches per epoch (1 for the full batch)."""
         from alphac.ir.order import batches
         return batches(self.nsamples or 0, self.batch)
+    predict: Node | None = None     # `predict(i)`: a scalar or a vector over the sample's rows
 
     def state(self, name: str) -> StateDef:
         for s in self.states:
@@ -395,4 +396,7 @@ def canonical(lr: Learner) -> str:
     for a in lr.update:
         ser([a.node])
         lines.append(f"assign {a.target} {names[id(a.node)]}")
+    if lr.predict is not None:
+        ser([lr.predict])
+        lines.append(f"predict {names[id(lr.predict)]}")
     return "\n".join(lines) + "\n"

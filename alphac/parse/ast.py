@@ -142,6 +142,7 @@ class LossDecl:
     index_span: Span
     body: Block
     span: Span
+    kind: str = "loss"     # "loss" | "predict": the same form, checked alike (alphac.types.check)
 
 
 @dataclass(frozen=True)

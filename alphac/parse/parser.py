@@ -6,7 +6,7 @@ Grammar (docs/language.md has the full description):
     decl   := 'data' NAME [':' type] '=' expr NL
             | 'const' NAME [':' type] '=' expr NL
             | ('param' | 'state') NAME ':' type '=' expr NL
-            | 'loss' '(' NAME ')' ('=' expr NL | block)
+            | ('loss' | 'predict') '(' NAME ')' ('=' expr NL | block)
             | 'update' block
             | deployment                               (alphac.parse.deploy)
     type   := 'f64' ['[' INT (',' INT)* ']']
@@ -36,8 +36,8 @@ class _Bail(Exception):
     """Unwinds to the enclosing declaration after a reported syntax error."""
 
 
-DECL_KEYWORDS = ("data", "const", "param", "state", "loss", "update", "batch", "order",
-                 "deployment", "strategy")
+DECL_KEYWORDS = ("data", "const", "param", "state", "loss", "predict", "update", "batch",
+                 "order", "deployment", "strategy")
 
 
 class Parser:
@@ -159,8 +159,8 @@ class Parser:
         t = self.tok
         if t.kind == "kw" and t.text in self.decls:
             return self.decls[t.text](self)
-        raise self.fail("a declaration (data, const, param, state, loss, update, batch, order, "
-                        "deployment, strategy)")
+        raise self.fail("a declaration (data, const, param, state, loss, predict, update, batch, "
+                        "order, deployment, strategy)")
 
     def parse_type(self) -> ast.TypeExpr:
         f = self.expect("kw", "f64", what="a type (`f64` or `f64[N]`)")
@@ -205,8 +205,9 @@ class Parser:
         return ast.StateDecl(kw.text, name.text, name.span, type_, value, span)
 
     def parse_loss(self) -> ast.LossDecl:
+        """`loss(i) ...`, and `predict(i) ...` (the same form: a LossDecl of kind "predict")."""
         kw = self.advance()
-        self.expect("punct", "(", what="`(` and the sample index name, as in `loss(i)`")
+        self.expect("punct", "(", what=f"`(` and the sample index name, as in `{kw.text}(i)`")
         idx = self.expect("name", what="the sample index name")
         self.expect("punct", ")")
         if self.accept("punct", "="):
@@ -215,7 +216,7 @@ class Parser:
             self.end_of_line()
         else:
             body = self.parse_block()
-        return ast.LossDecl(idx.text, idx.span, body, kw.span.to(body.span))
+        return ast.LossDecl(idx.text, idx.span, body, kw.span.to(body.span), kw.text)
 
     def parse_batch(self) -> ast.BatchDecl:
         kw = self.advance()
@@ -384,6 +385,7 @@ DECL_PARSERS = {
     "param": Parser.parse_state,
     "state": Parser.parse_state,
     "loss": Parser.parse_loss,
+    "predict": Parser.parse_loss,
     "update": Parser.parse_update,
     "batch": Parser.parse_batch,
     "order": Parser.parse_order,

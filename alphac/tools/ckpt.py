@@ -10,6 +10,8 @@ Guarantees: a hostile checkpoint is a `CheckpointError`, never another exception
 files of bounded size are read, a record's path must be a relative path inside the checkpoint
 directory (no `..`, no absolute path, no link leading out, UTF-8), a shard must be the 1-D
 float64 array its record's range describes, and names are shown with non-ASCII bytes escaped.
+Each error carries the name of the refusal the runtime's resume gives for it (`refusal`), so
+that `alphac eval --checkpoint` refuses by the same names.
 """
 from __future__ import annotations
 
@@ -29,7 +31,9 @@ LIMIT = 8 * MAX_VALUES + NPY_HEADER        # bytes of any checkpoint file: a lea
 
 
 class CheckpointError(Exception):
-    pass
+    def __init__(self, message: str, refusal: str = "manifest-torn"):
+        super().__init__(message)
+        self.refusal = refusal
 
 
 @dataclass
@@ -55,11 +59,11 @@ class Manifest:
     records: list[Record]
 
 
-def _read(path: Path) -> bytes:
+def _read(path: Path, missing: str) -> bytes:
     try:
         return read_regular(path, LIMIT)
     except OSError as e:
-        raise CheckpointError(f"{path}: {e.strerror or e}")
+        raise CheckpointError(f"{path}: {e.strerror or e}", missing)
 
 
 def inside(root: Path, rel: str) -> Path:
@@ -74,8 +78,8 @@ def inside(root: Path, rel: str) -> Path:
     return root / rel
 
 
-def read_manifest(path: Path) -> Manifest:
-    data = _read(Path(path))
+def read_manifest(path: Path, missing: str = "manifest-torn") -> Manifest:
+    data = _read(Path(path), missing)
     if len(data) < HDR + CKPT_TRAILER or data[:len(CKPT_MAGIC)] != CKPT_MAGIC:
         raise CheckpointError(f"{path}: not a checkpoint manifest")
     if hashlib.sha256(data[:-CKPT_TRAILER]).digest() != data[-CKPT_TRAILER:]:
@@ -102,12 +106,12 @@ def read_manifest(path: Path) -> Manifest:
 def walk(root: Path) -> list[tuple[str, Manifest]]:
     """Every manifest of the tree, root first (a test tool: the runtime reads only a path)."""
     root = Path(root)
-    out = [("MANIFEST", read_manifest(root / "MANIFEST"))]
+    out = [("MANIFEST", read_manifest(root / "MANIFEST", "checkpoint-missing"))]
     i = 0
     while i < len(out):
         for r in out[i][1].records:
             if r.kind == CKPT_SUB:
-                data = _read(inside(root, r.path))
+                data = _read(inside(root, r.path), "manifest-torn")
                 if hashlib.sha256(data).digest() != r.sha256:
                     raise CheckpointError(f"{r.path}: checksum differs from its record")
                 out.append((r.path, read_manifest(root / r.path)))
@@ -124,15 +128,16 @@ def state(root: Path) -> dict[str, list[float]]:
         for r in m.records:
             if r.kind != CKPT_SHARD:
                 continue
-            data = _read(inside(root, r.path))
+            data = _read(inside(root, r.path), "shard-missing")
             if hashlib.sha256(data).digest() != r.sha256:
-                raise CheckpointError(f"{r.path}: checksum differs from its record")
+                raise CheckpointError(f"{r.path}: checksum differs from its record", "shard-corrupt")
             try:
                 values = np.load(io.BytesIO(data), allow_pickle=False)
             except Exception as e:      # numpy reports many kinds of malformed files
-                raise CheckpointError(f"{r.path}: not a .npy array: {e}")
+                raise CheckpointError(f"{r.path}: not a .npy array: {e}", "shard-corrupt")
             if values.dtype != np.float64 or values.shape != (r.hi - r.lo,) or r.hi > MAX_VALUES:
-                raise CheckpointError(f"{r.path}: not the float64[{r.hi - r.lo}] its record says")
+                raise CheckpointError(f"{r.path}: not the float64[{r.hi - r.lo}] its record says",
+                                      "shard-corrupt")
             vec = out.setdefault(r.state, [])
             if len(vec) < r.hi:
                 vec.extend([None] * (r.hi - len(vec)))

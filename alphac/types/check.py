@@ -7,7 +7,8 @@ What it decides:
   the first index of data;
 - constants are folded in binary64 (`alphac.ir.evaluate.fold`), wherever all operands are
   constant, and must be finite;
-- the learner's structure: data outside the loss, grad outside the update, assignment targets;
+- the learner's structure: data outside the loss (and predict), grad outside the update,
+  assignment targets; predict, a scalar or a vector, checked as the loss is;
 - per-coordinate updates: no reduction, fixed index or data inside `update`, and coordinate
   values (params, their gradients, and state updated from them) meet only at equal shapes. The
   states that meet form coordinate groups (`Group`); shape-() state that never meets a coordinate
@@ -59,8 +60,8 @@ class Symbol:
 
 @dataclass
 class Ctx:
-    kind: str                      # "const" | "loss" | "update"
-    index: str | None = None       # the sample index name, in the loss
+    kind: str                      # "const" | "loss" | "predict" | "update"
+    index: str | None = None       # the sample index name, in the loss and predict
     lets: dict[str, Symbol] = field(default_factory=dict)
     assigned: set[str] = field(default_factory=set)
 
@@ -82,6 +83,7 @@ class Checker:
         self.loss: ir.Node | None = None
         self.update: list[ir.Assign] = []
         self.loss_decl: ast.LossDecl | None = None
+        self.predict_decl: ast.LossDecl | None = None
         self.values = 0                # how many values the declarations so far hold
 
     def admit(self, count: int, span: Span, what: str) -> bool:
@@ -102,10 +104,12 @@ class Checker:
         for d in m.decls:
             if isinstance(d, (ast.DataDecl, ast.ConstDecl, ast.StateDecl)):
                 self.later.setdefault(d.name, d.name_span)
-        losses = [d for d in m.decls if isinstance(d, ast.LossDecl)]
+        losses = [d for d in m.decls if isinstance(d, ast.LossDecl) and d.kind == "loss"]
+        predicts = [d for d in m.decls if isinstance(d, ast.LossDecl) and d.kind == "predict"]
         updates = [d for d in m.decls if isinstance(d, ast.UpdateDecl)]
-        for extra in losses[1:]:
-            self.err("E0059", extra.span, "a second `loss`", hint="a learner has at most one loss")
+        for extra in losses[1:] + predicts[1:]:
+            self.err("E0059", extra.span, f"a second `{extra.kind}`",
+                     hint=f"a learner has at most one {extra.kind}")
         for extra in updates[1:]:
             self.err("E0059", extra.span, "a second `update`", hint="merge the two blocks")
         if not updates and m.header is not None:
@@ -120,7 +124,12 @@ class Checker:
                 self.decl_state(d)
         nsamples = self.sample_count()
         if losses:
-            self.decl_loss(losses[0], nsamples)
+            self.loss_decl = losses[0]
+            self.loss = self.decl_loss(losses[0], nsamples)
+        predict = None
+        if predicts:
+            self.predict_decl = predicts[0]
+            predict = self.decl_loss(predicts[0], nsamples)
         batch, seed = self.decl_batch(m, nsamples, bool(losses))
         if updates:
             self.decl_update(updates[0])
@@ -130,7 +139,7 @@ class Checker:
             return None
         return ir.Learner(m.header.name, self.consts, self.data, self.states, nsamples,
                           self.loss, self.update, groups,
-                          loss_line=losses[0].span.line_col[0] if losses else 0,
+                          loss_line=losses[0].span.line_col[0] if losses else 0, predict=predict,
                           batch=batch, shuffle=seed)
 
     def define(self, name: str, span: Span, sym: Symbol, scope: dict[str, Symbol] | None = None) -> bool:
@@ -155,7 +164,11 @@ class Checker:
         return False
 
     def decl_const(self, d: ast.ConstDecl) -> None:
-        node = self.const_value(d.value)
+        if isinstance(d.value, ast.Call) and d.value.func == "load":    # its values: the identity's
+            loaded = self.load_npy(d.value)
+            node = loaded[0] if loaded else None
+        else:
+            node = self.const_value(d.value)
         if node is None or not self.check_type(d.type, node.shape, d.value.span, f"`{d.name}`") \
                 or not self.finite(node, d.value.span) \
                 or not self.admit(node.size, d.value.span, f"`{d.name}`"):
@@ -215,24 +228,12 @@ class Checker:
         except OSError as e:
             self.err("E0060", call.args[0].span, f"cannot read `{rel}`: {e.strerror or e}")
             return None
-        import numpy as np
         try:
-            arr = np.load(io.BytesIO(raw), allow_pickle=False)
-        except Exception as e:  # numpy reports many kinds of malformed files
-            self.err("E0060", call.args[0].span, f"`{rel}` is not a .npy array: {e}")
+            shape, values = npy_values(raw)
+        except ValueError as e:
+            self.err("E0060", call.args[0].span, f"`{rel}` {e}")
             return None
-        if not isinstance(arr, np.ndarray) or arr.ndim == 0 or arr.ndim > 2 or arr.size == 0:
-            self.err("E0060", call.args[0].span, f"`{rel}` must hold a non-empty 1- or 2-D array")
-            return None
-        if arr.dtype.kind not in "fiu":
-            self.err("E0060", call.args[0].span, f"`{rel}` has dtype {arr.dtype}, not a number type")
-            return None
-        as64 = arr.astype("<f8")
-        if arr.dtype.kind in "iu" and not np.array_equal(as64.astype(arr.dtype), arr):
-            self.err("E0060", call.args[0].span, f"`{rel}` has integers that binary64 cannot hold exactly")
-            return None
-        values = tuple(float(v) for v in as64.reshape(-1))
-        return ir.Const(tuple(int(s) for s in arr.shape), values), "npy:" + hashlib.sha256(raw).hexdigest()
+        return ir.Const(shape, values), "npy:" + hashlib.sha256(raw).hexdigest()
 
     def sample_count(self) -> int | None:
         if not self.data:
@@ -244,30 +245,38 @@ class Checker:
                          f"data `{d.name}` has {d.shape[0]} samples, but `{first.name}` has {first.shape[0]}")
         return first.shape[0]
 
-    def decl_loss(self, d: ast.LossDecl, nsamples: int | None) -> None:
-        self.loss_decl = d
+    def decl_loss(self, d: ast.LossDecl, nsamples: int | None) -> ir.Node | None:
+        """The loss, or predict (d.kind): a function of one sample, checked alike. The loss is a
+        scalar; predict a scalar (a regression output) or a vector (class scores)."""
+        what, code = ("the loss", "E0057") if d.kind == "loss" else ("predict", "E0062")
         if nsamples is None:
-            self.err("E0058", d.span, "the learner has a loss but no data",
+            self.err("E0058", d.span, f"the learner has a {d.kind} but no data",
                      hint="declare the samples with `data NAME = [...]`")
         if d.index in self.syms or d.index in BUILTINS:
             self.err("E0021", d.index_span, f"the sample index `{d.index}` hides a declared name")
-            return
-        ctx = Ctx("loss", index=d.index)
+            return None
+        ctx = Ctx(d.kind, index=d.index)
         for st in d.body.stmts:
             if isinstance(st, ast.Assign):
-                self.err("E0052", st.name_span, "the loss cannot assign state",
+                self.err("E0052", st.name_span, f"{what} cannot assign state",
                          hint="state changes only in `update`; use `let` for a local value")
             else:
                 self.let(st, ctx)
         if d.body.result is None:
-            self.err("E0057", d.body.span, "the loss block does not end with the loss expression")
-            return
+            self.err(code, d.body.span, f"the {d.kind} block does not end with the "
+                                        f"{'loss expression' if d.kind == 'loss' else 'prediction'}")
+            return None
         node = self.expr(d.body.result, ctx)
-        if node is not None and node.shape:
-            self.err("E0057", d.body.result.span, f"the loss has shape {_fmt(node.shape)}, not f64",
+        if node is not None and d.kind == "loss" and node.shape:
+            self.err(code, d.body.result.span, f"the loss has shape {_fmt(node.shape)}, not f64",
                      hint="reduce it with sum(...) or dot(...)")
-            return
-        self.loss = node
+            return None
+        if node is not None and len(node.shape) > 1:
+            self.err(code, d.body.result.span, f"predict gives {_fmt(node.shape)}",
+                     hint="a prediction is a scalar (a regression output) or a vector (one score "
+                          "per class)")
+            return None
+        return node
 
     def decl_batch(self, m: ast.Module, nsamples: int | None, has_loss: bool) -> tuple[int | None, int | None]:
         """`batch N` and `order ...` (E0061): the batch size (None: the full batch) and the
@@ -338,10 +347,12 @@ class Checker:
 
     # -- expressions --------------------------------------------------------------------------
     def unknown(self, name: str, span: Span) -> None:
-        if self.loss_decl is not None and name == self.loss_decl.index:
-            self.err("E0056", span, f"the sample index `{name}` is used outside the loss",
-                     hint=f"`{name}` exists only inside `loss({name})`")
-            return
+        for d in (self.loss_decl, self.predict_decl):
+            if d is not None and name == d.index:
+                self.err("E0056", span, f"the sample index `{name}` is used outside the "
+                                        f"{'loss' if d.kind == 'loss' else 'predict'}",
+                         hint=f"`{name}` exists only inside `{d.kind}({name})`")
+                return
         if name in self.later:
             self.err("E0020", span, f"`{name}` is used before its declaration",
                      hint=f"it is declared at line {self.later[name].line_col[0]}; move that line up")
@@ -398,7 +409,7 @@ class Checker:
         if sym.kind == "const":
             return sym.const
         if sym.kind == "data":
-            if ctx.kind == "loss":
+            if ctx.index is not None:
                 self.err("E0033", e.span, f"data `{e.name}` must be indexed by the sample index",
                          hint=f"write `{e.name}[{ctx.index}]`")
             else:
@@ -576,7 +587,7 @@ class Checker:
             return None
         if sym.kind == "data":
             first = idx.pop(0)
-            if ctx.kind != "loss":
+            if ctx.index is None:
                 self.data_outside(e.span, name, ctx)
                 return None
             if not (isinstance(first, ast.Name) and first.name == ctx.index):
@@ -707,6 +718,25 @@ class Checker:
                 self.sink.warning("W0001", span, f"param `{s.name}` does not appear in the loss")
             if s.name not in assigned:
                 self.sink.warning("W0002", span, f"`{s.name}` is never updated")
+
+
+def npy_values(raw: bytes) -> tuple[tuple[int, ...], tuple[float, ...]]:
+    """(shape, values as binary64) of a .npy file's bytes: a non-empty 1- or 2-D array of a
+    number type that binary64 holds exactly; ValueError saying why not (for data that `load`
+    reads, and the held-out data of `alphac eval`)."""
+    import numpy as np
+    try:
+        arr = np.load(io.BytesIO(raw), allow_pickle=False)
+    except Exception as e:  # numpy reports many kinds of malformed files
+        raise ValueError(f"is not a .npy array: {e}")
+    if not isinstance(arr, np.ndarray) or arr.ndim == 0 or arr.ndim > 2 or arr.size == 0:
+        raise ValueError("must hold a non-empty 1- or 2-D array")
+    if arr.dtype.kind not in "fiu":
+        raise ValueError(f"has dtype {arr.dtype}, not a number type")
+    as64 = arr.astype("<f8")
+    if arr.dtype.kind in "iu" and not np.array_equal(as64.astype(arr.dtype), arr):
+        raise ValueError("has integers that binary64 cannot hold exactly")
+    return tuple(int(s) for s in arr.shape), tuple(float(v) for v in as64.reshape(-1))
 
 
 def elementwise(func: str, args: list[ir.Node]) -> ir.Node:
