@@ -17,8 +17,9 @@ from conftest import ROOT
 # CapstoneMissing; checkpoints exported; traces; ckpt show's checks) and runtime (events carry
 # their times); issue 22 the top level again (alphac/files.py: outputs only over regular files,
 # reads bounded and never blocking); the contract's functions on numpy arrays (alphac/math/vec.py,
-# for the batched reference interpreter) raised math
-BUDGETS = {"parse": 850, "types": 600, "ir": 720, "dist": 1370, "lower": 2280, "runtime": 1660,
+# for the batched reference interpreter) raised math, and the batched reference interpreter
+# (alphac/ir/batch.py) ir (from the 801 lines issue 16 left it at)
+BUDGETS = {"parse": 850, "types": 600, "ir": 997, "dist": 1370, "lower": 2280, "runtime": 1660,
            "x86_64": 780, "aarch64": 860, "elf": 480, "ptx": 900, "nvdrv": 1150, "tools": 1080,
            "math": 1298, "": 1860}
 
