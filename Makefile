@@ -58,6 +58,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/functions.py
 	$(BIN)/python bench/fleet.py
 	$(BIN)/python bench/distributed.py
+	$(BIN)/python bench/interp.py
 
 docs: $(STAMP)
 	$(BIN)/python -m alphac.tools.docs

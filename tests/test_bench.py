@@ -9,7 +9,8 @@ import pytest
 from conftest import ROOT, require_tool
 
 HEADERS = {"learners.py": "| learner | compile ms |", "functions.py": "function",
-           "fleet.py": "| deployment | check time s |", "distributed.py": "| system | learner |"}
+           "fleet.py": "| deployment | check time s |", "distributed.py": "| system | learner |",
+           "interp.py": "| learner | samples |"}
 
 
 @pytest.mark.parametrize("script", sorted(HEADERS))

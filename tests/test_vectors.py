@@ -85,3 +85,10 @@ def test_misuses_are_refused_by_name(change, code, msg, tmp_path):
     src.write_text(SRC.replace(change, bad))
     rc, _, err = alphac("check", src)
     assert rc == 1 and f"error[{code}]" in err and (msg is None or msg in err), err
+
+
+def test_the_batched_interpreter_equals_the_scalar_one(learner):
+    st = interp.initial_state(learner)
+    for samples in (range(4), range(1, 3), [0, 3], range(0)):
+        assert interp.owner_contribution(learner, st, samples) == \
+            interp.owner_contribution_scalar(learner, st, samples)

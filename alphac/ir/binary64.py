@@ -6,6 +6,10 @@ infinity or NaN. `div` and `sqrt` here give the IEEE results instead. This table
 definition of each operation used by constant folding and the reference interpreter; the tests'
 oracle deliberately does not import it.
 
+`div_array` and `sqrt_array` are `div` and `sqrt` elementwise on numpy float64 arrays (numpy's
+float64 add, subtract, multiply, divide and sqrt ufuncs are the same single IEEE operations per
+element, with no fused multiply-add; the vectorized interpreter uses them directly).
+
 Guarantees: each function performs exactly one rounding; none raises on any float input.
 """
 from __future__ import annotations
@@ -48,6 +52,22 @@ def sqrt(a: float) -> float:
 
 def neg(a: float) -> float:
     return -a
+
+
+def div_array(a, b):
+    """`div` on numpy float64 arrays: the IEEE quotient, and `div`'s NaN where b is zero."""
+    import numpy as np
+    q = np.divide(a, b)
+    zero = np.asarray(b) == 0.0
+    if np.any(zero):
+        q = np.where(zero & ((a != a) | (np.asarray(a) == 0.0)), NAN, q)
+    return q
+
+
+def sqrt_array(a):
+    """`sqrt` on numpy float64 arrays (numpy's square root is IEEE's, correctly rounded)."""
+    import numpy as np
+    return np.where((a != a) | (np.asarray(a) < 0.0), NAN, np.sqrt(a))
 
 
 BINARY = {"add": add, "sub": sub, "mul": mul, "div": div}

@@ -10,9 +10,21 @@ It executes the learner IR under the LEARNERS.md contract, step by step:
 A single process is one owner holding every sample. Plans with several owners
 (`alphac.dist`) call the same functions per owner.
 
+How step 1 is computed: an owner's samples are independent chains of operations, so
+`alphac.ir.batch` evaluates each node of the per-sample gradient DAG for a batch of samples at
+once, as numpy float64 arrays (vectorized across samples and across the independent rows of a
+product, never within a fold), and the contract's functions lane by lane from their one
+definition (`alphac.math.evaluate_array`). Every element still gets the one binary64 operation
+`per_sample_gradient` performs for it, in the same order: numpy's float64 + - * / and sqrt are
+single IEEE operations without fused multiply-add, every fold is a loop over its axis from the
+first term, and the sum over samples stays a left fold in sample order. So the bits are
+`owner_contribution_scalar`'s (the definition, one sample and one operation at a time), as
+tests/test_interp_fast.py checks, NaNs' bits included. The update (step 4) is small and stays
+scalar.
+
 Requires: a checked and differentiated `Learner`. Guarantees: each arithmetic step is one
-binary64 operation through `alphac.ir.binary64`; deterministic; nothing printed for a state that
-is not finite (`Refusal("non-finite-state")`).
+binary64 operation (`alphac.ir.binary64`, or numpy's same operation); deterministic; nothing
+printed for a state that is not finite (`Refusal("non-finite-state")`).
 """
 from __future__ import annotations
 
@@ -54,7 +66,28 @@ def per_sample_gradient(lr: Learner, state: State, i: int) -> dict[str, tuple[fl
 
 
 def owner_contribution(lr: Learner, state: State, samples) -> Contrib:
-    """`(G, n)` for one owner's samples; None for an owner with none (the combine's identity)."""
+    """`(G, n)` for one owner's samples; None for an owner with none (the combine's identity).
+    The per-sample gradients come from `alphac.ir.batch` (many samples at once, the same bits
+    as `per_sample_gradient`); their sum is the left fold in sample order, from the first."""
+    import numpy as np
+
+    from alphac.ir.batch import gradient_rows
+    total = None
+    for rows in gradient_rows(lr, state, samples):
+        for g in rows:
+            total = g.copy() if total is None else np.add(total, g, out=total)
+    if total is None:
+        return None
+    out, base = {}, 0
+    for p in lr.params:
+        out[p.name] = tuple(total[base:base + p.size].tolist())
+        base += p.size
+    return out, len(samples)
+
+
+def owner_contribution_scalar(lr: Learner, state: State, samples) -> Contrib:
+    """`owner_contribution` one sample and one operation at a time (`per_sample_gradient`): the
+    definition the batched path is tested against."""
     total: dict[str, tuple[float, ...]] | None = None
     for i in samples:
         g = per_sample_gradient(lr, state, i)

@@ -10,6 +10,7 @@ kinds). The same algorithm text then runs three ways:
     RtSource  writes runtime-language source (alphac/lower/rt.py), one `fn` per function,
               which both ISAs lower like the rest of the runtime
     (PTX)     writes PTX instructions into a kernel (alphac/ptx/mathfn.py)
+    (VecEval) computes now on numpy arrays, each element as Eval would (alphac/math/vec.py)
 
 Values have a kind: "f" (binary64) or "i" (64-bit integer). Operators:
     f: + - * / and -x (one IEEE operation each, round to nearest even); m.sqrt(x)
