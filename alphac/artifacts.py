@@ -88,18 +88,23 @@ def all_recipes() -> list[tuple[str, dict]]:
 
 
 # ---- learners ----------------------------------------------------------------------------------
-def learner_recipe(source: str | Path, target: str) -> dict:
-    return {"kind": "learner", "source": manifest.input_path(source), "target": target}
+def learner_recipe(source: str | Path, target: str, eval_data=(), labels: str | None = None) -> dict:
+    """A single-process executable's recipe; with held-out data (`build --eval-data`), its
+    arrays and labels too."""
+    recipe = {"kind": "learner", "source": manifest.input_path(source), "target": target}
+    if eval_data:
+        recipe.update(eval_data=[[n, manifest.input_path(p)] for n, p in eval_data], labels=labels)
+    return recipe
 
 
 def learner_inputs(source: str | Path, compiled) -> list[str]:
     """The files a learner was compiled from: its source and every `load("file.npy")` (the
-    checker accepts a load only as the whole value of a data declaration)."""
+    checker accepts a load only as the whole value of a data or const declaration)."""
     from alphac.parse import ast
     base = Path(source).parent
     found = [source, *(base / d.value.args[0].value for d in compiled.module.decls
-                       if isinstance(d, ast.DataDecl) and isinstance(d.value, ast.Call)
-                       and d.value.func == "load")]
+                       if isinstance(d, (ast.DataDecl, ast.ConstDecl))
+                       and isinstance(d.value, ast.Call) and d.value.func == "load")]
     return sorted({manifest.input_path(p) for p in found})
 
 
@@ -110,9 +115,16 @@ def build_learner_recipe(recipe: dict) -> Built:
     for field in ("source", "target"):
         if not isinstance(recipe.get(field), str):
             raise RecipeError(f"learner recipe: `{field}` must be a string")
+    from alphac.tools.evaluate import evaluation_for
     compiled = compile_file(recipe["source"])
-    image = build_learner(compiled.learner, recipe["target"])
-    return Built(image.elf, learner_inputs(recipe["source"], compiled), {})
+    arrays = recipe.get("eval_data", [])
+    if not isinstance(arrays, list) or not all(isinstance(a, list) and len(a) == 2 and
+                                               all(isinstance(x, str) for x in a) for a in arrays) \
+            or not isinstance(recipe.get("labels"), (str, type(None))):
+        raise RecipeError("learner recipe: `eval_data` must be [[NAME, PATH], ...], `labels` a string")
+    image = build_learner(compiled.learner, recipe["target"], evaluation_for(
+        compiled.learner, [tuple(a) for a in arrays], recipe.get("labels"), recipe["source"]))
+    return Built(image.elf, learner_inputs(recipe["source"], compiled) + [p for _, p in arrays], {})
 
 
 @catalogue

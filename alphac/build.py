@@ -62,11 +62,11 @@ def runtime_closure(name: str) -> list:
 
 
 def program_for(lr: Learner, tgt: Target, main: str = "single", extra: str = "",
-                blobs: dict[str, bytes] | None = None) -> tuple[Program, str]:
+                blobs: dict[str, bytes] | None = None, evaluation=None) -> tuple[Program, str]:
     """LIR for an executable: the prelude, the runtime files its main file (`single.rt`,
     `role.rt`, `gpu.rt`) uses, the generated learner code and `extra` (the role's or the GPU
     owner's generated code), checked as modules (alphac.lower.rt.check_modules)."""
-    gen, gen_blobs = learner_source(lr)
+    gen, gen_blobs = learner_source(lr, evaluation)
     units = [("prelude.rt", list(_parsed(tgt.prelude(), "prelude.rt")), False)]
     units += [(f"{m}.rt", list(runtime_items(m)), True) for m in rt.modules(main, runtime_items)]
     own, marker, math = gen.partition(MATH_MARKER)
@@ -107,11 +107,13 @@ def link_program(prog: Program, tgt: Target) -> tuple[bytes, Text, dict[str, int
     return elf, text, layout(tgt, sections)
 
 
-def build_learner(lr: Learner, target_name: str) -> Image:
+def build_learner(lr: Learner, target_name: str, evaluation=None) -> Image:
+    """The single-process executable; `evaluation` ((the learner on held-out data, its labels'
+    name or None)) gives it `--evaluate`."""
     from alphac.lower.ckpt import single_source
     tgt = target(target_name)
     extra, blobs = single_source(lr)
-    prog, gen = program_for(lr, tgt, extra=extra, blobs=blobs)
+    prog, gen = program_for(lr, tgt, extra=extra, blobs=blobs, evaluation=evaluation)
     elf, text, addrs = link_program(prog, tgt)
     return Image(tgt, elf, text, prog, gen, addrs)
 

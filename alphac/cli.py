@@ -159,6 +159,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "the low-level IR (lir), every owner kernel in one PTX module that ptxas "
                         "assembles (ptx), what the cubins hold (cubin-info; needs ptxas), or a "
                         "GPU owner's driver conversation (calls)")
+    p.add_argument("--eval-data", action="append", default=[], type=_data_arg, metavar="NAME=PATH.npy",
+                   help="held-out data for `OUT --evaluate` (scores the state as `alphac eval` "
+                        "does: samples, mean loss, correct predictions); repeat it per array")
+    p.add_argument("--labels", metavar="NAME", help="with --eval-data: the data array of class "
+                   "labels (default: the one the loss passes to onehot(NAME[i], ...))")
     p.add_argument("--sm", type=int, choices=(86, 90), default=90,
                    help="the GPU architecture for --emit ptx and cubin-info (default 90)")
     g = p.add_argument_group("GPU owners (docs/nvdrv.md)")
@@ -383,6 +388,7 @@ def cmd_build(args) -> int:
     from alphac.artifacts import gpu_recipe, learner_inputs, learner_recipe, ptxas_tool, write_file
     from alphac.build import BuildError, build_learner
     from alphac.driver import compile_file
+    from alphac.tools.evaluate import evaluation_for
     from alphac.tools.listing import CapstoneMissing, disassemble, lir
     if args.deployment is not None:
         return _build_deployment(args)
@@ -403,7 +409,9 @@ def cmd_build(args) -> int:
         else:
             if args.emit == "calls":
                 raise BuildError("--emit calls needs a GPU target (x86_64+sm_90)")
-            image = build_learner(compiled.learner, target)
+            image = build_learner(compiled.learner, target,
+                                  evaluation_for(compiled.learner, args.eval_data, args.labels,
+                                                 args.file))
     except BuildError as e:
         print(f"alphac: error: {e}", file=sys.stderr)
         return 1
@@ -427,10 +435,11 @@ def cmd_build(args) -> int:
     try:
         write_file(out, image.elf, 0o755)
         try:
-            recipe, tools = learner_recipe(args.file, target), {}
+            recipe, tools = learner_recipe(args.file, target, args.eval_data, args.labels), {}
             if gpu is not None:
                 recipe, tools = gpu_recipe(args.file, target, gpu.conversation.host), ptxas_tool(gpu.ptxas)
-            entry = manifest.artifact_entry(image.elf, recipe, learner_inputs(args.file, compiled))
+            entry = manifest.artifact_entry(image.elf, recipe, learner_inputs(args.file, compiled)
+                                            + [manifest.input_path(p) for _, p in args.eval_data])
             m = manifest.new({out.name: entry}, entry["inputs"], tools)
         except manifest.ManifestError as e:
             print(f"alphac: warning: no manifest written: {e}", file=sys.stderr)

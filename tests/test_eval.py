@@ -318,3 +318,38 @@ def test_eval_help():
     code, out, _ = alphac("eval", "--help")
     assert code == 0 and "--checkpoint DIR" in out and "--data NAME=PATH.npy" in out
     assert "first index of the largest score, compared by `>`, so a NaN never wins" in " ".join(out.split())
+
+
+@pytest.mark.parametrize("target", ["x86_64", "aarch64"])
+def test_an_executable_resumes_a_deployments_checkpoint_then_predicts(work, target):
+    """The seed's "resumed, then used for prediction": a ZeRO-3 star's checkpoint, resumed by a
+    single-process executable built with the held-out data, scored as `alphac eval` scores it."""
+    from backend import run_exe
+    code, _, err = alphac("build", "cls.alpha", "--deployment", "cls_star", "-o", "dep")
+    assert code == 0, err
+    code, _, err = alphac("launch", "dep", "--steps", "3", "--checkpoint", "ck", "--records", "runs")
+    assert code == 0, err
+    code, _, err = alphac("build", "cls.alpha", "--target", target, "--eval-data", "x=hx.npy",
+                          "--eval-data", "y=hy.npy", "-o", "scorer")
+    assert code == 0, err
+    assert alphac("verify", "scorer.manifest.json")[0] == 0
+    r = run_exe(work / "scorer", "--resume", "ck", "--steps", "0", "--evaluate", target=target)
+    assert r.returncode == 0, r.stderr
+    mean, correct = oracle(shards(work / "ck"), HX, HY)
+    assert r.stdout == f"samples 5\nmean_loss {hexbits(mean)}\ncorrect {correct}\n"
+    got = evaluate("--checkpoint", "ck")
+    assert (got["mean_loss_hex"], got["correct"]) == (hexbits(mean), correct)
+    plain = run_exe(work / "scorer", "--resume", "ck", "--steps", "1", target=target)
+    assert plain.returncode == 0 and plain.stdout.startswith("W1[0,0] ")    # still a learner
+
+
+def test_evaluate_without_held_out_data_is_usage(work):
+    from backend import run_exe
+    ck = exe_checkpoint(work, 1)
+    r = run_exe(work / "cls.alpha.exe", "--resume", ck, "--steps", "0", "--evaluate")
+    assert (r.returncode, r.stderr.strip()) == (64, "refused: usage")
+    for args, words in ((["--eval-data", "z=hx.npy"], "has no data `z`"),
+                        (["--labels", "y"], "--labels needs --eval-data"),
+                        (["--eval-data", "x=nosuch.npy"], "cannot read `nosuch.npy`")):
+        code, _, err = alphac("build", "cls.alpha", *args, "-o", "bad")
+        assert code == 1 and words in err and "Traceback" not in err, err

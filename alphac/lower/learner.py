@@ -332,8 +332,9 @@ class Values:
 
 
 class LearnerCode:
-    def __init__(self, lr: Learner):
+    def __init__(self, lr: Learner, evaluation: tuple[Learner, str | None] | None = None):
         self.lr = lr
+        self.evaluation = evaluation     # (the learner on held-out data, its labels' name)
         self.counter = 0
         self.consts: dict[tuple, str] = {}
         self.blobs: dict[str, bytes] = {}
@@ -560,6 +561,55 @@ class LearnerCode:
             em.put(f'rt_print_state("{s.name}", st_{s.name}, {s.size}, {cols});')
         return check + self.function("learner_print", "", em)
 
+    def gen_evaluate(self) -> str:
+        """learner_evaluate(): the state scored on the held-out samples (`alphac build
+        --eval-data`), as `alphac eval` scores it (alphac.ir.score): `samples N`, `mean_loss HEX`
+        (the left fold of the losses, over n) and, with labels, `correct K` (the first index of
+        the largest score that is a number, against the label). Without held-out data, `usage`."""
+        em = Emitter(self)
+        if self.evaluation is None:
+            em.put('refuse("usage");')
+            return self.function("learner_evaluate", "", em)
+        held, labels = self.evaluation
+        lr = self.lr
+        for d in held.data:
+            self.blobs[f"ev_{d.name}"] = f64_bytes(d.values)
+            self.globals.append(f"data ev_{d.name}: [f64; {len(d.values)}] = extern;")
+        em.put(f"let total = {flit(-0.0)};")
+        em.put("let correct = 0;")
+        em.put("let i = 0;")
+        em.put(f"while i < {held.nsamples} {{")
+        em.depth += 1
+        for d in held.data:
+            em.put(f"let row_{d.name} = ev_{d.name} + i * {8 * max(1, len(d.values) // d.shape[0])};")
+        scored = labels is not None and lr.predict is not None and lr.predict.shape
+        roots = [lr.loss] + ([lr.predict] if scored else [])
+        vals = Values(em, lambda n, j: self.loss_leaf(n, j, "i"), buffered_nodes(roots))
+        vals.prepare(roots)
+        em.put(f"total = total + {vals.get(lr.loss, None)};")
+        if scored:
+            best, top = em.let("-1", "best"), em.let(flit(0.0), "top")
+
+            def score(k: str) -> None:
+                v = vals.get(lr.predict, k)
+                em.put(f"if (f2bits({v}) & 0x7fffffffffffffff) <= 0x7ff0000000000000 && "
+                       f"({best} < 0 || fgt({v}, {top}) != 0) {{ {best} = {k}; {top} = {v}; }}")
+            vals.loop(0, lr.predict.shape[0], score)
+            em.put(f"if {best} >= 0 && (f2bits(loadf(row_{labels}) - i2f({best})) << 1) == 0 "
+                   "{ correct = correct + 1; }")
+        em.put("i = i + 1;")
+        em.depth -= 1
+        em.put("}")
+        em.put('rt_out_cstr("samples ");')
+        em.put(f"rt_out_dec({held.nsamples});")
+        em.put('rt_out_cstr("\\nmean_loss ");')
+        em.put(f"rt_out_hex16(f2bits(total / i2f({held.nsamples})));")
+        if scored:
+            em.put('rt_out_cstr("\\ncorrect ");')
+            em.put("rt_out_dec(correct);")
+        em.put("rt_out_byte(10);")
+        return self.function("learner_evaluate", "", em)
+
     def function(self, name: str, params: str, em: Emitter, result: str | None = None) -> str:
         arrow = f" -> {result}" if result else ""
         return f"fn {name}({params}){arrow} {{\n" + "\n".join(em.lines) + "\n}\n\n"
@@ -567,6 +617,7 @@ class LearnerCode:
     def math_functions(self) -> list[str]:
         """The functions of alphac.math the learner's arithmetic calls (runtime names)."""
         roots = ([self.lr.loss] if self.lr.loss is not None else []) + [a.node for a in self.lr.update]
+        roots += [self.lr.predict] if self.evaluation is not None and self.lr.predict is not None else []
         roots += [c.node for cs in self.lr.grads.values() for c in cs]
         nodes = postorder(roots)
         return sorted({n.op for n in nodes if (isinstance(n, Unary) and n.op not in ("neg", "sqrt"))
@@ -594,6 +645,7 @@ class LearnerCode:
         for g in lr.groups:
             body += self.gen_group(g.index)
         body += self.gen_commit() + self.gen_step() + self.gen_check_and_print()
+        body += self.gen_evaluate()
         decls.append(f"const LEARNER_BATCHES = {lr.batches};")
         decls.append("global loss_mean: [f64; 1];")      # the step's mean loss (learner_mean)
         if lr.loss is not None:
@@ -618,11 +670,13 @@ def _sub(j: str, offset: int) -> str:
     return str(int(j) - offset) if j.isdigit() else f"{j} - {offset}"
 
 
-def learner_source(lr: Learner) -> tuple[str, dict[str, bytes]]:
+def learner_source(lr: Learner, evaluation: tuple[Learner, str | None] | None = None
+                   ) -> tuple[str, dict[str, bytes]]:
     """The learner's runtime-language source (with the alphac.math functions it calls), and
-    the bytes of its `extern` globals."""
+    the bytes of its `extern` globals; with `evaluation` (the learner on held-out data and its
+    labels' name), learner_evaluate scores the state on those samples."""
     from alphac.math import rt_source
-    g = LearnerCode(lr)
+    g = LearnerCode(lr, evaluation)
     text = g.generate()
     used = g.math_functions()
     return (text + "\n" + rt_source(used) if used else text), g.blobs

@@ -121,6 +121,24 @@ def labels_for(lr: Learner, name: str | None, file: str) -> str | None:
     return found[0] if len(found) == 1 else None
 
 
+def evaluation_for(lr: Learner, arrays: list[tuple[str, str]], labels: str | None, file: str):
+    """What `alphac build --eval-data` compiles in: (the learner on the held-out arrays, the
+    labels' name or None), or None without arrays; BuildError for what cannot be scored."""
+    from alphac.diag import BuildError
+    if not arrays:
+        if labels is not None:
+            raise BuildError("--labels needs --eval-data")
+        return None
+    try:
+        test = held_out(lr, arrays)
+        name = labels_for(test, labels, file)
+    except EvalError as e:
+        raise BuildError(str(e).replace("--data", "--eval-data"))
+    if test.loss is None:
+        raise BuildError(f"--eval-data: {file} has no loss to score")
+    return test, name
+
+
 def evaluate_learner(lr: Learner, state: dict, step: int, labels: str | None) -> dict:
     """The report: samples, step, and mean_loss / labels, correct, accuracy where they apply."""
     report: dict = {"samples": lr.nsamples, "step": step}
