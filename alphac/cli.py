@@ -57,6 +57,8 @@ commands:
                           record key, --record-key FILE)
   verify-record RECORD    check a run record: its MAC, its streams, what follows from them;
                           exit 0 when it is an authentic pass, 3 otherwise (one line a problem)
+  plot RECORD [-o OUT.svg]
+                          a run's loss curve: the mean loss of every step, as a chart in text
   ckpt show DIR           print a checkpoint's manifests and the state it holds
   eval FILE --checkpoint DIR [--data NAME=PATH.npy ...]
                           score a trained state on held-out data: the sample count, the mean
@@ -226,6 +228,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("record", type=_path, metavar="RECORD", help="runs/NAME-NNNN/record.json")
     p.add_argument("-o", dest="output", type=_path, metavar="OUT", required=True,
                    help="the trace file to write (JSON)")
+
+    p = sub.add_parser("plot", help="a run's loss curve",
+                       description="Show the mean loss of every step of a run (its record's "
+                                   "`loss` list, written by `alphac launch`) as a chart in text, "
+                                   "with the first, last and lowest values; -o writes an SVG.")
+    p.add_argument("record", type=_path, metavar="RECORD", help="runs/NAME-NNNN/record.json")
+    p.add_argument("-o", dest="output", type=_path, metavar="OUT.svg", help="also write the curve as SVG")
 
     p = sub.add_parser("ckpt", help="inspect or export a checkpoint",
                        description="`alphac ckpt show DIR` prints the manifest tree of a checkpoint "
@@ -651,6 +660,17 @@ def cmd_trace(args) -> int:
     return 0
 
 
+def cmd_plot(args) -> int:
+    from alphac.tools.plot import plot
+    try:
+        sys.stdout.write(plot(args.record, args.output))
+    except OSError as e:
+        print(f"alphac: error: cannot write `{e.filename or args.output}`: {e.strerror or e}",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
 def _emit_gpu(lr, args) -> str | int:
     """The text of --emit ptx (one module holding every kernel) or cubin-info, or an exit code."""
     from alphac.diag import BuildError
@@ -685,7 +705,8 @@ def cmd_explain(args) -> int:
 
 COMMANDS = {"check": cmd_check, "run": cmd_run, "plan": cmd_plan, "build": cmd_build,
             "build-all": cmd_build_all, "verify": cmd_verify, "launch": cmd_launch,
-            "verify-record": cmd_verify_record, "trace": cmd_trace, "ckpt": cmd_ckpt,
+            "verify-record": cmd_verify_record, "trace": cmd_trace, "plot": cmd_plot,
+            "ckpt": cmd_ckpt,
             "eval": cmd_eval, "explain": cmd_explain}
 
 
