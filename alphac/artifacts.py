@@ -250,7 +250,7 @@ def roles_table(plan) -> dict:
                       "listens": bool(plan.children(r)), "target": plan.dep.target_of(r)})
     return {"format": 1, "deployment": plan.dep.name, "learner": plan.lr.name,
             "identity": {k: v.hex() for k, v in digests(plan.dep).items()},
-            "root": str(plan.root), "roles": roles}
+            "root": str(plan.root), "roles": roles, "batches": plan.lr.batches}
 
 
 @kind("roles-table", mode=0o644)

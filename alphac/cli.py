@@ -199,8 +199,11 @@ def build_parser() -> argparse.ArgumentParser:
                                    "loopback, after checking each one's SHA-256 against the build "
                                    "manifest. Prints the published state; writes a run record.")
     p.add_argument("dir", type=_path, metavar="DIR", help="the built deployment")
-    p.add_argument("--steps", type=_steps, default=5, metavar="N",
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--steps", type=_steps, default=5, metavar="N",
                    help="training steps every role takes (default 5)")
+    g.add_argument("--epochs", type=_steps, metavar="E",
+                   help="training epochs: E times the learner's batches per epoch")
     p.add_argument("--format", choices=FORMATS, default="hex", help=FORMAT_HELP)
     p.add_argument("--deadline-ms", type=_steps, default=10000, metavar="MS",
                    help="each role's bound on any wait (default 10000)")
@@ -547,7 +550,10 @@ def cmd_verify(args) -> int:
 def cmd_launch(args) -> int:
     import json
     from pathlib import Path
-    from alphac.tools.launch import launch
+    from alphac.tools.launch import launch, load_table
+    if args.epochs is not None:          # E epochs: E times the batches per epoch roles.json says
+        batches = load_table(Path(args.dir))[0].get("batches", 1)
+        args.steps = args.epochs * (batches if isinstance(batches, int) and batches > 0 else 1)
     record = launch(args.dir, steps=args.steps, deadline_ms=args.deadline_ms, records=args.records,
                     checkpoint=args.checkpoint, resume=args.resume, key=args.record_key,
                     progress=sys.stderr if _progress(args) else None)

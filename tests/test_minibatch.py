@@ -219,6 +219,8 @@ def test_epochs_resume_mid_epoch_and_the_loss(tmp_path, monkeypatch):
     plan = alphac("run", src, "--deployment", "tree", "--steps", "5")[1]
     code, out, err = alphac("launch", roles, "--steps", "5", "--records", tmp_path / "runs")
     assert code == 0 and out == plan, err
+    code, out, err = alphac("launch", roles, "--epochs", "2", "--records", tmp_path / "runs")
+    assert code == 0 and out == alphac("run", src, "--deployment", "tree", "--steps", "6")[1], err
 
 
 @pytest.mark.parametrize("decl,msg", [
