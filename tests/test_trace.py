@@ -31,6 +31,8 @@ def test_a_launch_records_durations_and_traces_every_role(tmp_path):
         assert all(e["dur"] >= 0 for e in spans)
         assert [e["ts"] for e in spans] == sorted(e["ts"] for e in spans)
         assert all("frames_ms" in e["args"] for e in spans if e["name"].startswith("step"))
+        counters = [e["args"]["mean"] for e in events if e["pid"] == pid and e["ph"] == "C"]
+        assert counters == ([float(x["decimal"]) for x in rec["loss"]] if publish else [])
     # a timing edited (and resealed) no longer follows from the stream
     from alphac.tools.launch import record_key, seal, write_record
     data = json.loads(Path(rec["path"]).read_text())

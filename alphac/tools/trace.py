@@ -22,7 +22,7 @@ import json
 from pathlib import Path
 
 from alphac.refusals import Refusal
-from alphac.tools.launch import check_record, stream_events, stream_lines
+from alphac.tools.launch import check_record, losses, stream_events, stream_lines
 
 
 def span_name(what: str) -> str:
@@ -48,6 +48,11 @@ def trace(record: str | Path) -> dict:
     out = []
     for pid, (role, events) in enumerate(streams):
         out.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": role}})
+        for e in losses([(w, t) for w, t in events if w.startswith("loss ")]):   # a counter track
+            t = next(t for w, t in events if w.startswith(f"loss {e['step'] - 1} "))
+            out.append({"ph": "C", "name": "mean loss", "pid": pid, "tid": 0, "ts": us(t),
+                        "args": {"mean": float(e["decimal"])}})
+        events = [(w, t) for w, t in events if not w.startswith("loss ")]
         for (_, t_prev), (what, t) in zip(events, events[1:]):
             if what.startswith("refused: "):
                 out.append({"ph": "i", "name": what, "pid": pid, "tid": 0, "ts": us(t), "s": "p"})
