@@ -6,7 +6,7 @@ STAMP    = $(VENV)/.installed
 ALPHAC   = $(BIN)/alphac
 EXAMPLES = scalar_regression two_coordinate independent_state lsq_momentum lsq_adam
 
-.PHONY: venv test repro roles demo docs bench fuzz math-soak clean
+.PHONY: venv data test repro roles demo docs bench fuzz math-soak clean
 
 # ptxas assembles the GPU code at build time (never at run time). Without one on the PATH (or in
 # $ALPHAC_PTXAS), the venv gets CUDA's pinned ptxas from PyPI.
@@ -23,17 +23,26 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
+# the real data sets the examples load (examples/digits_mlp.alpha), from scikit-learn's bundled
+# copies: written here, never committed; the same bytes on every run (examples/data/make_data.py)
+DATA_NPY = $(foreach s,x_train y_train x_test y_test,examples/data/digits_$(s).npy examples/data/cancer_$(s).npy) \
+           $(foreach w,w1 b1 w2 b2,examples/data/digits_$(w).npy)
+$(DATA_NPY) &: examples/data/make_data.py | $(STAMP)
+	$(BIN)/python examples/data/make_data.py
+
+data: $(DATA_NPY)
+
 # the suite; it runs reproducible/check.py once (tests/test_repro.py::test_check_passes_on_this_tree)
-test: $(STAMP)
+test: $(STAMP) data
 	$(WITH_PTXAS) $(BIN)/python -m pytest
 
 # every artifact, built twice under varied conditions, byte for byte (docs/reproducible.md)
-repro: $(STAMP)
+repro: $(STAMP) data
 	$(WITH_PTXAS) $(BIN)/python reproducible/check.py
 
 # every artifact: the learners for every target, and one executable per role of every deployment
 # in examples/ (build/roles/DEPLOYMENT/ROLE), with build/MANIFEST.json
-roles: $(STAMP)
+roles: $(STAMP) data
 	$(WITH_PTXAS) $(ALPHAC) build-all --out build
 
 # the main job: build the roles, launch the reference star (owners 0 and 2 on AArch64 when

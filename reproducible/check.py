@@ -2,8 +2,9 @@
 """Rebuild every artifact twice under varied conditions and compare them byte for byte.
 
 What it does
-    Copies the source tree this script sits in (the files git knows, tracked or not ignored;
-    a plain copy without build outputs where there is no git) into two temporary directories,
+    Copies the source tree this script sits in (the files git knows, tracked or not ignored,
+    and the examples' data, examples/data/*.npy, which `make data` writes and git ignores; a
+    plain copy without build outputs where there is no git) into two temporary directories,
     then runs `python -m alphac build-all --out build/repro` in each, build A under one set of
     conditions and build B under another, and compares the two MANIFEST.json files and every
     artifact's bytes and mode. What is varied (as far as the machine allows; Debian's reprotest
@@ -50,6 +51,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 OUT = "build/repro"
 MANIFEST = "MANIFEST.json"
+DATA = "examples/data"   # the examples' .npy files: ignored by git (`make data` writes them), copied
 SKIP = {".git", ".venv", "build", "__pycache__", ".pytest_cache", ".hypothesis", "runs"}
 BUILD_ID = ".note.gnu.build-id"
 
@@ -65,7 +67,9 @@ def source_files(tree: Path) -> tuple[list[str], str]:
     try:
         r = subprocess.run(["git", "-C", str(tree), "ls-files", "-z", "--cached", "--others",
                             "--exclude-standard"], capture_output=True, check=True)
-        files = sorted({f for f in r.stdout.decode().split("\0") if f and (tree / f).is_file()})
+        files = {f for f in r.stdout.decode().split("\0") if f and (tree / f).is_file()}
+        files |= {str(p.relative_to(tree)) for p in (tree / DATA).glob("*.npy")}
+        files = sorted(files)
         if files:
             return files, "git ls-files"
     except (OSError, subprocess.CalledProcessError):

@@ -1,0 +1,86 @@
+#!/usr/bin/env python3
+"""Write the real data sets the examples load, from scikit-learn's bundled copies (no network).
+
+    python examples/data/make_data.py [--out DIR]      # default: this script's folder
+
+digits (1797 8x8 images, 10 classes; examples/digits_mlp.alpha):
+    digits_x_train.npy  (1500, 64)  the first 1500 images, pixels / 16 (exact in binary64)
+    digits_y_train.npy  (1500,)     their labels 0..9, as binary64
+    digits_x_test.npy   (297, 64)   the last 297 images, held out
+    digits_y_test.npy   (297,)
+    digits_w1.npy (32, 64), digits_b1.npy (32,), digits_w2.npy (10, 32), digits_b2.npy (10,)
+        the 64-32-10 MLP's initial weights, uniform in [-1/sqrt(fan_in), 1/sqrt(fan_in)) as
+        torch's nn.Linear draws them, from PCG64(SEED)'s raw 64-bit stream (the one numpy
+        promises to keep across versions): u = (raw >> 11) * 2^-53, w = b * (2u - 1)
+breast cancer (569 x 30, labels 0/1; for a logistic regression):
+    cancer_x_train.npy (469, 30), cancer_y_train.npy, cancer_x_test.npy (100, 30), cancer_y_test.npy
+        the first 469 rows train, the last 100 test; every feature standardized with the train
+        rows' mean and (population) standard deviation, each computed with math.fsum, so
+        correctly rounded on any machine
+
+Every file is float64 little-endian, C order, written by this script's own .npy writer (format
+1.0), so the bytes depend on nothing but the data: the same files on every run and machine.
+"""
+import argparse
+import math
+from pathlib import Path
+
+import numpy as np
+
+SEED = 20240516
+HIDDEN = 32
+
+
+def npy(path: Path, a: np.ndarray) -> None:
+    """A .npy file, format 1.0: the header padded with spaces to a multiple of 64 bytes."""
+    a = np.ascontiguousarray(a, dtype="<f8")
+    head = f"{{'descr': '<f8', 'fortran_order': False, 'shape': {tuple(a.shape)!r}, }}"
+    head += " " * (-(10 + len(head) + 1) % 64) + "\n"
+    path.write_bytes(b"\x93NUMPY\x01\x00" + len(head).to_bytes(2, "little") + head.encode()
+                     + a.tobytes())
+
+
+def uniform(bits: np.random.PCG64, bound: float, shape: tuple) -> np.ndarray:
+    raw = bits.random_raw(math.prod(shape))
+    u = (raw >> np.uint64(11)).astype(np.float64) * 2.0**-53
+    return (bound * (2.0 * u - 1.0)).reshape(shape)
+
+
+def standardize(x: np.ndarray, train: int) -> np.ndarray:
+    out = np.empty_like(x)
+    for j in range(x.shape[1]):
+        col = [float(v) for v in x[:train, j]]
+        mean = math.fsum(col) / len(col)
+        std = math.sqrt(math.fsum((v - mean) ** 2 for v in col) / len(col))
+        out[:, j] = (x[:, j] - mean) / std
+    return out
+
+
+def main() -> None:
+    from sklearn.datasets import load_breast_cancer, load_digits
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent)
+    out = ap.parse_args().out
+    out.mkdir(parents=True, exist_ok=True)
+
+    d = load_digits()
+    x, y = d.data.astype(np.float64) / 16.0, d.target.astype(np.float64)
+    assert x.shape == (1797, 64)
+    files = {"digits_x_train": x[:1500], "digits_y_train": y[:1500],
+             "digits_x_test": x[1500:], "digits_y_test": y[1500:]}
+    bits = np.random.PCG64(SEED)
+    for name, fan_in, shape in (("w1", 64, (HIDDEN, 64)), ("b1", 64, (HIDDEN,)),
+                                ("w2", HIDDEN, (10, HIDDEN)), ("b2", HIDDEN, (10,))):
+        files[f"digits_{name}"] = uniform(bits, 1.0 / math.sqrt(fan_in), shape)
+
+    c = load_breast_cancer()
+    cx, cy = standardize(c.data.astype(np.float64), 469), c.target.astype(np.float64)
+    files |= {"cancer_x_train": cx[:469], "cancer_y_train": cy[:469],
+              "cancer_x_test": cx[469:], "cancer_y_test": cy[469:]}
+    for name, a in sorted(files.items()):
+        npy(out / f"{name}.npy", a)
+    print(f"wrote {len(files)} files to {out}")
+
+
+if __name__ == "__main__":
+    main()
