@@ -18,11 +18,11 @@ always did), and nothing else: not the source's path, not the owner count, not t
 """
 from __future__ import annotations
 
+import functools
 import hashlib
+import struct
 from dataclasses import dataclass, field
 from math import prod
-
-from alphac.ir.binary64 import bits
 
 CONTRACT = "binary64-rne-nofma-leftfold-v1"   # the LEARNERS.md contract, by name
 
@@ -352,7 +352,12 @@ class Learner:
 
 # -- canonical serialization (the learner's identity) -------------------------------------------
 def _vals(values) -> str:
-    return ",".join(f"{bits(v):x}" for v in values)
+    return _hexes(struct.pack(f"<{len(values)}d", *values))
+
+
+@functools.lru_cache(maxsize=16)         # a learner's data is serialized once, not once per role
+def _hexes(raw: bytes) -> str:
+    return ",".join(f"{b:x}" for b in struct.unpack(f"<{len(raw) // 8}Q", raw))
 
 
 def canonical(lr: Learner) -> str:
