@@ -25,8 +25,7 @@ venv: $(STAMP)
 
 # the real data sets the examples load (examples/digits_mlp.alpha), from scikit-learn's bundled
 # copies: written here, never committed; the same bytes on every run (examples/data/make_data.py)
-DATA_NPY = $(foreach s,x_train y_train x_test y_test,examples/data/digits_$(s).npy examples/data/cancer_$(s).npy) \
-           $(foreach w,w1 b1 w2 b2,examples/data/digits_$(w).npy)
+DATA_NPY = $(shell $(PY) examples/data/make_data.py --list)
 $(DATA_NPY) &: examples/data/make_data.py | $(STAMP)
 	$(BIN)/python examples/data/make_data.py
 

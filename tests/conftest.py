@@ -51,9 +51,26 @@ def record_key(tmp_path_factory):
     return path
 
 
+DATA = EXAMPLES / "data"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def example_data():
+    """The examples' data sets (`make data`), written by examples/data/make_data.py when absent:
+    every test that builds all of examples/ needs them."""
+    import subprocess
+    names = subprocess.run([sys.executable, DATA / "make_data.py", "--list", "--out", DATA],
+                           capture_output=True, text=True, check=True, cwd=ROOT).stdout.split()
+    if not all((ROOT / n).is_file() for n in names):
+        subprocess.run([sys.executable, DATA / "make_data.py"], check=True, capture_output=True)
+    return DATA
+
+
 @pytest.fixture(scope="session")
 def example_roles(tmp_path_factory):
-    """Every example deployment's role executables, built once for the whole run:
-    DIR/roles/DEPLOYMENT/ROLE with DIR/MANIFEST.json (read them, never change them)."""
+    """The reference learners' deployments' role executables, built once for the whole run:
+    DIR/roles/DEPLOYMENT/ROLE with DIR/MANIFEST.json (read them, never change them).
+    (examples/digits_mlp.alpha's roles are tests/test_digits.py's own.)"""
     from backend import build_roles
-    return build_roles(tmp_path_factory.mktemp("example-roles"))
+    return build_roles(tmp_path_factory.mktemp("example-roles"),
+                       sources=[f"examples/{n}.alpha" for n in LEARNER_NAMES])

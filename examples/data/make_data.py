@@ -2,6 +2,7 @@
 """Write the real data sets the examples load, from scikit-learn's bundled copies (no network).
 
     python examples/data/make_data.py [--out DIR]      # default: this script's folder
+    python examples/data/make_data.py --list           # the paths it writes (for make)
 
 digits (1797 8x8 images, 10 classes; examples/digits_mlp.alpha):
     digits_x_train.npy  (1500, 64)  the first 1500 images, pixels / 16 (exact in binary64)
@@ -23,16 +24,20 @@ Every file is float64 little-endian, C order, written by this script's own .npy 
 """
 import argparse
 import math
+import os
 from pathlib import Path
-
-import numpy as np
 
 SEED = 20240516
 HIDDEN = 32
+SPLITS = ("x_train", "y_train", "x_test", "y_test")
+FILES = tuple(sorted([f"digits_{s}" for s in SPLITS] + [f"cancer_{s}" for s in SPLITS] +
+                     [f"digits_{w}" for w in ("w1", "b1", "w2", "b2")]))   # what main writes
+HERE = Path(__file__).resolve().parent
 
 
-def npy(path: Path, a: np.ndarray) -> None:
+def npy(path: Path, a) -> None:
     """A .npy file, format 1.0: the header padded with spaces to a multiple of 64 bytes."""
+    import numpy as np
     a = np.ascontiguousarray(a, dtype="<f8")
     head = f"{{'descr': '<f8', 'fortran_order': False, 'shape': {tuple(a.shape)!r}, }}"
     head += " " * (-(10 + len(head) + 1) % 64) + "\n"
@@ -40,14 +45,15 @@ def npy(path: Path, a: np.ndarray) -> None:
                      + a.tobytes())
 
 
-def uniform(bits: np.random.PCG64, bound: float, shape: tuple) -> np.ndarray:
+def uniform(bits, bound: float, shape: tuple):
+    import numpy as np
     raw = bits.random_raw(math.prod(shape))
     u = (raw >> np.uint64(11)).astype(np.float64) * 2.0**-53
     return (bound * (2.0 * u - 1.0)).reshape(shape)
 
 
-def standardize(x: np.ndarray, train: int) -> np.ndarray:
-    out = np.empty_like(x)
+def standardize(x, train: int):
+    out = x.copy()
     for j in range(x.shape[1]):
         col = [float(v) for v in x[:train, j]]
         mean = math.fsum(col) / len(col)
@@ -57,10 +63,16 @@ def standardize(x: np.ndarray, train: int) -> np.ndarray:
 
 
 def main() -> None:
-    from sklearn.datasets import load_breast_cancer, load_digits
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent)
-    out = ap.parse_args().out
+    ap.add_argument("--out", type=Path, default=HERE)
+    ap.add_argument("--list", action="store_true", help="print the files' paths, write nothing")
+    args = ap.parse_args()
+    if args.list:
+        print(" ".join(os.path.relpath(args.out / f"{n}.npy") for n in FILES))
+        return
+    import numpy as np
+    from sklearn.datasets import load_breast_cancer, load_digits
+    out = args.out
     out.mkdir(parents=True, exist_ok=True)
 
     d = load_digits()
@@ -77,6 +89,7 @@ def main() -> None:
     cx, cy = standardize(c.data.astype(np.float64), 469), c.target.astype(np.float64)
     files |= {"cancer_x_train": cx[:469], "cancer_y_train": cy[:469],
               "cancer_x_test": cx[469:], "cancer_y_test": cy[469:]}
+    assert tuple(sorted(files)) == FILES
     for name, a in sorted(files.items()):
         npy(out / f"{name}.npy", a)
     print(f"wrote {len(files)} files to {out}")
