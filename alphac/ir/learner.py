@@ -352,7 +352,8 @@ class Learner:
 
 # -- canonical serialization (the learner's identity) -------------------------------------------
 def _vals(values) -> str:
-    return _hexes(struct.pack(f"<{len(values)}d", *values))
+    raw = struct.pack(f"<{len(values)}d", *values)
+    return _hexes(raw) if len(values) > 256 else _hexes.__wrapped__(raw)
 
 
 @functools.lru_cache(maxsize=16)         # a learner's data is serialized once, not once per role
