@@ -58,6 +58,18 @@ def built(built_once, tmp_path, monkeypatch):
     return tmp_path / "out"
 
 
+@pytest.fixture
+def built_few(built):
+    """That copy with its manifest left without examples/digits_mlp.alpha's artifacts, for the
+    verify mutants below (each rebuilds everything it names; the fresh build's verify, whole)."""
+    m = json.loads((built / "MANIFEST.json").read_text())
+    arts = {p: a for p, a in m["artifacts"].items() if "digits_" not in a["recipe"]["source"]}
+    used = {i for a in arts.values() for i in a["inputs"]}
+    manifest.write(built / "MANIFEST.json", {**m, "artifacts": arts,
+                                             "inputs": {i: e for i, e in m["inputs"].items() if i in used}})
+    return built
+
+
 # ---- the manifest ------------------------------------------------------------------------------
 def test_manifest_is_sorted_stable_and_complete(built, tmp_path):
     text = (built / "MANIFEST.json").read_text()
@@ -172,16 +184,16 @@ def test_verify_accepts_a_fresh_build(built):
     assert code == 0 and err == "" and "every hash matches" in out
 
 
-def test_verify_refuses_an_executable_changed_by_one_byte(built):
-    exe = built / "learners" / "lsq_adam.x86_64"
+def test_verify_refuses_an_executable_changed_by_one_byte(built_few):
+    exe = built_few / "learners" / "lsq_adam.x86_64"
     data = bytearray(exe.read_bytes())
     data[len(data) // 2] ^= 0x01
     exe.write_bytes(bytes(data))
-    code, _, err = alphac("verify", built / "MANIFEST.json")
+    code, _, err = alphac("verify", built_few / "MANIFEST.json")
     assert code == 3
     assert err.splitlines() == [
         f"verify: learners/lsq_adam.x86_64: file sha256 {manifest.sha256_bytes(bytes(data))} "
-        f"!= manifest {json.loads((built / 'MANIFEST.json').read_text())['artifacts']['learners/lsq_adam.x86_64']['sha256']}"]
+        f"!= manifest {json.loads((built_few / 'MANIFEST.json').read_text())['artifacts']['learners/lsq_adam.x86_64']['sha256']}"]
 
 
 def test_verify_refuses_a_changed_source(tmp_path, monkeypatch):
@@ -199,19 +211,19 @@ def test_verify_refuses_a_changed_source(tmp_path, monkeypatch):
     assert "lsq_momentum" not in err
 
 
-def test_verify_refuses_another_compiler(built):
-    m = json.loads((built / "MANIFEST.json").read_text())
+def test_verify_refuses_another_compiler(built_few):
+    m = json.loads((built_few / "MANIFEST.json").read_text())
     m["compiler"]["sha256"] = "0" * 64
-    manifest.write(built / "MANIFEST.json", m)
-    code, _, err = alphac("verify", built / "MANIFEST.json")
+    manifest.write(built_few / "MANIFEST.json", m)
+    code, _, err = alphac("verify", built_few / "MANIFEST.json")
     assert code == 3 and err.startswith("verify: compiler: sha256 ") and f"!= manifest {'0' * 64}" in err
 
 
-def test_verify_refuses_other_math_tables(built):
-    m = json.loads((built / "MANIFEST.json").read_text())
+def test_verify_refuses_other_math_tables(built_few):
+    m = json.loads((built_few / "MANIFEST.json").read_text())
     m["compiler"]["math_tables"]["exp_t"]["sha256"] = "0" * 64
-    manifest.write(built / "MANIFEST.json", m)
-    code, _, err = alphac("verify", built / "MANIFEST.json")
+    manifest.write(built_few / "MANIFEST.json", m)
+    code, _, err = alphac("verify", built_few / "MANIFEST.json")
     assert code == 3 and "verify: compiler: math table exp_t differs from the manifest's" in err
 
 
