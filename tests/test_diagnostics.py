@@ -101,3 +101,13 @@ def test_explain_unknown():
 def test_docs_match_the_table():
     from alphac.tools.docs import diagnostics_md
     assert (ROOT / "docs" / "diagnostics.md").read_text() == diagnostics_md()
+
+
+def test_data_that_cannot_be_read_is_reported_once(tmp_path):
+    """A missing .npy file is one E0060 each: no follow-on errors about the loss, the batch or
+    the shapes its uses would have had (the logistic example before `make data`)."""
+    src = tmp_path / "m.alpha"
+    src.write_text((ROOT / "examples" / "logistic.alpha").read_text())
+    rc, _, err = alphac("check", src)
+    codes = [l.split("error[")[1][:5] for l in err.splitlines() if "error[" in l]
+    assert rc == 1 and codes == ["E0060", "E0060"], err

@@ -77,6 +77,7 @@ class Checker:
         self.base_dir = base_dir
         self.syms: dict[str, Symbol] = {}
         self.later: dict[str, Span] = {}
+        self.broken: set[str] = set()  # declarations already reported: their uses stay silent
         self.consts: list[ir.ConstDef] = []
         self.data: list[ir.DataDef] = []
         self.states: list[ir.StateDef] = []
@@ -194,6 +195,8 @@ class Checker:
         if ok and not self.admit(node.size, d.value.span, f"`{d.name}`"):
             ok = False
         shape = node.shape if ok else (d.type.dims if d.type else (1,))
+        if not ok:
+            self.broken.add(d.name)
         if self.define(d.name, d.name_span, Symbol("data", shape, d.name_span)) and ok:
             self.data.append(ir.DataDef(d.name, node.shape, node.values, origin))
 
@@ -250,6 +253,8 @@ class Checker:
         scalar; predict a scalar (a regression output) or a vector (class scores)."""
         what, code = ("the loss", "E0057") if d.kind == "loss" else ("predict", "E0062")
         if nsamples is None:
+            if self.broken:                  # its data was refused already
+                return None
             self.err("E0058", d.span, f"the learner has a {d.kind} but no data",
                      hint="declare the samples with `data NAME = [...]`")
         if d.index in self.syms or d.index in BUILTINS:
@@ -291,7 +296,9 @@ class Checker:
             if not has_loss:
                 self.err("E0061", batches[0].span, "`batch` in a learner without a loss",
                          hint="minibatches choose the samples a gradient sums over")
-            elif b.ival is None or not 1 <= b.ival <= (nsamples or 0):
+            elif nsamples is None:
+                pass                         # no data: reported with the data (or the loss)
+            elif b.ival is None or not 1 <= b.ival <= nsamples:
                 self.err("E0061", b.span, f"the batch size must be an integer from 1 to the "
                                           f"sample count ({nsamples})")
             else:
