@@ -67,6 +67,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/fleet.py
 	$(BIN)/python bench/distributed.py
 	$(BIN)/python bench/interp.py
+	$(BIN)/python bench/digits.py
 
 docs: $(STAMP)
 	$(BIN)/python -m alphac.tools.docs
