@@ -47,6 +47,11 @@ def test_the_star_equals_its_plan_and_classifies_the_held_out_rows(tmp_path, mon
     assert code == 0, err
     assert out == alphac("run", "examples/logistic.alpha", "--deployment", "logistic_star",
                          "--steps", 300)[1]
+    mid = tmp_path / "mid"                            # 12 + checkpoint + 8 = 20, mid-epoch
+    assert alphac("launch", roles, "--steps", 12, "--checkpoint", mid, "--records", tmp_path / "runs")[0] == 0
+    code, out, err = alphac("launch", roles, "--steps", 8, "--resume", mid, "--records", tmp_path / "runs")
+    assert code == 0 and out == alphac("run", "examples/logistic.alpha", "--deployment",
+                                       "logistic_star", "--steps", 20)[1], err
     code, out, err = alphac("eval", "examples/logistic.alpha", "--checkpoint", ck, "--data",
                             f"x={DATA / 'cancer_x_test.npy'}", "--data",
                             f"y={DATA / 'cancer_y_test.npy'}", "--labels", "y", "--format", "json")
