@@ -48,7 +48,8 @@ class Image:
 
 @lru_cache(maxsize=64)
 def _parsed(text: str, name: str) -> tuple:
-    """The runtime's sources are parsed once per process (their trees are never modified)."""
+    """The runtime's sources, and a learner's generated code, are parsed once per process (their
+    trees are never modified)."""
     return tuple(rt.parse(text, name))
 
 
@@ -70,7 +71,7 @@ def program_for(lr: Learner, tgt: Target, main: str = "single", extra: str = "",
     units = [("prelude.rt", list(_parsed(tgt.prelude(), "prelude.rt")), False)]
     units += [(f"{m}.rt", list(runtime_items(m)), True) for m in rt.modules(main, runtime_items)]
     own, marker, math = gen.partition(MATH_MARKER)
-    items = rt.parse(own, f"{lr.name}.rt")
+    items = list(_parsed(own, f"{lr.name}.rt"))    # every role of a learner has the same text
     if marker:                      # the alphac.math functions: the same text for many programs
         items += list(_parsed(marker + math, "math.rt"))
     units.append((f"{lr.name}.rt", items, False))
@@ -82,10 +83,29 @@ def program_for(lr: Learner, tgt: Target, main: str = "single", extra: str = "",
     return lower_program([it for _, items, _ in units for it in items], all_blobs), gen
 
 
+_SELECTED: dict[tuple[str, str], list] = {}
+
+
+def selected(fn, tgt: Target) -> list:
+    """fn's machine instructions: register allocation and instruction selection, once per
+    process for each distinct LIR function (the runtime's functions, and a learner's, are the
+    same in every role of a deployment: a build of many roles selects them once). The key is
+    the function's whole text, source lines included; the result is only read afterwards."""
+    text = "\n".join(f"{b.label}:" + ";".join(f"{i!r}#{i.origin}" for i in b.insts + [b.term])
+                     for b in fn.blocks)
+    key = (tgt.name, f"{fn.name}({fn.params!r}) {fn.ret} {fn.nvregs}\n{text}")
+    hit = _SELECTED.get(key)
+    if hit is None:
+        if len(_SELECTED) > 20000:
+            _SELECTED.clear()
+        hit = _SELECTED[key] = tgt.select(fn, allocate(fn, tgt.regfile))
+    return hit
+
+
 def link_program(prog: Program, tgt: Target) -> tuple[bytes, Text, dict[str, int]]:
     functions = [("_start", tgt.entry_stub())]
     for fn in prog.functions:
-        functions.append((fn.name, tgt.select(fn, allocate(fn, tgt.regfile))))
+        functions.append((fn.name, selected(fn, tgt)))
     text = assemble(functions, tgt.encode, pad=tgt.text_pad)
     sections = [Section(".text", text.code)]
     symbols = [Symbol(name, ".text", off, size, "func", "global" if name == "_start" else "local")
