@@ -476,11 +476,15 @@ class Checker:
         if e.op != "@" and not self.shapes_meet(e, e.op, a, b, ctx):
             return None
         if e.op == "@":
-            return self.matmul(e, a, b)
+            return self.matmul(e, a, b, ctx)
         op = {"+": "add", "-": "sub", "*": "mul", "/": "div"}[e.op]
         return fold(ir.Elem(op, a, b, wide(a.shape, b.shape)))
 
-    def matmul(self, e: ast.Binary, a: ir.Node, b: ir.Node) -> ir.Node | None:
+    def matmul(self, e: ast.Binary, a: ir.Node, b: ir.Node, ctx: Ctx) -> ir.Node | None:
+        if ctx.kind == "update" and not (isinstance(a, ir.Const) and isinstance(b, ir.Const)):
+            self.err("E0050", e.span, "`@` in the update reads every coordinate",
+                     hint="products belong in the loss; the update works coordinate by coordinate")
+            return None
         if len(a.shape) == 2 and len(b.shape) == 1 and a.shape[1] == b.shape[0]:
             return fold(ir.MatVec(a, b, a.shape[:1]))
         if len(a.shape) == 1 and len(b.shape) == 2 and a.shape[0] == b.shape[0]:
