@@ -253,7 +253,7 @@ class Values:
         if isinstance(n, Const):
             if not n.shape:
                 return em.let(flit(n.values[0]), "c")
-            return em.let(f"loadf({self.em.gen.const_vector(n)} + 8 * {j})")
+            return em.let(self.em.gen.address(self.em.gen.const_vector(n), j))
         if isinstance(n, Elem):
             a = self.get(n.a, j)
             b = self.get(n.b, j)
@@ -295,7 +295,7 @@ class Values:
         if isinstance(n, (Dot, Sum)):
             self.prepare([n.a] + ([n.b] if isinstance(n, Dot) else []))
             acc = em.let(flit(-0.0), "acc")
-            size = n.a.shape[0]
+            size = n.a.size                     # a 2-D sum (from differentiation): all of it
 
             def body(k: str) -> None:
                 if isinstance(n, Dot):

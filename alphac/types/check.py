@@ -399,20 +399,23 @@ class Checker:
         a = self.expr(chain[-1].left, ctx)
         for link in reversed(chain):
             b = self.expr(link.right, ctx)
-            a = self.arith(link, a, b) if a is not None and b is not None else None
+            a = self.arith(link, a, b, ctx) if a is not None and b is not None else None
         return a
 
-    def arith(self, e: ast.Binary, a: ir.Node, b: ir.Node) -> ir.Node | None:
+    def arith(self, e: ast.Binary, a: ir.Node, b: ir.Node, ctx: Ctx) -> ir.Node | None:
         if e.op != "@" and a.shape != b.shape and a.shape and b.shape:
             self.err("E0030", e.span, f"`{e.op}` of {_fmt(a.shape)} and {_fmt(b.shape)}",
                      hint="elementwise operations need equal shapes, or a scalar")
             return None
         if e.op == "@":
-            return self.matmul(e, a, b)
+            return self.matmul(e, a, b, ctx)
         op = {"+": "add", "-": "sub", "*": "mul", "/": "div"}[e.op]
         return fold(ir.Elem(op, a, b, a.shape or b.shape))
 
-    def matmul(self, e: ast.Binary, a: ir.Node, b: ir.Node) -> ir.Node | None:
+    def matmul(self, e: ast.Binary, a: ir.Node, b: ir.Node, ctx: Ctx) -> ir.Node | None:
+        if ctx.kind == "update" and not (isinstance(a, ir.Const) and isinstance(b, ir.Const)):
+            return self.err("E0050", e.span, "`@` in the update reads every coordinate",
+                            hint="products belong in the loss; the update works coordinate by coordinate")
         if len(a.shape) == 2 and len(b.shape) == 1 and a.shape[1] == b.shape[0]:
             return fold(ir.MatVec(a, b, a.shape[:1]))
         if len(a.shape) == 1 and len(b.shape) == 2 and a.shape[0] == b.shape[0]:
