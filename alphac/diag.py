@@ -213,10 +213,10 @@ CODES: dict[str, tuple[str, str]] = {
               "file (at most that many bytes and a 64 KiB header) before reading it."),
     # -- learner structure --------------------------------------------------------------------
     "E0050": ("update is not per-coordinate",
-              "Each coordinate's new value may depend only on that coordinate of the state, "
-              "its mean gradient, constants, and scalar state. Reductions (dot, sum), fixed "
-              "indices such as w[0], and data are not allowed in `update`: they would make one "
-              "coordinate read others, which a partitioned learner cannot do locally."),
+              "Each coordinate's new value may depend only on that coordinate of the state, its "
+              "mean gradient, constants and scalar state. Reductions and products of non-constants "
+              "(dot, sum, max(v), logsumexp, outer, @, onehot), fixed indices such as w[0], and "
+              "data are not allowed in `update`: a coordinate would read others, held elsewhere."),
     "E0051": ("coordinates of different shapes meet",
               "A per-coordinate update reads a coordinate value (a param, its gradient, or "
               "state updated from them) whose shape is not the target's. Coordinate k of the "

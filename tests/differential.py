@@ -170,7 +170,7 @@ def check_text(text: str, work: Path, engines=ALL) -> Report:
         for name, plan in sorted(plans.items()):
             compare(rep, f"plan:{name}", guarded(lambda: format_state(lr, run_plan(lr, plan, STEPS))),
                     expected(lr, [(STEPS, deps[name])]))
-    if "ptx" in engines:
+    if "ptx" in engines and not gpu_refuses(rep, lr):
         compare(rep, "ptx", guarded(lambda: run_ptx(lr)), want5)
     single = {}
     for target in ("x86_64", "aarch64"):
@@ -197,6 +197,24 @@ def check_text(text: str, work: Path, engines=ALL) -> Report:
         for name, plan in sorted(plans.items()):
             check_roles(rep, src, name, plan, lr, work, engines, single.get("x86_64"), deps)
     return rep
+
+
+def gpu_refuses(rep: Report, lr) -> bool:
+    """Whether the GPU owner kernels refuse this learner by name (BuildError: they do not
+    have the matrix operations yet, alphac.ptx.kernels). Refusing anything else is a problem."""
+    from alphac.diag import BuildError
+    from alphac.ir.learner import MatVec, Max, OneHot, Outer, VecMat, postorder
+    from alphac.ptx.kernels import kernels
+    try:
+        kernels(lr)
+        return False
+    except BuildError as e:
+        roots = ([lr.loss] if lr.loss is not None else []) + [a.node for a in lr.update]
+        if not any(isinstance(n, (MatVec, VecMat, Outer, Max, OneHot)) for n in postorder(roots)):
+            rep.problem(f"ptx: the GPU kernels refused a learner without matrix operations: {e}")
+        return True
+    except Exception:
+        return False                            # run_ptx reports it as a crash
 
 
 def run_ptx(lr) -> str:
@@ -259,7 +277,10 @@ def check_roles(rep: Report, src: Path, name: str, plan, lr, work: Path, engines
 
 
 def check_program(prog, work: Path, engines=ALL, seed: int | None = None) -> Report:
-    """A generated program: its learner, then each deployment the compiler accepts."""
+    """A generated program: its learner, then each deployment the compiler accepts. A program
+    whose `expect` is (code, text), with text still in it, must be refused with that code
+    (`checker:` if it is accepted, `checker-code:` if refused otherwise, two kinds of problem
+    for the reducer)."""
     import learngen
     from alphac.diag import CompileError
     from alphac.driver import compile_deployments, compile_file
@@ -268,10 +289,15 @@ def check_program(prog, work: Path, engines=ALL, seed: int | None = None) -> Rep
     deps = list(prog.deployments)
     prog.deployments = []
     src.write_text(learngen.render(prog))
+    code, text = prog.expect if prog.expect and prog.expect[1] in learngen.render(prog) else ("", "")
     try:
         lr = compile_file(src).learner
-    except CompileError:
-        return check_text(learngen.render(prog), work, engines)     # refused, with its code
+    except CompileError as e:
+        rep = check_text(learngen.render(prog), work, engines)     # refused, with its code
+        codes = sorted({d.code for d in e.diagnostics if d.severity == "error"})
+        if code and code not in codes:
+            rep.problem(f"checker-code: `{text}` must be refused {code}, refused {', '.join(codes)}")
+        return rep
     except Exception:
         rep = Report(learngen.render(prog))
         rep.problem("crash: the compiler raised " + traceback.format_exc(limit=8))
@@ -295,4 +321,6 @@ def check_program(prog, work: Path, engines=ALL, seed: int | None = None) -> Rep
     prog.deployments = kept
     rep = check_text(learngen.render(prog), work, engines)
     rep.refused_deployments = refused
+    if code:
+        rep.problem(f"checker: `{text}` must be refused {code}, and was accepted")
     return rep

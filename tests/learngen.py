@@ -16,13 +16,24 @@ part ways:
 - scalar, vector and 2-D shapes; several coordinate groups; groups merged by a statement that
   reads two params of one shape; now and then a statement that breaks the per-coordinate rule
   (the checker must refuse it by name);
+- the matrix operations (issue 16, `MatGen`, in about half the programs): `A @ v` and `u @ A`
+  over params, constants, 2-D states and data rows, `outer` reduced to a scalar, `max(v)`,
+  `logsumexp`, `onehot(lab[i], K)` over integer labels (some out of range, negative or
+  fractional), classification losses, layers chained through vector nonlinearities, 2-D params
+  with optimizer states of their own, and uses the checker must refuse by name
+  (`Program.expect`: wrong shapes E0030, a product or reduction in the update E0050, ...);
 - deployments: stars and hierarchies, random sample splits with empty owners, random combine
   trees, every library strategy and strategies of the file's own, random partitions (even, or
-  explicit ranges for one group, empty slices included), delivery to one owner, mixed targets.
+  explicit ranges for one group, empty slices included; in matrix programs mostly a 2-D group,
+  cut inside rows, and one set of ranges for every group when all are of one size), delivery to
+  one owner, mixed targets.
 
 Expressions are tuples: ('num', v) ('name', n) ('pick', n, (k, ...)) ('row', d) ('elt', d, k)
-('bin', op, a, b) ('neg', a) ('pow', a, n) ('call', f, (args...)) ('grad', p).
-Everything is drawn from one `random.Random(seed)`: a seed is a program.
+('bin', op, a, b) (op includes '@') ('neg', a) ('pow', a, n) ('call', f, (args...)) ('grad', p)
+('int', k) (an integer literal: onehot's length).
+Everything is drawn from `random.Random(seed)` and streams of its own seeded from it (the
+functions, the matrix operations): a seed is a program, and a seed without the matrix
+operations is the program it was before they existed.
 """
 from __future__ import annotations
 
@@ -69,6 +80,8 @@ class Program:
     update: list[Stmt] = field(default_factory=list)
     strategies: list[Strategy] = field(default_factory=list)
     deployments: list[Deployment] = field(default_factory=list)
+    matrices: bool = False           # uses the matrix operations (MatGen)
+    expect: tuple | None = None      # (code, text): the checker must refuse `text` with `code`
 
 
 # -- rendering ---------------------------------------------------------------------------------
@@ -101,6 +114,8 @@ def expr_text(e: tuple) -> str:
         return f"{e[1]}({', '.join(expr_text(a) for a in e[2])})"
     if k == "grad":
         return f"grad({e[1]})"
+    if k == "int":
+        return str(e[1])
     raise ValueError(k)
 
 
@@ -151,6 +166,8 @@ class Gen:
         self.r = random.Random(seed)
         self.fr = random.Random(seed ^ 0x5EED)       # the functions: a stream of its own, so
         self.seed = seed                             # the rest of a seed's program is unchanged
+        self.mr = random.Random(seed ^ 0xA1FA16)     # the matrix operations: another one
+        self.mat: MatGen | None = None
         self.names = 0
 
     def wrap(self, e: tuple, other: tuple | None = None, rate: float = 0.15) -> tuple:
@@ -205,9 +222,13 @@ class Var:
     group: str = ""                  # which param's group a coordinate state belongs to
 
 
-def generate(seed: int) -> Program:
+def generate(seed: int, matrices: bool | None = None) -> Program:
+    """Seed `seed`'s program. About half the seeds also use the matrix operations (MatGen,
+    drawn from a stream of their own: the other half are the programs they were before);
+    `matrices` forces the choice."""
     g = Gen(seed)
     r = g.r
+    matrices = g.mr.random() < 0.5 if matrices is None else matrices
     n = r.randint(1, 7)                              # samples
     f = r.randint(1, 4)                              # features
     decls = [Decl("data", "x", (n, f), [[g.small(-2, 2) for _ in range(f)] for _ in range(n)]),
@@ -228,7 +249,7 @@ def generate(seed: int) -> Program:
         consts.append(Var(c, "const", ()))
     params: list[Var] = []
     shapes = [(), (f,), (f,), (r.randint(1, 3), f), (r.randint(2, 4),)]
-    for _ in range(r.choice([1, 1, 2, 2, 3])):
+    for _ in range(min(r.choice([1, 1, 2, 2, 3]), 2 if matrices else 3)):
         shape = r.choice(shapes)
         params.append(Var(g.fresh("w"), "param", shape, ""))
     for p in params:
@@ -252,9 +273,17 @@ def generate(seed: int) -> Program:
             init = r.choice([1.0, 0.5, g.small(0.1, 1.0)])
         decls.append(Decl(v.kind if v.kind != "scalar" else "state", v.name, v.shape, init))
     prog = Program(f"fuzz{seed}", decls)
-    if r.random() < 0.9:
+    if matrices:
+        g.mat = MatGen(g, n, f, decls, params, loss_states, consts)
+        g.mat.declare()
+        prog.matrices = True
+    if r.random() < 0.9 or g.mat:
         LossGen(g, n, f, params, loss_states, consts, decls).build(prog)
-    UpdateGen(g, params, states, scalars, consts, prog.loss_result is not None).build(prog)
+    mat = g.mat
+    UpdateGen(g, params + (mat.free if mat else []), states + (mat.free_states if mat else []),
+              scalars, consts, prog.loss_result is not None).build(prog)
+    if mat:
+        mat.update(prog)
     return prog
 
 
@@ -262,8 +291,11 @@ class LossGen:
     def __init__(self, g: Gen, n, f, params, loss_states, consts, decls):
         self.g, self.f = g, f
         self.params, self.loss_states, self.consts = params, loss_states, consts
-        self.data = [d for d in decls if d.kind == "data"]
+        self.data = [d for d in decls if d.kind == "data" and (d.name == "x" or len(d.shape) == 1)]
         self.lets: list[tuple[str, tuple[int, ...]]] = []
+        self.mat = g.mat                             # the matrix operations, or None
+        if self.mat:
+            self.lets += self.mat.lets
 
     def scalar_leaf(self) -> tuple:
         g, r = self.g, self.g.r
@@ -306,6 +338,12 @@ class LossGen:
             opts.append(("row", "x"))
         opts += [("name", name) for name, shape in self.lets if shape == (length,)]
         opts += [("name", c.name) for c in self.consts if c.shape == (length,)]
+        if self.mat:
+            opts += self.mat.leaves(length)
+            if depth > 0 and self.g.mr.random() < 0.3:
+                prod = self.mat.product(self, length, depth)
+                if prod is not None:
+                    opts = [prod]
         if not opts:
             return None
         base = r.choice(opts)
@@ -338,6 +376,8 @@ class LossGen:
         r = self.r
         if depth <= 0 or r.random() < 0.25:
             return self.scalar_leaf()
+        if self.mat and self.g.mr.random() < 0.2:
+            return self.mat.reduction(self, depth)
         choice = r.random()
         if choice < 0.3:
             lengths = sorted({v.shape[0] for v in self.params + self.loss_states if len(v.shape) == 1}
@@ -427,6 +467,9 @@ class LossGen:
             extra = self.scalar(3)
             loss = ("bin", "+", loss, ("bin", "*", ("num", r.choice([0.01, 0.05, 0.1])),
                                        ("bin", "/", ("pow", extra, 2), ("bin", "+", ("num", 1.0), ("pow", extra, 2)))))
+        if self.mat:
+            prog.loss[:0] = self.mat.stmts
+            loss = self.mat.finish(loss, prog)
         prog.loss_result = loss
 
 
@@ -572,6 +615,528 @@ class UpdateGen:
                 return
 
 
+# -- the matrix operations (issue 16) ------------------------------------------------------------
+ACTS = ("tanh", "tanh", "sigmoid", "relu", "softplus", "gauss", "logsq", "none")
+
+
+def act(kind: str, e: tuple) -> tuple:
+    """A nonlinearity on a vector, in a form that stays finite."""
+    if kind == "none":
+        return e
+    if kind == "gauss":
+        return ("call", "exp", (("neg", ("pow", e, 2)),))
+    if kind == "logsq":
+        return ("call", "log", (("bin", "+", ("num", 1.0), ("pow", e, 2)),))
+    return ("call", kind, (e,))
+
+
+def call(f: str, *args) -> tuple:
+    return ("call", f, tuple(args))
+
+
+def matmul(a: tuple, b: tuple) -> tuple:
+    return ("bin", "@", a, b)
+
+
+class MatGen:
+    """A program's matrix operations, drawn from the stream `g.mr`: `A @ v` and `u @ A` on
+    params, constants, states and data rows, `outer` reduced to a scalar, `max(v)`,
+    `logsumexp`, `onehot(lab[i], K)` over integer labels (now and then out of range, negative
+    or fractional), classification heads (`logsumexp(z) - dot(onehot(lab[i], K), z)`, a hinge
+    on `max(z)`), multi-layer chains (`h = tanh(W1 @ x[i] + b1)`, `z = W2 @ h + b2`), vector
+    nonlinearities, 2-D params with optimizer states of their own (momentum, Nesterov, Adam
+    with bias-correction powers, RMSProp) and 2-D states the loss reads; now and then a use the
+    checker must refuse by name (`Program.expect`). It also feeds LossGen's random DAG
+    (`leaves`, `product`, `reduction`)."""
+
+    def __init__(self, g: Gen, n, f, decls, params, loss_states, consts):
+        self.g, self.m, self.n, self.f, self.decls = g, g.mr, n, f, decls
+        self.old = [v for v in params + loss_states if len(v.shape) == 2]   # 2-D, LossGen's
+        self.old_vecs = [v for v in params + loss_states + consts if len(v.shape) == 1]
+        self.old_scalars = [v for v in params if not v.shape]
+        self.params: list[Var] = []          # this block's params
+        self.mats: list[Var] = []            # 2-D values the loss reads: params, consts, states
+        self.vecs: list[tuple[tuple, int]] = []   # vector leaves: (expression, length)
+        self.consts: list[Var] = []
+        self.free: list[Var] = []            # params UpdateGen updates (the others: templates)
+        self.free_states: list[Var] = []
+        self.refs: list[Var] = []            # 2-D states the loss reads, updated as averages
+        self.stmts: list[Stmt] = []          # loss lets, before LossGen's
+        self.lets: list[tuple[str, tuple[int, ...]]] = []
+        self.terms: list[tuple] = []
+        self.mlets: list[Var] = []           # 2-D lets of the loss (read like matrices, not indexed)
+        self.powers: list[str] = []          # Adam's bias-correction powers, once per program
+        self.inputs = [(("row", "x"), f)]
+        self.K = 0
+
+    # -- values ------------------------------------------------------------------------------
+    def small(self, lo=-1.0, hi=1.0) -> float:
+        m = self.m
+        if m.random() < 0.04:
+            return m.choice([0.0, -0.0, 0.5, 1.0, -1.0])
+        return round(m.uniform(lo, hi), m.choice([1, 2, 3]))
+
+    def values(self, shape, lo=-1.0, hi=1.0):
+        if len(shape) == 1:
+            return [self.small(lo, hi) for _ in range(shape[0])]
+        return [[self.small(lo, hi) for _ in range(shape[1])] for _ in range(shape[0])]
+
+    def dim(self) -> int:
+        """A dimension; now and then one past the emitter's unrolling (8): a real loop."""
+        m = self.m
+        return m.choice([1, 2, 2, 3, 3, 4, 5]) if m.random() < 0.93 else m.choice([9, 10, 12])
+
+    def insert(self, d: Decl) -> None:
+        """Data after data, constants after constants, the rest at the end."""
+        before = {"data": ("data",), "const": ("data", "const")}.get(d.kind)
+        if before is None:
+            self.decls.append(d)
+            return
+        k = max(i for i, x in enumerate(self.decls) if x.kind in before) + 1
+        self.decls.insert(k, d)
+
+    def param(self, base: str, shape, free_rate=0.3) -> tuple:
+        m = self.m
+        name = self.g.fresh(base)
+        init = self.values(shape, -0.6, 0.6) if m.random() < 0.85 else m.choice([0.0, 0.1])
+        self.insert(Decl("param", name, shape, init))
+        v = Var(name, "param", shape, name)
+        self.params.append(v)
+        if m.random() < free_rate:                      # updated by UpdateGen, at random
+            self.free.append(v)
+            for _ in range(m.choice([0, 1, 1, 2])):
+                s = Var(self.g.fresh("m"), "state", shape, name)
+                self.insert(Decl("state", s.name, shape, 0.0 if m.random() < 0.5 else self.small(-0.3, 0.3)))
+                self.free_states.append(s)
+        if len(shape) == 2:
+            self.mats.append(v)
+        else:
+            self.vecs.append((("name", name), shape[0]))
+        return ("name", name)
+
+    def const(self, shape, lo=-1.0, hi=1.0) -> tuple:
+        name = self.g.fresh("C")
+        self.insert(Decl("const", name, shape, self.values(shape, lo, hi)))
+        v = Var(name, "const", shape)
+        self.consts.append(v)
+        (self.mats if len(shape) == 2 else []).append(v)
+        if len(shape) == 1:
+            self.vecs.append((("name", name), shape[0]))
+        return ("name", name)
+
+    def let(self, base: str, e: tuple, shape) -> tuple:
+        name = self.g.fresh(base)
+        self.stmts.append(Stmt("let", name, e))
+        self.lets.append((name, shape))
+        if len(shape) == 1:
+            self.vecs.append((("name", name), shape[0]))
+        return ("name", name)
+
+    def matrices(self) -> list[Var]:
+        return self.mats + self.old + self.mlets
+
+    def leaves(self, length: int) -> list[tuple]:
+        """Vector leaves of `length` LossGen does not know: this block's params, constants,
+        lets and data rows."""
+        lets = {name for name, _ in self.lets}
+        return [e for e, k in self.vecs if k == length and e != ("row", "x")
+                and not (e[0] == "name" and e[1] in lets)]
+
+    def leaf(self, length: int) -> tuple | None:
+        opts = [e for e, k in self.vecs if k == length] + \
+               [("name", v.name) for v in self.old_vecs if v.shape == (length,)] + \
+               [("pick", v.name, (self.m.randrange(v.shape[0]),)) for v in self.matrices()
+                if v.shape[1] == length and v.kind != "let"]
+        return self.m.choice(opts) if opts else None
+
+    def label(self) -> tuple:
+        m = self.m
+        if self.old_scalars and m.random() < 0.08:       # a param as a label: no gradient
+            return ("name", m.choice(self.old_scalars).name)
+        return ("row", "lab")
+
+    def onehot(self) -> tuple:
+        return call("onehot", self.label(), ("int", self.K))
+
+    def matrix(self, M: Var, lg, depth: int) -> tuple:
+        """A matrix expression of M's shape: M itself, M plus a rank-one term, M scaled or
+        through a function, M minus a state of its shape."""
+        m = self.m
+        e = ("name", M.name)
+        k = m.random()
+        R, C = M.shape
+        if k < 0.65 or depth <= 0:
+            return e
+        if k < 0.8:
+            a, b = self.leaf(R), self.leaf(C)
+            if a is None or b is None:
+                return e
+            e = ("bin", m.choice(["+", "-"]), e, call("outer", a, b))
+            if m.random() < 0.5:                         # a 2-D let others may read too
+                e = self.let("M", e, M.shape)
+                self.mlets.append(Var(e[1], "let", M.shape))
+            return e
+        if k < 0.9:
+            return ("bin", "*", e, lg.scalar(0) if lg else ("num", self.small()))
+        refs = [s for s in self.refs if s.shape == M.shape and s.name != M.name]
+        if refs:
+            return ("bin", "-", e, ("name", m.choice(refs).name))
+        return call(m.choice(["tanh", "sigmoid", "abs"]), e)
+
+    # -- LossGen's hooks -----------------------------------------------------------------------
+    def product(self, lg, length: int, depth: int) -> tuple | None:
+        """A vector of `length` made by a matrix operation, or None if none fits."""
+        m = self.m
+        opts = [("mv", M) for M in self.matrices() if M.shape[0] == length] + \
+               [("vm", M) for M in self.matrices() if M.shape[1] == length]
+        if length == self.K:
+            opts.append(("onehot", None))
+        if not opts:
+            return None
+        kind, M = m.choice(opts)
+        if kind == "onehot":
+            return self.onehot()
+        R, C = M.shape
+        v = lg.vector(C if kind == "mv" else R, depth - 1) or self.leaf(C if kind == "mv" else R)
+        if v is None:
+            return None
+        mx = self.matrix(M, lg, depth - 1)
+        e = matmul(mx, v) if kind == "mv" else matmul(v, mx)
+        return act(m.choice(ACTS), e) if m.random() < 0.4 else e
+
+    def reduction(self, lg, depth: int) -> tuple:
+        """A scalar through max(v), logsumexp(v), or an outer product reduced."""
+        m = self.m
+        lengths = sorted({k for _, k in self.vecs} | {self.f})
+        L = m.choice(lengths)
+        v = lg.vector(L, depth - 1) or self.leaf(L)
+        k = m.random()
+        if k < 0.35:
+            return call("max", v)
+        if k < 0.6:
+            return call("logsumexp", v)
+        R = m.choice(lengths)
+        a = self.leaf(R) or lg.vector(R, 0)
+        c = lg.vector(L, 0) or self.leaf(L)
+        if a is None or c is None:
+            return call("max", v)
+        if k < 0.8:
+            return call("sum", matmul(call("outer", a, v), c))
+        if k < 0.9:
+            return call("dot", matmul(call("outer", v, a), self.leaf(R) or a), c)
+        return call("dot", matmul(a, call("outer", a, v)), c)
+
+    # -- declarations and the loss's heads --------------------------------------------------------
+    def declare(self) -> None:
+        m, n = self.m, self.n
+        K = self.K = m.choice([2, 3, 3, 4, 5]) if m.random() < 0.9 else m.choice([9, 10])
+        labels = []
+        for _ in range(n):
+            y = float(m.randrange(K))
+            if m.random() < 0.1:                         # out of range, negative, fractional
+                y = m.choice([float(K), -1.0, -0.0, 1.5, float(K + 3), 0.5])
+            labels.append(y)
+        self.insert(Decl("data", "lab", (n,), labels))
+        if m.random() < 0.4:
+            f2 = m.choice([2, 3, 5, 9])
+            self.insert(Decl("data", "u", (n, f2), [self.values((f2,), -2, 2) for _ in range(n)]))
+            self.inputs.append((("row", "u"), f2))
+        for e, k in self.inputs:
+            self.vecs.append((e, k))
+        if m.random() < 0.35:
+            self.const((self.dim(), self.f))
+        if m.random() < 0.3:
+            self.const((self.dim(),), 0.1, 1.0)
+        heads = [self.head_mlp, self.head_classify, self.head_vecmat, self.head_outer,
+                 self.head_max, self.head_mlp]
+        for h in m.sample(heads, m.choice([1, 1, 1, 1, 2])):
+            self.terms.append(h())
+        if m.random() < 0.3:
+            self.regularizer()
+
+    def head_mlp(self) -> tuple:
+        """h = act(W1 @ x[i] + b1), ... then an output layer."""
+        m = self.m
+        h, width = m.choice(self.inputs)
+        for _ in range(m.choice([1, 1, 1, 2, 2, 3])):
+            out = self.dim()
+            if m.random() < 0.8:
+                pre = matmul(self.param("W", (out, width)), h)
+            else:
+                pre = matmul(h, self.param("V", (width, out)))
+            if m.random() < 0.75:
+                pre = ("bin", "+", pre, self.param("b", (out,)))
+            h, width = self.let("h", act(m.choice(ACTS), pre), (out,)), out
+        return self.output(h, width)
+
+    def output(self, h: tuple, width: int) -> tuple:
+        m = self.m
+        k = m.random()
+        if k < 0.6:
+            z = matmul(self.param("W", (self.K, width)), h) if m.random() < 0.8 else \
+                matmul(h, self.param("V", (width, self.K)))
+            if m.random() < 0.6:
+                z = ("bin", "+", z, self.param("b", (self.K,)))
+            return self.xent(self.let("z", z, (self.K,)))
+        if k < 0.85:
+            pred = call("dot", self.param("v", (width,)), h)
+        else:
+            pred = call(m.choice(["max", "logsumexp", "sum"]), h)
+        return ("bin", "*", ("num", 0.5), ("pow", ("bin", "-", pred, ("row", "y")), 2))
+
+    def xent(self, z: tuple) -> tuple:
+        """A classification loss over logits z of length K."""
+        m = self.m
+        y1 = self.onehot()
+        k = m.random()
+        if k < 0.6:                                      # softmax cross-entropy
+            return ("bin", "-", call("logsumexp", z), call("dot", y1, z))
+        if k < 0.8:                                      # a multiclass hinge
+            return call("relu", ("bin", "-", ("bin", "+", ("num", 1.0), call("max", z)), call("dot", y1, z)))
+        d = ("bin", "-", call("sigmoid", z), y1)
+        return call("dot", d, d)
+
+    def head_classify(self) -> tuple:
+        m = self.m
+        x, F = m.choice(self.inputs)
+        self.param("W", (self.K, F))
+        z = matmul(self.matrix(self.mats[-1], None, 1), x)
+        if m.random() < 0.5:
+            z = ("bin", "+", z, self.param("b", (self.K,)))
+        return self.xent(self.let("z", z, (self.K,)) if m.random() < 0.7 else z)
+
+    def head_vecmat(self) -> tuple:
+        """x[i] @ V, or u @ A with u a param."""
+        m = self.m
+        x, F = m.choice(self.inputs)
+        H = self.dim()
+        if m.random() < 0.6:
+            p = matmul(x, self.param("V", (F, H)))
+            out = H
+        else:
+            u = self.param("a", (H,))
+            A = self.param("A", (H, F)) if m.random() < 0.6 else self.const((H, F))
+            p = matmul(u, A)
+            out = F
+            if m.random() < 0.5:
+                return ("bin", "*", ("num", 0.5), ("pow", ("bin", "-", call("dot", p, x), ("row", "y")), 2))
+        p = act(m.choice(ACTS), p)
+        c = self.param("c", (out,)) if m.random() < 0.6 else self.const((out,))
+        return ("bin", "*", ("num", 0.5), ("pow", ("bin", "-", call("dot", p, c), ("row", "y")), 2))
+
+    def head_outer(self) -> tuple:
+        """outer(...) inside the loss, reduced to a scalar; or a low-rank term W + outer(a, b)."""
+        m = self.m
+        x, F = m.choice(self.inputs)
+        R = self.dim()
+        a = self.param("a", (R,))
+        k = m.random()
+        if k < 0.25:
+            s = call("sum", matmul(call("outer", a, self.param("b", (F,))), x))
+        elif k < 0.45:
+            s = call("dot", matmul(call("outer", a, x), self.param("c", (F,))), self.leaf(R))
+        elif k < 0.65:
+            s = call("dot", matmul(self.param("c", (R,)), call("outer", a, x)), x)
+        elif k < 0.85:                                   # a low-rank adapter
+            W = self.param("W", (R, F)) if m.random() < 0.5 else self.const((R, F))
+            b = self.param("b", (F,))
+            M = ("bin", "+", W, call("outer", a, b))
+            if m.random() < 0.5:                         # a 2-D let, read twice
+                M = self.let("M", M, (R, F))
+                self.mlets.append(Var(M[1], "let", (R, F)))
+            h = self.let("h", act(m.choice(ACTS), matmul(M, x)), (R,))
+            s = call("sum", h) if m.random() < 0.5 else call("max", h)
+            if M[0] == "name":
+                s = ("bin", "+", s, ("bin", "*", ("num", 0.1), call("dot", matmul(h, M), x)))
+        else:                                            # elementwise with a matrix, then @
+            M = self.param("M", (R, F))
+            s = call("sum", matmul(("bin", "*", call("outer", a, x), M), x))
+        return ("bin", "*", ("num", 0.5), ("pow", ("bin", "-", s, ("row", "y")), 2))
+
+    def head_max(self) -> tuple:
+        """max(v) of a product: ties (relu's zeros, equal rows), the first one wins."""
+        m = self.m
+        x, F = m.choice(self.inputs)
+        R = self.dim()
+        z = matmul(self.param("W", (R, F)), x)
+        z = act(m.choice(["relu", "none", "tanh", "abs"]), z)
+        k = m.random()
+        if k < 0.5:
+            return ("pow", ("bin", "-", call("max", z), ("row", "y")), 2)
+        if k < 0.75:
+            return ("bin", "-", call("logsumexp", z), call("max", z))
+        return ("bin", "*", call("max", ("bin", "*", z, self.param("v", (R,)))), call("tanh", ("row", "y")))
+
+    def regularizer(self) -> None:
+        """A 2-D state the loss reads (a reference point, moved as an average), or a plain
+        squared norm, reduced through `@` with a positive constant."""
+        m = self.m
+        mats = [v for v in self.params if len(v.shape) == 2]
+        if not mats:
+            return
+        P = m.choice(mats)
+        ones = self.const((P.shape[1],), 0.1, 1.0)
+        d = ("name", P.name)
+        if m.random() < 0.6:
+            s = Var(self.g.fresh("S"), "state", P.shape, P.name)
+            self.insert(Decl("state", s.name, P.shape, self.values(P.shape, -0.3, 0.3)))
+            self.refs.append(s)
+            d = ("bin", "-", d, ("name", s.name))
+        self.terms.append(("bin", "*", ("num", 0.05), call("sum", matmul(("bin", "*", d, d), ones))))
+
+    def finish(self, loss: tuple, prog: Program) -> tuple:
+        """LossGen's loss plus this block's terms, and now and then a use to refuse."""
+        m = self.m
+        for t in self.terms:
+            w = m.choice([1.0, 0.5, 0.1])
+            loss = ("bin", "+", loss, t if w == 1.0 else ("bin", "*", ("num", w), t))
+        if m.random() < 0.06:
+            bad = self.bad_loss()
+            if bad is not None:
+                code, e = bad
+                prog.expect = (code, expr_text(e))
+                loss = ("bin", "+", loss, ("bin", "*", ("num", 0.01), e))
+        return loss
+
+    def bad_loss(self) -> tuple[str, tuple] | None:
+        """A scalar the checker must refuse: (its code, it)."""
+        m = self.m
+        M = m.choice(self.matrices()) if self.matrices() else None
+        k = m.randrange(6)
+        if M is not None and k == 0:
+            R, C = M.shape
+            wrong = [e for e, L in self.vecs if L != C]
+            if wrong:
+                return "E0030", call("sum", matmul(("name", M.name), m.choice(wrong)))
+        if M is not None and k == 1:
+            return "E0030", call(m.choice(["logsumexp", "max", "sum"]), ("name", M.name))
+        if M is not None and k == 2:
+            return "E0030", call("sum", call("outer", ("name", M.name), ("row", "x")))
+        if M is not None and k == 3:
+            return "E0030", call("sum", matmul(("name", M.name), ("name", M.name)))
+        if k == 4:
+            return "E0041", call("sum", call("onehot", ("row", "lab"), ("int", 0)))
+        return "E0030", call("sum", call("onehot", ("row", "x"), ("int", self.K)))
+
+    # -- the update ------------------------------------------------------------------------------
+    def state(self, p: Var, base: str) -> tuple:
+        s = self.g.fresh(base)
+        self.insert(Decl("state", s, p.shape, 0.0))
+        return ("name", s)
+
+    def power(self, k: int) -> tuple:
+        while len(self.powers) <= k:
+            name = self.g.fresh("q")
+            self.insert(Decl("state", name, (), 1.0))
+            self.powers.append(name)
+        return ("name", self.powers[k])
+
+    def optimizer(self, p: Var) -> list[Stmt]:
+        """One param's optimizer, with states of its own: SGD, momentum, Nesterov, Adam
+        (bias-corrected by the program's powers q), RMSProp."""
+        m = self.m
+        P, g = ("name", p.name), ("grad", p.name)
+        out: list[Stmt] = []
+        if m.random() < 0.4:
+            name = self.g.fresh("g")
+            out.append(Stmt("let", name, g))
+            g = ("name", name)
+        lr = ("num", m.choice([0.01, 0.05, 0.1, 0.003, 0.2]))
+        kind = m.choice(["sgd", "momentum", "nesterov", "adam", "adam", "rmsprop"])
+        if kind == "sgd":
+            out.append(Stmt("assign", p.name, ("bin", "-", P, ("bin", "*", lr, g))))
+        elif kind == "momentum":
+            M = self.state(p, "mo")
+            mu = ("num", m.choice([0.9, 0.5, 0.99]))
+            out += [Stmt("assign", M[1], ("bin", "+", ("bin", "*", mu, M), g)),
+                    Stmt("assign", p.name, ("bin", "-", P, ("bin", "*", lr, M)))]
+        elif kind == "nesterov":
+            M, old = self.state(p, "mo"), self.g.fresh("old")
+            mu = m.choice([0.9, 0.5])
+            out += [Stmt("let", old, M),
+                    Stmt("assign", M[1], ("bin", "-", ("bin", "*", ("num", mu), M), ("bin", "*", lr, g))),
+                    Stmt("assign", p.name, ("bin", "+", ("bin", "-", P, ("bin", "*", ("num", mu), ("name", old))),
+                                            ("bin", "*", ("num", 1 + mu), M)))]
+        elif kind == "adam":
+            M, V = self.state(p, "mo"), self.state(p, "ve")
+            q1, q2 = self.power(0), self.power(1)
+            out += [Stmt("assign", M[1], ("bin", "+", ("bin", "*", ("num", 0.9), M), ("bin", "*", ("num", 0.1), g))),
+                    Stmt("assign", V[1], ("bin", "+", ("bin", "*", ("num", 0.999), V),
+                                          ("bin", "*", ("num", 0.001), ("bin", "*", g, g)))),
+                    Stmt("assign", p.name, ("bin", "-", P, ("bin", "*", lr, ("bin", "/", ("bin", "/", M, ("bin", "-", ("num", 1.0), q1)),
+                                                                                    ("bin", "+", call("sqrt", ("bin", "/", V, ("bin", "-", ("num", 1.0), q2))), ("num", 1e-8))))))]
+        else:
+            V = self.state(p, "ve")
+            out += [Stmt("assign", V[1], ("bin", "+", ("bin", "*", ("num", 0.9), V), ("bin", "*", ("num", 0.1), ("bin", "*", g, g)))),
+                    Stmt("assign", p.name, ("bin", "-", P, ("bin", "*", lr, ("bin", "/", g, call("sqrt", ("bin", "+", V, ("num", 1e-8)))))))]
+        return out
+
+    def update(self, prog: Program) -> None:
+        """Each template param's optimizer, a block at a random place in UpdateGen's update;
+        the powers and the reference states' averages, each at a random place (before or after
+        what reads them); now and then a constant reduction (allowed) or a use to refuse."""
+        m = self.m
+        blocks = [self.optimizer(p) for p in self.params if p not in self.free]
+        for k, name in enumerate(self.powers):
+            beta = (0.9, 0.999)[k]
+            blocks.append([Stmt("assign", name, ("bin", "*", ("name", name), ("num", beta)))])
+        for s in self.refs:
+            blocks.append([Stmt("assign", s.name, ("bin", "+", ("bin", "*", ("num", 0.9), ("name", s.name)),
+                                                  ("bin", "*", ("num", 0.1), ("name", s.group))))])
+        for b in blocks:
+            at = m.randint(0, len(prog.update))
+            prog.update[at:at] = b
+        targets = [s for s in prog.update if s.kind == "assign" and s.name in {p.name for p in self.params}]
+        if targets and m.random() < 0.15:
+            self.constant_reduction(m.choice(targets))
+        if targets and prog.expect is None and m.random() < 0.08:
+            s = m.choice(targets)
+            bad = self.bad_update(s)
+            if bad is not None:
+                prog.expect = ("E0050", expr_text(bad))
+                s.expr = ("bin", "-", s.expr, ("bin", "*", ("num", 0.01), bad))
+
+    def shape(self, name: str):
+        return next(d.shape for d in self.decls if d.name == name)
+
+    def constant_reduction(self, s: Stmt) -> None:
+        """Reductions of constants are constants: allowed in the update."""
+        m = self.m
+        shape = self.shape(s.name)
+        cv = [c for c in self.consts if len(c.shape) == 1]
+        k = m.random()
+        if cv and k < 0.5:
+            e = call(m.choice(["max", "sum", "logsumexp"]), ("name", m.choice(cv).name))
+        elif len(shape) == 1 and k < 0.8:
+            e = call("onehot", ("num", float(m.randrange(shape[0] + 1))), ("int", shape[0]))
+        elif len(shape) == 1:
+            e = matmul(self.const((shape[0], 2)), self.const((2,)))
+        else:
+            e = call("outer", self.const((shape[0],)), self.const((shape[1],)))
+        s.expr = ("bin", "+", s.expr, ("bin", "*", ("num", 0.001), e))
+
+    def bad_update(self, s: Stmt) -> tuple | None:
+        """A term of s's shape that reads every coordinate of a coordinate value (E0050)."""
+        m = self.m
+        shape = self.shape(s.name)
+        g = ("grad", s.name)
+        if len(shape) == 1:
+            L = shape[0]
+            k = m.randrange(5)
+            if k == 0:
+                return call(m.choice(["max", "sum", "logsumexp"]), g)
+            if k == 1:
+                return call("onehot", ("name", self.powers[0]), ("int", L)) if self.powers \
+                    else call("max", ("name", s.name))
+            C = self.const((L, L))
+            return matmul(g, C) if k == 2 else matmul(C, ("name", s.name) if k == 3 else g)
+        R, C = shape
+        vecs = [p for p in self.params if p.shape == (C,)]
+        if vecs:
+            return call("outer", ("name", self.const((R,))[1]), ("grad", m.choice(vecs).name))
+        return call("sum", ("name", s.name))
+
+
 # -- deployments --------------------------------------------------------------------------------
 def ranges_text(owner: str, cuts: list[tuple[int, int]], r: random.Random, skip_empty: bool) -> str:
     parts = []
@@ -606,6 +1171,7 @@ def random_tree(leaves: list[str], r: random.Random) -> str:
 def add_deployments(prog: Program, lr, seed: int, count: int | None = None, aarch64: bool = True) -> None:
     """Random deployments for a checked learner `lr` (its groups and sample count)."""
     r = random.Random(seed * 7919 + 1)
+    mr = random.Random(seed * 7919 + 2)             # the matrix programs' choices
     count = r.choice([1, 1, 2, 2, 3]) if count is None else count
     custom = Strategy("mine", sorted(r.sample(["params", "state", "gradients"], r.randint(1, 2))), [])
     used_custom = False
@@ -637,8 +1203,14 @@ def add_deployments(prog: Program, lr, seed: int, count: int | None = None, aarc
             items.append(f"strategy {strat}")
         if partitions and lr.groups and r.random() < 0.6:
             grp = r.choice(lr.groups)
+            flat = [g for g in lr.groups if len(g.shape) == 2]
+            if prog.matrices and flat and mr.random() < 0.6:
+                grp = mr.choice(flat)                # a 2-D group, cut by flat ranges
             cuts = split(grp.size, owners, r)
-            items.append(f"partition {r.choice(grp.members)}: " + ranges_text("owner", cuts, r, False))
+            name = f"{r.choice(grp.members)}: "
+            if prog.matrices and len({g.size for g in lr.groups}) == 1 and mr.random() < 0.4:
+                name = ""                           # one set of ranges for every group
+            items.append(f"partition {name}" + ranges_text("owner", cuts, r, False))
         elif partitions and r.random() < 0.5:
             items.append("partition even")
         if aarch64 and r.random() < 0.35:
