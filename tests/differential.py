@@ -61,15 +61,20 @@ def expected(lr, history) -> str:
     from alphac.dist.execute import evaluate_tree
     from alphac.ir import interp
     from alphac.refusals import Refusal
+    from alphac.ir.order import step_samples
     state = interp.initial_state(lr)
+    t = 0                                        # the step: minibatches follow it across resumes
     for steps, dep in history:
         for _ in range(steps):
             grads = {}
+            held = lambda lo, hi, t=t: step_samples(range(lo, hi), lr.nsamples, lr.batch,
+                                                    lr.shuffle, t)
+            t += 1
             if lr.loss is not None:
                 if dep is None:
-                    combined = interp.owner_contribution(lr, state, range(lr.nsamples))
+                    combined = interp.owner_contribution(lr, state, held(0, lr.nsamples))
                 else:
-                    contribs = [interp.owner_contribution(lr, state, range(*dep.samples.range(k)))
+                    contribs = [interp.owner_contribution(lr, state, held(*dep.samples.range(k)))
                                 for k in range(dep.owners)]
                     combined = evaluate_tree(dep.combine_tree(), contribs)
                 grads = interp.mean_gradient(combined)
@@ -203,15 +208,20 @@ def gpu_refuses(rep: Report, lr) -> bool:
     """Whether the GPU owner kernels refuse this learner by name (BuildError: they do not
     have the matrix operations yet, alphac.ptx.kernels). Refusing anything else is a problem."""
     from alphac.diag import BuildError
-    from alphac.ir.learner import MatVec, Max, OneHot, Outer, VecMat, postorder
+    from alphac.ir.learner import (Elem, MatVec, Max, OneHot, Outer, Stack, VecMat, Where, children,
+                                   postorder)
     from alphac.ptx.kernels import kernels
     try:
         kernels(lr)
         return False
     except BuildError as e:
         roots = ([lr.loss] if lr.loss is not None else []) + [a.node for a in lr.update]
-        if not any(isinstance(n, (MatVec, VecMat, Outer, Max, OneHot)) for n in postorder(roots)):
-            rep.problem(f"ptx: the GPU kernels refused a learner without matrix operations: {e}")
+        new = (MatVec, VecMat, Outer, Max, OneHot, Stack)
+        rows = any(isinstance(n, (Elem, Where)) and any(c.shape and c.shape != n.shape
+                                                        for c in children(n)) for n in postorder(roots))
+        if not (lr.batch or rows or any(isinstance(n, new) for n in postorder(roots))):
+            rep.problem(f"ptx: the GPU kernels refused a learner without matrix operations or "
+                        f"minibatches: {e}")
         return True
     except Exception:
         return False                            # run_ptx reports it as a crash

@@ -81,6 +81,7 @@ class Program:
     strategies: list[Strategy] = field(default_factory=list)
     deployments: list[Deployment] = field(default_factory=list)
     matrices: bool = False           # uses the matrix operations (MatGen)
+    batch: tuple | None = None       # (size, seed or None): `batch N` and `order ...`
     expect: tuple | None = None      # (code, text): the checker must refuse `text` with `code`
 
 
@@ -116,6 +117,8 @@ def expr_text(e: tuple) -> str:
         return f"grad({e[1]})"
     if k == "int":
         return str(e[1])
+    if k == "stack":
+        return "[" + ", ".join(expr_text(a) for a in e[1]) + "]"
     raise ValueError(k)
 
 
@@ -138,6 +141,9 @@ def render(p: Program) -> str:
             out.append(f"{d.kind} {d.name} = {value_text(d.value)}")
         else:
             out.append(f"{d.kind} {d.name}: {type_text(d.shape)} = {value_text(d.value)}")
+    if p.batch is not None:
+        out += ["", f"batch {p.batch[0]}",
+                "order " + ("sequence" if p.batch[1] is None else f"shuffle({p.batch[1]})")]
     if p.loss_result is not None:
         out += ["", "loss(i) {"]
         out += [f"  let {s.name} = {expr_text(s.expr)}" for s in p.loss]
@@ -284,6 +290,9 @@ def generate(seed: int, matrices: bool | None = None) -> Program:
               scalars, consts, prog.loss_result is not None).build(prog)
     if mat:
         mat.update(prog)
+    br = random.Random(seed ^ 0xBA7C4)              # minibatches: a stream of their own
+    if prog.loss_result is not None and n > 1 and br.random() < 0.35:
+        prog.batch = (br.randint(1, n - 1), br.choice([None, br.randrange(1 << 63)]))
     return prog
 
 
@@ -668,6 +677,7 @@ class MatGen:
         self.powers: list[str] = []          # Adam's bias-correction powers, once per program
         self.inputs = [(("row", "x"), f)]
         self.K = 0
+        self.x = random.Random(g.seed ^ 0xB0AD)   # rows broadcast, vectors of scalars: their own
 
     # -- values ------------------------------------------------------------------------------
     def small(self, lo=-1.0, hi=1.0) -> float:
@@ -765,6 +775,10 @@ class MatGen:
         e = ("name", M.name)
         k = m.random()
         R, C = M.shape
+        row = self.leaf(C) if depth > 0 and self.x.random() < 0.2 else None
+        if row is not None:                              # a vector f64[C] over M's rows
+            e = ("bin", self.x.choice(["+", "*", "-"]), e, row) if self.x.random() < 0.7 else \
+                call("max", e, row)
         if k < 0.65 or depth <= 0:
             return e
         if k < 0.8:
@@ -794,6 +808,8 @@ class MatGen:
         if not opts:
             return None
         kind, M = m.choice(opts)
+        if length <= 4 and self.x.random() < 0.1:           # a vector of computed scalars
+            return ("stack", tuple(lg.scalar(0) for _ in range(length)))
         if kind == "onehot":
             return self.onehot()
         R, C = M.shape

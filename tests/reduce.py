@@ -44,6 +44,9 @@ def subexpr_paths(e: tuple, path=()):
     elif e[0] == "call":
         for k, a in enumerate(e[2]):
             yield from subexpr_paths(a, path + (2, k))
+    elif e[0] == "stack":
+        for k, a in enumerate(e[1]):
+            yield from subexpr_paths(a, path + (1, k))
 
 
 def get(e: tuple, path):
@@ -69,6 +72,8 @@ def operands(e: tuple) -> list[tuple]:
         return [e[1]]
     if e[0] == "call":
         return list(e[2])
+    if e[0] == "stack":
+        return list(e[1])
     return []
 
 

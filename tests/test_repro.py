@@ -63,7 +63,7 @@ def built_few(built):
     """That copy with its manifest left without examples/digits_mlp.alpha's artifacts, for the
     verify mutants below (each rebuilds everything it names; the fresh build's verify, whole)."""
     m = json.loads((built / "MANIFEST.json").read_text())
-    arts = {p: a for p, a in m["artifacts"].items() if "digits_" not in a["recipe"]["source"]}
+    arts = {p: a for p, a in m["artifacts"].items() if not real_data(Path(a["recipe"]["source"]).name)}
     used = {i for a in arts.values() for i in a["inputs"]}
     manifest.write(built / "MANIFEST.json", {**m, "artifacts": arts,
                                              "inputs": {i: e for i, e in m["inputs"].items() if i in used}})
@@ -198,7 +198,7 @@ def test_verify_refuses_an_executable_changed_by_one_byte(built_few):
 
 def test_verify_refuses_a_changed_source(tmp_path, monkeypatch):
     shutil.copytree(ROOT / "examples", tmp_path / "examples",      # digits_mlp: built_once's
-                    ignore=shutil.ignore_patterns("digits_*", "data"))
+                    ignore=lambda d, names: real_data_files(d, names))
     monkeypatch.chdir(tmp_path)
     assert alphac("build-all", "--out", "out")[0] == 0
     src = tmp_path / "examples" / "lsq_adam.alpha"
@@ -290,12 +290,17 @@ MUTANTS = {
 }
 
 
-def digits_files(folder, names):
-    """The 1500-sample example and its data, left out of a mutant's copy (the check on this tree
-    builds them; each mutant would add four builds of it)."""
+def real_data(name: str) -> bool:
+    """The examples on real data sets (examples/data/*.npy): digits_mlp and logistic."""
+    return name.startswith(("digits_", "logistic"))
+
+
+def real_data_files(folder, names):
+    """The real-data examples and their data, left out of a mutant's copy (the check on this
+    tree builds them; each mutant would add four builds of the 1500-sample one)."""
     if Path(folder).name != "examples":
         return []
-    return [n for n in names if n.startswith("digits_") or n == "data"]
+    return [n for n in names if real_data(n) or n == "data"]
 
 
 @pytest.mark.parametrize("mutant", sorted(MUTANTS))
@@ -305,7 +310,7 @@ def test_check_catches_a_non_reproducible_compiler(tmp_path, mutant):
     skip = shutil.ignore_patterns(".git", ".venv", "build", "__pycache__", ".pytest_cache",
                                   ".hypothesis", "*.egg-info")
     shutil.copytree(ROOT, tree, ignore=lambda d, names: set(skip(d, names)) | set(
-        digits_files(d, names)))
+        real_data_files(d, names)))
     text = (tree / path).read_text()
     assert text.count(old) == 1, "the mutant no longer applies; update it"
     (tree / path).write_text(text.replace(old, new))
@@ -313,7 +318,7 @@ def test_check_catches_a_non_reproducible_compiler(tmp_path, mutant):
     assert r.returncode == 1, r.stdout + r.stderr
     out = r.stdout
     assert "found by a plain copy (no git)" in out
-    recipes = [(p, r) for p, r in artifacts.all_recipes() if not Path(r["source"]).stem.startswith("digits_")]
+    recipes = [(p, r) for p, r in artifacts.all_recipes() if not real_data(Path(r["source"]).name)]
     names = [p for p, r in recipes if r["kind"] in ("learner", "role", "gpu-owner")]
     for name in names:
         assert f"repro: MISMATCH {name}: sha256 differs between build A and build B\n" \
