@@ -313,7 +313,6 @@ def cmd_check(args) -> int:
 
 
 def cmd_run(args) -> int:
-    from alphac.driver import compile_file
     from alphac.ir.interp import format_state, run
     if args.deployment:
         plans = _plans(args)
@@ -330,15 +329,24 @@ def cmd_run(args) -> int:
             return 3
         sys.stdout.write(formatted(format_state(lr, state), args.format))
         return 0
-    try:
-        compiled = compile_file(args.file)
-    except CompileError as e:
-        return _report(e)
-    _warn(compiled)
+    compiled = _compiled(args.file)
+    if isinstance(compiled, int):
+        return compiled
     lr = compiled.learner
     state = run(lr, _step_count(args, lr))
     sys.stdout.write(formatted(format_state(lr, state), args.format))
     return 0
+
+
+def _compiled(path: str):
+    """The compiled learner in `path`, its warnings shown; or the exit code after its errors."""
+    from alphac.driver import compile_file
+    try:
+        compiled = compile_file(path)
+    except CompileError as e:
+        return _report(e)
+    _warn(compiled)
+    return compiled
 
 
 def _step_count(args, lr) -> int:
@@ -621,7 +629,6 @@ def cmd_ckpt(args) -> int:
 
 
 def cmd_eval(args) -> int:
-    from alphac.driver import compile_file
     from alphac.ir.interp import run
     from alphac.tools.evaluate import (EvalError, checkpoint_state, evaluate_learner, held_out,
                                        labels_for, render)
@@ -629,11 +636,9 @@ def cmd_eval(args) -> int:
         print("alphac eval: error: give one of --checkpoint DIR (a trained state) and --steps N "
               "(train in the reference interpreter first)", file=sys.stderr)
         return 2
-    try:
-        compiled = compile_file(args.file)
-    except CompileError as e:
-        return _report(e)
-    _warn(compiled)
+    compiled = _compiled(args.file)
+    if isinstance(compiled, int):
+        return compiled
     lr = compiled.learner
     try:
         test = held_out(lr, args.data)
