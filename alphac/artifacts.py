@@ -259,13 +259,18 @@ def roles_table(plan) -> dict:
     """What the launcher needs to start a deployment: each role, its file, parent and target."""
     from alphac.dist.identity import digests
     roles = []
+    loaded = [d.file for d in plan.lr.data if d.file is not None]
     for r in plan.roles():
         parent = plan.parent(r)
+        rows = list(plan.dep.samples.range(r.index)) if plan.is_owner(r) and loaded else None
         roles.append({"role": str(r), "file": str(r), "parent": str(parent) if parent else None,
-                      "listens": bool(plan.children(r)), "target": plan.dep.target_of(r)})
+                      "listens": bool(plan.children(r)), "target": plan.dep.target_of(r),
+                      "samples": rows})
     return {"format": 1, "deployment": plan.dep.name, "learner": plan.lr.name,
             "identity": {k: v.hex() for k, v in digests(plan.dep).items()},
-            "root": str(plan.root), "roles": roles, "batches": plan.lr.batches}
+            "root": str(plan.root), "roles": roles, "batches": plan.lr.batches,
+            "data": [{"path": f.path, "load": f.rel, "bytes": f.size, "root": f.root}
+                     for f in loaded]}
 
 
 @kind("roles-table", mode=0o644)

@@ -127,12 +127,20 @@ def link_program(prog: Program, tgt: Target) -> tuple[bytes, Text, dict[str, int
     return elf, text, layout(tgt, sections)
 
 
+def with_data(lr: Learner, extra: str, blobs: dict, lo: int, hi: int) -> tuple[str, dict]:
+    """`extra` and its blobs with `learner_data_open()` for samples lo..hi-1 (data_source)."""
+    from alphac.lower.learner import data_source
+    text, more = data_source(lr, lo, hi)
+    return extra + "\n" + text, {**blobs, **more}
+
+
 def build_learner(lr: Learner, target_name: str, evaluation=None) -> Image:
     """The single-process executable; `evaluation` ((the learner on held-out data, its labels'
     name or None)) gives it `--evaluate`."""
     from alphac.lower.ckpt import single_source
     tgt = target(target_name)
     extra, blobs = single_source(lr)
+    extra, blobs = with_data(lr, extra, blobs, 0, lr.nsamples or 0)
     prog, gen = program_for(lr, tgt, extra=extra, blobs=blobs, evaluation=evaluation)
     elf, text, addrs = link_program(prog, tgt)
     return Image(tgt, elf, text, prog, gen, addrs)
@@ -143,6 +151,8 @@ def build_role(plan, role, target_name: str | None = None) -> Image:
     from alphac.lower.role import role_source
     tgt = target(target_name or plan.dep.target_of(role))
     text, blobs = role_source(plan, role)
+    lo, hi = plan.dep.samples.range(role.index) if plan.is_owner(role) and plan.has_loss else (0, 0)
+    text, blobs = with_data(plan.lr, text, blobs, lo, hi)
     prog, gen = program_for(plan.lr, tgt, main="role", extra=text, blobs=blobs)
     elf, code, addrs = link_program(prog, tgt)
     return Image(tgt, elf, code, prog, gen + "\n" + text, addrs)
@@ -221,6 +231,7 @@ def build_gpu_owner(lr: Learner, target_name: str, host, ptxas_path: str | None 
     conv = conversation.conversation(host, gpu)
     tgt = target(isa)
     text, blobs = gpu_lowering.gpu_owner_source(lr, gpu, conv)
+    text, blobs = with_data(lr, text, blobs, 0, lr.nsamples or 0)    # the host shadow's rows
     prog, gen = program_for(lr, tgt, main="gpu", extra=text, blobs=blobs)
     elf, code, addrs = link_program(prog, tgt)
     return GpuBuild(Image(tgt, elf, code, prog, gen + "\n" + text, addrs), built, gpu, conv, tool)

@@ -211,6 +211,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--record-key", type=_path, metavar="FILE", help=KEY_HELP)
     p.add_argument("--checkpoint", type=_path, metavar="DIR", help="publish a checkpoint at the end")
     p.add_argument("--resume", type=_path, metavar="DIR", help="start from the checkpoint in DIR")
+    p.add_argument("--data", type=_path, metavar="DIR",
+                   help="read the learner's loaded data from DIR (the load() paths, relative to "
+                        "it) instead of where the build read them (docs/data.md)")
     p.add_argument("--compare", action="store_true",
                    help="also run the deployment in the reference interpreter and say whether the "
                         "bits are equal")
@@ -564,7 +567,7 @@ def cmd_launch(args) -> int:
         args.steps = args.epochs * (batches if isinstance(batches, int) and batches > 0 else 1)
     record = launch(args.dir, steps=args.steps, deadline_ms=args.deadline_ms, records=args.records,
                     checkpoint=args.checkpoint, resume=args.resume, key=args.record_key,
-                    progress=sys.stderr if _progress(args) else None)
+                    progress=sys.stderr if _progress(args) else None, data=args.data)
     for r in record["roles"]:
         if r["exit"] != 0:
             why = f"refused: {r['refused']}" if r["refused"] else f"exit {r['exit']}"

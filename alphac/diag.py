@@ -247,10 +247,12 @@ CODES: dict[str, tuple[str, str]] = {
               "an integer from 0 to 2^63 - 1, says the samples' order in each epoch. Each is "
               "declared at most once, and `order` needs `batch`."),
     "E0060": ("cannot load data file",
-              "`load(\"file.npy\")` reads a NumPy .npy file at compile time, relative to the "
-              "source file: little-endian float64 (or an integer/float type exactly convertible), "
-              "C order, at most 2 dimensions. The file's bytes become part of the learner's "
-              "identity."),
+              "`load(\"file.npy\")` names a NumPy .npy file, relative to the source file. As "
+              "`data`, it is read at run time by each owner (docs/data.md): little-endian "
+              "float64 `<f8`, int64 `<i8` (values binary64 holds exactly) or uint8 `|u1`, C "
+              "order, 1 or 2 dimensions, finite; the root of its chunk digests becomes part of "
+              "the learner's identity. As `const` it is compiled in: any integer or float type "
+              "that binary64 holds exactly, at most 2 dimensions."),
     "E0062": ("predict is not a scalar or a vector",
               "`predict(i)` is the learner's output for sample i, checked as the loss is (it "
               "reads params, state, constants and the sample's data rows; it assigns nothing and "

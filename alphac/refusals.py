@@ -85,6 +85,12 @@ REFUSALS: dict[str, tuple[int, str]] = {
                          "answered a non-zero status; the events file names the call)"),
     "nvidia-map": (126, "a GPU owner could not map driver memory at the address its plan fixes"),
     "gpu-timeout": (127, "a launch did not complete (its semaphore was not released) within 10 s"),
+    "data-missing": (130, "a data file cannot be opened or read (the path the build read it from, "
+                          "or `--data DIR` and the path `load` names); refused before the first step"),
+    "data-shape": (131, "a data file's size or header (dtype, order, shape) differs from the file "
+                        "the executable was built against; refused before the first step"),
+    "data-hash": (132, "a chunk of a data file that covers the owner's rows does not match the "
+                       "digest the build recorded (a changed byte); refused before the first step"),
     "non-finite-state": (65, "a value to be published is NaN or infinite; the contract publishes "
                              "finite state only, so nothing is printed"),
 }

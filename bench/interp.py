@@ -76,8 +76,8 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="a small MLP, for the tests")
     a = ap.parse_args()
     s, d, h, k = (a.samples, 64, 32, 10) if not a.quick else (20, 8, 6, 4)
-    with tempfile.TemporaryDirectory() as tmp:
-        lr = mlp(Path(tmp), s, d, h, k)
+    tmp = tempfile.TemporaryDirectory()          # the data is read when first evaluated
+    lr = mlp(Path(tmp.name), s, d, h, k)
     print(f"| learner | samples | step | batched s | scalar s | same bits |")
     print("| --- | --- | --- | --- | --- | --- |")
     state = interp.initial_state(lr)

@@ -35,6 +35,8 @@ executable declares for them); `admit` refuses a role one byte over its declared
 """
 from __future__ import annotations
 
+from alphac.npy import CHUNK
+
 from dataclasses import dataclass
 
 from alphac.diag import Sink
@@ -344,9 +346,12 @@ class Plan:
         out: dict[str, int] = {}
         if self.is_owner(role):
             k = role.index
-            rows = sum(8 * max(1, len(d.values) // d.shape[0]) for d in lr.data)
-            if self.has_loss:
-                out["data"] = dep.samples.size(k) * rows
+            rows = sum(8 * d.cols for d in lr.data)
+            if self.has_loss:               # a minibatch learner's loaded rows: one at a time
+                kept = sum(8 * d.cols for d in lr.data if d.file is None or not lr.batch)
+                out["data"] = dep.samples.size(k) * kept + (rows - kept)
+                if any(d.file is not None for d in lr.data):
+                    out["data read buffer"] = CHUNK
                 out["params (all, for compute)"] = 8 * ptotal
                 out["G (its sum)"] = 8 * ptotal
                 out["combined gradient"] = 8 * (self.slice_total(k) if "gradients" in self.part else ptotal)

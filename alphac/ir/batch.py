@@ -42,7 +42,7 @@ def data_array(d) -> np.ndarray:
     if hit is None or hit[0] is not d.values:
         if len(_DATA) >= 16:             # a long fuzz run compiles thousands of learners
             _DATA.clear()
-        rows = np.array(d.values, dtype=np.float64).reshape(d.shape[0], -1)
+        rows = np.asarray(d.values, dtype=np.float64).reshape(d.shape[0], -1)
         hit = _DATA[id(d.values)] = (d.values, rows)
     return hit[1]
 

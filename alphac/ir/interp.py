@@ -47,7 +47,8 @@ def sample_rows(lr: Learner, i: int) -> dict[str, tuple[float, ...]]:
     rows = {}
     for d in lr.data:
         width = math.prod(d.row_shape)
-        rows[d.name] = d.values[i * width:(i + 1) * width]
+        row = d.values[i * width:(i + 1) * width]
+        rows[d.name] = row if isinstance(row, tuple) else tuple(row.tolist())
     return rows
 
 

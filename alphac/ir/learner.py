@@ -23,6 +23,10 @@ import hashlib
 import struct
 from dataclasses import dataclass, field
 from math import prod
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from alphac.npy import NpyFile
 
 CONTRACT = "binary64-rne-nofma-leftfold-v1"   # the LEARNERS.md contract, by name
 
@@ -229,16 +233,29 @@ def postorder(roots: list[Node]) -> list[Node]:
 
 
 # -- declarations -------------------------------------------------------------------------------
-@dataclass
+@dataclass(eq=False)
 class DataDef:
+    """A data array: written in the source (`literal`, compiled into the executables), or
+    loaded from a .npy file (`file`, read by each owner at run time; see alphac.npy)."""
     name: str
     shape: tuple[int, ...]          # (samples, ...)
-    values: tuple[float, ...]
-    origin: str                     # "literal" or "npy:<sha256 of the file bytes>"
+    literal: tuple[float, ...] | None
+    origin: str                     # "literal" or "npy:<the file's chunk root>"
+    file: "NpyFile | None" = None
 
     @property
     def row_shape(self) -> tuple[int, ...]:
         return self.shape[1:]
+
+    @property
+    def cols(self) -> int:
+        return prod(self.shape[1:])
+
+    @functools.cached_property
+    def values(self):
+        """The values, row-major: the literal's, or the file's (read-only binary64, read on
+        first use)."""
+        return self.literal if self.file is None else self.file.values()
 
 
 @dataclass
@@ -370,7 +387,8 @@ def canonical(lr: Learner) -> str:
     for c in lr.consts:
         lines.append(f"const {c.name} {c.shape} {_vals(c.values)}")
     for d in lr.data:
-        lines.append(f"data {d.name} {d.shape} {_vals(d.values)}")
+        lines.append(f"data {d.name} {d.shape} " +
+                     (f"npy {d.file.root}" if d.file is not None else _vals(d.values)))
     for s in lr.states:
         lines.append(f"{s.kind} {s.name} {s.shape} {_vals(s.init)} group={s.group}")
 

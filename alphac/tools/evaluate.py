@@ -17,18 +17,17 @@ Guarantees
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 from dataclasses import replace
 from pathlib import Path
 
-from alphac.files import read_regular
 from alphac.ir import binary64 as f
 from alphac.ir.learner import DataDef, Learner
 from alphac.ir.score import accuracy, mean_loss, onehot_labels
 from alphac.refusals import Refusal
-from alphac.types.check import MAX_VALUES, NPY_HEADER, _fmt, npy_values
+from alphac import npy
+from alphac.types.check import _fmt
 
 
 class EvalError(Exception):
@@ -76,20 +75,18 @@ def held_out(lr: Learner, arrays: list[tuple[str, str]]) -> Learner:
                             f"{', '.join(names) or 'none'})")
         if name in new:
             raise EvalError(f"{where}: given twice")
-        try:
-            raw = read_regular(path, 8 * MAX_VALUES + NPY_HEADER)
-            shape, values = npy_values(raw)
+        try:                   # read as the executables read it (alphac.npy), checked alike
+            file = npy.scan(npy.runtime_path(path))
         except OSError as e:
             raise EvalError(f"{where}: cannot read `{path}`: {e.strerror or e}")
-        except ValueError as e:
+        except npy.NpyError as e:
             raise EvalError(f"{where}: `{path}` {e}")
+        shape = file.shape
         row = lr.datum(name).row_shape
         if shape[1:] != row:
             raise EvalError(f"{where}: `{path}` has rows of {_fmt(shape[1:])}; `{name}`'s rows "
                             f"are {_fmt(row)}")
-        if not all(map(math.isfinite, values)):
-            raise EvalError(f"{where}: `{path}` holds a NaN or an infinity")
-        new[name] = DataDef(name, shape, values, "npy:" + hashlib.sha256(raw).hexdigest())
+        new[name] = DataDef(name, shape, None, "npy:" + file.root, file)
     counts = {d.shape[0] for d in new.values()}
     if len(counts) > 1:
         raise EvalError("--data: the held-out arrays hold different sample counts: " +

@@ -297,6 +297,16 @@ def timing(events: list[tuple[str, int | None]]) -> dict | None:
     return out
 
 
+def peak_kib(events: list[tuple[str, int | None]]) -> int | None:
+    """The role's peak resident memory (KiB), from its `peak_rss_kib N` event (VmHWM, read by
+    the role itself as it ends: its own memory, not the launcher's that it was forked from)."""
+    for what, _ in reversed(events):
+        parts = what.split(" ")
+        if len(parts) == 2 and parts[0] == "peak_rss_kib" and parts[1].isdigit():
+            return int(parts[1])
+    return None
+
+
 def losses(events: list[tuple[str, int | None]]) -> list[dict]:
     """Each step's mean loss, from the root's `loss V HEX N` events: the combined loss sum (its
     bits) over n samples, and the mean sum / n (one binary64 division, as learner_mean does),
@@ -446,9 +456,10 @@ def launch(dep_dir: str | Path, steps: int = 5, deadline_ms: int = 10000,
            records: str | Path = "runs", extra: dict[str, list[str]] | None = None,
            kill: tuple[str, float] | None = None, checkpoint: str | Path | None = None,
            resume: str | Path | None = None, targets: dict[str, str] | None = None,
-           key: str | Path | None = None, progress=None) -> dict:
+           key: str | Path | None = None, progress=None, data: str | Path | None = None) -> dict:
     """Run a built deployment; returns the run record (also written under `records`). With
-    `progress` (a text stream, standard error), the root's steps are shown there as they go."""
+    `progress` (a text stream, standard error), the root's steps are shown there as they go;
+    with `data`, the owners read the learner's loaded data from that directory (`--data`)."""
     dep_dir = Path(dep_dir)
     table, manifest, mpath = load_table(dep_dir)
     hashes = check_hashes(dep_dir, [r["file"] for r in table["roles"]], manifest, mpath)
@@ -465,7 +476,7 @@ def launch(dep_dir: str | Path, steps: int = 5, deadline_ms: int = 10000,
     rdir = new_record_dir(Path(records), table["deployment"])
     ports = {r["role"]: free_port() for r in table["roles"] if r["listens"]}
     extra = {k: list(v) for k, v in (extra or {}).items()}
-    for flag, path in (("--checkpoint", checkpoint), ("--resume", resume)):
+    for flag, path in (("--checkpoint", checkpoint), ("--resume", resume), ("--data", data)):
         if path is not None:
             extra.setdefault("*", []).extend([flag, str(Path(path).resolve())])
     runs: list[RoleRun] = []
@@ -521,7 +532,9 @@ def make_record(table: dict, runs: list[RoleRun], steps: int, manifest: dict, mp
                       "signal": -run.exit if run.exit is not None and run.exit < 0 else None,
                       "stream": {"file": f"events/{run.role}.log"}})
         f = rdir / roles[-1]["stream"]["file"]
-        roles[-1]["timing"] = timing(stream_events(stream_lines(f), True)) if f.is_file() else None
+        events = stream_events(stream_lines(f), True) if f.is_file() else []
+        roles[-1]["timing"] = timing(events) if f.is_file() else None
+        roles[-1]["peak_rss_kib"] = peak_kib(events)
     root = next(r for r in runs if r.role == table["root"])
     rf = rdir / f"events/{root.role}.log"
     loss = losses(stream_events(stream_lines(rf), True)) if rf.is_file() else []

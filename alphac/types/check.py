@@ -179,26 +179,46 @@ class Checker:
             self.consts.append(ir.ConstDef(d.name, node.shape, node.values))
 
     def decl_data(self, d: ast.DataDecl) -> None:
-        origin = "literal"
+        file = None
         if isinstance(d.value, ast.Call) and d.value.func == "load":
-            loaded = self.load_npy(d.value)
-            node, origin = loaded if loaded else (None, "")
+            file = self.load_data(d.value)     # read at run time: checked here, not compiled
+            shape = file.shape if file is not None else None
+            node = None
         else:
             node = self.const_value(d.value)
-        ok = node is not None and self.check_type(d.type, node.shape, d.value.span, f"`{d.name}`")
-        if ok and not node.shape:
+            shape = node.shape if node is not None else None
+        ok = shape is not None and self.check_type(d.type, shape, d.value.span, f"`{d.name}`")
+        if ok and not shape:
             self.err("E0035", d.value.span, f"data `{d.name}` is a scalar; data has one entry per sample",
                      hint="declare it `const` if it is the same for every sample")
             ok = False
-        if ok and not self.finite(node, d.value.span):
+        if ok and node is not None and not self.finite(node, d.value.span):
             ok = False
-        if ok and not self.admit(node.size, d.value.span, f"`{d.name}`"):
+        if ok and node is not None and not self.admit(node.size, d.value.span, f"`{d.name}`"):
             ok = False
-        shape = node.shape if ok else (d.type.dims if d.type else (1,))
         if not ok:
             self.broken.add(d.name)
+            shape = d.type.dims if d.type else (1,)
         if self.define(d.name, d.name_span, Symbol("data", shape, d.name_span)) and ok:
-            self.data.append(ir.DataDef(d.name, node.shape, node.values, origin))
+            if file is not None:
+                self.data.append(ir.DataDef(d.name, shape, None, "npy:" + file.root, file))
+            else:
+                self.data.append(ir.DataDef(d.name, shape, node.values, "literal"))
+
+    def load_data(self, call: ast.Call):
+        """The .npy file of `data NAME = load("file.npy")` (alphac.npy.scan), or None (reported)."""
+        from alphac import npy
+        if len(call.args) != 1 or not isinstance(call.args[0], ast.Str):
+            self.err("E0042", call.span, "load takes one string: the .npy file's path")
+            return None
+        rel = call.args[0].value
+        try:
+            return npy.scan(npy.runtime_path(str((self.base_dir or Path(".")) / rel)), rel)
+        except OSError as e:
+            self.err("E0060", call.args[0].span, f"cannot read `{rel}`: {e.strerror or e}")
+        except npy.NpyError as e:
+            self.err("E0060", call.args[0].span, f"`{rel}` {e}")
+        return None
 
     def decl_state(self, d: ast.StateDecl) -> None:
         shape = d.type.dims
