@@ -100,8 +100,8 @@ def test_deployments_cover_every_strategy_topology_and_target(tmp_path):
         rep = differential.check_program(learngen.generate(seed), tmp_path / str(seed), (), seed=seed)
         if rep.status == "refused":
             continue
-        (tmp_path / "f.alpha").write_text(rep.source)
-        for plan in compile_deployments(tmp_path / "f.alpha")[1].values():
+        (tmp_path / str(seed) / "f.alpha").write_text(rep.source)      # beside its .npy files
+        for plan in compile_deployments(tmp_path / str(seed) / "f.alpha")[1].values():
             d = plan.dep
             seen[d.strategy.name] += 1
             seen["star" if isinstance(d.topology, Star) else "hierarchy"] += 1
@@ -167,7 +167,7 @@ def test_fuzzer_finds_bug2_put_back(monkeypatch, tmp_path):
     assert seed is not None, "the fuzzer missed a loss that reads partitioned state"
     assert "plan:" in rep.summary()
     # without the plan executor, the role executables' wrong bits are caught by the contract
-    rep = differential.check_text(rep.source, tmp_path / "roles", ("interp", "roles"))
+    rep = differential.check_text(rep.source, tmp_path / "roles", ("interp", "roles"), rep.files)
     assert rep.status == "disagreed" and "roles" in reduce.signature(rep), rep.outcomes
 
 
