@@ -33,7 +33,7 @@ def test_regression_agrees_everywhere(path, tmp_path):
     """Each regression file agrees in every engine, or, if its first line is `# refused: CODE`,
     is refused with that diagnostic."""
     text = path.read_text()
-    rep = differential.check_text(text, tmp_path)
+    rep = differential.check_file(path, tmp_path)               # with the .npy files beside it
     if text.startswith("# refused: "):
         assert (rep.status, rep.code) == ("refused", text.split()[2]), rep.summary()
         return
@@ -183,7 +183,7 @@ def test_reducer_shrinks_a_failure_and_keeps_it(monkeypatch, tmp_path):
     assert red.fails(small)
     kept = reduce.keep(small, tmp_path / "kept", f"found-{seed}", "a note")
     assert kept.read_text().startswith("# a note\nlearner ")
-    assert differential.check_text(kept.read_text(), tmp_path / "k", ("interp", "x86_64")).status == "disagreed"
+    assert differential.check_file(kept, tmp_path / "k", ("interp", "x86_64")).status == "disagreed"
 
 
 def test_an_owners_empty_slice_in_a_checkpoint_moves_to_another_star(tmp_path):
