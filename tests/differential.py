@@ -21,10 +21,17 @@ compiler exception is a `crash:` outcome, and so a disagreement.
 `check_program(prog, work)` first drops the deployments the compiler refuses (each refusal is
 a named diagnostic, never a traceback), then checks what is left. A `Report` says whether the
 program was refused (with the diagnostic code), agreed, or disagreed (with each problem).
+
+Data loaded from .npy files (`data x = load("x.npy")`): the files go beside the learner file
+(`check_text(..., files=)`, written by `check_program` from the generator's `npy_files`, read
+beside a regression file by `check_file`), and the contract's model reads their values itself
+with numpy (`model`), not the compiler's: a compiler that read other values is a `data:` problem
+and disagrees in every engine.
 """
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import traceback
@@ -46,6 +53,7 @@ class Report:
     outcomes: dict[str, str] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
     refused_deployments: list[str] = field(default_factory=list)
+    files: dict[str, bytes] = field(default_factory=dict)   # the .npy files beside the source
 
     def problem(self, text: str) -> None:
         self.problems.append(text)
@@ -57,7 +65,8 @@ class Report:
 
 # -- what the contract says -------------------------------------------------------------------
 def expected(lr, history) -> str:
-    """The state after `history`, a list of (steps, deployment or None for one process)."""
+    """The state after `history`, a list of (steps, deployment or None for one process), for
+    the learner `lr` (check_text passes `model`'s: loaded data as numpy reads the files)."""
     from alphac.dist.execute import evaluate_tree
     from alphac.ir import interp
     from alphac.refusals import Refusal
@@ -83,6 +92,40 @@ def expected(lr, history) -> str:
         return interp.format_state(lr, state)
     except Refusal as r:
         return f"refused: {r.name}"
+
+
+LOAD = re.compile(r'^data\s+(\w+)\s*(?::[^=]*)?=\s*load\("([^"]*)"\)', re.M)
+
+
+def loads(text: str) -> dict[str, str]:
+    """The data a learner file loads: {data name: .npy path, relative to the file}."""
+    return dict(LOAD.findall(text))
+
+
+def model(lr, text: str, base: Path):
+    """The learner the contract's model runs: `lr` with each loaded data array's values as numpy
+    reads them from its file (binary64, C order), independently of the compiler's reader."""
+    import dataclasses
+    import numpy as np
+    files = loads(text)
+    data = []
+    for d in lr.data:
+        if d.name in files:
+            arr = np.load(base / files[d.name], allow_pickle=False)
+            d = dataclasses.replace(d, shape=tuple(int(k) for k in arr.shape),
+                                    values=tuple(float(v) for v in arr.astype("<f8").reshape(-1)))
+        data.append(d)
+    return dataclasses.replace(lr, data=data)
+
+
+def data_problems(rep: Report, lr, contract) -> None:
+    """A loaded array the compiler read otherwise than numpy reads its file."""
+    import struct
+    for d, m in zip(lr.data, contract.data):
+        bits = lambda v: struct.pack(f"<{len(v)}d", *v)
+        if d.shape != m.shape or bits(d.values) != bits(m.values):
+            rep.problem(f"data: `{d.name}`: the compiler read shape {d.shape}, the file holds "
+                        f"{m.shape}, or other values")
 
 
 def finite(outcome: str) -> bool:
@@ -145,13 +188,16 @@ def first_difference(a: str, b: str) -> tuple[str, str]:
 
 
 # -- one learner file ----------------------------------------------------------------------------
-def check_text(text: str, work: Path, engines=ALL) -> Report:
-    """Every engine in `engines` against the contract, for the learner file `text`."""
+def check_text(text: str, work: Path, engines=ALL, files: dict[str, bytes] | None = None) -> Report:
+    """Every engine in `engines` against the contract, for the learner file `text`, with `files`
+    ({relative path: bytes}, the .npy files it loads) beside it."""
     from alphac.diag import CompileError
     from alphac.driver import compile_deployments
-    rep = Report(text)
+    rep = Report(text, files=dict(files or {}))
     work.mkdir(parents=True, exist_ok=True)
     src = work / "learner.alpha"
+    for name, raw in rep.files.items():
+        (work / name).write_bytes(raw)
     src.write_text(text)
     try:
         compiled, plans = compile_deployments(src)
@@ -163,8 +209,14 @@ def check_text(text: str, work: Path, engines=ALL) -> Report:
         rep.problem("crash: the compiler raised " + traceback.format_exc(limit=8))
         return rep
     lr = compiled.learner
-    want5 = expected(lr, [(STEPS, None)])
-    want3 = expected(lr, [(FIRST, None)])
+    try:
+        contract = model(lr, text, work)             # the loaded data as numpy reads them
+        data_problems(rep, lr, contract)
+    except Exception as e:
+        rep.problem(f"data: the compiler loaded a file numpy does not read: {e}")
+        contract = lr
+    want5 = expected(contract, [(STEPS, None)])
+    want3 = expected(contract, [(FIRST, None)])
     if "interp" in engines:
         from alphac.ir import interp
         compare(rep, "interp", guarded(lambda: interp.format_state(lr, interp.run(lr, STEPS))), want5)
@@ -174,7 +226,7 @@ def check_text(text: str, work: Path, engines=ALL) -> Report:
         from alphac.ir.interp import format_state
         for name, plan in sorted(plans.items()):
             compare(rep, f"plan:{name}", guarded(lambda: format_state(lr, run_plan(lr, plan, STEPS))),
-                    expected(lr, [(STEPS, deps[name])]))
+                    expected(contract, [(STEPS, deps[name])]))
     if "ptx" in engines and not gpu_refuses(rep, lr):
         compare(rep, "ptx", guarded(lambda: run_ptx(lr)), want5)
     single = {}
@@ -200,8 +252,16 @@ def check_text(text: str, work: Path, engines=ALL) -> Report:
                     run_exe(exe, target, "--steps", STEPS - FIRST, "--resume", work / "ck-x86_64"), want5)
     if "roles" in engines or "moved" in engines:
         for name, plan in sorted(plans.items()):
-            check_roles(rep, src, name, plan, lr, work, engines, single.get("x86_64"), deps)
+            check_roles(rep, src, name, plan, contract, work, engines, single.get("x86_64"), deps)
     return rep
+
+
+def check_file(path: Path, work: Path, engines=ALL) -> Report:
+    """`check_text` for a learner file on disk (a regression file), with the .npy files it
+    loads read from beside it."""
+    text = Path(path).read_text()
+    files = {rel: (Path(path).parent / rel).read_bytes() for rel in loads(text).values()}
+    return check_text(text, work, engines, files)
 
 
 def gpu_refuses(rep: Report, lr) -> bool:
@@ -247,7 +307,7 @@ def build_single(lr, target: str, work: Path) -> str:
     return str(path)
 
 
-def check_roles(rep: Report, src: Path, name: str, plan, lr, work: Path, engines, single,
+def check_roles(rep: Report, src: Path, name: str, plan, contract, work: Path, engines, single,
                 deps: dict) -> None:
     from alphac.dist.structure import Star
     from alphac.tools.launch import launch
@@ -260,8 +320,8 @@ def check_roles(rep: Report, src: Path, name: str, plan, lr, work: Path, engines
         rep.problem(f"roles:{name}: the build failed: " + traceback.format_exc(limit=6))
         return
     runs = work / "runs"
-    want5 = expected(lr, [(STEPS, dep)])
-    want3 = expected(lr, [(FIRST, dep)])
+    want5 = expected(contract, [(STEPS, dep)])
+    want3 = expected(contract, [(FIRST, dep)])
 
     def go(steps, **kw) -> str:
         return guarded(lambda: launch_outcome(launch(dep_dir, steps=steps, records=runs, **kw)))
@@ -274,15 +334,15 @@ def check_roles(rep: Report, src: Path, name: str, plan, lr, work: Path, engines
             compare(rep, f"roles:{name} resumed 2 steps", go(STEPS - FIRST, resume=ck), want5)
     if "moved" in engines and isinstance(dep.topology, Star):
         ck = work / "ck-x86_64"
-        if single is not None and (ck / "MANIFEST").exists() and finite(expected(lr, [(FIRST, None)])):
+        if single is not None and (ck / "MANIFEST").exists() and finite(expected(contract, [(FIRST, None)])):
             compare(rep, f"moved:{name} (single's checkpoint, 2 steps)", go(STEPS - FIRST, resume=ck),
-                    expected(lr, [(FIRST, None), (STEPS - FIRST, dep)]))
+                    expected(contract, [(FIRST, None), (STEPS - FIRST, dep)]))
         for other, odep in sorted(deps.items()):             # checkpoints of the stars before
             ck = work / f"ck-{other}"
             if other < name and isinstance(odep.topology, Star) and (ck / "MANIFEST").exists() \
-                    and finite(expected(lr, [(FIRST, odep)])):
+                    and finite(expected(contract, [(FIRST, odep)])):
                 compare(rep, f"moved:{name} ({other}'s checkpoint, 2 steps)",
-                        go(STEPS - FIRST, resume=ck), expected(lr, [(FIRST, odep), (STEPS - FIRST, dep)]))
+                        go(STEPS - FIRST, resume=ck), expected(contract, [(FIRST, odep), (STEPS - FIRST, dep)]))
     shutil.rmtree(runs, ignore_errors=True)
 
 
@@ -296,20 +356,21 @@ def check_program(prog, work: Path, engines=ALL, seed: int | None = None) -> Rep
     from alphac.driver import compile_deployments, compile_file
     work.mkdir(parents=True, exist_ok=True)
     src = work / "learner.alpha"
+    files = learngen.npy_files(prog)                # the .npy files it loads, beside it
     deps = list(prog.deployments)
     prog.deployments = []
-    src.write_text(learngen.render(prog))
+    learngen.write(prog, src)
     code, text = prog.expect if prog.expect and prog.expect[1] in learngen.render(prog) else ("", "")
     try:
         lr = compile_file(src).learner
     except CompileError as e:
-        rep = check_text(learngen.render(prog), work, engines)     # refused, with its code
+        rep = check_text(learngen.render(prog), work, engines, files)     # refused, with its code
         codes = sorted({d.code for d in e.diagnostics if d.severity == "error"})
         if code and code not in codes:
             rep.problem(f"checker-code: `{text}` must be refused {code}, refused {', '.join(codes)}")
         return rep
     except Exception:
-        rep = Report(learngen.render(prog))
+        rep = Report(learngen.render(prog), files=files)
         rep.problem("crash: the compiler raised " + traceback.format_exc(limit=8))
         return rep
     if seed is not None and not deps:
@@ -318,18 +379,18 @@ def check_program(prog, work: Path, engines=ALL, seed: int | None = None) -> Rep
     kept, refused = [], []
     for d in deps:
         prog.deployments = [d]
-        src.write_text(learngen.render(prog))
+        learngen.write(prog, src)
         try:
             compile_deployments(src)
             kept.append(d)
         except CompileError as e:
             refused.append(e.diagnostics[0].code)
         except Exception:
-            rep = Report(learngen.render(prog))
+            rep = Report(learngen.render(prog), files=files)
             rep.problem(f"crash: the compiler raised on deployment {d.name}: " + traceback.format_exc(limit=8))
             return rep
     prog.deployments = kept
-    rep = check_text(learngen.render(prog), work, engines)
+    rep = check_text(learngen.render(prog), work, engines, files)
     rep.refused_deployments = refused
     if code:
         rep.problem(f"checker: `{text}` must be refused {code}, and was accepted")

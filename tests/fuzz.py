@@ -6,8 +6,10 @@ Seeds S, S+1, ... each make one program (tests/learngen.py) with its deployments
 checked by tests/differential.py: refused at compile time with a named diagnostic, or the same
 bits everywhere. A line per program goes to stderr; at the end (or on Ctrl-C) the counts go to
 stdout: programs tried, refused (by diagnostic code), agreed, disagreed. A disagreement is
-reduced (tests/reduce.py) and kept as DIR/found-<seed>.alpha (default tests/regress) to be
-looked at and committed as a regression; the exit status is 1 if there was any.
+reduced (tests/reduce.py) and kept as DIR/found-<seed>.alpha (default tests/regress), with the
+.npy files it still loads beside it as DIR/found-<seed>.<data>.npy, to be looked at and
+committed as a regression (the file is checked again as it was written: it must still
+disagree); the exit status is 1 if there was any.
 `--fast` runs only the interpreter and the plan executor (thousands of programs a minute).
 """
 from __future__ import annotations
@@ -48,10 +50,14 @@ def campaign(first: int, minutes: float, engines, keep: Path, out=sys.stderr) ->
                   f"{len(prog.deployments)} deployments, {len(rep.outcomes)} runs", file=out, flush=True)
             if rep.status == "disagreed":
                 print(rep.summary(), file=out, flush=True)
-                small = reduce.Reducer(learngen.generate(seed), work / "r").run(budget=400)
+                reducer = reduce.Reducer(learngen.generate(seed), work / "r")
+                small = reducer.run(budget=400)
                 path = reduce.keep(small, keep, f"found-{seed}",
                                    f"found by tests/fuzz.py, seed {seed}:\n{rep.summary()}")
-                print(f"reduced to {path}", file=out, flush=True)
+                again = differential.check_file(path, work / "k", reducer.engines)
+                print(f"reduced to {path}" + ("" if again.status == "disagreed" else
+                                              f" (which as written {again.status}: look at it)"),
+                      file=out, flush=True)
             shutil.rmtree(work / "p", ignore_errors=True)
             seed += 1
     except KeyboardInterrupt:

@@ -32,8 +32,14 @@ Expressions are tuples: ('num', v) ('name', n) ('pick', n, (k, ...)) ('row', d) 
 ('bin', op, a, b) (op includes '@') ('neg', a) ('pow', a, n) ('call', f, (args...)) ('grad', p)
 ('int', k) (an integer literal: onehot's length).
 Everything is drawn from `random.Random(seed)` and streams of its own seeded from it (the
-functions, the matrix operations): a seed is a program, and a seed without the matrix
-operations is the program it was before they existed.
+functions, the matrix operations, minibatches, data in files): a seed is a program, and a seed
+without the matrix operations is the program it was before they existed.
+
+Data in files: about a third of the programs declare some data as `load("NAME.npy")`
+(`Decl.file`, `Decl.dtype`: '<f8', '<i8' or '|u1'). The values stay in `Decl.value`; the file
+bytes are `npy_files(prog)` ({name: bytes}, relative to the source), and `write(prog, path)`
+writes the source and its files beside it. A consumer that writes a program's source must write
+its files too (or `inline(prog)`, the same values as literals).
 """
 from __future__ import annotations
 
@@ -49,6 +55,9 @@ class Decl:
     name: str
     shape: tuple[int, ...]
     value: object                    # data/const: nested lists or a float; param/state: a float
+    file: str = ""                   # data: `load("file")`, a .npy file beside the source holding
+    dtype: str = "<f8"               # `value` as this dtype (npy_files); "": a literal
+    typed: bool = False              # data: declared with its type (`data x: f64[3, 2] = ...`)
 
 
 @dataclass
@@ -137,7 +146,10 @@ def type_text(shape) -> str:
 def render(p: Program) -> str:
     out = [f"learner {p.name}", ""]
     for d in p.decls:
-        if d.kind in ("data", "const"):
+        if d.kind == "data" and d.file:
+            typed = f": {type_text(d.shape)}" if d.typed else ""
+            out.append(f'data {d.name}{typed} = load("{d.file}")')
+        elif d.kind in ("data", "const"):
             out.append(f"{d.kind} {d.name} = {value_text(d.value)}")
         else:
             out.append(f"{d.kind} {d.name}: {type_text(d.shape)} = {value_text(d.value)}")
@@ -162,6 +174,89 @@ def render(p: Program) -> str:
     for d in p.deployments:
         out += ["", f"deployment {d.name} {{"] + [f"  {it}" for it in d.items] + ["}"]
     return "\n".join(out) + "\n"
+
+
+# -- data in .npy files ---------------------------------------------------------------------------
+NPY_DTYPES = ("<f8", "<i8", "|u1")     # what the executables' run-time reader takes, exactly
+
+
+def npy_array(d: Decl):
+    """A loaded data declaration's values as the array its file holds: C order, `d.dtype`, each
+    value the binary64 the literal would be (ValueError if the dtype cannot hold one exactly)."""
+    import numpy as np
+    if d.dtype not in NPY_DTYPES:
+        raise ValueError(f"{d.name}: dtype {d.dtype!r} is not one the run-time reader takes")
+    f64 = np.ascontiguousarray(np.array(d.value, dtype="<f8"))
+    arr = np.ascontiguousarray(f64.astype(d.dtype))
+    if f64.shape != tuple(d.shape) or \
+            not np.array_equal(arr.astype("<f8").view("<u8"), f64.view("<u8")):
+        raise ValueError(f"{d.name}: {d.dtype} does not hold its values exactly")
+    return arr
+
+
+def npy_files(p: Program) -> dict[str, bytes]:
+    """The .npy files `p` loads, by the name `load` gives (relative to the source file): the
+    bytes np.save writes (format 1.0), the same for the same program."""
+    import io
+    import numpy as np
+    out = {}
+    for d in p.decls:
+        if d.kind == "data" and d.file:
+            buf = io.BytesIO()
+            np.save(buf, npy_array(d), allow_pickle=False)
+            out[d.file] = buf.getvalue()
+    return out
+
+
+def write(p: Program, path) -> "Path":
+    """Write `p` as the learner file `path` and its .npy files beside it; returns the path."""
+    from pathlib import Path
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    for name, raw in npy_files(p).items():
+        (path.parent / name).write_bytes(raw)
+    path.write_text(render(p))
+    return path
+
+
+def inline(p: Program) -> Program:
+    """`p` with every loaded data declaration written back as a literal (the same values)."""
+    import copy
+    q = copy.deepcopy(p)
+    for d in q.decls:
+        d.file, d.typed = "", False
+    return q
+
+
+def integral(values) -> bool:
+    """Whether every value is an integer an int64 holds, none of them -0 (which no integer is)."""
+    flat = [v for row in values for v in (row if isinstance(row, list) else [row])]
+    return all(v == int(v) and abs(v) < 2 ** 53 and not (v == 0 and math.copysign(1.0, v) < 0)
+               for v in flat)
+
+
+def load_from_files(p: Program, seed: int, npy: bool | None = None) -> None:
+    """In about a third of the programs, data declared as `load("NAME.npy")` instead of a literal
+    (each array with probability 0.7, at least one): mostly '<f8'; labels and other integral
+    data as '<i8' or, when small and non-negative, '|u1'; now and then an array rounded to
+    integers first to be saved so. Drawn from a stream of its own, after the rest: the program
+    is otherwise what it was, and a literal's values are what they were."""
+    nr = random.Random(seed ^ 0x2E4E59)
+    if not (nr.random() < 1 / 3 if npy is None else npy):
+        return
+    data = [d for d in p.decls if d.kind == "data"]
+    picked = [d for d in data if nr.random() < 0.7] or [nr.choice(data)]
+    for d in picked:
+        d.file, d.typed = f"{d.name}.npy", nr.random() < 0.25
+        if d.name != "lab" and nr.random() < 0.2:         # integer-valued data
+            d.value = [[float(round(v)) for v in row] if isinstance(row, list) else float(round(row))
+                       for row in d.value]
+        flat = [v for row in d.value for v in (row if isinstance(row, list) else [row])]
+        if integral(d.value) and nr.random() < 0.85:
+            small = all(0 <= v <= 255 for v in flat)
+            d.dtype = "|u1" if small and nr.random() < 0.6 else "<i8"
+        else:
+            d.dtype = "<f8"
 
 
 # -- shapes of expressions -----------------------------------------------------------------------
@@ -228,10 +323,11 @@ class Var:
     group: str = ""                  # which param's group a coordinate state belongs to
 
 
-def generate(seed: int, matrices: bool | None = None) -> Program:
+def generate(seed: int, matrices: bool | None = None, npy: bool | None = None) -> Program:
     """Seed `seed`'s program. About half the seeds also use the matrix operations (MatGen,
     drawn from a stream of their own: the other half are the programs they were before);
-    `matrices` forces the choice."""
+    `matrices` forces the choice. About a third load data from .npy files (load_from_files);
+    `npy` forces that choice."""
     g = Gen(seed)
     r = g.r
     matrices = g.mr.random() < 0.5 if matrices is None else matrices
@@ -293,6 +389,7 @@ def generate(seed: int, matrices: bool | None = None) -> Program:
     br = random.Random(seed ^ 0xBA7C4)              # minibatches: a stream of their own
     if prog.loss_result is not None and n > 1 and br.random() < 0.35:
         prog.batch = (br.randint(1, n - 1), br.choice([None, br.randrange(1 << 63)]))
+    load_from_files(prog, seed, npy)
     return prog
 
 

@@ -2,10 +2,13 @@
 
 Greedy delta debugging over the program's structure (tests/learngen.py), repeated until no
 edit is accepted: drop deployments, deployment items, update statements, loss `let`s,
-declarations and samples; replace each subexpression by one of its operands or by a number.
-An edit is kept when the program still disagrees in an engine of the same kind as at first
-(`signature`); an edit that makes the program refused, or agree, is undone. The result is
-written as a regression file (`keep`), which the test suite runs through every engine.
+declarations and samples; write loaded data back as literals; replace each subexpression by
+one of its operands or by a number. An edit is kept when the program still disagrees in an
+engine of the same kind as at first (`signature`); an edit that makes the program refused, or
+agree, is undone. The result is written as a regression file (`keep`), which the test suite
+runs through every engine. Data the failure still needs from .npy files are saved beside it,
+named after it (`found-7.alpha` loads `found-7.x.npy`), and read from there
+(differential.check_file).
 """
 from __future__ import annotations
 
@@ -124,6 +127,11 @@ class Reducer:
             yield q
         yield from without("strategies")
         yield from without("decls")
+        for k, d in enumerate(p.decls):              # loaded data back as a literal
+            if d.kind == "data" and d.file:
+                q = copy.deepcopy(p)
+                q.decls[k].file, q.decls[k].typed = "", False
+                yield q
         data = [d for d in p.decls if d.kind == "data"]
         if data and len(data[0].value) > 1:
             for row in range(len(data[0].value)):
@@ -175,8 +183,15 @@ class Reducer:
 
 
 def keep(prog, directory: Path, name: str, note: str) -> Path:
-    """Write the reduced program as a regression file with a comment saying what it caught."""
+    """Write the reduced program as a regression file with a comment saying what it caught, and
+    the .npy files it loads beside it, each named after it: `NAME.DATA.npy`."""
     directory.mkdir(parents=True, exist_ok=True)
+    prog = copy.deepcopy(prog)
+    for d in prog.decls:
+        if d.kind == "data" and d.file:
+            d.file = f"{name}.{d.name}.npy"
+    for file, raw in learngen.npy_files(prog).items():
+        (directory / file).write_bytes(raw)
     path = directory / f"{name}.alpha"
     head = "".join(f"# {line}\n" for line in note.strip().splitlines())
     path.write_text(head + learngen.render(prog))

@@ -224,7 +224,7 @@ def test_random_learners():
     checked = 0
     for seed in range(30):
         try:
-            lr = compile_file_text(learngen.render(learngen.generate(seed)))
+            lr = compile_program(learngen.generate(seed))
         except CompileError:
             continue
         if lr.loss is not None:
@@ -233,9 +233,9 @@ def test_random_learners():
     assert checked >= 20
 
 
-def compile_file_text(text: str):
+def compile_program(prog):
+    """A generated program's learner, compiled from a file beside the .npy files it loads."""
     import tempfile
     from pathlib import Path
     with tempfile.TemporaryDirectory() as d:
-        (Path(d) / "l.alpha").write_text(text)
-        return compile_file(Path(d) / "l.alpha").learner
+        return compile_file(learngen.write(prog, Path(d) / "l.alpha")).learner

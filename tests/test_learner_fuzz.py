@@ -33,7 +33,7 @@ def test_regression_agrees_everywhere(path, tmp_path):
     """Each regression file agrees in every engine, or, if its first line is `# refused: CODE`,
     is refused with that diagnostic."""
     text = path.read_text()
-    rep = differential.check_text(text, tmp_path)
+    rep = differential.check_file(path, tmp_path)               # with the .npy files beside it
     if text.startswith("# refused: "):
         assert (rep.status, rep.code) == ("refused", text.split()[2]), rep.summary()
         return
@@ -92,6 +92,60 @@ def test_generator_is_deterministic_and_covers_the_features():
     assert shapes[0] and shapes[1] and shapes[2]
 
 
+def test_generator_loads_data_from_npy_files():
+    """About a third of the programs load data from .npy files (mostly '<f8', integral data as
+    '<i8' or '|u1'), the same bytes for the same seed; the files hold the literal's values, and
+    a program without them is the one it was (only its data declarations differ)."""
+    import io
+    import numpy as np
+    loaded, dtypes = 0, Counter()
+    for s in range(150):
+        p = learngen.generate(s)
+        files = learngen.npy_files(p)
+        assert files == learngen.npy_files(learngen.generate(s))
+        assert learngen.render(p) == learngen.render(learngen.generate(s))
+        loaded += bool(files)
+        for d in p.decls:
+            if d.file:
+                assert f'data {d.name}' in learngen.render(p) and f'load("{d.file}")' in learngen.render(p)
+                arr = np.load(io.BytesIO(files[d.file]), allow_pickle=False)
+                assert arr.dtype.str == d.dtype and arr.flags.c_contiguous and arr.shape == d.shape
+                assert arr.astype("<f8").tobytes() == np.array(d.value, dtype="<f8").tobytes()
+                dtypes[d.dtype] += 1
+        plain = learngen.generate(s, npy=False)
+        lines = lambda q: [l for l in learngen.render(q).splitlines() if not l.startswith("data ")]
+        assert lines(p) == lines(plain) and (files or learngen.render(p) == learngen.render(plain))
+    assert 0.2 * 150 < loaded < 0.45 * 150, loaded
+    assert set(dtypes) == {"<f8", "<i8", "|u1"} and dtypes["<f8"] > dtypes["<i8"] + dtypes["|u1"], dtypes
+
+
+def test_learners_with_loaded_data_agree_on_both_isas(tmp_path, monkeypatch):
+    """Generated learners that load '<f8', '<i8' and '|u1' files: compiled from the files beside
+    them, the interpreter and both ISAs' executables (3 + checkpoint + 2, AArch64 resumed from
+    x86-64) print the contract's bits. The contract's model reads the files itself: a compiler
+    reading other values is a `data:` problem."""
+    seeds, seen = [], set()
+    for s in range(60):
+        new = {d.dtype for d in learngen.generate(s).decls if d.file} - seen
+        if new:
+            seeds.append(s)
+            seen |= new
+        if len(seen) == 3:
+            break
+    assert seen == {"<f8", "<i8", "|u1"}, seen
+    for s in seeds:
+        rep = differential.check_program(learngen.generate(s), tmp_path / str(s),
+                                         ("interp", "x86_64", "aarch64"))
+        assert rep.status == "agreed", (s, rep.summary() or rep.code)
+        assert rep.files and {"x86_64", "aarch64 resumed from x86_64's checkpoint"} <= set(rep.outcomes)
+    from alphac.types import check
+    real = check.npy_values
+    monkeypatch.setattr(check, "npy_values", lambda raw: (lambda sv: (sv[0], (sv[1][0] + 1.0,) + sv[1][1:]))(
+        real(raw)))                                     # a reader off by one in the first value
+    rep = differential.check_program(learngen.generate(seeds[0]), tmp_path / "off", ("interp",))
+    assert rep.status == "disagreed" and any(p.startswith("data: ") for p in rep.problems), rep.summary()
+
+
 def test_deployments_cover_every_strategy_topology_and_target(tmp_path):
     from alphac.dist.structure import Hierarchy, Star
     from alphac.driver import compile_deployments
@@ -100,8 +154,8 @@ def test_deployments_cover_every_strategy_topology_and_target(tmp_path):
         rep = differential.check_program(learngen.generate(seed), tmp_path / str(seed), (), seed=seed)
         if rep.status == "refused":
             continue
-        (tmp_path / "f.alpha").write_text(rep.source)
-        for plan in compile_deployments(tmp_path / "f.alpha")[1].values():
+        (tmp_path / str(seed) / "f.alpha").write_text(rep.source)      # beside its .npy files
+        for plan in compile_deployments(tmp_path / str(seed) / "f.alpha")[1].values():
             d = plan.dep
             seen[d.strategy.name] += 1
             seen["star" if isinstance(d.topology, Star) else "hierarchy"] += 1
@@ -167,7 +221,7 @@ def test_fuzzer_finds_bug2_put_back(monkeypatch, tmp_path):
     assert seed is not None, "the fuzzer missed a loss that reads partitioned state"
     assert "plan:" in rep.summary()
     # without the plan executor, the role executables' wrong bits are caught by the contract
-    rep = differential.check_text(rep.source, tmp_path / "roles", ("interp", "roles"))
+    rep = differential.check_text(rep.source, tmp_path / "roles", ("interp", "roles"), rep.files)
     assert rep.status == "disagreed" and "roles" in reduce.signature(rep), rep.outcomes
 
 
@@ -183,7 +237,7 @@ def test_reducer_shrinks_a_failure_and_keeps_it(monkeypatch, tmp_path):
     assert red.fails(small)
     kept = reduce.keep(small, tmp_path / "kept", f"found-{seed}", "a note")
     assert kept.read_text().startswith("# a note\nlearner ")
-    assert differential.check_text(kept.read_text(), tmp_path / "k", ("interp", "x86_64")).status == "disagreed"
+    assert differential.check_file(kept, tmp_path / "k", ("interp", "x86_64")).status == "disagreed"
 
 
 def test_an_owners_empty_slice_in_a_checkpoint_moves_to_another_star(tmp_path):
