@@ -112,8 +112,8 @@ def model(lr, text: str, base: Path):
     for d in lr.data:
         if d.name in files:
             arr = np.load(base / files[d.name], allow_pickle=False)
-            d = dataclasses.replace(d, shape=tuple(int(k) for k in arr.shape),
-                                    values=tuple(float(v) for v in arr.astype("<f8").reshape(-1)))
+            d = dataclasses.replace(d, shape=tuple(int(k) for k in arr.shape), file=None,
+                                    literal=tuple(float(v) for v in arr.astype("<f8").reshape(-1)))
         data.append(d)
     return dataclasses.replace(lr, data=data)
 

@@ -245,6 +245,21 @@ def test_a_changed_file_is_refused_by_name_and_nothing_is_written(name, work, tm
     assert not ck.exists()
 
 
+def test_a_fifo_a_directory_or_a_long_path_is_refused_by_name(work, tmp_path):
+    exe = build(work / "loaded.alpha", tmp_path / "exe")
+    d = tmp_path / "d"
+    d.mkdir()
+    os.symlink(work / "y.npy", d / "y.npy")
+    os.symlink(work / "sub", d / "sub")
+    run = lambda *a: subprocess.run([exe, "--steps", "1", *a], capture_output=True, text=True, timeout=20)
+    os.mkfifo(d / "x.npy")                                 # never blocks the owner
+    refused(run("--data", d), "data-missing")
+    (d / "x.npy").unlink()
+    (d / "x.npy").mkdir()
+    assert run("--data", d).stderr.strip() in ("refused: data-missing", "refused: data-shape")
+    refused(run("--data", "d" * 5000), "usage")
+
+
 def test_a_flipped_byte_is_refused_by_the_owner_that_holds_it(work, roles, tmp_path):
     """A byte in owner[1]'s rows, in a chunk no other owner reads: owner[1] refuses `data-hash`,
     the others see it leave; nothing is published, no checkpoint is written."""

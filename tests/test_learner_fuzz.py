@@ -138,10 +138,14 @@ def test_learners_with_loaded_data_agree_on_both_isas(tmp_path, monkeypatch):
                                          ("interp", "x86_64", "aarch64"))
         assert rep.status == "agreed", (s, rep.summary() or rep.code)
         assert rep.files and {"x86_64", "aarch64 resumed from x86_64's checkpoint"} <= set(rep.outcomes)
-    from alphac.types import check
-    real = check.npy_values
-    monkeypatch.setattr(check, "npy_values", lambda raw: (lambda sv: (sv[0], (sv[1][0] + 1.0,) + sv[1][1:]))(
-        real(raw)))                                     # a reader off by one in the first value
+    from alphac import npy
+    real = npy.NpyFile.values
+
+    def off_by_one(f):                                  # a reader off by one in the first value
+        v = real(f).copy()
+        v[0] += 1.0
+        return v
+    monkeypatch.setattr(npy.NpyFile, "values", off_by_one)
     rep = differential.check_program(learngen.generate(seeds[0]), tmp_path / "off", ("interp",))
     assert rep.status == "disagreed" and any(p.startswith("data: ") for p in rep.problems), rep.summary()
 
