@@ -178,6 +178,7 @@ def _memreg(op, size):
 
 KINDS = {
     "x": _reg("x", False), "xsp": _reg("x", True), "w": _reg("w", False), "d": _reg("d", False),
+    "w2": lambda op, _: _reg("w", False)(op, _) * 2, "u5": lambda op, _: (_imm(op, 0, 31),),
     "sp": _sp,
     "aimm": _aimm,
     "limm": _limm,

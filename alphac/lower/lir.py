@@ -52,8 +52,8 @@ class Op(NamedTuple):
 
 
 # op -> Op. Signature letters: i/f = a register of that class; I = an i register or an Imm;
-# s = Sym; n = a name (function/label); c = a condition; * = any number of i/f registers (call
-# and syscall arguments). Both selectors have a rule for every op (tests/test_select_ops.py),
+# k = an Imm; s = Sym; n = a name (function/label); c = a condition; * = any number of i/f
+# registers (call and syscall arguments). Both selectors have a rule for every op (tests/test_select_ops.py),
 # and the register allocator reads `clobbers`.
 _OPS: dict[str, tuple] = {
     "iconst": ("i", "I"),          # d = imm
@@ -66,6 +66,8 @@ _OPS: dict[str, tuple] = {
     "udiv": ("i", "ii"), "urem": ("i", "ii"), "sdiv": ("i", "ii"), "srem": ("i", "ii"),
     "umulh": ("i", "ii"),          # d = the high 64 bits of the unsigned 128-bit product a * b
     "neg": ("i", "i"), "not": ("i", "i"),
+    "ror32": ("i", "ik"),          # d = the low 32 bits of a rotated right by k (1..31), zero-extended
+    "bswap32": ("i", "i"),         # d = the low 32 bits of a with their 4 bytes reversed, zero-extended
     "setcc": ("i", "ciI"),         # d = (a cc b) ? 1 : 0
     "fadd": ("f", "ff"), "fsub": ("f", "ff"), "fmul": ("f", "ff"), "fdiv": ("f", "ff"),
     "fsqrt": ("f", "f"), "fneg": ("f", "f"),
@@ -203,6 +205,7 @@ def _check_args(f: Function, inst: Inst, sig: str, labels, names, syms) -> None:
         ok = {"i": lambda a: isinstance(a, VReg) and a.cls == "i",
               "f": lambda a: isinstance(a, VReg) and a.cls == "f",
               "I": lambda a: isinstance(a, Imm) or (isinstance(a, VReg) and a.cls == "i"),
+              "k": lambda a: isinstance(a, Imm),
               "s": lambda a: isinstance(a, Sym) and a.name in syms,
               "c": lambda a: a in CONDS,
               "n": lambda a: isinstance(a, str) and (a in labels or a in names)}[s](a)

@@ -182,6 +182,9 @@ TABLE: tuple[Row, ...] = (
         _row(mn, 'rm64, one', 'm-', f'REX.W D1 /{d}'),
         _row(mn, 'rm64, imm8', 'mi', f'REX.W C1 /{d} ib'),
         _row(mn, 'rm64, cl', 'm-', f'REX.W D3 /{d}'))),
+    _row('ror', 'rm32, one', 'm-', 'D1 /1'),
+    _row('ror', 'rm32, imm8', 'mi', 'C1 /1 ib'),
+    _row('bswap', 'r32', 'o', '0F C8+r'),
     # -- conditions
     *(_row('set' + cc, 'rm8', 'm', f'0F {0x90 + CC[cc]:02X} /0') for cc in LIR_CC),
     # -- control flow

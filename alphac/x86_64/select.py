@@ -181,6 +181,15 @@ class Selector(SelectorBase):
         self.emit(op, r)
         self.commit(d, r)
 
+    def bits32(self, op, d, a) -> None:
+        r = self.defreg(d, S1)
+        self.move(r, self.where(a[0]))
+        if op == "ror32":
+            self.emit("ror", GPR32[r.num], XImm(a[1].value))    # a 32-bit result zero-extends
+        else:
+            self.emit("bswap", GPR32[r.num])
+        self.commit(d, r)
+
     def setcc(self, op, d, a) -> None:
         x = self.use(a[1], S1)
         y = self.imm_or_reg(a[2], S2)
