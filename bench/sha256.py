@@ -5,7 +5,7 @@ same bytes, side by side in one run.
 The contender is a small executable over the runtime: it reads a file of random bytes into memory,
 hashes its first N bytes R times between two reads of the monotonic clock, and prints the digest
 and the nanoseconds; the digest must be hashlib's. hashlib hashes the same N bytes R times, the
-best of 3. MB/s = N R / time (10^6 bytes). x86-64 runs natively; the AArch64 executable runs
+best of 3 (and the executable's best of 3 runs). MB/s = N R / time (10^6 bytes). x86-64 runs natively; the AArch64 executable runs
 under qemu-aarch64 (when it is installed), so its figure counts emulated instructions and is only
 indicative, never a hardware figure.
 
@@ -82,10 +82,13 @@ def build(isa: str, out: Path) -> Path:
     return out
 
 
-def ours(cmd: list[str], path: Path, n: int, reps: int) -> tuple[str, float]:
-    r = subprocess.run(cmd + [str(path), str(n), str(reps)], capture_output=True, text=True, check=True)
-    digest, ns = r.stdout.split()
-    return digest, max(int(ns), 1) / 1e9
+def ours(cmd: list[str], path: Path, n: int, reps: int, runs: int = 3) -> tuple[str, float]:
+    best = float("inf")
+    for _ in range(runs):
+        r = subprocess.run(cmd + [str(path), str(n), str(reps)], capture_output=True, text=True, check=True)
+        digest, ns = r.stdout.split()
+        best = min(best, max(int(ns), 1) / 1e9)
+    return digest, best
 
 
 def theirs(data: bytes, reps: int) -> tuple[str, float]:
@@ -128,7 +131,7 @@ def main() -> None:
             rows.append(["Python hashlib (OpenSSL)", n, reps, f"{py:.1f}", "1.00", "yes"])
             for name, cmd in contenders:
                 r = 1 if "qemu" in name and n > 4096 else max(1, reps // 10) if "qemu" in name else reps
-                got, t = ours(cmd, path, n, r)
+                got, t = ours(cmd, path, n, r, 1 if "qemu" in name else 3)
                 mbs = n * r / t / 1e6
                 rows.append([name, n, r, f"{mbs:.1f}", f"{mbs / py:.2f}", "yes" if got == want else "NO"])
             print(f"  {n} bytes done", file=sys.stderr)
