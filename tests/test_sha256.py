@@ -1,8 +1,11 @@
-"""The runtime's SHA-256 (alphac/runtime/sha256.rt) against hashlib, on both ISAs: random
+"""The runtime's SHA-256 (alphac/runtime/sha256.rt) against hashlib, on both ISAs and both of its
+paths (the CPU's SHA-256 instructions where it has them, then the scalar code, forced): random
 contents at unaligned offsets, every length 0..300 (each padding case: one or two final blocks,
 the 55/56/63/64-byte edges), random lengths to 5000 and messages of a few MiB (whole 1 MiB
-chunks and odd sizes), and HMAC-SHA-256 against hmac under random keys. The x86-64 executable
-runs where the host is x86-64; the AArch64 one under qemu-aarch64."""
+chunks and odd sizes), and HMAC-SHA-256 against hmac under random keys. The executable says
+which path it found: on x86-64, SHA-NI exactly when /proc/cpuinfo lists sha_ni, ssse3 and sse4_1;
+under qemu-aarch64, whose CPUs all have the SHA2 extension, always the instructions. The x86-64
+executable runs where the host is x86-64; the AArch64 one under qemu-aarch64."""
 import hashlib
 import hmac
 import os
@@ -32,17 +35,24 @@ fn print_digest() {{
 }}
 
 fn main(argc: i64, argv: i64) -> i64 {{
-    let c = cases;
-    while load64(c + 8) >= 0 {{
-        sha256(msg + load64(c), load64(c + 8), digest);
-        print_digest();
-        c = c + 16;
-    }}
-    c = keyed;
-    while load64(c) >= 0 {{
-        hmac_sha256(msg + load64(c), msg + load64(c + 8), load64(c + 16), digest);
-        print_digest();
-        c = c + 24;
+    rt_out_dec(load64(sha_hw));
+    rt_out_byte(10);
+    let pass = 0;
+    while pass < 2 {{                        // as found at start, then the scalar code
+        let c = cases;
+        while load64(c + 8) >= 0 {{
+            sha256(msg + load64(c), load64(c + 8), digest);
+            print_digest();
+            c = c + 16;
+        }}
+        c = keyed;
+        while load64(c) >= 0 {{
+            hmac_sha256(msg + load64(c), msg + load64(c + 8), load64(c + 16), digest);
+            print_digest();
+            c = c + 24;
+        }}
+        store64(sha_hw, 0);
+        pass = pass + 1;
     }}
     rt_flush();
     return 0;
@@ -90,7 +100,16 @@ def test_runtime_sha256_equals_hashlib_on_random_messages(isa, tmp_path):
     assert (r.returncode, r.stderr) == (0, "")
     want = [hashlib.sha256(msg[o:o + n]).hexdigest() for o, n in cases]
     want += [hmac.new(msg[k:k + 32], msg[o:o + n], hashlib.sha256).hexdigest() for k, o, n in keyed]
-    got = r.stdout.split()
-    assert len(got) == len(want)
-    wrong = [(i, (cases + keyed)[i]) for i, (g, w) in enumerate(zip(got, want)) if g != w]
-    assert not wrong, wrong[:10]
+    hw, *got = r.stdout.split()
+    assert hw == str(int(has_sha_instructions(isa)))
+    assert len(got) == 2 * len(want)
+    for path, digests in (("found at start", got[:len(want)]), ("scalar", got[len(want):])):
+        wrong = [(i, (cases + keyed)[i]) for i, (g, w) in enumerate(zip(digests, want)) if g != w]
+        assert not wrong, (path, wrong[:10])
+
+
+def has_sha_instructions(isa: str) -> bool:
+    if isa == "aarch64":
+        return True
+    flags = next(line for line in open("/proc/cpuinfo") if line.startswith("flags")).split()
+    return all(f in flags for f in ("sha_ni", "ssse3", "sse4_1"))

@@ -82,6 +82,11 @@ _OPS: dict[str, tuple] = {
     "syscall": ("i", "*", True),   # d = syscall(nr, args...)
     "fence": (None, ""),           # a full memory barrier: every access before it is visible
                                    # (to devices too) before any after it
+    # The CPU's SHA-256 instructions (x86-64 SHA-NI, the AArch64 SHA2 extension). cpu_has_sha256:
+    # d = 1 when sha256_hw may run (a: AT_HWCAP, AArch64's answer; x86-64 asks cpuid instead);
+    # sha256_hw(state, p, n, k): the n >= 0 64-byte blocks at p into the 8 words a..h at state,
+    # k: the 64 round constants, then the x86-64 byte-swap shuffle (16 bytes, 16-aligned)
+    "cpu_has_sha256": ("i", "i", True), "sha256_hw": (None, "iiii", True),
 }
 OPS: dict[str, Op] = {name: Op(*row) for name, row in _OPS.items()}
 TERMINATORS = {"jmp": "n", "br": "ciInn", "ret": "?", "trap": ""}

@@ -333,6 +333,13 @@ class FnLowerer:
             if k is None or not 1 <= k <= 31:
                 raise self.err("ror32 rotates by a constant, 1..31")
             return self.emit(f, self.fn.new("i"), a, Imm(k)), "i64"
+        if f in ("cpu_has_sha256", "sha256_hw"):
+            need(1 if f == "cpu_has_sha256" else 4)
+            regs = [self.reg(typed(x, "i64")) for x in args]
+            if f == "sha256_hw":
+                self.emit(f, None, *regs)
+                return None, None
+            return self.emit(f, self.fn.new("i"), *regs), "i64"
         if f == "fgt":
             need(2)
             a, b = typed(args[0], "f64"), typed(args[1], "f64")

@@ -28,6 +28,7 @@ OP_RULES: dict[str, str] = {
     **dict.fromkeys(("load8", "load16", "load32", "load64", "fload"), "load"),
     **dict.fromkeys(("store8", "store16", "store32", "store64", "fstore"), "store"),
     "call": "call", "syscall": "syscall", "fence": "fence",
+    "cpu_has_sha256": "cpu_has_sha256", "sha256_hw": "sha256_hw",
 }
 
 
