@@ -72,6 +72,9 @@ def test_allocation_never_shares_a_live_location_and_respects_calls():
     ("fn rt_start(sp: i64) -> i64 { return umulh(sp); }", "`umulh` takes 2 argument"),
     ("fn rt_start(sp: i64) -> i64 { return fgt(1.0, sp); }", "`fgt` wants f64, given i64"),
     ("fn rt_start(sp: i64) -> f64 { return fgt(1.0, 2.0); }", "returns i64"),
+    ("fn rt_start(sp: i64) -> i64 { return ror32(sp, sp); }", "rotates by a constant"),
+    ("fn rt_start(sp: i64) -> i64 { return ror32(sp, 32); }", "rotates by a constant, 1..31"),
+    ("fn rt_start(sp: i64) -> i64 { return bswap32(sp, 1); }", "`bswap32` takes 1 argument"),
 ])
 def test_runtime_language_errors_are_named(bad, msg):
     with pytest.raises(rt.RtError, match=msg):

@@ -6,8 +6,9 @@ set, fgt on NaNs, infinities, signed zeros and subnormals), every immediate shap
 movz/movn/movk, add/sub imm12 and lsl #12, negative compares), every load/store width at offsets
 that take each addressing form, calls whose arguments form move cycles, functions with an odd
 number of callee-saved registers, and one with hundreds of values live across calls (spills,
-slot-to-slot moves, umulh and fgt on spilled operands, a frame over 4 KiB). The expected lines
-are computed in Python. The x86-64 executable runs where the host is x86-64; the AArch64 one
+slot-to-slot moves, umulh, fgt, ror32 and bswap32 on spilled operands, a frame over 4 KiB). The
+expected lines are computed in Python (the SHA-256 operations are run against hashlib by
+tests/test_sha256.py). The x86-64 executable runs where the host is x86-64; the AArch64 one
 under qemu-aarch64.
 """
 import math
@@ -37,6 +38,15 @@ def sdiv(a, b):
 U = lambda v: v & M                    # noqa: E731  (the unsigned view)
 
 
+def ror32(v, k):
+    v &= 0xFFFFFFFF
+    return ((v >> k) | (v << (32 - k))) & 0xFFFFFFFF
+
+
+def bswap32(v):
+    return int.from_bytes((v & 0xFFFFFFFF).to_bytes(4, "little"), "big")
+
+
 def umulh(a, b):
     return (U(a) * U(b)) >> 64
 
@@ -61,6 +71,9 @@ INT_CASES = [
     ("umulh(x, y)", umulh(X, Y)), ("umulh(y, x)", umulh(Y, X)), ("umulh(y, y)", umulh(Y, Y)),
     ("umulh(x, x)", umulh(X, X)), ("umulh(x, z)", umulh(X, Z)), ("umulh(y, -1)", umulh(Y, -1)),
     ("umulh(-1, -1)", umulh(-1, -1)), ("umulh(s, 0x8000000000000000)", umulh(S, 1 << 63)),
+    ("ror32(x, 7)", ror32(X, 7)), ("ror32(y, 1)", ror32(Y, 1)), ("ror32(y, 31)", ror32(Y, 31)),
+    ("ror32(x + y, 25) ^ ror32(x, 13)", ror32(X + Y, 25) ^ ror32(X, 13)), ("bswap32(x)", bswap32(X)),
+    ("bswap32(y)", bswap32(Y)), ("bswap32(ror32(y, 8))", bswap32(ror32(Y, 8))),
 ]
 # fgt is Python's float >: ordered (false when either side is a NaN), +0.0 and -0.0 equal
 FGT_CASES = [
@@ -116,8 +129,8 @@ def spill_source() -> tuple[str, int]:
         src.append(f"    {v}{NSPILL - 1} = t{v};")
     src += ["    nop();", "    let acc = 0;", "    let facc = 0.0;", "    let hacc = 0;"]
     src += [f"    acc = acc * 31 + a{k};\n    facc = facc + f{k};" for k in range(NSPILL)]
-    src += [f"    hacc = hacc * 31 + umulh(a{k}, a{_partner(k)}) + fgt(f{k}, f{_partner(k)});"
-            for k in range(NSPILL)]
+    src += [f"    hacc = hacc * 31 + umulh(a{k}, a{_partner(k)}) + fgt(f{k}, f{_partner(k)})"
+            f" + ror32(a{k}, {k % 31 + 1}) + bswap32(a{_partner(k)});" for k in range(NSPILL)]
     src += ["    return acc ^ f2bits(facc) ^ hacc;", "}"]
     a = [U(X * (k + 2)) ^ k for k in range(NSPILL)]
     f = [P * float(k + 1) for k in range(NSPILL)]
@@ -125,7 +138,8 @@ def spill_source() -> tuple[str, int]:
     acc, facc, hacc = 0, 0.0, 0
     for k in range(NSPILL):
         acc, facc = U(acc * 31 + a[k]), facc + f[k]
-        hacc = U(hacc * 31 + umulh(a[k], a[_partner(k)]) + (f[k] > f[_partner(k)]))
+        hacc = U(hacc * 31 + umulh(a[k], a[_partner(k)]) + (f[k] > f[_partner(k)])
+                 + ror32(a[k], k % 31 + 1) + bswap32(a[_partner(k)]))
     return "\n".join(src) + "\n", acc ^ bits(facc) ^ hacc
 
 
@@ -265,4 +279,4 @@ def test_every_lir_operation_has_a_rule(isa):
     from alphac.lower.lir import OPS
     rules = importlib.import_module(f"alphac.{isa}.select").RULES
     assert set(rules) == set(OPS), (set(OPS) ^ set(rules))
-    assert {op for op, o in OPS.items() if o.clobbers} == {"call", "syscall"}
+    assert {op for op, o in OPS.items() if o.clobbers} == {"call", "syscall", "cpu_has_sha256", "sha256_hw"}

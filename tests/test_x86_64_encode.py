@@ -75,9 +75,10 @@ def _regs(regs) -> st.SearchStrategy:
 
 KINDS: dict[str, st.SearchStrategy] = {
     'r64': _regs(GPR64), 'r32': _regs(GPR32), 'r16': _regs(GPR16), 'r8': _regs(GPR8),
-    'xmm': _regs(XMM), 'rax': st.just(rax), 'cl': st.just(cl), 'r64z': _regs(GPR64 + GPR32),
+    'xmm': _regs(XMM), 'rax': st.just(rax), 'cl': st.just(cl), 'xmm0': st.just(xmm0),
+    'r64z': _regs(GPR64 + GPR32),
     'm': st.sampled_from([8, 16, 32, 64]).flatmap(_mem),
-    **{f'm{n}': _mem(n) for n in (8, 16, 32, 64)},
+    **{f'm{n}': _mem(n) for n in (8, 16, 32, 64, 128)},
     **{f'rm{n}': _regs(regs) | _mem(n) for n, regs in ((8, GPR8), (16, GPR16), (32, GPR32), (64, GPR64))},
     'xm64': _regs(XMM) | _mem(64),
     'one': st.just(Imm(1)),
@@ -163,7 +164,7 @@ def test_table_is_fully_covered():
 
 # ---- 2. golden file ---------------------------------------------------------------------
 
-_PTR = {'byte': 8, 'word': 16, 'dword': 32, 'qword': 64}
+_PTR = {'byte': 8, 'word': 16, 'dword': 32, 'qword': 64, 'xmmword': 128}
 _BRANCHES = {r.mnem for r in TABLE if any(k.startswith('rel') for k in r.ops)}
 
 
@@ -291,7 +292,7 @@ def test_encode_errors(mnemonic, ops):
     dict(rip=True, base=rax),
     dict(base=al),
     dict(base=eax),
-    dict(base=rax, size=128),
+    dict(base=rax, size=256),
 ])
 def test_bad_memory_operands(kw):
     with pytest.raises(EncodeError):
@@ -309,7 +310,8 @@ def test_accepts_is_strict():
 _SAMPLES = {
     'r64': [rax, r9, rsp, r13], 'r32': [eax, REGS['r10d'], REGS['esp']],
     'r16': [REGS['ax'], REGS['r11w'], REGS['bp']], 'r8': [al, sil, REGS['r15b'], REGS['spl']],
-    'xmm': [xmm0, xmm9, REGS['xmm15']], 'rax': [rax], 'cl': [cl], 'r64z': [rcx, r12, eax],
+    'xmm': [xmm0, xmm9, REGS['xmm15']], 'rax': [rax], 'cl': [cl], 'xmm0': [xmm0],
+    'r64z': [rcx, r12, eax],
     'm': [Mem(rbp, disp=-8), Mem(rip=True, disp=0x40), Mem(rsp, r13, 8, 0x1234)],
     'one': [Imm(1)], 'imm8': [Imm(0), Imm(2), Imm(63), Imm(255)],
     'simm8': [Imm(-128), Imm(127), Imm(-1)], 'simm32': [Imm(0x12345678), Imm(-2**31), Imm(200)],
@@ -321,6 +323,8 @@ for _n, _regs_n in ((8, GPR8), (16, GPR16), (32, GPR32), (64, GPR64)):
     _SAMPLES[f'm{_n}'] = [Mem(rbp, disp=-8, size=_n), Mem(rip=True, disp=0x100, size=_n),
                           Mem(r12, r9, 4, 0x7F, size=_n)]
     _SAMPLES[f'rm{_n}'] = [_regs_n[0], _regs_n[12], Mem(r13, size=_n), Mem(rsp, disp=-0x80, size=_n)]
+_SAMPLES['m128'] = [Mem(REGS['rdi'], disp=16, size=128), Mem(rcx, disp=0x100, size=128),
+                    Mem(rsp, r13, 8, -8, size=128), Mem(rip=True, disp=0x40, size=128)]
 _SAMPLES['xm64'] = [xmm0, REGS['xmm12'], Mem(rbx, rcx, 2, 0x10), Mem(rip=True, disp=-0x20)]
 
 # The classic ModRM/SIB traps, shown as loads, stores and SSE operands.

@@ -178,6 +178,9 @@ def _memreg(op, size):
 
 KINDS = {
     "x": _reg("x", False), "xsp": _reg("x", True), "w": _reg("w", False), "d": _reg("d", False),
+    "w2": lambda op, _: _reg("w", False)(op, _) * 2, "u5": lambda op, _: (_imm(op, 0, 31),),
+    "q": _reg("v", False), "v4s": _reg("v", False), "v16b": _reg("v", False),
+    "v16b2": lambda op, _: _reg("v", False)(op, _) * 2,
     "sp": _sp,
     "aimm": _aimm,
     "limm": _limm,
@@ -284,6 +287,8 @@ def encode_bytes(mnemonic, *operands):
 
 def _op_text(kind, op):
     name, size = _kind(kind)
+    if isinstance(op, Reg) and op.cls == "v":
+        return f"q{op.num}" if name == "q" else f"{op.name}.{name[1:].rstrip('2')}"
     if isinstance(op, (Reg, Cond)):
         return op.name
     if isinstance(op, Label):

@@ -14,14 +14,15 @@ Operand kinds (what an operand of that kind may be; ``.N`` is the access size in
   x       x0..x30 or xzr (31 means the zero register)
   xsp     x0..x30 or sp  (31 means the stack pointer)
   sp      sp only
-  w       w0..w30 or wzr
+  w       w0..w30 or wzr; w2: the same, filling two fields (ror: extr wd, wn, wn)
   d       d0..d31
+  q v4s v16b  v0..v31 (a Reg of class 'v'), written q0, v0.4s, v0.16b; v16b2: filling two fields
   aimm    Imm(0..4095, lsl=0|12)                 -> sh:imm12 (add/sub immediate)
   limm    Imm(64-bit logical bitmask immediate)  -> N:immr:imms
   mimm    Imm(0..65535, lsl=0|16|32|48)          -> hw:imm16 (move wide)
   lsl6    Imm(0..63), a left-shift amount        -> immr:imms of ubfm
   shr6    Imm(0..63), a right-shift amount       -> immr of ubfm/sbfm
-  u16     Imm(0..65535)                          -> imm16 (svc, brk)
+  u16     Imm(0..65535)                          -> imm16 (svc, brk); u5: Imm(0..31)
   cond    a condition code; ncond: its inverse (cset), al not allowed
   rel26, rel19   Label(byte displacement, multiple of 4) -> imm26 / imm19
   rel21   Label(byte displacement, +-1 MiB)      -> immlo:immhi (adr)
@@ -37,7 +38,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True, repr=False)
 class Reg:
-    """A register. ``cls`` is 'x', 'w' or 'd'; sp/wsp and xzr/wzr share number 31."""
+    """A register. ``cls`` is 'x', 'w', 'd' or 'v' (128 bits); sp/wsp and xzr/wzr share number 31."""
     name: str
     num: int
     cls: str
@@ -50,6 +51,7 @@ class Reg:
 X = tuple(Reg(f"x{i}", i, "x") for i in range(31))
 W = tuple(Reg(f"w{i}", i, "w") for i in range(31))
 D = tuple(Reg(f"d{i}", i, "d") for i in range(32))
+V = tuple(Reg(f"v{i}", i, "v") for i in range(32))
 (x0, x1, x2, x3, x4, x5, x6, x7, x8, x9, x10, x11, x12, x13, x14, x15, x16, x17, x18,
  x19, x20, x21, x22, x23, x24, x25, x26, x27, x28, x29, x30) = X
 (w0, w1, w2, w3, w4, w5, w6, w7, w8, w9, w10, w11, w12, w13, w14, w15, w16, w17, w18,
@@ -59,7 +61,7 @@ D = tuple(Reg(f"d{i}", i, "d") for i in range(32))
 xzr, sp = Reg("xzr", 31, "x"), Reg("sp", 31, "x", is_sp=True)
 wzr, wsp = Reg("wzr", 31, "w"), Reg("wsp", 31, "w", is_sp=True)
 fp, lr = x29, x30
-REGS = {r.name: r for r in (*X, *W, *D, xzr, sp, wzr, wsp)}
+REGS = {r.name: r for r in (*X, *W, *D, *V, xzr, sp, wzr, wsp)}
 
 
 @dataclass(frozen=True, repr=False)
@@ -140,6 +142,8 @@ _ROWS = [
     ("lslv", "x x x",           0x9ac02000, "Rd Rn Rm"),
     ("lsrv", "x x x",           0x9ac02400, "Rd Rn Rm"),
     ("asrv", "x x x",           0x9ac02800, "Rd Rn Rm"),
+    ("ror",  "w w2 u5",         0x13800000, "Rd Rn:Rm imms"),   # extr wd, wn, wn, #k
+    ("rev",  "w w",             0x5ac00800, "Rd Rn"),
     # moves: mov x,x is orr with xzr; mov to/from sp is add #0
     ("mov",  "x x",             0xaa0003e0, "Rd Rm"),
     ("mov",  "xsp sp",          0x91000000, "Rd Rn"),
@@ -169,6 +173,17 @@ _ROWS = [
     ("fmov", "d x",             0x9e670000, "Rd Rn"),
     ("fmov", "x d",             0x9e660000, "Rd Rn"),
     ("scvtf", "d x",            0x9e620000, "Rd Rn"),
+    # Advanced SIMD on 4 x u32 and the SHA2 extension: the hardware SHA-256 (sha256_hw)
+    ("ldr",  "q Mu12.16",       0x3dc00000, "Rt Rn:imm12"),
+    ("ldp",  "q q Ms7.16",      0xad400000, "Rt Rt2 Rn:imm7"),
+    ("stp",  "q q Ms7.16",      0xad000000, "Rt Rt2 Rn:imm7"),
+    ("mov",  "v16b v16b2",      0x4ea01c00, "Rd Rn:Rm"),        # orr vd.16b, vn.16b, vn.16b
+    ("rev32", "v16b v16b",      0x6e200800, "Rd Rn"),
+    ("add",  "v4s v4s v4s",     0x4ea08400, "Rd Rn Rm"),
+    ("sha256h", "q q v4s",      0x5e004000, "Rd Rn Rm"),
+    ("sha256h2", "q q v4s",     0x5e005000, "Rd Rn Rm"),
+    ("sha256su0", "v4s v4s",    0x5e282800, "Rd Rn"),
+    ("sha256su1", "v4s v4s v4s", 0x5e006000, "Rd Rn Rm"),
 ]
 
 # Single-register loads/stores: five addressing forms each, derived from the

@@ -20,8 +20,8 @@ from alphac.aarch64 import abi
 from alphac.aarch64.encode import Imm as AImm
 from alphac.aarch64.encode import Label as ALabel
 from alphac.aarch64.encode import Mem, MemReg, is_bitmask_imm
-from alphac.aarch64.isa import COND, REGS, W, sp, xzr
-from alphac.lower.assemble import MI
+from alphac.aarch64.isa import COND, REGS, V, W, X, sp, xzr
+from alphac.lower.assemble import MI, Label
 from alphac.lower.lir import NEGATE, Function, Imm, Inst, VReg
 from alphac.lower.regalloc import Allocation, parallel_moves
 from alphac.lower.selector import SelectorBase, rules
@@ -213,6 +213,14 @@ class Selector(SelectorBase):
         self.emit("neg" if op == "neg" else "mvn", r, x)
         self.commit(d, r)
 
+    def bits32(self, op, d, a) -> None:
+        x, r = self.use(a[0], S1), self.defreg(d, S1)
+        if op == "ror32":                            # w registers: the result zero-extends
+            self.emit("ror", W[r.num], W[x.num], AImm(a[1].value))
+        else:
+            self.emit("rev", W[r.num], W[x.num])
+        self.commit(d, r)
+
     def setcc(self, op, d, a) -> None:
         self.compare(a[1], a[2])
         r = self.defreg(d, S1)
@@ -265,6 +273,38 @@ class Selector(SelectorBase):
 
     def fence(self, op, d, a) -> None:
         self.emit("dmb")
+
+    def cpu_has_sha256(self, op, d, a) -> None:
+        x, r = self.use(a[0], S1), self.defreg(d, S1)
+        self.emit("lsr", S2, x, AImm(6))                 # HWCAP_SHA2: bit 6 of AT_HWCAP
+        self.emit("and", r, S2, AImm(1))
+        self.commit(d, r)
+
+    def sha256_hw(self, op, d, a) -> None:
+        """The SHA2 extension, four rounds at a time: ABCD and EFGH in v0 and v1, the message
+        words in v4-v7, K + W in v16 (v8-v15, whose low halves calls keep, are left alone)."""
+        self.arg_moves(list(a), incoming=False)          # x0 state, x1 p, x2 blocks, x3 k
+        v, top, done = V, f".sha{len(self.out)}", f".shadone{len(self.out)}"
+        self.emit("cmp", X[2], AImm(0))
+        self.emit("b.eq", target=done)
+        self.emit("ldp", v[0], v[1], Mem(X[0]))
+        self.out.append(Label(top))
+        for ins in (("ldp", v[4], v[5], Mem(X[1])), ("ldp", v[6], v[7], Mem(X[1], 32)),
+                    *(("rev32", r, r) for r in v[4:8]), ("mov", v[2], v[0]), ("mov", v[3], v[1])):
+            self.emit(*ins)
+        for g in range(16):                                 # rounds 4g .. 4g + 3
+            m0, m1, m2, m3 = (v[4 + (g + j) % 4] for j in range(4))
+            for ins in (("ldr", v[16], Mem(X[3], 16 * g)), ("add", v[16], v[16], m0),
+                        ("sha256su0", m0, m1), ("mov", v[17], v[0]), ("sha256h", v[0], v[1], v[16]),
+                        ("sha256h2", v[1], v[17], v[16]), ("sha256su1", m0, m2, m3)):
+                if g < 12 or not ins[0].startswith("sha256su"):  # m0: the words of round 4g + 16
+                    self.emit(*ins)
+        for ins in (("add", v[0], v[0], v[2]), ("add", v[1], v[1], v[3]), ("add", X[1], X[1], AImm(64)),
+                    ("sub", X[2], X[2], AImm(1)), ("cmp", X[2], AImm(0))):
+            self.emit(*ins)
+        self.emit("b.ne", target=top)
+        self.emit("stp", v[0], v[1], Mem(X[0]))
+        self.out.append(Label(done))
 
     def mem(self, op: str, base: VReg, off: Imm):
         """(mnemonic, address operand) for [base + off]; the base may be reloaded into x17."""

@@ -52,8 +52,8 @@ class Op(NamedTuple):
 
 
 # op -> Op. Signature letters: i/f = a register of that class; I = an i register or an Imm;
-# s = Sym; n = a name (function/label); c = a condition; * = any number of i/f registers (call
-# and syscall arguments). Both selectors have a rule for every op (tests/test_select_ops.py),
+# k = an Imm; s = Sym; n = a name (function/label); c = a condition; * = any number of i/f
+# registers (call and syscall arguments). Both selectors have a rule for every op (tests/test_select_ops.py),
 # and the register allocator reads `clobbers`.
 _OPS: dict[str, tuple] = {
     "iconst": ("i", "I"),          # d = imm
@@ -66,6 +66,8 @@ _OPS: dict[str, tuple] = {
     "udiv": ("i", "ii"), "urem": ("i", "ii"), "sdiv": ("i", "ii"), "srem": ("i", "ii"),
     "umulh": ("i", "ii"),          # d = the high 64 bits of the unsigned 128-bit product a * b
     "neg": ("i", "i"), "not": ("i", "i"),
+    "ror32": ("i", "ik"),          # d = the low 32 bits of a rotated right by k (1..31), zero-extended
+    "bswap32": ("i", "i"),         # d = the low 32 bits of a with their 4 bytes reversed, zero-extended
     "setcc": ("i", "ciI"),         # d = (a cc b) ? 1 : 0
     "fadd": ("f", "ff"), "fsub": ("f", "ff"), "fmul": ("f", "ff"), "fdiv": ("f", "ff"),
     "fsqrt": ("f", "f"), "fneg": ("f", "f"),
@@ -80,6 +82,11 @@ _OPS: dict[str, tuple] = {
     "syscall": ("i", "*", True),   # d = syscall(nr, args...)
     "fence": (None, ""),           # a full memory barrier: every access before it is visible
                                    # (to devices too) before any after it
+    # The CPU's SHA-256 instructions (x86-64 SHA-NI, the AArch64 SHA2 extension). cpu_has_sha256:
+    # d = 1 when sha256_hw may run (a: AT_HWCAP, AArch64's answer; x86-64 asks cpuid instead);
+    # sha256_hw(state, p, n, k): the n >= 0 64-byte blocks at p into the 8 words a..h at state,
+    # k: the 64 round constants, then the x86-64 byte-swap shuffle (16 bytes, 16-aligned)
+    "cpu_has_sha256": ("i", "i", True), "sha256_hw": (None, "iiii", True),
 }
 OPS: dict[str, Op] = {name: Op(*row) for name, row in _OPS.items()}
 TERMINATORS = {"jmp": "n", "br": "ciInn", "ret": "?", "trap": ""}
@@ -203,6 +210,7 @@ def _check_args(f: Function, inst: Inst, sig: str, labels, names, syms) -> None:
         ok = {"i": lambda a: isinstance(a, VReg) and a.cls == "i",
               "f": lambda a: isinstance(a, VReg) and a.cls == "f",
               "I": lambda a: isinstance(a, Imm) or (isinstance(a, VReg) and a.cls == "i"),
+              "k": lambda a: isinstance(a, Imm),
               "s": lambda a: isinstance(a, Sym) and a.name in syms,
               "c": lambda a: a in CONDS,
               "n": lambda a: isinstance(a, str) and (a in labels or a in names)}[s](a)

@@ -25,6 +25,9 @@ Values are `i64` (integers and addresses) or `f64`. A global's name is its addre
 reached through `load8/16/32/64`, `loadf`, `store8/16/32/64`, `storef` (little-endian, unsigned
 narrow loads). Other builtins: `syscall(nr, ...)`, `i2f`, `f2bits`, `bits2f`, `sqrt`, `udiv`,
 `urem`, `sar`, `ult` (unsigned <), `umulh` (the high 64 bits of the unsigned 128-bit product),
+`ror32(x, K)` (x's low 32 bits rotated right by the constant K, 1..31), `bswap32` (x's low 32
+bits, bytes reversed; both zero-extend their 32-bit result), `cpu_has_sha256(hwcap)` and
+`sha256_hw(state, p, n, k)` (the CPU's SHA-256 instructions: alphac.lower.lir),
 `fgt` (binary64 >, as an i64: 0 when either operand is a NaN), `fence()` (a full memory barrier:
 stores before it reach memory, and devices, before any access after it), `refuse("NAME")`
 (alphac.refusals). `// line N` comments are ignored, but `#line N` directives set the Alpha
@@ -393,7 +396,8 @@ def parse(text: str, name: str) -> list[tuple]:
 # -- modules -----------------------------------------------------------------------------------
 BUILTINS = frozenset({"load8", "load16", "load32", "load64", "loadf", "store8", "store16",
                       "store32", "store64", "storef", "syscall", "i2f", "f2bits", "bits2f", "sqrt",
-                      "udiv", "urem", "sar", "ult", "umulh", "fgt", "fence", "refuse"})
+                      "udiv", "urem", "sar", "ult", "umulh", "ror32", "bswap32", "fgt", "fence",
+                      "refuse", "cpu_has_sha256", "sha256_hw"})
 
 
 def uses(items: list[tuple]) -> list[str]:

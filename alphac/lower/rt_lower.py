@@ -324,6 +324,22 @@ class FnLowerer:
             b = typed(args[1], "i64")
             b = b if f == "sar" else self.reg(b)
             return self.emit(f, self.fn.new("i"), a, b), "i64"
+        if f in ("ror32", "bswap32"):
+            need(2 if f == "ror32" else 1)
+            a = self.reg(typed(args[0], "i64"))
+            if f == "bswap32":
+                return self.emit(f, self.fn.new("i"), a), "i64"
+            k = self.mod.fold(args[1])
+            if k is None or not 1 <= k <= 31:
+                raise self.err("ror32 rotates by a constant, 1..31")
+            return self.emit(f, self.fn.new("i"), a, Imm(k)), "i64"
+        if f in ("cpu_has_sha256", "sha256_hw"):
+            need(1 if f == "cpu_has_sha256" else 4)
+            regs = [self.reg(typed(x, "i64")) for x in args]
+            if f == "sha256_hw":
+                self.emit(f, None, *regs)
+                return None, None
+            return self.emit(f, self.fn.new("i"), *regs), "i64"
         if f == "fgt":
             need(2)
             a, b = typed(args[0], "f64"), typed(args[1], "f64")

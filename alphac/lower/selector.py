@@ -22,12 +22,13 @@ OP_RULES: dict[str, str] = {
     **dict.fromkeys(("add", "sub", "mul", "and", "or", "xor"), "int_alu"),
     **dict.fromkeys(("shl", "shr", "sar"), "int_shift"),
     **dict.fromkeys(("udiv", "urem", "sdiv", "srem"), "divide"), "umulh": "umulh",
-    "neg": "int_unary", "not": "int_unary", "setcc": "setcc",
+    "neg": "int_unary", "not": "int_unary", "ror32": "bits32", "bswap32": "bits32", "setcc": "setcc",
     **dict.fromkeys(("fadd", "fsub", "fmul", "fdiv"), "float_alu"), "fsqrt": "fsqrt", "fneg": "fneg",
     "fgt": "fgt", "i2f": "i2f", "f2bits": "bits", "bits2f": "bits",
     **dict.fromkeys(("load8", "load16", "load32", "load64", "fload"), "load"),
     **dict.fromkeys(("store8", "store16", "store32", "store64", "fstore"), "store"),
     "call": "call", "syscall": "syscall", "fence": "fence",
+    "cpu_has_sha256": "cpu_has_sha256", "sha256_hw": "sha256_hw",
 }
 
 

@@ -32,7 +32,7 @@ class Mem:
     """[base + index*scale + disp], or [rip + disp] (disp from the end of the instruction).
 
     With neither base nor index nor rip, the address is the absolute sign-extended disp32.
-    `size` is the access width in bits where the instruction needs one (8/16/32/64).
+    `size` is the access width in bits where the instruction needs one (8/16/32/64/128).
     """
     base: Reg | None = None
     index: Reg | None = None
@@ -55,8 +55,8 @@ class Mem:
             raise EncodeError(f'displacement {self.disp:#x} does not fit in 32 bits')
         if self.rip and (self.base or self.index):
             raise EncodeError('rip-relative address takes no base or index')
-        if self.size not in (8, 16, 32, 64):
-            raise EncodeError(f'memory size must be 8/16/32/64 bits, not {self.size}')
+        if self.size not in (8, 16, 32, 64, 128):
+            raise EncodeError(f'memory size must be 8/16/32/64/128 bits, not {self.size}')
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,7 @@ class Encoded:
 _IMM_RANGE = {'one': (1, 1), 'imm8': (0, 255), 'simm8': (-2**7, 2**7 - 1),
               'simm32': (-2**31, 2**31 - 1), 'uimm32': (0, 2**32 - 1),
               'imm64': (-2**63, 2**64 - 1)}
-_PTR = {8: 'byte', 16: 'word', 32: 'dword', 64: 'qword'}
+_PTR = {8: 'byte', 16: 'word', 32: 'dword', 64: 'qword', 128: 'xmmword'}
 
 _BY_NAME: dict[str, list[Row]] = {}
 for _r in TABLE:
@@ -94,7 +94,7 @@ for _r in TABLE:
 def accepts(kind: str, op: object) -> bool:
     """Whether operand `op` is of operand kind `kind` (see the legend in isa)."""
     if isinstance(op, Reg):
-        if kind in ('rax', 'cl'):
+        if kind in ('rax', 'cl', 'xmm0'):
             return op.name == kind
         if kind == 'r64z':
             return op.kind in ('r64', 'r32')

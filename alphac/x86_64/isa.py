@@ -74,10 +74,10 @@ def negate(cc: str) -> str:
 #
 # Operand kinds (what an operand may be):
 #   r64 r32 r16 r8 xmm    a register of that class
-#   rax cl                exactly that register (implicit in the opcode)
+#   rax cl xmm0           exactly that register (implicit in the opcode)
 #   r64z                  r64 or r32 register, written as its 32-bit name (the CPU zero-extends)
 #   m                     memory of any size, printed without a size (lea)
-#   m8 m16 m32 m64        memory with Mem.size of that many bits
+#   m8 m16 m32 m64 m128   memory with Mem.size of that many bits
 #   rm8 rm16 rm32 rm64    a register of that width, or memory of that size
 #   xm64                  an xmm register, or 64-bit memory
 #   one                   the immediate 1 (implicit in the opcode)
@@ -182,6 +182,9 @@ TABLE: tuple[Row, ...] = (
         _row(mn, 'rm64, one', 'm-', f'REX.W D1 /{d}'),
         _row(mn, 'rm64, imm8', 'mi', f'REX.W C1 /{d} ib'),
         _row(mn, 'rm64, cl', 'm-', f'REX.W D3 /{d}'))),
+    _row('ror', 'rm32, one', 'm-', 'D1 /1'),
+    _row('ror', 'rm32, imm8', 'mi', 'C1 /1 ib'),
+    _row('bswap', 'r32', 'o', '0F C8+r'),
     # -- conditions
     *(_row('set' + cc, 'rm8', 'm', f'0F {0x90 + CC[cc]:02X} /0') for cc in LIR_CC),
     # -- control flow
@@ -204,4 +207,17 @@ TABLE: tuple[Row, ...] = (
     _row('ucomisd', 'xmm, xm64', 'rm', '66 0F 2E /r'),
     _row('xorpd', 'xmm, xmm', 'rm', '66 0F 57 /r'),
     _row('movapd', 'xmm, xmm', 'rm', '66 0F 28 /r'),
+    # -- SSE2/SSSE3/SSE4.1 on 4 x u32, and the SHA extensions: the hardware SHA-256 (sha256_hw)
+    _row('movdqu', 'xmm, m128', 'rm', 'F3 0F 6F /r'),
+    _row('movdqu', 'm128, xmm', 'mr', 'F3 0F 7F /r'),
+    _row('movdqa', 'xmm, xmm', 'rm', '66 0F 6F /r'),
+    _row('paddd', 'xmm, xmm', 'rm', '66 0F FE /r'),
+    _row('pshufb', 'xmm, xmm', 'rm', '66 0F 38 00 /r'),
+    _row('pshufd', 'xmm, xmm, imm8', 'rmi', '66 0F 70 /r ib'),
+    _row('palignr', 'xmm, xmm, imm8', 'rmi', '66 0F 3A 0F /r ib'),
+    _row('pblendw', 'xmm, xmm, imm8', 'rmi', '66 0F 3A 0E /r ib'),
+    _row('sha256rnds2', 'xmm, xmm, xmm0', 'rm-', '0F 38 CB /r'),
+    _row('sha256msg1', 'xmm, xmm', 'rm', '0F 38 CC /r'),
+    _row('sha256msg2', 'xmm, xmm', 'rm', '0F 38 CD /r'),
+    _row('cpuid', '', '', '0F A2'),
 )

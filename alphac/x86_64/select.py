@@ -13,7 +13,7 @@ slots (slot k at [rsp + 8k]).
 """
 from __future__ import annotations
 
-from alphac.lower.assemble import MI
+from alphac.lower.assemble import MI, Label
 from alphac.lower.lir import Function, Imm, Inst, VReg
 from alphac.lower.regalloc import Allocation, parallel_moves
 from alphac.lower.selector import SelectorBase, rules
@@ -181,6 +181,15 @@ class Selector(SelectorBase):
         self.emit(op, r)
         self.commit(d, r)
 
+    def bits32(self, op, d, a) -> None:
+        r = self.defreg(d, S1)
+        self.move(r, self.where(a[0]))
+        if op == "ror32":
+            self.emit("ror", GPR32[r.num], XImm(a[1].value))    # a 32-bit result zero-extends
+        else:
+            self.emit("bswap", GPR32[r.num])
+        self.commit(d, r)
+
     def setcc(self, op, d, a) -> None:
         x = self.use(a[1], S1)
         y = self.imm_or_reg(a[2], S2)
@@ -262,6 +271,59 @@ class Selector(SelectorBase):
 
     def fence(self, op, d, a) -> None:
         self.emit("mfence")
+
+    def seq(self, *ins) -> None:
+        """Machine instructions in order: (mnemonic, operands...), (jcc, label) or a Label."""
+        for i in ins:
+            if isinstance(i, Label):
+                self.out.append(i)
+            else:
+                self.emit(i[0], target=i[1]) if i[0][0] == "j" else self.emit(*i)
+
+    def cpu_has_sha256(self, op, d, a) -> None:
+        """cpuid: SHA in leaf 7 (EBX bit 29), asked only when leaf 0 says leaf 7 exists, and SSSE3
+        and SSE4.1 (leaf 1 ECX bits 9, 19). cpuid writes rbx, kept in rsi (the op clobbers the
+        caller-saved registers, not the callee-saved)."""
+        rsi, rdi, r8, rbx, rcx = (REGS[r] for r in ("rsi", "rdi", "r8", "rbx", "rcx"))
+        no = f".nosha{len(self.out)}"
+        self.seq(("mov", rsi, rbx), ("xor", S1, S1), ("cpuid",), ("mov", rdi, S1), ("mov", S1, XImm(1)),
+                 ("cpuid",), ("mov", r8, rcx), ("mov", S1, XImm(7)), ("xor", rcx, rcx), ("cpuid",),
+                 ("xor", S1, S1), ("cmp", rdi, XImm(7)), ("jb", no), ("and", r8, XImm(0x80200)),
+                 ("cmp", r8, XImm(0x80200)), ("jne", no), ("mov", S1, rbx), ("shr", S1, XImm(29)),
+                 ("and", S1, XImm(1)), Label(no), ("mov", rbx, rsi))
+        self.commit(d, S1)
+
+    def sha256_hw(self, op, d, a) -> None:
+        """SHA-NI, four rounds at a time in the order of Linux's sha256_ni_asm.S: the state as
+        ABEF and CDGH in xmm1 and xmm2, the message words in xmm3-xmm6, K + W in xmm0."""
+        self.arg_moves(list(a), incoming=False)          # rdi state, rsi p, rdx blocks, rcx k
+        rdi, rsi, rdx, rcx = (REGS[r] for r in ("rdi", "rsi", "rdx", "rcx"))
+        x = [REGS[f"xmm{i}"] for i in range(11)]
+        top, done = Label(f".sha{len(self.out)}"), Label(f".shadone{len(self.out)}")
+        state = Mem(rdi, size=128), Mem(rdi, disp=16, size=128)
+        self.seq(("cmp", rdx, XImm(0)), ("je", done.name), ("movdqu", x[1], state[0]),
+                 ("movdqu", x[2], state[1]), ("pshufd", x[1], x[1], XImm(0xB1)),
+                 ("pshufd", x[2], x[2], XImm(0x1B)), ("movdqa", x[7], x[1]),
+                 ("palignr", x[1], x[2], XImm(8)), ("pblendw", x[2], x[7], XImm(0xF0)),  # ABEF, CDGH
+                 ("movdqu", x[8], Mem(rcx, disp=256, size=128)),                         # the shuffle
+                 top, ("movdqa", x[9], x[1]), ("movdqa", x[10], x[2]))
+        for g in range(16):                                 # rounds 4g .. 4g + 3
+            m0, m1, m2, m3 = (x[3 + (g + j) % 4] for j in range(4))
+            if g < 4:
+                self.seq(("movdqu", m0, Mem(rsi, disp=16 * g, size=128)), ("pshufb", m0, x[8]))
+            self.seq(("movdqu", x[0], Mem(rcx, disp=16 * g, size=128)), ("paddd", x[0], m0),
+                     ("sha256rnds2", x[2], x[1], x[0]))
+            if 3 <= g < 15:                                 # m1: the words of rounds 4g + 4 ..
+                self.seq(("movdqa", x[7], m0), ("palignr", x[7], m3, XImm(4)), ("paddd", m1, x[7]),
+                         ("sha256msg2", m1, m0))
+            self.seq(("pshufd", x[0], x[0], XImm(0x0E)), ("sha256rnds2", x[1], x[2], x[0]))
+            if 1 <= g < 13:
+                self.seq(("sha256msg1", m3, m0))
+        self.seq(("paddd", x[1], x[9]), ("paddd", x[2], x[10]), ("add", rsi, XImm(64)),
+                 ("sub", rdx, XImm(1)), ("jne", top.name), ("pshufd", x[1], x[1], XImm(0x1B)),
+                 ("pshufd", x[2], x[2], XImm(0xB1)), ("movdqa", x[7], x[1]),
+                 ("pblendw", x[1], x[2], XImm(0xF0)), ("palignr", x[2], x[7], XImm(8)),  # ABCD, EFGH
+                 ("movdqu", state[0], x[1]), ("movdqu", state[1], x[2]), done)
 
     def mem(self, base: VReg, off: Imm, scratch) -> Mem:
         if not _fits32(off.value):
