@@ -78,6 +78,7 @@ bench: $(STAMP) data
 	$(BIN)/python bench/distributed.py
 	$(BIN)/python bench/interp.py
 	$(BIN)/python bench/digits.py
+	$(BIN)/python bench/data.py
 
 docs: $(STAMP)
 	$(BIN)/python -m alphac.tools.docs

@@ -12,8 +12,9 @@ first against what the build saw. This module is the build's side of that check:
                          digest and so the root)
     NpyFile.span(lo, hi)  the file bytes of rows lo..hi-1 and the chunks that cover them: an
                          owner carries exactly those chunks' digests
-    NpyFile.values()  the array as binary64 (read-only), read when first evaluated (a build
-                         never reads the values) and checked against the digests again
+    NpyFile.values()  the array as binary64 (read-only): a small file's (KEEP bytes at most) as
+                         scanned; a larger one's read when first evaluated (a build never
+                         holds it) and checked against the digests again
 
 The format (NumPy's "npy" format 1.0, 2.0 and 3.0): the magic `\\x93NUMPY`, a major and a minor
 version byte, the header's length (2 bytes little-endian for 1.0, 4 for 2.0 and 3.0), the header
@@ -30,13 +31,14 @@ import hashlib
 import math
 import os
 import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
 CHUNK = 1 << 20                      # bytes per digest: an owner hashes whole chunks
 MAGIC = b"\x93NUMPY"
 MAX_HEADER = 1 << 16                 # numpy's own bound is 10,000 bytes
 MAX_BYTES = 1 << 40                  # a data file, at most (1 TiB)
+KEEP = 1 << 23                       # a file of at most this many bytes is kept as scanned
 # descr -> (run-time kind, item size): the kinds data.rt converts (0: copy, 1: int64, 2: uint8)
 DTYPES = {"<f8": (0, 8), "<i8": (1, 8), "|u1": (2, 1)}
 
@@ -54,6 +56,7 @@ class NpyFile:
     descr: str
     shape: tuple[int, ...]
     chunks: tuple[bytes, ...]        # SHA-256 of each CHUNK bytes of the file
+    kept: bytes | None = field(default=None, repr=False)   # a small file's bytes, as scanned
 
     @property
     def offset(self) -> int:
@@ -98,6 +101,10 @@ class NpyFile:
         `data-hash`), never evaluated."""
         import numpy as np
         from alphac.refusals import Refusal
+        if self.kept is not None:
+            arr = np.frombuffer(self.kept, dtype=self.descr, offset=self.offset).astype("<f8")
+            arr.flags.writeable = False
+            return arr
         try:
             fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError as e:
@@ -189,12 +196,14 @@ def scan(path: str, rel: str | None = None) -> NpyFile:
         want = len(header) + size * math.prod(shape)
         if st.st_size != want:
             raise NpyError(f"has {st.st_size} bytes, but its header describes {want}")
-        chunks, at = [], 0
+        chunks, at, kept = [], 0, bytearray() if want <= KEEP else None
         while at < want:
             block = os.pread(fd, min(CHUNK, want - at), at)
             if len(block) != min(CHUNK, want - at):
                 raise NpyError("changed size while it was read")
             chunks.append(hashlib.sha256(block).digest())
+            if kept is not None:
+                kept += block
             lo = max(at, len(header)) - at            # the items in this chunk (never split)
             items = np.frombuffer(block, dtype=descr, offset=lo) if lo < len(block) else None
             if items is not None and kind == 0 and not np.isfinite(items).all():
@@ -206,4 +215,5 @@ def scan(path: str, rel: str | None = None) -> NpyFile:
             at += len(block)
     finally:
         os.close(fd)
-    return NpyFile(path, rel if rel is not None else path, want, header, descr, shape, tuple(chunks))
+    return NpyFile(path, rel if rel is not None else path, want, header, descr, shape, tuple(chunks),
+                   bytes(kept) if kept is not None else None)

@@ -136,7 +136,8 @@ def test_examples_and_regression_files(path):
 
 def first_samples(lr, n: int):
     from dataclasses import replace
-    data = [replace(d, shape=(n,) + d.shape[1:], values=d.values[:n * (len(d.values) // d.shape[0])])
+    data = [replace(d, shape=(n,) + d.shape[1:], file=None,
+                    literal=tuple(float(v) for v in d.values[:n * d.cols]))
             for d in lr.data]
     return replace(lr, data=data, nsamples=n)
 

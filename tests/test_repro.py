@@ -243,7 +243,8 @@ def test_build_writes_a_manifest_that_names_npy_inputs(tmp_path, monkeypatch):
                            "src/t.alpha": {"sha256": manifest.sha256_file("src/t.alpha")}}
     assert m["artifacts"]["t"]["inputs"] == ["src/data/x.npy", "src/t.alpha"]
     from alphac.driver import compile_file
-    assert compile_file("src/t.alpha").learner.data[0].origin == f"npy:{npy}"
+    from alphac import npy as npyfile
+    assert compile_file("src/t.alpha").learner.data[0].origin == f"npy:{npyfile.scan('src/data/x.npy').root}"
     assert alphac("verify", "bin/t.manifest.json")[0] == 0
     np.save(tmp_path / "src" / "data" / "x.npy", np.array([1.0, 3.0]))
     code, _, err = alphac("verify", "bin/t.manifest.json")

@@ -159,9 +159,9 @@ def test_a_newcomer_checks_runs_builds_and_verifies(user):
     assert want.startswith("w[0] ") and len(want.splitlines()) == 6
     ok(alphac("build", MINE, "-o", "mine"))
     ok(alphac("build", MINE, "--target", "aarch64", "-o", "mine.a64"))
-    assert ok(run([proj / "mine", "--steps", "7"])) == want
+    assert ok(run([proj / "mine", "--steps", "7"], cwd=proj)) == want     # its data: examples/*.npy
     qemu = require_tool("qemu-aarch64")
-    assert ok(run([qemu, proj / "mine.a64", "--steps", "7"])) == want
+    assert ok(run([qemu, proj / "mine.a64", "--steps", "7"], cwd=proj)) == want
     assert "every hash matches" in ok(alphac("verify", "mine.manifest.json"))
 
 

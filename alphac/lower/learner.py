@@ -719,6 +719,8 @@ def data_source(lr: Learner, lo: int, hi: int) -> tuple[str, dict[str, bytes]]:
             decls.append(f"global dt_{n}: [f64; {(hi - lo) * f.cols}];")
             body.append(f"    data_check(fd_{n}, {a}, {b}, dd_{n}, dt_{n}, {f.kind});")
             body.append(f"    store64(dp_{n}, dt_{n} - {8 * lo * f.cols});")
+    if body:
+        body.append('    rt_event("data checked");')
     text = "\n".join(decls) + "\n\nfn learner_data_open() {\n" + "\n".join(body) + "\n}\n"
     return text, blobs
 

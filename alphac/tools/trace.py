@@ -5,7 +5,8 @@ What it does
     carry the role's monotonic clock (every role of a loopback run reads the same clock, so their
     spans line up), and writes the trace-event format (JSON; open it in ui.perfetto.dev or
     chrome://tracing): one process per role, named by a metadata event; a complete event ("X")
-    per span between two events, named by the later one: `connect` (start to `connected`),
+    per span between two events, named by the later one: `data` (start to `data checked`, an
+    owner of loaded data, docs/data.md), `connect` (to `connected`),
     `step N` (with its time in frames, `frames_ms`, as an argument), `publish` (the root),
     `checkpoint`, `finish`;
     an instant event for a refusal. Times are microseconds from the run's first event.
@@ -29,7 +30,7 @@ def span_name(what: str) -> str:
     if what.startswith("step "):
         return " ".join(what.split(" ")[:2])
     return {"connected": "connect", "checkpointed": "checkpoint", "published": "publish",
-            "done": "finish"}.get(what, what)
+            "done": "finish", "data checked": "data"}.get(what, what)
 
 
 def trace(record: str | Path) -> dict:
@@ -52,7 +53,7 @@ def trace(record: str | Path) -> dict:
             t = next(t for w, t in events if w.startswith(f"loss {e['step'] - 1} "))
             out.append({"ph": "C", "name": "mean loss", "pid": pid, "tid": 0, "ts": us(t),
                         "args": {"mean": float(e["decimal"])}})
-        events = [(w, t) for w, t in events if not w.startswith("loss ")]
+        events = [(w, t) for w, t in events if not w.startswith(("loss ", "peak_rss_kib "))]
         for (_, t_prev), (what, t) in zip(events, events[1:]):
             if what.startswith("refused: "):
                 out.append({"ph": "i", "name": what, "pid": pid, "tid": 0, "ts": us(t), "s": "p"})
