@@ -572,6 +572,12 @@ def cmd_launch(args) -> int:
         if r["exit"] != 0:
             why = f"refused: {r['refused']}" if r["refused"] else f"exit {r['exit']}"
             print(f"{r['role']}: {why}", file=sys.stderr)
+    if any((r["refused"] or "").startswith("data-") for r in record["roles"]):
+        files = ", ".join(f["path"] for f in load_table(Path(args.dir))[0].get("data", []))
+        print(f"alphac launch: the owners read their data at run time ({files}): launch from the "
+              "directory the build ran in, or give --data DIR (the load() paths relative to it); "
+              "data-shape and data-hash: the file is not the one built against (docs/data.md)",
+              file=sys.stderr)
     sys.stdout.write(formatted(record["published"], args.format))
     if args.compare and record["published"]:
         from alphac.dist.execute import run_plan

@@ -184,7 +184,7 @@ def test_owners_read_their_rows_and_equal_the_interpreter(work, roles, tmp_path)
         assert code == 0 and out == want, err
         code, out, err = launch(roles.resolve(), "--steps", "2", "--records", tmp_path / "runs",
                                 "--deadline-ms", "1000", cwd=work)
-        assert code != 0 and "refused: data-missing" in err
+        assert code != 0 and "refused: data-missing" in err and "give --data DIR" in err
     finally:
         for name in ("x.npy", "y.npy", "sub"):
             os.rename(moved / name, work / name)

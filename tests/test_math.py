@@ -37,7 +37,7 @@ from alphac.math import ELEMENTARY, FUNCTIONS, _function_source, dd, evaluate, f
 
 WORST = Path(__file__).parent / "data" / "worst"
 RANDOM = 1_000_000
-QEMU, PTX, EVAL = 100_000, 10_000, 1_000
+QEMU, PTX, EVAL = 100_000, 6_000, 1_000
 SIGN = np.uint64(1 << 63)
 
 
