@@ -29,15 +29,23 @@ def _not_regular(path, mode: int) -> OSError:
     return OSError(errno.EINVAL, f"it is {what}, not a regular file", str(path))
 
 
-def read_regular(path: str | Path, limit: int) -> bytes:
-    """The bytes of the regular file `path`, refused (OSError) when it has more than `limit`."""
+def open_regular(path: str | Path) -> tuple[int, os.stat_result]:
+    """A descriptor of the regular file `path` (opened without blocking) and its status; OSError
+    when it cannot be opened or is not a regular file. The caller closes it."""
     if "\0" in str(path):
         raise OSError(errno.EINVAL, "the path holds a NUL byte", repr(str(path)))
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise _not_regular(path, st.st_mode)
+    return fd, st
+
+
+def read_regular(path: str | Path, limit: int) -> bytes:
+    """The bytes of the regular file `path`, refused (OSError) when it has more than `limit`."""
+    fd, _ = open_regular(path)
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise _not_regular(path, st.st_mode)
         with os.fdopen(fd, "rb", closefd=False) as f:
             data = f.read(limit + 1)
     finally:

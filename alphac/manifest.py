@@ -29,17 +29,15 @@ Guarantees
 """
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
 import os
 import re
-import stat
 from functools import lru_cache
 from pathlib import Path, PurePosixPath
 
 from alphac import __version__
-from alphac.files import read_regular, write_file
+from alphac.files import open_regular, read_regular, write_file
 
 FORMAT = 1
 NAME = "MANIFEST.json"                   # what build-all writes into its output directory
@@ -62,14 +60,8 @@ MAX_FILE = 1 << 28                  # bytes of a manifest, or of a file it hashe
 
 def sha256_file(path: str | Path) -> str:
     """The SHA-256 of a regular file, read in 1 MiB pieces (a data file may be any size)."""
-    if "\0" in str(path):
-        raise OSError(errno.EINVAL, "the path holds a NUL byte", repr(str(path)))
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    fd, _ = open_regular(path)
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            from alphac.files import _not_regular
-            raise _not_regular(path, st.st_mode)
         h = hashlib.sha256()
         while block := os.read(fd, 1 << 20):
             h.update(block)

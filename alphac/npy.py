@@ -30,7 +30,6 @@ import ast
 import hashlib
 import math
 import os
-import stat
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -182,12 +181,9 @@ def scan(path: str, rel: str | None = None) -> NpyFile:
     """Read `path` once, in CHUNK pieces: its header, its digests, and the checks in the
     module's docstring. OSError when it cannot be read (or is not a regular file)."""
     import numpy as np
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    from alphac.files import open_regular
+    fd, st = open_regular(path)
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            from alphac.files import _not_regular
-            raise _not_regular(path, st.st_mode)
         if st.st_size > MAX_BYTES:
             raise NpyError(f"has {st.st_size} bytes; a data file has at most {MAX_BYTES}")
         head = os.pread(fd, min(st.st_size, 12 + MAX_HEADER), 0)

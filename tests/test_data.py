@@ -314,46 +314,18 @@ def test_held_out_data_is_read_when_scored(work, tmp_path):
 
 
 # -- at size ---------------------------------------------------------------------------------------------
-BIG = """learner big
-data x = load("x.npy")
-data y = load("y.npy")
-param w: f64[100] = 0.0
-loss(i) {{
-  let r = dot(w, x[i]) - y[i]
-  0.5 * r^2
-}}
-update {{
-  w = w - 0.01 * grad(w)
-}}
-deployment star4 {{
-  roles coordinator, owner[4]
-  topology star(coordinator)
-  samples {samples}
-}}
-"""
-
-
 def big(d, rows: int) -> None:
-    """rows x 100 binary64 (and rows labels), written in pieces: the test never holds them."""
-    q = rows // 4
-    shares = ", ".join(f"owner[{k}] = {k * q}..{(k + 1) * q}" for k in range(4))
-    (d / "big.alpha").write_text(BIG.format(samples=shares))
-    rng = np.random.default_rng(3)
-    for name, cols in (("x", 100), ("y", 0)):
-        shape = (rows, cols) if cols else (rows,)
-        head = f"{{'descr': '<f8', 'fortran_order': False, 'shape': {shape}, }}"
-        head += " " * (-(10 + len(head) + 1) % 64) + "\n"
-        block = rng.standard_normal((20000, max(cols, 1)))       # repeated: cheap to write
-        with open(d / f"{name}.npy", "wb") as fh:
-            fh.write(b"\x93NUMPY\x01\x00" + len(head).to_bytes(2, "little") + head.encode())
-            for k in range(0, rows, 20000):
-                fh.write(block[:rows - k].tobytes())
+    """bench/data.py's learner (a 4-owner star, equal shares) and its rows x 100 binary64 data,
+    written in pieces: the test never holds them."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from data import write
+    write(d, rows, 4)
 
 
 BUILD = """import os, resource, sys, time
 from alphac.cli import main
 t = time.perf_counter()
-code = main(["build", "big.alpha", "--deployment", "star4", "-o", "roles"])
+code = main(["build", "big.alpha", "--deployment", "star", "-o", "roles"])
 print(code, time.perf_counter() - t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 """
 
@@ -381,7 +353,7 @@ def test_an_owners_peak_memory_is_its_share(tmp_path):
     try:
         big(tmp_path, rows)
         os.chdir(tmp_path)
-        code, out, err = alphac("build", "big.alpha", "--deployment", "star4", "-o", "roles")
+        code, out, err = alphac("build", "big.alpha", "--deployment", "star", "-o", "roles")
         assert code == 0, err
         code, out, err = alphac("launch", "roles", "--steps", "1", "--deadline-ms", "60000",
                                 "--records", "runs")
