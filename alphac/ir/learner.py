@@ -240,8 +240,12 @@ class DataDef:
     name: str
     shape: tuple[int, ...]          # (samples, ...)
     literal: tuple[float, ...] | None
-    origin: str                     # "literal" or "npy:<the file's chunk root>"
     file: "NpyFile | None" = None
+
+    @property
+    def origin(self) -> str:
+        """"literal", or "npy:" and the file's chunk root."""
+        return "literal" if self.file is None else "npy:" + self.file.root
 
     @property
     def row_shape(self) -> tuple[int, ...]:

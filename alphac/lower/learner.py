@@ -580,8 +580,8 @@ class LearnerCode:
             f = d.file
             self.globals.append(f"global ev_{d.name}: [f64; {f.cols * f.shape[0]}];")
             self.globals += file_blobs(self.blobs, "e", d.name, f, 0, f.shape[0])
-            em.put(f"let fd_{d.name} = data_open(en_{d.name}, eh_{d.name}, {f.offset}, {f.size});")
-            em.put(f"data_check(fd_{d.name}, {f.offset}, {f.size}, ed_{d.name}, ev_{d.name}, {f.kind});")
+            for line in open_and_check("e", d.name, f, f"en_{d.name}", 0, f.shape[0], f"ev_{d.name}"):
+                em.put(line)
             em.put(f"syscall(SYS_close, fd_{d.name});")
         em.put(f"let total = {flit(-0.0)};")
         em.put("let correct = 0;")
@@ -696,6 +696,14 @@ def file_blobs(blobs: dict[str, bytes], side: str, name: str, f, lo: int, hi: in
     return [f"data {k}: [u8; {len(v)}] = extern;" for k, v in facts.items()]
 
 
+def open_and_check(side: str, name: str, f, path: str, lo: int, hi: int, dst: str) -> list[str]:
+    """Open data file f (at `path`) as fd_NAME and check the chunks of rows lo..hi-1 (with
+    file_blobs' facts of `side`), the rows landing at dst (0: none)."""
+    a, b, _, _ = f.span(lo, hi)
+    return [f"let fd_{name} = data_open({path}, {side}h_{name}, {f.offset}, {f.size});",
+            f"data_check(fd_{name}, {a}, {b}, {side}d_{name}, {dst}, {f.kind});"]
+
+
 def data_source(lr: Learner, lo: int, hi: int) -> tuple[str, dict[str, bytes]]:
     """`learner_data_open()` for a program that holds samples lo..hi-1 (none: lo == hi): it
     opens each loaded data file and checks the chunks that cover those rows (alphac/runtime/
@@ -709,15 +717,13 @@ def data_source(lr: Learner, lo: int, hi: int) -> tuple[str, dict[str, bytes]]:
         if f is None or hi <= lo:
             continue
         n = d.name
-        a, b, _, _ = f.span(lo, hi)
         decls += file_blobs(blobs, "d", n, f, lo, hi)
-        body.append(f"    let fd_{n} = data_open(data_path(dir, dr_{n}, dn_{n}), dh_{n}, {f.offset}, {f.size});")
-        body.append(f"    store64(df_{n}, fd_{n});")
-        if streamed(lr):
-            body.append(f"    data_check(fd_{n}, {a}, {b}, dd_{n}, 0, {f.kind});")
-        else:
+        if not streamed(lr):
             decls.append(f"global dt_{n}: [f64; {(hi - lo) * f.cols}];")
-            body.append(f"    data_check(fd_{n}, {a}, {b}, dd_{n}, dt_{n}, {f.kind});")
+        body += ["    " + line for line in open_and_check(
+            "d", n, f, f"data_path(dir, dr_{n}, dn_{n})", lo, hi, "0" if streamed(lr) else f"dt_{n}")]
+        body.append(f"    store64(df_{n}, fd_{n});")
+        if not streamed(lr):
             body.append(f"    store64(dp_{n}, dt_{n} - {8 * lo * f.cols});")
     if body:
         body.append('    rt_event("data checked");')

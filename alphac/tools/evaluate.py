@@ -86,7 +86,7 @@ def held_out(lr: Learner, arrays: list[tuple[str, str]]) -> Learner:
         if shape[1:] != row:
             raise EvalError(f"{where}: `{path}` has rows of {_fmt(shape[1:])}; `{name}`'s rows "
                             f"are {_fmt(row)}")
-        new[name] = DataDef(name, shape, None, "npy:" + file.root, file)
+        new[name] = DataDef(name, shape, None, file)
     counts = {d.shape[0] for d in new.values()}
     if len(counts) > 1:
         raise EvalError("--data: the held-out arrays hold different sample counts: " +

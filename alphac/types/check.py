@@ -23,7 +23,6 @@ can find in one run (a bad expression becomes `None` and silences the errors it 
 from __future__ import annotations
 
 import difflib
-import hashlib
 import io
 import math
 from dataclasses import dataclass, field
@@ -166,8 +165,7 @@ class Checker:
 
     def decl_const(self, d: ast.ConstDecl) -> None:
         if isinstance(d.value, ast.Call) and d.value.func == "load":    # its values: the identity's
-            loaded = self.load_npy(d.value)
-            node = loaded[0] if loaded else None
+            node = self.load_npy(d.value)
         else:
             node = self.const_value(d.value)
         if node is None or not self.check_type(d.type, node.shape, d.value.span, f"`{d.name}`") \
@@ -201,17 +199,16 @@ class Checker:
             shape = d.type.dims if d.type else (1,)
         if self.define(d.name, d.name_span, Symbol("data", shape, d.name_span)) and ok:
             if file is not None:
-                self.data.append(ir.DataDef(d.name, shape, None, "npy:" + file.root, file))
+                self.data.append(ir.DataDef(d.name, shape, None, file))
             else:
-                self.data.append(ir.DataDef(d.name, shape, node.values, "literal"))
+                self.data.append(ir.DataDef(d.name, shape, node.values))
 
     def load_data(self, call: ast.Call):
         """The .npy file of `data NAME = load("file.npy")` (alphac.npy.scan), or None (reported)."""
         from alphac import npy
-        if len(call.args) != 1 or not isinstance(call.args[0], ast.Str):
-            self.err("E0042", call.span, "load takes one string: the .npy file's path")
+        rel = self.load_arg(call)
+        if rel is None:
             return None
-        rel = call.args[0].value
         try:
             return npy.scan(npy.runtime_path(str((self.base_dir or Path(".")) / rel)), rel)
         except OSError as e:
@@ -240,11 +237,18 @@ class Checker:
         if self.define(d.name, d.name_span, Symbol(d.kind, shape, d.name_span)) and values is not None:
             self.states.append(ir.StateDef(d.name, d.kind, shape, tuple(values)))
 
-    def load_npy(self, call: ast.Call) -> tuple[ir.Const, str] | None:
+    def load_arg(self, call: ast.Call) -> str | None:
+        """The path `load` names (relative to the source), or None (E0042, reported)."""
         if len(call.args) != 1 or not isinstance(call.args[0], ast.Str):
             self.err("E0042", call.span, "load takes one string: the .npy file's path")
             return None
-        rel = call.args[0].value
+        return call.args[0].value
+
+    def load_npy(self, call: ast.Call) -> ir.Const | None:
+        """The values of `const NAME = load("file.npy")`, compiled in (or None, reported)."""
+        rel = self.load_arg(call)
+        if rel is None:
+            return None
         path = (self.base_dir or Path(".")) / rel
         try:
             raw = read_regular(path, 8 * MAX_VALUES + NPY_HEADER)
@@ -256,7 +260,7 @@ class Checker:
         except ValueError as e:
             self.err("E0060", call.args[0].span, f"`{rel}` {e}")
             return None
-        return ir.Const(shape, values), "npy:" + hashlib.sha256(raw).hexdigest()
+        return ir.Const(shape, values)
 
     def sample_count(self) -> int | None:
         if not self.data:
