@@ -11,6 +11,7 @@ against `Layout.doc_rows()`. So a format changes in this file and nowhere else.
     CKPT_RECORD  its 160-byte records
     CONV_*       the driver conversation's record header, opcodes, patch, expectation and
                  refusal kinds (alphac/nvdrv/conversation.py writes it, nvdrv.rt reads it)
+    XS_*         the exact binary64 sum accumulator of the `exact_sum` contract (xsum.rt)
 
 Requires nothing. Guarantees: offsets are checked at import (fields in order, no overlap,
 inside the record).
@@ -150,6 +151,19 @@ CONV_PATCHES = {"slot": 1, "addr": 2, "copy": 3}
 CONV_EXPECTS = {"bytes": 1, "string": 2, "ge": 3}
 CONV_REFUSALS = {"device-uuid": 1, "nvidia-plan-host": 2}
 
+# -- the exact sum accumulator (alphac/runtime/xsum.rt) ------------------------------------------
+# An accumulator is XS_WORDS 64-bit little-endian words at an 8-byte-aligned address. Word 0 holds
+# the flags: XS_FLAG_PINF (a +inf was added), XS_FLAG_NINF (a -inf), XS_FLAG_NAN (a NaN) and
+# XS_FLAG_NOT_NEG_ZERO (a value other than -0.0 was added: a +0.0, or any nonzero, inf or NaN).
+# Words 1..XS_DIGITS are signed digits in carry-save form: the exact finite sum is
+# sum(word[1 + k] * 2**(32 * k - 1074) for k in range(XS_DIGITS)). The digits are not normalized:
+# an addition adds (or subtracts) 32-bit values to three consecutive words, so an accumulator
+# holds at most 2**30 contributions in all (merged ones included). All zeros is the empty sum,
+# which rounds to -0.0; a zero sum rounds to +0.0 once XS_FLAG_NOT_NEG_ZERO is set.
+XS_DIGITS = 66
+XS_WORDS = 1 + XS_DIGITS
+XS_FLAGS = {"pinf": 1, "ninf": 2, "nan": 4, "not-neg-zero": 8}
+
 LAYOUTS = (FRAME, CKPT_HEADER, CKPT_RECORD)
 
 
@@ -161,11 +175,12 @@ def constants() -> dict[str, int]:
     out.update(FRAME_MAGIC=FRAME_MAGIC, FRAME_FORMAT=FRAME_FORMAT, HELLO_BYTES=HELLO_BYTES,
                CKPT_FORMAT=CKPT_FORMAT, CKPT_SHARD=CKPT_SHARD, CKPT_SUB=CKPT_SUB,
                CKPT_TRAILER=CKPT_TRAILER, NV_HEADER_WORDS=CONV_HEADER_WORDS,
-               NV_ITEM_WORDS=CONV_ITEM_WORDS)
+               NV_ITEM_WORDS=CONV_ITEM_WORDS, XS_WORDS=XS_WORDS, XS_DIGITS=XS_DIGITS)
     for name, code in FRAME_KINDS.items():
         out["KIND_" + name.upper().replace("-", "_")] = code
     for table, prefix in ((CONV_OPS, "NV_"), (CONV_PATCHES, "NV_PATCH_"),
-                          (CONV_EXPECTS, "NV_EXPECT_"), (CONV_REFUSALS, "NV_REFUSE_")):
+                          (CONV_EXPECTS, "NV_EXPECT_"), (CONV_REFUSALS, "NV_REFUSE_"),
+                          (XS_FLAGS, "XS_FLAG_")):
         for name, code in table.items():
             out[prefix + name.upper().replace("-", "_")] = code
     return out
