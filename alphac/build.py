@@ -69,7 +69,10 @@ def program_for(lr: Learner, tgt: Target, main: str = "single", extra: str = "",
     owner's generated code), checked as modules (alphac.lower.rt.check_modules)."""
     gen, gen_blobs = learner_source(lr, evaluation)
     units = [("prelude.rt", list(_parsed(tgt.prelude(), "prelude.rt")), False)]
-    units += [(f"{m}.rt", list(runtime_items(m)), True) for m in rt.modules(main, runtime_items)]
+    mods = rt.modules(main, runtime_items)
+    if lr.exact and lr.loss is not None and "xsum" not in mods:     # exact_sum's accumulators
+        mods += [m for m in rt.modules("xsum", runtime_items) if m not in mods]
+    units += [(f"{m}.rt", list(runtime_items(m)), True) for m in mods]
     own, marker, math = gen.partition(MATH_MARKER)
     items = list(_parsed(own, f"{lr.name}.rt"))    # every role of a learner has the same text
     if marker:                      # the alphac.math functions: the same text for many programs

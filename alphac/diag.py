@@ -253,6 +253,14 @@ CODES: dict[str, tuple[str, str]] = {
               "order, 1 or 2 dimensions, finite; the root of its chunk digests becomes part of "
               "the learner's identity. As `const` it is compiled in: any integer or float type "
               "that binary64 holds exactly, at most 2 dimensions."),
+    "E0063": ("bad contract declaration",
+              "`contract ordered` (the default) or `contract exact_sum`, at most once. Under "
+              "`ordered` every sum follows its declared order: each owner's left fold over its "
+              "samples, then the combine tree, so the bits depend on the split. Under "
+              "`exact_sum` every sum the split or the tree could reorder (the gradient and loss "
+              "sums over samples and owners) is computed exactly and rounded once, so every "
+              "owner count, topology and strategy gives the single process's bits "
+              "(docs/language.md)."),
     "E0062": ("predict is not a scalar or a vector",
               "`predict(i)` is the learner's output for sample i, checked as the loss is (it "
               "reads params, state, constants and the sample's data rows; it assigns nothing and "

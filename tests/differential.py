@@ -15,8 +15,10 @@
 and compares each with what the contract says, computed here from the interpreter's primitive
 operations (an owner's (G, n), a combine, the update) by a driver written in this file: for the
 single-process engines the interpreter's own run; for a deployment, its owners' sample ranges
-and its combine tree (`expected`). Outcomes are the printed state, or `refused: NAME`; any
-compiler exception is a `crash:` outcome, and so a disagreement.
+and its combine tree (`expected`); under `contract exact_sum` one exact sum over every sample
+of the step (`exact_contribution`, Fractions), whatever the deployment. Outcomes are the
+printed state, or `refused: NAME`; any compiler exception is a `crash:` outcome, and so a
+disagreement.
 
 `check_program(prog, work)` first drops the deployments the compiler refuses (each refusal is
 a named diagnostic, never a traceback), then checks what is left. A `Report` says whether the
@@ -79,7 +81,10 @@ def expected(lr, history) -> str:
             held = lambda lo, hi, t=t: step_samples(range(lo, hi), lr.nsamples, lr.batch,
                                                     lr.shuffle, t)
             t += 1
-            if lr.loss is not None:
+            if lr.loss is not None and lr.exact:      # no split or tree matters
+                combined = exact_contribution(lr, state, held(0, lr.nsamples))
+                grads = interp.mean_gradient(combined)
+            elif lr.loss is not None:
                 if dep is None:
                     combined = interp.owner_contribution(lr, state, held(0, lr.nsamples))
                 else:
@@ -92,6 +97,38 @@ def expected(lr, history) -> str:
         return interp.format_state(lr, state)
     except Refusal as r:
         return f"refused: {r.name}"
+
+
+def exact_round(terms: list[float]) -> float:
+    """`contract exact_sum`'s sum from its definition: the exact sum (Fractions) rounded once
+    (Python's int / int rounds to nearest even; past the largest double, an infinity); a NaN
+    or both infinities give the quiet NaN, one infinity itself; an exact zero is -0.0 only
+    when every term is -0.0 (or there is none)."""
+    import math
+    import struct
+    from fractions import Fraction
+    if any(t != t for t in terms) or (math.inf in terms and -math.inf in terms):
+        return struct.unpack("<d", struct.pack("<Q", 0x7FF8000000000000))[0]
+    if math.inf in terms or -math.inf in terms:
+        return math.inf if math.inf in terms else -math.inf
+    total = sum(Fraction(t) for t in terms)
+    if total == 0:
+        return -0.0 if all(t == 0 and math.copysign(1.0, t) < 0 for t in terms) else 0.0
+    try:
+        return total.numerator / total.denominator
+    except OverflowError:
+        return math.inf if total > 0 else -math.inf
+
+
+def exact_contribution(lr, state, samples):
+    """exact_sum's (G, n) over `samples`: each sample's gradient one operation at a time
+    (interp.per_sample_gradient), each coordinate's terms summed by `exact_round`."""
+    from alphac.ir import interp
+    terms = [interp.per_sample_gradient(lr, state, i) for i in samples]
+    if not terms:
+        return None
+    return {p.name: tuple(exact_round([t[p.name][j] for t in terms]) for j in range(p.size))
+            for p in lr.params}, len(terms)
 
 
 LOAD = re.compile(r'^data\s+(\w+)\s*(?::[^=]*)?=\s*load\("([^"]*)"\)', re.M)
@@ -266,7 +303,8 @@ def check_file(path: Path, work: Path, engines=ALL) -> Report:
 
 def gpu_refuses(rep: Report, lr) -> bool:
     """Whether the GPU owner kernels refuse this learner by name (BuildError: they do not
-    have the matrix operations yet, alphac.ptx.kernels). Refusing anything else is a problem."""
+    have the matrix operations, minibatches or exact_sum yet, alphac.ptx.kernels). Refusing
+    anything else is a problem."""
     from alphac.diag import BuildError
     from alphac.ir.learner import (Elem, MatVec, Max, OneHot, Outer, Stack, VecMat, Where, children,
                                    postorder)
@@ -279,9 +317,9 @@ def gpu_refuses(rep: Report, lr) -> bool:
         new = (MatVec, VecMat, Outer, Max, OneHot, Stack)
         rows = any(isinstance(n, (Elem, Where)) and any(c.shape and c.shape != n.shape
                                                         for c in children(n)) for n in postorder(roots))
-        if not (lr.batch or rows or any(isinstance(n, new) for n in postorder(roots))):
-            rep.problem(f"ptx: the GPU kernels refused a learner without matrix operations or "
-                        f"minibatches: {e}")
+        if not (lr.batch or lr.exact or rows or any(isinstance(n, new) for n in postorder(roots))):
+            rep.problem(f"ptx: the GPU kernels refused a learner without matrix operations, "
+                        f"minibatches or exact_sum: {e}")
         return True
     except Exception:
         return False                            # run_ptx reports it as a crash

@@ -22,6 +22,8 @@ part ways:
   fractional), classification losses, layers chained through vector nonlinearities, 2-D params
   with optimizer states of their own, and uses the checker must refuse by name
   (`Program.expect`: wrong shapes E0030, a product or reduction in the update E0050, ...);
+- `contract exact_sum` in about 3 in 10 programs with a loss (a stream of its own), whose
+  deployments may have up to 12 owners: every one must print the single process's bits;
 - deployments: stars and hierarchies, random sample splits with empty owners, random combine
   trees, every library strategy and strategies of the file's own, random partitions (even, or
   explicit ranges for one group, empty slices included; in matrix programs mostly a 2-D group,
@@ -91,6 +93,7 @@ class Program:
     deployments: list[Deployment] = field(default_factory=list)
     matrices: bool = False           # uses the matrix operations (MatGen)
     batch: tuple | None = None       # (size, seed or None): `batch N` and `order ...`
+    contract: str = ""               # "exact_sum": `contract exact_sum`; "": the default
     expect: tuple | None = None      # (code, text): the checker must refuse `text` with `code`
 
 
@@ -144,7 +147,7 @@ def type_text(shape) -> str:
 
 
 def render(p: Program) -> str:
-    out = [f"learner {p.name}", ""]
+    out = [f"learner {p.name}"] + ([f"contract {p.contract}"] if p.contract else []) + [""]
     for d in p.decls:
         if d.kind == "data" and d.file:
             typed = f": {type_text(d.shape)}" if d.typed else ""
@@ -389,6 +392,9 @@ def generate(seed: int, matrices: bool | None = None, npy: bool | None = None) -
     br = random.Random(seed ^ 0xBA7C4)              # minibatches: a stream of their own
     if prog.loss_result is not None and n > 1 and br.random() < 0.35:
         prog.batch = (br.randint(1, n - 1), br.choice([None, br.randrange(1 << 63)]))
+    cr = random.Random(seed ^ 0xE5AC7)              # the contract: a stream of its own
+    if prog.loss_result is not None and cr.random() < 0.3:
+        prog.contract = "exact_sum"
     load_from_files(prog, seed, npy)
     return prog
 
@@ -1291,6 +1297,8 @@ def add_deployments(prog: Program, lr, seed: int, count: int | None = None, aarc
     for d in range(count):
         items = []
         owners = r.randint(1, 4)
+        if prog.contract == "exact_sum" and mr.random() < 0.5:
+            owners = mr.randint(1, 12)              # any owner count gives the same bits
         star = r.random() < 0.65 or owners == 1
         if star:
             items += [f"roles coordinator, owner[{owners}]", "topology star(coordinator)"]

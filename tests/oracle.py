@@ -9,9 +9,12 @@ trees too, so distributed runs and repartitioned resumes are checked against the
 
 SPLIT is a list of (lo, hi) sample ranges, one per owner; TREE is an owner index or a nested
 tuple of trees, children combined left to right. The default is one owner holding every sample.
+`run(name, steps=5, exact=True)` is the learner under `contract exact_sum`: each gradient
+coordinate's sum over all samples is exact (Fractions) and rounded once, whatever the split.
 """
 import math
 import struct
+from fractions import Fraction
 
 X_LSQ = [[1.0, 0.5, -1.0, 0.25, 2.0],
          [0.3, 2.0, 0.7, -1.5, 0.1],
@@ -121,10 +124,24 @@ def combine(tree, parts):
     return acc
 
 
-def one_step(name, st, split, tree):
+def exact_sum(terms):
+    """`contract exact_sum`'s sum: the terms' exact sum as a Fraction, rounded once (Python's
+    int / int division rounds to nearest even); an exact zero is -0.0 only when every term is
+    -0.0. (The reference learners' terms are finite.)"""
+    total = sum(Fraction(t) for t in terms)
+    if total == 0:
+        return -0.0 if all(math.copysign(1.0, t) < 0 and t == 0 for t in terms) else 0.0
+    return total.numerator / total.denominator
+
+
+def one_step(name, st, split, tree, exact=False):
     init, n, grad, update = LEARNERS[name]
     if grad is None:
         st["s"] = [0.5 * (s + a / s) for s, a in zip(st["s"], A_IND)]
+        return
+    if exact:                 # no split or tree matters: every sample's term, summed exactly
+        gs = [grad(st, i) for i in range(n)]
+        update(st, [exact_sum([g[j] for g in gs]) / float(n) for j in range(len(gs[0]))])
         return
     split = split or [(0, n)]
     tree = 0 if tree is None else tree
@@ -137,14 +154,15 @@ def initial(name):
     return {k: list(v) for k, v, _ in LEARNERS[name][0]}
 
 
-def run(name, schedule=None, steps=None, state=None):
-    """The printed state after a schedule of (steps, split, tree) segments."""
+def run(name, schedule=None, steps=None, state=None, exact=False):
+    """The printed state after a schedule of (steps, split, tree) segments; `exact`: under
+    `contract exact_sum`, where splits and trees change nothing."""
     if schedule is None:
         schedule = [(steps if steps is not None else 5, None, None)]
     st = initial(name) if state is None else state
     for k, split, tree in schedule:
         for _ in range(k):
-            one_step(name, st, split, tree)
+            one_step(name, st, split, tree, exact)
     return render(name, st)
 
 

@@ -180,6 +180,8 @@ class Execution:
                 for v in me.contribs:
                     acc = interp.combine(acc, v)
                 me.combined = acc
+            if me.role == plan.root:              # exact_sum: rounded once, at the root
+                me.combined = interp.rounded(me.combined)
             me.contribs = []
         elif a.op == "update":
             grads = {}

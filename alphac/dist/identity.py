@@ -2,8 +2,8 @@
 
     learner      what the learner is: data, state, loss and update, with constant values masked
     rate         the constants' values (learning rates, decay rates, every numeric constant)
-    contract     the numerical contract's name
-    combine      the combine tree
+    contract     the numerical contract's name (`contract ordered` or `exact_sum`)
+    combine      the combine tree (under exact_sum: a constant, since no result depends on it)
     membership   the roles (index nodes) and the topology
     plan         the sample split, the strategy, its placement and the delivery
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 
 from alphac.dist.deployment import Deployment
-from alphac.ir.learner import CONTRACT, canonical
+from alphac.ir.learner import CONTRACTS, canonical
 
 COMPONENTS = ("learner", "rate", "contract", "combine", "membership", "plan")
 
@@ -48,8 +48,10 @@ def digests(dep: Deployment) -> dict[str, bytes]:
     plan = (f"samples {s.total} {s.parts} {s.explicit} strategy {sorted(dep.strategy.partition)} "
             f"placement {sorted((g, r.total, r.parts, r.explicit) for g, r in dep.placement.items())} "
             f"deliver {dep.deliver}")
-    return {"learner": learner, "rate": rate, "contract": _h(CONTRACT),
-            "combine": _h(dep.tree_text()), "membership": _h(membership), "plan": _h(plan)}
+    # under exact_sum no sum depends on its order: the combine tree is not part of the run
+    combine = "exact_sum: any order" if lr.exact else dep.tree_text()
+    return {"learner": learner, "rate": rate, "contract": _h(CONTRACTS[lr.contract]),
+            "combine": _h(combine), "membership": _h(membership), "plan": _h(plan)}
 
 
 def short(d: bytes) -> int:

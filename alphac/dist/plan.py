@@ -35,6 +35,7 @@ executable declares for them); `admit` refuses a role one byte over its declared
 """
 from __future__ import annotations
 
+from alphac.formats import XS_WORDS
 from alphac.npy import CHUNK
 
 from dataclasses import dataclass
@@ -355,6 +356,8 @@ class Plan:
                 out["params (all, for compute)"] = 8 * ptotal
                 out["G (its sum)"] = 8 * ptotal
                 out["combined gradient"] = 8 * (self.slice_total(k) if "gradients" in self.part else ptotal)
+                if lr.exact:                # exact_sum: accumulators and their frame copy
+                    out["exact accumulators (G, L) and their frame"] = 2 * 8 * XS_WORDS * (ptotal + 1) + 8
             for s in lr.states:
                 if s.group is None:
                     out.setdefault("scalar state (old, new)", 0)
@@ -368,7 +371,10 @@ class Plan:
                 out[f"{s.name}"] = 8 * n
             return out
         kids = len(self.children(role))
-        if self.has_loss:
+        if self.has_loss and lr.exact:
+            out["children's exact (G, L, n)"] = kids * (8 * XS_WORDS * (ptotal + 1) + 8)
+            out["combined exact (G, L, n), rounded (G, n)"] = 8 * XS_WORDS * (ptotal + 1) + 8 * ptotal + 16
+        elif self.has_loss:
             out["children's (G, n)"] = kids * (8 * ptotal + 8)
             out["combined (G, n)"] = 8 * ptotal + 8
         if self.part or self.deliver_one is not None or self.regathered():

@@ -10,6 +10,10 @@ It executes the learner IR under the LEARNERS.md contract, step by step:
 A single process is one owner holding every sample. Plans with several owners
 (`alphac.dist`) call the same functions per owner.
 
+Under `contract exact_sum` steps 1 and 2 keep the terms unrounded (`alphac.ir.exact.Terms`):
+each coordinate's sum over every sample of the step is exact and rounded once, before the mean,
+so no split or tree changes a bit.
+
 How step 1 is computed: an owner's samples are independent chains of operations, so
 `alphac.ir.batch` evaluates each node of the per-sample gradient DAG for a batch of samples at
 once, as numpy float64 arrays (vectorized across samples and across the independent rows of a
@@ -73,6 +77,12 @@ def owner_contribution(lr: Learner, state: State, samples) -> Contrib:
     import numpy as np
 
     from alphac.ir.batch import gradient_rows
+    if lr.exact:                     # exact_sum: the terms, summed exactly when rounded
+        from alphac.ir.exact import Terms
+        chunks = list(gradient_rows(lr, state, samples))
+        if not chunks:
+            return None
+        return Terms(np.concatenate(chunks), tuple((p.name, p.size) for p in lr.params)), len(samples)
     total = None
     for rows in gradient_rows(lr, state, samples):
         for g in rows:
@@ -89,6 +99,15 @@ def owner_contribution(lr: Learner, state: State, samples) -> Contrib:
 def owner_contribution_scalar(lr: Learner, state: State, samples) -> Contrib:
     """`owner_contribution` one sample and one operation at a time (`per_sample_gradient`): the
     definition the batched path is tested against."""
+    if lr.exact:
+        import numpy as np
+
+        from alphac.ir.exact import Terms
+        rows = [[v for p in lr.params for v in per_sample_gradient(lr, state, i)[p.name]] for i in samples]
+        if not rows:
+            return None
+        return Terms(np.array(rows, dtype=np.float64).reshape(len(rows), -1),
+                     tuple((p.name, p.size) for p in lr.params)), len(samples)
     total: dict[str, tuple[float, ...]] | None = None
     for i in samples:
         g = per_sample_gradient(lr, state, i)
@@ -107,13 +126,23 @@ def combine(a: Contrib, b: Contrib) -> Contrib:
         return a
     ga, na = a
     gb, nb = b
+    if not isinstance(ga, dict):          # exact_sum's Terms: nothing rounded yet
+        return ga.merged(gb), na + nb
     return {p: tuple(f.add(x, y) for x, y in zip(ga[p], gb[p])) for p in ga}, na + nb
+
+
+def rounded(c: Contrib) -> Contrib:
+    """A contribution with its sums rounded: exact_sum's terms summed exactly and rounded once
+    (`alphac.ir.exact`); an ordered contribution is already rounded."""
+    if c is None or isinstance(c[0], dict):
+        return c
+    return c[0].rounded(), c[1]
 
 
 def mean_gradient(c: Contrib) -> dict[str, tuple[float, ...]]:
     if c is None:
         return {}
-    g, n = c
+    g, n = rounded(c)
     nf = float(n)
     return {p: tuple(f.div(x, nf) for x in v) for p, v in g.items()}
 

@@ -29,6 +29,10 @@ if TYPE_CHECKING:
     from alphac.npy import NpyFile
 
 CONTRACT = "binary64-rne-nofma-leftfold-v1"   # the LEARNERS.md contract, by name
+# The contracts a learner may declare (`contract NAME`), by the name their identity carries:
+# `ordered` sums in the declared orders (each owner's left fold, the combine tree); `exact_sum`
+# computes every sum the split could reorder exactly and rounds it once (docs/language.md).
+CONTRACTS = {"ordered": CONTRACT, "exact_sum": "binary64-rne-nofma-exactsum-v1"}
 
 
 class Node:
@@ -338,6 +342,7 @@ class Learner:
     loss_line: int = 0              # source line of the loss (for annotated listings)
     batch: int | None = None        # minibatch size (alphac.ir.order); None: every sample
     shuffle: int | None = None      # the shuffle's seed; None: in sequence
+    contract: str = "ordered"       # a key of CONTRACTS
 
     @property
     def batches(self) -> int:
@@ -367,6 +372,11 @@ class Learner:
         return [s for s in self.states if s.group is None]
 
     @property
+    def exact(self) -> bool:
+        """Under `contract exact_sum`: sums over samples and owners are exact, rounded once."""
+        return self.contract == "exact_sum"
+
+    @property
     def identity(self) -> str:
         return hashlib.sha256(canonical(self).encode()).hexdigest()
 
@@ -384,7 +394,7 @@ def _hexes(raw: bytes) -> str:
 
 def canonical(lr: Learner) -> str:
     names: dict[int, str] = {}
-    lines = [f"contract {CONTRACT}", f"learner {lr.name}", f"samples {lr.nsamples}"]
+    lines = [f"contract {CONTRACTS[lr.contract]}", f"learner {lr.name}", f"samples {lr.nsamples}"]
     if lr.batch:
         lines.append(f"batch {lr.batch} order " + ("sequence" if lr.shuffle is None
                                                     else f"shuffle {lr.shuffle}"))

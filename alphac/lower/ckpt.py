@@ -48,23 +48,26 @@ def save_lines(holdings, role: str, writer: int) -> list[str]:
         for k, (name, lo, hi) in enumerate(holdings)]
 
 
-def layout_check(layout: int, owners: int) -> list[str]:
+def layout_check(layout: int, owners: int, flat_ok: bool = False) -> list[str]:
     """The root manifest (in ck_man) must be of this executable's layout: 0 flat, else the
-    fan-out of a tree of `owners` owners."""
+    fan-out of a tree of `owners` owners. `flat_ok` (exact_sum): a tree resumes from a flat
+    checkpoint too, whose owners' shards every owner may read."""
     if layout == 0:
         return ['if load64(ck_man + CKH_LAYOUT) != 0 { refuse("checkpoint-layout"); }']
-    return [f'if load64(ck_man + CKH_LAYOUT) != {layout} || load64(ck_man + CKH_OWNER_HI) != {owners} '
-            '{ refuse("checkpoint-layout"); }']
+    other = f'load64(ck_man + CKH_LAYOUT) != {layout} || load64(ck_man + CKH_OWNER_HI) != {owners}'
+    if flat_ok:
+        other = f'load64(ck_man + CKH_LAYOUT) != 0 && ({other})'
+    return [f'if {other} {{ refuse("checkpoint-layout"); }}']
 
 
-def load_root_lines(layout: int, owners: int, me: int = 0) -> list[str]:
+def load_root_lines(layout: int, owners: int, me: int = 0, flat_ok: bool = False) -> list[str]:
     return [f'ckpt_begin(dir, "", {me}, 0);',
             'let count = ckpt_load("MANIFEST", ck_man, CK_MAN_CAP, 0, 1);'] + \
-        layout_check(layout, owners)
+        layout_check(layout, owners, flat_ok)
 
 
-def restore_lines(holdings, me: int, layout: int, owners: int) -> list[str]:
-    out = load_root_lines(layout, owners, me)
+def restore_lines(holdings, me: int, layout: int, owners: int, flat_ok: bool = False) -> list[str]:
+    out = load_root_lines(layout, owners, me, flat_ok)
     out += ["count = ckpt_descend(ck_man, CK_MAN_CAP, count);"]
     out += [f'ckpt_restore(ck_man, count, "{name}", {lo}, {hi}, st_{name} + {8 * lo});'
             for name, lo, hi in holdings]

@@ -7,6 +7,8 @@ order (the contract in alphac.ir.autodiff and alphac.ir.interp):
     learner_grad(lo, hi)     G_p = sum over samples lo..hi-1 of the per-sample gradient of p,
                              a left fold from -0.0 (the exact additive identity, so it equals
                              the fold that starts from the first sample)
+                             (under exact_sum: xs_add into the accumulators XG_p, XL)
+    learner_exact_round()    exact_sum only: G_p and L_sum, each accumulator rounded once
     learner_mean(n)          g_p = G_p / n
     learner_scalars()        the scalar-state statements, into sn_<name> (old values untouched)
     learner_group_<k>(a, b)  the update of coordinate group k for coordinates a..b-1
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import struct
 
+from alphac.formats import XS_WORDS
 from alphac.ir.binary64 import bits
 from alphac.ir.learner import (Bcast, Const, DataRow, Dot, Elem, Grad, Learner, MatVec, Max,
                                MaxAdj, Node, OneHot, Outer, Pick, Pow, Read, Stack, Sum, Unary,
@@ -388,9 +391,14 @@ class LearnerCode:
         lr = self.lr
         em = Emitter(self)
         em.put(f"#line {lr.loss_line}")
-        em.put(f"storef(L_sum, {flit(-0.0)});")
-        for p in lr.params:
-            em.loop(0, p.size, lambda j, p=p: em.put(f"storef(G_{p.name} + 8 * ({j}), {flit(-0.0)});"))
+        if lr.exact:                     # exact_sum: fixed-point accumulators (xsum.rt)
+            em.put("xs_clear(XL);")
+            for p in lr.params:
+                em.put(f"xs_clear_n(XG_{p.name}, {p.size});")
+        else:
+            em.put(f"storef(L_sum, {flit(-0.0)});")
+            for p in lr.params:
+                em.loop(0, p.size, lambda j, p=p: em.put(f"storef(G_{p.name} + 8 * ({j}), {flit(-0.0)});"))
         batched = bool(lr.batch)
         if batched:                      # step t's samples (alphac.ir.order), counted in n
             em.put(f"let ep = t / {lr.batches};")
@@ -424,6 +432,11 @@ class LearnerCode:
                     g = terms[0] if terms else em.let(flit(0.0), "zero")
                     for t in terms[1:]:
                         g = em.let(f"{g} + {t}")
+                    if lr.exact:
+                        w = 8 * XS_WORDS
+                        at = f"XG_{p.name} + {w} * ({j})" if not j.isdigit() else f"XG_{p.name} + {w * int(j)}"
+                        em.put(f"xs_add({at}, {g});")
+                        return
                     slot = f"G_{p.name} + 8 * ({j})" if not j.isdigit() else f"G_{p.name} + {8 * int(j)}"
                     em.put(f"storef({slot}, loadf({slot}) + {g});")
                 vals.prepare([c.node for c in covering])
@@ -435,7 +448,10 @@ class LearnerCode:
                 else:
                     vals.loop(a, b, body)
         vals.prepare([lr.loss])              # the sample's loss, summed like a gradient
-        em.put(f"storef(L_sum, loadf(L_sum) + {vals.get(lr.loss, None)});")
+        if lr.exact:
+            em.put(f"xs_add(XL, {vals.get(lr.loss, None)});")
+        else:
+            em.put(f"storef(L_sum, loadf(L_sum) + {vals.get(lr.loss, None)});")
         if batched:
             em.depth -= 1
             em.put("}")
@@ -471,6 +487,14 @@ class LearnerCode:
                 f"    let x = learner_feistel(s, e);\n"
                 f"    while x >= {lr.nsamples} {{ x = learner_feistel(x, e); }}\n"
                 f"    return x;\n}}\n\n")
+
+    def gen_round(self) -> str:
+        """exact_sum: learner_exact_round() rounds the accumulators once into G and L_sum."""
+        em = Emitter(self)
+        for p in self.lr.params:
+            em.put(f"xs_round_into(G_{p.name}, XG_{p.name}, {p.size});")
+        em.put("storef(L_sum, xs_round(XL));")
+        return self.function("learner_exact_round", "", em)
 
     def gen_mean(self) -> str:
         em = Emitter(self)
@@ -537,9 +561,14 @@ class LearnerCode:
         """learner_step_at(t): step t of the single process; learner_step(): step 0."""
         em = Emitter(self)
         if self.lr.loss is not None and self.lr.batch:
-            em.put(f"learner_mean(learner_grad(0, {self.lr.nsamples}, t));")
+            em.put(f"let n = learner_grad(0, {self.lr.nsamples}, t);")
+            if self.lr.exact:
+                em.put("learner_exact_round();")
+            em.put("learner_mean(n);")
         elif self.lr.loss is not None:
             em.put(f"learner_grad(0, {self.lr.nsamples});")
+            if self.lr.exact:
+                em.put("learner_exact_round();")
             em.put(f"learner_mean({self.lr.nsamples});")
         em.put("learner_scalars();")
         for g in self.lr.groups:
@@ -651,9 +680,15 @@ class LearnerCode:
         for p in lr.params:
             decls.append(f"global G_{p.name}: [f64; {p.size}];")
             decls.append(f"global g_{p.name}: [f64; {p.size}];")
+            if lr.exact and lr.loss is not None:
+                decls.append(f"global XG_{p.name}: [i64; {p.size * XS_WORDS}];")
+        if lr.exact and lr.loss is not None:
+            decls.append(f"global XL: [i64; {XS_WORDS}];")
         body = ""
         if lr.loss is not None:
             body += self.gen_grad() + self.gen_mean()
+            if lr.exact:
+                body += self.gen_round()
         body += self.gen_scalars()
         for g in lr.groups:
             body += self.gen_group(g.index)

@@ -22,7 +22,7 @@ is checked against) and its sender's role code.
 from __future__ import annotations
 
 from alphac.dist.identity import COMPONENTS, digests, short
-from alphac.formats import CKPT_RECORD, FRAME_KINDS as KINDS
+from alphac.formats import CKPT_RECORD, FRAME_KINDS as KINDS, XS_WORDS
 from alphac.lower import ckpt
 from alphac.dist.plan import Plan
 from alphac.dist.structure import Leaf, Role, Star
@@ -55,6 +55,9 @@ class RoleLowering:
             self.poff[p.name] = off
             off += p.size
         self.P = off + (1 if self.lr.loss is not None else 0)   # the loss sum follows G
+        # exact_sum: (G, L, n) travel unrounded, as P accumulators of XS_WORDS words and n
+        self.exact = self.lr.exact and self.lr.loss is not None
+        self.PX = self.P * XS_WORDS
         self.lines: list[str] = []
         self.msg_words = 1
 
@@ -104,11 +107,13 @@ class RoleLowering:
         self.msg_words = max(self.msg_words, words)
 
     def send(self, peer: Role, kind: str, buf: str, words: int) -> None:
-        self.need(words)
+        if buf == "msg":
+            self.need(words)
         self.put(f"frame_send({self.fd(peer)}, {KINDS[kind]}, v, {buf}, {8 * words});")
 
     def recv(self, peer: Role, kind: str, buf: str, words: int) -> None:
-        self.need(words)
+        if buf == "msg":
+            self.need(words)
         self.put(f"frame_recv({self.fd(peer)}, {code_of(self.plan, peer)}, {KINDS[kind]}, v, {buf}, {8 * words});")
 
     def pack_states(self, states) -> int:
@@ -127,9 +132,17 @@ class RoleLowering:
                 self.put(f"let n = learner_grad({lo}, {hi}, v);")
             else:
                 self.put(f"learner_grad({lo}, {hi});")
+            n = 'n' if lr.batch else hi - lo
+            if self.exact:
+                W = XS_WORDS
+                for p in self.params:
+                    self.put(f"vec_copy(xcomb + {8 * W * self.poff[p.name]}, XG_{p.name}, {W * p.size});")
+                self.put(f"vec_copy(xcomb + {8 * W * (P - 1)}, XL, {W});")
+                self.put(f"store64(xcomb + {8 * self.PX}, {n});")
+                return
             for p in self.params:
                 self.put(f"vec_copy(comb + {8 * self.poff[p.name]}, G_{p.name}, {p.size});")
-            self.put(f"store64(comb + {8 * P}, {'n' if lr.batch else hi - lo});")
+            self.put(f"store64(comb + {8 * P}, {n});")
             if lr.loss is not None:
                 self.put(f"storef(comb + {8 * (P - 1)}, loadf(L_sum));")
         elif a.op == "combine":
@@ -160,7 +173,9 @@ class RoleLowering:
 
     def send_action(self, a) -> None:
         P, peer, kind = self.P, a.peer, a.kind
-        if kind == "combine":
+        if kind == "combine" and self.exact:
+            self.send(peer, kind, "xcomb", self.PX + 1)
+        elif kind == "combine":
             self.send(peer, kind, "comb", P + 1)
         elif kind == "deliver":
             if self.plan.is_owner(peer) and "gradients" in self.plan.part:
@@ -178,7 +193,9 @@ class RoleLowering:
 
     def recv_action(self, a) -> None:
         P, peer, kind = self.P, a.peer, a.kind
-        if kind == "combine":
+        if kind == "combine" and self.exact:
+            self.recv(peer, kind, f"xcb{self.children.index(peer)}", self.PX + 1)
+        elif kind == "combine":
             self.recv(peer, kind, f"cb{self.children.index(peer)}", P + 1)
         elif kind == "deliver":
             if not self.owner:
@@ -211,6 +228,8 @@ class RoleLowering:
                 at += s.size
 
     def combine(self) -> None:
+        if self.exact:
+            return self.combine_exact()
         P = self.P
         n = P + 1
         if isinstance(self.plan.topo, Star):
@@ -234,6 +253,20 @@ class RoleLowering:
             self.put(f"vec_copy(comb, cb0, {n});")
             for k in range(1, len(self.children)):
                 self.put(f"combine_into(comb, cb{k}, {P});")
+
+    def combine_exact(self) -> None:
+        """exact_sum: the children's accumulators merged in child order (integer additions:
+        any order gives the same words, so no tree is followed), their n added; the root rounds
+        each once into comb, which the delivery and the loss event read."""
+        P, PX = self.P, self.PX
+        cb = [f"xcb{k}" for k in range(len(self.children))]
+        self.put(f"vec_copy(xcomb, {cb[0]}, {PX + 1});")
+        for b in cb[1:]:
+            self.put(f"xs_merge_n(xcomb, {b}, {P});")
+            self.put(f"store64(xcomb + {8 * PX}, load64(xcomb + {8 * PX}) + load64({b} + {8 * PX}));")
+        if self.role == self.plan.root:
+            self.put(f"xs_round_into(comb, xcomb, {P});")
+            self.put(f"store64(comb + {8 * P}, load64(xcomb + {8 * PX}));")
 
     # -- checkpoints -----------------------------------------------------------------------------
     def holdings(self, k: int | None = None) -> list[tuple[str, int, int]]:
@@ -285,10 +318,12 @@ class RoleLowering:
         return lines
 
     def resume_body(self) -> list[str]:
+        flat_ok = self.lr.exact           # exact_sum: every layout's state is the same run's
         if self.owner:
-            lines = ckpt.restore_lines(self.holdings(), self.role.index, self.layout, self.plan.dep.owners)
+            lines = ckpt.restore_lines(self.holdings(), self.role.index, self.layout,
+                                       self.plan.dep.owners, flat_ok)
         else:
-            lines = ckpt.load_root_lines(self.layout, self.plan.dep.owners)
+            lines = ckpt.load_root_lines(self.layout, self.plan.dep.owners, flat_ok=flat_ok)
         return lines + ["return load64(ck_version);"]
 
     # -- the module ------------------------------------------------------------------------------
@@ -324,7 +359,11 @@ class RoleLowering:
                  f"global msg: [f64; {self.msg_words}];",
                  f"global comb: [f64; {self.P + 1}];",
                  "global g_n: [i64; 1];"]
-        head += [f"global cb{k}: [f64; {self.P + 1}];" for k in range(len(kids))]
+        if self.exact:
+            head += [f"global xcomb: [i64; {self.PX + 1}];"]
+            head += [f"global xcb{k}: [i64; {self.PX + 1}];" for k in range(len(kids))]
+        else:
+            head += [f"global cb{k}: [f64; {self.P + 1}];" for k in range(len(kids))]
         head += ckpt.declarations(self.lr, self.ck_records)
         head += self.extra
         slot = ["fn role_child_slot(code: i64) -> i64 {"]

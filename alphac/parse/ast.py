@@ -167,6 +167,14 @@ class OrderDecl:
 
 
 @dataclass(frozen=True)
+class ContractDecl:
+    """`contract ordered` or `contract exact_sum`: the numerical contract (docs/language.md)."""
+    name: str
+    name_span: Span
+    span: Span
+
+
+@dataclass(frozen=True)
 class Module:
     header: LearnerHeader | None
     decls: tuple[object, ...]

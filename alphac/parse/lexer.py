@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from alphac.diag import Sink, Source, Span
 
 KEYWORDS = {"learner", "data", "const", "param", "state", "loss", "predict", "update", "let",
-            "deployment", "strategy", "f64", "batch", "order"}
+            "deployment", "strategy", "f64", "batch", "order", "contract"}
 DIGITS = "0123456789"
 PUNCT = {"+", "-", "*", "/", "^", "=", "(", ")", "[", "]", "{", "}", ",", ":", ";", ".",
          "..", "@"}

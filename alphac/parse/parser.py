@@ -37,7 +37,7 @@ class _Bail(Exception):
 
 
 DECL_KEYWORDS = ("data", "const", "param", "state", "loss", "predict", "update", "batch",
-                 "order", "deployment", "strategy")
+                 "order", "contract", "deployment", "strategy")
 
 
 class Parser:
@@ -160,7 +160,7 @@ class Parser:
         if t.kind == "kw" and t.text in self.decls:
             return self.decls[t.text](self)
         raise self.fail("a declaration (data, const, param, state, loss, predict, update, batch, "
-                        "order, deployment, strategy)")
+                        "order, contract, deployment, strategy)")
 
     def parse_type(self) -> ast.TypeExpr:
         f = self.expect("kw", "f64", what="a type (`f64` or `f64[N]`)")
@@ -238,6 +238,12 @@ class Parser:
                             "the order is `sequence` or `shuffle(SEED)`")
         self.end_of_line()
         return ast.OrderDecl(kind.text, seed, kw.span.to(end))
+
+    def parse_contract(self) -> ast.ContractDecl:
+        kw = self.advance()
+        name = self.expect("name", what="the contract's name: `ordered` or `exact_sum`")
+        self.end_of_line()
+        return ast.ContractDecl(name.text, name.span, kw.span.to(name.span))
 
     def parse_update(self) -> ast.UpdateDecl:
         kw = self.advance()
@@ -389,4 +395,5 @@ DECL_PARSERS = {
     "update": Parser.parse_update,
     "batch": Parser.parse_batch,
     "order": Parser.parse_order,
+    "contract": Parser.parse_contract,
 }

@@ -337,6 +337,8 @@ def kernels(lr: Learner, sm: int = 90) -> list[Kernel]:
         missing.append("a vector over a matrix's rows")
     if lr.batch:
         missing.append("minibatches")
+    if lr.exact:
+        missing.append("the exact_sum contract")
     if missing:
         raise BuildError(f"learner `{lr.name}` uses operations the GPU owner kernels do not "
                          f"have yet ({', '.join(missing)}); build it for x86_64 or aarch64")

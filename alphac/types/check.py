@@ -131,6 +131,7 @@ class Checker:
             self.predict_decl = predicts[0]
             predict = self.decl_loss(predicts[0], nsamples)
         batch, seed = self.decl_batch(m, nsamples, bool(losses))
+        contract = self.decl_contract(m)
         if updates:
             self.decl_update(updates[0])
         groups = self.coordinate_groups()
@@ -140,7 +141,7 @@ class Checker:
         return ir.Learner(m.header.name, self.consts, self.data, self.states, nsamples,
                           self.loss, self.update, groups,
                           loss_line=losses[0].span.line_col[0] if losses else 0, predict=predict,
-                          batch=batch, shuffle=seed)
+                          batch=batch, shuffle=seed, contract=contract)
 
     def define(self, name: str, span: Span, sym: Symbol, scope: dict[str, Symbol] | None = None) -> bool:
         if name in BUILTINS or name in self.syms or (scope is not None and name in scope):
@@ -338,6 +339,20 @@ class Checker:
                 else:
                     seed = o.seed.ival
         return batch, seed
+
+    def decl_contract(self, m: ast.Module) -> str:
+        """`contract ordered | exact_sum` (E0063): the numerical contract; `ordered` by default."""
+        decls = [d for d in m.decls if isinstance(d, ast.ContractDecl)]
+        for extra in decls[1:]:
+            self.err("E0063", extra.span, "the contract is declared twice",
+                     hint="a learner has one numerical contract")
+        if not decls:
+            return "ordered"
+        if decls[0].name not in ir.CONTRACTS:
+            self.err("E0063", decls[0].name_span, f"unknown contract `{decls[0].name}`",
+                     hint="the contracts are " + " and ".join(f"`{c}`" for c in ir.CONTRACTS))
+            return "ordered"
+        return decls[0].name
 
     def let(self, st: ast.Let, ctx: Ctx) -> None:
         node = self.expr(st.value, ctx)

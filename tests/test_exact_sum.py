@@ -1,0 +1,170 @@
+"""`contract exact_sum` (docs/language.md): every sum the split or the tree could reorder is exact,
+rounded once, so every owner count, topology, strategy and ISA prints the single process's bits,
+and a checkpoint resumes on any layout as the uninterrupted run.
+
+The oracle is the tests' own (tests/oracle.py, `exact=True`): the reference learners' gradients
+written by hand, each coordinate's sum over samples a `fractions.Fraction`, rounded once. Stars
+and hierarchies of 1 to 16 owners with uneven, seeded splits are generated here."""
+import random
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import oracle
+from backend import build_deployment
+from conftest import EXAMPLES, alphac, require_tool
+
+LEARNERS = ("lsq_adam", "lsq_momentum", "two_coordinate", "scalar_regression")
+NSAMPLES = {"lsq_adam": 8, "lsq_momentum": 8, "two_coordinate": 5, "scalar_regression": 6}
+
+
+def exact_source(name: str, extra: str = "") -> str:
+    text = (EXAMPLES / f"{name}.alpha").read_text()
+    text, n = re.subn(r"^(learner \w+)$", r"\1\ncontract exact_sum", text, count=1, flags=re.M)
+    assert n == 1
+    return text + extra
+
+
+def split_text(rng, n: int, owners: int) -> str:
+    """An uneven split of n samples over the owners (some may hold none)."""
+    cuts = sorted(rng.randint(0, n) for _ in range(owners - 1))
+    bounds = [0] + cuts + [n]
+    return ", ".join(f"owner[{k}] = {bounds[k]}..{bounds[k + 1]}" for k in range(owners))
+
+
+def generated(name: str, seed: int = 23) -> str:
+    """Stars of 1..16 owners and hierarchies of fan-out 2..4, uneven splits, some partitioned."""
+    rng, n, out = random.Random(seed), NSAMPLES[name], []
+    for owners in range(1, 17):
+        out.append(f"deployment x_star{owners} {{\n  roles coordinator, owner[{owners}]\n"
+                   f"  topology star(coordinator)\n  samples {split_text(rng, n, owners)}\n}}\n")
+        if owners >= 2:
+            out.append(f"deployment x_tree{owners} {{\n  roles owner[{owners}]\n"
+                       f"  topology hierarchy(fanout {rng.randint(2, 4)})\n"
+                       f"  samples {split_text(rng, n, owners)}\n}}\n")
+    return "\n" + "\n".join(out)
+
+
+def write(tmp_path: Path, name: str, extra: str = "") -> Path:
+    src = tmp_path / f"{name}_exact.alpha"
+    src.write_text(exact_source(name, extra))
+    return src
+
+
+def launch(dep_dir: Path, tmp_path: Path, **kw) -> dict:
+    from alphac.tools.launch import launch as run
+    rec = run(dep_dir, records=tmp_path / "runs", **kw)
+    assert rec["passed"], rec["roles"]
+    return rec
+
+
+@pytest.mark.parametrize("name", LEARNERS)
+def test_every_plan_prints_the_oracle_bits(name, tmp_path):
+    """The interpreter and every deployment's plan (the examples' and 31 generated ones) equal
+    the Fraction oracle, and the ordered contract does not (so the test can fail)."""
+    from alphac.dist.execute import run_plan
+    from alphac.driver import compile_deployments
+    from alphac.ir import interp
+    want = oracle.run(name, steps=5, exact=True)
+    if name.startswith("lsq"):                # there the ordered sums round otherwise
+        assert want != oracle.run(name, steps=5)
+    compiled, plans = compile_deployments(write(tmp_path, name, generated(name)))
+    lr = compiled.learner
+    assert lr.exact and interp.format_state(lr, interp.run(lr, 5)) == want
+    assert len(plans) >= 31
+    for dep, plan in sorted(plans.items()):
+        assert interp.format_state(lr, run_plan(lr, plan, 5)) == want, dep
+
+
+def test_executables_and_roles_print_the_oracle_bits(tmp_path):
+    """Both ISAs' single-process executables, the example stars (replicated, ZeRO-3, mixed
+    x86-64 and AArch64), the example hierarchy and a generated 16-owner hierarchy, launched."""
+    require_tool("qemu-aarch64")
+    want = oracle.run("lsq_adam", steps=5, exact=True)
+    src = write(tmp_path, "lsq_adam", generated("lsq_adam"))
+    for target in ("x86_64", "aarch64"):
+        exe = tmp_path / f"single-{target}"
+        alphac("build", src, "--target", target, "-o", exe)
+        cmd = ([shutil.which("qemu-aarch64")] if target == "aarch64" else []) + [str(exe), "--steps", "5"]
+        assert subprocess.run(cmd, capture_output=True, text=True, timeout=60).stdout == want
+    for dep in ("lsq_adam_star", "lsq_adam_star_zero3", "lsq_adam_mixed", "lsq_adam_tree", "x_tree16"):
+        rec = launch(build_deployment(src, dep, tmp_path / "roles"), tmp_path, steps=5)
+        assert rec["published"] == want, dep
+        losses = [(e["sum"], e["n"]) for e in rec["loss"]]
+        if dep == "lsq_adam_star":
+            first = losses
+        assert losses == first, dep           # the loss sums too: the same on every layout
+
+
+def test_resume_on_any_layout(tmp_path):
+    """3 steps on one layout, checkpointed, then 2 on another: always the uninterrupted run's
+    bits. Star of 4 -> star of 3, one process, a hierarchy, ZeRO-3; ZeRO-3 -> the replicated
+    star; one process -> a hierarchy of 16."""
+    want = oracle.run("lsq_adam", steps=5, exact=True)
+    assert want == oracle.run("lsq_adam", steps=5, exact=True)
+    src = write(tmp_path, "lsq_adam", generated("lsq_adam"))
+    built = {d: build_deployment(src, d, tmp_path / "roles") for d in
+             ("lsq_adam_star", "x_star3", "lsq_adam_tree", "lsq_adam_star_zero3", "x_tree16")}
+    single = tmp_path / "single"
+    alphac("build", src, "-o", single)
+
+    def run_single(*args) -> str:
+        r = subprocess.run([str(single), *map(str, args)], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        return r.stdout
+
+    ck = {}
+    for dep in ("lsq_adam_star", "lsq_adam_star_zero3"):
+        ck[dep] = tmp_path / f"ck-{dep}"
+        assert launch(built[dep], tmp_path, steps=3, checkpoint=ck[dep])["published"] == \
+            oracle.run("lsq_adam", steps=3, exact=True)
+    ck["single"] = tmp_path / "ck-single"
+    run_single("--steps", 3, "--checkpoint", ck["single"])
+    for start, dep in (("lsq_adam_star", "x_star3"), ("lsq_adam_star", "lsq_adam_tree"),
+                       ("lsq_adam_star", "lsq_adam_star_zero3"), ("lsq_adam_star_zero3", "lsq_adam_star"),
+                       ("single", "x_tree16")):
+        assert launch(built[dep], tmp_path, steps=2, resume=ck[start])["published"] == want, (start, dep)
+    assert run_single("--steps", 2, "--resume", ck["lsq_adam_star"]) == want
+    assert run_single("--steps", 2, "--resume", ck["lsq_adam_star_zero3"]) == want
+
+
+def test_identity_carries_the_contract_not_the_tree(tmp_path):
+    """Under exact_sum the combine component is the same for every tree; the contract is in
+    the learner digest, so an ordered checkpoint is another learner's."""
+    from alphac.dist.identity import digests
+    from alphac.driver import compile_deployments
+    _, plans = compile_deployments(write(tmp_path, "lsq_adam", generated("lsq_adam")))
+    d = {name: digests(p.dep) for name, p in plans.items()}
+    assert d["lsq_adam_star"]["combine"] == d["x_tree9"]["combine"] == d["x_star4"]["combine"]
+    assert d["lsq_adam_star"]["plan"] != d["x_star4"]["plan"]
+    _, ordered = compile_deployments(EXAMPLES / "lsq_adam.alpha")
+    o = digests(ordered["lsq_adam_star"].dep)
+    assert o["contract"] != d["lsq_adam_star"]["contract"] and o["learner"] != d["lsq_adam_star"]["learner"]
+    assert o["combine"] != d["lsq_adam_star"]["combine"]
+    exe, plain = tmp_path / "exact", tmp_path / "ordered"
+    alphac("build", write(tmp_path, "lsq_adam"), "-o", exe)
+    alphac("build", EXAMPLES / "lsq_adam.alpha", "-o", plain)
+    subprocess.run([str(plain), "--steps", "1", "--checkpoint", tmp_path / "ck"], check=True,
+                   capture_output=True)
+    r = subprocess.run([str(exe), "--steps", "1", "--resume", tmp_path / "ck"], capture_output=True, text=True)
+    assert r.returncode != 0 and r.stdout == "" and "refused: checkpoint-other-learner" in r.stderr
+
+
+def test_the_gpu_owner_refuses_exact_sum_by_name(tmp_path):
+    from alphac.diag import BuildError
+    from alphac.driver import compile_deployments
+    from alphac.ptx.kernels import kernels
+    compiled, _ = compile_deployments(write(tmp_path, "lsq_adam"))
+    with pytest.raises(BuildError, match="exact_sum"):
+        kernels(compiled.learner)
+
+
+def test_a_second_or_unknown_contract_is_refused(tmp_path):
+    src = tmp_path / "two.alpha"
+    src.write_text(exact_source("scalar_regression").replace("contract exact_sum",
+                                                             "contract exact_sum\ncontract ordered"))
+    code, _, err = alphac("check", src)
+    assert code != 0 and "E0063" in err and "declared twice" in err
