@@ -168,3 +168,53 @@ def test_a_second_or_unknown_contract_is_refused(tmp_path):
                                                              "contract exact_sum\ncontract ordered"))
     code, _, err = alphac("check", src)
     assert code != 0 and "E0063" in err and "declared twice" in err
+
+
+def fsum_step(lr, state):
+    """One full-batch step of a learner under exact_sum, summed here: each coordinate's terms
+    (the interpreter's per-sample gradients) by math.fsum, exact and rounded once; -0.0 when
+    every term is -0.0."""
+    import math
+
+    import numpy as np
+
+    from alphac.ir import interp
+    from alphac.ir.batch import gradient_rows
+    rows = np.concatenate(list(gradient_rows(lr, state, range(lr.nsamples))))
+    negzero = (rows.view(np.uint64) == np.uint64(1 << 63)).all(axis=0)
+    flat = [-0.0 if z else math.fsum(col) + 0.0 for z, col in zip(negzero, rows.T.tolist())]
+    g, base = {}, 0
+    for p in lr.params:
+        g[p.name] = tuple(v / float(lr.nsamples) for v in flat[base:base + p.size])
+        base += p.size
+    return interp.apply_update(lr, state, g)
+
+
+def test_the_digits_mlp_on_any_layout(tmp_path):
+    """The 64-32-10 MLP on 1500 images under exact_sum: the interpreter, the x86-64 executable
+    and the launched star (unequal shares) print the bits of an fsum oracle after 2 steps; 1
+    step on the star, checkpointed, + 1 step in one process gives them too. (The plan executor
+    takes 2.5 s a step here: the small learners' tests run it on every layout.)"""
+    from alphac.driver import compile_deployments
+    from alphac.ir import interp
+    (tmp_path / "data").mkdir()
+    for f in (EXAMPLES / "data").glob("digits_*.npy"):
+        shutil.copyfile(f, tmp_path / "data" / f.name)
+    src = tmp_path / "digits_exact.alpha"
+    src.write_text(exact_source("digits_mlp"))
+    lr = compile_deployments(src)[0].learner
+    state = interp.initial_state(lr)
+    for _ in range(2):
+        state = fsum_step(lr, state)
+    want = interp.format_state(lr, state)
+    assert interp.format_state(lr, interp.run(lr, 2)) == want
+    exe = tmp_path / "digits"
+    alphac("build", src, "-o", exe)
+    r = subprocess.run([str(exe), "--steps", "2"], capture_output=True, text=True, timeout=60)
+    assert r.stdout == want, r.stderr
+    star = build_deployment(src, "digits_star", tmp_path / "roles")
+    assert launch(star, tmp_path, steps=2)["published"] == want
+    launch(star, tmp_path, steps=1, checkpoint=tmp_path / "ck")
+    r = subprocess.run([str(exe), "--steps", "1", "--resume", tmp_path / "ck"], capture_output=True,
+                       text=True, timeout=60)
+    assert r.stdout == want, r.stderr

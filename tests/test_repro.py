@@ -60,10 +60,10 @@ def built(built_once, tmp_path, monkeypatch):
 
 @pytest.fixture
 def built_few(built):
-    """That copy with its manifest left without examples/digits_mlp.alpha's artifacts, for the
+    """That copy with its manifest naming one executable, learners/lsq_adam.x86_64, for the
     verify mutants below (each rebuilds everything it names; the fresh build's verify, whole)."""
     m = json.loads((built / "MANIFEST.json").read_text())
-    arts = {p: a for p, a in m["artifacts"].items() if not real_data(Path(a["recipe"]["source"]).name)}
+    arts = {p: a for p, a in m["artifacts"].items() if p == "learners/lsq_adam.x86_64"}
     used = {i for a in arts.values() for i in a["inputs"]}
     manifest.write(built / "MANIFEST.json", {**m, "artifacts": arts,
                                              "inputs": {i: e for i, e in m["inputs"].items() if i in used}})
@@ -197,18 +197,19 @@ def test_verify_refuses_an_executable_changed_by_one_byte(built_few):
 
 
 def test_verify_refuses_a_changed_source(tmp_path, monkeypatch):
-    shutil.copytree(ROOT / "examples", tmp_path / "examples",      # digits_mlp: built_once's
-                    ignore=lambda d, names: real_data_files(d, names))
+    shutil.copytree(ROOT / "examples", tmp_path / "examples",      # two small learners
+                    ignore=lambda d, names: [n for n in names if n.endswith(".alpha") and
+                                             n not in ("scalar_regression.alpha", "two_coordinate.alpha")])
     monkeypatch.chdir(tmp_path)
     assert alphac("build-all", "--out", "out")[0] == 0
-    src = tmp_path / "examples" / "lsq_adam.alpha"
-    src.write_text(src.read_text().replace("const lr = 0.05", "const lr = 0.06"))
+    src = tmp_path / "examples" / "scalar_regression.alpha"
+    src.write_text(src.read_text().replace("a = a - 0.02 * grad(a)", "a = a - 0.03 * grad(a)"))
     code, _, err = alphac("verify", "out/MANIFEST.json")
     assert code == 3
-    line = next(l for l in err.splitlines() if l.startswith("verify: input examples/lsq_adam.alpha"))
-    assert "(used by " in line and "learners/lsq_adam.x86_64" in line and ": sha256" in line
-    assert "verify: learners/lsq_adam.x86_64: rebuilt sha256" in err
-    assert "lsq_momentum" not in err
+    line = next(l for l in err.splitlines() if l.startswith("verify: input examples/scalar_regression.alpha"))
+    assert "(used by " in line and "learners/scalar_regression.x86_64" in line and ": sha256" in line
+    assert "verify: learners/scalar_regression.x86_64: rebuilt sha256" in err
+    assert "two_coordinate" not in err
 
 
 def test_verify_refuses_another_compiler(built_few):
