@@ -297,14 +297,6 @@ def real_data(name: str) -> bool:
     return name.startswith(("digits_", "logistic"))
 
 
-def real_data_files(folder, names):
-    """The real-data examples and their data, left out of a mutant's copy (the check on this
-    tree builds them; each mutant would add four builds of the 1500-sample one)."""
-    if Path(folder).name != "examples":
-        return []
-    return [n for n in names if real_data(n) or n == "data"]
-
-
 def in_mutants(name: str) -> bool:
     """The examples a mutant's copy keeps: every kind of artifact (learners, roles and their
     table, GPU owners, cubins) without the large deployments (the check on this tree builds
