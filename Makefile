@@ -79,6 +79,7 @@ bench: $(STAMP) data
 	$(BIN)/python bench/interp.py
 	$(BIN)/python bench/digits.py
 	$(BIN)/python bench/data.py
+	$(BIN)/python bench/exact_sum.py
 
 docs: $(STAMP)
 	$(BIN)/python -m alphac.tools.docs

@@ -11,7 +11,8 @@ from conftest import ROOT, require_tool
 HEADERS = {"learners.py": "| learner | compile ms |", "functions.py": "function",
            "fleet.py": "| deployment | check time s |", "distributed.py": "| system | learner |",
            "interp.py": "| learner | samples |", "digits.py": "| system | time per epoch ms |",
-           "sha256.py": "| system | message bytes |", "data.py": "| measure | alphac |"}
+           "sha256.py": "| system | message bytes |", "data.py": "| measure | alphac |",
+           "exact_sum.py": "| learner | contract |"}
 
 
 @pytest.mark.parametrize("script", sorted(HEADERS))
