@@ -95,11 +95,13 @@ def build(src: Path, out: Path, deps: list[str]) -> None:
         os.chdir(cwd)
 
 
-def alphac_run(out: Path, dep: str, steps: int) -> tuple[float, int, str]:
+def alphac_run(out: Path, dep: str, steps: int, data: Path | None = None) -> tuple[float, int, str]:
+    """A launch of the built deployment; `data`: where the owners read loaded data (the
+    source's directory: the roles name it relative to where they were built)."""
     from alphac.tools.launch import launch
     b0 = lo_bytes()
     t = time.perf_counter()
-    rec = launch(out / dep, steps=steps, records=out / "runs", deadline_ms=60000)
+    rec = launch(out / dep, steps=steps, records=out / "runs", deadline_ms=60000, data=data)
     dt = time.perf_counter() - t
     assert rec["passed"], rec["roles"]
     return dt, lo_bytes() - b0, rec["published"]
@@ -114,12 +116,12 @@ def alphac_rows(src: Path, name: str, deps: dict[int, str], steps: int, tmp: Pat
     compiled, plans = compile_deployments(src)
     results = {}
     for p, dep in deps.items():
-        results[p] = alphac_run(out, dep, 5)[2]
+        results[p] = alphac_run(out, dep, 5, src.parent)[2]
     want = format_state(compiled.learner, run_plan(compiled.learner, plans[deps[4]], 5))
     oracle_ok = want == results[4]
-    start = statistics.median(alphac_run(out, deps[4], 0)[0] for _ in range(3))
-    long, wire, _ = alphac_run(out, deps[4], steps)
-    wire0 = alphac_run(out, deps[4], 0)[1]
+    start = statistics.median(alphac_run(out, deps[4], 0, src.parent)[0] for _ in range(3))
+    long, wire, _ = alphac_run(out, deps[4], steps, src.parent)
+    wire0 = alphac_run(out, deps[4], 0, src.parent)[1]
     per_step = max(0.0, long - start) / steps
     same = len({hashlib.sha256(r.encode()).hexdigest() for r in results.values()}) == 1
     return ("alphac", name, start, per_step, (wire - wire0) / steps, same, oracle_ok)

@@ -1,5 +1,5 @@
 """Benchmark: the cost of `contract exact_sum` (every gradient and loss sum over samples and owners
-exact, in xsum.rt's fixed-point accumulators of XS_WORDS = 67 words per coordinate, rounded once)
+exact, in xsum.rt's fixed-point accumulators, rounded once)
 against the default ordered contract, for the same learner, side by side in one run.
 
 Two learners, each built twice (its source as written, and with `contract exact_sum` inserted
@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from distributed import ROOT, big_learner, build, lo_bytes   # noqa: E402  (also puts ROOT on sys.path)
+from distributed import ROOT, alphac_run, big_learner, build  # noqa: E402  (also puts ROOT on sys.path)
 from digits import DATA                                       # noqa: E402
 
 CONTRACTS = ("ordered", "exact_sum")
@@ -79,18 +79,6 @@ def single(src: Path, steps: int, tmp: Path) -> tuple[float, str]:
     start = statistics.median(run(0)[0] for _ in range(3))
     long, state = run(steps)
     return max(0.0, long - start) / steps, state
-
-
-def alphac_run(out: Path, dep: str, steps: int, data: Path) -> tuple[float, int, str]:
-    """bench/distributed.py's alphac_run, the owners reading their data from `data` (the roles
-    were built in the source's directory, so the paths they recorded are relative to it)."""
-    from alphac.tools.launch import launch
-    b0 = lo_bytes()
-    t = time.perf_counter()
-    rec = launch(out / dep, steps=steps, records=out / "runs", deadline_ms=60000, data=data)
-    dt = time.perf_counter() - t
-    assert rec["passed"], rec["roles"]
-    return dt, lo_bytes() - b0, rec["published"]
 
 
 def star(src: Path, dep: str, steps: int, tmp: Path) -> tuple[float, float, str]:
