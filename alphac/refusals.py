@@ -27,6 +27,9 @@ REFUSALS: dict[str, tuple[int, str]] = {
     "frame-checksum": (76, "a frame's checksum does not match its bytes"),
     "frame-unknown-role": (77, "a frame comes from a role that is not the expected peer (or a "
                                "role connects twice)"),
+    "frame-bad-accumulator": (79, "a combine frame's exact sums (`contract exact_sum`) are not in "
+                              "the accumulator format: a header with an undefined bit or a base out "
+                              "of range, or spill records that do not match the spilled headers"),
     "frame-out-of-order": (78, "a frame has the wrong kind or is for another step"),
     "peer-learner": (80, "a peer was built for another learner"),
     "peer-rate": (81, "a peer was built with other constants (a learning rate, say)"),

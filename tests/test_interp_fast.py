@@ -110,6 +110,14 @@ def agree(lr, steps: int = 3, seed: int = 0) -> None:
     r = random.Random(seed)
     state = interp.initial_state(lr)
     n = lr.nsamples or 0
+    if lr.exact:              # exact_sum: the terms, rounded once (alphac.ir.exact), on both paths
+        for _ in range(steps):
+            for samples in splits(n, r) + [range(n)]:
+                assert same(interp.rounded(interp.owner_contribution(lr, state, samples)),
+                            interp.rounded(interp.owner_contribution_scalar(lr, state, samples)))
+            state = interp.apply_update(lr, state, interp.mean_gradient(
+                interp.owner_contribution(lr, state, range(n))))
+        return
     for _ in range(steps):
         whole = interp.owner_contribution_scalar(lr, state, range(n))
         per = [interp.per_sample_gradient(lr, state, i) for i in range(n)]

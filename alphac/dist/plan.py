@@ -35,7 +35,7 @@ executable declares for them); `admit` refuses a role one byte over its declared
 """
 from __future__ import annotations
 
-from alphac.formats import XS_WORDS
+from alphac.formats import XC_WORDS, XS_DIGITS
 from alphac.npy import CHUNK
 
 from dataclasses import dataclass
@@ -356,8 +356,10 @@ class Plan:
                 out["params (all, for compute)"] = 8 * ptotal
                 out["G (its sum)"] = 8 * ptotal
                 out["combined gradient"] = 8 * (self.slice_total(k) if "gradients" in self.part else ptotal)
-                if lr.exact:                # exact_sum: accumulators and their frame copy
-                    out["exact accumulators (G, L) and their frame"] = 2 * 8 * XS_WORDS * (ptotal + 1) + 8
+                if lr.exact:                # exact_sum: accumulators, spill regions and records
+                    out["exact accumulators (G, L), n, spills"] = 8 * XC_WORDS * (ptotal + 1) + 16
+                    out["exact spill regions and records (touched where sums spill)"] = \
+                        8 * (2 * XS_DIGITS + 1) * (ptotal + 1)
             for s in lr.states:
                 if s.group is None:
                     out.setdefault("scalar state (old, new)", 0)
@@ -372,8 +374,10 @@ class Plan:
             return out
         kids = len(self.children(role))
         if self.has_loss and lr.exact:
-            out["children's exact (G, L, n)"] = kids * (8 * XS_WORDS * (ptotal + 1) + 8)
-            out["combined exact (G, L, n), rounded (G, n)"] = 8 * XS_WORDS * (ptotal + 1) + 8 * ptotal + 16
+            per = 8 * (XC_WORDS + XS_DIGITS) * (ptotal + 1) + 16   # accumulators and spill regions
+            out["children's exact (G, L, n)"] = kids * per
+            out["combined exact (G, L, n), spill records, rounded (G, n)"] = \
+                per + 8 * (XS_DIGITS + 1) * (ptotal + 1) + 8 * ptotal + 16
         elif self.has_loss:
             out["children's (G, n)"] = kids * (8 * ptotal + 8)
             out["combined (G, n)"] = 8 * ptotal + 8

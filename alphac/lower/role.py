@@ -21,8 +21,9 @@ is checked against) and its sender's role code.
 """
 from __future__ import annotations
 
+from alphac.diag import BuildError
 from alphac.dist.identity import COMPONENTS, digests, short
-from alphac.formats import CKPT_RECORD, FRAME_KINDS as KINDS, XS_WORDS
+from alphac.formats import CKPT_RECORD, FRAME_KINDS as KINDS, XC_WORDS, XS_DIGITS
 from alphac.lower import ckpt
 from alphac.dist.plan import Plan
 from alphac.dist.structure import Leaf, Role, Star
@@ -55,9 +56,13 @@ class RoleLowering:
             self.poff[p.name] = off
             off += p.size
         self.P = off + (1 if self.lr.loss is not None else 0)   # the loss sum follows G
-        # exact_sum: (G, L, n) travel unrounded, as P accumulators of XS_WORDS words and n
+        # exact_sum: (G, L, n) travel unrounded: P compact accumulators (XC_WORDS words each),
+        # n and the spill count in one frame, then the spilled sums' records in a second
         self.exact = self.lr.exact and self.lr.loss is not None
-        self.PX = self.P * XS_WORDS
+        self.PX = self.P * XC_WORDS
+        self.acc = ("XA", "XSP") if self.owner else ("xcomb", "xcsp")   # what this role sends up
+        if self.exact and self.owner and self.children:
+            raise BuildError(f"{role}: an owner that combines is not built under exact_sum")
         self.lines: list[str] = []
         self.msg_words = 1
 
@@ -133,12 +138,8 @@ class RoleLowering:
             else:
                 self.put(f"learner_grad({lo}, {hi});")
             n = 'n' if lr.batch else hi - lo
-            if self.exact:
-                W = XS_WORDS
-                for p in self.params:
-                    self.put(f"vec_copy(xcomb + {8 * W * self.poff[p.name]}, XG_{p.name}, {W * p.size});")
-                self.put(f"vec_copy(xcomb + {8 * W * (P - 1)}, XL, {W});")
-                self.put(f"store64(xcomb + {8 * self.PX}, {n});")
+            if self.exact:                # learner_grad's accumulators are the frame (XA)
+                self.put(f"store64(XA + {8 * self.PX}, {n});")
                 return
             for p in self.params:
                 self.put(f"vec_copy(comb + {8 * self.poff[p.name]}, G_{p.name}, {p.size});")
@@ -174,7 +175,12 @@ class RoleLowering:
     def send_action(self, a) -> None:
         P, peer, kind = self.P, a.peer, a.kind
         if kind == "combine" and self.exact:
-            self.send(peer, kind, "xcomb", self.PX + 1)
+            acc, sp = self.acc
+            self.put(f"let spills = xc_pack_spills({acc}, {sp}, {P}, xspill);")
+            self.put(f"store64({acc} + {8 * (self.PX + 1)}, spills);")
+            self.send(peer, kind, acc, self.PX + 2)
+            self.put(f"if spills > 0 {{ frame_send({self.fd(peer)}, {KINDS[kind]}, v, xspill, "
+                     f"{8 * (XS_DIGITS + 1)} * spills); }}")
         elif kind == "combine":
             self.send(peer, kind, "comb", P + 1)
         elif kind == "deliver":
@@ -194,7 +200,18 @@ class RoleLowering:
     def recv_action(self, a) -> None:
         P, peer, kind = self.P, a.peer, a.kind
         if kind == "combine" and self.exact:
-            self.recv(peer, kind, f"xcb{self.children.index(peer)}", self.PX + 1)
+            k = self.children.index(peer)
+            self.recv(peer, kind, f"xcb{k}", self.PX + 2)
+            # a received header's base drives addresses: checked before any use
+            self.put(f"if xc_check_n(xcb{k}, {P}) == 0 {{ refuse(\"frame-bad-accumulator\"); }}")
+            self.put(f"let spills{k} = load64(xcb{k} + {8 * (self.PX + 1)});")
+            self.put(f"if ult({P}, spills{k}) {{ refuse(\"frame-bad-accumulator\"); }}")
+            self.put(f"if spills{k} > 0 {{")
+            self.put(f"    frame_recv({self.fd(peer)}, {code_of(self.plan, peer)}, {KINDS[kind]}, v, "
+                     f"xspill, {8 * (XS_DIGITS + 1)} * spills{k});")
+            self.put("}")
+            self.put(f"if xc_unpack_spills(xcb{k}, xcbsp{k}, {P}, xspill, spills{k}) == 0 "
+                     f"{{ refuse(\"frame-bad-accumulator\"); }}")
         elif kind == "combine":
             self.recv(peer, kind, f"cb{self.children.index(peer)}", P + 1)
         elif kind == "deliver":
@@ -255,17 +272,19 @@ class RoleLowering:
                 self.put(f"combine_into(comb, cb{k}, {P});")
 
     def combine_exact(self) -> None:
-        """exact_sum: the children's accumulators merged in child order (integer additions:
-        any order gives the same words, so no tree is followed), their n added; the root rounds
-        each once into comb, which the delivery and the loss event read."""
+        """exact_sum: the children's accumulators added into xcomb in child order (integer
+        additions: any order gives the same sums, so no tree is followed), each child's then
+        cleared (its spill regions zeroed for the next step); their n added. The root rounds
+        each sum once into comb, which the delivery and the loss event read."""
         P, PX = self.P, self.PX
-        cb = [f"xcb{k}" for k in range(len(self.children))]
-        self.put(f"vec_copy(xcomb, {cb[0]}, {PX + 1});")
-        for b in cb[1:]:
-            self.put(f"xs_merge_n(xcomb, {b}, {P});")
-            self.put(f"store64(xcomb + {8 * PX}, load64(xcomb + {8 * PX}) + load64({b} + {8 * PX}));")
+        self.put(f"xc_clear_n(xcomb, xcsp, {P});")
+        self.put(f"store64(xcomb + {8 * PX}, 0);")
+        for k in range(len(self.children)):
+            self.put(f"xc_merge_n(xcomb, xcsp, xcb{k}, xcbsp{k}, {P});")
+            self.put(f"store64(xcomb + {8 * PX}, load64(xcomb + {8 * PX}) + load64(xcb{k} + {8 * PX}));")
+            self.put(f"xc_clear_n(xcb{k}, xcbsp{k}, {P});")
         if self.role == self.plan.root:
-            self.put(f"xs_round_into(comb, xcomb, {P});")
+            self.put(f"xc_round_into(comb, xcomb, xcsp, {P});")
             self.put(f"store64(comb + {8 * P}, load64(xcomb + {8 * PX}));")
 
     # -- checkpoints -----------------------------------------------------------------------------
@@ -359,9 +378,12 @@ class RoleLowering:
                  f"global msg: [f64; {self.msg_words}];",
                  f"global comb: [f64; {self.P + 1}];",
                  "global g_n: [i64; 1];"]
-        if self.exact:
-            head += [f"global xcomb: [i64; {self.PX + 1}];"]
-            head += [f"global xcb{k}: [i64; {self.PX + 1}];" for k in range(len(kids))]
+        if self.exact:              # spill regions and records: .bss, touched only where sums spill
+            head += [f"global xspill: [i64; {self.P * (XS_DIGITS + 1)}];"]
+            if kids:
+                head += [f"global xcomb: [i64; {self.PX + 2}];", f"global xcsp: [i64; {self.P * XS_DIGITS}];"]
+            head += [f"global xcb{k}: [i64; {self.PX + 2}];" for k in range(len(kids))]
+            head += [f"global xcbsp{k}: [i64; {self.P * XS_DIGITS}];" for k in range(len(kids))]
         else:
             head += [f"global cb{k}: [f64; {self.P + 1}];" for k in range(len(kids))]
         head += ckpt.declarations(self.lr, self.ck_records)
