@@ -11,7 +11,7 @@ against `Layout.doc_rows()`. So a format changes in this file and nowhere else.
     CKPT_RECORD  its 160-byte records
     CONV_*       the driver conversation's record header, opcodes, patch, expectation and
                  refusal kinds (alphac/nvdrv/conversation.py writes it, nvdrv.rt reads it)
-    XS_*         the exact binary64 sum accumulator of the `exact_sum` contract (xsum.rt)
+    XS_*, XC_*   the exact binary64 sum accumulators of the `exact_sum` contract (xsum.rt)
 
 Requires nothing. Guarantees: offsets are checked at import (fields in order, no overlap,
 inside the record).
@@ -151,18 +151,32 @@ CONV_PATCHES = {"slot": 1, "addr": 2, "copy": 3}
 CONV_EXPECTS = {"bytes": 1, "string": 2, "ge": 3}
 CONV_REFUSALS = {"device-uuid": 1, "nvidia-plan-host": 2}
 
-# -- the exact sum accumulator (alphac/runtime/xsum.rt) ------------------------------------------
-# An accumulator is XS_WORDS 64-bit little-endian words at an 8-byte-aligned address. Word 0 holds
-# the flags: XS_FLAG_PINF (a +inf was added), XS_FLAG_NINF (a -inf), XS_FLAG_NAN (a NaN) and
-# XS_FLAG_NOT_NEG_ZERO (a value other than -0.0 was added: a +0.0, or any nonzero, inf or NaN).
-# Words 1..XS_DIGITS are signed digits in carry-save form: the exact finite sum is
-# sum(word[1 + k] * 2**(32 * k - 1074) for k in range(XS_DIGITS)). The digits are not normalized:
-# an addition adds (or subtracts) 32-bit values to three consecutive words, so an accumulator
-# holds at most 2**30 contributions in all (merged ones included). All zeros is the empty sum,
-# which rounds to -0.0; a zero sum rounds to +0.0 once XS_FLAG_NOT_NEG_ZERO is set.
+# -- the exact sum accumulators (alphac/runtime/xsum.rt) -----------------------------------------
+# Digit k (0..XS_DIGITS - 1) of an exact sum has weight 2**(32 * k - 1074); digits are signed
+# 64-bit words in carry-save form (not normalized). The flags, XS_FLAGS: XS_FLAG_PINF (a +inf
+# was added), XS_FLAG_NINF (a -inf), XS_FLAG_NAN (a NaN), XS_FLAG_NOT_NEG_ZERO (a value other than
+# -0.0 was added: a +0.0, or any nonzero, inf or NaN). The empty sum rounds to -0.0; a zero sum
+# rounds to +0.0 once XS_FLAG_NOT_NEG_ZERO is set. At most 2**30 terms per sum in all (merged
+# ones included).
+#
+# A coordinate's compact accumulator is XC_WORDS 64-bit little-endian words at an 8-byte-aligned
+# address: word 0 the header, words 1..XC_DIGITS a window of signed digits, window digit i of
+# weight 2**(32 * (base + i) - 1074). Header bits 0..3 the flags, bit 4 XC_SPILLED (the sum lives
+# in the coordinate's spill region: XS_DIGITS dense digits, digit k of weight 2**(32k - 1074);
+# the window digits are then zero and the base field 0), bits XC_BASE_SHIFT..XC_BASE_SHIFT + 7
+# base + 1 (0: no window, the digits zero; else base in 0..XC_MAX_BASE); a window or XC_SPILLED
+# implies XS_FLAG_NOT_NEG_ZERO; every other bit zero. A spill region is zero while its coordinate
+# is not spilled. A frame's spill records are XC_RECORD_WORDS words each: the coordinate's index,
+# then its XS_DIGITS digits. XS_WORDS (a flags word and XS_DIGITS digits) is the dense size.
 XS_DIGITS = 66
 XS_WORDS = 1 + XS_DIGITS
 XS_FLAGS = {"pinf": 1, "ninf": 2, "nan": 4, "not-neg-zero": 8}
+XC_DIGITS = 5
+XC_WORDS = 1 + XC_DIGITS
+XC_SPILLED = 16
+XC_BASE_SHIFT = 8
+XC_MAX_BASE = XS_DIGITS - XC_DIGITS
+XC_RECORD_WORDS = 1 + XS_DIGITS
 
 LAYOUTS = (FRAME, CKPT_HEADER, CKPT_RECORD)
 
@@ -175,7 +189,10 @@ def constants() -> dict[str, int]:
     out.update(FRAME_MAGIC=FRAME_MAGIC, FRAME_FORMAT=FRAME_FORMAT, HELLO_BYTES=HELLO_BYTES,
                CKPT_FORMAT=CKPT_FORMAT, CKPT_SHARD=CKPT_SHARD, CKPT_SUB=CKPT_SUB,
                CKPT_TRAILER=CKPT_TRAILER, NV_HEADER_WORDS=CONV_HEADER_WORDS,
-               NV_ITEM_WORDS=CONV_ITEM_WORDS, XS_WORDS=XS_WORDS, XS_DIGITS=XS_DIGITS)
+               NV_ITEM_WORDS=CONV_ITEM_WORDS, XS_WORDS=XS_WORDS, XS_DIGITS=XS_DIGITS,
+               XC_DIGITS=XC_DIGITS, XC_WORDS=XC_WORDS, XC_SPILLED=XC_SPILLED,
+               XC_BASE_SHIFT=XC_BASE_SHIFT, XC_MAX_BASE=XC_MAX_BASE,
+               XC_RECORD_WORDS=XC_RECORD_WORDS)
     for name, code in FRAME_KINDS.items():
         out["KIND_" + name.upper().replace("-", "_")] = code
     for table, prefix in ((CONV_OPS, "NV_"), (CONV_PATCHES, "NV_PATCH_"),

@@ -5,11 +5,23 @@ and cross-checked against Python's correctly rounded float(Fraction). Cases: ran
 the whole exponent range (subnormals, the largest finite values, mixed signs) and in narrow
 ranges, cancellation to a tiny value and to exactly zero, the zero signs, exact ties in both
 directions (from the lowest binade that has ties to just below overflow), overflow and a sum
-that comes back under, infinities and NaNs, permutations of one multiset, and 100,000 values in
-one accumulator. Each group is summed in one accumulator (rounded twice: xs_round must not
-modify it) and, split in two accumulators of two vectors (the second part added backwards),
-merged with xs_merge_n and rounded with xs_round_into. The x86-64 executable runs where the host
-is x86-64; the AArch64 one under qemu-aarch64."""
+that comes back under, infinities and NaNs, permutations of one multiset, 100,000 values in one
+accumulator; and, for the compact accumulators' paths, magnitudes growing and shrinking within 5
+digits (windows re-based upward and downward) and one term beyond (a late spill), spreads of
+just 5 and 6 digits, spills at the second term, cancellation then a far jump, carry-save digits
+that only normalizing brings within 5, and splits that merge windows of equal, re-basable and
+non-re-basable bases, windows into spilled, spilled into windows and spilled into spilled, with
+the specials and zero signs in each state.
+
+Each group is summed in one compact accumulator with xc_add (rounded twice: xc_round must not
+modify it; its header says whether it spilled and where its window ended), and split in two: the
+first part into arrays A and D, the second (backwards) into B, all three filled with junk left
+spilled and cleared with xc_clear_n (which must zero those spill regions). (b) A += B with
+xc_merge_n, rounded with xc_round_into; (c) B through xc_pack_spills / xc_unpack_spills into
+fresh arrays C, then C += D (the other direction). Both give the oracle's sum, B and D (merge
+sources) still round to their parts' sums, the headers show every path was taken, and
+xc_check_n and xc_unpack_spills refuse malformed input. The x86-64 executable runs where the
+host is x86-64; the AArch64 one under qemu-aarch64."""
 import os
 import platform
 import random
@@ -141,6 +153,157 @@ def split_exact(rnd, total: int) -> list[int]:
     return vals
 
 
+XC_SPILLED, XC_SHIFT, XC_MAX_BASE, XS_DIGITS = 16, 8, 61, 66
+M32 = (1 << 32) - 1
+
+
+def finite_nonzero(b: int) -> bool:
+    return (b >> 52) & 0x7FF != 0x7FF and b & ~NEG0 != 0
+
+
+def digits_of(b: int) -> set[int]:
+    """The digits (weight 2^(32k - 1074)) a finite term touches with nonzero values."""
+    a = abs(units(b))
+    return {k for k in range(XS_DIGITS) if (a >> (32 * k)) & M32}
+
+
+def digit_span(values) -> int:
+    """How many digits the finite nonzero terms' nonzero digits span (0: none)."""
+    ks = set().union(*(digits_of(b) for b in values if finite_nonzero(b)))
+    return max(ks) - min(ks) + 1 if ks else 0
+
+
+def first_base(values) -> int | None:
+    """The base of the window the first finite nonzero term opens: its lowest digit k, minus 1."""
+    for b in values:
+        if finite_nonzero(b):
+            e = (b >> 52) & 0x7FF
+            return min(max(((e - (e != 0)) >> 5) - 1, 0), XC_MAX_BASE)
+    return None
+
+
+def kind(h: int) -> str:
+    return "spilled" if h & XC_SPILLED else ("window" if h >> XC_SHIFT else "empty")
+
+
+def merge_kind(hd: int, hs: int, hm: int) -> str | None:
+    """Which path a merge of src (header hs) into dst (hd) took (hm: dst's header after)."""
+    kd, ks = kind(hd), kind(hs)
+    if kd == ks == "window":
+        if hd >> XC_SHIFT == hs >> XC_SHIFT:
+            return "equal bases"
+        return "not re-basable" if hm & XC_SPILLED else "re-based"
+    return {("spilled", "spilled"): "both spilled", ("spilled", "window"): "window into spilled",
+            ("window", "spilled"): "spilled into window"}.get((kd, ks))
+
+
+def bit(u: int, sign: int = 1) -> int:
+    """The double sign * 2^(u - 1074)."""
+    return round_units(sign << u)
+
+
+def short(rnd, u: int, sign: int = 1) -> int:
+    """A double of 21 significant bits, the top one at unit u."""
+    return round_units(sign * (((1 << 20) | rnd.getrandbits(20)) << (u - 20)))
+
+
+def grow(rnd, a: int, beyond: bool) -> list[int]:
+    """Same-sign terms whose magnitudes grow a few bits at a time from digit a until their
+    digits span 5 (beyond: and one term more, spanning 6)."""
+    sign = rnd.choice((1, -1))
+    u = 32 * a + rnd.randint(0, 31)
+    g: list[int] = []
+    while True:
+        cand = g + [short(rnd, u, sign)]
+        if digit_span(cand) > 5:
+            return cand if beyond else g
+        g = cand
+        u += rnd.randint(1, 7)
+
+
+def designed(rnd):
+    """(group, fixed split or None, tags) for the compact accumulators' paths. Tags: window (one
+    accumulator must not spill), spill (must), up / down (its window ended above / below where
+    it opened)."""
+    out = []
+    for _ in range(12):
+        a = rnd.randint(2, 58)
+        out.append((grow(rnd, a, False), None, {"window", "up"}))
+        out.append((grow(rnd, a, False)[::-1], None, {"window", "down"}))
+        out.append((grow(rnd, a, True), None, {"spill"}))           # a late spill
+        out.append((grow(rnd, a, True)[::-1], None, {"spill"}))
+    for _ in range(12):                       # spreads of just 5 digits and just 6
+        a = rnd.randint(0, 59)
+        lo, hi = 32 * a + rnd.randint(0, 31), 32 * (a + 4) + rnd.randint(0, 31)
+        mid = rnd.sample(range(lo + 1, hi), 6)
+        g = [bit(u, rnd.choice((1, -1))) for u in [lo, hi] + mid]
+        rnd.shuffle(g)
+        out.append((g, None, {"window"}))
+        sign = rnd.choice((1, -1))
+        g = [bit(u, sign) for u in [lo, hi + 32] + mid]
+        rnd.shuffle(g)
+        out.append((g, None, {"spill"}))
+    for _ in range(8):
+        a = rnd.randint(4, 40)
+        far = a + rnd.randint(6, 24)
+        g = [short(rnd, 32 * a + 10), short(rnd, 32 * far + 3)]
+        g += [short(rnd, 32 * a + rnd.randint(0, 60), rnd.choice((1, -1))) for _ in range(10)]
+        out.append((g, None, {"spill"}))                            # spilled at the second term
+        g = [short(rnd, 32 * a + rnd.randint(0, 40), rnd.choice((1, -1))) for _ in range(30)]
+        out.append((g + [short(rnd, 32 * far)], None, {"spill"}))   # spilled at the last
+        x = short(rnd, 32 * a + 7)                                  # cancelled, then far away
+        g = [x, x ^ NEG0, short(rnd, 32 * far + 5)] + [short(rnd, 32 * far + 9, -1)] * 3
+        out.append((g, None, {"window"}))
+        y = short(rnd, 32 * (a - 3) + 1)
+        g = [x, y, x ^ NEG0, y ^ NEG0, short(rnd, 32 * far + 5)]
+        out.append((g, None, {"window"}))
+        # 2^(32d) in carry-save digits d + 1 and d (raw digits span 6 with the last term, 5
+        # once normalized: the window moves down), and 2^(32d) as twice 2^(32d - 1) (up)
+        d = a + 4
+        g = [bit(32 * (d + 1)), round_units(-(M32 << (32 * d))), bit(32 * (d - 4) + 3)]
+        out.append((g, None, {"window", "down"}))
+        g = [bit(32 * d - 1), bit(32 * d - 1), bit(32 * (d + 4) + 20)]
+        out.append((g, None, {"window", "up"}))
+        # merged, the same carry-save digits fit only normalized: the source's in (b), the
+        # destination's in (c) (one accumulator spills at the second term)
+        g = [bit(32 * (d - 4) + 3), bit(32 * (d + 1)), round_units(-(M32 << (32 * d)))]
+        out.append((g, 1, {"spill", "merged window"}))
+    for _ in range(4):                        # a window at base 1 whose sum is below 2^53 units
+        x = short(rnd, rnd.randint(64 + 52, 95 + 52), rnd.choice((1, -1)))
+        y = round_units(rnd.choice((1, -1)) * (rnd.randint(1, (1 << 20) - 1) << 32))   # digit 1
+        z = round_units(rnd.choice((1, -1)) * rnd.randint(1, M32))
+        out += [([x, x ^ NEG0, y], None, {"window"}), ([x, y, x ^ NEG0, z], None, {"window"}),
+                ([x, z, x ^ NEG0], None, {"window"})]
+    for _ in range(5):                        # merges, the split fixed
+        a = rnd.randint(2, 50)
+        u = 32 * a + rnd.randint(0, 31)
+        g = [short(rnd, u, rnd.choice((1, -1))) for _ in range(6)]
+        out.append((g, 3, {"window"}))                              # equal bases
+        g = [bit(u, rnd.choice((1, -1))) for u in rnd.sample(range(32 * a + 20, 32 * a + 32), 3)]
+        g += [bit(u, rnd.choice((1, -1))) for u in rnd.sample(range(32 * a + 84, 32 * a + 96), 3)]
+        out.append((g, 3, {"window"}))                              # bases a - 2 and a
+        g = [short(rnd, 32 * a + 5), short(rnd, 32 * a + 9), short(rnd, 32 * (a + 10) + 5)]
+        out.append((g, 2, {"spill"}))                               # windows too far apart
+        sp = [short(rnd, 32 * a + 5), short(rnd, 32 * (a + 9) + 5, -1)]
+        win = [short(rnd, 32 * (a + 4) + 9), short(rnd, 32 * (a + 4) + 12, -1)]
+        out.append((sp + win, 2, {"spill"}))                        # spilled, then a window
+        out.append((win + sp, 2, {"spill"}))
+        out.append((sp + [short(rnd, 32 * a + 30), short(rnd, 32 * (a + 7), -1)], 2, {"spill"}))
+    one, big, small = f2b(1.0), f2b(2.0 ** 1000), f2b(2.0 ** -1000)
+    zero_spilled = [small, big, small ^ NEG0, big ^ NEG0]
+    for g, split in [([one, INF], 1), ([INF, one], 1), ([small, big, NINF], 2),
+                     ([NINF, small, big], 1), ([small, big, QNAN], 1), ([one, f2b(2.0), QNAN], 2),
+                     (zero_spilled, 2), (zero_spilled, 1), ([NEG0] + zero_spilled, 1),
+                     (zero_spilled + [NEG0], 4), ([NEG0, NEG0], 1), ([NEG0, one, one ^ NEG0], 1),
+                     ([one, one ^ NEG0, NEG0], 2), ([one, one ^ NEG0, NEG0], 1),
+                     ([INF, small, big], 1), ([small, big, NINF, INF], 2), ([1, 1 | NEG0], 1),
+                     ([small, big, NEG0, INF ^ NEG0], 3), ([NEG0, small, big, NEG0], 3),
+                     ([MAX, INF], 1), ([MAX, QNAN], 2), ([MAX ^ NEG0, NINF, MAX], 1),
+                     ([MAX, INF, small, MAX ^ NEG0], 2)]:
+        out.append((g, split, set()))
+    return out
+
+
 def cases(seed: int = 2025):
     rnd = random.Random(seed)
     groups = []
@@ -177,6 +340,12 @@ def cases(seed: int = 2025):
             rnd.shuffle(p)
             perms.append((i, len(groups)))
             groups.append(p)
+    splits, tags = {}, {}
+    for g, split, tag in designed(rnd):
+        if split is not None:
+            splits[len(groups)] = split
+        tags[len(groups)] = tag
+        groups.append(g)
     lo = rnd.randint(900, 1100)                            # a long group, with cancelling pairs of any size
     long = [rand_double(rnd, lo, lo + 40) for _ in range(100_000)]
     for _ in range(200):
@@ -184,62 +353,219 @@ def cases(seed: int = 2025):
         long[rnd.randrange(len(long))] = x
         long[rnd.randrange(len(long))] = x ^ NEG0
     groups.append(long)
-    return groups, ties, perms
+    return groups, ties, perms, splits, tags
+
+
+def check_cases() -> list[tuple[list[int], int]]:
+    """Compact accumulators (6 words) for xc_check_n, and whether each is well formed."""
+    w = 8 | (5 << XC_SHIFT)                               # a window at base 4
+    return [([0] * 6, 1), ([8] + [0] * 5, 1), ([15] + [0] * 5, 1), ([w, 1, -2, 3, 0, -1 << 62], 1),
+            ([8 | (62 << XC_SHIFT)] + [7] * 5, 1), ([1 | (1 << XC_SHIFT) | 8] + [0] * 5, 1),
+            ([8 | XC_SPILLED] + [0] * 5, 1), ([15 | XC_SPILLED] + [0] * 5, 1),
+            ([w | 32] + [0] * 5, 0), ([w | 64] + [0] * 5, 0), ([w | 128] + [0] * 5, 0),
+            ([w | (1 << 16)] + [0] * 5, 0), ([w | (1 << 63)] + [0] * 5, 0), ([0x20] + [0] * 5, 0),
+            ([8 | (63 << XC_SHIFT)] + [0] * 5, 0), ([8 | (255 << XC_SHIFT)] + [0] * 5, 0),
+            ([8 | XC_SPILLED | (1 << XC_SHIFT)] + [0] * 5, 0), ([8 | XC_SPILLED, 0, 0, 1, 0, 0], 0),
+            ([8, 0, 0, 0, 0, 1], 0), ([0, 1, 0, 0, 0, 0], 0), ([1 << XC_SHIFT] + [0] * 5, 0),
+            ([XC_SPILLED] + [0] * 5, 0), ([w | 16] + [1] * 5, 0)]
+
+
+UNP_N, UNP_WORDS = 4, 2 + 4 * 6 + 4 * (1 + XS_DIGITS)
+
+
+def unpack_cases(rnd) -> list[tuple[int, int, list[int], list[list[int]], int]]:
+    """(n, count, 4 compact accumulators' words, records, the answer) for xc_unpack_spills:
+    coordinates 0 and 2 spilled, 1 windowed, 3 empty (and beyond them a spilled guard, index 4)."""
+    acc = [8 | XC_SPILLED, 0, 0, 0, 0, 0, 8 | (3 << XC_SHIFT), 5, 0, -7, 0, 0,
+           8 | XC_SPILLED, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]
+    digits = [[rnd.getrandbits(40) - (1 << 39) for _ in range(XS_DIGITS)] for _ in range(4)]
+
+    def recs(*idx):
+        return [[j] + digits[r] for r, j in enumerate(idx)]
+    three = list(acc)
+    three[18] = 8 | XC_SPILLED                            # coordinate 3 marked, without a record
+    none = [0] * 24
+    return [(4, 2, acc, recs(0, 2), 1), (4, 0, none, [], 1), (3, 2, acc, recs(0, 2), 1),
+            (4, 2, acc, recs(0, 4), 0), (4, 2, acc, recs(-1, 2), 0), (4, 2, acc, recs(0, 1 << 40), 0),
+            (4, 2, acc, recs(0, 0), 0), (4, 2, acc, recs(2, 0), 0), (4, 2, acc, recs(2, 2), 0),
+            (4, 2, acc, recs(0, 1), 0), (4, 2, acc, recs(0, 3), 0), (4, 2, acc, recs(1, 2), 0),
+            (4, 1, acc, recs(0), 0), (4, 1, acc, recs(2), 0), (4, 3, acc, recs(0, 2, 3), 0),
+            (4, 2, three, recs(0, 2), 0), (4, 3, three, recs(0, 2, 3), 1),
+            (2, 1, acc, recs(0), 1), (2, 2, acc, recs(0, 2), 0), (4, -1, acc, [], 0),
+            (4, 0, acc, [], 0)]
 
 
 MAIN = """
 data vals: [i64] = extern;                  // every group's values (bits), one after another
 data groups: [i64] = extern;                // (start, count, split) per group
-global one: [i64; XS_WORDS];
-global va: [i64; XS_WORDS * NG];
-global vb: [i64; XS_WORDS * NG];
-global out: [f64; NG];
+data chk: [i64] = extern;                   // NCHK compact accumulators for xc_check_n
+data unp: [i64] = extern;                   // NUNP cases of UNP_WORDS: n, count, 4 accumulators, 4 records
+global one: [i64; XC_WORDS];
+global onesp: [i64; XS_DIGITS];
+global va: [i64; XC_WORDS * NG];
+global vasp: [i64; XS_DIGITS * NG];
+global vb: [i64; XC_WORDS * NG];
+global vbsp: [i64; XS_DIGITS * NG];
+global vc: [i64; XC_WORDS * NG];
+global vcsp: [i64; XS_DIGITS * NG];
+global vd: [i64; XC_WORDS * NG];
+global vdsp: [i64; XS_DIGITS * NG];
+global pk: [i64; XC_RECORD_WORDS * NG];
+global outb: [f64; NG];
+global outc: [f64; NG];
+global srcb: [f64; NG];
+global srcd: [f64; NG];
+global ua: [i64; XC_WORDS * 5];           // 4 accumulators and a spilled guard
+global usp: [i64; XS_DIGITS * 5];           // 4 regions and a guard
 
-fn main(argc: i64, argv: i64) -> i64 {
+fn junk(acc: i64, sp: i64, n: i64) {        // even coordinates left spilled, with junk digits
+    let j = 0;
+    while j < n {
+        let h = (j + 1) * 0x9e3779b97f4a7c15;
+        let a = acc + 8 * XC_WORDS * j;
+        store64(a, h & ~XC_SPILLED);
+        if (j & 1) == 0 {
+            store64(a, h | XC_SPILLED);
+            let k = 0;
+            while k < XS_DIGITS {
+                store64(sp + 8 * XS_DIGITS * j + 8 * k, h ^ (k + 1));
+                k = k + 1;
+            }
+        }
+        let i = 1;
+        while i < XC_WORDS {
+            store64(a + 8 * i, h + i);
+            i = i + 1;
+        }
+        j = j + 1;
+    }
+}
+
+fn or_words(p: i64, n: i64) -> i64 {
+    let v = 0;
     let k = 0;
-    while k < XS_WORDS * NG {                // not zero: xs_clear_n must clear
-        store64(va + 8 * k, k * 0x9e3779b97f4a7c15);
-        store64(vb + 8 * k, -k);
+    while k < n {
+        v = v | load64(p + 8 * k);
         k = k + 1;
     }
-    xs_clear_n(va, NG);
-    xs_clear_n(vb, NG);
+    return v;
+}
+
+fn put(v: i64) {
+    rt_out_hex16(v);
+    rt_out_byte(' ');
+}
+
+fn adds(acc: i64, sp: i64, p: i64, from: i64, to: i64) {   // values from..to-1, or backwards
+    let i = from;
+    while i != to {
+        if from < to {
+            xc_add(acc, sp, bits2f(load64(p + 8 * i)));
+            i = i + 1;
+        } else {
+            i = i - 1;
+            xc_add(acc, sp, bits2f(load64(p + 8 * i)));
+        }
+    }
+}
+
+fn main(argc: i64, argv: i64) -> i64 {
+    junk(va, vasp, NG);
+    junk(vb, vbsp, NG);
+    junk(vd, vdsp, NG);
+    junk(one, onesp, 1);
+    xc_clear_n(va, vasp, NG);
+    xc_clear_n(vb, vbsp, NG);
+    xc_clear_n(vd, vdsp, NG);
+    put(or_words(vasp, XS_DIGITS * NG) | or_words(vbsp, XS_DIGITS * NG) |
+        or_words(vdsp, XS_DIGITS * NG) | or_words(va, XC_WORDS * NG) |
+        or_words(vb, XC_WORDS * NG) | or_words(vd, XC_WORDS * NG));
+    rt_out_byte(10);
     let g = 0;
     while g < NG {
         let start = vals + 8 * load64(groups + 24 * g);
         let count = load64(groups + 24 * g + 8);
         let split = load64(groups + 24 * g + 16);
-        xs_clear(one);
-        let i = 0;
-        while i < count {
-            xs_add(one, bits2f(load64(start + 8 * i)));
-            i = i + 1;
-        }
-        rt_out_hex16(f2bits(xs_round(one)));
-        rt_out_byte(' ');
-        rt_out_hex16(f2bits(xs_round(one)));
+        xc_clear_n(one, onesp, 1);
+        if or_words(onesp, XS_DIGITS) != 0 { return 3; }
+        adds(one, onesp, start, 0, count);
+        put(f2bits(xc_round(one, onesp)));
+        put(f2bits(xc_round(one, onesp)));
+        put(load64(one));
         rt_out_byte(10);
-        let a = va + 8 * XS_WORDS * g;
-        i = 0;
-        while i < split {
-            xs_add(a, bits2f(load64(start + 8 * i)));
-            i = i + 1;
-        }
-        a = vb + 8 * XS_WORDS * g;
-        i = count - 1;
-        while i >= split {
-            xs_add(a, bits2f(load64(start + 8 * i)));
-            i = i - 1;
-        }
+        adds(va + 8 * XC_WORDS * g, vasp + 8 * XS_DIGITS * g, start, 0, split);
+        adds(vd + 8 * XC_WORDS * g, vdsp + 8 * XS_DIGITS * g, start, 0, split);
+        adds(vb + 8 * XC_WORDS * g, vbsp + 8 * XS_DIGITS * g, start, count, split);
         g = g + 1;
     }
-    xs_merge_n(va, vb, NG);
-    xs_round_into(out, va, NG);
+    put(xc_check_n(va, NG));
+    put(xc_check_n(vb, NG));
+    put(xc_check_n(vd, NG));
+    let records = xc_pack_spills(vb, vbsp, NG, pk);
+    let k = 0;
+    while k < XC_WORDS * NG {
+        store64(vc + 8 * k, load64(vb + 8 * k));
+        k = k + 1;
+    }
+    put(records);
+    put(xc_check_n(vc, NG));
+    put(xc_unpack_spills(vc, vcsp, NG, pk, records));
+    rt_out_byte(10);
     g = 0;
     while g < NG {
-        rt_out_hex16(load64(out + 8 * g));
+        put(load64(va + 8 * XC_WORDS * g));
+        put(load64(vb + 8 * XC_WORDS * g));
         rt_out_byte(10);
         g = g + 1;
+    }
+    xc_merge_n(va, vasp, vb, vbsp, NG);
+    xc_merge_n(vc, vcsp, vd, vdsp, NG);
+    xc_round_into(outb, va, vasp, NG);
+    xc_round_into(outc, vc, vcsp, NG);
+    xc_round_into(srcb, vb, vbsp, NG);
+    xc_round_into(srcd, vd, vdsp, NG);
+    g = 0;
+    while g < NG {
+        put(load64(outb + 8 * g));
+        put(load64(outc + 8 * g));
+        put(load64(va + 8 * XC_WORDS * g));
+        put(load64(vc + 8 * XC_WORDS * g));
+        put(load64(srcb + 8 * g));
+        put(load64(srcd + 8 * g));
+        rt_out_byte(10);
+        g = g + 1;
+    }
+    put(xc_check_n(va, NG));
+    put(xc_check_n(vc, NG));
+    rt_out_byte(10);
+    let c = 0;
+    while c < NCHK {
+        put(xc_check_n(chk + 8 * XC_WORDS * c, 1));
+        c = c + 1;
+    }
+    rt_out_byte(10);
+    c = 0;
+    while c < NUNP {
+        let u = unp + 8 * UNP_WORDS * c;
+        k = 0;
+        while k < XC_WORDS * 4 {
+            store64(ua + 8 * k, load64(u + 16 + 8 * k));
+            k = k + 1;
+        }
+        store64(ua + 8 * XC_WORDS * 4, XS_FLAG_NOT_NEG_ZERO | XC_SPILLED);
+        k = 0;
+        while k < XS_DIGITS * 5 {
+            store64(usp + 8 * k, 0);
+            k = k + 1;
+        }
+        put(xc_unpack_spills(ua, usp, load64(u), u + 16 + 8 * XC_WORDS * 4, load64(u + 8)));
+        k = 0;
+        while k < 5 {
+            put(or_words(usp + 8 * XS_DIGITS * k, XS_DIGITS));
+            k = k + 1;
+        }
+        rt_out_byte(10);
+        c = c + 1;
     }
     rt_flush();
     return 0;
@@ -251,36 +577,43 @@ def words(values) -> bytes:
     return b"".join((v & ((1 << 64) - 1)).to_bytes(8, "little") for v in values)
 
 
-def build(isa: str, tmp_path, groups, rnd):
+def build(isa: str, tmp_path, groups, splits, unpacks, rnd):
     from alphac.build import link_program, runtime_items, target
     from alphac.lower import rt
     from alphac.lower.rt_lower import lower_program
     tgt = target(isa)
+    consts = (f"const NG = {len(groups)};\nconst NCHK = {len(check_cases())};\n"
+              f"const NUNP = {len(unpacks)};\nconst UNP_WORDS = {UNP_WORDS};\n")
     units_ = [("prelude.rt", rt.parse(tgt.prelude(), "prelude.rt"), False)]
     units_ += [(f"{m}.rt", list(runtime_items(m)), True) for m in rt.modules("core", runtime_items)]
     units_.append(("xsum.rt", list(runtime_items("xsum")), True))
-    units_.append(("main.rt", rt.parse(f"const NG = {len(groups)};\n" + MAIN, "main.rt"), False))
+    units_.append(("main.rt", rt.parse(consts + MAIN, "main.rt"), False))
     rt.check_modules(units_)                 # xsum.rt reads only its own items and the prelude
     table, at = [], 0
-    for g in groups:
-        table += [at, len(g), rnd.randint(0, len(g))]
+    for i, g in enumerate(groups):
+        table += [at, len(g), splits.get(i, rnd.randint(0, len(g)))]
         at += len(g)
-    blobs = {"vals": words([b for g in groups for b in g]), "groups": words(table)}
+    unp = []
+    for n, count, acc, recs, _ in unpacks:
+        flat = [w for r in recs for w in r]
+        unp += [n, count] + acc + flat + [0] * (4 * (1 + XS_DIGITS) - len(flat))
+    blobs = {"vals": words([b for g in groups for b in g]), "groups": words(table),
+             "chk": words([w for acc, _ in check_cases() for w in acc]), "unp": words(unp)}
     exe = tmp_path / f"xsum.{isa}"
     program = lower_program([it for _, items, _ in units_ for it in items], blobs)
     exe.write_bytes(link_program(program, tgt)[0])
     os.chmod(exe, 0o755)
-    return exe
+    return exe, table[2::3]
 
 
 @pytest.fixture(scope="module")
 def inputs():
-    groups, ties, perms = cases()
-    return groups, ties, perms, [expected(g) for g in groups]
+    groups, ties, perms, splits, tags = cases()
+    return groups, ties, perms, splits, tags, [expected(g) for g in groups]
 
 
 def test_oracle_rounding_is_pythons_and_the_ties_and_overflow_are_not_vacuous(inputs):
-    groups, ties, _, want = inputs
+    groups, ties, _, _, _, want = inputs
     for g, w in zip(groups, want):
         if all((b >> 52) & 0x7FF != 0x7FF for b in g) and any(b != NEG0 for b in g):
             s = sum(units(b) for b in g)
@@ -294,23 +627,96 @@ def test_oracle_rounding_is_pythons_and_the_ties_and_overflow_are_not_vacuous(in
     assert sum(w in (INF, NINF) for w in want) >= 6 and want.count(QNAN) >= 5
 
 
+def test_designed_groups_span_what_they_say(inputs):
+    groups, _, _, splits, tags, _ = inputs
+    for i, tag in tags.items():
+        if "up" in tag or "down" in tag:
+            assert 3 <= digit_span(groups[i]) <= 6, i
+    assert sum(digit_span(groups[i]) == 5 for i, t in tags.items() if t == {"window"}) >= 12
+    assert sum(digit_span(groups[i]) > 5 for i, t in tags.items() if t == {"window"}) >= 16
+    assert sum(digit_span(groups[i]) == 6 for i, t in tags.items() if t == {"spill"}) >= 36
+    assert len(splits) >= 45
+
+
 @pytest.mark.parametrize("isa", ["x86_64", "aarch64"])
 def test_runtime_exact_sum_equals_the_oracle(isa, tmp_path, inputs):
     if isa == "aarch64":
         require_tool("qemu-aarch64")
     elif platform.machine() not in ("x86_64", "AMD64"):
         pytest.skip("x86-64 executables run only on an x86-64 host")
-    groups, _, perms, want = inputs
-    r = run_exe(build(isa, tmp_path, groups, random.Random(7)), target=isa, timeout=120)
+    groups, _, perms, splits, tags, want = inputs
+    unpacks = unpack_cases(random.Random(11))
+    exe, split_of = build(isa, tmp_path, groups, splits, unpacks, random.Random(7))
+    r = run_exe(exe, target=isa, timeout=120)
     assert (r.returncode, r.stderr) == (0, "")
-    lines = r.stdout.splitlines()
-    assert len(lines) == 2 * len(groups)
-    single = [tuple(int(h, 16) for h in line.split()) for line in lines[:len(groups)]]
-    merged = [int(h, 16) for h in lines[len(groups):]]
-    for name, got in (("one accumulator", [a for a, _ in single]),
-                      ("rounded again", [b for _, b in single]), ("split and merged", merged)):
-        wrong = [(i, hex(g), hex(w), [hex(b) for b in groups[i][:6]])
-                 for i, (g, w) in enumerate(zip(got, want)) if g != w]
+    lines = [[int(h, 16) for h in line.split()] for line in r.stdout.splitlines()]
+    ng = len(groups)
+    assert len(lines) == 3 * ng + 4 + len(unpacks)
+    assert lines[0] == [0]                    # cleared: every word, the junk spill regions too
+    single = lines[1:1 + ng]
+    checks, pairs = lines[1 + ng], lines[2 + ng:2 + 2 * ng]
+    after = lines[2 + 2 * ng:2 + 3 * ng]
+    partw = [(expected(g[:s]), expected(g[s:])) for g, s in zip(groups, split_of)]
+    for name, got, w in (("one accumulator", [s[0] for s in single], want),
+                         ("rounded again", [s[1] for s in single], want),
+                         ("A += B", [a[0] for a in after], want),
+                         ("C += D, C unpacked", [a[1] for a in after], want),
+                         ("B after merging", [a[4] for a in after], [p[1] for p in partw]),
+                         ("D after merging", [a[5] for a in after], [p[0] for p in partw])):
+        wrong = [(i, hex(g), hex(v), [hex(b) for b in groups[i][:6]])
+                 for i, (g, v) in enumerate(zip(got, w)) if g != v]
         assert not wrong, (name, len(wrong), wrong[:5])
     for i, j in perms:                       # implied by the oracle; said outright
-        assert single[i][0] == single[j][0] == merged[i] == merged[j]
+        assert single[i][0] == single[j][0] == after[i][0] == after[j][0]
+
+    # the headers: well formed, and every path taken
+    heads = [s[2] for s in single] + [x for p in pairs for x in p] + [a[k] for a in after for k in (2, 3)]
+    assert all(h & ~0xFF1F == 0 and h >> XC_SHIFT <= XC_MAX_BASE + 1 for h in heads)
+    spilled = [bool(s[2] & XC_SPILLED) for s in single]
+    nspilled_b = sum(bool(hb & XC_SPILLED) for _, hb in pairs)
+    assert checks == [1, 1, 1, nspilled_b, 1, 1] and lines[2 + 3 * ng] == [1, 1]
+    assert sum(spilled) >= 150 and ng - sum(spilled) >= 500, sum(spilled)
+    moved = {"up": 0, "down": 0}
+    for i, (g, s) in enumerate(zip(groups, single)):
+        h, b0 = s[2], first_base(g)
+        assert (kind(h) == "empty") == (b0 is None and not spilled[i]), i
+        if digit_span(g) <= 5:                # a window holds it: never spilled
+            assert not spilled[i] and not pairs[i][0] & XC_SPILLED and not pairs[i][1] & XC_SPILLED
+            assert not after[i][2] & XC_SPILLED and not after[i][3] & XC_SPILLED, i
+        elif len({b >> 63 for b in g if finite_nonzero(b)}) == 1 and "window" not in tags.get(i, ()):
+            assert spilled[i], i              # same signs spanning more than 5 digits
+        tag = tags.get(i, set())
+        if "window" in tag:
+            assert not spilled[i], i
+        if "spill" in tag:
+            assert spilled[i], i
+        if "merged window" in tag:
+            assert kind(after[i][2]) == kind(after[i][3]) == "window", i
+        ks = {((b >> 52) & 0x7FF) - ((b >> 52) & 0x7FF != 0) >> 5 for b in g if finite_nonzero(b)}
+        if len(ks) == 1 and not spilled[i]:   # one lowest digit k: the window opened at k - 1
+            assert h >> XC_SHIFT == b0 + 1, i
+        if kind(h) == "window" and b0 is not None and h >> XC_SHIFT != b0 + 1:
+            moved["up" if h >> XC_SHIFT > b0 + 1 else "down"] += 1
+            assert not ({"up", "down"} - {"up" if h >> XC_SHIFT > b0 + 1 else "down"}) & tag, i
+        elif tag & {"up", "down"}:
+            assert False, ("a window that should have moved", i)
+    assert min(moved.values()) >= 15, moved
+    print(isa, f"{sum(spilled)} of {ng} spilled", moved)
+    paths_b, paths_c = {}, {}
+    for (ha, hb), a in zip(pairs, after):
+        for paths, key in ((paths_b, merge_kind(ha, hb, a[2])), (paths_c, merge_kind(hb, ha, a[3]))):
+            paths[key] = paths.get(key, 0) + 1
+    for paths in (paths_b, paths_c):
+        for key in ("equal bases", "re-based", "not re-basable", "window into spilled",
+                    "spilled into window", "both spilled"):
+            assert paths.get(key, 0) >= 3, (key, paths)
+    print("merges (b)", paths_b, "(c)", paths_c)
+
+    # refusals: malformed headers, and spill records that do not match them
+    assert lines[3 + 3 * ng] == [ok for _, ok in check_cases()]
+    for (n, count, acc, recs, ok), got in zip(unpacks, lines[4 + 3 * ng:]):
+        if not ok:
+            assert got == [0] * 6, (n, count, [r[0] for r in recs])
+        else:
+            marked = {r[0] for r in recs}
+            assert got[0] == 1 and [bool(x) for x in got[1:]] == [q in marked for q in range(5)]
