@@ -218,3 +218,74 @@ def test_the_digits_mlp_on_any_layout(tmp_path):
     r = subprocess.run([str(exe), "--steps", "1", "--resume", tmp_path / "ck"], capture_output=True,
                        text=True, timeout=60)
     assert r.stdout == want, r.stderr
+
+
+@pytest.mark.parametrize("case", ["undefined-bit", "base-out-of-range", "too-many-spills",
+                                  "record-without-spill", "good"])
+def test_a_malformed_accumulator_is_refused_by_name(case, tmp_path):
+    """The center of an exact star, its four owners played here: owner 0's combine frame with a
+    bad header, a spill count past the sums, or a spill record for a sum not marked spilled is
+    refused `frame-bad-accumulator` before any other use; well-formed empty sums pass (the
+    center then waits for the others, and sees them leave: peer-lost)."""
+    import socket
+    import struct
+    import time
+
+    import frames
+    from alphac.build import build_role
+    from alphac.dist.identity import digests
+    from alphac.dist.structure import Role
+    from alphac.driver import compile_deployments
+    from alphac.formats import XC_MAX_BASE, XC_RECORD_WORDS, XC_SPILLED, XC_WORDS
+    from alphac.lower.role import code_of
+    from alphac.refusals import REFUSALS
+    plan = compile_deployments(write(tmp_path, "lsq_adam"))[1]["lsq_adam_star"]
+    exe = tmp_path / "coordinator"
+    exe.write_bytes(build_role(plan, Role("coordinator"), "x86_64").elf)
+    exe.chmod(0o755)
+    ident, P = digests(plan.dep), 6                       # w's 5 sums and the loss sum
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    p = subprocess.Popen([str(exe), "--steps", "1", "--deadline-ms", "2000", "--listen",
+                          f"127.0.0.1:{port}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    conns = []
+    try:
+        for k in range(4):
+            t0 = time.monotonic()
+            while True:
+                try:
+                    conns.append(socket.create_connection(("127.0.0.1", port), timeout=5))
+                    break
+                except OSError:
+                    assert time.monotonic() - t0 < 5
+                    time.sleep(0.02)
+            code = code_of(plan, Role("owner", k))
+            conns[k].sendall(frames.hello(code, ident, 1))
+            frames.recv_exact(conns[k], 96 + 192)
+        words = [0] * (P * XC_WORDS) + [1, 0]             # empty sums, n = 1, no spills
+        extra = b""
+        if case == "undefined-bit":
+            words[0] = 1 << 20
+        elif case == "base-out-of-range":
+            words[0] = 8 | ((XC_MAX_BASE + 2) << 8)
+        elif case == "too-many-spills":
+            words[-1] = P + 1
+        elif case == "record-without-spill":
+            words[-1] = 1
+            extra = frames.encode(2, code_of(plan, Role("owner", 0)),
+                                  struct.pack(f"<{XC_RECORD_WORDS}q", 0, *[0] * (XC_RECORD_WORDS - 1)), ident)
+        assert XC_SPILLED == 16
+        conns[0].sendall(frames.encode(2, code_of(plan, Role("owner", 0)),
+                                       struct.pack(f"<{len(words)}q", *words), ident) + extra)
+        if case == "good":
+            for c in conns[1:]:
+                c.close()
+        out, err = p.communicate(timeout=10)
+    finally:
+        for c in conns:
+            c.close()
+        if p.poll() is None:
+            p.kill()
+    name = "peer-lost" if case == "good" else "frame-bad-accumulator"
+    assert (p.returncode, out, err) == (REFUSALS[name][0], "", f"refused: {name}\n")

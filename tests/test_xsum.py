@@ -13,7 +13,7 @@ that only normalizing brings within 5, and splits that merge windows of equal, r
 non-re-basable bases, windows into spilled, spilled into windows and spilled into spilled, with
 the specials and zero signs in each state.
 
-Each group is summed in one compact accumulator with xc_add (rounded twice: xc_round must not
+Each group is summed in one compact accumulator with xc_add_n, a term at a time (rounded twice: xc_round must not
 modify it; its header says whether it spilled and where its window ended), and split in two: the
 first part into arrays A and D, the second (backwards) into B, all three filled with junk left
 spilled and cleared with xc_clear_n (which must zero those spill regions). (b) A += B with
@@ -460,11 +460,11 @@ fn adds(acc: i64, sp: i64, p: i64, from: i64, to: i64) {   // values from..to-1,
     let i = from;
     while i != to {
         if from < to {
-            xc_add(acc, sp, bits2f(load64(p + 8 * i)));
+            xc_add_n(acc, sp, p + 8 * i, 1);
             i = i + 1;
         } else {
             i = i - 1;
-            xc_add(acc, sp, bits2f(load64(p + 8 * i)));
+            xc_add_n(acc, sp, p + 8 * i, 1);
         }
     }
 }

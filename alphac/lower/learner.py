@@ -7,7 +7,8 @@ order (the contract in alphac.ir.autodiff and alphac.ir.interp):
     learner_grad(lo, hi)     G_p = sum over samples lo..hi-1 of the per-sample gradient of p,
                              a left fold from -0.0 (the exact additive identity, so it equals
                              the fold that starts from the first sample)
-                             (under exact_sum: xc_add into the accumulators XA, XSP)
+                             (under exact_sum: each sample's terms into G_p, then xc_add_n
+                             into the accumulators XA, XSP)
     learner_exact_round()    exact_sum only: G_p and L_sum, each accumulator rounded once
     learner_mean(n)          g_p = G_p / n
     learner_scalars()        the scalar-state statements, into sn_<name> (old values untouched)
@@ -430,10 +431,10 @@ class LearnerCode:
                     g = terms[0] if terms else em.let(flit(0.0), "zero")
                     for t in terms[1:]:
                         g = em.let(f"{g} + {t}")
-                    if lr.exact:
-                        em.put(f"xc_add({exact_at(lr, p.name, j)}, {g});")
-                        return
                     slot = f"G_{p.name} + 8 * ({j})" if not j.isdigit() else f"G_{p.name} + {8 * int(j)}"
+                    if lr.exact:             # the sample's terms, added by xc_add_n below
+                        em.put(f"storef({slot}, {g});")
+                        return
                     em.put(f"storef({slot}, loadf({slot}) + {g});")
                 vals.prepare([c.node for c in covering])
                 cols = p.shape[1] if len(p.shape) == 2 else 0
@@ -443,9 +444,12 @@ class LearnerCode:
                         0, cols, lambda c: body(vals.flat(r, c, cols))))
                 else:
                     vals.loop(a, b, body)
+            if lr.exact:                     # the terms in G_p, each into its accumulator
+                em.put(f"xc_add_n({exact_at(lr, p.name, '0')}, G_{p.name}, {p.size});")
         vals.prepare([lr.loss])              # the sample's loss, summed like a gradient
         if lr.exact:
-            em.put(f"xc_add({exact_at(lr, None, '0')}, {vals.get(lr.loss, None)});")
+            em.put(f"storef(XT, {vals.get(lr.loss, None)});")
+            em.put(f"xc_add_n({exact_at(lr, None, '0')}, XT, 1);")
         else:
             em.put(f"storef(L_sum, loadf(L_sum) + {vals.get(lr.loss, None)});")
         if batched:
@@ -680,6 +684,7 @@ class LearnerCode:
             P = exact_count(lr)
             decls.append(f"global XA: [i64; {P * XC_WORDS + 2}];")
             decls.append(f"global XSP: [i64; {P * XS_DIGITS}];")   # touched only where a sum spills
+            decls.append("global XT: [f64; 1];")                    # a sample's loss term
         body = ""
         if lr.loss is not None:
             body += self.gen_grad() + self.gen_mean()
