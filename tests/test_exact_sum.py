@@ -102,7 +102,8 @@ def test_executables_and_roles_print_the_oracle_bits(tmp_path):
 def test_resume_on_any_layout(tmp_path):
     """3 steps on one layout, checkpointed, then 2 on another: always the uninterrupted run's
     bits. Star of 4 -> star of 3, one process, a hierarchy, ZeRO-3; ZeRO-3 -> the replicated
-    star; one process -> a hierarchy of 16."""
+    star and one process; one process -> a hierarchy of 16; a hierarchy (a manifest tree) ->
+    the star, ZeRO-3, a hierarchy of 16 and one process."""
     want = oracle.run("lsq_adam", steps=5, exact=True)
     assert want == oracle.run("lsq_adam", steps=5, exact=True)
     src = write(tmp_path, "lsq_adam", generated("lsq_adam"))
@@ -117,7 +118,7 @@ def test_resume_on_any_layout(tmp_path):
         return r.stdout
 
     ck = {}
-    for dep in ("lsq_adam_star", "lsq_adam_star_zero3"):
+    for dep in ("lsq_adam_star", "lsq_adam_star_zero3", "lsq_adam_tree"):
         ck[dep] = tmp_path / f"ck-{dep}"
         assert launch(built[dep], tmp_path, steps=3, checkpoint=ck[dep])["published"] == \
             oracle.run("lsq_adam", steps=3, exact=True)
@@ -125,10 +126,20 @@ def test_resume_on_any_layout(tmp_path):
     run_single("--steps", 3, "--checkpoint", ck["single"])
     for start, dep in (("lsq_adam_star", "x_star3"), ("lsq_adam_star", "lsq_adam_tree"),
                        ("lsq_adam_star", "lsq_adam_star_zero3"), ("lsq_adam_star_zero3", "lsq_adam_star"),
-                       ("single", "x_tree16")):
+                       ("single", "x_tree16"), ("lsq_adam_tree", "lsq_adam_star"),
+                       ("lsq_adam_tree", "lsq_adam_star_zero3"), ("lsq_adam_tree", "x_tree16")):
         assert launch(built[dep], tmp_path, steps=2, resume=ck[start])["published"] == want, (start, dep)
     assert run_single("--steps", 2, "--resume", ck["lsq_adam_star"]) == want
     assert run_single("--steps", 2, "--resume", ck["lsq_adam_star_zero3"]) == want
+    assert run_single("--steps", 2, "--resume", ck["lsq_adam_tree"]) == want
+    # the whole tree is read, so a changed sub-manifest anywhere in it is refused, nothing written
+    sub = sorted(p for p in ck["lsq_adam_tree"].rglob("MANIFEST") if p.parent != ck["lsq_adam_tree"])[-1]
+    raw = bytearray(sub.read_bytes())
+    raw[200] ^= 1
+    sub.write_bytes(bytes(raw))
+    r = subprocess.run([str(single), "--steps", "1", "--resume", str(ck["lsq_adam_tree"]),
+                        "--checkpoint", str(tmp_path / "after")], capture_output=True, text=True)
+    assert (r.stdout, r.stderr) == ("", "refused: manifest-torn\n") and not (tmp_path / "after").exists()
 
 
 def test_identity_carries_the_contract_not_the_tree(tmp_path):

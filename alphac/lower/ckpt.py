@@ -21,17 +21,21 @@ HDR, REC = CKPT_HEADER.size, CKPT_RECORD.size
 
 def declarations(lr, records: int) -> list[str]:
     """`records`: the most records a manifest this executable writes has. A manifest it reads may
-    come from another owner count: up to 64 writers (the fan-out bound) per state."""
+    come from another owner count: up to 64 writers (the fan-out bound) per state. Under
+    exact_sum, room to gather a whole manifest tree (ckpt_flatten)."""
     biggest = max([s.size for s in lr.states] + [1])
     cap = max(HDR + 8 * biggest, HDR + REC * records + 64)
     man = HDR + REC * 64 * max(len(lr.states), 1) + 64
-    return [f"const CK_CAP = {cap};",
-            f"const CK_MAN_CAP = {man};",
-            f"global ck_buf: [u8; {cap}];",
-            f"global ck_man: [u8; {man}];",
-            f"global ck_fill: [u8; {biggest}];",
-            f"global ck_recs: [u8; {REC * max(records, 1)}];",
-            f"global ck_sub: [u8; {REC}];"]
+    out = [f"const CK_CAP = {cap};",
+           f"const CK_MAN_CAP = {man};",
+           f"global ck_buf: [u8; {cap}];",
+           f"global ck_man: [u8; {man}];",
+           f"global ck_fill: [u8; {biggest}];",
+           f"global ck_recs: [u8; {REC * max(records, 1)}];",
+           f"global ck_sub: [u8; {REC}];"]
+    if lr.exact:
+        out += [f"global ck_man2: [u8; {man}];", f"global ck_queue: [u8; {man}];"]
+    return out
 
 
 def check_names(lr) -> None:
@@ -48,27 +52,34 @@ def save_lines(holdings, role: str, writer: int) -> list[str]:
         for k, (name, lo, hi) in enumerate(holdings)]
 
 
-def layout_check(layout: int, owners: int, flat_ok: bool = False) -> list[str]:
-    """The root manifest (in ck_man) must be of this executable's layout: 0 flat, else the
-    fan-out of a tree of `owners` owners. `flat_ok` (exact_sum): a tree resumes from a flat
-    checkpoint too, whose owners' shards every owner may read."""
+def other_layout(layout: int, owners: int) -> str:
+    """The condition: the root manifest (in ck_man) is not of this executable's layout (0 flat,
+    else the fan-out of a tree of `owners` owners)."""
     if layout == 0:
-        return ['if load64(ck_man + CKH_LAYOUT) != 0 { refuse("checkpoint-layout"); }']
-    other = f'load64(ck_man + CKH_LAYOUT) != {layout} || load64(ck_man + CKH_OWNER_HI) != {owners}'
-    if flat_ok:
-        other = f'load64(ck_man + CKH_LAYOUT) != 0 && ({other})'
-    return [f'if {other} {{ refuse("checkpoint-layout"); }}']
+        return "load64(ck_man + CKH_LAYOUT) != 0"
+    return f"load64(ck_man + CKH_LAYOUT) != {layout} || load64(ck_man + CKH_OWNER_HI) != {owners}"
 
 
-def load_root_lines(layout: int, owners: int, me: int = 0, flat_ok: bool = False) -> list[str]:
-    return [f'ckpt_begin(dir, "", {me}, 0);',
-            'let count = ckpt_load("MANIFEST", ck_man, CK_MAN_CAP, 0, 1);'] + \
-        layout_check(layout, owners, flat_ok)
+def load_root_lines(layout: int, owners: int, me: int = 0, any_layout: bool = False) -> list[str]:
+    """The root manifest loaded and its layout checked: this executable's, or, with `any_layout`
+    (exact_sum: every layout is the same run), any."""
+    out = [f'ckpt_begin(dir, "", {me}, 0);',
+           'let count = ckpt_load("MANIFEST", ck_man, CK_MAN_CAP, 0, 1);']
+    if not any_layout:
+        out.append(f'if {other_layout(layout, owners)} {{ refuse("checkpoint-layout"); }}')
+    return out
 
 
-def restore_lines(holdings, me: int, layout: int, owners: int, flat_ok: bool = False) -> list[str]:
-    out = load_root_lines(layout, owners, me, flat_ok)
-    out += ["count = ckpt_descend(ck_man, CK_MAN_CAP, count);"]
+def restore_lines(holdings, me: int, layout: int, owners: int, any_layout: bool = False) -> list[str]:
+    """The owner's path down its own layout's tree; with `any_layout`, another layout's tree is
+    gathered whole (ckpt_flatten) and the owner restores from any shard in it."""
+    out = load_root_lines(layout, owners, me, any_layout)
+    if any_layout:
+        out += [f"if {other_layout(layout, owners)} {{",
+                "    count = ckpt_flatten(ck_man, CK_MAN_CAP, count, ck_man2, ck_queue);",
+                "} else {", "    count = ckpt_descend(ck_man, CK_MAN_CAP, count);", "}"]
+    else:
+        out += ["count = ckpt_descend(ck_man, CK_MAN_CAP, count);"]
     out += [f'ckpt_restore(ck_man, count, "{name}", {lo}, {hi}, st_{name} + {8 * lo});'
             for name, lo, hi in holdings]
     return out
@@ -84,7 +95,7 @@ def single_source(lr) -> tuple[str, dict[str, bytes]]:
     lines += ["    " + l for l in save_lines(holdings, "single", 0)]
     lines += [f'    ckpt_manifest("MANIFEST", 0, 0, 0, 1, {len(holdings)});', "}",
               "", "fn learner_resume(dir: i64) -> i64 {"]
-    lines += ["    " + l for l in restore_lines(holdings, 0, 0, 1)]
+    lines += ["    " + l for l in restore_lines(holdings, 0, 0, 1, lr.exact)]
     lines += ["    return load64(ck_version);", "}", ""]
     learner, rate = learner_digests(lr)
     return "\n".join(lines), {"role_identity": learner + rate + bytes(HELLO_BYTES - len(learner + rate))}

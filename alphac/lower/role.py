@@ -337,12 +337,12 @@ class RoleLowering:
         return lines
 
     def resume_body(self) -> list[str]:
-        flat_ok = self.lr.exact           # exact_sum: every layout's state is the same run's
+        any_layout = self.lr.exact        # exact_sum: every layout's state is the same run's
         if self.owner:
             lines = ckpt.restore_lines(self.holdings(), self.role.index, self.layout,
-                                       self.plan.dep.owners, flat_ok)
+                                       self.plan.dep.owners, any_layout)
         else:
-            lines = ckpt.load_root_lines(self.layout, self.plan.dep.owners, flat_ok=flat_ok)
+            lines = ckpt.load_root_lines(self.layout, self.plan.dep.owners, any_layout=any_layout)
         return lines + ["return load64(ck_version);"]
 
     # -- the module ------------------------------------------------------------------------------
