@@ -300,3 +300,54 @@ def test_a_malformed_accumulator_is_refused_by_name(case, tmp_path):
             p.kill()
     name = "peer-lost" if case == "good" else "frame-bad-accumulator"
     assert (p.returncode, out, err) == (REFUSALS[name][0], "", f"refused: {name}\n")
+
+
+SPREAD = """learner spread
+contract exact_sum
+data x = [1e200, 1e-200, -1e200, 3.0, 1e-300, 2.5]
+param w: f64 = 0.0
+loss(i) = w * x[i]
+update {
+  w = w - 0.1 * grad(w)
+}
+deployment s3 {
+  roles coordinator, owner[3]
+  topology star(coordinator)
+  samples owner[0] = 0..2, owner[1] = 2..4, owner[2] = 4..6
+}
+deployment t3 {
+  roles owner[3]
+  topology hierarchy(fanout 2)
+  samples owner[0] = 0..2, owner[1] = 2..4, owner[2] = 4..6
+}
+"""
+
+
+def test_sums_that_spill_travel_and_clear_between_steps(tmp_path):
+    """Every owner's sum spans 400 decimal orders of magnitude (1e200 and 1e-200 are 41 digits
+    apart, a window holds 5), so every accumulator spills and
+    its digits travel in the second combine frame, through the star's center and up the
+    hierarchy's aggregators, step after step: the bits are the Fraction oracle's (5.5 + 1e-200
+    + 1e-300 rounds to 5.5; an ordered fold loses the 3.0 or the 2.5 to 1e200)."""
+    import differential
+    from alphac.driver import compile_deployments
+    from alphac.ir import interp
+    src = tmp_path / "spread.alpha"
+    src.write_text(SPREAD)
+    lr = compile_deployments(src)[0].learner
+    state = interp.initial_state(lr)
+    for _ in range(4):
+        state = interp.apply_update(lr, state, interp.mean_gradient(
+            differential.exact_contribution(lr, state, range(6))))
+    want = interp.format_state(lr, state)
+    ordered = tmp_path / "ordered.alpha"
+    ordered.write_text(SPREAD.replace("contract exact_sum\n", ""))
+    plain = compile_deployments(ordered)[0].learner
+    assert interp.format_state(plain, interp.run(plain, 4)) != want      # the sums are hard
+    assert interp.format_state(lr, interp.run(lr, 4)) == want
+    exe = tmp_path / "spread"
+    alphac("build", src, "-o", exe)
+    assert subprocess.run([str(exe), "--steps", "4"], capture_output=True, text=True).stdout == want
+    for dep in ("s3", "t3"):
+        rec = launch(build_deployment(src, dep, tmp_path / "roles"), tmp_path, steps=4)
+        assert rec["published"] == want, dep

@@ -273,16 +273,17 @@ class RoleLowering:
 
     def combine_exact(self) -> None:
         """exact_sum: the children's accumulators added into xcomb in child order (integer
-        additions: any order gives the same sums, so no tree is followed), each child's then
-        cleared (its spill regions zeroed for the next step); their n added. The root rounds
-        each sum once into comb, which the delivery and the loss event read."""
+        additions: any order gives the same sums, so no tree is followed), their n added; a
+        child's spill regions zeroed after use. The root rounds each sum once into comb, which
+        the delivery and the loss event read."""
         P, PX = self.P, self.PX
         self.put(f"xc_clear_n(xcomb, xcsp, {P});")
         self.put(f"store64(xcomb + {8 * PX}, 0);")
         for k in range(len(self.children)):
             self.put(f"xc_merge_n(xcomb, xcsp, xcb{k}, xcbsp{k}, {P});")
             self.put(f"store64(xcomb + {8 * PX}, load64(xcomb + {8 * PX}) + load64(xcb{k} + {8 * PX}));")
-            self.put(f"xc_clear_n(xcb{k}, xcbsp{k}, {P});")
+            # its spill regions zeroed for the next step (its words the next frame overwrites)
+            self.put(f"if spills{k} > 0 {{ xc_clear_n(xcb{k}, xcbsp{k}, {P}); }}")
         if self.role == self.plan.root:
             self.put(f"xc_round_into(comb, xcomb, xcsp, {P});")
             self.put(f"store64(comb + {8 * P}, load64(xcomb + {8 * PX}));")
