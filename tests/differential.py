@@ -121,14 +121,18 @@ def exact_round(terms: list[float]) -> float:
 
 
 def exact_contribution(lr, state, samples):
-    """exact_sum's (G, n) over `samples`: each sample's gradient one operation at a time
-    (interp.per_sample_gradient), each coordinate's terms summed by `exact_round`."""
-    from alphac.ir import interp
-    terms = [interp.per_sample_gradient(lr, state, i) for i in samples]
-    if not terms:
+    """exact_sum's (G, n) over `samples`: each sample's gradient (alphac.ir.batch, the bits of
+    one operation at a time: tests/test_interp_fast.py), each coordinate's terms summed by
+    `exact_round`."""
+    from alphac.ir.batch import gradient_rows
+    rows = [r for chunk in gradient_rows(lr, state, samples) for r in chunk.tolist()]
+    if not rows:
         return None
-    return {p.name: tuple(exact_round([t[p.name][j] for t in terms]) for j in range(p.size))
-            for p in lr.params}, len(terms)
+    out, base = {}, 0
+    for p in lr.params:
+        out[p.name] = tuple(exact_round([r[base + j] for r in rows]) for j in range(p.size))
+        base += p.size
+    return out, len(rows)
 
 
 LOAD = re.compile(r'^data\s+(\w+)\s*(?::[^=]*)?=\s*load\("([^"]*)"\)', re.M)
