@@ -70,7 +70,7 @@ def program_for(lr: Learner, tgt: Target, main: str = "single", extra: str = "",
     gen, gen_blobs = learner_source(lr, evaluation)
     units = [("prelude.rt", list(_parsed(tgt.prelude(), "prelude.rt")), False)]
     mods = rt.modules(main, runtime_items)
-    if lr.exact and lr.loss is not None and "xsum" not in mods:     # exact_sum's accumulators
+    if lr.exact_sums and "xsum" not in mods:     # exact_sum's accumulators
         mods += [m for m in rt.modules("xsum", runtime_items) if m not in mods]
     units += [(f"{m}.rt", list(runtime_items(m)), True) for m in mods]
     own, marker, math = gen.partition(MATH_MARKER)

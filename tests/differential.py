@@ -99,38 +99,18 @@ def expected(lr, history) -> str:
         return f"refused: {r.name}"
 
 
-def exact_round(terms: list[float]) -> float:
-    """`contract exact_sum`'s sum from its definition: the exact sum (Fractions) rounded once
-    (Python's int / int rounds to nearest even; past the largest double, an infinity); a NaN
-    or both infinities give the quiet NaN, one infinity itself; an exact zero is -0.0 only
-    when every term is -0.0 (or there is none)."""
-    import math
-    import struct
-    from fractions import Fraction
-    if any(t != t for t in terms) or (math.inf in terms and -math.inf in terms):
-        return struct.unpack("<d", struct.pack("<Q", 0x7FF8000000000000))[0]
-    if math.inf in terms or -math.inf in terms:
-        return math.inf if math.inf in terms else -math.inf
-    total = sum(Fraction(t) for t in terms)
-    if total == 0:
-        return -0.0 if all(t == 0 and math.copysign(1.0, t) < 0 for t in terms) else 0.0
-    try:
-        return total.numerator / total.denominator
-    except OverflowError:
-        return math.inf if total > 0 else -math.inf
-
-
 def exact_contribution(lr, state, samples):
     """exact_sum's (G, n) over `samples`: each sample's gradient (alphac.ir.batch, the bits of
     one operation at a time: tests/test_interp_fast.py), each coordinate's terms summed by
-    `exact_round`."""
+    `oracle.exact_sum` (Fractions, rounded once)."""
     from alphac.ir.batch import gradient_rows
+    from oracle import exact_sum
     rows = [r for chunk in gradient_rows(lr, state, samples) for r in chunk.tolist()]
     if not rows:
         return None
     out, base = {}, 0
     for p in lr.params:
-        out[p.name] = tuple(exact_round([r[base + j] for r in rows]) for j in range(p.size))
+        out[p.name] = tuple(exact_sum([r[base + j] for r in rows]) for j in range(p.size))
         base += p.size
     return out, len(rows)
 

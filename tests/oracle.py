@@ -125,13 +125,21 @@ def combine(tree, parts):
 
 
 def exact_sum(terms):
-    """`contract exact_sum`'s sum: the terms' exact sum as a Fraction, rounded once (Python's
-    int / int division rounds to nearest even); an exact zero is -0.0 only when every term is
-    -0.0. (The reference learners' terms are finite.)"""
+    """`contract exact_sum`'s sum from its definition: the terms' exact sum as a Fraction,
+    rounded once (Python's int / int division rounds to nearest even; past the largest double,
+    an infinity); a NaN or both infinities give the quiet NaN 0x7ff8000000000000, one infinity
+    itself; an exact zero is -0.0 only when every term is -0.0 (or there is none)."""
+    if any(t != t for t in terms) or (math.inf in terms and -math.inf in terms):
+        return struct.unpack("<d", struct.pack("<Q", 0x7FF8000000000000))[0]
+    if math.inf in terms or -math.inf in terms:
+        return math.inf if math.inf in terms else -math.inf
     total = sum(Fraction(t) for t in terms)
     if total == 0:
-        return -0.0 if all(math.copysign(1.0, t) < 0 and t == 0 for t in terms) else 0.0
-    return total.numerator / total.denominator
+        return -0.0 if all(t == 0 and math.copysign(1.0, t) < 0 for t in terms) else 0.0
+    try:
+        return total.numerator / total.denominator
+    except OverflowError:
+        return math.inf if total > 0 else -math.inf
 
 
 def one_step(name, st, split, tree, exact=False):

@@ -78,6 +78,11 @@ class Terms:
     def __init__(self, rows: np.ndarray, layout: tuple[tuple[str, int], ...]):
         self.rows, self.layout = rows, layout
 
+    @classmethod
+    def of(cls, lr, rows: np.ndarray) -> "Terms":
+        """Rows of a learner's per-sample gradients (its params in declaration order)."""
+        return cls(rows, tuple((p.name, p.size) for p in lr.params))
+
     def merged(self, other: "Terms") -> "Terms":
         return Terms(np.concatenate([self.rows, other.rows]), self.layout)
 

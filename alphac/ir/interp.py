@@ -82,7 +82,7 @@ def owner_contribution(lr: Learner, state: State, samples) -> Contrib:
         chunks = list(gradient_rows(lr, state, samples))
         if not chunks:
             return None
-        return Terms(np.concatenate(chunks), tuple((p.name, p.size) for p in lr.params)), len(samples)
+        return Terms.of(lr, np.concatenate(chunks)), len(samples)
     total = None
     for rows in gradient_rows(lr, state, samples):
         for g in rows:
@@ -106,8 +106,7 @@ def owner_contribution_scalar(lr: Learner, state: State, samples) -> Contrib:
         rows = [[v for p in lr.params for v in per_sample_gradient(lr, state, i)[p.name]] for i in samples]
         if not rows:
             return None
-        return Terms(np.array(rows, dtype=np.float64).reshape(len(rows), -1),
-                     tuple((p.name, p.size) for p in lr.params)), len(samples)
+        return Terms.of(lr, np.array(rows, dtype=np.float64).reshape(len(rows), -1)), len(samples)
     total: dict[str, tuple[float, ...]] | None = None
     for i in samples:
         g = per_sample_gradient(lr, state, i)

@@ -377,6 +377,11 @@ class Learner:
         return self.contract == "exact_sum"
 
     @property
+    def exact_sums(self) -> bool:
+        """Under exact_sum, with a loss: there are gradient and loss sums to keep exact."""
+        return self.exact and self.loss is not None
+
+    @property
     def identity(self) -> str:
         return hashlib.sha256(canonical(self).encode()).hexdigest()
 

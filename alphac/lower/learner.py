@@ -680,7 +680,7 @@ class LearnerCode:
         for p in lr.params:
             decls.append(f"global G_{p.name}: [f64; {p.size}];")
             decls.append(f"global g_{p.name}: [f64; {p.size}];")
-        if lr.exact and lr.loss is not None:      # every param's coordinates, the loss; n, spills
+        if lr.exact_sums:      # every param's coordinates, the loss; n, spills
             P = exact_count(lr)
             decls.append(f"global XA: [i64; {P * XC_WORDS + 2}];")
             decls.append(f"global XSP: [i64; {P * XS_DIGITS}];")   # touched only where a sum spills

@@ -58,7 +58,7 @@ class RoleLowering:
         self.P = off + (1 if self.lr.loss is not None else 0)   # the loss sum follows G
         # exact_sum: (G, L, n) travel unrounded: P compact accumulators (XC_WORDS words each),
         # n and the spill count in one frame, then the spilled sums' records in a second
-        self.exact = self.lr.exact and self.lr.loss is not None
+        self.exact = self.lr.exact_sums
         self.PX = self.P * XC_WORDS
         self.acc = ("XA", "XSP") if self.owner else ("xcomb", "xcsp")   # what this role sends up
         if self.exact and self.owner and self.children:
