@@ -229,9 +229,13 @@ def plans_of(source: str):
     return _plans(source, manifest.sha256_file(source))
 
 
-def role_recipe(source: str, deployment: str, role: str, target: str) -> dict:
-    return {"kind": "role", "source": manifest.input_path(source), "deployment": deployment,
-            "role": role, "target": target}
+def role_recipe(source: str, deployment: str, role: str, target: str, host=None) -> dict:
+    """A role; a GPU owner's also names its card (`card`, as a gpu-owner recipe does)."""
+    out = {"kind": "role", "source": manifest.input_path(source), "deployment": deployment,
+           "role": role, "target": target}
+    if host is not None:
+        out["card"] = host.as_dict()
+    return out
 
 
 def _role(plan, name: str):
@@ -251,8 +255,27 @@ def build_role_recipe(recipe: dict) -> Built:
     plan = plans.get(recipe["deployment"])
     if plan is None:
         raise RecipeError(f"no deployment `{recipe['deployment']}` in {recipe['source']}")
-    image = build_role(plan, _role(plan, recipe["role"]), recipe["target"])
-    return Built(image.elf, learner_inputs(recipe["source"], compiled), {})
+    host = tools = None
+    if "card" in recipe:
+        from alphac.build import gpu_kernels, load_gpu_host, split_target
+        if not isinstance(recipe["card"], dict):
+            raise RecipeError("role recipe: `card` (the GPU host it is built for) must be an object")
+        host = load_gpu_host(None, {k: str(v) for k, v in recipe["card"].items()})
+        tools = ptxas_tool(gpu_kernels(plan.lr, split_target(recipe["target"])[1] or 90)[1])
+    image = build_role(plan, _role(plan, recipe["role"]), recipe["target"], host)
+    return Built(image.elf, learner_inputs(recipe["source"], compiled) + gpu_inputs(plan), tools or {})
+
+
+def gpu_inputs(plan) -> list[str]:
+    """The host description files a deployment's `gpu` item reads (inputs of every role: the
+    per-card admission reads them all)."""
+    from pathlib import Path
+    out = []
+    for r in plan.roles():
+        given = plan.dep.gpu_of(r)
+        if given is not None:
+            out.append(manifest.input_path(Path(given[1].source.name).parent / given[0]))
+    return sorted(set(out))
 
 
 def roles_table(plan) -> dict:
@@ -288,8 +311,10 @@ def build_roles_table(recipe: dict) -> Built:
 
 def deployment_recipes(source: str, name: str, plan) -> list[tuple[str, dict]]:
     """One deployment's artifacts: `roles.json` and one executable per role."""
+    from alphac.build import deployment_gpu_hosts
+    hosts = deployment_gpu_hosts(plan)
     out = [("roles.json", {"kind": "roles-table", "source": source, "deployment": name})]
-    return out + [(str(r), role_recipe(source, name, str(r), plan.dep.target_of(r)))
+    return out + [(str(r), role_recipe(source, name, str(r), plan.dep.target_of(r), hosts.get(r)))
                   for r in plan.roles()]
 
 

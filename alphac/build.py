@@ -63,15 +63,16 @@ def runtime_closure(name: str) -> list:
 
 
 def program_for(lr: Learner, tgt: Target, main: str = "single", extra: str = "",
-                blobs: dict[str, bytes] | None = None, evaluation=None) -> tuple[Program, str]:
+                blobs: dict[str, bytes] | None = None, evaluation=None,
+                uses: tuple[str, ...] = ()) -> tuple[Program, str]:
     """LIR for an executable: the prelude, the runtime files its main file (`single.rt`,
     `role.rt`, `gpu.rt`) uses, the generated learner code and `extra` (the role's or the GPU
     owner's generated code), checked as modules (alphac.lower.rt.check_modules)."""
     gen, gen_blobs = learner_source(lr, evaluation)
     units = [("prelude.rt", list(_parsed(tgt.prelude(), "prelude.rt")), False)]
     mods = rt.modules(main, runtime_items)
-    if lr.exact_sums and "xsum" not in mods:     # exact_sum's accumulators
-        mods += [m for m in rt.modules("xsum", runtime_items) if m not in mods]
+    for extra_mod in (("xsum",) if lr.exact_sums else ()) + uses:    # exact_sum's accumulators,
+        mods += [m for m in rt.modules(extra_mod, runtime_items) if m not in mods]   # a GPU role's driver
     units += [(f"{m}.rt", list(runtime_items(m)), True) for m in mods]
     own, marker, math = gen.partition(MATH_MARKER)
     items = list(_parsed(own, f"{lr.name}.rt"))    # every role of a learner has the same text
@@ -149,16 +150,113 @@ def build_learner(lr: Learner, target_name: str, evaluation=None) -> Image:
     return Image(tgt, elf, text, prog, gen, addrs)
 
 
-def build_role(plan, role, target_name: str | None = None) -> Image:
-    """One role of a deployment: its projected program over the role runtime."""
+def build_role(plan, role, target_name: str | None = None, host=None,
+               ptxas_path: str | None = None) -> Image:
+    """One role of a deployment: its projected program over the role runtime. A GPU owner
+    (target ISA+sm_NN) is built for `host` (default: the deployment's `gpu` item for it)."""
     from alphac.lower.role import role_source
-    tgt = target(target_name or plan.dep.target_of(role))
-    text, blobs = role_source(plan, role)
+    name = target_name or plan.dep.target_of(role)
+    isa, sm = split_target(name)
+    tgt = target(isa)
     lo, hi = plan.dep.samples.range(role.index) if plan.is_owner(role) and plan.has_loss else (0, 0)
+    gpu = conv = None
+    if sm is not None:
+        host = host or deployment_gpu_hosts(plan)[role]
+        gpu, conv, _ = gpu_role_image(plan, role, name, host, ptxas_path)
+        admit_cards(plan, {**deployment_gpu_hosts(plan), role: host}, ptxas_path, {role: name})
+    text, blobs = role_source(plan, role, gpu)
+    if gpu is not None:
+        from alphac.lower import gpu as gpu_lowering
+        lines, more = gpu_lowering.gpu_globals(plan.lr, gpu, conv, f"gpu-role {role}")
+        text, blobs = "\n".join(lines) + "\n" + text, {**blobs, **more}
     text, blobs = with_data(plan.lr, text, blobs, lo, hi)
-    prog, gen = program_for(plan.lr, tgt, main="role", extra=text, blobs=blobs)
+    prog, gen = program_for(plan.lr, tgt, main="role", extra=text, blobs=blobs,
+                            uses=("nvdrv",) if gpu is not None else ())
     elf, code, addrs = link_program(prog, tgt)
     return Image(tgt, elf, code, prog, gen + "\n" + text, addrs)
+
+
+def deployment_gpu_hosts(plan) -> dict:
+    """Each GPU owner's host, from the deployment's `gpu` item (files relative to the source);
+    CompileError E0123 at the item for a file that is not a valid description."""
+    from pathlib import Path
+    from alphac.nvdrv import host as gpu_host
+    out = {}
+    for r in plan.roles():
+        given = plan.dep.gpu_of(r)
+        if given is None:
+            continue
+        text, span = given
+        path = Path(span.source.name).parent / text
+        try:
+            out[r] = gpu_host.load(path, {})
+        except gpu_host.HostError as e:
+            from alphac.diag import CompileError, Diagnostic
+            raise CompileError([Diagnostic("E0123", span, f"bad GPU host description for `{r}`: {e}",
+                                           "see docs/nvdrv.md for the keys")])
+    return out
+
+
+_KERNELS: dict = {}
+
+
+def gpu_kernels(lr: Learner, sm: int, ptxas_path: str | None = None):
+    """(kernels, ptxas) of a learner for sm_NN, assembled once per process; CompileError E0121
+    without ptxas."""
+    from alphac import ptx
+    from alphac.ptx.ptxas import PtxasMissing, find_ptxas
+    try:
+        tool = find_ptxas(ptxas_path)
+    except PtxasMissing as e:
+        raise _gpu_error("E0121", f"no PTX assembler: {e}",
+                         "install CUDA's ptxas, set ALPHAC_PTXAS, or pass --ptxas PATH")
+    key = (id(lr), sm, tool.sha256)
+    if key not in _KERNELS or _KERNELS[key][0] is not lr:
+        if len(_KERNELS) > 16:
+            _KERNELS.clear()
+        _KERNELS[key] = (lr, ptx.build(lr, sm, tool), tool)
+    return _KERNELS[key][1], _KERNELS[key][2]
+
+
+def gpu_role_image(plan, role, target_name: str, host, ptxas_path: str | None = None):
+    """A GPU owner role's launch image (its share: samples, update ranges, rows written at
+    start-up), its conversation with `host`, and its kernels."""
+    from alphac.nvdrv import conversation, image
+    isa, sm = split_target(target_name)
+    if target_name not in gpu_targets():
+        raise _gpu_error("E0124", f"unsupported GPU target `{target_name}`",
+                         "GPU targets: " + " or ".join(gpu_targets()))
+    built, _ = gpu_kernels(plan.lr, sm, ptxas_path)
+    lo, hi = plan.dep.samples.range(role.index) if plan.has_loss else (0, 0)
+    ranges = plan.updates(role.index)
+    share = image.Share(lo, hi, plan.lr.nsamples or 0,
+                        tuple(ranges.get(g.index, (0, 0)) for g in plan.lr.groups), False)
+    gpu = image.plan(plan.lr, built, sm, share)
+    return gpu, conversation.conversation(host, gpu), built
+
+
+def admit_cards(plan, hosts: dict, ptxas_path: str | None = None, targets: dict | None = None) -> None:
+    """Per-card memory admission: the GPU owners on one card (by UUID) together demand at most
+    its declared memory; another card's memory never counts. CompileError E0120 naming them."""
+    cards: dict[bytes, list] = {}
+    for r, h in sorted(hosts.items(), key=lambda kv: (kv[0].index or 0)):
+        t = (targets or {}).get(r) or plan.dep.target_of(r)
+        if "+" not in t:
+            continue
+        gpu, _, _ = gpu_role_image(plan, r, t, h, ptxas_path)
+        cards.setdefault(h.uuid, []).append((r, h, gpu.demand))
+    for uuid, users in sorted(cards.items()):
+        demand = sum(d for _, _, d in users)
+        supply = min(h.memory for _, h, _ in users)
+        if demand > supply:
+            who = ", ".join(f"{r} {d}" for r, _, d in users)
+            span = plan.dep.gpu_of(users[-1][0])
+            from alphac.diag import CompileError, Diagnostic
+            raise CompileError([Diagnostic(
+                "E0120", span[1] if span else None,
+                f"card {users[0][1].uuid_text} is asked for {demand} bytes ({who}); its host "
+                f"declares {supply}", "each card's GPU owners together must fit in its memory; "
+                                      "give a role another card or a smaller share")])
 
 
 # -- GPU owners ----------------------------------------------------------------------------------
@@ -205,10 +303,8 @@ def load_gpu_host(path: str | None, overrides: dict):
 def build_gpu_owner(lr: Learner, target_name: str, host, ptxas_path: str | None = None) -> GpuBuild:
     """A GPU owner for `host`: the kernels assembled by ptxas, the memory plan admitted against
     the host's declared memory, the conversation, the runtime. CompileError E0120-E0124."""
-    from alphac import ptx
     from alphac.lower import gpu as gpu_lowering
     from alphac.nvdrv import conversation, image
-    from alphac.ptx.ptxas import PtxasMissing, find_ptxas
     if target_name not in gpu_targets():
         raise _gpu_error("E0124", f"unsupported GPU target `{target_name}`",
                          "a GPU owner is an x86-64 executable for sm_86 (Ampere) or sm_90 "
@@ -218,12 +314,7 @@ def build_gpu_owner(lr: Learner, target_name: str, host, ptxas_path: str | None 
         raise _gpu_error("E0122", f"target `{target_name}` needs the GPU host it is built for",
                          "give --gpu-host FILE, or --gpu-uuid, --gpu-product, --gpu-memory and "
                          "--driver (docs/nvdrv.md)")
-    try:
-        tool = find_ptxas(ptxas_path)
-    except PtxasMissing as e:
-        raise _gpu_error("E0121", f"no PTX assembler: {e}",
-                         "install CUDA's ptxas, set ALPHAC_PTXAS, or pass --ptxas PATH")
-    built = ptx.build(lr, sm, tool)
+    built, tool = gpu_kernels(lr, sm, ptxas_path)
     gpu = image.plan(lr, built, sm)
     if gpu.demand > host.memory:
         parts = ", ".join(f"{a.name} {a.size}" for a in gpu.allocations if a.where == "vidmem")

@@ -217,6 +217,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compare", action="store_true",
                    help="also run the deployment in the reference interpreter and say whether the "
                         "bits are equal")
+    p.add_argument("--gpu-wrapper", metavar="CMD",
+                   help="start each GPU owner as CMD ROLE-ARGV... (split like a shell word list): "
+                        "a sandbox, a CPU pinning tool, or the mock driver in the tests")
     _progress_option(p, "the root's steps, steps per second and time left")
 
     p = sub.add_parser("verify-record", help="check a run record",
@@ -567,7 +570,8 @@ def cmd_launch(args) -> int:
         args.steps = args.epochs * (batches if isinstance(batches, int) and batches > 0 else 1)
     record = launch(args.dir, steps=args.steps, deadline_ms=args.deadline_ms, records=args.records,
                     checkpoint=args.checkpoint, resume=args.resume, key=args.record_key,
-                    progress=sys.stderr if _progress(args) else None, data=args.data)
+                    progress=sys.stderr if _progress(args) else None, data=args.data,
+                    gpu_wrapper=__import__("shlex").split(args.gpu_wrapper) if args.gpu_wrapper else None)
     for r in record["roles"]:
         if r["exit"] != 0:
             why = f"refused: {r['refused']}" if r["refused"] else f"exit {r['exit']}"

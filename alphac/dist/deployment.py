@@ -23,7 +23,7 @@ from alphac.diag import Sink, Source, Span
 from alphac.dist.structure import (MAX_FANOUT, Hierarchy, Leaf, Node, Ranges, Role, Star,
                                    coverage_problem, tree_leaves, tree_text)
 from alphac.ir.learner import Learner
-from alphac.lower.target import ISAS
+from alphac.lower.target import ISAS, gpu_targets
 from alphac.parse.deploy import DeploymentDecl, RoleRef, StrategyDecl
 
 CLASSES = ("params", "state", "gradients")
@@ -65,6 +65,11 @@ class Deployment:
     targets: dict[Role | str, str] = field(default_factory=dict)
     memory: dict[Role | str, int] = field(default_factory=dict)
     spans: dict[str, Span] = field(default_factory=dict)
+    gpus: dict[Role, tuple[str, Span]] = field(default_factory=dict)  # GPU owner -> host file
+
+    def gpu_of(self, role: Role) -> tuple[str, Span] | None:
+        """A GPU owner's host description (the file as written, and where), or None."""
+        return self.gpus.get(role) or self.gpus.get(role.name)
 
     def target_of(self, role: Role) -> str:
         return self.targets.get(role) or self.targets.get(role.name) or "x86_64"
@@ -134,11 +139,14 @@ class DeploymentChecker:
         placement = self.placement(strategy) if strategy else {}
         targets = self.per_role("target", lambda v, span: self.target_name(v, span))
         memory = self.per_role("memory", lambda v, span: v[0])
+        gpus = self.per_role("gpu", lambda v, span: (v.value, v.span))
+        if self.ok:
+            self.gpu_roles(targets, gpus)
         if not self.ok:
             return None
         return Deployment(self.decl.name, self.lr, roles, owner, owners, topo, samples, tree,
                           deliver, strategy, placement, targets, memory,
-                          {k: it.span for k, it in self.items.items()})
+                          {k: it.span for k, it in self.items.items()}, gpus)
 
     # -- membership ----------------------------------------------------------------------------
     def membership(self):
@@ -397,11 +405,33 @@ class DeploymentChecker:
         return roles[0].index
 
     def target_name(self, tok, span):
-        if tok.text not in ISAS:
+        if tok.text not in ISAS + gpu_targets():
             self.err("E0111", tok.span, f"unsupported target `{tok.text}`",
-                     hint="targets: " + ", ".join(ISAS))
+                     hint="targets: " + ", ".join(ISAS + gpu_targets()))
             return None
         return tok.text
+
+    def gpu_roles(self, targets: dict, gpus: dict) -> None:
+        """A GPU target runs an owner's compute, on the card its `gpu` item describes; a card is
+        given only to a GPU owner."""
+        it = self.items.get("target")
+        for key, t in sorted(targets.items(), key=lambda kv: str(kv[0])):
+            if "+" not in t:
+                continue
+            name = key if isinstance(key, str) else key.name
+            if name != self.owner:
+                self.err("E0111", it.span, f"`{key}` cannot have the GPU target `{t}`: a GPU "
+                                           "runs an owner's compute",
+                         hint=f"give GPU targets to `{self.owner}` roles only")
+            elif key not in gpus and name not in gpus:
+                self.err("E0122", it.span, f"GPU owner `{key}` has no host description",
+                         hint=f'add `gpu {key} = "FILE.gpuhost"` (docs/nvdrv.md describes the file)')
+        for key, (_, span) in sorted(gpus.items(), key=lambda kv: str(kv[0])):
+            t = targets.get(key) or (targets.get(key.name) if isinstance(key, Role) else None)
+            if t is None or "+" not in t:
+                self.err("E0122", span, f"`{key}` is given a GPU host but its target is "
+                                        f"`{t or 'x86_64'}`", hint="give it a GPU target, such "
+                                                               "as `target ... = x86_64+sm_90`")
 
     def per_role(self, kind: str, value) -> dict:
         it = self.items.get(kind)

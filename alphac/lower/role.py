@@ -24,7 +24,7 @@ from __future__ import annotations
 from alphac.diag import BuildError
 from alphac.dist.identity import COMPONENTS, digests, short
 from alphac.formats import CKPT_RECORD, FRAME_KINDS as KINDS, XC_WORDS, XS_DIGITS
-from alphac.lower import ckpt
+from alphac.lower import ckpt, gpu as gpu_lowering
 from alphac.dist.plan import Plan
 from alphac.dist.structure import Leaf, Role, Star
 
@@ -43,8 +43,9 @@ REC = CKPT_RECORD.size
 
 
 class RoleLowering:
-    def __init__(self, plan: Plan, role: Role):
+    def __init__(self, plan: Plan, role: Role, gpu=None):
         self.plan, self.role = plan, role
+        self.gpu = gpu                  # a GPU owner's GpuImage (alphac.lower.gpu), or None
         self.lr = plan.lr
         self.owner = plan.is_owner(role)
         self.children = plan.children(role)
@@ -135,6 +136,9 @@ class RoleLowering:
             lo, hi = plan.dep.samples.range(self.role.index)
             if lr.batch:                  # step v's samples among lo..hi: their count
                 self.put(f"let n = learner_grad({lo}, {hi}, v);")
+            elif self.gpu is not None and hi > lo:      # on the card, the host's the reference
+                for line in gpu_lowering.role_grad(lr, self.gpu, f"learner_grad({lo}, {hi});"):
+                    self.put(line)
             else:
                 self.put(f"learner_grad({lo}, {hi});")
             n = 'n' if lr.batch else hi - lo
@@ -155,9 +159,12 @@ class RoleLowering:
             if lr.loss is not None and ranges:
                 self.put("learner_mean(load64(g_n));")
             self.put("learner_scalars();")
+            if self.gpu is not None:
+                for line in gpu_lowering.role_update(lr, self.gpu, ranges):
+                    self.put(line)
             for g in lr.groups:
                 lo, hi = ranges.get(g.index, (0, 0))
-                if hi > lo:
+                if hi > lo and self.gpu is None:
                     self.put(f"learner_group_{g.index}({lo}, {hi});")
             self.put("learner_commit();")
         elif a.op == "publish":
@@ -398,10 +405,15 @@ class RoleLowering:
         text += "fn role_save(dir: i64, v: i64) {\n" + "\n".join("    " + l for l in save_body) + "\n}\n\n"
         text += "fn role_resume(dir: i64) -> i64 {\n" + "\n".join("    " + l for l in resume_body) + "\n}\n"
         blobs = {"role_identity": b"".join(dg[c] for c in COMPONENTS)}
+        if self.gpu is None:
+            text += "\nfn role_device_start() {}\n"
+        else:
+            lo, hi = plan.dep.samples.range(role.index) if plan.has_loss else (0, 0)
+            text += "\n" + gpu_lowering.role_start(self.lr, self.gpu, lo, hi)
         return text, blobs
 
 
-def role_source(plan: Plan, role: Role) -> tuple[str, dict[str, bytes]]:
+def role_source(plan: Plan, role: Role, gpu=None) -> tuple[str, dict[str, bytes]]:
     """The role's runtime-language source (its program, checkpoints, identity), and the bytes of
-    its `extern` globals."""
-    return RoleLowering(plan, role).generate()
+    its `extern` globals; `gpu`: a GPU owner's launch image (its compute and updates on the card)."""
+    return RoleLowering(plan, role, gpu).generate()

@@ -263,16 +263,37 @@ def sass_version(arch: abi.Arch) -> int:
 
 
 # -- the plan ----------------------------------------------------------------------------------
-def _threads(lr: Learner, kernel) -> int:
+@dataclass(frozen=True)
+class Share:
+    """What a GPU owner computes: samples lo..hi-1 of `total` (the mean's count) and, per
+    coordinate group, the coordinates [klo, khi) it updates. The single-process owner has every
+    sample and coordinate, and its data in the image; a deployment's GPU role has its share, and
+    the host writes its data rows into `rows_<d>` at start-up (read at run time, not compiled in)."""
+    lo: int
+    hi: int
+    total: int
+    updates: tuple[tuple[int, int], ...]      # (klo, khi) of each group, by index
+    rows_in_image: bool = True
+
+    @classmethod
+    def whole(cls, lr: Learner) -> "Share":
+        n = lr.nsamples or 0
+        return cls(0, n, n, tuple((0, g.size) for g in lr.groups))
+
+
+def _threads(lr: Learner, kernel, share: Share) -> int:
     if kernel.name == "grad_samples":
-        return lr.nsamples
+        return share.hi - share.lo
     if kernel.name == "owner_sum":
         return param_count(lr)
-    return lr.groups[kernel.group].size
+    klo, khi = share.updates[kernel.group]
+    return khi - klo
 
 
-def plan(lr: Learner, built: list, sm: int) -> GpuImage:
-    """The owner's memory plan and launch image for every kernel in `built` (alphac.ptx.build)."""
+def plan(lr: Learner, built: list, sm: int, share: Share | None = None) -> GpuImage:
+    """The owner's memory plan and launch image for every kernel in `built` (alphac.ptx.build),
+    for `share` (default: the whole learner)."""
+    share = share or Share.whole(lr)
     arch = abi.ARCHES[f"sm_{sm}"]
     qmd_layout = abi.QMD_LAYOUTS[arch.qmd]
     arena = bytearray()
@@ -299,16 +320,22 @@ def plan(lr: Learner, built: list, sm: int) -> GpuImage:
     buffers: dict[str, int] = {}
     for s in lr.states:
         buffers[f"state_{s.name}"] = put(struct.pack(f"<{s.size}d", *s.init), 256)
-    for d in lr.data:
-        buffers[f"data_{d.name}"] = put(struct.pack(f"<{len(d.values)}d", *d.values), 256)
+    if share.rows_in_image:
+        for d in lr.data:
+            buffers[f"data_{d.name}"] = put(struct.pack(f"<{len(d.values)}d", *d.values), 256)
     for b in built:
         for p in b.kernel.params:
             if p.role == "const":
                 buffers[f"{b.kernel.name}.{p.name}"] = put(struct.pack(f"<{len(p.values)}d", *p.values), 256)
     image_end = round_up(len(arena), 8)
-    P = param_count(lr)
-    gs_off = round_up(image_end, 256)
-    g_off = round_up(gs_off + 8 * max(1, P * (lr.nsamples or 0)), 256)
+    P, rows = param_count(lr), share.hi - share.lo
+    end = round_up(image_end, 256)
+    if not share.rows_in_image:         # written by the host at start-up: past the image
+        for d in lr.data:
+            buffers[f"rows_{d.name}"] = end
+            end = round_up(end + 8 * max(1, rows * d.cols), 256)
+    gs_off = end
+    g_off = round_up(gs_off + 8 * max(1, P * rows), 256)
     arena_size = round_up(g_off + 8 * max(1, P), HUGE)
 
     va = ARENA_VA
@@ -320,20 +347,24 @@ def plan(lr: Learner, built: list, sm: int) -> GpuImage:
         va = round_up(va + size, HUGE)
     sem_va = allocs[2].va + SEMAPHORE_OFFSET
     vas = {k: ARENA_VA + v for k, v in buffers.items()}
+    for d in lr.data:                   # kernels index rows by the global sample number
+        if not share.rows_in_image:
+            vas[f"data_{d.name}"] = vas[f"rows_{d.name}"] - 8 * share.lo * d.cols
     vas["gs"], vas["G"] = ARENA_VA + gs_off, ARENA_VA + g_off
 
     launches = []
     for b in built:
         k, im = b.kernel, b.image
-        threads = _threads(lr, k)
+        threads = _threads(lr, k, share)
         block = min(BLOCK, round_up(max(1, threads), 32))
         grid = max(1, -(-threads // block))
         cbank = bytearray(round_up(im.cbank0, 16))
         for dw, value in CBANK_PREFIX.items():
             struct.pack_into("<Q", cbank, 4 * dw, value)
         scalars = []
-        statics = {"lo": 0, "hi": lr.nsamples or 0, "n": lr.nsamples or 0, "klo": 0,
-                   "khi": threads if k.group is not None else 0}
+        klo, khi = share.updates[k.group] if k.group is not None else (0, 0)
+        statics = {"lo": share.lo, "hi": share.hi, "klo": klo, "khi": khi,
+                   "n": rows if k.name == "owner_sum" else share.total}
         for p, kp in zip(k.params, im.params):
             at = im.param_base + kp.offset
             if p.type == "u64":

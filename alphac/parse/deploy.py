@@ -8,7 +8,8 @@
       deliver all                                # or: deliver owner[0]
       strategy zero2
       partition owner[0] = 0..2, owner[1] = 2..3, owner[2] = 3..4, owner[3] = 4..5
-      target owner[0], owner[2] = aarch64
+      target owner[0], owner[2] = aarch64       # or x86_64+sm_90: a GPU owner
+      gpu owner[0] = "h200.gpuhost"              # a GPU owner's card (docs/nvdrv.md)
       memory owner = 64 KiB, coordinator = 1 MiB
     }
 
@@ -28,6 +29,7 @@ from dataclasses import dataclass
 
 from alphac.diag import Span
 from alphac.parse.parser import Parser, _Bail
+from alphac.parse.lexer import Token
 
 
 @dataclass(frozen=True)
@@ -143,10 +145,19 @@ def memory_size(p: Parser) -> tuple[int, Span]:
     return n * UNITS[unit.text], span.to(unit.span)
 
 
+def target_name(p: Parser) -> Token:
+    """`x86_64`, `aarch64`, or a GPU target `x86_64+sm_90`: one token of the whole text."""
+    isa = p.expect("name", what="a target (x86_64, aarch64, x86_64+sm_90)")
+    if not p.accept("punct", "+"):
+        return isa
+    gpu = p.expect("name", what="a GPU architecture such as sm_90")
+    return Token("name", f"{isa.text}+{gpu.text}", isa.span.to(gpu.span))
+
+
 def parse_item(p: Parser) -> Item:
     kw = p.advance() if p.at("kw", "strategy") else \
         p.expect("name", what="a deployment item (roles, topology, samples, combine, deliver, "
-                              "strategy, partition, target, memory)")
+                              "strategy, partition, target, gpu, memory)")
     k = kw.text
     if k == "roles":
         decls = []
@@ -207,14 +218,18 @@ def parse_item(p: Parser) -> Item:
         name = p.expect("name", what="a strategy name (replicated, zero1, zero2, zero3, or your own)")
         return Item(k, (name.text, name.span), kw.span.to(name.span))
     if k == "target":
-        value = assignments(p, lambda q: q.expect("name", what="a target (x86_64, aarch64)"))
+        value = assignments(p, target_name)
+        return Item(k, value, kw.span.to(p.toks[p.pos - 1].span))
+    if k == "gpu":          # each GPU role's host description: a file, relative to the source
+        value = assignments(p, lambda q: q.expect("str", what="a GPU host description file, "
+                                                             "such as \"h200.gpuhost\""))
         return Item(k, value, kw.span.to(p.toks[p.pos - 1].span))
     if k == "memory":
         value = assignments(p, memory_size)
         return Item(k, value, kw.span.to(p.toks[p.pos - 1].span))
     p.sink.error("E0101", kw.span, f"unknown deployment item `{k}`",
                  hint="items are roles, topology, samples, combine, deliver, strategy, partition, "
-                      "target, memory")
+                      "target, gpu, memory")
     raise _Bail()
 
 

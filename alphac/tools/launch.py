@@ -456,10 +456,12 @@ def launch(dep_dir: str | Path, steps: int = 5, deadline_ms: int = 10000,
            records: str | Path = "runs", extra: dict[str, list[str]] | None = None,
            kill: tuple[str, float] | None = None, checkpoint: str | Path | None = None,
            resume: str | Path | None = None, targets: dict[str, str] | None = None,
-           key: str | Path | None = None, progress=None, data: str | Path | None = None) -> dict:
+           key: str | Path | None = None, progress=None, data: str | Path | None = None,
+           gpu_wrapper: list[str] | None = None) -> dict:
     """Run a built deployment; returns the run record (also written under `records`). With
     `progress` (a text stream, standard error), the root's steps are shown there as they go;
-    with `data`, the owners read the learner's loaded data from that directory (`--data`)."""
+    with `data`, the owners read the learner's loaded data from that directory (`--data`);
+    `gpu_wrapper` prefixes each GPU owner's command line."""
     dep_dir = Path(dep_dir)
     table, manifest, mpath = load_table(dep_dir)
     hashes = check_hashes(dep_dir, [r["file"] for r in table["roles"]], manifest, mpath)
@@ -490,6 +492,8 @@ def launch(dep_dir: str | Path, steps: int = 5, deadline_ms: int = 10000,
         argv += extra.get(r["role"], []) + extra.get("*", [])
         if r["target"] == "aarch64" and not native:
             argv = [qemu] + argv
+        elif "+" in r["target"] and gpu_wrapper:        # a GPU owner (x86_64+sm_NN)
+            argv = list(gpu_wrapper) + argv
         env = {**os.environ, "ALPHAC_EVENTS_KEY": events_key(k, r["role"]).hex()}
         runs.append(RoleRun(r["role"], r["target"], hashes[r["file"]],
                             artifact_key(dep_dir, mpath, r["file"]), argv, env))

@@ -86,12 +86,63 @@ def available() -> str | None:
         parent.close()
 
 
+def supervise(argv: list[str], drv: Driver, stdout, stderr, cwd, timeout: float) -> int | None:
+    """Run argv with its system calls delivered to `drv`; its exit code (None: killed after
+    `timeout`, an error in drv.errors)."""
+    parent, child = socket.socketpair()
+    memories: dict[int, ProcessMemory] = {}
+    try:
+        proc = subprocess.Popen(argv, stdout=stdout, stderr=stderr, pass_fds=[child.fileno()],
+                                preexec_fn=lambda: install_in_child(child), cwd=cwd)
+        child.close()
+        parent.settimeout(30)
+        try:
+            _, fds, _, _ = socket.recv_fds(parent, 1, 1)
+        except (socket.timeout, OSError):
+            fds = []
+        if not fds:
+            proc.kill()
+            proc.wait()
+            raise RuntimeError(f"the child could not install the seccomp filter (exit {proc.returncode})")
+        listener = Listener(fds[0])
+        deadline = time.monotonic() + timeout
+        while True:
+            ready, _, _ = select.select([listener.fd], [], [], 0.05)
+            if ready:
+                n = listener.recv()
+                if n is not None:
+                    mem = memories.get(n.pid)
+                    if mem is None:
+                        mem = memories[n.pid] = ProcessMemory(n.pid)
+                    try:
+                        drv.syscall(n, mem, listener)
+                    except Exception as e:           # never leave the caller blocked
+                        drv.errors.append(f"mock failure on {n.name}: {e!r}")
+                        listener.reply(n, -38)
+                    continue
+            if proc.poll() is not None:
+                break
+            if time.monotonic() > deadline:
+                proc.kill()
+                proc.wait()
+                drv.errors.append(f"timed out after {timeout} s")
+                os.close(listener.fd)
+                return None
+        os.close(listener.fd)
+        return proc.returncode
+    finally:
+        for m in memories.values():
+            m.close()
+        parent.close()
+
+
 def run(exe: str | Path, args=(), card: Card | None = None, kernels=(), present: bool = True,
         strace: bool = False, timeout: float = 120.0, events: bool = True,
-        mutate: dict | None = None) -> MockResult:
-    """Run `exe args` against a mock driver holding `card` (absent when not `present`) whose GPU
-    knows `kernels` (alphac.ptx.build's list); `mutate` maps a kernel name to a function of its
-    PTX text, so the mock GPU computes something else (a shadow-mismatch mutant)."""
+        mutate: dict | None = None, cards=()) -> MockResult:
+    """Run `exe args` against a mock driver holding `card` (absent when not `present`; `cards`:
+    the machine's cards, `card` among them) whose GPU knows `kernels` (alphac.ptx.build's list);
+    `mutate` maps a kernel name to a function of its PTX text, so the mock GPU computes something
+    else (a shadow-mismatch mutant)."""
     with tempfile.TemporaryDirectory(prefix="alphac-mockgpu-") as tmp:
         tmp = Path(tmp)
         argv = [str(exe), *map(str, args)]
@@ -99,63 +150,23 @@ def run(exe: str | Path, args=(), card: Card | None = None, kernels=(), present:
             argv += ["--events", str(tmp / "events.log")]
         if strace:
             argv = [shutil.which("strace"), "-f", "-qq", "-X", "raw", "-o", str(tmp / "strace.txt")] + argv
-        parent, child = socket.socketpair()
         out, err = open(tmp / "stdout", "wb+"), open(tmp / "stderr", "wb+")
-        drv = Driver(card, list(kernels), present)
+        drv = Driver(card, list(kernels), present, cards=list(cards))
         for name, fn in (mutate or {}).items():
             from ptx_interp import Ptx
             k = next(b.kernel for b in kernels if b.kernel.name == name)
             drv.gpu.programs[name] = Ptx(fn(k.ptx))
-        memories: dict[int, ProcessMemory] = {}
         try:
-            proc = subprocess.Popen(argv, stdout=out, stderr=err, pass_fds=[child.fileno()],
-                                    preexec_fn=lambda: install_in_child(child), cwd=tmp)
-            child.close()
-            parent.settimeout(30)
-            try:
-                _, fds, _, _ = socket.recv_fds(parent, 1, 1)
-            except (socket.timeout, OSError):
-                fds = []
-            if not fds:
-                proc.kill()
-                proc.wait()
-                raise RuntimeError(f"the child could not install the seccomp filter (exit {proc.returncode})")
-            listener = Listener(fds[0])
-            deadline = time.monotonic() + timeout
-            while True:
-                ready, _, _ = select.select([listener.fd], [], [], 0.05)
-                if ready:
-                    n = listener.recv()
-                    if n is not None:
-                        mem = memories.get(n.pid)
-                        if mem is None:
-                            mem = memories[n.pid] = ProcessMemory(n.pid)
-                        try:
-                            drv.syscall(n, mem, listener)
-                        except Exception as e:           # never leave the caller blocked
-                            drv.errors.append(f"mock failure on {n.name}: {e!r}")
-                            listener.reply(n, -38)
-                        continue
-                if proc.poll() is not None:
-                    break
-                if time.monotonic() > deadline:
-                    proc.kill()
-                    proc.wait()
-                    drv.errors.append(f"timed out after {timeout} s")
-                    break
-            os.close(listener.fd)
+            code = supervise(argv, drv, out, err, tmp, timeout)
             out.seek(0)
             err.seek(0)
             ev = tmp / "events.log"
             st = tmp / "strace.txt"
-            return MockResult(proc.returncode, out.read().decode(), err.read().decode(),
+            return MockResult(-9 if code is None else code, out.read().decode(), err.read().decode(),
                               ev.read_text() if ev.exists() else "", drv.trace, drv.errors,
                               drv.gpu.launches, drv.allocations,
                               st.read_text().splitlines() if strace and st.exists() else None)
         finally:
             drv.close()
-            for m in memories.values():
-                m.close()
             out.close()
             err.close()
-            parent.close()

@@ -108,14 +108,20 @@ class Fd:
 
 @dataclass
 class Driver:
-    card: Card
+    card: Card                                                 # the card the process uses
     kernels: list
     present: bool = True                                       # False: no driver at all
     errors: list = field(default_factory=list)
     trace: list = field(default_factory=list)                  # every call, as the mock saw it
     allocations: list = field(default_factory=list)            # (class name, size) in order
+    cards: list = field(default_factory=list)                  # the machine's cards (default: card)
 
     def __post_init__(self):
+        self.cards = list(self.cards) or [self.card]
+        minors = [c.minor for c in self.cards]
+        if len(set(minors)) != len(minors) or len({(c.gpu_id, c.device_instance) for c in self.cards}) != len(minors):
+            raise ValueError("the mock's cards need distinct minors, GPU ids and device instances")
+        self.opened: Card | None = None                        # the /dev/nvidiaN opened first
         self.arch = self.card.arch
         self.objects: dict[int, Obj] = {}
         self.fds: dict[int, Fd] = {}
@@ -129,6 +135,17 @@ class Driver:
         self.usermode: Alloc | None = None
         self.uvm_gpu = self.uvm_vaspace = False
         self.channels: list[Channel] = []
+
+    def select(self, card: Card) -> None:
+        """The card this process drives from now on (every later answer is about it); a card
+        named by `mutated` (minor, kernel, program) runs that kernel's other program."""
+        self.opened = self.card = card
+        if card.arch != self.arch:
+            self.arch = card.arch
+            self.gpu = Gpu(self.arch, self.kernels, self.memory, self.errors)
+        minor, kernel, program = getattr(self, "mutated", (None, None, None))
+        if minor == card.minor:
+            self.gpu.programs[kernel] = program
 
     def close(self) -> None:
         for o in self.objects.values():
@@ -150,10 +167,15 @@ class Driver:
             self.trace.append(("openat", path))
             if not path.startswith("/dev/nvidia"):
                 return listener.cont(n)
-            kind = {"/dev/nvidiactl": "ctl", "/dev/nvidia-uvm": "uvm",
-                    f"/dev/nvidia{self.card.minor}": "dev"}.get(path)
+            devs = {f"/dev/nvidia{c.minor}": c for c in self.cards}
+            kind = {"/dev/nvidiactl": "ctl", "/dev/nvidia-uvm": "uvm", **{d: "dev" for d in devs}}.get(path)
             if kind is None or not self.present:
                 return listener.reply(n, -errno.ENOENT)
+            if kind == "dev":               # one process, one card: the first it opens
+                if self.opened is None:
+                    self.select(devs[path])
+                elif devs[path] is not self.opened:
+                    return listener.reply(n, self.fail(f"{path} opened after /dev/nvidia{self.opened.minor}"))
             if a[2] & 3 != os.O_RDWR:
                 return listener.reply(n, self.fail(f"{path} opened without O_RDWR"))
             memfd = os.memfd_create(f"alphac-mock:{path}", os.MFD_CLOEXEC)
@@ -230,13 +252,14 @@ class Driver:
             if st.kind != "ctl":
                 return self.fail("CARD_INFO on a device fd")
             out = bytearray(io.size)
-            card = View("nv_ioctl_card_info_t", bytes(72))
-            card["valid"] = 1
-            card["gpu_id"] = self.card.gpu_id
-            card["minor_number"] = self.card.minor
-            card["pci_info.vendor_id"] = 0x10de
-            card["fb_size"] = self.card.memory
-            out[:72] = card.buf
+            for k, c in enumerate(self.cards):          # one entry per card, as the driver lists them
+                card = View("nv_ioctl_card_info_t", bytes(72))
+                card["valid"] = 1
+                card["gpu_id"] = c.gpu_id
+                card["minor_number"] = c.minor
+                card["pci_info.vendor_id"] = 0x10de
+                card["fb_size"] = c.memory
+                out[72 * k:72 * k + 72] = card.buf
             mem.write(argp, bytes(out))
             return 0
         if esc == "NV_ESC_REGISTER_FD":
@@ -314,6 +337,8 @@ class Driver:
         if kind == "device":
             if p["deviceId"] != self.card.device_instance or p["hClientShare"] != self.client:
                 return status("NV_ERR_INVALID_ARGUMENT", "deviceId / hClientShare")
+            if self.opened is not self.card:
+                return status("NV_ERR_INVALID_ARGUMENT", "a device of a card whose /dev/nvidiaN is not open")
         elif kind == "subdevice" and p["subDeviceId"] != 0:
             return status("NV_ERR_INVALID_ARGUMENT", "subDeviceId")
         elif kind == "usermode":
@@ -378,7 +403,8 @@ class Driver:
             p["driverVersionBuffer"] = card.driver.encode() + b"\0"
             p["versionBuffer"] = card.driver.encode() + b"\0"
         elif name == "NV0000_CTRL_CMD_GPU_GET_ID_INFO_V2":
-            if p["gpuId"] != card.gpu_id:
+            card = next((c for c in self.cards if c.gpu_id == p["gpuId"]), None)
+            if card is None:
                 return status("NV_ERR_INVALID_ARGUMENT", f"gpuId {p['gpuId']:#x}")
             p["deviceInstance"] = card.device_instance
             p["subDeviceInstance"] = 0

@@ -1,0 +1,249 @@
+"""GPU owners inside deployments, against the mock driver (docs/nvdrv.md, "GPU owners in
+deployments").
+
+A deployment gives owners GPU targets (`target owner[0] = x86_64+sm_90`) and each its card
+(`gpu owner[0] = "a.gpuhost"`). `alphac launch --gpu-wrapper` starts every GPU owner under
+tests/mockgpu/wrap.py: its own mock driver serving the machine's four cards, of which the
+process opens its own. Guarantees checked:
+  * two GPU owners with unequal shares in a star, each on its card, print the interpreter's bits
+    after five steps, with an empty mock error list and the planned kernels launched;
+  * a mixed star of an sm_90 owner, a CPU owner and an sm_86 owner under ZeRO-3 does too, and
+    a hierarchy whose root owner (an aggregator) and a leaf owner are GPU owners;
+  * a checkpoint written by the GPU pair resumes on CPU owners and on another GPU pair (another
+    product, other minors), one written by CPU owners on that pair: the uninterrupted bits;
+  * a card that computes another bit is refused by its owner, and nothing is published;
+  * memory is admitted per card: two owners on one card must fit in it together (one byte less
+    is E0120), a card's memory never counts for another;
+  * a GPU target on a coordinator, a GPU owner without a card, a card for a CPU owner and a bad
+    card description are refused with their codes and positions.
+"""
+import json
+import os
+import pickle
+import sys
+from pathlib import Path
+
+import pytest
+
+import mockgpu
+from conftest import ROOT, example, require_tool
+from mockgpu import Card
+from mockgpu.wrap import config
+
+from alphac.diag import CompileError
+from alphac.dist.execute import run_plan
+from alphac.driver import compile_deployments
+from alphac.ir.interp import format_state
+from alphac.nvdrv import host as host_mod
+
+CARDS = {   # file: (uuid, product, sm, minor, memory)
+    "a": ("GPU-5a1e7c3d-0b2f-4c6e-8a9d-1f2e3d4c5b6a", "NVIDIA H200", 90, 0, "143771 MiB"),
+    "b": ("GPU-0b2f4c6e-8a9d-1f2e-3d4c-5b6a5a1e7c3d", "NVIDIA H200", 90, 1, "8 MiB"),
+    "c": ("GPU-11111111-2222-3333-4444-555555555555", "NVIDIA GeForce RTX 3090", 86, 2, "24 GiB"),
+    "d": ("GPU-66666666-7777-8888-9999-aaaaaaaaaaaa", "NVIDIA H200", 90, 3, "4 MiB"),
+}
+SPLIT = "samples owner[0] = 0..3, owner[1] = 3..8"
+DEPLOYMENTS = f"""
+deployment gpus {{
+  roles coordinator, owner[2]
+  topology star(coordinator)
+  {SPLIT}
+  target owner[0], owner[1] = x86_64+sm_90
+  gpu owner[0] = "a.gpuhost", owner[1] = "b.gpuhost"
+}}
+
+deployment other_gpus {{
+  roles coordinator, owner[2]
+  topology star(coordinator)
+  {SPLIT}
+  target owner[0] = x86_64+sm_86, owner[1] = x86_64+sm_90
+  gpu owner[0] = "c.gpuhost", owner[1] = "d.gpuhost"
+}}
+
+deployment cpus {{
+  roles coordinator, owner[2]
+  topology star(coordinator)
+  {SPLIT}
+}}
+
+deployment tree {{
+  roles owner[4]
+  topology hierarchy(fanout 2)
+  samples owner[0] = 0..1, owner[1] = 1..3, owner[2] = 3..4, owner[3] = 4..8
+  target owner[0], owner[3] = x86_64+sm_90
+  gpu owner[0] = "a.gpuhost", owner[3] = "b.gpuhost"
+}}
+
+deployment mixed {{
+  roles coordinator, owner[3]
+  topology star(coordinator)
+  samples owner[0] = 0..2, owner[1] = 2..3, owner[2] = 3..8
+  combine ((owner[0], owner[2]), owner[1])
+  strategy zero3
+  partition owner[0] = 0..1, owner[1] = 1..3, owner[2] = 3..5
+  target owner[0] = x86_64+sm_90, owner[2] = x86_64+sm_86
+  gpu owner[0] = "a.gpuhost", owner[2] = "c.gpuhost"
+}}
+"""
+
+
+def host_text(key: str, memory: str | None = None) -> str:
+    uuid, product, _, minor, mem = CARDS[key]
+    return f"uuid {uuid}\nproduct {product}\nmemory {memory or mem}\ndriver 580.159.04\nminor {minor}\n"
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory):
+    """The learner with the deployments, the cards' descriptions, the wrapper's configuration."""
+    require_tool("ptxas")
+    why = mockgpu.available()
+    if why:
+        pytest.fail(why) if os.environ.get("CI") else pytest.skip(why)
+    d = tmp_path_factory.mktemp("gpu-roles")
+    (d / "lsq.alpha").write_text(Path(example("lsq_adam")).read_text() + DEPLOYMENTS)
+    for key in CARDS:
+        (d / f"{key}.gpuhost").write_text(host_text(key))
+    old = os.getcwd()
+    os.chdir(d)
+    try:
+        compiled, plans = compile_deployments("lsq.alpha")
+        from alphac.build import gpu_kernels
+        (d / "kernels.pickle").write_bytes(pickle.dumps([gpu_kernels(compiled.learner, sm)[0] for sm in (86, 90)]))
+        cards = []
+        for k, key in enumerate(CARDS):
+            h = host_mod.load(d / f"{key}.gpuhost")
+            cards.append(Card(uuid=h.uuid, name=h.product, driver=h.driver, sm=CARDS[key][2],
+                              minor=h.minor, memory=h.memory, gpu_id=0x1800 + 0x100 * k, device_instance=k))
+        (d / "logs").mkdir()
+        (d / "cards.json").write_text(json.dumps(config(cards, str(d / "kernels.pickle"), str(d / "logs"))))
+        yield d, compiled.learner, plans
+    finally:
+        os.chdir(old)
+
+
+def launched(work, name: str, steps: int, **kw) -> dict:
+    from alphac.artifacts import build_deployment
+    from alphac.tools.launch import launch
+    d, lr, plans = work
+    out = d / "build" / name
+    if not (out / "MANIFEST.json").exists():
+        build_deployment("lsq.alpha", name, out)
+    for f in (d / "logs").iterdir():
+        f.unlink()
+    wrapper = [sys.executable, str(ROOT / "tests" / "mockgpu" / "wrap.py"), str(d / "cards.json")]
+    rec = launch(out, steps=steps, records=d / "runs", gpu_wrapper=wrapper, **kw)
+    rec["logs"] = {Path(j["argv"][0]).name: j for j in
+                   (json.loads(f.read_text()) for f in sorted((d / "logs").iterdir()))}
+    return rec
+
+
+def reference(work, name: str, steps: int) -> str:
+    _, lr, plans = work
+    return format_state(lr, run_plan(lr, plans[name], steps))
+
+
+def test_two_gpu_owners_with_unequal_shares_print_the_interpreters_bits(work):
+    rec = launched(work, "gpus", 5)
+    assert [(r["role"], r["exit"]) for r in rec["roles"]] == [("coordinator", 0), ("owner.0", 0), ("owner.1", 0)]
+    assert rec["passed"] and rec["published"] == reference(work, "gpus", 5)
+    logs = rec["logs"]
+    assert sorted(logs) == ["owner.0", "owner.1"]
+    for role, minor in (("owner.0", 0), ("owner.1", 1)):
+        log = logs[role]
+        assert log["errors"] == [] and log["card"] == minor
+        assert log["opened"] == ["/dev/nvidia-uvm", f"/dev/nvidia{minor}", "/dev/nvidiactl"]
+        assert log["launches"] == ["grad_samples", "owner_sum", "update_g0"] * 5
+    # each card's own demand: the shares differ, so the arenas do (owner[1]'s card has 8 MiB)
+    assert logs["owner.0"]["vram"] <= 8 << 20 and logs["owner.1"]["vram"] <= 8 << 20
+
+
+@pytest.mark.parametrize("name,cards", [("mixed", {"owner.0": 0, "owner.2": 2}),
+                                        ("tree", {"owner.0": 0, "owner.3": 1})])
+def test_gpu_owners_with_cpu_owners_in_a_star_under_zero3_and_in_a_hierarchy(work, name, cards):
+    rec = launched(work, name, 5)
+    assert rec["passed"] and rec["published"] == reference(work, name, 5)
+    assert {r: log["card"] for r, log in rec["logs"].items()} == cards
+    for log in rec["logs"].values():
+        assert log["errors"] == [] and log["launches"].count("update_g0") == 5
+
+
+def test_checkpoints_move_between_gpu_and_cpu_owners(work, tmp_path):
+    want = reference(work, "gpus", 5)
+    a = launched(work, "gpus", 3, checkpoint=tmp_path / "g")
+    assert a["passed"]
+    b = launched(work, "cpus", 2, resume=tmp_path / "g")
+    assert b["passed"] and b["published"] == want
+    b = launched(work, "other_gpus", 2, resume=tmp_path / "g")
+    assert b["passed"] and b["published"] == want
+    c = launched(work, "cpus", 3, checkpoint=tmp_path / "c")
+    d = launched(work, "other_gpus", 2, resume=tmp_path / "c")
+    assert c["passed"] and d["passed"] and d["published"] == want
+    assert {r: log["card"] for r, log in d["logs"].items()} == {"owner.0": 2, "owner.1": 3}
+
+
+def check(work, text: str):
+    d, _, _ = work
+    (d / "bad.alpha").write_text(Path(example("lsq_adam")).read_text() + text)
+    with pytest.raises(CompileError) as e:
+        from alphac.artifacts import deployment_recipes
+        _, plans = compile_deployments("bad.alpha")
+        for name, plan in plans.items():
+            for _, recipe in deployment_recipes("bad.alpha", name, plan):
+                if "card" in recipe:
+                    from alphac.artifacts import build
+                    build(recipe)
+    return e.value.diagnostics[0]
+
+
+def deployment(body: str) -> str:
+    return "\ndeployment d {\n  roles coordinator, owner[2]\n  topology star(coordinator)\n" \
+           f"  {SPLIT}\n{body}\n}}\n"
+
+
+def test_memory_is_admitted_per_card(work):
+    d, lr, plans = work
+    from alphac.build import gpu_role_image
+    both = deployment('  target owner[0], owner[1] = x86_64+sm_90\n  gpu owner[0], owner[1] = "shared.gpuhost"')
+    host = host_mod.load(d / "a.gpuhost")
+    plan = plans["gpus"]
+    demand = sum(gpu_role_image(plan, r, "x86_64+sm_90", host)[0].demand
+                 for r in plan.roles() if plan.is_owner(r))
+    (d / "shared.gpuhost").write_text(host_text("a", f"{demand - 1}"))
+    diag = check(work, both)
+    assert diag.code == "E0120" and "card GPU-5a1e7c3d" in diag.message and str(demand) in diag.message
+    (d / "shared.gpuhost").write_text(host_text("a", f"{demand}"))
+    from alphac.artifacts import build, deployment_recipes
+    (d / "ok.alpha").write_text(Path(example("lsq_adam")).read_text() + both)
+    _, ok = compile_deployments("ok.alpha")
+    assert all(build(r).data for _, r in deployment_recipes("ok.alpha", "d", ok["d"]) if "card" in r)
+    # card d declares exactly one owner's demand: other_gpus (built and run above) holds
+    # owner[1] there, and owner[0]'s demand on card c never counts against it
+    assert demand == 2 * (4 << 20) == 2 * host_mod.parse_memory(CARDS["d"][4])
+
+
+@pytest.mark.parametrize("body,code,needle", [
+    ('  target coordinator = x86_64+sm_90\n  gpu coordinator = "a.gpuhost"', "E0111", "a GPU runs an owner's compute"),
+    ("  target owner[0] = x86_64+sm_90", "E0122", "has no host description"),
+    ('  gpu owner[1] = "a.gpuhost"', "E0122", "its target is `x86_64`"),
+    ('  target owner[0] = x86_64+sm_70\n  gpu owner[0] = "a.gpuhost"', "E0111", "unsupported target `x86_64+sm_70`"),
+    ('  target owner[0] = x86_64+sm_90\n  gpu owner[0] = "missing.gpuhost"', "E0123", "cannot read"),
+])
+def test_gpu_roles_refused_by_name(work, body, code, needle):
+    diag = check(work, deployment(body))
+    assert diag.code == code and needle in diag.message
+    assert diag.span is not None and diag.span.source.name == "bad.alpha"
+
+
+def test_a_gpu_owner_whose_card_computes_another_bit_refuses_and_nothing_is_published(work):
+    d, _, _ = work
+    cfg = json.loads((d / "cards.json").read_text())
+    try:
+        (d / "cards.json").write_text(json.dumps(
+            {**cfg, "mutate": {"update_g0": ["add.rn.f64", "sub.rn.f64"]}, "mutate_minor": 1}))
+        rec = launched(work, "gpus", 3)
+    finally:
+        (d / "cards.json").write_text(json.dumps(cfg))
+    by = {r["role"]: r for r in rec["roles"]}
+    assert by["owner.1"]["refused"] == "gpu-shadow-mismatch" and not rec["passed"]
+    assert rec["published"] == "" and by["owner.0"]["exit"] != 0 and by["coordinator"]["exit"] != 0
+    assert rec["logs"]["owner.1"]["launches"] == ["grad_samples", "owner_sum", "update_g0"]
