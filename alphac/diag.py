@@ -301,7 +301,8 @@ CODES: dict[str, tuple[str, str]] = {
               "values it receives) exceed the memory declared for it. Exactly the supply is "
               "accepted; one byte more is refused."),
     "E0111": ("target cannot run this role",
-              "The target is not supported, or cannot run what this role must do."),
+              "The target is not supported, or cannot run what this role must do: a GPU target "
+              "(x86_64+sm_86, x86_64+sm_90) runs an owner's compute, so only owners may have one."),
     "E0112": ("bad strategy",
               "A strategy partitions or replicates the classes params, state and gradients; each "
               "class at most once. `replicated`, `zero1`, `zero2` and `zero3` are in the library "
@@ -335,7 +336,8 @@ CODES: dict[str, tuple[str, str]] = {
               "A GPU owner is built for one card on one machine: its UUID, product name, memory "
               "and driver version are compiled in and checked at start-up. Give them with "
               "--gpu-host FILE or --gpu-uuid, --gpu-product, --gpu-memory and --driver "
-              "(gpu/qualify.py writes the file from the machine)."),
+              "(gpu/qualify.py writes the file from the machine); in a deployment, with the "
+              "`gpu ROLE = \"FILE\"` item, which only GPU owners may have."),
     "E0123": ("bad GPU host description",
               "The host description needs `uuid GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`, "
               "`product NAME`, `memory BYTES` (or N KiB/MiB/GiB), `driver VERSION`, and may give "
