@@ -42,7 +42,12 @@ from pathlib import Path
 
 from conftest import require_tool
 
-ALL = ("interp", "plan", "ptx", "x86_64", "aarch64", "roles", "moved")
+ALL = ("interp", "plan", "ptx", "x86_64", "aarch64", "roles", "moved", "gpu")
+# "gpu": a copy of a program's first deployment with owner[0] an sm_90 and its last owner an
+# sm_86 GPU owner, each under its own mock driver (tests/mockgpu/wrap.py), launched, resumed,
+# and resumed from the CPU deployment's checkpoint
+GPU_CARDS = {"a.gpuhost": ("GPU-5a1e7c3d-0b2f-4c6e-8a9d-1f2e3d4c5b6a", "NVIDIA H200", 90, 0),
+             "c.gpuhost": ("GPU-11111111-2222-3333-4444-555555555555", "NVIDIA GeForce RTX 3090", 86, 1)}
 FAST = ("interp", "plan")
 STEPS, FIRST = 5, 3
 
@@ -329,12 +334,68 @@ def build_single(lr, target: str, work: Path) -> str:
     return str(path)
 
 
+def gpu_host_text(name: str) -> str:
+    uuid, product, _, minor = GPU_CARDS[name]
+    return f"uuid {uuid}\nproduct {product}\nmemory 24 GiB\ndriver 580.159.04\nminor {minor}\n"
+
+
+def gpu_variant(prog, lr, kept: list, src: Path):
+    """The first deployment with GPU owners (owner[0] on sm_90, the last owner on sm_86), when
+    the GPU kernels take the learner and ptxas and the mock driver are here; else None."""
+    import shutil as _sh
+    import learngen
+    import mockgpu
+    from alphac.diag import BuildError
+    from alphac.ptx.kernels import kernels
+    if _sh.which("ptxas") is None and not os.environ.get("ALPHAC_PTXAS") or mockgpu.available():
+        return None
+    try:
+        kernels(lr)
+    except BuildError:
+        return None
+    d = kept[0]
+    owners = next(int(m.group(1)) for m in [re.search(r"owner\[(\d+)\]", d.items[0])])
+    items = [it for it in d.items if not it.startswith("target ")]
+    last = owners - 1
+    if last:
+        items += [f"target owner[0] = x86_64+sm_90, owner[{last}] = x86_64+sm_86",
+                  f'gpu owner[0] = "a.gpuhost", owner[{last}] = "c.gpuhost"']
+    else:
+        items += ["target owner[0] = x86_64+sm_90", 'gpu owner[0] = "a.gpuhost"']
+    return learngen.Deployment(d.name + "_gpu", items)
+
+
+def gpu_wrapper(lr, work: Path) -> list[str]:
+    """The mock driver's wrapper and its configuration: the two cards, both SMs' kernels."""
+    import pickle
+    import sys
+    from alphac.build import gpu_kernels
+    from mockgpu import Card
+    from mockgpu.wrap import config
+    from alphac.nvdrv import host as host_mod
+    cards = []
+    for k, name in enumerate(GPU_CARDS):
+        h = host_mod.make(dict(line.split(" ", 1) for line in gpu_host_text(name).splitlines()))
+        cards.append(Card(uuid=h.uuid, name=h.product, driver=h.driver, sm=GPU_CARDS[name][2],
+                          minor=h.minor, memory=h.memory, gpu_id=0x1800 + 0x100 * k, device_instance=k))
+    (work / "kernels.pickle").write_bytes(pickle.dumps([gpu_kernels(lr, sm)[0] for sm in (86, 90)]))
+    (work / "gpu-logs").mkdir(exist_ok=True)
+    import json
+    (work / "cards.json").write_text(json.dumps(config(cards, str(work / "kernels.pickle"), str(work / "gpu-logs"))))
+    return [sys.executable, str(Path(__file__).parent / "mockgpu" / "wrap.py"), str(work / "cards.json")]
+
+
 def check_roles(rep: Report, src: Path, name: str, plan, contract, work: Path, engines, single,
                 deps: dict) -> None:
     from alphac.dist.structure import Star
     from alphac.tools.launch import launch
     from backend import build_deployment
     dep = plan.dep
+    extra = {}
+    if dep.gpus:                       # the GPU copy: its owners under the mock
+        if "gpu" not in engines:
+            return
+        extra["gpu_wrapper"] = gpu_wrapper(plan.lr, work)
     out = work / "roles"
     try:
         dep_dir = build_deployment(src, name, out)
@@ -346,15 +407,15 @@ def check_roles(rep: Report, src: Path, name: str, plan, contract, work: Path, e
     want3 = expected(contract, [(FIRST, dep)])
 
     def go(steps, **kw) -> str:
-        return guarded(lambda: launch_outcome(launch(dep_dir, steps=steps, records=runs, **kw)))
-    if "roles" in engines:
+        return guarded(lambda: launch_outcome(launch(dep_dir, steps=steps, records=runs, **extra, **kw)))
+    if "roles" in engines or extra:
         compare(rep, f"roles:{name}", go(STEPS), want5)
         ck = work / f"ck-{name}"
         shutil.rmtree(ck, ignore_errors=True)
         compare(rep, f"roles:{name} 3 steps, checkpoint", go(FIRST, checkpoint=ck), want3)
         if finite(want3):
             compare(rep, f"roles:{name} resumed 2 steps", go(STEPS - FIRST, resume=ck), want5)
-    if "moved" in engines and isinstance(dep.topology, Star):
+    if ("moved" in engines or extra) and isinstance(dep.topology, Star):
         ck = work / "ck-x86_64"
         if single is not None and (ck / "MANIFEST").exists() and finite(expected(contract, [(FIRST, None)])):
             compare(rep, f"moved:{name} (single's checkpoint, 2 steps)", go(STEPS - FIRST, resume=ck),
@@ -411,6 +472,10 @@ def check_program(prog, work: Path, engines=ALL, seed: int | None = None) -> Rep
             rep = Report(learngen.render(prog), files=files)
             rep.problem(f"crash: the compiler raised on deployment {d.name}: " + traceback.format_exc(limit=8))
             return rep
+    gpu = gpu_variant(prog, lr, kept, src) if "gpu" in engines and kept else None
+    if gpu is not None:
+        kept.append(gpu)
+        files.update({name: gpu_host_text(name).encode() for name in GPU_CARDS})
     prog.deployments = kept
     rep = check_text(learngen.render(prog), work, engines, files)
     rep.refused_deployments = refused

@@ -47,6 +47,7 @@ def campaign(seeds, engines, tmp_path):
         rep = differential.check_program(learngen.generate(seed), tmp_path / str(seed), engines, seed=seed)
         counts[rep.status] += 1
         counts["runs"] += len(rep.outcomes)
+        counts["gpu roles"] += sum(k.startswith("roles:") and "_gpu" in k for k in rep.outcomes)
         if rep.status == "disagreed":
             bad.append((seed, rep.summary()))
     return counts, bad
@@ -64,6 +65,7 @@ def test_fuzz_share_every_engine(tmp_path):
     print(dict(counts))
     assert not bad, f"seed {bad[0][0]}:\n{bad[0][1]}"
     assert counts["agreed"] >= len(FULL_SEEDS) - 2 and counts["runs"] > 12 * len(FULL_SEEDS)
+    assert counts["gpu roles"] >= 2 * 3         # GPU owners under the mock, in two programs at least
 
 
 def test_generator_is_deterministic_and_covers_the_features():
