@@ -12,8 +12,8 @@ params concatenated in declaration order (`param_layout`). Each kernel is 1-D: a
         gs         u64  out: gs[(i - lo) * P + j], every param coordinate j
         lo, hi     u32
       gs[(i-lo)*P + j] is the per-sample gradient exactly as `interp.per_sample_gradient`: the
-      left fold of the contributions covering j, +0.0 where none does; `dot` and `sum` unrolled
-      as left folds.
+      left fold of the contributions covering j, +0.0 where none does; `dot`, `sum`, `A @ v`,
+      `u @ A` unrolled as the interpreter's left folds, `max(v)` as its fold of exact max.
     owner_sum     one thread per param coordinate j in [0, P)
         gs u64, G u64 (out: G[j]), n u32 (the owner's sample count, n >= 1; n = 0 writes nothing)
       G[j] = ((gs[j] + gs[P + j]) + gs[2P + j]) + ...: the left fold from the first sample.
