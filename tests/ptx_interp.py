@@ -55,6 +55,7 @@ INT = {"add.u32": lambda a, b: (a + b) & M32, "mul.lo.u32": lambda a, b: (a * b)
        "setp.eq.u64": lambda a, b: a == b, "setp.ne.u64": lambda a, b: a != b,
        "selp.u64": lambda a, b, p: a if p else b}
 F64["setp.gt.f64"] = lambda a, b: a > b                 # ordered: False when either is NaN
+F64["setp.eq.f64"] = lambda a, b: a == b                # ordered: -0.0 == +0.0, NaN == nothing
 F64["cvt.rn.f64.s64"] = lambda a: float(signed(a))
 F64["selp.f64"] = lambda a, b, p: a if p else b
 SREGS = ("%tid.x", "%ntid.x", "%ctaid.x")

@@ -40,6 +40,7 @@ from alphac.ir import interp
 from alphac.ptx import ptxas
 from alphac.ptx.cubin import CubinError, cubin_info, read_cubin
 from ptx_host import Owner
+from alphac.ir.learner import postorder
 from alphac.ptx.kernels import kernels, param_count
 from alphac.ptx.render import PARAM_TYPES
 
@@ -317,21 +318,27 @@ def test_kernels_compute_the_reference_bits(name):
     assert run_on_interpreter(name) is None
 
 
-@pytest.mark.parametrize("name", ["lsq_momentum", "lsq_adam"])
-def test_reference_split_four_owners(name):
-    lr = learner(name)
+def four_owners(lr, split, steps):
+    """`steps` steps of `lr` on the owners `split` combined by the reference tree, on the PTX
+    interpreter and on alphac.ir.interp: the state after each step must have the same bits."""
     owner = Owner(InterpDevice(), lr, kernels(lr))
     want = interp.initial_state(lr)
-    for _ in range(5):
-        parts = [(owner.contribution(lo, hi), hi - lo) for lo, hi in oracle.REF_SPLIT]
+    for _ in range(steps):
+        parts = [(owner.contribution(lo, hi), hi - lo) for lo, hi in split]
         G, n = oracle.combine(oracle.REF_TREE, parts)
         owner.update(G, n)
-        c = [interp.owner_contribution(lr, want, range(lo, hi)) for lo, hi in oracle.REF_SPLIT]
+        c = [interp.owner_contribution(lr, want, range(lo, hi)) for lo, hi in split]
         total = interp.combine(interp.combine(c[0], c[1]), interp.combine(c[2], c[3]))
         want = interp.apply_update(lr, want, interp.mean_gradient(total))
         assert state_bits(owner.read_state()) == state_bits(want)
+    return want
+
+
+@pytest.mark.parametrize("name", ["lsq_momentum", "lsq_adam"])
+def test_reference_split_four_owners(name):
+    want = four_owners(learner(name), oracle.REF_SPLIT, 5)
     split = [(5, oracle.REF_SPLIT, oracle.REF_TREE)]
-    assert interp.format_state(lr, want) == oracle.run(name, split)
+    assert interp.format_state(learner(name), want) == oracle.run(name, split)
 
 
 COVERAGE = """learner coverage
@@ -384,6 +391,167 @@ def test_every_node_kind(tmp_path):
                 assert scan(b.kernel.ptx) == []
                 check_image(b.image, sm, [p.type for p in b.kernel.params],
                             ptxas_v(b.kernel.ptx, sm)[b.kernel.name])
+
+
+MLP = """learner mlp
+data x = [[0.5, -1.0, 0.25, 2.0], [1.5, 0.3, -0.7, 0.0], [-0.2, 0.8, 1.1, -1.5],
+          [0.9, -0.4, 0.6, 0.1], [0.0, 2.0, -1.0, 0.5], [-1.2, 0.4, 0.3, 0.8]]
+data y = [0, 1, 2, 1, 0, 2]
+param W1: f64[3, 4] = [[0.1, -0.2, 0.3, 0.05], [0.4, 0.05, -0.1, 0.2], [-0.3, 0.25, 0.15, -0.05]]
+param b1: f64[3] = [0.01, -0.02, 0.0]
+param W2: f64[3, 3] = [[0.2, -0.1, 0.05], [-0.15, 0.3, 0.1], [0.05, 0.2, -0.25]]
+param b2: f64[3] = 0.0
+state mW1: f64[3, 4] = 0.0
+state vW1: f64[3, 4] = 0.0
+state p1: f64 = 1.0
+loss(i) {
+  let h = relu(W1 @ x[i] + b1)
+  let z = W2 @ h + b2
+  logsumexp(z) - dot(onehot(y[i], 3), z)
+}
+update {
+  p1 = p1 * 0.9
+  let g = grad(W1)
+  mW1 = 0.9 * mW1 + 0.1 * g
+  vW1 = 0.999 * vW1 + 0.001 * (g * g)
+  W1 = W1 - (0.1 / (1 - p1)) * (mW1 / (sqrt(vW1) + 1e-8))
+  b1 = b1 - 0.1 * grad(b1)
+  W2 = W2 - 0.1 * grad(W2)
+  b2 = b2 - 0.1 * grad(b2)
+}
+"""
+
+# every new node kind: A @ v, u @ A, outer, max(v) (ties, signed zeros: its adjoint's winner
+# rule), onehot (labels in range, fractional, negative, past the end), vectors over a matrix's
+# rows, a vector of computed scalars, relu
+OPS = """learner ops
+data x = [[1.0, -0.0, 0.5], [0.0, -0.0, 2.0], [0.25, 0.25, 0.25], [-1.0, 3.0, -1.0],
+          [2.0, 0.5, 2.0], [0.0, 0.0, -0.0]]
+data lab = [0, 2, 1.5, -1, 7, 1]
+param A: f64[3, 3] = [[0.1, -0.2, 0.3], [0.4, 0.05, -0.1], [-0.15, 0.2, 0.25]]
+param u: f64[3] = [0.3, -0.7, 0.11]
+param c: f64[3] = [0.2, 0.1, -0.3]
+loss(i) {
+  let h = A @ x[i]
+  let g = u @ A
+  let P = relu(outer(h, c) + c) * x[i]
+  let s = [max(x[i]), max(h), sum(P @ c), max(x[i] * u[0])]
+  dot(onehot(lab[i], 3), g) + sum(s * s) + max(g * x[i]) + 0.5 * sum(u @ P)
+}
+update {
+  A = A - 0.1 * grad(A)
+  u = u - 0.1 * grad(u)
+  c = c - 0.1 * grad(c)
+}
+"""
+SPLIT6 = [(0, 1), (1, 3), (3, 4), (4, 6)]
+
+
+@pytest.mark.parametrize("src", [MLP, OPS], ids=["mlp", "ops"])
+def test_matrix_operations_compute_the_reference_bits(src, tmp_path, monkeypatch):
+    """An MLP (relu, softmax cross-entropy by logsumexp, Adam on a 2-D param) and a learner with
+    every matrix operation: three steps on four owners have the interpreter's bits, and ptxas
+    takes every kernel for both targets."""
+    (tmp_path / "l.alpha").write_text(src)
+    lr = compile_file(tmp_path / "l.alpha").learner
+    ks = kernels(lr)
+    kinds = {type(n).__name__ for n in postorder([c.node for cs in lr.grads.values() for c in cs])}
+    assert {"MatVec", "Max", "MaxAdj", "OneHot"} <= kinds
+    if src is OPS:
+        assert {"VecMat", "Outer", "Stack"} <= kinds
+    want = four_owners(lr, SPLIT6, 3)
+    interp.format_state(lr, want)                       # finite: a meaningful comparison
+    if src is OPS:                  # every leaf loaded again by each node that reads it
+        monkeypatch.setattr(sys.modules[kernels.__module__], "RELOAD", 0)
+        assert kernels(lr)[0].ptx.count("ld.global") > ks[0].ptx.count("ld.global")
+        assert state_bits(four_owners(lr, SPLIT6, 3)) == state_bits(want)
+        monkeypatch.undo()
+    assert state_bits(want) != state_bits(interp.initial_state(lr))
+    if shutil.which("ptxas") or os.environ.get("ALPHAC_PTXAS"):
+        for sm in SMS:
+            for k in kernels(lr, sm):
+                assert scan(k.ptx) == [], k.name
+                image = read_cubin(ptxas.assemble(k.ptx, sm))
+                assert list(image) == [k.name] and image[k.name].local == 0   # no local memory
+    assert [k.name for k in ks][:2] == ["grad_samples", "owner_sum"]
+    assert len(ks) == 2 + len(lr.groups)
+
+
+SPECIALS = """learner specials
+data k = [0, 1, 2, 1.5, -1, 3, 0, 0]
+param w: f64[3] = 0.0
+param v: f64[3] = 0.5
+loss(i) {
+  max(w) * k[i] + dot(onehot(k[i], 3), v)
+}
+update {
+  w = w - grad(w)
+  v = v - grad(v)
+}
+"""
+
+
+def test_max_and_onehot_on_special_values(tmp_path):
+    """max(w)'s adjoint goes to the interpreter's winner (ties, signed zeros, NaNs, infinities)
+    and onehot(k) is the interpreter's (a fractional, negative, past-the-end, NaN and -0 label):
+    each sample's gradient in gs has the bits of interp.per_sample_gradient."""
+    (tmp_path / "s.alpha").write_text(SPECIALS)
+    lr = compile_file(tmp_path / "s.alpha").learner
+    lr.data[0].literal = (0.0, 1.0, 2.0, 1.5, -1.0, 3.0, float("nan"), -0.0)
+    owner, n, nan = Owner(InterpDevice(), lr, kernels(lr)), lr.nsamples, float("nan")
+    rows = [(1.0, 1.0, 0.5), (-0.0, 0.0, -0.0), (0.0, -0.0, 0.0), (1.0, nan, 2.0), (nan, 1.0, 3.0),
+            (-INF, -INF, -INF), (2.0, 3.0, 3.0), (0.5, 4.0, 1.0), (3.0, 2.0, nan),
+            (-0.0, -0.0, 1.0)]
+    for w in rows:
+        owner.dev.write(owner.state["w"], w)
+        owner.contribution(0, n)
+        state = {**interp.initial_state(lr), "w": w}
+        want = [x for i in range(n) for g in [interp.per_sample_gradient(lr, state, i)]
+                for x in g["w"] + g["v"]]
+        assert [bits(x) for x in owner.dev.read(owner.gs, 6 * n)] == [bits(x) for x in want], w
+
+
+def test_minibatches_and_exact_sum_are_still_refused_by_name(tmp_path):
+    from alphac.diag import BuildError
+    for extra, name in (("batch 2\n", "minibatches"), ("contract exact_sum\n", "exact_sum")):
+        (tmp_path / "l.alpha").write_text(MLP.replace("learner mlp\n", f"learner mlp\n{extra}"))
+        lr = compile_file(tmp_path / "l.alpha").learner
+        with pytest.raises(BuildError, match=name):
+            kernels(lr)
+
+
+def test_generated_matrix_learners_compute_the_reference_bits(tmp_path):
+    """The first five learners of tests/learngen.py with the matrix operations (and neither
+    minibatches nor exact_sum) that the checker takes and that are small enough for the PTX
+    interpreter: three steps on it have
+    the interpreter's bits (NaNs compared as NaNs: their bits are not part of the contract)."""
+    import learngen
+    from alphac.diag import CompileError
+    kinds, checked = set(), 0
+    for seed in range(100):
+        prog = learngen.generate(seed, matrices=True, npy=False)
+        if prog.batch or prog.contract or prog.expect or prog.loss_result is None:
+            continue
+        try:
+            lr = compile_file(learngen.write(prog, tmp_path / f"l{seed}.alpha")).learner
+        except CompileError:
+            continue
+        ks = kernels(lr)
+        if ks[0].ptx.count("\n") * lr.nsamples > 30000:       # the interpreter is slow
+            continue
+        owner, want = Owner(InterpDevice(), lr, ks), interp.initial_state(lr)
+        for _ in range(3):
+            owner.step()
+            want = interp.step(lr, want)
+        nan = bits(float("nan"))
+        same = {k: [nan if x != x else bits(x) for x in v] for k, v in want.items()}
+        assert same == {k: [nan if x != x else bits(x) for x in v]
+                        for k, v in owner.read_state().items()}, seed
+        kinds |= {type(n).__name__ for n in postorder([lr.loss])}
+        checked += 1
+        if checked == 5:
+            break
+    assert checked == 5 and {"MatVec", "VecMat", "Outer", "Max", "OneHot"} <= kinds, kinds
 
 
 def reassociate_first_fold(ptx):

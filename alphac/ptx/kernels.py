@@ -12,8 +12,8 @@ params concatenated in declaration order (`param_layout`). Each kernel is 1-D: a
         gs         u64  out: gs[(i - lo) * P + j], every param coordinate j
         lo, hi     u32
       gs[(i-lo)*P + j] is the per-sample gradient exactly as `interp.per_sample_gradient`: the
-      left fold of the contributions covering j, +0.0 where none does; `dot` and `sum` unrolled
-      as left folds.
+      left fold of the contributions covering j, +0.0 where none does; `dot`, `sum`, `A @ v`,
+      `u @ A` unrolled as the interpreter's left folds, `max(v)` as its fold of exact max.
     owner_sum     one thread per param coordinate j in [0, P)
         gs u64, G u64 (out: G[j]), n u32 (the owner's sample count, n >= 1; n = 0 writes nothing)
       G[j] = ((gs[j] + gs[P + j]) + gs[2P + j]) + ...: the left fold from the first sample.
@@ -43,12 +43,14 @@ from typing import Callable
 
 from alphac.ir import binary64
 from alphac.ir.evaluate import Env, evaluate
-from alphac.ir.learner import (Bcast, Const, DataRow, Dot, Elem, Grad, Group, Learner, Node,
-                               Pick, Pow, Read, Sum, Unary, Where, children, postorder)
+from alphac.ir.learner import (Bcast, Const, DataRow, Dot, Elem, Grad, Group, Learner, MatVec,
+                               Max, MaxAdj, Node, OneHot, Outer, Pick, Pow, Read, Stack, Sum,
+                               Unary, VecMat, Where, children, postorder)
 from alphac.ptx.mathfn import PtxSource, table_words_as_floats
 from alphac.ptx.render import PTX_VERSION, Emitter, f64imm
 
 ARITH = {"add", "sub", "mul", "div", "neg", "sqrt"}       # one PTX instruction each
+RELOAD = 16       # grad_samples loads a bigger state or data row again for each node reading it
 
 
 def math_tables(nodes: list[Node]) -> list:
@@ -117,8 +119,9 @@ class _Lower:
     table parameter (`tbl_<name>`) to the register holding its address."""
 
     def __init__(self, em: Emitter, leaf: Callable[[Node], list[str]], per_coordinate: bool,
-                 base: dict[str, str] | None = None):
+                 base: dict[str, str] | None = None, reload: Callable[[Node], bool] | None = None):
         self.em, self.leaf, self.per_coordinate = em, leaf, per_coordinate
+        self.reload = reload or (lambda n: False)
         self.memo: dict[int, list[str]] = {}
         self.math = PtxSource(em, lambda t: (base or {})[f"tbl_{t.name}"])
 
@@ -128,9 +131,12 @@ class _Lower:
 
     def __call__(self, root: Node) -> list[str]:
         for n in postorder([root]):
-            if id(n) not in self.memo:
+            if id(n) not in self.memo and not self.reload(n):
                 self.memo[id(n)] = self.step(n)
-        return self.memo[id(root)]
+        return self.value(root)
+
+    def value(self, n: Node) -> list[str]:      # a reloaded leaf: loaded again by each reader
+        return self.leaf(n) if self.reload(n) else self.memo[id(n)]
 
     def fold(self, regs: list[str]) -> str:
         acc = regs[0]
@@ -139,12 +145,13 @@ class _Lower:
         return acc
 
     def step(self, n: Node) -> list[str]:
-        em, v = self.em, (lambda c: self.memo[id(c)])
+        em, vals = self.em, {id(c): self.value(c) for c in children(n)}
+        v = lambda c: vals[id(c)]                                           # noqa: E731
         if isinstance(n, (Const, Read, DataRow, Grad)):
             return self.leaf(n)
-        if isinstance(n, Elem):
-            a, b = v(n.a), v(n.b)
-            a, b = (a * len(b) if len(a) == 1 else a), (b * len(a) if len(b) == 1 else b)
+        if isinstance(n, Elem):         # a scalar repeats everywhere, a vector over the rows
+            size = max(len(v(n.a)), len(v(n.b)))
+            a, b = (v(c) * (size // len(v(c))) for c in (n.a, n.b))
             if n.op in ARITH:
                 return [em.op(n.op, x, y) for x, y in zip(a, b)]
             return [self.call(n.op, x, y) for x, y in zip(a, b)]
@@ -154,7 +161,7 @@ class _Lower:
             return [self.call(n.op, x) for x in v(n.a)]
         if isinstance(n, Where):
             size = max(len(v(c)) for c in (n.a, n.b, n.then, n.other))
-            a, b, t, o = (v(c) * size if len(v(c)) == 1 else v(c) for c in (n.a, n.b, n.then, n.other))
+            a, b, t, o = (v(c) * (size // len(v(c))) for c in (n.a, n.b, n.then, n.other))
             return [em.op("selpf", t[k], o[k], em.op("gtf64", a[k], b[k])) for k in range(size)]
         if isinstance(n, Pow):
             out = base = v(n.a)
@@ -165,6 +172,36 @@ class _Lower:
             return [self.fold([em.op("mul", x, y) for x, y in zip(v(n.a), v(n.b))])]
         if isinstance(n, Sum):
             return [self.fold(v(n.a))]
+        if isinstance(n, MatVec):       # one left fold per row r, over c ascending
+            a, x = v(n.a), v(n.b)
+            return [self.fold([em.op("mul", a[r * len(x) + c], y) for c, y in enumerate(x)])
+                    for r in range(n.shape[0])]
+        if isinstance(n, VecMat):       # one left fold per column c, over r ascending
+            u, a = v(n.a), v(n.b)
+            return [self.fold([em.op("mul", x, a[r * n.size + c]) for r, x in enumerate(u)])
+                    for c in range(n.size)]
+        if isinstance(n, Outer):
+            return [em.op("mul", x, y) for x in v(n.a) for y in v(n.b)]
+        if isinstance(n, Max):          # the left fold of alphac.math's max
+            acc = v(n.a)[0]
+            for x in v(n.a)[1:]:
+                acc = self.call("max", acc, x)
+            return [acc]
+        if isinstance(n, MaxAdj):       # dt to the last k >= 1 with a[k] > max(a[:k]), else to 0
+            a, (z,), zero, m, gt = v(n.a), v(n.dt), em.op("movf", f64imm(0.0)), v(n.a)[0], []
+            for k in range(1, len(a)):
+                gt.append(em.op("gtf64", a[k], m))
+                m = self.call("max", m, a[k]) if k + 1 < len(a) else m
+            out = [zero] * len(a)
+            for k in range(len(a) - 1, 0, -1):  # z: dt while no later coordinate has won
+                out[k], z = em.op("selpf", z, zero, gt[k - 1]), em.op("selpf", zero, z, gt[k - 1])
+            return [z] + out[1:]
+        if isinstance(n, OneHot):       # 1 where k == j (ordered: never with a NaN), else +0
+            one, zero = em.op("movf", f64imm(1.0)), em.op("movf", f64imm(0.0))
+            return [em.op("selpf", one, zero, em.op("eqf64", v(n.a)[0], f64imm(float(j))))
+                    for j in range(n.size)]
+        if isinstance(n, Stack):
+            return [v(x)[0] for x in n.items]
         if isinstance(n, Pick):
             a = v(n.a)
             row = max(1, len(a) // n.a.shape[0])
@@ -205,14 +242,15 @@ def grad_samples(lr: Learner, sm: int = 90) -> Kernel:
         if isinstance(n, Const):
             return [em.op("movf", f64imm(x)) for x in n.values]
         key = ("state_" if isinstance(n, Read) else "data_") + n.name
-        if key not in loaded:
+        if key not in loaded or n.size > RELOAD:
             addr = base[key]
             if isinstance(n, DataRow):
                 addr = em.op("add64", addr, em.op("wide", i, 8 * n.size))
             loaded[key] = [em.op("ld", addr, 8 * c) for c in range(n.size)]
         return loaded[key]
 
-    lower = _Lower(em, leaf, per_coordinate=False, base=base)
+    big = lambda n: isinstance(n, (Read, DataRow)) and n.size > RELOAD     # noqa: E731
+    lower = _Lower(em, leaf, False, base, big)
     out = em.op("add64", base["gs"], em.op("wide", t, 8 * param_count(lr)))
     offsets, zero = param_layout(lr), None
     for p in lr.params:
@@ -320,21 +358,18 @@ def update(lr: Learner, group: Group, sm: int = 90) -> Kernel:
     return _module(em, lr, f"update_g{group.index}", params, sm, group.index)
 
 
-GPU_NODES = (Const, Read, DataRow, Grad, Elem, Unary, Where, Pow, Dot, Sum, Pick, Bcast)
+GPU_NODES = (Const, Read, DataRow, Grad, Elem, Unary, Where, Pow, Dot, Sum, Pick, Bcast, MatVec,
+             VecMat, Outer, Max, MaxAdj, OneHot, Stack)
 
 
 def kernels(lr: Learner, sm: int = 90) -> list[Kernel]:
     """The owner's kernels: grad_samples and owner_sum (with a loss), then one update per group.
-    A learner with an operation these kernels do not have (the matrix products, max(v),
-    onehot) is refused with BuildError before anything is generated."""
+    A learner these kernels do not have (minibatches, `contract exact_sum`) is refused with
+    BuildError before anything is generated."""
     from alphac.diag import BuildError
     roots = ([lr.loss] if lr.loss is not None else []) + [a.node for a in lr.update] + \
         [c.node for cs in lr.grads.values() for c in cs]
-    nodes = postorder(roots)
-    missing = sorted({type(n).__name__ for n in nodes if not isinstance(n, GPU_NODES)})
-    if any(isinstance(n, (Elem, Where)) and any(c.shape and c.shape != n.shape for c in children(n))
-           for n in nodes):
-        missing.append("a vector over a matrix's rows")
+    missing = sorted({type(n).__name__ for n in postorder(roots) if not isinstance(n, GPU_NODES)})
     if lr.batch:
         missing.append("minibatches")
     if lr.exact:

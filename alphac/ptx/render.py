@@ -69,6 +69,7 @@ INSTR: dict[str, tuple[str | None, str]] = {
     "eq64":   ("p",  "setp.eq.u64 {d}, {a}, {b};"),
     "ne64":   ("p",  "setp.ne.u64 {d}, {a}, {b};"),
     "gtf64":  ("p",  "setp.gt.f64 {d}, {a}, {b};"),         # ordered: false with a NaN
+    "eqf64":  ("p",  "setp.eq.f64 {d}, {a}, {b};"),         # ordered: false with a NaN
     "selp01": ("rd", "selp.u64 {d}, 1, 0, {a};"),
     "selpf":  ("fd", "selp.f64 {d}, {a}, {b}, {c};"),
     # control
