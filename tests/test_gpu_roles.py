@@ -12,6 +12,9 @@ process opens its own. Guarantees checked:
   * a checkpoint written by the GPU pair resumes on CPU owners and on another GPU pair (another
     product, other minors), one written by CPU owners on that pair: the uninterrupted bits;
   * a card that computes another bit is refused by its owner, and nothing is published;
+  * a classifier (A @ v, relu, logsumexp, onehot) whose rows are read from .npy files at run
+    time trains on an sm_90 and an sm_86 owner, resumes on CPU owners, and `alphac eval` of its
+    checkpoint equals the uninterrupted run's;
   * memory is admitted per card: two owners on one card must fit in it together (one byte less
     is E0120), a card's memory never counts for another;
   * a GPU target on a coordinator, a GPU owner without a card, a card for a CPU owner and a bad
@@ -247,3 +250,88 @@ def test_a_gpu_owner_whose_card_computes_another_bit_refuses_and_nothing_is_publ
     assert by["owner.1"]["refused"] == "gpu-shadow-mismatch" and not rec["passed"]
     assert rec["published"] == "" and by["owner.0"]["exit"] != 0 and by["coordinator"]["exit"] != 0
     assert rec["logs"]["owner.1"]["launches"] == ["grad_samples", "owner_sum", "update_g0"]
+
+
+CLASSIFIER = """\
+learner cls
+data x = load("x.npy")
+data y = load("y.npy")
+const lr = 0.5
+param W1: f64[3, 2] = [[0.1, -0.2], [0.3, 0.05], [-0.15, 0.25]]
+param b1: f64[3] = 0.0
+param W2: f64[3, 3] = [[0.2, -0.1, 0.05], [-0.3, 0.15, 0.1], [0.05, 0.2, -0.25]]
+param b2: f64[3] = 0.0
+loss(i) {
+  let h = relu(W1 @ x[i] + b1)
+  let z = W2 @ h + b2
+  logsumexp(z) - dot(onehot(y[i], 3), z)
+}
+predict(i) {
+  let h = relu(W1 @ x[i] + b1)
+  W2 @ h + b2
+}
+update {
+  W1 = W1 - lr * grad(W1)
+  b1 = b1 - lr * grad(b1)
+  W2 = W2 - lr * grad(W2)
+  b2 = b2 - lr * grad(b2)
+}
+deployment cards {
+  roles coordinator, owner[2]
+  topology star(coordinator)
+  samples owner[0] = 0..2, owner[1] = 2..6
+  strategy zero3
+  target owner[0] = x86_64+sm_90, owner[1] = x86_64+sm_86
+  gpu owner[0] = "a.gpuhost", owner[1] = "c.gpuhost"
+}
+deployment cpus {
+  roles coordinator, owner[2]
+  topology star(coordinator)
+  samples owner[0] = 0..2, owner[1] = 2..6
+  strategy zero3
+}
+"""
+
+
+def test_a_classifier_with_its_data_at_run_time_trains_on_two_cards_resumes_and_predicts(work, tmp_path, monkeypatch):
+    """The real-models operations (A @ v, relu, logsumexp, onehot) on an sm_90 and an sm_86
+    owner, the rows read from .npy files at run time and written to the cards; 3 steps on the
+    cards, 2 on CPU owners, then `alphac eval` of the checkpoint: the uninterrupted run's bits."""
+    import numpy as np
+    from alphac.artifacts import build_deployment
+    from alphac.tools.launch import launch
+    from conftest import alphac
+    d, _, _ = work
+    c = tmp_path / "cls"
+    c.mkdir()
+    monkeypatch.chdir(c)
+    np.save("x.npy", np.array([[0.5, -1.0], [1.5, 0.25], [-0.75, 0.5], [0.1, 2.0], [-1.2, -0.4], [0.9, -0.6]]))
+    np.save("y.npy", np.array([0, 1, 2, 1, 0, 2], dtype=np.int64))
+    np.save("hx.npy", np.array([[0.3, -0.2], [1.0, 1.0], [-1.0, 0.2], [0.0, 0.5], [2.0, -1.5]]))
+    np.save("hy.npy", np.array([0, 1, 2, 1, 2], dtype=np.int64))
+    (c / "cls.alpha").write_text(CLASSIFIER)
+    for key in ("a", "c"):
+        (c / f"{key}.gpuhost").write_text(host_text(key))
+    compiled, plans = compile_deployments("cls.alpha")
+    from alphac.build import gpu_kernels
+    (c / "kernels.pickle").write_bytes(pickle.dumps([gpu_kernels(compiled.learner, sm)[0] for sm in (86, 90)]))
+    cfg = json.loads((d / "cards.json").read_text())
+    (c / "cards.json").write_text(json.dumps({**cfg, "kernels": str(c / "kernels.pickle")}))
+    wrapper = [sys.executable, str(ROOT / "tests" / "mockgpu" / "wrap.py"), str(c / "cards.json")]
+    for name in ("cards", "cpus"):
+        build_deployment("cls.alpha", name, c / name)
+    first = launch(c / "cards", steps=3, records=c / "runs", gpu_wrapper=wrapper, checkpoint=c / "ck3")
+    assert first["passed"], [r["stderr"] for r in first["roles"]]
+    assert first["published"] == format_state(compiled.learner, run_plan(compiled.learner, plans["cards"], 3))
+    then = launch(c / "cpus", steps=2, records=c / "runs", resume=c / "ck3", checkpoint=c / "ck5")
+    whole = launch(c / "cpus", steps=5, records=c / "runs", checkpoint=c / "ck5w")
+    assert then["published"] == whole["published"] == \
+        format_state(compiled.learner, run_plan(compiled.learner, plans["cpus"], 5))
+
+    def evaluate(ck):
+        code, out, err = alphac("eval", "cls.alpha", "--checkpoint", ck, "--data", "x=hx.npy",
+                                "--data", "y=hy.npy", "--format", "json")
+        assert code == 0, err
+        return json.loads(out)
+    assert evaluate(c / "ck5") == evaluate(c / "ck5w") and evaluate(c / "ck5")["step"] == 5
+    assert evaluate(c / "ck3")["mean_loss_hex"] != evaluate(c / "ck5")["mean_loss_hex"]
