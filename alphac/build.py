@@ -192,7 +192,7 @@ def deployment_gpu_hosts(plan) -> dict:
             out[r] = gpu_host.load(path, {})
         except gpu_host.HostError as e:
             from alphac.diag import CompileError, Diagnostic
-            raise CompileError([Diagnostic("E0123", span, f"bad GPU host description for `{r}`: {e}",
+            raise CompileError([Diagnostic("E0123", span, f"bad GPU host description for `{r.ref()}`: {e}",
                                            "see docs/nvdrv.md for the keys")])
     return out
 
@@ -249,7 +249,7 @@ def admit_cards(plan, hosts: dict, ptxas_path: str | None = None, targets: dict 
         demand = sum(d for _, _, d in users)
         supply = min(h.memory for _, h, _ in users)
         if demand > supply:
-            who = ", ".join(f"{r} {d}" for r, _, d in users)
+            who = ", ".join(f"{r.ref()} {d}" for r, _, d in users)
             span = plan.dep.gpu_of(users[-1][0])
             from alphac.diag import CompileError, Diagnostic
             raise CompileError([Diagnostic(

@@ -418,18 +418,18 @@ class DeploymentChecker:
         for key, t in sorted(targets.items(), key=lambda kv: str(kv[0])):
             if "+" not in t:
                 continue
-            name = key if isinstance(key, str) else key.name
+            name, ref = (key, key) if isinstance(key, str) else (key.name, key.ref())
             if name != self.owner:
-                self.err("E0111", it.span, f"`{key}` cannot have the GPU target `{t}`: a GPU "
+                self.err("E0111", it.span, f"`{ref}` cannot have the GPU target `{t}`: a GPU "
                                            "runs an owner's compute",
                          hint=f"give GPU targets to `{self.owner}` roles only")
             elif key not in gpus and name not in gpus:
-                self.err("E0122", it.span, f"GPU owner `{key}` has no host description",
-                         hint=f'add `gpu {key} = "FILE.gpuhost"` (docs/nvdrv.md describes the file)')
+                self.err("E0122", it.span, f"GPU owner `{ref}` has no host description",
+                         hint=f'add `gpu {ref} = "FILE.gpuhost"` (docs/nvdrv.md describes the file)')
         for key, (_, span) in sorted(gpus.items(), key=lambda kv: str(kv[0])):
             t = targets.get(key) or (targets.get(key.name) if isinstance(key, Role) else None)
             if t is None or "+" not in t:
-                self.err("E0122", span, f"`{key}` is given a GPU host but its target is "
+                self.err("E0122", span, f"`{key if isinstance(key, str) else key.ref()}` is given a GPU host but its target is "
                                         f"`{t or 'x86_64'}`", hint="give it a GPU target, such "
                                                                "as `target ... = x86_64+sm_90`")
 
