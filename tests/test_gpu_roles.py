@@ -41,7 +41,7 @@ from alphac.nvdrv import host as host_mod
 
 CARDS = {   # file: (uuid, product, sm, minor, memory)
     "a": ("GPU-5a1e7c3d-0b2f-4c6e-8a9d-1f2e3d4c5b6a", "NVIDIA H200", 90, 0, "143771 MiB"),
-    "b": ("GPU-0b2f4c6e-8a9d-1f2e-3d4c-5b6a5a1e7c3d", "NVIDIA H200", 90, 1, "8 MiB"),
+    "b": ("GPU-0b2f4c6e-8a9d-1f2e-3d4c-5b6a5a1e7c3d", "NVIDIA H200", 90, 1, "8 MiB"),   # h200-1.gpuhost
     "c": ("GPU-11111111-2222-3333-4444-555555555555", "NVIDIA GeForce RTX 3090", 86, 2, "24 GiB"),
     "d": ("GPU-66666666-7777-8888-9999-aaaaaaaaaaaa", "NVIDIA H200", 90, 3, "4 MiB"),
 }
@@ -335,3 +335,18 @@ def test_a_classifier_with_its_data_at_run_time_trains_on_two_cards_resumes_and_
         return json.loads(out)
     assert evaluate(c / "ck5") == evaluate(c / "ck5w") and evaluate(c / "ck5")["step"] == 5
     assert evaluate(c / "ck3")["mean_loss_hex"] != evaluate(c / "ck5")["mean_loss_hex"]
+
+
+def test_the_example_deployment_of_two_cards(work, example_roles):
+    """examples/lsq_adam.alpha's lsq_adam_two_gpus, as `make roles` builds it, on the machine
+    of the mock's cards a and b (its two reference hosts)."""
+    from alphac.tools.launch import launch
+    d, lr, _ = work
+    wrapper = [sys.executable, str(ROOT / "tests" / "mockgpu" / "wrap.py"), str(d / "cards.json")]
+    for f in (d / "logs").iterdir():
+        f.unlink()
+    rec = launch(example_roles / "lsq_adam_two_gpus", steps=5, records=d / "runs", gpu_wrapper=wrapper)
+    plan = compile_deployments(example("lsq_adam"))[1]["lsq_adam_two_gpus"]
+    assert rec["passed"] and rec["published"] == format_state(lr, run_plan(lr, plan, 5))
+    logs = [json.loads(f.read_text()) for f in (d / "logs").iterdir()]
+    assert sorted(log["card"] for log in logs) == [0, 1] and all(log["errors"] == [] for log in logs)
