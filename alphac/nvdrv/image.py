@@ -24,8 +24,10 @@ memory allocated: the arena and the GPFIFO area, in 2 MiB units.
 Facts and their sources (docs/nvdrv.md has the full list and what is still unknown on Hopper):
   - QMD fields for Ampere V03 as tinygrad's ops_nv.py sets them (group id 0x3f, caching,
     invalidations, API call limit, sampler index, L1 sysmembar, shared-memory configuration
-    9/9/0x1a, barrier count 1, prefetch, SASS version), constant bank 0 prefix: dwords 6-11 hold
-    the shared window, the local window and 0xfffdc0 [read: tinygrad].
+    9/9/0x1a, barrier count 1, prefetch, SASS version), constant bank 0 prefix: dwords 0-2 the
+    block dims and 3-5 the grid dims (what %ntid and %nctaid read: tinygrad 166670a2f2 "nv: fill
+    grid/block sizes" writes `*local_size, *global_size` there), dwords 6-11 the shared window,
+    the local window and 0xfffdc0 [read: tinygrad].
   - QMD V04 (Hopper) as Mesa NAK's qmd.rs fills it (major 4, minor 0, API call limit NO_CHECK,
     sampler index INDEPENDENTLY, GRID_*, SHIFTED6 constant-buffer address, SHIFTED4 size,
     shared-memory configuration from the rounded size) [read: NAK]; QMD_TYPE GRID_CTA, the
@@ -331,6 +333,7 @@ def plan(lr: Learner, built: list, sm: int) -> GpuImage:
         cbank = bytearray(round_up(im.cbank0, 16))
         for dw, value in CBANK_PREFIX.items():
             struct.pack_into("<Q", cbank, 4 * dw, value)
+        struct.pack_into("<6I", cbank, 0, block, 1, 1, grid, 1, 1)     # %ntid, %nctaid
         scalars = []
         statics = {"lo": 0, "hi": lr.nsamples or 0, "n": lr.nsamples or 0, "klo": 0,
                    "khi": threads if k.group is not None else 0}

@@ -265,8 +265,12 @@ class Gpu:
         prog = self.programs.get(k.name)
         if prog is None:
             prog = self.programs[k.name] = Ptx(k.ptx)
+        # The QMD sizes the launch, but the code reads %ntid and %nctaid from the driver prefix of
+        # constant bank 0: block dims in dwords 0-2, grid dims in 3-5 (tinygrad ops_nv.py, "nv: fill
+        # grid/block sizes", 166670a2f2: `*local_size, *global_size` at the bank's start).
+        ntid, nctaid = self.memory.u32(cb), self.memory.u32(cb + 12)
         try:
-            prog.launch(self.memory, args, grid * block, block=block, grid=grid)
+            prog.launch(self.memory, args, grid * block, block=block, grid=grid, ntid=ntid, nctaid=nctaid)
         except KeyError as e:
             self.errors.append(f"{k.name}: {e}")
         self.launches.append((k.name, grid, block, args))

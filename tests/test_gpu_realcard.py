@@ -1,0 +1,39 @@
+"""What a real card needs that the first mock did not ask for (issue 19), each checked by the mock
+(tests/mockgpu) the way the hardware would: a defect gives wrong bits, a mock error or a refusal.
+
+  * more than one block: the kernels read %ntid and %nctaid from constant bank 0 (dwords 0-2 and
+    3-5), so the launch image must write them; the mock GPU reads them from there;
+"""
+import os
+from pathlib import Path
+
+import mockgpu
+import oracle
+from test_nvdrv_owner import _DIR, card_for, host_for, need_mock
+
+from alphac.driver import compile_file
+from alphac.nvdrv import image as image_mod
+from conftest import example
+
+
+def build(name, sm, tag=""):
+    from alphac.build import build_gpu_owner
+    built = build_gpu_owner(compile_file(example(name)).learner, f"x86_64+sm_{sm}", host_for(sm))
+    path = Path(_DIR) / f"{name}.sm_{sm}.realcard{tag}"
+    path.write_bytes(built.image.elf)
+    os.chmod(path, 0o755)
+    return path, built
+
+
+def test_kernels_of_several_blocks_print_the_oracle_bits(monkeypatch):
+    """BLOCK = 4 splits every kernel of lsq_adam (8 samples, 5 coordinates) over two or more blocks:
+    a block past the first computes the right indices only if %ntid.x (c[0x0][0x0]) is the block."""
+    need_mock()
+    monkeypatch.setattr(image_mod, "BLOCK", 4)
+    for sm in (90, 86):
+        path, built = build("lsq_adam", sm, ".block4")
+        assert all(la.grid >= 2 and la.block == 4 for la in built.gpu.launches)
+        r = mockgpu.run(path, ("--steps", "5"), card=card_for(sm), kernels=built.kernels)
+        assert r.errors == [] and (r.returncode, r.stderr) == (0, ""), (r.errors, r.stderr)
+        assert r.stdout == oracle.run("lsq_adam", steps=5)
+        assert {(g, b) for _, g, b, _ in r.launches} == {(la.grid, 4) for la in built.gpu.launches}
