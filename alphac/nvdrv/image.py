@@ -30,9 +30,10 @@ Facts and their sources (docs/nvdrv.md has the full list and what is still unkno
     the local window and 0xfffdc0 [read: tinygrad].
   - QMD V04 (Hopper) as Mesa NAK's qmd.rs fills it (major 4, minor 0, API call limit NO_CHECK,
     sampler index INDEPENDENTLY, GRID_*, SHIFTED6 constant-buffer address, SHIFTED4 size,
-    shared-memory configuration from the rounded size) [read: NAK]; QMD_TYPE GRID_CTA, the
-    invalidations, the membar, group id, SASS version 0x90 and the constant-bank prefix are the
-    Ampere choices carried over [inferred: unconfirmed on an H200].
+    shared-memory configuration from the rounded size) [read: NAK]; the shared window 4 GiB
+    aligned [read: NVK]; QMD_TYPE GRID_CTA, the invalidations, the membar, group id, SASS version
+    0x90 and the rest of the constant-bank prefix are the Ampere choices carried over (tinygrad
+    writes the same prefix below Blackwell) [inferred: unconfirmed on an H200].
   - Push buffer: SEND_PCAS_A = QMD >> 8, SEND_SIGNALING_PCAS2_B = PREFETCH_SCHEDULE, then the host
     semaphore release with wait-for-idle; GPFIFO entry with LEVEL = SUBROUTINE [read: tinygrad].
 
@@ -57,8 +58,19 @@ SYSMEM_SIZE = 0x10000
 SEMAPHORE_OFFSET = 0x1000          # in sysmem; the error notifier is at 0
 CHANNEL_RANGE = 0x4000000          # tinygrad's UVM_REGISTER_CHANNEL length
 USERMODE_SIZE = CONSTANTS["NVC361_NV_USERMODE__SIZE"]
-SHARED_WINDOW, LOCAL_WINDOW = 0xfe000000, 0xff000000     # tinygrad's windows
-CBANK_PREFIX = {6: SHARED_WINDOW, 8: LOCAL_WINDOW, 10: 0xfffdc0}   # dword -> u64 value
+# The windows (apertures, no memory behind them): Mesa NVK's, 0xfe << 24 for the shared window
+# and 0xff << 24 for the local one, except that "shared memory window needs 4GB alignment on
+# hopper+": 1 << 32 there (nvk_cmd_dispatch.c, nvk_push_dispatch_state_init). tinygrad's were
+# 0xfe000000 / 0xff000000 on Ampere (4 GiB-aligned 0x729400000000 / 0x729300000000 since d90ddcc365).
+SHARED_WINDOW = {"sm_86": 0xfe000000, "sm_90": 1 << 32}
+LOCAL_WINDOW = 0xff000000
+
+
+def cbank_prefix(arch: abi.Arch) -> dict[int, int]:
+    """Constant bank 0's dwords 6-11 (u64 each): the shared window, the local window, 0xfffdc0."""
+    return {6: SHARED_WINDOW[arch.sm], 8: LOCAL_WINDOW, 10: 0xfffdc0}
+
+
 CODE_ALIGN, QMD_ALIGN, CBANK_ALIGN = 256, 256, 256
 CODE_TAIL = 0x1000                 # room past the last instruction for the prefetcher
 BLOCK = 128                        # threads per CTA at most
@@ -171,8 +183,8 @@ def setup_pushbuf(arch: abi.Arch, sem_va: int) -> list[int]:
             pack_bitfields({f"{c}_SET_OBJECT_CLASS_ID": abi.CLASSES[arch.compute]}),
             method(SUBCH_COMPUTE, m["SET_SHADER_LOCAL_MEMORY_WINDOW_A"], 2), LOCAL_WINDOW >> 32,
             LOCAL_WINDOW & 0xffffffff,
-            method(SUBCH_COMPUTE, m["SET_SHADER_SHARED_MEMORY_WINDOW_A"], 2), SHARED_WINDOW >> 32,
-            SHARED_WINDOW & 0xffffffff] + semaphore_release(arch, sem_va)
+            method(SUBCH_COMPUTE, m["SET_SHADER_SHARED_MEMORY_WINDOW_A"], 2), SHARED_WINDOW[arch.sm] >> 32,
+            SHARED_WINDOW[arch.sm] & 0xffffffff] + semaphore_release(arch, sem_va)
 
 
 def launch_pushbuf(arch: abi.Arch, qmd_va: int, sem_va: int) -> list[int]:
@@ -331,7 +343,7 @@ def plan(lr: Learner, built: list, sm: int) -> GpuImage:
         block = min(BLOCK, round_up(max(1, threads), 32))
         grid = max(1, -(-threads // block))
         cbank = bytearray(round_up(im.cbank0, 16))
-        for dw, value in CBANK_PREFIX.items():
+        for dw, value in cbank_prefix(arch).items():
             struct.pack_into("<Q", cbank, 4 * dw, value)
         struct.pack_into("<6I", cbank, 0, block, 1, 1, grid, 1, 1)     # %ntid, %nctaid
         scalars = []

@@ -22,7 +22,6 @@ import struct
 
 from alphac.nvdrv import abi
 from alphac.nvdrv.abi import BITFIELDS, CONSTANTS, METHODS
-from alphac.nvdrv.image import CBANK_PREFIX
 from nvdrv_decode import decode_entry, unpack_qmd
 from ptx_interp import Ptx
 
@@ -242,9 +241,16 @@ class Gpu:
         if q["CONSTANT_BUFFER_SIZE_SHIFTED4(0)"] << 4 < im.cbank0:
             self.errors.append(f"{k.name}: constant bank 0 of {q['CONSTANT_BUFFER_SIZE_SHIFTED4(0)'] << 4} "
                                f"bytes < {im.cbank0}")
-        for dw, value in CBANK_PREFIX.items():
+        window = {w: ch.regs.get(f"SET_SHADER_{w}_MEMORY_WINDOW_A", 0) << 32 |
+                  ch.regs.get(f"SET_SHADER_{w}_MEMORY_WINDOW_B", 0) for w in ("SHARED", "LOCAL")}
+        # Mesa NVK (nvk_cmd_dispatch.c, nvk_push_dispatch_state_init): "shared memory window needs
+        # 4GB alignment on hopper+"
+        if self.arch.sm == "sm_90" and window["SHARED"] % (1 << 32):
+            self.errors.append(f"shared memory window {window['SHARED']:#x} is not 4 GiB aligned")
+        # the bank's prefix repeats the windows, then 0xfffdc0 (tinygrad: dwords 6-11)
+        for dw, value in ((6, window["SHARED"]), (8, window["LOCAL"]), (10, 0xfffdc0)):
             if self.memory.u64(cb + 4 * dw) != value:
-                self.errors.append(f"{k.name}: constant bank dword {dw} is not the window the channel set")
+                self.errors.append(f"{k.name}: constant bank dwords {dw}-{dw + 1} are not {value:#x}")
         grid = q["CTA_RASTER_WIDTH" if v3 else "GRID_WIDTH"]
         other = (q["CTA_RASTER_HEIGHT"], q["CTA_RASTER_DEPTH"]) if v3 else (q["GRID_HEIGHT"], q["GRID_DEPTH"])
         block = q["CTA_THREAD_DIMENSION0"]
