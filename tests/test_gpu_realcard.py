@@ -6,6 +6,8 @@
   * Hopper's shared-memory window is 4 GiB aligned, and the bank's prefix repeats the windows the
     channel set: the mock's error list names a window that is not (every sm_90 run here and in
     test_nvdrv_owner.py asserts an empty list);
+  * a constant bank's address and size in the hardware's units (64 bytes from Turing, Mesa NVK;
+    the image uses 256): the mock's error list names a bank that is not;
 """
 import os
 from pathlib import Path

@@ -392,6 +392,7 @@ def test_qmds_and_push_buffers_decode_to_the_plan(sm):
         assert la.pushbuf[2:4] == (image_mod.method(1, methods["SEND_PCAS_A"], 1), la.qmd_va >> 8)
         assert la.grid * la.block >= la.threads
         assert struct.unpack_from("<6I", la.cbank) == (la.block, 1, 1, la.grid, 1, 1)   # %ntid, %nctaid
+        assert q["CONSTANT_BUFFER_SIZE_SHIFTED4(0)"] << 4 == len(la.cbank) == -(-k.image.cbank0 // 256) * 256
     assert g.image[:len(g.image)] and len(g.image) % 8 == 0
     import hashlib
     assert hashlib.sha256(g.image).digest() == g.sha256

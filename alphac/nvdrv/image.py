@@ -71,6 +71,9 @@ def cbank_prefix(arch: abi.Arch) -> dict[int, int]:
     return {6: SHARED_WINDOW[arch.sm], 8: LOCAL_WINDOW, 10: 0xfffdc0}
 
 
+# A constant bank's address and size: Mesa NVK aligns both to nvk_min_cbuf_alignment, 64 bytes
+# from Turing and 0x100 before (nvk_physical_device.c, nvk_cmd_upload_qmd); tinygrad allocates its
+# bank rounded to 1 << 8. 256 is both.
 CODE_ALIGN, QMD_ALIGN, CBANK_ALIGN = 256, 256, 256
 CODE_TAIL = 0x1000                 # room past the last instruction for the prefetcher
 BLOCK = 128                        # threads per CTA at most
@@ -244,7 +247,7 @@ def qmd_fields(arch: abi.Arch, la: Launch, registers: int, shared: int, code_siz
         "SASS_VERSION": sass_version(arch),
         "CONSTANT_BUFFER_VALID(0)": 1,
         "CONSTANT_BUFFER_INVALIDATE(0)": v["CONSTANT_BUFFER_INVALIDATE_TRUE"],
-        "CONSTANT_BUFFER_SIZE_SHIFTED4(0)": round_up(cbank_size, 16) >> 4,
+        "CONSTANT_BUFFER_SIZE_SHIFTED4(0)": cbank_size >> 4,
     }
     if arch.qmd == "V03_00":
         return common | {
@@ -304,7 +307,7 @@ def plan(lr: Learner, built: list, sm: int) -> GpuImage:
             raise ValueError(f"{b.kernel.name}: relocations in the code are not supported")
         code_off[b.kernel.name] = put(b.image.code, CODE_ALIGN)
     put(bytes(CODE_TAIL), 1)
-    cbank_off = {b.kernel.name: put(bytes(round_up(b.image.cbank0, 16)), CBANK_ALIGN) for b in built}
+    cbank_off = {b.kernel.name: put(bytes(round_up(b.image.cbank0, CBANK_ALIGN)), CBANK_ALIGN) for b in built}
     qmd_off = {b.kernel.name: put(bytes(qmd_layout.nbytes), QMD_ALIGN) for b in built}
     n_launch = 6 + 6            # invalidate, PCAS A, PCAS2 B; semaphore (6 dwords)
     pb_off = {b.kernel.name: put(bytes(4 * n_launch), 256) for b in built}
@@ -342,7 +345,7 @@ def plan(lr: Learner, built: list, sm: int) -> GpuImage:
         threads = _threads(lr, k)
         block = min(BLOCK, round_up(max(1, threads), 32))
         grid = max(1, -(-threads // block))
-        cbank = bytearray(round_up(im.cbank0, 16))
+        cbank = bytearray(round_up(im.cbank0, CBANK_ALIGN))
         for dw, value in cbank_prefix(arch).items():
             struct.pack_into("<Q", cbank, 4 * dw, value)
         struct.pack_into("<6I", cbank, 0, block, 1, 1, grid, 1, 1)     # %ntid, %nctaid

@@ -238,6 +238,11 @@ class Gpu:
             cb = q["CONSTANT_BUFFER_ADDR_LOWER(0)"] | q["CONSTANT_BUFFER_ADDR_UPPER(0)"] << 32
         else:
             cb = (q["CONSTANT_BUFFER_ADDR_LOWER_SHIFTED6(0)"] | q["CONSTANT_BUFFER_ADDR_UPPER_SHIFTED6(0)"] << 32) << 6
+        # Mesa NVK aligns a bank's address and size to nvk_min_cbuf_alignment: 64 bytes from Turing
+        # (256 before), in nvk_cmd_upload_qmd: `ba.size = align(ba.size, min_cbuf_alignment)`
+        if cb % 64 or (q["CONSTANT_BUFFER_SIZE_SHIFTED4(0)"] << 4) % 64:
+            self.errors.append(f"{k.name}: constant bank 0 at {cb:#x} of {q['CONSTANT_BUFFER_SIZE_SHIFTED4(0)'] << 4} "
+                               "bytes: not in 64-byte units")
         if q["CONSTANT_BUFFER_SIZE_SHIFTED4(0)"] << 4 < im.cbank0:
             self.errors.append(f"{k.name}: constant bank 0 of {q['CONSTANT_BUFFER_SIZE_SHIFTED4(0)'] << 4} "
                                f"bytes < {im.cbank0}")
