@@ -8,8 +8,11 @@
     test_nvdrv_owner.py asserts an empty list);
   * a constant bank's address and size in the hardware's units (64 bytes from Turing, Mesa NVK;
     the image uses 256): the mock's error list names a bank that is not;
+  * a GPU that never completes is refused `gpu-timeout` after about 4 s of CLOCK_MONOTONIC (not
+    after a poll count), with the channel's state in the events file;
 """
 import os
+import time
 from pathlib import Path
 
 import mockgpu
@@ -18,6 +21,7 @@ from test_nvdrv_owner import _DIR, card_for, host_for, need_mock
 
 from alphac.driver import compile_file
 from alphac.nvdrv import image as image_mod
+from alphac.refusals import exit_code
 from conftest import example
 
 
@@ -42,3 +46,21 @@ def test_kernels_of_several_blocks_print_the_oracle_bits(monkeypatch):
         assert r.errors == [] and (r.returncode, r.stderr) == (0, ""), (r.errors, r.stderr)
         assert r.stdout == oracle.run("lsq_adam", steps=5)
         assert {(g, b) for _, g, b, _ in r.launches} == {(la.grid, 4) for la in built.gpu.launches}
+
+
+def test_a_gpu_that_never_completes_is_refused_within_seconds():
+    """The mock's GPU never runs the channel: the setup push buffer's wait ends by the clock."""
+    need_mock()
+    path, built = build("independent_state", 90)
+    start = time.monotonic()
+    r = mockgpu.run(path, ("--steps", "5"), card=card_for(90), kernels=built.kernels, hang=True,
+                    timeout=30)
+    took = time.monotonic() - start
+    assert r.errors == [] and r.launches == []
+    assert (r.returncode, r.stdout, r.stderr) == (exit_code("gpu-timeout"), "", "refused: gpu-timeout\n")
+    assert 4 <= took < 15, took
+    from alphac.tools.launch import split_event
+    lines = [split_event(e)[0] for e in r.events.split("\n")[1:-1]]
+    assert lines[:3] == ["identity", "memory", "channel"]
+    assert lines[3:] == ["gpget 0 gpput 1", *(f"notifier {i} 0" for i in range(12)), "semaphore 0",
+                         "refused: gpu-timeout"]

@@ -88,10 +88,11 @@ def available() -> str | None:
 
 def run(exe: str | Path, args=(), card: Card | None = None, kernels=(), present: bool = True,
         strace: bool = False, timeout: float = 120.0, events: bool = True,
-        mutate: dict | None = None) -> MockResult:
+        mutate: dict | None = None, hang: bool = False) -> MockResult:
     """Run `exe args` against a mock driver holding `card` (absent when not `present`) whose GPU
     knows `kernels` (alphac.ptx.build's list); `mutate` maps a kernel name to a function of its
-    PTX text, so the mock GPU computes something else (a shadow-mismatch mutant)."""
+    PTX text, so the mock GPU computes something else (a shadow-mismatch mutant); with `hang` the
+    GPU never completes (a rung doorbell runs nothing)."""
     with tempfile.TemporaryDirectory(prefix="alphac-mockgpu-") as tmp:
         tmp = Path(tmp)
         argv = [str(exe), *map(str, args)]
@@ -101,7 +102,7 @@ def run(exe: str | Path, args=(), card: Card | None = None, kernels=(), present:
             argv = [shutil.which("strace"), "-f", "-qq", "-X", "raw", "-o", str(tmp / "strace.txt")] + argv
         parent, child = socket.socketpair()
         out, err = open(tmp / "stdout", "wb+"), open(tmp / "stderr", "wb+")
-        drv = Driver(card, list(kernels), present)
+        drv = Driver(card, list(kernels), present, hang=hang)
         for name, fn in (mutate or {}).items():
             from ptx_interp import Ptx
             k = next(b.kernel for b in kernels if b.kernel.name == name)
@@ -123,6 +124,11 @@ def run(exe: str | Path, args=(), card: Card | None = None, kernels=(), present:
             listener = Listener(fds[0])
             deadline = time.monotonic() + timeout
             while True:
+                if time.monotonic() > deadline:      # checked on every call: a busy child too
+                    proc.kill()
+                    proc.wait()
+                    drv.errors.append(f"timed out after {timeout} s")
+                    break
                 ready, _, _ = select.select([listener.fd], [], [], 0.05)
                 if ready:
                     n = listener.recv()
@@ -137,11 +143,6 @@ def run(exe: str | Path, args=(), card: Card | None = None, kernels=(), present:
                             listener.reply(n, -38)
                         continue
                 if proc.poll() is not None:
-                    break
-                if time.monotonic() > deadline:
-                    proc.kill()
-                    proc.wait()
-                    drv.errors.append(f"timed out after {timeout} s")
                     break
             os.close(listener.fd)
             out.seek(0)
