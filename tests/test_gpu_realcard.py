@@ -10,8 +10,12 @@
     the image uses 256): the mock's error list names a bank that is not;
   * a GPU that never completes is refused `gpu-timeout` after about 4 s of CLOCK_MONOTONIC (not
     after a poll count), with the channel's state in the events file;
+  * a GPU build imports only the stdlib, numpy and alphac (the GPU machine has nothing else;
+    pyelftools, capstone and keystone are the tests' oracles): built with those unimportable.
 """
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -22,7 +26,7 @@ from test_nvdrv_owner import _DIR, card_for, host_for, need_mock
 from alphac.driver import compile_file
 from alphac.nvdrv import image as image_mod
 from alphac.refusals import exit_code
-from conftest import example
+from conftest import ROOT, example
 
 
 def build(name, sm, tag=""):
@@ -64,3 +68,28 @@ def test_a_gpu_that_never_completes_is_refused_within_seconds():
     assert lines[:3] == ["identity", "memory", "channel"]
     assert lines[3:] == ["gpget 0 gpput 1", *(f"notifier {i} 0" for i in range(12)), "semaphore 0",
                          "refused: gpu-timeout"]
+
+
+# A GPU build as the CLI runs it, where the test oracles cannot be imported; then every module it
+# imported must be the stdlib's, numpy's or alphac's.
+NO_ORACLES = """
+import sys
+before = set(sys.modules)
+for name in ("elftools", "capstone", "keystone"):
+    sys.modules[name] = None                    # `import name` (and its submodules) raises
+from alphac.cli import main
+rc = main(sys.argv[1:])
+new = {n.split(".")[0] for n in set(sys.modules) - before
+       if sys.modules[n] is not None and not n.startswith("_sysconfigdata")}   # stdlib, unlisted
+print(" ".join(sorted(new - set(sys.stdlib_module_names) - {"alphac", "numpy"})))
+raise SystemExit(rc)
+"""
+
+
+def test_a_gpu_build_needs_no_test_oracle(tmp_path):
+    need_mock()
+    out = tmp_path / "owner"
+    r = subprocess.run([sys.executable, "-c", NO_ORACLES, "build", "examples/lsq_adam.alpha",
+                        "--target", "x86_64+sm_90", "--gpu-host", "examples/h200.gpuhost", "-o", str(out)],
+                       capture_output=True, text=True, cwd=ROOT, env=os.environ | {"PYTHONPATH": str(ROOT)})
+    assert (r.returncode, r.stdout, r.stderr) == (0, "\n", "") and out.is_file()
