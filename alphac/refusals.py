@@ -87,7 +87,9 @@ REFUSALS: dict[str, tuple[int, str]] = {
     "nvidia-call": (125, "the NVIDIA driver refused a call of the conversation (an ioctl failed or "
                          "answered a non-zero status; the events file names the call)"),
     "nvidia-map": (126, "a GPU owner could not map driver memory at the address its plan fixes"),
-    "gpu-timeout": (127, "a launch did not complete (its semaphore was not released) within 10 s"),
+    "gpu-timeout": (127, "a launch did not complete (its semaphore was not released) within 4 s of "
+                         "CLOCK_MONOTONIC; the events file holds GPGet and GPPut (from USERD), the "
+                         "channel's error notifier word by word and the semaphore"),
     "data-missing": (130, "a data file cannot be opened or read (the path the build read it from, "
                           "or `--data DIR` and the path `load` names); refused before the first step"),
     "data-shape": (131, "a data file's size or header (dtype, order, shape) differs from the file "

@@ -58,7 +58,7 @@ F64["setp.gt.f64"] = lambda a, b: a > b                 # ordered: False when ei
 F64["setp.eq.f64"] = lambda a, b: a == b                # ordered: -0.0 == +0.0, NaN == nothing
 F64["cvt.rn.f64.s64"] = lambda a: float(signed(a))
 F64["selp.f64"] = lambda a, b, p: a if p else b
-SREGS = ("%tid.x", "%ntid.x", "%ctaid.x")
+SREGS = ("%tid.x", "%ntid.x", "%ctaid.x", "%nctaid.x")
 
 
 class Memory:
@@ -107,11 +107,15 @@ class Ptx:
             self.code.append((guard, op, [a.strip() for a in rest.split(",")] if rest else []))
         self.steps = None                           # compiled on the first thread
 
-    def launch(self, mem, args, threads, block=4, grid=None):
-        """A 1-D grid covering `threads` with a spare block: its threads must do nothing."""
-        for b in range(threads // block + 2 if grid is None else grid):
+    def launch(self, mem, args, threads, block=4, grid=None, ntid=None, nctaid=None):
+        """A 1-D grid covering `threads` with a spare block: its threads must do nothing. `ntid` and
+        `nctaid` are what %ntid.x and %nctaid.x read (the block and the grid unless given: the mock
+        GPU passes what constant bank 0 holds, where the hardware reads them)."""
+        grid = threads // block + 2 if grid is None else grid
+        for b in range(grid):
             for t in range(block):
-                self.thread(mem, args, {"%tid.x": t, "%ntid.x": block, "%ctaid.x": b})
+                self.thread(mem, args, {"%tid.x": t, "%ntid.x": block if ntid is None else ntid,
+                                        "%ctaid.x": b, "%nctaid.x": grid if nctaid is None else nctaid})
 
     def thread(self, mem, args, sregs):
         if self.steps is None:

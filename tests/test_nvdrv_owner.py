@@ -9,7 +9,7 @@ boundary). Guarantees checked:
     matching alphac's ABI tables (the mock's error list is empty) and the calls, in order, equal
     to the conversation table's (`expected_trace`);
   * under strace, the executable makes only the calls the conversation lists, plus its output,
-    its events file, the completion polls (nanosleep) and exit_group;
+    its events file, the completion waits (clock_gettime; nanosleep per poll) and exit_group;
   * executed mutants: built for another UUID (device-uuid), another product or driver version, a
     card with less memory than the plan (nvidia-plan-host), no driver (nvidia-open), a flipped
     byte in the launch image (launch-image), a GPU that computes another bit
@@ -23,6 +23,7 @@ import atexit
 import os
 import re
 import shutil
+import struct
 import tempfile
 from functools import lru_cache
 from pathlib import Path
@@ -156,13 +157,15 @@ def test_strace_shows_only_the_conversation():
         else:
             other.append(c[0] if c[0] != "write" else ("write", paths.get(int(c[1].split(",")[0]), c[1][:1])))
     assert device == built.conversation.expected_trace()
-    assert {c[0] for c in calls} == {"execve", "openat", "ioctl", "mmap", "close", "nanosleep",
-                                     "write", "exit_group", "clock_gettime"}   # events' times
+    # the completion wait reads CLOCK_MONOTONIC first: the mock runs the channel on that call, so
+    # the semaphore is released before the first poll would sleep (no nanosleep here)
+    assert {c[0] for c in calls} == {"execve", "openat", "ioctl", "mmap", "close", "write",
+                                     "exit_group", "clock_gettime"}   # events' times, the waits
     events = next(p for p in paths.values() if p.endswith("events.log"))
-    assert set(other) == {("openat", events), ("write", events), ("write", "1"), "nanosleep",
-                          "exit_group", "clock_gettime"}
-    assert other.count("clock_gettime") == other.count(("write", events))     # one per event
-    assert other.count("nanosleep") >= 1 + 3 * 5                  # setup, 3 kernels, 5 steps
+    assert set(other) == {("openat", events), ("write", events), ("write", "1"), "exit_group",
+                          "clock_gettime"}
+    # one per event, one per wait: setup, 3 kernels, 5 steps
+    assert other.count("clock_gettime") == other.count(("write", events)) + 1 + 3 * 5
     assert calls[-1] == ("exit_group", "0")
 
 
@@ -390,6 +393,8 @@ def test_qmds_and_push_buffers_decode_to_the_plan(sm):
         methods = abi.METHODS[arch.compute_methods]
         assert la.pushbuf[2:4] == (image_mod.method(1, methods["SEND_PCAS_A"], 1), la.qmd_va >> 8)
         assert la.grid * la.block >= la.threads
+        assert struct.unpack_from("<6I", la.cbank) == (la.block, 1, 1, la.grid, 1, 1)   # %ntid, %nctaid
+        assert q["CONSTANT_BUFFER_SIZE_SHIFTED4(0)"] << 4 == len(la.cbank) == -(-k.image.cbank0 // 256) * 256
     assert g.image[:len(g.image)] and len(g.image) % 8 == 0
     import hashlib
     assert hashlib.sha256(g.image).digest() == g.sha256

@@ -19,11 +19,13 @@ from __future__ import annotations
 
 from alphac.ir.learner import Learner
 from alphac.nvdrv import abi
+from alphac.nvdrv.abi import CONSTANTS
 from alphac.nvdrv.conversation import Conversation
 from alphac.nvdrv.image import GPFIFO_ENTRIES, SEM_RELEASED, GpuImage
 from alphac.ptx.kernels import param_layout
 
-POLLS = 1_000_000          # polls of 10 us each: at least 10 s before `gpu-timeout`
+# The completion wait's bound, by the clock: 10^6 polls of a 10 us nanosleep took about 90 s
+WAIT_NS = 4_000_000_000
 
 
 def constants(img: GpuImage, conv: Conversation, table: bytes) -> dict[str, int]:
@@ -38,7 +40,10 @@ def constants(img: GpuImage, conv: Conversation, table: bytes) -> dict[str, int]
         "GPU_RING_ENTRIES": GPFIFO_ENTRIES,
         "GPU_GPPUT": img.userd_va + abi.USERD_GPPUT_OFFSET,
         "GPU_DOORBELL": img.doorbell_va,
-        "GPU_POLLS": POLLS,
+        "GPU_WAIT_NS": WAIT_NS,
+        "GPU_GPGET": img.userd_va + abi.USERD_GPGET_OFFSET,
+        "GPU_NOTIFIER": img.alloc("sysmem").va,              # the channel's error notifier
+        "GPU_NOTIFIER_WORDS": CONSTANTS["NV_CHANNELGPFIFO_NOTIFICATION_TYPE__SIZE_1"] * 4,   # 16 B each
         "GPU_SETUP_ENTRY": img.setup_entry,
     }
 

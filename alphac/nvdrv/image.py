@@ -24,13 +24,16 @@ memory allocated: the arena and the GPFIFO area, in 2 MiB units.
 Facts and their sources (docs/nvdrv.md has the full list and what is still unknown on Hopper):
   - QMD fields for Ampere V03 as tinygrad's ops_nv.py sets them (group id 0x3f, caching,
     invalidations, API call limit, sampler index, L1 sysmembar, shared-memory configuration
-    9/9/0x1a, barrier count 1, prefetch, SASS version), constant bank 0 prefix: dwords 6-11 hold
-    the shared window, the local window and 0xfffdc0 [read: tinygrad].
+    9/9/0x1a, barrier count 1, prefetch, SASS version), constant bank 0 prefix: dwords 0-2 the
+    block dims and 3-5 the grid dims (what %ntid and %nctaid read: tinygrad 166670a2f2 "nv: fill
+    grid/block sizes" writes `*local_size, *global_size` there), dwords 6-11 the shared window,
+    the local window and 0xfffdc0 [read: tinygrad].
   - QMD V04 (Hopper) as Mesa NAK's qmd.rs fills it (major 4, minor 0, API call limit NO_CHECK,
     sampler index INDEPENDENTLY, GRID_*, SHIFTED6 constant-buffer address, SHIFTED4 size,
-    shared-memory configuration from the rounded size) [read: NAK]; QMD_TYPE GRID_CTA, the
-    invalidations, the membar, group id, SASS version 0x90 and the constant-bank prefix are the
-    Ampere choices carried over [inferred: unconfirmed on an H200].
+    shared-memory configuration from the rounded size) [read: NAK]; the shared window 4 GiB
+    aligned [read: NVK]; QMD_TYPE GRID_CTA, the invalidations, the membar, group id, SASS version
+    0x90 and the rest of the constant-bank prefix are the Ampere choices carried over (tinygrad
+    writes the same prefix below Blackwell) [inferred: unconfirmed on an H200].
   - Push buffer: SEND_PCAS_A = QMD >> 8, SEND_SIGNALING_PCAS2_B = PREFETCH_SCHEDULE, then the host
     semaphore release with wait-for-idle; GPFIFO entry with LEVEL = SUBROUTINE [read: tinygrad].
 
@@ -55,8 +58,22 @@ SYSMEM_SIZE = 0x10000
 SEMAPHORE_OFFSET = 0x1000          # in sysmem; the error notifier is at 0
 CHANNEL_RANGE = 0x4000000          # tinygrad's UVM_REGISTER_CHANNEL length
 USERMODE_SIZE = CONSTANTS["NVC361_NV_USERMODE__SIZE"]
-SHARED_WINDOW, LOCAL_WINDOW = 0xfe000000, 0xff000000     # tinygrad's windows
-CBANK_PREFIX = {6: SHARED_WINDOW, 8: LOCAL_WINDOW, 10: 0xfffdc0}   # dword -> u64 value
+# The windows (apertures, no memory behind them): Mesa NVK's, 0xfe << 24 for the shared window
+# and 0xff << 24 for the local one, except that "shared memory window needs 4GB alignment on
+# hopper+": 1 << 32 there (nvk_cmd_dispatch.c, nvk_push_dispatch_state_init). tinygrad's were
+# 0xfe000000 / 0xff000000 on Ampere (4 GiB-aligned 0x729400000000 / 0x729300000000 since d90ddcc365).
+SHARED_WINDOW = {"sm_86": 0xfe000000, "sm_90": 1 << 32}
+LOCAL_WINDOW = 0xff000000
+
+
+def cbank_prefix(arch: abi.Arch) -> dict[int, int]:
+    """Constant bank 0's dwords 6-11 (u64 each): the shared window, the local window, 0xfffdc0."""
+    return {6: SHARED_WINDOW[arch.sm], 8: LOCAL_WINDOW, 10: 0xfffdc0}
+
+
+# A constant bank's address and size: Mesa NVK aligns both to nvk_min_cbuf_alignment, 64 bytes
+# from Turing and 0x100 before (nvk_physical_device.c, nvk_cmd_upload_qmd); tinygrad allocates its
+# bank rounded to 1 << 8. 256 is both.
 CODE_ALIGN, QMD_ALIGN, CBANK_ALIGN = 256, 256, 256
 CODE_TAIL = 0x1000                 # room past the last instruction for the prefetcher
 BLOCK = 128                        # threads per CTA at most
@@ -169,8 +186,8 @@ def setup_pushbuf(arch: abi.Arch, sem_va: int) -> list[int]:
             pack_bitfields({f"{c}_SET_OBJECT_CLASS_ID": abi.CLASSES[arch.compute]}),
             method(SUBCH_COMPUTE, m["SET_SHADER_LOCAL_MEMORY_WINDOW_A"], 2), LOCAL_WINDOW >> 32,
             LOCAL_WINDOW & 0xffffffff,
-            method(SUBCH_COMPUTE, m["SET_SHADER_SHARED_MEMORY_WINDOW_A"], 2), SHARED_WINDOW >> 32,
-            SHARED_WINDOW & 0xffffffff] + semaphore_release(arch, sem_va)
+            method(SUBCH_COMPUTE, m["SET_SHADER_SHARED_MEMORY_WINDOW_A"], 2), SHARED_WINDOW[arch.sm] >> 32,
+            SHARED_WINDOW[arch.sm] & 0xffffffff] + semaphore_release(arch, sem_va)
 
 
 def launch_pushbuf(arch: abi.Arch, qmd_va: int, sem_va: int) -> list[int]:
@@ -230,7 +247,7 @@ def qmd_fields(arch: abi.Arch, la: Launch, registers: int, shared: int, code_siz
         "SASS_VERSION": sass_version(arch),
         "CONSTANT_BUFFER_VALID(0)": 1,
         "CONSTANT_BUFFER_INVALIDATE(0)": v["CONSTANT_BUFFER_INVALIDATE_TRUE"],
-        "CONSTANT_BUFFER_SIZE_SHIFTED4(0)": round_up(cbank_size, 16) >> 4,
+        "CONSTANT_BUFFER_SIZE_SHIFTED4(0)": cbank_size >> 4,
     }
     if arch.qmd == "V03_00":
         return common | {
@@ -311,7 +328,7 @@ def plan(lr: Learner, built: list, sm: int, share: Share | None = None) -> GpuIm
             raise ValueError(f"{b.kernel.name}: relocations in the code are not supported")
         code_off[b.kernel.name] = put(b.image.code, CODE_ALIGN)
     put(bytes(CODE_TAIL), 1)
-    cbank_off = {b.kernel.name: put(bytes(round_up(b.image.cbank0, 16)), CBANK_ALIGN) for b in built}
+    cbank_off = {b.kernel.name: put(bytes(round_up(b.image.cbank0, CBANK_ALIGN)), CBANK_ALIGN) for b in built}
     qmd_off = {b.kernel.name: put(bytes(qmd_layout.nbytes), QMD_ALIGN) for b in built}
     n_launch = 6 + 6            # invalidate, PCAS A, PCAS2 B; semaphore (6 dwords)
     pb_off = {b.kernel.name: put(bytes(4 * n_launch), 256) for b in built}
@@ -358,9 +375,10 @@ def plan(lr: Learner, built: list, sm: int, share: Share | None = None) -> GpuIm
         threads = _threads(lr, k, share)
         block = min(BLOCK, round_up(max(1, threads), 32))
         grid = max(1, -(-threads // block))
-        cbank = bytearray(round_up(im.cbank0, 16))
-        for dw, value in CBANK_PREFIX.items():
+        cbank = bytearray(round_up(im.cbank0, CBANK_ALIGN))
+        for dw, value in cbank_prefix(arch).items():
             struct.pack_into("<Q", cbank, 4 * dw, value)
+        struct.pack_into("<6I", cbank, 0, block, 1, 1, grid, 1, 1)     # %ntid, %nctaid
         scalars = []
         klo, khi = share.updates[k.group] if k.group is not None else (0, 0)
         statics = {"lo": share.lo, "hi": share.hi, "klo": klo, "khi": khi,

@@ -107,6 +107,12 @@ def supervise(argv: list[str], drv: Driver, stdout, stderr, cwd, timeout: float)
         listener = Listener(fds[0])
         deadline = time.monotonic() + timeout
         while True:
+            if time.monotonic() > deadline:      # checked on every call: a busy child too
+                proc.kill()
+                proc.wait()
+                drv.errors.append(f"timed out after {timeout} s")
+                os.close(listener.fd)
+                return None
             ready, _, _ = select.select([listener.fd], [], [], 0.05)
             if ready:
                 n = listener.recv()
@@ -122,12 +128,6 @@ def supervise(argv: list[str], drv: Driver, stdout, stderr, cwd, timeout: float)
                     continue
             if proc.poll() is not None:
                 break
-            if time.monotonic() > deadline:
-                proc.kill()
-                proc.wait()
-                drv.errors.append(f"timed out after {timeout} s")
-                os.close(listener.fd)
-                return None
         os.close(listener.fd)
         return proc.returncode
     finally:
@@ -138,11 +138,12 @@ def supervise(argv: list[str], drv: Driver, stdout, stderr, cwd, timeout: float)
 
 def run(exe: str | Path, args=(), card: Card | None = None, kernels=(), present: bool = True,
         strace: bool = False, timeout: float = 120.0, events: bool = True,
-        mutate: dict | None = None, cards=()) -> MockResult:
+        mutate: dict | None = None, cards=(), hang: bool = False) -> MockResult:
     """Run `exe args` against a mock driver holding `card` (absent when not `present`; `cards`:
     the machine's cards, `card` among them) whose GPU knows `kernels` (alphac.ptx.build's list);
     `mutate` maps a kernel name to a function of its PTX text, so the mock GPU computes something
-    else (a shadow-mismatch mutant)."""
+    else (a shadow-mismatch mutant); with `hang` the GPU never completes (a rung doorbell runs
+    nothing)."""
     with tempfile.TemporaryDirectory(prefix="alphac-mockgpu-") as tmp:
         tmp = Path(tmp)
         argv = [str(exe), *map(str, args)]
@@ -151,7 +152,7 @@ def run(exe: str | Path, args=(), card: Card | None = None, kernels=(), present:
         if strace:
             argv = [shutil.which("strace"), "-f", "-qq", "-X", "raw", "-o", str(tmp / "strace.txt")] + argv
         out, err = open(tmp / "stdout", "wb+"), open(tmp / "stderr", "wb+")
-        drv = Driver(card, list(kernels), present, cards=list(cards))
+        drv = Driver(card, list(kernels), present, cards=list(cards), hang=hang)
         for name, fn in (mutate or {}).items():
             from ptx_interp import Ptx
             k = next(b.kernel for b in kernels if b.kernel.name == name)

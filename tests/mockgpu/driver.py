@@ -111,6 +111,7 @@ class Driver:
     card: Card                                                 # the card the process uses
     kernels: list
     present: bool = True                                       # False: no driver at all
+    hang: bool = False                                         # a GPU that never runs its channel
     errors: list = field(default_factory=list)
     trace: list = field(default_factory=list)                  # every call, as the mock saw it
     allocations: list = field(default_factory=list)            # (class name, size) in order
@@ -228,7 +229,7 @@ class Driver:
             self.errors.append(f"doorbell rung with {token:#x}, no channel has that token")
         elif not self.objects[ch.group].scheduled:
             self.errors.append("doorbell rung on a channel whose group is not scheduled")
-        else:
+        elif not self.hang:
             self.gpu.run(ch)
 
     # -- ioctls ----------------------------------------------------------------------------------

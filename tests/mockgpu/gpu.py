@@ -22,7 +22,6 @@ import struct
 
 from alphac.nvdrv import abi
 from alphac.nvdrv.abi import BITFIELDS, CONSTANTS, METHODS
-from alphac.nvdrv.image import CBANK_PREFIX
 from nvdrv_decode import decode_entry, unpack_qmd
 from ptx_interp import Ptx
 
@@ -239,12 +238,24 @@ class Gpu:
             cb = q["CONSTANT_BUFFER_ADDR_LOWER(0)"] | q["CONSTANT_BUFFER_ADDR_UPPER(0)"] << 32
         else:
             cb = (q["CONSTANT_BUFFER_ADDR_LOWER_SHIFTED6(0)"] | q["CONSTANT_BUFFER_ADDR_UPPER_SHIFTED6(0)"] << 32) << 6
+        # Mesa NVK aligns a bank's address and size to nvk_min_cbuf_alignment: 64 bytes from Turing
+        # (256 before), in nvk_cmd_upload_qmd: `ba.size = align(ba.size, min_cbuf_alignment)`
+        if cb % 64 or (q["CONSTANT_BUFFER_SIZE_SHIFTED4(0)"] << 4) % 64:
+            self.errors.append(f"{k.name}: constant bank 0 at {cb:#x} of {q['CONSTANT_BUFFER_SIZE_SHIFTED4(0)'] << 4} "
+                               "bytes: not in 64-byte units")
         if q["CONSTANT_BUFFER_SIZE_SHIFTED4(0)"] << 4 < im.cbank0:
             self.errors.append(f"{k.name}: constant bank 0 of {q['CONSTANT_BUFFER_SIZE_SHIFTED4(0)'] << 4} "
                                f"bytes < {im.cbank0}")
-        for dw, value in CBANK_PREFIX.items():
+        window = {w: ch.regs.get(f"SET_SHADER_{w}_MEMORY_WINDOW_A", 0) << 32 |
+                  ch.regs.get(f"SET_SHADER_{w}_MEMORY_WINDOW_B", 0) for w in ("SHARED", "LOCAL")}
+        # Mesa NVK (nvk_cmd_dispatch.c, nvk_push_dispatch_state_init): "shared memory window needs
+        # 4GB alignment on hopper+"
+        if self.arch.sm == "sm_90" and window["SHARED"] % (1 << 32):
+            self.errors.append(f"shared memory window {window['SHARED']:#x} is not 4 GiB aligned")
+        # the bank's prefix repeats the windows, then 0xfffdc0 (tinygrad: dwords 6-11)
+        for dw, value in ((6, window["SHARED"]), (8, window["LOCAL"]), (10, 0xfffdc0)):
             if self.memory.u64(cb + 4 * dw) != value:
-                self.errors.append(f"{k.name}: constant bank dword {dw} is not the window the channel set")
+                self.errors.append(f"{k.name}: constant bank dwords {dw}-{dw + 1} are not {value:#x}")
         grid = q["CTA_RASTER_WIDTH" if v3 else "GRID_WIDTH"]
         other = (q["CTA_RASTER_HEIGHT"], q["CTA_RASTER_DEPTH"]) if v3 else (q["GRID_HEIGHT"], q["GRID_DEPTH"])
         block = q["CTA_THREAD_DIMENSION0"]
@@ -265,8 +276,12 @@ class Gpu:
         prog = self.programs.get(k.name)
         if prog is None:
             prog = self.programs[k.name] = Ptx(k.ptx)
+        # The QMD sizes the launch, but the code reads %ntid and %nctaid from the driver prefix of
+        # constant bank 0: block dims in dwords 0-2, grid dims in 3-5 (tinygrad ops_nv.py, "nv: fill
+        # grid/block sizes", 166670a2f2: `*local_size, *global_size` at the bank's start).
+        ntid, nctaid = self.memory.u32(cb), self.memory.u32(cb + 12)
         try:
-            prog.launch(self.memory, args, grid * block, block=block, grid=grid)
+            prog.launch(self.memory, args, grid * block, block=block, grid=grid, ntid=ntid, nctaid=nctaid)
         except KeyError as e:
             self.errors.append(f"{k.name}: {e}")
         self.launches.append((k.name, grid, block, args))
