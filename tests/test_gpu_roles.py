@@ -106,6 +106,8 @@ def work(tmp_path_factory):
     (d / "lsq.alpha").write_text(Path(example("lsq_adam")).read_text() + DEPLOYMENTS)
     for key in CARDS:
         (d / f"{key}.gpuhost").write_text(host_text(key))
+    for name in ("h200.gpuhost", "h200-1.gpuhost"):      # the example's own deployment's cards
+        (d / name).write_bytes((ROOT / "examples" / name).read_bytes())
     old = os.getcwd()
     os.chdir(d)
     try:
