@@ -416,6 +416,8 @@ def main(argv=None) -> int:
         if args.inner:
             return inner(args)
         so = build_sniffer(out)
+        (out / "sniff.jsonl").unlink(missing_ok=True)          # the sniffer appends
+        (out / "channels.json").unlink(missing_ok=True)
         env = dict(os.environ, LD_PRELOAD=str(so), **sniffer_env(out / "sniff.jsonl"))
         run = subprocess.run([sys.executable, __file__, "--inner", "--out", str(out), "--libcuda",
                               args.libcuda, "--learner", args.learner], env=env)

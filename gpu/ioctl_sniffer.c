@@ -102,7 +102,9 @@ static void sniff_init_once(void) {
     const char *p = getenv("SNIFF_PREFIX");
     if (p) prefix = p;
     const char *path = getenv("SNIFF_LOG");
-    sniff_log = fopen(path ? path : "sniff.jsonl", "w");
+    /* appended to, never truncated: a child that inherits LD_PRELOAD (ptxas, run by the traced
+     * process) must not empty the log its parent is writing; the driver script removes it first */
+    sniff_log = fopen(path ? path : "sniff.jsonl", "a");
     const char *u = getenv("SNIFF_UVM_SIZES");
     while (u && *u && n_uvm < 64) {
         uvm_cmd[n_uvm] = strtoul(u, (char **)&u, 0);

@@ -149,10 +149,32 @@ def parse_information(text: str) -> dict[str, str]:
             "minor": out.get("Device Minor", "0")}
 
 
+def identity_from_smi(minor: int | None) -> dict[str, str] | None:
+    """The same facts from nvidia-smi, where the driver's /proc tree is not visible (a sandbox
+    that proxies the device files, gVisor's, say); None without an answer."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return None
+    try:
+        run = subprocess.run([smi, "--query-gpu=name,uuid,driver_version,minor_number", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30)
+    except subprocess.TimeoutExpired:
+        return None
+    gpus = []
+    for line in run.stdout.splitlines() if run.returncode == 0 else []:
+        parts = [x.strip() for x in line.split(",")]
+        if len(parts) == 4 and parts[3].isdigit() and (minor is None or int(parts[3]) == minor):
+            gpus.append({"product": parts[0], "uuid": parts[1], "minor": parts[3], "driver": parts[2]})
+    return gpus[0] if gpus else None
+
+
 def read_identity(proc: Path, minor: int | None) -> dict[str, str]:
     version = proc / "version"
     if not version.exists():
-        raise Unavailable(f"no NVIDIA kernel driver here ({version} does not exist)")
+        smi = identity_from_smi(minor)
+        if smi is not None:
+            return smi | {"source": "nvidia-smi"}
+        raise Unavailable(f"no NVIDIA kernel driver here ({version} does not exist, and nvidia-smi says nothing)")
     gpus = [parse_information(p.read_text()) for p in sorted(proc.glob("gpus/*/information"))]
     if minor is not None:
         gpus = [g for g in gpus if g["minor"] == str(minor)]

@@ -68,6 +68,18 @@ def test_proc_parsers():
     assert q.sm_of("NVIDIA H200", None) == 90 and q.sm_of("NVIDIA GeForce RTX 3090", None) == 86
 
 
+def test_identity_from_nvidia_smi_without_proc(tmp_path, monkeypatch):
+    """Where the driver's /proc tree is hidden (gVisor proxies the device files), nvidia-smi says."""
+    q = script("qualify")
+    (tmp_path / "nvidia-smi").write_text(f"#!/bin/sh\necho 'NVIDIA H200, {UUID}, 580.159.04, 0'\n")
+    (tmp_path / "nvidia-smi").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    assert q.read_identity(tmp_path / "none", None) == {"product": "NVIDIA H200", "uuid": UUID, "minor": "0",
+                                                         "driver": "580.159.04", "source": "nvidia-smi"}
+    with pytest.raises(q.Unavailable, match="no NVIDIA kernel driver"):
+        q.read_identity(tmp_path / "none", 1)
+
+
 def test_qualify_against_the_mock(tmp_path):
     require_tool("ptxas")
     why = mockgpu.available()
