@@ -229,7 +229,8 @@ def INLINE_QMD_DATA(arch: abi.Arch) -> int:
 def cbank0_of(layout: abi.QmdLayout, fields: dict[str, int]) -> tuple[int, int]:
     """(address, bytes) of a QMD's constant bank 0, from its CONSTANT_BUFFER_ADDR/SIZE fields."""
     if "CONSTANT_BUFFER_ADDR_LOWER_SHIFTED6(0)" in layout.fields:
-        va = (fields["CONSTANT_BUFFER_ADDR_LOWER_SHIFTED6(0)"] | fields["CONSTANT_BUFFER_ADDR_UPPER_SHIFTED6(0)"] << 32) << 6
+        va = (fields["CONSTANT_BUFFER_ADDR_LOWER_SHIFTED6(0)"]
+              | fields["CONSTANT_BUFFER_ADDR_UPPER_SHIFTED6(0)"] << 32) << 6
     else:
         va = fields["CONSTANT_BUFFER_ADDR_LOWER(0)"] | fields["CONSTANT_BUFFER_ADDR_UPPER(0)"] << 32
     return va, fields["CONSTANT_BUFFER_SIZE_SHIFTED4(0)"] << 4

@@ -316,7 +316,8 @@ def qualify(args, runner=None) -> tuple[int, Path | None]:
         record["roles"].append({
             "role": name, "isa": target, "sha256": record["artifacts"][f"bin/{name}.sm_{sm}"],
             "recipe": gpu_recipe(f"examples/{name}.alpha", target, host), "exit": rc, "refused": refused,
-            "stdout": out, "stderr": err[-4000:], "equals_interpreter": out == want, "equals_oracle": out == oracle.run(name, steps=args.steps),
+            "stdout": out, "stderr": err[-4000:], "equals_interpreter": out == want,
+            "equals_oracle": out == oracle.run(name, steps=args.steps),
             "stream": {"file": f"events/{name}.log"}})
         published.append(out)
     record["published"] = "".join(published)
@@ -365,10 +366,9 @@ def main(argv=None, runner=None) -> int:
     rec = json.loads((rdir / "record.json").read_text())
     for r in rec["roles"]:
         said = [ln for ln in r.get("stderr", "").splitlines() if ln.strip()]
-        verdict = "PASS" if r.get("exit") == 0 and r.get("equals_oracle") else \
-            f"FAIL ({'refused: ' + r['refused'] if r.get('refused') else r.get('build') or ''}" \
-            f"{'' if r.get('refused') or r.get('build') else 'bits differ' if r.get('exit') == 0 else 'exit %s' % r.get('exit')})"
-        print(f"{r['role']}: {verdict}")
+        why = ("refused: " + r["refused"]) if r.get("refused") else r.get("build") or \
+            ("bits differ" if r.get("exit") == 0 else f"exit {r.get('exit')}")
+        print(f"{r['role']}: {'PASS' if r.get('exit') == 0 and r.get('equals_oracle') else f'FAIL ({why})'}")
         if r.get("exit") != 0:
             print("".join(f"    {ln}\n" for ln in said[-8:]), end="")
     if rec.get("why"):
