@@ -12,10 +12,15 @@ executable: Hopper has no public raw-ioctl launcher, so this is where its facts 
    exactly one launch; the sniffer logs every open, ioctl (argument bytes before and after, and
    the structure RM_ALLOC / RM_CONTROL point to) and mmap on /dev/nvidia*; after the launch the
    inner run reads the GPFIFO ring of every channel libcuda allocated, the push buffers it
-   points to and every QMD they send, into DIR/channels.json;
+   points to, every QMD they launch (one in memory, SEND_PCAS_A, or one written inline in the
+   push buffer, SET_INLINE_QMD_ADDRESS_A/B then LOAD_INLINE_QMD_DATA(i), reassembled from the
+   method stream) and each QMD's constant bank 0 (at its CONSTANT_BUFFER_ADDR fields), into
+   DIR/channels.json; every read goes through the sniffer's fault-guarded sniff_read, which also
+   reads video memory mapped through BAR1;
 3. decodes both with alphac's ABI tables into DIR/report.txt: each call by name (escape, class,
-   control, UVM command, status), each push-buffer method by name, each QMD field by name, and
-   the QMD alphac builds for the same kernel beside libcuda's, field by field.
+   control, UVM command, status), each push-buffer method by name, each QMD field by name, the
+   QMD alphac builds for the same kernel beside libcuda's, field by field, and the first dwords
+   of both constant banks 0 (the prefix: the shared and local windows).
 
 Exit codes: 0 recorded; 2 it cannot run here (no gcc, no libcuda, no device, no ptxas).
 Nothing here runs without a GPU; tests/test_gpu_scripts.py builds the sniffer and checks it on an
@@ -67,7 +72,7 @@ def build_sniffer(out: Path) -> Path:
     if gcc is None:
         raise Unavailable("no C compiler (gcc) to build the sniffer")
     so = out / "sniffer.so"
-    run = subprocess.run([gcc, "-O1", "-Wall", "-Werror", "-shared", "-fPIC", "-o", str(so),
+    run = subprocess.run([gcc, "-O1", "-Wall", "-Werror", "-shared", "-fPIC", "-pthread", "-o", str(so),
                           str(ROOT / "gpu" / "ioctl_sniffer.c"), "-ldl"], capture_output=True, text=True)
     if run.returncode:
         raise Unavailable(f"the sniffer does not build: {run.stderr.strip()}")
@@ -84,13 +89,21 @@ def load_log(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def logged(e: dict, key: str) -> bytes | None:
+    """The bytes the sniffer logged under `key`; None when it could not read them (a NULL pointer:
+    "unreadable"; a faulting one: "fault", with `key`_fault naming the signal)."""
+    v = e.get(key)
+    return None if v is None or v in ("unreadable", "fault") else bytes.fromhex(v)
+
+
 def describe(e: dict) -> str:
     """One line for one logged call, named by the ABI tables."""
     if e["call"] != "ioctl":
         extra = f" {e['addr']:#x}+{e['len']:#x} -> {e['result']:#x}" if e["call"] == "mmap" else ""
         return f"{e['seq']:5d} {e['call']:<6} {e['path']} fd {e['fd']}{extra}"
-    req, out = e["req"], bytes.fromhex(e["out"]) if e.get("out", "unreadable") != "unreadable" else b""
-    head = f"{e['seq']:5d} ioctl  {e['path']} {req:#010x} ret {e['ret']}"
+    req, out = e["req"], logged(e, "out") or b""
+    head = f"{e['seq']:5d} ioctl  {e['path']} {req:#010x} ret {e['ret']}" + \
+        "".join(f" ({k} {e[k + '_fault']} at {e[k + '_addr']:#x})" for k in ("in", "out") if e.get(k) == "fault")
     if "uvm" in e["path"]:
         name = UVM_NAME.get(req, "UVM?")
         st = abi.UVM_IOCTLS[name].params if name in abi.UVM_IOCTLS else None
@@ -121,9 +134,9 @@ def dump_channels(log: list[dict], read) -> list[dict]:
     for e in log:
         if e["call"] == "mmap" and e["fd"] in pending:
             cpu_map[pending.pop(e["fd"])] = e["result"]
-        if e["call"] != "ioctl" or e.get("out", "unreadable") == "unreadable":
+        out = logged(e, "out") if e["call"] == "ioctl" else None
+        if out is None:
             continue
-        out = bytes.fromhex(e["out"])
         io = NV_BY_CMD.get(e["req"]) if "uvm" not in e["path"] else None
         if io and io.escape == "NV_ESC_RM_MAP_MEMORY":
             pending[field(out, io.struct, "fd")] = field(out, io.struct, "params.hMemory")
@@ -131,8 +144,8 @@ def dump_channels(log: list[dict], read) -> list[dict]:
             gpu_map[field(out, "UVM_MAP_EXTERNAL_ALLOCATION_PARAMS", "hMemory")] = \
                 field(out, "UVM_MAP_EXTERNAL_ALLOCATION_PARAMS", "base")
         elif io and io.escape == "NV_ESC_RM_ALLOC" and field(out, io.struct, "hClass") in GPFIFO_CLASSES \
-                and e.get("nested_out", "unreadable") != "unreadable":
-            p = bytes.fromhex(e["nested_out"])
+                and logged(e, "nested_out") is not None:
+            p = logged(e, "nested_out")
             chans.append({"class": CLASS_NAME[field(out, io.struct, "hClass")],
                           "ring": field(p, "NV_CHANNEL_ALLOC_PARAMS", "gpFifoOffset"),
                           "entries": field(p, "NV_CHANNEL_ALLOC_PARAMS", "gpFifoEntries"),
@@ -166,31 +179,118 @@ def dump_channels(log: list[dict], read) -> list[dict]:
     return chans
 
 
-def methods(arch: abi.Arch, words: list[int]) -> list[tuple[int, str, int]]:
-    """(subchannel, method name, data) for a push buffer, by abi.BITFIELDS and abi.METHODS."""
+def method_stream(words: list[int]) -> list[tuple[int, int, int]]:
+    """(subchannel, method offset, data) for a push buffer, by abi.BITFIELDS (NVC56F_DMA_*)."""
     def bits(w, name):
         hi, lo = abi.BITFIELDS[name]
         return (w >> lo) & ((1 << (hi - lo + 1)) - 1)
-    names = {0: {v: k for k, v in abi.METHODS[arch.host_methods].items()},
-             1: {v: k for k, v in abi.METHODS[arch.compute_methods].items()},
-             4: {v: k for k, v in abi.METHODS[arch.copy_methods].items()}}
     out, i = [], 0
     while i < len(words):
         h = words[i]
         op, sub = bits(h, "NVC56F_DMA_SEC_OP"), bits(h, "NVC56F_DMA_METHOD_SUBCHANNEL")
         addr = bits(h, "NVC56F_DMA_METHOD_ADDRESS") << 2
         if op == abi.CONSTANTS["NVC56F_DMA_SEC_OP_IMMD_DATA_METHOD"]:
-            out.append((sub, names.get(sub, {}).get(addr, f"{addr:#x}"), bits(h, "NVC56F_DMA_IMMD_DATA")))
+            out.append((sub, addr, bits(h, "NVC56F_DMA_IMMD_DATA")))
             i += 1
             continue
         n = bits(h, "NVC56F_DMA_METHOD_COUNT")
         for k in range(n):
             step = k if op == 1 else (0 if op == 3 else min(k, 1))
-            a = addr + 4 * step
-            out.append((sub, names.get(sub, {}).get(a, f"{a:#x}"), words[i + 1 + k] if i + 1 + k < len(words) else -1))
+            out.append((sub, addr + 4 * step, words[i + 1 + k] if i + 1 + k < len(words) else -1))
         i += 1 + max(n, 0)
         if n == 0 and op not in (1, 3, 5):
             break
+    return out
+
+
+def _method_names(arch: abi.Arch) -> dict[int, dict[int, str]]:
+    """Method names by subchannel as tinygrad binds them (0 host, 1 compute, 4 copy), with
+    LOAD_INLINE_QMD_DATA(i) named too (see INLINE_QMD_DATA)."""
+    compute = {v: k for k, v in abi.METHODS[arch.compute_methods].items()}
+    base = INLINE_QMD_DATA(arch)
+    compute |= {base + 4 * i: f"LOAD_INLINE_QMD_DATA({i})" for i in range(abi.QMD_LAYOUTS[arch.qmd].nbytes // 4)}
+    return {0: {v: k for k, v in abi.METHODS[arch.host_methods].items()}, 1: compute,
+            4: {v: k for k, v in abi.METHODS[arch.copy_methods].items()}}
+
+
+def methods(arch: abi.Arch, words: list[int]) -> list[tuple[int, str, int]]:
+    """(subchannel, method name, data) for a push buffer, by abi.BITFIELDS and abi.METHODS."""
+    names = _method_names(arch)
+    return [(sub, names.get(sub, {}).get(a, f"{a:#x}"), data) for sub, a, data in method_stream(words)]
+
+
+def INLINE_QMD_DATA(arch: abi.Arch) -> int:
+    """LOAD_INLINE_QMD_DATA(0): the method array right after SET_INLINE_QMD_ADDRESS_B (0x320 in
+    clc7c0.h beside 0x318/0x31c; not in abi.METHODS, whose golden headers list only what the
+    owners send) [inferred for Hopper's NVCBC0]."""
+    return abi.METHODS[arch.compute_methods]["SET_INLINE_QMD_ADDRESS_B"] + 4
+
+
+def cbank0_of(layout: abi.QmdLayout, fields: dict[str, int]) -> tuple[int, int]:
+    """(address, bytes) of a QMD's constant bank 0, from its CONSTANT_BUFFER_ADDR/SIZE fields."""
+    if "CONSTANT_BUFFER_ADDR_LOWER_SHIFTED6(0)" in layout.fields:
+        va = (fields["CONSTANT_BUFFER_ADDR_LOWER_SHIFTED6(0)"]
+              | fields["CONSTANT_BUFFER_ADDR_UPPER_SHIFTED6(0)"] << 32) << 6
+    else:
+        va = fields["CONSTANT_BUFFER_ADDR_LOWER(0)"] | fields["CONSTANT_BUFFER_ADDR_UPPER(0)"] << 32
+    return va, fields["CONSTANT_BUFFER_SIZE_SHIFTED4(0)"] << 4
+
+
+MAX_CBANK = 1 << 16
+
+
+def launched_qmds(arch: abi.Arch, words: list[int], read) -> list[dict]:
+    """Every QMD a push buffer launches, with its constant bank 0. `read(addr, n)` reads memory
+    (None when it faults). A QMD is either in memory (SEND_PCAS_A = its address >> 8: read there)
+    or written inline: SET_INLINE_QMD_ADDRESS_A/B (the address >> 8, upper then lower) and the
+    LOAD_INLINE_QMD_DATA(i) dwords, reassembled here from the method stream (dwords never sent
+    stay zero; `dwords` counts those that were). Each: {"how": "memory" | "inline", "va", "qmd":
+    hex | None, "dwords", "cbank0": {"va", "size", "bytes": hex | None}}."""
+    layout = abi.QMD_LAYOUTS[arch.qmd]
+    m = abi.METHODS[arch.compute_methods]
+    compute_class = abi.CLASSES[arch.compute]
+    compute_subs = {1}                              # tinygrad's binding, until a SET_OBJECT says
+    base, n_dw = INLINE_QMD_DATA(arch), layout.nbytes // 4
+    out, inline, inline_hi, inline_va = [], None, 0, None
+    sent: set[int] = set()
+
+    def flush():
+        nonlocal inline
+        if inline is not None:
+            raw, seen = inline
+            out.append({"how": "inline", "va": inline_va, "qmd": bytes(raw).hex(), "dwords": len(seen)})
+            sent.add(inline_va)
+        inline = None
+    for sub, addr, data in method_stream(words):
+        if addr == m["SET_OBJECT"] and sub != 0:
+            (compute_subs.add if data & 0xffff == compute_class else compute_subs.discard)(sub)
+            continue
+        if sub not in compute_subs:
+            continue
+        if addr == m["SET_INLINE_QMD_ADDRESS_A"]:
+            flush()
+            inline_hi = data
+        elif addr == m["SET_INLINE_QMD_ADDRESS_B"]:
+            flush()
+            inline_va = (inline_hi << 32 | data) << 8
+            inline = (bytearray(layout.nbytes), set())
+        elif base <= addr < base + 4 * n_dw and inline is not None:
+            i = (addr - base) // 4
+            inline[0][4 * i:4 * i + 4] = struct.pack("<I", data & 0xffffffff)
+            inline[1].add(i)
+        elif addr == m["SEND_PCAS_A"]:
+            flush()
+            va = data << 8
+            if va not in sent:
+                raw = read(va, layout.nbytes)
+                out.append({"how": "memory", "va": va, "qmd": raw.hex() if raw else None, "dwords": n_dw if raw else 0})
+    flush()
+    for q in out:
+        if q["qmd"] is None:
+            continue
+        cva, size = cbank0_of(layout, unpack_qmd(layout, bytes.fromhex(q["qmd"])))
+        raw = read(cva, min(size, MAX_CBANK)) if cva and size else None
+        q["cbank0"] = {"va": cva, "size": size, "bytes": raw.hex() if raw else None}
     return out
 
 
@@ -223,19 +323,33 @@ def inner(args) -> int:
     chans = dump_channels(log, read)
     for ch in chans:
         arch = next(a for a in abi.ARCHES.values() if a.gpfifo == ch["class"])
-        qmd_bytes = abi.QMD_LAYOUTS[arch.qmd].nbytes
         for s in ch["submits"]:
             if not s["words"]:
                 continue
             words = list(struct.unpack(f"<{len(s['words']) // 8}I", bytes.fromhex(s["words"])))
-            s["qmds"] = {}
-            for _, name, data in methods(arch, words):
-                if name == "SEND_PCAS_A":
-                    raw = read(data << 8, qmd_bytes)
-                    s["qmds"][hex(data << 8)] = raw.hex() if raw else None
+            s["qmds"] = launched_qmds(arch, words, read)
     Path(args.out, "channels.json").write_text(json.dumps({"sm": cuda.sm, "kernel": k.name,
                                                            "learner": args.learner, "channels": chans}, indent=1))
     return 0
+
+
+def traced_qmd(info: dict) -> tuple[bytes, dict] | None:
+    """The last whole QMD libcuda launched in a channels.json (`info`), with its launched_qmds
+    entry; None when the trace holds none (no launch, or every QMD unreadable)."""
+    layout = abi.QMD_LAYOUTS[abi.ARCHES[f"sm_{info['sm']}"].qmd]
+    found = None
+    for ch in info["channels"]:
+        for s in ch["submits"]:
+            for q in s.get("qmds") or []:
+                if q["qmd"] and q["dwords"] == layout.nbytes // 4:
+                    found = bytes.fromhex(q["qmd"]), q
+    return found
+
+
+def dwords_rows(raw: bytes, base: int, limit: int = 0x400) -> list[str]:
+    words = struct.unpack(f"<{min(len(raw), limit) // 4}I", raw[:min(len(raw), limit) // 4 * 4])
+    return [f"      {base + 32 * r:#06x}: " + " ".join(f"{w:08x}" for w in words[8 * r:8 * r + 8])
+            for r in range((len(words) + 7) // 8)]
 
 
 def report(out: Path) -> str:
@@ -251,7 +365,6 @@ def report(out: Path) -> str:
     info = json.loads(ch_path.read_text())
     arch = abi.ARCHES[f"sm_{info['sm']}"]
     layout = abi.QMD_LAYOUTS[arch.qmd]
-    theirs = None
     for ch in info["channels"]:
         lines += ["", f"## channel {ch['class']} ring {ch['ring']:#x} entries {ch['entries']} GPPut {ch['gpput']}"]
         for s in ch["submits"]:
@@ -259,22 +372,35 @@ def report(out: Path) -> str:
             if s["words"]:
                 words = list(struct.unpack(f"<{len(s['words']) // 8}I", bytes.fromhex(s["words"])))
                 lines += [f"    subch {sub} {name} = {data:#x}" for sub, name, data in methods(arch, words)]
-            for va, q in (s.get("qmds") or {}).items():
-                if q:
-                    fields = unpack_qmd(layout, bytes.fromhex(q))
-                    theirs = fields
-                    lines.append(f"    QMD at {va}: " + ", ".join(f"{k}={v:#x}" for k, v in fields.items() if v))
-    if theirs is not None:
+            for q in s.get("qmds") or []:
+                if not q["qmd"]:
+                    lines.append(f"    QMD ({q['how']}) at {q['va']:#x}: unreadable")
+                    continue
+                fields = unpack_qmd(layout, bytes.fromhex(q["qmd"]))
+                lines.append(f"    QMD ({q['how']}, {q['dwords']} dwords) at {q['va']:#x}: "
+                             + ", ".join(f"{k}={v:#x}" for k, v in fields.items() if v))
+                cb = q.get("cbank0") or {}
+                got = bytes.fromhex(cb["bytes"]) if cb.get("bytes") else None
+                lines.append(f"    constant bank 0 at {cb.get('va', 0):#x}, {cb.get('size', 0)} bytes"
+                             + ("" if got else ": unreadable"))
+                lines += dwords_rows(got, 0) if got else []
+    found = traced_qmd(info)
+    if found is not None:
+        theirs, q = unpack_qmd(layout, found[0]), found[1]
         h = host_mod.make({"uuid": "GPU-00000000-0000-0000-0000-000000000000", "product": "x",
                            "memory": "1 TiB", "driver": "0.0"})
         lr = compile_file(ROOT / "examples" / f"{info['learner']}.alpha").learner
-        ours = build_gpu_owner(lr, f"x86_64+sm_{info['sm']}", h).gpu.launch(info["kernel"]).qmd
-        mine = unpack_qmd(layout, ours)
+        la = build_gpu_owner(lr, f"x86_64+sm_{info['sm']}", h).gpu.launch(info["kernel"])
+        mine = unpack_qmd(layout, la.qmd)
         skip = ("PROGRAM_ADDRESS", "CONSTANT_BUFFER_ADDR", "PROGRAM_PREFETCH_ADDR", "RELEASE_SEMAPHORE")
         lines += ["", f"## QMD fields that differ (libcuda vs alphac, {info['kernel']}; addresses not compared)"]
         for k in layout.fields:
             if theirs[k] != mine[k] and not k.startswith(skip):
                 lines.append(f"    {k}: libcuda {theirs[k]:#x}  alphac {mine[k]:#x}")
+        cb = (q.get("cbank0") or {}).get("bytes")
+        if cb:
+            lines += ["", "## constant bank 0, dwords 0-15 (the prefix: windows): libcuda, then alphac"]
+            lines += dwords_rows(bytes.fromhex(cb), 0, 64) + dwords_rows(la.cbank, 0, 64)
     return "\n".join(lines) + "\n"
 
 
@@ -291,6 +417,8 @@ def main(argv=None) -> int:
         if args.inner:
             return inner(args)
         so = build_sniffer(out)
+        (out / "sniff.jsonl").unlink(missing_ok=True)          # the sniffer appends
+        (out / "channels.json").unlink(missing_ok=True)
         env = dict(os.environ, LD_PRELOAD=str(so), **sniffer_env(out / "sniff.jsonl"))
         run = subprocess.run([sys.executable, __file__, "--inner", "--out", str(out), "--libcuda",
                               args.libcuda, "--learner", args.learner], env=env)

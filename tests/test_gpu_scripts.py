@@ -6,7 +6,13 @@
     run record (checked by alphac.tools.launch.verify_record); without a driver it exits 2;
   * gpu/ioctl_sniffer.c builds with gcc -Wall -Werror and logs an ioctl (bytes before and after)
     when preloaded into a process that makes one on a file it watches; gpu/cuda_ioctl_trace.py
-    names that call from the ABI tables, and exits 2 without libcuda.
+    names that call from the ABI tables, and exits 2 without libcuda;
+  * the sniffer's fault guard: reading a PROT_NONE page (SIGSEGV) or a mapping past its file's
+    end (SIGBUS), directly or as an ioctl's argument, is logged as a fault and the process goes
+    on (with Python's faulthandler installed after the sniffer, too);
+  * the trace's push-buffer decoding: a QMD launched from memory (SEND_PCAS_A) and one written
+    inline (SET_INLINE_QMD_ADDRESS_A/B, LOAD_INLINE_QMD_DATA(i)) are both found, with their
+    constant banks 0; qualify.py's QMD variants all pack, and a trace adds the libcuda one.
 """
 import importlib.util
 import json
@@ -62,6 +68,18 @@ def test_proc_parsers():
     assert q.sm_of("NVIDIA H200", None) == 90 and q.sm_of("NVIDIA GeForce RTX 3090", None) == 86
 
 
+def test_identity_from_nvidia_smi_without_proc(tmp_path, monkeypatch):
+    """Where the driver's /proc tree is hidden (gVisor proxies the device files), nvidia-smi says."""
+    q = script("qualify")
+    (tmp_path / "nvidia-smi").write_text(f"#!/bin/sh\necho 'NVIDIA H200, {UUID}, 580.159.04, 0'\n")
+    (tmp_path / "nvidia-smi").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    assert q.read_identity(tmp_path / "none", None) == {"product": "NVIDIA H200", "uuid": UUID, "minor": "0",
+                                                         "driver": "580.159.04", "source": "nvidia-smi"}
+    with pytest.raises(q.Unavailable, match="no NVIDIA kernel driver"):
+        q.read_identity(tmp_path / "none", 1)
+
+
 def test_qualify_against_the_mock(tmp_path):
     require_tool("ptxas")
     why = mockgpu.available()
@@ -84,6 +102,7 @@ def test_qualify_against_the_mock(tmp_path):
     rdir = tmp_path / "runs" / "gpu-qualify-0001"
     rec = json.loads((rdir / "record.json").read_text())
     assert rec["passed"] and verify_record(rdir / "record.json") == []
+    assert (rec["qmd_variant"]["name"], rec["qmd_variant"]["fields"]) == ("default", {})
     assert seen == [("probe", 0, False), ("independent_state.sm_90", 0, True), ("lsq_adam.sm_90", 0, True)]
     assert rec["gpu"] == {"uuid": UUID, "product": "NVIDIA H200", "driver": "580.159.04",
                           "memory": 143771 << 20, "minor": 0, "sm": 90}
@@ -131,3 +150,92 @@ def test_cuda_trace_without_libcuda_exits_2(tmp_path):
                           "--libcuda", str(tmp_path / "nope.so")], capture_output=True, text=True)
     assert run.returncode == 2 and "libcuda" in run.stderr
     assert shutil.which("gcc")
+
+
+FAULT_HARNESS = """
+import ctypes, faulthandler, json, os, sys, tempfile
+faulthandler.enable()                       # a handler installed after the sniffer's
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+libc.ioctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p]
+none = libc.mmap(None, 4096, 0, 0x22, -1, 0)                 # PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS
+empty = tempfile.TemporaryFile()
+past = libc.mmap(None, 4096, 1, 1, empty.fileno(), 0)        # PROT_READ, MAP_SHARED past the end
+sn = ctypes.CDLL(sys.argv[1])
+sn.sniff_read.argtypes = [ctypes.c_uint64, ctypes.c_size_t, ctypes.c_void_p]
+sn.sniff_faults.restype = ctypes.c_ulong
+buf, ok = ctypes.create_string_buffer(16), ctypes.create_string_buffer(b"0123456789abcdef")
+reads = [sn.sniff_read(none, 16, buf), sn.sniff_read(past, 16, buf), sn.sniff_read(ctypes.addressof(ok), 16, buf)]
+fd = os.open("/dev/null", os.O_RDWR)
+ret = libc.ioctl(fd, int(sys.argv[2]), none)
+print(json.dumps({"reads": reads, "copied": buf.raw.decode(), "ioctl": [ret, ctypes.get_errno()],
+                  "faults": sn.sniff_faults()}))
+"""
+
+
+def test_sniffer_fault_guard(tmp_path):
+    require_tool("gcc")
+    t = script("cuda_ioctl_trace")
+    so = t.build_sniffer(tmp_path)
+    from alphac.nvdrv import abi
+    cmd = abi.NV_IOCTLS["NV_ESC_RM_ALLOC(NVOS21_PARAMETERS)"].cmd
+    env = dict(os.environ, LD_PRELOAD=str(so), SNIFF_PREFIX="/dev/null", **t.sniffer_env(tmp_path / "log"))
+    run = subprocess.run([sys.executable, "-c", FAULT_HARNESS, str(so), str(cmd)], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    got = json.loads(run.stdout)
+    assert got["reads"] == [-1, -1, 0] and got["copied"] == "0123456789abcdef"
+    assert got["ioctl"] == [-1, 25] and got["faults"] == 5     # 2 reads; the ioctl's nested pointer, in, out
+    call = next(e for e in t.load_log(tmp_path / "log") if e["call"] == "ioctl")
+    assert (call["in"], call["in_fault"], call["out"], call["out_fault"]) == ("fault", "SIGSEGV", "fault", "SIGSEGV")
+    assert t.logged(call, "in") is None and "(in SIGSEGV at" in t.describe(call)
+
+
+def test_trace_finds_qmds_in_memory_and_inline(tmp_path):
+    import struct
+    from alphac.nvdrv import abi, image
+    from nvdrv_decode import unpack_qmd
+    t = script("cuda_ioctl_trace")
+    arch = abi.ARCHES["sm_90"]
+    layout = abi.QMD_LAYOUTS[arch.qmd]
+    m = abi.METHODS[arch.compute_methods]
+    cbank = bytes(range(256)) * 2
+    qmd = abi.pack_qmd(layout, {"QMD_MAJOR_VERSION": 4, "QMD_TYPE": 2, "GRID_WIDTH": 3,
+                                "CONSTANT_BUFFER_ADDR_LOWER_SHIFTED6(0)": 0x10_0004_0000 >> 6 & 0xffffffff,
+                                "CONSTANT_BUFFER_ADDR_UPPER_SHIFTED6(0)": 0x10_0004_0000 >> 38,
+                                "CONSTANT_BUFFER_SIZE_SHIFTED4(0)": len(cbank) >> 4})
+    memory = {0x10_0002_0000: qmd, 0x10_0004_0000: cbank}
+
+    def read(va, n):
+        return next((d[va - b:va - b + n] for b, d in memory.items() if b <= va and va + n <= b + len(d)), None)
+    cb = {"va": 0x10_0004_0000, "size": len(cbank), "bytes": cbank.hex()}
+    # from memory: alphac's own launch push buffer
+    found = t.launched_qmds(arch, image.launch_pushbuf(arch, 0x10_0002_0000, 0x10_0040_1000), read)
+    assert found == [{"how": "memory", "va": 0x10_0002_0000, "qmd": qmd.hex(), "dwords": 96, "cbank0": cb}]
+    # inline, in two method runs (the address, then the dwords), then launched from that address
+    words = struct.unpack(f"<{len(qmd) // 4}I", qmd)
+    pb = [image.method(1, m["SET_INLINE_QMD_ADDRESS_A"], 2), 0x10_0003_0000 >> 40, 0x10_0003_0000 >> 8 & 0xffffffff,
+          image.method(1, t.INLINE_QMD_DATA(arch), 40), *words[:40],
+          image.method(1, t.INLINE_QMD_DATA(arch) + 160, 56), *words[40:],
+          image.method(1, m["SEND_PCAS_A"], 1), 0x10_0003_0000 >> 8]
+    assert t.launched_qmds(arch, pb, read) == [{"how": "inline", "va": 0x10_0003_0000, "qmd": qmd.hex(),
+                                                "dwords": 96, "cbank0": cb}]
+    assert ("LOAD_INLINE_QMD_DATA(95)" in [n for _, n, _ in t.methods(arch, pb)])
+    # qualify's variants: every one packs; a trace holding that QMD adds "libcuda", second
+    q = script("qualify")
+    la = image.Launch("k", 1, 32, 3, 0x10_0000_0000, "", 0, b"", 0x10_0004_0000, cbank, 0, (), 0, ())
+    for name, fields, _ in q.qmd_variants(90):
+        image.QMD_OVERRIDES.update(fields)
+        try:
+            packed = abi.pack_qmd(layout, image.qmd_fields(arch, la, 16, 0, 0x400, len(cbank)))
+        finally:
+            image.QMD_OVERRIDES.clear()
+        assert all(unpack_qmd(layout, packed)[k] == v for k, v in fields.items()), name
+    assert [n for n, _, _ in q.qmd_variants(90, tmp_path)][:2] == ["default", "group-id-0"]   # no trace
+    trace = tmp_path / "channels.json"
+    trace.write_text(json.dumps({"sm": 90, "channels": [{"submits": [{"qmds": found}]}]}))
+    names = [n for n, _, _ in q.qmd_variants(90, trace)]
+    assert names[:2] == ["default", "libcuda"] and len(names) == len(q.QMD_VARIANTS["V04_00"]) + 1
+    assert dict(q.qmd_variants(90, trace)[1][1]) == {k: v for k, v in unpack_qmd(layout, qmd).items()
+                                                     if q.TRACE_FIELDS.fullmatch(k)}

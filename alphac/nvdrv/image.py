@@ -221,8 +221,19 @@ def _sm_config(size: int) -> int:
     return (96 << 10) // 4096 + 1
 
 
+# Qualification only (docs/nvdrv.md, "Qualification"): QMD fields by name, set over qmd_fields'
+# choices. Empty in every build; gpu/qualify.py --qmd-variant fills it for one process's builds
+# (its QMD_VARIANTS table says which fields and why). pack_qmd refuses an unknown name.
+QMD_OVERRIDES: dict[str, int] = {}
+
+
 def qmd_fields(arch: abi.Arch, la: Launch, registers: int, shared: int, code_size: int,
                cbank_size: int) -> dict[str, int]:
+    return _qmd_choices(arch, la, registers, shared, code_size, cbank_size) | QMD_OVERRIDES
+
+
+def _qmd_choices(arch: abi.Arch, la: Launch, registers: int, shared: int, code_size: int,
+                 cbank_size: int) -> dict[str, int]:
     layout = abi.QMD_LAYOUTS[arch.qmd]
     v = layout.values
     shared_size = max(0x400, round_up(shared, 0x100))
