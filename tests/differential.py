@@ -291,24 +291,17 @@ def check_file(path: Path, work: Path, engines=ALL) -> Report:
 
 
 def gpu_refuses(rep: Report, lr) -> bool:
-    """Whether the GPU owner kernels refuse this learner by name (BuildError: they do not
-    have the matrix operations, minibatches or exact_sum yet, alphac.ptx.kernels). Refusing
-    anything else is a problem."""
+    """Whether the GPU owner kernels refuse this learner by name (BuildError: they do not have
+    minibatches or exact_sum yet, alphac.ptx.kernels). Refusing a learner with neither is a
+    problem."""
     from alphac.diag import BuildError
-    from alphac.ir.learner import (Elem, MatVec, Max, OneHot, Outer, Stack, VecMat, Where, children,
-                                   postorder)
     from alphac.ptx.kernels import kernels
     try:
         kernels(lr)
         return False
     except BuildError as e:
-        roots = ([lr.loss] if lr.loss is not None else []) + [a.node for a in lr.update]
-        new = (MatVec, VecMat, Outer, Max, OneHot, Stack)
-        rows = any(isinstance(n, (Elem, Where)) and any(c.shape and c.shape != n.shape
-                                                        for c in children(n)) for n in postorder(roots))
-        if not (lr.batch or lr.exact or rows or any(isinstance(n, new) for n in postorder(roots))):
-            rep.problem(f"ptx: the GPU kernels refused a learner without matrix operations, "
-                        f"minibatches or exact_sum: {e}")
+        if not (lr.batch or lr.exact):
+            rep.problem(f"ptx: the GPU kernels refused a learner without minibatches or exact_sum: {e}")
         return True
     except Exception:
         return False                            # run_ptx reports it as a crash
@@ -351,6 +344,9 @@ def gpu_variant(prog, lr, kept: list, src: Path):
         return None
     try:
         kernels(lr)
+        from alphac.build import gpu_kernels
+        if any(b.image.local for sm in (86, 90) for b in gpu_kernels(lr, sm)[0]):
+            return None                 # a kernel ptxas spilled: refused by name (no local memory)
     except BuildError:
         return None
     d = kept[0]

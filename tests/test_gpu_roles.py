@@ -352,3 +352,20 @@ def test_the_example_deployment_of_two_cards(work, example_roles):
     assert rec["passed"] and rec["published"] == format_state(lr, run_plan(lr, plan, 5))
     logs = [json.loads(f.read_text()) for f in (d / "logs").iterdir()]
     assert sorted(log["card"] for log in logs) == [0, 1] and all(log["errors"] == [] for log in logs)
+
+
+def test_a_kernel_that_needs_local_memory_is_refused_by_name(work):
+    """ptxas spills a large kernel to local memory (examples/digits_mlp.alpha's grad_samples:
+    2,120 bytes a thread on sm_90); the launch image does not set that memory up, so such a
+    kernel is refused at build time, never launched short of it."""
+    import dataclasses
+    from alphac.build import gpu_kernels
+    from alphac.diag import BuildError
+    from alphac.nvdrv import image
+    _, lr, _ = work
+    built, _ = gpu_kernels(lr, 90)
+    image.plan(lr, built, 90)
+    spilled = [dataclasses.replace(b, image=dataclasses.replace(b.image, local=16)) if k == 0 else b
+               for k, b in enumerate(built)]
+    with pytest.raises(BuildError, match="grad_samples of `lsq_adam` needs 16 bytes of local memory"):
+        image.plan(lr, spilled, 90)

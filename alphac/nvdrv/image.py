@@ -337,6 +337,11 @@ def plan(lr: Learner, built: list, sm: int, share: Share | None = None) -> GpuIm
     for b in built:
         if b.image.relocs:
             raise ValueError(f"{b.kernel.name}: relocations in the code are not supported")
+        if b.image.local:               # a spilling kernel needs the context's local memory
+            from alphac.diag import BuildError
+            raise BuildError(f"kernel {b.kernel.name} of `{lr.name}` needs {b.image.local} bytes of "
+                             f"local memory per thread (ptxas spilled it), which GPU owners do not "
+                             f"set up yet; build it for x86_64 or aarch64")
         code_off[b.kernel.name] = put(b.image.code, CODE_ALIGN)
     put(bytes(CODE_TAIL), 1)
     cbank_off = {b.kernel.name: put(bytes(round_up(b.image.cbank0, CBANK_ALIGN)), CBANK_ALIGN) for b in built}
