@@ -191,9 +191,8 @@ def deployment_gpu_hosts(plan) -> dict:
         try:
             out[r] = gpu_host.load(path, {})
         except gpu_host.HostError as e:
-            from alphac.diag import CompileError, Diagnostic
-            raise CompileError([Diagnostic("E0123", span, f"bad GPU host description for `{r.ref()}`: {e}",
-                                           "see docs/nvdrv.md for the keys")])
+            raise _gpu_error("E0123", f"bad GPU host description for `{r.ref()}`: {e}",
+                             "see docs/nvdrv.md for the keys", span)
     return out
 
 
@@ -250,13 +249,10 @@ def admit_cards(plan, hosts: dict, ptxas_path: str | None = None, targets: dict 
         supply = min(h.memory for _, h, _ in users)
         if demand > supply:
             who = ", ".join(f"{r.ref()} {d}" for r, _, d in users)
-            span = plan.dep.gpu_of(users[-1][0])
-            from alphac.diag import CompileError, Diagnostic
-            raise CompileError([Diagnostic(
-                "E0120", span[1] if span else None,
-                f"card {users[0][1].uuid_text} is asked for {demand} bytes ({who}); its host "
-                f"declares {supply}", "each card's GPU owners together must fit in its memory; "
-                                      "give a role another card or a smaller share")])
+            raise _gpu_error("E0120", f"card {users[0][1].uuid_text} is asked for {demand} bytes "
+                             f"({who}); its host declares {supply}", "each card's GPU owners "
+                             "together must fit in its memory; give a role another card or a "
+                             "smaller share", (plan.dep.gpu_of(users[-1][0]) or (0, None))[1])
 
 
 # -- GPU owners ----------------------------------------------------------------------------------
@@ -282,9 +278,9 @@ def split_target(name: str) -> tuple[str, int | None]:
     return isa, int(gpu[3:])
 
 
-def _gpu_error(code: str, message: str, hint: str | None = None):
+def _gpu_error(code: str, message: str, hint: str | None = None, span=None):
     from alphac.diag import CompileError, Diagnostic
-    return CompileError([Diagnostic(code, None, message, hint)])
+    return CompileError([Diagnostic(code, span, message, hint)])
 
 
 def load_gpu_host(path: str | None, overrides: dict):
