@@ -15,46 +15,10 @@ import numpy as np
 import pytest
 
 from conftest import alphac, example
+from oracle import CLASSIFIER
 
 gmpy2 = pytest.importorskip("gmpy2")
 
-CLASSIFIER = """\
-learner cls
-data x = [[0.5, -1.0], [1.5, 0.25], [-0.75, 0.5], [0.1, 2.0], [-1.2, -0.4], [0.9, -0.6]]
-data y = [0, 1, 2, 1, 0, 2]
-const lr = 0.5
-param W1: f64[3, 2] = [[0.1, -0.2], [0.3, 0.05], [-0.15, 0.25]]
-param b1: f64[3] = 0.0
-param W2: f64[3, 3] = [[0.2, -0.1, 0.05], [-0.3, 0.15, 0.1], [0.05, 0.2, -0.25]]
-param b2: f64[3] = 0.0
-loss(i) {
-  let h = tanh(W1 @ x[i] + b1)
-  let z = W2 @ h + b2
-  logsumexp(z) - dot(onehot(y[i], 3), z)
-}
-predict(i) {
-  let h = tanh(W1 @ x[i] + b1)
-  W2 @ h + b2
-}
-update {
-  W1 = W1 - lr * grad(W1)
-  b1 = b1 - lr * grad(b1)
-  W2 = W2 - lr * grad(W2)
-  b2 = b2 - lr * grad(b2)
-}
-deployment cls_star {
-  roles coordinator, owner[2]
-  topology star(coordinator)
-  samples owner[0] = 0..2, owner[1] = 2..6
-  strategy zero3
-}
-deployment cls_tree {
-  roles owner[4]
-  topology hierarchy(fanout 2)
-  samples owner[0] = 0..1, owner[1] = 1..3, owner[2] = 3..4, owner[3] = 4..6
-  strategy zero3
-}
-"""
 HX = [[0.3, -0.2], [1.0, 1.0], [-1.0, 0.2], [0.0, 0.5], [2.0, -1.5]]
 HY = [0, 1, 2, 1, 2]
 SHAPES = {"W1": (3, 2), "b1": (3,), "W2": (3, 3), "b2": (3,)}

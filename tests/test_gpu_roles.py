@@ -23,6 +23,7 @@ process opens its own. Guarantees checked:
 import json
 import os
 import pickle
+import re
 import sys
 from pathlib import Path
 
@@ -254,30 +255,7 @@ def test_a_gpu_owner_whose_card_computes_another_bit_refuses_and_nothing_is_publ
     assert rec["logs"]["owner.1"]["launches"] == ["grad_samples", "owner_sum", "update_g0"]
 
 
-CLASSIFIER = """\
-learner cls
-data x = load("x.npy")
-data y = load("y.npy")
-const lr = 0.5
-param W1: f64[3, 2] = [[0.1, -0.2], [0.3, 0.05], [-0.15, 0.25]]
-param b1: f64[3] = 0.0
-param W2: f64[3, 3] = [[0.2, -0.1, 0.05], [-0.3, 0.15, 0.1], [0.05, 0.2, -0.25]]
-param b2: f64[3] = 0.0
-loss(i) {
-  let h = relu(W1 @ x[i] + b1)
-  let z = W2 @ h + b2
-  logsumexp(z) - dot(onehot(y[i], 3), z)
-}
-predict(i) {
-  let h = relu(W1 @ x[i] + b1)
-  W2 @ h + b2
-}
-update {
-  W1 = W1 - lr * grad(W1)
-  b1 = b1 - lr * grad(b1)
-  W2 = W2 - lr * grad(W2)
-  b2 = b2 - lr * grad(b2)
-}
+DEPLOY_CLS = """
 deployment cards {
   roles coordinator, owner[2]
   topology star(coordinator)
@@ -293,6 +271,17 @@ deployment cpus {
   strategy zero3
 }
 """
+
+
+def classifier() -> str:
+    """oracle.CLASSIFIER with relu for tanh (a smaller kernel for ptxas), its data loaded from
+    .npy files, and the deployments above."""
+    import oracle
+    text = oracle.CLASSIFIER.split("deployment ")[0].replace("tanh(", "relu(")
+    text = re.sub(r"data x = .*\n", 'data x = load("x.npy")\n', text)
+    text = re.sub(r"data y = .*\n", 'data y = load("y.npy")\n', text)
+    assert text.count("load(") == 2 and "relu(" in text
+    return text + DEPLOY_CLS
 
 
 def test_a_classifier_with_its_data_at_run_time_trains_on_two_cards_resumes_and_predicts(work, tmp_path, monkeypatch):
@@ -311,7 +300,7 @@ def test_a_classifier_with_its_data_at_run_time_trains_on_two_cards_resumes_and_
     np.save("y.npy", np.array([0, 1, 2, 1, 0, 2], dtype=np.int64))
     np.save("hx.npy", np.array([[0.3, -0.2], [1.0, 1.0], [-1.0, 0.2], [0.0, 0.5], [2.0, -1.5]]))
     np.save("hy.npy", np.array([0, 1, 2, 1, 2], dtype=np.int64))
-    (c / "cls.alpha").write_text(CLASSIFIER)
+    (c / "cls.alpha").write_text(classifier())
     for key in ("a", "c"):
         (c / f"{key}.gpuhost").write_text(host_text(key))
     compiled, plans = compile_deployments("cls.alpha")
