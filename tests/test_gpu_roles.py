@@ -358,3 +358,56 @@ def test_a_kernel_that_needs_local_memory_is_refused_by_name(work):
                for k, b in enumerate(built)]
     with pytest.raises(BuildError, match="grad_samples of `lsq_adam` needs 16 bytes of local memory"):
         image.plan(lr, spilled, 90)
+
+
+SCALAR_STATE = """\
+learner ss
+data x = [1.0, 2.0, 3.0, -1.0]
+param w: f64 = 0.5
+state t: f64 = 1.0
+loss(i) {
+  t * (w * x[i] - 1.0)^2
+}
+update {
+  t = t * 0.5
+  w = w - 0.1 * grad(w)
+}
+deployment cards {
+  roles coordinator, owner[2]
+  topology star(coordinator)
+  samples owner[0] = 0..1, owner[1] = 1..4
+  target owner[0], owner[1] = x86_64+sm_90
+  gpu owner[0] = "a.gpuhost", owner[1] = "b.gpuhost"
+}
+"""
+
+
+def test_a_loss_that_reads_a_scalar_state_the_host_computes(work, tmp_path):
+    """The scalar statements run on the host; a loss reading their state (t) gets it written to
+    the card before grad_samples, in a single GPU owner and in GPU roles (before the fix: a
+    false gpu-shadow-mismatch at step 2)."""
+    from alphac.build import build_gpu_owner
+    from alphac.driver import compile_file
+    from alphac.ir.interp import run
+    d, _, _ = work
+    (d / "ss.alpha").write_text(SCALAR_STATE)
+    lr = compile_file(d / "ss.alpha").learner
+    host = host_mod.load(d / "a.gpuhost")
+    built = build_gpu_owner(lr, "x86_64+sm_90", host)
+    exe = tmp_path / "ss.gpu"
+    exe.write_bytes(built.image.elf)
+    exe.chmod(0o755)
+    r = mockgpu.run(exe, ["--steps", "4"], card=Card(uuid=host.uuid), kernels=built.kernels)
+    assert (r.returncode, r.errors) == (0, []) and r.stdout == format_state(lr, run(lr, 4))
+    from alphac.artifacts import build_deployment
+    from alphac.tools.launch import launch
+    _, plans = compile_deployments("ss.alpha")
+    build_deployment("ss.alpha", "cards", tmp_path / "dep")
+    with open(d / "cards.json") as f:
+        cfg = json.load(f)
+    from alphac.build import gpu_kernels
+    (tmp_path / "k.pickle").write_bytes(pickle.dumps([gpu_kernels(plans["cards"].lr, 90)[0]]))
+    (tmp_path / "cards.json").write_text(json.dumps({**cfg, "kernels": str(tmp_path / "k.pickle")}))
+    wrapper = [sys.executable, str(ROOT / "tests" / "mockgpu" / "wrap.py"), str(tmp_path / "cards.json")]
+    rec = launch(tmp_path / "dep", steps=4, records=tmp_path / "runs", gpu_wrapper=wrapper)
+    assert rec["passed"] and rec["published"] == format_state(lr, run_plan(lr, plans["cards"], 4))

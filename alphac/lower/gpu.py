@@ -48,10 +48,22 @@ def constants(img: GpuImage, conv: Conversation, table: bytes) -> dict[str, int]
     }
 
 
+def loss_reads(lr: Learner) -> list:
+    """The states the loss reads (grad_samples' state parameters)."""
+    from alphac.ir.learner import Read, postorder
+    read = {n.name for n in postorder([lr.loss]) if isinstance(n, Read)}
+    return [s for s in lr.states if s.name in read]
+
+
+def upload(img: GpuImage, name: str, size: int) -> str:
+    return f"vec_copy({img.buffers[f'state_{name}']:#x}, st_{name}, {size});"
+
+
 def step(lr: Learner, img: GpuImage) -> str:
     out = ["fn gpu_step(step: i64) {"]
     n = lr.nsamples or 0
-    if lr.loss is not None:
+    if lr.loss is not None:     # scalar states the loss reads: the host computes them
+        out += ["    " + upload(img, st.name, 1) for st in loss_reads(lr) if st.group is None]
         out += [f"    gpu_submit({img.launch('grad_samples').entry:#x});      // grad_samples",
                 f"    gpu_submit({img.launch('owner_sum').entry:#x});      // owner_sum",
                 f"    learner_grad(0, {n});"]
@@ -100,10 +112,6 @@ def gpu_owner_source(lr: Learner, img: GpuImage, conv: Conversation) -> tuple[st
 # written from the host's arrays (a partitioned strategy's gathers and a resume change them
 # there), the combined G before the updates; after it, its results are compared bit for bit.
 
-def upload(img: GpuImage, name: str, size: int) -> str:
-    return f"vec_copy({img.buffers[f'state_{name}']:#x}, st_{name}, {size});"
-
-
 def role_start(lr: Learner, img: GpuImage, lo: int, hi: int) -> str:
     """`role_device_start()`: the image checked, the conversation, the upload, the channel set
     up, then the role's data rows written to the card (the host read and checked them)."""
@@ -121,9 +129,7 @@ def role_start(lr: Learner, img: GpuImage, lo: int, hi: int) -> str:
 def role_grad(lr: Learner, img: GpuImage, grad_line: str) -> list[str]:
     """The owner's compute (it has samples): grad_samples and owner_sum on the card, the host's
     learner_grad, G compared."""
-    from alphac.ir.learner import Read, postorder
-    read = {n.name for n in postorder([lr.loss]) if isinstance(n, Read)}
-    out = [upload(img, s.name, s.size) for s in lr.states if s.name in read and s.group is not None]
+    out = [upload(img, s.name, s.size) for s in loss_reads(lr)]
     out += [f"gpu_submit({img.launch('grad_samples').entry:#x});      // grad_samples",
             f"gpu_submit({img.launch('owner_sum').entry:#x});      // owner_sum", grad_line]
     for p, off in param_layout(lr).items():
