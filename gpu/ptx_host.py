@@ -15,9 +15,11 @@ host's own work is copying and combining `G` by the caller's order.
 """
 from __future__ import annotations
 
+import struct
 from typing import Protocol, Sequence
 
 from alphac.ir.learner import Learner
+from alphac.ir.order import step_samples
 from alphac.ptx.kernels import Kernel, host_scalars, param_count
 
 
@@ -38,6 +40,7 @@ class Owner:
         self.state = {s.name: dev.alloc(s.init) for s in lr.states}
         self.data = {d.name: dev.alloc(d.values) for d in lr.data}
         self.gs = dev.alloc([0.0] * max(1, self.P * (lr.nsamples or 0)))
+        self.idx = dev.alloc([0.0] * max(1, lr.nsamples or 0))       # a minibatch's samples
         self.G = dev.alloc([0.0] * max(1, self.P))
         self.consts = {(k.name, p.name): dev.alloc(p.values)
                        for k in kernels for p in k.params if p.role == "const"}
@@ -49,7 +52,7 @@ class Owner:
                 out.append(self.state[p.ref])
             elif p.role == "data":
                 out.append(self.data[p.ref])
-            elif p.role in ("gs", "G"):
+            elif p.role in ("gs", "G", "idx"):
                 out.append(getattr(self, p.role))
             elif p.role == "const":
                 out.append(self.consts[(k.name, p.name)])
@@ -59,11 +62,21 @@ class Owner:
                 out.append(scalar[p.role])
         return out
 
-    def contribution(self, lo: int, hi: int) -> list[float]:
-        """G of samples [lo, hi): the owner's left-fold sum of their per-sample gradients."""
+    def contribution(self, lo: int, hi: int, t: int = 0) -> list[float]:
+        """G of samples [lo, hi) (a minibatch learner: those step t uses, `self.count` of them):
+        the owner's left-fold sum of their per-sample gradients (-0.0 for none)."""
         gs, total = self.kernels["grad_samples"], self.kernels["owner_sum"]
-        self.dev.launch(gs, self._args(gs, lo=lo, hi=hi), hi - lo)
-        self.dev.launch(total, self._args(total, n=hi - lo), self.P)
+        if self.lr.batch:
+            rows = step_samples(range(lo, hi), self.lr.nsamples, self.lr.batch, self.lr.shuffle, t)
+            self.dev.write(self.idx, [struct.unpack("<d", struct.pack("<Q", i))[0] for i in rows])
+            self.count = len(rows)
+            self.dev.launch(gs, self._args(gs, count=self.count), self.count)
+        else:
+            self.count = hi - lo
+            self.dev.launch(gs, self._args(gs, lo=lo, hi=hi), hi - lo)
+        if self.count == 0:             # owner_sum writes nothing: the identity
+            return [-0.0] * self.P
+        self.dev.launch(total, self._args(total, n=self.count), self.P)
         return self.dev.read(self.G, self.P)
 
     def update(self, G: list[float] | None, n: int) -> None:
@@ -78,10 +91,12 @@ class Owner:
         for s in self.lr.scalar_states:
             self.dev.write(self.state[s.name], [values[(s.name, 1)]])
 
-    def step(self) -> None:
-        """One step of the single-owner learner (the owner holds every sample)."""
-        n = self.lr.nsamples or 0
-        self.update(self.contribution(0, n) if self.lr.loss is not None else None, n)
+    def step(self, t: int = 0) -> None:
+        """Step t of the single-owner learner (the owner holds every sample)."""
+        if self.lr.loss is None:
+            return self.update(None, self.lr.nsamples or 0)
+        G = self.contribution(0, self.lr.nsamples or 0, t)
+        self.update(G, self.count)
 
     def read_state(self) -> dict[str, tuple[float, ...]]:
         return {s.name: tuple(self.dev.read(self.state[s.name], s.size)) for s in self.lr.states}

@@ -314,8 +314,8 @@ def run_ptx(lr) -> str:
     from alphac.ptx.kernels import kernels
     from ptx_interp import InterpDevice
     owner = Owner(InterpDevice(), lr, kernels(lr))
-    for _ in range(STEPS):
-        owner.step()
+    for t in range(STEPS):
+        owner.step(t)
     return format_state(lr, owner.read_state())
 
 

@@ -411,3 +411,81 @@ def test_a_loss_that_reads_a_scalar_state_the_host_computes(work, tmp_path):
     wrapper = [sys.executable, str(ROOT / "tests" / "mockgpu" / "wrap.py"), str(tmp_path / "cards.json")]
     rec = launch(tmp_path / "dep", steps=4, records=tmp_path / "runs", gpu_wrapper=wrapper)
     assert rec["passed"] and rec["published"] == format_state(lr, run_plan(lr, plans["cards"], 4))
+
+
+MINIBATCH = """\
+learner mb
+data x = load("x.npy")
+data y = load("y.npy")
+const lr = 0.3
+param w: f64[2] = 0.0
+param b: f64 = 0.0
+batch 4
+order shuffle(77)
+loss(i) {
+  let z = dot(w, x[i]) + b
+  softplus(z) - y[i] * z
+}
+update {
+  w = w - lr * grad(w)
+  b = b - lr * grad(b)
+}
+deployment cards {
+  roles coordinator, owner[2]
+  topology star(coordinator)
+  samples owner[0] = 0..3, owner[1] = 3..10
+  target owner[0] = x86_64+sm_90, owner[1] = x86_64+sm_86
+  gpu owner[0] = "a.gpuhost", owner[1] = "c.gpuhost"
+}
+deployment cpus {
+  roles coordinator, owner[2]
+  topology star(coordinator)
+  samples owner[0] = 0..3, owner[1] = 3..10
+}
+"""
+
+
+def test_minibatches_on_two_cards_with_rows_read_from_files(work, tmp_path, monkeypatch):
+    """A shuffled minibatch learner (10 samples, batches of 4: 3 a epoch) whose rows are read
+    from .npy files a row at a time: each GPU owner reads its shard at start-up and writes it to
+    its card; each step the host lists the batch's samples it holds (none, some steps, for
+    owner[0]) and the card computes just those. 7 steps, an epoch boundary crossed, then 2 more
+    resumed on CPU owners: the interpreter's bits; a single GPU owner of it too."""
+    import numpy as np
+    from alphac.artifacts import build_deployment
+    from alphac.build import build_gpu_owner, gpu_kernels
+    from alphac.ir.interp import run
+    from alphac.tools.launch import launch
+    d, _, _ = work
+    monkeypatch.chdir(tmp_path)
+    np.save("x.npy", np.array([[0.5, -1.0], [1.5, 0.25], [-0.75, 0.5], [0.1, 2.0], [-1.2, -0.4],
+                               [0.9, -0.6], [0.3, 0.3], [-0.2, 1.1], [1.0, -0.1], [0.05, 0.7]]))
+    np.save("y.npy", np.array([0.0, 1.0, 1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 1.0, 0.0]))
+    (tmp_path / "mb.alpha").write_text(MINIBATCH)
+    for key in ("a", "c"):
+        (tmp_path / f"{key}.gpuhost").write_text(host_text(key))
+    compiled, plans = compile_deployments("mb.alpha")
+    lr = compiled.learner
+    host = host_mod.load("a.gpuhost")
+    single = build_gpu_owner(lr, "x86_64+sm_90", host)
+    (tmp_path / "mb.gpu").write_bytes(single.image.elf)
+    (tmp_path / "mb.gpu").chmod(0o755)
+    r = mockgpu.run(tmp_path / "mb.gpu", ["--steps", "7", "--data", tmp_path], card=Card(uuid=host.uuid),
+                    kernels=single.kernels)
+    assert (r.returncode, r.errors, r.stdout) == (0, [], format_state(lr, run(lr, 7)))
+    (tmp_path / "k.pickle").write_bytes(pickle.dumps([gpu_kernels(plans["cards"].lr, sm)[0] for sm in (86, 90)]))
+    cfg = json.loads((d / "cards.json").read_text())
+    (tmp_path / "cards.json").write_text(json.dumps({**cfg, "kernels": str(tmp_path / "k.pickle")}))
+    wrapper = [sys.executable, str(ROOT / "tests" / "mockgpu" / "wrap.py"), str(tmp_path / "cards.json")]
+    for name in ("cards", "cpus"):
+        build_deployment("mb.alpha", name, tmp_path / name)
+    for f in (d / "logs").iterdir():
+        f.unlink()
+    first = launch(tmp_path / "cards", steps=7, records=tmp_path / "runs", gpu_wrapper=wrapper,
+                   checkpoint=tmp_path / "ck")
+    assert first["passed"] and first["published"] == format_state(lr, run_plan(lr, plans["cards"], 7))
+    logs = {Path(j["argv"][0]).name: j for j in (json.loads(f.read_text()) for f in (d / "logs").iterdir())}
+    assert 0 < logs["owner.0"]["launches"].count("grad_samples") < 7 and logs["owner.0"]["errors"] == []
+    assert logs["owner.0"]["launches"].count("update_g0") == 7
+    then = launch(tmp_path / "cpus", steps=2, records=tmp_path / "runs", resume=tmp_path / "ck")
+    assert then["published"] == format_state(lr, run_plan(lr, plans["cpus"], 9))

@@ -63,17 +63,13 @@ def step(lr: Learner, img: GpuImage) -> str:
     out = ["fn gpu_step(step: i64) {"]
     n = lr.nsamples or 0
     if lr.loss is not None:     # scalar states the loss reads: the host computes them
-        out += ["    " + upload(img, st.name, 1) for st in loss_reads(lr) if st.group is None]
-        out += [f"    gpu_submit({img.launch('grad_samples').entry:#x});      // grad_samples",
-                f"    gpu_submit({img.launch('owner_sum').entry:#x});      // owner_sum",
-                f"    learner_grad(0, {n});"]
-        for p, off in param_layout(lr).items():
-            size = next(q.size for q in lr.params if q.name == p)
-            out.append(f"    gpu_compare({img.buffers['G'] + 8 * off:#x}, G_{p}, {size}, step);")
-        out.append(f"    learner_mean({n});")
+        out += ["    " + line for line in grad_lines(lr, img, 0, n, "step - 1", "step",
+                                                     [st for st in loss_reads(lr) if st.group is None])]
+        out.append(f"    learner_mean({'n' if lr.batch else n});")
     out.append("    learner_scalars();")
     for g in lr.groups:
         la = img.launch(f"update_g{g.index}")
+        out += [f"    store32({va:#x}, n);" for va in la.counts]
         for s in la.scalars:
             src = f"sn_{s.ref}" if s.version else f"st_{s.ref}"
             out.append(f"    storef({s.va:#x}, loadf({src}));")
@@ -97,7 +93,7 @@ def gpu_globals(lr: Learner, img: GpuImage, conv: Conversation, label: str) -> t
               f"var nv_conv: [u8; {len(region)}] = extern;",
               f"data nv_image: [u8; {len(img.image)}] = extern;",
               "data nv_image_sha: [u8; 32] = extern;",
-              f'data gpu_owner_name: [u8] = "{label} sm_{img.sm}\\0";', ""]
+              f'data gpu_owner_name: [u8] = "{label} sm_{img.sm}\\0";', "", batch_source(lr, img)]
     return lines, {"nv_calls": table, "nv_conv": region, "nv_image": img.image, "nv_image_sha": img.sha256}
 
 
@@ -112,30 +108,54 @@ def gpu_owner_source(lr: Learner, img: GpuImage, conv: Conversation) -> tuple[st
 # written from the host's arrays (a partitioned strategy's gathers and a resume change them
 # there), the combined G before the updates; after it, its results are compared bit for bit.
 
+def batch_source(lr: Learner, img: GpuImage) -> str:
+    """A minibatch learner's `gpu_batch(lo, hi, t)`: the samples of lo..hi-1 that step t uses
+    (alphac.ir.order: position in the epoch's order within the batch's window), in increasing
+    order, written to the card's idx buffer; their count."""
+    if not lr.batch:
+        return ""
+    pos = "i" if lr.shuffle is None else "learner_position(i, ep)"
+    return (f"fn gpu_batch(lo: i64, hi: i64, t: i64) -> i64 {{\n    let ep = t / {lr.batches};\n"
+            f"    let first = (t - ep * {lr.batches}) * {lr.batch};\n    let n = 0;\n    let i = lo;\n"
+            f"    while i < hi {{\n        let pos = {pos};\n"
+            f"        if pos >= first && pos < first + {lr.batch} {{\n"
+            f"            store64({img.buffers['idx']:#x} + 8 * n, i);\n            n = n + 1;\n        }}\n"
+            f"        i = i + 1;\n    }}\n    return n;\n}}\n")
+
+
 def role_start(lr: Learner, img: GpuImage, lo: int, hi: int) -> str:
     """`role_device_start()`: the image checked, the conversation, the upload, the channel set
-    up, then the role's data rows written to the card (the host read and checked them)."""
+    up, then the role's data rows written to the card (the host read and checked them; a
+    minibatch learner's are read from their files here, a row at a time)."""
+    from alphac.lower.learner import row_address, streamed
     body = ["    rt_event(gpu_owner_name);", "    gpu_check_image();", "    nv_converse(0);",
             "    gpu_upload();", "    gpu_submit(GPU_SETUP_ENTRY);"]
-    for d in lr.data:
-        if hi > lo:
-            src = f"dt_{d.name}" if d.file is None else f"load64(dp_{d.name})"
-            body.append(f"    vec_copy({img.buffers[f'rows_{d.name}']:#x}, {src} + {8 * lo * d.cols}, "
-                        f"{(hi - lo) * d.cols});")
+    if hi > lo and lr.data:
+        body += [f"    let i = {lo};", f"    while i < {hi} {{"]
+        body += [f"        vec_copy({img.buffers[f'rows_{d.name}']:#x} + {8 * d.cols} * (i - {lo}), "
+                 f"{row_address(d, 'i', streamed(lr))}, {d.cols});" for d in lr.data]
+        body += ["        i = i + 1;", "    }"]
     body.append('    rt_event("uploaded");')
     return "fn role_device_start() {\n" + "\n".join(body) + "\n}\n"
 
 
-def role_grad(lr: Learner, img: GpuImage, grad_line: str) -> list[str]:
-    """The owner's compute (it has samples): grad_samples and owner_sum on the card, the host's
-    learner_grad, G compared."""
-    out = [upload(img, s.name, s.size) for s in loss_reads(lr)]
-    out += [f"gpu_submit({img.launch('grad_samples').entry:#x});      // grad_samples",
-            f"gpu_submit({img.launch('owner_sum').entry:#x});      // owner_sum", grad_line]
+def grad_lines(lr: Learner, img: GpuImage, lo: int, hi: int, t: str, at: str, states) -> list[str]:
+    """An owner's compute over lo..hi (a minibatch learner: step t's samples among them, `n`):
+    `states` written to the card, grad_samples and owner_sum there, the host's learner_grad,
+    G compared (as step `at`). An owner without samples in the step launches nothing."""
+    gs, osum = img.launch("grad_samples"), img.launch("owner_sum")
+    out = [upload(img, s.name, s.size) for s in states]
+    launch = [f"gpu_submit({gs.entry:#x});      // grad_samples", f"gpu_submit({osum.entry:#x});      // owner_sum"]
+    compare = []
     for p, off in param_layout(lr).items():
         size = next(q.size for q in lr.params if q.name == p)
-        out.append(f"gpu_compare({img.buffers['G'] + 8 * off:#x}, G_{p}, {size}, v + 1);")
-    return out
+        compare.append(f"gpu_compare({img.buffers['G'] + 8 * off:#x}, G_{p}, {size}, {at});")
+    if not lr.batch:
+        return out + launch + [f"learner_grad({lo}, {hi});"] + compare
+    out += [f"let gn = gpu_batch({lo}, {hi}, {t});"] + [f"store32({va:#x}, gn);" for va in gs.counts + osum.counts]
+    out += ["if gn > 0 {"] + ["    " + x for x in launch] + ["}", f"let n = learner_grad({lo}, {hi}, {t});",
+            'if n != gn { refuse("gpu-shadow-mismatch"); }', "if n > 0 {"] + ["    " + x for x in compare]
+    return out + ["}"]
 
 
 def role_update(lr: Learner, img: GpuImage, ranges: dict[int, tuple[int, int]]) -> list[str]:
@@ -154,6 +174,7 @@ def role_update(lr: Learner, img: GpuImage, ranges: dict[int, tuple[int, int]]) 
         la = img.launch(f"update_g{g.index}")
         members = [s for s in lr.states if s.group == g.index]
         out += [upload(img, s.name, s.size) for s in members]
+        out += [f"store32({va:#x}, load64(g_n));" for va in la.counts]     # the step's total
         out += [f"storef({x.va:#x}, loadf({'sn' if x.version else 'st'}_{x.ref}));" for x in la.scalars]
         out += [f"gpu_submit({la.entry:#x});      // update_g{g.index}",
                 f"learner_group_{g.index}({lo}, {hi});"]

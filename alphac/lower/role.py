@@ -134,11 +134,12 @@ class RoleLowering:
         P = self.P
         if a.op == "compute":
             lo, hi = plan.dep.samples.range(self.role.index)
-            if lr.batch:                  # step v's samples among lo..hi: their count
-                self.put(f"let n = learner_grad({lo}, {hi}, v);")
-            elif self.gpu is not None and hi > lo:      # on the card, the host's the reference
-                for line in gpu_lowering.role_grad(lr, self.gpu, f"learner_grad({lo}, {hi});"):
+            if self.gpu is not None and hi > lo:      # on the card, the host's the reference
+                for line in gpu_lowering.grad_lines(lr, self.gpu, lo, hi, "v", "v + 1",
+                                                    gpu_lowering.loss_reads(lr)):
                     self.put(line)
+            elif lr.batch:                  # step v's samples among lo..hi: their count
+                self.put(f"let n = learner_grad({lo}, {hi}, v);")
             else:
                 self.put(f"learner_grad({lo}, {hi});")
             n = 'n' if lr.batch else hi - lo

@@ -116,6 +116,7 @@ class Launch:
     pushbuf: tuple[int, ...]       # dwords
     entry: int                     # the GPFIFO entry that runs the push buffer
     scalars: tuple[Scalar, ...]
+    counts: tuple[int, ...] = ()   # a minibatch learner: the u32 counts the host writes each step
 
 
 @dataclass(frozen=True)
@@ -302,16 +303,22 @@ class Share:
     total: int
     updates: tuple[tuple[int, int], ...]      # (klo, khi) of each group, by index
     rows_in_image: bool = True
+    batch: int = 0                  # a minibatch learner's batch size (its steps' samples vary)
 
     @classmethod
     def whole(cls, lr: Learner) -> "Share":
         n = lr.nsamples or 0
-        return cls(0, n, n, tuple((0, g.size) for g in lr.groups))
+        return cls(0, n, n, tuple((0, g.size) for g in lr.groups), True, lr.batch or 0)
+
+    @property
+    def rows(self) -> int:
+        """The most samples one step computes: the share, or a batch's part of it."""
+        return min(self.batch, self.hi - self.lo) if self.batch else self.hi - self.lo
 
 
 def _threads(lr: Learner, kernel, share: Share) -> int:
     if kernel.name == "grad_samples":
-        return share.hi - share.lo
+        return share.rows
     if kernel.name == "owner_sum":
         return param_count(lr)
     klo, khi = share.updates[kernel.group]
@@ -367,8 +374,11 @@ def plan(lr: Learner, built: list, sm: int, share: Share | None = None) -> GpuIm
         for d in lr.data:
             buffers[f"rows_{d.name}"] = end
             end = round_up(end + 8 * max(1, rows * d.cols), 256)
+    if share.batch:                     # the step's samples, written by the host each step
+        buffers["idx"] = end
+        end = round_up(end + 8 * max(1, share.rows), 256)
     gs_off = end
-    g_off = round_up(gs_off + 8 * max(1, P * rows), 256)
+    g_off = round_up(gs_off + 8 * max(1, P * share.rows), 256)
     arena_size = round_up(g_off + 8 * max(1, P), HUGE)
 
     va = ARENA_VA
@@ -395,10 +405,10 @@ def plan(lr: Learner, built: list, sm: int, share: Share | None = None) -> GpuIm
         for dw, value in cbank_prefix(arch).items():
             struct.pack_into("<Q", cbank, 4 * dw, value)
         struct.pack_into("<6I", cbank, 0, block, 1, 1, grid, 1, 1)     # %ntid, %nctaid
-        scalars = []
+        scalars, counts = [], []
         klo, khi = share.updates[k.group] if k.group is not None else (0, 0)
-        statics = {"lo": share.lo, "hi": share.hi, "klo": klo, "khi": khi,
-                   "n": rows if k.name == "owner_sum" else share.total}
+        statics = {"lo": share.lo, "hi": share.hi, "klo": klo, "khi": khi, "count": 0,
+                   "n": 0 if share.batch else rows if k.name == "owner_sum" else share.total}
         for p, kp in zip(k.params, im.params):
             at = im.param_base + kp.offset
             if p.type == "u64":
@@ -407,6 +417,8 @@ def plan(lr: Learner, built: list, sm: int, share: Share | None = None) -> GpuIm
                 struct.pack_into("<Q", cbank, at, vas[key])
             elif p.type == "u32":
                 struct.pack_into("<I", cbank, at, statics[p.role])
+                if share.batch and p.role in ("count", "n"):
+                    counts.append(ARENA_VA + cbank_off[k.name] + at)
             else:
                 scalars.append(Scalar(p.ref, p.version, ARENA_VA + cbank_off[k.name] + at))
         code_va = ARENA_VA + code_off[k.name]
@@ -415,7 +427,8 @@ def plan(lr: Learner, built: list, sm: int, share: Share | None = None) -> GpuIm
         pb_va = ARENA_VA + pb_off[k.name]
         pb = launch_pushbuf(arch, qmd_va, sem_va)
         la = Launch(k.name, threads, block, grid, code_va, im.code_sha256, qmd_va, b"", cbank_va,
-                    bytes(cbank), pb_va, tuple(pb), gpfifo_entry(arch, pb_va, len(pb)), tuple(scalars))
+                    bytes(cbank), pb_va, tuple(pb), gpfifo_entry(arch, pb_va, len(pb)), tuple(scalars),
+                    tuple(counts))
         qmd = pack_qmd(qmd_layout, qmd_fields(arch, la, im.registers, im.shared, len(im.code), len(cbank)))
         la = Launch(**{**la.__dict__, "qmd": qmd})
         arena[cbank_off[k.name]:cbank_off[k.name] + len(cbank)] = cbank

@@ -11,6 +11,8 @@ params concatenated in declaration order (`param_layout`). Each kernel is 1-D: a
         data_<d>   u64  for every data array, declaration order (all samples)
         gs         u64  out: gs[(i - lo) * P + j], every param coordinate j
         lo, hi     u32
+      (a minibatch learner: `idx` u64, the step's samples as u64s in increasing order, and
+      `count` u32 instead of lo, hi: thread t computes sample idx[t] into gs row t)
       gs[(i-lo)*P + j] is the per-sample gradient exactly as `interp.per_sample_gradient`: the
       left fold of the contributions covering j, +0.0 where none does; `dot`, `sum`, `A @ v`,
       `u @ A` unrolled as the interpreter's left folds, `max(v)` as its fold of exact max.
@@ -230,12 +232,19 @@ def grad_samples(lr: Learner, sm: int = 90) -> Kernel:
     params = [Param(f"state_{s.name}", "u64", "state", s.name) for s in lr.states if s.name in read]
     params += [Param(f"data_{d.name}", "u64", "data", d.name) for d in lr.data]
     params += table_params(postorder([c.node for cs in lr.grads.values() for c in cs]))
-    params += [Param("gs", "u64", "gs"), Param("lo", "u32", "lo"), Param("hi", "u32", "hi")]
-    base = _pointers(em, params)
-    lo, hi = em.op("ldp32", "lo"), em.op("ldp32", "hi")
-    t = em.thread_index()
-    i = em.op("add32", lo, t)
-    em.op("braif", em.op("ge", i, hi), "$done")
+    if lr.batch:        # a minibatch: the step's samples, listed by the host (u64 each)
+        params += [Param("gs", "u64", "gs"), Param("idx", "u64", "idx"), Param("count", "u32", "count")]
+        base = _pointers(em, params)
+        t = em.thread_index()
+        em.op("braif", em.op("ge", t, em.op("ldp32", "count")), "$done")
+        i = em.op("cvt32", em.op("ldu64", em.op("add64", base["idx"], em.op("wide", t, 8)), 0))
+    else:
+        params += [Param("gs", "u64", "gs"), Param("lo", "u32", "lo"), Param("hi", "u32", "hi")]
+        base = _pointers(em, params)
+        lo, hi = em.op("ldp32", "lo"), em.op("ldp32", "hi")
+        t = em.thread_index()
+        i = em.op("add32", lo, t)
+        em.op("braif", em.op("ge", i, hi), "$done")
     loaded: dict[str, list[str]] = {}
 
     def leaf(n: Node) -> list[str]:
@@ -364,14 +373,12 @@ GPU_NODES = (Const, Read, DataRow, Grad, Elem, Unary, Where, Pow, Dot, Sum, Pick
 
 def kernels(lr: Learner, sm: int = 90) -> list[Kernel]:
     """The owner's kernels: grad_samples and owner_sum (with a loss), then one update per group.
-    A learner these kernels do not have (minibatches, `contract exact_sum`) is refused with
-    BuildError before anything is generated."""
+    A learner these kernels do not have (`contract exact_sum`) is refused with BuildError
+    before anything is generated."""
     from alphac.diag import BuildError
     roots = ([lr.loss] if lr.loss is not None else []) + [a.node for a in lr.update] + \
         [c.node for cs in lr.grads.values() for c in cs]
     missing = sorted({type(n).__name__ for n in postorder(roots) if not isinstance(n, GPU_NODES)})
-    if lr.batch:
-        missing.append("minibatches")
     if lr.exact:
         missing.append("the exact_sum contract")
     if missing:
