@@ -229,8 +229,7 @@ def gpu_role_image(plan, role, target_name: str, host, ptxas_path: str | None = 
     lo, hi = plan.dep.samples.range(role.index) if plan.has_loss else (0, 0)
     ranges = plan.updates(role.index)
     share = image.Share(lo, hi, plan.lr.nsamples or 0,
-                        tuple(ranges.get(g.index, (0, 0)) for g in plan.lr.groups), False,
-                        plan.lr.batch or 0)
+                        tuple(ranges.get(g.index, (0, 0)) for g in plan.lr.groups), plan.lr.batch or 0)
     gpu = image.plan(plan.lr, built, sm, share)
     return gpu, conversation.conversation(host, gpu), built
 

@@ -100,7 +100,7 @@ def gpu_globals(lr: Learner, img: GpuImage, conv: Conversation, label: str) -> t
 def gpu_owner_source(lr: Learner, img: GpuImage, conv: Conversation) -> tuple[str, dict[str, bytes]]:
     """The owner's runtime source and the bytes of its extern globals."""
     lines, blobs = gpu_globals(lr, img, conv, f"gpu-owner {lr.name}")
-    return "\n".join(lines) + "\n" + step(lr, img), blobs
+    return "\n".join(lines) + "\n" + step(lr, img) + rows_source(lr, img, 0, lr.nsamples or 0), blobs
 
 
 # -- a GPU owner inside a deployment (alphac.lower.role) ---------------------------------------
@@ -123,20 +123,26 @@ def batch_source(lr: Learner, img: GpuImage) -> str:
             f"        i = i + 1;\n    }}\n    return n;\n}}\n")
 
 
-def role_start(lr: Learner, img: GpuImage, lo: int, hi: int) -> str:
-    """`role_device_start()`: the image checked, the conversation, the upload, the channel set
-    up, then the role's data rows written to the card (the host read and checked them; a
-    minibatch learner's are read from their files here, a row at a time)."""
+def rows_source(lr: Learner, img: GpuImage, lo: int, hi: int) -> str:
+    """`gpu_rows()`: the owner's data rows lo..hi-1 written to the card (the host read and
+    checked them; a minibatch learner's are read from their files here, a row at a time)."""
     from alphac.lower.learner import row_address, streamed
-    body = ["    rt_event(gpu_owner_name);", "    gpu_check_image();", "    nv_converse(0);",
-            "    gpu_upload();", "    gpu_submit(GPU_SETUP_ENTRY);"]
+    body = []
     if hi > lo and lr.data:
         body += [f"    let i = {lo};", f"    while i < {hi} {{"]
         body += [f"        vec_copy({img.buffers[f'rows_{d.name}']:#x} + {8 * d.cols} * (i - {lo}), "
                  f"{row_address(d, 'i', streamed(lr))}, {d.cols});" for d in lr.data]
         body += ["        i = i + 1;", "    }"]
-    body.append('    rt_event("uploaded");')
-    return "fn role_device_start() {\n" + "\n".join(body) + "\n}\n"
+    return "fn gpu_rows() {\n" + "\n".join(body) + "\n}\n"
+
+
+def role_start(lr: Learner, img: GpuImage, lo: int, hi: int) -> str:
+    """`role_device_start()`: the image checked, the conversation, the upload, the channel set
+    up, the role's rows written to the card."""
+    body = ["    rt_event(gpu_owner_name);", "    gpu_check_image();", "    nv_converse(0);",
+            "    gpu_upload();", "    gpu_submit(GPU_SETUP_ENTRY);", "    gpu_rows();",
+            '    rt_event("uploaded");']
+    return "fn role_device_start() {\n" + "\n".join(body) + "\n}\n" + rows_source(lr, img, lo, hi)
 
 
 def grad_lines(lr: Learner, img: GpuImage, lo: int, hi: int, t: str, at: str, states) -> list[str]:

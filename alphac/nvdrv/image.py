@@ -296,19 +296,18 @@ def sass_version(arch: abi.Arch) -> int:
 class Share:
     """What a GPU owner computes: samples lo..hi-1 of `total` (the mean's count) and, per
     coordinate group, the coordinates [klo, khi) it updates. The single-process owner has every
-    sample and coordinate, and its data in the image; a deployment's GPU role has its share, and
-    the host writes its data rows into `rows_<d>` at start-up (read at run time, not compiled in)."""
+    sample and coordinate, a deployment's GPU role its share; either way the host writes its
+    data rows into `rows_<d>` at start-up (read and checked at run time, never in the image)."""
     lo: int
     hi: int
     total: int
     updates: tuple[tuple[int, int], ...]      # (klo, khi) of each group, by index
-    rows_in_image: bool = True
     batch: int = 0                  # a minibatch learner's batch size (its steps' samples vary)
 
     @classmethod
     def whole(cls, lr: Learner) -> "Share":
         n = lr.nsamples or 0
-        return cls(0, n, n, tuple((0, g.size) for g in lr.groups), True, lr.batch or 0)
+        return cls(0, n, n, tuple((0, g.size) for g in lr.groups), lr.batch or 0)
 
     @property
     def rows(self) -> int:
@@ -360,9 +359,6 @@ def plan(lr: Learner, built: list, sm: int, share: Share | None = None) -> GpuIm
     buffers: dict[str, int] = {}
     for s in lr.states:
         buffers[f"state_{s.name}"] = put(struct.pack(f"<{s.size}d", *s.init), 256)
-    if share.rows_in_image:
-        for d in lr.data:
-            buffers[f"data_{d.name}"] = put(struct.pack(f"<{len(d.values)}d", *d.values), 256)
     for b in built:
         for p in b.kernel.params:
             if p.role == "const":
@@ -370,10 +366,9 @@ def plan(lr: Learner, built: list, sm: int, share: Share | None = None) -> GpuIm
     image_end = round_up(len(arena), 8)
     P, rows = param_count(lr), share.hi - share.lo
     end = round_up(image_end, 256)
-    if not share.rows_in_image:         # written by the host at start-up: past the image
-        for d in lr.data:
-            buffers[f"rows_{d.name}"] = end
-            end = round_up(end + 8 * max(1, rows * d.cols), 256)
+    for d in lr.data:                   # written by the host at start-up: past the image
+        buffers[f"rows_{d.name}"] = end
+        end = round_up(end + 8 * max(1, rows * d.cols), 256)
     if share.batch:                     # the step's samples, written by the host each step
         buffers["idx"] = end
         end = round_up(end + 8 * max(1, share.rows), 256)
@@ -391,8 +386,7 @@ def plan(lr: Learner, built: list, sm: int, share: Share | None = None) -> GpuIm
     sem_va = allocs[2].va + SEMAPHORE_OFFSET
     vas = {k: ARENA_VA + v for k, v in buffers.items()}
     for d in lr.data:                   # kernels index rows by the global sample number
-        if not share.rows_in_image:
-            vas[f"data_{d.name}"] = vas[f"rows_{d.name}"] - 8 * share.lo * d.cols
+        vas[f"data_{d.name}"] = vas[f"rows_{d.name}"] - 8 * share.lo * d.cols
     vas["gs"], vas["G"] = ARENA_VA + gs_off, ARENA_VA + g_off
 
     launches = []
