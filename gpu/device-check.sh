@@ -4,7 +4,8 @@
 #     OUT=/some/dir bash gpu/device-check.sh          (from the repository root)
 #
 # Stages, in order, each under `timeout` with its own budget, the whole within DEVCHECK_DEADLINE
-# seconds (default 660: 11 minutes, so that a 15-minute lease holds the machine's start too):
+# seconds (default 560: inside the device tool's 600 s per command and a 15-minute lease with
+# the machine's start):
 #   env         environment facts                                       -> $OUT/env.txt
 #   cuda-trace  libcuda's conversation for one launch (first GPU stage,
 #               always run): gpu/cuda_ioctl_trace.py                    -> $OUT/cuda-trace.txt
@@ -28,7 +29,7 @@
 #   DEVCHECK_LIBCUDA        libcuda to load (default libcuda.so.1)
 #   DEVCHECK_VARIANTS       the QMD variants to try, in order (default: qualify.py --list-variants)
 #   DEVCHECK_STEPS          steps per owner and vendor run (default 5)
-#   DEVCHECK_DEADLINE       seconds for the whole (default 660)
+#   DEVCHECK_DEADLINE       seconds for the whole (default 560)
 #   DEVCHECK_BUDGET_ENV, _TRACE, _VENDOR, _QUALIFY, _VARIANT, _DMESG   per-stage seconds
 #   DEVCHECK_CMD_TIMEOUT    seconds per command of the env stage (default 20)
 #   DEVCHECK_OWNER_TIMEOUT  seconds one owner may run (default 40)
@@ -105,7 +106,7 @@ WORK="${DEVCHECK_WORK:-$(mktemp -d /tmp/devcheck.XXXXXX)}"
 mkdir -p "$WORK"
 LIBCUDA="${DEVCHECK_LIBCUDA:-libcuda.so.1}"
 STEPS="${DEVCHECK_STEPS:-5}"
-DEADLINE="${DEVCHECK_DEADLINE:-660}"
+DEADLINE="${DEVCHECK_DEADLINE:-560}"
 RESERVE=15                     # kept back for the last dmesg and records
 OWNER_TIMEOUT="${DEVCHECK_OWNER_TIMEOUT:-40}"
 SUMMARY="$OUT/summary.txt"
@@ -201,7 +202,7 @@ trap stop INT TERM
 run_stage env "${DEVCHECK_BUDGET_ENV:-45}" "$OUT/env.txt" bash "$ROOT/gpu/device-check.sh" --env-facts "$PYTHON"
 
 # 2. libcuda's conversation, first and always
-run_stage cuda-trace "${DEVCHECK_BUDGET_TRACE:-150}" "$OUT/cuda-trace.txt" \
+run_stage cuda-trace "${DEVCHECK_BUDGET_TRACE:-120}" "$OUT/cuda-trace.txt" \
     "$PYTHON" gpu/cuda_ioctl_trace.py --out "$WORK/cuda-trace" --libcuda "$LIBCUDA"
 if [ -f "$WORK/cuda-trace/report.txt" ]; then
     { echo "#### report.txt"; cat "$WORK/cuda-trace/report.txt"; } >>"$OUT/cuda-trace.txt"
@@ -209,7 +210,7 @@ fi
 dmesg_after cuda-trace
 
 # 3. the vendor control: our cubins through libcuda
-run_stage vendor "${DEVCHECK_BUDGET_VENDOR:-120}" "$OUT/vendor.txt" \
+run_stage vendor "${DEVCHECK_BUDGET_VENDOR:-90}" "$OUT/vendor.txt" \
     "$PYTHON" gpu/vendor_check.py --libcuda "$LIBCUDA" --steps "$STEPS"
 dmesg_after vendor
 
@@ -217,7 +218,7 @@ dmesg_after vendor
 QUALIFY=("$PYTHON" gpu/qualify.py --proc "$PROC" --steps "$STEPS" --qmd-from-trace "$WORK/cuda-trace")
 [ -n "${DEVCHECK_RUNNER:-}" ] && QUALIFY+=(--runner "$DEVCHECK_RUNNER")
 qualify_start=$(elapsed_ms)
-qualify_end=$((qualify_start / 1000 + ${DEVCHECK_BUDGET_QUALIFY:-330}))
+qualify_end=$((qualify_start / 1000 + ${DEVCHECK_BUDGET_QUALIFY:-280}))
 if [ -n "${DEVCHECK_VARIANTS:-}" ]; then
     read -r -a VARIANTS <<<"$DEVCHECK_VARIANTS"
 else
@@ -232,7 +233,7 @@ verdict="failed" why="no variant passed (${#VARIANTS[@]} tried in turn)"
 for i in "${!VARIANTS[@]}"; do
     v="${VARIANTS[$i]}"
     left=$((qualify_end - $(elapsed_ms) / 1000))
-    want=${DEVCHECK_BUDGET_VARIANT:-100}
+    want=${DEVCHECK_BUDGET_VARIANT:-60}
     [ "$left" -lt "$want" ] && want=$left
     run_stage "qualify:$v" "$want" "$OUT/qualify.txt" \
         "${QUALIFY[@]}" --records "$WORK/runs" --qmd-variant "$v" --owner-timeout "$OWNER_TIMEOUT"
@@ -245,7 +246,7 @@ done
 for v in "${VARIANTS[@]:$((i + 1))}"; do
     line "qualify:$v" "not-run" 0 - "$([ "$verdict" = passed ] && echo "an earlier variant passed" || echo "$why")"
 done
-line qualify "$verdict" $(($(elapsed_ms) - qualify_start)) "${DEVCHECK_BUDGET_QUALIFY:-330}" "$why"
+line qualify "$verdict" $(($(elapsed_ms) - qualify_start)) "${DEVCHECK_BUDGET_QUALIFY:-280}" "$why"
 
 STAGE="(done)"
 line total "$([ "$verdict" = passed ] && echo passed || echo failed)" "$(elapsed_ms)" "$DEADLINE" \
