@@ -164,15 +164,20 @@ def build_gpu_owner_recipe(recipe: dict) -> Built:
 REFERENCE_GPU_HOST = "examples/h200.gpuhost"
 
 
+CPU_ONLY = {"fleet_lsq": "a 200,000-role fleet",
+            "digits_mlp": "its grad_samples spills to local memory, which GPU owners refuse "
+                          "(and takes ptxas about 50 s)"}
+
+
 def gpu_examples() -> list[Path]:
-    """The examples GPU owners are built for: all but the fleet and those using an operation the
-    owner kernels do not have (digits_mlp's matrix products: built for the CPUs only)."""
+    """The examples GPU owners are built for: all but those of CPU_ONLY and those using an
+    operation the owner kernels do not have."""
     from alphac.diag import BuildError
     from alphac.ptx.kernels import kernels
     out = []
     for src in sorted(Path("examples").glob("*.alpha")):
         try:
-            if src.stem != "fleet_lsq" and kernels(plans_of(src.as_posix())[0].learner):
+            if src.stem not in CPU_ONLY and kernels(plans_of(src.as_posix())[0].learner):
                 out.append(src)
         except BuildError:
             continue

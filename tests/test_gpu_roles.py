@@ -489,3 +489,23 @@ def test_minibatches_on_two_cards_with_rows_read_from_files(work, tmp_path, monk
     assert logs["owner.0"]["launches"].count("update_g0") == 7
     then = launch(tmp_path / "cpus", steps=2, records=tmp_path / "runs", resume=tmp_path / "ck")
     assert then["published"] == format_state(lr, run_plan(lr, plans["cpus"], 9))
+
+
+def test_nans_of_other_payloads_are_equal_and_the_state_is_refused_as_non_finite(work, tmp_path):
+    """sqrt of a negative: the card's NaN (the PTX interpreter's, as NVIDIA's canonical NaN)
+    and x86-64's default NaN differ in their bits. The shadow compare takes any two NaNs as
+    equal, so the run ends as every engine's does, `non-finite-state` (before: a false
+    gpu-shadow-mismatch, found by the differential fuzzer's gpu engine, seed 11)."""
+    from alphac.build import build_gpu_owner
+    from alphac.driver import compile_file
+    d, _, _ = work
+    (tmp_path / "nan.alpha").write_text("learner nanl\ndata x = [1.0, 2.0]\nparam w: f64 = 0.5\n"
+                                        "loss(i) {\n  sqrt(w - x[i])\n}\nupdate {\n  w = w - 0.1 * grad(w)\n}\n")
+    lr = compile_file(tmp_path / "nan.alpha").learner
+    host = host_mod.load(d / "a.gpuhost")
+    built = build_gpu_owner(lr, "x86_64+sm_90", host)
+    (tmp_path / "nan.gpu").write_bytes(built.image.elf)
+    (tmp_path / "nan.gpu").chmod(0o755)
+    r = mockgpu.run(tmp_path / "nan.gpu", ["--steps", "2"], card=Card(uuid=host.uuid), kernels=built.kernels)
+    assert (r.returncode, r.stderr, r.errors) == (65, "refused: non-finite-state\n", [])
+    assert "step 2" in r.events
