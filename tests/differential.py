@@ -50,6 +50,8 @@ GPU_CARDS = {"a.gpuhost": ("GPU-5a1e7c3d-0b2f-4c6e-8a9d-1f2e3d4c5b6a", "NVIDIA H
              "c.gpuhost": ("GPU-11111111-2222-3333-4444-555555555555", "NVIDIA GeForce RTX 3090", 86, 1)}
 FAST = ("interp", "plan")
 STEPS, FIRST = 5, 3
+PTX_BUDGET = 80_000     # kernel lines x samples: larger learners are too slow for the PTX
+                        # interpreter (the ptx and gpu engines; `make fuzz` says how many)
 
 
 @dataclass
@@ -60,6 +62,7 @@ class Report:
     outcomes: dict[str, str] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
     refused_deployments: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)          # engines not run, and why
     files: dict[str, bytes] = field(default_factory=dict)   # the .npy files beside the source
 
     def problem(self, text: str) -> None:
@@ -253,7 +256,7 @@ def check_text(text: str, work: Path, engines=ALL, files: dict[str, bytes] | Non
         for name, plan in sorted(plans.items()):
             compare(rep, f"plan:{name}", guarded(lambda: format_state(lr, run_plan(lr, plan, STEPS))),
                     expected(contract, [(STEPS, deps[name])]))
-    if "ptx" in engines and not gpu_refuses(rep, lr):
+    if "ptx" in engines and not gpu_refuses(rep, lr) and not too_large(rep, lr):
         compare(rep, "ptx", guarded(lambda: run_ptx(lr)), want5)
     single = {}
     for target in ("x86_64", "aarch64"):
@@ -307,6 +310,15 @@ def gpu_refuses(rep: Report, lr) -> bool:
         return False                            # run_ptx reports it as a crash
 
 
+def too_large(rep: Report, lr) -> bool:
+    """Whether lr's kernels are over PTX_BUDGET for the PTX interpreter (noted in the report)."""
+    from alphac.ptx.kernels import kernels
+    cost = sum(k.ptx.count("\n") for k in kernels(lr)) * max(1, lr.nsamples or 0)
+    if cost > PTX_BUDGET:
+        rep.skipped.append(f"ptx, gpu: {cost} kernel lines x samples, over {PTX_BUDGET}")
+    return cost > PTX_BUDGET
+
+
 def run_ptx(lr) -> str:
     """The GPU owner's step (gpu/ptx_host.py) with its kernels run by the PTX interpreter."""
     from alphac.ir.interp import format_state
@@ -343,7 +355,8 @@ def gpu_variant(prog, lr, kept: list, src: Path):
     if _sh.which("ptxas") is None and not os.environ.get("ALPHAC_PTXAS") or mockgpu.available():
         return None
     try:
-        kernels(lr)
+        if too_large(Report(""), lr):
+            return None
         from alphac.build import gpu_kernels
         if any(b.image.local for sm in (86, 90) for b in gpu_kernels(lr, sm)[0]):
             return None                 # a kernel ptxas spilled: refused by name (no local memory)

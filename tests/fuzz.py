@@ -46,6 +46,8 @@ def campaign(first: int, minutes: float, engines, keep: Path, out=sys.stderr) ->
             counts["deployments"] += len(prog.deployments)
             counts["deployments refused"] += len(rep.refused_deployments)
             counts["engine runs"] += len(rep.outcomes)
+            counts["gpu roles"] += sum(k.startswith("roles:") and "_gpu" in k for k in rep.outcomes)
+            counts["too large for the PTX interpreter"] += bool(rep.skipped)
             print(f"seed {seed}: {rep.status}{' ' + rep.code if rep.code else ''}, "
                   f"{len(prog.deployments)} deployments, {len(rep.outcomes)} runs", file=out, flush=True)
             if rep.status == "disagreed":
@@ -84,7 +86,9 @@ def main(argv=None) -> int:
     for key in sorted(k for k in counts if k.startswith("refused E")):
         print(f"{key:>20}: {counts[key]}")
     print(f"deployments: {counts['deployments']} checked ({counts['deployments refused']} refused); "
-          f"engine runs compared: {counts['engine runs']}; seeds {args.seed}..{counts['next seed'] - 1}")
+          f"engine runs compared: {counts['engine runs']} ({counts['gpu roles']} of GPU owners under "
+          f"the mock); too large for the PTX interpreter: {counts['too large for the PTX interpreter']}; "
+          f"seeds {args.seed}..{counts['next seed'] - 1}")
     return 1 if counts["disagreed"] else 0
 
 
