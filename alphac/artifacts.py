@@ -334,13 +334,14 @@ def build_deployment(source: str | Path, name: str, out_dir: str | Path) -> dict
     if plans[name].role_count() > MAX_BUILT_ROLES:
         raise RecipeError(f"deployment `{name}` has {plans[name].role_count()} roles; at most "
                           f"{MAX_BUILT_ROLES} are built one executable per role")
-    entries, inputs = {}, []
+    entries, inputs, tools = {}, [], {}
     for path, recipe in deployment_recipes(src, name, plans[name]):
         b = build(recipe)
         write_file(Path(out_dir) / path, b.data, mode(recipe))
         entries[path] = manifest.artifact_entry(b.data, recipe, b.inputs)
         inputs += b.inputs
-    m = manifest.new(entries, inputs, {})
+        tools.update(b.tools)           # a GPU owner's ptxas
+    m = manifest.new(entries, inputs, tools)
     manifest.write(Path(out_dir) / manifest.NAME, m)
     return m
 

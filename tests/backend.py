@@ -77,7 +77,7 @@ def build_roles(out: Path, sources=None) -> Path:
     cwd = os.getcwd()
     os.chdir(ROOT)
     try:
-        entries, inputs = {}, []
+        entries, inputs, tools = {}, [], {}
         for p, r in artifacts.all_recipes():
             if not p.startswith("roles/") or (sources and r["source"] not in sources):
                 continue
@@ -85,7 +85,8 @@ def build_roles(out: Path, sources=None) -> Path:
             artifacts.write_file(out / p, b.data, artifacts.mode(r))
             entries[p] = manifest.artifact_entry(b.data, r, b.inputs)
             inputs += b.inputs
-        manifest.write(out / manifest.NAME, manifest.new(entries, inputs, {}))
+            tools.update(b.tools)
+        manifest.write(out / manifest.NAME, manifest.new(entries, inputs, tools))
     finally:
         os.chdir(cwd)
     return out / "roles"

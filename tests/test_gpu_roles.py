@@ -149,7 +149,10 @@ def reference(work, name: str, steps: int) -> str:
 
 
 def test_two_gpu_owners_with_unequal_shares_print_the_interpreters_bits(work):
+    from conftest import alphac
     rec = launched(work, "gpus", 5)
+    code, _, err = alphac("verify", "build/gpus/MANIFEST.json")       # rebuilt, ptxas pinned
+    assert code == 0, err
     assert [(r["role"], r["exit"]) for r in rec["roles"]] == [("coordinator", 0), ("owner.0", 0), ("owner.1", 0)]
     assert rec["passed"] and rec["published"] == reference(work, "gpus", 5)
     logs = rec["logs"]
