@@ -268,12 +268,13 @@ def build_role_recipe(recipe: dict) -> Built:
         host = load_gpu_host(None, {k: str(v) for k, v in recipe["card"].items()})
         tools = ptxas_tool(gpu_kernels(plan.lr, split_target(recipe["target"])[1] or 90)[1])
     image = build_role(plan, _role(plan, recipe["role"]), recipe["target"], host)
-    return Built(image.elf, learner_inputs(recipe["source"], compiled) + gpu_inputs(plan), tools or {})
+    return Built(image.elf, learner_inputs(recipe["source"], compiled) + (gpu_inputs(plan) if host else []),
+                 tools or {})
 
 
 def gpu_inputs(plan) -> list[str]:
-    """The host description files a deployment's `gpu` item reads (inputs of every role: the
-    per-card admission reads them all)."""
+    """The host description files a deployment's `gpu` item reads (inputs of each GPU owner:
+    the per-card admission reads them all)."""
     from pathlib import Path
     out = []
     for r in plan.roles():

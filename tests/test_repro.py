@@ -20,10 +20,16 @@ EXAMPLE_NAMES = sorted(p.stem for p in (ROOT / "examples").glob("*.alpha"))
 CHECK = Path("reproducible") / "check.py"
 
 
-def inputs_of(source: str) -> list[str]:
-    """What an example is compiled from: its source and every .npy file it loads."""
-    loads = re.findall(r'load\("([^"]+)"\)', (ROOT / source).read_text())
-    return sorted([source, *(f"{Path(source).parent.as_posix()}/{p}" for p in loads)])
+def inputs_of(source: str, deployment: str | None = None) -> list[str]:
+    """What an example is compiled from: its source and every .npy file it loads, and for a
+    deployment's GPU owners its cards' descriptions (its `gpu` item)."""
+    text = (ROOT / source).read_text()
+    loads = re.findall(r'load\("([^"]+)"\)', text)
+    if deployment is not None:
+        block = text.split(f"deployment {deployment} {{", 1)[1].split("}", 1)[0]
+        loads += [f for line in block.splitlines() if line.strip().startswith("gpu ")
+                  for f in re.findall(r'"([^"]+)"', line)]
+    return sorted({source, *(f"{Path(source).parent.as_posix()}/{p}" for p in loads)})
 
 
 def walk(value, key=None):
@@ -96,13 +102,16 @@ def test_manifest_is_sorted_stable_and_complete(built, tmp_path):
         assert (built / name).stat().st_mode & 0o777 == (0o644 if name.endswith((".json", ".cubin")) else 0o755)
         if not name.startswith("learners/"):
             assert a["recipe"]["kind"] in ("role", "roles-table", "cubin", "gpu-owner")
-            assert a["inputs"] == inputs_of(a["recipe"]["source"])
+            gpu = a["recipe"].get("deployment") if "card" in a["recipe"] else None
+            assert a["inputs"] == inputs_of(a["recipe"]["source"], gpu)
             continue
         stem, target = Path(name).stem, Path(name).suffix[1:]
         assert a["recipe"] == {"kind": "learner", "source": f"examples/{stem}.alpha",
                                "target": target}
         assert a["inputs"] == inputs_of(f"examples/{stem}.alpha")
-    assert sorted(m["inputs"]) == sorted({p for n in EXAMPLE_NAMES for p in inputs_of(f"examples/{n}.alpha")})
+    assert sorted(m["inputs"]) == sorted({p for a in m["artifacts"].values() for p in a["inputs"]})
+    assert {p for n in EXAMPLE_NAMES for p in inputs_of(f"examples/{n}.alpha")} <= set(m["inputs"])
+    assert {"examples/h200.gpuhost", "examples/h200-1.gpuhost"} <= set(m["inputs"])
     assert "examples/data/digits_w1.npy" in m["inputs"]          # a const's load is an input too
     for p, entry in m["inputs"].items():
         assert entry["sha256"] == manifest.sha256_file(ROOT / p)
