@@ -143,6 +143,16 @@ def launched(work, name: str, steps: int, **kw) -> dict:
     return rec
 
 
+def wrapper_for(work, lr, where: Path) -> list[str]:
+    """The wrapper's command for another learner: the machine's cards, lr's kernels (both SMs)."""
+    from alphac.build import gpu_kernels
+    d, _, _ = work
+    (where / "kernels.pickle").write_bytes(pickle.dumps([gpu_kernels(lr, sm)[0] for sm in (86, 90)]))
+    cfg = json.loads((d / "cards.json").read_text())
+    (where / "cards.json").write_text(json.dumps({**cfg, "kernels": str(where / "kernels.pickle")}))
+    return [sys.executable, str(ROOT / "tests" / "mockgpu" / "wrap.py"), str(where / "cards.json")]
+
+
 def reference(work, name: str, steps: int) -> str:
     _, lr, plans = work
     return format_state(lr, run_plan(lr, plans[name], steps))
@@ -307,11 +317,7 @@ def test_a_classifier_with_its_data_at_run_time_trains_on_two_cards_resumes_and_
     for key in ("a", "c"):
         (c / f"{key}.gpuhost").write_text(host_text(key))
     compiled, plans = compile_deployments("cls.alpha")
-    from alphac.build import gpu_kernels
-    (c / "kernels.pickle").write_bytes(pickle.dumps([gpu_kernels(compiled.learner, sm)[0] for sm in (86, 90)]))
-    cfg = json.loads((d / "cards.json").read_text())
-    (c / "cards.json").write_text(json.dumps({**cfg, "kernels": str(c / "kernels.pickle")}))
-    wrapper = [sys.executable, str(ROOT / "tests" / "mockgpu" / "wrap.py"), str(c / "cards.json")]
+    wrapper = wrapper_for(work, plans["cards"].lr, c)
     for name in ("cards", "cpus"):
         build_deployment("cls.alpha", name, c / name)
     first = launch(c / "cards", steps=3, records=c / "runs", gpu_wrapper=wrapper, checkpoint=c / "ck3")
@@ -406,13 +412,8 @@ def test_a_loss_that_reads_a_scalar_state_the_host_computes(work, tmp_path):
     from alphac.tools.launch import launch
     _, plans = compile_deployments("ss.alpha")
     build_deployment("ss.alpha", "cards", tmp_path / "dep")
-    with open(d / "cards.json") as f:
-        cfg = json.load(f)
-    from alphac.build import gpu_kernels
-    (tmp_path / "k.pickle").write_bytes(pickle.dumps([gpu_kernels(plans["cards"].lr, 90)[0]]))
-    (tmp_path / "cards.json").write_text(json.dumps({**cfg, "kernels": str(tmp_path / "k.pickle")}))
-    wrapper = [sys.executable, str(ROOT / "tests" / "mockgpu" / "wrap.py"), str(tmp_path / "cards.json")]
-    rec = launch(tmp_path / "dep", steps=4, records=tmp_path / "runs", gpu_wrapper=wrapper)
+    rec = launch(tmp_path / "dep", steps=4, records=tmp_path / "runs",
+                 gpu_wrapper=wrapper_for(work, plans["cards"].lr, tmp_path))
     assert rec["passed"] and rec["published"] == format_state(lr, run_plan(lr, plans["cards"], 4))
 
 
@@ -456,7 +457,7 @@ def test_minibatches_on_two_cards_with_rows_read_from_files(work, tmp_path, monk
     resumed on CPU owners: the interpreter's bits; a single GPU owner of it too."""
     import numpy as np
     from alphac.artifacts import build_deployment
-    from alphac.build import build_gpu_owner, gpu_kernels
+    from alphac.build import build_gpu_owner
     from alphac.ir.interp import run
     from alphac.tools.launch import launch
     d, _, _ = work
@@ -476,10 +477,7 @@ def test_minibatches_on_two_cards_with_rows_read_from_files(work, tmp_path, monk
     r = mockgpu.run(tmp_path / "mb.gpu", ["--steps", "7", "--data", tmp_path], card=Card(uuid=host.uuid),
                     kernels=single.kernels)
     assert (r.returncode, r.errors, r.stdout) == (0, [], format_state(lr, run(lr, 7)))
-    (tmp_path / "k.pickle").write_bytes(pickle.dumps([gpu_kernels(plans["cards"].lr, sm)[0] for sm in (86, 90)]))
-    cfg = json.loads((d / "cards.json").read_text())
-    (tmp_path / "cards.json").write_text(json.dumps({**cfg, "kernels": str(tmp_path / "k.pickle")}))
-    wrapper = [sys.executable, str(ROOT / "tests" / "mockgpu" / "wrap.py"), str(tmp_path / "cards.json")]
+    wrapper = wrapper_for(work, plans["cards"].lr, tmp_path)
     for name in ("cards", "cpus"):
         build_deployment("mb.alpha", name, tmp_path / name)
     for f in (d / "logs").iterdir():
