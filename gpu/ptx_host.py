@@ -64,8 +64,9 @@ class Owner:
 
     def contribution(self, lo: int, hi: int, t: int = 0) -> list[float]:
         """G of samples [lo, hi) (a minibatch learner: those step t uses, `self.count` of them):
-        the owner's left-fold sum of their per-sample gradients (-0.0 for none)."""
-        gs, total = self.kernels["grad_samples"], self.kernels["owner_sum"]
+        the owner's left-fold sum of their per-sample gradients (-0.0 for none); under
+        exact_sum their exact sums, rounded once (one owner's; the host has no owner_sum)."""
+        gs, total = self.kernels["grad_samples"], self.kernels.get("owner_sum")
         if self.lr.batch:
             rows = step_samples(range(lo, hi), self.lr.nsamples, self.lr.batch, self.lr.shuffle, t)
             self.dev.write(self.idx, [struct.unpack("<d", struct.pack("<Q", i))[0] for i in rows])
@@ -74,6 +75,11 @@ class Owner:
         else:
             self.count = hi - lo
             self.dev.launch(gs, self._args(gs, lo=lo, hi=hi), hi - lo)
+        if self.lr.exact:               # exact_sum: the rows' exact sums, rounded once
+            import numpy as np
+            from alphac.ir.exact import round_columns
+            rows = self.dev.read(self.gs, self.count * self.P) if self.count else []
+            return round_columns(np.array(rows, dtype=np.float64).reshape(self.count, self.P))
         if self.count == 0:             # owner_sum writes nothing: the identity
             return [-0.0] * self.P
         self.dev.launch(total, self._args(total, n=self.count), self.P)

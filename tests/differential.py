@@ -294,17 +294,15 @@ def check_file(path: Path, work: Path, engines=ALL) -> Report:
 
 
 def gpu_refuses(rep: Report, lr) -> bool:
-    """Whether the GPU owner kernels refuse this learner by name (BuildError: they do not have
-    minibatches or exact_sum yet, alphac.ptx.kernels). Refusing a learner with neither is a
-    problem."""
+    """Whether the GPU owner kernels refuse this learner (BuildError): now a problem for any
+    learner the checker takes (alphac.ptx.kernels has every operation)."""
     from alphac.diag import BuildError
     from alphac.ptx.kernels import kernels
     try:
         kernels(lr)
         return False
     except BuildError as e:
-        if not (lr.batch or lr.exact):
-            rep.problem(f"ptx: the GPU kernels refused a learner without minibatches or exact_sum: {e}")
+        rep.problem(f"ptx: the GPU kernels refused a learner the checker takes: {e}")
         return True
     except Exception:
         return False                            # run_ptx reports it as a crash

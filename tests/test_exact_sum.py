@@ -164,15 +164,6 @@ def test_identity_carries_the_contract_not_the_tree(tmp_path):
     assert r.returncode != 0 and r.stdout == "" and "refused: checkpoint-other-learner" in r.stderr
 
 
-def test_the_gpu_owner_refuses_exact_sum_by_name(tmp_path):
-    from alphac.diag import BuildError
-    from alphac.driver import compile_deployments
-    from alphac.ptx.kernels import kernels
-    compiled, _ = compile_deployments(write(tmp_path, "lsq_adam"))
-    with pytest.raises(BuildError, match="exact_sum"):
-        kernels(compiled.learner)
-
-
 def test_a_second_or_unknown_contract_is_refused(tmp_path):
     src = tmp_path / "two.alpha"
     src.write_text(exact_source("scalar_regression").replace("contract exact_sum",

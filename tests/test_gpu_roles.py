@@ -510,3 +510,49 @@ def test_nans_of_other_payloads_are_equal_and_the_state_is_refused_as_non_finite
     r = mockgpu.run(tmp_path / "nan.gpu", ["--steps", "2"], card=Card(uuid=host.uuid), kernels=built.kernels)
     assert (r.returncode, r.stderr, r.errors) == (65, "refused: non-finite-state\n", [])
     assert "step 2" in r.events
+
+
+def test_exact_sum_on_cards_and_a_resume_on_another_layout(work, tmp_path, monkeypatch):
+    """`contract exact_sum` on GPU owners: the card computes each sample's gradient row, the host
+    checks that their exact sums are its own (gpu_exact_check) and sends its accumulators up.
+    A single GPU owner, the two-card star (3 steps, checkpointed) and a resume on the CPU star of
+    another split: all equal the interpreter's exact run (any layout gives the same bits); a card
+    computing another bit is refused."""
+    from alphac.artifacts import build_deployment
+    from alphac.build import build_gpu_owner
+    from alphac.driver import compile_file
+    from alphac.ir.interp import run
+    from alphac.tools.launch import launch
+    monkeypatch.chdir(tmp_path)
+    text = Path(example("lsq_adam")).read_text().split("# -- deployments")[0]
+    text = text.replace("learner lsq_adam\n", "learner lsq_adam\ncontract exact_sum\n") + DEPLOYMENTS
+    (tmp_path / "x.alpha").write_text(text)
+    for key in CARDS:
+        (tmp_path / f"{key}.gpuhost").write_text(host_text(key))
+    compiled, plans = compile_deployments("x.alpha")
+    lr = compiled.learner
+    host = host_mod.load("a.gpuhost")
+    single = build_gpu_owner(lr, "x86_64+sm_90", host)
+    assert [b.kernel.name for b in single.kernels] == ["grad_samples", "update_g0"]
+    (tmp_path / "x.gpu").write_bytes(single.image.elf)
+    (tmp_path / "x.gpu").chmod(0o755)
+    r = mockgpu.run(tmp_path / "x.gpu", ["--steps", "5"], card=Card(uuid=host.uuid), kernels=single.kernels)
+    assert (r.returncode, r.errors, r.stdout) == (0, [], format_state(lr, run(lr, 5)))
+    r = mockgpu.run(tmp_path / "x.gpu", ["--steps", "5"], card=Card(uuid=host.uuid), kernels=single.kernels,
+                    mutate={"grad_samples": lambda ptx: ptx.replace("mul.rn.f64", "add.rn.f64", 1)})
+    assert r.stderr == "refused: gpu-shadow-mismatch\n" and "mismatch at step 1" in r.events
+    from test_exact_sum import SPREAD          # sums that spill: the check's spill regions
+    (tmp_path / "spread.alpha").write_text(SPREAD)
+    spread = compile_file(tmp_path / "spread.alpha").learner
+    sp = build_gpu_owner(spread, "x86_64+sm_90", host)
+    (tmp_path / "spread.gpu").write_bytes(sp.image.elf)
+    (tmp_path / "spread.gpu").chmod(0o755)
+    r = mockgpu.run(tmp_path / "spread.gpu", ["--steps", "3"], card=Card(uuid=host.uuid), kernels=sp.kernels)
+    assert (r.returncode, r.errors, r.stdout) == (0, [], format_state(spread, run(spread, 3)))
+    wrapper = wrapper_for(work, plans["gpus"].lr, tmp_path)
+    for name in ("gpus", "mixed"):
+        build_deployment("x.alpha", name, tmp_path / name)
+    first = launch(tmp_path / "gpus", steps=3, records=tmp_path / "runs", gpu_wrapper=wrapper, checkpoint=tmp_path / "ck")
+    assert first["passed"] and first["published"] == format_state(lr, run(lr, 3))
+    then = launch(tmp_path / "mixed", steps=2, records=tmp_path / "runs", gpu_wrapper=wrapper, resume=tmp_path / "ck")
+    assert then["passed"] and then["published"] == format_state(lr, run(lr, 5))

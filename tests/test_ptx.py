@@ -511,11 +511,17 @@ def test_max_and_onehot_on_special_values(tmp_path):
         assert [bits(x) for x in owner.dev.read(owner.gs, 6 * n)] == [bits(x) for x in want], w
 
 
-def test_exact_sum_is_still_refused_by_name(tmp_path):
-    from alphac.diag import BuildError
+def test_exact_sum_has_no_owner_sum_and_the_hosts_exact_sums_of_the_rows(tmp_path):
+    """Under `contract exact_sum` the host adds the card's per-sample rows exactly (no binary64
+    owner_sum kernel): 3 steps of the MLP equal the interpreter's exact run."""
     (tmp_path / "l.alpha").write_text(MLP.replace("learner mlp\n", "learner mlp\ncontract exact_sum\n"))
-    with pytest.raises(BuildError, match="exact_sum"):
-        kernels(compile_file(tmp_path / "l.alpha").learner)
+    lr = compile_file(tmp_path / "l.alpha").learner
+    ks = kernels(lr)
+    assert [k.name for k in ks][:2] == ["grad_samples", "update_g0"]
+    owner = Owner(InterpDevice(), lr, ks)
+    for t in range(3):
+        owner.step(t)
+    assert state_bits(owner.read_state()) == state_bits(interp.run(lr, 3))
 
 
 def test_a_shuffled_minibatch_computes_the_reference_bits(tmp_path):

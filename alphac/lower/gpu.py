@@ -22,7 +22,7 @@ from alphac.nvdrv import abi
 from alphac.nvdrv.abi import CONSTANTS
 from alphac.nvdrv.conversation import Conversation
 from alphac.nvdrv.image import GPFIFO_ENTRIES, SEM_RELEASED, GpuImage
-from alphac.ptx.kernels import param_layout
+from alphac.ptx.kernels import param_count, param_layout
 
 # The completion wait's bound, by the clock: 10^6 polls of a 10 us nanosleep took about 90 s
 WAIT_NS = 4_000_000_000
@@ -65,6 +65,10 @@ def step(lr: Learner, img: GpuImage) -> str:
     if lr.loss is not None:     # scalar states the loss reads: the host computes them
         out += ["    " + line for line in grad_lines(lr, img, 0, n, "step - 1", "step",
                                                      [st for st in loss_reads(lr) if st.group is None])]
+        if lr.exact:             # rounded once; the update kernels read it from the card
+            out.append("    learner_exact_round();")
+            out += [f"    vec_copy({img.buffers['G'] + 8 * off:#x}, G_{p}, "
+                    f"{next(q.size for q in lr.params if q.name == p)});" for p, off in param_layout(lr).items()]
         out.append(f"    learner_mean({'n' if lr.batch else n});")
     out.append("    learner_scalars();")
     for g in lr.groups:
@@ -93,7 +97,8 @@ def gpu_globals(lr: Learner, img: GpuImage, conv: Conversation, label: str) -> t
               f"var nv_conv: [u8; {len(region)}] = extern;",
               f"data nv_image: [u8; {len(img.image)}] = extern;",
               "data nv_image_sha: [u8; 32] = extern;",
-              f'data gpu_owner_name: [u8] = "{label} sm_{img.sm}\\0";', "", batch_source(lr, img)]
+              f'data gpu_owner_name: [u8] = "{label} sm_{img.sm}\\0";', "", batch_source(lr, img),
+              exact_source(lr, img)]
     return lines, {"nv_calls": table, "nv_conv": region, "nv_image": img.image, "nv_image_sha": img.sha256}
 
 
@@ -123,6 +128,47 @@ def batch_source(lr: Learner, img: GpuImage) -> str:
             f"        i = i + 1;\n    }}\n    return n;\n}}\n")
 
 
+def exact_source(lr: Learner, img: GpuImage) -> str:
+    """exact_sum: `gpu_exact_check(rows, step)`. The card computes each sample's gradient row;
+    the host's accumulators XA hold its own rows' exact sums. Their copy plus the card's rows
+    negated (exact) must be exactly zero, coordinate by coordinate, wherever the host's sum is
+    finite (a NaN or infinity is never published: non-finite-state). So the card's rows have
+    the host's exact sums, which is all the contract reads of them."""
+    if not lr.exact_sums:
+        return ""
+    from alphac.formats import XC_WORDS, XS_DIGITS, XS_FLAGS
+    P = param_count(lr)
+    special = XS_FLAGS["pinf"] | XS_FLAGS["ninf"] | XS_FLAGS["nan"]      # a non-finite sum
+    return f"""global XD: [i64; {P * XC_WORDS}];
+global XDSP: [i64; {P * XS_DIGITS}];
+global XNEG: [f64; {P}];
+global XR: [f64; {P}];
+fn gpu_exact_check(rows: i64, step: i64) {{
+    xc_clear_n(XD, XDSP, {P});
+    xc_merge_n(XD, XDSP, XA, XSP, {P});
+    let t = 0;
+    while t < rows {{
+        let j = 0;
+        while j < {P} {{
+            store64(XNEG + 8 * j, load64({img.buffers['gs']:#x} + 8 * ({P} * t + j)) ^ (1 << 63));
+            j = j + 1;
+        }}
+        xc_add_n(XD, XDSP, XNEG, {P});
+        t = t + 1;
+    }}
+    xc_round_into(XR, XD, XDSP, {P});
+    let j = 0;
+    while j < {P} {{
+        if (load64(XA + {8 * XC_WORDS} * j) & {special}) == 0 && (load64(XR + 8 * j) << 1) != 0 {{
+            rt_event_num("mismatch at step ", step);
+            refuse("gpu-shadow-mismatch");
+        }}
+        j = j + 1;
+    }}
+}}
+"""
+
+
 def rows_source(lr: Learner, img: GpuImage, lo: int, hi: int) -> str:
     """`gpu_rows()`: the owner's data rows lo..hi-1 written to the card (the host read and
     checked them; a minibatch learner's are read from their files here, a row at a time)."""
@@ -149,16 +195,21 @@ def grad_lines(lr: Learner, img: GpuImage, lo: int, hi: int, t: str, at: str, st
     """An owner's compute over lo..hi (a minibatch learner: step t's samples among them, `n`):
     `states` written to the card, grad_samples and owner_sum there, the host's learner_grad,
     G compared (as step `at`). An owner without samples in the step launches nothing."""
-    gs, osum = img.launch("grad_samples"), img.launch("owner_sum")
+    gs = img.launch("grad_samples")
+    sums = [] if lr.exact else [img.launch("owner_sum")]
     out = [upload(img, s.name, s.size) for s in states]
-    launch = [f"gpu_submit({gs.entry:#x});      // grad_samples", f"gpu_submit({osum.entry:#x});      // owner_sum"]
+    launch = [f"gpu_submit({gs.entry:#x});      // grad_samples"]
+    launch += [f"gpu_submit({x.entry:#x});      // owner_sum" for x in sums]
     compare = []
     for p, off in param_layout(lr).items():
         size = next(q.size for q in lr.params if q.name == p)
         compare.append(f"gpu_compare({img.buffers['G'] + 8 * off:#x}, G_{p}, {size}, {at});")
+    if lr.exact:                 # the card's rows against the host's exact sums
+        compare = [f"gpu_exact_check({'n' if lr.batch else hi - lo}, {at});"]
     if not lr.batch:
         return out + launch + [f"learner_grad({lo}, {hi});"] + compare
-    out += [f"let gn = gpu_batch({lo}, {hi}, {t});"] + [f"store32({va:#x}, gn);" for va in gs.counts + osum.counts]
+    out += [f"let gn = gpu_batch({lo}, {hi}, {t});"]
+    out += [f"store32({va:#x}, gn);" for va in [*gs.counts, *(c for x in sums for c in x.counts)]]
     out += ["if gn > 0 {"] + ["    " + x for x in launch] + ["}", f"let n = learner_grad({lo}, {hi}, {t});",
             'if n != gn { refuse("gpu-shadow-mismatch"); }', "if n > 0 {"] + ["    " + x for x in compare]
     return out + ["}"]

@@ -372,19 +372,19 @@ GPU_NODES = (Const, Read, DataRow, Grad, Elem, Unary, Where, Pow, Dot, Sum, Pick
 
 
 def kernels(lr: Learner, sm: int = 90) -> list[Kernel]:
-    """The owner's kernels: grad_samples and owner_sum (with a loss), then one update per group.
-    A learner these kernels do not have (`contract exact_sum`) is refused with BuildError
-    before anything is generated."""
+    """The owner's kernels: grad_samples and owner_sum (with a loss; under `contract exact_sum`
+    no owner_sum: the host adds the per-sample rows exactly), then one update per group. A
+    learner with an operation these kernels do not have is refused with BuildError before
+    anything is generated."""
     from alphac.diag import BuildError
     roots = ([lr.loss] if lr.loss is not None else []) + [a.node for a in lr.update] + \
         [c.node for cs in lr.grads.values() for c in cs]
     missing = sorted({type(n).__name__ for n in postorder(roots) if not isinstance(n, GPU_NODES)})
-    if lr.exact:
-        missing.append("the exact_sum contract")
     if missing:
         raise BuildError(f"learner `{lr.name}` uses operations the GPU owner kernels do not "
                          f"have yet ({', '.join(missing)}); build it for x86_64 or aarch64")
-    out = [grad_samples(lr, sm), owner_sum(lr, sm)] if lr.loss is not None else []
+    # exact_sum: no binary64 owner sum; the host sums the per-sample rows exactly
+    out = [grad_samples(lr, sm)] + ([] if lr.exact else [owner_sum(lr, sm)]) if lr.loss is not None else []
     return out + [update(lr, g, sm) for g in lr.groups]
 
 
