@@ -114,16 +114,18 @@ class Nameserver:
                     self.reply(qid, q, [rr(ptr(12 + len(q)), A, bytes(4))])]
         if name == "bad.dns.test":             # every malformed answer first, then the good one
             good = self.reply(qid, q, good4)
-            bad = [self.reply(qid ^ 1, q, good4),                  # another id
+            two = socket.inet_aton("127.0.0.2")                    # taken, the owner fails
+            wrong = [rr(ptr(12), A, two)]
+            bad = [self.reply(qid ^ 1, q, wrong),                  # another id
                    good[:len(good) - 3],                           # truncated
-                   self.reply(qid, q, good4, flags=0x8380),        # TC
-                   self.reply(qid, q, good4, flags=0x0180),        # not a response
-                   self.reply(qid, q, good4, qd=2),                # two questions
-                   self.reply(qid, enc("evil.test") + q[-4:], good4),     # another question
-                   self.reply(qid, q, [rr(ptr(12 + len(q)), A, bytes(4))]),  # a pointer to itself
+                   self.reply(qid, q, wrong, flags=0x8380),        # TC
+                   self.reply(qid, q, wrong, flags=0x0180),        # not a response
+                   self.reply(qid, q, wrong, qd=2),                # two questions
+                   self.reply(qid, q[:-4] + b"\0\x05\0\1", wrong),   # another question
+                   self.reply(qid, q, [rr(ptr(12 + len(q)), A, two)]),    # a pointer to itself
                    self.reply(qid, q, [rr(ptr(12), A, bytes(4))[:-4] + b"\xff\xff"]),  # rdlength
                    self.reply(qid, q, [rr(ptr(12), A, bytes(3))]),   # an A of 3 bytes
-                   self.reply(qid, q, [rr(ptr(400), A, bytes(4))]),  # a pointer out of the answer
+                   self.reply(qid, q, [rr(ptr(400), A, two)]),            # a pointer out of it
                    b"", struct.pack(">H", qid), bytes(511)]
             return (bad + [good]) if qtype == A else []
         if name.startswith("fuzz"):            # the good answer, mutated at random, many times
@@ -203,7 +205,7 @@ CASES = {
     "ipv6-any-and-hosts": ("[::]:{port}", ["six.hosts.test:{port}", "[::ffff:127.0.0.1]:{port}"]),
     "dns": ("a.dns.test:{port}", ["alias.dns.test:{port}", "A.dns.test:{port}"]),
     "dns-v6": ("[::]:{port}", ["six.dns.test:{port}", "a.dns.test:{port}"]),
-    "dns-survives": ("[::]:{port}", ["bad.dns.test:{port}", "late.dns.test:{port}"]),
+    "dns-survives": ("127.0.0.1:{port}", ["bad.dns.test:{port}", "late.dns.test:{port}"]),
 }
 
 
