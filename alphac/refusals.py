@@ -39,6 +39,8 @@ REFUSALS: dict[str, tuple[int, str]] = {
     "peer-plan": (85, "a peer was built for another sample split, strategy or placement"),
     "peer-steps": (86, "a peer was started for another number of steps (`--steps`): every role of a "
                        "run must take the same steps"),
+    "name-unresolved": (87, "a role's --listen or --parent host name is in neither the hosts file nor "
+                            "any answer of the nameservers of resolv.conf within the deadline"),
     "stale-epoch": (90, "a frame or checkpoint belongs to an older epoch"),
     "artifact-hash": (100, "the launcher found an executable (or roles.json) whose SHA-256 is not "
                            "the build manifest's, or no manifest; nothing was started"),
