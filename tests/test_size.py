@@ -27,9 +27,9 @@ from conftest import ROOT
 # SHA-NI and SHA2 sequences and their encodings); data at run time (alphac/npy.py, runtime/
 # data.rt, the owners' data tables in lower/learner.py) raised the top level, runtime, lower,
 # ir and types
-BUDGETS = {"parse": 900, "types": 770, "ir": 1320, "dist": 1370, "lower": 2880, "runtime": 2460,
+BUDGETS = {"parse": 900, "types": 770, "ir": 1320, "dist": 1370, "lower": 2880, "runtime": 2850,
            "x86_64": 820, "aarch64": 885, "elf": 480, "ptx": 945, "nvdrv": 1165, "tools": 1330,
-           "math": 1300, "": 2420}
+           "math": 1300, "": 2430}
 
 
 def generated(f) -> bool:
