@@ -50,7 +50,7 @@ GPU_CARDS = {"a.gpuhost": ("GPU-5a1e7c3d-0b2f-4c6e-8a9d-1f2e3d4c5b6a", "NVIDIA H
              "c.gpuhost": ("GPU-11111111-2222-3333-4444-555555555555", "NVIDIA GeForce RTX 3090", 86, 1)}
 FAST = ("interp", "plan")
 STEPS, FIRST = 5, 3
-PTX_BUDGET = 80_000     # kernel lines x samples: larger learners are too slow for the PTX
+PTX_BUDGET = 50_000     # kernel lines x samples: larger learners are too slow for the PTX
                         # interpreter (the ptx and gpu engines; `make fuzz` says how many)
 
 

@@ -94,10 +94,31 @@ def find_manifest(start: Path) -> Path:
     raise Refusal("artifact-hash", f"no MANIFEST.json at or above {start}")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def free_port(taken: set[int] | None = None) -> int:
+    """A loopback port to listen on, below the kernel's ephemeral range when it can be read: a
+    port from bind(0) is an ephemeral one, and until its role binds it another role's outgoing
+    connection (a connect retried while its parent starts) may take it as its source port,
+    which makes that role's listen fail (seen with slow-starting GPU owners)."""
+    import random
+    taken = set() if taken is None else taken
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 0
+    candidates = random.sample(range(max(1024, low - 12000), low), 64) if low > 2048 else []
+    for port in candidates + [0]:
+        if port in taken:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            port = s.getsockname()[1]
+        if port not in taken:
+            taken.add(port)
+            return port
+    raise Refusal("launch-tool", "no free loopback port")
 
 
 # -- the inputs, checked before anything starts ---------------------------------------------------
@@ -476,7 +497,8 @@ def launch(dep_dir: str | Path, steps: int = 5, deadline_ms: int = 10000,
     nonce = os.urandom(16).hex()
     k = run_key(secret, nonce)
     rdir = new_record_dir(Path(records), table["deployment"])
-    ports = {r["role"]: free_port() for r in table["roles"] if r["listens"]}
+    taken: set[int] = set()
+    ports = {r["role"]: free_port(taken) for r in table["roles"] if r["listens"]}
     extra = {k: list(v) for k, v in (extra or {}).items()}
     for flag, path in (("--checkpoint", checkpoint), ("--resume", resume), ("--data", data)):
         if path is not None:
