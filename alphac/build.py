@@ -161,9 +161,10 @@ def build_role(plan, role, target_name: str | None = None, host=None,
     lo, hi = plan.dep.samples.range(role.index) if plan.is_owner(role) and plan.has_loss else (0, 0)
     gpu = conv = None
     if sm is not None:
-        host = host or deployment_gpu_hosts(plan)[role]
+        hosts = deployment_gpu_hosts(plan)
+        host = host or hosts[role]
         gpu, conv, _ = gpu_role_image(plan, role, name, host, ptxas_path)
-        admit_cards(plan, {**deployment_gpu_hosts(plan), role: host}, ptxas_path, {role: name})
+        admit_cards(plan, {**hosts, role: host}, ptxas_path, {role: name}, {role: gpu})
     text, blobs = role_source(plan, role, gpu)
     if gpu is not None:
         from alphac.lower import gpu as gpu_lowering
@@ -234,15 +235,17 @@ def gpu_role_image(plan, role, target_name: str, host, ptxas_path: str | None = 
     return gpu, conversation.conversation(host, gpu), built
 
 
-def admit_cards(plan, hosts: dict, ptxas_path: str | None = None, targets: dict | None = None) -> None:
+def admit_cards(plan, hosts: dict, ptxas_path: str | None = None, targets: dict | None = None,
+                images: dict | None = None) -> None:
     """Per-card memory admission: the GPU owners on one card (by UUID) together demand at most
-    its declared memory; another card's memory never counts. CompileError E0120 naming them."""
+    its declared memory; another card's memory never counts. CompileError E0120 naming them.
+    `images`: launch images already planned (the others are planned here)."""
     cards: dict[bytes, list] = {}
     for r, h in sorted(hosts.items(), key=lambda kv: (kv[0].index or 0)):
         t = (targets or {}).get(r) or plan.dep.target_of(r)
         if "+" not in t:
             continue
-        gpu, _, _ = gpu_role_image(plan, r, t, h, ptxas_path)
+        gpu = (images or {}).get(r) or gpu_role_image(plan, r, t, h, ptxas_path)[0]
         cards.setdefault(h.uuid, []).append((r, h, gpu.demand))
     for uuid, users in sorted(cards.items()):
         demand = sum(d for _, _, d in users)

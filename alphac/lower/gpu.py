@@ -55,6 +55,12 @@ def loss_reads(lr: Learner) -> list:
     return [s for s in lr.states if s.name in read]
 
 
+def g_pieces(lr: Learner, img: GpuImage) -> list[tuple[str, int, int]]:
+    """(param, the card's address of its part of G, its size), in declaration order."""
+    offs = param_layout(lr)
+    return [(p.name, img.buffers["G"] + 8 * offs[p.name], p.size) for p in lr.params]
+
+
 def upload(img: GpuImage, name: str, size: int) -> str:
     return f"vec_copy({img.buffers[f'state_{name}']:#x}, st_{name}, {size});"
 
@@ -67,8 +73,7 @@ def step(lr: Learner, img: GpuImage) -> str:
                                                      [st for st in loss_reads(lr) if st.group is None])]
         if lr.exact:             # rounded once; the update kernels read it from the card
             out.append("    learner_exact_round();")
-            out += [f"    vec_copy({img.buffers['G'] + 8 * off:#x}, G_{p}, "
-                    f"{next(q.size for q in lr.params if q.name == p)});" for p, off in param_layout(lr).items()]
+            out += [f"    vec_copy({va:#x}, G_{p}, {size});" for p, va, size in g_pieces(lr, img)]
         out.append(f"    learner_mean({'n' if lr.batch else n});")
     out.append("    learner_scalars();")
     for g in lr.groups:
@@ -200,10 +205,7 @@ def grad_lines(lr: Learner, img: GpuImage, lo: int, hi: int, t: str, at: str, st
     out = [upload(img, s.name, s.size) for s in states]
     launch = [f"gpu_submit({gs.entry:#x});      // grad_samples"]
     launch += [f"gpu_submit({x.entry:#x});      // owner_sum" for x in sums]
-    compare = []
-    for p, off in param_layout(lr).items():
-        size = next(q.size for q in lr.params if q.name == p)
-        compare.append(f"gpu_compare({img.buffers['G'] + 8 * off:#x}, G_{p}, {size}, {at});")
+    compare = [f"gpu_compare({va:#x}, G_{p}, {size}, {at});" for p, va, size in g_pieces(lr, img)]
     if lr.exact:                 # the card's rows against the host's exact sums
         compare = [f"gpu_exact_check({'n' if lr.batch else hi - lo}, {at});"]
     if not lr.batch:
@@ -221,9 +223,7 @@ def role_update(lr: Learner, img: GpuImage, ranges: dict[int, tuple[int, int]]) 
     card, learner_group_<N> on the host, the updated coordinates compared."""
     out = []
     if lr.loss is not None:
-        for p, off in param_layout(lr).items():
-            size = next(q.size for q in lr.params if q.name == p)
-            out.append(f"vec_copy({img.buffers['G'] + 8 * off:#x}, G_{p}, {size});")
+        out += [f"vec_copy({va:#x}, G_{p}, {size});" for p, va, size in g_pieces(lr, img)]
     for g in lr.groups:
         lo, hi = ranges.get(g.index, (0, 0))
         if hi <= lo:
