@@ -292,7 +292,8 @@ def roles_table(plan) -> dict:
     for r in plan.roles():
         parent = plan.parent(r)
         rows = list(plan.dep.samples.range(r.index)) if plan.is_owner(r) and loaded else None
-        roles.append({"role": str(r), "file": str(r), "parent": str(parent) if parent else None,
+        roles.append({"role": str(r), "file": str(r), "rank": plan.rank(r),
+                      "parent": str(parent) if parent else None,
                       "listens": bool(plan.children(r)), "target": plan.dep.target_of(r),
                       "samples": rows})
     return {"format": 1, "deployment": plan.dep.name, "learner": plan.lr.name,

@@ -41,6 +41,9 @@ REFUSALS: dict[str, tuple[int, str]] = {
                        "run must take the same steps"),
     "name-unresolved": (87, "a role's --listen or --parent host name is in neither the hosts file nor "
                             "any answer of the nameservers of resolv.conf within the deadline"),
+    "rank-out-of-range": (88, "`--rank R` names a role this executable is not built for (its "
+                              "compiled rank, or its index node's ranks)"),
+    "rank-duplicate": (89, "two roles with the same rank connect to one parent"),
     "stale-epoch": (90, "a frame or checkpoint belongs to an older epoch"),
     "artifact-hash": (100, "the launcher found an executable (or roles.json) whose SHA-256 is not "
                            "the build manifest's, or no manifest; nothing was started"),

@@ -108,6 +108,15 @@ class Plan:
             out += [t.role(level, k) for k in range(n)]
         return out
 
+    def rank(self, role: Role) -> int:
+        """The role's position in `roles()` (arithmetic: fleets too): what an engine's task
+        number (SLURM_PROCID, JOB_COMPLETION_INDEX) names, and `--rank` checks."""
+        t = self.topo
+        if isinstance(t, Star):
+            return 0 if role == t.center else 1 + role.index
+        level = t.level_of(role)
+        return sum(t.counts[:level]) + (role.index or 0)
+
     def role_classes(self) -> list[tuple[str, list[Role]]]:
         """Each index node with representative members (first and last)."""
         t = self.topo

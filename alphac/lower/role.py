@@ -378,7 +378,9 @@ class RoleLowering:
                 f"const ROLE_CODE = {code_of(plan, role)};",
                 f"const N_CHILDREN = {len(kids)};",
                 f"const HAS_PARENT = {1 if self.parent else 0};",
-                f"const PARENT_CODE = {code_of(plan, self.parent) if self.parent else -1};"]
+                f"const PARENT_CODE = {code_of(plan, self.parent) if self.parent else -1};",
+                f"const ROLE_RANK = {plan.rank(role)};",
+                f"const PARENT_RANK = {plan.rank(self.parent) if self.parent else 0};"]
         head += [f"const ID_{c.upper()} = {short(dg[c])};" for c in COMPONENTS]
         head += ["data role_identity: [u8; HELLO_BYTES] = extern;",
                  f"data role_name: [u8] = \"{role}\\0\";",
