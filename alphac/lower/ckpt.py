@@ -46,8 +46,9 @@ def check_names(lr) -> None:
 
 
 def save_lines(holdings, role: str, writer: int) -> list[str]:
-    """`holdings`: [(state name, lo, hi)] in declaration order; records go to ck_recs."""
-    return [f'ckpt_begin(dir, "{role}", {writer}, v);'] + [
+    """`holdings`: [(state name, lo, hi)] in declaration order; records go to ck_recs. `role`:
+    the address of its name (a string literal, or a buffer)."""
+    return [f'ckpt_begin(dir, {role}, {writer}, v);'] + [
         f'ckpt_shard("{name}", {lo}, {hi}, st_{name} + {8 * lo}, ck_recs + {REC * k});'
         for k, (name, lo, hi) in enumerate(holdings)]
 
@@ -92,7 +93,7 @@ def single_source(lr) -> tuple[str, dict[str, bytes]]:
     holdings = [(s.name, 0, s.size) for s in lr.states]
     lines = ["data role_identity: [u8; HELLO_BYTES] = extern;"] + declarations(lr, len(holdings))
     lines += ["", "fn learner_save(dir: i64, v: i64) {"]
-    lines += ["    " + l for l in save_lines(holdings, "single", 0)]
+    lines += ["    " + l for l in save_lines(holdings, '"single"', 0)]
     lines += [f'    ckpt_manifest("MANIFEST", 0, 0, 0, 1, {len(holdings)});', "}",
               "", "fn learner_resume(dir: i64) -> i64 {"]
     lines += ["    " + l for l in restore_lines(holdings, 0, 0, 1, lr.exact)]

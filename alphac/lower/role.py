@@ -50,6 +50,7 @@ class RoleLowering:
         self.owner = plan.is_owner(role)
         self.children = plan.children(role)
         self.parent = plan.parent(role)
+        self.k = role.index             # its index (an expression in an index node's program)
         self.params = self.lr.params
         self.poff = {}
         off = 0
@@ -104,6 +105,38 @@ class RoleLowering:
     def put(self, line: str) -> None:
         self.lines.append("    " + line)
 
+    def code(self, peer: Role):
+        """A peer's role code (what its frames carry)."""
+        return code_of(self.plan, peer)
+
+    def index_of(self, peer: Role):
+        return peer.index
+
+    def kid(self, slot: int):
+        """Code for child `slot` alone: a no-op here (an index node guards the later slots)."""
+        from contextlib import nullcontext
+        return nullcontext()
+
+    def samples(self):
+        return self.plan.dep.samples.range(self.k)
+
+    def updates(self) -> dict:
+        return self.plan.updates(self.k)
+
+    def name_text(self) -> str:
+        """The role's name (a string's address): its checkpoint shard folder."""
+        return f'"{self.role}"'
+
+    def manifest_text(self) -> str:
+        return f'"{self.role}/MANIFEST"'
+
+    def records(self, at):
+        """The shard records a combining role's sub-manifest lists, `at` from every child."""
+        return at
+
+    def guard(self, peer: Role, lines: list[str]) -> list[str]:
+        return lines
+
     def fd(self, peer: Role) -> str:
         if peer == self.parent:
             return "load64(fd_parent)"
@@ -120,7 +153,7 @@ class RoleLowering:
     def recv(self, peer: Role, kind: str, buf: str, words: int) -> None:
         if buf == "msg":
             self.need(words)
-        self.put(f"frame_recv({self.fd(peer)}, {code_of(self.plan, peer)}, {KINDS[kind]}, v, {buf}, {8 * words});")
+        self.put(f"frame_recv({self.fd(peer)}, {self.code(peer)}, {KINDS[kind]}, v, {buf}, {8 * words});")
 
     def pack_states(self, states) -> int:
         at = 0
@@ -133,7 +166,7 @@ class RoleLowering:
         plan, lr = self.plan, self.lr
         P = self.P
         if a.op == "compute":
-            lo, hi = plan.dep.samples.range(self.role.index)
+            lo, hi = self.samples()
             if self.gpu is not None and hi > lo:      # on the card, the host's the reference
                 for line in gpu_lowering.grad_lines(lr, self.gpu, lo, hi, "v", "v + 1",
                                                     gpu_lowering.loss_reads(lr)):
@@ -156,7 +189,7 @@ class RoleLowering:
             if lr.loss is not None and self.role == plan.root:   # the step's (L, n), exact
                 self.put(f"rt_event_loss(v, loadf(comb + {8 * (P - 1)}), load64(comb + {8 * P}));")
         elif a.op == "update":
-            ranges = plan.updates(self.role.index)
+            ranges = self.updates()
             if lr.loss is not None and ranges:
                 self.put("learner_mean(load64(g_n));")
             self.put("learner_scalars();")
@@ -194,7 +227,7 @@ class RoleLowering:
         elif kind == "deliver":
             if self.plan.is_owner(peer) and "gradients" in self.plan.part:
                 at = 0
-                for name, lo, hi in self.slices(peer.index):
+                for name, lo, hi in self.slices(self.index_of(peer)):
                     self.put(f"vec_copy(msg + {8 * at}, comb + {8 * (self.poff[name] + lo)}, {hi - lo});")
                     at += hi - lo
                 self.put(f"store64(msg + {8 * at}, load64(comb + {8 * P}));")
@@ -215,7 +248,7 @@ class RoleLowering:
             self.put(f"let spills{k} = load64(xcb{k} + {8 * (self.PX + 1)});")
             self.put(f"if ult({P}, spills{k}) {{ refuse(\"frame-bad-accumulator\"); }}")
             self.put(f"if spills{k} > 0 {{")
-            self.put(f"    frame_recv({self.fd(peer)}, {code_of(self.plan, peer)}, {KINDS[kind]}, v, "
+            self.put(f"    frame_recv({self.fd(peer)}, {self.code(peer)}, {KINDS[kind]}, v, "
                      f"xspill, {8 * (XS_DIGITS + 1)} * spills{k});")
             self.put("}")
             self.put(f"if xc_unpack_spills(xcb{k}, xcbsp{k}, {P}, xspill, spills{k}) == 0 "
@@ -228,7 +261,7 @@ class RoleLowering:
                 return
             if "gradients" in self.plan.part:
                 at = 0
-                pieces = self.slices(self.role.index)
+                pieces = self.slices(self.k)
                 words = sum(hi - lo for _, lo, hi in pieces) + 1
                 self.recv(peer, kind, "msg", words)
                 for name, lo, hi in pieces:
@@ -277,7 +310,8 @@ class RoleLowering:
         else:
             self.put(f"vec_copy(comb, cb0, {n});")
             for k in range(1, len(self.children)):
-                self.put(f"combine_into(comb, cb{k}, {P});")
+                with self.kid(k):
+                    self.put(f"combine_into(comb, cb{k}, {P});")
 
     def combine_exact(self) -> None:
         """exact_sum: the children's accumulators added into xcomb in child order (integer
@@ -288,10 +322,11 @@ class RoleLowering:
         self.put(f"xc_clear_n(xcomb, xcsp, {P});")
         self.put(f"store64(xcomb + {8 * PX}, 0);")
         for k in range(len(self.children)):
-            self.put(f"xc_merge_n(xcomb, xcsp, xcb{k}, xcbsp{k}, {P});")
-            self.put(f"store64(xcomb + {8 * PX}, load64(xcomb + {8 * PX}) + load64(xcb{k} + {8 * PX}));")
-            # its spill regions zeroed for the next step (its words the next frame overwrites)
-            self.put(f"if spills{k} > 0 {{ xc_clear_n(xcb{k}, xcbsp{k}, {P}); }}")
+            with self.kid(k):
+                self.put(f"xc_merge_n(xcomb, xcsp, xcb{k}, xcbsp{k}, {P});")
+                self.put(f"store64(xcomb + {8 * PX}, load64(xcomb + {8 * PX}) + load64(xcb{k} + {8 * PX}));")
+                # its spill regions zeroed for the next step (its words the next frame overwrites)
+                self.put(f"if spills{k} > 0 {{ xc_clear_n(xcb{k}, xcbsp{k}, {P}); }}")
         if self.role == self.plan.root:
             self.put(f"xc_round_into(comb, xcomb, xcsp, {P});")
             self.put(f"store64(comb + {8 * P}, load64(xcomb + {8 * PX}));")
@@ -301,7 +336,7 @@ class RoleLowering:
         """What owner k (default: this one) holds of each state, as it writes and restores it
         (`Plan.holding`; a replicated state it does not hold is left out, an empty slice of a
         partitioned one is written as an empty shard)."""
-        k = self.role.index if k is None else k
+        k = self.k if k is None else k
         out = []
         for s in self.lr.states:
             lo, hi = self.plan.holding(k, s)
@@ -323,18 +358,18 @@ class RoleLowering:
             if a.kind != "checkpoint" and a.op not in ("save", "manifest"):
                 continue
             if a.op == "save":
-                lines += ckpt.save_lines(self.holdings(), str(self.role), self.role.index)
+                lines += ckpt.save_lines(self.holdings(), self.name_text(), self.k)
             elif a.op == "manifest":
-                lines.append(f'ckpt_begin(dir, "{self.role}", 0, v);')
+                lines.append(f'ckpt_begin(dir, {self.name_text()}, 0, v);')
                 lo, hi = self.subtree(self.role)
                 if self.role == self.plan.root:
                     lines.append(f'ckpt_manifest("MANIFEST", 0, {self.layout}, 0, {self.plan.dep.owners}, {at});')
                 else:
-                    lines.append(f'ckpt_manifest("{self.role}/MANIFEST", 1, {self.layout}, {lo}, {hi}, {at});')
+                    lines.append(f'ckpt_manifest({self.manifest_text()}, 1, {self.layout}, {lo}, {hi}, {self.records(at)});')
             elif a.op == "recv":
                 n = self.records_from(a.peer)
-                lines.append(f"frame_recv({self.fd(a.peer)}, {code_of(self.plan, a.peer)}, "
-                             f"{KINDS['checkpoint']}, v, ck_recs + {REC * at}, {REC * n});")
+                lines += self.guard(a.peer, [f"frame_recv({self.fd(a.peer)}, {self.code(a.peer)}, "
+                                             f"{KINDS['checkpoint']}, v, ck_recs + {REC * at}, {REC * n});"])
                 at += n
             elif a.op == "send":
                 if self.owner:
@@ -348,7 +383,7 @@ class RoleLowering:
     def resume_body(self) -> list[str]:
         any_layout = self.lr.exact        # exact_sum: every layout's state is the same run's
         if self.owner:
-            lines = ckpt.restore_lines(self.holdings(), self.role.index, self.layout,
+            lines = ckpt.restore_lines(self.holdings(), self.k, self.layout,
                                        self.plan.dep.owners, any_layout)
         else:
             lines = ckpt.load_root_lines(self.layout, self.plan.dep.owners, any_layout=any_layout)
@@ -374,16 +409,11 @@ class RoleLowering:
         resume_body = self.resume_body()
         dg = digests(plan.dep)
         kids = [code_of(plan, c) for c in self.children]
-        head = [f"// role {role} of deployment {plan.dep.name} (generated by alphac)",
-                f"const ROLE_CODE = {code_of(plan, role)};",
-                f"const N_CHILDREN = {len(kids)};",
-                f"const HAS_PARENT = {1 if self.parent else 0};",
-                f"const PARENT_CODE = {code_of(plan, self.parent) if self.parent else -1};",
-                f"const ROLE_RANK = {plan.rank(role)};",
-                f"const PARENT_RANK = {plan.rank(self.parent) if self.parent else 0};"]
+        head = [f"// {self.describe()} of deployment {plan.dep.name} (generated by alphac)",
+                f"const HAS_PARENT = {1 if self.parent else 0};"]
         head += [f"const ID_{c.upper()} = {short(dg[c])};" for c in COMPONENTS]
         head += ["data role_identity: [u8; HELLO_BYTES] = extern;",
-                 f"data role_name: [u8] = \"{role}\\0\";",
+                 self.name_declaration(),
                  "global fd_parent: [i64; 1];",
                  f"global fd_child: [i64; {max(1, len(kids))}];",
                  f"global msg: [f64; {self.msg_words}];",
@@ -399,10 +429,7 @@ class RoleLowering:
             head += [f"global cb{k}: [f64; {self.P + 1}];" for k in range(len(kids))]
         head += ckpt.declarations(self.lr, self.ck_records)
         head += self.extra
-        slot = ["fn role_child_slot(code: i64) -> i64 {"]
-        slot += [f"    if code == {c} {{ return {k}; }}" for k, c in enumerate(kids)]
-        slot += ["    return -1;", "}"]
-        text = "\n".join(head) + "\n\n" + "\n".join(slot) + "\n\n"
+        text = "\n".join(head) + "\n\n" + "\n".join(self.setup(kids)) + "\n\n"
         text += "fn role_step(v: i64) {\n" + "\n".join(step_body) + "\n}\n\n"
         text += "fn role_final(v: i64) {\n" + "\n".join(final_body) + "\n}\n\n"
         text += "fn role_save(dir: i64, v: i64) {\n" + "\n".join("    " + l for l in save_body) + "\n}\n\n"
@@ -414,6 +441,29 @@ class RoleLowering:
             lo, hi = plan.dep.samples.range(role.index) if plan.has_loss else (0, 0)
             text += "\n" + gpu_lowering.role_start(self.lr, self.gpu, lo, hi)
         return text, blobs
+
+    # -- who it is ---------------------------------------------------------------------------------
+    def describe(self) -> str:
+        return f"role {self.role}"
+
+    def name_declaration(self) -> str:
+        return f"data role_name: [u8] = \"{self.role}\\0\";"
+
+    def setup(self, kids: list[int]) -> list[str]:
+        """role_setup(rank): `--rank`, when given, must be the role's own; the role's globals;
+        role_child_slot(code): a child's slot by its role code (-1: not a child)."""
+        plan, role = self.plan, self.role
+        rank = plan.rank(role)
+        out = ["fn role_setup(rank: i64) {",
+               f"    if rank >= 0 && rank != {rank} {{ refuse(\"rank-out-of-range\"); }}",
+               f"    store64(net_sender, {code_of(plan, role)});",
+               f"    store64(role_rank, {rank});",
+               f"    store64(role_parent_rank, {plan.rank(self.parent) if self.parent else 0});",
+               f"    store64(role_parent_code, {code_of(plan, self.parent) if self.parent else -1});",
+               f"    store64(role_nkids, {len(kids)});", "}", "",
+               "fn role_child_slot(code: i64) -> i64 {"]
+        out += [f"    if code == {c} {{ return {k}; }}" for k, c in enumerate(kids)]
+        return out + ["    return -1;", "}"]
 
 
 def role_source(plan: Plan, role: Role, gpu=None) -> tuple[str, dict[str, bytes]]:

@@ -35,7 +35,7 @@ source line that later instructions come from.
 
 Each runtime file is a module: it opens with `use core, sha256;` (the files whose items it
 reads) and declares with `extern` what the code generated for a learner, a role or a GPU owner
-supplies (`extern fn learner_step();`, `extern const N_CHILDREN;`, `extern global msg;`). A
+supplies (`extern fn learner_step();`, `extern const HAS_PARENT;`, `extern global msg;`). A
 file sees its own items, those of the files it uses (directly), its externs and the target's
 prelude; `check_modules` refuses anything else, and every extern must be defined, once, by the
 program with the signature it declares. `modules(entry)` is the list of files a program needs,
