@@ -220,7 +220,8 @@ def build_all(out_dir: str | Path = "build/all", progress=None) -> dict:
 
 
 # ---- roles of deployments ----------------------------------------------------------------------
-MAX_BUILT_ROLES = 256      # fleets are checked and planned, not built one executable per role
+MAX_BUILT_ROLES = 256      # beyond, a deployment is built one executable per index node
+MAX_LISTED_ROLES = 4096    # roles.json lists each role up to this many (a launch on one machine)
 
 
 @__import__("functools").lru_cache(maxsize=8)
@@ -284,21 +285,36 @@ def gpu_inputs(plan) -> list[str]:
     return sorted(set(out))
 
 
-def roles_table(plan) -> dict:
-    """What the launcher needs to start a deployment: each role, its file, parent and target."""
+def roles_table(plan, fleet: bool = False) -> dict:
+    """What the launcher and the engines' writers need to start a deployment: the executables
+    as `nodes` (each serving the ranks [rank, rank + size): one role, or with `fleet` an index
+    node's members) and, up to MAX_LISTED_ROLES, each role: its rank, file, parent and target."""
     from alphac.dist.identity import digests
-    roles = []
+    from alphac.lower.fleet import Node, nodes
+    built = nodes(plan) if fleet else [
+        Node(r.name, r.index, None if r.index is None else r.index + 1, plan.rank(r), 0)
+        for r in plan.roles()]
+    files = [{"file": n.file, "name": n.name, "rank": n.rank, "size": n.size,
+              "index": n.lo or 0, "target": plan.dep.target_of(n.role()),
+              "listens": bool(plan.children(n.role()))} for n in built]
     loaded = [d.file for d in plan.lr.data if d.file is not None]
-    for r in plan.roles():
-        parent = plan.parent(r)
-        rows = list(plan.dep.samples.range(r.index)) if plan.is_owner(r) and loaded else None
-        roles.append({"role": str(r), "file": str(r), "rank": plan.rank(r),
-                      "parent": str(parent) if parent else None,
-                      "listens": bool(plan.children(r)), "target": plan.dep.target_of(r),
-                      "samples": rows})
+    roles = []
+    if plan.role_count() <= MAX_LISTED_ROLES:
+        file_of = {}
+        for n in built:
+            for k in n.members():
+                file_of[plan.rank(n.role(k if n.lo is not None else None))] = n.file
+        for r in plan.roles():
+            parent = plan.parent(r)
+            rows = list(plan.dep.samples.range(r.index)) if plan.is_owner(r) and loaded else None
+            roles.append({"role": str(r), "file": file_of[plan.rank(r)], "rank": plan.rank(r),
+                          "parent": str(parent) if parent else None,
+                          "listens": bool(plan.children(r)), "target": plan.dep.target_of(r),
+                          "samples": rows})
     return {"format": 1, "deployment": plan.dep.name, "learner": plan.lr.name,
             "identity": {k: v.hex() for k, v in digests(plan.dep).items()},
-            "root": str(plan.root), "roles": roles, "batches": plan.lr.batches,
+            "root": str(plan.root), "roles": roles, "nodes": files, "role_count": plan.role_count(),
+            "batches": plan.lr.batches,
             "data": [{"path": f.path, "load": f.rel, "bytes": f.size, "root": f.root}
                      for f in loaded]}
 
@@ -310,34 +326,70 @@ def build_roles_table(recipe: dict) -> Built:
     plan = plans.get(recipe["deployment"])
     if plan is None:
         raise RecipeError(f"no deployment `{recipe['deployment']}` in {recipe['source']}")
-    table = roles_table(plan)
+    table = roles_table(plan, bool(recipe.get("fleet")))
     table["source"] = recipe["source"]
     data = (json.dumps(table, indent=2, sort_keys=True) + "\n").encode()
     return Built(data, learner_inputs(recipe["source"], compiled), {})
 
 
-def deployment_recipes(source: str, name: str, plan) -> list[tuple[str, dict]]:
-    """One deployment's artifacts: `roles.json` and one executable per role."""
+def deployment_recipes(source: str, name: str, plan, fleet: bool = False) -> list[tuple[str, dict]]:
+    """One deployment's artifacts: `roles.json` and one executable per role, or with `fleet`
+    one per index node (a node of one role, a GPU owner's say, is that role's recipe)."""
     from alphac.build import deployment_gpu_hosts
+    from alphac.lower.fleet import nodes
     hosts = deployment_gpu_hosts(plan)
-    out = [("roles.json", {"kind": "roles-table", "source": source, "deployment": name})]
-    return out + [(str(r), role_recipe(source, name, str(r), plan.dep.target_of(r), hosts.get(r)))
-                  for r in plan.roles()]
+    table = {"kind": "roles-table", "source": source, "deployment": name}
+    if not fleet:
+        return [("roles.json", table)] + [
+            (str(r), role_recipe(source, name, str(r), plan.dep.target_of(r), hosts.get(r)))
+            for r in plan.roles()]
+    out = [("roles.json", {**table, "fleet": True})]
+    for n in nodes(plan):
+        r = n.role(n.lo)
+        if n.size == 1:
+            out.append((n.file, role_recipe(source, name, str(r), plan.dep.target_of(r), hosts.get(r))))
+        else:
+            out.append((n.file, {"kind": "node", "source": source, "deployment": name,
+                                 "node": n.file, "target": plan.dep.target_of(r)}))
+    return out
 
 
-def build_deployment(source: str | Path, name: str, out_dir: str | Path) -> dict:
-    """`alphac build FILE --deployment NAME -o DIR`: the deployment's roles and roles.json in
-    DIR, then DIR/MANIFEST.json (last): what `alphac launch DIR` runs. Returns the manifest."""
+@kind("node")
+def build_node_recipe(recipe: dict) -> Built:
+    """An index node's executable (alphac.lower.fleet): every member, chosen by --rank."""
+    from alphac.build import build_node
+    from alphac.lower.fleet import nodes
+    for field in ("source", "deployment", "node", "target"):
+        if not isinstance(recipe.get(field), str):
+            raise RecipeError(f"node recipe: `{field}` must be a string")
+    compiled, plans = plans_of(recipe["source"])
+    plan = plans.get(recipe["deployment"])
+    if plan is None:
+        raise RecipeError(f"no deployment `{recipe['deployment']}` in {recipe['source']}")
+    found = [n for n in nodes(plan) if n.file == recipe["node"]]
+    if not found:
+        raise RecipeError(f"deployment `{plan.dep.name}` has no index node `{recipe['node']}`")
+    image = build_node(plan, found[0], recipe["target"])
+    return Built(image.elf, learner_inputs(recipe["source"], compiled), {})
+
+
+def build_deployment(source: str | Path, name: str, out_dir: str | Path,
+                     fleet: bool | None = None, progress=None) -> dict:
+    """`alphac build FILE --deployment NAME -o DIR [--fleet]`: the deployment's executables
+    (one per role; with `fleet`, and always beyond MAX_BUILT_ROLES roles, one per index node)
+    and roles.json in DIR, then DIR/MANIFEST.json (last): what `alphac launch DIR` runs."""
     src = manifest.input_path(source)
     _, plans = plans_of(src)
     if name not in plans:
         raise RecipeError(f"no deployment `{name}` in {src} (deployments: "
                           f"{', '.join(sorted(plans)) or 'none'})")
-    if plans[name].role_count() > MAX_BUILT_ROLES:
-        raise RecipeError(f"deployment `{name}` has {plans[name].role_count()} roles; at most "
-                          f"{MAX_BUILT_ROLES} are built one executable per role")
+    if fleet is None:
+        fleet = plans[name].role_count() > MAX_BUILT_ROLES
     entries, inputs, tools = {}, [], {}
-    for path, recipe in deployment_recipes(src, name, plans[name]):
+    recipes = deployment_recipes(src, name, plans[name], fleet)
+    for k, (path, recipe) in enumerate(recipes):
+        if progress:
+            progress(k, len(recipes), path)
         b = build(recipe)
         write_file(Path(out_dir) / path, b.data, mode(recipe))
         entries[path] = manifest.artifact_entry(b.data, recipe, b.inputs)

@@ -177,6 +177,19 @@ def build_role(plan, role, target_name: str | None = None, host=None,
     return Image(tgt, elf, code, prog, gen + "\n" + text, addrs)
 
 
+def build_node(plan, node, target_name: str | None = None) -> Image:
+    """One index node of a deployment (alphac.lower.fleet): one executable for all its members,
+    each chosen at run time by `--rank`. A node of one role is that role's build."""
+    from alphac.lower.fleet import node_source, node_target
+    if node.size == 1:
+        return build_role(plan, node.role(node.lo), target_name)
+    text, blobs = node_source(plan, node)        # refuses what is not built this way
+    tgt = target(target_name or node_target(plan, node))
+    prog, gen = program_for(plan.lr, tgt, main="role", extra=text, blobs=blobs)
+    elf, code, addrs = link_program(prog, tgt)
+    return Image(tgt, elf, code, prog, gen + "\n" + text, addrs)
+
+
 def deployment_gpu_hosts(plan) -> dict:
     """Each GPU owner's host, from the deployment's `gpu` item (files relative to the source);
     CompileError E0123 at the item for a file that is not a valid description."""

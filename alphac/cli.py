@@ -151,6 +151,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--deployment", metavar="NAME",
                    help="build this deployment's role executables, roles.json and MANIFEST.json "
                         "into the directory -o names: what `alphac launch DIR` runs")
+    p.add_argument("--fleet", action="store_true",
+                   help="with --deployment: one executable per index node (its members chosen at "
+                        "run time by --rank) rather than per role; always so beyond 256 roles")
     p.add_argument("--target", dest="sub_target", type=_target, default=None,
                    help="instruction set (default x86_64), or x86_64+sm_86 / x86_64+sm_90 for a "
                         "GPU owner")
@@ -486,7 +489,7 @@ def _build_deployment(args) -> int:
               "the directory -o DIR; it takes no --emit or --target", file=sys.stderr)
         return 2
     try:
-        m = build_deployment(args.file, args.deployment, args.output)
+        m = build_deployment(args.file, args.deployment, args.output, args.fleet or None)
     except CompileError as e:
         return _report(e)
     except (BuildError, RecipeError, ManifestError) as e:
@@ -496,7 +499,9 @@ def _build_deployment(args) -> int:
         print(f"alphac: error: cannot write `{e.filename}`: {e.strerror or e}", file=sys.stderr)
         return 1
     roles = len(m["artifacts"]) - 1
-    print(f"alphac: {roles} role{'s' * (roles != 1)}, roles.json and {args.output}/MANIFEST.json; "
+    fleet = any(e["recipe"].get("fleet") for e in m["artifacts"].values())
+    what = "executable" if fleet else "role"
+    print(f"alphac: {roles} {what}{'s' * (roles != 1)}, roles.json and {args.output}/MANIFEST.json; "
           f"run it with `alphac launch {args.output}`", file=sys.stderr)
     return 0
 

@@ -120,6 +120,10 @@ class RoleLowering:
     def samples(self):
         return self.plan.dep.samples.range(self.k)
 
+    def some(self, lo, hi) -> bool:
+        """Whether the range may hold coordinates (an index node's run-time range: always)."""
+        return hi > lo
+
     def updates(self) -> dict:
         return self.plan.updates(self.k)
 
@@ -198,7 +202,7 @@ class RoleLowering:
                     self.put(line)
             for g in lr.groups:
                 lo, hi = ranges.get(g.index, (0, 0))
-                if hi > lo and self.gpu is None:
+                if self.gpu is None and self.some(lo, hi):
                     self.put(f"learner_group_{g.index}({lo}, {hi});")
             self.put("learner_commit();")
         elif a.op == "publish":
@@ -326,7 +330,7 @@ class RoleLowering:
                 self.put(f"xc_merge_n(xcomb, xcsp, xcb{k}, xcbsp{k}, {P});")
                 self.put(f"store64(xcomb + {8 * PX}, load64(xcomb + {8 * PX}) + load64(xcb{k} + {8 * PX}));")
                 # its spill regions zeroed for the next step (its words the next frame overwrites)
-                self.put(f"if spills{k} > 0 {{ xc_clear_n(xcb{k}, xcbsp{k}, {P}); }}")
+                self.put(f"if load64(xcb{k} + {8 * (PX + 1)}) > 0 {{ xc_clear_n(xcb{k}, xcbsp{k}, {P}); }}")
         if self.role == self.plan.root:
             self.put(f"xc_round_into(comb, xcomb, xcsp, {P});")
             self.put(f"store64(comb + {8 * P}, load64(xcomb + {8 * PX}));")

@@ -127,14 +127,18 @@ def check_table(t) -> dict:
     def bad(why):
         return Refusal("launch-input", f"roles.json: {why}")
     if not isinstance(t, dict) or t.get("format") != 1 or not isinstance(t.get("roles"), list) \
-            or not t["roles"] or not isinstance(t.get("identity"), dict):
+            or not isinstance(t.get("identity"), dict):
         raise bad("not a table of format 1 with roles and an identity")
+    if not t["roles"]:
+        raise bad(f"it lists no roles: a fleet of {t.get('role_count')} roles is not launched on "
+                  "one machine (`alphac slurm`, `alphac k8s`)")
     if not all(isinstance(t.get(k), str) for k in ("learner", "root")) \
             or not is_name(t.get("deployment")):
         raise bad("learner, root or deployment is not a name")
     for i, r in enumerate(t["roles"]):
         if not (isinstance(r, dict) and is_name(r.get("role")) and is_name(r.get("file"))
                 and isinstance(r.get("listens"), bool) and isinstance(r.get("target"), str)
+                and (r.get("rank") is None or (type(r["rank"]) is int and r["rank"] >= 0))
                 and (r.get("parent") is None or isinstance(r["parent"], str))):
             raise bad(f"role {i} is not a role entry")
     names = [r["role"] for r in t["roles"]]
@@ -485,7 +489,7 @@ def launch(dep_dir: str | Path, steps: int = 5, deadline_ms: int = 10000,
     `gpu_wrapper` prefixes each GPU owner's command line."""
     dep_dir = Path(dep_dir)
     table, manifest, mpath = load_table(dep_dir)
-    hashes = check_hashes(dep_dir, [r["file"] for r in table["roles"]], manifest, mpath)
+    hashes = check_hashes(dep_dir, sorted({r["file"] for r in table["roles"]}), manifest, mpath)
     if targets:                        # run other builds of the roles (e.g. every owner swapped)
         for r in table["roles"]:
             r["target"] = targets.get(r["role"], r["target"])
@@ -507,6 +511,8 @@ def launch(dep_dir: str | Path, steps: int = 5, deadline_ms: int = 10000,
     for r in table["roles"]:
         argv = [str((dep_dir / r["file"]).resolve()), "--steps", str(steps), "--deadline-ms",
                 str(deadline_ms), "--events", str((rdir / "events" / f"{r['role']}.log").resolve())]
+        if r.get("rank") is not None:        # an index node's member is chosen by its rank
+            argv += ["--rank", str(r["rank"])]
         if r["listens"]:
             argv += ["--listen", f"127.0.0.1:{ports[r['role']]}"]
         if r["parent"]:
