@@ -38,17 +38,19 @@ def run_exe(path: Path, *args, target: str = "x86_64", timeout: float = 60):
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
 
 
-def build_deployment(src, dep: str, out: Path, target_of=None) -> Path:
+def build_deployment(src, dep: str, out: Path, target_of=None, fleet: bool = False) -> Path:
     """Build one deployment's roles (each for `target_of(role)` or its planned target) into
-    out/<dep>/, with roles.json and out/MANIFEST.json: what `alphac launch` runs."""
+    out/<dep>/, with roles.json and out/MANIFEST.json: what `alphac launch` runs. With `fleet`,
+    one executable per index node (alphac.lower.fleet; BuildError for what is not built so)."""
     import json
     from alphac import artifacts, manifest
-    from alphac.build import build_role
+    from alphac.build import build_node, build_role
     from alphac.driver import compile_deployments
+    from alphac.lower.fleet import nodes
     _, plans = compile_deployments(src)
     plan = plans[dep]
     entries = {}
-    table = artifacts.roles_table(plan)
+    table = artifacts.roles_table(plan, fleet)
     table["source"] = str(src)
     for r in table["roles"]:
         if target_of is not None:
@@ -57,7 +59,11 @@ def build_deployment(src, dep: str, out: Path, target_of=None) -> Path:
     artifacts.write_file(out / dep / "roles.json", data, 0o644)
     entries[f"{dep}/roles.json"] = manifest.artifact_entry(data, {"kind": "test"}, [])
     targets = {r["role"]: r["target"] for r in table["roles"]}
-    for r in plan.roles():
+    for n in nodes(plan) if fleet else ():
+        elf = build_node(plan, n, targets[str(n.role(n.lo))]).elf
+        artifacts.write_file(out / dep / n.file, elf, 0o755)
+        entries[f"{dep}/{n.file}"] = manifest.artifact_entry(elf, {"kind": "test"}, [])
+    for r in () if fleet else plan.roles():
         elf = build_role(plan, r, targets[str(r)]).elf
         artifacts.write_file(out / dep / str(r), elf, 0o755)
         entries[f"{dep}/{r}"] = manifest.artifact_entry(elf, {"kind": "test"}, [])

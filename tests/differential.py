@@ -42,7 +42,7 @@ from pathlib import Path
 
 from conftest import require_tool
 
-ALL = ("interp", "plan", "ptx", "x86_64", "aarch64", "roles", "moved", "gpu")
+ALL = ("interp", "plan", "ptx", "x86_64", "aarch64", "roles", "moved", "gpu", "fleet")
 # "gpu": a copy of a program's first deployment with owner[0] an sm_90 and its last owner an
 # sm_86 GPU owner, each under its own mock driver (tests/mockgpu/wrap.py), launched, resumed,
 # and resumed from the CPU deployment's checkpoint
@@ -279,7 +279,7 @@ def check_text(text: str, work: Path, engines=ALL, files: dict[str, bytes] | Non
         if target == "aarch64" and finite(want3) and (work / "ck-x86_64" / "MANIFEST").exists():
             compare(rep, "aarch64 resumed from x86_64's checkpoint",
                     run_exe(exe, target, "--steps", STEPS - FIRST, "--resume", work / "ck-x86_64"), want5)
-    if "roles" in engines or "moved" in engines:
+    if "roles" in engines or "moved" in engines or "fleet" in engines:
         for name, plan in sorted(plans.items()):
             check_roles(rep, src, name, plan, contract, work, engines, single.get("x86_64"), deps)
     return rep
@@ -433,7 +433,33 @@ def check_roles(rep: Report, src: Path, name: str, plan, contract, work: Path, e
                     and finite(expected(contract, [(FIRST, odep)])):
                 compare(rep, f"moved:{name} ({other}'s checkpoint, 2 steps)",
                         go(STEPS - FIRST, resume=ck), expected(contract, [(FIRST, odep), (STEPS - FIRST, dep)]))
+    if "fleet" in engines and not dep.gpus:
+        check_fleet(rep, src, name, plan, work, want5, want3, go)
     shutil.rmtree(runs, ignore_errors=True)
+
+
+def check_fleet(rep: Report, src: Path, name: str, plan, work: Path, want5: str, want3: str, go) -> None:
+    """The deployment built one executable per index node (alphac.lower.fleet): 5 steps, and
+    2 steps resumed from the per-role build's checkpoint; what it does not build is skipped."""
+    from alphac.diag import BuildError
+    from alphac.tools.launch import launch
+    from backend import build_deployment
+    try:
+        fdir = build_deployment(src, name, work / "fleet", fleet=True)
+    except BuildError as e:
+        rep.skipped.append(f"fleet:{name}: {e}")
+        return
+    except Exception:
+        rep.problem(f"fleet:{name}: the build failed: " + traceback.format_exc(limit=6))
+        return
+
+    def fgo(steps, **kw) -> str:
+        return guarded(lambda: launch_outcome(launch(fdir, steps=steps, records=work / "runs", **kw)))
+    compare(rep, f"fleet:{name}", fgo(STEPS), want5)
+    ck = work / f"ck-{name}"
+    if finite(want3) and (ck / "MANIFEST").exists():
+        compare(rep, f"fleet:{name} resumed 2 steps from the roles' checkpoint",
+                fgo(STEPS - FIRST, resume=ck), want5)
 
 
 def check_program(prog, work: Path, engines=ALL, seed: int | None = None) -> Report:

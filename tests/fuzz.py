@@ -47,7 +47,9 @@ def campaign(first: int, minutes: float, engines, keep: Path, out=sys.stderr) ->
             counts["deployments refused"] += len(rep.refused_deployments)
             counts["engine runs"] += len(rep.outcomes)
             counts["gpu roles"] += sum(k.startswith("roles:") and "_gpu" in k for k in rep.outcomes)
-            counts["too large for the PTX interpreter"] += bool(rep.skipped)
+            counts["too large for the PTX interpreter"] += any(s.startswith("ptx") for s in rep.skipped)
+            counts["fleet runs"] += sum(k.startswith("fleet:") for k in rep.outcomes)
+            counts["deployments not built as fleets"] += sum(s.startswith("fleet:") for s in rep.skipped)
             print(f"seed {seed}: {rep.status}{' ' + rep.code if rep.code else ''}, "
                   f"{len(prog.deployments)} deployments, {len(rep.outcomes)} runs", file=out, flush=True)
             if rep.status == "disagreed":
@@ -87,7 +89,9 @@ def main(argv=None) -> int:
         print(f"{key:>20}: {counts[key]}")
     print(f"deployments: {counts['deployments']} checked ({counts['deployments refused']} refused); "
           f"engine runs compared: {counts['engine runs']} ({counts['gpu roles']} of GPU owners under "
-          f"the mock); too large for the PTX interpreter: {counts['too large for the PTX interpreter']}; "
+          f"the mock; {counts['fleet runs']} of index-node builds, {counts['deployments not built as fleets']} "
+          f"deployments not built so); too large for the PTX interpreter: "
+          f"{counts['too large for the PTX interpreter']}; "
           f"seeds {args.seed}..{counts['next seed'] - 1}")
     return 1 if counts["disagreed"] else 0
 

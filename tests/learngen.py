@@ -1291,6 +1291,7 @@ def add_deployments(prog: Program, lr, seed: int, count: int | None = None, aarc
     """Random deployments for a checked learner `lr` (its groups and sample count)."""
     r = random.Random(seed * 7919 + 1)
     mr = random.Random(seed * 7919 + 2)             # the matrix programs' choices
+    fr = random.Random(seed * 7919 + 3)             # wider hierarchies
     count = r.choice([1, 1, 2, 2, 3]) if count is None else count
     custom = Strategy("mine", sorted(r.sample(["params", "state", "gradients"], r.randint(1, 2))), [])
     used_custom = False
@@ -1304,6 +1305,8 @@ def add_deployments(prog: Program, lr, seed: int, count: int | None = None, aarc
             items += [f"roles coordinator, owner[{owners}]", "topology star(coordinator)"]
         else:
             owners = max(owners, 2)
+            if fr.random() < 0.2:                   # wider: uneven index nodes for fleet builds
+                owners = fr.randint(5, 9)
             items += [f"roles owner[{owners}]", f"topology hierarchy(fanout {r.choice([2, 2, 3])})"]
         n = lr.nsamples or 0
         if n and r.random() < 0.75:

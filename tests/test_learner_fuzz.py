@@ -20,7 +20,7 @@ from conftest import require_tool
 
 REGRESS = Path(__file__).resolve().parent / "regress"
 FAST_SEEDS = range(0, 250)          # interpreter and plan executor: about 40 s (half of them
-FULL_SEEDS = range(0, 12)           # with the matrix operations); every engine: about 90 s
+FULL_SEEDS = range(0, 10)           # with the matrix operations); every engine: about 115 s
 
 
 @pytest.fixture(autouse=True, scope="module")
