@@ -253,7 +253,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Check a built deployment's executables against its manifest, "
                                    "make its run directory (under --records) and write a batch "
                                    "script: `sbatch SCRIPT` runs one task per role with srun "
-                                   "--multi-prog (--rank %%t), the combining roles on the job's "
+                                   "--multi-prog (--rank %t), the combining roles on the job's "
                                    "first node, the others over the rest, and keeps each role's "
                                    "events, exit code and output in the run directory; then "
                                    "`alphac slurm-record RUNDIR` writes the sealed run record. The "

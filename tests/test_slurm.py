@@ -159,10 +159,19 @@ STAR = "lsq_adam_star"
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
+    """The star one executable per role; the hierarchy as a fleet, one executable per index node
+    (root; agg1.0-2 for ranks 1-2; owner.0-4 for ranks 3-6): multi-prog lines of rank ranges."""
+    from alphac.artifacts import build_deployment as build_fleet
     d = tmp_path_factory.mktemp("slurm-build")
     src = d / "lsq_adam.alpha"
     src.write_text((EXAMPLES / "lsq_adam.alpha").read_text())
-    return {dep: build_deployment(src, dep, d / "build") for dep in (TREE, STAR)}
+    cwd = os.getcwd()
+    os.chdir(d)
+    try:
+        build_fleet("lsq_adam.alpha", TREE, "fleet", fleet=True)
+    finally:
+        os.chdir(cwd)
+    return {TREE: d / "fleet", STAR: build_deployment(src, STAR, d / "build")}
 
 
 def submit(cluster, script: Path, timeout=40):
@@ -187,7 +196,9 @@ def test_a_deployment_runs_as_a_slurm_job_and_its_record_verifies(cluster, built
     assert code == 0, err
     rdir = runs / f"{TREE}-0001"
     script = rdir / "slurm.sh"
-    assert "--multi-prog" in script.read_text() and "#SBATCH --time=2:00" in script.read_text()
+    text = script.read_text()
+    assert "--multi-prog" in text and "#SBATCH --time=2:00" in text
+    assert [l.split()[0] for l in text.split("<<END\n")[-1].splitlines()[:3]] == ["0", "1-2", "3-6"]
     rc, out = submit(cluster, script)
     assert rc == 0, (out, next(rdir.glob("slurm-*.out")).read_text(), cluster.logs())
     code, published, err = alphac("slurm-record", rdir)
@@ -226,8 +237,9 @@ def test_a_wrong_rank_mapping_is_refused_by_name_in_the_record(cluster, built, t
     assert not rec["passed"] and {r["node"] for r in rec["roles"]} == {"n1", "n2"}
     code, _, err = alphac("verify-record", rdir / "record.json")
     assert code == 3 and "owner.0: exited 88 (refused: rank-out-of-range)" in err, err
-    rc, out = submit(cluster, script)        # a script runs once: its run directory is taken
-    assert rc == 104, out
+    again = subprocess.run(["bash", script], env=dict(cluster.env, SLURM_JOB_NODELIST="n1"),
+                           capture_output=True, text=True, timeout=20)      # a script runs once
+    assert again.returncode == 104 and again.stderr.startswith("refused: records-dir"), again.stderr
 
 
 def test_slurm_refuses_by_name_before_writing_anything(built, tmp_path):
@@ -266,5 +278,6 @@ def test_the_script_places_the_combining_roles_on_the_first_node(built, tmp_path
     want = [nodes[0]] * 3 + [rest[k % len(rest)] for k in range(4)]
     assert (rdir / "tasks" / "hostfile").read_text().split() == want
     conf = (rdir / "tasks" / "multi-prog.conf").read_text().splitlines()
-    assert [l.split()[0] for l in conf] == [str(r) for r in range(7)]
+    assert [l.split()[0] for l in conf] == ["0", "1-2", "3-6"]
+    assert [l.split()[4].rpartition("/")[2] for l in conf] == ["root", "agg1.0-2", "owner.0-4"]
     assert all(f"--rank %t" in l and f"--parent {nodes[0]}:7000+{{}}" in l for l in conf[1:])

@@ -18,7 +18,7 @@ be on a file system every node sees at the same path. The script, in the job:
    mostly wait on the network), rather than a block or cyclic layout that would put a
    combining role on another node when the first has fewer CPUs than C;
 3. starts every task with `srun --multi-prog`: a line per range of ranks that one executable
-   serves (today one rank each), `--rank %t` checked by the executable against its compiled
+   serves (one role's, or an index node's in a --fleet build), `--rank %t` checked by the executable against its compiled
    rank (`rank-out-of-range`), through a bash wrapper (RUNDIR/tasks/task.sh) that puts the
    role's events key in its environment (never on a command line) and keeps its node, exit
    code, stdout and stderr in RUNDIR/tasks/RANK.*; events go to RUNDIR/events/ROLE.log.
@@ -31,6 +31,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import signal
 from pathlib import Path
 
@@ -174,21 +175,25 @@ def write_script(dep_dir: str | Path, out: str | Path | None = None, steps: int 
     k = run_key(secret, nonce)
     rdir = new_record_dir(records, table["deployment"])
     run = str(rdir)
-    script = Path(out) if out is not None else rdir / "slurm.sh"
-    job = {"format": 1, "deployment": dep, "steps": steps, "deadline_ms": deadline_ms,
-           "port_base": port_base, "nonce": nonce, "key_id": key_id(secret), "script": str(script)}
-    write_file(rdir / "slurm.json", (json.dumps(job, indent=2, sort_keys=True) + "\n").encode(), 0o644)
-    write_file(rdir / "keys", "".join(f"{i} {r['role']} {events_key(k, r['role']).hex()}\n"
-                                      for i, r in enumerate(roles)).encode(), 0o600)
-    write_file(rdir / "sha256", "".join(f"{hashes[f]}  {f}\n" for f in dict.fromkeys(
-        r["file"] for r in roles)).encode(), 0o644)
-    fields = {"DEPLOYMENT": table["deployment"], "LEARNER": table["learner"], "TASKS": str(len(roles)),
-              "LAST_COMBINING": str(combining - 1), "STEPS": str(steps), "SCRIPT": shlex.quote(str(script)),
-              "RUN": shlex.quote(run), "DEP": shlex.quote(dep), "COMBINING": str(combining),
-              "NODES": str(nodes or 1 + len(roles) - combining), "PORT": str(port_base),
-              "SBATCH": "".join(f"#SBATCH {o}\n" for o in sbatch or []), "MULTIPROG": multiprog(run)}
-    text = re.sub(r"@([A-Z_]+)@", lambda m: fields[m[1]], SCRIPT)
-    write_file(script, text.encode(), 0o700)
+    script = Path(out).absolute() if out is not None else rdir / "slurm.sh"
+    try:
+        job = {"format": 1, "deployment": dep, "steps": steps, "deadline_ms": deadline_ms,
+               "port_base": port_base, "nonce": nonce, "key_id": key_id(secret), "script": str(script)}
+        write_file(rdir / "slurm.json", (json.dumps(job, indent=2, sort_keys=True) + "\n").encode(), 0o644)
+        write_file(rdir / "keys", "".join(f"{i} {r['role']} {events_key(k, r['role']).hex()}\n"
+                                          for i, r in enumerate(roles)).encode(), 0o600)
+        write_file(rdir / "sha256", "".join(f"{hashes[f]}  {f}\n" for f in dict.fromkeys(
+            r["file"] for r in roles)).encode(), 0o644)
+        fields = {"DEPLOYMENT": table["deployment"], "LEARNER": table["learner"], "TASKS": str(len(roles)),
+                  "LAST_COMBINING": str(combining - 1), "STEPS": str(steps), "SCRIPT": shlex.quote(str(script)),
+                  "RUN": shlex.quote(run), "DEP": shlex.quote(dep), "COMBINING": str(combining),
+                  "NODES": str(nodes or 1 + len(roles) - combining), "PORT": str(port_base),
+                  "SBATCH": "".join(f"#SBATCH {o}\n" for o in sbatch or []), "MULTIPROG": multiprog(run)}
+        text = re.sub(r"@([A-Z_]+)@", lambda m: fields[m[1]], SCRIPT)
+        write_file(script, text.encode(), 0o700)
+    except BaseException:                # nothing half-made is left behind
+        shutil.rmtree(rdir, ignore_errors=True)
+        raise
     return script, rdir
 
 
