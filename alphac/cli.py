@@ -55,6 +55,10 @@ commands:
                           every executable's SHA-256, start the roles on loopback, print the
                           published state, write a run record (authenticated with the
                           record key, --record-key FILE)
+  slurm DIR [--nodes N] [--steps N] [-o SCRIPT]
+                          write a Slurm batch script that runs a built deployment, one task
+                          per role (`sbatch SCRIPT`); `slurm-record RUNDIR` then seals its
+                          run record, which verify-record checks
   verify-record RECORD    check a run record: its MAC, its streams, what follows from them;
                           exit 0 when it is an authentic pass, 3 otherwise (one line a problem)
   plot RECORD [-o OUT.svg]
@@ -91,6 +95,26 @@ def _steps(text: str) -> int:
     if n < 0:
         raise argparse.ArgumentTypeError("must be 0 or more")
     return n
+
+
+def _positive(text: str) -> int:
+    n = _steps(text)
+    if n == 0:
+        raise argparse.ArgumentTypeError("must be 1 or more")
+    return n
+
+
+def _port(text: str) -> int:
+    n = _steps(text)
+    if not 0 < n < 65536:
+        raise argparse.ArgumentTypeError("not a port (1 to 65535)")
+    return n
+
+
+def _word(text: str) -> str:
+    if not text or any(c.isspace() for c in text):
+        raise argparse.ArgumentTypeError(f"not one word: {text!r}")
+    return text
 
 
 FORMATS = ("hex", "decimal", "json")
@@ -224,6 +248,47 @@ def build_parser() -> argparse.ArgumentParser:
                    help="start each GPU owner as CMD ROLE-ARGV... (split like a shell word list): "
                         "a sandbox, a CPU pinning tool, or the mock driver in the tests")
     _progress_option(p, "the root's steps, steps per second and time left")
+
+    p = sub.add_parser("slurm", help="a built deployment as a Slurm batch script",
+                       description="Check a built deployment's executables against its manifest, "
+                                   "make its run directory (under --records) and write a batch "
+                                   "script: `sbatch SCRIPT` runs one task per role with srun "
+                                   "--multi-prog (--rank %t), the combining roles on the job's "
+                                   "first node, the others over the rest, and keeps each role's "
+                                   "events, exit code and output in the run directory; then "
+                                   "`alphac slurm-record RUNDIR` writes the sealed run record. The "
+                                   "deployment and --records must be on a file system every node "
+                                   "sees at the same path (docs/distribution.md, Slurm).")
+    p.add_argument("dir", type=_path, metavar="DIR", help="the built deployment")
+    p.add_argument("-o", dest="output", type=_path, metavar="SCRIPT",
+                   help="the batch script to write (default RUNDIR/slurm.sh)")
+    p.add_argument("--steps", type=_steps, default=5, metavar="N", help="training steps every role takes (default 5)")
+    p.add_argument("--nodes", type=_positive, metavar="N",
+                   help="#SBATCH --nodes (default: one for the combining roles and one per other role)")
+    p.add_argument("--port-base", type=_port, default=7000, metavar="P",
+                   help="combining role R listens on port P+R (default 7000; $ALPHAC_PORT_BASE "
+                        "overrides it when the job starts)")
+    p.add_argument("--deadline-ms", type=_steps, default=30000, metavar="MS",
+                   help="each role's bound on any wait (default 30000: tasks start at different times)")
+    p.add_argument("--partition", type=_word, metavar="NAME", help="#SBATCH --partition")
+    p.add_argument("--time", type=_word, metavar="LIMIT", help="#SBATCH --time, e.g. 10:00")
+    p.add_argument("--sbatch", action="append", default=[], metavar="OPTION",
+                   help="one more #SBATCH line, e.g. --sbatch=--account=proj (repeat it)")
+    p.add_argument("--records", type=_path, default="runs", metavar="DIR", help="where run directories go (runs/)")
+    p.add_argument("--record-key", type=_path, metavar="FILE", help=KEY_HELP)
+    p.add_argument("--checkpoint", type=_path, metavar="DIR", help="publish a checkpoint at the end")
+    p.add_argument("--resume", type=_path, metavar="DIR", help="start from the checkpoint in DIR")
+    p.add_argument("--data", type=_path, metavar="DIR", help="read the learner's loaded data from DIR")
+
+    p = sub.add_parser("slurm-record", help="seal the run record of an `alphac slurm` job",
+                       description="After the job of `alphac slurm` ran: read its run directory "
+                                   "(each role's events, exit code, output and node), check the "
+                                   "executables against the manifest again, and write RUNDIR/"
+                                   "record.json, sealed like `alphac launch`'s. Prints the "
+                                   "published state; refused run-failed unless the run passed.")
+    p.add_argument("rundir", type=_path, metavar="RUNDIR", help="the run directory `alphac slurm` made")
+    p.add_argument("--format", choices=FORMATS, default="hex", help=FORMAT_HELP)
+    p.add_argument("--record-key", type=_path, metavar="FILE", help=KEY_HELP)
 
     p = sub.add_parser("verify-record", help="check a run record",
                        description="Check a run record written by `alphac launch`: its MAC and "
@@ -577,10 +642,7 @@ def cmd_launch(args) -> int:
                     checkpoint=args.checkpoint, resume=args.resume, key=args.record_key,
                     progress=sys.stderr if _progress(args) else None, data=args.data,
                     gpu_wrapper=__import__("shlex").split(args.gpu_wrapper) if args.gpu_wrapper else None)
-    for r in record["roles"]:
-        if r["exit"] != 0:
-            why = f"refused: {r['refused']}" if r["refused"] else f"exit {r['exit']}"
-            print(f"{r['role']}: {why}", file=sys.stderr)
+    _role_failures(record)
     if any((r["refused"] or "").startswith("data-") for r in record["roles"]):
         files = ", ".join(f["path"] for f in load_table(Path(args.dir))[0].get("data", []))
         print(f"alphac launch: the owners read their data at run time ({files}): launch from the "
@@ -599,6 +661,42 @@ def cmd_launch(args) -> int:
         print(f"equals the reference interpreter: {'yes' if same else 'NO'}", file=sys.stderr)
         if not same:
             return 1
+    print(f"run record: {record['path']} ({'pass' if record['passed'] else 'FAIL'})", file=sys.stderr)
+    if not record["passed"]:
+        raise Refusal("run-failed")
+    return 0
+
+
+def _role_failures(record: dict) -> None:
+    for r in record["roles"]:
+        if r["exit"] != 0:
+            why = f"refused: {r['refused']}" if r["refused"] else f"exit {r['exit']}"
+            print(f"{r['role']}: {why}", file=sys.stderr)
+
+
+def cmd_slurm(args) -> int:
+    from alphac.tools.slurm import write_script
+    paths = {f"--{k}": getattr(args, k) for k in ("checkpoint", "resume", "data") if getattr(args, k)}
+    sbatch = args.sbatch + [f"--{k}={getattr(args, k)}" for k in ("partition", "time") if getattr(args, k)]
+    try:
+        script, rdir = write_script(args.dir, args.output, args.steps, args.nodes, args.port_base,
+                                    args.deadline_ms, sbatch, args.records, args.record_key, paths)
+    except OSError as e:
+        print(f"alphac: error: cannot write `{e.filename}`: {e.strerror or e}", file=sys.stderr)
+        return 1
+    print(f"alphac: {script}: submit it with `sbatch {script}`; when the job is over, "
+          f"`alphac slurm-record {rdir}` writes its run record", file=sys.stderr)
+    return 0
+
+
+def cmd_slurm_record(args) -> int:
+    from alphac.tools.slurm import collect
+    record = collect(args.rundir, key=args.record_key)
+    _role_failures(record)
+    if record["slurm"]["srun_exit"] is None:
+        print(f"alphac slurm-record: the job has not finished, or was killed (no "
+              f"{args.rundir}/tasks/srun.exit)", file=sys.stderr)
+    sys.stdout.write(formatted(record["published"], args.format))
     print(f"run record: {record['path']} ({'pass' if record['passed'] else 'FAIL'})", file=sys.stderr)
     if not record["passed"]:
         raise Refusal("run-failed")
@@ -734,6 +832,7 @@ def cmd_explain(args) -> int:
 
 COMMANDS = {"check": cmd_check, "run": cmd_run, "plan": cmd_plan, "build": cmd_build,
             "build-all": cmd_build_all, "verify": cmd_verify, "launch": cmd_launch,
+            "slurm": cmd_slurm, "slurm-record": cmd_slurm_record,
             "verify-record": cmd_verify_record, "trace": cmd_trace, "plot": cmd_plot,
             "ckpt": cmd_ckpt,
             "eval": cmd_eval, "explain": cmd_explain}

@@ -179,6 +179,14 @@ def load_table(dep_dir: Path) -> tuple[dict, dict, Path]:
     return check_table(table), manifest, mpath
 
 
+def load_build(dep_dir: Path) -> tuple[dict, dict, Path, dict[str, str]]:
+    """roles.json, the manifest, its path and each role file's SHA-256, all checked (load_table,
+    check_hashes): what a launcher reads before anything starts (launch, alphac slurm)."""
+    table, manifest, mpath = load_table(dep_dir)
+    return table, manifest, mpath, check_hashes(dep_dir, sorted({r["file"] for r in table["roles"]}),
+                                                manifest, mpath)
+
+
 def artifact_key(dep_dir: Path, mpath: Path, name: str) -> str:
     return (dep_dir.resolve().relative_to(mpath.parent.resolve()) / name).as_posix()
 
@@ -488,8 +496,7 @@ def launch(dep_dir: str | Path, steps: int = 5, deadline_ms: int = 10000,
     with `data`, the owners read the learner's loaded data from that directory (`--data`);
     `gpu_wrapper` prefixes each GPU owner's command line."""
     dep_dir = Path(dep_dir)
-    table, manifest, mpath = load_table(dep_dir)
-    hashes = check_hashes(dep_dir, sorted({r["file"] for r in table["roles"]}), manifest, mpath)
+    table, manifest, mpath, hashes = load_build(dep_dir)
     if targets:                        # run other builds of the roles (e.g. every owner swapped)
         for r in table["roles"]:
             r["target"] = targets.get(r["role"], r["target"])

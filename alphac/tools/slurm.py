@@ -1,0 +1,258 @@
+"""`alphac slurm`: a built deployment as one Slurm batch job, and the job's sealed run record.
+
+    alphac slurm DIR [-o SCRIPT] [--steps N] [--nodes N] [--port-base P] [--partition P] ...
+    sbatch SCRIPT                          # one task per role, on the job's nodes
+    alphac slurm-record RUNDIR             # on the submitting machine: RUNDIR/record.json
+
+`write_script` checks roles.json and every executable against the build manifest (as `alphac
+launch` does), makes the run's directory RUNDIR (records/NAME-NNNN, its nonce in slurm.json, each
+rank's role and events key in `keys`, mode 0600) and writes the batch script. Only the script
+(bash, scontrol, srun, coreutils) and the role executables run on the nodes; DIR and RUNDIR must
+be on a file system every node sees at the same path. The script, in the job:
+1. refuses to run twice (RUNDIR/tasks exists) and checks the executables' SHA-256 (sha256sum);
+2. places the tasks: rank r on line r of a hostfile (SLURM_HOSTFILE, `srun --distribution=
+   arbitrary`). The combining roles are ranks 0..C-1 (the root first; roles.json lists them
+   so, checked here), all on the job's first node FIRST, where every `--parent FIRST:P+{}`
+   points; the others in turn over the other nodes (all on FIRST when the job has one). Slurm
+   then starts exactly that layout whatever the nodes' CPU counts (`--overcommit`: the roles
+   mostly wait on the network), rather than a block or cyclic layout that would put a
+   combining role on another node when the first has fewer CPUs than C;
+3. starts every task with `srun --multi-prog`: a line per range of ranks that one executable
+   serves (one role's, or an index node's in a --fleet build), `--rank %t` checked by the executable against its compiled
+   rank (`rank-out-of-range`), through a bash wrapper (RUNDIR/tasks/task.sh) that puts the
+   role's events key in its environment (never on a command line) and keeps its node, exit
+   code, stdout and stderr in RUNDIR/tasks/RANK.*; events go to RUNDIR/events/ROLE.log.
+`collect` then makes the record with launch.py's make_record and seal: kind `launch`, each role's
+`node`, the job's `slurm` facts; `alphac verify-record` checks it like any launch record.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+from pathlib import Path
+
+from alphac.files import read_regular, write_file
+from alphac.refusals import Refusal
+from alphac.tools.launch import (RoleRun, artifact_key, events_key, key_id, load_build, make_record,
+                                 new_record_dir, record_key, run_key, seal, write_record)
+
+SAFE = re.compile(r"/[^'\"\\$`%\s]*\Z")        # a path the script and multi-prog carry unquoted
+OPTION = re.compile(r"\S+\Z")
+
+SCRIPT = r"""#!/bin/bash
+# alphac slurm: deployment @DEPLOYMENT@ of @LEARNER@, @TASKS@ roles (ranks 0-@LAST_COMBINING@ combine), @STEPS@ steps.
+# Submit it with `sbatch @SCRIPT@`; then, on the submitting machine: alphac slurm-record @RUN@
+# (@DEP@ and @RUN@ must be seen by every node at the same path.)
+#SBATCH --job-name=alphac-@DEPLOYMENT@
+#SBATCH --nodes=@NODES@
+#SBATCH --ntasks=@TASKS@
+#SBATCH --overcommit
+#SBATCH --output=@RUN@/slurm-%j.out
+@SBATCH@set -u
+umask 077
+RUN=@RUN@
+DEP=@DEP@
+TASKS=@TASKS@
+COMBINING=@COMBINING@
+PORT=${ALPHAC_PORT_BASE:-@PORT@}
+[ -n "${SLURM_JOB_NODELIST:-}" ] || { echo "refused: launch-input (not in a Slurm job: submit this script with sbatch)" >&2; exit 103; }
+if ! mkdir "$RUN/tasks" 2>/dev/null; then
+  echo "refused: records-dir ($RUN/tasks exists: this script has run; write another with alphac slurm)" >&2
+  exit 104
+fi
+echo "$SLURM_JOB_ID" > "$RUN/tasks/job"
+echo "$PORT" > "$RUN/tasks/port"
+if ! (cd "$DEP" && sha256sum --quiet --strict -c "$RUN/sha256") >&2; then
+  echo "refused: artifact-hash (an executable in $DEP is not the one this script was written for)" >&2
+  echo 100 > "$RUN/tasks/srun.exit"
+  exit 100
+fi
+mapfile -t NODES < <(scontrol show hostnames "$SLURM_JOB_NODELIST")
+FIRST=${NODES[0]}
+N=${#NODES[@]}
+printf '%s\n' "${NODES[@]}" > "$RUN/tasks/nodes"
+# rank r runs on line r: the combining roles on the first node, the others in turn on the rest
+for ((r = 0; r < TASKS; r++)); do
+  if ((r < COMBINING || N == 1)); then echo "$FIRST"; else echo "${NODES[1 + (r - COMBINING) % (N - 1)]}"; fi
+done > "$RUN/tasks/hostfile"
+cat > "$RUN/tasks/task.sh" <<'END'
+#!/bin/bash
+# RUN/tasks/task.sh RANK EXECUTABLE ARGS...: one role, its events key in its environment only
+run=${0%/tasks/task.sh} rank=$1
+shift
+role= key=
+while read -r r n k; do if [ "$r" = "$rank" ]; then role=$n key=$k; break; fi; done < "$run/keys"
+t=$run/tasks/$rank
+echo "${SLURMD_NODENAME:-?} $(uname -n) $(uname -s) $(uname -r) $(uname -m)" > "$t.node"
+[ -n "$role" ] || { echo "refused: rank-out-of-range" > "$t.err"; echo 88 > "$t.exit"; exit 88; }
+ALPHAC_EVENTS_KEY=$key "$@" --events "$run/events/$role.log" < /dev/null > "$t.out" 2> "$t.err"
+rc=$?
+echo "$rc" > "$t.exit"
+exit "$rc"
+END
+cat > "$RUN/tasks/multi-prog.conf" <<END
+@MULTIPROG@END
+export SLURM_HOSTFILE="$RUN/tasks/hostfile"
+srun --ntasks="$TASKS" --distribution=arbitrary --overcommit --multi-prog "$RUN/tasks/multi-prog.conf"
+rc=$?
+echo "$rc" > "$RUN/tasks/srun.exit"
+echo "alphac slurm: srun exited $rc; the run record: alphac slurm-record $RUN" >&2
+exit "$rc"
+"""
+
+
+def safe_path(p: str | Path, what: str) -> str:
+    s = str(Path(p).resolve())
+    if not SAFE.match(s):
+        raise Refusal("launch-input", f"{what} {s} holds a space, a quote, `$`, `%` or `\\`, "
+                                      "which the batch script cannot carry")
+    return s
+
+
+def rank_ranges(roles: list[dict]) -> list[tuple[int, int, dict]]:
+    """(first, last, role) per run of consecutive ranks one executable file serves."""
+    out: list[tuple[int, int, dict]] = []
+    for i, r in enumerate(roles):
+        if out and out[-1][2]["file"] == r["file"]:
+            out[-1] = (out[-1][0], i, out[-1][2])
+        else:
+            out.append((i, i, r))
+    return out
+
+
+def check_layout(table: dict) -> int:
+    """C, the number of combining roles, when they are ranks 0..C-1 and one ISA runs them all."""
+    roles = table["roles"]
+    if any(r.get("rank", i) != i for i, r in enumerate(roles)):
+        raise Refusal("launch-input", "roles.json: a role's rank is not its position")
+    c = sum(r["listens"] for r in roles)
+    if not all(r["listens"] for r in roles[:c]) or roles[0]["role"] != table["root"]:
+        raise Refusal("launch-input", "roles.json: the combining roles are not ranks 0..C-1, root first")
+    isas = sorted({r["target"].partition("+")[0] for r in roles})
+    if len(isas) != 1:
+        raise Refusal("launch-input", f"the roles are built for {' and '.join(isas)}: one Slurm job "
+                                      "runs one ISA (build the deployment for one target)")
+    return c
+
+
+def write_script(dep_dir: str | Path, out: str | Path | None = None, steps: int = 5,
+                 nodes: int | None = None, port_base: int = 7000, deadline_ms: int = 30000,
+                 sbatch: list[str] | None = None, records: str | Path = "runs",
+                 key: str | Path | None = None, paths: dict[str, str | Path] | None = None) -> tuple[Path, Path]:
+    """Write the batch script for the built deployment `dep_dir`; (the script, the run directory).
+    `sbatch`: extra #SBATCH options; `paths`: --data, --checkpoint or --resume for every role."""
+    dep_dir = Path(dep_dir)
+    table, manifest, mpath, hashes = load_build(dep_dir)
+    combining = check_layout(table)
+    roles = table["roles"]
+    dep = safe_path(dep_dir, "the deployment")
+    extra = []
+    for flag, p in (paths or {}).items():
+        extra += [flag, safe_path(p, flag)]
+    for o in sbatch or []:
+        if not OPTION.match(o) or not o.startswith("-"):
+            raise Refusal("launch-input", f"--sbatch {o!r} is not one sbatch option")
+    records = Path(safe_path(records, "--records"))
+
+    def multiprog(run: str) -> str:
+        lines = []
+        for lo, hi, r in rank_ranges(roles):
+            argv = ["/bin/bash", f"{run}/tasks/task.sh", "%t", f"{dep}/{r['file']}",
+                    "--rank", "%t", "--steps", str(steps), "--deadline-ms", str(deadline_ms)]
+            argv += ["--listen", "0.0.0.0:$PORT+{}"] if r["listens"] else []
+            argv += ["--parent", "$FIRST:$PORT+{}"] if r["parent"] else []
+            lines.append(" ".join([str(lo) if lo == hi else f"{lo}-{hi}"] + argv + extra) + "\n")
+            if len(lines[-1]) > 16000:           # srun reads lines of less than 16 KiB
+                raise Refusal("launch-input", "the paths make a --multi-prog line longer than srun reads")
+        return "".join(lines)
+    multiprog(f"{records}/{table['deployment']}-99999")      # refused before anything is made
+    secret = record_key(key)
+    nonce = os.urandom(16).hex()
+    k = run_key(secret, nonce)
+    rdir = new_record_dir(records, table["deployment"])
+    run = str(rdir)
+    script = Path(out).absolute() if out is not None else rdir / "slurm.sh"
+    try:
+        job = {"format": 1, "deployment": dep, "steps": steps, "deadline_ms": deadline_ms,
+               "port_base": port_base, "nonce": nonce, "key_id": key_id(secret), "script": str(script)}
+        write_file(rdir / "slurm.json", (json.dumps(job, indent=2, sort_keys=True) + "\n").encode(), 0o644)
+        write_file(rdir / "keys", "".join(f"{i} {r['role']} {events_key(k, r['role']).hex()}\n"
+                                          for i, r in enumerate(roles)).encode(), 0o600)
+        write_file(rdir / "sha256", "".join(f"{hashes[f]}  {f}\n" for f in dict.fromkeys(
+            r["file"] for r in roles)).encode(), 0o644)
+        fields = {"DEPLOYMENT": table["deployment"], "LEARNER": table["learner"], "TASKS": str(len(roles)),
+                  "LAST_COMBINING": str(combining - 1), "STEPS": str(steps), "SCRIPT": shlex.quote(str(script)),
+                  "RUN": shlex.quote(run), "DEP": shlex.quote(dep), "COMBINING": str(combining),
+                  "NODES": str(nodes or 1 + len(roles) - combining), "PORT": str(port_base),
+                  "SBATCH": "".join(f"#SBATCH {o}\n" for o in sbatch or []), "MULTIPROG": multiprog(run)}
+        text = re.sub(r"@([A-Z_]+)@", lambda m: fields[m[1]], SCRIPT)
+        write_file(script, text.encode(), 0o700)
+    except BaseException:                # nothing half-made is left behind
+        shutil.rmtree(rdir, ignore_errors=True)
+        raise
+    return script, rdir
+
+
+def read_text(path: Path) -> str | None:
+    try:
+        return read_regular(path, 1 << 24).decode(errors="replace")
+    except OSError:
+        return None
+
+
+def task_exit(text: str | None, stderr: str) -> int | None:
+    """A task's exit as launch records it: the code, or minus the signal that ended it (bash
+    says 128+N; a refusal's code above 128 comes with its `refused:` line)."""
+    if text is None or not text.strip().isdigit():
+        return None
+    code = int(text)
+    if code > 128 and "refused: " not in stderr and code - 128 in signal.valid_signals():
+        return 128 - code
+    return code
+
+
+def collect(rundir: str | Path, key: str | Path | None = None) -> dict:
+    """The sealed run record of the job that ran in `rundir` (also written there)."""
+    rdir = Path(rundir)
+    try:
+        job = json.loads(read_regular(rdir / "slurm.json", 1 << 20))
+        dep_dir, steps, nonce = Path(job["deployment"]), int(job["steps"]), str(job["nonce"])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise Refusal("launch-input", f"{rdir} is not a run directory of `alphac slurm` "
+                                      f"(slurm.json: {getattr(e, 'strerror', None) or e})")
+    tasks = rdir / "tasks"
+    if not tasks.is_dir():
+        raise Refusal("launch-input", f"the job has not run in {rdir}: submit {job.get('script')} "
+                                      "with sbatch first")
+    table, manifest, mpath, hashes = load_build(dep_dir)
+    secret = record_key(key, create=False)
+    if key_id(secret) != job.get("key_id"):
+        raise Refusal("record-key", "the run was set up under another record key")
+    runs, nodes = [], []
+    for i, r in enumerate(table["roles"]):
+        out, err = read_text(tasks / f"{i}.out") or "", read_text(tasks / f"{i}.err") or ""
+        code = task_exit(read_text(tasks / f"{i}.exit"), err)
+        if code is None:
+            err += "slurm: no exit code: the task did not start or was killed\n"
+        runs.append(RoleRun(r["role"], r["target"], hashes[r["file"]],
+                            artifact_key(dep_dir, mpath, r["file"]), [], exit=code, stdout=out, stderr=err))
+        nodes.append((read_text(tasks / f"{i}.node") or "").split())
+    record = make_record(table, runs, steps, manifest, mpath, rdir)
+    for role, node in zip(record["roles"], nodes):
+        role["node"] = node[0] if node else None
+        role["hostname"] = node[1] if len(node) > 1 else None
+    if len(nodes[0]) == 5:                # the root's node, as the nodes' uname says
+        record["host"] = dict(zip(("system", "release", "machine"), nodes[0][2:]))
+    srun, port = read_text(tasks / "srun.exit"), read_text(tasks / "port")
+    record["slurm"] = {"job": (read_text(tasks / "job") or "").strip() or None,
+                       "nodes": (read_text(tasks / "nodes") or "").split(),
+                       "srun_exit": int(srun) if srun and srun.strip().isdigit() else None,
+                       "port_base": int(port) if port and port.strip().isdigit() else None}
+    record["path"] = str(write_record(rdir, seal(record, rdir, secret, nonce)))
+    if srun is not None and (rdir / "keys").exists():
+        (rdir / "keys").unlink()             # the job is over: its events keys are not needed
+    return record
