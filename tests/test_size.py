@@ -26,10 +26,11 @@ from conftest import ROOT
 # instructions found at start, eight rounds unrolled), x86_64 and aarch64 (ror32, bswap32, the
 # SHA-NI and SHA2 sequences and their encodings); data at run time (alphac/npy.py, runtime/
 # data.rt, the owners' data tables in lower/learner.py) raised the top level, runtime, lower,
-# ir and types
+# ir and types; issue 20's Kubernetes manifests (alphac/tools/k8s.py, `alphac k8s`) raised tools
+# by 291 and the top level by 59, what they added
 BUDGETS = {"parse": 900, "types": 770, "ir": 1320, "dist": 1370, "lower": 2880, "runtime": 2850,
-           "x86_64": 820, "aarch64": 885, "elf": 480, "ptx": 945, "nvdrv": 1165, "tools": 1355,
-           "math": 1300, "": 2430}
+           "x86_64": 820, "aarch64": 885, "elf": 480, "ptx": 945, "nvdrv": 1165, "tools": 1646,
+           "math": 1300, "": 2489}
 
 
 def generated(f) -> bool:
