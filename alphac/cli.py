@@ -59,6 +59,9 @@ commands:
                           write a Slurm batch script that runs a built deployment, one task
                           per role (`sbatch SCRIPT`); `slurm-record RUNDIR` then seals its
                           run record, which verify-record checks
+  k8s DIR [-o OUT] [--image IMAGE] [--name NAME] [--port P]
+                          Kubernetes manifests for a built deployment: a headless Service and
+                          an Indexed Job (a pod per rank), and a Containerfile for its image
   verify-record RECORD    check a run record: its MAC, its streams, what follows from them;
                           exit 0 when it is an authentic pass, 3 otherwise (one line a problem)
   plot RECORD [-o OUT.svg]
@@ -289,6 +292,40 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("rundir", type=_path, metavar="RUNDIR", help="the run directory `alphac slurm` made")
     p.add_argument("--format", choices=FORMATS, default="hex", help=FORMAT_HELP)
     p.add_argument("--record-key", type=_path, metavar="FILE", help=KEY_HELP)
+    p = sub.add_parser("k8s", help="Kubernetes manifests for a built deployment",
+                       description="Write, for the built deployment DIR (its executables' SHA-256 "
+                                   "checked against the build manifest first), OUT/k8s.yaml: a "
+                                   "headless Service and an Indexed Job with one pod per rank, "
+                                   "each running only its rank's executable; OUT/Containerfile "
+                                   "(FROM scratch) with the executables beside it. Then: `docker "
+                                   "build -t IMAGE OUT`, push it, `kubectl apply -f OUT/k8s.yaml`; "
+                                   "the root's log is the published state (docs/distribution.md).")
+    p.add_argument("dir", type=_path, metavar="DIR", help="the built deployment")
+    p.add_argument("-o", dest="output", type=_path, metavar="OUT",
+                   help="the output directory (default DIR/k8s); an earlier output is replaced")
+    p.add_argument("--image", metavar="IMAGE", help="the image the pods run (default "
+                   "localhost/alphac/NAME:TAG, TAG from the executables' hashes)")
+    p.add_argument("--name", metavar="NAME", help="the Job's and the Service's name; pod I is "
+                   "NAME-I (default: the deployment's name, lower case, `_` as `-`)")
+    p.add_argument("--namespace", metavar="NS", help="put both objects in NS (default: none, "
+                   "kubectl's current namespace)")
+    p.add_argument("--port", type=_steps, default=7000, metavar="P",
+                   help="the port every listening role listens on, on its pod's IP (default 7000)")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--steps", type=_steps, default=5, metavar="N",
+                   help="training steps every role takes (default 5)")
+    g.add_argument("--epochs", type=_steps, metavar="E", help="training epochs instead of steps")
+    p.add_argument("--deadline-ms", type=_steps, default=300000, metavar="MS",
+                   help="each role's bound on any wait (default 300000: pods start when they are "
+                        "scheduled and their image is pulled)")
+    p.add_argument("--cluster-domain", default="cluster.local", metavar="DOMAIN",
+                   help="the cluster's DNS domain, in the pods' names (default cluster.local)")
+    p.add_argument("--active-deadline", type=_steps, metavar="S",
+                   help="the Job's activeDeadlineSeconds: end every pod after S seconds (default: "
+                        "no bound)")
+    p.add_argument("--data", type=_path, metavar="DIR",
+                   help="read the learner's loaded data from DIR (the load() paths, relative to "
+                        "it) instead of where the build read them; it goes into the image")
 
     p = sub.add_parser("verify-record", help="check a run record",
                        description="Check a run record written by `alphac launch`: its MAC and "
@@ -700,6 +737,27 @@ def cmd_slurm_record(args) -> int:
     print(f"run record: {record['path']} ({'pass' if record['passed'] else 'FAIL'})", file=sys.stderr)
     if not record["passed"]:
         raise Refusal("run-failed")
+def cmd_k8s(args) -> int:
+    from alphac.tools.k8s import K8sError, generate
+    try:
+        w = generate(args.dir, args.output, image=args.image, name=args.name,
+                     namespace=args.namespace, port=args.port, steps=args.steps,
+                     epochs=args.epochs, deadline_ms=args.deadline_ms,
+                     cluster_domain=args.cluster_domain, active_deadline=args.active_deadline,
+                     data=args.data)
+    except K8sError as e:
+        print(f"alphac k8s: error: {e}", file=sys.stderr)
+        return 1
+    out, name, ns = w["out"], w["name"], f" -n {w['namespace']}" if w["namespace"] else ""
+    sel = f"batch.kubernetes.io/job-name={name},batch.kubernetes.io/job-completion-index={w['root']}"
+    print(f"alphac: {out}/k8s.yaml (Service and Indexed Job {name}, {w['ranks']} pods, "
+          f"linux/{w['arch']}) and {out}/Containerfile; then:\n"
+          f"  docker build --platform linux/{w['arch']} -t {w['image']} {out}   (or podman build)\n"
+          f"  docker push {w['image']}   (or kind load docker-image, minikube image load: the "
+          "nodes must find it; --image names one in your registry)\n"
+          f"  kubectl apply -f {out}/k8s.yaml{ns}\n"
+          f"  kubectl wait --for=condition=complete job/{name}{ns} --timeout=1h\n"
+          f"  kubectl logs -l {sel}{ns}   (the root: the published state)", file=sys.stderr)
     return 0
 
 
@@ -834,6 +892,7 @@ COMMANDS = {"check": cmd_check, "run": cmd_run, "plan": cmd_plan, "build": cmd_b
             "build-all": cmd_build_all, "verify": cmd_verify, "launch": cmd_launch,
             "slurm": cmd_slurm, "slurm-record": cmd_slurm_record,
             "verify-record": cmd_verify_record, "trace": cmd_trace, "plot": cmd_plot,
+            "k8s": cmd_k8s, "verify-record": cmd_verify_record, "trace": cmd_trace, "plot": cmd_plot,
             "ckpt": cmd_ckpt,
             "eval": cmd_eval, "explain": cmd_explain}
 

@@ -26,11 +26,13 @@ from conftest import ROOT
 # instructions found at start, eight rounds unrolled), x86_64 and aarch64 (ror32, bswap32, the
 # SHA-NI and SHA2 sequences and their encodings); data at run time (alphac/npy.py, runtime/
 # data.rt, the owners' data tables in lower/learner.py) raised the top level, runtime, lower,
-# ir and types; issue 20's Slurm raised tools (alphac/tools/slurm.py: the batch script and its
-# record, +242) and the top level (cli.py: `slurm`, `slurm-record`, +85)
-BUDGETS = {"parse": 900, "types": 770, "ir": 1320, "dist": 1370, "lower": 2880, "runtime": 2850,
-           "x86_64": 820, "aarch64": 885, "elf": 480, "ptx": 945, "nvdrv": 1165, "tools": 1597,
-           "math": 1300, "": 2515}
+# ir and types; issue 20: Slurm (alphac/tools/slurm.py, +242; cli.py +85), Kubernetes
+# (alphac/tools/k8s.py, +291; cli.py +59), the runtime's ranks and address templates, and fleet
+# builds (alphac/lower/fleet.py: one program per index node) raised tools, the top level, the
+# runtime and lower by what they added
+BUDGETS = {"parse": 900, "types": 770, "ir": 1320, "dist": 1370, "lower": 3280, "runtime": 2905,
+           "x86_64": 820, "aarch64": 885, "elf": 480, "ptx": 945, "nvdrv": 1165, "tools": 1890,
+           "math": 1300, "": 2640}
 
 
 def generated(f) -> bool:
