@@ -737,6 +737,9 @@ def cmd_slurm_record(args) -> int:
     print(f"run record: {record['path']} ({'pass' if record['passed'] else 'FAIL'})", file=sys.stderr)
     if not record["passed"]:
         raise Refusal("run-failed")
+    return 0
+
+
 def cmd_k8s(args) -> int:
     from alphac.tools.k8s import K8sError, generate
     try:

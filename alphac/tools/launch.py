@@ -130,8 +130,8 @@ def check_table(t) -> dict:
             or not isinstance(t.get("identity"), dict):
         raise bad("not a table of format 1 with roles and an identity")
     if not t["roles"]:
-        raise bad(f"it lists no roles: a fleet of {t.get('role_count')} roles is not launched on "
-                  "one machine (`alphac slurm`, `alphac k8s`)")
+        raise bad(f"it lists no roles: a fleet of {t.get('role_count')} roles (over 4096) is not "
+                  "launched or gathered role by role; its `nodes` give each executable's ranks")
     if not all(isinstance(t.get(k), str) for k in ("learner", "root")) \
             or not is_name(t.get("deployment")):
         raise bad("learner, root or deployment is not a name")
