@@ -14,11 +14,10 @@ written, byte for byte the same on every run (no time, no absolute path, ranks i
   (Kubernetes expands `$(VAR)` from the container's env: the index from the pod's annotation,
   POD_IP and POD_NAMESPACE from the downward API; the executable expands `{}` in --parent to its
   parent's rank, so every pod names its parent's pod). The name is fully qualified because the
-  runtime's resolver uses no search list. A role without a parent (the root) resolves that name
-  too, to itself: the kubelet writes the pod's own fully qualified name into its /etc/hosts.
-  A role that refuses `name-unresolved` (exit 87: its parent's DNS record not yet published, as
-  pods start in any order) is replaced by the Job (podFailurePolicy Ignore): it has exchanged
-  nothing yet; any other failure fails the Job at once (backoffLimit 0).
+  runtime's resolver uses no search list. A role without a parent (the root) ignores it. The
+  runtime asks for a name until its deadline (pods start in any order); a role that then still
+  refuses `name-unresolved` (exit 87) is replaced by the Job (podFailurePolicy Ignore): it has
+  exchanged nothing yet; any other failure fails the Job at once (backoffLimit 0).
 - `Containerfile`: FROM scratch, the executables as /alphac/roles/FILE, and /alphac/rank/N, a
   relative symbolic link to the file serving rank N (one copy of each executable however many
   ranks it serves; the kernel follows the link at exec, no shell needed); `roles/`, `rank/` and
