@@ -197,3 +197,17 @@ def test_the_200000_role_fleet_builds_one_executable_per_index_node(tmp_path):
     assert p.stderr.startswith("refused: connect")
     rc, out, err = alphac("launch", tmp_path / "f")
     assert rc == CODE["launch-input"] and "203175 roles" in err
+
+
+def test_a_fleet_build_verifies_and_launches_from_the_command_line(tmp_path):
+    out = tmp_path / "tree"
+    rc, _, err = alphac("build", EXAMPLES / "lsq_adam.alpha", "--deployment", "lsq_adam_tree", "-o", out, "--fleet")
+    assert rc == 0 and "3 executables" in err, err
+    assert sorted(p.name for p in out.iterdir()) == ["MANIFEST.json", "agg1.0-2", "owner.0-4", "roles.json", "root"]
+    manifest = json.loads((out / "MANIFEST.json").read_text())
+    assert manifest["artifacts"]["owner.0-4"]["recipe"]["kind"] == "node"
+    rc, _, err = alphac("verify", out / "MANIFEST.json")
+    assert rc == 0, err
+    rc, published, err = alphac("launch", out, "--steps", 4, "--records", tmp_path / "runs")
+    assert rc == 0, err
+    assert published == interpreted(EXAMPLES / "lsq_adam.alpha", "lsq_adam_tree", 4)

@@ -2,7 +2,7 @@
 
 Seven namespaces, each a "host" with its own loopback, its own port space and one veth into a
 bridge that lives in an eighth, "switch" namespace (10.231.0.(10+i)/24 and fd00::(a+i)/64 on
-host i, named hI.alphac.test and hI.v6.alphac.test in a hosts file given by ALPHAC_HOSTS).
+host i, named hI.roles.test and hI.v6.roles.test in a hosts file given by ALPHAC_HOSTS).
 Every role runs in a namespace of its own (`ip netns exec HOST ROLE ...`), so every frame
 crosses a veth and the bridge: a star (5 hosts) and a hierarchy (7 hosts) print the reference
 interpreter's bits, by names and addresses, over IPv4 and IPv6, and with one command line for
@@ -42,7 +42,7 @@ def v6(i):
 
 
 def name(i, six=False):
-    return f"h{i}.v6.alphac.test" if six else f"h{i}.alphac.test"
+    return f"h{i}.v6.roles.test" if six else f"h{i}.roles.test"
 
 
 def need_root():
@@ -252,7 +252,7 @@ def test_a_star_over_ipv6_across_five_hosts(net, deps, bits):
 def test_one_command_line_for_every_role_by_rank(net, deps, bits, family):
     """Role of rank R on host R, every role given the same arguments: `{}` in --listen is its
     own rank (its own host's name, port 7100+R), in --parent its parent's."""
-    tmpl = f"h{{}}.{'v6.' if family == 'v6' else ''}alphac.test:{PORT}+{{}}"
+    tmpl = f"h{{}}.{'v6.' if family == 'v6' else ''}roles.test:{PORT}+{{}}"
     ddir = deps["lsq_adam_tree"]
     hosts = {r["role"]: r["rank"] for r in roles_of(ddir)}
     assert sorted(hosts.values()) == list(range(N_HOSTS))

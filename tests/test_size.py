@@ -30,7 +30,7 @@ from conftest import ROOT
 # (alphac/tools/k8s.py, +291; cli.py +59), the runtime's ranks and address templates, and fleet
 # builds (alphac/lower/fleet.py: one program per index node) raised tools, the top level, the
 # runtime and lower by what they added
-BUDGETS = {"parse": 900, "types": 770, "ir": 1320, "dist": 1370, "lower": 3280, "runtime": 2905,
+BUDGETS = {"parse": 900, "types": 770, "ir": 1320, "dist": 1370, "lower": 3285, "runtime": 2910,
            "x86_64": 820, "aarch64": 885, "elf": 480, "ptx": 945, "nvdrv": 1165, "tools": 1890,
            "math": 1300, "": 2640}
 

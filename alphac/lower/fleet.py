@@ -335,6 +335,8 @@ def refuse_unbuildable(plan: Plan, node: Node) -> None:
     if isinstance(plan.topo, Star) and dep.owners > MAX_STAR:
         raise BuildError(f"{where}: a star's center names each of its {dep.owners} owners in its "
                          f"code (at most {MAX_STAR}); give the deployment `topology hierarchy(fanout F)`")
+    if len(node.name) > 40:
+        raise BuildError(f"{where}: a role name of over 40 characters is built one executable per role")
     if dep.owners >= 1 << 24:
         raise BuildError(f"{where}: role codes hold indices below 2^24")
     targets = {node_target(plan, node)}

@@ -48,6 +48,7 @@ from alphac.tools.launch import check_hashes, load_table
 ARCH = {"x86_64": "amd64", "aarch64": "arm64"}        # the ISA -> kubernetes.io/arch
 LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?\Z")   # an RFC 1035 label (Service names)
 MAX_INDEXED = 100000                                    # an Indexed Job's completions, at most
+PREFIX = "alphac"                                      # the annotations' key prefix
 NAME_UNRESOLVED = 87                                    # alphac.refusals: `name-unresolved`
 OURS = {"k8s.yaml", "Containerfile", "SHA256SUMS", "roles", "rank", "data"}
 HEADER = "# alphac k8s:"
@@ -131,7 +132,7 @@ def objects(table: dict, *, name: str, image: str, arch: str, namespace: str | N
     parent = check_names(name, namespace, n, port, domain)
     labels = {"app.kubernetes.io/instance": name, "app.kubernetes.io/name": "alphac"}
     meta = {"name": name, **({"namespace": namespace} if namespace else {}), "labels": labels,
-            "annotations": {"alphac/deployment": table["deployment"], "alphac/learner": table["learner"]}}
+            "annotations": {f"{PREFIX}/deployment": table["deployment"], f"{PREFIX}/learner": table["learner"]}}
     args = ["--rank", "$(JOB_COMPLETION_INDEX)", *map(literal, run_args)]
     if any(r["listens"] for r in table["roles"]):
         args += ["--listen", f"$(POD_IP):{port}"]
