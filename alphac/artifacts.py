@@ -251,16 +251,22 @@ def _role(plan, name: str):
     raise RecipeError(f"deployment `{plan.dep.name}` has no role `{name}`")
 
 
-@kind("role")
-def build_role_recipe(recipe: dict) -> Built:
-    from alphac.build import build_role
-    for field in ("source", "deployment", "role", "target"):
+def recipe_plan(recipe: dict, what: str, fields: tuple[str, ...]):
+    """(compiled, plan) of a recipe naming a source and a deployment, its string fields checked."""
+    for field in ("source", "deployment") + fields:
         if not isinstance(recipe.get(field), str):
-            raise RecipeError(f"role recipe: `{field}` must be a string")
+            raise RecipeError(f"{what} recipe: `{field}` must be a string")
     compiled, plans = plans_of(recipe["source"])
     plan = plans.get(recipe["deployment"])
     if plan is None:
         raise RecipeError(f"no deployment `{recipe['deployment']}` in {recipe['source']}")
+    return compiled, plan
+
+
+@kind("role")
+def build_role_recipe(recipe: dict) -> Built:
+    from alphac.build import build_role
+    compiled, plan = recipe_plan(recipe, "role", ("role", "target"))
     host = tools = None
     if "card" in recipe:
         from alphac.build import gpu_kernels, load_gpu_host, split_target
@@ -322,10 +328,7 @@ def roles_table(plan, fleet: bool = False) -> dict:
 @kind("roles-table", mode=0o644)
 def build_roles_table(recipe: dict) -> Built:
     import json
-    compiled, plans = plans_of(recipe["source"])
-    plan = plans.get(recipe["deployment"])
-    if plan is None:
-        raise RecipeError(f"no deployment `{recipe['deployment']}` in {recipe['source']}")
+    compiled, plan = recipe_plan(recipe, "roles-table", ())
     table = roles_table(plan, bool(recipe.get("fleet")))
     table["source"] = recipe["source"]
     data = (json.dumps(table, indent=2, sort_keys=True) + "\n").encode()
@@ -359,13 +362,7 @@ def build_node_recipe(recipe: dict) -> Built:
     """An index node's executable (alphac.lower.fleet): every member, chosen by --rank."""
     from alphac.build import build_node
     from alphac.lower.fleet import nodes
-    for field in ("source", "deployment", "node", "target"):
-        if not isinstance(recipe.get(field), str):
-            raise RecipeError(f"node recipe: `{field}` must be a string")
-    compiled, plans = plans_of(recipe["source"])
-    plan = plans.get(recipe["deployment"])
-    if plan is None:
-        raise RecipeError(f"no deployment `{recipe['deployment']}` in {recipe['source']}")
+    compiled, plan = recipe_plan(recipe, "node", ("node", "target"))
     found = [n for n in nodes(plan) if n.file == recipe["node"]]
     if not found:
         raise RecipeError(f"deployment `{plan.dep.name}` has no index node `{recipe['node']}`")
