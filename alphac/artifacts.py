@@ -245,9 +245,17 @@ def role_recipe(source: str, deployment: str, role: str, target: str, host=None)
 
 
 def _role(plan, name: str):
-    for r in plan.roles():
-        if str(r) == name:
-            return r
+    """The role `name` (`owner.3`, `root`) names, found among the index nodes (a fleet's roles
+    are never listed one by one)."""
+    from alphac.dist.structure import Role
+    from alphac.lower.fleet import nodes
+    base, _, index = name.rpartition(".")
+    role = Role(base, int(index)) if base and index.isdigit() else Role(name)
+    for n in nodes(plan):
+        if n.name == role.name and (n.lo is None if role.index is None
+                                    else n.lo is not None and n.lo <= role.index < n.hi):
+            if str(role) == name:
+                return role
     raise RecipeError(f"deployment `{plan.dep.name}` has no role `{name}`")
 
 
