@@ -38,6 +38,7 @@ from alphac.ir.learner import (Bcast, Const, DataRow, Dot, Elem, Grad, Learner, 
 from alphac.math import rt_name
 
 UNROLL = 8
+SAMPLE_LANES = 4      # learner_grad's samples per block (full batch, not exact_sum)
 OPS = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
 
 
@@ -115,26 +116,49 @@ def buffered_nodes(roots: list[Node]) -> set[int]:
     return out
 
 
+def varying_nodes(roots: list[Node]) -> set[int]:
+    """The nodes of a per-sample DAG that differ between samples: a data row, and whatever
+    reads one."""
+    out: set[int] = set()
+    for n in postorder(roots):
+        if isinstance(n, DataRow) or any(id(c) in out for c in children(n)):
+            out.add(id(n))
+    return out
+
+
 class Values:
     """Computes nodes into `let`s. `scalars` memoizes shape-() nodes for the whole body;
     coordinate values are memoized per coordinate expression `j`. Nodes in `buffered`
     (`buffered_nodes`) are computed once, into a global buffer, by `prepare`, before the loop
-    that reads them; after that they are read like leaves."""
+    that reads them; after that they are read like leaves.
 
-    def __init__(self, em: Emitter, leaf, buffered: set[int] | None = None):
+    With `lanes` > 1 it computes the nodes of that many samples at once (sample blocking in
+    learner_grad): every memo holds one name per lane; a node no data row reaches (not in
+    `varying`) is computed once for every lane; and each loop a node needs runs once, with every
+    lane's chain in its body, so that the lanes' folds are independent chains the processor
+    overlaps. Each lane performs exactly the single sample's operations, in their order."""
+
+    def __init__(self, em: Emitter, leaf, buffered: set[int] | None = None, lanes: int = 1,
+                 varying: set[int] | None = None):
         self.em = em
-        self._leaf = leaf         # leaf(node, j) -> expression, or None if not a leaf it knows
-        self.scalars: dict[int, str] = {}
-        self.coord: dict[tuple[int, str], str] = {}
+        self._leaf = leaf         # leaf(node, j, lane) -> expression, or None if not a leaf it knows
+        self.lanes = lanes
+        self.varying = varying or set()
+        self.scalars: dict[int, tuple[str, ...]] = {}
+        self.coord: dict[tuple[int, str], tuple[str, ...]] = {}
         self.buffered = buffered or set()
-        self.buffers: dict[int, str] = {}     # node id -> its buffer, once computed
+        self.buffers: dict[int, tuple[str, ...]] = {}     # node id -> its buffer per lane
         self.rc: dict[str, tuple[str, str]] = {}  # a 2-D loop's flat coordinate -> (row, col)
         self.filling: int | None = None
 
-    def leaf(self, n: Node, j: str | None) -> str | None:
+    def width(self, n: Node) -> range:
+        """The lanes n is computed for: all, or only lane 0 when it is the same in every lane."""
+        return range(self.lanes if id(n) in self.varying else 1)
+
+    def leaf(self, n: Node, j: str | None, s: int = 0) -> str | None:
         if id(n) in self.buffers:
-            return self.em.gen.address(self.buffers[id(n)], j)
-        return self._leaf(n, j)
+            return self.em.gen.address(self.buffers[id(n)][s], j)
+        return self._leaf(n, j, s)
 
     def split(self, j: str, cols: int) -> tuple[str, str]:
         """(row, col) of flat coordinate j of a matrix with `cols` columns."""
@@ -159,8 +183,13 @@ class Values:
         self.coord = saved
 
     def get(self, n: Node, j: str | None) -> str:
-        """The `let` of n (at coordinate j). Its operands are computed first, in the order
-        `compute` asks for them, from an explicit stack: a chain of any depth is no recursion."""
+        """The `let` of n (at coordinate j) in lane 0."""
+        return self.all(n, j)[0]
+
+    def all(self, n: Node, j: str | None) -> tuple[str, ...]:
+        """The `let` of n (at coordinate j) in every lane. Its operands are computed first, in
+        the order `compute` asks for them, from an explicit stack: a chain of any depth is no
+        recursion."""
         todo = [(n, j, False)]
         while todo:
             m, k, ready = todo.pop()
@@ -168,7 +197,8 @@ class Values:
             if key in memo:
                 continue
             if ready:
-                memo[key] = self.compute(m, k)
+                names = self.compute(m, k)
+                memo[key] = names * self.lanes if len(names) == 1 else names
             else:
                 todo.append((m, k, True))
                 todo.extend((c, ck, False) for c, ck in reversed(self.operands(m, k)))
@@ -213,125 +243,154 @@ class Values:
         no scalar's `let` is born inside a loop body and read after it."""
         for sub in postorder(nodes):
             if not sub.shape:
-                self.get(sub, None)
+                self.all(sub, None)
             elif id(sub) in self.buffered and id(sub) not in self.buffers:
                 self.fill(sub)
+
+    def fold(self, accs: tuple[str, ...], terms, lanes: range) -> None:
+        for s in lanes:
+            self.em.put(f"{accs[s]} = {accs[s]} + {terms[s]};")
 
     def fill(self, n: Node) -> None:
         """Compute buffered node n into its buffer, here (its operands are prepared already)."""
         em, gen = self.em, self.em.gen
-        buf = gen.buffer(n.size)
-        put = lambda j, v: em.put(f"storef({gen.slot(buf, j)}, {v});")
+        L = self.width(n)
+        bufs = tuple(gen.buffer(n.size) for _ in L)
+        put = lambda s, j, v: em.put(f"storef({gen.slot(bufs[s], j)}, {v});")
         self.filling = id(n)
         if isinstance(n, MatVec):
             rows, cols = n.a.shape
 
             def row(r: str) -> None:
-                acc = em.let(flit(-0.0), "acc")
+                accs = tuple(em.let(flit(-0.0), "acc") for _ in L)
 
                 def term(c: str) -> None:
-                    t = em.let(f"{self.get(n.a, self.flat(r, c, cols))} * {self.get(n.b, c)}")
-                    em.put(f"{acc} = {acc} + {t};")
+                    a, b = self.all(n.a, self.flat(r, c, cols)), self.all(n.b, c)
+                    self.fold(accs, [em.let(f"{a[s]} * {b[s]}") for s in L], L)
                 self.loop(0, cols, term)
-                put(r, acc)
+                for s in L:
+                    put(s, r, accs[s])
             self.loop(0, rows, row)
         elif isinstance(n, VecMat):
             rows, cols = n.b.shape
-            self.loop(0, cols, lambda c: put(c, flit(-0.0)))
+            self.loop(0, cols, lambda c: [put(s, c, flit(-0.0)) for s in L])
 
             def row(r: str) -> None:
-                u = self.get(n.a, r)
+                u = self.all(n.a, r)
 
                 def term(c: str) -> None:
-                    t = em.let(f"{u} * {self.get(n.b, self.flat(r, c, cols))}")
-                    put(c, f"{gen.address(buf, c)} + {t}")
+                    b = self.all(n.b, self.flat(r, c, cols))
+                    ts = [em.let(f"{u[s]} * {b[s]}") for s in L]
+                    for s in L:
+                        put(s, c, f"{gen.address(bufs[s], c)} + {ts[s]}")
                 self.loop(0, cols, term)
             self.loop(0, rows, row)
         elif isinstance(n, Stack):
             for k, item in enumerate(n.items):
-                put(str(k), self.get(item, None))
+                v = self.all(item, None)
+                for s in L:
+                    put(s, str(k), v[s])
         elif isinstance(n, MaxAdj):
-            dt = self.get(n.dt, None)
-            m = em.let(self.get(n.a, "0"), "m")
-            win = em.let("0", "win")
+            dt, first = self.all(n.dt, None), self.all(n.a, "0")
+            ms = tuple(em.let(first[s], "m") for s in L)
+            wins = tuple(em.let("0", "win") for _ in L)
 
             def scan(k: str) -> None:
-                v = self.get(n.a, k)
-                em.put(f"if fgt({v}, {m}) != 0 {{ {win} = {k}; }}")
-                em.put(f"{m} = {rt_name('max')}({m}, {v});")
+                v = self.all(n.a, k)
+                for s in L:
+                    em.put(f"if fgt({v[s]}, {ms[s]}) != 0 {{ {wins[s]} = {k}; }}")
+                    em.put(f"{ms[s]} = {rt_name('max')}({ms[s]}, {v[s]});")
             self.loop(1, n.size, scan)
 
             def spread(j: str) -> None:
-                w = em.let(flit(0.0), "w")
-                em.put(f"if {j} == {win} {{ {w} = {dt}; }}")
-                put(j, w)
+                for s in L:
+                    w = em.let(flit(0.0), "w")
+                    em.put(f"if {j} == {wins[s]} {{ {w} = {dt[s]}; }}")
+                    put(s, j, w)
             self.loop(0, n.size, spread)
         else:
-            self.loop(0, n.size, lambda j: put(j, self.get(n, j)))
-        self.buffers[id(n)] = buf
+            def each(j: str) -> None:
+                v = self.all(n, j)
+                for s in L:
+                    put(s, j, v[s])
+            self.loop(0, n.size, each)
+        self.buffers[id(n)] = bufs * self.lanes if len(bufs) == 1 else bufs
 
-    def compute(self, n: Node, j: str | None) -> str:
+    def compute(self, n: Node, j: str | None) -> tuple[str, ...]:
         em = self.em
-        leaf = self.leaf(n, j)
-        if leaf is not None:
-            return em.let(leaf)
+        L = self.width(n)
+        if self.leaf(n, j) is not None:
+            return tuple(em.let(self.leaf(n, j, s)) for s in L)
         if isinstance(n, Const):
             if not n.shape:
-                return em.let(flit(n.values[0]), "c")
-            return em.let(self.em.gen.address(self.em.gen.const_vector(n), j))
+                return (em.let(flit(n.values[0]), "c"),)
+            return (em.let(self.em.gen.address(self.em.gen.const_vector(n), j)),)
         if isinstance(n, Pick):
-            return self.get(n.a, self.picked(n, j))
+            return self.all(n.a, self.picked(n, j))
         if isinstance(n, Elem):
-            a = self.get(n.a, self.at(n, n.a, j))
-            b = self.get(n.b, self.at(n, n.b, j))
+            a = self.all(n.a, self.at(n, n.a, j))
+            b = self.all(n.b, self.at(n, n.b, j))
             if n.op in OPS:
-                return em.let(f"{a} {OPS[n.op]} {b}")
-            return em.let(f"{rt_name(n.op)}({a}, {b})")
+                return tuple(em.let(f"{a[s]} {OPS[n.op]} {b[s]}") for s in L)
+            return tuple(em.let(f"{rt_name(n.op)}({a[s]}, {b[s]})") for s in L)
         if isinstance(n, Unary):
-            a = self.get(n.a, j)
+            a = self.all(n.a, j)
             if n.op in ("neg", "sqrt"):
-                return em.let(f"-{a}" if n.op == "neg" else f"sqrt({a})")
-            return em.let(f"{rt_name(n.op)}({a})")
+                return tuple(em.let(f"-{a[s]}" if n.op == "neg" else f"sqrt({a[s]})") for s in L)
+            return tuple(em.let(f"{rt_name(n.op)}({a[s]})") for s in L)
         if isinstance(n, Where):
-            a, b, then, other = (self.get(c, self.at(n, c, j)) for c in (n.a, n.b, n.then, n.other))
-            out = em.let(other, "w")
-            em.put(f"if fgt({a}, {b}) != 0 {{ {out} = {then}; }}")
-            return out
+            a, b, then, other = (self.all(c, self.at(n, c, j)) for c in (n.a, n.b, n.then, n.other))
+            outs = []
+            for s in L:
+                outs.append(em.let(other[s], "w"))
+                em.put(f"if fgt({a[s]}, {b[s]}) != 0 {{ {outs[-1]} = {then[s]}; }}")
+            return tuple(outs)
         if isinstance(n, Pow):
-            a = self.get(n.a, j)
-            acc = a
-            for _ in range(n.n - 1):
-                acc = em.let(f"{acc} * {a}")
-            return acc
+            a = self.all(n.a, j)
+            accs = []
+            for s in L:
+                acc = a[s]
+                for _ in range(n.n - 1):
+                    acc = em.let(f"{acc} * {a[s]}")
+                accs.append(acc)
+            return tuple(accs)
         if isinstance(n, Bcast):
-            return self.get(n.a, None)
+            return self.all(n.a, None)
         if isinstance(n, Outer):
             r, c = self.split(j, n.shape[1])
-            return em.let(f"{self.get(n.a, r)} * {self.get(n.b, c)}")
+            a, b = self.all(n.a, r), self.all(n.b, c)
+            return tuple(em.let(f"{a[s]} * {b[s]}") for s in L)
         if isinstance(n, OneHot):
-            k = self.get(n.a, None)
-            out = em.let(flit(0.0), "w")
-            em.put(f"if (f2bits({k} - i2f({j})) << 1) == 0 {{ {out} = {flit(1.0)}; }}")
-            return out
+            k = self.all(n.a, None)
+            outs = []
+            for s in L:
+                outs.append(em.let(flit(0.0), "w"))
+                em.put(f"if (f2bits({k[s]} - i2f({j})) << 1) == 0 {{ {outs[-1]} = {flit(1.0)}; }}")
+            return tuple(outs)
         if isinstance(n, Max):
             self.prepare([n.a])
-            acc = em.let(self.get(n.a, "0"), "m")
-            self.loop(1, n.a.shape[0],
-                      lambda k: em.put(f"{acc} = {rt_name('max')}({acc}, {self.get(n.a, k)});"))
-            return acc
+            first = self.all(n.a, "0")
+            accs = tuple(em.let(first[s], "m") for s in L)
+
+            def scan(k: str) -> None:
+                v = self.all(n.a, k)
+                for s in L:
+                    em.put(f"{accs[s]} = {rt_name('max')}({accs[s]}, {v[s]});")
+            self.loop(1, n.a.shape[0], scan)
+            return accs
         if isinstance(n, (Dot, Sum)):
             self.prepare([n.a] + ([n.b] if isinstance(n, Dot) else []))
-            acc = em.let(flit(-0.0), "acc")
+            accs = tuple(em.let(flit(-0.0), "acc") for _ in L)
             size = n.a.size                     # a 2-D sum (from differentiation): all of it
 
             def body(k: str) -> None:
                 if isinstance(n, Dot):
-                    term = em.let(f"{self.get(n.a, k)} * {self.get(n.b, k)}")
+                    a, b = self.all(n.a, k), self.all(n.b, k)
+                    self.fold(accs, [em.let(f"{a[s]} * {b[s]}") for s in L], L)
                 else:
-                    term = self.get(n.a, k)
-                em.put(f"{acc} = {acc} + {term};")
+                    self.fold(accs, self.all(n.a, k), L)
             self.loop(0, size, body)             # coordinate values die with their loop
-            return acc
+            return accs
         raise TypeError(f"cannot lower {type(n).__name__}")
 
 
@@ -368,11 +427,13 @@ class LearnerCode:
     def address(self, base: str, offset: str) -> str:
         return f"loadf({self.slot(base, offset)})"
 
-    def loss_leaf(self, n: Node, j: str | None, i: str) -> str | None:
+    def loss_leaf(self, n: Node, j: str | None, s: int = 0) -> str | None:
+        """A leaf of the per-sample DAG in lane s (sample i + s: its rows are row_NAME_s)."""
+        row = (lambda name: f"row_{name}_{s}") if s else (lambda name: f"row_{name}")
         if isinstance(n, Read):
             return f"loadf(st_{n.name})" if not n.shape else self.address(f"st_{n.name}", j)
         if isinstance(n, DataRow):
-            return f"loadf(row_{n.name})" if not n.shape else self.address(f"row_{n.name}", j)
+            return f"loadf({row(n.name)})" if not n.shape else self.address(row(n.name), j)
         if isinstance(n, Pick):
             offset, root = 0, n
             while isinstance(root, Pick):
@@ -384,7 +445,7 @@ class LearnerCode:
             if isinstance(root, Read):
                 return self.address(f"st_{root.name}", coord)
             if isinstance(root, DataRow):
-                return self.address(f"row_{root.name}", coord)
+                return self.address(row(root.name), coord)
         return None
 
     # -- functions -----------------------------------------------------------------------------
@@ -405,6 +466,14 @@ class LearnerCode:
             em.put(f"let last = first + {lr.batch};")
             em.put("let n = 0;")
         em.put("let i = lo;")
+        lanes = 1 if lr.exact or batched else SAMPLE_LANES
+        if lanes > 1:                    # blocks of `lanes` samples, then the rest one by one
+            em.put(f"while i + {lanes} <= hi {{")
+            em.depth += 1
+            self.samples(em, lanes)
+            em.put(f"i = i + {lanes};")
+            em.depth -= 1
+            em.put("}")
         em.put("while i < hi {")
         em.depth += 1
         if batched:
@@ -412,10 +481,30 @@ class LearnerCode:
             em.put("if pos >= first && pos < last {")
             em.depth += 1
             em.put("n = n + 1;")
+        self.samples(em, 1)
+        if batched:
+            em.depth -= 1
+            em.put("}")
+        em.put("i = i + 1;")
+        em.depth -= 1
+        em.put("}")
+        if batched:
+            em.put("return n;")
+            return self.function("learner_grad", "lo: i64, hi: i64, t: i64", em, "i64") + \
+                self.gen_position()
+        return self.function("learner_grad", "lo: i64, hi: i64", em)
+
+    def samples(self, em: Emitter, lanes: int) -> None:
+        """The gradient terms and the loss of samples i..i+lanes-1 into G_p and L_sum: each
+        coordinate's sum takes the samples' terms in sample order, as one sample at a time does."""
+        lr = self.lr
         for d in lr.data:
-            em.put(f"let row_{d.name} = {row_address(d, 'i', streamed(lr))};")
+            for s in range(lanes):
+                row = row_address(d, f"(i + {s})" if s else "i", streamed(lr))
+                em.put(f"let row_{d.name}{f'_{s}' if s else ''} = {row};")
         roots = [c.node for p in lr.params for c in lr.grads[p.name]] + [lr.loss]
-        vals = Values(em, lambda n, j: self.loss_leaf(n, j, "i"), buffered_nodes(roots))
+        vals = Values(em, lambda n, j, s: self.loss_leaf(n, j, s), buffered_nodes(roots), lanes,
+                      varying_nodes(roots))
         for p in lr.params:
             contribs = lr.grads[p.name]
             cuts = sorted({0, p.size} | {c.offset for c in contribs} |
@@ -424,18 +513,25 @@ class LearnerCode:
                 covering = [c for c in contribs if c.offset <= a and b <= c.offset + c.length]
 
                 def body(j: str, covering=covering, p=p, a=a) -> None:
-                    terms = []
-                    for c in covering:
-                        local = None if not c.node.shape else _sub(j, c.offset)
-                        terms.append(vals.get(c.node, local))
-                    g = terms[0] if terms else em.let(flit(0.0), "zero")
-                    for t in terms[1:]:
-                        g = em.let(f"{g} + {t}")
+                    terms = [vals.all(c.node, None if not c.node.shape else _sub(j, c.offset))
+                             for c in covering]
+                    gs = []
+                    for s in range(lanes):
+                        g = terms[0][s] if terms else em.let(flit(0.0), "zero")
+                        for t in terms[1:]:
+                            g = em.let(f"{g} + {t[s]}")
+                        gs.append(g)
                     slot = f"G_{p.name} + 8 * ({j})" if not j.isdigit() else f"G_{p.name} + {8 * int(j)}"
                     if lr.exact:             # the sample's terms, added by xc_add_n below
-                        em.put(f"storef({slot}, {g});")
+                        em.put(f"storef({slot}, {gs[0]});")
                         return
-                    em.put(f"storef({slot}, loadf({slot}) + {g});")
+                    if lanes == 1:
+                        em.put(f"storef({slot}, loadf({slot}) + {gs[0]});")
+                        return
+                    acc = em.let(f"loadf({slot}) + {gs[0]}", "gs")
+                    for g in gs[1:]:
+                        em.put(f"{acc} = {acc} + {g};")
+                    em.put(f"storef({slot}, {acc});")
                 vals.prepare([c.node for c in covering])
                 cols = p.shape[1] if len(p.shape) == 2 else 0
                 if cols and a % cols == 0 and b % cols == 0 and \
@@ -450,19 +546,9 @@ class LearnerCode:
         if lr.exact:
             em.put(f"storef(XT, {vals.get(lr.loss, None)});")
             em.put(f"xc_add_n({exact_at(lr, None, '0')}, XT, 1);")
-        else:
-            em.put(f"storef(L_sum, loadf(L_sum) + {vals.get(lr.loss, None)});")
-        if batched:
-            em.depth -= 1
-            em.put("}")
-        em.put("i = i + 1;")
-        em.depth -= 1
-        em.put("}")
-        if batched:
-            em.put("return n;")
-            return self.function("learner_grad", "lo: i64, hi: i64, t: i64", em, "i64") + \
-                self.gen_position()
-        return self.function("learner_grad", "lo: i64, hi: i64", em)
+            return
+        for loss in vals.all(lr.loss, None):
+            em.put(f"storef(L_sum, loadf(L_sum) + {loss});")
 
     def gen_position(self) -> str:
         """The runtime's copy of alphac.ir.order.position (for `order shuffle(SEED)`)."""
@@ -519,7 +605,7 @@ class LearnerCode:
 
     def gen_scalars(self) -> str:
         em = Emitter(self)
-        vals = Values(em, lambda n, j: self.update_leaf(n, j, {}))
+        vals = Values(em, lambda n, j, s: self.update_leaf(n, j, {}))
         for a in self.lr.update:
             if self.lr.state(a.target).group is None:
                 em.put(f"#line {a.line}")
@@ -537,7 +623,7 @@ class LearnerCode:
 
         def body(j: str) -> None:
             new: dict[str, str] = {}
-            vals = Values(em, lambda n, jj: self.update_leaf(n, jj, new))
+            vals = Values(em, lambda n, jj, s: self.update_leaf(n, jj, new))
             coord = j if g.shape else None
             for a, before_store in zip(stmts, old_reads):
                 em.put(f"#line {a.line}")
@@ -621,7 +707,7 @@ class LearnerCode:
             em.put(f"let row_{d.name} = ev_{d.name} + i * {8 * d.cols};")
         scored = labels is not None and lr.predict is not None and lr.predict.shape
         roots = [lr.loss] + ([lr.predict] if scored else [])
-        vals = Values(em, lambda n, j: self.loss_leaf(n, j, "i"), buffered_nodes(roots))
+        vals = Values(em, lambda n, j, s: self.loss_leaf(n, j), buffered_nodes(roots))
         vals.prepare(roots)
         em.put(f"total = total + {vals.get(lr.loss, None)};")
         if scored:

@@ -1,0 +1,159 @@
+"""Benchmark: the generated code against numpy on one thread, where work is large (issue 18).
+
+Two workloads, each run by the x86-64 executable and by numpy (OPENBLAS_NUM_THREADS=1; numpy's
+own sums, so its bits may differ; the executable's are the contract's, checked here against the
+reference interpreter):
+
+- `lsq 100k`: one owner's step of the least-squares learner with momentum, 100,000 coordinates,
+  8 samples (bench/distributed.py's big learner): 8 dots of 100,000, the gradient, the update.
+  Bound by memory bandwidth, as numpy's is.
+- `matvec`: a learner whose loss is ||W x_i||^2 / 2 over 256 samples, W 64 x 256, so its step is
+  matrix products (W x_i for every sample, then outer products for the gradient). numpy does the
+  same flops as two dgemm calls (W @ X^T, then (W X^T) X); its rate is the BLAS's.
+
+Each row: time per step (a run of N steps minus a run of 0 steps, median of 3), the rate in
+GFLOP/s of the arithmetic the step does (multiplies and adds of the products, counted the same
+way for both), and the executable's throughput as a fraction of numpy's.
+
+    python bench/codegen.py [--steps N] [--target x86_64|x86_64-v3]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", "1")
+
+import numpy as np                                     # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from alphac.build import build_learner                 # noqa: E402
+from alphac.driver import compile_file                 # noqa: E402
+
+
+def lsq_source(tmp: Path, n: int = 100_000, samples: int = 8) -> tuple[Path, dict]:
+    rng = np.random.default_rng(7)
+    x, y = rng.standard_normal((samples, n)), rng.standard_normal(samples)
+    np.save(tmp / "x.npy", x)
+    np.save(tmp / "y.npy", y)
+    src = tmp / "lsq100k.alpha"
+    src.write_text(f"""learner lsq100k
+data x = load("x.npy")
+data y = load("y.npy")
+param w: f64[{n}] = 0.0
+state v: f64[{n}] = 0.0
+loss(i) = 0.5 * (dot(w, x[i]) - y[i])^2
+update {{
+  v = 0.9 * v + grad(w)
+  w = w - 0.001 * v
+}}
+""")
+    w, v = np.zeros(n), np.zeros(n)
+
+    def step():
+        nonlocal w, v
+        r = x @ w - y                       # the 8 dots
+        g = (r @ x) / samples               # the gradient's sum over samples, then the mean
+        v = 0.9 * v + g
+        w = w - 0.001 * v
+    return src, {"step": step, "flops": 4 * samples * n + 4 * n}
+
+
+def matvec_source(tmp: Path, rows: int = 64, cols: int = 256, samples: int = 256) -> tuple[Path, dict]:
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((samples, cols))
+    w0 = rng.standard_normal((rows, cols)) / np.sqrt(cols)
+    np.save(tmp / "mx.npy", x)
+    np.save(tmp / "mw.npy", w0)
+    src = tmp / "matvec.alpha"
+    src.write_text(f"""learner matvec
+data x = load("mx.npy")
+const W0 = load("mw.npy")
+param W: f64[{rows}, {cols}] = W0
+loss(i) {{
+  let z = W @ x[i]
+  0.5 * dot(z, z)
+}}
+update {{
+  W = W - 0.0001 * grad(W)
+}}
+""")
+    w = w0.copy()
+
+    def step():
+        nonlocal w
+        z = w @ x.T                          # rows x samples
+        g = (z @ x) / samples                # sum over samples of outer(z_i, x_i)
+        w = w - 0.0001 * g
+    return src, {"step": step, "flops": 4 * rows * cols * samples}
+
+
+def exe_per_step(exe: Path, steps: int, cwd: Path) -> float:
+    def run(n: int) -> float:
+        t = time.perf_counter()
+        subprocess.run([str(exe), "--steps", str(n)], cwd=cwd, capture_output=True, check=True)
+        return time.perf_counter() - t
+    zero = statistics.median(run(0) for _ in range(3))
+    return max(0.0, statistics.median(run(steps) for _ in range(3)) - zero) / steps
+
+
+def numpy_per_step(step, steps: int) -> float:
+    def run() -> float:
+        t = time.perf_counter()
+        for _ in range(steps):
+            step()
+        return time.perf_counter() - t
+    step()
+    return statistics.median(run() for _ in range(3)) / steps
+
+
+def bits_agree(src: Path, exe: Path, cwd: Path, steps: int = 2) -> bool:
+    from alphac.ir.interp import format_state, initial_state, step
+    lr = compile_file(src).learner
+    s = initial_state(lr)
+    for _ in range(steps):
+        s = step(lr, s)
+    out = subprocess.run([str(exe), "--steps", str(steps)], cwd=cwd, capture_output=True,
+                         text=True, check=True).stdout
+    return out == format_state(lr, s)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--steps", type=int, default=100)
+    ap.add_argument("--target", default="x86_64")
+    args = ap.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory() as t:
+        tmp = Path(t)
+        for name, make in (("lsq 100k", lsq_source), ("matvec 64x256, 256 samples", matvec_source)):
+            src, ref = make(tmp)
+            lr = compile_file(src).learner
+            exe = tmp / "exe"
+            exe.write_bytes(build_learner(lr, args.target).elf)
+            os.chmod(exe, 0o755)
+            same = bits_agree(src, exe, tmp)
+            a = exe_per_step(exe, args.steps, tmp)
+            b = numpy_per_step(ref["step"], args.steps)
+            rows.append((name, a, b, ref["flops"], same))
+    print(f"generated code ({args.target}) against numpy {np.__version__}, one thread\n")
+    print("| workload | alphac ms/step | alphac GFLOP/s | numpy ms/step | numpy GFLOP/s | "
+          "alphac/numpy throughput | alphac bits = interpreter |")
+    print("|---|---|---|---|---|---|---|")
+    for name, a, b, flops, same in rows:
+        print(f"| {name} | {a * 1e3:.3f} | {flops / a / 1e9 if a else 0:.2f} | {b * 1e3:.3f} | "
+              f"{flops / b / 1e9:.2f} | {b / a if a else 0:.2f}x | {same} |")
+
+
+if __name__ == "__main__":
+    main()
