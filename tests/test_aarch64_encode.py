@@ -118,7 +118,7 @@ def ints(lo, hi, scale=1):
 
 
 REGISTERS = {"x": X + (xzr,), "xsp": X + (sp,), "sp": (sp,), "w": W + (wzr,), "w2": W + (wzr,), "d": D,
-             "q": V, "v4s": V, "v16b": V, "v16b2": V}
+             "q": V, "v4s": V, "v16b": V, "v16b2": V, "v2d": V, "vd0": V, "vd1": V}
 BASE = st.sampled_from(X + (sp,))
 
 
@@ -277,7 +277,7 @@ def parse(asm):
             else:
                 off = int(inner[1][1:], 0) if len(inner) > 1 else 0
                 ops.append(Mem(base, off, "pre" if tok.endswith("!") else "offset"))
-        elif re.fullmatch(r"q\d+|v\d+\.(4s|16b)", tok):                      # q3, v3.4s: v3
+        elif re.fullmatch(r"q\d+|v\d+\.(4s|16b|2d|d\[[01]\])", tok):        # q3, v3.4s, v3.d[1]: v3
             ops.append(REGS["v" + tok.split(".")[0].lstrip("qv")])
         else:
             ops.append(REGS.get(tok) or COND[tok])
@@ -305,7 +305,7 @@ def test_golden_file_reencodes_and_covers_every_row():
 SAMPLES = {
     "x": [x0, x30, xzr, REGS["x9"]], "xsp": [sp, x1, x29], "sp": [sp],
     "w": [w0, REGS["w30"], wzr], "w2": [REGS["w7"], wzr, REGS["w30"]],
-    **dict.fromkeys(("q", "v4s", "v16b", "v16b2"), [V[0], V[31], V[17], V[8]]), "d": [d0, REGS["d31"], REGS["d17"]],
+    **dict.fromkeys(("q", "v4s", "v16b", "v16b2", "v2d", "vd0", "vd1"), [V[0], V[31], V[17], V[8]]), "d": [d0, REGS["d31"], REGS["d17"]],
     "aimm": [Imm(16), Imm(4095), Imm(1, 12), Imm(0)],
     "limm": [Imm(0xFF), Imm(0x5555555555555555), Imm(0xFFFFFFFFFFFFFFFE), Imm(0x00FF00FF00FF00FF)],
     "mimm": [Imm(0), Imm(0xFFFF, 48), Imm(0x1234, 16), Imm(1, 32)],

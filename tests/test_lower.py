@@ -3,7 +3,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from alphac.lower import lir, rt
-from alphac.lower.regalloc import RegFile, allocate, intervals, parallel_moves
+from alphac.lower.regalloc import REUSE_FIRST, RegFile, allocate, intervals, layout_positions, parallel_moves
 from alphac.lower.rt_lower import lower_program
 
 
@@ -46,15 +46,24 @@ def test_allocation_never_shares_a_live_location_and_respects_calls():
     fn = prog.function("rt_start")
     alloc = allocate(fn, SMALL)
     iv, calls = intervals(fn)
+    defined_at = {p: i for p, i, _ in layout_positions(fn)[0] if i.dst is not None}
+
+    def passes(x, y):            # y is defined by the instruction that reads x for the last time
+        i = defined_at.get(iv[y][0])
+        return iv[x][1] == iv[y][0] and i is not None and i.dst == y and i.op in REUSE_FIRST \
+            and i.args[0] == x
     regs = sorted(iv, key=lambda v: v.id)
+    reused = 0
     for x in regs:
         for y in regs:
-            if x.id < y.id and alloc.of(x) == alloc.of(y):
+            if x.id != y.id and alloc.of(x) == alloc.of(y):
                 (a0, a1), (b0, b1) = iv[x], iv[y]
-                assert a1 < b0 or b1 < a0, (x, y)
+                reused += passes(x, y)
+                assert a1 < b0 or b1 < a0 or passes(x, y) or passes(y, x), (x, y)
         if any(iv[x][0] < c < iv[x][1] for c in calls) and alloc.of(x)[0] == "reg":
             assert alloc.of(x)[1] in SMALL.callee_saved
     assert alloc.nslots > 0               # 15 values live at once do not fit in 5 registers
+    assert reused > 0                     # a sum's register passes to the next sum, no copy
 
 
 @pytest.mark.parametrize("bad, msg", [

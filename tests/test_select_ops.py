@@ -105,6 +105,45 @@ FLOAT_CASES = [
     ("1e300", 1e300), ("p * q + r", P * Q + R), ("r - p * q", R - P * Q),
     ("(p + q) * (p - q)", (P + Q) * (P - Q)), ("fret(q, p)", P - Q),
 ]
+# f64x2: each lane is the scalar operation on that lane. va = (p, q), vb = (r, nan), vc = (inf, tiny)
+VA, VB, VC = (P, Q), (R, NAN), (INF, TINY)
+
+
+def lanes(f, *vs):
+    return tuple(f(*(v[k] for v in vs)) for k in (0, 1))
+
+
+VEC_CASES = [
+    ("va + vb", lanes(lambda a, b: a + b, VA, VB)), ("vb - va", lanes(lambda a, b: a - b, VB, VA)),
+    ("va * vc", lanes(lambda a, b: a * b, VA, VC)), ("va / vb", lanes(lambda a, b: a / b, VA, VB)),
+    ("vc / va", lanes(lambda a, b: a / b, VC, VA)), ("sqrtv(vc)", lanes(math.sqrt, VC)),
+    ("-va", lanes(lambda a: -a, VA)), ("-vb", lanes(lambda a: -a, VB)),
+    ("splat(q) * va", lanes(lambda a: Q * a, VA)), ("vc - splat(tiny)", lanes(lambda a: a - TINY, VC)),
+    ("(va + vc) * (va - vc) / vb", lanes(lambda a, c, b: (a + c) * (a - c) / b, VA, VC, VB)),
+]
+VSTORES = [0, 8, 24, -16, 4104, 65520, 60008]      # b + off: scaled, unscaled and far offsets
+NVEC = 24
+
+
+def vpress_source() -> str:
+    """NVEC f64x2 values live across a call (so spilled: no call keeps 16 bytes of a register)."""
+    src = ["global vpair: [f64; 2];", "fn vpress_sum(pa: f64, pb: f64) -> f64 {",
+           "    storef(vpair, pa);", "    storef(vpair + 8, pb);", "    let va = loadv(vpair);"]
+    src += [f"    let w{k} = va * splat({float(k + 1)!r}) + splat(pb);" for k in range(NVEC)]
+    src += ["    nop();", "    let acc = splat(0.0);"]
+    src += [f"    acc = acc + w{k};" for k in range(NVEC)]
+    src += ["    return lane(acc, 0) - lane(acc, 1);", "}"]
+    return "\n".join(src) + "\n"
+
+
+def vpress(pa, pb):
+    acc = [0.0, 0.0]
+    for k in range(NVEC):
+        for i, a in enumerate((pa, pb)):
+            acc[i] = acc[i] + (a * float(k + 1) + pb)
+    return acc[0] - acc[1]
+
+
 BASE = 300                      # b = buf + BASE, so that negative offsets stay inside buf
 STORES = [("store64", 0, "x"), ("store32", 9, "y"), ("store16", 15, "x"), ("store8", -3, "y"),
           ("store64", -16, "y"), ("store64", 60000, "x"), ("store8", 65000, "x"),
@@ -212,6 +251,32 @@ def program() -> tuple[str, str]:
     for e, v in FLOAT_CASES:
         body.append(f"    out(f2bits({e}));")
         want.append(bits(v))
+    body += ["    let va = loadv(seeds + 32);", "    let vb = loadv(seeds + 48);",
+             "    let vc = loadv(seeds + 64);"]
+    for e, v in VEC_CASES:
+        body.append(f"    let t = {e};\n    out(f2bits(lane(t, 0)));\n    out(f2bits(lane(t, 1)));")
+        want += [bits(v[0]), bits(v[1])]
+    body.append("    out(f2bits(vpress_sum(p, q)));")
+    want.append(bits(vpress(P, Q)))
+    body.append("    let vb_base = vbuf + 300;")
+    for k, off in enumerate(VSTORES):            # f64x2 stores and loads at immediate offsets
+        addr = f"vb_base + {off}" if off >= 0 else f"vb_base - {-off}"
+        body.append(f"    storev({addr}, splat(bits2f({k + 1})) * vc);")
+    for k, off in enumerate(VSTORES):
+        addr = f"vb_base + {off}" if off >= 0 else f"vb_base - {-off}"
+        body.append(f"    let lv{k} = loadv({addr});\n    out(f2bits(lane(lv{k}, 0)));\n"
+                    f"    out(f2bits(lane(lv{k}, 1)));")
+    image = bytearray(70000)                     # later stores overwrite earlier overlaps
+    for k, off in enumerate(VSTORES):
+        scale = struct.unpack("<d", (k + 1).to_bytes(8, "little"))[0]
+        image[BASE + off:BASE + off + 16] = struct.pack("<2d", scale * VC[0], scale * VC[1])
+    for off in VSTORES:
+        want += [int.from_bytes(image[BASE + off + d:BASE + off + d + 8], "little") for d in (0, 8)]
+    # indexed: base + 8 * index with the index in a register (z = 7)
+    body += ["    storev(vb_base + 8 * (z + 100), va);", "    storef(vb_base + 8 * (z + 102), r);",
+             "    let ix = loadv(vb_base + 8 * (z + 101));", "    out(f2bits(lane(ix, 0)));",
+             "    out(f2bits(lane(ix, 1)));", "    out(f2bits(loadf(vb_base + (z + 100) * 8)));"]
+    want += [bits(Q), bits(R), bits(P)]
     mem = bytearray(70000)
     value = {"x": X.to_bytes(8, "little"), "y": U(Y).to_bytes(8, "little"),
              "p": struct.pack("<d", P), "q": struct.pack("<d", Q), "r": struct.pack("<d", R)}
@@ -234,8 +299,8 @@ def program() -> tuple[str, str]:
              U((X + 1) * (X * 5) - (X - 9)) ^ bits(P * 2.0 + P), spill_value,
              wide(X, Y, P, Q), wide(Y, X, Q, P)]
     seeds = [X, Y, Z, S] + [bits(v) for v in FSEEDS.values()]
-    source = (f"global buf: [u8; 70000];\nvar seeds: [i64; {len(seeds)}] = {seeds};\n" +
-              FUNCTIONS + spill +
+    source = (f"global buf: [u8; 70000];\nglobal vbuf: [u8; 70000];\nvar seeds: [i64; {len(seeds)}] = {seeds};\n" +
+              FUNCTIONS + spill + vpress_source() +
               "fn main(argc: i64, argv: i64) -> i64 {\n" + "\n".join(body) +
               "\n    rt_flush();\n    return 3;\n}\n")
     return source, "".join(f"{U(v):016x}\n" for v in want)

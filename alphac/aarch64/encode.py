@@ -180,6 +180,7 @@ KINDS = {
     "x": _reg("x", False), "xsp": _reg("x", True), "w": _reg("w", False), "d": _reg("d", False),
     "w2": lambda op, _: _reg("w", False)(op, _) * 2, "u5": lambda op, _: (_imm(op, 0, 31),),
     "q": _reg("v", False), "v4s": _reg("v", False), "v16b": _reg("v", False),
+    "v2d": _reg("v", False), "vd0": _reg("v", False), "vd1": _reg("v", False),
     "v16b2": lambda op, _: _reg("v", False)(op, _) * 2,
     "sp": _sp,
     "aimm": _aimm,
@@ -288,7 +289,9 @@ def encode_bytes(mnemonic, *operands):
 def _op_text(kind, op):
     name, size = _kind(kind)
     if isinstance(op, Reg) and op.cls == "v":
-        return f"q{op.num}" if name == "q" else f"{op.name}.{name[1:].rstrip('2')}"
+        if name in ("vd0", "vd1"):
+            return f"{op.name}.d[{name[2]}]"
+        return f"q{op.num}" if name == "q" else f"{op.name}.{name[1:].rstrip('2') if name != 'v2d' else '2d'}"
     if isinstance(op, (Reg, Cond)):
         return op.name
     if isinstance(op, Label):

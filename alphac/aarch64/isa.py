@@ -173,6 +173,16 @@ _ROWS = [
     ("fmov", "d x",             0x9e670000, "Rd Rn"),
     ("fmov", "x d",             0x9e660000, "Rd Rn"),
     ("scvtf", "d x",            0x9e620000, "Rd Rn"),
+    # Advanced SIMD on 2 x binary64 (f64x2): each lane the scalar instruction above, never fused
+    ("str",  "q Mu12.16",       0x3d800000, "Rt Rn:imm12"),
+    ("fadd", "v2d v2d v2d",     0x4e60d400, "Rd Rn Rm"),
+    ("fsub", "v2d v2d v2d",     0x4ee0d400, "Rd Rn Rm"),
+    ("fmul", "v2d v2d v2d",     0x6e60dc00, "Rd Rn Rm"),
+    ("fdiv", "v2d v2d v2d",     0x6e60fc00, "Rd Rn Rm"),
+    ("fsqrt", "v2d v2d",        0x6ee1f800, "Rd Rn"),
+    ("fneg", "v2d v2d",         0x6ee0f800, "Rd Rn"),
+    ("dup",  "v2d vd0",         0x4e080400, "Rd Rn"),           # both lanes = lane 0 of vn
+    ("dup",  "d vd1",           0x5e180400, "Rd Rn"),           # (mov dd, vn.d[1])
     # Advanced SIMD on 4 x u32 and the SHA2 extension: the hardware SHA-256 (sha256_hw)
     ("ldr",  "q Mu12.16",       0x3dc00000, "Rt Rn:imm12"),
     ("ldp",  "q q Ms7.16",      0xad400000, "Rt Rt2 Rn:imm7"),

@@ -20,7 +20,7 @@ from alphac.aarch64 import abi
 from alphac.aarch64.encode import Imm as AImm
 from alphac.aarch64.encode import Label as ALabel
 from alphac.aarch64.encode import Mem, MemReg, is_bitmask_imm
-from alphac.aarch64.isa import COND, REGS, V, W, X, sp, xzr
+from alphac.aarch64.isa import COND, D, REGS, V, W, X, sp, xzr
 from alphac.lower.assemble import MI, Label
 from alphac.lower.lir import NEGATE, Function, Imm, Inst, VReg
 from alphac.lower.regalloc import Allocation, parallel_moves
@@ -29,6 +29,7 @@ from alphac.lower.selector import SelectorBase, rules
 CC = {"eq": "eq", "ne": "ne", "lt": "lt", "le": "le", "gt": "gt", "ge": "ge",
       "ult": "lo", "ule": "ls", "ugt": "hi", "uge": "hs"}
 ALU = {"add": "add", "sub": "sub", "and": "and", "or": "orr", "xor": "eor", "mul": "mul"}
+VALU = {"vadd": "fadd", "vsub": "fsub", "vmul": "fmul", "vdiv": "fdiv", "vsqrt": "fsqrt", "vneg": "fneg"}
 FALU = {"fadd": "fadd", "fsub": "fsub", "fmul": "fmul", "fdiv": "fdiv", "fsqrt": "fsqrt", "fneg": "fneg"}
 SHIFT = {"shl": "lsl", "shr": "lsr", "sar": "asr"}
 # op -> (scaled mnemonic, unscaled mnemonic, access size in bytes)
@@ -259,6 +260,86 @@ class Selector(SelectorBase):
         mnemonic, mem = self.mem(op, a[0], a[1])
         v = self.use(a[2], F1 if op == "fstore" else S1)
         self.emit(mnemonic, W[v.num] if op in ("store8", "store16", "store32") else v, mem)
+
+    def load_indexed(self, op, d, a) -> None:
+        mem = MemReg(self.use(a[0], S1), self.use(a[1], S2), shift=True)
+        r = self.defreg(d, F1)
+        self.emit("ldr", r, mem)
+        self.commit(d, r)
+
+    def store_indexed(self, op, d, a) -> None:
+        mem = MemReg(self.use(a[0], S1), self.use(a[1], S2), shift=True)
+        self.emit("str", self.use(a[2], F1), mem)
+
+    # -- f64x2: NEON .2d, each lane the scalar instruction ---------------------------------------
+    def vuse(self, v: VReg, scratch):
+        """The V register holding f64x2 v: its own, or scratch's after a reload of its 16 bytes."""
+        loc = self.where(v)
+        if isinstance(loc, Mem):
+            self.emit("ldr", V[scratch.num], loc)
+            return V[scratch.num]
+        return V[loc.num]
+
+    def vcommit(self, d: VReg, r) -> None:
+        loc = self.where(d)
+        if isinstance(loc, Mem):
+            self.emit("str", r, loc)
+        elif loc.num != r.num:
+            self.emit("mov", V[loc.num], r)
+
+    def vmem(self, op, a):
+        """[address] of a vload/vstore: base + offset, or base + 8 * index, in one register."""
+        if op in ("vloadx", "vstorex"):
+            base, index = self.use(a[0], S1), self.use(a[1], S2)
+            self.emit("lsl", S3, index, AImm(3))
+            self.emit("add", S3, base, S3)
+            return Mem(S3, 0)
+        base, off = self.use(a[0], S2), a[1].value
+        if off % 16 == 0 and 0 <= off // 16 < 4096:
+            return Mem(base, off)
+        self.li(S3, off)
+        self.emit("add", S3, base, S3)
+        return Mem(S3, 0)
+
+    def vec_load(self, op, d, a) -> None:
+        mem = self.vmem(op, a)
+        r = V[self.defreg(d, F1).num]
+        self.emit("ldr", r, mem)
+        self.vcommit(d, r)
+
+    def vec_store(self, op, d, a) -> None:
+        mem = self.vmem(op, a)
+        self.emit("str", self.vuse(a[2], F1), mem)
+
+    def vec_alu(self, op, d, a) -> None:
+        x, y = self.vuse(a[0], F1), self.vuse(a[1], F2)
+        r = V[self.defreg(d, F1).num]
+        self.emit(VALU[op], r, x, y)
+        self.vcommit(d, r)
+
+    def vec_unary(self, op, d, a) -> None:
+        x = self.vuse(a[0], F1)
+        r = V[self.defreg(d, F1).num]
+        self.emit(VALU[op], r, x)
+        self.vcommit(d, r)
+
+    def vec_copy(self, op, d, a) -> None:
+        self.vcommit(d, self.vuse(a[0], F1))
+
+    def vec_splat(self, op, d, a) -> None:
+        x = self.use(a[0], F2)
+        r = V[self.defreg(d, F1).num]
+        self.emit("dup", r, V[x.num])
+        self.vcommit(d, r)
+
+    def vec_lane(self, op, d, a) -> None:
+        x = self.vuse(a[0], F2)
+        r = self.defreg(d, F1)
+        if a[1].value:
+            self.emit("dup", r, x)
+        elif r.num != x.num:
+            self.emit("fmov", r, D[x.num])
+        self.commit(d, r)
 
     def call(self, op, d, a) -> None:
         self.arg_moves(list(a[1:]), incoming=False)

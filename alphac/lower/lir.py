@@ -22,7 +22,7 @@ from typing import NamedTuple
 @dataclass(frozen=True)
 class VReg:
     id: int
-    cls: str            # "i" | "f"
+    cls: str            # "i" | "f" | "v" (f64x2: two binary64 lanes)
 
     def __repr__(self) -> str:
         return f"%{self.cls}{self.id}"
@@ -51,7 +51,7 @@ class Op(NamedTuple):
     clobbers: bool = False       # the caller-saved registers do not survive it (calls)
 
 
-# op -> Op. Signature letters: i/f = a register of that class; I = an i register or an Imm;
+# op -> Op. Signature letters: i/f/v = a register of that class; I = an i register or an Imm;
 # k = an Imm; s = Sym; n = a name (function/label); c = a condition; * = any number of i/f
 # registers (call and syscall arguments). Both selectors have a rule for every op (tests/test_select_ops.py),
 # and the register allocator reads `clobbers`.
@@ -78,6 +78,16 @@ _OPS: dict[str, tuple] = {
     "fload": ("f", "iI"),          # d = mem[base + offset]
     "store8": (None, "iIi"), "store16": (None, "iIi"), "store32": (None, "iIi"),
     "store64": (None, "iIi"), "fstore": (None, "iIf"),   # mem[base + offset] = v
+    "floadx": ("f", "ii"),         # d = mem[base + 8 * index]
+    "fstorex": (None, "iif"),      # mem[base + 8 * index] = v
+    # f64x2 (class v, in the binary64 registers): each lane is exactly the scalar operation on
+    # that lane (SSE2 packed double on x86-64, NEON .2d on AArch64), never fused or reordered
+    "vload": ("v", "iI"), "vloadx": ("v", "ii"),         # d = the 16 bytes at base + offset,
+    "vstore": (None, "iIv"), "vstorex": (None, "iiv"),   # or at base + 8 * index
+    "vadd": ("v", "vv"), "vsub": ("v", "vv"), "vmul": ("v", "vv"), "vdiv": ("v", "vv"),
+    "vsqrt": ("v", "v"), "vneg": ("v", "v"), "vmov": ("v", "v"),
+    "vsplat": ("v", "f"),          # d = (a, a)
+    "vlane": ("f", "vk"),          # d = lane k (0: the low 8 bytes, 1: the high) of a
     "call": ("?", "n*", True),     # d (i, f or none) = fn(args...)
     "syscall": ("i", "*", True),   # d = syscall(nr, args...)
     "fence": (None, ""),           # a full memory barrier: every access before it is visible
@@ -209,6 +219,7 @@ def _check_args(f: Function, inst: Inst, sig: str, labels, names, syms) -> None:
     for a, s in zip(args, sig):
         ok = {"i": lambda a: isinstance(a, VReg) and a.cls == "i",
               "f": lambda a: isinstance(a, VReg) and a.cls == "f",
+              "v": lambda a: isinstance(a, VReg) and a.cls == "v",
               "I": lambda a: isinstance(a, Imm) or (isinstance(a, VReg) and a.cls == "i"),
               "k": lambda a: isinstance(a, Imm),
               "s": lambda a: isinstance(a, Sym) and a.name in syms,

@@ -10,7 +10,9 @@ backward data flow, each register gets one interval from its first to its last l
 intervals are scanned by start. A free register is taken (caller-saved first for values that do
 not cross a call, so short values cost no save); otherwise the interval that ends last is spilled.
 Values live across a call may only take callee-saved registers. Spilled values live in 8-byte
-slots; the selector reloads them through the target's reserved scratch registers.
+slots; the selector reloads them through the target's reserved scratch registers. Class `v`
+(f64x2) shares the binary64 registers with class `f`; no call preserves all 16 bytes of one, so
+an f64x2 live across a call is spilled, to two slots starting at an even slot (16-byte aligned).
 
 `parallel_moves` orders a set of simultaneous moves (call arguments, function parameters) into a
 sequence, breaking cycles through a scratch register.
@@ -112,12 +114,22 @@ def intervals(fn: Function) -> tuple[dict[VReg, list[int]], list[int]]:
     return iv, calls
 
 
+# Operations whose selectors read every operand before they write the result, so that the
+# result may take the register of its first operand where that operand dies (x = a + b with a
+# dead after it: one `addsd` on a's register, no copy).
+REUSE_FIRST = frozenset({"add", "sub", "mul", "and", "or", "xor", "shl", "shr", "sar", "neg", "not",
+                         "fadd", "fsub", "fmul", "fdiv", "fsqrt", "fneg", "load64",
+                         "vadd", "vsub", "vmul", "vdiv", "vsqrt", "vneg"})
+
+
 def allocate(fn: Function, regs: RegFile) -> Allocation:
     iv, calls = intervals(fn)
+    defined_at = {p: inst for p, inst, _ in layout_positions(fn)[0] if inst.dst is not None}
     alloc = Allocation()
     order = sorted(iv, key=lambda v: (iv[v][0], v.id))
     active: list[VReg] = []
     free = {"i": list(regs.int_regs), "f": list(regs.float_regs)}
+    free["v"] = free["f"]                    # one register file: a register is free for both
 
     def crosses(v: VReg) -> bool:
         s, e = iv[v]
@@ -126,13 +138,15 @@ def allocate(fn: Function, regs: RegFile) -> Allocation:
     def allowed(v: VReg) -> list[str]:
         pool = regs.int_regs if v.cls == "i" else regs.float_regs
         if crosses(v):
-            return [r for r in pool if r in regs.callee_saved]
+            return [r for r in pool if r in regs.callee_saved and v.cls != "v"]
         caller = [r for r in pool if r not in regs.callee_saved]
         return caller + [r for r in pool if r in regs.callee_saved]
 
     def spill(v: VReg) -> None:
+        if v.cls == "v":
+            alloc.nslots += alloc.nslots % 2
         alloc.loc[v] = ("slot", alloc.nslots)
-        alloc.nslots += 1
+        alloc.nslots += 2 if v.cls == "v" else 1
 
     for v in order:
         start = iv[v][0]
@@ -140,6 +154,15 @@ def allocate(fn: Function, regs: RegFile) -> Allocation:
             if iv[a][1] < start:
                 active.remove(a)
                 free[a.cls].append(alloc.loc[a][1])
+        inst = defined_at.get(start)
+        first = inst.args[0] if inst is not None and inst.dst == v and inst.op in REUSE_FIRST \
+            and inst.args and isinstance(inst.args[0], VReg) else None
+        if first is not None and first.cls == v.cls and first in active and iv[first][1] == start \
+                and alloc.loc[first][1] in allowed(v):
+            active.remove(first)                 # it dies here: its register passes to v
+            alloc.loc[v] = alloc.loc[first]
+            active.append(v)
+            continue
         choice = next((r for r in allowed(v) if r in free[v.cls]), None)
         if choice is not None:
             free[v.cls].remove(choice)

@@ -21,7 +21,10 @@ exactly what the backends receive.
         return 0;
     }
 
-Values are `i64` (integers and addresses) or `f64`. A global's name is its address. Memory is
+Values are `i64` (integers and addresses), `f64` or `f64x2` (two binary64 lanes: `+ - * /` and
+unary `-` act on each lane exactly as on an f64; `loadv(a)`/`storev(a, v)` move the 16 bytes at
+a, lane 0 at a; `splat(x)` is (x, x); `lane(v, K)` is lane K; `sqrtv(v)`; the code generated
+for a learner uses them for pairs of coordinates). A global's name is its address. Memory is
 reached through `load8/16/32/64`, `loadf`, `store8/16/32/64`, `storef` (little-endian, unsigned
 narrow loads). Other builtins: `syscall(nr, ...)`, `i2f`, `f2bits`, `bits2f`, `sqrt`, `udiv`,
 `urem`, `sar`, `ult` (unsigned <), `umulh` (the high 64 bits of the unsigned 128-bit product),
@@ -397,7 +400,8 @@ def parse(text: str, name: str) -> list[tuple]:
 BUILTINS = frozenset({"load8", "load16", "load32", "load64", "loadf", "store8", "store16",
                       "store32", "store64", "storef", "syscall", "i2f", "f2bits", "bits2f", "sqrt",
                       "udiv", "urem", "sar", "ult", "umulh", "ror32", "bswap32", "fgt", "fence",
-                      "refuse", "cpu_has_sha256", "sha256_hw"})
+                      "refuse", "cpu_has_sha256", "sha256_hw",
+                      "loadv", "storev", "splat", "lane", "sqrtv"})
 
 
 def uses(items: list[tuple]) -> list[str]:

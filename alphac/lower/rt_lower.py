@@ -23,6 +23,10 @@ INT_BIN = {"+": "add", "-": "sub", "*": "mul", "&": "and", "|": "or", "^": "xor"
            "<<": "shl", ">>": "shr", "/": "sdiv", "%": "srem"}
 FLOAT_BIN = {"+": "fadd", "-": "fsub", "*": "fmul", "/": "fdiv"}
 CMP = {"==": "eq", "!=": "ne", "<": "lt", "<=": "le", ">": "gt", ">=": "ge"}
+CLS = {"i64": "i", "f64": "f", "f64x2": "v"}        # a value's type -> its register class
+TYPE_OF = {c: t for t, c in CLS.items()}
+MOVE = {"i": "mov", "f": "fmov", "v": "vmov"}
+VECTOR = ("loadv", "storev", "splat", "lane", "sqrtv")
 LOADS = {"load8": "load8", "load16": "load16", "load32": "load32", "load64": "load64", "loadf": "fload"}
 STORES = {"store8": "store8", "store16": "store16", "store32": "store32", "store64": "store64",
           "storef": "fstore"}
@@ -230,15 +234,15 @@ class FnLowerer:
         if k == "name":
             v = self.lookup(e[1])
             if v is not None:
-                return v, "f64" if v.cls == "f" else "i64"
+                return v, TYPE_OF[v.cls]
             if e[1] in self.mod.globals:
                 return self.emit("addr", self.fn.new("i"), Sym(e[1])), "i64"
             raise self.err(f"unknown name `{e[1]}`")
         if k == "un":
             a, t = self.expr(e[2])
             if e[1] == "-":
-                if t == "f64":
-                    return self.emit("fneg", self.fn.new("f"), a), t
+                if t in ("f64", "f64x2"):
+                    return self.emit("fneg" if t == "f64" else "vneg", self.fn.new(CLS[t]), a), t
                 return self.emit("neg", self.fn.new("i"), self.reg(a)), t
             if t != "i64":
                 raise self.err(f"`{e[1]}` needs an i64")
@@ -253,10 +257,11 @@ class FnLowerer:
             b, tb = self.expr(e[3])
             if ta != tb:
                 raise self.err(f"`{op}` of {ta} and {tb}")
-            if ta == "f64":
+            if ta in ("f64", "f64x2"):
                 if op not in FLOAT_BIN:
-                    raise self.err(f"`{op}` is not defined on f64")
-                return self.emit(FLOAT_BIN[op], self.fn.new("f"), a, b), ta
+                    raise self.err(f"`{op}` is not defined on {ta}")
+                lop = FLOAT_BIN[op] if ta == "f64" else "v" + FLOAT_BIN[op][1:]
+                return self.emit(lop, self.fn.new(CLS[ta]), a, b), ta
             lop = INT_BIN[op]
             if isinstance(a, Imm) and lop in ("add", "mul", "and", "or", "xor"):
                 a, b = b, a                          # commutative: the immediate goes second
@@ -283,6 +288,41 @@ class FnLowerer:
             raise self.err("an address must be i64")
         return self.reg(base), Imm(0)
 
+    def vector(self, f: str, args: list[tuple], need, typed):
+        """The f64x2 builtins: loadv(a), storev(a, v) (16 bytes at a, any alignment), splat(x),
+        lane(v, K) (K = 0: the value at the lower address), sqrtv(v)."""
+        need(2 if f in ("storev", "lane") else 1)
+        if f in ("loadv", "storev"):
+            ix = self.indexed(args[0])
+            base, off = ix if ix is not None else self.address(args[0])
+            if f == "loadv":
+                return self.emit("vloadx" if ix else "vload", self.fn.new("v"), base, off), "f64x2"
+            self.emit("vstorex" if ix else "vstore", None, base, off, self.reg(typed(args[1], "f64x2")))
+            return None, None
+        if f == "splat":
+            return self.emit("vsplat", self.fn.new("v"), typed(args[0], "f64")), "f64x2"
+        if f == "sqrtv":
+            return self.emit("vsqrt", self.fn.new("v"), typed(args[0], "f64x2")), "f64x2"
+        k = self.mod.fold(args[1])
+        if k not in (0, 1):
+            raise self.err("lane(v, K) needs K = 0 or 1")
+        return self.emit("vlane", self.fn.new("f"), typed(args[0], "f64x2"), Imm(k)), "f64"
+
+    def indexed(self, e: tuple) -> tuple[VReg, VReg] | None:
+        """`base + 8 * index` (or `base + index * 8`) with a computed index, as the two
+        registers of an indexed binary64 access (both lowered); None, lowering nothing, for any
+        other address."""
+        if e[0] == "bin" and e[1] == "+" and e[3][0] == "bin" and e[3][1] == "*":
+            m = e[3]
+            index = m[3] if self.mod.fold(m[2]) == 8 else m[2] if self.mod.fold(m[3]) == 8 else None
+            if index is not None and self.mod.fold(index) is None:
+                base, tb = self.expr(e[2])
+                idx, ti = self.expr(index)
+                if tb != "i64" or ti != "i64":
+                    raise self.err("an address must be i64")
+                return self.reg(base), self.reg(idx)
+        return None
+
     def call(self, f: str, args: list[tuple]) -> tuple[VReg | Imm | None, str | None]:
         def need(n: int) -> None:
             if len(args) != n:
@@ -293,6 +333,16 @@ class FnLowerer:
             if t != want:
                 raise self.err(f"`{f}` wants {want}, given {t}")
             return v
+        if f in VECTOR:
+            return self.vector(f, args, need, typed)
+        ix = self.indexed(args[0]) if f in ("loadf", "storef") and args else None
+        if ix is not None:
+            need(1 if f == "loadf" else 2)
+            base, index = ix
+            if f == "loadf":
+                return self.emit("floadx", self.fn.new("f"), base, index), "f64"
+            self.emit("fstorex", None, base, index, self.reg(typed(args[1], "f64")))
+            return None, None
         if f in LOADS:
             need(1)
             base, off = self.address(args[0])
@@ -446,8 +496,8 @@ class FnLowerer:
             if isinstance(v, VReg) and not self.is_variable(v):
                 self.bind(s[1], v)                   # a fresh temporary becomes the variable
                 return
-            dst = self.fn.new("f" if t == "f64" else "i")
-            self.emit("fmov" if t == "f64" else "mov", dst, self.reg(v)) if not isinstance(v, Imm) \
+            dst = self.fn.new(CLS[t])
+            self.emit(MOVE[dst.cls], dst, self.reg(v)) if not isinstance(v, Imm) \
                 else self.emit("iconst", dst, v)
             self.bind(s[1], dst)
         elif k == "set":
@@ -455,12 +505,15 @@ class FnLowerer:
             if dst is None:
                 raise self.err(f"assignment to unknown local `{s[1]}`")
             v, t = self.expr(s[2])
-            if (t == "f64") != (dst.cls == "f"):
+            if CLS[t] != dst.cls:
                 raise self.err(f"`{s[1]}` changes type")
+            last = self.cur.insts[-1] if self.cur.insts and self.cur.term is None else None
             if isinstance(v, Imm):
                 self.emit("iconst", dst, v)
+            elif last is not None and last.dst == v and not self.is_variable(v):
+                last.dst = dst                       # x = a + b: the add defines x itself
             else:
-                self.emit("fmov" if dst.cls == "f" else "mov", dst, v)
+                self.emit(MOVE[dst.cls], dst, v)
         elif k == "if":
             yes, no, done = self.label("then"), self.label("else"), self.label("fi")
             self.cond(s[1], yes, no if s[3] else done)
@@ -471,15 +524,15 @@ class FnLowerer:
                 self.start(no)
                 self.stmts(s[3])
             self.start(done)
-        elif k == "while":
-            head, body, done = self.label("loop"), self.label("body"), self.label("done")
-            self.start(head)
+        elif k == "while":                  # rotated: the test once before, then at the bottom
+            body, latch, done = self.label("body"), self.label("loop"), self.label("done")
             self.cond(s[1], body, done)
             self.start(body)
-            self.loops.append((head, done))
+            self.loops.append((latch, done))
             self.stmts(s[2])
             self.loops.pop()
-            self.terminate("jmp", head)
+            self.start(latch)
+            self.cond(s[1], body, done)
             self.start(done)
         elif k in ("break", "continue"):
             if not self.loops:

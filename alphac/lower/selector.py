@@ -27,6 +27,10 @@ OP_RULES: dict[str, str] = {
     "fgt": "fgt", "i2f": "i2f", "f2bits": "bits", "bits2f": "bits",
     **dict.fromkeys(("load8", "load16", "load32", "load64", "fload"), "load"),
     **dict.fromkeys(("store8", "store16", "store32", "store64", "fstore"), "store"),
+    "floadx": "load_indexed", "fstorex": "store_indexed",
+    "vload": "vec_load", "vloadx": "vec_load", "vstore": "vec_store", "vstorex": "vec_store",
+    **dict.fromkeys(("vadd", "vsub", "vmul", "vdiv"), "vec_alu"), "vsqrt": "vec_unary",
+    "vneg": "vec_unary", "vmov": "vec_copy", "vsplat": "vec_splat", "vlane": "vec_lane",
     "call": "call", "syscall": "syscall", "fence": "fence",
     "cpu_has_sha256": "cpu_has_sha256", "sha256_hw": "sha256_hw",
 }

@@ -207,6 +207,12 @@ TABLE: tuple[Row, ...] = (
     _row('ucomisd', 'xmm, xm64', 'rm', '66 0F 2E /r'),
     _row('xorpd', 'xmm, xmm', 'rm', '66 0F 57 /r'),
     _row('movapd', 'xmm, xmm', 'rm', '66 0F 28 /r'),
+    # -- SSE2 packed double: f64x2, each lane the scalar instruction above
+    _row('movupd', 'xmm, m128', 'rm', '66 0F 10 /r'),
+    _row('movupd', 'm128, xmm', 'mr', '66 0F 11 /r'),
+    *(_row(mn[:-2] + 'pd', 'xmm, xmm', 'rm', f'66 0F {op:02X} /r') for mn, op in _SSE_ARITH.items()),
+    _row('unpcklpd', 'xmm, xmm', 'rm', '66 0F 14 /r'),
+    _row('unpckhpd', 'xmm, xmm', 'rm', '66 0F 15 /r'),
     # -- SSE2/SSSE3/SSE4.1 on 4 x u32, and the SHA extensions: the hardware SHA-256 (sha256_hw)
     _row('movdqu', 'xmm, m128', 'rm', 'F3 0F 6F /r'),
     _row('movdqu', 'm128, xmm', 'mr', 'F3 0F 7F /r'),

@@ -26,6 +26,7 @@ CC = {"eq": "e", "ne": "ne", "lt": "l", "le": "le", "gt": "g", "ge": "ge",
       "ult": "b", "ule": "be", "ugt": "a", "uge": "ae"}
 ALU = {"add": "add", "sub": "sub", "and": "and", "or": "or", "xor": "xor"}
 FALU = {"fadd": "addsd", "fsub": "subsd", "fmul": "mulsd", "fdiv": "divsd"}
+VALU = {"vadd": "addpd", "vsub": "subpd", "vmul": "mulpd", "vdiv": "divpd"}
 SHIFT = {"shl": "shl", "shr": "shr", "sar": "sar"}
 S1, S2, S3 = (REGS[r] for r in abi.SCRATCH)        # rax, r11, rdx
 F1, F2 = (REGS[r] for r in abi.FSCRATCH)           # xmm15, xmm14
@@ -54,13 +55,15 @@ class Selector(SelectorBase):
 
     def where(self, v: VReg):
         kind, x = self.alloc.of(v)
-        return REGS[x] if kind == "reg" else self.slot(x)
+        if kind == "reg":
+            return REGS[x]
+        return self.slot(x) if v.cls != "v" else Mem(RSP, disp=8 * x, size=128)
 
     def use(self, v: VReg, scratch) -> object:
         """A register holding v: its own, or `scratch` after a reload."""
         loc = self.where(v)
         if isinstance(loc, Mem):
-            self.emit("movsd" if v.cls == "f" else "mov", scratch, loc)
+            self.emit({"f": "movsd", "v": "movupd"}.get(v.cls, "mov"), scratch, loc)
             return scratch
         return loc
 
@@ -68,9 +71,9 @@ class Selector(SelectorBase):
         """After computing v into `reg`, store it if v lives in a slot."""
         loc = self.where(v)
         if isinstance(loc, Mem):
-            self.emit("movsd" if v.cls == "f" else "mov", loc, reg)
+            self.emit({"f": "movsd", "v": "movupd"}.get(v.cls, "mov"), loc, reg)
         elif loc != reg:
-            self.emit("movapd" if v.cls == "f" else "mov", loc, reg)
+            self.emit("mov" if v.cls == "i" else "movapd", loc, reg)
 
     def imm_or_reg(self, a, scratch):
         if isinstance(a, Imm):
@@ -255,6 +258,82 @@ class Selector(SelectorBase):
             v = self.use(a[2], S1)
             reg = {64: v, 32: GPR32[v.num], 16: GPR16[v.num], 8: GPR8[v.num]}[width]
             self.emit("mov", Mem(mem.base, disp=mem.disp, size=width), reg)
+
+    def load_indexed(self, op, d, a) -> None:
+        mem = Mem(self.use(a[0], S1), index=self.use(a[1], S2), scale=8)
+        r = self.defreg(d, F1)
+        self.emit("movsd", r, mem)
+        self.commit(d, r)
+
+    def store_indexed(self, op, d, a) -> None:
+        mem = Mem(self.use(a[0], S1), index=self.use(a[1], S2), scale=8)
+        self.emit("movsd", mem, self.use(a[2], F1))
+
+    # -- f64x2: SSE2 packed double, each lane the scalar instruction ---------------------------
+    def vec_load(self, op, d, a) -> None:
+        if op == "vloadx":
+            mem = Mem(self.use(a[0], S1), index=self.use(a[1], S2), scale=8, size=128)
+        else:
+            m = self.mem(a[0], a[1], S2)
+            mem = Mem(m.base, disp=m.disp, size=128)
+        r = self.defreg(d, F1)
+        self.emit("movupd", r, mem)
+        self.commit(d, r)
+
+    def vec_store(self, op, d, a) -> None:
+        if op == "vstorex":
+            mem = Mem(self.use(a[0], S1), index=self.use(a[1], S2), scale=8, size=128)
+        else:
+            m = self.mem(a[0], a[1], S2)
+            mem = Mem(m.base, disp=m.disp, size=128)
+        self.emit("movupd", mem, self.use(a[2], F1))
+
+    def vec_into(self, r, v: VReg) -> None:
+        """r = the f64x2 v (from its register or its slot)."""
+        loc = self.where(v)
+        if isinstance(loc, Mem):
+            self.emit("movupd", r, loc)
+        elif loc != r:
+            self.emit("movapd", r, loc)
+
+    def vec_alu(self, op, d, a) -> None:
+        r = self.defreg(d, F1)
+        y = self.use(a[1], F2)
+        if y == r and self.where(a[0]) != r:
+            r = F1                               # keep operand order: compute a op b in scratch
+        self.vec_into(r, a[0])
+        self.emit(VALU[op], r, y)
+        self.commit(d, r)
+
+    def vec_unary(self, op, d, a) -> None:
+        r = self.defreg(d, F1)
+        if op == "vsqrt":
+            self.emit("sqrtpd", r, self.use(a[0], F2))
+        else:
+            self.vec_into(r, a[0])
+            self.emit("mov", S2, XImm(-(1 << 63)))
+            self.emit("movq", F2, S2)
+            self.emit("unpcklpd", F2, F2)
+            self.emit("xorpd", r, F2)
+        self.commit(d, r)
+
+    def vec_copy(self, op, d, a) -> None:
+        r = self.defreg(d, F1)
+        self.vec_into(r, a[0])
+        self.commit(d, r)
+
+    def vec_splat(self, op, d, a) -> None:
+        r = self.defreg(d, F1)
+        self.move(r, self.where(a[0]))
+        self.emit("unpcklpd", r, r)
+        self.commit(d, r)
+
+    def vec_lane(self, op, d, a) -> None:
+        r = self.defreg(d, F1)
+        self.vec_into(r, a[0])
+        if a[1].value:
+            self.emit("unpckhpd", r, r)
+        self.commit(d, r)
 
     def call(self, op, d, a) -> None:
         args = list(a[1:])
