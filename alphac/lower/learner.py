@@ -87,6 +87,30 @@ class Emitter:
         self.put("}")
 
 
+    def vloop(self, lo, hi, body) -> None:
+        """A loop over coordinates lo..hi-1 in pairs: body(j, True) computes coordinates j and
+        j + 1 as f64x2 while two remain, then body(j, False) the last one, if any. A short
+        static loop is em.loop, one coordinate at a time."""
+        if isinstance(lo, int) and isinstance(hi, int) and hi - lo <= UNROLL:
+            self.loop(lo, hi, lambda j: body(j, False))
+            return
+        j = self.fresh("j")
+        self.put(f"let {j} = {lo};")
+        self.put(f"while {j} + 2 <= {hi} {{")
+        self.depth += 1
+        body(j, True)
+        self.put(f"{j} = {j} + 2;")
+        self.depth -= 1
+        self.put("}")
+        if isinstance(lo, int) and isinstance(hi, int) and (hi - lo) % 2 == 0:
+            return
+        self.put(f"if {j} < {hi} {{")
+        self.depth += 1
+        body(j, False)
+        self.depth -= 1
+        self.put("}")
+
+
 BUFFERED = (MatVec, VecMat, MaxAdj, Stack)   # computed by loops of their own, into a buffer
 REREAD = (MatVec, VecMat, Outer, MaxAdj)  # read their vector operands more than once
 
@@ -150,6 +174,7 @@ class Values:
         self.buffers: dict[int, tuple[str, ...]] = {}     # node id -> its buffer per lane
         self.rc: dict[str, tuple[str, str]] = {}  # a 2-D loop's flat coordinate -> (row, col)
         self.filling: int | None = None
+        self.vec = False          # in a vloop's pair body: shaped nodes are f64x2 at j, j + 1
 
     def width(self, n: Node) -> range:
         """The lanes n is computed for: all, or only lane 0 when it is the same in every lane."""
@@ -182,6 +207,85 @@ class Values:
         self.em.loop(lo, hi, body)
         self.coord = saved
 
+    def vloop(self, lo, hi, body, pairs: bool) -> None:
+        """em.vloop when `pairs` (the nodes the body computes are `vectorizable`), else loop;
+        body(j) reads `vec` for the form of its stores."""
+        if not pairs:
+            self.loop(lo, hi, body)
+            return
+
+        def each(j: str, vec: bool) -> None:
+            saved, self.vec = dict(self.coord), vec
+            body(j)
+            self.vec, self.coord = False, saved
+        self.em.vloop(lo, hi, each)
+
+    def vectorizable(self, roots: list[Node], rows: bool = False) -> bool:
+        """Whether a loop over coordinates of these nodes may compute pairs of coordinates as
+        f64x2: every node it computes (a prepared scalar and a filled buffer are read as they
+        are) is a leaf, a constant, a fixed index, a broadcast scalar, + - * / of two, neg,
+        sqrt or a power; with `rows` (the column loop of a 2-D loop) also an outer product and
+        a vector over a matrix's rows."""
+        seen, todo = set(), list(roots)
+        while todo:
+            n = todo.pop()
+            if id(n) in seen or id(n) in self.buffers or (not n.shape and id(n) in self.scalars):
+                continue
+            seen.add(id(n))
+            if not (isinstance(n, (Const, Read, DataRow, Grad, Pick, Bcast, Pow))
+                    or (isinstance(n, Elem) and n.op in OPS) or (rows and isinstance(n, Outer))
+                    or (isinstance(n, Unary) and n.op in ("neg", "sqrt"))):
+                return False
+            if not rows and n.shape and any(c.shape and len(c.shape) < len(n.shape)
+                                            for c in children(n)):
+                return False
+            todo.extend(children(n))
+        return True
+
+    def splat(self, name: str) -> str:
+        key = ("splat", name)
+        if key not in self.coord:
+            self.coord[key] = self.em.let(f"splat({name})", "s")
+        return self.coord[key]
+
+    def vcompute(self, n: Node, j: str) -> tuple[str, ...]:
+        """Shaped node n at coordinates j and j + 1, as f64x2 (`vectorizable` nodes only)."""
+        em, L = self.em, self.width(n)
+
+        def operand(c: Node, k: str | None) -> tuple[str, ...]:
+            return self.all(c, k) if c.shape else tuple(self.splat(x) for x in self.all(c, None))
+        leaf = self.leaf(n, j)
+        if leaf is not None or isinstance(n, Const):
+            exprs = [self.leaf(n, j, s) for s in L] if leaf is not None else \
+                [self.em.gen.address(self.em.gen.const_vector(n), j)]
+            return tuple(em.let("loadv(" + e[6:] if e.startswith("loadf(") else e) for e in exprs)
+        if isinstance(n, Pick):
+            return self.all(n.a, self.picked(n, j))
+        if isinstance(n, Bcast):
+            return operand(n.a, None)
+        if isinstance(n, Elem):
+            a, b = operand(n.a, self.at(n, n.a, j)), operand(n.b, self.at(n, n.b, j))
+            return tuple(em.let(f"{a[s]} {OPS[n.op]} {b[s]}") for s in L)
+        if isinstance(n, Unary):
+            a = operand(n.a, j)
+            return tuple(em.let(f"-{a[s]}" if n.op == "neg" else f"sqrtv({a[s]})") for s in L)
+        if isinstance(n, Pow):
+            a, accs = operand(n.a, j), []
+            for s in L:
+                acc = a[s]
+                for _ in range(n.n - 1):
+                    acc = em.let(f"{acc} * {a[s]}")
+                accs.append(acc)
+            return tuple(accs)
+        if isinstance(n, Outer):
+            r, c = self.rc[j]                   # the column loop's pair: one row, two columns
+            self.vec = False
+            row = self.all(n.a, r)
+            self.vec = True
+            a, b = tuple(self.splat(x) for x in row), self.all(n.b, c)
+            return tuple(em.let(f"{a[s]} * {b[s]}") for s in L)
+        raise AssertionError(f"{type(n).__name__} is not computed in pairs")
+
     def get(self, n: Node, j: str | None) -> str:
         """The `let` of n (at coordinate j) in lane 0."""
         return self.all(n, j)[0]
@@ -197,7 +301,7 @@ class Values:
             if key in memo:
                 continue
             if ready:
-                names = self.compute(m, k)
+                names = self.vcompute(m, k) if self.vec and m.shape else self.compute(m, k)
                 memo[key] = names * self.lanes if len(names) == 1 else names
             else:
                 todo.append((m, k, True))
@@ -206,7 +310,7 @@ class Values:
         return memo[key]
 
     def slot(self, n: Node, j: str | None) -> tuple[dict, object]:
-        return (self.scalars, id(n)) if not n.shape else (self.coord, (id(n), j))
+        return (self.scalars, id(n)) if not n.shape else (self.coord, (id(n), j, self.vec))
 
     def operands(self, n: Node, j: str | None) -> list[tuple[Node, str | None]]:
         """What `compute(n, j)` reads before it emits n (a reduction reads inside its loop)."""
@@ -429,11 +533,11 @@ class LearnerCode:
 
     def loss_leaf(self, n: Node, j: str | None, s: int = 0) -> str | None:
         """A leaf of the per-sample DAG in lane s (sample i + s: its rows are row_NAME_s)."""
-        row = (lambda name: f"row_{name}_{s}") if s else (lambda name: f"row_{name}")
+        row_of = (lambda name: f"row_{name}_{s}") if s else (lambda name: f"row_{name}")
         if isinstance(n, Read):
             return f"loadf(st_{n.name})" if not n.shape else self.address(f"st_{n.name}", j)
         if isinstance(n, DataRow):
-            return f"loadf({row(n.name)})" if not n.shape else self.address(row(n.name), j)
+            return f"loadf({row_of(n.name)})" if not n.shape else self.address(row_of(n.name), j)
         if isinstance(n, Pick):
             offset, root = 0, n
             while isinstance(root, Pick):
@@ -445,7 +549,7 @@ class LearnerCode:
             if isinstance(root, Read):
                 return self.address(f"st_{root.name}", coord)
             if isinstance(root, DataRow):
-                return self.address(row(root.name), coord)
+                return self.address(row_of(root.name), coord)
         return None
 
     # -- functions -----------------------------------------------------------------------------
@@ -458,7 +562,9 @@ class LearnerCode:
         else:
             em.put(f"storef(L_sum, {flit(-0.0)});")
             for p in lr.params:
-                em.loop(0, p.size, lambda j, p=p: em.put(f"storef(G_{p.name} + 8 * ({j}), {flit(-0.0)});"))
+                em.vloop(0, p.size, lambda j, vec, p=p: em.put(
+                    f"storev(G_{p.name} + 8 * ({j}), splat({flit(-0.0)}));" if vec else
+                    f"storef(G_{p.name} + 8 * ({j}), {flit(-0.0)});"))
         batched = bool(lr.batch)
         if batched:                      # step t's samples (alphac.ir.order), counted in n
             em.put(f"let ep = t / {lr.batches};")
@@ -515,9 +621,10 @@ class LearnerCode:
                 def body(j: str, covering=covering, p=p, a=a) -> None:
                     terms = [vals.all(c.node, None if not c.node.shape else _sub(j, c.offset))
                              for c in covering]
-                    gs = []
+                    gs, v = [], "v" if vals.vec else "f"
+                    zero = f"splat({flit(0.0)})" if vals.vec else flit(0.0)
                     for s in range(lanes):
-                        g = terms[0][s] if terms else em.let(flit(0.0), "zero")
+                        g = terms[0][s] if terms else em.let(zero, "zero")
                         for t in terms[1:]:
                             g = em.let(f"{g} + {t[s]}")
                         gs.append(g)
@@ -526,20 +633,22 @@ class LearnerCode:
                         em.put(f"storef({slot}, {gs[0]});")
                         return
                     if lanes == 1:
-                        em.put(f"storef({slot}, loadf({slot}) + {gs[0]});")
+                        em.put(f"store{v}({slot}, load{v}({slot}) + {gs[0]});")
                         return
-                    acc = em.let(f"loadf({slot}) + {gs[0]}", "gs")
+                    acc = em.let(f"load{v}({slot}) + {gs[0]}", "gs")
                     for g in gs[1:]:
                         em.put(f"{acc} = {acc} + {g};")
-                    em.put(f"storef({slot}, {acc});")
-                vals.prepare([c.node for c in covering])
+                    em.put(f"store{v}({slot}, {acc});")
+                nodes = [c.node for c in covering]
+                vals.prepare(nodes)
                 cols = p.shape[1] if len(p.shape) == 2 else 0
                 if cols and a % cols == 0 and b % cols == 0 and \
                         any(len(c.node.shape) == 2 for c in covering):
-                    vals.loop(a // cols, b // cols, lambda r, body=body, cols=cols: vals.loop(
-                        0, cols, lambda c: body(vals.flat(r, c, cols))))
+                    pairs = not lr.exact and vals.vectorizable(nodes, rows=True)
+                    vals.loop(a // cols, b // cols, lambda r, body=body, cols=cols, pairs=pairs:
+                              vals.vloop(0, cols, lambda c: body(vals.flat(r, c, cols)), pairs))
                 else:
-                    vals.loop(a, b, body)
+                    vals.vloop(a, b, body, not lr.exact and vals.vectorizable(nodes))
             if lr.exact:                     # the terms in G_p, each into its accumulator
                 em.put(f"xc_add_n({exact_at(lr, p.name, '0')}, G_{p.name}, {p.size});")
         vals.prepare([lr.loss])              # the sample's loss, summed like a gradient
@@ -586,8 +695,11 @@ class LearnerCode:
         em = Emitter(self)
         em.put("let nf = i2f(n);")
         em.put("storef(loss_mean, loadf(L_sum) / nf);")
+        if any(p.size > UNROLL for p in self.lr.params):
+            em.put("let nfv = splat(nf);")
         for p in self.lr.params:
-            em.loop(0, p.size, lambda j, p=p: em.put(
+            em.vloop(0, p.size, lambda j, vec, p=p: em.put(
+                f"storev(g_{p.name} + 8 * ({j}), loadv(G_{p.name} + 8 * ({j})) / nfv);" if vec else
                 f"storef(g_{p.name} + 8 * ({j}), loadf(G_{p.name} + 8 * ({j})) / nf);"))
         return self.function("learner_mean", "n: i64", em)
 
@@ -621,9 +733,10 @@ class LearnerCode:
 
         old_reads = old_value_reads(stmts)
 
-        def body(j: str) -> None:
+        def body(j: str, vec: bool = False) -> None:
             new: dict[str, str] = {}
             vals = Values(em, lambda n, jj, s: self.update_leaf(n, jj, new))
+            vals.vec = vec
             coord = j if g.shape else None
             for a, before_store in zip(stmts, old_reads):
                 em.put(f"#line {a.line}")
@@ -632,8 +745,12 @@ class LearnerCode:
                     vals.get(n, coord)
                 new[a.target] = v
                 slot = f"st_{a.target}" if not g.shape else f"st_{a.target} + 8 * ({j})"
-                em.put(f"storef({slot}, {v});")
-        em.loop("a", "b", body)
+                em.put(f"store{'v' if vec else 'f'}({slot}, {v});")
+        probe = Values(em, lambda n, jj, s: self.update_leaf(n, jj, {}))
+        if g.shape and probe.vectorizable([a.node for a in stmts]):
+            em.vloop("a", "b", body)
+        else:
+            em.loop("a", "b", body)
         return self.function(f"learner_group_{gi}", "a: i64, b: i64", em)
 
     def gen_commit(self) -> str:
