@@ -11,7 +11,8 @@ reference interpreter):
   matrix products (W x_i for every sample, then outer products for the gradient). numpy does the
   same flops as two dgemm calls (W @ X^T, then (W X^T) X); its rate is the BLAS's.
 
-Each row: time per step (a run of N steps minus a run of 0 steps, median of 3), the rate in
+Each row: time per step (a run of N steps minus a run of 0 steps, the least of 5 runs each:
+this VM's neighbours make single runs up to 1.7x slower), the rate in
 GFLOP/s of the arithmetic the step does (multiplies and adds of the products, counted the same
 way for both), and the executable's throughput as a fraction of numpy's.
 
@@ -21,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -98,13 +98,16 @@ update {{
     return src, {"step": step, "flops": 4 * rows * cols * samples}
 
 
+REPEATS = 5
+
+
 def exe_per_step(exe: Path, steps: int, cwd: Path) -> float:
     def run(n: int) -> float:
         t = time.perf_counter()
         subprocess.run([str(exe), "--steps", str(n)], cwd=cwd, capture_output=True, check=True)
         return time.perf_counter() - t
-    zero = statistics.median(run(0) for _ in range(3))
-    return max(0.0, statistics.median(run(steps) for _ in range(3)) - zero) / steps
+    zero = min(run(0) for _ in range(REPEATS))
+    return max(0.0, min(run(steps) for _ in range(REPEATS)) - zero) / steps
 
 
 def numpy_per_step(step, steps: int) -> float:
@@ -114,7 +117,7 @@ def numpy_per_step(step, steps: int) -> float:
             step()
         return time.perf_counter() - t
     step()
-    return statistics.median(run() for _ in range(3)) / steps
+    return min(run() for _ in range(REPEATS)) / steps
 
 
 def bits_agree(src: Path, exe: Path, cwd: Path, steps: int = 2) -> bool:

@@ -119,6 +119,7 @@ VEC_CASES = [
     ("vc / va", lanes(lambda a, b: a / b, VC, VA)), ("sqrtv(vc)", lanes(math.sqrt, VC)),
     ("-va", lanes(lambda a: -a, VA)), ("-vb", lanes(lambda a: -a, VB)),
     ("splat(q) * va", lanes(lambda a: Q * a, VA)), ("vc - splat(tiny)", lanes(lambda a: a - TINY, VC)),
+    ("pack(q, r) * va", (Q * P, R * Q)), ("pack(lane(vc, 1), lane(va, 0)) - vb", (TINY - R, P - NAN)),
     ("(va + vc) * (va - vc) / vb", lanes(lambda a, c, b: (a + c) * (a - c) / b, VA, VC, VB)),
 ]
 VSTORES = [0, 8, 24, -16, 4104, 65520, 60008]      # b + off: scaled, unscaled and far offsets

@@ -183,6 +183,7 @@ _ROWS = [
     ("fneg", "v2d v2d",         0x6ee0f800, "Rd Rn"),
     ("dup",  "v2d vd0",         0x4e080400, "Rd Rn"),           # both lanes = lane 0 of vn
     ("dup",  "d vd1",           0x5e180400, "Rd Rn"),           # (mov dd, vn.d[1])
+    ("ins",  "vd1 vd0",         0x6e180400, "Rd Rn"),           # lane 1 of vd = lane 0 of vn
     # Advanced SIMD on 4 x u32 and the SHA2 extension: the hardware SHA-256 (sha256_hw)
     ("ldr",  "q Mu12.16",       0x3dc00000, "Rt Rn:imm12"),
     ("ldp",  "q q Ms7.16",      0xad400000, "Rt Rt2 Rn:imm7"),

@@ -332,6 +332,16 @@ class Selector(SelectorBase):
         self.emit("dup", r, V[x.num])
         self.vcommit(d, r)
 
+    def vec_pack(self, op, d, a) -> None:
+        x, y = self.use(a[0], F1), self.use(a[1], F2)
+        r = V[self.defreg(d, F1).num]
+        if r.num == y.num and x.num != y.num:
+            r = V[F1.num]                        # y is read after lane 0 is written: not in place
+        if r.num != x.num:
+            self.emit("mov", r, V[x.num])
+        self.emit("ins", r, V[y.num])
+        self.vcommit(d, r)
+
     def vec_lane(self, op, d, a) -> None:
         x = self.vuse(a[0], F2)
         r = self.defreg(d, F1)

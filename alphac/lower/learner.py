@@ -58,6 +58,19 @@ class Emitter:
         self.gen = gen
         self.lines: list[str] = []
         self.depth = 1
+        self.hoist: tuple[int, int, set[str]] | None = None   # a vloop's (line, depth, outside)
+        self.hoisted: dict[str, str] = {}
+
+    def splat(self, name: str) -> str | None:
+        """(name, name) as f64x2, computed once before the vloop being emitted when `name` was
+        computed before it; None otherwise (the caller splats it where it is)."""
+        if self.hoist is None or name not in self.hoist[2]:
+            return None
+        if name not in self.hoisted:
+            at, depth, _ = self.hoist
+            self.hoisted[name] = self.fresh("s")
+            self.lines.insert(at, "    " * depth + f"let {self.hoisted[name]} = splat({name});")
+        return self.hoisted[name]
 
     def put(self, text: str) -> None:
         self.lines.append("    " * self.depth + text)
@@ -87,18 +100,21 @@ class Emitter:
         self.put("}")
 
 
-    def vloop(self, lo, hi, body) -> None:
+    def vloop(self, lo, hi, body, outside: set[str] = frozenset()) -> None:
         """A loop over coordinates lo..hi-1 in pairs: body(j, True) computes coordinates j and
         j + 1 as f64x2 while two remain, then body(j, False) the last one, if any. A short
-        static loop is em.loop, one coordinate at a time."""
+        static loop is em.loop, one coordinate at a time. Splats of the scalars in `outside`
+        (computed before the loop) are computed once, before it."""
         if isinstance(lo, int) and isinstance(hi, int) and hi - lo <= UNROLL:
             self.loop(lo, hi, lambda j: body(j, False))
             return
+        self.hoist, self.hoisted = (len(self.lines), self.depth, set(outside)), {}
         j = self.fresh("j")
         self.put(f"let {j} = {lo};")
         self.put(f"while {j} + 2 <= {hi} {{")
         self.depth += 1
         body(j, True)
+        self.hoist = None
         self.put(f"{j} = {j} + 2;")
         self.depth -= 1
         self.put("}")
@@ -218,7 +234,8 @@ class Values:
             saved, self.vec = dict(self.coord), vec
             body(j)
             self.vec, self.coord = False, saved
-        self.em.vloop(lo, hi, each)
+        outside = {x for memo in (self.scalars, self.coord) for names in memo.values() for x in names}
+        self.em.vloop(lo, hi, each, outside)
 
     def vectorizable(self, roots: list[Node], rows: bool = False) -> bool:
         """Whether a loop over coordinates of these nodes may compute pairs of coordinates as
@@ -245,7 +262,7 @@ class Values:
     def splat(self, name: str) -> str:
         key = ("splat", name)
         if key not in self.coord:
-            self.coord[key] = self.em.let(f"splat({name})", "s")
+            self.coord[key] = self.em.splat(name) or self.em.let(f"splat({name})", "s")
         return self.coord[key]
 
     def vcompute(self, n: Node, j: str) -> tuple[str, ...]:
@@ -379,15 +396,21 @@ class Values:
             rows, cols = n.b.shape
             self.loop(0, cols, lambda c: [put(s, c, flit(-0.0)) for s in L])
 
+            pairs = self.vectorizable([n.b])
+
             def row(r: str) -> None:
                 u = self.all(n.a, r)
+                us = [em.let(f"splat({u[s]})", "s") for s in L] if pairs and cols > UNROLL else []
 
                 def term(c: str) -> None:
                     b = self.all(n.b, self.flat(r, c, cols))
-                    ts = [em.let(f"{u[s]} * {b[s]}") for s in L]
+                    ts = [em.let(f"{(us if self.vec else u)[s]} * {b[s]}") for s in L]
                     for s in L:
-                        put(s, c, f"{gen.address(bufs[s], c)} + {ts[s]}")
-                self.loop(0, cols, term)
+                        if self.vec:
+                            em.put(f"storev({gen.slot(bufs[s], c)}, loadv({gen.slot(bufs[s], c)}) + {ts[s]});")
+                        else:
+                            put(s, c, f"{gen.address(bufs[s], c)} + {ts[s]}")
+                self.vloop(0, cols, term, pairs)
             self.loop(0, rows, row)
         elif isinstance(n, Stack):
             for k, item in enumerate(n.items):
@@ -416,8 +439,11 @@ class Values:
             def each(j: str) -> None:
                 v = self.all(n, j)
                 for s in L:
-                    put(s, j, v[s])
-            self.loop(0, n.size, each)
+                    if self.vec:
+                        em.put(f"storev({gen.slot(bufs[s], j)}, {v[s]});")
+                    else:
+                        put(s, j, v[s])
+            self.vloop(0, n.size, each, len(n.shape) == 1 and self.vectorizable([n]))
         self.buffers[id(n)] = bufs * self.lanes if len(bufs) == 1 else bufs
 
     def compute(self, n: Node, j: str | None) -> tuple[str, ...]:
@@ -645,8 +671,14 @@ class LearnerCode:
                 if cols and a % cols == 0 and b % cols == 0 and \
                         any(len(c.node.shape) == 2 for c in covering):
                     pairs = not lr.exact and vals.vectorizable(nodes, rows=True)
-                    vals.loop(a // cols, b // cols, lambda r, body=body, cols=cols, pairs=pairs:
-                              vals.vloop(0, cols, lambda c: body(vals.flat(r, c, cols)), pairs))
+
+                    def row(r: str, body=body, cols=cols, pairs=pairs, nodes=nodes) -> None:
+                        if pairs:                # an outer product's row value, once a row
+                            for n in postorder(nodes):
+                                if isinstance(n, Outer) and id(n) not in vals.buffers:
+                                    vals.all(n.a, r)
+                        vals.vloop(0, cols, lambda c: body(vals.flat(r, c, cols)), pairs)
+                    vals.loop(a // cols, b // cols, row)
                 else:
                     vals.vloop(a, b, body, not lr.exact and vals.vectorizable(nodes))
             if lr.exact:                     # the terms in G_p, each into its accumulator
@@ -733,10 +765,19 @@ class LearnerCode:
 
         old_reads = old_value_reads(stmts)
 
+        # the scalars that read nothing of the group (constants, scalar state, scalar gradients),
+        # computed once before the loop rather than at every coordinate
+        pre = Values(em, lambda n, jj, s: self.update_leaf(n, jj, {}))
+        if g.shape:
+            pre.prepare([n for n in postorder([a.node for a in stmts]) if not n.shape and all(
+                not m.shape and not (isinstance(m, Read) and self.lr.state(m.name).group == gi)
+                for m in postorder([n]))])
+
         def body(j: str, vec: bool = False) -> None:
             new: dict[str, str] = {}
             vals = Values(em, lambda n, jj, s: self.update_leaf(n, jj, new))
             vals.vec = vec
+            vals.scalars.update(pre.scalars)
             coord = j if g.shape else None
             for a, before_store in zip(stmts, old_reads):
                 em.put(f"#line {a.line}")
@@ -748,7 +789,7 @@ class LearnerCode:
                 em.put(f"store{'v' if vec else 'f'}({slot}, {v});")
         probe = Values(em, lambda n, jj, s: self.update_leaf(n, jj, {}))
         if g.shape and probe.vectorizable([a.node for a in stmts]):
-            em.vloop("a", "b", body)
+            em.vloop("a", "b", body, {x for names in pre.scalars.values() for x in names})
         else:
             em.loop("a", "b", body)
         return self.function(f"learner_group_{gi}", "a: i64, b: i64", em)

@@ -87,6 +87,7 @@ _OPS: dict[str, tuple] = {
     "vadd": ("v", "vv"), "vsub": ("v", "vv"), "vmul": ("v", "vv"), "vdiv": ("v", "vv"),
     "vsqrt": ("v", "v"), "vneg": ("v", "v"), "vmov": ("v", "v"),
     "vsplat": ("v", "f"),          # d = (a, a)
+    "vpack": ("v", "ff"),          # d = (a, b): a in lane 0
     "vlane": ("f", "vk"),          # d = lane k (0: the low 8 bytes, 1: the high) of a
     "call": ("?", "n*", True),     # d (i, f or none) = fn(args...)
     "syscall": ("i", "*", True),   # d = syscall(nr, args...)

@@ -120,6 +120,7 @@ def intervals(fn: Function) -> tuple[dict[VReg, list[int]], list[int]]:
 REUSE_FIRST = frozenset({"add", "sub", "mul", "and", "or", "xor", "shl", "shr", "sar", "neg", "not",
                          "fadd", "fsub", "fmul", "fdiv", "fsqrt", "fneg", "load64",
                          "vadd", "vsub", "vmul", "vdiv", "vsqrt", "vneg"})
+# (vpack is not among them: its result is of another class than its operands)
 
 
 def allocate(fn: Function, regs: RegFile) -> Allocation:

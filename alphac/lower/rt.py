@@ -23,7 +23,7 @@ exactly what the backends receive.
 
 Values are `i64` (integers and addresses), `f64` or `f64x2` (two binary64 lanes: `+ - * /` and
 unary `-` act on each lane exactly as on an f64; `loadv(a)`/`storev(a, v)` move the 16 bytes at
-a, lane 0 at a; `splat(x)` is (x, x); `lane(v, K)` is lane K; `sqrtv(v)`; the code generated
+a, lane 0 at a; `splat(x)` is (x, x), `pack(x, y)` is (x, y); `lane(v, K)` is lane K; `sqrtv(v)`; the code generated
 for a learner uses them for pairs of coordinates). A global's name is its address. Memory is
 reached through `load8/16/32/64`, `loadf`, `store8/16/32/64`, `storef` (little-endian, unsigned
 narrow loads). Other builtins: `syscall(nr, ...)`, `i2f`, `f2bits`, `bits2f`, `sqrt`, `udiv`,
@@ -401,7 +401,7 @@ BUILTINS = frozenset({"load8", "load16", "load32", "load64", "loadf", "store8", 
                       "store32", "store64", "storef", "syscall", "i2f", "f2bits", "bits2f", "sqrt",
                       "udiv", "urem", "sar", "ult", "umulh", "ror32", "bswap32", "fgt", "fence",
                       "refuse", "cpu_has_sha256", "sha256_hw",
-                      "loadv", "storev", "splat", "lane", "sqrtv"})
+                      "loadv", "storev", "splat", "lane", "sqrtv", "pack"})
 
 
 def uses(items: list[tuple]) -> list[str]:

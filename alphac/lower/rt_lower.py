@@ -26,7 +26,7 @@ CMP = {"==": "eq", "!=": "ne", "<": "lt", "<=": "le", ">": "gt", ">=": "ge"}
 CLS = {"i64": "i", "f64": "f", "f64x2": "v"}        # a value's type -> its register class
 TYPE_OF = {c: t for t, c in CLS.items()}
 MOVE = {"i": "mov", "f": "fmov", "v": "vmov"}
-VECTOR = ("loadv", "storev", "splat", "lane", "sqrtv")
+VECTOR = ("loadv", "storev", "splat", "lane", "sqrtv", "pack")
 LOADS = {"load8": "load8", "load16": "load16", "load32": "load32", "load64": "load64", "loadf": "fload"}
 STORES = {"store8": "store8", "store16": "store16", "store32": "store32", "store64": "store64",
           "storef": "fstore"}
@@ -290,8 +290,8 @@ class FnLowerer:
 
     def vector(self, f: str, args: list[tuple], need, typed):
         """The f64x2 builtins: loadv(a), storev(a, v) (16 bytes at a, any alignment), splat(x),
-        lane(v, K) (K = 0: the value at the lower address), sqrtv(v)."""
-        need(2 if f in ("storev", "lane") else 1)
+        pack(x, y) ((x, y)), lane(v, K) (K = 0: the value at the lower address), sqrtv(v)."""
+        need(2 if f in ("storev", "lane", "pack") else 1)
         if f in ("loadv", "storev"):
             ix = self.indexed(args[0])
             base, off = ix if ix is not None else self.address(args[0])
@@ -301,6 +301,9 @@ class FnLowerer:
             return None, None
         if f == "splat":
             return self.emit("vsplat", self.fn.new("v"), typed(args[0], "f64")), "f64x2"
+        if f == "pack":
+            a, b = typed(args[0], "f64"), typed(args[1], "f64")
+            return self.emit("vpack", self.fn.new("v"), a, b), "f64x2"
         if f == "sqrtv":
             return self.emit("vsqrt", self.fn.new("v"), typed(args[0], "f64x2")), "f64x2"
         k = self.mod.fold(args[1])

@@ -31,6 +31,7 @@ OP_RULES: dict[str, str] = {
     "vload": "vec_load", "vloadx": "vec_load", "vstore": "vec_store", "vstorex": "vec_store",
     **dict.fromkeys(("vadd", "vsub", "vmul", "vdiv"), "vec_alu"), "vsqrt": "vec_unary",
     "vneg": "vec_unary", "vmov": "vec_copy", "vsplat": "vec_splat", "vlane": "vec_lane",
+    "vpack": "vec_pack",
     "call": "call", "syscall": "syscall", "fence": "fence",
     "cpu_has_sha256": "cpu_has_sha256", "sha256_hw": "sha256_hw",
 }

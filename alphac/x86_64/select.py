@@ -328,6 +328,15 @@ class Selector(SelectorBase):
         self.emit("unpcklpd", r, r)
         self.commit(d, r)
 
+    def vec_pack(self, op, d, a) -> None:
+        r = self.defreg(d, F1)
+        y = self.use(a[1], F2)
+        if y == r and self.where(a[0]) != r:
+            r = F1
+        self.move(r, self.where(a[0]))
+        self.emit("unpcklpd", r, y)
+        self.commit(d, r)
+
     def vec_lane(self, op, d, a) -> None:
         r = self.defreg(d, F1)
         self.vec_into(r, a[0])
