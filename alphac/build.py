@@ -21,6 +21,7 @@ from alphac.lower import rt
 from alphac.lower.assemble import Text, assemble
 from alphac.lower.lir import Program
 from alphac.math import MARKER as MATH_MARKER
+from alphac.lower.fold import fold_loads
 from alphac.lower.regalloc import allocate
 from alphac.lower.rt_lower import lower_program
 from alphac.lower.target import Target, UnknownTarget, gpu_targets, target as target_record
@@ -102,6 +103,8 @@ def selected(fn, tgt: Target) -> list:
     if hit is None:
         if len(_SELECTED) > 20000:
             _SELECTED.clear()
+        if tgt.fold_loads:
+            fn = fold_loads(fn)
         hit = _SELECTED[key] = tgt.select(fn, allocate(fn, tgt.regfile))
     return hit
 

@@ -150,3 +150,27 @@ def test_every_use_line_is_needed():
             rt._names(list(it[2:]) if it[0] != "fn" else it[4], reads)
         for dep in rt.uses(items):
             assert reads & set(rt.defined(runtime_items(dep))), f"{path.name} uses {dep} for nothing"
+
+
+def test_loads_fold_only_where_they_read_the_same_bytes():
+    """alphac.lower.fold: a load read once as an operation's second operand moves into it, but
+    never past a store, a call, or a change of its base or index."""
+    from alphac.lower.fold import fold_loads
+    src = """global buf: [f64; 4];
+fn nop() {}
+fn folds(p: f64, i: i64) -> f64 { let a = loadf(buf + 8); let c = loadf(buf + 8 * (i)); return (p * a) - c; }
+fn stored(p: f64) -> f64 { let a = loadf(buf); storef(buf, p); return p * a; }
+fn called(p: f64) -> f64 { let a = loadf(buf); nop(); return p * a; }
+fn moved(p: f64, b: i64) -> f64 { let a = loadf(b); b = b + 8; return p * a; }
+fn first(p: f64) -> f64 { let a = loadf(buf); return a * p; }
+fn twice(p: f64) -> f64 { let a = loadf(buf); return (p * a) + a; }
+fn rt_start(sp: i64) -> i64 {
+    let t = folds(1.0, sp) + stored(1.0) + called(1.0) + moved(1.0, sp) + first(1.0) + twice(1.0);
+    return f2bits(t);
+}
+"""
+    prog = lower_program(rt.parse(src, "t.rt"))
+    ops = {f.name: [i.op for b in fold_loads(f).blocks for i in b.insts] for f in prog.functions}
+    assert "fmulm" in ops["folds"] and "fsubmx" in ops["folds"] and "fload" not in ops["folds"]
+    for name in ("stored", "called", "moved", "first", "twice"):
+        assert "fload" in ops[name] and not any(op.endswith(("m", "mx")) for op in ops[name]), name

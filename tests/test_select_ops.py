@@ -104,6 +104,9 @@ FLOAT_CASES = [
     ("bits2f(x)", struct.unpack("<d", X.to_bytes(8, "little"))[0]), ("0.0", 0.0), ("-0.0", -0.0),
     ("1e300", 1e300), ("p * q + r", P * Q + R), ("r - p * q", R - P * Q),
     ("(p + q) * (p - q)", (P + Q) * (P - Q)), ("fret(q, p)", P - Q),
+    # a load read once as the second operand: folded into the operation on x86-64
+    ("r - loadf(seeds + 32)", R - P), ("q / loadf(seeds + 40) * loadf(seeds + 48)", Q / Q * R),
+    ("p + loadf(seeds + 8 * (z - 2))", P + Q), ("r * loadf(seeds + 8 * (z - 3))", R * P),
 ]
 # f64x2: each lane is the scalar operation on that lane. va = (p, q), vb = (r, nan), vc = (inf, tiny)
 VA, VB, VC = (P, Q), (R, NAN), (INF, TINY)

@@ -261,6 +261,19 @@ class Selector(SelectorBase):
         v = self.use(a[2], F1 if op == "fstore" else S1)
         self.emit(mnemonic, W[v.num] if op in ("store8", "store16", "store32") else v, mem)
 
+    def float_alu_mem(self, op, d, a) -> None:
+        """d = a op (the binary64 in memory): the load into d30, then the operation (alphac.lower.
+        fold does not fold loads for AArch64; the rule keeps every LIR operation selectable)."""
+        if op.endswith("x"):
+            self.emit("ldr", F2, MemReg(self.use(a[1], S1), self.use(a[2], S2), shift=True))
+        else:
+            mnemonic, mem = self.mem("fload", a[1], a[2])
+            self.emit(mnemonic, F2, mem)
+        x = self.use(a[0], F1)
+        r = self.defreg(d, F1)
+        self.emit(FALU[op[:4]], r, x, F2)
+        self.commit(d, r)
+
     def load_indexed(self, op, d, a) -> None:
         mem = MemReg(self.use(a[0], S1), self.use(a[1], S2), shift=True)
         r = self.defreg(d, F1)

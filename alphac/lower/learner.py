@@ -111,7 +111,8 @@ class Emitter:
         self.hoist, self.hoisted = (len(self.lines), self.depth, set(outside)), {}
         j = self.fresh("j")
         self.put(f"let {j} = {lo};")
-        self.put(f"while {j} + 2 <= {hi} {{")
+        last = hi - 2 if isinstance(hi, int) else self.let(f"{hi} - 2", "last")
+        self.put(f"while {j} <= {last} {{")
         self.depth += 1
         body(j, True)
         self.hoist = None

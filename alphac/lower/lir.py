@@ -80,6 +80,10 @@ _OPS: dict[str, tuple] = {
     "store64": (None, "iIi"), "fstore": (None, "iIf"),   # mem[base + offset] = v
     "floadx": ("f", "ii"),         # d = mem[base + 8 * index]
     "fstorex": (None, "iif"),      # mem[base + 8 * index] = v
+    # a load folded into the operation that reads it (alphac.lower.fold): d = a op mem[base +
+    # offset], d = a op mem[base + 8 * index]
+    **{f"f{op}m": ("f", "fiI") for op in ("add", "sub", "mul", "div")},
+    **{f"f{op}mx": ("f", "fii") for op in ("add", "sub", "mul", "div")},
     # f64x2 (class v, in the binary64 registers): each lane is exactly the scalar operation on
     # that lane (SSE2 packed double on x86-64, NEON .2d on AArch64), never fused or reordered
     "vload": ("v", "iI"), "vloadx": ("v", "ii"),         # d = the 16 bytes at base + offset,

@@ -119,7 +119,8 @@ def intervals(fn: Function) -> tuple[dict[VReg, list[int]], list[int]]:
 # dead after it: one `addsd` on a's register, no copy).
 REUSE_FIRST = frozenset({"add", "sub", "mul", "and", "or", "xor", "shl", "shr", "sar", "neg", "not",
                          "fadd", "fsub", "fmul", "fdiv", "fsqrt", "fneg", "load64",
-                         "vadd", "vsub", "vmul", "vdiv", "vsqrt", "vneg"})
+                         "vadd", "vsub", "vmul", "vdiv", "vsqrt", "vneg",
+                         *(f"f{op}m{x}" for op in ("add", "sub", "mul", "div") for x in ("", "x"))})
 # (vpack is not among them: its result is of another class than its operands)
 
 

@@ -28,6 +28,8 @@ OP_RULES: dict[str, str] = {
     **dict.fromkeys(("load8", "load16", "load32", "load64", "fload"), "load"),
     **dict.fromkeys(("store8", "store16", "store32", "store64", "fstore"), "store"),
     "floadx": "load_indexed", "fstorex": "store_indexed",
+    **dict.fromkeys((f"f{op}m{x}" for op in ("add", "sub", "mul", "div") for x in ("", "x")),
+                    "float_alu_mem"),
     "vload": "vec_load", "vloadx": "vec_load", "vstore": "vec_store", "vstorex": "vec_store",
     **dict.fromkeys(("vadd", "vsub", "vmul", "vdiv"), "vec_alu"), "vsqrt": "vec_unary",
     "vneg": "vec_unary", "vmov": "vec_copy", "vsplat": "vec_splat", "vlane": "vec_lane",

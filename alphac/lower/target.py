@@ -34,6 +34,7 @@ class Target:
     page_size: int                   # the segments' alignment
     gpu_sms: tuple[int, ...] = ()    # GPU architectures a GPU owner on this ISA drives
     constants: tuple[tuple[str, int], ...] = ()   # ABI constants that differ per ISA (O_DIRECTORY)
+    fold_loads: bool = False         # binary64 arithmetic takes a memory operand (alphac.lower.fold)
 
     def prelude(self) -> str:
         """The runtime-language constants for this target's system calls and ABI, and those of

@@ -44,6 +44,7 @@ TARGET = Target(
     encode=encode_mi,
     apply_reloc=apply_reloc,
     text_pad=b"\xcc",
+    fold_loads=True,
     capstone=("CS_ARCH_X86", "CS_MODE_64"),
     elf_machine=EM_X86_64,
     page_size=0x1000,

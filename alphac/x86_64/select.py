@@ -259,6 +259,17 @@ class Selector(SelectorBase):
             reg = {64: v, 32: GPR32[v.num], 16: GPR16[v.num], 8: GPR8[v.num]}[width]
             self.emit("mov", Mem(mem.base, disp=mem.disp, size=width), reg)
 
+    def float_alu_mem(self, op, d, a) -> None:
+        """d = a op (the binary64 in memory): one SSE2 instruction with a memory operand."""
+        if op.endswith("x"):
+            mem = Mem(self.use(a[1], S1), index=self.use(a[2], S2), scale=8)
+        else:
+            mem = self.mem(a[1], a[2], S2)
+        r = self.defreg(d, F1)
+        self.move(r, self.where(a[0]))
+        self.emit(FALU[op[:4]], r, mem)
+        self.commit(d, r)
+
     def load_indexed(self, op, d, a) -> None:
         mem = Mem(self.use(a[0], S1), index=self.use(a[1], S2), scale=8)
         r = self.defreg(d, F1)

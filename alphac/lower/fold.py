@@ -1,0 +1,50 @@
+"""Loads folded into the arithmetic that reads them, for ISAs whose binary64 instructions take a
+memory operand (x86-64: `mulsd xmm, [base + index*8]`).
+
+Requires: a checked `lir.Function`. Guarantees: a new Function computing exactly what fn does,
+in which a `fload`/`floadx` whose result is read once, as the second operand of an
+`fadd fsub fmul fdiv` later in its block, is gone, and that operation reads the memory itself
+(`faddm`..., `faddmx`...: the same IEEE operation on the same two values, in their order). A load
+moves down only past instructions that write no memory (no store, call, system call or fence)
+and redefine neither its base nor its index, so it reads the same bytes where it now is.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import replace
+
+from alphac.lower.lir import Block, Function, Inst, OPS
+
+FOLDED = {"fadd": "faddm", "fsub": "fsubm", "fmul": "fmulm", "fdiv": "fdivm"}
+WRITES = frozenset(op for op, o in OPS.items()
+                   if o.clobbers or op.startswith(("store", "fstore", "vstore")) or op == "fence")
+
+
+def fold_loads(fn: Function) -> Function:
+    uses, defs = Counter(), Counter()
+    for b in fn.blocks:
+        for i in b.insts + [b.term]:
+            uses.update(i.uses())
+            if i.dst is not None:
+                defs[i.dst] += 1
+    blocks = []
+    for b in fn.blocks:
+        out: list[Inst | None] = []
+        pending: dict = {}                 # a foldable load's result -> (its place in out, the load)
+        for inst in b.insts:
+            ld = pending.pop(inst.args[1], None) if inst.op in FOLDED and inst.args[0] != inst.args[1] \
+                else None
+            if ld is not None:
+                out[ld[0]] = None
+                op = FOLDED[inst.op] + ("x" if ld[1].op == "floadx" else "")
+                out.append(Inst(op, inst.dst, (inst.args[0],) + ld[1].args, inst.origin))
+                continue
+            if inst.op in WRITES:
+                pending.clear()
+            if inst.dst is not None:       # a base or index redefined: those loads stay
+                pending = {t: p for t, p in pending.items() if inst.dst not in p[1].args}
+            if inst.op in ("fload", "floadx") and uses[inst.dst] == 1 and defs[inst.dst] == 1:
+                pending[inst.dst] = (len(out), inst)
+            out.append(inst)
+        blocks.append(Block(b.label, [i for i in out if i is not None], b.term))
+    return replace(fn, blocks=blocks)

@@ -1,0 +1,82 @@
+"""Check: every example learner prints the same bits when built by an earlier alphac and by this one.
+
+An optimization of the generated code (issue 18) must change no bit. For each learner in
+examples/ this builds the single-process executable with the compiler at REV (a git worktree of
+this repository, checked out in a temporary directory) and with the working tree, for x86-64 and
+AArch64 (run under qemu-aarch64), runs both for N steps and compares their output byte for byte;
+it also reports each build's executable size and the x86-64 time of the N steps.
+
+    python bench/bits_before_after.py REV [--steps N]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BUILD = """
+import sys
+from alphac.build import build_learner
+from alphac.driver import compile_file
+lr = compile_file(sys.argv[1]).learner
+open(sys.argv[3], "wb").write(build_learner(lr, sys.argv[2]).elf)
+"""
+
+
+def build(tree: Path, src: Path, isa: str, out: Path) -> None:
+    env = dict(os.environ, PYTHONPATH=str(tree))
+    subprocess.run([sys.executable, "-c", BUILD, str(src), isa, str(out)], check=True, env=env,
+                   cwd=src.parent, capture_output=True)
+    out.chmod(0o755)
+
+
+def run(exe: Path, isa: str, steps: int, cwd: Path) -> tuple[bytes, float]:
+    runner = [shutil.which("qemu-aarch64") or "qemu-aarch64"] if isa == "aarch64" else []
+    t = time.perf_counter()
+    r = subprocess.run(runner + [str(exe), "--steps", str(steps)], cwd=cwd, capture_output=True,
+                       check=True, timeout=600)
+    return r.stdout, time.perf_counter() - t
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("rev", help="the earlier commit, e.g. the one before an optimization")
+    ap.add_argument("--steps", type=int, default=50)
+    args = ap.parse_args()
+    rows, same_all = [], True
+    with tempfile.TemporaryDirectory() as t:
+        tmp = Path(t)
+        old = tmp / "old"
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "-q", "--detach", str(old), args.rev],
+                       check=True)
+        try:
+            for src in sorted((ROOT / "examples").glob("*.alpha")):
+                for isa in ("x86_64", "aarch64"):
+                    a, b = tmp / f"{src.stem}.{isa}.old", tmp / f"{src.stem}.{isa}.new"
+                    build(old, src, isa, a)            # the same source file, two compilers
+                    build(ROOT, src, isa, b)
+                    (out_a, ta), (out_b, tb) = (run(e, isa, args.steps, src.parent) for e in (a, b))
+                    same = out_a == out_b
+                    same_all &= same
+                    rows.append((src.stem, isa, same, len(out_b), a.stat().st_size, b.stat().st_size,
+                                 ta, tb))
+        finally:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(old)], check=True)
+    print(f"examples/*.alpha, {args.steps} steps, built by {args.rev[:12]} and by the working tree\n")
+    print("| learner | ISA | output identical | output bytes | size before | size after | "
+          "run s before | run s after |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name, isa, same, n, sa, sb, ta, tb in rows:
+        note = " (qemu)" if isa == "aarch64" else ""
+        print(f"| {name} | {isa} | {same} | {n} | {sa} | {sb} | {ta:.3f}{note} | {tb:.3f}{note} |")
+    return 0 if same_all else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,97 @@
+"""Issue 18's code shapes keep every bit: samples in blocks of 4 (independent chains) and pairs
+of coordinates in f64x2 (SSE2 packed double, NEON .2d) give the interpreter's bits on both ISAs,
+for sizes that leave remainders (odd coordinate counts, a last block of fewer samples, a 2-D
+gradient whose rows are odd), and the generated code really takes those shapes where it may,
+and does not where it must not (a call of the elementary-function library: max, tanh)."""
+import os
+import re
+
+import pytest
+
+from alphac.build import build_learner
+from alphac.driver import compile_file
+from alphac.ir import interp
+from alphac.lower.learner import SAMPLE_LANES, learner_source
+from backend import run_exe
+
+# 7 samples: a block of 4, then 3 one at a time. w has 21 coordinates (10 pairs and one), W is
+# 5 x 9 (each row's column loop: 4 pairs and one), and the update is Adam with sqrt and /.
+ROWS = [[round(0.1 * ((3 * i + 7 * k) % 11) - 0.5, 2) for k in range(21)] for i in range(7)]
+U = [[round(0.2 * ((5 * i + 3 * k) % 7) - 0.6, 2) for k in range(9)] for i in range(7)]
+W0 = [[round(0.05 * ((r + 2 * c) % 7) - 0.15, 3) for c in range(9)] for r in range(5)]
+SRC = f"""learner pairs
+data x = {ROWS}
+data u = {U}
+data y = [0.5, -1.0, 0.25, 1.5, -0.3, 0.8, 0.1]
+const W0 = {W0}
+param w: f64[21] = 0.0
+param W: f64[5, 9] = W0
+state m: f64[21] = 0.0
+state v: f64[21] = 0.0
+state p: f64 = 1.0
+loss(i) {{
+  let h = W @ u[i]
+  let z = dot(w, x[i]) + dot(h, h) * 0.1 + sum(h @ W) * 0.01
+  0.5 * (z - y[i])^2
+}}
+update {{
+  p = p * 0.9
+  let g = grad(w)
+  m = 0.9 * m + 0.1 * g
+  v = 0.999 * v + 0.001 * (g * g)
+  w = w - (0.01 / (1 - p)) * (m / (sqrt(v) + 1e-8))
+  W = W - 0.05 * grad(W)
+}}
+"""
+
+
+@pytest.fixture
+def learner(tmp_path):
+    src = tmp_path / "pairs.alpha"
+    src.write_text(SRC)
+    return compile_file(src).learner
+
+
+def functions(text: str) -> dict[str, str]:
+    return {m.group(1): m.group(2) for m in re.finditer(r"fn (\w+)\([^)]*\)[^{]*\{\n(.*?)\n\}\n", text, re.S)}
+
+
+@pytest.mark.parametrize("target", ["x86_64", "aarch64"])
+def test_both_isas_equal_the_interpreter(learner, target, tmp_path):
+    exe = tmp_path / f"pairs.{target}"
+    exe.write_bytes(build_learner(learner, target).elf)
+    os.chmod(exe, 0o755)
+    p = run_exe(exe, "--steps", "6", target=target)
+    assert p.returncode == 0 and p.stdout == interp.format_state(learner, interp.run(learner, 6))
+
+
+def test_the_code_takes_blocks_and_pairs_where_it_may(learner):
+    fns = functions(learner_source(learner)[0])
+    grad = fns["learner_grad"]
+    assert f"while i + {SAMPLE_LANES} <= hi" in grad and "let row_x_3 = " in grad
+    assert "while i < hi" in grad                                  # the rest, one by one
+    assert "storev(G_w + 8 * (" in grad and "storev(G_W + 8 * (" in grad   # gradient sums
+    assert re.search(r"storev\(bf\d+ \+ 8 \* \(", grad)            # u @ W's rows in pairs
+    assert "storev(g_w" in fns["learner_mean"]
+    group = next(body for name, body in fns.items() if name.startswith("learner_group") and "st_m" in body)
+    assert "sqrtv(" in group and "storev(st_w" in group and "if j" in group   # 21: one left over
+    assert "let last" in group and re.search(r"while j\d+ <= last", group)
+    assert group.index("splat(") < group.index("while")          # constants splatted once, before
+
+
+def test_no_pairs_where_a_lane_would_differ(tmp_path):
+    """`max` and tanh (calls of the elementary-function library) keep the
+    update one coordinate at a time; the bits still agree."""
+    src = tmp_path / "np.alpha"
+    src.write_text(SRC.replace("W = W - 0.05 * grad(W)", "W = W - 0.05 * tanh(grad(W))")
+                      .replace("m = 0.9 * m + 0.1 * g", "m = max(0.9 * m + 0.1 * g, m)"))
+    lr = compile_file(src).learner
+    fns = functions(learner_source(lr)[0])
+    for name, body in fns.items():
+        if name.startswith("learner_group"):
+            assert "storev" not in body, name
+    exe = tmp_path / "np"
+    exe.write_bytes(build_learner(lr, "x86_64").elf)
+    os.chmod(exe, 0o755)
+    p = run_exe(exe, "--steps", "4")
+    assert p.returncode == 0 and p.stdout == interp.format_state(lr, interp.run(lr, 4))
