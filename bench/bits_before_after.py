@@ -6,7 +6,10 @@ this repository, checked out in a temporary directory) and with the working tree
 AArch64 (run under qemu-aarch64), runs both for N steps and compares their output byte for byte;
 it also reports each build's executable size and the x86-64 time of the N steps.
 
-    python bench/bits_before_after.py REV [--steps N]
+    python bench/bits_before_after.py [REV] [--steps N] [--quick]
+
+REV defaults to HEAD (the working tree's changes against the last commit). `--quick` (what the
+tests run) compares two small learners for 5 steps.
 """
 from __future__ import annotations
 
@@ -46,9 +49,15 @@ def run(exe: Path, isa: str, steps: int, cwd: Path) -> tuple[bytes, float]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("rev", help="the earlier commit, e.g. the one before an optimization")
+    ap.add_argument("rev", nargs="?", default="HEAD",
+                    help="the earlier commit, e.g. the one before an optimization (default HEAD)")
     ap.add_argument("--steps", type=int, default=50)
+    ap.add_argument("--quick", action="store_true", help="two small learners, 5 steps")
     args = ap.parse_args()
+    sources = sorted((ROOT / "examples").glob("*.alpha"))
+    if args.quick:
+        args.steps = 5
+        sources = [ROOT / "examples" / f"{n}.alpha" for n in ("scalar_regression", "lsq_adam")]
     rows, same_all = [], True
     with tempfile.TemporaryDirectory() as t:
         tmp = Path(t)
@@ -56,7 +65,7 @@ def main() -> int:
         subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "-q", "--detach", str(old), args.rev],
                        check=True)
         try:
-            for src in sorted((ROOT / "examples").glob("*.alpha")):
+            for src in sources:
                 for isa in ("x86_64", "aarch64"):
                     a, b = tmp / f"{src.stem}.{isa}.old", tmp / f"{src.stem}.{isa}.new"
                     build(old, src, isa, a)            # the same source file, two compilers

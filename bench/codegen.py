@@ -16,7 +16,17 @@ this VM's neighbours make single runs up to 1.7x slower), the rate in
 GFLOP/s of the arithmetic the step does (multiplies and adds of the products, counted the same
 way for both), and the executable's throughput as a fraction of numpy's.
 
-    python bench/codegen.py [--steps N] [--target x86_64|x86_64-v3]
+    python bench/codegen.py [--steps N] [--quick]
+    python bench/codegen.py --instructions [--tree DIR]
+
+`--instructions` counts instead of timing: the guest instructions one step executes (a run of 2
+steps minus a run of 1, under qemu-x86_64 and qemu-aarch64 with -singlestep -d exec, each
+instruction one log line), on smaller sizes (lsq 4,000 coordinates, matvec 16 x 64 over 16
+samples), for both ISAs: AArch64 is measurable here only so. `--tree DIR` builds with the alphac
+in DIR (a checkout of an earlier commit, say) for a before/after table.
+
+`--quick` (what the tests run, so that the benchmark cannot silently break) uses small sizes and
+one run each: its figures are not the ones to quote.
 """
 from __future__ import annotations
 
@@ -131,16 +141,69 @@ def bits_agree(src: Path, exe: Path, cwd: Path, steps: int = 2) -> bool:
     return out == format_state(lr, s)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--steps", type=int, default=100)
-    ap.add_argument("--target", default="x86_64")
-    args = ap.parse_args()
+BUILD = """
+import sys
+from alphac.build import build_learner
+from alphac.driver import compile_file
+open(sys.argv[3], "wb").write(build_learner(compile_file(sys.argv[1]).learner, sys.argv[2]).elf)
+"""
+
+
+def guest_instructions(exe: Path, isa: str, steps: int, cwd: Path) -> int:
+    qemu = subprocess.Popen([f"qemu-{isa}", "-singlestep", "-d", "exec,nochain", "-D", "/dev/stderr",
+                             str(exe), "--steps", str(steps)], cwd=cwd, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    n = sum(1 for line in qemu.stderr if line.startswith(b"Trace"))
+    if qemu.wait() != 0:
+        raise SystemExit(f"{exe} --steps {steps} failed under qemu-{isa}")
+    return n
+
+
+def instructions(tree: Path) -> None:
     rows = []
     with tempfile.TemporaryDirectory() as t:
         tmp = Path(t)
-        for name, make in (("lsq 100k", lsq_source), ("matvec 64x256, 256 samples", matvec_source)):
-            src, ref = make(tmp)
+        for name, make, size in (("lsq 4k", lsq_source, {"n": 4000}),
+                                 ("matvec 16x64, 16 samples", matvec_source,
+                                  {"rows": 16, "cols": 64, "samples": 16})):
+            src, ref = make(tmp, **size)
+            for isa in ("x86_64", "aarch64"):
+                exe = tmp / f"exe.{isa}"
+                subprocess.run([sys.executable, "-c", BUILD, str(src), isa, str(exe)], check=True,
+                               cwd=tmp, env=dict(os.environ, PYTHONPATH=str(tree)))
+                exe.chmod(0o755)
+                per_step = guest_instructions(exe, isa, 2, tmp) - guest_instructions(exe, isa, 1, tmp)
+                rows.append((name, isa, per_step, ref["flops"]))
+    print(f"guest instructions per step, alphac from {tree}\n")
+    print("| workload | ISA | instructions per step | per flop |")
+    print("|---|---|---|---|")
+    for name, isa, n, flops in rows:
+        print(f"| {name} | {isa} | {n} | {n / flops:.2f} |")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--steps", type=int, default=100)
+    ap.add_argument("--target", default="x86_64", help="the executable's target (default x86_64)")
+    ap.add_argument("--quick", action="store_true", help="small sizes, 3 steps, one run: a smoke run")
+    ap.add_argument("--instructions", action="store_true",
+                    help="count each ISA's guest instructions per step under qemu instead of timing")
+    ap.add_argument("--tree", type=Path, default=ROOT, help="build with the alphac in this checkout")
+    args = ap.parse_args()
+    if args.instructions:
+        instructions(args.tree.resolve())
+        return
+    global REPEATS
+    workloads = [("lsq 100k", lsq_source, {}), ("matvec 64x256, 256 samples", matvec_source, {})]
+    if args.quick:
+        args.steps, REPEATS = 3, 1
+        workloads = [("lsq 1k", lsq_source, {"n": 1000}),
+                     ("matvec 8x16, 8 samples", matvec_source, {"rows": 8, "cols": 16, "samples": 8})]
+    rows = []
+    with tempfile.TemporaryDirectory() as t:
+        tmp = Path(t)
+        for name, make, size in workloads:
+            src, ref = make(tmp, **size)
             lr = compile_file(src).learner
             exe = tmp / "exe"
             exe.write_bytes(build_learner(lr, args.target).elf)

@@ -29,9 +29,11 @@ from conftest import ROOT
 # ir and types; issue 20: Slurm (alphac/tools/slurm.py, +242; cli.py +85), Kubernetes
 # (alphac/tools/k8s.py, +291; cli.py +59), the runtime's ranks and address templates, and fleet
 # builds (alphac/lower/fleet.py: one program per index node) raised tools, the top level, the
-# runtime and lower by what they added
-BUDGETS = {"parse": 900, "types": 770, "ir": 1320, "dist": 1370, "lower": 3285, "runtime": 2910,
-           "x86_64": 820, "aarch64": 885, "elf": 480, "ptx": 945, "nvdrv": 1165, "tools": 1890,
+# runtime and lower by what they added; issue 18 (the generated code's shapes: samples in
+# blocks, f64x2 pairs, indexed access, load folding, alphac/lower/fold.py, and f64x2 in LIR, the
+# runtime language, both selectors and both encoding tables) raised lower, x86_64 and aarch64
+BUDGETS = {"parse": 900, "types": 770, "ir": 1320, "dist": 1370, "lower": 3660, "runtime": 2910,
+           "x86_64": 910, "aarch64": 990, "elf": 480, "ptx": 945, "nvdrv": 1165, "tools": 1890,
            "math": 1300, "": 2645}
 
 

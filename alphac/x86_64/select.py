@@ -261,43 +261,35 @@ class Selector(SelectorBase):
 
     def float_alu_mem(self, op, d, a) -> None:
         """d = a op (the binary64 in memory): one SSE2 instruction with a memory operand."""
-        if op.endswith("x"):
-            mem = Mem(self.use(a[1], S1), index=self.use(a[2], S2), scale=8)
-        else:
-            mem = self.mem(a[1], a[2], S2)
+        mem = self.vmem(op, a[1:], 64)
         r = self.defreg(d, F1)
         self.move(r, self.where(a[0]))
         self.emit(FALU[op[:4]], r, mem)
         self.commit(d, r)
 
     def load_indexed(self, op, d, a) -> None:
-        mem = Mem(self.use(a[0], S1), index=self.use(a[1], S2), scale=8)
         r = self.defreg(d, F1)
-        self.emit("movsd", r, mem)
+        self.emit("movsd", r, self.vmem(op, a, 64))
         self.commit(d, r)
 
     def store_indexed(self, op, d, a) -> None:
-        mem = Mem(self.use(a[0], S1), index=self.use(a[1], S2), scale=8)
-        self.emit("movsd", mem, self.use(a[2], F1))
+        self.emit("movsd", self.vmem(op, a, 64), self.use(a[2], F1))
 
     # -- f64x2: SSE2 packed double, each lane the scalar instruction ---------------------------
+    def vmem(self, op, a, size: int = 128) -> Mem:
+        """The memory operand of an access at base + offset or (op ending in x) base + 8 * index."""
+        if op.endswith("x"):
+            return Mem(self.use(a[0], S1), index=self.use(a[1], S2), scale=8, size=size)
+        m = self.mem(a[0], a[1], S2)
+        return Mem(m.base, disp=m.disp, size=size)
+
     def vec_load(self, op, d, a) -> None:
-        if op == "vloadx":
-            mem = Mem(self.use(a[0], S1), index=self.use(a[1], S2), scale=8, size=128)
-        else:
-            m = self.mem(a[0], a[1], S2)
-            mem = Mem(m.base, disp=m.disp, size=128)
         r = self.defreg(d, F1)
-        self.emit("movupd", r, mem)
+        self.emit("movupd", r, self.vmem(op, a))
         self.commit(d, r)
 
     def vec_store(self, op, d, a) -> None:
-        if op == "vstorex":
-            mem = Mem(self.use(a[0], S1), index=self.use(a[1], S2), scale=8, size=128)
-        else:
-            m = self.mem(a[0], a[1], S2)
-            mem = Mem(m.base, disp=m.disp, size=128)
-        self.emit("movupd", mem, self.use(a[2], F1))
+        self.emit("movupd", self.vmem(op, a), self.use(a[2], F1))
 
     def vec_into(self, r, v: VReg) -> None:
         """r = the f64x2 v (from its register or its slot)."""
