@@ -46,28 +46,17 @@ import numpy as np                                     # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
 from alphac.build import build_learner                 # noqa: E402
 from alphac.driver import compile_file                 # noqa: E402
 
 
 def lsq_source(tmp: Path, n: int = 100_000, samples: int = 8) -> tuple[Path, dict]:
-    rng = np.random.default_rng(7)
-    x, y = rng.standard_normal((samples, n)), rng.standard_normal(samples)
-    np.save(tmp / "x.npy", x)
-    np.save(tmp / "y.npy", y)
-    src = tmp / "lsq100k.alpha"
-    src.write_text(f"""learner lsq100k
-data x = load("x.npy")
-data y = load("y.npy")
-param w: f64[{n}] = 0.0
-state v: f64[{n}] = 0.0
-loss(i) = 0.5 * (dot(w, x[i]) - y[i])^2
-update {{
-  v = 0.9 * v + grad(w)
-  w = w - 0.001 * v
-}}
-""")
+    """bench/distributed.py's big learner (its deployments unused here), and numpy's step."""
+    from distributed import big_learner
+    src = big_learner(tmp, n, samples)
+    x, y = np.load(tmp / "x.npy"), np.load(tmp / "y.npy")
     w, v = np.zeros(n), np.zeros(n)
 
     def step():

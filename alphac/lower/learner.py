@@ -266,6 +266,16 @@ class Values:
             self.coord[key] = self.em.splat(name) or self.em.let(f"splat({name})", "s")
         return self.coord[key]
 
+    def power(self, a: tuple[str, ...], k: int, lanes: range) -> tuple[str, ...]:
+        """a^k in each lane: k - 1 multiplications from the left, a * a * ... * a."""
+        out = []
+        for s in lanes:
+            acc = a[s]
+            for _ in range(k - 1):
+                acc = self.em.let(f"{acc} * {a[s]}")
+            out.append(acc)
+        return tuple(out)
+
     def vcompute(self, n: Node, j: str) -> tuple[str, ...]:
         """Shaped node n at coordinates j and j + 1, as f64x2 (`vectorizable` nodes only)."""
         em, L = self.em, self.width(n)
@@ -288,13 +298,7 @@ class Values:
             a = operand(n.a, j)
             return tuple(em.let(f"-{a[s]}" if n.op == "neg" else f"sqrtv({a[s]})") for s in L)
         if isinstance(n, Pow):
-            a, accs = operand(n.a, j), []
-            for s in L:
-                acc = a[s]
-                for _ in range(n.n - 1):
-                    acc = em.let(f"{acc} * {a[s]}")
-                accs.append(acc)
-            return tuple(accs)
+            return self.power(operand(n.a, j), n.n, L)
         if isinstance(n, Outer):
             r, c = self.rc[j]                   # the column loop's pair: one row, two columns
             self.vec = False
@@ -477,14 +481,7 @@ class Values:
                 em.put(f"if fgt({a[s]}, {b[s]}) != 0 {{ {outs[-1]} = {then[s]}; }}")
             return tuple(outs)
         if isinstance(n, Pow):
-            a = self.all(n.a, j)
-            accs = []
-            for s in L:
-                acc = a[s]
-                for _ in range(n.n - 1):
-                    acc = em.let(f"{acc} * {a[s]}")
-                accs.append(acc)
-            return tuple(accs)
+            return self.power(self.all(n.a, j), n.n, L)
         if isinstance(n, Bcast):
             return self.all(n.a, None)
         if isinstance(n, Outer):
