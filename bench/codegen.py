@@ -203,7 +203,7 @@ def main() -> None:
             rows.append((name, a, b, ref["flops"], same))
     print(f"generated code ({args.target}) against numpy {np.__version__}, one thread\n")
     print("| workload | alphac ms/step | alphac GFLOP/s | numpy ms/step | numpy GFLOP/s | "
-          "alphac/numpy throughput | alphac bits = interpreter |")
+          "throughput, alphac to numpy | alphac bits = interpreter |")
     print("|---|---|---|---|---|---|---|")
     for name, a, b, flops, same in rows:
         print(f"| {name} | {a * 1e3:.3f} | {flops / a / 1e9 if a else 0:.2f} | {b * 1e3:.3f} | "
