@@ -95,3 +95,50 @@ def test_no_pairs_where_a_lane_would_differ(tmp_path):
     os.chmod(exe, 0o755)
     p = run_exe(exe, "--steps", "4")
     assert p.returncode == 0 and p.stdout == interp.format_state(lr, interp.run(lr, 4))
+
+
+# W @ b in row blocks (Values.matvec): 6 samples (a block of 4, then 2 alone); A is 7 x 3 (its
+# columns unrolled; one block of 4 rows, then 3), B is 10 x 11 (two blocks of 4 rows, then 2;
+# with one sample at a time: 8 rows, then 2). A's b is a data row, B's a computed vector.
+A0 = [[round(0.1 * ((r + 3 * c) % 5) - 0.2, 2) for c in range(3)] for r in range(7)]
+B0 = [[round(0.03 * ((2 * r + c) % 9) - 0.12, 3) for c in range(11)] for r in range(10)]
+MV = f"""learner blocks
+data x = {[[round(0.1 * ((2 * i + k) % 7) - 0.3, 2) for k in range(3)] for i in range(6)]}
+data y = [0.5, -1.0, 0.25, 1.5, -0.3, 0.8]
+const A0 = {A0}
+const B0 = {B0}
+param A: f64[7, 3] = A0
+param B: f64[10, 11] = B0
+param c: f64[11] = 0.1
+BATCH
+loss(i) {{
+  let h = A @ x[i]
+  let u = B @ (c * sum(h) + 0.5)
+  0.5 * (dot(u, u) * 0.1 + sum(h) - y[i])^2
+}}
+update {{
+  A = A - 0.05 * grad(A)
+  B = B - 0.05 * grad(B)
+  c = c - 0.05 * grad(c)
+}}
+"""
+
+
+@pytest.mark.parametrize("batch", ["", "batch 4"])
+@pytest.mark.parametrize("target", ["x86_64", "aarch64"])
+def test_matvec_row_blocks_equal_the_interpreter(batch, target, tmp_path):
+    src = tmp_path / "blocks.alpha"
+    src.write_text(MV.replace("BATCH", batch))
+    lr = compile_file(src).learner
+    grad = functions(learner_source(lr)[0])["learner_grad"]
+    if batch:                        # one sample at a time: blocks of 8 scalar chains
+        assert "pack(" not in grad and len(re.findall(r"let acc\d+ = bits2f", grad)) >= 8
+    else:                            # lanes packed in pairs; 4 rows x 2 pairs a block
+        assert "pack(" in grad and "lane(" in grad
+        assert len(re.findall(r"let acc\d+ = splat", grad)) >= 8
+    assert re.search(r"let rp\d+ = st_B \+ 8 \* ", grad)          # B's rows as bases
+    exe = tmp_path / f"blocks.{target}"
+    exe.write_bytes(build_learner(lr, target).elf)
+    os.chmod(exe, 0o755)
+    p = run_exe(exe, "--steps", "5", target=target)
+    assert p.returncode == 0 and p.stdout == interp.format_state(lr, interp.run(lr, 5))

@@ -39,6 +39,7 @@ from alphac.math import rt_name
 
 UNROLL = 8
 SAMPLE_LANES = 4      # learner_grad's samples per block (full batch, not exact_sum)
+MATVEC_CHAINS = 8     # independent dot chains in one block of W @ b (rows x lane pairs)
 OPS = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
 
 
@@ -385,18 +386,7 @@ class Values:
         put = lambda s, j, v: em.put(f"storef({gen.slot(bufs[s], j)}, {v});")
         self.filling = id(n)
         if isinstance(n, MatVec):
-            rows, cols = n.a.shape
-
-            def row(r: str) -> None:
-                accs = tuple(em.let(flit(-0.0), "acc") for _ in L)
-
-                def term(c: str) -> None:
-                    a, b = self.all(n.a, self.flat(r, c, cols)), self.all(n.b, c)
-                    self.fold(accs, [em.let(f"{a[s]} * {b[s]}") for s in L], L)
-                self.loop(0, cols, term)
-                for s in L:
-                    put(s, r, accs[s])
-            self.loop(0, rows, row)
+            self.matvec(n, bufs, L)
         elif isinstance(n, VecMat):
             rows, cols = n.b.shape
             self.loop(0, cols, lambda c: [put(s, c, flit(-0.0)) for s in L])
@@ -450,6 +440,76 @@ class Values:
                         put(s, j, v[s])
             self.vloop(0, n.size, each, len(n.shape) == 1 and self.vectorizable([n]))
         self.buffers[id(n)] = bufs * self.lanes if len(bufs) == 1 else bufs
+
+    def matvec(self, n: MatVec, bufs: tuple[str, ...], L: range) -> None:
+        """W @ b into bufs, rows in blocks: each block's dots (every row of it, every lane) are
+        independent chains in one loop over the columns, so each W value and each b value is
+        loaded once a block. With an even number of lanes sharing W (sample blocks), b's lanes
+        are first packed in pairs, `xp[c * lanes + s]`, and each pair of lanes' chains is one
+        f64x2: the block's loop splats W[r, c] and multiplies it by a pair. Every chain is the
+        row's left fold from -0.0 over c in order, `acc + W[r, c] * b[c]`, as one row at a time
+        computes it."""
+        em, gen = self.em, self.em.gen
+        rows, cols = n.a.shape
+        nl = len(L)
+        packed = nl % 2 == 0 and id(n.a) not in self.varying
+        if packed:
+            xp = gen.buffer(cols * nl)
+            xq = [em.let(f"{xp} + {8 * q}", "xq") for q in range(0, nl, 2)]   # each pair's base
+
+            def pack(c: str) -> None:
+                b, at = self.all(n.b, c), em.let(f"{nl} * {c}", "cx")
+                for q in range(0, nl, 2):
+                    em.put(f"storev({gen.slot(xq[q // 2], at)}, pack({b[q]}, {b[q + 1]}));")
+            self.loop(0, cols, pack)
+        chains = nl // 2 if packed else nl          # accumulators a row
+        block = max(1, MATVEC_CHAINS // chains)
+
+        def rows_from(r0: str, count: int) -> None:
+            offs = [em.let(f"({r0} + {k}) * {cols}", "ro") for k in range(count)]
+            rowp = [self.row_pointer(n.a, o) for o in offs]    # W's rows as bases, or None
+            zero = f"splat({flit(-0.0)})" if packed else flit(-0.0)
+            accs = [[em.let(zero, "acc") for _ in range(chains)] for _ in range(count)]
+
+            def term(c: str) -> None:
+                if packed:
+                    at = em.let(f"{nl} * {c}", "cx")
+                    xs = [em.let(f"loadv({gen.slot(x, at)})") for x in xq]
+                else:
+                    xs = self.all(n.b, c)
+                for k in range(count):
+                    w = (em.let(gen.address(rowp[k], c)),) * nl if rowp[k] else \
+                        self.all(n.a, f"{offs[k]} + {c}")
+                    if packed:
+                        ws = em.let(f"splat({w[0]})", "s")
+                        for q in range(chains):
+                            em.put(f"{accs[k][q]} = {accs[k][q]} + {em.let(f'{ws} * {xs[q]}')};")
+                    else:
+                        self.fold(accs[k], [em.let(f"{w[s]} * {xs[s]}") for s in L], L)
+            self.loop(0, cols, term)
+            for k in range(count):
+                r = f"{r0} + {k}" if not r0.isdigit() else str(int(r0) + k)
+                for s in L:
+                    v = em.let(f"lane({accs[k][s // 2]}, {s % 2})") if packed else accs[k][s]
+                    em.put(f"storef({gen.slot(bufs[s], r)}, {v});")
+        full = rows // block
+        if full:
+            self.loop(0, full, lambda b: rows_from(
+                str(int(b) * block) if b.isdigit() else em.let(f"{b} * {block}", "rb"), block))
+        if rows % block:
+            rows_from(str(full * block), rows % block)
+
+    def row_pointer(self, n: Node, offset: str) -> str | None:
+        """The address of coordinate `offset` of n, as a `let`, when n is read in place and is
+        the same in every lane (its leaf is `loadf(BASE + 8 * (E))`, E the coordinate or a
+        constant plus it), so that a row's loads are `loadf(ROW + 8 * (c))`; None otherwise."""
+        probe = None if id(n) in self.varying else self.leaf(n, "@")
+        if probe is None or not (probe.startswith("loadf(") and probe.endswith("))")):
+            return None
+        base, sep, e = probe[len("loadf("):-len("))")].partition(" + 8 * (")
+        if not sep or "@" in base or not (e == "@" or (e.endswith(" + @") and e[:-4].isdigit())):
+            return None
+        return self.em.let(f"{base} + 8 * ({e.replace('@', offset)})", "rp")
 
     def compute(self, n: Node, j: str | None) -> tuple[str, ...]:
         em = self.em
@@ -642,7 +702,7 @@ class LearnerCode:
             for a, b in zip(cuts, cuts[1:]):
                 covering = [c for c in contribs if c.offset <= a and b <= c.offset + c.length]
 
-                def body(j: str, covering=covering, p=p, a=a) -> None:
+                def body(j: str, covering=covering, p=p, a=a, row=None) -> None:
                     terms = [vals.all(c.node, None if not c.node.shape else _sub(j, c.offset))
                              for c in covering]
                     gs, v = [], "v" if vals.vec else "f"
@@ -652,7 +712,7 @@ class LearnerCode:
                         for t in terms[1:]:
                             g = em.let(f"{g} + {t[s]}")
                         gs.append(g)
-                    slot = f"G_{p.name} + 8 * ({j})" if not j.isdigit() else f"G_{p.name} + {8 * int(j)}"
+                    slot = self.slot(*row) if row else self.slot(f"G_{p.name}", j)
                     if lr.exact:             # the sample's terms, added by xc_add_n below
                         em.put(f"storef({slot}, {gs[0]});")
                         return
@@ -670,12 +730,13 @@ class LearnerCode:
                         any(len(c.node.shape) == 2 for c in covering):
                     pairs = not lr.exact and vals.vectorizable(nodes, rows=True)
 
-                    def row(r: str, body=body, cols=cols, pairs=pairs, nodes=nodes) -> None:
+                    def row(r: str, body=body, cols=cols, pairs=pairs, nodes=nodes, p=p) -> None:
                         if pairs:                # an outer product's row value, once a row
                             for n in postorder(nodes):
                                 if isinstance(n, Outer) and id(n) not in vals.buffers:
                                     vals.all(n.a, r)
-                        vals.vloop(0, cols, lambda c: body(vals.flat(r, c, cols)), pairs)
+                        g = em.let(self.slot(f"G_{p.name}", f"{r} * {cols}"), "gr")  # the row's sums
+                        vals.vloop(0, cols, lambda c: body(vals.flat(r, c, cols), row=(g, c)), pairs)
                     vals.loop(a // cols, b // cols, row)
                 else:
                     vals.vloop(a, b, body, not lr.exact and vals.vectorizable(nodes))

@@ -119,9 +119,10 @@ def intervals(fn: Function) -> tuple[dict[VReg, list[int]], list[int]]:
 # dead after it: one `addsd` on a's register, no copy).
 REUSE_FIRST = frozenset({"add", "sub", "mul", "and", "or", "xor", "shl", "shr", "sar", "neg", "not",
                          "fadd", "fsub", "fmul", "fdiv", "fsqrt", "fneg", "load64",
-                         "vadd", "vsub", "vmul", "vdiv", "vsqrt", "vneg",
+                         "vadd", "vsub", "vmul", "vdiv", "vsqrt", "vneg", "vsplat",
                          *(f"f{op}m{x}" for op in ("add", "sub", "mul", "div") for x in ("", "x"))})
-# (vpack is not among them: its result is of another class than its operands)
+# (vsplat, whose operand is of class f, takes it only from a register: classes f and v share the
+# registers, never a spill slot of one width)
 
 
 def allocate(fn: Function, regs: RegFile) -> Allocation:
@@ -159,7 +160,8 @@ def allocate(fn: Function, regs: RegFile) -> Allocation:
         inst = defined_at.get(start)
         first = inst.args[0] if inst is not None and inst.dst == v and inst.op in REUSE_FIRST \
             and inst.args and isinstance(inst.args[0], VReg) else None
-        if first is not None and first.cls == v.cls and first in active and iv[first][1] == start \
+        if first is not None and first in active and iv[first][1] == start \
+                and (first.cls == v.cls or alloc.loc[first][0] == "reg") \
                 and alloc.loc[first][1] in allowed(v):
             active.remove(first)                 # it dies here: its register passes to v
             alloc.loc[v] = alloc.loc[first]
