@@ -71,7 +71,8 @@ def test_the_code_takes_blocks_and_pairs_where_it_may(learner):
     assert f"while i + {SAMPLE_LANES} <= hi" in grad and "let row_x_3 = " in grad
     assert "while i < hi" in grad                                  # the rest, one by one
     assert "storev(G_w + 8 * (" in grad and "storev(G_W + 8 * (" in grad   # gradient sums
-    assert re.search(r"storev\(bf\d+ \+ 8 \* \(", grad)            # u @ W's rows in pairs
+    assert re.search(r"storev\(ua\d+ \+ 16, splat\(", grad)           # u @ W: u splatted once,
+    assert re.search(r"let rp\d+ = st_W \+ 8 \* \(0\)", grad)         # W's columns in blocks
     assert "storev(g_w" in fns["learner_mean"]
     group = next(body for name, body in fns.items() if name.startswith("learner_group") and "st_m" in body)
     assert "sqrtv(" in group and "storev(st_w" in group and "if j" in group   # 21: one left over

@@ -387,6 +387,8 @@ class Values:
         self.filling = id(n)
         if isinstance(n, MatVec):
             self.matvec(n, bufs, L)
+        elif isinstance(n, VecMat) and self.row_pointer(n.b, "0", probe=True):
+            self.vecmat(n, bufs, L)
         elif isinstance(n, VecMat):
             rows, cols = n.b.shape
             self.loop(0, cols, lambda c: [put(s, c, flit(-0.0)) for s in L])
@@ -492,24 +494,77 @@ class Values:
                 for s in L:
                     v = em.let(f"lane({accs[k][s // 2]}, {s % 2})") if packed else accs[k][s]
                     em.put(f"storef({gen.slot(bufs[s], r)}, {v});")
-        full = rows // block
-        if full:
-            self.loop(0, full, lambda b: rows_from(
-                str(int(b) * block) if b.isdigit() else em.let(f"{b} * {block}", "rb"), block))
-        if rows % block:
-            rows_from(str(full * block), rows % block)
+        self.blocks(rows, block, rows_from)
 
-    def row_pointer(self, n: Node, offset: str) -> str | None:
-        """The address of coordinate `offset` of n, as a `let`, when n is read in place and is
-        the same in every lane (its leaf is `loadf(BASE + 8 * (E))`, E the coordinate or a
-        constant plus it), so that a row's loads are `loadf(ROW + 8 * (c))`; None otherwise."""
-        probe = None if id(n) in self.varying else self.leaf(n, "@")
-        if probe is None or not (probe.startswith("loadf(") and probe.endswith("))")):
+    def blocks(self, count: int, size: int, each) -> None:
+        """each(first, k) for the blocks of `size` of 0..count-1 (k = size), then the rest."""
+        full = count // size
+        if full:
+            self.loop(0, full, lambda b: each(
+                str(int(b) * size) if b.isdigit() else self.em.let(f"{b} * {size}", "bk"), size))
+        if count % size:
+            each(str(full * size), count % size)
+
+    def vecmat(self, n: VecMat, bufs: tuple[str, ...], L: range) -> None:
+        """u @ W into bufs (W read in place, the same in every lane), columns in blocks: each
+        block's sums (pairs of columns, every lane) are f64x2 chains in one loop over the rows,
+        after each lane's u[r] is splatted once into `up[r * lanes + s]`; an odd last column is
+        one scalar chain a lane. Every chain is column c's left fold from -0.0 over r in order,
+        `acc + u[r] * W[r, c]`, as the row-by-row loop computes it."""
+        em, gen = self.em, self.em.gen
+        rows, cols = n.b.shape
+        nl = len(L)
+        up = gen.buffer(2 * rows * nl)
+
+        def spread(r: str) -> None:
+            u, at = self.all(n.a, r), em.let(f"{up} + 8 * ({2 * nl} * {r})", "ua")
+            for s in L:
+                em.put(f"storev({gen.slot(at, str(2 * s))}, splat({u[s]}));")
+        self.loop(0, rows, spread)
+
+        def cols_from(c0: str, count: int) -> None:     # `count` pairs from column c0
+            base = self.row_pointer(n.b, c0)
+            accs = [[em.let(f"splat({flit(-0.0)})", "acc") for _ in range(count)] for _ in L]
+
+            def term(r: str) -> None:
+                w = em.let(f"{base} + 8 * ({r} * {cols})", "wr")
+                ws = [em.let(f"loadv({gen.slot(w, str(2 * b))})") for b in range(count)]
+                at = em.let(f"{up} + 8 * ({2 * nl} * {r})", "ua")
+                for s in L:
+                    u = em.let(f"loadv({gen.slot(at, str(2 * s))})")
+                    for b in range(count):
+                        em.put(f"{accs[s][b]} = {accs[s][b]} + {em.let(f'{u} * {ws[b]}')};")
+            self.loop(0, rows, term)
+            for s in L:
+                for b in range(count):
+                    c = f"{c0} + {2 * b}" if not c0.isdigit() else str(int(c0) + 2 * b)
+                    em.put(f"storev({gen.slot(bufs[s], c)}, {accs[s][b]});")
+        self.blocks(cols // 2, max(1, MATVEC_CHAINS // nl), lambda b, k: cols_from(
+            str(2 * int(b)) if b.isdigit() else em.let(f"2 * {b}", "c0"), k))
+        if cols % 2:                                      # the last column, alone
+            last = str(cols - 1)
+            accs = [em.let(flit(-0.0), "acc") for _ in L]
+
+            def one(r: str) -> None:
+                u, w = self.all(n.a, r), self.all(n.b, self.flat(r, last, cols))
+                self.fold(accs, [em.let(f"{u[s]} * {w[s]}") for s in L], L)
+            self.loop(0, rows, one)
+            for s in L:
+                em.put(f"storef({gen.slot(bufs[s], last)}, {accs[s]});")
+
+    def row_pointer(self, n: Node, offset: str, probe: bool = False) -> str | None:
+        """The address of coordinate `offset` of n, as a `let` (with `probe`, the expression),
+        when n is read in place and is the same in every lane (its leaf is
+        `loadf(BASE + 8 * (E))`, E the coordinate or a constant plus it), so that a row's loads
+        are `loadf(ROW + 8 * (c))`; None otherwise."""
+        leaf = None if id(n) in self.varying else self.leaf(n, "@")
+        if leaf is None or not (leaf.startswith("loadf(") and leaf.endswith("))")):
             return None
-        base, sep, e = probe[len("loadf("):-len("))")].partition(" + 8 * (")
+        base, sep, e = leaf[len("loadf("):-len("))")].partition(" + 8 * (")
         if not sep or "@" in base or not (e == "@" or (e.endswith(" + @") and e[:-4].isdigit())):
             return None
-        return self.em.let(f"{base} + 8 * ({e.replace('@', offset)})", "rp")
+        address = f"{base} + 8 * ({e.replace('@', offset)})"
+        return address if probe else self.em.let(address, "rp")
 
     def compute(self, n: Node, j: str | None) -> tuple[str, ...]:
         em = self.em
