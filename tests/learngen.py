@@ -795,9 +795,11 @@ class MatGen:
         return [[self.small(lo, hi) for _ in range(shape[1])] for _ in range(shape[0])]
 
     def dim(self) -> int:
-        """A dimension; now and then one past the emitter's unrolling (8): a real loop."""
+        """A dimension; now and then one past the emitter's unrolling (8): a real loop, and
+        past a matrix product's widest block (8 rows of `A @ v`, 16 columns of `u @ A` with one
+        lane): a loop over blocks with a remainder."""
         m = self.m
-        return m.choice([1, 2, 2, 3, 3, 4, 5]) if m.random() < 0.93 else m.choice([9, 10, 12])
+        return m.choice([1, 2, 2, 3, 3, 4, 5]) if m.random() < 0.93 else m.choice([9, 10, 12, 17, 19])
 
     def insert(self, d: Decl) -> None:
         """Data after data, constants after constants, the rest at the end."""
