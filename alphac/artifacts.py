@@ -324,7 +324,7 @@ def roles_table(plan, fleet: bool = False) -> dict:
             roles.append({"role": str(r), "file": file_of[plan.rank(r)], "rank": plan.rank(r),
                           "parent": str(parent) if parent else None,
                           "listens": bool(plan.children(r)), "target": plan.dep.target_of(r),
-                          "samples": rows})
+                          "samples": rows, "mesh": plan.mesh and plan.is_owner(r)})
     return {"format": 1, "deployment": plan.dep.name, "learner": plan.lr.name,
             "identity": {k: v.hex() for k, v in digests(plan.dep).items()},
             "root": str(plan.root), "roles": roles, "nodes": files, "role_count": plan.role_count(),

@@ -322,6 +322,12 @@ CODES: dict[str, tuple[str, str]] = {
               "The step projected to each role must match its peers (every send has its receive, "
               "in the same order) and let every role finish. This is checked for every plan; a "
               "failure is a defect in the plan's derivation or in a hand-written strategy."),
+    "E0118": ("the mesh cannot combine this way",
+              "A mesh reduce-scatters: every owner sends each other owner the part of its "
+              "contribution that owner holds, and each owner combines its own coordinates in "
+              "the combine tree's order. So the strategy must partition the gradients (`zero2`, "
+              "`zero3`, or a strategy of the file's), and the contract must be the ordered one "
+              "(under `exact_sum` use a star)."),
     # -- GPU owners (alphac.nvdrv, docs/nvdrv.md) -----------------------------------------------
     "E0120": ("GPU memory demand over the card's supply",
               "A GPU owner allocates its arena (code, constant banks, QMDs, push buffers, state, "

@@ -3,7 +3,8 @@
 An optimization of the generated code (issue 18) must change no bit. For each learner in
 examples/ this builds the single-process executable with the compiler at REV (a git worktree of
 this repository, checked out in a temporary directory) and with the working tree, for x86-64 and
-AArch64 (run under qemu-aarch64), runs both for N steps and compares their output byte for byte;
+AArch64 (run under qemu-aarch64), from a copy of the learner without its deployments and
+strategies (which an earlier compiler may not read, and a single process does not use), runs both for N steps and compares their output byte for byte;
 it also reports each build's executable size and the x86-64 time of the N steps.
 
     python bench/bits_before_after.py [REV] [--steps N] [--quick]
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -37,6 +39,17 @@ def build(tree: Path, src: Path, isa: str, out: Path) -> None:
     subprocess.run([sys.executable, "-c", BUILD, str(src), isa, str(out)], check=True, env=env,
                    cwd=src.parent, capture_output=True)
     out.chmod(0o755)
+
+
+def learner_only(src: Path, into: Path) -> Path:
+    """src without its deployments and strategies, in `into` beside a link to the data it loads."""
+    into.mkdir(exist_ok=True)
+    if not (into / "data").exists():
+        (into / "data").symlink_to(src.parent / "data")
+    text = re.sub(r"^(deployment|strategy) \w+ \{.*?^\}\n", "", src.read_text(), flags=re.M | re.S)
+    out = into / src.name
+    out.write_text(text)
+    return out
 
 
 def run(exe: Path, isa: str, steps: int, cwd: Path) -> tuple[bytes, float]:
@@ -65,7 +78,8 @@ def main() -> int:
         subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "-q", "--detach", str(old), args.rev],
                        check=True)
         try:
-            for src in sources:
+            for full in sources:
+                src = learner_only(full, tmp / "src")
                 for isa in ("x86_64", "aarch64"):
                     a, b = tmp / f"{src.stem}.{isa}.old", tmp / f"{src.stem}.{isa}.new"
                     build(old, src, isa, a)            # the same source file, two compilers

@@ -3,7 +3,9 @@ torch.distributed (gloo backend) on loopback, doing the same arithmetic.
 
 Two learners: `lsq_adam` on the reference star (4 owners with shares 1, 2, 1, 4 samples), and a
 generated least-squares learner with momentum, 100,000 coordinates, 8 samples, over 4 owners
-(2 samples each). For each: start-up time (processes started to connections made, measured as a
+(2 samples each). Each is run on a star (whole gradients to the center and back) and on a mesh
+(`topology mesh`, zero2: the owners reduce-scatter the gradients and all-gather the params
+directly, docs/distribution.md), whose bits are the star's. For each: start-up time (processes started to connections made, measured as a
 0-step run), time per step (a long run minus the 0-step run, divided by the steps), bytes on the
 loopback wire per step (the `lo` counters of /proc/net/dev, for both systems alike), and whether
 the bits agree: across owner counts (1, 2, 4), and with the numerical contract's oracle for the
@@ -46,7 +48,9 @@ def lo_bytes() -> int:
     return 0
 
 
-def big_learner(tmp: Path, n: int = 100_000, samples: int = 8) -> Path:
+def big_learner(tmp: Path, n: int = 100_000, samples: int = 8, mesh: bool = True) -> Path:
+    """The least-squares learner with momentum, its stars over 1, 2 and 4 owners (`big_P`)
+    and, with `mesh`, the 4-owner mesh (`bigm_4`, zero2)."""
     rng = np.random.default_rng(7)
     np.save(tmp / "x.npy", rng.standard_normal((samples, n)))
     np.save(tmp / "y.npy", rng.standard_normal(samples))
@@ -56,6 +60,10 @@ def big_learner(tmp: Path, n: int = 100_000, samples: int = 8) -> Path:
         rng_s = ", ".join(f"owner[{k}] = {a}..{b}" for k, (a, b) in enumerate(split))
         deps += (f"\ndeployment big_{p} {{\n  roles coordinator, owner[{p}]\n  topology star(coordinator)\n"
                  f"  samples {rng_s}\n}}\n")
+    rng_s = ", ".join(f"owner[{k}] = {a}..{b}" for k, (a, b) in enumerate(splits[4]))
+    if mesh:
+        deps += (f"\ndeployment bigm_4 {{\n  roles coordinator, owner[4]\n  topology mesh(coordinator)\n"
+                 f"  samples {rng_s}\n  strategy zero2\n}}\n")
     src = tmp / "big.alpha"
     src.write_text(f"""learner big
 data x = load("x.npy")
@@ -107,11 +115,12 @@ def alphac_run(out: Path, dep: str, steps: int, data: Path | None = None) -> tup
     return dt, lo_bytes() - b0, rec["published"]
 
 
-def alphac_rows(src: Path, name: str, deps: dict[int, str], steps: int, tmp: Path):
+def alphac_rows(src: Path, name: str, deps: dict[int, str], steps: int, tmp: Path,
+                system: str = "alphac star"):
     from alphac.driver import compile_deployments
     from alphac.dist.execute import run_plan
     from alphac.ir.interp import format_state
-    out = tmp / f"build-{name}"
+    out = tmp / f"build-{name}-{system.split()[-1]}"
     build(src, out, list(deps.values()))
     compiled, plans = compile_deployments(src)
     results = {}
@@ -124,7 +133,7 @@ def alphac_rows(src: Path, name: str, deps: dict[int, str], steps: int, tmp: Pat
     wire0 = alphac_run(out, deps[4], 0, src.parent)[1]
     per_step = max(0.0, long - start) / steps
     same = len({hashlib.sha256(r.encode()).hexdigest() for r in results.values()}) == 1
-    return ("alphac", name, start, per_step, (wire - wire0) / steps, same, oracle_ok)
+    return (system, name, start, per_step, (wire - wire0) / steps, same, oracle_ok)
 
 
 # -- torch ----------------------------------------------------------------------------------------
@@ -220,6 +229,8 @@ def main() -> None:
         src.write_text(text)
         rows.append(alphac_rows(src, "lsq_adam", {1: "star_1", 2: "star_2", 4: "lsq_adam_star"},
                                 args.steps * 10, tmp))
+        rows.append(alphac_rows(src, "lsq_adam", {1: "star_1", 2: "star_2", 4: "lsq_adam_mesh"},
+                                args.steps * 10, tmp, "alphac mesh"))
         from alphac.driver import compile_file
         lr = compile_file(ROOT / "examples" / "lsq_adam.alpha").learner
         xs = np.array(lr.datum("x").values).reshape(lr.datum("x").shape)
@@ -230,6 +241,8 @@ def main() -> None:
             big_dir.mkdir()
             bsrc = big_learner(big_dir)
             rows.append(alphac_rows(bsrc, "lsq 100k", {1: "big_1", 2: "big_2", 4: "big_4"}, args.steps, tmp))
+            rows.append(alphac_rows(bsrc, "lsq 100k", {1: "big_1", 2: "big_2", 4: "bigm_4"}, args.steps, tmp,
+                                    "alphac mesh"))
             rows.append(torch_rows("lsq 100k", np.load(big_dir / "x.npy"), np.load(big_dir / "y.npy"),
                                    args.steps))
     print("| system | learner | start-up s | time per step ms | loopback bytes per step | "

@@ -155,10 +155,10 @@ def main() -> None:
         lsq.mkdir()
         if args.quick:
             name, steps[name] = "lsq 1k", 50
-            rows += measure(name, big_learner(lsq, n=1000), "big_4", steps[name], tmp)
+            rows += measure(name, big_learner(lsq, n=1000, mesh=False), "big_4", steps[name], tmp)
         else:
             name, steps[name] = "lsq 100k", args.steps
-            rows += measure(name, big_learner(lsq), "big_4", steps[name], tmp)
+            rows += measure(name, big_learner(lsq, mesh=False), "big_4", steps[name], tmp)
             dig = tmp / "digits"
             (dig / "data").mkdir(parents=True)
             for f in DATA.glob("digits_*.npy"):

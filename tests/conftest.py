@@ -32,6 +32,16 @@ def example(name):
     return EXAMPLES / f"{name}.alpha"
 
 
+def exact_sum_variant(text: str) -> str:
+    """A learner file under `contract exact_sum`: the contract line after `learner NAME`, and
+    its mesh deployments left out (a mesh combines rounded sums: E0118 under exact_sum)."""
+    import re
+    text, n = re.subn(r"^(learner \w+)$", r"\1\ncontract exact_sum", text, count=1, flags=re.M)
+    assert n == 1
+    return re.sub(r"^deployment \w+ \{\n  roles [^\n]*\n  topology mesh\(.*?^\}\n", "", text,
+                  flags=re.M | re.S)
+
+
 def require_tool(name):
     """A tool the suite needs. In CI (CI=1) its absence fails loudly instead of skipping."""
     import shutil

@@ -24,7 +24,8 @@ part ways:
   (`Program.expect`: wrong shapes E0030, a product or reduction in the update E0050, ...);
 - `contract exact_sum` in about 3 in 10 programs with a loss (a stream of its own), whose
   deployments may have up to 12 owners: every one must print the single process's bits;
-- deployments: stars and hierarchies, random sample splits with empty owners, random combine
+- deployments: stars, meshes (a star whose owners reduce-scatter directly; now and then one with
+  a strategy E0118 refuses) and hierarchies, random sample splits with empty owners, random combine
   trees, every library strategy and strategies of the file's own, random partitions (even, or
   explicit ranges for one group, empty slices included; in matrix programs mostly a 2-D group,
   cut inside rows, and one set of ranges for every group when all are of one size), delivery to
@@ -1294,6 +1295,7 @@ def add_deployments(prog: Program, lr, seed: int, count: int | None = None, aarc
     r = random.Random(seed * 7919 + 1)
     mr = random.Random(seed * 7919 + 2)             # the matrix programs' choices
     fr = random.Random(seed * 7919 + 3)             # wider hierarchies
+    xr = random.Random(seed * 7919 + 4)             # meshes
     count = r.choice([1, 1, 2, 2, 3]) if count is None else count
     custom = Strategy("mine", sorted(r.sample(["params", "state", "gradients"], r.randint(1, 2))), [])
     used_custom = False
@@ -1345,6 +1347,11 @@ def add_deployments(prog: Program, lr, seed: int, count: int | None = None, aarc
             if star and r.random() < 0.3:
                 roles.append("coordinator")
             items.append("target " + ", ".join(roles) + " = aarch64")
+        scatter = "gradients" in (custom.partition if strat == custom.name else
+                                  {"zero2": ["gradients"], "zero3": ["gradients"]}.get(strat, []))
+        if star and owners > 1 and prog.contract != "exact_sum" and xr.random() < 0.35 and (
+                scatter or xr.random() < 0.1):             # now and then one E0118 refuses
+            items[1] = "topology mesh(coordinator)"
         prog.deployments.append(Deployment(f"d{d}", items))
     if used_custom:
         prog.strategies.append(custom)

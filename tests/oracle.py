@@ -31,7 +31,7 @@ REF_TREE = ((0, 1), (2, 3))
 REF_DEPLOYMENTS = {
     "lsq_adam_star": "lsq_adam", "lsq_adam_tree": "lsq_adam", "lsq_adam_star_zero1": "lsq_adam",
     "lsq_adam_star_zero2": "lsq_adam", "lsq_adam_star_zero3": "lsq_adam",
-    "lsq_adam_mixed": "lsq_adam", "lsq_momentum_star": "lsq_momentum",
+    "lsq_adam_mixed": "lsq_adam", "lsq_adam_mesh": "lsq_adam", "lsq_momentum_star": "lsq_momentum",
     "lsq_momentum_tree": "lsq_momentum", "independent_state_star": "independent_state",
 }
 

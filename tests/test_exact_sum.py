@@ -15,7 +15,7 @@ import pytest
 
 import oracle
 from backend import build_deployment
-from conftest import EXAMPLES, alphac, require_tool
+from conftest import EXAMPLES, alphac, exact_sum_variant, require_tool
 
 LEARNERS = ("lsq_adam", "lsq_momentum", "two_coordinate", "scalar_regression")
 NSAMPLES = {"lsq_adam": 8, "lsq_momentum": 8, "two_coordinate": 5, "scalar_regression": 6}
@@ -23,9 +23,7 @@ NSAMPLES = {"lsq_adam": 8, "lsq_momentum": 8, "two_coordinate": 5, "scalar_regre
 
 def exact_source(name: str, extra: str = "") -> str:
     text = (EXAMPLES / f"{name}.alpha").read_text()
-    text, n = re.subn(r"^(learner \w+)$", r"\1\ncontract exact_sum", text, count=1, flags=re.M)
-    assert n == 1
-    return text + extra
+    return exact_sum_variant(text) + extra
 
 
 def split_text(rng, n: int, owners: int) -> str:

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from backend import build_deployment
-from conftest import EXAMPLES, ROOT, alphac
+from conftest import EXAMPLES, ROOT, alphac, exact_sum_variant
 
 from alphac.refusals import REFUSALS
 
@@ -74,8 +74,7 @@ def sources(tmp_path_factory):
     lsq = (EXAMPLES / "lsq_adam.alpha").read_text()
     out = {"lsq": d / "lsq.alpha", "exact": d / "exact.alpha", "logistic": d / "logistic.alpha"}
     out["lsq"].write_text(lsq + LSQ_DEPLOYMENTS)
-    out["exact"].write_text(re.sub(r"^(learner \w+)$", r"\1\ncontract exact_sum", lsq, count=1,
-                                   flags=re.M) + EXACT)
+    out["exact"].write_text(exact_sum_variant(lsq) + EXACT)
     text = (EXAMPLES / "logistic.alpha").read_text().replace('load("data/', f'load("{EXAMPLES}/data/')
     out["logistic"].write_text(text + LOGISTIC)
     return d, out

@@ -58,7 +58,7 @@ def need(module):
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     d = tmp_path_factory.mktemp("k8s")
-    for dep in ("lsq_adam_star", "lsq_adam_tree"):
+    for dep in ("lsq_adam_star", "lsq_adam_tree", "lsq_adam_mesh"):
         build_deployment(EXAMPLES / "lsq_adam.alpha", dep, d / "roles")
     return d / "roles"
 
@@ -193,7 +193,7 @@ def schema_problems(docs) -> list[str]:
     return out
 
 
-@pytest.mark.parametrize("dep", ["lsq_adam_star", "lsq_adam_tree"])
+@pytest.mark.parametrize("dep", ["lsq_adam_star", "lsq_adam_tree", "lsq_adam_mesh"])
 def test_the_manifests_are_what_the_api_takes(built, tmp_path, dep):
     docs = generate(built / dep, tmp_path / "k8s", "--namespace", "ml")
     assert sorted(docs) == ["Job", "Service"]
@@ -239,7 +239,7 @@ def test_the_yaml_reads_back_as_the_objects(built, tmp_path):
 
 
 # -- (b) what the schema does not say --------------------------------------------------------------
-@pytest.mark.parametrize("dep", ["lsq_adam_star", "lsq_adam_tree"])
+@pytest.mark.parametrize("dep", ["lsq_adam_star", "lsq_adam_tree", "lsq_adam_mesh"])
 def test_every_pod_names_its_parents_pod(built, tmp_path, dep):
     out = tmp_path / "k8s"
     docs = generate(built / dep, out, "--port", "7100", "--name", "fit")
@@ -270,6 +270,9 @@ def test_every_pod_names_its_parents_pod(built, tmp_path, dep):
         assert opt["--listen"] == "10.1.2.3:7100" and opt["--steps"] == str(STEPS)
         parent = ranks[r["parent"]] if r["parent"] else i        # `{}`: its parent's rank
         assert opt["--parent"].replace("{}", str(parent)) == fqdn(job, parent, "ml") + ":7100"
+        if r.get("mesh"):                                         # `{}`: each owner's rank
+            assert opt["--mesh"].replace("{}", str(i)) == fqdn(job, i, "ml") + ":7100"
+        assert ("--mesh" in opt) == any(x.get("mesh") for x in table["roles"])
         link = out / "rank" / str(i)
         assert link.is_symlink() and os.readlink(link) == f"../roles/{r['file']}"
         assert link.read_bytes() == (built / dep / r["file"]).read_bytes()
@@ -492,7 +495,7 @@ class Cluster:
         return outputs
 
 
-@pytest.mark.parametrize("dep", ["lsq_adam_star", "lsq_adam_tree"])
+@pytest.mark.parametrize("dep", ["lsq_adam_star", "lsq_adam_tree", "lsq_adam_mesh"])
 def test_the_pods_publish_the_interpreters_bits(built, tmp_path, dep):
     """Parents first, as a Job's pods often start: no pod waits for a name; the root never asks
     the DNS for its own name (the kubelet's /etc/hosts has it)."""
@@ -506,7 +509,9 @@ def test_the_pods_publish_the_interpreters_bits(built, tmp_path, dep):
     table = table_of(built / dep)
     parents = {fqdn(docs["Job"], r["rank"], "default") for r in table["roles"] if r["listens"]
                and any(c["parent"] == r["role"] for c in table["roles"])}
-    assert set(cluster.dns.asked) == parents          # each child asked for its parent's pod
+    mesh = sorted(r["rank"] for r in table["roles"] if r.get("mesh"))
+    lower = {fqdn(docs["Job"], i, "default") for i in mesh[:-1]}   # each owner, the lower ones'
+    assert set(cluster.dns.asked) == parents | lower  # each child asked for its parent's pod
 
 
 def test_pods_that_start_before_their_parent_wait_for_its_name(built, tmp_path):

@@ -32,10 +32,14 @@ from conftest import ROOT
 # runtime and lower by what they added; issue 18 (the generated code's shapes: samples in
 # blocks, f64x2 pairs, indexed access, load folding, alphac/lower/fold.py, and f64x2 in LIR, the
 # runtime language, both selectors and both encoding tables) raised lower, x86_64 and aarch64
-# (and lower again for W @ b and u @ W in blocks of independent f64x2 chains)
-BUDGETS = {"parse": 900, "types": 770, "ir": 1320, "dist": 1370, "lower": 3780, "runtime": 2910,
-           "x86_64": 910, "aarch64": 990, "elf": 480, "ptx": 945, "nvdrv": 1165, "tools": 1890,
-           "math": 1300, "": 2645}
+# (and lower again for W @ b and u @ W in blocks of independent f64x2 chains), then meshes (the
+# owners' reduce-scatter and all-gather: the plan, its executor and the unbuffered check in
+# dist, the exchanges in lower/role.py, the links in runtime/role.rt, the launcher's and the
+# Kubernetes writer's --mesh in tools, E0118 in diag.py) raised dist, lower, runtime, tools and
+# the top level by what they added
+BUDGETS = {"parse": 900, "types": 770, "ir": 1320, "dist": 1540, "lower": 3870, "runtime": 2970,
+           "x86_64": 910, "aarch64": 990, "elf": 480, "ptx": 945, "nvdrv": 1165, "tools": 1930,
+           "math": 1300, "": 2655}
 
 
 def generated(f) -> bool:

@@ -2,7 +2,7 @@
 
 What is checked, each refused by name with the source position of the offending item:
 membership (index nodes of one name overlap: E0102, leave a gap: E0103; unknown roles: E0104),
-the topology (E0113) and its fan-out bound (E0109), the sample split (every sample exactly once:
+the topology (E0113) and its fan-out bound (E0109), a mesh's strategy and contract (E0118), the sample split (every sample exactly once:
 E0105), the combine tree (a contribution missing: E0106, duplicated: E0107, not the hierarchy's
 own tree: E0115), the strategy (E0112) and its placement (every coordinate of every partitioned
 state exactly once: E0108), delivery (E0116), targets (E0111). Memory admission (E0110) needs the
@@ -136,6 +136,8 @@ class DeploymentChecker:
         tree = self.tree()
         strategy = self.strategy()
         deliver = self.deliver(strategy)
+        if self.ok and strategy is not None:
+            self.mesh_fits(strategy)
         placement = self.placement(strategy) if strategy else {}
         targets = self.per_role("target", lambda v, span: self.target_name(v, span))
         memory = self.per_role("memory", lambda v, span: v[0])
@@ -210,27 +212,27 @@ class DeploymentChecker:
         it = self.items["topology"]
         kind, arg = it.value
         indexed = [(n, hi) for n, lo, hi in roles if lo is not None]
-        if kind == "star":
+        if kind in ("star", "mesh"):
             center = self.resolve(arg, allow_star=False)
             if center is None:
                 return None
             center = center[0]
             if center.index is not None:
-                self.err("E0113", arg.span, "a star's center must be a single role (e.g. `coordinator`)")
+                self.err("E0113", arg.span, f"a {kind}'s center must be a single role (e.g. `coordinator`)")
                 return None
             others = [(n, hi) for n, hi in indexed]
             singles = [n for n, lo, hi in roles if lo is None and n != center.name]
             if len(others) != 1 or singles:
-                self.err("E0113", it.span, "a star has its center and one indexed role of owners",
+                self.err("E0113", it.span, f"a {kind} has its center and one indexed role of owners",
                          hint="declare e.g. `roles coordinator, owner[4]`")
                 return None
             owner, owners = others[0]
             if owners > MAX_FANOUT:
-                self.err("E0109", it.span, f"the star's center would talk to {owners} owners; the "
+                self.err("E0109", it.span, f"the {kind}'s center would talk to {owners} owners; the "
                                            f"bound is {MAX_FANOUT}",
                          hint=f"use `topology hierarchy(fanout {MAX_FANOUT})`")
                 return None
-            return Star(center, owner, owners)
+            return Star(center, owner, owners, mesh=kind == "mesh")
         fanout = arg
         if fanout < 2 or fanout > MAX_FANOUT:
             self.err("E0109" if fanout > MAX_FANOUT else "E0113", it.span,
@@ -250,6 +252,21 @@ class DeploymentChecker:
         self.roles = roles + [(h.level_name(l), None if l == 0 else 0, None if l == 0 else h.counts[l])
                               for l in range(h.depth)]
         return h
+
+    def mesh_fits(self, strategy: Strategy) -> None:
+        """A mesh reduce-scatters: each owner combines the coordinates it owns, so the strategy
+        must partition the gradients; the contributions are rounded binary64 sums."""
+        if not (isinstance(self.topo, Star) and self.topo.mesh):
+            return
+        it = self.items["topology"]
+        if "gradients" not in strategy.partition:
+            span = self.items["strategy"].span if "strategy" in self.items else it.span
+            self.err("E0118", span, f"strategy `{strategy.name}` replicates the gradients; a mesh "
+                                    "combines each owner's coordinates at that owner",
+                     hint="use `strategy zero2` or `strategy zero3`, or `topology star(...)`")
+        elif self.lr.exact_sums:
+            self.err("E0118", it.span, "a mesh combines rounded binary64 sums; this learner's "
+                                       "contract is exact_sum", hint="use `topology star(...)`")
 
     # -- samples and combine ---------------------------------------------------------------------
     def owner_ranges(self, item, total: int, what: str, code: str) -> Ranges | None:

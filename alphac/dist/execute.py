@@ -10,7 +10,10 @@ Message meaning, by direction: up (child -> parent) a `combine` message carries 
 (G, n); any other up message carries the coordinates the sender's subtree holds, which the parent
 merges. Down (parent -> child) a `deliver` message carries the combined (G, n) (only the child's
 slice when gradients are partitioned and the child is an owner); any other down message carries
-the assembled values, which an owner adopts.
+the assembled values, which an owner adopts. Owner to owner (a mesh), a `combine` message
+carries the sender's (G, n) for the receiver's coordinates only, which the receiver combines by
+the tree with everyone's when it has them all; a gather carries the sender's slices, which the
+receiver writes over its own copy.
 
 Requires: a checked plan. Guarantees: the arithmetic is the reference interpreter's
 (owner_contribution, combine in the tree's order, the per-coordinate update), so a plan's result
@@ -36,6 +39,7 @@ class RoleState:
         self.up: dict[str, dict[str, list]] = {}  # merged subtree values, by message kind
         self.down: dict[str, object] = {}         # values received from the parent
         self.contribs: list = []                  # children's (G, n), in child order
+        self.peers: dict[int, object] = {}        # a mesh owner's: the others' (G, n), its coordinates
         self.contrib = None                       # an owner's own (G, n)
         self.combined = None                      # a combining role's (G, n)
         self.published = None
@@ -117,6 +121,19 @@ class Execution:
     # -- messages ----------------------------------------------------------------------------
     def receive(self, me: RoleState, a: Action, value) -> None:
         plan = self.plan
+        if plan.mesh and plan.is_owner(a.peer) and (a.kind == "combine" or plan.is_owner(me.role)):
+            # owner to owner, or the loss sum and n to the center
+            if not plan.is_owner(me.role):
+                me.down[a.kind] = value
+            elif a.kind == "combine":
+                me.peers[a.peer.index] = value
+            else:
+                for name, vals in value.items():
+                    cur = me.state[name]
+                    for j, v in enumerate(vals):
+                        if v is not None:
+                            cur[j] = v
+            return
         if a.peer != plan.parent(me.role):                      # up
             if a.kind == "combine":
                 me.contribs.append(value)
@@ -131,6 +148,12 @@ class Execution:
     def value(self, me: RoleState, a: Action):
         plan = self.plan
         owner = plan.is_owner(me.role)
+        if plan.mesh and owner and a.kind == "combine":         # owner to owner, or the loss up
+            if not plan.is_owner(a.peer):
+                return None if me.combined is None else me.combined[1]
+            return self.block(me.contrib, a.peer.index)
+        if plan.mesh and owner and plan.is_owner(a.peer):
+            return self.share(me, a.kind)
         if a.peer == plan.parent(me.role):                      # up
             if a.kind == "combine":
                 return me.contrib if owner else me.combined
@@ -147,6 +170,14 @@ class Execution:
                 return sliced, n
             return g_n
         return me.up[a.kind] if me.role == plan.root else me.down[a.kind]
+
+    def block(self, c, k: int):
+        """Contribution c's sums for owner k's coordinates (its placement ranges), and n."""
+        if c is None:
+            return None
+        g, n = c
+        ranges = {p.name: self.plan.dep.placement[p.group].range(k) for p in self.lr.params}
+        return {p: v[ranges[p][0]:ranges[p][1]] for p, v in g.items()}, n
 
     def share(self, me: RoleState, kind: str) -> dict[str, list]:
         """What an owner sends up for a gather or the publication (`Plan.carries`, each state's
@@ -172,6 +203,18 @@ class Execution:
                     raise PlanError(f"{me.role} computes its loss without holding all of {s.name}")
                 view[s.name] = tuple(me.state[s.name])
             me.contrib = interp.owner_contribution(lr, view, interp.step_samples(lr, range(lo, hi), self.t))
+        elif a.op == "combine" and plan.mesh:
+            k = me.role.index
+            parts = [self.block(me.contrib, k) if j == k else me.peers.pop(j)
+                     for j in range(plan.dep.owners)]
+            me.combined = evaluate_tree(plan.dep.combine_tree(), parts)
+            if me.combined is not None:          # as the star delivers a slice: the rest absent
+                g, n = me.combined
+                full = {}
+                for p in lr.params:
+                    lo, hi = plan.dep.placement[p.group].range(k)
+                    full[p.name] = (None,) * lo + tuple(g[p.name]) + (None,) * (p.size - hi)
+                me.down["deliver"] = (full, n)
         elif a.op == "combine":
             if isinstance(plan.topo, Star):
                 me.combined = evaluate_tree(plan.dep.combine_tree(), me.contribs)

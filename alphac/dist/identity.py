@@ -43,7 +43,8 @@ def digests(dep: Deployment) -> dict[str, bytes]:
     learner, rate = learner_digests(lr)
     topo = dep.topology
     membership = repr(sorted(dep.roles)) + " " + type(topo).__name__ + " " + repr(
-        getattr(topo, "fanout", None)) + " " + repr(getattr(topo, "center", None))
+        getattr(topo, "fanout", None)) + " " + repr(getattr(topo, "center", None)) + (
+        " mesh" if getattr(topo, "mesh", False) else "")       # a star's text is unchanged
     s = dep.samples
     plan = (f"samples {s.total} {s.parts} {s.explicit} strategy {sorted(dep.strategy.partition)} "
             f"placement {sorted((g, r.total, r.parts, r.explicit) for g, r in dep.placement.items())} "

@@ -17,7 +17,12 @@ strategy only says which classes it partitions; `composition` derives the step:
     7.                      advance the version
     at the end:             transfer every coordinate from its holder up to the root (publish)
 
-A star is the one-level case of the tree (its center is the root). `project(role)` turns the
+A star is the one-level case of the tree (its center is the root). A mesh is a star whose
+owners exchange the step's values directly, in pairwise rounds (`exchange_rounds`): each owner
+sends every other owner the part of its contribution that owner holds and combines its own
+coordinates by the combine tree (a reduce-scatter), then sends its updated slice of each
+replicated class to every other owner (an all-gather); the center receives the loss sum and n
+from owner 0 each step, and the checkpoint and the publication as in a star. `project(role)` turns the
 global step into that role's program: a list of `Action`s whose sends and receives name a peer
 and a message kind. `check_protocol` proves the projections fit together: every send has its
 receive, in order, and no role waits forever (a simulation of all roles for deployments up to
@@ -42,7 +47,7 @@ from dataclasses import dataclass
 
 from alphac.diag import Sink
 from alphac.dist.deployment import Deployment
-from alphac.dist.structure import Hierarchy, Role, Star
+from alphac.dist.structure import Hierarchy, Role, Star, exchange_rounds
 
 PHASES = ("gather-inputs", "combine", "deliver", "allgather-params", "allgather-state",
           "checkpoint", "publish")
@@ -91,6 +96,11 @@ class Plan:
 
     def is_owner(self, role: Role) -> bool:
         return role.name == self.dep.owner
+
+    @property
+    def mesh(self) -> bool:
+        """Owners exchange directly (`topology mesh(C)`): a reduce-scatter and all-gathers."""
+        return isinstance(self.topo, Star) and self.topo.mesh
 
     def role_count(self) -> int:
         t = self.topo
@@ -201,6 +211,8 @@ class Plan:
         ops = []
         up = "owners -> " + ("the center" if isinstance(self.topo, Star) else "the root, through the aggregators")
         inputs = self.gathered_inputs()
+        if self.mesh:
+            return self.mesh_composition()
         if self.has_loss and inputs:
             names = ", ".join(x.name for x in inputs)
             ops.append(f"transfer  slices of what the loss reads ({names}), {up}")
@@ -226,6 +238,24 @@ class Plan:
                 ops.append(f"transfer  {cls} slices up, replicate {cls} to every owner  (all-gather)")
         else:
             ops.append("update    every coordinate at every owner (replicated)")
+        ops.append("advance   the version")
+        return ops
+
+    def mesh_composition(self) -> list[str]:
+        d, ops = self.dep, []
+        rounds = f"{len(exchange_rounds(d.owners))} rounds of owner pairs"
+        inputs = self.gathered_inputs()
+        if self.has_loss and inputs:
+            names = ", ".join(x.name for x in inputs)
+            ops.append(f"transfer  each owner's slices of {names} to every other owner, {rounds}  (all-gather)")
+        if self.has_loss:
+            ops.append("compute   (G, n) at every owner, its samples in order")
+            ops.append(f"transfer  to each owner the others' (G, n) for its coordinates, {rounds}  (reduce-scatter)")
+            ops.append(f"combine   at each owner its coordinates, by the tree {d.tree_text()}")
+            ops.append(f"transfer  the loss sum and n, {d.owner}[0] -> the center")
+        ops.append("partition the update: each owner its coordinates (" + d.strategy.describe() + ")")
+        for cls in self.regathered():
+            ops.append(f"transfer  each owner's {cls} slices to every other owner, {rounds}  (all-gather)")
         ops.append("advance   the version")
         return ops
 
@@ -270,6 +300,35 @@ class Plan:
             if only is None or self._on_path(c, only):
                 prog.append(Action("send", c, kind, what))
 
+    def _exchange(self, role: Role, kind: str, what: str, prog: list[Action]) -> None:
+        """A mesh owner's part of one exchange: with each other owner, in the rounds'
+        order, the lower of the pair sending first."""
+        k = role.index
+        for pairs in exchange_rounds(self.dep.owners):
+            for a, b in pairs:
+                if k in (a, b):
+                    peer = Role(self.dep.owner, b if k == a else a)
+                    order = ("send", "recv") if k == a else ("recv", "send")
+                    prog += [Action(op, peer, kind, what) for op in order]
+
+    def _mesh_step(self, role: Role, prog: list[Action]) -> None:
+        owner = self.is_owner(role)
+        if self.has_loss and self.gathered_inputs() and owner:
+            self._exchange(role, "gather-inputs", "slices", prog)
+        if self.has_loss:
+            if owner:
+                prog.append(Action("compute", detail="(G, n) over its samples"))
+                self._exchange(role, "combine", "(G, n) for the receiver's coordinates", prog)
+                prog.append(Action("combine", detail=f"its coordinates, by the tree {self.dep.tree_text()}"))
+                if role.index == 0:
+                    prog.append(Action("send", self.root, "combine", "the loss sum and n"))
+            else:
+                prog.append(Action("recv", Role(self.dep.owner, 0), "combine", "the loss sum and n"))
+        if owner:
+            prog.append(Action("update", detail="its coordinates"))
+            for cls in self.regathered():
+                self._exchange(role, f"allgather-{cls}", "slices", prog)
+
     def _on_path(self, role: Role, owner: int) -> bool:
         if self.is_owner(role):
             return role.index == owner
@@ -278,11 +337,7 @@ class Plan:
         lo, hi = self.topo.subtree_owners(role)
         return lo <= owner < hi
 
-    def project(self, role: Role, final: bool = True, checkpoint: bool = False) -> list[Action]:
-        """This role's program for one step (and, with `final`, the publication after it; with
-        `checkpoint` too, the checkpoint before the publication: owners write their shards and
-        send their records up, combining roles write the manifests, the root's last)."""
-        prog: list[Action] = []
+    def _tree_step(self, role: Role, prog: list[Action]) -> None:
         owner = self.is_owner(role)
         grad_what = "slices" if "gradients" in self.part else "all"
         if self.has_loss and self.gathered_inputs():
@@ -313,6 +368,17 @@ class Plan:
             for cls in self.regathered():
                 self._up(role, f"allgather-{cls}", "slices", prog)
                 self._down(role, f"allgather-{cls}", "all", prog)
+
+    def project(self, role: Role, final: bool = True, checkpoint: bool = False) -> list[Action]:
+        """This role's program for one step (and, with `final`, the publication after it; with
+        `checkpoint` too, the checkpoint before the publication: owners write their shards and
+        send their records up, combining roles write the manifests, the root's last)."""
+        prog: list[Action] = []
+        owner = self.is_owner(role)
+        if self.mesh:
+            self._mesh_step(role, prog)
+        else:
+            self._tree_step(role, prog)
         prog.append(Action("advance"))
         if final and checkpoint:
             if owner:
@@ -331,8 +397,11 @@ class Plan:
         """Problems with the projections; empty when every send meets its receive, in order,
         and no role can wait forever."""
         if self.role_count() <= 4096:
-            return simulate({r: self.project(r) for r in self.roles()}) + simulate(
+            problems = simulate({r: self.project(r) for r in self.roles()}) + simulate(
                 {r: self.project(r, checkpoint=True) for r in self.roles()})
+            if self.mesh and not problems:      # owners' frames cross: no buffering assumed
+                problems = rendezvous({r: self.project(r, checkpoint=True) for r in self.roles()})
+            return problems
         problems = []
         for name, reps in self.role_classes():
             for r in reps:
@@ -365,6 +434,9 @@ class Plan:
                 out["params (all, for compute)"] = 8 * ptotal
                 out["G (its sum)"] = 8 * ptotal
                 out["combined gradient"] = 8 * (self.slice_total(k) if "gradients" in self.part else ptotal)
+                if self.mesh:
+                    out["the other owners' (G, n) for its coordinates"] = \
+                        (dep.owners - 1) * (8 * self.slice_total(k) + 16)
                 if lr.exact:                # exact_sum: accumulators, spill regions and records
                     out["exact accumulators (G, L), n, spills"] = 8 * XC_WORDS * (ptotal + 1) + 16
                     out["exact spill regions and records (touched where sums spill)"] = \
@@ -382,7 +454,10 @@ class Plan:
                 out[f"{s.name}"] = 8 * n
             return out
         kids = len(self.children(role))
-        if self.has_loss and lr.exact:
+        if self.mesh:
+            if self.has_loss:
+                out["the loss sum and n"] = 16
+        elif self.has_loss and lr.exact:
             per = 8 * (XC_WORDS + XS_DIGITS) * (ptotal + 1) + 16   # accumulators and spill regions
             out["children's exact (G, L, n)"] = kids * per
             out["combined exact (G, L, n), spill records, rounded (G, n)"] = \
@@ -478,6 +553,33 @@ def simulate(programs: dict[Role, list[Action]]) -> list[str]:
     return problems
 
 
+def rendezvous(programs: dict[Role, list[Action]]) -> list[str]:
+    """Run every role's program with sends that complete only when the receiver takes them
+    (no channel holds anything): what the mesh's crossing exchanges must survive, since a
+    socket's buffer may hold less than a frame."""
+    pc = {r: 0 for r in programs}
+
+    def at(r):
+        return programs[r][pc[r]] if pc[r] < len(programs[r]) else None
+    progress = True
+    while progress:
+        progress = False
+        for r in sorted(programs):
+            while (a := at(r)) is not None:
+                if a.op == "recv":
+                    break
+                if a.op == "send":
+                    b = at(a.peer) if a.peer in programs else None
+                    if b is None or b.op != "recv" or b.peer != r:
+                        break
+                    if b.kind != a.kind:
+                        return [f"{a.peer} expects {b.kind} from {r} but gets {a.kind}"]
+                    pc[a.peer] += 1
+                pc[r] += 1
+                progress = True
+    return [f"{r} waits forever at `{at(r)}` (sends unbuffered)" for r in sorted(programs) if at(r) is not None]
+
+
 def phase_ordered(role: Role, prog: list[Action]) -> list[str]:
     """A role's messages follow the global phase order, and within a phase all receives from
     children precede the send to the parent (up) or the receive from the parent precedes the
@@ -522,7 +624,9 @@ def render(plan: Plan) -> str:
     for name, lo, hi in d.roles:
         out.append(f"  {name}" + ("" if lo is None else f"[{lo}..{hi}]  ({hi - lo} roles)"))
     out.append(f"  {plan.role_count()} roles in all, at most {t.max_peers} peers each")
-    if isinstance(t, Star):
+    if isinstance(t, Star) and t.mesh:
+        out.append(f"topology: mesh of the owners, centered on {t.center} (publication, records)")
+    elif isinstance(t, Star):
         out.append(f"topology: star centered on {t.center}")
     else:
         levels = ", ".join(f"{t.level_name(l)} x{n}" for l, n in enumerate(t.counts))

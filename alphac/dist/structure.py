@@ -4,7 +4,9 @@
 - `Ranges`: how `total` units (samples, coordinates) are split among `parts` members: `even`
   (member k holds [floor(k*T/P), floor((k+1)*T/P))) or explicit per-member ranges; coverage is
   checked by sorting ranges, so it costs the number of ranges, not the number of units.
-- `Star` and `Hierarchy`: who talks to whom. A hierarchy of fan-out F over P owners has levels of
+- `Star` and `Hierarchy`: who talks to whom. A mesh is a star whose owners also talk to each
+  other directly (`Star.mesh`): the center publishes and keeps the run's records, and the step's
+  values go owner to owner (`exchange_rounds`). A hierarchy of fan-out F over P owners has levels of
   aggregator roles `agg1[...]`, `agg2[...]` below a `root`, each node's children a contiguous
   index range computed arithmetically; a node has at most F + 1 peers.
 - `CombineTree` nodes: `Leaf(k)` (owner k's contribution) and `Node(children)`; hierarchy trees
@@ -121,10 +123,13 @@ class Star:
     center: Role
     owner: str
     owners: int
+    mesh: bool = False
 
     def peers(self, role: Role) -> list[Role]:
         if role == self.center:
             return [Role(self.owner, k) for k in range(self.owners)]
+        if self.mesh:
+            return [self.center] + [Role(self.owner, j) for j in range(self.owners) if j != role.index]
         return [self.center]
 
     @property
@@ -211,3 +216,22 @@ class Hierarchy:
         span = self.fanout ** (self.depth - level)
         k = role.index or 0
         return (min(k * span, self.owners), min((k + 1) * span, self.owners))
+
+
+def exchange_rounds(owners: int) -> list[list[tuple[int, int]]]:
+    """A mesh's pairwise exchange: rounds of disjoint pairs (a, b), a < b, in which every two
+    owners meet exactly once (the circle method; with an odd count one owner sits each round
+    out). In a pair the lower owner sends first, then receives; the higher receives first: so
+    a round completes even when every send waits for its receiver (no buffering assumed), and
+    the rounds complete in order."""
+    n = owners + owners % 2
+    out = []
+    for r in range(n - 1):
+        ring = [n - 1] + [(r + i) % (n - 1) for i in range(n - 1)]
+        pairs = []
+        for i in range(n // 2):
+            a, b = ring[i], ring[n - 1 - i]
+            if a < owners and b < owners:
+                pairs.append((min(a, b), max(a, b)))
+        out.append(sorted(pairs))
+    return out

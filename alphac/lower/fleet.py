@@ -332,6 +332,8 @@ def refuse_unbuildable(plan: Plan, node: Node) -> None:
     where = f"index node {node.describe()} of deployment `{dep.name}`"
     if plan.deliver_one is not None:
         raise BuildError(f"{where}: a plan that delivers to one owner is built one executable per role")
+    if plan.mesh:
+        raise BuildError(f"{where}: a mesh is built one executable per role (its owners name each other)")
     if isinstance(plan.topo, Star) and dep.owners > MAX_STAR:
         raise BuildError(f"{where}: a star's center names each of its {dep.owners} owners in its "
                          f"code (at most {MAX_STAR}); give the deployment `topology hierarchy(fanout F)`")

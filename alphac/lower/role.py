@@ -11,6 +11,12 @@ what the reference execution (`alphac.dist.execute`) does, message for message:
   samples contributes G = -0.0, the exact additive identity, and n = 0);
 - `update`: the mean of the delivered G, then the scalar statements, each group's coordinates the
   owner holds, and the commit;
+- in a mesh, owner to owner: a `combine` frame carries the sender's sums for the receiver's
+  coordinates (its slices, packed), the loss sum and n; the receiver packs its own the same
+  way and adds the owners' blocks in the tree's order, then unpacks the block into G as a
+  star's delivery of its slice would; a gather frame carries the sender's slices, packed, which
+  the receiver writes into its copy; owner 0 sends the combined loss sum and n to the center,
+  which writes the loss event;
 - gathers and the publication move whole arrays; the receiver keeps only the coordinates the
   sender's subtree holds (its placement ranges, or everything from the subtree of the designated
   holder of a replicated value), so combining roles hold the assembled values in their own
@@ -45,6 +51,7 @@ REC = CKPT_RECORD.size
 class RoleLowering:
     def __init__(self, plan: Plan, role: Role, gpu=None):
         self.plan, self.role = plan, role
+        self.mesh = plan.mesh
         self.gpu = gpu                  # a GPU owner's GpuImage (alphac.lower.gpu), or None
         self.lr = plan.lr
         self.owner = plan.is_owner(role)
@@ -142,6 +149,8 @@ class RoleLowering:
         return lines
 
     def fd(self, peer: Role) -> str:
+        if self.mesh and self.owner and self.plan.is_owner(peer):
+            return f"load64(fd_peer + {8 * peer.index})"
         if peer == self.parent:
             return "load64(fd_parent)"
         return f"load64(fd_child + {8 * self.children.index(peer)})"
@@ -188,6 +197,8 @@ class RoleLowering:
             self.put(f"store64(comb + {8 * P}, {n});")
             if lr.loss is not None:
                 self.put(f"storef(comb + {8 * (P - 1)}, loadf(L_sum));")
+        elif a.op == "combine" and self.mesh:
+            self.mesh_combine()
         elif a.op == "combine":
             self.combine()
             if lr.loss is not None and self.role == plan.root:   # the step's (L, n), exact
@@ -217,8 +228,88 @@ class RoleLowering:
         elif a.op == "recv":
             self.recv_action(a)
 
+    # -- a mesh's exchanges ---------------------------------------------------------------------
+    def pack_block(self, dst: str, j: int) -> int:
+        """Owner j's coordinates of this owner's (G, L, n) from comb into dst: its slices, then
+        L and n; the words."""
+        at = 0
+        for name, lo, hi in self.slices(j):
+            if hi > lo:
+                self.put(f"vec_copy({dst} + {8 * at}, comb + {8 * (self.poff[name] + lo)}, {hi - lo});")
+            at += hi - lo
+        self.put(f"vec_copy({dst} + {8 * at}, comb + {8 * (self.P - 1)}, 2);")
+        return at + 2
+
+    def gather_pieces(self, j: int, kind: str) -> list[tuple[str, int, int]]:
+        """What owner j sends every other owner in a mesh's gather `kind`: its source ranges."""
+        out = []
+        for s in self.members(kind):
+            lo, hi = self.plan.source_range(j, s, kind)
+            if hi > lo:
+                out.append((s.name, lo, hi))
+        return out
+
+    def mesh_send(self, a) -> None:
+        j = a.peer.index
+        if a.kind == "combine":
+            words = self.pack_block("msg", j)
+        else:
+            words = 0
+            for name, lo, hi in self.gather_pieces(self.k, a.kind):
+                self.put(f"vec_copy(msg + {8 * words}, st_{name} + {8 * lo}, {hi - lo});")
+                words += hi - lo
+        self.send(a.peer, a.kind, "msg", words)
+
+    def mesh_recv(self, a) -> None:
+        j = a.peer.index
+        if a.kind == "combine":
+            self.recv(a.peer, a.kind, f"mb{j}", self.block_words)
+            return
+        pieces = self.gather_pieces(j, a.kind)
+        self.recv(a.peer, a.kind, "msg", sum(hi - lo for _, lo, hi in pieces))
+        at = 0
+        for name, lo, hi in pieces:
+            self.put(f"vec_copy(st_{name} + {8 * lo}, msg + {8 * at}, {hi - lo});")
+            at += hi - lo
+
+    @property
+    def block_words(self) -> int:
+        return self.plan.slice_total(self.k) + 2
+
+    def mesh_combine(self) -> None:
+        """This owner's block of every owner's contribution (its own packed from comb), added
+        in the tree's order; unpacked into its slices of G and g_n, as a delivery would."""
+        k, S = self.k, self.block_words - 2
+        self.pack_block(f"mb{k}", k)
+        temps = [0]
+
+        def emit(t) -> str:
+            if isinstance(t, Leaf):
+                return f"mb{t.owner}"
+            parts = [emit(c) for c in t.children]
+            temps[0] += 1
+            dst = f"ct_{temps[0]}"
+            self.extra.append(f"global {dst}: [f64; {S + 2}];")
+            self.put(f"vec_copy({dst}, {parts[0]}, {S + 2});")
+            for p in parts[1:]:
+                self.put(f"combine_into({dst}, {p}, {S + 1});")
+            return dst
+        self.mesh_top = top = emit(self.plan.dep.combine_tree())
+        at = 0
+        for name, lo, hi in self.slices(k):
+            if hi > lo:
+                self.put(f"vec_copy(G_{name} + {8 * lo}, {top} + {8 * at}, {hi - lo});")
+            at += hi - lo
+        self.put(f"store64(g_n, load64({top} + {8 * (S + 1)}));")
+
     def send_action(self, a) -> None:
         P, peer, kind = self.P, a.peer, a.kind
+        if self.mesh and self.owner:
+            if self.plan.is_owner(peer):
+                return self.mesh_send(a)
+            if kind == "combine":               # owner 0: the combined loss sum and n
+                S = self.block_words - 2
+                return self.send(peer, kind, f"{self.mesh_top} + {8 * S}", 2)
         if kind == "combine" and self.exact:
             acc, sp = self.acc
             self.put(f"let spills = xc_pack_spills({acc}, {sp}, {P}, xspill);")
@@ -244,6 +335,12 @@ class RoleLowering:
 
     def recv_action(self, a) -> None:
         P, peer, kind = self.P, a.peer, a.kind
+        if self.mesh and self.owner and self.plan.is_owner(peer):
+            return self.mesh_recv(a)
+        if self.mesh and kind == "combine":     # the center: owner 0's loss sum and n
+            self.recv(peer, kind, "msg", 2)
+            self.put("rt_event_loss(v, loadf(msg), load64(msg + 8));")
+            return
         if kind == "combine" and self.exact:
             k = self.children.index(peer)
             self.recv(peer, kind, f"xcb{k}", self.PX + 2)
@@ -429,8 +526,9 @@ class RoleLowering:
                 head += [f"global xcomb: [i64; {self.PX + 2}];", f"global xcsp: [i64; {self.P * XS_DIGITS}];"]
             head += [f"global xcb{k}: [i64; {self.PX + 2}];" for k in range(len(kids))]
             head += [f"global xcbsp{k}: [i64; {self.P * XS_DIGITS}];" for k in range(len(kids))]
-        else:
+        elif not self.mesh:
             head += [f"global cb{k}: [f64; {self.P + 1}];" for k in range(len(kids))]
+        head += self.mesh_declarations()
         head += ckpt.declarations(self.lr, self.ck_records)
         head += self.extra
         text = "\n".join(head) + "\n\n" + "\n".join(self.setup(kids)) + "\n\n"
@@ -445,6 +543,25 @@ class RoleLowering:
             lo, hi = plan.dep.samples.range(role.index) if plan.has_loss else (0, 0)
             text += "\n" + gpu_lowering.role_start(self.lr, self.gpu, lo, hi)
         return text, blobs
+
+    def mesh_declarations(self) -> list[str]:
+        """What role.rt's mesh_connect reads: a mesh owner's owner count, index, owner 0's rank,
+        the owners' role codes, its links; for every other role, no mesh."""
+        plan = self.plan
+        if not (self.mesh and self.owner):
+            return ["const MESH_OWNERS = 0;", "const MESH_INDEX = 0;", "const MESH_RANK0 = 0;",
+                    "global fd_peer: [i64; 1];",
+                    "fn role_peer_code(j: i64) -> i64 { return -1; }"]
+        P = plan.dep.owners
+        out = [f"const MESH_OWNERS = {P};", f"const MESH_INDEX = {self.k};",
+               f"const MESH_RANK0 = {plan.rank(Role(plan.dep.owner, 0))};",
+               f"global fd_peer: [i64; {P}];"]
+        out += [f"global mb{j}: [f64; {self.block_words}];" for j in range(P)]
+        code0 = code_of(plan, Role(plan.dep.owner, 0))
+        out += ["fn role_peer_code(j: i64) -> i64 {",       # owner codes are consecutive
+                f"    if j >= 0 && j < {P} {{ return {code0} + j; }}",
+                "    return -1;", "}"]
+        return out
 
     # -- who it is ---------------------------------------------------------------------------------
     def describe(self) -> str:

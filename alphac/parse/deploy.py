@@ -2,7 +2,7 @@
 
     deployment lsq_adam_star {
       roles coordinator, owner[4]
-      topology star(coordinator)                 # or: hierarchy(fanout 2)
+      topology star(coordinator)                 # or: hierarchy(fanout 2), mesh(coordinator)
       samples owner[0] = 0..1, owner[1] = 1..3, owner[2] = 3..4, owner[3] = 4..8
       combine ((owner[0], owner[1]), (owner[2], owner[3]))
       deliver all                                # or: deliver owner[0]
@@ -178,10 +178,10 @@ def parse_item(p: Parser) -> Item:
                 break
         return Item(k, tuple(decls), kw.span.to(end))
     if k == "topology":
-        shape = p.expect("name", what="`star` or `hierarchy`")
+        shape = p.expect("name", what="`star`, `mesh` or `hierarchy`")
         p.expect("punct", "(")
-        if shape.text == "star":
-            value = ("star", role_ref(p))
+        if shape.text in ("star", "mesh"):
+            value = (shape.text, role_ref(p))
         elif shape.text == "hierarchy":
             f = p.expect("name", what="`fanout`")
             if f.text != "fanout":
@@ -191,7 +191,7 @@ def parse_item(p: Parser) -> Item:
             value = ("hierarchy", n)
         else:
             p.sink.error("E0101", shape.span, f"unknown topology `{shape.text}`",
-                         hint="topologies are star(ROLE) and hierarchy(fanout N)")
+                         hint="topologies are star(ROLE), mesh(ROLE) and hierarchy(fanout N)")
             raise _Bail()
         close = p.expect("punct", ")")
         return Item(k, value, kw.span.to(close.span))

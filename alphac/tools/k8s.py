@@ -138,6 +138,8 @@ def objects(table: dict, *, name: str, image: str, arch: str, namespace: str | N
         args += ["--listen", f"$(POD_IP):{port}"]
     if any(r["parent"] for r in table["roles"]):
         args += ["--parent", parent]
+    if any(r.get("mesh") for r in table["roles"]):     # owner j at its pod's name, `{}` = j's rank
+        args += ["--mesh", parent]
     field = lambda var, path: {"name": var, "valueFrom": {"fieldRef": {"fieldPath": path}}}
     container = {
         "name": "role", "image": image, "imagePullPolicy": "IfNotPresent",

@@ -121,6 +121,33 @@ def free_port(taken: set[int] | None = None) -> int:
     raise Refusal("launch-tool", "no free loopback port")
 
 
+def free_ports_at(offsets: list[int], taken: set[int]) -> int:
+    """A base B whose ports B + o, for each offset o, are all free loopback ports (a mesh's
+    `--mesh 127.0.0.1:B+{}`, each owner at its rank)."""
+    import random
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    top = max(offsets)
+    for base in random.sample(range(max(1024, low - 12000), max(1025, low - top)), 64):
+        ports = [base + o for o in offsets]
+        if any(p in taken for p in ports):
+            continue
+        free = True
+        for p in ports:
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", p))
+                except OSError:
+                    free = False
+                    break
+        if free:
+            taken.update(ports)
+            return base
+    raise Refusal("launch-tool", "no free block of loopback ports for the mesh")
+
+
 # -- the inputs, checked before anything starts ---------------------------------------------------
 def check_table(t) -> dict:
     """roles.json if it is what the launcher reads; `launch-input` otherwise."""
@@ -139,7 +166,9 @@ def check_table(t) -> dict:
         if not (isinstance(r, dict) and is_name(r.get("role")) and is_name(r.get("file"))
                 and isinstance(r.get("listens"), bool) and isinstance(r.get("target"), str)
                 and (r.get("rank") is None or (type(r["rank"]) is int and r["rank"] >= 0))
-                and (r.get("parent") is None or isinstance(r["parent"], str))):
+                and (r.get("parent") is None or isinstance(r["parent"], str))
+                and isinstance(r.get("mesh", False), bool)
+                and (not r.get("mesh") or type(r.get("rank")) is int)):
             raise bad(f"role {i} is not a role entry")
     names = [r["role"] for r in t["roles"]]
     listening = {r["role"] for r in t["roles"] if r["listens"]}
@@ -510,6 +539,8 @@ def launch(dep_dir: str | Path, steps: int = 5, deadline_ms: int = 10000,
     rdir = new_record_dir(Path(records), table["deployment"])
     taken: set[int] = set()
     ports = {r["role"]: free_port(taken) for r in table["roles"] if r["listens"]}
+    mesh = [r["rank"] for r in table["roles"] if r.get("mesh")]
+    mesh_base = free_ports_at(mesh, taken) if mesh else None
     extra = {k: list(v) for k, v in (extra or {}).items()}
     for flag, path in (("--checkpoint", checkpoint), ("--resume", resume), ("--data", data)):
         if path is not None:
@@ -524,6 +555,8 @@ def launch(dep_dir: str | Path, steps: int = 5, deadline_ms: int = 10000,
             argv += ["--listen", f"127.0.0.1:{ports[r['role']]}"]
         if r["parent"]:
             argv += ["--parent", f"127.0.0.1:{ports[r['parent']]}"]
+        if r.get("mesh"):
+            argv += ["--mesh", f"127.0.0.1:{mesh_base}+{{}}"]
         argv += extra.get(r["role"], []) + extra.get("*", [])
         if r["target"] == "aarch64" and not native:
             argv = [qemu] + argv

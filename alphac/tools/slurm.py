@@ -127,6 +127,10 @@ def rank_ranges(roles: list[dict]) -> list[tuple[int, int, dict]]:
 def check_layout(table: dict) -> int:
     """C, the number of combining roles, when they are ranks 0..C-1 and one ISA runs them all."""
     roles = table["roles"]
+    if any(r.get("mesh") for r in roles):
+        raise Refusal("launch-input", "a mesh's owners connect to each other's hosts, which one "
+                                      "Slurm command line does not name: launch it with `alphac "
+                                      "launch` or as a Kubernetes Job (`alphac k8s`)")
     if any(r.get("rank", i) != i for i, r in enumerate(roles)):
         raise Refusal("launch-input", "roles.json: a role's rank is not its position")
     c = sum(r["listens"] for r in roles)
