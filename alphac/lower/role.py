@@ -229,14 +229,22 @@ class RoleLowering:
             self.recv_action(a)
 
     # -- a mesh's exchanges ---------------------------------------------------------------------
+    def packed(self, j: int) -> tuple[list[tuple[str, int, int, int]], int]:
+        """Owner j's slices of the params as a block packs them: (param, lo, hi, offset) for
+        each that is not empty, and the block's words of sums (L and n follow them)."""
+        out, at = [], 0
+        for name, lo, hi in self.slices(j):
+            if hi > lo:
+                out.append((name, lo, hi, at))
+            at += hi - lo
+        return out, at
+
     def pack_block(self, dst: str, j: int) -> int:
         """Owner j's coordinates of this owner's (G, L, n) from comb into dst: its slices, then
         L and n; the words."""
-        at = 0
-        for name, lo, hi in self.slices(j):
-            if hi > lo:
-                self.put(f"vec_copy({dst} + {8 * at}, comb + {8 * (self.poff[name] + lo)}, {hi - lo});")
-            at += hi - lo
+        pieces, at = self.packed(j)
+        for name, lo, hi, off in pieces:
+            self.put(f"vec_copy({dst} + {8 * off}, comb + {8 * (self.poff[name] + lo)}, {hi - lo});")
         self.put(f"vec_copy({dst} + {8 * at}, comb + {8 * (self.P - 1)}, 2);")
         return at + 2
 
@@ -281,25 +289,9 @@ class RoleLowering:
         in the tree's order; unpacked into its slices of G and g_n, as a delivery would."""
         k, S = self.k, self.block_words - 2
         self.pack_block(f"mb{k}", k)
-        temps = [0]
-
-        def emit(t) -> str:
-            if isinstance(t, Leaf):
-                return f"mb{t.owner}"
-            parts = [emit(c) for c in t.children]
-            temps[0] += 1
-            dst = f"ct_{temps[0]}"
-            self.extra.append(f"global {dst}: [f64; {S + 2}];")
-            self.put(f"vec_copy({dst}, {parts[0]}, {S + 2});")
-            for p in parts[1:]:
-                self.put(f"combine_into({dst}, {p}, {S + 1});")
-            return dst
-        self.mesh_top = top = emit(self.plan.dep.combine_tree())
-        at = 0
-        for name, lo, hi in self.slices(k):
-            if hi > lo:
-                self.put(f"vec_copy(G_{name} + {8 * lo}, {top} + {8 * at}, {hi - lo});")
-            at += hi - lo
+        self.mesh_top = top = self.tree_sum("mb", S + 1)
+        for name, lo, hi, off in self.packed(k)[0]:
+            self.put(f"vec_copy(G_{name} + {8 * lo}, {top} + {8 * off}, {hi - lo});")
         self.put(f"store64(g_n, load64({top} + {8 * (S + 1)}));")
 
     def send_action(self, a) -> None:
@@ -392,27 +384,31 @@ class RoleLowering:
         P = self.P
         n = P + 1
         if isinstance(self.plan.topo, Star):
-            tree = self.plan.dep.combine_tree()
-            temps = [0]
-
-            def emit(t) -> str:
-                if isinstance(t, Leaf):
-                    return f"cb{t.owner}"
-                parts = [emit(c) for c in t.children]
-                temps[0] += 1
-                dst = f"ct_{temps[0]}"
-                self.extra.append(f"global {dst}: [f64; {n}];")
-                self.put(f"vec_copy({dst}, {parts[0]}, {n});")
-                for p in parts[1:]:
-                    self.put(f"combine_into({dst}, {p}, {P});")
-                return dst
-            top = emit(tree)
-            self.put(f"vec_copy(comb, {top}, {n});")
+            self.put(f"vec_copy(comb, {self.tree_sum('cb', P)}, {n});")
         else:
             self.put(f"vec_copy(comb, cb0, {n});")
             for k in range(1, len(self.children)):
                 with self.kid(k):
                     self.put(f"combine_into(comb, cb{k}, {P});")
+
+    def tree_sum(self, leaf: str, sums: int) -> str:
+        """The combine tree over the buffers LEAF<k> (owner k's `sums` binary64 sums, then n):
+        each inner node a buffer of its own, its first child copied, the others added in
+        order; the root's buffer."""
+        temps = [0]
+
+        def emit(t) -> str:
+            if isinstance(t, Leaf):
+                return f"{leaf}{t.owner}"
+            parts = [emit(c) for c in t.children]
+            temps[0] += 1
+            dst = f"ct_{temps[0]}"
+            self.extra.append(f"global {dst}: [f64; {sums + 1}];")
+            self.put(f"vec_copy({dst}, {parts[0]}, {sums + 1});")
+            for p in parts[1:]:
+                self.put(f"combine_into({dst}, {p}, {sums});")
+            return dst
+        return emit(self.plan.dep.combine_tree())
 
     def combine_exact(self) -> None:
         """exact_sum: the children's accumulators added into xcomb in child order (integer
