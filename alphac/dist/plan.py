@@ -208,11 +208,11 @@ class Plan:
     # -- the composition -------------------------------------------------------------------------
     def composition(self) -> list[str]:
         d, s = self.dep, self.dep.strategy
+        if self.mesh:
+            return self.mesh_composition()
         ops = []
         up = "owners -> " + ("the center" if isinstance(self.topo, Star) else "the root, through the aggregators")
         inputs = self.gathered_inputs()
-        if self.mesh:
-            return self.mesh_composition()
         if self.has_loss and inputs:
             names = ", ".join(x.name for x in inputs)
             ops.append(f"transfer  slices of what the loss reads ({names}), {up}")

@@ -229,43 +229,49 @@ class RoleLowering:
             self.recv_action(a)
 
     # -- a mesh's exchanges ---------------------------------------------------------------------
-    def packed(self, j: int) -> tuple[list[tuple[str, int, int, int]], int]:
-        """Owner j's slices of the params as a block packs them: (param, lo, hi, offset) for
-        each that is not empty, and the block's words of sums (L and n follow them)."""
-        out, at = [], 0
-        for name, lo, hi in self.slices(j):
-            if hi > lo:
-                out.append((name, lo, hi, at))
-            at += hi - lo
-        return out, at
+    # pieces (array, lo, hi) of arrays, packed one after another in a message: where each lives
+    def in_comb(self, name: str, lo: int) -> str:
+        return f"comb + {8 * (self.poff[name] + lo)}"
+
+    def in_g(self, name: str, lo: int) -> str:
+        return f"G_{name} + {8 * lo}"
+
+    def in_state(self, name: str, lo: int) -> str:
+        return f"st_{name} + {8 * lo}"
+
+    def pack(self, dst: str, pieces, at) -> int:
+        """The pieces copied one after another into dst from at(name, lo); their words."""
+        return self.copy_pieces(pieces, lambda name, lo, off: (f"{dst} + {off}", at(name, lo)))
+
+    def unpack(self, src: str, pieces, at) -> int:
+        """The pieces packed one after another in src copied out to at(name, lo); their words."""
+        return self.copy_pieces(pieces, lambda name, lo, off: (at(name, lo), f"{src} + {off}"))
+
+    def copy_pieces(self, pieces, ends) -> int:
+        words = 0
+        for name, lo, hi in pieces:
+            if self.some(lo, hi):
+                self.put("vec_copy({}, {}, {});".format(*ends(name, lo, 8 * words), hi - lo))
+            words += hi - lo
+        return words
 
     def pack_block(self, dst: str, j: int) -> int:
         """Owner j's coordinates of this owner's (G, L, n) from comb into dst: its slices, then
         L and n; the words."""
-        pieces, at = self.packed(j)
-        for name, lo, hi, off in pieces:
-            self.put(f"vec_copy({dst} + {8 * off}, comb + {8 * (self.poff[name] + lo)}, {hi - lo});")
+        at = self.pack(dst, self.slices(j), self.in_comb)
         self.put(f"vec_copy({dst} + {8 * at}, comb + {8 * (self.P - 1)}, 2);")
         return at + 2
 
     def gather_pieces(self, j: int, kind: str) -> list[tuple[str, int, int]]:
         """What owner j sends every other owner in a mesh's gather `kind`: its source ranges."""
-        out = []
-        for s in self.members(kind):
-            lo, hi = self.plan.source_range(j, s, kind)
-            if hi > lo:
-                out.append((s.name, lo, hi))
-        return out
+        return [(s.name, *self.plan.source_range(j, s, kind)) for s in self.members(kind)]
 
     def mesh_send(self, a) -> None:
         j = a.peer.index
         if a.kind == "combine":
             words = self.pack_block("msg", j)
         else:
-            words = 0
-            for name, lo, hi in self.gather_pieces(self.k, a.kind):
-                self.put(f"vec_copy(msg + {8 * words}, st_{name} + {8 * lo}, {hi - lo});")
-                words += hi - lo
+            words = self.pack("msg", self.gather_pieces(self.k, a.kind), self.in_state)
         self.send(a.peer, a.kind, "msg", words)
 
     def mesh_recv(self, a) -> None:
@@ -275,10 +281,7 @@ class RoleLowering:
             return
         pieces = self.gather_pieces(j, a.kind)
         self.recv(a.peer, a.kind, "msg", sum(hi - lo for _, lo, hi in pieces))
-        at = 0
-        for name, lo, hi in pieces:
-            self.put(f"vec_copy(st_{name} + {8 * lo}, msg + {8 * at}, {hi - lo});")
-            at += hi - lo
+        self.unpack("msg", pieces, self.in_state)
 
     @property
     def block_words(self) -> int:
@@ -290,8 +293,7 @@ class RoleLowering:
         k, S = self.k, self.block_words - 2
         self.pack_block(f"mb{k}", k)
         self.mesh_top = top = self.tree_sum("mb", S + 1)
-        for name, lo, hi, off in self.packed(k)[0]:
-            self.put(f"vec_copy(G_{name} + {8 * lo}, {top} + {8 * off}, {hi - lo});")
+        self.unpack(top, self.slices(k), self.in_g)
         self.put(f"store64(g_n, load64({top} + {8 * (S + 1)}));")
 
     def send_action(self, a) -> None:
@@ -313,10 +315,7 @@ class RoleLowering:
             self.send(peer, kind, "comb", P + 1)
         elif kind == "deliver":
             if self.plan.is_owner(peer) and "gradients" in self.plan.part:
-                at = 0
-                for name, lo, hi in self.slices(self.index_of(peer)):
-                    self.put(f"vec_copy(msg + {8 * at}, comb + {8 * (self.poff[name] + lo)}, {hi - lo});")
-                    at += hi - lo
+                at = self.pack("msg", self.slices(self.index_of(peer)), self.in_comb)
                 self.put(f"store64(msg + {8 * at}, load64(comb + {8 * P}));")
                 self.send(peer, kind, "msg", at + 1)
             else:
@@ -353,13 +352,9 @@ class RoleLowering:
                 self.recv(peer, kind, "comb", P + 1)
                 return
             if "gradients" in self.plan.part:
-                at = 0
                 pieces = self.slices(self.k)
-                words = sum(hi - lo for _, lo, hi in pieces) + 1
-                self.recv(peer, kind, "msg", words)
-                for name, lo, hi in pieces:
-                    self.put(f"vec_copy(G_{name} + {8 * lo}, msg + {8 * at}, {hi - lo});")
-                    at += hi - lo
+                self.recv(peer, kind, "msg", sum(hi - lo for _, lo, hi in pieces) + 1)
+                at = self.unpack("msg", pieces, self.in_g)
                 self.put(f"store64(g_n, load64(msg + {8 * at}));")
             else:
                 self.recv(peer, kind, "comb", P + 1)

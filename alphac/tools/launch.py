@@ -94,6 +94,24 @@ def find_manifest(start: Path) -> Path:
     raise Refusal("artifact-hash", f"no MANIFEST.json at or above {start}")
 
 
+def ephemeral_low() -> int:
+    """The bottom of the kernel's ephemeral port range (0 where it cannot be read)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def bound(port: int) -> int | None:
+    """The loopback port a socket binds to when asked for `port` (0: any), or None if taken."""
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return None
+        return s.getsockname()[1]
+
+
 def free_port(taken: set[int] | None = None) -> int:
     """A loopback port to listen on, below the kernel's ephemeral range when it can be read: a
     port from bind(0) is an ephemeral one, and until its role binds it another role's outgoing
@@ -101,48 +119,26 @@ def free_port(taken: set[int] | None = None) -> int:
     which makes that role's listen fail (seen with slow-starting GPU owners)."""
     import random
     taken = set() if taken is None else taken
-    try:
-        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        low = 0
+    low = ephemeral_low()
     candidates = random.sample(range(max(1024, low - 12000), low), 64) if low > 2048 else []
     for port in candidates + [0]:
         if port in taken:
             continue
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            port = s.getsockname()[1]
-        if port not in taken:
+        port = bound(port)
+        if port is not None and port not in taken:
             taken.add(port)
             return port
     raise Refusal("launch-tool", "no free loopback port")
 
 
 def free_ports_at(offsets: list[int], taken: set[int]) -> int:
-    """A base B whose ports B + o, for each offset o, are all free loopback ports (a mesh's
-    `--mesh 127.0.0.1:B+{}`, each owner at its rank)."""
+    """A base B whose ports B + o, for each offset o, are all free loopback ports below the
+    ephemeral range (a mesh's `--mesh 127.0.0.1:B+{}`, each owner at its rank)."""
     import random
-    try:
-        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        low = 32768
-    top = max(offsets)
-    for base in random.sample(range(max(1024, low - 12000), max(1025, low - top)), 64):
+    low = ephemeral_low() or 32768
+    for base in random.sample(range(max(1024, low - 12000), max(1025, low - max(offsets))), 64):
         ports = [base + o for o in offsets]
-        if any(p in taken for p in ports):
-            continue
-        free = True
-        for p in ports:
-            with socket.socket() as s:
-                try:
-                    s.bind(("127.0.0.1", p))
-                except OSError:
-                    free = False
-                    break
-        if free:
+        if not taken.intersection(ports) and all(bound(p) == p for p in ports):
             taken.update(ports)
             return base
     raise Refusal("launch-tool", "no free block of loopback ports for the mesh")
