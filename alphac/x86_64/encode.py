@@ -12,7 +12,8 @@ accepts (wrong kind, immediate out of range, bad address) raises `EncodeError`, 
 wrong bytes.  Memory operands get every ModRM/SIB special case right: rsp/r12 as base
 take a SIB byte, rbp/r13 as base with no displacement take a zero disp8, index without
 base takes disp32, rsp is never an index, disp8 is used whenever it fits, and REX.R/X/B
-carry bit 3 of r8-r15/xmm8-15.  `Encoded.fixup` is the offset inside the bytes of the
+carry bit 3 of r8-r15/xmm8-15 (in a VEX row, the inverted VEX.R/X/B, and the 2-byte VEX
+wherever X, B, W and the map allow it).  `Encoded.fixup` is the offset inside the bytes of the
 4-byte PC-relative field (rel32 branch/call, RIP-relative memory), else None.
 """
 from __future__ import annotations
@@ -55,8 +56,8 @@ class Mem:
             raise EncodeError(f'displacement {self.disp:#x} does not fit in 32 bits')
         if self.rip and (self.base or self.index):
             raise EncodeError('rip-relative address takes no base or index')
-        if self.size not in (8, 16, 32, 64, 128):
-            raise EncodeError(f'memory size must be 8/16/32/64/128 bits, not {self.size}')
+        if self.size not in (8, 16, 32, 64, 128, 256):
+            raise EncodeError(f'memory size must be 8/16/32/64/128/256 bits, not {self.size}')
 
 
 @dataclass(frozen=True)
@@ -82,7 +83,7 @@ class Encoded:
 _IMM_RANGE = {'one': (1, 1), 'imm8': (0, 255), 'simm8': (-2**7, 2**7 - 1),
               'simm32': (-2**31, 2**31 - 1), 'uimm32': (0, 2**32 - 1),
               'imm64': (-2**63, 2**64 - 1)}
-_PTR = {8: 'byte', 16: 'word', 32: 'dword', 64: 'qword', 128: 'xmmword'}
+_PTR = {8: 'byte', 16: 'word', 32: 'dword', 64: 'qword', 128: 'xmmword', 256: 'ymmword'}
 
 _BY_NAME: dict[str, list[Row]] = {}
 for _r in TABLE:
@@ -98,9 +99,11 @@ def accepts(kind: str, op: object) -> bool:
             return op.name == kind
         if kind == 'r64z':
             return op.kind in ('r64', 'r32')
-        return op.kind == kind or kind == 'rm' + op.kind[1:] or (kind == 'xm64' and op.kind == 'xmm')
+        return op.kind == kind or kind == 'rm' + op.kind[1:] or (kind == 'xm64' and op.kind == 'xmm') \
+            or (kind == 'ym256' and op.kind == 'ymm')
     if isinstance(op, Mem):
-        return kind in ('m', f'm{op.size}', f'rm{op.size}') or (kind == 'xm64' and op.size == 64)
+        return kind in ('m', f'm{op.size}', f'rm{op.size}') or (kind == 'xm64' and op.size == 64) \
+            or (kind == 'ym256' and op.size == 256)
     if isinstance(op, Imm):
         lo, hi = _IMM_RANGE.get(kind, (1, 0))
         return isinstance(op.value, int) and lo <= op.value <= hi
@@ -114,9 +117,9 @@ def select(mnemonic: str, *operands: object) -> Row:
     rows = _BY_NAME.get(mnemonic)
     if rows is None:
         raise EncodeError(f'unknown mnemonic {mnemonic!r}')
-    for row in rows:
-        if len(row.ops) == len(operands) and all(map(accepts, row.ops, operands)):
-            return row
+    fits = [row for row in rows if len(row.ops) == len(operands) and all(map(accepts, row.ops, operands))]
+    if fits:            # VEX rows of one form (a register copy): the shortest, as keystone
+        return min(fits, key=lambda r: len(_emit(r, operands).bytes)) if fits[0].vex else fits[0]
     forms = '; '.join(map(repr, rows))
     raise EncodeError(f'no encoding of {mnemonic} {", ".join(map(repr, operands))} (forms: {forms})')
 
@@ -149,7 +152,7 @@ def _modrm(reg: int, rm: Reg | Mem) -> tuple[int, bytes, int | None]:
 def _emit(row: Row, ops: tuple) -> Encoded:
     rex = 8 if row.w else 0                             # REX bits: W=8 R=4 X=2 B=1
     force_rex = any(isinstance(o, Reg) and o.kind == 'r8' and 4 <= o.num < 8 for o in ops)
-    opc, reg, rm, tail = bytearray(row.opc), row.ext or 0, None, b''
+    opc, reg, rm, tail, vvvv = bytearray(row.opc), row.ext or 0, None, b'', 0
     for role, op in zip(row.enc, ops):
         if role == 'r':
             reg = op.num
@@ -159,6 +162,8 @@ def _emit(row: Row, ops: tuple) -> Encoded:
             rex |= op.num >> 3
         elif role == 'm':
             rm = op
+        elif role == 'v':
+            vvvv = op.num
         elif role in 'id':
             value = op.value if role == 'i' else op.disp
             tail = (value & (1 << 8 * row.imm) - 1).to_bytes(row.imm, 'little')
@@ -166,7 +171,14 @@ def _emit(row: Row, ops: tuple) -> Encoded:
     if rm is not None:
         xb, modrm, rip_at = _modrm(reg & 7, rm)
         rex |= xb
-    head = row.pfx + (bytes([0x40 | rex]) if rex or force_rex else b'') + opc
+    if row.vex:
+        length, pp, mp, w = row.vex
+        rxb, tail2 = (~rex & 7) << 5, (~vvvv & 15) << 3 | length << 2 | pp
+        short = rxb & 0x60 == 0x60 and not w and mp == 1        # X and B unused, W0, map 0F
+        vex = bytes([0xC5, (rxb & 0x80) | tail2]) if short else bytes([0xC4, rxb | mp, w << 7 | tail2])
+        head = vex + opc
+    else:
+        head = row.pfx + (bytes([0x40 | rex]) if rex or force_rex else b'') + opc
     fixup = None
     if rip_at is not None:
         fixup = len(head) + rip_at

@@ -22,7 +22,7 @@ from typing import NamedTuple
 class Reg(NamedTuple):
     name: str
     num: int    # 0..15
-    kind: str   # 'r64' | 'r32' | 'r16' | 'r8' | 'xmm'
+    kind: str   # 'r64' | 'r32' | 'r16' | 'r8' | 'xmm' | 'ymm'
 
     def __repr__(self) -> str:
         return self.name
@@ -43,6 +43,7 @@ GPR16 = _regs('r16', 'ax cx dx bx sp bp si di ' + _hi('w'))
 # spl/bpl/sil/dil, which need a REX prefix (the encoder adds an empty one, 0x40).
 GPR8 = _regs('r8', 'al cl dl bl spl bpl sil dil ' + _hi('b'))
 XMM = _regs('xmm', ' '.join(f'xmm{i}' for i in range(16)))
+YMM = _regs('ymm', ' '.join(f'ymm{i}' for i in range(16)))     # xmm{i} widened to 32 bytes (AVX)
 
 rax, rcx, rdx, rbx, rsp, rbp, rsi, rdi, r8, r9, r10, r11, r12, r13, r14, r15 = GPR64
 (eax, ecx, edx, ebx, esp, ebp, esi, edi,
@@ -54,7 +55,7 @@ rax, rcx, rdx, rbx, rsp, rbp, rsi, rdi, r8, r9, r10, r11, r12, r13, r14, r15 = G
 (xmm0, xmm1, xmm2, xmm3, xmm4, xmm5, xmm6, xmm7,
  xmm8, xmm9, xmm10, xmm11, xmm12, xmm13, xmm14, xmm15) = XMM
 
-REGS: dict[str, Reg] = {r.name: r for r in GPR64 + GPR32 + GPR16 + GPR8 + XMM}
+REGS: dict[str, Reg] = {r.name: r for r in GPR64 + GPR32 + GPR16 + GPR8 + XMM + YMM}
 
 # Condition codes: the low nibble of Jcc (70+cc, 0F 80+cc), SETcc (0F 90+cc), CMOVcc (0F 40+cc).
 CC: dict[str, int] = {
@@ -73,24 +74,27 @@ def negate(cc: str) -> str:
 # The table.
 #
 # Operand kinds (what an operand may be):
-#   r64 r32 r16 r8 xmm    a register of that class
+#   r64 r32 r16 r8 xmm ymm  a register of that class
 #   rax cl xmm0           exactly that register (implicit in the opcode)
 #   r64z                  r64 or r32 register, written as its 32-bit name (the CPU zero-extends)
 #   m                     memory of any size, printed without a size (lea)
-#   m8 m16 m32 m64 m128   memory with Mem.size of that many bits
+#   m8 m16 m32 m64 m128 m256  memory with Mem.size of that many bits
 #   rm8 rm16 rm32 rm64    a register of that width, or memory of that size
 #   xm64                  an xmm register, or 64-bit memory
+#   ym256                 a ymm register, or 256-bit memory
 #   one                   the immediate 1 (implicit in the opcode)
 #   imm8                  immediate 0..255            simm8   -2**7..2**7-1
 #   simm32  -2**31..2**31-1   uimm32  0..2**32-1      imm64   -2**63..2**64-1
 #   rel8 rel32            Rel branch displacement of that size
 #
 # Roles (one letter per operand): r = ModRM.reg, m = ModRM.rm, o = added to the last
-# opcode byte, i = immediate, d = PC-relative displacement, - = implicit.
+# opcode byte, i = immediate, d = PC-relative displacement, v = VEX.vvvv, - = implicit.
 #
 # Code, in the Intel manual's notation: optional mandatory prefix (66/F2/F3, emitted before
 # REX), REX.W, opcode bytes ('+r' = register in the low 3 bits), '/digit' (ModRM.reg holds
 # an opcode extension) or '/r', then ib/id/io (imm 1/4/8 bytes) or cb/cd (rel 1/4 bytes).
+# A VEX row starts `VEX.L.pp.map.W` (VEX.256.66.0F38.W0): the vector length, the implied
+# prefix, the opcode map and W (WIG: W0); its opcode bytes follow the map.
 # ---------------------------------------------------------------------------------------
 
 class Row(NamedTuple):
@@ -103,6 +107,7 @@ class Row(NamedTuple):
     ext: int | None       # ModRM.reg opcode extension (/digit), None for /r or no ModRM
     imm: int              # bytes of trailing immediate / displacement, 0 if none
     name: str             # mnemonic as printed in Intel syntax
+    vex: tuple[int, int, int, int] | None = None   # (L, pp, map, W) of a VEX row
 
     def __repr__(self) -> str:
         return f'{self.name} {", ".join(self.ops)}'.strip()
@@ -113,9 +118,13 @@ IMM_KINDS = {'imm8': 1, 'simm8': 1, 'simm32': 4, 'uimm32': 4, 'imm64': 8, 'rel8'
 
 
 def _row(mnem: str, ops: str, enc: str, code: str, name: str | None = None) -> Row:
-    pfx, opc, w, ext, imm, plus_r = bytearray(), bytearray(), False, None, 0, False
+    pfx, opc, w, ext, imm, plus_r, vex = bytearray(), bytearray(), False, None, 0, False, None
     for tok in code.split():
-        if tok == 'REX.W':
+        if tok.startswith('VEX.'):
+            _, length, pp, mp, wbit = tok.split('.')
+            vex = ({'128': 0, '256': 1}[length], {'NP': 0, '66': 1, 'F3': 2, 'F2': 3}[pp],
+                   {'0F': 1, '0F38': 2, '0F3A': 3}[mp], wbit == 'W1')
+        elif tok == 'REX.W':
             w = True
         elif tok == '/r':
             pass
@@ -137,7 +146,8 @@ def _row(mnem: str, ops: str, enc: str, code: str, name: str | None = None) -> R
     assert ('r' in enc) == ('/r' in code.split() and ext is None), (mnem, ops)
     sized = [IMM_KINDS[k] for k, e in zip(kinds, enc) if e in 'id']
     assert sized == ([imm] if imm else []), (mnem, ops)
-    return Row(mnem, kinds, enc, bytes(pfx), w, bytes(opc), ext, imm, name or mnem)
+    assert (vex is not None) == mnem.startswith('v') and ('v' not in enc or vex), (mnem, ops)
+    return Row(mnem, kinds, enc, bytes(pfx), w, bytes(opc), ext, imm, name or mnem, vex)
 
 
 # The conditions LIR compares with (alphac.lower.lir.CONDS: eq ne lt le gt ge ult ule ugt uge).
@@ -226,4 +236,18 @@ TABLE: tuple[Row, ...] = (
     _row('sha256msg1', 'xmm, xmm', 'rm', '0F 38 CC /r'),
     _row('sha256msg2', 'xmm, xmm', 'rm', '0F 38 CD /r'),
     _row('cpuid', '', '', '0F A2'),
+    _row('xgetbv', '', '', '0F 01 D0'),
+    # -- AVX/AVX2 packed double (x86_64-v3): f64x4, each lane the scalar instruction; no FMA.
+    # Two rows for a register copy: the encoder takes the shorter (a 2-byte VEX), as keystone.
+    _row('vmovupd', 'ymm, m256', 'rm', 'VEX.256.66.0F.WIG 10 /r'),
+    _row('vmovupd', 'm256, ymm', 'mr', 'VEX.256.66.0F.WIG 11 /r'),
+    _row('vmovapd', 'ymm, ymm', 'rm', 'VEX.256.66.0F.WIG 28 /r'),
+    _row('vmovapd', 'ymm, ymm', 'mr', 'VEX.256.66.0F.WIG 29 /r'),
+    *(_row('v' + mn[:-2] + 'pd', 'ymm, ymm, ym256', 'rvm', f'VEX.256.66.0F.WIG {op:02X} /r')
+      for mn, op in _SSE_ARITH.items() if mn != 'sqrtsd'),
+    _row('vsqrtpd', 'ymm, ym256', 'rm', 'VEX.256.66.0F.WIG 51 /r'),
+    _row('vxorpd', 'ymm, ymm, ym256', 'rvm', 'VEX.256.66.0F.WIG 57 /r'),
+    _row('vmovq', 'xmm, r64', 'rm', 'VEX.128.66.0F.W1 6E /r'),
+    _row('vbroadcastsd', 'ymm, xm64', 'rm', 'VEX.256.66.0F38.W0 19 /r'),
+    _row('vzeroupper', '', '', 'VEX.128.NP.0F.WIG 77'),
 )
