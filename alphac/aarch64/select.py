@@ -384,6 +384,10 @@ class Selector(SelectorBase):
         self.emit("and", r, S2, AImm(1))
         self.commit(d, r)
 
+    def cpu_has_avx2(self, op, d, a) -> None:
+        """0: no AArch64 CPU runs x86-64's AVX2 (the f64x4 ops, lir.WIDE, have no rule here)."""
+        self.iconst("iconst", d, (Imm(0),))
+
     def sha256_hw(self, op, d, a) -> None:
         """The SHA2 extension, four rounds at a time: ABCD and EFGH in v0 and v1, the message
         words in v4-v7, K + W in v16 (v8-v15, whose low halves calls keep, are left alone)."""

@@ -1,8 +1,8 @@
 """LIR: the target-neutral low-level program both backends lower.
 
 A `Program` is functions, globals and their initial bytes. A `Function` is basic blocks of
-three-address `Inst`s over virtual registers of two classes, `i` (64-bit integers and addresses)
-and `f` (binary64). Blocks end in one terminator. The operations are a table (`OPS`): each says
+three-address `Inst`s over virtual registers of the classes `i` (64-bit integers and addresses),
+`f` (binary64), `v` (f64x2) and `w` (f64x4, on x86_64-v3 only: `WIDE`). Blocks end in one terminator. The operations are a table (`OPS`): each says
 what it defines and reads; the register allocator and both instruction selectors read it, so an
 operation is added in one place.
 
@@ -22,7 +22,7 @@ from typing import NamedTuple
 @dataclass(frozen=True)
 class VReg:
     id: int
-    cls: str            # "i" | "f" | "v" (f64x2: two binary64 lanes)
+    cls: str            # "i" | "f" | "v" (f64x2: two binary64 lanes) | "w" (f64x4: four)
 
     def __repr__(self) -> str:
         return f"%{self.cls}{self.id}"
@@ -51,7 +51,7 @@ class Op(NamedTuple):
     clobbers: bool = False       # the caller-saved registers do not survive it (calls)
 
 
-# op -> Op. Signature letters: i/f/v = a register of that class; I = an i register or an Imm;
+# op -> Op. Signature letters: i/f/v/w = a register of that class; I = an i register or an Imm;
 # k = an Imm; s = Sym; n = a name (function/label); c = a condition; * = any number of i/f
 # registers (call and syscall arguments). Both selectors have a rule for every op (tests/test_select_ops.py),
 # and the register allocator reads `clobbers`.
@@ -93,6 +93,15 @@ _OPS: dict[str, tuple] = {
     "vsplat": ("v", "f"),          # d = (a, a)
     "vpack": ("v", "ff"),          # d = (a, b): a in lane 0
     "vlane": ("f", "vk"),          # d = lane k (0: the low 8 bytes, 1: the high) of a
+    # f64x4 (class w, the binary64 registers at their full 32 bytes: AVX on x86_64-v3), each lane
+    # exactly the scalar operation, as f64x2's; `wend` says no f64x4 is live (x86-64 clears the
+    # registers' upper halves, so that the SSE code after runs without a transition)
+    "wload": ("w", "iI"), "wloadx": ("w", "ii"), "wstore": (None, "iIw"), "wstorex": (None, "iiw"),
+    "wadd": ("w", "ww"), "wsub": ("w", "ww"), "wmul": ("w", "ww"), "wdiv": ("w", "ww"),
+    "wsqrt": ("w", "w"), "wneg": ("w", "w"), "wmov": ("w", "w"), "wsplat": ("w", "f"), "wend": (None, ""),
+    "wsplatm": ("w", "iI"), "wsplatmx": ("w", "ii"),     # d = (m, m, m, m), m at base + offset
+                                                         # or base + 8 * index (alphac.lower.fold)
+    "cpu_has_avx2": ("i", "", True),   # d = 1 when the CPU and the OS run AVX2 (0 on AArch64)
     "call": ("?", "n*", True),     # d (i, f or none) = fn(args...)
     "syscall": ("i", "*", True),   # d = syscall(nr, args...)
     "fence": (None, ""),           # a full memory barrier: every access before it is visible
@@ -104,6 +113,7 @@ _OPS: dict[str, tuple] = {
     "cpu_has_sha256": ("i", "i", True), "sha256_hw": (None, "iiii", True),
 }
 OPS: dict[str, Op] = {name: Op(*row) for name, row in _OPS.items()}
+WIDE = frozenset(op for op in OPS if op[0] == "w")     # the ops only an x86_64-v3 selector has
 TERMINATORS = {"jmp": "n", "br": "ciInn", "ret": "?", "trap": ""}
 CONDS = ("eq", "ne", "lt", "le", "gt", "ge", "ult", "ule", "ugt", "uge")
 NEGATE = {"eq": "ne", "ne": "eq", "lt": "ge", "ge": "lt", "le": "gt", "gt": "le",
@@ -225,6 +235,7 @@ def _check_args(f: Function, inst: Inst, sig: str, labels, names, syms) -> None:
         ok = {"i": lambda a: isinstance(a, VReg) and a.cls == "i",
               "f": lambda a: isinstance(a, VReg) and a.cls == "f",
               "v": lambda a: isinstance(a, VReg) and a.cls == "v",
+              "w": lambda a: isinstance(a, VReg) and a.cls == "w",
               "I": lambda a: isinstance(a, Imm) or (isinstance(a, VReg) and a.cls == "i"),
               "k": lambda a: isinstance(a, Imm),
               "s": lambda a: isinstance(a, Sym) and a.name in syms,

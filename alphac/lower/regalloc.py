@@ -13,6 +13,8 @@ Values live across a call may only take callee-saved registers. Spilled values l
 slots; the selector reloads them through the target's reserved scratch registers. Class `v`
 (f64x2) shares the binary64 registers with class `f`; no call preserves all 16 bytes of one, so
 an f64x2 live across a call is spilled, to two slots starting at an even slot (16-byte aligned).
+Class `w` (f64x4, x86_64-v3) is the same registers at 32 bytes, spilled to four slots; no f64x4
+may be live across a `wend` (it clears the registers' upper halves).
 
 `parallel_moves` orders a set of simultaneous moves (call arguments, function parameters) into a
 sequence, breaking cycles through a scratch register.
@@ -120,6 +122,7 @@ def intervals(fn: Function) -> tuple[dict[VReg, list[int]], list[int]]:
 REUSE_FIRST = frozenset({"add", "sub", "mul", "and", "or", "xor", "shl", "shr", "sar", "neg", "not",
                          "fadd", "fsub", "fmul", "fdiv", "fsqrt", "fneg", "load64",
                          "vadd", "vsub", "vmul", "vdiv", "vsqrt", "vneg", "vsplat",
+                         "wadd", "wsub", "wmul", "wdiv", "wsqrt", "wneg", "wsplat",
                          *(f"f{op}m{x}" for op in ("add", "sub", "mul", "div") for x in ("", "x"))})
 # (vsplat, whose operand is of class f, takes it only from a register: classes f and v share the
 # registers, never a spill slot of one width)
@@ -127,12 +130,17 @@ REUSE_FIRST = frozenset({"add", "sub", "mul", "and", "or", "xor", "shl", "shr", 
 
 def allocate(fn: Function, regs: RegFile) -> Allocation:
     iv, calls = intervals(fn)
-    defined_at = {p: inst for p, inst, _ in layout_positions(fn)[0] if inst.dst is not None}
+    numbered = layout_positions(fn)[0]
+    for p, inst, _ in numbered:
+        live = [v for v, (s, e) in iv.items() if v.cls == "w" and s < p < e] if inst.op == "wend" else []
+        if live:
+            raise ValueError(f"{fn.name}: the f64x4 {live[0]!r} is live across a wend")
+    defined_at = {p: inst for p, inst, _ in numbered if inst.dst is not None}
     alloc = Allocation()
     order = sorted(iv, key=lambda v: (iv[v][0], v.id))
     active: list[VReg] = []
     free = {"i": list(regs.int_regs), "f": list(regs.float_regs)}
-    free["v"] = free["f"]                    # one register file: a register is free for both
+    free["v"] = free["w"] = free["f"]        # one register file: a register is free for all three
 
     def crosses(v: VReg) -> bool:
         s, e = iv[v]
@@ -141,15 +149,15 @@ def allocate(fn: Function, regs: RegFile) -> Allocation:
     def allowed(v: VReg) -> list[str]:
         pool = regs.int_regs if v.cls == "i" else regs.float_regs
         if crosses(v):
-            return [r for r in pool if r in regs.callee_saved and v.cls != "v"]
+            return [r for r in pool if r in regs.callee_saved and v.cls in "if"]
         caller = [r for r in pool if r not in regs.callee_saved]
         return caller + [r for r in pool if r in regs.callee_saved]
 
     def spill(v: VReg) -> None:
-        if v.cls == "v":
+        if v.cls in "vw":
             alloc.nslots += alloc.nslots % 2
         alloc.loc[v] = ("slot", alloc.nslots)
-        alloc.nslots += 2 if v.cls == "v" else 1
+        alloc.nslots += {"v": 2, "w": 4}.get(v.cls, 1)
 
     for v in order:
         start = iv[v][0]

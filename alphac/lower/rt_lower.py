@@ -23,10 +23,11 @@ INT_BIN = {"+": "add", "-": "sub", "*": "mul", "&": "and", "|": "or", "^": "xor"
            "<<": "shl", ">>": "shr", "/": "sdiv", "%": "srem"}
 FLOAT_BIN = {"+": "fadd", "-": "fsub", "*": "fmul", "/": "fdiv"}
 CMP = {"==": "eq", "!=": "ne", "<": "lt", "<=": "le", ">": "gt", ">=": "ge"}
-CLS = {"i64": "i", "f64": "f", "f64x2": "v"}        # a value's type -> its register class
+CLS = {"i64": "i", "f64": "f", "f64x2": "v", "f64x4": "w"}    # a value's type -> its register class
 TYPE_OF = {c: t for t, c in CLS.items()}
-MOVE = {"i": "mov", "f": "fmov", "v": "vmov"}
+MOVE = {"i": "mov", "f": "fmov", "v": "vmov", "w": "wmov"}
 VECTOR = ("loadv", "storev", "splat", "lane", "sqrtv", "pack")
+WIDE = ("loadw", "storew", "splatw", "sqrtw", "wide_end")      # f64x4: a target with CPU_AVX2 = 1
 LOADS = {"load8": "load8", "load16": "load16", "load32": "load32", "load64": "load64", "loadf": "fload"}
 STORES = {"store8": "store8", "store16": "store16", "store32": "store32", "store64": "store64",
           "storef": "fstore"}
@@ -241,8 +242,8 @@ class FnLowerer:
         if k == "un":
             a, t = self.expr(e[2])
             if e[1] == "-":
-                if t in ("f64", "f64x2"):
-                    return self.emit("fneg" if t == "f64" else "vneg", self.fn.new(CLS[t]), a), t
+                if t in ("f64", "f64x2", "f64x4"):
+                    return self.emit({"f64": "fneg"}.get(t, CLS[t] + "neg"), self.fn.new(CLS[t]), a), t
                 return self.emit("neg", self.fn.new("i"), self.reg(a)), t
             if t != "i64":
                 raise self.err(f"`{e[1]}` needs an i64")
@@ -257,10 +258,10 @@ class FnLowerer:
             b, tb = self.expr(e[3])
             if ta != tb:
                 raise self.err(f"`{op}` of {ta} and {tb}")
-            if ta in ("f64", "f64x2"):
+            if ta in ("f64", "f64x2", "f64x4"):
                 if op not in FLOAT_BIN:
                     raise self.err(f"`{op}` is not defined on {ta}")
-                lop = FLOAT_BIN[op] if ta == "f64" else "v" + FLOAT_BIN[op][1:]
+                lop = FLOAT_BIN[op] if ta == "f64" else CLS[ta] + FLOAT_BIN[op][1:]
                 return self.emit(lop, self.fn.new(CLS[ta]), a, b), ta
             lop = INT_BIN[op]
             if isinstance(a, Imm) and lop in ("add", "mul", "and", "or", "xor"):
@@ -311,6 +312,28 @@ class FnLowerer:
             raise self.err("lane(v, K) needs K = 0 or 1")
         return self.emit("vlane", self.fn.new("f"), typed(args[0], "f64x2"), Imm(k)), "f64"
 
+    def wide(self, f: str, args: list[tuple], need, typed):
+        """The f64x4 builtins, where the target's prelude says CPU_AVX2 = 1 (x86_64-v3; its
+        executables refuse `cpu-level` on a CPU without AVX2): loadw(a), storew(a, w) (32 bytes
+        at a, any alignment; lane 0 at a), splatw(x), sqrtw(w), wide_end() (no f64x4 is live: the
+        SSE code after it runs without a transition)."""
+        if "CPU_AVX2" not in self.mod.consts or self.mod.const("CPU_AVX2") != 1:
+            raise self.err(f"`{f}` needs f64x4, which only the x86_64-v3 target has")
+        need({"storew": 2, "wide_end": 0}.get(f, 1))
+        if f in ("loadw", "storew"):
+            ix = self.indexed(args[0])
+            base, off = ix if ix is not None else self.address(args[0])
+            if f == "loadw":
+                return self.emit("wloadx" if ix else "wload", self.fn.new("w"), base, off), "f64x4"
+            self.emit("wstorex" if ix else "wstore", None, base, off, self.reg(typed(args[1], "f64x4")))
+            return None, None
+        if f == "splatw":
+            return self.emit("wsplat", self.fn.new("w"), typed(args[0], "f64")), "f64x4"
+        if f == "sqrtw":
+            return self.emit("wsqrt", self.fn.new("w"), typed(args[0], "f64x4")), "f64x4"
+        self.emit("wend", None)
+        return None, None
+
     def indexed(self, e: tuple) -> tuple[VReg, VReg] | None:
         """`base + 8 * index` (or `base + index * 8`) with a computed index, as the two
         registers of an indexed binary64 access (both lowered); None, lowering nothing, for any
@@ -338,6 +361,8 @@ class FnLowerer:
             return v
         if f in VECTOR:
             return self.vector(f, args, need, typed)
+        if f in WIDE:
+            return self.wide(f, args, need, typed)
         ix = self.indexed(args[0]) if f in ("loadf", "storef") and args else None
         if ix is not None:
             need(1 if f == "loadf" else 2)
@@ -386,6 +411,9 @@ class FnLowerer:
             if k is None or not 1 <= k <= 31:
                 raise self.err("ror32 rotates by a constant, 1..31")
             return self.emit(f, self.fn.new("i"), a, Imm(k)), "i64"
+        if f == "cpu_has_avx2":
+            need(0)
+            return self.emit(f, self.fn.new("i")), "i64"
         if f in ("cpu_has_sha256", "sha256_hw"):
             need(1 if f == "cpu_has_sha256" else 4)
             regs = [self.reg(typed(x, "i64")) for x in args]

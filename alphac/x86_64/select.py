@@ -27,9 +27,12 @@ CC = {"eq": "e", "ne": "ne", "lt": "l", "le": "le", "gt": "g", "ge": "ge",
 ALU = {"add": "add", "sub": "sub", "and": "and", "or": "or", "xor": "xor"}
 FALU = {"fadd": "addsd", "fsub": "subsd", "fmul": "mulsd", "fdiv": "divsd"}
 VALU = {"vadd": "addpd", "vsub": "subpd", "vmul": "mulpd", "vdiv": "divpd"}
+WALU = {"wadd": "vaddpd", "wsub": "vsubpd", "wmul": "vmulpd", "wdiv": "vdivpd"}
+SPILL = {"f": "movsd", "v": "movupd", "w": "vmovupd"}       # a class's reload and store
 SHIFT = {"shl": "shl", "shr": "shr", "sar": "sar"}
 S1, S2, S3 = (REGS[r] for r in abi.SCRATCH)        # rax, r11, rdx
 F1, F2 = (REGS[r] for r in abi.FSCRATCH)           # xmm15, xmm14
+Y1 = REGS["y" + abi.FSCRATCH[0][1:]]               # ymm15: F1 at 32 bytes
 RSP = REGS["rsp"]
 
 
@@ -56,14 +59,14 @@ class Selector(SelectorBase):
     def where(self, v: VReg):
         kind, x = self.alloc.of(v)
         if kind == "reg":
-            return REGS[x]
-        return self.slot(x) if v.cls != "v" else Mem(RSP, disp=8 * x, size=128)
+            return REGS["y" + x[1:]] if v.cls == "w" else REGS[x]
+        return Mem(RSP, disp=8 * x, size={"v": 128, "w": 256}.get(v.cls, 64))
 
     def use(self, v: VReg, scratch) -> object:
         """A register holding v: its own, or `scratch` after a reload."""
         loc = self.where(v)
         if isinstance(loc, Mem):
-            self.emit({"f": "movsd", "v": "movupd"}.get(v.cls, "mov"), scratch, loc)
+            self.emit(SPILL.get(v.cls, "mov"), scratch, loc)
             return scratch
         return loc
 
@@ -71,9 +74,9 @@ class Selector(SelectorBase):
         """After computing v into `reg`, store it if v lives in a slot."""
         loc = self.where(v)
         if isinstance(loc, Mem):
-            self.emit({"f": "movsd", "v": "movupd"}.get(v.cls, "mov"), loc, reg)
+            self.emit(SPILL.get(v.cls, "mov"), loc, reg)
         elif loc != reg:
-            self.emit("mov" if v.cls == "i" else "movapd", loc, reg)
+            self.emit({"i": "mov", "w": "vmovapd"}.get(v.cls, "movapd"), loc, reg)
 
     def imm_or_reg(self, a, scratch):
         if isinstance(a, Imm):
@@ -346,6 +349,59 @@ class Selector(SelectorBase):
         if a[1].value:
             self.emit("unpckhpd", r, r)
         self.commit(d, r)
+
+    # -- f64x4: AVX packed double (x86_64-v3), each lane the scalar instruction -----------------
+    def wide_load(self, op, d, a) -> None:
+        r = self.defreg(d, Y1)
+        self.emit("vmovupd", r, self.vmem(op, a, 256))
+        self.commit(d, r)
+
+    def wide_store(self, op, d, a) -> None:
+        self.emit("vmovupd", self.vmem(op, a, 256), self.use(a[2], Y1))
+
+    def wide_alu(self, op, d, a) -> None:
+        """d = a op b in one VEX instruction (three operands: no copy); b may stay in its slot."""
+        r = self.defreg(d, Y1)
+        self.emit(WALU[op], r, self.use(a[0], Y1), self.where(a[1]))
+        self.commit(d, r)
+
+    def wide_unary(self, op, d, a) -> None:
+        """vsqrtpd; or the sign bits flipped by vxorpd with (-0.0, ...) built in ymm14 (VEX
+        throughout: no SSE instruction between AVX ones)."""
+        r = self.defreg(d, Y1)
+        if op == "wsqrt":
+            self.emit("vsqrtpd", r, self.where(a[0]))
+        else:
+            y2 = REGS["y" + abi.FSCRATCH[1][1:]]
+            self.seq(("mov", S2, XImm(-(1 << 63))), ("vmovq", F2, S2), ("vbroadcastsd", y2, F2),
+                     ("vxorpd", r, self.use(a[0], Y1), y2))
+        self.commit(d, r)
+
+    def wide_copy(self, op, d, a) -> None:
+        self.commit(d, self.use(a[0], Y1))
+
+    def wide_splat(self, op, d, a) -> None:
+        r = self.defreg(d, Y1)          # from its register, its slot, or (a folded load) memory
+        self.emit("vbroadcastsd", r, self.where(a[0]) if op == "wsplat" else self.vmem(op, a, 64))
+        self.commit(d, r)
+
+    def wide_end(self, op, d, a) -> None:
+        self.emit("vzeroupper")
+
+    def cpu_has_avx2(self, op, d, a) -> None:
+        """cpuid and xgetbv: AVX2 (leaf 7 EBX bit 5, asked only when leaf 0 says leaf 7 exists),
+        AVX and OSXSAVE (leaf 1 ECX bits 28, 27), and the OS saving the ymm state (XCR0 bits 1
+        and 2). rbx is kept in rsi, as in cpu_has_sha256."""
+        rsi, rdi, r8, rbx, rcx = (REGS[r] for r in ("rsi", "rdi", "r8", "rbx", "rcx"))
+        no = f".noavx{len(self.out)}"
+        self.seq(("mov", rsi, rbx), ("xor", S1, S1), ("cpuid",), ("mov", rdi, S1), ("mov", S1, XImm(1)),
+                 ("cpuid",), ("mov", r8, rcx), ("xor", S1, S1), ("cmp", rdi, XImm(7)), ("jb", no),
+                 ("and", r8, XImm(0x18000000)), ("cmp", r8, XImm(0x18000000)), ("jne", no),
+                 ("xor", rcx, rcx), ("xgetbv",), ("and", S1, XImm(6)), ("cmp", S1, XImm(6)),
+                 ("mov", S1, XImm(0)), ("jne", no), ("mov", S1, XImm(7)), ("xor", rcx, rcx),
+                 ("cpuid",), ("mov", S1, rbx), ("shr", S1, XImm(5)), ("and", S1, XImm(1)), Label(no),
+                 ("mov", rbx, rsi))
+        self.commit(d, S1)
 
     def call(self, op, d, a) -> None:
         args = list(a[1:])
