@@ -19,10 +19,11 @@ from alphac.diag import CODES, CompileError, explain
 from alphac.refusals import Refusal
 
 def _target(text: str) -> str:
-    """An ISA, or ISA+sm_NN for a GPU owner (checked further by the build: E0124)."""
-    from alphac.lower.target import ISAS, gpu_targets
-    if text.partition("+")[0] not in ISAS:
-        known = ", ".join(ISAS + gpu_targets())
+    """An ISA or a level (x86_64-v3), or ISA+sm_NN for a GPU owner (checked further by the
+    build: E0124)."""
+    from alphac.lower.target import gpu_targets, names
+    if text.partition("+")[0] not in names():
+        known = ", ".join(names() + gpu_targets())
         raise argparse.ArgumentTypeError(f"unknown target {text!r} (targets: {known})")
     return text
 

@@ -23,7 +23,7 @@ from alphac.diag import Sink, Source, Span
 from alphac.dist.structure import (MAX_FANOUT, Hierarchy, Leaf, Node, Ranges, Role, Star,
                                    coverage_problem, tree_leaves, tree_text)
 from alphac.ir.learner import Learner
-from alphac.lower.target import ISAS, gpu_targets
+from alphac.lower.target import gpu_targets, names
 from alphac.parse.deploy import DeploymentDecl, RoleRef, StrategyDecl
 
 CLASSES = ("params", "state", "gradients")
@@ -422,9 +422,9 @@ class DeploymentChecker:
         return roles[0].index
 
     def target_name(self, tok, span):
-        if tok.text not in ISAS + gpu_targets():
+        if tok.text not in names() + gpu_targets():
             self.err("E0111", tok.span, f"unsupported target `{tok.text}`",
-                     hint="targets: " + ", ".join(ISAS + gpu_targets()))
+                     hint="targets: " + ", ".join(names() + gpu_targets()))
             return None
         return tok.text
 

@@ -6,14 +6,16 @@ relocations, system calls), its ELF machine and page size (the ELF writer reads 
 GPU architectures a GPU owner on it may drive. Nothing above the backends knows an
 instruction, a register name or a system-call number except through it.
 
-`ISAS` lists the backends; `target(name)`, `targets()` and `gpu_targets()` are the registry the
-command line, the deployment checker, the build, the PTX renderer and the artifacts read.
+`ISAS` lists the backends and `LEVELS` the levels above a backend's baseline (`x86_64-v3`: the
+same backend with AVX2's f64x4, whose executables refuse `cpu-level` on a CPU without it);
+`target(name)`, `targets()`, `names()` and `gpu_targets()` are the registry the command line, the
+deployment checker, the build, the PTX renderer and the artifacts read.
 A backend that fails to import is an error, never a target quietly missing.
 """
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from alphac.lower.regalloc import RegFile
@@ -35,26 +37,40 @@ class Target:
     gpu_sms: tuple[int, ...] = ()    # GPU architectures a GPU owner on this ISA drives
     constants: tuple[tuple[str, int], ...] = ()   # ABI constants that differ per ISA (O_DIRECTORY)
     fold_loads: bool = False         # binary64 arithmetic takes a memory operand (alphac.lower.fold)
+    wide: bool = False               # f64x4 (class w): AVX2, checked at start (x86_64-v3)
+
+    @property
+    def isa(self) -> str:
+        """The backend: the name without its level (x86_64-v3 -> x86_64)."""
+        return self.name.partition("-")[0]
 
     def prelude(self) -> str:
         """The runtime-language constants for this target's system calls and ABI, and those of
         the binary formats every target shares (alphac.formats)."""
         from alphac import formats
         out = "".join(f"const SYS_{name} = {nr};\n" for name, nr in sorted(self.syscalls.items()))
+        out += f"const CPU_AVX2 = {int(self.wide)};\n"        # f64x4, and the start's check
         return out + "".join(f"const {name} = {v};\n" for name, v in self.constants) + formats.prelude()
 
 
 ISAS = ("x86_64", "aarch64")         # the backends, each the package alphac.<name>
+LEVELS = {"x86_64-v3": "x86_64"}     # a level -> its backend; a level's record is `wide`
 
 
 class UnknownTarget(ValueError):
     pass
 
 
+def names() -> tuple[str, ...]:
+    return ISAS + tuple(LEVELS)
+
+
 def target(name: str) -> Target:
-    """The record of ISA `name`; UnknownTarget for any other name."""
+    """The record of ISA or level `name`; UnknownTarget for any other name."""
+    if name in LEVELS:
+        return replace(target(LEVELS[name]), name=name, wide=True)
     if name not in ISAS:
-        raise UnknownTarget(f"unsupported target `{name}` (supported: {', '.join(ISAS)})")
+        raise UnknownTarget(f"unsupported target `{name}` (supported: {', '.join(names())})")
     return importlib.import_module(f"alphac.{name}").TARGET
 
 

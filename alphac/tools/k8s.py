@@ -89,7 +89,7 @@ def arch_of(table: dict) -> str:
                        "host, which a pod cannot be pinned to; run it with `alphac launch`")
     isas: dict[str, list[str]] = {}
     for r in table["roles"]:
-        isas.setdefault(r["target"], []).append(r["role"])
+        isas.setdefault(r["target"].partition("-")[0], []).append(r["role"])   # x86_64-v3: x86_64
     unknown = sorted(set(isas) - set(ARCH))
     if unknown:
         raise K8sError(f"roles of target {', '.join(unknown)}: no Kubernetes architecture known")

@@ -510,6 +510,15 @@ def run_roles(runs: list[RoleRun], deadline_ms: int, kill: tuple[str, float] | N
     return interrupted
 
 
+def host_avx2() -> bool:
+    """Whether this host's CPU runs x86_64-v3 executables (Linux's flags for the first CPU)."""
+    try:
+        flags = next((l for l in Path("/proc/cpuinfo").read_text().splitlines() if l.startswith("flags")), "")
+    except OSError:
+        return False
+    return platform.machine() == "x86_64" and "avx2" in flags.split()
+
+
 def launch(dep_dir: str | Path, steps: int = 5, deadline_ms: int = 10000,
            records: str | Path = "runs", extra: dict[str, list[str]] | None = None,
            kill: tuple[str, float] | None = None, checkpoint: str | Path | None = None,
@@ -526,9 +535,12 @@ def launch(dep_dir: str | Path, steps: int = 5, deadline_ms: int = 10000,
         for r in table["roles"]:
             r["target"] = targets.get(r["role"], r["target"])
     native = platform.machine().lower() in ("aarch64", "arm64")
-    qemu = shutil.which("qemu-aarch64")
-    if qemu is None and not native and any(r["target"] == "aarch64" for r in table["roles"]):
-        raise Refusal("launch-tool", "qemu-aarch64 is needed for AArch64 roles")
+    emulate = {"aarch64": [] if native else ["qemu-aarch64"],       # where this host cannot run
+               "x86_64-v3": [] if host_avx2() else ["qemu-x86_64", "-cpu", "max"]}    # a target
+    for t in sorted({r["target"] for r in table["roles"]} & emulate.keys()):
+        if emulate[t] and shutil.which(emulate[t][0]) is None:
+            raise Refusal("launch-tool", f"{emulate[t][0]} is needed for {t} roles on this host")
+        emulate[t][:1] = [shutil.which(emulate[t][0])] if emulate[t] else []
     secret = record_key(key)
     nonce = os.urandom(16).hex()
     k = run_key(secret, nonce)
@@ -554,8 +566,8 @@ def launch(dep_dir: str | Path, steps: int = 5, deadline_ms: int = 10000,
         if r.get("mesh"):
             argv += ["--mesh", f"127.0.0.1:{mesh_base}+{{}}"]
         argv += extra.get(r["role"], []) + extra.get("*", [])
-        if r["target"] == "aarch64" and not native:
-            argv = [qemu] + argv
+        if emulate.get(r["target"]):
+            argv = emulate[r["target"]] + argv
         elif "+" in r["target"] and gpu_wrapper:        # a GPU owner (x86_64+sm_NN)
             argv = list(gpu_wrapper) + argv
         env = {**os.environ, "ALPHAC_EVENTS_KEY": events_key(k, r["role"]).hex()}
