@@ -48,6 +48,12 @@ def flit(v: float) -> str:
     return f"bits2f(0x{bits(v):016x})"
 
 
+# The runtime-language builtins on a vector of `width` lanes (0: one binary64, 2: f64x2, 4: f64x4).
+VOCAB = {0: {"load": "loadf", "store": "storef"},
+         2: {"load": "loadv", "store": "storev", "splat": "splat", "sqrt": "sqrtv"},
+         4: {"load": "loadw", "store": "storew", "splat": "splatw", "sqrt": "sqrtw"}}
+
+
 def f64_bytes(values) -> bytes:
     return struct.pack(f"<{len(values)}d", *values)
 
@@ -61,17 +67,24 @@ class Emitter:
         self.depth = 1
         self.hoist: tuple[int, int, set[str]] | None = None   # a vloop's (line, depth, outside)
         self.hoisted: dict[str, str] = {}
+        self.vw = 4 if gen.wide else 2    # a vloop's lanes: f64x4 on a target that has it
 
-    def splat(self, name: str) -> str | None:
-        """(name, name) as f64x2, computed once before the vloop being emitted when `name` was
-        computed before it; None otherwise (the caller splats it where it is)."""
-        if self.hoist is None or name not in self.hoist[2]:
-            return None
+    def splat(self, name: str, width: int) -> str:
+        """name in `width` lanes: computed once before the vloop being emitted when `name` was
+        computed before it (and `width` is the loop's), else here."""
+        if self.hoist is None or name not in self.hoist[2] or width != self.vw:
+            return self.let(f"{VOCAB[width]['splat']}({name})", "s")
         if name not in self.hoisted:
             at, depth, _ = self.hoist
             self.hoisted[name] = self.fresh("s")
-            self.lines.insert(at, "    " * depth + f"let {self.hoisted[name]} = splat({name});")
+            self.lines.insert(at, "    " * depth + f"let {self.hoisted[name]} = {VOCAB[width]['splat']}({name});")
         return self.hoisted[name]
+
+    def const(self, width: int, value: float) -> str:
+        """The binary64 `value` in `width` lanes (f64x4's from a table: no SSE between AVX)."""
+        if width == 4:
+            return f"loadw({self.gen.table((value,) * 4)})"
+        return f"splat({flit(value)})" if width else flit(value)
 
     def put(self, text: str) -> None:
         self.lines.append("    " * self.depth + text)
@@ -102,29 +115,44 @@ class Emitter:
 
 
     def vloop(self, lo, hi, body, outside: set[str] = frozenset()) -> None:
-        """A loop over coordinates lo..hi-1 in pairs: body(j, True) computes coordinates j and
-        j + 1 as f64x2 while two remain, then body(j, False) the last one, if any. A short
-        static loop is em.loop, one coordinate at a time. Splats of the scalars in `outside`
-        (computed before the loop) are computed once, before it."""
-        if isinstance(lo, int) and isinstance(hi, int) and hi - lo <= UNROLL:
-            self.loop(lo, hi, lambda j: body(j, False))
+        """A loop over coordinates lo..hi-1 in vectors: body(j, w) computes coordinates j..j+w-1
+        in w lanes (w = self.vw) while w remain; with f64x4, wide_end(), then a pair as f64x2 if
+        two remain; then body(j, 0) the last one, if any. A short static loop is em.loop, one
+        coordinate at a time. Splats of the scalars in `outside` (computed before the loop) are
+        computed once, before it."""
+        static = isinstance(lo, int) and isinstance(hi, int)
+        if static and hi - lo <= UNROLL:
+            self.loop(lo, hi, lambda j: body(j, 0))
             return
+        w = self.vw
         self.hoist, self.hoisted = (len(self.lines), self.depth, set(outside)), {}
         j = self.fresh("j")
         self.put(f"let {j} = {lo};")
-        last = hi - 2 if isinstance(hi, int) else self.let(f"{hi} - 2", "last")
+        last = hi - w if isinstance(hi, int) else self.let(f"{hi} - {w}", "last")
         self.put(f"while {j} <= {last} {{")
         self.depth += 1
-        body(j, True)
+        body(j, w)
         self.hoist = None
-        self.put(f"{j} = {j} + 2;")
+        self.put(f"{j} = {j} + {w};")
         self.depth -= 1
         self.put("}")
-        if isinstance(lo, int) and isinstance(hi, int) and (hi - lo) % 2 == 0:
+        rest = (hi - lo) % w if static else None
+        if w == 4:
+            self.put("wide_end();")
+            if rest is None or rest >= 2:
+                if rest is None:
+                    self.put(f"if {j} + 2 <= {hi} {{")
+                    self.depth += 1
+                body(j, 2)
+                self.put(f"{j} = {j} + 2;")
+                if rest is None:
+                    self.depth -= 1
+                    self.put("}")
+        if rest is not None and rest % 2 == 0:
             return
         self.put(f"if {j} < {hi} {{")
         self.depth += 1
-        body(j, False)
+        body(j, 0)
         self.depth -= 1
         self.put("}")
 
@@ -192,7 +220,7 @@ class Values:
         self.buffers: dict[int, tuple[str, ...]] = {}     # node id -> its buffer per lane
         self.rc: dict[str, tuple[str, str]] = {}  # a 2-D loop's flat coordinate -> (row, col)
         self.filling: int | None = None
-        self.vec = False          # in a vloop's pair body: shaped nodes are f64x2 at j, j + 1
+        self.vec = 0              # in a vloop's vector body: shaped nodes are in this many lanes at j..
 
     def width(self, n: Node) -> range:
         """The lanes n is computed for: all, or only lane 0 when it is the same in every lane."""
@@ -235,7 +263,7 @@ class Values:
         def each(j: str, vec: bool) -> None:
             saved, self.vec = dict(self.coord), vec
             body(j)
-            self.vec, self.coord = False, saved
+            self.vec, self.coord = 0, saved
         outside = {x for memo in (self.scalars, self.coord) for names in memo.values() for x in names}
         self.em.vloop(lo, hi, each, outside)
 
@@ -262,9 +290,9 @@ class Values:
         return True
 
     def splat(self, name: str) -> str:
-        key = ("splat", name)
+        key = ("splat", name, self.vec)
         if key not in self.coord:
-            self.coord[key] = self.em.splat(name) or self.em.let(f"splat({name})", "s")
+            self.coord[key] = self.em.splat(name, self.vec)
         return self.coord[key]
 
     def power(self, a: tuple[str, ...], k: int, lanes: range) -> tuple[str, ...]:
@@ -278,7 +306,7 @@ class Values:
         return tuple(out)
 
     def vcompute(self, n: Node, j: str) -> tuple[str, ...]:
-        """Shaped node n at coordinates j and j + 1, as f64x2 (`vectorizable` nodes only)."""
+        """Shaped node n at coordinates j..j+vec-1, in vec lanes (`vectorizable` nodes only)."""
         em, L = self.em, self.width(n)
 
         def operand(c: Node, k: str | None) -> tuple[str, ...]:
@@ -287,7 +315,8 @@ class Values:
         if leaf is not None or isinstance(n, Const):
             exprs = [self.leaf(n, j, s) for s in L] if leaf is not None else \
                 [self.em.gen.address(self.em.gen.const_vector(n), j)]
-            return tuple(em.let("loadv(" + e[6:] if e.startswith("loadf(") else e) for e in exprs)
+            load = VOCAB[self.vec]["load"]
+            return tuple(em.let(f"{load}(" + e[6:] if e.startswith("loadf(") else e) for e in exprs)
         if isinstance(n, Pick):
             return self.all(n.a, self.picked(n, j))
         if isinstance(n, Bcast):
@@ -297,14 +326,15 @@ class Values:
             return tuple(em.let(f"{a[s]} {OPS[n.op]} {b[s]}") for s in L)
         if isinstance(n, Unary):
             a = operand(n.a, j)
-            return tuple(em.let(f"-{a[s]}" if n.op == "neg" else f"sqrtv({a[s]})") for s in L)
+            return tuple(em.let(f"-{a[s]}" if n.op == "neg" else f"{VOCAB[self.vec]['sqrt']}({a[s]})")
+                         for s in L)
         if isinstance(n, Pow):
             return self.power(operand(n.a, j), n.n, L)
         if isinstance(n, Outer):
-            r, c = self.rc[j]                   # the column loop's pair: one row, two columns
-            self.vec = False
+            r, c = self.rc[j]                   # the column loop's vector: one row, vec columns
+            self.vec, vec = 0, self.vec
             row = self.all(n.a, r)
-            self.vec = True
+            self.vec = vec
             a, b = tuple(self.splat(x) for x in row), self.all(n.b, c)
             return tuple(em.let(f"{a[s]} * {b[s]}") for s in L)
         raise AssertionError(f"{type(n).__name__} is not computed in pairs")
@@ -397,14 +427,14 @@ class Values:
 
             def row(r: str) -> None:
                 u = self.all(n.a, r)
-                us = [em.let(f"splat({u[s]})", "s") for s in L] if pairs and cols > UNROLL else []
 
                 def term(c: str) -> None:
                     b = self.all(n.b, self.flat(r, c, cols))
-                    ts = [em.let(f"{(us if self.vec else u)[s]} * {b[s]}") for s in L]
+                    ts = [em.let(f"{self.splat(u[s]) if self.vec else u[s]} * {b[s]}") for s in L]
                     for s in L:
                         if self.vec:
-                            em.put(f"storev({gen.slot(bufs[s], c)}, loadv({gen.slot(bufs[s], c)}) + {ts[s]});")
+                            ld, st = VOCAB[self.vec]["load"], VOCAB[self.vec]["store"]
+                            em.put(f"{st}({gen.slot(bufs[s], c)}, {ld}({gen.slot(bufs[s], c)}) + {ts[s]});")
                         else:
                             put(s, c, f"{gen.address(bufs[s], c)} + {ts[s]}")
                 self.vloop(0, cols, term, pairs)
@@ -437,7 +467,7 @@ class Values:
                 v = self.all(n, j)
                 for s in L:
                     if self.vec:
-                        em.put(f"storev({gen.slot(bufs[s], j)}, {v[s]});")
+                        em.put(f"{VOCAB[self.vec]['store']}({gen.slot(bufs[s], j)}, {v[s]});")
                     else:
                         put(s, j, v[s])
             self.vloop(0, n.size, each, len(n.shape) == 1 and self.vectorizable([n]))
@@ -450,7 +480,10 @@ class Values:
         are first packed in pairs, `xp[c * lanes + s]`, and each pair of lanes' chains is one
         f64x2: the block's loop splats W[r, c] and multiplies it by a pair. Every chain is the
         row's left fold from -0.0 over c in order, `acc + W[r, c] * b[c]`, as one row at a time
-        computes it."""
+        computes it. With f64x4 (`gen.wide`), four lanes and W read in place, a row's four chains
+        are one f64x4, W[r, c] broadcast from memory, and a block is MATVEC_CHAINS rows; no SSE
+        instruction runs between the block's first f64x4 and its wide_end() (the chains start
+        from a table of -0.0 and go through `wt`), so no CPU pays for mixing the two."""
         em, gen = self.em, self.em.gen
         rows, cols = n.a.shape
         nl = len(L)
@@ -464,35 +497,43 @@ class Values:
                 for q in range(0, nl, 2):
                     em.put(f"storev({gen.slot(xq[q // 2], at)}, pack({b[q]}, {b[q + 1]}));")
             self.loop(0, cols, pack)
-        chains = nl // 2 if packed else nl          # accumulators a row
+        wide = packed and nl == 4 and gen.wide and self.row_pointer(n.a, "0", probe=True) is not None
+        wt = gen.buffer(4 * MATVEC_CHAINS) if wide else None
+        chains = 1 if wide else nl // 2 if packed else nl          # accumulators a row
         block = max(1, MATVEC_CHAINS // chains)
 
         def rows_from(r0: str, count: int) -> None:
             offs = [em.let(f"({r0} + {k}) * {cols}", "ro") for k in range(count)]
             rowp = [self.row_pointer(n.a, o) for o in offs]    # W's rows as bases, or None
-            zero = f"splat({flit(-0.0)})" if packed else flit(-0.0)
+            zero = f"loadw({gen.table((-0.0,) * 4)})" if wide else \
+                f"splat({flit(-0.0)})" if packed else flit(-0.0)
             accs = [[em.let(zero, "acc") for _ in range(chains)] for _ in range(count)]
 
             def term(c: str) -> None:
                 if packed:
                     at = em.let(f"{nl} * {c}", "cx")
-                    xs = [em.let(f"loadv({gen.slot(x, at)})") for x in xq]
+                    xs = [em.let(f"{'loadw' if wide else 'loadv'}({gen.slot(x, at)})") for x in xq[:chains]]
                 else:
                     xs = self.all(n.b, c)
                 for k in range(count):
                     w = (em.let(gen.address(rowp[k], c)),) * nl if rowp[k] else \
                         self.all(n.a, f"{offs[k]} + {c}")
                     if packed:
-                        ws = em.let(f"splat({w[0]})", "s")
+                        ws = em.let(f"{'splatw' if wide else 'splat'}({w[0]})", "s")
                         for q in range(chains):
                             em.put(f"{accs[k][q]} = {accs[k][q]} + {em.let(f'{ws} * {xs[q]}')};")
                     else:
                         self.fold(accs[k], [em.let(f"{w[s]} * {xs[s]}") for s in L], L)
             self.loop(0, cols, term)
+            if wide:
+                for k in range(count):
+                    em.put(f"storew({gen.slot(wt, str(4 * k))}, {accs[k][0]});")
+                em.put("wide_end();")
             for k in range(count):
                 r = f"{r0} + {k}" if not r0.isdigit() else str(int(r0) + k)
                 for s in L:
-                    v = em.let(f"lane({accs[k][s // 2]}, {s % 2})") if packed else accs[k][s]
+                    v = em.let(f"loadf({gen.slot(wt, str(4 * k + s))})") if wide else \
+                        em.let(f"lane({accs[k][s // 2]}, {s % 2})") if packed else accs[k][s]
                     em.put(f"storef({gen.slot(bufs[s], r)}, {v});")
         self.blocks(rows, block, rows_from)
 
@@ -510,7 +551,8 @@ class Values:
         block's sums (pairs of columns, every lane) are f64x2 chains in one loop over the rows,
         after each lane's u[r] is splatted once into `up[r * lanes + s]`; an odd last column is
         one scalar chain a lane. Every chain is column c's left fold from -0.0 over r in order,
-        `acc + u[r] * W[r, c]`, as the row-by-row loop computes it."""
+        `acc + u[r] * W[r, c]`, as the row-by-row loop computes it. With f64x4 (`gen.wide`), the
+        blocks are of four columns (u[r] broadcast from `up`), then a last pair, then the odd one."""
         em, gen = self.em, self.em.gen
         rows, cols = n.b.shape
         nl = len(L)
@@ -522,25 +564,36 @@ class Values:
                 em.put(f"storev({gen.slot(at, str(2 * s))}, splat({u[s]}));")
         self.loop(0, rows, spread)
 
-        def cols_from(c0: str, count: int) -> None:     # `count` pairs from column c0
+        def cols_from(c0: str, count: int, width: int = 2) -> None:    # `count` blocks of width
             base = self.row_pointer(n.b, c0)
-            accs = [[em.let(f"splat({flit(-0.0)})", "acc") for _ in range(count)] for _ in L]
+            load, store = ("loadw", "storew") if width == 4 else ("loadv", "storev")
+            zero = f"loadw({gen.table((-0.0,) * 4)})" if width == 4 else f"splat({flit(-0.0)})"
+            accs = [[em.let(zero, "acc") for _ in range(count)] for _ in L]
 
             def term(r: str) -> None:
                 w = em.let(f"{base} + 8 * ({r} * {cols})", "wr")
-                ws = [em.let(f"loadv({gen.slot(w, str(2 * b))})") for b in range(count)]
+                ws = [em.let(f"{load}({gen.slot(w, str(width * b))})") for b in range(count)]
                 at = em.let(f"{up} + 8 * ({2 * nl} * {r})", "ua")
                 for s in L:
-                    u = em.let(f"loadv({gen.slot(at, str(2 * s))})")
+                    u = em.let(f"splatw(loadf({gen.slot(at, str(2 * s))}))" if width == 4 else
+                               f"loadv({gen.slot(at, str(2 * s))})")
                     for b in range(count):
                         em.put(f"{accs[s][b]} = {accs[s][b]} + {em.let(f'{u} * {ws[b]}')};")
             self.loop(0, rows, term)
             for s in L:
                 for b in range(count):
-                    c = f"{c0} + {2 * b}" if not c0.isdigit() else str(int(c0) + 2 * b)
-                    em.put(f"storev({gen.slot(bufs[s], c)}, {accs[s][b]});")
-        self.blocks(cols // 2, max(1, MATVEC_CHAINS // nl), lambda b, k: cols_from(
-            str(2 * int(b)) if b.isdigit() else em.let(f"2 * {b}", "c0"), k))
+                    c = f"{c0} + {width * b}" if not c0.isdigit() else str(int(c0) + width * b)
+                    em.put(f"{store}({gen.slot(bufs[s], c)}, {accs[s][b]});")
+            if width == 4:
+                em.put("wide_end();")
+        quads = cols // 4 if gen.wide else 0
+        if quads:
+            self.blocks(quads, max(1, MATVEC_CHAINS // nl), lambda b, k: cols_from(
+                str(4 * int(b)) if b.isdigit() else em.let(f"4 * {b}", "c0"), k, 4))
+        pairs = (cols - 4 * quads) // 2
+        if pairs:
+            self.blocks(pairs, max(1, MATVEC_CHAINS // nl), lambda b, k: cols_from(
+                str(4 * quads + 2 * int(b)) if b.isdigit() else em.let(f"{4 * quads} + 2 * {b}", "c0"), k))
         if cols % 2:                                      # the last column, alone
             last = str(cols - 1)
             accs = [em.let(flit(-0.0), "acc") for _ in L]
@@ -638,8 +691,10 @@ class Values:
 
 
 class LearnerCode:
-    def __init__(self, lr: Learner, evaluation: tuple[Learner, str | None] | None = None):
+    def __init__(self, lr: Learner, evaluation: tuple[Learner, str | None] | None = None,
+                 wide: bool = False):
         self.lr = lr
+        self.wide = wide                 # f64x4 in the matrix products (x86_64-v3)
         self.evaluation = evaluation     # (the learner on held-out data, its labels' name)
         self.counter = 0
         self.consts: dict[tuple, str] = {}
@@ -655,12 +710,15 @@ class LearnerCode:
         return name
 
     def const_vector(self, c: Const) -> str:
-        key = c.values
+        return self.table(c.values)
+
+    def table(self, key: tuple[float, ...]) -> str:
+        """A read-only global of these binary64 values (one for equal tuples)."""
         if key not in self.consts:
             name = f"ct{len(self.consts)}"
             self.consts[key] = name
-            self.blobs[name] = f64_bytes(c.values)
-            self.globals.append(f"data {name}: [f64; {len(c.values)}] = extern;")
+            self.blobs[name] = f64_bytes(key)
+            self.globals.append(f"data {name}: [f64; {len(key)}] = extern;")
         return self.consts[key]
 
     # -- leaves --------------------------------------------------------------------------------
@@ -702,8 +760,7 @@ class LearnerCode:
             em.put(f"storef(L_sum, {flit(-0.0)});")
             for p in lr.params:
                 em.vloop(0, p.size, lambda j, vec, p=p: em.put(
-                    f"storev(G_{p.name} + 8 * ({j}), splat({flit(-0.0)}));" if vec else
-                    f"storef(G_{p.name} + 8 * ({j}), {flit(-0.0)});"))
+                    f"{VOCAB[vec]['store']}(G_{p.name} + 8 * ({j}), {em.const(vec, -0.0)});"))
         batched = bool(lr.batch)
         if batched:                      # step t's samples (alphac.ir.order), counted in n
             em.put(f"let ep = t / {lr.batches};")
@@ -760,8 +817,8 @@ class LearnerCode:
                 def body(j: str, covering=covering, p=p, a=a, row=None) -> None:
                     terms = [vals.all(c.node, None if not c.node.shape else _sub(j, c.offset))
                              for c in covering]
-                    gs, v = [], "v" if vals.vec else "f"
-                    zero = f"splat({flit(0.0)})" if vals.vec else flit(0.0)
+                    gs, ld, st = [], VOCAB[vals.vec]["load"], VOCAB[vals.vec]["store"]
+                    zero = em.const(vals.vec, 0.0)
                     for s in range(lanes):
                         g = terms[0][s] if terms else em.let(zero, "zero")
                         for t in terms[1:]:
@@ -772,12 +829,12 @@ class LearnerCode:
                         em.put(f"storef({slot}, {gs[0]});")
                         return
                     if lanes == 1:
-                        em.put(f"store{v}({slot}, load{v}({slot}) + {gs[0]});")
+                        em.put(f"{st}({slot}, {ld}({slot}) + {gs[0]});")
                         return
-                    acc = em.let(f"load{v}({slot}) + {gs[0]}", "gs")
+                    acc = em.let(f"{ld}({slot}) + {gs[0]}", "gs")
                     for g in gs[1:]:
                         em.put(f"{acc} = {acc} + {g};")
-                    em.put(f"store{v}({slot}, {acc});")
+                    em.put(f"{st}({slot}, {acc});")
                 nodes = [c.node for c in covering]
                 vals.prepare(nodes)
                 cols = p.shape[1] if len(p.shape) == 2 else 0
@@ -841,12 +898,10 @@ class LearnerCode:
         em = Emitter(self)
         em.put("let nf = i2f(n);")
         em.put("storef(loss_mean, loadf(L_sum) / nf);")
-        if any(p.size > UNROLL for p in self.lr.params):
-            em.put("let nfv = splat(nf);")
         for p in self.lr.params:
             em.vloop(0, p.size, lambda j, vec, p=p: em.put(
-                f"storev(g_{p.name} + 8 * ({j}), loadv(G_{p.name} + 8 * ({j})) / nfv);" if vec else
-                f"storef(g_{p.name} + 8 * ({j}), loadf(G_{p.name} + 8 * ({j})) / nf);"))
+                f"{VOCAB[vec]['store']}(g_{p.name} + 8 * ({j}), {VOCAB[vec]['load']}(G_{p.name} + 8 * "
+                f"({j})) / {em.splat('nf', vec) if vec else 'nf'});"), {"nf"})
         return self.function("learner_mean", "n: i64", em)
 
     def update_leaf(self, n: Node, j: str | None, members_new: dict[str, str]) -> str | None:
@@ -887,7 +942,7 @@ class LearnerCode:
                 not m.shape and not (isinstance(m, Read) and self.lr.state(m.name).group == gi)
                 for m in postorder([n]))])
 
-        def body(j: str, vec: bool = False) -> None:
+        def body(j: str, vec: int = 0) -> None:
             new: dict[str, str] = {}
             vals = Values(em, lambda n, jj, s: self.update_leaf(n, jj, new))
             vals.vec = vec
@@ -900,7 +955,7 @@ class LearnerCode:
                     vals.get(n, coord)
                 new[a.target] = v
                 slot = f"st_{a.target}" if not g.shape else f"st_{a.target} + 8 * ({j})"
-                em.put(f"store{'v' if vec else 'f'}({slot}, {v});")
+                em.put(f"{VOCAB[vec]['store']}({slot}, {v});")
         probe = Values(em, lambda n, jj, s: self.update_leaf(n, jj, {}))
         if g.shape and probe.vectorizable([a.node for a in stmts]):
             em.vloop("a", "b", body, {x for names in pre.scalars.values() for x in names})
@@ -1158,13 +1213,14 @@ def _sub(j: str, offset: int) -> str:
     return str(int(j) - offset) if j.isdigit() else f"{j} - {offset}"
 
 
-def learner_source(lr: Learner, evaluation: tuple[Learner, str | None] | None = None
-                   ) -> tuple[str, dict[str, bytes]]:
+def learner_source(lr: Learner, evaluation: tuple[Learner, str | None] | None = None,
+                   wide: bool = False) -> tuple[str, dict[str, bytes]]:
     """The learner's runtime-language source (with the alphac.math functions it calls), and
     the bytes of its `extern` globals; with `evaluation` (the learner on held-out data and its
-    labels' name), learner_evaluate scores the state on those samples."""
+    labels' name), learner_evaluate scores the state on those samples; `wide`: the matrix
+    products' chains in f64x4 (a target with AVX2: x86_64-v3)."""
     from alphac.math import rt_source
-    g = LearnerCode(lr, evaluation)
+    g = LearnerCode(lr, evaluation, wide)
     text = g.generate()
     used = g.math_functions()
     return (text + "\n" + rt_source(used) if used else text), g.blobs
