@@ -6,6 +6,8 @@
     plan:D        deployment D's plan in the plan executor (alphac.dist.execute)
     ptx           the GPU owner's kernels (alphac.ptx) in the tests' PTX interpreter, 5 steps
     x86_64        the single-process executable: 5 steps; 3 + --checkpoint, then 2 + --resume
+    x86_64-v3     the same at the AVX2 level (natively, or under qemu-x86_64 -cpu max where the
+                  host lacks AVX2), and resumed from the x86-64 checkpoint
     aarch64       the same under qemu-aarch64, and resumed from the x86-64 checkpoint
     roles:D       deployment D's role executables on loopback (its own targets, mixed ISAs
                   included): 5 steps; 3 + checkpoint, then 2 resumed
@@ -42,7 +44,7 @@ from pathlib import Path
 
 from conftest import require_tool
 
-ALL = ("interp", "plan", "ptx", "x86_64", "aarch64", "roles", "moved", "gpu", "fleet")
+ALL = ("interp", "plan", "ptx", "x86_64", "x86_64-v3", "aarch64", "roles", "moved", "gpu", "fleet")
 # "gpu": a copy of a program's first deployment with owner[0] an sm_90 and its last owner an
 # sm_86 GPU owner, each under its own mock driver (tests/mockgpu/wrap.py), launched, resumed,
 # and resumed from the CPU deployment's checkpoint
@@ -182,10 +184,19 @@ def exe_outcome(proc) -> str:
     return f"crash: exit {proc.returncode} {proc.stderr[-200:]!r}"
 
 
-def run_exe(path: Path, target: str, *args) -> str:
-    cmd = [str(path), *map(str, args)]
+def runner(target: str) -> list[str]:
+    """The command prefix an executable of `target` runs under here: qemu-aarch64 for AArch64,
+    qemu-x86_64 -cpu max for x86_64-v3 where this CPU lacks AVX2, else nothing."""
     if target == "aarch64":
-        cmd = [require_tool("qemu-aarch64")] + cmd
+        return [require_tool("qemu-aarch64")]
+    from alphac.tools.launch import host_avx2
+    if target == "x86_64-v3" and not host_avx2():
+        return [require_tool("qemu-x86_64"), "-cpu", "max"]
+    return []
+
+
+def run_exe(path: Path, target: str, *args) -> str:
+    cmd = runner(target) + [str(path), *map(str, args)]
     return exe_outcome(subprocess.run(cmd, capture_output=True, text=True, timeout=120))
 
 
@@ -259,7 +270,7 @@ def check_text(text: str, work: Path, engines=ALL, files: dict[str, bytes] | Non
     if "ptx" in engines and not gpu_refuses(rep, lr) and not too_large(rep, lr):
         compare(rep, "ptx", guarded(lambda: run_ptx(lr)), want5)
     single = {}
-    for target in ("x86_64", "aarch64"):
+    for target in ("x86_64", "x86_64-v3", "aarch64"):
         if target not in engines:
             continue
         got = guarded(lambda: build_single(lr, target, work))
@@ -276,8 +287,8 @@ def check_text(text: str, work: Path, engines=ALL, files: dict[str, bytes] | Non
         if finite(want3):
             compare(rep, f"{target} resumed 2 steps", run_exe(exe, target, "--steps", STEPS - FIRST,
                                                               "--resume", ck), want5)
-        if target == "aarch64" and finite(want3) and (work / "ck-x86_64" / "MANIFEST").exists():
-            compare(rep, "aarch64 resumed from x86_64's checkpoint",
+        if target != "x86_64" and finite(want3) and (work / "ck-x86_64" / "MANIFEST").exists():
+            compare(rep, f"{target} resumed from x86_64's checkpoint",
                     run_exe(exe, target, "--steps", STEPS - FIRST, "--resume", work / "ck-x86_64"), want5)
     if "roles" in engines or "moved" in engines or "fleet" in engines:
         for name, plan in sorted(plans.items()):

@@ -1347,6 +1347,12 @@ def add_deployments(prog: Program, lr, seed: int, count: int | None = None, aarc
             if star and r.random() < 0.3:
                 roles.append("coordinator")
             items.append("target " + ", ".join(roles) + " = aarch64")
+        else:
+            picks = []
+        rest = [k for k in range(owners) if k not in picks]
+        if rest and xr.random() < 0.3:                      # owners at the AVX2 level
+            items.append("target " + ", ".join(f"owner[{k}]" for k in
+                                               sorted(xr.sample(rest, xr.randint(1, len(rest))))) + " = x86_64-v3")
         scatter = "gradients" in (custom.partition if strat == custom.name else
                                   {"zero2": ["gradients"], "zero3": ["gradients"]}.get(strat, []))
         if star and owners > 1 and prog.contract != "exact_sum" and xr.random() < 0.35 and (
