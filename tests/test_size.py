@@ -36,9 +36,11 @@ from conftest import ROOT
 # owners' reduce-scatter and all-gather: the plan, its executor and the unbuffered check in
 # dist, the exchanges in lower/role.py, the links in runtime/role.rt, the launcher's and the
 # Kubernetes writer's --mesh in tools, E0118 in diag.py) raised dist, lower, runtime, tools and
-# the top level by what they added
-BUDGETS = {"parse": 900, "types": 770, "ir": 1320, "dist": 1540, "lower": 3870, "runtime": 2970,
-           "x86_64": 910, "aarch64": 990, "elf": 480, "ptx": 945, "nvdrv": 1165, "tools": 1930,
+# the top level by what they added; the x86_64-v3 level (YMM registers and VEX rows in the
+# x86-64 table and encoder, class w in LIR, its rules, spills and folds, the 4-lane kernels in
+# lower/learner.py) raised x86_64 and lower
+BUDGETS = {"parse": 900, "types": 770, "ir": 1320, "dist": 1540, "lower": 3990, "runtime": 2970,
+           "x86_64": 995, "aarch64": 990, "elf": 480, "ptx": 945, "nvdrv": 1165, "tools": 1930,
            "math": 1300, "": 2655}
 
 
