@@ -129,10 +129,10 @@ def build_learner_recipe(recipe: dict) -> Built:
 
 @catalogue
 def example_learners() -> list[tuple[str, dict]]:
-    """Every examples/*.alpha for every target: `learners/<name>.<target>`."""
-    from alphac.lower.target import ISAS
+    """Every examples/*.alpha for every target and level: `learners/<name>.<target>`."""
+    from alphac.lower.target import names
     return [(f"learners/{src.stem}.{t}", learner_recipe(src.as_posix(), t))
-            for src in sorted(Path("examples").glob("*.alpha")) for t in sorted(ISAS)]
+            for src in sorted(Path("examples").glob("*.alpha")) for t in sorted(names())]
 
 
 # ---- GPU owners --------------------------------------------------------------------------------

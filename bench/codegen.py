@@ -1,6 +1,7 @@
 """Benchmark: the generated code against numpy on one thread, where work is large (issue 18).
 
-Two workloads, each run by the x86-64 executable and by numpy (OPENBLAS_NUM_THREADS=1; numpy's
+Two workloads, each run by the x86-64 executables (the baseline x86_64, SSE2, and the x86_64-v3
+level, AVX2 without FMA: the same bits) and by numpy (OPENBLAS_NUM_THREADS=1; numpy's
 own sums, so its bits may differ; the executable's are the contract's, checked here against the
 reference interpreter):
 
@@ -16,7 +17,7 @@ this VM's neighbours make single runs up to 1.7x slower), the rate in
 GFLOP/s of the arithmetic the step does (multiplies and adds of the products, counted the same
 way for both), and the executable's throughput as a fraction of numpy's.
 
-    python bench/codegen.py [--steps N] [--quick]
+    python bench/codegen.py [--steps N] [--targets x86_64,x86_64-v3] [--quick]
     python bench/codegen.py --instructions [--tree DIR]
 
 `--instructions` counts instead of timing: the guest instructions one step executes (a run of 2
@@ -171,9 +172,11 @@ def instructions(tree: Path) -> None:
 
 
 def main() -> None:
+    from alphac.tools.launch import host_avx2
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--steps", type=int, default=100)
-    ap.add_argument("--target", default="x86_64", help="the executable's target (default x86_64)")
+    ap.add_argument("--targets", default="x86_64,x86_64-v3",
+                    help="the executables' targets, comma-separated (default x86_64,x86_64-v3)")
     ap.add_argument("--quick", action="store_true", help="small sizes, 3 steps, one run: a smoke run")
     ap.add_argument("--instructions", action="store_true",
                     help="count each ISA's guest instructions per step under qemu instead of timing")
@@ -183,6 +186,10 @@ def main() -> None:
         instructions(args.tree.resolve())
         return
     global REPEATS
+    targets = args.targets.split(",")
+    if "x86_64-v3" in targets and not host_avx2():
+        print("x86_64-v3 not timed: this CPU has no AVX2 (its executables would refuse cpu-level)\n")
+        targets.remove("x86_64-v3")
     workloads = [("lsq 100k", lsq_source, {}), ("matvec 64x256, 256 samples", matvec_source, {})]
     if args.quick:
         args.steps, REPEATS = 3, 1
@@ -194,20 +201,21 @@ def main() -> None:
         for name, make, size in workloads:
             src, ref = make(tmp, **size)
             lr = compile_file(src).learner
-            exe = tmp / "exe"
-            exe.write_bytes(build_learner(lr, args.target).elf)
-            os.chmod(exe, 0o755)
-            same = bits_agree(src, exe, tmp)
-            a = exe_per_step(exe, args.steps, tmp)
             b = numpy_per_step(ref["step"], args.steps)
-            rows.append((name, a, b, ref["flops"], same))
-    print(f"generated code ({args.target}) against numpy {np.__version__}, one thread\n")
-    print("| workload | alphac ms/step | alphac GFLOP/s | numpy ms/step | numpy GFLOP/s | "
+            for target in targets:
+                exe = tmp / f"exe.{target}"
+                exe.write_bytes(build_learner(lr, target).elf)
+                os.chmod(exe, 0o755)
+                same = bits_agree(src, exe, tmp)
+                a = exe_per_step(exe, args.steps, tmp)
+                rows.append((name, target, a, b, ref["flops"], same))
+    print(f"generated code against numpy {np.__version__}, one thread, in one run\n")
+    print("| workload | target | alphac ms/step | alphac GFLOP/s | numpy ms/step | numpy GFLOP/s | "
           "throughput, alphac to numpy | alphac bits = interpreter |")
-    print("|---|---|---|---|---|---|---|")
-    for name, a, b, flops, same in rows:
-        print(f"| {name} | {a * 1e3:.3f} | {flops / a / 1e9 if a else 0:.2f} | {b * 1e3:.3f} | "
-              f"{flops / b / 1e9:.2f} | {b / a if a else 0:.2f}x | {same} |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name, target, a, b, flops, same in rows:
+        print(f"| {name} | {target} | {a * 1e3:.3f} | {flops / a / 1e9 if a else 0:.2f} | "
+              f"{b * 1e3:.3f} | {flops / b / 1e9:.2f} | {b / a if a else 0:.2f}x | {same} |")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,8 @@ batches and epochs, one thread each.
 For each system: the time per epoch (wall clock over the training run), the final training loss
 (the mean loss over the 1,500 training images at the final state, numpy float64, from
 examples/data/digits_eval.py) and the test accuracy on the last 297 images. alphac's row is the
-x86-64 executable (`--steps E`, one process); the evaluation is the executable's own
+x86-64 executables, the baseline and the x86_64-v3 level (AVX2, where the CPU has it), each
+`--steps E` in one process; the evaluation is the executable's own
 (`--evaluate`, built with `--eval-data`) and equals digits_eval.py's. Without torch installed its
 row says so. Needs the data (`make data`).
 
@@ -39,13 +40,13 @@ def digits_eval():
     return mod
 
 
-def alphac_row(epochs: int, ev) -> dict:
+def alphac_row(epochs: int, ev, target: str = "x86_64") -> dict:
     src = ROOT / "examples" / "digits_mlp.alpha"
     lr = compile_file(src).learner
     test = [("x", str(DATA / "digits_x_test.npy")), ("y", str(DATA / "digits_y_test.npy"))]
     with tempfile.TemporaryDirectory() as tmp:
         exe, ck = Path(tmp) / "digits", Path(tmp) / "ck"
-        exe.write_bytes(build_learner(lr, "x86_64", evaluation_for(lr, test, None, str(src))).elf)
+        exe.write_bytes(build_learner(lr, target, evaluation_for(lr, test, None, str(src))).elf)
         os.chmod(exe, 0o755)
         t0 = time.perf_counter()
         run = subprocess.run([str(exe), "--steps", str(epochs * lr.batches), "--checkpoint", str(ck)],
@@ -56,7 +57,7 @@ def alphac_row(epochs: int, ev) -> dict:
     loss, acc = ev.figures(ev.read_state(run.stdout))
     correct = int(scored[scored.index("correct") + 1])
     assert round(acc * 297) == correct, (acc, correct)     # numpy's argmax = the executable's
-    return {"system": "alphac x86-64 executable", "ms": seconds / epochs * 1e3, "loss": loss,
+    return {"system": f"alphac {target} executable", "ms": seconds / epochs * 1e3, "loss": loss,
             "correct": correct}
 
 
@@ -82,7 +83,10 @@ def main() -> None:
     if not (DATA / "digits_x_train.npy").exists():
         sys.exit("bench/digits.py: no data; run `make data` (examples/data/make_data.py)")
     ev = digits_eval()
-    rows = [alphac_row(epochs, ev), torch_row(epochs, ev)]
+    from alphac.tools.launch import host_avx2
+    rows = [alphac_row(epochs, ev)] + ([alphac_row(epochs, ev, "x86_64-v3")] if host_avx2() else
+                                       [{"system": "alphac x86_64-v3 (not run: no AVX2 here)"}])
+    rows.append(torch_row(epochs, ev))
     print(f"digits MLP 64-32-10, full batch, Adam lr 0.01, {epochs} epochs (1 step each)\n")
     print("| system | time per epoch ms | final training loss | test accuracy |")
     print("| --- | --- | --- | --- |")

@@ -12,7 +12,7 @@ HEADERS = {"learners.py": "| learner | compile ms |", "functions.py": "function"
            "fleet.py": "| deployment | check time s |", "distributed.py": "| system | learner |",
            "interp.py": "| learner | samples |", "digits.py": "| system | time per epoch ms |",
            "sha256.py": "| system | message bytes |", "data.py": "| measure | alphac |",
-           "exact_sum.py": "| learner | contract |", "codegen.py": "| workload | alphac ms/step |",
+           "exact_sum.py": "| learner | contract |", "codegen.py": "| workload | target | alphac ms/step |",
            "bits_before_after.py": "| learner | ISA | output identical |"}
 
 
