@@ -289,17 +289,23 @@ class FnLowerer:
             raise self.err("an address must be i64")
         return self.reg(base), Imm(0)
 
+    def vector_memory(self, cls: str, load: bool, args: list[tuple], typed, ty: str):
+        """A load (cls+"load") or store (cls+"store") of a vector of type ty at args[0]; "x" ops
+        where the address is base + index * 8."""
+        ix = self.indexed(args[0])
+        base, off = ix if ix is not None else self.address(args[0])
+        x = "x" if ix else ""
+        if load:
+            return self.emit(f"{cls}load{x}", self.fn.new(cls), base, off), ty
+        self.emit(f"{cls}store{x}", None, base, off, self.reg(typed(args[1], ty)))
+        return None, None
+
     def vector(self, f: str, args: list[tuple], need, typed):
         """The f64x2 builtins: loadv(a), storev(a, v) (16 bytes at a, any alignment), splat(x),
         pack(x, y) ((x, y)), lane(v, K) (K = 0: the value at the lower address), sqrtv(v)."""
         need(2 if f in ("storev", "lane", "pack") else 1)
         if f in ("loadv", "storev"):
-            ix = self.indexed(args[0])
-            base, off = ix if ix is not None else self.address(args[0])
-            if f == "loadv":
-                return self.emit("vloadx" if ix else "vload", self.fn.new("v"), base, off), "f64x2"
-            self.emit("vstorex" if ix else "vstore", None, base, off, self.reg(typed(args[1], "f64x2")))
-            return None, None
+            return self.vector_memory("v", f == "loadv", args, typed, "f64x2")
         if f == "splat":
             return self.emit("vsplat", self.fn.new("v"), typed(args[0], "f64")), "f64x2"
         if f == "pack":
@@ -321,12 +327,7 @@ class FnLowerer:
             raise self.err(f"`{f}` needs f64x4, which only the x86_64-v3 target has")
         need({"storew": 2, "wide_end": 0}.get(f, 1))
         if f in ("loadw", "storew"):
-            ix = self.indexed(args[0])
-            base, off = ix if ix is not None else self.address(args[0])
-            if f == "loadw":
-                return self.emit("wloadx" if ix else "wload", self.fn.new("w"), base, off), "f64x4"
-            self.emit("wstorex" if ix else "wstore", None, base, off, self.reg(typed(args[1], "f64x4")))
-            return None, None
+            return self.vector_memory("w", f == "loadw", args, typed, "f64x4")
         if f == "splatw":
             return self.emit("wsplat", self.fn.new("w"), typed(args[0], "f64")), "f64x4"
         if f == "sqrtw":
