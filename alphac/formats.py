@@ -93,10 +93,10 @@ def _fields(*rows: tuple[str, int, str, str]) -> tuple[Field, ...]:
 
 # -- frames between roles (DESIGN.md contract 5) --------------------------------------------------
 FRAME_MAGIC = 0x48504C41                  # "ALPH"
-FRAME_FORMAT = 1
+FRAME_FORMAT = 2                          # 2: sum64 in four chains
 FRAME = Layout("frame header", "FH", 96, _fields(
     ("magic", 0, "u32", 'the bytes "ALPH"'),
-    ("format", 4, "u16", "the frame format, 1"),
+    ("format", 4, "u16", "the frame format, 2"),
     ("kind", 6, "u16", "the message kind (FRAME_KINDS)"),
     ("sender", 8, "u32", "the sender's role code: (its index node << 24) + its index"),
     ("length", 12, "u32", "payload bytes; the receiver knows exactly how many it expects"),

@@ -2,9 +2,11 @@
 `alphac.formats.FRAME`: encode frames (good and malformed) and decode headers, to talk to role
 executables as a peer would.
 
-The checksum `sum64` mixes eight bytes at a time, `h = rotl(h ^ w, 29) * K`, the tail
-zero-padded, then the length: over the header (checksum field zero) and then the payload. It is
-written here from that description, not from net.rt's code.
+The checksum `sum64` mixes eight-byte words as `h = rotl(h ^ w, 29) * K` in four chains: chain j
+(starting at h ^ j) takes word j of each 32-byte chunk; the words left and then the tail
+(zero-padded) go into chain 0, which then takes chains 1, 2, 3 in turn, then the length: over the
+header (checksum field zero) and then the payload. It is written here from that description, not
+from net.rt's code.
 """
 from __future__ import annotations
 
@@ -18,16 +20,25 @@ M64 = (1 << 64) - 1
 DIGESTS = ("learner", "rate", "contract", "combine", "membership", "plan")
 
 
+def _mix(h: int, w: int) -> int:
+    h ^= w
+    return (((h << 29) | (h >> 35)) & M64) * K & M64
+
+
 def sum64(data: bytes, h: int = 0) -> int:
     n = len(data)
+    chains = [h, h ^ 1, h ^ 2, h ^ 3]
+    chunked = n - n % 32
+    for words in struct.iter_unpack("<4Q", data[:chunked]):
+        chains = [_mix(c, w) for c, w in zip(chains, words)]
+    h = chains[0]
     full = n - n % 8
-    for (w,) in struct.iter_unpack("<Q", data[:full]):
-        h ^= w
-        h = (((h << 29) | (h >> 35)) & M64) * K & M64
+    for (w,) in struct.iter_unpack("<Q", data[chunked:full]):
+        h = _mix(h, w)
     if full < n:
-        w = int.from_bytes(data[full:], "little")
-        h ^= w
-        h = (((h << 29) | (h >> 35)) & M64) * K & M64
+        h = _mix(h, int.from_bytes(data[full:], "little"))
+    for c in chains[1:]:
+        h = _mix(h, c)
     h ^= n
     return h * K & M64
 
