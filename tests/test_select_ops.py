@@ -43,6 +43,11 @@ def ror32(v, k):
     return ((v >> k) | (v << (32 - k))) & 0xFFFFFFFF
 
 
+def ror64(v, k):
+    v &= M
+    return ((v >> k) | (v << (64 - k))) & M
+
+
 def bswap32(v):
     return int.from_bytes((v & 0xFFFFFFFF).to_bytes(4, "little"), "big")
 
@@ -74,6 +79,8 @@ INT_CASES = [
     ("ror32(x, 7)", ror32(X, 7)), ("ror32(y, 1)", ror32(Y, 1)), ("ror32(y, 31)", ror32(Y, 31)),
     ("ror32(x + y, 25) ^ ror32(x, 13)", ror32(X + Y, 25) ^ ror32(X, 13)), ("bswap32(x)", bswap32(X)),
     ("bswap32(y)", bswap32(Y)), ("bswap32(ror32(y, 8))", bswap32(ror32(Y, 8))),
+    ("ror64(x, 35)", ror64(X, 35)), ("ror64(y, 1)", ror64(Y, 1)), ("ror64(y, 63)", ror64(Y, 63)),
+    ("ror64(x ^ y, 35) * 1000003", ror64(X ^ Y, 35) * 1000003), ("ror64(ror32(y, 3), 32)", ror64(ror32(Y, 3), 32)),
 ]
 # fgt is Python's float >: ordered (false when either side is a NaN), +0.0 and -0.0 equal
 FGT_CASES = [

@@ -179,6 +179,7 @@ def _memreg(op, size):
 KINDS = {
     "x": _reg("x", False), "xsp": _reg("x", True), "w": _reg("w", False), "d": _reg("d", False),
     "w2": lambda op, _: _reg("w", False)(op, _) * 2, "u5": lambda op, _: (_imm(op, 0, 31),),
+    "x2": lambda op, _: _reg("x", False)(op, _) * 2, "u6": lambda op, _: (_imm(op, 0, 63),),
     "q": _reg("v", False), "v4s": _reg("v", False), "v16b": _reg("v", False),
     "v2d": _reg("v", False), "vd0": _reg("v", False), "vd1": _reg("v", False),
     "v16b2": lambda op, _: _reg("v", False)(op, _) * 2,

@@ -14,7 +14,7 @@ Operand kinds (what an operand of that kind may be; ``.N`` is the access size in
   x       x0..x30 or xzr (31 means the zero register)
   xsp     x0..x30 or sp  (31 means the stack pointer)
   sp      sp only
-  w       w0..w30 or wzr; w2: the same, filling two fields (ror: extr wd, wn, wn)
+  w       w0..w30 or wzr; w2: the same, filling two fields (ror: extr wd, wn, wn); x2: so for x
   d       d0..d31
   q v4s v16b  v0..v31 (a Reg of class 'v'), written q0, v0.4s, v0.16b; v16b2: filling two fields
   aimm    Imm(0..4095, lsl=0|12)                 -> sh:imm12 (add/sub immediate)
@@ -22,7 +22,7 @@ Operand kinds (what an operand of that kind may be; ``.N`` is the access size in
   mimm    Imm(0..65535, lsl=0|16|32|48)          -> hw:imm16 (move wide)
   lsl6    Imm(0..63), a left-shift amount        -> immr:imms of ubfm
   shr6    Imm(0..63), a right-shift amount       -> immr of ubfm/sbfm
-  u16     Imm(0..65535)                          -> imm16 (svc, brk); u5: Imm(0..31)
+  u16     Imm(0..65535)                          -> imm16 (svc, brk); u5: Imm(0..31); u6: Imm(0..63)
   cond    a condition code; ncond: its inverse (cset), al not allowed
   rel26, rel19   Label(byte displacement, multiple of 4) -> imm26 / imm19
   rel21   Label(byte displacement, +-1 MiB)      -> immlo:immhi (adr)
@@ -143,6 +143,7 @@ _ROWS = [
     ("lsrv", "x x x",           0x9ac02400, "Rd Rn Rm"),
     ("asrv", "x x x",           0x9ac02800, "Rd Rn Rm"),
     ("ror",  "w w2 u5",         0x13800000, "Rd Rn:Rm imms"),   # extr wd, wn, wn, #k
+    ("ror",  "x x2 u6",         0x93c00000, "Rd Rn:Rm imms"),   # extr xd, xn, xn, #k
     ("rev",  "w w",             0x5ac00800, "Rd Rn"),
     # moves: mov x,x is orr with xzr; mov to/from sp is add #0
     ("mov",  "x x",             0xaa0003e0, "Rd Rm"),

@@ -214,10 +214,12 @@ class Selector(SelectorBase):
         self.emit("neg" if op == "neg" else "mvn", r, x)
         self.commit(d, r)
 
-    def bits32(self, op, d, a) -> None:
+    def rotate_swap(self, op, d, a) -> None:
         x, r = self.use(a[0], S1), self.defreg(d, S1)
         if op == "ror32":                            # w registers: the result zero-extends
             self.emit("ror", W[r.num], W[x.num], AImm(a[1].value))
+        elif op == "ror64":
+            self.emit("ror", r, x, AImm(a[1].value))
         else:
             self.emit("rev", W[r.num], W[x.num])
         self.commit(d, r)

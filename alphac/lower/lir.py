@@ -66,6 +66,7 @@ _OPS: dict[str, tuple] = {
     "udiv": ("i", "ii"), "urem": ("i", "ii"), "sdiv": ("i", "ii"), "srem": ("i", "ii"),
     "umulh": ("i", "ii"),          # d = the high 64 bits of the unsigned 128-bit product a * b
     "neg": ("i", "i"), "not": ("i", "i"),
+    "ror64": ("i", "ik"),          # d = a rotated right by k (1..63)
     "ror32": ("i", "ik"),          # d = the low 32 bits of a rotated right by k (1..31), zero-extended
     "bswap32": ("i", "i"),         # d = the low 32 bits of a with their 4 bytes reversed, zero-extended
     "setcc": ("i", "ciI"),         # d = (a cc b) ? 1 : 0

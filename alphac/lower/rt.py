@@ -30,7 +30,8 @@ for a learner uses them for pairs of coordinates), or, where the target's prelud
 reached through `load8/16/32/64`, `loadf`, `store8/16/32/64`, `storef` (little-endian, unsigned
 narrow loads). Other builtins: `syscall(nr, ...)`, `i2f`, `f2bits`, `bits2f`, `sqrt`, `udiv`,
 `urem`, `sar`, `ult` (unsigned <), `umulh` (the high 64 bits of the unsigned 128-bit product),
-`ror32(x, K)` (x's low 32 bits rotated right by the constant K, 1..31), `bswap32` (x's low 32
+`ror32(x, K)` (x's low 32 bits rotated right by the constant K, 1..31), `ror64(x, K)` (x rotated
+right by the constant K, 1..63), `bswap32` (x's low 32
 bits, bytes reversed; both zero-extend their 32-bit result), `cpu_has_sha256(hwcap)` and
 `sha256_hw(state, p, n, k)` (the CPU's SHA-256 instructions: alphac.lower.lir), `cpu_has_avx2()`,
 `fgt` (binary64 >, as an i64: 0 when either operand is a NaN), `fence()` (a full memory barrier:
@@ -401,7 +402,7 @@ def parse(text: str, name: str) -> list[tuple]:
 # -- modules -----------------------------------------------------------------------------------
 BUILTINS = frozenset({"load8", "load16", "load32", "load64", "loadf", "store8", "store16",
                       "store32", "store64", "storef", "syscall", "i2f", "f2bits", "bits2f", "sqrt",
-                      "udiv", "urem", "sar", "ult", "umulh", "ror32", "bswap32", "fgt", "fence",
+                      "udiv", "urem", "sar", "ult", "umulh", "ror32", "ror64", "bswap32", "fgt", "fence",
                       "refuse", "cpu_has_sha256", "sha256_hw",
                       "loadv", "storev", "splat", "lane", "sqrtv", "pack", "cpu_has_avx2",
                       "loadw", "storew", "splatw", "sqrtw", "wide_end"})

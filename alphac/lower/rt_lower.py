@@ -403,14 +403,15 @@ class FnLowerer:
             b = typed(args[1], "i64")
             b = b if f == "sar" else self.reg(b)
             return self.emit(f, self.fn.new("i"), a, b), "i64"
-        if f in ("ror32", "bswap32"):
-            need(2 if f == "ror32" else 1)
+        if f in ("ror32", "ror64", "bswap32"):
+            need(1 if f == "bswap32" else 2)
             a = self.reg(typed(args[0], "i64"))
             if f == "bswap32":
                 return self.emit(f, self.fn.new("i"), a), "i64"
             k = self.mod.fold(args[1])
-            if k is None or not 1 <= k <= 31:
-                raise self.err("ror32 rotates by a constant, 1..31")
+            top = 31 if f == "ror32" else 63
+            if k is None or not 1 <= k <= top:
+                raise self.err(f"{f} rotates by a constant, 1..{top}")
             return self.emit(f, self.fn.new("i"), a, Imm(k)), "i64"
         if f == "cpu_has_avx2":
             need(0)

@@ -192,6 +192,8 @@ TABLE: tuple[Row, ...] = (
         _row(mn, 'rm64, one', 'm-', f'REX.W D1 /{d}'),
         _row(mn, 'rm64, imm8', 'mi', f'REX.W C1 /{d} ib'),
         _row(mn, 'rm64, cl', 'm-', f'REX.W D3 /{d}'))),
+    _row('ror', 'rm64, one', 'm-', 'REX.W D1 /1'),
+    _row('ror', 'rm64, imm8', 'mi', 'REX.W C1 /1 ib'),
     _row('ror', 'rm32, one', 'm-', 'D1 /1'),
     _row('ror', 'rm32, imm8', 'mi', 'C1 /1 ib'),
     _row('bswap', 'r32', 'o', '0F C8+r'),

@@ -187,11 +187,13 @@ class Selector(SelectorBase):
         self.emit(op, r)
         self.commit(d, r)
 
-    def bits32(self, op, d, a) -> None:
+    def rotate_swap(self, op, d, a) -> None:
         r = self.defreg(d, S1)
         self.move(r, self.where(a[0]))
         if op == "ror32":
             self.emit("ror", GPR32[r.num], XImm(a[1].value))    # a 32-bit result zero-extends
+        elif op == "ror64":
+            self.emit("ror", r, XImm(a[1].value))
         else:
             self.emit("bswap", GPR32[r.num])
         self.commit(d, r)
