@@ -5,8 +5,8 @@ What it does
     Copies the source tree this script sits in (the files git knows, tracked or not ignored,
     and the examples' data, examples/data/*.npy, which `make data` writes and git ignores; a
     plain copy without build outputs where there is no git) into two temporary directories,
-    then runs `python -m alphac build-all --out build/repro` in each, build A under one set of
-    conditions and build B under another, and compares the two MANIFEST.json files and every
+    then runs `python -m alphac build-all --out build/repro` in each, both at once, build A
+    under one set of conditions and build B under another, and compares the two MANIFEST.json files and every
     artifact's bytes and mode. What is varied (as far as the machine allows; Debian's reprotest
     varies the same things):
 
@@ -115,14 +115,32 @@ class Build:
         self.label, self.cwd, self.env, self.umask, self.wrap, self.cpus = \
             label, cwd, env, umask, wrap, cpus
 
-    def run(self) -> subprocess.CompletedProcess:
+    def start(self) -> subprocess.Popen:
         def setup():
             os.umask(self.umask)
             if self.cpus:
                 os.sched_setaffinity(0, self.cpus)
         cmd = self.wrap + [sys.executable, "-m", "alphac", "build-all", "--out", OUT]
-        return subprocess.run(cmd, cwd=self.cwd, env=self.env, preexec_fn=setup,
-                              capture_output=True, text=True, timeout=600)
+        return subprocess.Popen(cmd, cwd=self.cwd, env=self.env, preexec_fn=setup, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+def run_both(builds) -> list[tuple[int, str]]:
+    """Both builds at once (each is one process; on a machine of two CPUs or more they share
+    it, which is one more condition that must not matter): their exit codes and output."""
+    procs = [b.start() for b in builds]
+    results = []
+    for p in procs:
+        try:
+            out, _ = p.communicate(timeout=600)
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            out, _ = p.communicate()
+            results.append((124, out + "\n(timed out after 600 s)"))
+            continue
+        results.append((p.returncode, out))
+    return results
 
 
 def plan(tmp: Path, tree: Path, files: list[str]):
@@ -374,11 +392,10 @@ def main(argv=None) -> int:
         say(f"tree {tree}: {len(files)} files, found by {how}")
         say("varied (build A / build B):", *(f"  {v}" for v in varied))
         say("not varied:", *(f"  {v}" for v in not_varied))
-        for build in (a, b):
-            r = build.run()
-            if r.returncode != 0:
-                say(f"FAIL: build {build.label} exited {r.returncode} in {build.cwd}:",
-                    *(f"  {line}" for line in (r.stdout + r.stderr).splitlines()[-20:]))
+        for build, (rc, out) in zip((a, b), run_both((a, b))):
+            if rc != 0:
+                say(f"FAIL: build {build.label} exited {rc} in {build.cwd}:",
+                    *(f"  {line}" for line in out.splitlines()[-20:]))
                 return 2
         lines, n = compare(a.cwd, b.cwd)
         if lines:

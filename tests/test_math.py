@@ -146,9 +146,19 @@ def runner(isa: str) -> list[str]:
 
 
 @lru_cache(maxsize=None)
+def _workdir() -> Path:
+    """One directory for this process's executables, removed when the process exits."""
+    import atexit
+    import shutil
+    import tempfile
+    path = Path(tempfile.mkdtemp(prefix="alphac-math-"))
+    atexit.register(shutil.rmtree, path, True)
+    return path
+
+
+@lru_cache(maxsize=None)
 def executable(name: str, isa: str, mode: str = "test") -> Path:
     from alphac.tools.mathexe import build
-    import tempfile
     saved = dd.MODE
     dd.MODE = mode
     _function_source.cache_clear()
@@ -157,7 +167,7 @@ def executable(name: str, isa: str, mode: str = "test") -> Path:
     finally:
         dd.MODE = saved
         _function_source.cache_clear()
-    path = Path(tempfile.mkdtemp(prefix="alphac-math-")) / f"{name}.{mode}.{isa}"
+    path = _workdir() / f"{name}.{mode}.{isa}"
     path.write_bytes(elf)
     path.chmod(0o755)
     return path

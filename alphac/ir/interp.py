@@ -222,7 +222,9 @@ def apply_update_coords(lr: Learner, state: dict[str, list], grads: dict[str, li
                         raise ValueError(f"coordinate {j} of {getattr(n, 'name', n)} is not held here")
                     return v
                 value = evaluate_at(a.node, j, leaf, memo)
-                new.setdefault(a.target, list(old[a.target]))[j if s_shape(lr, a.target) else 0] = value
+                if a.target not in new:             # copied once (not once per coordinate)
+                    new[a.target] = list(old[a.target])
+                new[a.target][j if s_shape(lr, a.target) else 0] = value
     for k, v in new.items():
         state[k] = v
     for (k, ver), v in scalar_env.state.items():
