@@ -6,13 +6,14 @@ generated least-squares learner with momentum, 100,000 coordinates, 8 samples, o
 (2 samples each). Each is run on a star (whole gradients to the center and back) and on a mesh
 (`topology mesh`, zero2: the owners reduce-scatter the gradients and all-gather the params
 directly, docs/distribution.md), whose bits are the star's. For each: start-up time (processes started to connections made, measured as a
-0-step run), time per step (a long run minus the 0-step run, divided by the steps), bytes on the
+0-step run), time per step (a long run minus the 0-step run, divided by the steps; the median
+of --repeat long runs, 3 by default, for alphac and torch alike), bytes on the
 loopback wire per step (the `lo` counters of /proc/net/dev, for both systems alike), and whether
 the bits agree: across owner counts (1, 2, 4), and with the numerical contract's oracle for the
 split and tree (alphac's reference interpreter; torch has no such contract, so its column says
 whether repeated runs at least agree with each other).
 
-    python bench/distributed.py [--steps N] [--quick]
+    python bench/distributed.py [--steps N] [--repeat R] [--quick]
 
 `--quick` (what CI runs, so that the benchmark cannot silently break) times lsq_adam only, for a
 few steps: its figures are not the ones to quote.
@@ -37,6 +38,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+REPEAT = 3       # timed runs per row (--repeat): the median is reported
 SPLIT4 = {"lsq_adam": [(0, 1), (1, 3), (3, 4), (4, 8)], "lsq 100k": [(0, 2), (2, 4), (4, 6), (6, 8)]}
 
 
@@ -129,9 +131,9 @@ def alphac_rows(src: Path, name: str, deps: dict[int, str], steps: int, tmp: Pat
     want = format_state(compiled.learner, run_plan(compiled.learner, plans[deps[4]], 5))
     oracle_ok = want == results[4]
     start = statistics.median(alphac_run(out, deps[4], 0, src.parent)[0] for _ in range(3))
-    long, wire, _ = alphac_run(out, deps[4], steps, src.parent)
-    wire0 = alphac_run(out, deps[4], 0, src.parent)[1]
-    per_step = max(0.0, long - start) / steps
+    longs = [alphac_run(out, deps[4], steps, src.parent) for _ in range(REPEAT)]
+    wire, wire0 = longs[0][1], alphac_run(out, deps[4], 0, src.parent)[1]
+    per_step = statistics.median(max(0.0, t - start) / steps for t, _, _ in longs)
     same = len({hashlib.sha256(r.encode()).hexdigest() for r in results.values()}) == 1
     return (system, name, start, per_step, (wire - wire0) / steps, same, oracle_ok)
 
@@ -202,19 +204,24 @@ def torch_rows(name, xs, ys, steps):
         return ("torch gloo", name, float("nan"), float("nan"), float("nan"), "n/a (no torch)", "n/a")
     hashes = {w: torch_run(name, w, 5, xs, ys)[2] for w in (1, 2, 4)}
     again = torch_run(name, 4, 5, xs, ys)[2]
-    up, t_steps, _, wire = torch_run(name, 4, steps, xs, ys)
-    _, _, _, wire0 = torch_run(name, 4, 0, xs, ys)
+    runs = [torch_run(name, 4, steps, xs, ys) for _ in range(REPEAT)]
+    up, t_steps = (statistics.median(r[i] for r in runs) for i in (0, 1))
+    wire, wire0 = runs[0][3], torch_run(name, 4, 0, xs, ys)[3]
     return ("torch gloo", name, up, t_steps / steps, (wire - wire0) / steps,
             len(set(hashes.values())) == 1, f"no contract (repeat equal: {again == hashes[4]})")
 
 
 def main() -> None:
+    global REPEAT
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--quick", action="store_true", help="lsq_adam only, 3 steps: a smoke run")
+    ap.add_argument("--repeat", type=int, default=3,
+                    help="timed runs per row, the median reported (default %(default)s)")
     args = ap.parse_args()
+    REPEAT = max(1, args.repeat)
     if args.quick:
-        args.steps = 3
+        args.steps, REPEAT = 3, 1
     rows = []
     with tempfile.TemporaryDirectory() as t:
         tmp = Path(t)
