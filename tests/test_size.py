@@ -39,9 +39,10 @@ from conftest import ROOT
 # the top level by what they added; the x86_64-v3 level (YMM registers and VEX rows in the
 # x86-64 table and encoder, class w in LIR, its rules, spills and folds, the 4-lane kernels in
 # lower/learner.py) raised x86_64 and lower, and the top level (cli.py: the level in --help);
-# frame format 2 (sum64 in four chains, runtime/net.rt) raised the runtime by its lines, and its
-# rotate (ror64: the rows and operand kinds of both tables) aarch64
-BUDGETS = {"parse": 900, "types": 770, "ir": 1320, "dist": 1540, "lower": 3990, "runtime": 2995,
+# frame format 2 (sum64 in four chains, runtime/net.rt) and the roles' copies and combines in
+# f64x2 (core.rt) raised the runtime by their lines, and sum64's rotate (ror64: the rows and
+# operand kinds of both tables) aarch64
+BUDGETS = {"parse": 900, "types": 770, "ir": 1320, "dist": 1540, "lower": 3990, "runtime": 3010,
            "x86_64": 995, "aarch64": 995, "elf": 480, "ptx": 945, "nvdrv": 1165, "tools": 1930,
            "math": 1300, "": 2660}
 
