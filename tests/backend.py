@@ -18,17 +18,35 @@ def build_learner_exe(name: str, target: str, out_dir: Path) -> Path:
 
 
 def build_rt_exe(rt_path: Path, target: str, out_dir: Path) -> Path:
+    return build_rt_program(rt_path.read_text(), rt_path.stem, target, out_dir)
+
+
+def build_rt_program(source: str, name: str, target: str, out_dir: Path, blobs=None,
+                     extra=()) -> Path:
+    """A runtime-language program `source` over the prelude, core.rt and the items `extra`
+    (functions taken from other runtime files), its extern data `blobs`: out_dir/name.target."""
     from alphac.build import link_program, runtime_closure, target as get_target
     from alphac.lower import rt
     from alphac.lower.rt_lower import lower_program
     tgt = get_target(target)
-    items = rt.parse(tgt.prelude(), "prelude.rt") + runtime_closure("core")
-    items += rt.parse(rt_path.read_text(), rt_path.name)
-    elf, _, _ = link_program(lower_program(items), tgt)
-    path = out_dir / f"{rt_path.stem}.{target}"
+    items = rt.parse(tgt.prelude(), "prelude.rt") + runtime_closure("core") + list(extra)
+    items += rt.parse(source, f"{name}.rt")
+    elf, _, _ = link_program(lower_program(items, blobs or {}), tgt)
+    path = out_dir / f"{name}.{target}"
     path.write_bytes(elf)
     os.chmod(path, 0o755)
     return path
+
+
+def require_isa(isa: str) -> None:
+    """Skip unless `isa`'s executables run here: AArch64 under qemu-aarch64 (required), x86-64
+    only on an x86-64 host."""
+    import platform
+    import pytest
+    if isa == "aarch64":
+        require_tool("qemu-aarch64")
+    elif platform.machine() not in ("x86_64", "AMD64"):
+        pytest.skip("x86-64 executables run only on an x86-64 host")
 
 
 def run_exe(path: Path, *args, target: str = "x86_64", timeout: float = 60):

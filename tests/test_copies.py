@@ -6,15 +6,14 @@ a combine must add lane by lane exactly as one binary64 addition (numpy's), and 
 after the sums as an integer. Where the sum is a NaN only NaN-ness is checked: which payload
 two NaNs give differs between x86-64 and AArch64, and the contract keeps no NaN (non-finite
 state is refused)."""
-import os
 import subprocess
-import platform
 import random
 import struct
 
 import numpy as np
 import pytest
 
+from backend import build_rt_program, require_isa
 from conftest import require_tool
 
 WORDS = 4096
@@ -56,22 +55,12 @@ def cases():
 
 @pytest.mark.parametrize("isa", ["x86_64", "aarch64"])
 def test_copies_and_combines_move_and_add_every_bit(isa, tmp_path):
-    if isa == "aarch64":
-        require_tool("qemu-aarch64")
-    elif platform.machine() not in ("x86_64", "AMD64"):
-        pytest.skip("x86-64 executables run only on an x86-64 host")
-    from alphac.build import link_program, runtime_closure, target
-    from alphac.lower import rt
-    from alphac.lower.rt_lower import lower_program
+    require_isa(isa)
     rnd = random.Random(31)
     src, dst0, todo = words(rnd, WORDS), words(rnd, WORDS), cases()
-    tgt = target(isa)
-    items = rt.parse(tgt.prelude(), "prelude.rt") + runtime_closure("core") + rt.parse(MAIN, "c.rt")
     blobs = {"src": src.tobytes(), "dst0": dst0.tobytes(),
              "cases": struct.pack(f"<{4 * len(todo) + 1}q", *(v for c in todo for v in c), -1)}
-    exe = tmp_path / f"copies.{isa}"
-    exe.write_bytes(link_program(lower_program(items, blobs), tgt)[0])
-    os.chmod(exe, 0o755)
+    exe = build_rt_program(MAIN, "copies", isa, tmp_path, blobs)
     cmd = ([require_tool("qemu-aarch64")] if isa == "aarch64" else []) + [str(exe)]
     r = subprocess.run(cmd, capture_output=True, timeout=300)
     assert (r.returncode, r.stderr) == (0, b"")

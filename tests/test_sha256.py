@@ -8,14 +8,11 @@ under qemu-aarch64, whose CPUs all have the SHA2 extension, always the instructi
 executable runs where the host is x86-64; the AArch64 one under qemu-aarch64."""
 import hashlib
 import hmac
-import os
-import platform
 import random
 
 import pytest
 
-from backend import run_exe
-from conftest import require_tool
+from backend import build_rt_program, require_isa, run_exe
 
 MSG = 4 << 20
 MAIN = f"""
@@ -76,25 +73,14 @@ def inputs(seed: int = 2024):
 
 
 def build(isa: str, tmp_path, msg: bytes, cases, keyed):
-    from alphac.build import link_program, runtime_closure, target
-    from alphac.lower import rt
-    from alphac.lower.rt_lower import lower_program
-    tgt = target(isa)
-    items = rt.parse(tgt.prelude(), "prelude.rt") + runtime_closure("core") + rt.parse(MAIN, "sha.rt")
     blobs = {"msg": msg, "cases": words([v for c in cases for v in c] + [0, -1]),
              "keyed": words([v for c in keyed for v in c] + [-1])}
-    exe = tmp_path / f"sha.{isa}"
-    exe.write_bytes(link_program(lower_program(items, blobs), tgt)[0])
-    os.chmod(exe, 0o755)
-    return exe
+    return build_rt_program(MAIN, "sha", isa, tmp_path, blobs)
 
 
 @pytest.mark.parametrize("isa", ["x86_64", "aarch64"])
 def test_runtime_sha256_equals_hashlib_on_random_messages(isa, tmp_path):
-    if isa == "aarch64":
-        require_tool("qemu-aarch64")
-    elif platform.machine() not in ("x86_64", "AMD64"):
-        pytest.skip("x86-64 executables run only on an x86-64 host")
+    require_isa(isa)
     msg, cases, keyed = inputs()
     r = run_exe(build(isa, tmp_path, msg, cases, keyed), target=isa, timeout=300)
     assert (r.returncode, r.stderr) == (0, "")

@@ -3,15 +3,12 @@
 0..200 (each split of 32-byte chunks, whole words left and tail bytes) at unaligned offsets, random
 lengths and seeds to 100,000 bytes, and a megabyte. Live frames (tests/test_roles.py) only reach
 the lengths real payloads have; this reaches every path."""
-import os
-import platform
 import random
 
 import pytest
 
 import frames
-from backend import run_exe
-from conftest import require_tool
+from backend import build_rt_program, require_isa, run_exe
 
 MSG = 1 << 20
 MAIN = f"""
@@ -48,23 +45,14 @@ def inputs(seed: int = 2026):
 
 @pytest.mark.parametrize("isa", ["x86_64", "aarch64"])
 def test_runtime_sum64_equals_its_twin(isa, tmp_path):
-    if isa == "aarch64":
-        require_tool("qemu-aarch64")
-    elif platform.machine() not in ("x86_64", "AMD64"):
-        pytest.skip("x86-64 executables run only on an x86-64 host")
-    from alphac.build import link_program, runtime_closure, target
-    from alphac.lower import rt
-    from alphac.lower.rt_lower import lower_program
+    require_isa(isa)
+    from alphac.build import runtime_closure
     msg, cases = inputs()
-    tgt = target(isa)
     net = [it for it in runtime_closure("net") if it[:2] == ("fn", "sum64")]
     assert len(net) == 1                    # net.rt's own function, alone (the rest needs a role)
-    items = rt.parse(tgt.prelude(), "prelude.rt") + runtime_closure("core") + net + rt.parse(MAIN, "s.rt")
     words = [v for c in cases for v in c] + [-1]
     blobs = {"msg": msg, "cases": b"".join(v.to_bytes(8, "little", signed=True) for v in words)}
-    exe = tmp_path / f"sum64.{isa}"
-    exe.write_bytes(link_program(lower_program(items, blobs), tgt)[0])
-    os.chmod(exe, 0o755)
+    exe = build_rt_program(MAIN, "sum64", isa, tmp_path, blobs, net)
     r = run_exe(exe, target=isa, timeout=300)
     assert (r.returncode, r.stderr) == (0, "")
     got = r.stdout.split()
