@@ -12,12 +12,14 @@ reference interpreter):
   matrix products (W x_i for every sample, then outer products for the gradient). numpy does the
   same flops as two dgemm calls (W @ X^T, then (W X^T) X); its rate is the BLAS's.
 
-Each row: time per step (a run of N steps minus a run of 0 steps, the least of 5 runs each:
-this VM's neighbours make single runs up to 1.7x slower), the rate in
-GFLOP/s of the arithmetic the step does (multiplies and adds of the products, counted the same
-way for both), and the executable's throughput as a fraction of numpy's.
+Each row: time per step (a run of N steps minus a run of 0 steps; numpy's N steps in process),
+the least over `--rounds` rounds, each round timing numpy and then every executable, so that
+both sides see the host as it is then (this VM's neighbours make single runs up to 1.7x
+slower); the rate in GFLOP/s of the arithmetic the step does (multiplies and adds of the
+products, counted the same way for both); the executable's throughput as a fraction of numpy's
+(least time to least time), and the same ratio within each round (its least, median, most).
 
-    python bench/codegen.py [--steps N] [--targets x86_64,x86_64-v3] [--quick]
+    python bench/codegen.py [--steps N] [--rounds R] [--targets x86_64,x86_64-v3] [--quick]
     python bench/codegen.py --instructions [--tree DIR]
 
 `--instructions` counts instead of timing: the guest instructions one step executes (a run of 2
@@ -66,7 +68,11 @@ def lsq_source(tmp: Path, n: int = 100_000, samples: int = 8) -> tuple[Path, dic
         g = (r @ x) / samples               # the gradient's sum over samples, then the mean
         v = 0.9 * v + g
         w = w - 0.001 * v
-    return src, {"step": step, "flops": 4 * samples * n + 4 * n}
+
+    def reset():
+        nonlocal w, v
+        w, v = np.zeros(n), np.zeros(n)
+    return src, {"step": step, "reset": reset, "flops": 4 * samples * n + 4 * n}
 
 
 def matvec_source(tmp: Path, rows: int = 64, cols: int = 256, samples: int = 256) -> tuple[Path, dict]:
@@ -95,29 +101,45 @@ update {{
         z = w @ x.T                          # rows x samples
         g = (z @ x) / samples                # sum over samples of outer(z_i, x_i)
         w = w - 0.0001 * g
-    return src, {"step": step, "flops": 4 * rows * cols * samples}
+
+    def reset():
+        nonlocal w
+        w = w0.copy()
+    return src, {"step": step, "reset": reset, "flops": 4 * rows * cols * samples}
 
 
-REPEATS = 5
+ROUNDS = 9
 
 
-def exe_per_step(exe: Path, steps: int, cwd: Path) -> float:
-    def run(n: int) -> float:
-        t = time.perf_counter()
-        subprocess.run([str(exe), "--steps", str(n)], cwd=cwd, capture_output=True, check=True)
-        return time.perf_counter() - t
-    zero = min(run(0) for _ in range(REPEATS))
-    return max(0.0, min(run(steps) for _ in range(REPEATS)) - zero) / steps
+def exe_run(exe: Path, steps: int, cwd: Path) -> float:
+    t = time.perf_counter()
+    subprocess.run([str(exe), "--steps", str(steps)], cwd=cwd, capture_output=True, check=True)
+    return time.perf_counter() - t
 
 
-def numpy_per_step(step, steps: int) -> float:
-    def run() -> float:
-        t = time.perf_counter()
-        for _ in range(steps):
-            step()
-        return time.perf_counter() - t
-    step()
-    return min(run() for _ in range(REPEATS)) / steps
+def numpy_run(ref: dict, steps: int) -> float:
+    """numpy's time per step over `steps` steps from the initial state (as the executable's)."""
+    ref["reset"]()
+    step, t = ref["step"], time.perf_counter()
+    for _ in range(steps):
+        step()
+    return (time.perf_counter() - t) / steps
+
+
+def interleaved(exes: dict[str, Path], ref: dict, steps: int, cwd: Path) -> dict:
+    """Per step, numpy's and each executable's, measured in ROUNDS rounds: each round times
+    numpy's N steps, then each executable's run of 0 steps and of N, so that every side sees the
+    host as it is then (this VM's neighbours move a single run up to 1.7x). Returns, per
+    target, (the least time per step over the rounds, numpy's least, the per-round ratios)."""
+    numpy_run(ref, 1)
+    per_round = []
+    for _ in range(ROUNDS):
+        b = numpy_run(ref, steps)
+        a = {t: max(0.0, exe_run(e, steps, cwd) - exe_run(e, 0, cwd)) / steps for t, e in exes.items()}
+        per_round.append((b, a))
+    nb = min(b for b, _ in per_round)
+    return {t: (min(a[t] for _, a in per_round), nb,
+                sorted(b / a[t] for b, a in per_round if a[t] > 0)) for t in exes}
 
 
 def bits_agree(src: Path, exe: Path, cwd: Path, steps: int = 2) -> bool:
@@ -172,11 +194,13 @@ def instructions(tree: Path) -> None:
 
 
 def main() -> None:
+    global ROUNDS
     from alphac.tools.launch import host_avx2
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--targets", default="x86_64,x86_64-v3",
                     help="the executables' targets, comma-separated (default x86_64,x86_64-v3)")
+    ap.add_argument("--rounds", type=int, default=ROUNDS, help=f"timing rounds (default {ROUNDS})")
     ap.add_argument("--quick", action="store_true", help="small sizes, 3 steps, one run: a smoke run")
     ap.add_argument("--instructions", action="store_true",
                     help="count each ISA's guest instructions per step under qemu instead of timing")
@@ -185,14 +209,14 @@ def main() -> None:
     if args.instructions:
         instructions(args.tree.resolve())
         return
-    global REPEATS
+    ROUNDS = max(1, args.rounds)
     targets = args.targets.split(",")
     if "x86_64-v3" in targets and not host_avx2():
         print("x86_64-v3 not timed: this CPU has no AVX2 (its executables would refuse cpu-level)\n")
         targets.remove("x86_64-v3")
     workloads = [("lsq 100k", lsq_source, {}), ("matvec 64x256, 256 samples", matvec_source, {})]
     if args.quick:
-        args.steps, REPEATS = 3, 1
+        args.steps, ROUNDS = 3, 1
         workloads = [("lsq 1k", lsq_source, {"n": 1000}),
                      ("matvec 8x16, 8 samples", matvec_source, {"rows": 8, "cols": 16, "samples": 8})]
     rows = []
@@ -201,22 +225,23 @@ def main() -> None:
         for name, make, size in workloads:
             src, ref = make(tmp, **size)
             lr = compile_file(src).learner
-            b = numpy_per_step(ref["step"], args.steps)
+            exes = {}
             for target in targets:
-                exe = tmp / f"exe.{target}"
+                exe = exes[target] = tmp / f"exe.{target}"
                 exe.write_bytes(build_learner(lr, target).elf)
                 os.chmod(exe, 0o755)
-                same = bits_agree(src, exe, tmp)
-                a = exe_per_step(exe, args.steps, tmp)
-                rows.append((name, target, a, b, ref["flops"], same))
-    print(f"generated code against numpy {np.__version__}, one thread, in one run\n")
+            same = {t: bits_agree(src, e, tmp) for t, e in exes.items()}
+            for target, (a, b, ratios) in interleaved(exes, ref, args.steps, tmp).items():
+                rows.append((name, target, a, b, ref["flops"], ratios, same[target]))
+    print(f"generated code against numpy {np.__version__}, one thread, in one run: {ROUNDS} rounds "
+          f"of {args.steps} steps, each round timing numpy then every executable\n")
     print("| workload | target | alphac ms/step | alphac GFLOP/s | numpy ms/step | numpy GFLOP/s | "
-          "throughput, alphac to numpy | alphac bits = interpreter |")
-    print("|---|---|---|---|---|---|---|---|")
-    for name, target, a, b, flops, same in rows:
+          "throughput, alphac to numpy | per round: least, median, most | alphac bits = interpreter |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for name, target, a, b, flops, ratios, same in rows:
+        spread = f"{ratios[0]:.2f}x, {ratios[len(ratios) // 2]:.2f}x, {ratios[-1]:.2f}x" if ratios else "-"
         print(f"| {name} | {target} | {a * 1e3:.3f} | {flops / a / 1e9 if a else 0:.2f} | "
-              f"{b * 1e3:.3f} | {flops / b / 1e9:.2f} | {b / a if a else 0:.2f}x | {same} |")
-
+              f"{b * 1e3:.3f} | {flops / b / 1e9:.2f} | {b / a if a else 0:.2f}x | {spread} | {same} |")
 
 if __name__ == "__main__":
     main()
