@@ -215,32 +215,36 @@ class Program:
                     _check_args(f, inst, sig, labels, names, syms)
 
 
+_OPERAND = {
+    "i": lambda a, labels, names, syms: isinstance(a, VReg) and a.cls == "i",
+    "f": lambda a, labels, names, syms: isinstance(a, VReg) and a.cls == "f",
+    "v": lambda a, labels, names, syms: isinstance(a, VReg) and a.cls == "v",
+    "w": lambda a, labels, names, syms: isinstance(a, VReg) and a.cls == "w",
+    "I": lambda a, labels, names, syms: isinstance(a, Imm) or (isinstance(a, VReg) and a.cls == "i"),
+    "k": lambda a, labels, names, syms: isinstance(a, Imm),
+    "s": lambda a, labels, names, syms: isinstance(a, Sym) and a.name in syms,
+    "c": lambda a, labels, names, syms: a in CONDS,
+    "n": lambda a, labels, names, syms: isinstance(a, str) and (a in labels or a in names),
+}                                   # an operand kind of OPS's signatures -> its test
+
+
 def _check_args(f: Function, inst: Inst, sig: str, labels, names, syms) -> None:
     args = list(inst.args)
-    where = f"{f.name}: {inst!r}"
+    where = lambda: f"{f.name}: {inst!r}"     # noqa: E731 (only for the message: repr is costly)
     if sig.endswith("*"):
         fixed = sig[:-1]
         if len(args) < len(fixed):
-            raise ValueError(f"{where}: too few operands")
+            raise ValueError(f"{where()}: too few operands")
         rest, args = args[len(fixed):], args[:len(fixed)]
         if not all(isinstance(a, VReg) for a in rest):
-            raise ValueError(f"{where}: variadic operands must be registers")
+            raise ValueError(f"{where()}: variadic operands must be registers")
         sig = fixed
     if sig == "?":
         if len(args) > 1 or (args and not isinstance(args[0], VReg)):
-            raise ValueError(f"{where}: bad return")
+            raise ValueError(f"{where()}: bad return")
         return
     if len(args) != len(sig):
-        raise ValueError(f"{where}: expected {len(sig)} operands")
+        raise ValueError(f"{where()}: expected {len(sig)} operands")
     for a, s in zip(args, sig):
-        ok = {"i": lambda a: isinstance(a, VReg) and a.cls == "i",
-              "f": lambda a: isinstance(a, VReg) and a.cls == "f",
-              "v": lambda a: isinstance(a, VReg) and a.cls == "v",
-              "w": lambda a: isinstance(a, VReg) and a.cls == "w",
-              "I": lambda a: isinstance(a, Imm) or (isinstance(a, VReg) and a.cls == "i"),
-              "k": lambda a: isinstance(a, Imm),
-              "s": lambda a: isinstance(a, Sym) and a.name in syms,
-              "c": lambda a: a in CONDS,
-              "n": lambda a: isinstance(a, str) and (a in labels or a in names)}[s](a)
-        if not ok:
-            raise ValueError(f"{where}: operand {a!r} is not {s}")
+        if not _OPERAND[s](a, labels, names, syms):
+            raise ValueError(f"{where()}: operand {a!r} is not {s}")
