@@ -96,9 +96,12 @@ def selected(fn, tgt: Target) -> list:
     process for each distinct LIR function (the runtime's functions, and a learner's, are the
     same in every role of a deployment: a build of many roles selects them once). The key is
     the function's whole text, source lines included; the result is only read afterwards."""
-    text = "\n".join(f"{b.label}:" + ";".join(f"{i!r}#{i.origin}" for i in b.insts + [b.term])
-                     for b in fn.blocks)
-    key = (tgt.name, f"{fn.name}({fn.params!r}) {fn.ret} {fn.nvregs}\n{text}")
+    text = fn.__dict__.get("select_key")     # a lowered Function is shared, never changed
+    if text is None:                        # (alphac.lower.rt_lower.lower_function)
+        text = "\n".join(f"{b.label}:" + ";".join(f"{i!r}#{i.origin}" for i in b.insts + [b.term])
+                         for b in fn.blocks)
+        text = fn.__dict__["select_key"] = f"{fn.name}({fn.params!r}) {fn.ret} {fn.nvregs}\n{text}"
+    key = (tgt.name, text)
     hit = _SELECTED.get(key)
     if hit is None:
         if len(_SELECTED) > 20000:

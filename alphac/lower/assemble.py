@@ -6,7 +6,8 @@ functions out in one section, resolves branches and calls between them, and leav
 to data (globals) as relocations for the ELF writer. The ISA supplies `encode(mi, pc, labels)`,
 which returns the instruction's bytes and any data relocations inside them; since every
 instruction's size is fixed by its form (rel32 branches on x86-64, 4-byte words on AArch64),
-two passes suffice: one to place the labels, one to encode with the right displacements.
+two passes suffice: one to place the labels, one to encode with the right displacements. An
+instruction that names no label encodes the same anywhere: it is encoded once (`MI.encoded`).
 
 Guarantees: deterministic; `Text.lines` maps code offsets to the Alpha source lines the
 instructions came from (for `--emit asm`); `Text.funcs` gives each function's extent.
@@ -24,6 +25,11 @@ class MI:
     origin: int = 0
     target: str | None = None      # a label or function this branch/call refers to
     sym: str | None = None         # a data symbol this instruction addresses
+    # (encoder, bytes, relocations) once encoded: an instruction without a `target` encodes the
+    # same at every address (data addresses are relocations), and the selected instructions of
+    # a function are shared by every program that has it (alphac.build.selected), so each is
+    # encoded once per process
+    encoded: tuple | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -60,7 +66,13 @@ def assemble(functions: list[tuple[str, list]], encode: Encoder, align: int = 16
                     labels[f"{name}{it.name}"] = len(code)
                     continue
                 pc = len(code)
-                data, rels = encode(it, pc, _Scope(labels, name))
+                if it.target is None:
+                    memo = it.encoded
+                    if memo is None or memo[0] is not encode:
+                        memo = it.encoded = (encode, *encode(it, pc, None))
+                    data, rels = memo[1], memo[2]
+                else:
+                    data, rels = encode(it, pc, _Scope(labels, name))
                 for off, kind, sym, addend in rels:
                     relocs.append((pc + off, kind, sym, addend))
                 if it.origin and (not lines or lines[-1][1:] != (name, it.origin)):

@@ -456,6 +456,30 @@ def defined(items: list[tuple]) -> dict[str, tuple]:
     return {it[1]: it for it in items if it[0] in ("fn", "const", "global", "var", "data")}
 
 
+_FREE: dict[int, tuple[tuple, frozenset]] = {}
+
+
+def _free_names(it: tuple) -> frozenset:
+    """The names item `it` reads that it does not bind itself (its locals and parameters); once
+    per item per process (the runtime files' items are parsed once: alphac.build._parsed)."""
+    hit = _FREE.get(id(it))
+    if hit is not None and hit[0] is it:
+        return hit[1]
+    reads: set[str] = set()
+    local: set[str] = set()
+    if it[0] == "fn":
+        _names(it[4], reads)
+        _locals(it[4], local)
+        local |= {p for p, _ in it[2]}
+    else:
+        _names(list(it[2:]), reads)
+    if len(_FREE) > 50000:
+        _FREE.clear()
+    free = frozenset(reads - local)
+    _FREE[id(it)] = (it, free)            # the item held, so that its id is not reused
+    return free
+
+
 def check_modules(units: list[tuple[str, list[tuple], bool]]) -> None:
     """`units`: (file, items, is_module) in program order. A module (a runtime file) may read
     only its own items, those of the files it uses, its externs and the prelude's; every
@@ -490,15 +514,7 @@ def check_modules(units: list[tuple[str, list[tuple], bool]]) -> None:
         for it in items:
             if it[0] not in ("fn", "const", "global", "var", "data"):
                 continue
-            reads: set[str] = set()
-            local: set[str] = set()
-            if it[0] == "fn":
-                _names(it[4], reads)
-                _locals(it[4], local)
-                local |= {p for p, _ in it[2]}
-            else:
-                _names(list(it[2:]), reads)
-            missing = sorted(reads - local - visible)
+            missing = sorted(_free_names(it) - visible)
             if missing:
                 raise RtError(f"{f}: `{it[1]}` reads `{missing[0]}`, which is neither in the file, "
                               f"in a file it uses, nor declared extern")

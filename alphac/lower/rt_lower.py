@@ -15,7 +15,7 @@ import struct
 
 from alphac.lower import lir
 from alphac.lower.lir import Block, Function, Global, Imm, Inst, Program, Sym, VReg
-from alphac.lower.rt import RtError
+from alphac.lower.rt import RtError, _names as rt_names
 from alphac.refusals import REFUSALS
 
 ELEM = {"u8": 1, "u16": 2, "u32": 4, "i64": 8, "f64": 8}
@@ -49,6 +49,7 @@ class Module:
         self.globals: dict[str, Global] = {}
         self.fns: dict[str, tuple] = {}
         self.strings: dict[bytes, str] = {}
+        self.string_log: list[tuple[bytes, str]] | None = None    # string() calls, when recording
         self.order: list[tuple] = []
         for it in items:
             if it[0] in ("use", "extern"):               # declarations: alphac.lower.rt.check_modules
@@ -146,6 +147,8 @@ class Module:
             name = f".str{len(self.strings)}"
             self.strings[value] = name
             self.globals[name] = Global(name, ".rodata", len(value) + 1, value + b"\0", 1)
+        if self.string_log is not None:
+            self.string_log.append((value, self.strings[value]))
         return self.strings[value]
 
 
@@ -607,10 +610,63 @@ def _reachable(fn: Function) -> set[str]:
     return seen
 
 
+_NAMES: dict[int, tuple[tuple, tuple[str, ...]]] = {}
+_LOWERED: dict[int, tuple] = {}
+
+
+def _fingerprint(mod: Module, item: tuple) -> tuple:
+    """What lowering fn `item` reads from the program around it: for every name its body
+    mentions (locals too: a name may be a global before its `let`), the constant's value, that a
+    global is there, or the function's signature; and CPU_AVX2 (the f64x4 builtins)."""
+    hit = _NAMES.get(id(item))
+    if hit is None or hit[0] is not item:
+        found: set[str] = set()
+        rt_names(item[4], found)
+        hit = _NAMES[id(item)] = (item, tuple(sorted(found)))
+    out = []
+    for n in hit[1] + ("CPU_AVX2",):
+        if n in mod.consts:
+            try:
+                out.append((n, "c", mod.const(n)))
+            except RtError:
+                out.append((n, "c?"))
+        elif n in mod.globals:
+            out.append((n, "g"))
+        elif n in mod.fns:
+            f = mod.fns[n]
+            out.append((n, "f", tuple(t for _, t in f[2]), f[3]))
+    return tuple(out)
+
+
+def lower_function(mod: Module, item: tuple) -> Function:
+    """fn `item` in LIR. The runtime's functions are the same items in every program (parsed
+    once: alphac.build._parsed) and lower the same wherever what they read is the same
+    (`_fingerprint`), so each is lowered once per process for each such context and the
+    Function shared (nothing changes a lowered Function: later passes make new ones). The
+    strings it names are registered again in `mod`, in the same order; where they get other
+    names than in the first program, it is lowered afresh."""
+    fp = _fingerprint(mod, item)
+    hit = _LOWERED.get(id(item))
+    if hit is not None and hit[0] is item and hit[1] == fp:
+        if all(mod.string(value) == name for value, name in hit[2]):
+            return hit[3]
+    mod.string_log = []
+    try:
+        fn = FnLowerer(mod, item).lower()
+        log = mod.string_log
+    finally:
+        mod.string_log = None
+    if len(_LOWERED) > 20000:
+        _LOWERED.clear()
+        _NAMES.clear()
+    _LOWERED[id(item)] = (item, fp, log, fn)      # the item held, so that its id is not reused
+    return fn
+
+
 def lower_program(items: list[tuple], blobs: dict[str, bytes] | None = None,
                   entry: str = "rt_start") -> Program:
     mod = Module(items, blobs)
-    fns = [FnLowerer(mod, mod.fns[name]).lower() for name in mod.fns]
+    fns = [lower_function(mod, mod.fns[name]) for name in mod.fns]
     used = _used_functions(fns, entry)
     prog = Program([f for f in fns if f.name in used], [], entry)
     gl = [g for g in mod.globals.values()]
