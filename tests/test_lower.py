@@ -174,3 +174,32 @@ fn rt_start(sp: i64) -> i64 {
     assert "fmulm" in ops["folds"] and "fsubmx" in ops["folds"] and "fload" not in ops["folds"]
     for name in ("stored", "called", "moved", "first", "twice"):
         assert "fload" in ops[name] and not any(op.endswith(("m", "mx")) for op in ops[name]), name
+
+
+
+def test_a_shared_function_is_lowered_again_where_what_it_reads_differs():
+    """lower_function reuses a runtime function's LIR across programs (the same parsed item)
+    only where every name it reads means the same and its strings keep their names."""
+    shared = rt.parse('''
+fn f(p: i64) -> i64 { if p == 0 { refuse("cpu-level"); } let r = h(p); return p + K; }
+fn rt_refuse(a: i64, b: i64, c: i64) { }
+fn rt_start(sp: i64) -> i64 { return f(sp); }
+''', "shared.rt")
+
+    def lowered(after: str, before: str = ""):
+        prog = lower_program(rt.parse(before, "b.rt") + list(shared) + rt.parse(after, "a.rt"))
+        code = prog.function("f").dump()
+        sym = code.split("addr ")[1].split()[0].strip(",").lstrip("@")
+        text = {g.name: g.init for g in prog.globals}[sym]
+        return code.replace(sym, "STR"), text
+
+    h_i = "fn h(x: i64) -> i64 { return x; }\n"
+    one = lowered("const K = 3;\n" + h_i)
+    assert one[1] == b"refused: cpu-level\n\0"
+    assert lowered("const K = 3;\n" + h_i) == one                       # reused
+    # another function, lowered before f, names its string first: f's string has another name
+    moved = lowered("const K = 3;\n" + h_i, 'fn a0(x: i64) { refuse("data-hash"); }\n')
+    assert moved == one                    # the same code, its Sym naming its own string
+    four = lowered("const K = 4;\n" + h_i)                               # a constant's value
+    assert four != one and four[0] == one[0].replace("$3", "$4")
+    assert lowered("const K = 3;\nfn h(x: i64) -> f64 { return 1.0; }")[0] != one[0]   # a signature
