@@ -656,7 +656,7 @@ def lower_function(mod: Module, item: tuple) -> Function:
         log = mod.string_log
     finally:
         mod.string_log = None
-    if len(_LOWERED) > 20000:
+    if len(_LOWERED) > 5000:             # (the runtime has about 150 per target)
         _LOWERED.clear()
         _NAMES.clear()
     _LOWERED[id(item)] = (item, fp, log, fn)      # the item held, so that its id is not reused
