@@ -21,6 +21,7 @@ sequence, breaking cycles through a scratch register.
 """
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import dataclass, field
 
 from alphac.lower.lir import OPS, Function, VReg
@@ -142,9 +143,13 @@ def allocate(fn: Function, regs: RegFile) -> Allocation:
     free = {"i": list(regs.int_regs), "f": list(regs.float_regs)}
     free["v"] = free["w"] = free["f"]        # one register file: a register is free for all three
 
+    call_at = sorted(calls)
+
     def crosses(v: VReg) -> bool:
+        """A call strictly inside v's interval: the first call after its start is before its end."""
         s, e = iv[v]
-        return any(s < c < e for c in calls)
+        k = bisect_right(call_at, s)
+        return k < len(call_at) and call_at[k] < e
 
     def allowed(v: VReg) -> list[str]:
         pool = regs.int_regs if v.cls == "i" else regs.float_regs
@@ -168,20 +173,21 @@ def allocate(fn: Function, regs: RegFile) -> Allocation:
         inst = defined_at.get(start)
         first = inst.args[0] if inst is not None and inst.dst == v and inst.op in REUSE_FIRST \
             and inst.args and isinstance(inst.args[0], VReg) else None
+        may = allowed(v)
         if first is not None and first in active and iv[first][1] == start \
                 and (first.cls == v.cls or alloc.loc[first][0] == "reg") \
-                and alloc.loc[first][1] in allowed(v):
+                and alloc.loc[first][1] in may:
             active.remove(first)                 # it dies here: its register passes to v
             alloc.loc[v] = alloc.loc[first]
             active.append(v)
             continue
-        choice = next((r for r in allowed(v) if r in free[v.cls]), None)
+        choice = next((r for r in may if r in free[v.cls]), None)
         if choice is not None:
             free[v.cls].remove(choice)
             alloc.loc[v] = ("reg", choice)
             active.append(v)
             continue
-        ok = set(allowed(v))
+        ok = set(may)
         victims = [a for a in active if a.cls == v.cls and alloc.loc[a][1] in ok]
         victim = max(victims, key=lambda a: (iv[a][1], a.id), default=None)
         if victim is not None and iv[victim][1] > iv[v][1]:
