@@ -6,8 +6,9 @@ functions out in one section, resolves branches and calls between them, and leav
 to data (globals) as relocations for the ELF writer. The ISA supplies `encode(mi, pc, labels)`,
 which returns the instruction's bytes and any data relocations inside them; since every
 instruction's size is fixed by its form (rel32 branches on x86-64, 4-byte words on AArch64),
-two passes suffice: one to place the labels, one to encode with the right displacements. An
-instruction that names no label encodes the same anywhere: it is encoded once (`MI.encoded`).
+two passes over each function suffice: one to place its labels, one to encode with the right
+displacements. A function's code does not depend on where it is placed, except for its calls to
+other functions: each function is laid out once per process, and the calls are encoded last.
 
 Guarantees: deterministic; `Text.lines` maps code offsets to the Alpha source lines the
 instructions came from (for `--emit asm`); `Text.funcs` gives each function's extent.
@@ -50,36 +51,75 @@ Encoder = Callable[[MI, int, dict[str, int]], tuple[bytes, list[tuple[int, str, 
 
 def assemble(functions: list[tuple[str, list]], encode: Encoder, align: int = 16,
              pad: bytes = b"\x00") -> Text:
-    labels: dict[str, int] = {}
+    """Each function laid out on its own (`_layout`: once per process for a selected function,
+    whose items every program that has it shares), then placed; the branches and calls to other
+    functions are encoded last, when every function's address is known."""
+    code = bytearray()
+    relocs: list[tuple[int, str, str, int]] = []
+    funcs: list[tuple[str, int, int]] = []
+    lines: list[tuple[int, str, int]] = []
+    starts: dict[str, int] = {}
+    far: list[tuple[str, int, int, MI]] = []
+    for name, items in functions:
+        while len(code) % align:
+            code += pad
+        start = starts[name] = len(code)
+        body, rels, marks, calls = _layout(items, encode)
+        code += body
+        relocs += [(start + off, kind, sym, addend) for off, kind, sym, addend in rels]
+        lines += [(start + off, name, line) for off, line in marks]
+        far += [(name, start + off, size, it) for off, size, it in calls]
+        funcs.append((name, start, len(body)))
+    for name, pc, size, it in far:
+        data, rels = encode(it, pc, _Scope(starts, name))
+        if len(data) != size or rels:
+            raise ValueError(f"{name}: {it.mnemonic} to {it.target} changed size when placed")
+        code[pc:pc + size] = data
+    return Text(bytes(code), relocs, funcs, lines)
+
+
+_LAID: dict[int, tuple] = {}
+
+
+def _layout(items: list, encode: Encoder) -> tuple:
+    """One function at offset 0: its bytes, data relocations, line marks (offset, line) and the
+    branches to other functions (offset, size, MI), encoded there with no destination and placed
+    by `assemble`. Its own labels are resolved here: a branch between them encodes the same at
+    any address. Two passes: the first places the labels, the second encodes."""
+    hit = _LAID.get(id(items))
+    if hit is not None and hit[0] is items and hit[1] is encode:
+        return hit[2]
+    local: dict[str, int] = {}
     for _ in range(2):
         code = bytearray()
         relocs: list[tuple[int, str, str, int]] = []
-        funcs: list[tuple[str, int, int]] = []
-        lines: list[tuple[int, str, int]] = []
-        for name, items in functions:
-            while len(code) % align:
-                code += pad
-            start = len(code)
-            labels[name] = start
-            for it in items:
-                if isinstance(it, Label):
-                    labels[f"{name}{it.name}"] = len(code)
-                    continue
-                pc = len(code)
-                if it.target is None:
-                    memo = it.encoded
-                    if memo is None or memo[0] is not encode:
-                        memo = it.encoded = (encode, *encode(it, pc, None))
-                    data, rels = memo[1], memo[2]
-                else:
-                    data, rels = encode(it, pc, _Scope(labels, name))
-                for off, kind, sym, addend in rels:
-                    relocs.append((pc + off, kind, sym, addend))
-                if it.origin and (not lines or lines[-1][1:] != (name, it.origin)):
-                    lines.append((pc, name, it.origin))
-                code += data
-            funcs.append((name, start, len(code) - start))
-    return Text(bytes(code), relocs, funcs, lines)
+        marks: list[tuple[int, int]] = []
+        calls: list[tuple[int, int, MI]] = []
+        for it in items:
+            if isinstance(it, Label):
+                local[it.name] = len(code)
+                continue
+            pc = len(code)
+            if it.target is None:
+                memo = it.encoded
+                if memo is None or memo[0] is not encode:
+                    memo = it.encoded = (encode, *encode(it, pc, None))
+                data, rels = memo[1], memo[2]
+            elif it.target.startswith("."):
+                data, rels = encode(it, pc, local)
+            else:
+                data, rels = encode(it, pc, {})
+                calls.append((pc, len(data), it))
+            for off, kind, sym, addend in rels:
+                relocs.append((pc + off, kind, sym, addend))
+            if it.origin and (not marks or marks[-1][1] != it.origin):
+                marks.append((pc, it.origin))
+            code += data
+    if len(_LAID) > 20000:
+        _LAID.clear()
+    laid = (bytes(code), relocs, marks, calls)
+    _LAID[id(items)] = (items, encode, laid)      # the items held, so that their id is not reused
+    return laid
 
 
 class _Scope(dict):
