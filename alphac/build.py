@@ -19,6 +19,7 @@ from alphac.ir.learner import Learner
 from alphac.lower.learner import learner_source
 from alphac.lower import rt
 from alphac.lower.assemble import Text, assemble
+from alphac.lower.memo import IdMemo
 from alphac.lower.lir import Program
 from alphac.math import MARKER as MATH_MARKER
 from alphac.lower.fold import fold_loads
@@ -89,6 +90,7 @@ def program_for(lr: Learner, tgt: Target, main: str = "single", extra: str = "",
 
 
 _SELECTED: dict[tuple[str, str], list] = {}
+_KEYS = IdMemo(20000)                       # a Function -> its text, _SELECTED's key
 
 
 def selected(fn, tgt: Target) -> list:
@@ -96,12 +98,9 @@ def selected(fn, tgt: Target) -> list:
     process for each distinct LIR function (the runtime's functions, and a learner's, are the
     same in every role of a deployment: a build of many roles selects them once). The key is
     the function's whole text, source lines included; the result is only read afterwards."""
-    text = fn.__dict__.get("select_key")     # a lowered Function is shared, never changed
-    if text is None:                        # (alphac.lower.rt_lower.lower_function)
-        text = "\n".join(f"{b.label}:" + ";".join(f"{i!r}#{i.origin}" for i in b.insts + [b.term])
-                         for b in fn.blocks)
-        text = fn.__dict__["select_key"] = f"{fn.name}({fn.params!r}) {fn.ret} {fn.nvregs}\n{text}"
-    key = (tgt.name, text)
+    text = _KEYS.get(fn) or _KEYS.put(fn, f"{fn.name}({fn.params!r}) {fn.ret} {fn.nvregs}\n" + "\n".join(
+        f"{b.label}:" + ";".join(f"{i!r}#{i.origin}" for i in b.insts + [b.term]) for b in fn.blocks))
+    key = (tgt.name, text)                  # (a lowered Function is shared and never changed)
     hit = _SELECTED.get(key)
     if hit is None:
         if len(_SELECTED) > 20000:

@@ -322,21 +322,11 @@ def big(d, rows: int) -> None:
     write(d, rows, 4)
 
 
-BUILD = """import os, sys, time
-from alphac.cli import main
-t = time.perf_counter()
-code = main(["build", "big.alpha", "--deployment", "star", "-o", "roles"])
-# VmHWM: this process's own peak (ru_maxrss also counts the parent's, which a vfork-ed child
-# inherits at exec)
-hwm = [l.split()[1] for l in open("/proc/self/status") if l.startswith("VmHWM:")][0]
-print(code, time.perf_counter() - t, hwm)
-"""
-
-
 def test_a_100000_by_100_deployment_builds_small(tmp_path):
     """80 MB of data: the build reads it once (hashing) and compiles none of it; each role is
     under 64 KiB and the build's peak memory under 200 MB (its time is bench/data.py's)."""
     big(tmp_path, 100000)
+    from data import BUILD                     # bench/data.py's build, with its own peak (VmHWM)
     p = subprocess.run([sys.executable, "-c", BUILD], cwd=tmp_path, capture_output=True, text=True,
                        env={**os.environ, "PYTHONPATH": str(ROOT)})
     code, seconds, rss = p.stdout.split()

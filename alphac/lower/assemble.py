@@ -18,6 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
+from alphac.lower.memo import IdMemo
+
 
 @dataclass
 class MI:
@@ -78,7 +80,7 @@ def assemble(functions: list[tuple[str, list]], encode: Encoder, align: int = 16
     return Text(bytes(code), relocs, funcs, lines)
 
 
-_LAID: dict[int, tuple] = {}
+_LAID = IdMemo(20000)
 
 
 def _layout(items: list, encode: Encoder) -> tuple:
@@ -86,9 +88,9 @@ def _layout(items: list, encode: Encoder) -> tuple:
     branches to other functions (offset, size, MI), encoded there with no destination and placed
     by `assemble`. Its own labels are resolved here: a branch between them encodes the same at
     any address. Two passes: the first places the labels, the second encodes."""
-    hit = _LAID.get(id(items))
-    if hit is not None and hit[0] is items and hit[1] is encode:
-        return hit[2]
+    hit = _LAID.get(items)
+    if hit is not None and hit[0] is encode:
+        return hit[1]
     local: dict[str, int] = {}
     for _ in range(2):
         code = bytearray()
@@ -115,11 +117,7 @@ def _layout(items: list, encode: Encoder) -> tuple:
             if it.origin and (not marks or marks[-1][1] != it.origin):
                 marks.append((pc, it.origin))
             code += data
-    if len(_LAID) > 20000:
-        _LAID.clear()
-    laid = (bytes(code), relocs, marks, calls)
-    _LAID[id(items)] = (items, encode, laid)      # the items held, so that their id is not reused
-    return laid
+    return _LAID.put(items, (encode, (bytes(code), relocs, marks, calls)))[1]
 
 
 class _Scope(dict):

@@ -56,6 +56,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from alphac.lower.memo import IdMemo
+
 
 class RtError(Exception):
     pass
@@ -456,15 +458,16 @@ def defined(items: list[tuple]) -> dict[str, tuple]:
     return {it[1]: it for it in items if it[0] in ("fn", "const", "global", "var", "data")}
 
 
-_FREE: dict[int, tuple[tuple, frozenset]] = {}
+_NAMES = IdMemo(50000)
 
 
-def _free_names(it: tuple) -> frozenset:
-    """The names item `it` reads that it does not bind itself (its locals and parameters); once
-    per item per process (the runtime files' items are parsed once: alphac.build._parsed)."""
-    hit = _FREE.get(id(it))
-    if hit is not None and hit[0] is it:
-        return hit[1]
+def item_names(it: tuple) -> tuple[tuple[str, ...], frozenset]:
+    """Every name item `it` reads, writes or calls (sorted), and those of them it does not bind
+    itself (its locals and parameters); once per item per process (the runtime files' items are
+    parsed once: alphac.build._parsed)."""
+    hit = _NAMES.get(it)
+    if hit is not None:
+        return hit
     reads: set[str] = set()
     local: set[str] = set()
     if it[0] == "fn":
@@ -473,11 +476,7 @@ def _free_names(it: tuple) -> frozenset:
         local |= {p for p, _ in it[2]}
     else:
         _names(list(it[2:]), reads)
-    if len(_FREE) > 50000:
-        _FREE.clear()
-    free = frozenset(reads - local)
-    _FREE[id(it)] = (it, free)            # the item held, so that its id is not reused
-    return free
+    return _NAMES.put(it, (tuple(sorted(reads)), frozenset(reads - local)))
 
 
 def check_modules(units: list[tuple[str, list[tuple], bool]]) -> None:
@@ -514,7 +513,7 @@ def check_modules(units: list[tuple[str, list[tuple], bool]]) -> None:
         for it in items:
             if it[0] not in ("fn", "const", "global", "var", "data"):
                 continue
-            missing = sorted(_free_names(it) - visible)
+            missing = sorted(item_names(it)[1] - visible)
             if missing:
                 raise RtError(f"{f}: `{it[1]}` reads `{missing[0]}`, which is neither in the file, "
                               f"in a file it uses, nor declared extern")

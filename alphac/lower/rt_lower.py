@@ -15,7 +15,8 @@ import struct
 
 from alphac.lower import lir
 from alphac.lower.lir import Block, Function, Global, Imm, Inst, Program, Sym, VReg
-from alphac.lower.rt import RtError, _names as rt_names
+from alphac.lower.memo import IdMemo
+from alphac.lower.rt import RtError, item_names
 from alphac.refusals import REFUSALS
 
 ELEM = {"u8": 1, "u16": 2, "u32": 4, "i64": 8, "f64": 8}
@@ -610,21 +611,15 @@ def _reachable(fn: Function) -> set[str]:
     return seen
 
 
-_NAMES: dict[int, tuple[tuple, tuple[str, ...]]] = {}
-_LOWERED: dict[int, tuple] = {}
+_LOWERED = IdMemo(5000)              # (the runtime has about 150 functions per target)
 
 
 def _fingerprint(mod: Module, item: tuple) -> tuple:
     """What lowering fn `item` reads from the program around it: for every name its body
     mentions (locals too: a name may be a global before its `let`), the constant's value, that a
     global is there, or the function's signature; and CPU_AVX2 (the f64x4 builtins)."""
-    hit = _NAMES.get(id(item))
-    if hit is None or hit[0] is not item:
-        found: set[str] = set()
-        rt_names(item[4], found)
-        hit = _NAMES[id(item)] = (item, tuple(sorted(found)))
     out = []
-    for n in hit[1] + ("CPU_AVX2",):
+    for n in item_names(item)[0] + ("CPU_AVX2",):
         if n in mod.consts:
             try:
                 out.append((n, "c", mod.const(n)))
@@ -646,21 +641,16 @@ def lower_function(mod: Module, item: tuple) -> Function:
     strings it names are registered again in `mod`, in the same order; where they get other
     names than in the first program, it is lowered afresh."""
     fp = _fingerprint(mod, item)
-    hit = _LOWERED.get(id(item))
-    if hit is not None and hit[0] is item and hit[1] == fp:
-        if all(mod.string(value) == name for value, name in hit[2]):
-            return hit[3]
+    hit = _LOWERED.get(item)
+    if hit is not None and hit[0] == fp and all(mod.string(v) == name for v, name in hit[1]):
+        return hit[2]
     mod.string_log = []
     try:
         fn = FnLowerer(mod, item).lower()
         log = mod.string_log
     finally:
         mod.string_log = None
-    if len(_LOWERED) > 5000:             # (the runtime has about 150 per target)
-        _LOWERED.clear()
-        _NAMES.clear()
-    _LOWERED[id(item)] = (item, fp, log, fn)      # the item held, so that its id is not reused
-    return fn
+    return _LOWERED.put(item, (fp, log, fn))[2]
 
 
 def lower_program(items: list[tuple], blobs: dict[str, bytes] | None = None,
