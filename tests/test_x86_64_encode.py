@@ -20,6 +20,9 @@ Keystone/capstone quirks this file works around (each checked by the code below)
     registers) and picks the movabs moffs form (A1/A3) for rax/al -> capstone check only.
   * keystone relaxes `jmp`/`jcc` to the rel8 form whenever the target is in range; our
     rel32 is an explicit request -> keystone is consulted only when rel8 cannot reach.
+  * keystone gets EVEX's compressed displacement (disp8*N) wrong: it writes the displacement
+    itself as the disp8 -> for an EVEX row's memory operand with a displacement, capstone
+    (which scales it) and GNU as (`test_evex_against_gnu_as`, every EVEX golden line).
   * capstone 5 reports `disp_size` 2 (not 4) for a disp32 behind a 66 prefix (ucomisd
     [rip + x]); only its `disp_offset` is compared with `Encoded.fixup`.
   * capstone prints an index-only `[rbx*1]` as `[rbx]` and chooses hex/decimal and
@@ -38,7 +41,7 @@ if __name__ == '__main__':
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 from alphac.x86_64.encode import EncodeError, Imm, Mem, Rel, accepts, encode, intel, select
-from alphac.x86_64.isa import (CC, GPR8, GPR16, GPR32, GPR64, REGS, TABLE, XMM, YMM, al, cl, eax, negate,
+from alphac.x86_64.isa import (CC, GPR8, GPR16, GPR32, GPR64, REGS, TABLE, XMM, YMM, ZMM, al, cl, eax, negate,
                                r8, r9, r12, r13, r15, rax, rbp, rbx, rcx, rsp, sil, xmm0, xmm9)
 
 capstone = pytest.importorskip('capstone')
@@ -62,7 +65,7 @@ def _ints(lo: int, hi: int) -> st.SearchStrategy[int]:
 
 
 def _mem(size: int) -> st.SearchStrategy[Mem]:
-    disp = _ints(-128, 127) | _ints(-2**31, 2**31 - 1)
+    disp = _ints(-128, 127) | _ints(-2**31, 2**31 - 1) | _ints(-128, 127).map(lambda d: d * size // 8)
     indexed = st.tuples(st.sampled_from([r for r in GPR64 if r != rsp]), st.sampled_from([1, 2, 4, 8]))
     based = st.builds(lambda base, ix, disp: Mem(base, *ix, disp=disp, size=size),
                       st.none() | st.sampled_from(GPR64), st.just((None, 1)) | indexed, disp)
@@ -78,8 +81,9 @@ KINDS: dict[str, st.SearchStrategy] = {
     'xmm': _regs(XMM), 'rax': st.just(rax), 'cl': st.just(cl), 'xmm0': st.just(xmm0),
     'r64z': _regs(GPR64 + GPR32),
     'm': st.sampled_from([8, 16, 32, 64]).flatmap(_mem),
-    **{f'm{n}': _mem(n) for n in (8, 16, 32, 64, 128, 256)},
+    **{f'm{n}': _mem(n) for n in (8, 16, 32, 64, 128, 256, 512)},
     'ymm': _regs(YMM), 'ym256': _regs(YMM) | _mem(256),
+    'zmm': _regs(ZMM), 'zm512': _regs(ZMM) | _mem(512),
     **{f'rm{n}': _regs(regs) | _mem(n) for n, regs in ((8, GPR8), (16, GPR16), (32, GPR32), (64, GPR64))},
     'xm64': _regs(XMM) | _mem(64),
     'one': st.just(Imm(1)),
@@ -102,12 +106,14 @@ def _norm(text: str) -> str:
     return _NUM.sub(lambda m: str(int(m[1] + m[2], 0) % 2**64), text)
 
 
-def _keystone_skip(ops: tuple, length: int) -> str | None:
+def _keystone_skip(ops: tuple, length: int, evex: bool = False) -> str | None:
     """Why keystone cannot be the oracle for these operands (see module docstring), or None."""
     if any(isinstance(o, Mem) and not (o.base or o.index or o.rip) for o in ops):
         return 'keystone bug: absolute [disp32] addressing'
     if any(isinstance(o, Rel) and o.size == 32 and -128 <= o.disp + length - 2 < 128 for o in ops):
         return 'keystone relaxes a reachable rel32 branch to rel8'
+    if evex and any(isinstance(o, Mem) and o.disp and (o.base or o.index) for o in ops):
+        return 'keystone bug: EVEX disp8*N'
     return None
 
 
@@ -132,7 +138,8 @@ def check_oracles(mnemonic: str, ops: tuple, addr: int) -> bytes:
     if (rip or rel32) and enc.fixup is not None:
         field = int.from_bytes(enc.bytes[enc.fixup:enc.fixup + 4], 'little', signed=True)
         assert field == (rip or rel32)[0].disp
-    if _keystone_skip(ops, len(enc.bytes)) is None:
+    evex = (select(mnemonic, *ops).vex or (0,))[0] == 2
+    if _keystone_skip(ops, len(enc.bytes), evex) is None:
         ks_bytes = bytes(KS.asm(text, addr)[0])
         assert ks_bytes == enc.bytes, (text, ks_bytes.hex(), enc.bytes.hex())
     return enc.bytes
@@ -165,7 +172,7 @@ def test_table_is_fully_covered():
 
 # ---- 2. golden file ---------------------------------------------------------------------
 
-_PTR = {'byte': 8, 'word': 16, 'dword': 32, 'qword': 64, 'xmmword': 128, 'ymmword': 256}
+_PTR = {'byte': 8, 'word': 16, 'dword': 32, 'qword': 64, 'xmmword': 128, 'ymmword': 256, 'zmmword': 512}
 _BRANCHES = {r.mnem for r in TABLE if any(k.startswith('rel') for k in r.ops)}
 
 
@@ -208,6 +215,23 @@ def test_golden_file():
     for mnemonic, ops, want, text in lines:
         assert encode(mnemonic, *ops).bytes == want, (text, want.hex())
         assert intel(mnemonic, *ops) == text        # the parser and intel() agree
+
+
+def test_evex_against_gnu_as(tmp_path):
+    """Every EVEX golden line (AVX-512: keystone's disp8*N is wrong) assembled by GNU as."""
+    import shutil
+    import subprocess
+    if shutil.which('as') is None or shutil.which('objcopy') is None:
+        pytest.skip('GNU binutils (as, objcopy) are not installed') if not __import__('os').environ.get('CI') \
+            else pytest.fail('CI needs GNU binutils')
+    lines = [(text, want) for m, ops, want, text in _golden() if want[:1] == b'\x62']
+    assert len(lines) >= 20
+    src = tmp_path / 'evex.s'
+    src.write_text('.intel_syntax noprefix\n' + ''.join(f'{t}\n' for t, _ in lines))
+    subprocess.run(['as', '--64', '-o', str(tmp_path / 'evex.o'), str(src)], check=True)
+    subprocess.run(['objcopy', '-O', 'binary', '-j', '.text', str(tmp_path / 'evex.o'),
+                    str(tmp_path / 'evex.bin')], check=True)
+    assert (tmp_path / 'evex.bin').read_bytes() == b''.join(w for _, w in lines)
 
 
 # ---- 3. choices and errors --------------------------------------------------------------
@@ -293,7 +317,7 @@ def test_encode_errors(mnemonic, ops):
     dict(rip=True, base=rax),
     dict(base=al),
     dict(base=eax),
-    dict(base=rax, size=512),
+    dict(base=rax, size=1024),
 ])
 def test_bad_memory_operands(kw):
     with pytest.raises(EncodeError):
@@ -330,7 +354,14 @@ _SAMPLES['m256'] = [Mem(rbx, size=256), Mem(r9, disp=0x20, size=256), Mem(rsp, r
                     Mem(rip=True, disp=0x40, size=256)]
 _SAMPLES['ymm'] = [YMM[0], YMM[9], YMM[15], YMM[3]]
 _SAMPLES['ym256'] = [YMM[1], YMM[12], Mem(r12, rcx, 8, 0x40, size=256), Mem(rip=True, disp=-0x20, size=256)]
-_SAMPLES['xm64'] = [xmm0, REGS['xmm12'], Mem(rbx, rcx, 2, 0x10), Mem(rip=True, disp=-0x20)]
+_SAMPLES['m512'] = [Mem(rbx, size=512), Mem(r9, disp=0x40, size=512), Mem(rsp, r13, 8, -8, size=512),
+                    Mem(rbp, disp=-0x2000, size=512), Mem(r12, disp=0x1fc0, size=512),
+                    Mem(r12, disp=0x2000, size=512), Mem(rip=True, disp=0x40, size=512)]
+_SAMPLES['zmm'] = [ZMM[0], ZMM[9], ZMM[15], ZMM[3]]
+_SAMPLES['zm512'] = [ZMM[1], ZMM[12], Mem(r12, rcx, 8, 0x40, size=512), Mem(rax, disp=0x48, size=512),
+                     Mem(rip=True, disp=-0x20, size=512)]
+_SAMPLES['xm64'] = [xmm0, REGS['xmm12'], Mem(rbx, rcx, 2, 0x10), Mem(rip=True, disp=-0x20),
+                    Mem(r13, disp=0x3f8), Mem(rsp, disp=-0x404)]
 
 # The classic ModRM/SIB traps, shown as loads, stores and SSE operands.
 _TRAPS = [Mem(rax), Mem(rsp), Mem(r12), Mem(rbp), Mem(r13), Mem(rbp, disp=0x7F), Mem(rbp, disp=0x80),
@@ -350,7 +381,7 @@ def _golden_lines():
         n = max([len(_SAMPLES[k]) for k in row.ops] or [1])
         seen = set()
         for i in range(n):
-            ops = tuple(_SAMPLES[k][(i + j * (k == 'ymm')) % len(_SAMPLES[k])] for j, k in enumerate(row.ops))
+            ops = tuple(_SAMPLES[k][(i + j * (k in ('ymm', 'zmm'))) % len(_SAMPLES[k])] for j, k in enumerate(row.ops))
             if ops not in seen and select(row.mnem, *ops) is row:
                 seen.add(ops)
                 yield _golden_line(row.mnem, ops)

@@ -13,7 +13,8 @@ wrong bytes.  Memory operands get every ModRM/SIB special case right: rsp/r12 as
 take a SIB byte, rbp/r13 as base with no displacement take a zero disp8, index without
 base takes disp32, rsp is never an index, disp8 is used whenever it fits, and REX.R/X/B
 carry bit 3 of r8-r15/xmm8-15 (in a VEX row, the inverted VEX.R/X/B, and the 2-byte VEX
-wherever X, B, W and the map allow it).  `Encoded.fixup` is the offset inside the bytes of the
+wherever X, B, W and the map allow it; in an EVEX row, R' and V' set for registers 0-15 and a
+disp8 scaled by the memory operand's size, disp8*N, wherever the displacement is a multiple of N).  `Encoded.fixup` is the offset inside the bytes of the
 4-byte PC-relative field (rel32 branch/call, RIP-relative memory), else None.
 """
 from __future__ import annotations
@@ -33,7 +34,7 @@ class Mem:
     """[base + index*scale + disp], or [rip + disp] (disp from the end of the instruction).
 
     With neither base nor index nor rip, the address is the absolute sign-extended disp32.
-    `size` is the access width in bits where the instruction needs one (8/16/32/64/128).
+    `size` is the access width in bits where the instruction needs one (8/16/32/64/128/256/512).
     """
     base: Reg | None = None
     index: Reg | None = None
@@ -56,8 +57,8 @@ class Mem:
             raise EncodeError(f'displacement {self.disp:#x} does not fit in 32 bits')
         if self.rip and (self.base or self.index):
             raise EncodeError('rip-relative address takes no base or index')
-        if self.size not in (8, 16, 32, 64, 128, 256):
-            raise EncodeError(f'memory size must be 8/16/32/64/128/256 bits, not {self.size}')
+        if self.size not in (8, 16, 32, 64, 128, 256, 512):
+            raise EncodeError(f'memory size must be 8/16/32/64/128/256/512 bits, not {self.size}')
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,7 @@ class Encoded:
 _IMM_RANGE = {'one': (1, 1), 'imm8': (0, 255), 'simm8': (-2**7, 2**7 - 1),
               'simm32': (-2**31, 2**31 - 1), 'uimm32': (0, 2**32 - 1),
               'imm64': (-2**63, 2**64 - 1)}
-_PTR = {8: 'byte', 16: 'word', 32: 'dword', 64: 'qword', 128: 'xmmword', 256: 'ymmword'}
+_PTR = {8: 'byte', 16: 'word', 32: 'dword', 64: 'qword', 128: 'xmmword', 256: 'ymmword', 512: 'zmmword'}
 
 _BY_NAME: dict[str, list[Row]] = {}
 for _r in TABLE:
@@ -100,10 +101,10 @@ def accepts(kind: str, op: object) -> bool:
         if kind == 'r64z':
             return op.kind in ('r64', 'r32')
         return op.kind == kind or kind == 'rm' + op.kind[1:] or (kind == 'xm64' and op.kind == 'xmm') \
-            or (kind == 'ym256' and op.kind == 'ymm')
+            or (kind == 'ym256' and op.kind == 'ymm') or (kind == 'zm512' and op.kind == 'zmm')
     if isinstance(op, Mem):
         return kind in ('m', f'm{op.size}', f'rm{op.size}') or (kind == 'xm64' and op.size == 64) \
-            or (kind == 'ym256' and op.size == 256)
+            or (kind == 'ym256' and op.size == 256) or (kind == 'zm512' and op.size == 512)
     if isinstance(op, Imm):
         lo, hi = _IMM_RANGE.get(kind, (1, 0))
         return isinstance(op.value, int) and lo <= op.value <= hi
@@ -124,8 +125,9 @@ def select(mnemonic: str, *operands: object) -> Row:
     raise EncodeError(f'no encoding of {mnemonic} {", ".join(map(repr, operands))} (forms: {forms})')
 
 
-def _modrm(reg: int, rm: Reg | Mem) -> tuple[int, bytes, int | None]:
-    """(REX X/B bits, ModRM+SIB+disp bytes, offset of a RIP disp32 in them) for reg field `reg`."""
+def _modrm(reg: int, rm: Reg | Mem, n: int = 0) -> tuple[int, bytes, int | None]:
+    """(REX X/B bits, ModRM+SIB+disp bytes, offset of a RIP disp32 in them) for reg field `reg`;
+    `n`: an EVEX row's disp8 unit (disp8*N), 0 for the plain disp8."""
     if isinstance(rm, Reg):
         return rm.num >> 3, bytes([0xC0 | reg << 3 | rm.num & 7]), None
     disp32 = (rm.disp & 0xFFFFFFFF).to_bytes(4, 'little')
@@ -140,8 +142,10 @@ def _modrm(reg: int, rm: Reg | Mem) -> tuple[int, bytes, int | None]:
     rex |= rm.base.num >> 3
     if rm.disp == 0 and b != 5:                         # rbp/r13 with mod=00 would mean rip/no base
         mod, disp = 0, b''
-    elif -128 <= rm.disp < 128:
+    elif not n and -128 <= rm.disp < 128:
         mod, disp = 1, (rm.disp & 0xFF).to_bytes(1, 'little')
+    elif n and rm.disp % n == 0 and -128 <= rm.disp // n < 128:
+        mod, disp = 1, (rm.disp // n & 0xFF).to_bytes(1, 'little')
     else:
         mod, disp = 2, disp32
     if rm.index is None and b != 4:                     # rm=100 means "SIB follows"
@@ -169,9 +173,14 @@ def _emit(row: Row, ops: tuple) -> Encoded:
             tail = (value & (1 << 8 * row.imm) - 1).to_bytes(row.imm, 'little')
     modrm, rip_at = b'', None
     if rm is not None:
-        xb, modrm, rip_at = _modrm(reg & 7, rm)
+        evex = row.vex is not None and row.vex[0] == 2
+        xb, modrm, rip_at = _modrm(reg & 7, rm, rm.size // 8 if evex and isinstance(rm, Mem) else 0)
         rex |= xb
-    if row.vex:
+    if row.vex and row.vex[0] == 2:       # EVEX: R X B R'(1) 0 0 mm; W vvvv 1 pp; z L'L b V'(1) aaa
+        _, pp, mp, w = row.vex
+        head = bytes([0x62, (~rex & 7) << 5 | 0x10 | mp, w << 7 | (~vvvv & 15) << 3 | 4 | pp,
+                      2 << 5 | 0x08]) + opc
+    elif row.vex:
         length, pp, mp, w = row.vex
         rxb, tail2 = (~rex & 7) << 5, (~vvvv & 15) << 3 | length << 2 | pp
         short = rxb & 0x60 == 0x60 and not w and mp == 1        # X and B unused, W0, map 0F

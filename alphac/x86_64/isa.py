@@ -22,7 +22,7 @@ from typing import NamedTuple
 class Reg(NamedTuple):
     name: str
     num: int    # 0..15
-    kind: str   # 'r64' | 'r32' | 'r16' | 'r8' | 'xmm' | 'ymm'
+    kind: str   # 'r64' | 'r32' | 'r16' | 'r8' | 'xmm' | 'ymm' | 'zmm'
 
     def __repr__(self) -> str:
         return self.name
@@ -44,6 +44,7 @@ GPR16 = _regs('r16', 'ax cx dx bx sp bp si di ' + _hi('w'))
 GPR8 = _regs('r8', 'al cl dl bl spl bpl sil dil ' + _hi('b'))
 XMM = _regs('xmm', ' '.join(f'xmm{i}' for i in range(16)))
 YMM = _regs('ymm', ' '.join(f'ymm{i}' for i in range(16)))     # xmm{i} widened to 32 bytes (AVX)
+ZMM = _regs('zmm', ' '.join(f'zmm{i}' for i in range(16)))     # and to 64 bytes (AVX-512; not 16-31)
 
 rax, rcx, rdx, rbx, rsp, rbp, rsi, rdi, r8, r9, r10, r11, r12, r13, r14, r15 = GPR64
 (eax, ecx, edx, ebx, esp, ebp, esi, edi,
@@ -55,7 +56,7 @@ rax, rcx, rdx, rbx, rsp, rbp, rsi, rdi, r8, r9, r10, r11, r12, r13, r14, r15 = G
 (xmm0, xmm1, xmm2, xmm3, xmm4, xmm5, xmm6, xmm7,
  xmm8, xmm9, xmm10, xmm11, xmm12, xmm13, xmm14, xmm15) = XMM
 
-REGS: dict[str, Reg] = {r.name: r for r in GPR64 + GPR32 + GPR16 + GPR8 + XMM + YMM}
+REGS: dict[str, Reg] = {r.name: r for r in GPR64 + GPR32 + GPR16 + GPR8 + XMM + YMM + ZMM}
 
 # Condition codes: the low nibble of Jcc (70+cc, 0F 80+cc), SETcc (0F 90+cc), CMOVcc (0F 40+cc).
 CC: dict[str, int] = {
@@ -74,14 +75,15 @@ def negate(cc: str) -> str:
 # The table.
 #
 # Operand kinds (what an operand may be):
-#   r64 r32 r16 r8 xmm ymm  a register of that class
+#   r64 r32 r16 r8 xmm ymm zmm  a register of that class
 #   rax cl xmm0           exactly that register (implicit in the opcode)
 #   r64z                  r64 or r32 register, written as its 32-bit name (the CPU zero-extends)
 #   m                     memory of any size, printed without a size (lea)
-#   m8 m16 m32 m64 m128 m256  memory with Mem.size of that many bits
+#   m8 m16 m32 m64 m128 m256 m512  memory with Mem.size of that many bits
 #   rm8 rm16 rm32 rm64    a register of that width, or memory of that size
 #   xm64                  an xmm register, or 64-bit memory
 #   ym256                 a ymm register, or 256-bit memory
+#   zm512                 a zmm register, or 512-bit memory
 #   one                   the immediate 1 (implicit in the opcode)
 #   imm8                  immediate 0..255            simm8   -2**7..2**7-1
 #   simm32  -2**31..2**31-1   uimm32  0..2**32-1      imm64   -2**63..2**64-1
@@ -94,7 +96,9 @@ def negate(cc: str) -> str:
 # REX), REX.W, opcode bytes ('+r' = register in the low 3 bits), '/digit' (ModRM.reg holds
 # an opcode extension) or '/r', then ib/id/io (imm 1/4/8 bytes) or cb/cd (rel 1/4 bytes).
 # A VEX row starts `VEX.L.pp.map.W` (VEX.256.66.0F38.W0): the vector length, the implied
-# prefix, the opcode map and W (WIG: W0); its opcode bytes follow the map.
+# prefix, the opcode map and W (WIG: W0); its opcode bytes follow the map. An EVEX row
+# (`EVEX.512.66.0F.W1`, AVX-512) is the same fields at vector length 512, no mask, no broadcast;
+# its disp8 counts in units of the memory operand's size (disp8*N, N = 64 for m512, 8 for m64).
 # ---------------------------------------------------------------------------------------
 
 class Row(NamedTuple):
@@ -107,7 +111,7 @@ class Row(NamedTuple):
     ext: int | None       # ModRM.reg opcode extension (/digit), None for /r or no ModRM
     imm: int              # bytes of trailing immediate / displacement, 0 if none
     name: str             # mnemonic as printed in Intel syntax
-    vex: tuple[int, int, int, int] | None = None   # (L, pp, map, W) of a VEX row
+    vex: tuple[int, int, int, int] | None = None   # (L, pp, map, W) of a VEX row (L 2: EVEX)
 
     def __repr__(self) -> str:
         return f'{self.name} {", ".join(self.ops)}'.strip()
@@ -120,9 +124,10 @@ IMM_KINDS = {'imm8': 1, 'simm8': 1, 'simm32': 4, 'uimm32': 4, 'imm64': 8, 'rel8'
 def _row(mnem: str, ops: str, enc: str, code: str, name: str | None = None) -> Row:
     pfx, opc, w, ext, imm, plus_r, vex = bytearray(), bytearray(), False, None, 0, False, None
     for tok in code.split():
-        if tok.startswith('VEX.'):
-            _, length, pp, mp, wbit = tok.split('.')
-            vex = ({'128': 0, '256': 1}[length], {'NP': 0, '66': 1, 'F3': 2, 'F2': 3}[pp],
+        if tok.startswith(('VEX.', 'EVEX.')):
+            prefix, length, pp, mp, wbit = tok.split('.')
+            assert (length == '512') == (prefix == 'EVEX'), tok
+            vex = ({'128': 0, '256': 1, '512': 2}[length], {'NP': 0, '66': 1, 'F3': 2, 'F2': 3}[pp],
                    {'0F': 1, '0F38': 2, '0F3A': 3}[mp], wbit == 'W1')
         elif tok == 'REX.W':
             w = True
@@ -252,4 +257,13 @@ TABLE: tuple[Row, ...] = (
     _row('vmovq', 'xmm, r64', 'rm', 'VEX.128.66.0F.W1 6E /r'),
     _row('vbroadcastsd', 'ymm, xm64', 'rm', 'VEX.256.66.0F38.W0 19 /r'),
     _row('vzeroupper', '', '', 'VEX.128.NP.0F.WIG 77'),
+    # -- AVX-512F packed double (x86_64-v4): f64x8, zmm0-15, each lane the scalar instruction.
+    _row('vmovupd', 'zmm, m512', 'rm', 'EVEX.512.66.0F.W1 10 /r'),
+    _row('vmovupd', 'm512, zmm', 'mr', 'EVEX.512.66.0F.W1 11 /r'),
+    _row('vmovapd', 'zmm, zmm', 'rm', 'EVEX.512.66.0F.W1 28 /r'),
+    *(_row('v' + mn[:-2] + 'pd', 'zmm, zmm, zm512', 'rvm', f'EVEX.512.66.0F.W1 {op:02X} /r')
+      for mn, op in _SSE_ARITH.items() if mn != 'sqrtsd'),
+    _row('vsqrtpd', 'zmm, zm512', 'rm', 'EVEX.512.66.0F.W1 51 /r'),
+    _row('vpxorq', 'zmm, zmm, zm512', 'rvm', 'EVEX.512.66.0F.W1 EF /r'),
+    _row('vbroadcastsd', 'zmm, xm64', 'rm', 'EVEX.512.66.0F38.W1 19 /r'),
 )
