@@ -14,7 +14,8 @@ REFUSALS: dict[str, tuple[int, str]] = {
     "usage": (64, "the command line is not what the executable takes (see its docs: a learner "
                   "takes `--steps N`, a role also its addresses), a number is not a decimal "
                   "integer of at most 15 digits, or an option is unknown"),
-    "cpu-level": (67, "the executable was built for a target level (x86_64-v3: AVX2) that this CPU, "
+    "cpu-level": (67, "the executable was built for a target level (x86_64-v3: AVX2; x86_64-v4: "
+                      "AVX-512 F, DQ, CD, BW and VL) that this CPU, "
                       "or its operating system, does not provide; build for `x86_64` instead"),
     "output": (66, "standard output could not be written (a closed pipe, a full disk)"),
     "listen-failed": (70, "a role could not listen on the address given by --listen"),
@@ -50,7 +51,8 @@ REFUSALS: dict[str, tuple[int, str]] = {
     "artifact-hash": (100, "the launcher found an executable (or roles.json) whose SHA-256 is not "
                            "the build manifest's, or no manifest; nothing was started"),
     "launch-tool": (101, "the launcher needs a tool this host lacks (qemu-aarch64 for AArch64 roles, "
-                         "qemu-x86_64 for x86_64-v3 roles where the CPU lacks AVX2)"),
+                         "qemu-x86_64 for x86_64-v3 roles where the CPU lacks AVX2; a CPU "
+                         "with AVX-512 for x86_64-v4 roles, which qemu does not emulate)"),
     "run-failed": (102, "a role of the launched deployment refused or crashed; nothing was published "
                         "(the run record names the role and its refusal)"),
     "launch-input": (103, "the launcher's inputs are malformed: roles.json or the build manifest is "

@@ -195,7 +195,7 @@ def instructions(tree: Path) -> None:
 
 def main() -> None:
     global ROUNDS
-    from alphac.tools.launch import host_avx2
+    from alphac.lower.target import host_runs
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--targets", default="x86_64,x86_64-v3",
@@ -211,7 +211,7 @@ def main() -> None:
         return
     ROUNDS = max(1, args.rounds)
     targets = args.targets.split(",")
-    if "x86_64-v3" in targets and not host_avx2():
+    if "x86_64-v3" in targets and not host_runs("x86_64-v3"):
         print("x86_64-v3 not timed: this CPU has no AVX2 (its executables would refuse cpu-level)\n")
         targets.remove("x86_64-v3")
     workloads = [("lsq 100k", lsq_source, {}), ("matvec 64x256, 256 samples", matvec_source, {})]

@@ -83,8 +83,8 @@ def main() -> None:
     if not (DATA / "digits_x_train.npy").exists():
         sys.exit("bench/digits.py: no data; run `make data` (examples/data/make_data.py)")
     ev = digits_eval()
-    from alphac.tools.launch import host_avx2
-    rows = [alphac_row(epochs, ev)] + ([alphac_row(epochs, ev, "x86_64-v3")] if host_avx2() else
+    from alphac.lower.target import host_runs
+    rows = [alphac_row(epochs, ev)] + ([alphac_row(epochs, ev, "x86_64-v3")] if host_runs("x86_64-v3") else
                                        [{"system": "alphac x86_64-v3 (not run: no AVX2 here)"}])
     rows.append(torch_row(epochs, ev))
     print(f"digits MLP 64-32-10, full batch, Adam lr 0.01, {epochs} epochs (1 step each)\n")

@@ -8,6 +8,8 @@
     x86_64        the single-process executable: 5 steps; 3 + --checkpoint, then 2 + --resume
     x86_64-v3     the same at the AVX2 level (natively, or under qemu-x86_64 -cpu max where the
                   host lacks AVX2), and resumed from the x86-64 checkpoint
+    x86_64-v4     the same at the AVX-512 level, natively; on a CPU without AVX-512 (which qemu
+                  does not emulate) every run must refuse `cpu-level` instead
     aarch64       the same under qemu-aarch64, and resumed from the x86-64 checkpoint
     roles:D       deployment D's role executables on loopback (its own targets, mixed ISAs
                   included): 5 steps; 3 + checkpoint, then 2 resumed
@@ -44,7 +46,8 @@ from pathlib import Path
 
 from conftest import require_tool
 
-ALL = ("interp", "plan", "ptx", "x86_64", "x86_64-v3", "aarch64", "roles", "moved", "gpu", "fleet")
+ALL = ("interp", "plan", "ptx", "x86_64", "x86_64-v3", "x86_64-v4", "aarch64", "roles", "moved", "gpu",
+       "fleet")
 # "gpu": a copy of a program's first deployment with owner[0] an sm_90 and its last owner an
 # sm_86 GPU owner, each under its own mock driver (tests/mockgpu/wrap.py), launched, resumed,
 # and resumed from the CPU deployment's checkpoint
@@ -189,8 +192,8 @@ def runner(target: str) -> list[str]:
     qemu-x86_64 -cpu max for x86_64-v3 where this CPU lacks AVX2, else nothing."""
     if target == "aarch64":
         return [require_tool("qemu-aarch64")]
-    from alphac.tools.launch import host_avx2
-    if target == "x86_64-v3" and not host_avx2():
+    from alphac.lower.target import host_runs
+    if target == "x86_64-v3" and not host_runs(target):
         return [require_tool("qemu-x86_64"), "-cpu", "max"]
     return []
 
@@ -270,26 +273,29 @@ def check_text(text: str, work: Path, engines=ALL, files: dict[str, bytes] | Non
     if "ptx" in engines and not gpu_refuses(rep, lr) and not too_large(rep, lr):
         compare(rep, "ptx", guarded(lambda: run_ptx(lr)), want5)
     single = {}
-    for target in ("x86_64", "x86_64-v3", "aarch64"):
+    from alphac.lower.target import host_runs
+    for target in ("x86_64", "x86_64-v3", "x86_64-v4", "aarch64"):
         if target not in engines:
             continue
+        w3, w5 = ("refused: cpu-level",) * 2 if target == "x86_64-v4" and not host_runs(target) \
+            else (want3, want5)                                   # (no AVX-512 here: refused)
         got = guarded(lambda: build_single(lr, target, work))
         if got.startswith(("crash:", "refused:")):
             rep.problem(f"{target}: the build failed: {got}")
             continue
         exe = Path(got)
         single[target] = exe
-        compare(rep, f"{target}", run_exe(exe, target, "--steps", STEPS), want5)
+        compare(rep, f"{target}", run_exe(exe, target, "--steps", STEPS), w5)
         ck = work / f"ck-{target}"
         shutil.rmtree(ck, ignore_errors=True)
         compare(rep, f"{target} 3 steps, checkpoint", run_exe(exe, target, "--steps", FIRST,
-                                                               "--checkpoint", ck), want3)
-        if finite(want3):
+                                                               "--checkpoint", ck), w3)
+        if finite(w3):
             compare(rep, f"{target} resumed 2 steps", run_exe(exe, target, "--steps", STEPS - FIRST,
-                                                              "--resume", ck), want5)
-        if target != "x86_64" and finite(want3) and (work / "ck-x86_64" / "MANIFEST").exists():
+                                                              "--resume", ck), w5)
+        if target != "x86_64" and finite(w3) and (work / "ck-x86_64" / "MANIFEST").exists():
             compare(rep, f"{target} resumed from x86_64's checkpoint",
-                    run_exe(exe, target, "--steps", STEPS - FIRST, "--resume", work / "ck-x86_64"), want5)
+                    run_exe(exe, target, "--steps", STEPS - FIRST, "--resume", work / "ck-x86_64"), w5)
     if "roles" in engines or "moved" in engines or "fleet" in engines:
         for name, plan in sorted(plans.items()):
             check_roles(rep, src, name, plan, contract, work, engines, single.get("x86_64"), deps)

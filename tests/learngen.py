@@ -29,7 +29,8 @@ part ways:
   trees, every library strategy and strategies of the file's own, random partitions (even, or
   explicit ranges for one group, empty slices included; in matrix programs mostly a 2-D group,
   cut inside rows, and one set of ranges for every group when all are of one size), delivery to
-  one owner, mixed targets.
+  one owner, mixed targets (AArch64 owners; owners at x86_64-v3, or x86_64-v4 where this CPU has
+  AVX-512: the one host-dependent choice, so that every generated deployment can run here).
 
 Expressions are tuples: ('num', v) ('name', n) ('pick', n, (k, ...)) ('row', d) ('elt', d, k)
 ('bin', op, a, b) (op includes '@') ('neg', a) ('pow', a, n) ('call', f, (args...)) ('grad', p)
@@ -49,6 +50,8 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass, field
+
+from alphac.lower.target import host_runs
 
 
 # -- the program --------------------------------------------------------------------------------
@@ -1350,9 +1353,10 @@ def add_deployments(prog: Program, lr, seed: int, count: int | None = None, aarc
         else:
             picks = []
         rest = [k for k in range(owners) if k not in picks]
-        if rest and xr.random() < 0.3:                      # owners at the AVX2 level
+        if rest and xr.random() < 0.3:                      # owners at the AVX2 or AVX-512 level
+            level = "x86_64-v4" if xr.random() < 0.5 and host_runs("x86_64-v4") else "x86_64-v3"
             items.append("target " + ", ".join(f"owner[{k}]" for k in
-                                               sorted(xr.sample(rest, xr.randint(1, len(rest))))) + " = x86_64-v3")
+                                               sorted(xr.sample(rest, xr.randint(1, len(rest))))) + f" = {level}")
         scatter = "gradients" in (custom.partition if strat == custom.name else
                                   {"zero2": ["gradients"], "zero3": ["gradients"]}.get(strat, []))
         if star and owners > 1 and prog.contract != "exact_sum" and xr.random() < 0.35 and (

@@ -1,11 +1,14 @@
-"""The x86_64-v3 level: f64x4 (AVX2, never FMA) through the runtime language, the register
-allocator and the x86-64 selector, against plain Python; its start-up check; its learners' bits.
+"""The x86_64-v3 and x86_64-v4 levels: f64x4 (AVX2) and f64x8 (AVX-512F), never FMA, through
+the runtime language, the register allocator and the x86-64 selector, against plain Python; their
+start-up checks; their learners' bits.
 
-Each f64x4 lane must be exactly the scalar operation on that lane: the programs here print every
-lane's bits and compare them with Python's binary64 arithmetic (the host's own SSE2). An
-x86_64-v3 executable runs natively where this CPU has AVX2, else under `qemu-x86_64 -cpu max`;
-under qemu's Nehalem (no AVX) and SandyBridge (AVX, no AVX2) models it must refuse
-`cpu-level` before anything else.
+Each lane must be exactly the scalar operation on that lane: the programs here print every lane's
+bits and compare them with Python's binary64 arithmetic (the host's own SSE2). An x86_64-v3
+executable runs natively where this CPU has AVX2, else under `qemu-x86_64 -cpu max`; under qemu's
+Nehalem (no AVX) and SandyBridge (AVX, no AVX2) models it must refuse `cpu-level` before anything
+else. qemu emulates no AVX-512, so an x86_64-v4 executable runs only natively, where the CPU has
+it; on a CPU without it (and under every qemu model) the same tests check that it refuses
+`cpu-level` instead: a run on such a host checks the refusal, never skips.
 """
 import math
 import struct
@@ -16,12 +19,23 @@ import pytest
 from conftest import ROOT, require_tool
 from differential import runner
 
+from alphac.lower.target import host_runs
 from alphac.refusals import REFUSALS
 
 P, Q, R, NAN, INF, TINY = 1.5, -0.1, 3.0, math.nan, math.inf, 5e-324
 WA, WB, WC = (P, Q, R, NAN), (INF, TINY, -0.0, 1e300), (R, TINY, INF, -0.0)
-SEEDS = WA + WB + WC + (Q,)          # at seeds + 0, 32, 64; q alone at seeds + 96
-NW = 20                              # f64x4 values live across a call: spilled (4 slots each)
+NW = 20                              # vectors live across a call: spilled (4 or 8 slots each)
+# a level -> its lanes and its builtins (load, store, splat, sqrt)
+LEVEL = {"x86_64-v3": (4, "loadw", "storew", "splatw", "sqrtw"),
+         "x86_64-v4": (8, "loadz", "storez", "splatz", "sqrtz")}
+REFUSED = f"exit {REFUSALS['cpu-level'][0]}: refused: cpu-level"
+
+
+def operands(n: int):
+    """wa, wb, wc in n lanes (8: each followed by another's four), and the seeds: wa, wb, wc at
+    seeds + 0, 8n, 16n, q alone at seeds + 24n."""
+    wa, wb, wc = (WA, WB, WC) if n == 4 else (WA + WC, WB + WA, WC + WB)
+    return wa, wb, wc, wa + wb + wc + (Q,)
 
 
 def bits(x: float) -> int:
@@ -31,75 +45,82 @@ def bits(x: float) -> int:
 def lanes(f, *ws):
     """f on each lane, in numpy's binary64 (x / 0 is an infinity or a NaN, as on the CPU)."""
     with np.errstate(all="ignore"):
-        return tuple(float(f(*(np.float64(w[k]) for w in ws))) for k in range(4))
+        return tuple(float(f(*(np.float64(w[k]) for w in ws))) for k in range(len(ws[0])))
 
 
-CASES = [
-    ("wa + wb", lanes(lambda a, b: a + b, WA, WB)), ("wb - wa", lanes(lambda a, b: a - b, WB, WA)),
-    ("wa * wb", lanes(lambda a, b: a * b, WA, WB)), ("wa / wb", lanes(lambda a, b: a / b, WA, WB)),
-    ("wb / wa", lanes(lambda a, b: a / b, WB, WA)), ("sqrtw(wc)", lanes(np.sqrt, WC)),
-    ("-wa", lanes(lambda a: -a, WA)), ("-wb", lanes(lambda a: -a, WB)),
-    ("splatw(q) * wa", lanes(lambda a: Q * a, WA)),
-    ("splatw(loadf(seeds + 96)) - wc", lanes(lambda c: Q - c, WC)),    # a broadcast from memory
-    ("splatw(loadf(seeds + 8 * (z - 4))) + wb", lanes(lambda b: P + b, WB)),    # indexed (z = 4)
-    ("(wa + wc) * (wa - wc) / wb", lanes(lambda a, c, b: (a + c) * (a - c) / b, WA, WC, WB)),
-]
-OFFSETS = [0, 8, 32, -32, 4104, 65504, 60008]      # storew/loadw at immediate offsets
+def cases(n: int, splat: str, sqrt: str) -> list:
+    wa, wb, wc, _ = operands(n)
+    return [
+        ("wa + wb", lanes(lambda a, b: a + b, wa, wb)), ("wb - wa", lanes(lambda a, b: a - b, wb, wa)),
+        ("wa * wb", lanes(lambda a, b: a * b, wa, wb)), ("wa / wb", lanes(lambda a, b: a / b, wa, wb)),
+        ("wb / wa", lanes(lambda a, b: a / b, wb, wa)), (f"{sqrt}(wc)", lanes(np.sqrt, wc)),
+        ("-wa", lanes(lambda a: -a, wa)), ("-wb", lanes(lambda a: -a, wb)),
+        (f"{splat}(q) * wa", lanes(lambda a: Q * a, wa)),
+        (f"{splat}(loadf(seeds + {24 * n})) - wc", lanes(lambda c: Q - c, wc)),   # a broadcast from memory
+        (f"{splat}(loadf(seeds + 8 * (z - 4))) + wb", lanes(lambda b: P + b, wb)),   # indexed (z = 4)
+        ("(wa + wc) * (wa - wc) / wb", lanes(lambda a, c, b: (a + c) * (a - c) / b, wa, wc, wb)),
+    ]
 
 
-def press(a: float) -> float:
-    """What wpress(a) returns: NW f64x4 live across a call, summed lane by lane, then the lanes."""
-    ws = [tuple(x * float(k + 1) + a for x in WA[:3] + (a,)) for k in range(NW)]
-    acc = [0.0] * 4
+OFFSETS = [0, 8, 32, -32, 64, -64, 4104, 8128, 8192, -8192, 65504, 60008]   # immediate offsets
+
+
+def press(a: float, n: int) -> float:
+    """What wpress(a) returns: NW vectors live across a call, summed lane by lane, then lanes."""
+    wa = operands(n)[0]
+    ws = [tuple(x * float(k + 1) + a for x in wa[:n - 1] + (a,)) for k in range(NW)]
+    acc = [0.0] * n
     for w in ws:
         acc = [s + x for s, x in zip(acc, w)]
-    return ((acc[0] - acc[1]) + acc[2]) * acc[3]
+    return ((acc[0] - acc[1]) + acc[2]) * acc[n - 1]
 
 
-def program() -> tuple[str, list[int]]:
-    body = ["    let z = 4;", "    let q = loadf(seeds + 96);", "    let wa = loadw(seeds);",
-            "    let wb = loadw(seeds + 32);", "    let wc = loadw(seeds + 64);"]
+def program(level: str) -> tuple[str, list[int]]:
+    n, load, store, splat, sqrt = LEVEL[level]
+    wa, wb, wc, seeds = operands(n)
+    body = ["    let z = 4;", f"    let q = loadf(seeds + {24 * n});", f"    let wa = {load}(seeds);",
+            f"    let wb = {load}(seeds + {8 * n});", f"    let wc = {load}(seeds + {16 * n});"]
     want: list[int] = []
 
     def out(w: str) -> None:
-        body.append(f"    storew(obuf, {w});")
-        body.extend(f"    out(f2bits(loadf(obuf + {8 * k})));" for k in range(4))
-    for e, v in CASES:
+        body.append(f"    {store}(obuf, {w});")
+        body.extend(f"    out(f2bits(loadf(obuf + {8 * k})));" for k in range(n))
+    for e, v in cases(n, splat, sqrt):
         body.append(f"    let t = {e};")
         out("t")
         want += [bits(x) for x in v]
     body.append("    let wv = wa;")           # a copy, then a loop that redefines it (wmov)
     body.append("    let n = 0;\n    while n < 3 { wv = wv + wc; n = n + 1; }")
     out("wv")
-    want += [bits(a + c + c + c) for a, c in zip(WA, WC)]
+    want += [bits(a + c + c + c) for a, c in zip(wa, wc)]
     for k, off in enumerate(OFFSETS):
-        addr = f"wbuf + 300 + {off}" if off >= 0 else f"wbuf + 300 - {-off}"
-        body.append(f"    storew({addr}, splatw(bits2f({k + 1})) * wb);")
-    image = bytearray(70000)
+        addr = f"wbuf + 9000 + {off}" if off >= 0 else f"wbuf + 9000 - {-off}"
+        body.append(f"    {store}({addr}, {splat}(bits2f({k + 1})) * wb);")
+    image = bytearray(80000)
     for k, off in enumerate(OFFSETS):
         scale = struct.unpack("<d", (k + 1).to_bytes(8, "little"))[0]
-        image[300 + off:300 + off + 32] = struct.pack("<4d", *(scale * b for b in WB))
+        image[9000 + off:9000 + off + 8 * n] = struct.pack(f"<{n}d", *(scale * b for b in wb))
     for k, off in enumerate(OFFSETS):
-        addr = f"wbuf + 300 + {off}" if off >= 0 else f"wbuf + 300 - {-off}"
-        out(f"loadw({addr})")
-        want += [int.from_bytes(image[300 + off + d:300 + off + d + 8], "little") for d in range(0, 32, 8)]
-    body += ["    storew(wbuf + 8 * (z + 100), wa);", "    out(f2bits(loadf(wbuf + 8 * (z + 102))));"]
-    out("loadw(wbuf + 8 * (z + 100))")
-    want += [bits(R)] + [bits(x) for x in WA]
+        addr = f"wbuf + 9000 + {off}" if off >= 0 else f"wbuf + 9000 - {-off}"
+        out(f"{load}({addr})")
+        want += [int.from_bytes(image[9000 + off + d:9000 + off + d + 8], "little") for d in range(0, 8 * n, 8)]
+    body += [f"    {store}(wbuf + 8 * (z + 100), wa);", "    out(f2bits(loadf(wbuf + 8 * (z + 102))));"]
+    out(f"{load}(wbuf + 8 * (z + 100))")
+    want += [bits(R)] + [bits(x) for x in wa]
     body += ["    wide_end();", "    out(f2bits(wpress(p)));"]
-    want.append(bits(press(P)))
-    press_fn = ["fn nop() { }", "fn wpress(a: f64) -> f64 {", "    storef(obuf + 24, a);",
-                "    storef(obuf, loadf(seeds));", "    storef(obuf + 8, loadf(seeds + 8));",
-                "    storef(obuf + 16, loadf(seeds + 16));", "    let v = loadw(obuf);"]
-    press_fn += [f"    let w{k} = v * splatw({float(k + 1)!r}) + splatw(a);" for k in range(NW)]
-    press_fn += ["    nop();", f"    let acc = loadw(zero4);"]
+    want.append(bits(press(P, n)))
+    press_fn = ["fn nop() { }", "fn wpress(a: f64) -> f64 {", f"    storef(obuf + {8 * (n - 1)}, a);"]
+    press_fn += [f"    storef(obuf + {8 * k}, loadf(seeds + {8 * k}));" for k in range(n - 1)]
+    press_fn += [f"    let v = {load}(obuf);"]
+    press_fn += [f"    let w{k} = v * {splat}({float(k + 1)!r}) + {splat}(a);" for k in range(NW)]
+    press_fn += ["    nop();", f"    let acc = {load}(zeros);"]
     press_fn += [f"    acc = acc + w{k};" for k in range(NW)]
-    press_fn += ["    storew(obuf, acc);", "    wide_end();",
-                 "    return ((loadf(obuf) - loadf(obuf + 8)) + loadf(obuf + 16)) * loadf(obuf + 24);", "}"]
-    # (the first three lanes of v are WA's p q r, the last one a: w_k = v * (k + 1) + a)
-    seeds = ", ".join(str(bits(x)) for x in SEEDS)
-    source = (f"global obuf: [u8; 64];\nglobal wbuf: [u8; 70000];\nvar seeds: [i64; {len(SEEDS)}] = [{seeds}];\n"
-              f"var zero4: [i64; 4] = [0, 0, 0, 0];\n" + "\n".join(press_fn) + "\n" +
+    press_fn += [f"    {store}(obuf, acc);", "    wide_end();",
+                 f"    return ((loadf(obuf) - loadf(obuf + 8)) + loadf(obuf + 16)) * loadf(obuf + {8 * (n - 1)});", "}"]
+    # (the first n - 1 lanes of v are wa's, the last one a: w_k = v * (k + 1) + a)
+    seeds = ", ".join(str(bits(x)) for x in seeds)
+    source = (f"global obuf: [u8; 64];\nglobal wbuf: [u8; 80000];\nvar seeds: [i64; {3 * n + 1}] = [{seeds}];\n"
+              f"var zeros: [i64; {n}] = [{', '.join(['0'] * n)}];\n" + "\n".join(press_fn) + "\n" +
               "fn out(v: i64) { rt_out_hex16(v); rt_out_byte(10); }\n"
               "fn main(argc: i64, argv: i64) -> i64 {\n    let p = loadf(seeds);\n" + "\n".join(body) +
               "\n    rt_flush();\n    return 3;\n}\n")
@@ -116,12 +137,18 @@ def build(target: str, source: str) -> bytes:
     return link_program(lower_program(items, {}), tgt)[0]
 
 
-def test_every_f64x4_operation(tmp_path):
-    source, want = program()
+@pytest.mark.parametrize("level", sorted(LEVEL))
+def test_every_wide_operation(tmp_path, level):
+    """Every f64x4 (x86_64-v3) or f64x8 (x86_64-v4) operation, lane by lane; an x86_64-v4 run on
+    a CPU without AVX-512 checks its refusal instead."""
+    source, want = program(level)
     exe = tmp_path / "wide"
-    exe.write_bytes(build("x86_64-v3", source))
+    exe.write_bytes(build(level, source))
     exe.chmod(0o755)
-    r = subprocess.run(runner("x86_64-v3") + [str(exe)], capture_output=True, text=True, timeout=60)
+    r = subprocess.run(runner(level) + [str(exe)], capture_output=True, text=True, timeout=60)
+    if not host_runs(level) and level == "x86_64-v4":
+        assert (r.returncode, r.stdout, r.stderr) == (REFUSALS["cpu-level"][0], "", "refused: cpu-level\n")
+        return
     assert (r.returncode, r.stderr) == (3, "")
     got = r.stdout.split()
     assert len(got) == len(want)
@@ -129,22 +156,27 @@ def test_every_f64x4_operation(tmp_path):
     assert not wrong, wrong
 
 
-@pytest.mark.parametrize("isa", ["x86_64", "aarch64"])
-def test_f64x4_is_refused_below_the_level(isa):
+@pytest.mark.parametrize("isa, level", [("x86_64", "x86_64-v3"), ("aarch64", "x86_64-v3"),
+                                        ("x86_64", "x86_64-v4"), ("x86_64-v3", "x86_64-v4"),
+                                        ("aarch64", "x86_64-v4")])
+def test_wide_vectors_are_refused_below_the_level(isa, level):
     from alphac.lower.rt import RtError
-    with pytest.raises(RtError, match="only the x86_64-v3 target has"):
-        build(isa, "fn main(argc: i64, argv: i64) -> i64 {\n    let w = loadw(argv);\n"
-                   "    storew(argv, w);\n    return 0;\n}\n")
+    _, load, store, _, _ = LEVEL[level]
+    with pytest.raises(RtError, match=f"only the {level} target has"):
+        build(isa, f"fn main(argc: i64, argv: i64) -> i64 {{\n    let w = {load}(argv);\n"
+                   f"    {store}(argv, w);\n    return 0;\n}}\n")
 
 
-def test_no_f64x4_lives_across_wide_end():
+@pytest.mark.parametrize("level", sorted(LEVEL))
+def test_no_wide_vector_lives_across_wide_end(level):
     from alphac.lower import rt
     from alphac.lower.rt_lower import lower_program
     from alphac.lower.target import target
     from alphac.lower.regalloc import allocate
     from alphac.build import runtime_closure
-    tgt = target("x86_64-v3")
-    src = ("fn f(a: i64) {\n    let w = loadw(a);\n    wide_end();\n    storew(a, w);\n}\n"
+    tgt = target(level)
+    _, load, store, _, _ = LEVEL[level]
+    src = (f"fn f(a: i64) {{\n    let w = {load}(a);\n    wide_end();\n    {store}(a, w);\n}}\n"
            "fn main(argc: i64, argv: i64) -> i64 { f(argv); return 0; }\n")
     prog = lower_program(rt.parse(tgt.prelude(), "p.rt") + runtime_closure("core") + rt.parse(src, "w.rt"), {})
     with pytest.raises(ValueError, match="live across a wend"):
@@ -176,12 +208,33 @@ def test_a_cpu_without_avx2_is_refused(tmp_path, cpu):
         [qemu, "-cpu", cpu, str(base), "--steps", "3"], capture_output=True, text=True, timeout=60).stdout
 
 
-@pytest.mark.parametrize("name", ["lsq_adam", "lsq_momentum", "logistic", "independent_state"])
-def test_examples_print_the_baselines_bits(tmp_path, name):
-    """Same bits as the x86_64 build, and f64x4 in its code (the vector loops are 4 wide)."""
-    exe, img = learner_exe(tmp_path, name, "x86_64-v3")
+def test_a_cpu_without_avx512_is_refused(tmp_path):
+    """qemu's models have no AVX-512: under the most capable one (AVX2 and more) an x86_64-v4
+    executable refuses `cpu-level` before anything else, where the x86_64-v3 one runs."""
+    qemu = require_tool("qemu-x86_64")
+    exe, _ = learner_exe(tmp_path, "lsq_adam", "x86_64-v4")
+    v3, _ = learner_exe(tmp_path, "lsq_adam", "x86_64-v3")
+    for cpu in ("max", "Nehalem"):
+        r = subprocess.run([qemu, "-cpu", cpu, str(exe), "--steps", "3"], capture_output=True, text=True, timeout=60)
+        said = [line for line in r.stderr.splitlines() if not line.startswith("qemu-x86_64: warning")]
+        assert (r.returncode, r.stdout, said) == (REFUSALS["cpu-level"][0], "", ["refused: cpu-level"])
+    ok = subprocess.run([qemu, "-cpu", "max", str(v3), "--steps", "3"], capture_output=True, text=True, timeout=60)
+    assert ok.returncode == 0 and ok.stdout
+
+
+@pytest.mark.parametrize("level", sorted(LEVEL))
+@pytest.mark.parametrize("name", ["lsq_adam", "lsq_momentum", "logistic", "independent_state", "digits_mlp"])
+def test_examples_print_the_baselines_bits(tmp_path, name, level):
+    """Same bits as the x86_64 build, and the level's vectors in its code (the vector loops are
+    4 or 8 wide); at x86_64-v4 on a CPU without AVX-512, the refusal instead."""
+    exe, img = learner_exe(tmp_path, name, level)
     base, _ = learner_exe(tmp_path, name, "x86_64")
     run = lambda e, pre: subprocess.run(pre + [str(e), "--steps", "7"], capture_output=True, text=True,
-                                        timeout=60, check=True).stdout
-    assert run(exe, runner("x86_64-v3")) == run(base, [])
-    assert "loadw(" in img.rt_source
+                                        timeout=120, cwd=ROOT)
+    got, want = run(exe, runner(level)), run(base, [])
+    assert want.returncode == 0 and want.stdout
+    if level == "x86_64-v4" and not host_runs(level):
+        assert (got.returncode, got.stdout, got.stderr) == (REFUSALS["cpu-level"][0], "", "refused: cpu-level\n")
+    else:
+        assert (got.returncode, got.stdout) == (0, want.stdout)
+    assert f"{LEVEL[level][1]}(" in img.rt_source

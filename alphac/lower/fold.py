@@ -5,7 +5,8 @@ Requires: a checked `lir.Function`. Guarantees: a new Function computing exactly
 in which a `fload`/`floadx` whose result is read once, as the second operand of an
 `fadd fsub fmul fdiv` later in its block, is gone, and that operation reads the memory itself
 (`faddm`..., `faddmx`...: the same IEEE operation on the same two values, in their order), and
-one read once by a `wsplat` is that splat's (`wsplatm`, `wsplatmx`: a broadcast from memory). A load
+one read once by a `wsplat` or `zsplat` is that splat's (`wsplatm`, `wsplatmx`, `zsplatm`...: a
+broadcast from memory). A load
 moves down only past instructions that write no memory (no store, call, system call or fence)
 and redefine neither its base nor its index, so it reads the same bytes where it now is.
 """
@@ -18,7 +19,7 @@ from alphac.lower.lir import Block, Function, Inst, OPS
 
 FOLDED = {"fadd": "faddm", "fsub": "fsubm", "fmul": "fmulm", "fdiv": "fdivm"}
 WRITES = frozenset(op for op, o in OPS.items()
-                   if o.clobbers or op.startswith(("store", "fstore", "vstore", "wstore")) or op == "fence")
+                   if o.clobbers or op.startswith(("store", "fstore", "vstore", "wstore", "zstore")) or op == "fence")
 
 
 def fold_loads(fn: Function) -> Function:
@@ -33,10 +34,10 @@ def fold_loads(fn: Function) -> Function:
         out: list[Inst | None] = []
         pending: dict = {}                 # a foldable load's result -> (its place in out, the load)
         for inst in b.insts:
-            if inst.op == "wsplat" and inst.args[0] in pending:
+            if inst.op in ("wsplat", "zsplat") and inst.args[0] in pending:
                 ld = pending.pop(inst.args[0])
                 out[ld[0]] = None
-                op = "wsplatm" + ("x" if ld[1].op == "floadx" else "")
+                op = inst.op + "m" + ("x" if ld[1].op == "floadx" else "")
                 out.append(Inst(op, inst.dst, ld[1].args, inst.origin))
                 continue
             ld = pending.pop(inst.args[1], None) if inst.op in FOLDED and inst.args[0] != inst.args[1] \

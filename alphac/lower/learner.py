@@ -38,7 +38,7 @@ from alphac.ir.learner import (Bcast, Const, DataRow, Dot, Elem, Grad, Learner, 
 from alphac.math import rt_name
 
 UNROLL = 8
-SAMPLE_LANES = 4      # learner_grad's samples per block (full batch, not exact_sum)
+SAMPLE_LANES = 4      # learner_grad's samples per block (full batch, not exact_sum); 8 with f64x8
 MATVEC_CHAINS = 8     # independent dot chains in one block of W @ b (rows x lane pairs)
 OPS = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
 
@@ -48,10 +48,12 @@ def flit(v: float) -> str:
     return f"bits2f(0x{bits(v):016x})"
 
 
-# The runtime-language builtins on a vector of `width` lanes (0: one binary64, 2: f64x2, 4: f64x4).
+# The runtime-language builtins on a vector of `width` lanes (0: one binary64, 2: f64x2, 4: f64x4,
+# 8: f64x8).
 VOCAB = {0: {"load": "loadf", "store": "storef"},
          2: {"load": "loadv", "store": "storev", "splat": "splat", "sqrt": "sqrtv"},
-         4: {"load": "loadw", "store": "storew", "splat": "splatw", "sqrt": "sqrtw"}}
+         4: {"load": "loadw", "store": "storew", "splat": "splatw", "sqrt": "sqrtw"},
+         8: {"load": "loadz", "store": "storez", "splat": "splatz", "sqrt": "sqrtz"}}
 
 
 def f64_bytes(values) -> bytes:
@@ -67,7 +69,7 @@ class Emitter:
         self.depth = 1
         self.hoist: tuple[int, int, set[str]] | None = None   # a vloop's (line, depth, outside)
         self.hoisted: dict[str, str] = {}
-        self.vw = 4 if gen.wide else 2    # a vloop's lanes: f64x4 on a target that has it
+        self.vw = gen.lanes               # a vloop's lanes: the target's widest vector
 
     def splat(self, name: str, width: int) -> str:
         """name in `width` lanes: computed once before the vloop being emitted when `name` was
@@ -81,9 +83,10 @@ class Emitter:
         return self.hoisted[name]
 
     def const(self, width: int, value: float) -> str:
-        """The binary64 `value` in `width` lanes (f64x4's from a table: no SSE between AVX)."""
-        if width == 4:
-            return f"loadw({self.gen.table((value,) * 4)})"
+        """The binary64 `value` in `width` lanes (f64x4's and f64x8's from a table: no SSE
+        between AVX)."""
+        if width >= 4:
+            return f"{VOCAB[width]['load']}({self.gen.table((value,) * width)})"
         return f"splat({flit(value)})" if width else flit(value)
 
     def put(self, text: str) -> None:
@@ -116,8 +119,9 @@ class Emitter:
 
     def vloop(self, lo, hi, body, outside: set[str] = frozenset()) -> None:
         """A loop over coordinates lo..hi-1 in vectors: body(j, w) computes coordinates j..j+w-1
-        in w lanes (w = self.vw) while w remain; with f64x4, wide_end(), then a pair as f64x2 if
-        two remain; then body(j, 0) the last one, if any. A short static loop is em.loop, one
+        in w lanes (w = self.vw) while w remain; with f64x8, then four as f64x4 if four remain;
+        with either, wide_end(); then a pair as f64x2 if two remain; then body(j, 0) the last one,
+        if any. A short static loop is em.loop, one
         coordinate at a time. Splats of the scalars in `outside` (computed before the loop) are
         computed once, before it."""
         static = isinstance(lo, int) and isinstance(hi, int)
@@ -137,7 +141,18 @@ class Emitter:
         self.depth -= 1
         self.put("}")
         rest = (hi - lo) % w if static else None
-        if w == 4:
+        if w == 8 and (rest is None or rest >= 4):
+            if rest is None:
+                self.put(f"if {j} + 4 <= {hi} {{")
+                self.depth += 1
+            body(j, 4)
+            self.put(f"{j} = {j} + 4;")
+            if rest is None:
+                self.depth -= 1
+                self.put("}")
+            else:
+                rest -= 4
+        if w >= 4:
             self.put("wide_end();")
             if rest is None or rest >= 2:
                 if rest is None:
@@ -481,9 +496,10 @@ class Values:
         f64x2: the block's loop splats W[r, c] and multiplies it by a pair. Every chain is the
         row's left fold from -0.0 over c in order, `acc + W[r, c] * b[c]`, as one row at a time
         computes it. With f64x4 (`gen.wide`), four lanes and W read in place, a row's four chains
-        are one f64x4, W[r, c] broadcast from memory, and a block is MATVEC_CHAINS rows; no SSE
-        instruction runs between the block's first f64x4 and its wide_end() (the chains start
-        from a table of -0.0 and go through `wt`), so no CPU pays for mixing the two."""
+        are one f64x4 (eight lanes, with f64x8: one f64x8), W[r, c] broadcast from memory, and a
+        block is MATVEC_CHAINS rows; no SSE instruction runs between the block's first f64x4 and
+        its wide_end() (the chains start from a table of -0.0 and go through `wt`), so no CPU pays
+        for mixing the two."""
         em, gen = self.em, self.em.gen
         rows, cols = n.a.shape
         nl = len(L)
@@ -497,29 +513,30 @@ class Values:
                 for q in range(0, nl, 2):
                     em.put(f"storev({gen.slot(xq[q // 2], at)}, pack({b[q]}, {b[q + 1]}));")
             self.loop(0, cols, pack)
-        wide = packed and nl == 4 and gen.wide and self.row_pointer(n.a, "0", probe=True) is not None
-        wt = gen.buffer(4 * MATVEC_CHAINS) if wide else None
+        wide = packed and nl in (4, 8) and nl <= gen.lanes and \
+            self.row_pointer(n.a, "0", probe=True) is not None
+        vw = VOCAB[nl] if wide else VOCAB[2]
+        wt = gen.buffer(nl * MATVEC_CHAINS) if wide else None
         chains = 1 if wide else nl // 2 if packed else nl          # accumulators a row
         block = max(1, MATVEC_CHAINS // chains)
 
         def rows_from(r0: str, count: int) -> None:
             offs = [em.let(f"({r0} + {k}) * {cols}", "ro") for k in range(count)]
             rowp = [self.row_pointer(n.a, o) for o in offs]    # W's rows as bases, or None
-            zero = f"loadw({gen.table((-0.0,) * 4)})" if wide else \
-                f"splat({flit(-0.0)})" if packed else flit(-0.0)
+            zero = em.const(nl, -0.0) if wide else f"splat({flit(-0.0)})" if packed else flit(-0.0)
             accs = [[em.let(zero, "acc") for _ in range(chains)] for _ in range(count)]
 
             def term(c: str) -> None:
                 if packed:
                     at = em.let(f"{nl} * {c}", "cx")
-                    xs = [em.let(f"{'loadw' if wide else 'loadv'}({gen.slot(x, at)})") for x in xq[:chains]]
+                    xs = [em.let(f"{vw['load']}({gen.slot(x, at)})") for x in xq[:chains]]
                 else:
                     xs = self.all(n.b, c)
                 for k in range(count):
                     w = (em.let(gen.address(rowp[k], c)),) * nl if rowp[k] else \
                         self.all(n.a, f"{offs[k]} + {c}")
                     if packed:
-                        ws = em.let(f"{'splatw' if wide else 'splat'}({w[0]})", "s")
+                        ws = em.let(f"{vw['splat']}({w[0]})", "s")
                         for q in range(chains):
                             em.put(f"{accs[k][q]} = {accs[k][q]} + {em.let(f'{ws} * {xs[q]}')};")
                     else:
@@ -527,12 +544,12 @@ class Values:
             self.loop(0, cols, term)
             if wide:
                 for k in range(count):
-                    em.put(f"storew({gen.slot(wt, str(4 * k))}, {accs[k][0]});")
+                    em.put(f"{vw['store']}({gen.slot(wt, str(nl * k))}, {accs[k][0]});")
                 em.put("wide_end();")
             for k in range(count):
                 r = f"{r0} + {k}" if not r0.isdigit() else str(int(r0) + k)
                 for s in L:
-                    v = em.let(f"loadf({gen.slot(wt, str(4 * k + s))})") if wide else \
+                    v = em.let(f"loadf({gen.slot(wt, str(nl * k + s))})") if wide else \
                         em.let(f"lane({accs[k][s // 2]}, {s % 2})") if packed else accs[k][s]
                     em.put(f"storef({gen.slot(bufs[s], r)}, {v});")
         self.blocks(rows, block, rows_from)
@@ -552,7 +569,8 @@ class Values:
         after each lane's u[r] is splatted once into `up[r * lanes + s]`; an odd last column is
         one scalar chain a lane. Every chain is column c's left fold from -0.0 over r in order,
         `acc + u[r] * W[r, c]`, as the row-by-row loop computes it. With f64x4 (`gen.wide`), the
-        blocks are of four columns (u[r] broadcast from `up`), then a last pair, then the odd one."""
+        blocks are of four columns (u[r] broadcast from `up`), then a last pair, then the odd one;
+        with f64x8, of eight columns first, then a four."""
         em, gen = self.em, self.em.gen
         rows, cols = n.b.shape
         nl = len(L)
@@ -566,8 +584,8 @@ class Values:
 
         def cols_from(c0: str, count: int, width: int = 2) -> None:    # `count` blocks of width
             base = self.row_pointer(n.b, c0)
-            load, store = ("loadw", "storew") if width == 4 else ("loadv", "storev")
-            zero = f"loadw({gen.table((-0.0,) * 4)})" if width == 4 else f"splat({flit(-0.0)})"
+            load, store = VOCAB[width]["load"], VOCAB[width]["store"]
+            zero = em.const(width, -0.0)
             accs = [[em.let(zero, "acc") for _ in range(count)] for _ in L]
 
             def term(r: str) -> None:
@@ -575,7 +593,7 @@ class Values:
                 ws = [em.let(f"{load}({gen.slot(w, str(width * b))})") for b in range(count)]
                 at = em.let(f"{up} + 8 * ({2 * nl} * {r})", "ua")
                 for s in L:
-                    u = em.let(f"splatw(loadf({gen.slot(at, str(2 * s))}))" if width == 4 else
+                    u = em.let(f"{VOCAB[width]['splat']}(loadf({gen.slot(at, str(2 * s))}))" if width >= 4 else
                                f"loadv({gen.slot(at, str(2 * s))})")
                     for b in range(count):
                         em.put(f"{accs[s][b]} = {accs[s][b]} + {em.let(f'{u} * {ws[b]}')};")
@@ -584,16 +602,16 @@ class Values:
                 for b in range(count):
                     c = f"{c0} + {width * b}" if not c0.isdigit() else str(int(c0) + width * b)
                     em.put(f"{store}({gen.slot(bufs[s], c)}, {accs[s][b]});")
-            if width == 4:
+            if width >= 4:
                 em.put("wide_end();")
-        quads = cols // 4 if gen.wide else 0
-        if quads:
-            self.blocks(quads, max(1, MATVEC_CHAINS // nl), lambda b, k: cols_from(
-                str(4 * int(b)) if b.isdigit() else em.let(f"4 * {b}", "c0"), k, 4))
-        pairs = (cols - 4 * quads) // 2
-        if pairs:
-            self.blocks(pairs, max(1, MATVEC_CHAINS // nl), lambda b, k: cols_from(
-                str(4 * quads + 2 * int(b)) if b.isdigit() else em.let(f"{4 * quads} + 2 * {b}", "c0"), k))
+        done = 0                                          # columns in blocks so far
+        for width in (8, 4, 2):
+            many = (cols - done) // width if width <= gen.lanes else 0
+            if many:
+                self.blocks(many, max(1, MATVEC_CHAINS // nl), lambda b, k, width=width, done=done: cols_from(
+                    str(done + width * int(b)) if b.isdigit() else
+                    em.let(f"{done} + {width} * {b}" if done or width == 2 else f"{width} * {b}", "c0"), k, width))
+            done += width * many
         if cols % 2:                                      # the last column, alone
             last = str(cols - 1)
             accs = [em.let(flit(-0.0), "acc") for _ in L]
@@ -692,9 +710,10 @@ class Values:
 
 class LearnerCode:
     def __init__(self, lr: Learner, evaluation: tuple[Learner, str | None] | None = None,
-                 wide: bool = False):
+                 lanes: int = 2):
         self.lr = lr
-        self.wide = wide                 # f64x4 in the matrix products (x86_64-v3)
+        self.lanes = lanes               # the widest vector: 2, 4 (f64x4: x86_64-v3), 8 (x86_64-v4)
+        self.wide = lanes >= 4           # f64x4 in the matrix products
         self.evaluation = evaluation     # (the learner on held-out data, its labels' name)
         self.counter = 0
         self.consts: dict[tuple, str] = {}
@@ -768,7 +787,7 @@ class LearnerCode:
             em.put(f"let last = first + {lr.batch};")
             em.put("let n = 0;")
         em.put("let i = lo;")
-        lanes = 1 if lr.exact or batched else SAMPLE_LANES
+        lanes = 1 if lr.exact or batched else 2 * SAMPLE_LANES if self.lanes == 8 else SAMPLE_LANES
         if lanes > 1:                    # blocks of `lanes` samples, then the rest one by one
             em.put(f"while i + {lanes} <= hi {{")
             em.depth += 1
@@ -1214,13 +1233,13 @@ def _sub(j: str, offset: int) -> str:
 
 
 def learner_source(lr: Learner, evaluation: tuple[Learner, str | None] | None = None,
-                   wide: bool = False) -> tuple[str, dict[str, bytes]]:
+                   lanes: int = 2) -> tuple[str, dict[str, bytes]]:
     """The learner's runtime-language source (with the alphac.math functions it calls), and
     the bytes of its `extern` globals; with `evaluation` (the learner on held-out data and its
-    labels' name), learner_evaluate scores the state on those samples; `wide`: the matrix
-    products' chains in f64x4 (a target with AVX2: x86_64-v3)."""
+    labels' name), learner_evaluate scores the state on those samples; `lanes`: the target's
+    widest binary64 vector (2; 4: f64x4, x86_64-v3; 8: f64x8, x86_64-v4)."""
     from alphac.math import rt_source
-    g = LearnerCode(lr, evaluation, wide)
+    g = LearnerCode(lr, evaluation, lanes)
     text = g.generate()
     used = g.math_functions()
     return (text + "\n" + rt_source(used) if used else text), g.blobs

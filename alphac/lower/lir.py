@@ -2,7 +2,8 @@
 
 A `Program` is functions, globals and their initial bytes. A `Function` is basic blocks of
 three-address `Inst`s over virtual registers of the classes `i` (64-bit integers and addresses),
-`f` (binary64), `v` (f64x2) and `w` (f64x4, on x86_64-v3 only: `WIDE`). Blocks end in one terminator. The operations are a table (`OPS`): each says
+`f` (binary64), `v` (f64x2), `w` (f64x4, on x86_64-v3 and up) and `z` (f64x8, x86_64-v4:
+both `WIDE`). Blocks end in one terminator. The operations are a table (`OPS`): each says
 what it defines and reads; the register allocator and both instruction selectors read it, so an
 operation is added in one place.
 
@@ -22,7 +23,7 @@ from typing import NamedTuple
 @dataclass(frozen=True)
 class VReg:
     id: int
-    cls: str            # "i" | "f" | "v" (f64x2: two binary64 lanes) | "w" (f64x4: four)
+    cls: str            # "i" | "f" | "v" (f64x2: two binary64 lanes) | "w" (f64x4: four) | "z" (f64x8)
 
     def __repr__(self) -> str:
         return f"%{self.cls}{self.id}"
@@ -102,7 +103,15 @@ _OPS: dict[str, tuple] = {
     "wsqrt": ("w", "w"), "wneg": ("w", "w"), "wmov": ("w", "w"), "wsplat": ("w", "f"), "wend": (None, ""),
     "wsplatm": ("w", "iI"), "wsplatmx": ("w", "ii"),     # d = (m, m, m, m), m at base + offset
                                                          # or base + 8 * index (alphac.lower.fold)
+    # f64x8 (class z, the same registers at 64 bytes: AVX-512F on x86_64-v4), as f64x4's; no
+    # f64x8 is live across a `wend` either (vzeroupper clears the upper 48 bytes)
+    "zload": ("z", "iI"), "zloadx": ("z", "ii"), "zstore": (None, "iIz"), "zstorex": (None, "iiz"),
+    "zadd": ("z", "zz"), "zsub": ("z", "zz"), "zmul": ("z", "zz"), "zdiv": ("z", "zz"),
+    "zsqrt": ("z", "z"), "zneg": ("z", "z"), "zmov": ("z", "z"), "zsplat": ("z", "f"),
+    "zsplatm": ("z", "iI"), "zsplatmx": ("z", "ii"),
     "cpu_has_avx2": ("i", "", True),   # d = 1 when the CPU and the OS run AVX2 (0 on AArch64)
+    "cpu_has_avx512": ("i", "", True),  # d = 1 when they run x86_64-v4's AVX-512 (F, BW, CD, DQ,
+                                        # VL, and the OS saves the opmask and zmm state)
     "call": ("?", "n*", True),     # d (i, f or none) = fn(args...)
     "syscall": ("i", "*", True),   # d = syscall(nr, args...)
     "fence": (None, ""),           # a full memory barrier: every access before it is visible
@@ -114,7 +123,7 @@ _OPS: dict[str, tuple] = {
     "cpu_has_sha256": ("i", "i", True), "sha256_hw": (None, "iiii", True),
 }
 OPS: dict[str, Op] = {name: Op(*row) for name, row in _OPS.items()}
-WIDE = frozenset(op for op in OPS if op[0] == "w")     # the ops only an x86_64-v3 selector has
+WIDE = frozenset(op for op in OPS if op[0] in "wz")   # the ops only x86-64's selector has
 TERMINATORS = {"jmp": "n", "br": "ciInn", "ret": "?", "trap": ""}
 CONDS = ("eq", "ne", "lt", "le", "gt", "ge", "ult", "ule", "ugt", "uge")
 NEGATE = {"eq": "ne", "ne": "eq", "lt": "ge", "ge": "lt", "le": "gt", "gt": "le",
@@ -220,6 +229,7 @@ _OPERAND = {
     "f": lambda a, labels, names, syms: isinstance(a, VReg) and a.cls == "f",
     "v": lambda a, labels, names, syms: isinstance(a, VReg) and a.cls == "v",
     "w": lambda a, labels, names, syms: isinstance(a, VReg) and a.cls == "w",
+    "z": lambda a, labels, names, syms: isinstance(a, VReg) and a.cls == "z",
     "I": lambda a, labels, names, syms: isinstance(a, Imm) or (isinstance(a, VReg) and a.cls == "i"),
     "k": lambda a, labels, names, syms: isinstance(a, Imm),
     "s": lambda a, labels, names, syms: isinstance(a, Sym) and a.name in syms,

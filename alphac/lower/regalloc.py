@@ -14,7 +14,8 @@ slots; the selector reloads them through the target's reserved scratch registers
 (f64x2) shares the binary64 registers with class `f`; no call preserves all 16 bytes of one, so
 an f64x2 live across a call is spilled, to two slots starting at an even slot (16-byte aligned).
 Class `w` (f64x4, x86_64-v3) is the same registers at 32 bytes, spilled to four slots; no f64x4
-may be live across a `wend` (it clears the registers' upper halves).
+may be live across a `wend` (it clears the registers' upper halves); class `z` (f64x8,
+x86_64-v4) is them at 64 bytes, eight slots, and no f64x8 lives across a `wend` either.
 
 `parallel_moves` orders a set of simultaneous moves (call arguments, function parameters) into a
 sequence, breaking cycles through a scratch register.
@@ -124,6 +125,7 @@ REUSE_FIRST = frozenset({"add", "sub", "mul", "and", "or", "xor", "shl", "shr", 
                          "fadd", "fsub", "fmul", "fdiv", "fsqrt", "fneg", "load64",
                          "vadd", "vsub", "vmul", "vdiv", "vsqrt", "vneg", "vsplat",
                          "wadd", "wsub", "wmul", "wdiv", "wsqrt", "wneg", "wsplat",
+                         "zadd", "zsub", "zmul", "zdiv", "zsqrt", "zneg", "zsplat",
                          *(f"f{op}m{x}" for op in ("add", "sub", "mul", "div") for x in ("", "x"))})
 # (vsplat, whose operand is of class f, takes it only from a register: classes f and v share the
 # registers, never a spill slot of one width)
@@ -133,15 +135,16 @@ def allocate(fn: Function, regs: RegFile) -> Allocation:
     iv, calls = intervals(fn)
     numbered = layout_positions(fn)[0]
     for p, inst, _ in numbered:
-        live = [v for v, (s, e) in iv.items() if v.cls == "w" and s < p < e] if inst.op == "wend" else []
+        live = [v for v, (s, e) in iv.items() if v.cls in "wz" and s < p < e] if inst.op == "wend" else []
         if live:
-            raise ValueError(f"{fn.name}: the f64x4 {live[0]!r} is live across a wend")
+            raise ValueError(f"{fn.name}: the {'f64x4' if live[0].cls == 'w' else 'f64x8'} "
+                             f"{live[0]!r} is live across a wend")
     defined_at = {p: inst for p, inst, _ in numbered if inst.dst is not None}
     alloc = Allocation()
     order = sorted(iv, key=lambda v: (iv[v][0], v.id))
     active: list[VReg] = []
     free = {"i": list(regs.int_regs), "f": list(regs.float_regs)}
-    free["v"] = free["w"] = free["f"]        # one register file: a register is free for all three
+    free["v"] = free["w"] = free["z"] = free["f"]   # one register file: free for all four
 
     call_at = sorted(calls)
 
@@ -159,10 +162,10 @@ def allocate(fn: Function, regs: RegFile) -> Allocation:
         return caller + [r for r in pool if r in regs.callee_saved]
 
     def spill(v: VReg) -> None:
-        if v.cls in "vw":
+        if v.cls in "vwz":
             alloc.nslots += alloc.nslots % 2
         alloc.loc[v] = ("slot", alloc.nslots)
-        alloc.nslots += {"v": 2, "w": 4}.get(v.cls, 1)
+        alloc.nslots += {"v": 2, "w": 4, "z": 8}.get(v.cls, 1)
 
     for v in order:
         start = iv[v][0]

@@ -26,7 +26,9 @@ unary `-` act on each lane exactly as on an f64; `loadv(a)`/`storev(a, v)` move 
 a, lane 0 at a; `splat(x)` is (x, x), `pack(x, y)` is (x, y); `lane(v, K)` is lane K; `sqrtv(v)`; the code generated
 for a learner uses them for pairs of coordinates), or, where the target's prelude has
 `CPU_AVX2 = 1` (x86_64-v3), `f64x4` (`+ - * /` and unary `-` on four lanes; `loadw`, `storew`, `splatw`, `sqrtw` and
-`wide_end()`, after which no f64x4 is live: alphac.lower.rt_lower). A global's name is its address. Memory is
+`wide_end()`, after which no f64x4 is live: alphac.lower.rt_lower), and where it also has
+`CPU_AVX512 = 1` (x86_64-v4), `f64x8` (the same on eight lanes: `loadz`, `storez`, `splatz`,
+`sqrtz`; `wide_end()` ends them too). A global's name is its address. Memory is
 reached through `load8/16/32/64`, `loadf`, `store8/16/32/64`, `storef` (little-endian, unsigned
 narrow loads). Other builtins: `syscall(nr, ...)`, `i2f`, `f2bits`, `bits2f`, `sqrt`, `udiv`,
 `urem`, `sar`, `ult` (unsigned <), `umulh` (the high 64 bits of the unsigned 128-bit product),
@@ -34,6 +36,7 @@ narrow loads). Other builtins: `syscall(nr, ...)`, `i2f`, `f2bits`, `bits2f`, `s
 right by the constant K, 1..63), `bswap32` (x's low 32
 bits, bytes reversed; both zero-extend their 32-bit result), `cpu_has_sha256(hwcap)` and
 `sha256_hw(state, p, n, k)` (the CPU's SHA-256 instructions: alphac.lower.lir), `cpu_has_avx2()`,
+`cpu_has_avx512()`,
 `fgt` (binary64 >, as an i64: 0 when either operand is a NaN), `fence()` (a full memory barrier:
 stores before it reach memory, and devices, before any access after it), `refuse("NAME")`
 (alphac.refusals). `// line N` comments are ignored, but `#line N` directives set the Alpha
@@ -407,6 +410,7 @@ BUILTINS = frozenset({"load8", "load16", "load32", "load64", "loadf", "store8", 
                       "udiv", "urem", "sar", "ult", "umulh", "ror32", "ror64", "bswap32", "fgt", "fence",
                       "refuse", "cpu_has_sha256", "sha256_hw",
                       "loadv", "storev", "splat", "lane", "sqrtv", "pack", "cpu_has_avx2",
+                      "cpu_has_avx512", "loadz", "storez", "splatz", "sqrtz",
                       "loadw", "storew", "splatw", "sqrtw", "wide_end"})
 
 

@@ -24,11 +24,12 @@ INT_BIN = {"+": "add", "-": "sub", "*": "mul", "&": "and", "|": "or", "^": "xor"
            "<<": "shl", ">>": "shr", "/": "sdiv", "%": "srem"}
 FLOAT_BIN = {"+": "fadd", "-": "fsub", "*": "fmul", "/": "fdiv"}
 CMP = {"==": "eq", "!=": "ne", "<": "lt", "<=": "le", ">": "gt", ">=": "ge"}
-CLS = {"i64": "i", "f64": "f", "f64x2": "v", "f64x4": "w"}    # a value's type -> its register class
+CLS = {"i64": "i", "f64": "f", "f64x2": "v", "f64x4": "w", "f64x8": "z"}  # a value's type -> its class
 TYPE_OF = {c: t for t, c in CLS.items()}
-MOVE = {"i": "mov", "f": "fmov", "v": "vmov", "w": "wmov"}
+MOVE = {"i": "mov", "f": "fmov", "v": "vmov", "w": "wmov", "z": "zmov"}
 VECTOR = ("loadv", "storev", "splat", "lane", "sqrtv", "pack")
 WIDE = ("loadw", "storew", "splatw", "sqrtw", "wide_end")      # f64x4: a target with CPU_AVX2 = 1
+WIDER = ("loadz", "storez", "splatz", "sqrtz")                   # f64x8: with CPU_AVX512 = 1
 LOADS = {"load8": "load8", "load16": "load16", "load32": "load32", "load64": "load64", "loadf": "fload"}
 STORES = {"store8": "store8", "store16": "store16", "store32": "store32", "store64": "store64",
           "storef": "fstore"}
@@ -246,7 +247,7 @@ class FnLowerer:
         if k == "un":
             a, t = self.expr(e[2])
             if e[1] == "-":
-                if t in ("f64", "f64x2", "f64x4"):
+                if t in ("f64", "f64x2", "f64x4", "f64x8"):
                     return self.emit({"f64": "fneg"}.get(t, CLS[t] + "neg"), self.fn.new(CLS[t]), a), t
                 return self.emit("neg", self.fn.new("i"), self.reg(a)), t
             if t != "i64":
@@ -262,7 +263,7 @@ class FnLowerer:
             b, tb = self.expr(e[3])
             if ta != tb:
                 raise self.err(f"`{op}` of {ta} and {tb}")
-            if ta in ("f64", "f64x2", "f64x4"):
+            if ta in ("f64", "f64x2", "f64x4", "f64x8"):
                 if op not in FLOAT_BIN:
                     raise self.err(f"`{op}` is not defined on {ta}")
                 lop = FLOAT_BIN[op] if ta == "f64" else CLS[ta] + FLOAT_BIN[op][1:]
@@ -339,6 +340,19 @@ class FnLowerer:
         self.emit("wend", None)
         return None, None
 
+    def wider(self, f: str, args: list[tuple], need, typed):
+        """The f64x8 builtins, where the prelude says CPU_AVX512 = 1 (x86_64-v4, whose
+        executables refuse `cpu-level` without AVX-512): loadz(a), storez(a, z) (64 bytes at a,
+        any alignment; lane 0 at a), splatz(x), sqrtz(z); wide_end() ends them too."""
+        if "CPU_AVX512" not in self.mod.consts or self.mod.const("CPU_AVX512") != 1:
+            raise self.err(f"`{f}` needs f64x8, which only the x86_64-v4 target has")
+        need(2 if f == "storez" else 1)
+        if f in ("loadz", "storez"):
+            return self.vector_memory("z", f == "loadz", args, typed, "f64x8")
+        if f == "splatz":
+            return self.emit("zsplat", self.fn.new("z"), typed(args[0], "f64")), "f64x8"
+        return self.emit("zsqrt", self.fn.new("z"), typed(args[0], "f64x8")), "f64x8"
+
     def indexed(self, e: tuple) -> tuple[VReg, VReg] | None:
         """`base + 8 * index` (or `base + index * 8`) with a computed index, as the two
         registers of an indexed binary64 access (both lowered); None, lowering nothing, for any
@@ -368,6 +382,8 @@ class FnLowerer:
             return self.vector(f, args, need, typed)
         if f in WIDE:
             return self.wide(f, args, need, typed)
+        if f in WIDER:
+            return self.wider(f, args, need, typed)
         ix = self.indexed(args[0]) if f in ("loadf", "storef") and args else None
         if ix is not None:
             need(1 if f == "loadf" else 2)
@@ -417,7 +433,7 @@ class FnLowerer:
             if k is None or not 1 <= k <= top:
                 raise self.err(f"{f} rotates by a constant, 1..{top}")
             return self.emit(f, self.fn.new("i"), a, Imm(k)), "i64"
-        if f == "cpu_has_avx2":
+        if f in ("cpu_has_avx2", "cpu_has_avx512"):
             need(0)
             return self.emit(f, self.fn.new("i")), "i64"
         if f in ("cpu_has_sha256", "sha256_hw"):
@@ -617,9 +633,9 @@ _LOWERED = IdMemo(5000)              # (the runtime has about 150 functions per 
 def _fingerprint(mod: Module, item: tuple) -> tuple:
     """What lowering fn `item` reads from the program around it: for every name its body
     mentions (locals too: a name may be a global before its `let`), the constant's value, that a
-    global is there, or the function's signature; and CPU_AVX2 (the f64x4 builtins)."""
+    global is there, or the function's signature; and CPU_AVX2, CPU_AVX512 (the wide builtins)."""
     out = []
-    for n in item_names(item)[0] + ("CPU_AVX2",):
+    for n in item_names(item)[0] + ("CPU_AVX2", "CPU_AVX512"):
         if n in mod.consts:
             try:
                 out.append((n, "c", mod.const(n)))

@@ -39,6 +39,11 @@ OP_RULES: dict[str, str] = {
     **dict.fromkeys(("wadd", "wsub", "wmul", "wdiv"), "wide_alu"), "wmov": "wide_copy",
     "wsqrt": "wide_unary", "wneg": "wide_unary",
     "wsplat": "wide_splat", "wsplatm": "wide_splat", "wsplatmx": "wide_splat", "wend": "wide_end", "cpu_has_avx2": "cpu_has_avx2",
+    **{"z" + op[1:]: rule for op, rule in (("wload", "wide_load"), ("wloadx", "wide_load"),
+       ("wstore", "wide_store"), ("wstorex", "wide_store"), ("wadd", "wide_alu"), ("wsub", "wide_alu"),
+       ("wmul", "wide_alu"), ("wdiv", "wide_alu"), ("wmov", "wide_copy"), ("wsqrt", "wide_unary"),
+       ("wneg", "wide_unary"), ("wsplat", "wide_splat"), ("wsplatm", "wide_splat"), ("wsplatmx", "wide_splat"))},
+    "cpu_has_avx512": "cpu_has_avx512",
     "call": "call", "syscall": "syscall", "fence": "fence",
     "cpu_has_sha256": "cpu_has_sha256", "sha256_hw": "sha256_hw",
 }

@@ -55,6 +55,7 @@ from pathlib import Path
 
 from alphac.files import read_regular
 from alphac.manifest import MAX_FILE, ManifestError, load as load_manifest, sha256_file
+from alphac.lower.target import host_runs
 from alphac.refusals import Refusal
 
 RECORD_FORMAT = 2
@@ -510,15 +511,6 @@ def run_roles(runs: list[RoleRun], deadline_ms: int, kill: tuple[str, float] | N
     return interrupted
 
 
-def host_avx2() -> bool:
-    """Whether this host's CPU runs x86_64-v3 executables (Linux's flags for the first CPU)."""
-    try:
-        flags = next((l for l in Path("/proc/cpuinfo").read_text().splitlines() if l.startswith("flags")), "")
-    except OSError:
-        return False
-    return platform.machine() == "x86_64" and "avx2" in flags.split()
-
-
 def launch(dep_dir: str | Path, steps: int = 5, deadline_ms: int = 10000,
            records: str | Path = "runs", extra: dict[str, list[str]] | None = None,
            kill: tuple[str, float] | None = None, checkpoint: str | Path | None = None,
@@ -534,10 +526,13 @@ def launch(dep_dir: str | Path, steps: int = 5, deadline_ms: int = 10000,
     if targets:                        # run other builds of the roles (e.g. every owner swapped)
         for r in table["roles"]:
             r["target"] = targets.get(r["role"], r["target"])
-    native = platform.machine().lower() in ("aarch64", "arm64")
-    emulate = {"aarch64": [] if native else ["qemu-aarch64"],       # where this host cannot run
-               "x86_64-v3": [] if host_avx2() else ["qemu-x86_64", "-cpu", "max"]}    # a target
+    emulate = {"aarch64": [] if host_runs("aarch64") else ["qemu-aarch64"],     # where this host
+               "x86_64-v3": [] if host_runs("x86_64-v3") else ["qemu-x86_64", "-cpu", "max"],
+               "x86_64-v4": []}                                 # cannot run a target's roles
     for t in sorted({r["target"] for r in table["roles"]} & emulate.keys()):
+        if t == "x86_64-v4" and not host_runs(t):
+            raise Refusal("launch-tool", "x86_64-v4 roles need a CPU with AVX-512 (qemu does not "
+                                         "emulate it); build them for x86_64-v3 or x86_64")
         if emulate[t] and shutil.which(emulate[t][0]) is None:
             raise Refusal("launch-tool", f"{emulate[t][0]} is needed for {t} roles on this host")
         emulate[t][:1] = [shutil.which(emulate[t][0])] if emulate[t] else []

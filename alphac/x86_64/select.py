@@ -28,11 +28,15 @@ ALU = {"add": "add", "sub": "sub", "and": "and", "or": "or", "xor": "xor"}
 FALU = {"fadd": "addsd", "fsub": "subsd", "fmul": "mulsd", "fdiv": "divsd"}
 VALU = {"vadd": "addpd", "vsub": "subpd", "vmul": "mulpd", "vdiv": "divpd"}
 WALU = {"wadd": "vaddpd", "wsub": "vsubpd", "wmul": "vmulpd", "wdiv": "vdivpd"}
-SPILL = {"f": "movsd", "v": "movupd", "w": "vmovupd"}       # a class's reload and store
+SPILL = {"f": "movsd", "v": "movupd", "w": "vmovupd", "z": "vmovupd"}   # a class's reload and store
+BITS = {"v": 128, "w": 256, "z": 512}                       # a vector class's width
 SHIFT = {"shl": "shl", "shr": "shr", "sar": "sar"}
 S1, S2, S3 = (REGS[r] for r in abi.SCRATCH)        # rax, r11, rdx
 F1, F2 = (REGS[r] for r in abi.FSCRATCH)           # xmm15, xmm14
 Y1 = REGS["y" + abi.FSCRATCH[0][1:]]               # ymm15: F1 at 32 bytes
+WIDE_SCRATCH = {c: (REGS[c[0] + abi.FSCRATCH[0][1:]], REGS[c[0] + abi.FSCRATCH[1][1:]])
+                for c in ("ymm", "zmm")}             # ymm15, ymm14; zmm15, zmm14
+WIDE_REG = {"w": "ymm", "z": "zmm"}                 # a wide class's registers
 RSP = REGS["rsp"]
 
 
@@ -59,8 +63,8 @@ class Selector(SelectorBase):
     def where(self, v: VReg):
         kind, x = self.alloc.of(v)
         if kind == "reg":
-            return REGS["y" + x[1:]] if v.cls == "w" else REGS[x]
-        return Mem(RSP, disp=8 * x, size={"v": 128, "w": 256}.get(v.cls, 64))
+            return REGS[WIDE_REG[v.cls][0] + x[1:]] if v.cls in WIDE_REG else REGS[x]
+        return Mem(RSP, disp=8 * x, size=BITS.get(v.cls, 64))
 
     def use(self, v: VReg, scratch) -> object:
         """A register holding v: its own, or `scratch` after a reload."""
@@ -76,7 +80,7 @@ class Selector(SelectorBase):
         if isinstance(loc, Mem):
             self.emit(SPILL.get(v.cls, "mov"), loc, reg)
         elif loc != reg:
-            self.emit({"i": "mov", "w": "vmovapd"}.get(v.cls, "movapd"), loc, reg)
+            self.emit({"i": "mov", "w": "vmovapd", "z": "vmovapd"}.get(v.cls, "movapd"), loc, reg)
 
     def imm_or_reg(self, a, scratch):
         if isinstance(a, Imm):
@@ -352,39 +356,46 @@ class Selector(SelectorBase):
             self.emit("unpckhpd", r, r)
         self.commit(d, r)
 
-    # -- f64x4: AVX packed double (x86_64-v3), each lane the scalar instruction -----------------
+    # -- f64x4 and f64x8: AVX (x86_64-v3) and AVX-512F (x86_64-v4) packed double, each lane the
+    # scalar instruction; one rule per op for both classes (`d`'s or `a[0]`'s: "w" or "z")
+    @staticmethod
+    def _scratch(v: VReg):
+        return WIDE_SCRATCH[WIDE_REG[v.cls]]
+
     def wide_load(self, op, d, a) -> None:
-        r = self.defreg(d, Y1)
-        self.emit("vmovupd", r, self.vmem(op, a, 256))
+        r = self.defreg(d, self._scratch(d)[0])
+        self.emit("vmovupd", r, self.vmem(op, a, BITS[d.cls]))
         self.commit(d, r)
 
     def wide_store(self, op, d, a) -> None:
-        self.emit("vmovupd", self.vmem(op, a, 256), self.use(a[2], Y1))
+        self.emit("vmovupd", self.vmem(op, a, BITS[a[2].cls]), self.use(a[2], self._scratch(a[2])[0]))
 
     def wide_alu(self, op, d, a) -> None:
-        """d = a op b in one VEX instruction (three operands: no copy); b may stay in its slot."""
-        r = self.defreg(d, Y1)
-        self.emit(WALU[op], r, self.use(a[0], Y1), self.where(a[1]))
+        """d = a op b in one VEX or EVEX instruction (three operands: no copy); b may stay in its
+        slot."""
+        r = self.defreg(d, self._scratch(d)[0])
+        self.emit(WALU["w" + op[1:]], r, self.use(a[0], self._scratch(d)[0]), self.where(a[1]))
         self.commit(d, r)
 
     def wide_unary(self, op, d, a) -> None:
-        """vsqrtpd; or the sign bits flipped by vxorpd with (-0.0, ...) built in ymm14 (VEX
-        throughout: no SSE instruction between AVX ones)."""
-        r = self.defreg(d, Y1)
-        if op == "wsqrt":
+        """vsqrtpd; or the sign bits flipped by vxorpd (f64x4) or vpxorq (f64x8: AVX-512F's
+        xor) with (-0.0, ...) built in ymm14/zmm14 (VEX or EVEX throughout: no SSE instruction
+        between the wide ones)."""
+        s1, s2 = self._scratch(d)
+        r = self.defreg(d, s1)
+        if op[1:] == "sqrt":
             self.emit("vsqrtpd", r, self.where(a[0]))
         else:
-            y2 = REGS["y" + abi.FSCRATCH[1][1:]]
-            self.seq(("mov", S2, XImm(-(1 << 63))), ("vmovq", F2, S2), ("vbroadcastsd", y2, F2),
-                     ("vxorpd", r, self.use(a[0], Y1), y2))
+            self.seq(("mov", S2, XImm(-(1 << 63))), ("vmovq", F2, S2), ("vbroadcastsd", s2, F2),
+                     ("vxorpd" if d.cls == "w" else "vpxorq", r, self.use(a[0], s1), s2))
         self.commit(d, r)
 
     def wide_copy(self, op, d, a) -> None:
-        self.commit(d, self.use(a[0], Y1))
+        self.commit(d, self.use(a[0], self._scratch(d)[0]))
 
     def wide_splat(self, op, d, a) -> None:
-        r = self.defreg(d, Y1)          # from its register, its slot, or (a folded load) memory
-        self.emit("vbroadcastsd", r, self.where(a[0]) if op == "wsplat" else self.vmem(op, a, 64))
+        r = self.defreg(d, self._scratch(d)[0])  # from its register, its slot, or (folded) memory
+        self.emit("vbroadcastsd", r, self.where(a[0]) if op[1:] == "splat" else self.vmem(op, a, 64))
         self.commit(d, r)
 
     def wide_end(self, op, d, a) -> None:
@@ -394,14 +405,25 @@ class Selector(SelectorBase):
         """cpuid and xgetbv: AVX2 (leaf 7 EBX bit 5, asked only when leaf 0 says leaf 7 exists),
         AVX and OSXSAVE (leaf 1 ECX bits 28, 27), and the OS saving the ymm state (XCR0 bits 1
         and 2). rbx is kept in rsi, as in cpu_has_sha256."""
+        self.cpu_level(d, 0x6, 1 << 5)
+
+    def cpu_has_avx512(self, op, d, a) -> None:
+        """As cpu_has_avx2, for x86_64-v4: leaf 7 EBX's AVX2 and AVX-512 F, DQ, CD, BW and VL
+        (bits 5, 16, 17, 28, 30, 31), and XCR0's opmask and zmm state too (bits 5, 6, 7)."""
+        self.cpu_level(d, 0xE6, 0xD0030020)
+
+    def cpu_level(self, d, xcr0: int, leaf7: int) -> None:
+        """d = 1 when every bit of `leaf7` is set in cpuid leaf 7's EBX, every bit of `xcr0` in
+        XCR0, and AVX and OSXSAVE in leaf 1's ECX (leaf 7 asked only when leaf 0 says it exists)."""
         rsi, rdi, r8, rbx, rcx = (REGS[r] for r in ("rsi", "rdi", "r8", "rbx", "rcx"))
         no = f".noavx{len(self.out)}"
         self.seq(("mov", rsi, rbx), ("xor", S1, S1), ("cpuid",), ("mov", rdi, S1), ("mov", S1, XImm(1)),
                  ("cpuid",), ("mov", r8, rcx), ("xor", S1, S1), ("cmp", rdi, XImm(7)), ("jb", no),
                  ("and", r8, XImm(0x18000000)), ("cmp", r8, XImm(0x18000000)), ("jne", no),
-                 ("xor", rcx, rcx), ("xgetbv",), ("and", S1, XImm(6)), ("cmp", S1, XImm(6)),
+                 ("xor", rcx, rcx), ("xgetbv",), ("and", S1, XImm(xcr0)), ("cmp", S1, XImm(xcr0)),
                  ("mov", S1, XImm(0)), ("jne", no), ("mov", S1, XImm(7)), ("xor", rcx, rcx),
-                 ("cpuid",), ("mov", S1, rbx), ("shr", S1, XImm(5)), ("and", S1, XImm(1)), Label(no),
+                 ("cpuid",), ("mov", rdi, XImm(leaf7)), ("mov", S1, rbx), ("and", S1, rdi),
+                 ("cmp", S1, rdi), ("mov", S1, XImm(0)), ("jne", no), ("mov", S1, XImm(1)), Label(no),
                  ("mov", rbx, rsi))
         self.commit(d, S1)
 
