@@ -19,7 +19,7 @@ from alphac.diag import CODES, CompileError, explain
 from alphac.refusals import Refusal
 
 def _target(text: str) -> str:
-    """An ISA or a level (x86_64-v3), or ISA+sm_NN for a GPU owner (checked further by the
+    """An ISA or a level (x86_64-v3, x86_64-v4), or ISA+sm_NN for a GPU owner (checked further by the
     build: E0124)."""
     from alphac.lower.target import gpu_targets, names
     if text.partition("+")[0] not in names():
@@ -41,7 +41,8 @@ commands:
                           print how a deployment splits the learner: roles, holdings, the
                           combine tree, each role's messages per step, memory per role
   build FILE [-o OUT] [--target ISA] [--emit asm|rt|lir|ptx|cubin-info]
-                          build a static executable (x86_64, x86_64-v3 with AVX2, or aarch64)
+                          build a static executable (x86_64, x86_64-v3 with AVX2, x86_64-v4
+                          with AVX-512, or aarch64)
                           that trains on all samples and prints its state; writes
                           OUT.manifest.json beside OUT; --emit FORM writes that form
                           instead, to OUT with -o, else to stdout
@@ -146,7 +147,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--version", action="version",
                     version=f"alphac {__version__} (source sha256 {compiler_digest()[:16]})")
     ap.add_argument("--target", type=_target, default=None,
-                    help="instruction set for build commands (default x86_64; x86_64-v3 adds AVX2)")
+                    help="instruction set for build commands (default x86_64; x86_64-v3 adds AVX2, "
+                         "x86_64-v4 AVX-512)")
     sub = ap.add_subparsers(dest="command", metavar="COMMAND")
 
     p = sub.add_parser("check", help="check learners and report diagnostics",
@@ -172,8 +174,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("build", help="build a static executable",
                        description="Compile FILE into a static Linux executable for --target "
-                                   "(x86_64, aarch64, or x86_64-v3: AVX2's four lanes, the "
-                                   "same bits, refused on a CPU without AVX2): `OUT [--steps N]` trains on all samples "
+                                   "(x86_64, aarch64, x86_64-v3: AVX2's four lanes, or x86_64-v4: "
+                                   "AVX-512's eight; the same bits, refused on a CPU without them): "
+                                   "`OUT [--steps N]` trains on all samples "
                                    "and prints the state exactly as `alphac run` does. No "
                                    "assembler, linker or libc is used.")
     p.add_argument("file", type=_path, metavar="FILE", help="the learner (.alpha)")
@@ -185,7 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --deployment: one executable per index node (its members chosen at "
                         "run time by --rank) rather than per role; always so beyond 256 roles")
     p.add_argument("--target", dest="sub_target", type=_target, default=None,
-                   help="instruction set (default x86_64; x86_64-v3 for AVX2), or x86_64+sm_86 / x86_64+sm_90 for a "
+                   help="instruction set (default x86_64; x86_64-v3 for AVX2, x86_64-v4 for AVX-512), or x86_64+sm_86 / x86_64+sm_90 for a "
                         "GPU owner")
     p.add_argument("--emit", choices=("asm", "rt", "lir", "ptx", "cubin-info", "calls"), default=None,
                    help="instead of the executable, write to OUT (-o) or else stdout: the "

@@ -1,7 +1,7 @@
 """Benchmark: the generated code against numpy on one thread, where work is large (issue 18).
 
-Two workloads, each run by the x86-64 executables (the baseline x86_64, SSE2, and the x86_64-v3
-level, AVX2 without FMA: the same bits) and by numpy (OPENBLAS_NUM_THREADS=1; numpy's
+Two workloads, each run by the x86-64 executables (the baseline x86_64, SSE2; the x86_64-v3
+level, AVX2; the x86_64-v4 level, AVX-512; never FMA: the same bits) and by numpy (OPENBLAS_NUM_THREADS=1; numpy's
 own sums, so its bits may differ; the executable's are the contract's, checked here against the
 reference interpreter):
 
@@ -19,7 +19,7 @@ slower); the rate in GFLOP/s of the arithmetic the step does (multiplies and add
 products, counted the same way for both); the executable's throughput as a fraction of numpy's
 (least time to least time), and the same ratio within each round (its least, median, most).
 
-    python bench/codegen.py [--steps N] [--rounds R] [--targets x86_64,x86_64-v3] [--quick]
+    python bench/codegen.py [--steps N] [--rounds R] [--targets x86_64,x86_64-v3,x86_64-v4] [--quick]
     python bench/codegen.py --instructions [--tree DIR]
 
 `--instructions` counts instead of timing: the guest instructions one step executes (a run of 2
@@ -198,8 +198,9 @@ def main() -> None:
     from alphac.lower.target import host_runs
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--steps", type=int, default=100)
-    ap.add_argument("--targets", default="x86_64,x86_64-v3",
-                    help="the executables' targets, comma-separated (default x86_64,x86_64-v3)")
+    ap.add_argument("--targets", default="x86_64,x86_64-v3,x86_64-v4",
+                    help="the executables' targets, comma-separated (default x86_64,x86_64-v3,x86_64-v4: "
+                         "a level this CPU lacks is left out, and said so)")
     ap.add_argument("--rounds", type=int, default=ROUNDS, help=f"timing rounds (default {ROUNDS})")
     ap.add_argument("--quick", action="store_true", help="small sizes, 3 steps, one run: a smoke run")
     ap.add_argument("--instructions", action="store_true",
@@ -211,9 +212,10 @@ def main() -> None:
         return
     ROUNDS = max(1, args.rounds)
     targets = args.targets.split(",")
-    if "x86_64-v3" in targets and not host_runs("x86_64-v3"):
-        print("x86_64-v3 not timed: this CPU has no AVX2 (its executables would refuse cpu-level)\n")
-        targets.remove("x86_64-v3")
+    for level, what in (("x86_64-v3", "AVX2"), ("x86_64-v4", "AVX-512")):
+        if level in targets and not host_runs(level):
+            print(f"{level} not timed: this CPU has no {what} (its executables would refuse cpu-level)\n")
+            targets.remove(level)
     workloads = [("lsq 100k", lsq_source, {}), ("matvec 64x256, 256 samples", matvec_source, {})]
     if args.quick:
         args.steps, ROUNDS = 3, 1

@@ -6,7 +6,8 @@ batches and epochs, one thread each.
 For each system: the time per epoch (wall clock over the training run), the final training loss
 (the mean loss over the 1,500 training images at the final state, numpy float64, from
 examples/data/digits_eval.py) and the test accuracy on the last 297 images. alphac's row is the
-x86-64 executables, the baseline and the x86_64-v3 level (AVX2, where the CPU has it), each
+x86-64 executables, the baseline and the x86_64-v3 and x86_64-v4 levels (AVX2, AVX-512, where
+the CPU has them), each
 `--steps E` in one process; the evaluation is the executable's own
 (`--evaluate`, built with `--eval-data`) and equals digits_eval.py's. Without torch installed its
 row says so. Needs the data (`make data`).
@@ -84,8 +85,9 @@ def main() -> None:
         sys.exit("bench/digits.py: no data; run `make data` (examples/data/make_data.py)")
     ev = digits_eval()
     from alphac.lower.target import host_runs
-    rows = [alphac_row(epochs, ev)] + ([alphac_row(epochs, ev, "x86_64-v3")] if host_runs("x86_64-v3") else
-                                       [{"system": "alphac x86_64-v3 (not run: no AVX2 here)"}])
+    rows = [alphac_row(epochs, ev)] + [alphac_row(epochs, ev, level) if host_runs(level) else
+                                       {"system": f"alphac {level} (not run: no {what} here)"}
+                                       for level, what in (("x86_64-v3", "AVX2"), ("x86_64-v4", "AVX-512"))]
     rows.append(torch_row(epochs, ev))
     print(f"digits MLP 64-32-10, full batch, Adam lr 0.01, {epochs} epochs (1 step each)\n")
     print("| system | time per epoch ms | final training loss | test accuracy |")

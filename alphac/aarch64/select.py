@@ -386,13 +386,11 @@ class Selector(SelectorBase):
         self.emit("and", r, S2, AImm(1))
         self.commit(d, r)
 
-    def cpu_has_avx512(self, op, d, a) -> None:
-        """0, as cpu_has_avx2 (the f64x8 ops have no rule here either)."""
-        self.iconst("iconst", d, (Imm(0),))
-
     def cpu_has_avx2(self, op, d, a) -> None:
-        """0: no AArch64 CPU runs x86-64's AVX2 (the f64x4 ops, lir.WIDE, have no rule here)."""
+        """0: no AArch64 CPU runs x86-64's AVX2 or AVX-512 (the f64x4 and f64x8 ops, lir.WIDE,
+        have no rule here)."""
         self.iconst("iconst", d, (Imm(0),))
+    cpu_has_avx512 = cpu_has_avx2
 
     def sha256_hw(self, op, d, a) -> None:
         """The SHA2 extension, four rounds at a time: ABCD and EFGH in v0 and v1, the message

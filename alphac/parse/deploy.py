@@ -146,9 +146,9 @@ def memory_size(p: Parser) -> tuple[int, Span]:
 
 
 def target_name(p: Parser) -> Token:
-    """`x86_64`, `aarch64`, a level `x86_64-v3`, or a GPU target `x86_64+sm_90`: one token of
+    """`x86_64`, `aarch64`, a level `x86_64-v3` or `x86_64-v4`, or a GPU target `x86_64+sm_90`: one token of
     the whole text."""
-    isa = p.expect("name", what="a target (x86_64, x86_64-v3, aarch64, x86_64+sm_90)")
+    isa = p.expect("name", what="a target (x86_64, x86_64-v3, x86_64-v4, aarch64, x86_64+sm_90)")
     if p.accept("punct", "-"):
         level = p.expect("name", what="a target level such as v3")
         isa = Token("name", f"{isa.text}-{level.text}", isa.span.to(level.span))
