@@ -22,7 +22,7 @@ from alphac.lower.assemble import Text, assemble
 from alphac.lower.memo import IdMemo
 from alphac.lower.lir import Program
 from alphac.math import MARKER as MATH_MARKER
-from alphac.lower.fold import fold_loads
+from alphac.lower.fold import fold_loads, sink_wide
 from alphac.lower.regalloc import allocate
 from alphac.lower.rt_lower import lower_program
 from alphac.lower.target import Target, UnknownTarget, gpu_targets, target as target_record
@@ -107,6 +107,8 @@ def selected(fn, tgt: Target) -> list:
             _SELECTED.clear()
         if tgt.fold_loads:
             fn = fold_loads(fn)
+        if tgt.wide:
+            fn = sink_wide(fn)
         hit = _SELECTED[key] = tgt.select(fn, allocate(fn, tgt.regfile))
     return hit
 

@@ -203,3 +203,31 @@ fn rt_start(sp: i64) -> i64 { return f(sp); }
     four = lowered("const K = 4;\n" + h_i)                               # a constant's value
     assert four != one and four[0] == one[0].replace("$3", "$4")
     assert lowered("const K = 3;\nfn h(x: i64) -> f64 { return 1.0; }")[0] != one[0]   # a signature
+
+
+def test_wide_values_sink_to_their_use_and_no_further():
+    """alphac.lower.fold.sink_wide: a sum's terms (and their loads) move down to the add that
+    takes them; never past a store (a load), a redefinition of an operand, or a wend; a value
+    defined twice stays."""
+    from alphac.lower.fold import sink_wide
+    from alphac.lower.lir import Block, Function, Imm, Inst, VReg
+    i = lambda n: VReg(n, "i")
+    z = lambda n: VReg(n, "z")
+    p, j = i(1), i(2)
+    body = [Inst("zloadx", z(10), (p, j)), Inst("zloadx", z(11), (p, j)),
+            Inst("zmul", z(12), (z(10), z(10))), Inst("zmul", z(13), (z(11), z(11))),
+            Inst("zloadx", z(14), (p, j)),
+            Inst("zadd", z(20), (z(14), z(12))), Inst("zadd", z(20), (z(20), z(13))),
+            Inst("zload", z(30), (p, Imm(0))), Inst("zmul", z(31), (z(30), z(30))),
+            Inst("zstorex", None, (p, j, z(20))),                  # z30's load stays above it
+            Inst("zloadx", z(40), (p, j)), Inst("add", j, (j, Imm(8))),   # its index redefined
+            Inst("zsqrt", z(41), (z(40),)), Inst("wend", None, ()),
+            Inst("zstorex", None, (p, j, z(31))), Inst("zstorex", None, (p, j, z(41)))]
+    fn = Function("f", [p, j], None, [Block("b", body, Inst("ret", None, ()))], 50)
+    got = [(x.op, x.dst) for x in sink_wide(fn).blocks[0].insts]
+    want = [("zloadx", z(10)), ("zmul", z(12)), ("zloadx", z(14)), ("zadd", z(20)),
+            ("zloadx", z(11)), ("zmul", z(13)), ("zadd", z(20)),
+            ("zload", z(30)), ("zmul", z(31)), ("zstorex", None),
+            ("zloadx", z(40)), ("add", j), ("zsqrt", z(41)), ("wend", None),
+            ("zstorex", None), ("zstorex", None)]
+    assert got == want

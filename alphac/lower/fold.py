@@ -9,6 +9,14 @@ one read once by a `wsplat` or `zsplat` is that splat's (`wsplatm`, `wsplatmx`, 
 broadcast from memory). A load
 moves down only past instructions that write no memory (no store, call, system call or fence)
 and redefine neither its base nor its index, so it reads the same bytes where it now is.
+
+`sink_wide(fn)`, for the levels with f64x4/f64x8 (whose kernels compute every lane's loads and
+products before the sums that read them, more vectors than there are registers): each pure
+f64x4/f64x8 load or arithmetic whose result is defined once moves down its block to just before
+the first instruction that reads its result or redefines one of its operands, and never past
+an instruction that writes memory, calls or ends the wide registers (`wend`); what moves still
+reads the same values (and bytes), so the function computes exactly what it did, with shorter
+lives: a sum's terms are computed as the sum takes them.
 """
 from __future__ import annotations
 
@@ -55,4 +63,37 @@ def fold_loads(fn: Function) -> Function:
                 pending[inst.dst] = (len(out), inst)
             out.append(inst)
         blocks.append(Block(b.label, [i for i in out if i is not None], b.term))
+    return replace(fn, blocks=blocks)
+
+
+SINKS = frozenset(f"{c}{op}" for c in "wz" for op in ("load", "loadx", "add", "sub", "mul", "div", "sqrt",
+                                                        "neg", "splatm", "splatmx"))
+
+
+def sink_wide(fn: Function) -> Function:
+    defs = Counter(i.dst for b in fn.blocks for i in b.insts if i.dst is not None)
+    blocks = []
+    for b in fn.blocks:
+        out: list[Inst] = []
+        pending: list[Inst] = []           # moved down, in their order, not yet placed
+        for inst in b.insts + [b.term]:
+            if pending and (inst.op in WRITES or inst.op == "wend" or inst is b.term):
+                out += pending
+                pending = []
+            elif pending:                      # (a value moved down may read one moved down)
+                sinks = inst.op in SINKS and defs[inst.dst] == 1
+                regs, keep, now = set() if sinks else set(inst.uses()), [], []
+                for p in reversed(pending):     # what inst reads or overwrites, and what that reads
+                    if p.dst in regs or (inst.dst is not None and inst.dst in p.uses()):
+                        now.append(p)
+                        regs.update(p.uses())
+                    else:
+                        keep.append(p)
+                out += now[::-1]
+                pending = keep[::-1]
+            if inst is not b.term and inst.op in SINKS and defs[inst.dst] == 1:
+                pending.append(inst)
+            elif inst is not b.term:
+                out.append(inst)
+        blocks.append(Block(b.label, out, b.term))
     return replace(fn, blocks=blocks)
