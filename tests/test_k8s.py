@@ -661,3 +661,22 @@ def test_loaded_data_goes_into_the_image(tmp_path, monkeypatch):
     np.save("sub/y.npy", y)
     code, _, err = alphac("k8s", dep, "-o", tmp_path / "k8s2")
     assert code == REFUSALS["data-hash"][0] and "sub/y.npy" in err and not (tmp_path / "k8s2").exists()
+
+
+@pytest.mark.parametrize("targets, want", [
+    ({"coordinator": "x86_64", "owner.0": "x86_64"}, []),
+    ({"coordinator": "x86_64", "owner.0": "x86_64-v3"}, ["AVX2"]),
+    ({"coordinator": "x86_64-v3", "owner.0": "x86_64-v4"},
+     ["AVX2", "AVX512BW", "AVX512CD", "AVX512DQ", "AVX512F", "AVX512VL"]),
+])
+def test_roles_at_a_level_ask_for_nodes_with_its_cpu(tmp_path, targets, want):
+    """A level's pods land only on nodes whose CPU runs them (Node Feature Discovery's labels),
+    never on one where they would refuse cpu-level; one ISA still, so one Job."""
+    dep = fake_deployment(tmp_path, targets)
+    code, out, err = alphac("k8s", dep, "-o", tmp_path / "out")
+    assert code == 0, err
+    job = next(d for d in need("yaml").safe_load_all((tmp_path / "out/k8s.yaml").read_text())
+               if d["kind"] == "Job")
+    sel = job["spec"]["template"]["spec"]["nodeSelector"]
+    assert sel == {"kubernetes.io/arch": "amd64", "kubernetes.io/os": "linux",
+                   **{f"feature.node.kubernetes.io/cpu-cpuid.{f}": "true" for f in want}}

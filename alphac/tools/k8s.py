@@ -27,7 +27,8 @@ written, byte for byte the same on every run (no time, no absolute path, ranks i
 Refused before anything is written: what `alphac launch` refuses (`launch-input`, and
 `artifact-hash`: each executable's SHA-256 against the build manifest, checked on the bytes that
 are copied), and, as K8sError, GPU owners (each is built for one card on one host), roles of
-more than one ISA (one Job has one pod template, so one nodeSelector), names Kubernetes would
+more than one ISA (one Job has one pod template, so one nodeSelector; roles at a level, x86_64-v3
+or -v4, ask for nodes with its CPU flags by Node Feature Discovery's labels), names Kubernetes would
 not take, more ranks than an Indexed Job may have, and an OUT that holds anything else.
 """
 from __future__ import annotations
@@ -100,6 +101,15 @@ def arch_of(table: dict) -> str:
     return ARCH[next(iter(isas))]
 
 
+def cpu_labels(table: dict) -> dict[str, str]:
+    """Node Feature Discovery's labels for the CPU flags the roles' levels need (x86_64-v4:
+    feature.node.kubernetes.io/cpu-cpuid.AVX512F and the rest), so that no pod of a level lands
+    on a node whose CPU would have it refuse `cpu-level`; none at a backend's baseline."""
+    from alphac.lower.target import LEVELS
+    flags = sorted({f for r in table["roles"] if r["target"] in LEVELS for f in LEVELS[r["target"]].flags})
+    return {f"feature.node.kubernetes.io/cpu-cpuid.{f.upper()}": "true" for f in flags}
+
+
 def check_names(name: str, namespace: str | None, n: int, port: int, domain: str) -> str:
     """The parent address every pod is given; K8sError unless Kubernetes and the runtime take
     each name: RFC 1035 labels, pod hostnames NAME-I of at most 63, the address under 256."""
@@ -152,7 +162,7 @@ def objects(table: dict, *, name: str, image: str, arch: str, namespace: str | N
         "terminationMessagePolicy": "FallbackToLogsOnError"}
     pod = {"subdomain": name, "restartPolicy": "Never", "automountServiceAccountToken": False,
            "enableServiceLinks": False,
-           "nodeSelector": {"kubernetes.io/arch": arch, "kubernetes.io/os": "linux"},
+           "nodeSelector": {"kubernetes.io/arch": arch, "kubernetes.io/os": "linux", **cpu_labels(table)},
            "securityContext": {"runAsNonRoot": True, "runAsUser": USER, "runAsGroup": USER,
                                "seccompProfile": {"type": "RuntimeDefault"}},
            "containers": [container]}
