@@ -19,7 +19,7 @@ slower); the rate in GFLOP/s of the arithmetic the step does (multiplies and add
 products, counted the same way for both); the executable's throughput as a fraction of numpy's
 (least time to least time), and the same ratio within each round (its least, median, most).
 
-    python bench/codegen.py [--steps N] [--rounds R] [--targets x86_64,x86_64-v3,x86_64-v4] [--quick]
+    python bench/codegen.py [--steps N] [--rounds R] [--targets x86_64,x86_64-v3,x86_64-v4] [--large] [--quick]
     python bench/codegen.py --instructions [--tree DIR]
 
 `--instructions` counts instead of timing: the guest instructions one step executes (a run of 2
@@ -27,6 +27,10 @@ steps minus a run of 1, under qemu-x86_64 and qemu-aarch64 with -singlestep -d e
 instruction one log line), on smaller sizes (lsq 4,000 coordinates, matvec 16 x 64 over 16
 samples), for both ISAs: AArch64 is measurable here only so. `--tree DIR` builds with the alphac
 in DIR (a checkout of an earlier commit, say) for a before/after table.
+
+`--large` adds a third workload, `matvec 512x1024, 64 samples`: W is 4 MiB, more than a core's L2
+on most servers, and the generated code reads all of W once per block of samples (it is not
+blocked for the caches), so this row shows what that costs against the BLAS's blocked dgemm.
 
 `--quick` (what the tests run, so that the benchmark cannot silently break) uses small sizes and
 one run each: its figures are not the ones to quote.
@@ -202,6 +206,8 @@ def main() -> None:
                     help="the executables' targets, comma-separated (default x86_64,x86_64-v3,x86_64-v4: "
                          "a level this CPU lacks is left out, and said so)")
     ap.add_argument("--rounds", type=int, default=ROUNDS, help=f"timing rounds (default {ROUNDS})")
+    ap.add_argument("--large", action="store_true",
+                    help="also time matvec 512x1024 over 64 samples (W of 4 MiB, beyond L2)")
     ap.add_argument("--quick", action="store_true", help="small sizes, 3 steps, one run: a smoke run")
     ap.add_argument("--instructions", action="store_true",
                     help="count each ISA's guest instructions per step under qemu instead of timing")
@@ -217,6 +223,9 @@ def main() -> None:
             print(f"{level} not timed: this CPU has no {what} (its executables would refuse cpu-level)\n")
             targets.remove(level)
     workloads = [("lsq 100k", lsq_source, {}), ("matvec 64x256, 256 samples", matvec_source, {})]
+    if args.large:
+        workloads.append(("matvec 512x1024, 64 samples", matvec_source,
+                          {"rows": 512, "cols": 1024, "samples": 64}))
     if args.quick:
         args.steps, ROUNDS = 3, 1
         workloads = [("lsq 1k", lsq_source, {"n": 1000}),
