@@ -141,28 +141,25 @@ class Emitter:
         self.depth -= 1
         self.put("}")
         rest = (hi - lo) % w if static else None
-        if w == 8 and (rest is None or rest >= 4):
+
+        def part(k: int) -> None:        # k lanes more, where k remain (tested when not static)
+            nonlocal rest
             if rest is None:
-                self.put(f"if {j} + 4 <= {hi} {{")
+                self.put(f"if {j} + {k} <= {hi} {{")
                 self.depth += 1
-            body(j, 4)
-            self.put(f"{j} = {j} + 4;")
+            body(j, k)
+            self.put(f"{j} = {j} + {k};")
             if rest is None:
                 self.depth -= 1
                 self.put("}")
             else:
-                rest -= 4
+                rest -= k
+        if w == 8 and (rest is None or rest >= 4):
+            part(4)
         if w >= 4:
             self.put("wide_end();")
             if rest is None or rest >= 2:
-                if rest is None:
-                    self.put(f"if {j} + 2 <= {hi} {{")
-                    self.depth += 1
-                body(j, 2)
-                self.put(f"{j} = {j} + 2;")
-                if rest is None:
-                    self.depth -= 1
-                    self.put("}")
+                part(2)
         if rest is not None and rest % 2 == 0:
             return
         self.put(f"if {j} < {hi} {{")
