@@ -86,7 +86,9 @@ def program_for(lr: Learner, tgt: Target, main: str = "single", extra: str = "",
     rt.check_modules(units)
     all_blobs = dict(gen_blobs)
     all_blobs.update(blobs or {})
-    return lower_program([it for _, items, _ in units for it in items], all_blobs), gen
+    generated = frozenset(id(it) for _, items, module in units if not module for it in items)
+    return lower_program([it for _, items, _ in units for it in items], all_blobs,
+                         generated=generated), gen
 
 
 _SELECTED: dict[tuple[str, str], list] = {}

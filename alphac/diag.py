@@ -142,6 +142,11 @@ CODES: dict[str, tuple[str, str]] = {
               "(`1e309`, `0x1p1024`, an integer of 310 digits), and the contract keeps every "
               "value finite. The largest finite binary64 is 0x1.fffffffffffffp1023, about "
               "1.7976931348623157e308."),
+    "E0005": ("name too long",
+              "A name (of a learner, a param, a state, a data array, a constant, a `let`, a "
+              "deployment or a role) has more than 128 characters, the language's limit. "
+              "Checkpoint manifests record state and role names whole (alphac.formats.NAME_MAX), "
+              "so every name a program can have is one a checkpoint can restore."),
     "E0010": ("unexpected token",
               "The parser expected something else here. The message says what it expected. "
               "A file starts with `learner NAME` and continues with declarations "

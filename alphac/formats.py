@@ -58,7 +58,11 @@ class Layout:
         return self.field(name).offset
 
     def constants(self) -> dict[str, int]:
+        """PREFIX_FIELD (its offset) for every field, PREFIX_FIELD_BYTES for the byte strings'
+        sizes, and PREFIX_BYTES."""
         out = {f"{self.prefix}_{f.name.upper()}": f.offset for f in self.fields}
+        out.update({f"{self.prefix}_{f.name.upper()}_BYTES": f.size for f in self.fields
+                    if f.type not in CODES})
         out[f"{self.prefix}_BYTES"] = self.size
         return out
 
@@ -117,7 +121,14 @@ HELLO_BYTES = 192                         # the six 32-byte identity digests
 
 # -- checkpoint manifests (DESIGN.md contract 6) ---------------------------------------------------
 CKPT_MAGIC = b"ALPHCKPT"
-CKPT_FORMAT = 1
+CKPT_FORMAT = 2                           # 2: room for names of NAME_MAX bytes (1: 31, 71)
+# The longest name the language takes (alphac.parse.lexer, E0005), a state's or a role's; a role
+# of a counted group is NAME.INDEX (at most 2^20 owners: 7 digits). A shard's path,
+# ROLE/STATE.LO-HI.eEPOCH.vVERSION.npy, is at most ROLE_MAX + 1 + NAME_MAX + 4 * 20 + 9 bytes
+# (four unsigned 64-bit decimals of at most 20 digits): it and its NUL fit the record's path.
+NAME_MAX = 128
+ROLE_MAX = NAME_MAX + 8
+SHARD_PATH_MAX = ROLE_MAX + 1 + NAME_MAX + 4 * 20 + 9
 CKPT_HEADER = Layout("checkpoint manifest header", "CKH", 128, _fields(
     ("magic", 0, "bytes8", 'the bytes "ALPHCKPT"'),
     ("format", 8, "u32", "the manifest format, 1"),
@@ -131,15 +142,17 @@ CKPT_HEADER = Layout("checkpoint manifest header", "CKH", 128, _fields(
     ("owner_lo", 112, "u64", "the first owner the manifest covers"),
     ("owner_hi", 120, "u64", "one past the last"),
 ))
-CKPT_RECORD = Layout("checkpoint manifest record", "CKR", 160, _fields(
+CKPT_RECORD = Layout("checkpoint manifest record", "CKR", 576, _fields(
     ("kind", 0, "u32", "1 a shard, 2 a sub-manifest"),
     ("writer", 4, "u32", "the owner that wrote the shard"),
     ("lo", 8, "u64", "a shard: its first coordinate; a sub-manifest: its first owner"),
     ("hi", 16, "u64", "one past the last"),
     ("sha256", 24, "bytes32", "the SHA-256 of the file"),
-    ("state", 56, "bytes32", "a shard's state name, zero padded"),
-    ("path", 88, "bytes72", "the file's path relative to the checkpoint, zero padded"),
+    ("state", 56, "bytes136", "a shard's state name (at most NAME_MAX = 128 bytes), zero padded"),
+    ("path", 192, "bytes384", "the file's path relative to the checkpoint (at most SHARD_PATH_MAX = 354 bytes), "
+                              "zero padded"),
 ))
+assert NAME_MAX < CKPT_RECORD.field("state").size and SHARD_PATH_MAX < CKPT_RECORD.field("path").size
 CKPT_SHARD, CKPT_SUB = 1, 2
 CKPT_TRAILER = 32                         # a SHA-256 of everything before it
 
@@ -188,7 +201,7 @@ def constants() -> dict[str, int]:
         out.update(lay.constants())
     out.update(FRAME_MAGIC=FRAME_MAGIC, FRAME_FORMAT=FRAME_FORMAT, HELLO_BYTES=HELLO_BYTES,
                CKPT_FORMAT=CKPT_FORMAT, CKPT_SHARD=CKPT_SHARD, CKPT_SUB=CKPT_SUB,
-               CKPT_TRAILER=CKPT_TRAILER, NV_HEADER_WORDS=CONV_HEADER_WORDS,
+               CKPT_TRAILER=CKPT_TRAILER, NAME_MAX=NAME_MAX, SHARD_PATH_MAX=SHARD_PATH_MAX, NV_HEADER_WORDS=CONV_HEADER_WORDS,
                NV_ITEM_WORDS=CONV_ITEM_WORDS, XS_WORDS=XS_WORDS, XS_DIGITS=XS_DIGITS,
                XC_DIGITS=XC_DIGITS, XC_WORDS=XC_WORDS, XC_SPILLED=XC_SPILLED,
                XC_BASE_SHIFT=XC_BASE_SHIFT, XC_MAX_BASE=XC_MAX_BASE,

@@ -17,6 +17,10 @@ REFUSALS: dict[str, tuple[int, str]] = {
     "cpu-level": (67, "the executable was built for a target level (x86_64-v3: AVX2; x86_64-v4: "
                       "AVX-512 F, DQ, CD, BW and VL) that this CPU, "
                       "or its operating system, does not provide; build for `x86_64` instead"),
+    "buffer-bound": (68, "text the runtime builds (a checkpoint path, an event line, a DNS query) "
+                         "or a table it fills would not fit its buffer, whose size is fixed when "
+                         "the executable is built; checked before a byte is written (every such "
+                         "write goes through a bounded append: docs/runtime.md)"),
     "output": (66, "standard output could not be written (a closed pipe, a full disk)"),
     "listen-failed": (70, "a role could not listen on the address given by --listen"),
     "connect-failed": (71, "a role could not reach its parent within the deadline"),

@@ -14,7 +14,11 @@ import pytest
 import oracle
 from backend import build_deployment, build_learner_exe, run_exe
 from conftest import EXAMPLES, LEARNER_NAMES, ROOT, alphac, example, require_tool
+from alphac.formats import CKPT_HEADER, CKPT_RECORD
 from alphac.refusals import REFUSALS
+
+HDR, REC = CKPT_HEADER.size, CKPT_RECORD.size
+PATH, PATHB = CKPT_RECORD.offset("path"), CKPT_RECORD.field("path").size
 
 SPLIT, TREE = oracle.REF_SPLIT, oracle.REF_TREE
 DEPLOYMENTS = oracle.REF_DEPLOYMENTS
@@ -198,14 +202,14 @@ def sha_fix_manifest(path: Path) -> None:
 def records(path: Path):
     data = path.read_bytes()
     count = struct.unpack_from("<Q", data, 96)[0]
-    return data, [128 + 160 * k for k in range(count)]
+    return data, [HDR + REC * k for k in range(count)]
 
 
 def mutate_shard_values(ck: Path, value: float) -> None:
     data, offs = records(ck / "MANIFEST")
     data = bytearray(data)
     off = offs[0]
-    rel = data[off + 88:off + 160].rstrip(b"\0").decode()
+    rel = data[off + PATH:off + PATH + PATHB].rstrip(b"\0").decode()
     shard = bytearray((ck / rel).read_bytes())
     shard[-8:] = struct.pack("<d", value)
     (ck / rel).write_bytes(bytes(shard))
@@ -216,7 +220,7 @@ def mutate_shard_values(ck: Path, value: float) -> None:
 
 def first_shard(ck: Path) -> Path:
     data, offs = records(ck / "MANIFEST")
-    return ck / data[offs[0] + 88:offs[0] + 160].rstrip(b"\0").decode()
+    return ck / data[offs[0] + PATH:offs[0] + PATH + PATHB].rstrip(b"\0").decode()
 
 
 def mutate_first_record(ck: Path, lo: int | None = None, hi: int | None = None,
@@ -229,7 +233,7 @@ def mutate_first_record(ck: Path, lo: int | None = None, hi: int | None = None,
     if lo is not None:
         struct.pack_into("<QQ", data, off + 8, lo % 2 ** 64, hi % 2 ** 64)
     if shard is not None:
-        rel = data[off + 88:off + 160].rstrip(b"\0").decode()
+        rel = data[off + PATH:off + PATH + PATHB].rstrip(b"\0").decode()
         new = shard((ck / rel).read_bytes())
         (ck / rel).write_bytes(new)
         data[off + 24:off + 56] = hashlib.sha256(new).digest()
@@ -262,7 +266,7 @@ def record_path(ck: Path, rel: bytes, sha_of: Path | None = None) -> None:
     """The first record names `rel` (with the SHA-256 of `sha_of`, so that only the path is wrong)."""
     def change(data):
         off = records(ck / "MANIFEST")[1][0]
-        data[off + 88:off + 160] = rel + bytes(72 - len(rel))
+        data[off + PATH:off + PATH + PATHB] = rel + bytes(PATHB - len(rel))
         if sha_of is not None:
             data[off + 24:off + 56] = hashlib.sha256(sha_of.read_bytes()).digest()
     mutate_manifest(ck, change)
@@ -275,7 +279,7 @@ def fifo_shard(ck: Path) -> None:
 
 
 def count_wrapping(data) -> None:
-    # 160 * (count + 2^63) == 160 * count (mod 2^64): the same file size, a negative count
+    # REC * (count + 2^63) == REC * count (mod 2^64): the same file size, a negative count
     count = struct.unpack_from("<Q", data, 96)[0]
     struct.pack_into("<Q", data, 96, count + 2 ** 63)
 
@@ -288,7 +292,7 @@ HOSTILE_MANIFESTS = {
     "count-wrapping": lambda ck: mutate_manifest(ck, count_wrapping),
     "path-escapes": lambda ck: record_path(ck, b"../../../../../../etc/hostname", Path("/etc/hostname")),
     "path-absolute": lambda ck: record_path(ck, b"/etc/hostname", Path("/etc/hostname")),
-    "path-unterminated": lambda ck: record_path(ck, b"single/" + b"x" * 65),
+    "path-unterminated": lambda ck: record_path(ck, b"single/" + b"x" * (PATHB - 7)),
 }
 HOSTILE_REFUSALS = {**{m: "shard-corrupt" for m in HOSTILE}, "empty-range": "shard-missing",
                     **{m: "manifest-torn" for m in HOSTILE_MANIFESTS}, "fifo-shard": "shard-corrupt"}
@@ -355,7 +359,7 @@ def test_resume_refusals(refusal, tmp_path, built):
         data, offs = records(ck / "MANIFEST")
         data = bytearray(data)
         rel = str(old_shard.relative_to(ck)).encode()
-        data[offs[0] + 88:offs[0] + 160] = rel + bytes(72 - len(rel))
+        data[offs[0] + PATH:offs[0] + PATH + PATHB] = rel + bytes(PATHB - len(rel))
         data[offs[0] + 24:offs[0] + 56] = old_sha
         (ck / "MANIFEST").write_bytes(bytes(data))
         sha_fix_manifest(ck / "MANIFEST")

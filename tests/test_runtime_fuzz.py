@@ -167,7 +167,7 @@ def test_shards(exes, checkpoint, target, data, tmp_path_factory):
     man = bytearray(files["MANIFEST"])
     k = data.draw(st.integers(0, struct.unpack_from("<Q", man, 96)[0] - 1))
     rec = HDR + REC * k
-    rel = man[rec + 88:rec + 160].rstrip(b"\0").decode()
+    rel = man[rec + CKPT_RECORD.offset("path"):rec + REC].rstrip(b"\0").decode()
     shard = bytearray(files[rel])
     header = 10 + struct.unpack_from("<H", shard, 8)[0]
     how = data.draw(st.sampled_from(["bitflip", "truncate", "extend"]))

@@ -9,12 +9,13 @@ go, and how big its buffers are. These functions emit that as runtime-language c
 - `restore_lines`: the root manifest checked (and the layout), the path followed down to this
   owner's manifest, every held range restored (its own shards first).
 
-Requires: state names of at most 31 bytes (they are stored in manifest records).
+Requires: state names of at most NAME_MAX bytes and role names of at most ROLE_MAX
+(alphac.formats: the records and the shard paths are sized from them; `check_names`).
 """
 from __future__ import annotations
 
 from alphac.diag import BuildError
-from alphac.formats import CKPT_HEADER, CKPT_RECORD, HELLO_BYTES
+from alphac.formats import CKPT_HEADER, CKPT_RECORD, HELLO_BYTES, NAME_MAX, ROLE_MAX
 
 HDR, REC = CKPT_HEADER.size, CKPT_RECORD.size
 
@@ -38,11 +39,16 @@ def declarations(lr, records: int) -> list[str]:
     return out
 
 
-def check_names(lr) -> None:
+def check_names(lr, roles: tuple[str, ...] = ("single",)) -> None:
+    """What the records and ck_rel are sized from, checked: every state name at most NAME_MAX
+    bytes (the language's limit, E0005), every role's at most ROLE_MAX, so every shard path fits
+    (formats.SHARD_PATH_MAX). A failure here is a compiler defect, never the user's input."""
     for s in lr.states:
-        if len(s.name.encode()) > 31:
-            raise BuildError(f"state `{s.name}` has a name over 31 bytes; checkpoints record names "
-                             f"of at most 31")
+        if len(s.name.encode()) > NAME_MAX:
+            raise BuildError(f"state `{s.name}` has a name over {NAME_MAX} bytes")
+    for r in roles:
+        if len(r.encode()) > ROLE_MAX:
+            raise BuildError(f"role `{r}` has a name over {ROLE_MAX} bytes")
 
 
 def save_lines(holdings, role: str, writer: int) -> list[str]:

@@ -496,7 +496,7 @@ class RoleLowering:
         for a in final:
             self.action(a)
         final_body = self.lines
-        ckpt.check_names(self.lr)
+        ckpt.check_names(self.lr, (str(self.role),))
         save_body = self.save_body()
         resume_body = self.resume_body()
         dg = digests(plan.dep)

@@ -175,9 +175,12 @@ def _escape(text: str, j: int, where: str) -> tuple[int, int]:
 #              ("bin", op, a, b) ("un", op, a)
 # statements:  ("let", n, e, type|None) ("set", n, e) ("if", c, then, else) ("while", c, body)
 #              ("break",) ("continue",) ("return", e|None) ("expr", e) ("line", n)
-# items:       ("fn", name, [(p, type)], ret, body) ("const", n, e) ("global", n, elem, count)
+# items:       ("fn", name, [(p, type)], ret, body, writes) ("const", n, e) ("global", n, elem, count)
 #              ("var", n, elem, count, values) ("data", n, elem, count, values)
 #              ("use", [files]) ("extern", "fn", name, ([types], ret)) ("extern", "const"|"global", name)
+# `writes`: ((parameter index, extent expression), ...): the parameters a function writes through,
+# each with the most bytes it writes there (`fn dec_to(p: i64 writes 20, v: i64)`,
+# `fn bytes_copy(dst: i64 writes n, src: i64, n: i64)`): alphac.lower.rt_bounds.
 
 BINARY_PREC = [("||",), ("&&",), ("|",), ("^",), ("&",), ("==", "!="), ("<", "<=", ">", ">="),
                ("<<", ">>"), ("+", "-"), ("*", "/", "%")]
@@ -239,8 +242,8 @@ class Parser:
                 self.eat(";")
             elif kw == "fn":
                 name = self.ident()
-                params, ret = self.signature()
-                out.append(("fn", name, params, ret, self.block()))
+                params, ret, writes = self.signature(with_writes=True)
+                out.append(("fn", name, params, ret, self.block(), writes))
             elif kw == "const":
                 name = self.ident()
                 self.eat("=")
@@ -280,13 +283,19 @@ class Parser:
                 raise self.err(f"unknown item {kw!r}")
         return out
 
-    def signature(self) -> tuple[list[tuple[str, str]], str | None]:
+    def signature(self, with_writes: bool = False):
+        """(params, ret), or with `with_writes` (a definition) (params, ret, writes)."""
         self.eat("(")
-        params = []
+        params, writes = [], []
         while not self.at(")"):
             p = self.ident()
             self.eat(":")
             params.append((p, self.ident()))
+            if self.at("writes"):
+                if not with_writes:
+                    raise self.err("`writes` belongs to a function's definition")
+                self.pos += 1
+                writes.append((len(params) - 1, self.expr()))
             if not self.at(")"):
                 self.eat(",")
         self.eat(")")
@@ -294,7 +303,7 @@ class Parser:
         if self.at("->"):
             self.pos += 1
             ret = self.ident()
-        return params, ret
+        return (params, ret, tuple(writes)) if with_writes else (params, ret)
 
     def block(self) -> list[tuple]:
         self.eat("{")
@@ -411,7 +420,8 @@ BUILTINS = frozenset({"load8", "load16", "load32", "load64", "loadf", "store8", 
                       "refuse", "cpu_has_sha256", "sha256_hw",
                       "loadv", "storev", "splat", "lane", "sqrtv", "pack", "cpu_has_avx2",
                       "cpu_has_avx512", "loadz", "storez", "splatz", "sqrtz",
-                      "loadw", "storew", "splatw", "sqrtw", "wide_end"})
+                      "loadw", "storew", "splatw", "sqrtw", "wide_end",
+                      "put", "put_dec", "put_byte", "room", "sizeof"})
 
 
 def uses(items: list[tuple]) -> list[str]:
@@ -476,6 +486,7 @@ def item_names(it: tuple) -> tuple[tuple[str, ...], frozenset]:
     local: set[str] = set()
     if it[0] == "fn":
         _names(it[4], reads)
+        _names([e for _, e in it[5]], reads)
         _locals(it[4], local)
         local |= {p for p, _ in it[2]}
     else:

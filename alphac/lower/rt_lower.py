@@ -17,6 +17,7 @@ from alphac.lower import lir
 from alphac.lower.lir import Block, Function, Global, Imm, Inst, Program, Sym, VReg
 from alphac.lower.memo import IdMemo
 from alphac.lower.rt import RtError, item_names
+from alphac.lower.rt_bounds import check_function
 from alphac.refusals import REFUSALS
 
 ELEM = {"u8": 1, "u16": 2, "u32": 4, "i64": 8, "f64": 8}
@@ -86,15 +87,23 @@ class Module:
             return _wrap(e[1])
         if k == "name" and e[1] in self.consts:
             return self.const(e[1], busy)
+        if k == "call" and e[1] == "sizeof" and len(e[2]) == 1 and e[2][0][0] == "name" \
+                and self.globals.get(e[2][0][1]) is not None:
+            return self.globals[e[2][0][1]].size          # a global's size in bytes (rt_bounds)
         if k == "un" and e[1] in ("-", "~"):
             a = self.fold(e[2], busy)
             return None if a is None else _wrap(-a if e[1] == "-" else ~a)
-        if k == "bin" and e[1] in ("+", "-", "*", "<<", "|", "&"):
+        if k == "bin" and e[1] in ("+", "-", "*", "<<", ">>", "|", "&"):
             a, b = self.fold(e[2], busy), self.fold(e[3], busy)
             if a is None or b is None:
                 return None
             return _wrap({"+": a + b, "-": a - b, "*": a * b, "<<": a << (b & 63),
-                          "|": a | b, "&": a & b}[e[1]])
+                          ">>": (a & MASK64) >> (b & 63), "|": a | b, "&": a & b}[e[1]])
+        if k == "call" and e[1] == "udiv" and len(e[2]) == 2:
+            a, b = self.fold(e[2][0], busy), self.fold(e[2][1], busy)
+            if a is None or not b:
+                return None
+            return _wrap((a & MASK64) // (b & MASK64))
         return None
 
     def make_global(self, it: tuple) -> Global:
@@ -156,7 +165,7 @@ class Module:
 
 class FnLowerer:
     def __init__(self, mod: Module, item: tuple):
-        _, name, params, ret, body = item
+        _, name, params, ret, body, _ = item
         self.mod = mod
         self.body = body
         self.fn = Function(name, [], ret)
@@ -457,25 +466,78 @@ class FnLowerer:
             return None, None
         if f == "refuse":
             need(1)
-            if args[0][0] != "str" or args[0][1].decode() not in REFUSALS:
-                raise self.err("refuse takes a refusal name from alphac.refusals")
-            name = args[0][1].decode()
-            line = f"refused: {name}\n".encode()
-            msg = self.emit("addr", self.fn.new("i"), Sym(self.mod.string(line)))
-            n = self.reg(Imm(len(line)))
-            code = self.reg(Imm(REFUSALS[name][0]))
-            self.emit("call", None, "rt_refuse", msg, n, code)
-            self.terminate("trap")
+            self.refuse(self.refusal_name(args[0], "refuse"))
             return None, None
+        if f == "sizeof":
+            raise self.err("sizeof takes a global buffer's name")     # (fold takes the rest)
+        if f in ("put", "put_dec", "put_byte", "room"):
+            return self.bounded_append(f, args, need, typed)
         if f not in self.mod.fns:
             raise self.err(f"unknown function `{f}`")
-        _, _, params, ret, _ = self.mod.fns[f]
+        _, _, params, ret, _, _ = self.mod.fns[f]
         if len(params) != len(args):
             raise self.err(f"`{f}` takes {len(params)} argument(s), given {len(args)}")
         regs = [self.reg(typed(a, t)) for a, (_, t) in zip(args, params)]
         dst = None if ret is None else self.fn.new("f" if ret == "f64" else "i")
         self.emit("call", dst, f, *regs)
         return dst, ret
+
+    def refusal_name(self, e: tuple, what: str) -> str:
+        if e[0] != "str" or e[1].decode() not in REFUSALS:
+            raise self.err(f"{what} takes a refusal name from alphac.refusals")
+        return e[1].decode()
+
+    def refuse(self, name: str) -> None:
+        """`refused: NAME` on stderr and exit with its code (rt_refuse); nothing follows."""
+        line = f"refused: {name}\n".encode()
+        msg = self.emit("addr", self.fn.new("i"), Sym(self.mod.string(line)))
+        n = self.reg(Imm(len(line)))
+        code = self.reg(Imm(REFUSALS[name][0]))
+        self.emit("call", None, "rt_refuse", msg, n, code)
+        self.terminate("trap")
+
+    def bounded_append(self, f: str, args: list[tuple], need, typed):
+        """put(G, at, src, n, "NAME"), put_dec(G, at, v, "NAME"), put_byte(G, at, c, "NAME"):
+        the bytes written at G + at once 0 <= at and at + n <= sizeof(G) is checked (unsigned:
+        a negative at or n fails it), else refused NAME before anything is written; the value
+        is at + n (alphac.lower.rt_bounds). room(G, at, n, "NAME") checks the same and is the
+        address G + at, for a write of n bytes there (rt_bounds checks that the write's length
+        is n: the same constant, or the same expression). put calls core's bytes_copy, put_dec
+        its dec_len and dec_to."""
+        need(5 if f == "put" else 4)
+        g = args[0]
+        if g[0] != "name" or self.lookup(g[1]) is not None or self.mod.globals.get(g[1]) is None:
+            raise self.err(f"{f}'s first argument must be a global buffer's name")
+        refusal = self.refusal_name(args[-1], f)
+        size = self.reg(Imm(self.mod.globals[g[1]].size))
+        at = self.reg(typed(args[1], "i64"))
+        if f == "put":
+            src, n = self.reg(typed(args[2], "i64")), self.reg(typed(args[3], "i64"))
+        elif f == "put_dec":
+            v = self.reg(typed(args[2], "i64"))
+            n = self.emit("call", self.fn.new("i"), "dec_len", v)
+        elif f == "room":
+            n = self.reg(typed(args[2], "i64"))
+        else:
+            c, n = self.reg(typed(args[2], "i64")), self.reg(Imm(1))
+        bad, fits, room = self.label("full"), self.label("room"), self.label("fits")
+        self.terminate("br", "ult", size, at, bad, room)
+        self.start(room)
+        left = self.emit("sub", self.fn.new("i"), size, at)
+        self.terminate("br", "ult", left, n, bad, fits)
+        self.start(bad)
+        self.refuse(refusal)
+        self.start(fits)
+        dst = self.emit("add", self.fn.new("i"), self.emit("addr", self.fn.new("i"), Sym(g[1])), at)
+        if f == "room":
+            return dst, "i64"
+        if f == "put":
+            self.emit("call", None, "bytes_copy", dst, src, n)
+        elif f == "put_dec":
+            self.emit("call", self.fn.new("i"), "dec_to", dst, v)
+        else:
+            self.emit("store8", None, dst, Imm(0), c)
+        return self.emit("add", self.fn.new("i"), at, n), "i64"
 
     # -- conditions ----------------------------------------------------------------------------
     def cond(self, e: tuple, yes: str, no: str) -> None:
@@ -642,24 +704,26 @@ def _fingerprint(mod: Module, item: tuple) -> tuple:
             except RtError:
                 out.append((n, "c?"))
         elif n in mod.globals:
-            out.append((n, "g"))
+            g = mod.globals[n]
+            out.append((n, "g", g.size if g is not None else None))
         elif n in mod.fns:
             f = mod.fns[n]
-            out.append((n, "f", tuple(t for _, t in f[2]), f[3]))
+            out.append((n, "f", tuple(t for _, t in f[2]), f[3], f[5]))
     return tuple(out)
 
 
-def lower_function(mod: Module, item: tuple) -> Function:
+def lower_function(mod: Module, item: tuple, generated: bool = False) -> Function:
     """fn `item` in LIR. The runtime's functions are the same items in every program (parsed
     once: alphac.build._parsed) and lower the same wherever what they read is the same
     (`_fingerprint`), so each is lowered once per process for each such context and the
     Function shared (nothing changes a lowered Function: later passes make new ones). The
     strings it names are registered again in `mod`, in the same order; where they get other
     names than in the first program, it is lowered afresh."""
-    fp = _fingerprint(mod, item)
+    fp = _fingerprint(mod, item) + (generated,)
     hit = _LOWERED.get(item)
     if hit is not None and hit[0] == fp and all(mod.string(v) == name for v, name in hit[1]):
         return hit[2]
+    check_function(mod, item, generated)
     mod.string_log = []
     try:
         fn = FnLowerer(mod, item).lower()
@@ -670,9 +734,11 @@ def lower_function(mod: Module, item: tuple) -> Function:
 
 
 def lower_program(items: list[tuple], blobs: dict[str, bytes] | None = None,
-                  entry: str = "rt_start") -> Program:
+                  entry: str = "rt_start", generated: frozenset = frozenset()) -> Program:
+    """`generated`: the ids of the items the code generator wrote (held to alphac.lower.rt_bounds'
+    rule but for their stores at computed offsets: their loops and buffers come from one number)."""
     mod = Module(items, blobs)
-    fns = [lower_function(mod, mod.fns[name]) for name in mod.fns]
+    fns = [lower_function(mod, mod.fns[name], id(mod.fns[name]) in generated) for name in mod.fns]
     used = _used_functions(fns, entry)
     prog = Program([f for f in fns if f.name in used], [], entry)
     gl = [g for g in mod.globals.values()]

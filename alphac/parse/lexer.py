@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass
 
 from alphac.diag import Sink, Source, Span
+from alphac.formats import NAME_MAX
 
 KEYWORDS = {"learner", "data", "const", "param", "state", "loss", "predict", "update", "let",
             "deployment", "strategy", "f64", "batch", "order", "contract"}
@@ -82,6 +83,9 @@ def lex(source: Source, sink: Sink) -> list[Token]:
             while j < n and (text[j].isalnum() or text[j] == "_") and text[j].isascii():
                 j += 1
             word = text[i:j]
+            if len(word) > NAME_MAX:
+                sink.error("E0005", span(i, j), f"a name of {len(word)} characters; names have at "
+                           f"most {NAME_MAX}", hint="checkpoints and manifests record names whole")
             out.append(Token("kw" if word in KEYWORDS else "name", word, span(i, j)))
             i = j
         elif c in DIGITS or (c == "." and i + 1 < n and text[i + 1] in DIGITS):
