@@ -50,6 +50,7 @@ SYSCALL_WRITES = {"SYS_read": (2, 3), "SYS_pread64": (2, 3), "SYS_recvfrom": (2,
 
 # a root: ("global", name, offset or None) | ("param", index) | ("room", n) | ("other",)
 OTHER = ("other",)
+SELF = ("self",)          # a local's own value, met again while its values are being found
 
 
 class _Fn:
@@ -81,13 +82,15 @@ class _Fn:
         if name in self.roots:
             return self.roots[name]
         if name in busy:
-            return None                               # a cycle (x = x + 1): its other values decide
-        roots = set()
+            return SELF
+        roots, moved = set(), False
         if name in self.params:
             roots.add(("param", self.params[name]))
         for e in self.assigned.get(name, []):
             r = self.root(e, busy | {name})
-            if r is not None:
+            if r == SELF:
+                moved = True                          # p = p + e: p moves by e, maybe in a loop
+            else:
                 roots.add(r)
         if not roots:
             out = OTHER
@@ -102,6 +105,8 @@ class _Fn:
                 out = ("mixed", tuple(sorted(map(str, roots))))
             else:
                 out = OTHER
+        if moved and out[0] == "global":
+            out = ("global", out[1], None)            # wherever it started, not there any more
         if not busy:
             self.roots[name] = out
         return out
@@ -118,8 +123,8 @@ class _Fn:
         if k == "bin" and e[1] in ("+", "-"):
             a = self.root(e[2], busy)
             b = self.root(e[3], busy) if e[1] == "+" else OTHER
-            if a is None or b is None:
-                return None
+            if SELF in (a, b):
+                return SELF
             if a == OTHER and b != OTHER:
                 a, e2 = b, e[2]
             else:
@@ -142,7 +147,7 @@ class _Fn:
     def write(self, addr: tuple, extent: int | None, what: str, expr: tuple | None = None) -> None:
         """A write of `extent` bytes (None: not a constant; `expr` its expression) at addr."""
         r = self.root(addr)
-        if r is None or r == OTHER:
+        if r == OTHER:
             return
         if r[0] == "room":                            # checked at run time for r[1] bytes
             if isinstance(r[1], int) and extent is not None and extent <= r[1]:
