@@ -362,20 +362,27 @@ def _method_names(arch: abi.Arch) -> dict[str, dict[int, str]]:
 
 
 def binding() -> dict[int, str]:
-    """Which table names each subchannel's methods before any SET_OBJECT: tinygrad's binding (1
-    compute, 4 copy). A channel's SET_OBJECTs (in its set-up push buffer, usually) change it for
-    the push buffers after: pass one dict through all of a channel's submits in ring order."""
-    return {1: "compute", 4: "copy"}
+    """Which table names each subchannel's methods, as SET_OBJECTs bind them (empty: none seen
+    yet). A channel's SET_OBJECTs (in its set-up push buffer, usually) hold for the push buffers
+    after: pass one dict through all of a channel's submits in ring order. A subchannel never
+    bound is read as tinygrad binds them (4 copy, every other compute; see table_of): the RM may
+    bind the engines itself (NV906F_CTRL_GET_CLASS_ENGINEID answers for each object libcuda
+    allocates on a channel, in the log of 2026-12-04), so libcuda's push buffers need not carry
+    a SET_OBJECT at all [inferred]."""
+    return {}
+
+
+def table_of(bound: dict[int, str], sub: int) -> str:
+    """The method table of subchannel `sub` (above the host's methods): its SET_OBJECT's class,
+    else "copy" on 4 and "compute" on any other (tinygrad's binding: 1 compute, 4 copy)."""
+    return bound.get(sub) or ("copy" if sub == 4 else "compute")
 
 
 def bind(arch: abi.Arch, bound: dict[int, str], sub: int, addr: int, data: int) -> None:
     """Follow a SET_OBJECT on a subchannel (other than the host's, 0)."""
     if addr == abi.METHODS[arch.compute_methods]["SET_OBJECT"] and sub != 0:
         by_class = {abi.CLASSES[arch.compute]: "compute", abi.CLASSES[arch.dma_copy]: "copy"}
-        if data & 0xffff in by_class:
-            bound[sub] = by_class[data & 0xffff]
-        else:
-            bound.pop(sub, None)
+        bound[sub] = by_class.get(data & 0xffff, f"class {data & 0xffff:#x}")     # unnamed
 
 
 def methods(arch: abi.Arch, words: list[int], bound: dict[int, str] | None = None) -> list[tuple[int, str, int]]:
@@ -387,7 +394,7 @@ def methods(arch: abi.Arch, words: list[int], bound: dict[int, str] | None = Non
     out = []
     for sub, a, data in method_stream(words):
         bind(arch, bound, sub, a, data)
-        table = "host" if a < HOST_METHODS_END else bound.get(sub)
+        table = "host" if a < HOST_METHODS_END else table_of(bound, sub)
         out.append((sub, names.get(table, {}).get(a, f"{a:#x}"), data))
     return out
 
@@ -438,7 +445,7 @@ def launched_qmds(arch: abi.Arch, words: list[int], read, bound: dict[int, str] 
         if addr == m["SET_OBJECT"] and sub != 0:
             bind(arch, bound, sub, addr, data)
             continue
-        if bound.get(sub) != "compute" or addr < HOST_METHODS_END:
+        if table_of(bound, sub) != "compute" or addr < HOST_METHODS_END:
             continue
         if addr == m["SET_INLINE_QMD_ADDRESS_A"]:
             flush()

@@ -369,10 +369,10 @@ qmd = abi.pack_qmd(layout, {"QMD_MAJOR_VERSION": 4, "SHADER_LOCAL_MEMORY_LOW_SIZ
                             "CONSTANT_BUFFER_SIZE_SHIFTED4(0)": 0x100 >> 4})
 mem[0x4000:0x4000 + len(qmd)] = qmd
 mem[0x5000:0x5100] = bytes(range(256))
-setup = [image.method(3, m["SET_OBJECT"], 1), abi.CLASSES["HOPPER_COMPUTE_A"],
-         image.method(3, m["SET_SHADER_LOCAL_MEMORY_A"], 2), 0x7f, 0x12340000,
-         image.method(3, m["SET_SHADER_LOCAL_MEMORY_NON_THROTTLED_A"], 3), 0, 0x420000, 0x84]
-launch = [image.method(3, m["SEND_PCAS_A"], 1), (GPU + 0x4000) >> 8]
+setup = [image.method(4, m["SET_OBJECT"], 1), abi.CLASSES["HOPPER_COMPUTE_A"],
+         image.method(4, m["SET_SHADER_LOCAL_MEMORY_A"], 2), 0x7f, 0x12340000,
+         image.method(4, m["SET_SHADER_LOCAL_MEMORY_NON_THROTTLED_A"], 3), 0, 0x420000, 0x84]
+launch = [image.method(4, m["SEND_PCAS_A"], 1), (GPU + 0x4000) >> 8]
 put(0x2000, setup)
 put(0x3000, launch)
 put(0, struct.unpack("<2I", struct.pack("<Q", image.gpfifo_entry(arch, GPU + 0x2000, len(setup)))))
@@ -391,8 +391,9 @@ def test_trace_reads_a_hopper_ring_through_its_mappings(tmp_path):
     """The sniffer and the decoder together, as inner() uses them, on files standing in for the
     device nodes: a channel whose parameters come sized by class (paramsSize 0), its memory mapped
     for the CPU at one address and for the GPU at another, GPPut in its USERD read between the
-    'launches'. The ring, both push buffers (the compute class bound on subchannel 3 by
-    SET_OBJECT), the QMD and its constant bank are found through the mappings, each submit
+    'launches'. The ring, both push buffers (the compute class bound by SET_OBJECT in the first
+    on subchannel 4, tinygrad's copy one, and used in the second), the QMD and its constant bank
+    are found through the mappings, each submit
     tagged with its launch, traced_qmd takes the tagged one, and the report's local-memory
     section shows the methods and the QMD's local-memory size."""
     require_tool("gcc")
