@@ -431,3 +431,60 @@ def test_trace_spill_kernel_needs_local_memory():
     for sm in (86, 90):
         assert read_cubin(assemble(t.SPILL_PTX.format(sm=sm), sm))[t.SPILL_KERNEL].local >= 1024
     assert t.spill_expected(3) == [5, 13, 21]
+
+
+FAKE_CUDA = r"""
+import ctypes, struct, sys, types
+sys.path[:0] = [sys.argv[1], sys.argv[1] + "/gpu"]
+import cuda_ioctl_trace as t
+fake = types.ModuleType("vendor_check")
+launched = []
+class Cuda:
+    sm = 90
+    def __init__(self, path):
+        pass
+    def call(self, name, *args):
+        if name == "cuMemcpyDtoH_v2":            # the spilling kernel's result, as the card computes it
+            buf = args[0]
+            ctypes.memmove(buf, struct.pack("<128I", *t.spill_expected(128)), 512)
+class CudaDevice:
+    def __init__(self, cuda, cubins):
+        self.cubins, self.next = cubins, 0x1000
+    def alloc(self, values):
+        self.next += 0x1000
+        return self.next
+    def write(self, addr, values):
+        pass
+    def read(self, addr, count):
+        return [0.0] * count
+    def launch(self, kernel, args, threads):
+        launched.append((kernel.name, [p.type for p in kernel.params], threads, kernel.name in self.cubins))
+fake.Cuda, fake.CudaDevice = Cuda, CudaDevice
+sys.modules["vendor_check"] = fake
+rc = t.main(["--inner", "--out", sys.argv[2]])
+print(rc, launched)
+"""
+
+
+def test_trace_inner_run_with_a_fake_libcuda(tmp_path):
+    """The inner run's glue, with CUDA's calls faked (no ioctls, so no channels): the spilling
+    kernel is assembled, loaded and launched first (u64, u32; 128 threads) and its result
+    checked, alphac's kernel last; channels.json lists both launches with their local memory,
+    and the report's local-memory section and its verdict on libcuda's QMD come out."""
+    require_tool("gcc")
+    require_tool("ptxas")
+    t = script("cuda_ioctl_trace")
+    so = t.build_sniffer(tmp_path)
+    env = dict(os.environ, LD_PRELOAD=str(so), **t.sniffer_env(tmp_path / "sniff.jsonl"))
+    run = subprocess.run([sys.executable, "-c", FAKE_CUDA, str(ROOT), str(tmp_path)], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0 and run.stdout.startswith("0 "), run.stderr
+    assert "('spill_local', ['u64', 'u32'], 128, True), ('update_g0'" in run.stdout
+    info = json.loads((tmp_path / "channels.json").read_text())
+    assert info["channels"] == [] and info["kernel"] == "update_g0"
+    spill, mine = info["launches"]
+    assert (spill["kernel"], spill["result"], mine["kernel"]) == ("spill_local", "right", "update_g0")
+    assert spill["local_per_thread"] >= 1024 and mine["local_per_thread"] == 0
+    text = t.report(tmp_path)
+    assert "libcuda launch spill_local: 128 threads" in text and "alphac QMD (update_g0): SHADER_LOCAL_MEMORY" in text
+    assert "## no QMD of libcuda's for update_g0 in the trace" in text
