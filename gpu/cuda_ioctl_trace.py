@@ -277,12 +277,14 @@ def channels(log: list[dict]) -> list[dict]:
 # -- after a launch, inside the traced process ----------------------------------------------------
 def gpputs(log: list[dict], read) -> dict[int, int | None]:
     """Each channel's GPPut now (channel handle -> value; None when its USERD is not known or not
-    readable): read between launches, it says which ring entries each launch added."""
+    readable): read between launches, it says which ring entries each launch added. USERD is in
+    the memory hUserdMemory[0] names (libcuda's own page per channel), or, where that is 0, the
+    RM's, mapped through the channel's handle."""
     maps, out = mappings(log), {}
     cpu = {m["handle"]: m for m in maps["cpu"]}
     for ch in channels(log):
         p = ch["params"]
-        m = cpu.get(p["userd_mem"]) if p else None
+        m = cpu.get(p["userd_mem"] or ch["handle"]) if p else None
         raw = read(m["at"] + p["userd_off"] - m["offset"] + abi.USERD_GPPUT_OFFSET, 4) if m else None
         out[ch["handle"]] = struct.unpack("<I", raw)[0] if raw else None
     return out
