@@ -564,16 +564,20 @@ def inner(args) -> int:
         return buf.raw if lib.sniff_read(addr, n, buf) == 0 else None
     marks = [("set-up", gpputs(load_log(log_path), read))]
     Path(args.out, "launch.mark").write_text("before the launches\n")
-    # 1. the spilling kernel, 128 threads, then its result read back
+    # 1. the spilling kernel, 128 threads, then its result read back; a CUDA error here is
+    #    recorded as its result and alphac's launch still made (the device run is the scarce part)
     out = dev.alloc([0.0] * 64)
     local = read_cubin(spill)[SPILL_KERNEL].local
     kparams = type("K", (), {"name": SPILL_KERNEL, "params": [type("P", (), {"type": t})() for t in ("u64", "u32")]})
-    dev.launch(kparams, [out, SPILL_N], 128)
-    marks.append((SPILL_KERNEL, gpputs(load_log(log_path), read)))
     got = ctypes.create_string_buffer(4 * 128)
-    cuda.call("cuMemcpyDtoH_v2", got, ctypes.c_uint64(out), ctypes.c_size_t(4 * 128))
-    launches = [{"kernel": SPILL_KERNEL, "threads": 128, "local_per_thread": local,
-                 "result": "right" if list(struct.unpack("<128I", got.raw)) == spill_expected(128) else "wrong"}]
+    try:
+        dev.launch(kparams, [out, SPILL_N], 128)
+        cuda.call("cuMemcpyDtoH_v2", got, ctypes.c_uint64(out), ctypes.c_size_t(4 * 128))
+        result = "right" if list(struct.unpack("<128I", got.raw)) == spill_expected(128) else "wrong"
+    except Exception as e:                          # vendor_check.Unavailable: a CUDA error
+        result = f"failed: {e}"
+    marks.append((SPILL_KERNEL, gpputs(load_log(log_path), read)))
+    launches = [{"kernel": SPILL_KERNEL, "threads": 128, "local_per_thread": local, "result": result}]
     # 2. alphac's kernel, last: traced_qmd takes the QMD of the submits tagged with its name
     k = built[0].kernel
     values = host_scalars(lr, {s.name: tuple(s.init[:1]) for s in lr.scalar_states})

@@ -445,8 +445,9 @@ class Cuda:
         pass
     def call(self, name, *args):
         if name == "cuMemcpyDtoH_v2":            # the spilling kernel's result, as the card computes it
-            buf = args[0]
-            ctypes.memmove(buf, struct.pack("<128I", *t.spill_expected(128)), 512)
+            if sys.argv[3] == "fails":
+                raise RuntimeError("cuMemcpyDtoH_v2: CUDA_ERROR_LAUNCH_FAILED (719)")
+            ctypes.memmove(args[0], struct.pack("<128I", *t.spill_expected(128)), 512)
 class CudaDevice:
     def __init__(self, cuda, cubins):
         self.cubins, self.next = cubins, 0x1000
@@ -466,24 +467,29 @@ print(rc, launched)
 """
 
 
-def test_trace_inner_run_with_a_fake_libcuda(tmp_path):
+@pytest.mark.parametrize("spill", ["right", "fails"])
+def test_trace_inner_run_with_a_fake_libcuda(tmp_path, spill):
     """The inner run's glue, with CUDA's calls faked (no ioctls, so no channels): the spilling
     kernel is assembled, loaded and launched first (u64, u32; 128 threads) and its result
-    checked, alphac's kernel last; channels.json lists both launches with their local memory,
-    and the report's local-memory section and its verdict on libcuda's QMD come out."""
+    checked (a CUDA error there is recorded and alphac's launch still made), alphac's kernel
+    last; channels.json lists both launches with their local memory, and the report's
+    local-memory section and its verdict on libcuda's QMD come out."""
     require_tool("gcc")
     require_tool("ptxas")
     t = script("cuda_ioctl_trace")
     so = t.build_sniffer(tmp_path)
     env = dict(os.environ, LD_PRELOAD=str(so), **t.sniffer_env(tmp_path / "sniff.jsonl"))
-    run = subprocess.run([sys.executable, "-c", FAKE_CUDA, str(ROOT), str(tmp_path)], env=env,
+    run = subprocess.run([sys.executable, "-c", FAKE_CUDA, str(ROOT), str(tmp_path), spill], env=env,
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0 and run.stdout.startswith("0 "), run.stderr
     assert "('spill_local', ['u64', 'u32'], 128, True), ('update_g0'" in run.stdout
     info = json.loads((tmp_path / "channels.json").read_text())
     assert info["channels"] == [] and info["kernel"] == "update_g0"
-    spill, mine = info["launches"]
-    assert (spill["kernel"], spill["result"], mine["kernel"]) == ("spill_local", "right", "update_g0")
+    spill_la, mine = info["launches"]
+    assert (spill_la["kernel"], mine["kernel"]) == ("spill_local", "update_g0")
+    assert spill_la["result"] == ("right" if spill == "right" else
+                                  "failed: cuMemcpyDtoH_v2: CUDA_ERROR_LAUNCH_FAILED (719)")
+    spill = spill_la
     assert spill["local_per_thread"] >= 1024 and mine["local_per_thread"] == 0
     text = t.report(tmp_path)
     assert "libcuda launch spill_local: 128 threads" in text and "alphac QMD (update_g0): SHADER_LOCAL_MEMORY" in text
