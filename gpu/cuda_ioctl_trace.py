@@ -11,8 +11,8 @@ executable: Hopper has no public raw-ioctl launcher, so this is where its facts 
 2. runs this script again (`--inner`) under it: CUDA's driver API loads one of alphac's cubins
    (the first update kernel of the learner, assembled by ptxas for the device's SM) and a kernel
    that needs local memory (SPILL_PTX: a 1 KiB .local array indexed at run time), and launches
-   the spilling one, then alphac's, once each; the sniffer logs every open, ioctl (argument
-   bytes before and after, and the structure RM_ALLOC / RM_CONTROL point to: for RM_ALLOC sized
+   alphac's, then the spilling one, once each (channels.json written after each); the sniffer
+   logs every open, ioctl (argument bytes before and after, and the structure RM_ALLOC / RM_CONTROL point to: for RM_ALLOC sized
    by the class, ALLOC_PARAMS, since libcuda passes paramsSize 0 and the RM sizes it by class)
    and mmap on /dev/nvidia*. Before the first launch and after each, the inner run reads every
    channel's GPPut from its USERD (gpputs), so each ring entry is tagged with the launch that
@@ -564,8 +564,22 @@ def inner(args) -> int:
         return buf.raw if lib.sniff_read(addr, n, buf) == 0 else None
     marks = [("set-up", gpputs(load_log(log_path), read))]
     Path(args.out, "launch.mark").write_text("before the launches\n")
-    # 1. the spilling kernel, 128 threads, then its result read back; a CUDA error here is
-    #    recorded as its result and alphac's launch still made (the device run is the scarce part)
+    base = {"sm": cuda.sm, "kernel": built[0].kernel.name, "learner": args.learner}
+
+    def record(launches):               # channels.json as things stand (again after each launch)
+        Path(args.out, "channels.json").write_text(json.dumps(base | after_launch(log_path, read, marks, launches),
+                                                              indent=1))
+    # 1. alphac's kernel first: its QMD is the trace's first purpose, and an error that spoils
+    #    the context (a launch failure is sticky) can then come only from the second launch
+    k = built[0].kernel
+    values = host_scalars(lr, {s.name: tuple(s.init[:1]) for s in lr.scalar_states})
+    owner.dev.launch(k, owner._args(k, n=lr.nsamples or 0, klo=0, khi=lr.groups[k.group].size,
+                                    values=values), lr.groups[k.group].size)
+    marks.append((k.name, gpputs(load_log(log_path), read)))
+    launches = [{"kernel": k.name, "threads": lr.groups[k.group].size, "local_per_thread": built[0].image.local}]
+    record(launches)
+    # 2. the spilling kernel, 128 threads, then its result read back; a CUDA error is recorded
+    #    as its result, with the ring as libcuda left it
     out = dev.alloc([0.0] * 64)
     local = read_cubin(spill)[SPILL_KERNEL].local
     kparams = type("K", (), {"name": SPILL_KERNEL, "params": [type("P", (), {"type": t})() for t in ("u64", "u32")]})
@@ -577,16 +591,7 @@ def inner(args) -> int:
     except Exception as e:                          # vendor_check.Unavailable: a CUDA error
         result = f"failed: {e}"
     marks.append((SPILL_KERNEL, gpputs(load_log(log_path), read)))
-    launches = [{"kernel": SPILL_KERNEL, "threads": 128, "local_per_thread": local, "result": result}]
-    # 2. alphac's kernel, last: traced_qmd takes the QMD of the submits tagged with its name
-    k = built[0].kernel
-    values = host_scalars(lr, {s.name: tuple(s.init[:1]) for s in lr.scalar_states})
-    owner.dev.launch(k, owner._args(k, n=lr.nsamples or 0, klo=0, khi=lr.groups[k.group].size,
-                                    values=values), lr.groups[k.group].size)
-    marks.append((k.name, gpputs(load_log(log_path), read)))
-    launches.append({"kernel": k.name, "threads": lr.groups[k.group].size, "local_per_thread": built[0].image.local})
-    info = {"sm": cuda.sm, "kernel": k.name, "learner": args.learner} | after_launch(log_path, read, marks, launches)
-    Path(args.out, "channels.json").write_text(json.dumps(info, indent=1))
+    record(launches + [{"kernel": SPILL_KERNEL, "threads": 128, "local_per_thread": local, "result": result}])
     return 0
 
 

@@ -469,11 +469,11 @@ print(rc, launched)
 
 @pytest.mark.parametrize("spill", ["right", "fails"])
 def test_trace_inner_run_with_a_fake_libcuda(tmp_path, spill):
-    """The inner run's glue, with CUDA's calls faked (no ioctls, so no channels): the spilling
-    kernel is assembled, loaded and launched first (u64, u32; 128 threads) and its result
-    checked (a CUDA error there is recorded and alphac's launch still made), alphac's kernel
-    last; channels.json lists both launches with their local memory, and the report's
-    local-memory section and its verdict on libcuda's QMD come out."""
+    """The inner run's glue, with CUDA's calls faked (no ioctls, so no channels): alphac's
+    kernel is launched first, then the spilling kernel, assembled and loaded (u64, u32; 128
+    threads), and its result checked (a CUDA error there is recorded as its result);
+    channels.json lists both launches with their local memory, and the report's local-memory
+    section and its verdict on libcuda's QMD come out."""
     require_tool("gcc")
     require_tool("ptxas")
     t = script("cuda_ioctl_trace")
@@ -482,10 +482,10 @@ def test_trace_inner_run_with_a_fake_libcuda(tmp_path, spill):
     run = subprocess.run([sys.executable, "-c", FAKE_CUDA, str(ROOT), str(tmp_path), spill], env=env,
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0 and run.stdout.startswith("0 "), run.stderr
-    assert "('spill_local', ['u64', 'u32'], 128, True), ('update_g0'" in run.stdout
+    assert "('update_g0', " in run.stdout and "), ('spill_local', ['u64', 'u32'], 128, True)]" in run.stdout
     info = json.loads((tmp_path / "channels.json").read_text())
     assert info["channels"] == [] and info["kernel"] == "update_g0"
-    spill_la, mine = info["launches"]
+    mine, spill_la = info["launches"]
     assert (spill_la["kernel"], mine["kernel"]) == ("spill_local", "update_g0")
     assert spill_la["result"] == ("right" if spill == "right" else
                                   "failed: cuMemcpyDtoH_v2: CUDA_ERROR_LAUNCH_FAILED (719)")
