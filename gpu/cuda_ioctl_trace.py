@@ -707,7 +707,8 @@ def report(out: Path) -> str:
     for ch in info["channels"]:
         p = ch.get("params")
         if p is None:
-            lines += ["", f"## channel {ch['class']} {ch.get('handle', 0):#x}: ring unknown ({ch.get('missing')})"]
+            why = ch.get("missing") or "an older trace's channels.json, without them: see the channels above"
+            lines += ["", f"## channel {ch['class']} {ch.get('handle', 0):#x}: ring unknown ({why})"]
             continue
         lines += ["", f"## channel {ch['class']} {ch['handle']:#x} ring {p['ring']:#x} entries {p['entries']} "
                       f"GPPut {ch['gpput']}" + (f" ({ch['missing']})" if ch.get("missing") else "")]
