@@ -8,8 +8,13 @@
  * ioctls) and, for nvidia-uvm.ko's bare numbers, the size $SNIFF_UVM_SIZES gives
  * ("cmd:size,cmd:size", from alphac/nvdrv/abi.py). RM_ALLOC and RM_CONTROL carry a pointer to a
  * second structure: its offset and size field offsets come in $SNIFF_NESTED
- * ("nr:size:ptr_off:len_off,...", from abi.STRUCTS), and those bytes are logged too. No offset
- * of any NVIDIA structure is written in this file.
+ * ("nr:size:ptr_off:len_off[:class_off],...", from abi.STRUCTS), and those bytes are logged too.
+ * An RM_ALLOC may say 0 bytes (libcuda does, for every class): the RM ignores that size and
+ * copies in the class's own parameter structure (serverAllocApiCopyIn looks the size up by
+ * hClass). So where the size is 0 and the entry names hClass's offset, the size is the class's
+ * from $SNIFF_ALLOC_SIZES ("class:size,...", from abi.STRUCTS), and the record says
+ * "nested_by":"class"; a class not in that table logs no bytes ("nested_by":"unknown-class").
+ * No offset of any NVIDIA structure is written in this file.
  *
  * Reading memory: sniff_read copies directly, under a fault guard: a SIGSEGV/SIGBUS handler
  * (installed once, chaining to the handler it replaced for faults outside a guarded copy)
@@ -53,8 +58,10 @@ static FILE *sniff_log;
 static const char *prefix = "/dev/nvidia";
 static unsigned long uvm_cmd[64], uvm_size[64];
 static int n_uvm;
-static unsigned long nested_nr[8], nested_size[8], nested_ptr[8], nested_len[8];
+static unsigned long nested_nr[8], nested_size[8], nested_ptr[8], nested_len[8], nested_class[8];
 static int n_nested;
+static unsigned long alloc_class[64], alloc_size[64];
+static int n_alloc;
 static unsigned long seq, faults;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
@@ -117,8 +124,26 @@ static void sniff_init_once(void) {
         nested_nr[n_nested] = strtoul(s, (char **)&s, 0); if (*s == ':') s++;
         nested_size[n_nested] = strtoul(s, (char **)&s, 0); if (*s == ':') s++;
         nested_ptr[n_nested] = strtoul(s, (char **)&s, 0); if (*s == ':') s++;
-        nested_len[n_nested++] = strtoul(s, (char **)&s, 0); if (*s == ',') s++;
+        nested_len[n_nested] = strtoul(s, (char **)&s, 0);
+        nested_class[n_nested] = (unsigned long)-1;           /* no hClass: the size is the caller's */
+        if (*s == ':') { s++; nested_class[n_nested] = strtoul(s, (char **)&s, 0); }
+        n_nested++;
+        if (*s == ',') s++;
     }
+    const char *a = getenv("SNIFF_ALLOC_SIZES");
+    while (a && *a && n_alloc < 64) {
+        alloc_class[n_alloc] = strtoul(a, (char **)&a, 0);
+        if (*a == ':') a++;
+        alloc_size[n_alloc++] = strtoul(a, (char **)&a, 0);
+        if (*a == ',') a++;
+    }
+}
+
+/* The parameter size the RM copies in for class `cls` (0 when not in $SNIFF_ALLOC_SIZES). */
+static size_t class_size(unsigned long cls) {
+    for (int i = 0; i < n_alloc; i++)
+        if (alloc_class[i] == cls) return alloc_size[i];
+    return 0;
 }
 
 static void sniff_init(void) { pthread_once(&once, sniff_init_once); }
@@ -276,21 +301,30 @@ int ioctl(int fd, unsigned long req, ...) {
     size_t size = arg_size(path, req);
     uintptr_t nested = 0;
     size_t nested_bytes = 0;
+    const char *nested_by = "caller";
     int is_nv = !strstr(path, "uvm");
     for (int i = 0; is_nv && i < n_nested; i++) {
         if ((req & 0xff) == nested_nr[i] && size == nested_size[i]) {
-            uint64_t p = 0; uint32_t n = 0;
+            uint64_t p = 0; uint32_t n = 0, cls = 0;
             if (sniff_read((uintptr_t)arg + nested_ptr[i], 8, &p) == 0 &&
                 sniff_read((uintptr_t)arg + nested_len[i], 4, &n) == 0) {
                 nested = p;
                 nested_bytes = n;
+                if (n == 0 && nested_class[i] != (unsigned long)-1 &&
+                    sniff_read((uintptr_t)arg + nested_class[i], 4, &cls) == 0) {
+                    nested_bytes = class_size(cls);
+                    nested_by = nested_bytes ? "class" : "unknown-class";
+                }
             }
         }
     }
     fprintf(r.f, "{\"seq\":%lu,\"call\":\"ioctl\",\"path\":\"%s\",\"fd\":%d,\"req\":%lu,\"size\":%zu",
             next_seq(), path, fd, req, size);
     hex(r.f, "in", (uintptr_t)arg, size);
-    if (nested) { fprintf(r.f, ",\"nested_addr\":%lu", (unsigned long)nested); hex(r.f, "nested_in", nested, nested_bytes); }
+    if (nested) {
+        fprintf(r.f, ",\"nested_addr\":%lu,\"nested_by\":\"%s\"", (unsigned long)nested, nested_by);
+        hex(r.f, "nested_in", nested, nested_bytes);
+    }
     int ret = real_ioctl(fd, req, arg);
     int e = errno;
     fprintf(r.f, ",\"ret\":%d,\"errno\":%d", ret, ret < 0 ? e : 0);

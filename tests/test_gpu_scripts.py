@@ -12,7 +12,12 @@
     on (with Python's faulthandler installed after the sniffer, too);
   * the trace's push-buffer decoding: a QMD launched from memory (SEND_PCAS_A) and one written
     inline (SET_INLINE_QMD_ADDRESS_A/B, LOAD_INLINE_QMD_DATA(i)) are both found, with their
-    constant banks 0; qualify.py's QMD variants all pack, and a trace adds the libcuda one.
+    constant banks 0; qualify.py's QMD variants all pack, and a trace adds the libcuda one;
+  * the libcuda trace on Hopper (issue 41): the H200 log of 2026-12-04 (tests/data, as recorded)
+    holds no channel parameters (libcuda's paramsSize is 0) and the decoder says so; the sniffer
+    logs an RM_ALLOC's parameters sized by class; the sniffer and decoder together find a ring
+    through its CPU and GPU mappings, tag each entry with its launch, and find the QMD, its
+    constant bank and the local-memory setup; the trace's spilling kernel needs local memory.
 """
 import importlib.util
 import json
@@ -239,3 +244,253 @@ def test_trace_finds_qmds_in_memory_and_inline(tmp_path):
     assert names[:2] == ["default", "libcuda"] and len(names) == len(q.QMD_VARIANTS["V04_00"]) + 1
     assert dict(q.qmd_variants(90, trace)[1][1]) == {k: v for k, v in unpack_qmd(layout, qmd).items()
                                                      if q.TRACE_FIELDS.fullmatch(k)}
+
+
+# -- the libcuda trace on Hopper (issue 41) ---------------------------------------------------------
+RECORDED = ROOT / "tests" / "data" / "libcuda-h200-2026-12-04.sniff.jsonl.gz"
+
+
+def pack(struct_name: str, values: dict) -> bytearray:
+    """A structure's bytes from abi.STRUCTS, fields by path."""
+    from alphac.nvdrv import abi
+    from alphac.nvdrv.conversation import locate
+    buf = bytearray(abi.STRUCTS[struct_name].size)
+    for path, v in values.items():
+        off, size = locate(struct_name, path)
+        buf[off:off + size] = v.to_bytes(size, "little")
+    return buf
+
+
+def test_recorded_libcuda_log_says_why_there_is_no_ring():
+    """The H200 log of 2026-12-04: libcuda passes NVOS64.paramsSize 0 for every RM_ALLOC (the RM
+    sizes the parameters by class), so that log holds no NV_CHANNEL_ALLOC_PARAMS: the decoder
+    says so for each of libcuda's 20 channels instead of reading empty bytes as ring 0, entries 0
+    (what the old decoder reported), and still names what the log does show."""
+    t = script("cuda_ioctl_trace")
+    log = t.load_log(RECORDED)
+    allocs = [e for e in log if e["call"] == "ioctl" and "nested_addr" in e and e["req"] & 0xff == 0x2b]
+    assert allocs and all(e["nested_out"] == "" for e in allocs)
+    chans = t.channels(log)
+    assert [c["class"] for c in chans] == ["HOPPER_CHANNEL_GPFIFO_A"] * 20
+    assert all(c["params"] is None and "paramsSize 0" in c["missing"] for c in chans)
+    first = chans[:8]
+    assert {c["group"] for c in first} == {0x5c000015} and [c["token"] for c in first] == list(range(0xa, 0x12))
+    assert all([o for o, _ in c["objects"]] == ["HOPPER_COMPUTE_A", "HOPPER_DMA_COPY_A"] for c in first)
+    assert all([o for o, _ in c["objects"]] == ["HOPPER_DMA_COPY_A"] for c in chans[8:])
+    dumped = t.dump_channels(log, lambda addr, n: pytest.fail("nothing to read without the parameters"))
+    assert all(c["gpput"] is None and c["submits"] == [] and c["params"] is None for c in dumped)
+    with pytest.raises(t.TraceError):
+        t.field(b"", "NV_CHANNEL_ALLOC_PARAMS", "gpFifoOffset")
+    # what the log does show: libcuda's allocations mapped at the same address for CPU and GPU
+    maps = t.mappings(log)
+    gpu = {m["handle"]: m["at"] for m in maps["gpu"]}
+    assert sum(1 for m in maps["cpu"] if gpu.get(m["handle"]) == m["at"]) >= 5
+    assert "NV_CHANNEL_ALLOC_PARAMS not recorded (paramsSize 0" in "\n".join(t.channel_lines(log))
+
+
+def test_sniffer_records_alloc_params_by_class(tmp_path):
+    """An NVOS64 RM_ALLOC that says 0 bytes (as libcuda's do) is logged with the class's own
+    parameter structure: a GPFIFO channel's 368 bytes; a class the table lacks logs none and
+    says why."""
+    require_tool("gcc")
+    t = script("cuda_ioctl_trace")
+    so = t.build_sniffer(tmp_path)
+    from alphac.nvdrv import abi
+    cmd = abi.NV_IOCTLS["NV_ESC_RM_ALLOC(NVOS64_PARAMETERS)"].cmd
+    probe = f"""
+import ctypes, os
+params = ctypes.create_string_buffer(bytes(range(256)) + bytes(range(112)))
+for cls in ({abi.CLASSES['HOPPER_CHANNEL_GPFIFO_A']}, 0xcb33):
+    arg = bytearray(48)
+    arg[12:16] = cls.to_bytes(4, "little")
+    arg[16:24] = ctypes.addressof(params).to_bytes(8, "little")
+    buf = (ctypes.c_char * 48).from_buffer(arg)
+    libc = ctypes.CDLL(None)
+    libc.ioctl(os.open('/dev/null', os.O_RDWR), {cmd}, buf)
+"""
+    env = dict(os.environ, LD_PRELOAD=str(so), SNIFF_PREFIX="/dev/null", **t.sniffer_env(tmp_path / "log"))
+    run = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    chan, other = [e for e in t.load_log(tmp_path / "log") if e["call"] == "ioctl"]
+    assert chan["nested_by"] == "class" and t.logged(chan, "nested_in") == bytes(range(256)) + bytes(range(112))
+    assert t.alloc_params(chan)[0] == bytes(range(256)) + bytes(range(112))
+    assert other["nested_by"] == "unknown-class" and other["nested_out"] == ""
+    assert "not in cuda_ioctl_trace.ALLOC_PARAMS" in t.alloc_params(other)[1]
+
+
+HARNESS = r"""
+import ctypes, json, mmap, os, struct, sys
+from pathlib import Path
+sys.path[:0] = [sys.argv[1], sys.argv[1] + "/gpu"]
+import cuda_ioctl_trace as t
+from alphac.nvdrv import abi, image
+from test_gpu_scripts import pack
+dev, GPU, H_MEM, H_CHAN, H_GROUP = Path(sys.argv[2]), 0x20_0020_0000, 0x5c000019, 0x5c00001c, 0x5c000015
+arch = abi.ARCHES["sm_90"]
+m = abi.METHODS[arch.compute_methods]
+libc = ctypes.CDLL(None)
+libc.ioctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p]
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+sn = ctypes.CDLL(sys.argv[3])
+sn.sniff_read.argtypes = [ctypes.c_uint64, ctypes.c_size_t, ctypes.c_void_p]
+def ioctl(fd, name, data):
+    buf = (ctypes.c_char * len(data)).from_buffer(data)
+    libc.ioctl(fd, abi.NV_IOCTLS[name].cmd if isinstance(name, str) else name, ctypes.addressof(buf))
+ctl = os.open(dev / "nvidiactl", os.O_RDWR)
+uvm = os.open(dev / "nvidia-uvm", os.O_RDWR)
+# the channel, its parameters sized by class (paramsSize 0, as libcuda does)
+params = pack("NV_CHANNEL_ALLOC_PARAMS", {"gpFifoOffset": GPU, "gpFifoEntries": 8, "hObjectBuffer": H_MEM,
+                                          "hUserdMemory[0]": H_MEM, "userdOffset[0]": 0x1000})
+pbuf = (ctypes.c_char * len(params)).from_buffer(params)
+ioctl(ctl, "NV_ESC_RM_ALLOC(NVOS64_PARAMETERS)", pack("NVOS64_PARAMETERS", {
+    "hObjectParent": H_GROUP, "hObjectNew": H_CHAN, "hClass": abi.CLASSES["HOPPER_CHANNEL_GPFIFO_A"],
+    "pAllocParms": ctypes.addressof(pbuf)}))
+# the memory: mapped for the CPU (RM_MAP_MEMORY, mmap on the fd it names) and the GPU (UVM)
+fd = os.open(dev / "nvidia0", os.O_RDWR)
+ioctl(ctl, "NV_ESC_RM_MAP_MEMORY(nv_ioctl_nvos33_parameters_with_fd)", pack(
+    "nv_ioctl_nvos33_parameters_with_fd", {"params.hMemory": H_MEM, "params.length": 0x10000, "fd": fd}))
+cpu = libc.mmap(None, 0x10000, 3, 1, fd, 0)
+os.close(fd)
+ioctl(uvm, abi.UVM_IOCTLS["UVM_MAP_EXTERNAL_ALLOCATION"].cmd, pack("UVM_MAP_EXTERNAL_ALLOCATION_PARAMS", {
+    "base": GPU, "length": 0x10000, "hMemory": H_MEM}))
+mem = (ctypes.c_char * 0x10000).from_address(cpu)
+def put(off, words):
+    mem[off:off + 4 * len(words)] = struct.pack(f"<{len(words)}I", *words)
+def gpput(n):
+    put(0x1000 + abi.USERD_GPPUT_OFFSET, [n])
+def read(addr, n):
+    buf = ctypes.create_string_buffer(n)
+    return buf.raw if sn.sniff_read(addr, n, buf) == 0 else None
+layout = abi.QMD_LAYOUTS[arch.qmd]
+qmd = abi.pack_qmd(layout, {"QMD_MAJOR_VERSION": 4, "SHADER_LOCAL_MEMORY_LOW_SIZE": 0x400 >> 4,
+                            "CONSTANT_BUFFER_ADDR_LOWER_SHIFTED6(0)": (GPU + 0x5000) >> 6 & 0xffffffff,
+                            "CONSTANT_BUFFER_ADDR_UPPER_SHIFTED6(0)": (GPU + 0x5000) >> 38,
+                            "CONSTANT_BUFFER_SIZE_SHIFTED4(0)": 0x100 >> 4})
+mem[0x4000:0x4000 + len(qmd)] = qmd
+mem[0x5000:0x5100] = bytes(range(256))
+setup = [image.method(4, m["SET_OBJECT"], 1), abi.CLASSES["HOPPER_COMPUTE_A"],
+         image.method(4, m["SET_SHADER_LOCAL_MEMORY_A"], 2), 0x7f, 0x12340000,
+         image.method(4, m["SET_SHADER_LOCAL_MEMORY_NON_THROTTLED_A"], 3), 0, 0x420000, 0x84]
+launch = [image.method(4, m["SEND_PCAS_A"], 1), (GPU + 0x4000) >> 8]
+put(0x2000, setup)
+put(0x3000, launch)
+put(0, struct.unpack("<2I", struct.pack("<Q", image.gpfifo_entry(arch, GPU + 0x2000, len(setup)))))
+gpput(1)
+log = Path(os.environ["SNIFF_LOG"])
+marks = [("set-up", t.gpputs(t.load_log(log), read))]
+put(8, struct.unpack("<2I", struct.pack("<Q", image.gpfifo_entry(arch, GPU + 0x3000, len(launch)))))
+gpput(2)
+marks.append(("k", t.gpputs(t.load_log(log), read)))
+print(json.dumps({"sm": 90, "kernel": "k", "learner": "independent_state"} | t.after_launch(
+    log, read, marks, [{"kernel": "k", "threads": 32, "local_per_thread": 1024}])))
+"""
+
+
+def test_trace_reads_a_hopper_ring_through_its_mappings(tmp_path):
+    """The sniffer and the decoder together, as inner() uses them, on files standing in for the
+    device nodes: a channel whose parameters come sized by class (paramsSize 0), its memory mapped
+    for the CPU at one address and for the GPU at another, GPPut in its USERD read between the
+    'launches'. The ring, both push buffers (the compute class bound by SET_OBJECT in the first
+    on subchannel 4, tinygrad's copy one, and used in the second), the QMD and its constant bank
+    are found through the mappings, each submit
+    tagged with its launch, traced_qmd takes the tagged one, and the report's local-memory
+    section shows the methods and the QMD's local-memory size."""
+    require_tool("gcc")
+    t = script("cuda_ioctl_trace")
+    so = t.build_sniffer(tmp_path)
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    for n in ("nvidiactl", "nvidia0", "nvidia-uvm"):
+        (dev / n).write_bytes(bytes(0x10000))
+    env = dict(os.environ, LD_PRELOAD=str(so), SNIFF_PREFIX=str(dev / "nvidia"),
+               PYTHONPATH=f"{ROOT}{os.pathsep}{ROOT / 'tests'}", **t.sniffer_env(tmp_path / "log"))
+    run = subprocess.run([sys.executable, "-c", HARNESS, str(ROOT), str(dev), str(so)], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    info = json.loads(run.stdout)
+    (ch,) = info["channels"]
+    assert ch["params"]["ring"] == 0x20_0020_0000 and ch["params"]["entries"] == 8 and ch["gpput"] == 2
+    assert [(s["index"], s["launch"]) for s in ch["submits"]] == [(0, "set-up"), (1, "k")]
+    (q,) = ch["submits"][1]["qmds"]
+    assert q["how"] == "memory" and q["va"] == 0x20_0020_4000 and q["cbank0"]["bytes"] == bytes(range(256)).hex()
+    assert t.traced_qmd(info)[1] == q
+    from alphac.nvdrv import abi
+    lines = "\n".join(t.local_memory_lines(info, abi.ARCHES["sm_90"], None))
+    assert "set-up): SET_SHADER_LOCAL_MEMORY_A = 0x7f" in lines and "SET_SHADER_LOCAL_MEMORY_NON_THROTTLED_C = 0x84" in lines
+    assert "libcuda in all: area 0x7f12340000, size 0x420000, NON_THROTTLED_C 0x84" in lines
+    assert "(k): SHADER_LOCAL_MEMORY_HIGH_SIZE=0x0, SHADER_LOCAL_MEMORY_LOW_SIZE=0x40" in lines
+
+
+def test_trace_spill_kernel_needs_local_memory():
+    """The trace's second kernel: ptxas gives it at least its 1 KiB .local array a thread."""
+    require_tool("ptxas")
+    t = script("cuda_ioctl_trace")
+    from alphac.ptx.cubin import read_cubin
+    from alphac.ptx.ptxas import assemble
+    for sm in (86, 90):
+        assert read_cubin(assemble(t.SPILL_PTX.format(sm=sm), sm))[t.SPILL_KERNEL].local >= 1024
+    assert t.spill_expected(3) == [5, 13, 21]
+
+
+FAKE_CUDA = r"""
+import ctypes, struct, sys, types
+sys.path[:0] = [sys.argv[1], sys.argv[1] + "/gpu"]
+import cuda_ioctl_trace as t
+fake = types.ModuleType("vendor_check")
+launched = []
+class Cuda:
+    sm = 90
+    def __init__(self, path):
+        pass
+    def call(self, name, *args):
+        if name == "cuMemcpyDtoH_v2":            # the spilling kernel's result, as the card computes it
+            if sys.argv[3] == "fails":
+                raise RuntimeError("cuMemcpyDtoH_v2: CUDA_ERROR_LAUNCH_FAILED (719)")
+            ctypes.memmove(args[0], struct.pack("<128I", *t.spill_expected(128)), 512)
+class CudaDevice:
+    def __init__(self, cuda, cubins):
+        self.cubins, self.next = cubins, 0x1000
+    def alloc(self, values):
+        self.next += 0x1000
+        return self.next
+    def write(self, addr, values):
+        pass
+    def read(self, addr, count):
+        return [0.0] * count
+    def launch(self, kernel, args, threads):
+        launched.append((kernel.name, [p.type for p in kernel.params], threads, kernel.name in self.cubins))
+fake.Cuda, fake.CudaDevice = Cuda, CudaDevice
+sys.modules["vendor_check"] = fake
+rc = t.main(["--inner", "--out", sys.argv[2]])
+print(rc, launched)
+"""
+
+
+@pytest.mark.parametrize("spill", ["right", "fails"])
+def test_trace_inner_run_with_a_fake_libcuda(tmp_path, spill):
+    """The inner run's glue, with CUDA's calls faked (no ioctls, so no channels): alphac's
+    kernel is launched first, then the spilling kernel, assembled and loaded (u64, u32; 128
+    threads), and its result checked (a CUDA error there is recorded as its result);
+    channels.json lists both launches with their local memory, and the report's local-memory
+    section and its verdict on libcuda's QMD come out."""
+    require_tool("gcc")
+    require_tool("ptxas")
+    t = script("cuda_ioctl_trace")
+    so = t.build_sniffer(tmp_path)
+    env = dict(os.environ, LD_PRELOAD=str(so), **t.sniffer_env(tmp_path / "sniff.jsonl"))
+    run = subprocess.run([sys.executable, "-c", FAKE_CUDA, str(ROOT), str(tmp_path), spill], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0 and run.stdout.startswith("0 "), run.stderr
+    assert "('update_g0', " in run.stdout and "), ('spill_local', ['u64', 'u32'], 128, True)]" in run.stdout
+    info = json.loads((tmp_path / "channels.json").read_text())
+    assert info["channels"] == [] and info["kernel"] == "update_g0"
+    mine, spill_la = info["launches"]
+    assert (spill_la["kernel"], mine["kernel"]) == ("spill_local", "update_g0")
+    assert spill_la["result"] == ("right" if spill == "right" else
+                                  "failed: cuMemcpyDtoH_v2: CUDA_ERROR_LAUNCH_FAILED (719)")
+    spill = spill_la
+    assert spill["local_per_thread"] >= 1024 and mine["local_per_thread"] == 0
+    text = t.report(tmp_path)
+    assert "libcuda launch spill_local: 128 threads" in text and "alphac QMD (update_g0): SHADER_LOCAL_MEMORY" in text
+    assert "## no QMD of libcuda's for update_g0 in the trace" in text
