@@ -131,7 +131,7 @@ ROLE_MAX = NAME_MAX + 8
 SHARD_PATH_MAX = ROLE_MAX + 1 + NAME_MAX + 4 * 20 + 9
 CKPT_HEADER = Layout("checkpoint manifest header", "CKH", 128, _fields(
     ("magic", 0, "bytes8", 'the bytes "ALPHCKPT"'),
-    ("format", 8, "u32", "the manifest format, 1"),
+    ("format", 8, "u32", "the manifest format, 2 (CKPT_FORMAT)"),
     ("kind", 12, "u32", "0 the root manifest, 1 a sub-manifest"),
     ("learner", 16, "bytes32", "the learner digest"),
     ("rate", 48, "bytes32", "the rate digest"),

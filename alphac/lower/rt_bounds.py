@@ -48,7 +48,8 @@ APPENDS = ("put", "put_dec", "put_byte", "room")
 SYSCALL_WRITES = {"SYS_read": (2, 3), "SYS_pread64": (2, 3), "SYS_recvfrom": (2, 3),
                   "SYS_getrandom": (1, 2), "SYS_clock_gettime": (2, ("int", 16))}
 
-# a root: ("global", name, offset or None) | ("param", index) | ("room", n) | ("other",)
+# a root: ("global", name, offset or None) | ("param", index) | ("params", indexes: one of them)
+# | ("room", n) | ("other",)
 OTHER = ("other",)
 SELF = ("self",)          # a local's own value, met again while its values are being found
 
@@ -101,6 +102,8 @@ class _Fn:
             params = {r for r in roots if r[0] == "param"}
             if len(globs) == 1 and not params and all(r[0] == "global" for r in roots):
                 out = ("global", globs.pop(), None)   # one buffer, at several offsets
+            elif params == roots:
+                out = ("params", tuple(sorted(k for _, k in params)))   # one of these parameters
             elif globs or params:
                 out = ("mixed", tuple(sorted(map(str, roots))))
             else:
@@ -156,9 +159,11 @@ class _Fn:
                 return                                # the very length room(...) checked
             raise self.err(f"{what} writes {extent if extent is not None else 'a computed number of'} "
                            f"bytes where room(...) checked {r[1] if isinstance(r[1], int) else 'another'}")
-        if r[0] == "param":
-            if r[1] not in self.declared:
-                p = self.item[2][r[1]][0]
+        if r[0] in ("param", "params"):
+            for k in (r[1],) if r[0] == "param" else r[1]:
+                if k in self.declared:
+                    continue
+                p = self.item[2][k][0]
                 raise self.err(f"{what} writes through parameter `{p}`, which does not declare "
                                f"`writes EXTENT`")
             return
