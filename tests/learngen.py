@@ -24,6 +24,8 @@ part ways:
   (`Program.expect`: wrong shapes E0030, a product or reduction in the update E0050, ...);
 - `contract exact_sum` in about 3 in 10 programs with a loss (a stream of its own), whose
   deployments may have up to 12 owners: every one must print the single process's bits;
+- names as users write them: now and then up to the language's 128 characters (`fresh`), which
+  every checkpoint must record and restore whole;
 - deployments: stars, meshes (a star whose owners reduce-scatter directly; now and then one with
   a strategy E0118 refuses) and hierarchies, random sample splits with empty owners, random combine
   trees, every library strategy and strategies of the file's own, random partitions (even, or
@@ -277,6 +279,7 @@ class Gen:
         self.mr = random.Random(seed ^ 0xA1FA16)     # the matrix operations: another one
         self.mat: MatGen | None = None
         self.names = 0
+        self.nr = random.Random(seed ^ 0x4A3E)       # name lengths: a stream of its own
 
     def wrap(self, e: tuple, other: tuple | None = None, rate: float = 0.15) -> tuple:
         """Sometimes e inside one of the contract's functions (alphac.math), in forms that
@@ -300,8 +303,14 @@ class Gen:
         return ("call", "relu", (e,))
 
     def fresh(self, base: str) -> str:
+        """A new name; now and then as long as users write them, up to the language's limit
+        (128 characters: checkpoint records and shard paths must hold it whole)."""
         self.names += 1
-        return f"{base}{self.names}"
+        name = f"{base}{self.names}"
+        if self.nr.random() < 0.1:
+            width = self.nr.choice([31, 32, 33, 72, 100, 128])
+            name = (name + "_" + "velocity_of_the_weights_" * 6)[:width]
+        return name
 
     def small(self, lo=-1.5, hi=1.5) -> float:
         r = self.r

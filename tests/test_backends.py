@@ -103,8 +103,8 @@ def test_elf_is_static_wx_and_reads_cleanly(executable, isa, name):
     assert {"_start", "rt_start", "main", "learner_step_at"} <= syms
     r = subprocess.run([require_tool("readelf"), "-W", "-a", str(path)], capture_output=True, text=True)
     assert r.returncode == 0 and r.stderr == "" and "warning" not in r.stdout.lower()
-    assert Path(path).stat().st_size < 29696        # learner, runtime (checkpoints, the loss, the
-    # f64x2 word copies), ELF
+    assert Path(path).stat().st_size < 32768        # learner, runtime (checkpoints, the loss, the
+    # f64x2 word copies, the bounded appends' checks: +2.7 KB, issue 45), ELF
 
 
 @pytest.mark.parametrize("isa", ISAS)

@@ -226,3 +226,15 @@ def test_a_bounded_append_refuses_by_name_before_writing(tmp_path):
     r = run_exe(tmp_path / "exe", "--steps", 1, "--checkpoint", deep)
     assert r.returncode == 64 and r.stderr.endswith("refused: usage\n") and r.stdout == ""
     assert not long_dir.exists()
+
+
+def test_every_runtime_buffer_is_in_the_audit():
+    """docs/runtime.md's table names every global buffer of alphac/runtime/*.rt, with its bound."""
+    from conftest import ROOT
+    doc = (ROOT / "docs" / "runtime.md").read_text()
+    table = doc[doc.index("## Memory"):doc.index("## Addresses and names")]
+    names = set()
+    for f in sorted((ROOT / "alphac" / "runtime").glob("*.rt")):
+        names |= set(re.findall(r"^(?:global|var) (\w+):", f.read_text(), re.M))
+    missing = sorted(n for n in names if f"`{n}`" not in table)
+    assert not missing, missing

@@ -418,7 +418,7 @@ global srcd: [f64; NG];
 global ua: [i64; XC_WORDS * 5];           // 4 accumulators and a spilled guard
 global usp: [i64; XS_DIGITS * 5];           // 4 regions and a guard
 
-fn junk(acc: i64, sp: i64, n: i64) {        // even coordinates left spilled, with junk digits
+fn junk(acc: i64 writes 8 * XC_WORDS * n, sp: i64 writes 8 * XS_DIGITS * n, n: i64) {        // even coordinates left spilled, with junk digits
     let j = 0;
     while j < n {
         let h = (j + 1) * 0x9e3779b97f4a7c15;
@@ -451,12 +451,12 @@ fn or_words(p: i64, n: i64) -> i64 {
     return v;
 }
 
-fn put(v: i64) {
+fn show(v: i64) {
     rt_out_hex16(v);
     rt_out_byte(' ');
 }
 
-fn adds(acc: i64, sp: i64, p: i64, from: i64, to: i64) {   // values from..to-1, or backwards
+fn adds(acc: i64 writes 8 * XC_WORDS, sp: i64 writes 8 * XS_DIGITS, p: i64, from: i64, to: i64) {   // values from..to-1, or backwards
     let i = from;
     while i != to {
         if from < to {
@@ -477,7 +477,7 @@ fn main(argc: i64, argv: i64) -> i64 {
     xc_clear_n(va, vasp, NG);
     xc_clear_n(vb, vbsp, NG);
     xc_clear_n(vd, vdsp, NG);
-    put(or_words(vasp, XS_DIGITS * NG) | or_words(vbsp, XS_DIGITS * NG) |
+    show(or_words(vasp, XS_DIGITS * NG) | or_words(vbsp, XS_DIGITS * NG) |
         or_words(vdsp, XS_DIGITS * NG) | or_words(va, XC_WORDS * NG) |
         or_words(vb, XC_WORDS * NG) | or_words(vd, XC_WORDS * NG));
     rt_out_byte(10);
@@ -489,32 +489,32 @@ fn main(argc: i64, argv: i64) -> i64 {
         xc_clear_n(one, onesp, 1);
         if or_words(onesp, XS_DIGITS) != 0 { return 3; }
         adds(one, onesp, start, 0, count);
-        put(f2bits(xc_round(one, onesp)));
-        put(f2bits(xc_round(one, onesp)));
-        put(load64(one));
+        show(f2bits(xc_round(one, onesp)));
+        show(f2bits(xc_round(one, onesp)));
+        show(load64(one));
         rt_out_byte(10);
-        adds(va + 8 * XC_WORDS * g, vasp + 8 * XS_DIGITS * g, start, 0, split);
-        adds(vd + 8 * XC_WORDS * g, vdsp + 8 * XS_DIGITS * g, start, 0, split);
-        adds(vb + 8 * XC_WORDS * g, vbsp + 8 * XS_DIGITS * g, start, count, split);
+        adds(room(va, 8 * XC_WORDS * g, 8 * XC_WORDS, "buffer-bound"), room(vasp, 8 * XS_DIGITS * g, 8 * XS_DIGITS, "buffer-bound"), start, 0, split);
+        adds(room(vd, 8 * XC_WORDS * g, 8 * XC_WORDS, "buffer-bound"), room(vdsp, 8 * XS_DIGITS * g, 8 * XS_DIGITS, "buffer-bound"), start, 0, split);
+        adds(room(vb, 8 * XC_WORDS * g, 8 * XC_WORDS, "buffer-bound"), room(vbsp, 8 * XS_DIGITS * g, 8 * XS_DIGITS, "buffer-bound"), start, count, split);
         g = g + 1;
     }
-    put(xc_check_n(va, NG));
-    put(xc_check_n(vb, NG));
-    put(xc_check_n(vd, NG));
+    show(xc_check_n(va, NG));
+    show(xc_check_n(vb, NG));
+    show(xc_check_n(vd, NG));
     let records = xc_pack_spills(vb, vbsp, NG, pk);
     let k = 0;
     while k < XC_WORDS * NG {
         store64(vc + 8 * k, load64(vb + 8 * k));
         k = k + 1;
     }
-    put(records);
-    put(xc_check_n(vc, NG));
-    put(xc_unpack_spills(vc, vcsp, NG, pk, records));
+    show(records);
+    show(xc_check_n(vc, NG));
+    show(xc_unpack_spills(vc, vcsp, NG, pk, records));
     rt_out_byte(10);
     g = 0;
     while g < NG {
-        put(load64(va + 8 * XC_WORDS * g));
-        put(load64(vb + 8 * XC_WORDS * g));
+        show(load64(va + 8 * XC_WORDS * g));
+        show(load64(vb + 8 * XC_WORDS * g));
         rt_out_byte(10);
         g = g + 1;
     }
@@ -526,21 +526,21 @@ fn main(argc: i64, argv: i64) -> i64 {
     xc_round_into(srcd, vd, vdsp, NG);
     g = 0;
     while g < NG {
-        put(load64(outb + 8 * g));
-        put(load64(outc + 8 * g));
-        put(load64(va + 8 * XC_WORDS * g));
-        put(load64(vc + 8 * XC_WORDS * g));
-        put(load64(srcb + 8 * g));
-        put(load64(srcd + 8 * g));
+        show(load64(outb + 8 * g));
+        show(load64(outc + 8 * g));
+        show(load64(va + 8 * XC_WORDS * g));
+        show(load64(vc + 8 * XC_WORDS * g));
+        show(load64(srcb + 8 * g));
+        show(load64(srcd + 8 * g));
         rt_out_byte(10);
         g = g + 1;
     }
-    put(xc_check_n(va, NG));
-    put(xc_check_n(vc, NG));
+    show(xc_check_n(va, NG));
+    show(xc_check_n(vc, NG));
     rt_out_byte(10);
     let c = 0;
     while c < NCHK {
-        put(xc_check_n(chk + 8 * XC_WORDS * c, 1));
+        show(xc_check_n(chk + 8 * XC_WORDS * c, 1));
         c = c + 1;
     }
     rt_out_byte(10);
@@ -558,10 +558,11 @@ fn main(argc: i64, argv: i64) -> i64 {
             store64(usp + 8 * k, 0);
             k = k + 1;
         }
-        put(xc_unpack_spills(ua, usp, load64(u), u + 16 + 8 * XC_WORDS * 4, load64(u + 8)));
+        show(xc_unpack_spills(ua, room(usp, 0, 8 * XS_DIGITS * load64(u), "buffer-bound"), load64(u),
+                              u + 16 + 8 * XC_WORDS * 4, load64(u + 8)));
         k = 0;
         while k < 5 {
-            put(or_words(usp + 8 * XS_DIGITS * k, XS_DIGITS));
+            show(or_words(usp + 8 * XS_DIGITS * k, XS_DIGITS));
             k = k + 1;
         }
         rt_out_byte(10);
@@ -600,7 +601,8 @@ def build(isa: str, tmp_path, groups, splits, unpacks, rnd):
     blobs = {"vals": words([b for g in groups for b in g]), "groups": words(table),
              "chk": words([w for acc, _ in check_cases() for w in acc]), "unp": words(unp)}
     exe = tmp_path / f"xsum.{isa}"
-    program = lower_program([it for _, items, _ in units_ for it in items], blobs)
+    program = lower_program([it for _, items, _ in units_ for it in items], blobs,
+                            generated=frozenset(id(it) for _, items, m in units_ if not m for it in items))
     exe.write_bytes(link_program(program, tgt)[0])
     os.chmod(exe, 0o755)
     return exe, table[2::3]

@@ -268,7 +268,8 @@ class FleetLowering(RoleLowering):
         return f"index node {self.node.describe()}"
 
     def name_declaration(self) -> str:
-        return "\n".join(["global role_name: [u8; 64];", "global role_man: [u8; 80];",
+        name = len(self.node.name.encode()) + 1 + 20 + 1        # NAME.K, K of at most 20 digits
+        return "\n".join([f"global role_name: [u8; {name}];", f"global role_man: [u8; {name + 9}];",
                           "global role_k: [i64; 1];", "global role_kid0: [i64; 1];",
                           "global role_kid_code: [i64; 1];"] +
                          [f"data {n}: [u8; {len(b)}] = extern;" for n, b in sorted(self.tables.items())])
@@ -314,12 +315,11 @@ class FleetLowering(RoleLowering):
             else:
                 out += ["    store64(role_nkids, 0);"]
         prefix = f"{node.name}."
-        out += [f"    let at = {len(prefix)};",
-                f'    bytes_copy(role_name, "{prefix}", {len(prefix)});',
-                "    at = at + dec_to(role_name + at, k);",
-                "    store8(role_name + at, 0);",
-                "    bytes_copy(role_man, role_name, at);",
-                '    bytes_copy(role_man + at, "/MANIFEST", 10);', "}", "",
+        out += [f'    let at = put(role_name, 0, "{prefix}", {len(prefix)}, "buffer-bound");',
+                '    at = put_dec(role_name, at, k, "buffer-bound");',
+                '    put_byte(role_name, at, 0, "buffer-bound");',
+                '    put(role_man, put(role_man, 0, role_name, at, "buffer-bound"), "/MANIFEST", 10, "buffer-bound");',
+                "}", "",
                 "fn role_child_slot(code: i64) -> i64 {",
                 "    let c = code - load64(role_kid_code);",
                 "    if c >= 0 && c < load64(role_nkids) { return c; }",

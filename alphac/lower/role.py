@@ -340,8 +340,9 @@ class RoleLowering:
             self.put(f"let spills{k} = load64(xcb{k} + {8 * (self.PX + 1)});")
             self.put(f"if ult({P}, spills{k}) {{ refuse(\"frame-bad-accumulator\"); }}")
             self.put(f"if spills{k} > 0 {{")
+            n = f"{8 * (XS_DIGITS + 1)} * spills{k}"
             self.put(f"    frame_recv({self.fd(peer)}, {self.code(peer)}, {KINDS[kind]}, v, "
-                     f"xspill, {8 * (XS_DIGITS + 1)} * spills{k});")
+                     f"room(xspill, 0, {n}, \"frame-bad-accumulator\"), {n});")
             self.put("}")
             self.put(f"if xc_unpack_spills(xcb{k}, xcbsp{k}, {P}, xspill, spills{k}) == 0 "
                      f"{{ refuse(\"frame-bad-accumulator\"); }}")

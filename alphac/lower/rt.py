@@ -39,7 +39,10 @@ bits, bytes reversed; both zero-extend their 32-bit result), `cpu_has_sha256(hwc
 `cpu_has_avx512()`,
 `fgt` (binary64 >, as an i64: 0 when either operand is a NaN), `fence()` (a full memory barrier:
 stores before it reach memory, and devices, before any access after it), `refuse("NAME")`
-(alphac.refusals). `// line N` comments are ignored, but `#line N` directives set the Alpha
+(alphac.refusals), and the bounded appends `put(G, at, src, n, "NAME")`, `put_dec`, `put_byte`,
+`room(G, at, n, "NAME")` and `sizeof(G)` (G a global's name). Every write into a global buffer is
+proven in bounds or made through them, and a function that writes through a parameter declares
+how much (`fn dec_to(p: i64 writes 20, v: i64)`): alphac.lower.rt_bounds. `// line N` comments are ignored, but `#line N` directives set the Alpha
 source line that later instructions come from.
 
 Each runtime file is a module: it opens with `use core, sha256;` (the files whose items it

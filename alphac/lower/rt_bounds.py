@@ -172,8 +172,8 @@ class _Fn:
                            f"depending on the path ({', '.join(r[1])}): keep them apart")
         g, off = r[1], r[2]
         size = self.mod.globals[g].size
-        if off is None and self.generated and what in STORE_WIDTH:
-            return
+        if (off is None or extent is None) and self.generated:
+            return                                    # the generator's own arithmetic: see above
         if off is None or extent is None:
             raise self.err(f"{what} writes into `{g}` ({size} bytes) at a computed "
                            f"{'offset' if off is None else 'length'}: write it through "
@@ -245,9 +245,11 @@ def _substitute(e: tuple, subst: dict[str, tuple]) -> tuple:
 
 def check_function(mod, item: tuple, generated: bool = False) -> None:
     """Every write of fn `item` against the rule above; RtError on the first that breaks it.
-    `generated`: code the code generator wrote, whose stores at a computed offset into its own
-    buffers are exempt (each loop runs to the number its buffer is sized from, in one Python
-    value: alphac.lower.learner); everything else is checked as in the runtime."""
+    `generated`: code the code generator wrote, whose writes at a computed offset or length
+    into its own buffers are exempt (each loop and each member's slice is computed from the
+    numbers its buffer is sized from, in one Python value: alphac.lower.learner, role, fleet);
+    a constant write past a buffer's end, and a write through a parameter that declares no
+    extent, are refused there too."""
     fn = _Fn(mod, item)
     fn.generated = generated
     for k, expr in item[5]:

@@ -16,7 +16,7 @@ import struct
 from alphac.lower import lir
 from alphac.lower.lir import Block, Function, Global, Imm, Inst, Program, Sym, VReg
 from alphac.lower.memo import IdMemo
-from alphac.lower.rt import RtError, item_names
+from alphac.lower.rt import BUILTINS, RtError, item_names
 from alphac.lower.rt_bounds import check_function
 from alphac.refusals import REFUSALS
 
@@ -60,6 +60,8 @@ class Module:
             kind, name = it[0], it[1]
             if name in self.consts or name in self.globals or name in self.fns:
                 raise RtError(f"`{name}` is defined twice")
+            if name in BUILTINS:
+                raise RtError(f"`{name}` is a builtin of the runtime language")
             if kind == "const":
                 self.consts[name] = it[2]
             elif kind == "fn":
@@ -174,6 +176,7 @@ class FnLowerer:
         self.loops: list[tuple[str, str]] = []
         self.nlabels = 0
         self.origin = 0
+        self.full: dict[str, str] = {}       # refusal name -> its block (bounded_append)
         for p, t in params:
             if t not in ("i64", "f64"):
                 raise RtError(f"{name}: parameter `{p}` has type {t}; use i64 or f64")
@@ -520,13 +523,14 @@ class FnLowerer:
             n = self.reg(typed(args[2], "i64"))
         else:
             c, n = self.reg(typed(args[2], "i64")), self.reg(Imm(1))
-        bad, fits, room = self.label("full"), self.label("room"), self.label("fits")
+        bad = self.full.get(refusal)           # one refusal block a function for each name
+        if bad is None:
+            bad = self.full[refusal] = self.label("full")
+        fits, room = self.label("room"), self.label("fits")
         self.terminate("br", "ult", size, at, bad, room)
         self.start(room)
         left = self.emit("sub", self.fn.new("i"), size, at)
         self.terminate("br", "ult", left, n, bad, fits)
-        self.start(bad)
-        self.refuse(refusal)
         self.start(fits)
         dst = self.emit("add", self.fn.new("i"), self.emit("addr", self.fn.new("i"), Sym(g[1])), at)
         if f == "room":
@@ -673,6 +677,9 @@ class FnLowerer:
         self.stmts(self.body)
         if self.cur.term is None:
             self.terminate("ret" if self.fn.ret is None else "trap")
+        for name, label in self.full.items():   # the bounded appends' refusals, out of line
+            self.start(label)
+            self.refuse(name)
         reachable = _reachable(self.fn)
         self.fn.blocks = [b for b in self.fn.blocks if b.label in reachable]
         return self.fn

@@ -18,7 +18,7 @@ MAIN = """
 global math_in: [u8; {chunk}];
 global math_out: [u8; {chunk}];
 
-fn read_full(p: i64, n: i64) -> i64 {{
+fn read_full(p: i64 writes n, n: i64) -> i64 {{
     let got = 0;
     while got < n {{
         let k = syscall(SYS_read, 0, p + got, n - got);
@@ -71,5 +71,5 @@ def build(name: str, isa: str) -> bytes:
     from alphac.lower.rt_lower import lower_program
     tgt = target(isa)
     items = rt.parse(tgt.prelude(), "prelude.rt") + runtime_closure("core")
-    items += rt.parse(source(name), f"math_{name}.rt")
-    return link_program(lower_program(items, {}), tgt)[0]
+    own = rt.parse(source(name), f"math_{name}.rt")       # generated: its loops size its buffers
+    return link_program(lower_program(items + own, {}, generated=frozenset(map(id, own))), tgt)[0]
