@@ -41,6 +41,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from alphac.encode import Unencodable, yaml_comment, yaml_scalar
 from alphac.files import read_regular, write_file
 from alphac.manifest import MAX_FILE
 from alphac.refusals import Refusal
@@ -180,6 +181,7 @@ def objects(table: dict, *, name: str, image: str, arch: str, namespace: str | N
 
 
 # -- YAML: block style, every string that YAML could read as anything else double-quoted --------
+# (alphac.encode.yaml_scalar: printable ASCII, so that it reads back as exactly the string)
 PLAIN = re.compile(r"[A-Za-z/][A-Za-z0-9_./-]*\Z")
 WORDS = {"y", "n", "yes", "no", "on", "off", "true", "false", "null"}
 
@@ -190,7 +192,7 @@ def _scalar(v) -> str:
     if isinstance(v, int):
         return str(v)
     if isinstance(v, str):
-        return v if PLAIN.match(v) and v.lower() not in WORDS else json.dumps(v)
+        return v if PLAIN.match(v) and v.lower() not in WORDS else yaml_scalar(v)
     if v in ({}, []):
         return json.dumps(v)
     raise TypeError(f"no YAML for {type(v).__name__}")
@@ -213,7 +215,7 @@ def _block(v, ind: int) -> list[str]:
 
 def to_yaml(docs: list[dict], comment: str) -> str:
     body = "---\n".join("\n".join(_block(d, 0)) + "\n" for d in docs)
-    return "".join(f"# {line}\n" if line else "#\n" for line in comment.split("\n")) + body
+    return yaml_comment(comment) + body
 
 
 # -- the output directory ------------------------------------------------------------------------
@@ -307,6 +309,10 @@ def generate(dep_dir: str | Path, out: str | Path | None = None, *, image: str |
                      "FROM scratch\nCOPY SHA256SUMS /alphac/SHA256SUMS\nCOPY roles/ /alphac/roles/\n"
                      "COPY rank/ /alphac/rank/\n" + ("COPY data/ /alphac/data/\n" if loaded else "")
                      + f"USER {USER}:{USER}\n")
+    try:
+        yaml = to_yaml(docs, comment)
+    except Unencodable as e:
+        raise Refusal("launch-input", f"roles.json: {e}")
     output_dir(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
@@ -324,7 +330,7 @@ def generate(dep_dir: str | Path, out: str | Path | None = None, *, image: str |
             os.chmod(d, 0o755)
         write_file(tmp / "SHA256SUMS", sums.encode(), 0o644)
         write_file(tmp / "Containerfile", containerfile.encode(), 0o644)
-        write_file(tmp / "k8s.yaml", to_yaml(docs, comment).encode(), 0o644)
+        write_file(tmp / "k8s.yaml", yaml.encode(), 0o644)
         old = None
         if out.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))
