@@ -299,7 +299,11 @@ def generate(dep_dir: str | Path, out: str | Path | None = None, *, image: str |
     docs = objects(table, name=name, image=image, arch=arch, namespace=namespace, port=port,
                    run_args=run_args, domain=cluster_domain, active_deadline=active_deadline)
     n, root = len(ranks), next(r["rank"] for r in table["roles"] if r["role"] == table["root"])
-    comment = (f"alphac k8s: deployment {table['deployment']} of learner {table['learner']}, "
+    try:                                 # the learner as the YAML below writes it: one line
+        learner = _scalar(table["learner"])
+    except Unencodable as e:
+        raise Refusal("launch-input", f"roles.json: {e}")
+    comment = (f"alphac k8s: deployment {table['deployment']} of learner {learner}, "
                f"{n} ranks, one pod each (kubernetes.io/arch {arch}).\n"
                f"The root is rank {root}: its pod's log is the published state.\n"
                f"Image {image}: `docker build --platform linux/{arch} -t {image} .` in this directory.")
