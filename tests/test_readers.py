@@ -171,3 +171,12 @@ def test_trace_refuses_a_malformed_event_line_by_name(tmp_path, line):
     assert code == 107 and refused(err, "record-malformed", "events/root.log: line 2 is not an event"), err
     assert not (tmp_path / "t.json").exists()
 
+
+
+def test_every_json_read_goes_through_the_one_loader():
+    """alphac.files.loads (duplicate keys and depth refused) is the only JSON parser alphac calls."""
+    calls = [f"{p.relative_to(ROOT)}:{n}" for p in sorted((ROOT / "alphac").rglob("*.py"))
+             if p.name != "files.py"
+             for n, line in enumerate(p.read_text().splitlines(), 1)
+             if "json.load(" in line or "json.loads(" in line]
+    assert calls == []

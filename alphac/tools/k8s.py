@@ -42,7 +42,7 @@ import tempfile
 from pathlib import Path
 
 from alphac.encode import Unencodable, yaml_comment, yaml_scalar
-from alphac.files import read_regular, write_file
+from alphac.files import open_regular, read_regular, write_file
 from alphac.manifest import MAX_FILE
 from alphac.refusals import Refusal
 from alphac.tools.launch import check_hashes, load_table
@@ -253,6 +253,18 @@ def data_files(table: dict, data: str | None) -> list[tuple[str, str]]:
     return out
 
 
+def starts_with(path: Path, head: bytes) -> bool:
+    """Whether the regular file `path` starts with `head` (only that much is read)."""
+    try:
+        fd, _ = open_regular(path)
+    except OSError:
+        return False
+    try:
+        return os.read(fd, len(head)) == head
+    finally:
+        os.close(fd)
+
+
 def output_dir(out: Path) -> None:
     """K8sError unless `out` is absent, empty, or an earlier output of alphac k8s."""
     if not out.exists() and not out.is_symlink():
@@ -262,7 +274,7 @@ def output_dir(out: Path) -> None:
     names = {p.name for p in out.iterdir()}
     cf = out / "Containerfile"
     ours = names <= OURS and (not names or (cf.is_file() and not cf.is_symlink()
-                                            and cf.read_text(errors="replace").startswith(HEADER)))
+                                            and starts_with(cf, HEADER.encode())))
     if not ours:
         other = sorted(names - OURS) or ["Containerfile"]
         raise K8sError(f"{out} holds other files ({', '.join(other[:4])}{', ...' * (len(other) > 4)}); "
