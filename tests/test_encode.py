@@ -181,3 +181,11 @@ def test_the_k8s_yaml_carries_any_learner_or_refuses_it(star, tmp_path, learner)
     assert [d["metadata"]["annotations"]["alphac/learner"] for d in docs] == [learner, learner]
     head = text.split("\napiVersion:")[0].split("\n")
     assert all(l.startswith("#") for l in head) and len(head) == 3
+
+
+def test_no_writer_lets_raw_unicode_into_json():
+    """Every JSON alphac writes is ASCII (json_text, or json.dumps's default ensure_ascii)."""
+    from conftest import ROOT
+    raw = [f"{p.relative_to(ROOT)}:{n}" for p in sorted((ROOT / "alphac").rglob("*.py"))
+           for n, line in enumerate(p.read_text().splitlines(), 1) if "ensure_ascii=False" in line]
+    assert raw == []
