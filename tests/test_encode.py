@@ -160,6 +160,9 @@ def test_slurm_refuses_a_records_path_it_cannot_carry_by_name(star, tmp_path, ca
         code, _, err = alphac("slurm", star, "--records", tmp_path / "r", "--partition", f"a{bad}")
         assert (code == 2 and "--partition: not one word" in err) or \
             (code == 103 and refused_by_name(err, "--sbatch")), err
+    if case == "surrogate":             # a script path that is not UTF-8: no bash word holds it
+        code, _, err = alphac("slurm", star, "-o", tmp_path / f"s{bad}", "--records", tmp_path / "r")
+        assert code == 103 and refused_by_name(err, "-o '"), err
     assert not (tmp_path / "r").exists()
 
 
