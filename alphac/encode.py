@@ -4,9 +4,10 @@ What it does
     One encoder per output language, used by every writer (alphac slurm's batch script, alphac
     k8s's manifests, the run records, build manifests, roles.json, slurm.json):
     - `shell_word(s)`: a bash word that reads back as exactly `s`: `s` itself when it is made of
-      characters bash never treats specially, else `$'...'` (ANSI-C quoting) with every
-      character outside printable ASCII as its UTF-8 bytes (`\\xHH`), and `'` and `\\`, escaped. The word is one line of
-      printable ASCII, so it is also safe in a comment or a here-document line.
+      characters bash never treats specially, else `'...'`, or `$'...'` (ANSI-C quoting) with
+      every character outside printable ASCII as its UTF-8 bytes (`\\xHH`, the same in every
+      locale), and `'` and `\\`, escaped. The word is one line of printable ASCII, so it is
+      also safe in a comment or a here-document line.
     - `yaml_scalar(s)`: a YAML double-quoted scalar that any YAML 1.1 or 1.2 parser reads back
       as exactly `s`: printable ASCII as itself (`"` and `\\` escaped), everything else as
       `\\xXX`, `\\uXXXX` or `\\UXXXXXXXX` (so no line break, NEL, U+2028, U+2029, BOM or control

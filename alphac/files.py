@@ -11,10 +11,12 @@ What it does
 
 Requires nothing. Guarantees: a read never blocks on a FIFO or a device (the file is opened
 non-blocking and refused unless it is a regular file) and never reads more than `limit` + 1
-bytes (`LIMITS[kind]` for `read_json`; a sparse or growing file is refused the same way); a write happens only when the target is absent or a regular file (never a directory, a
-device, a FIFO, a socket or a symbolic link), into a fresh temporary file beside it (created
-exclusively: a planted symbolic link is never followed), fsynced, renamed over the target, and
-the directory fsynced. Every refusal is an `OSError` whose `strerror` says what the path is,
+bytes (`LIMITS[kind]` for `read_json`): a file larger than that, a huge sparse one say, is
+refused by its size before a byte is read, and one that grows while it is read at the limit; a
+write happens only when the target is absent or a regular file (never a directory, a device,
+a FIFO, a socket or a symbolic link), into a fresh temporary file beside it (created exclusively:
+a planted symbolic link is never followed), fsynced, renamed over the target, and the directory
+fsynced. Every refusal is an `OSError` whose `strerror` says what the path is,
 or (JSON that is not UTF-8, not JSON, too deep, or with a duplicate key) a `ValueError` that
 says which.
 """
@@ -67,8 +69,8 @@ def read_regular(path: str | Path, limit: int) -> bytes:
     return data
 
 
-# The most bytes alphac reads of each kind of file (docs/runtime.md shows this table). A run's record
-# and event streams grow by about 150 bytes a step (a record of 64 MiB is about 450,000 steps):
+# The most bytes alphac reads of each kind of file (docs/runtime.md shows this table). A run's
+# record and event streams grow by about 150 bytes a step (a record of 64 MiB is about 450,000 steps):
 # 1 GiB holds about 7 million steps of a record and is still parsed in a few seconds.
 LIMITS = {
     "record": (1 << 30, "a run record (runs/NAME-NNNN/record.json)"),
