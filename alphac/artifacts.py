@@ -335,11 +335,11 @@ def roles_table(plan, fleet: bool = False) -> dict:
 
 @kind("roles-table", mode=0o644)
 def build_roles_table(recipe: dict) -> Built:
-    import json
+    from alphac.encode import json_text
     compiled, plan = recipe_plan(recipe, "roles-table", ())
     table = roles_table(plan, bool(recipe.get("fleet")))
     table["source"] = recipe["source"]
-    data = (json.dumps(table, indent=2, sort_keys=True) + "\n").encode()
+    data = (json_text(table, indent=2) + "\n").encode()
     return Built(data, learner_inputs(recipe["source"], compiled), {})
 
 

@@ -675,7 +675,6 @@ def cmd_verify(args) -> int:
 
 
 def cmd_launch(args) -> int:
-    import json
     from pathlib import Path
     from alphac.tools.launch import launch, load_table
     if args.epochs is not None:          # E epochs: E times the batches per epoch roles.json says
@@ -697,7 +696,7 @@ def cmd_launch(args) -> int:
         from alphac.dist.execute import run_plan
         from alphac.driver import compile_deployments
         from alphac.ir.interp import format_state
-        table = json.loads((Path(args.dir) / "roles.json").read_text())
+        table = load_table(Path(args.dir))[0]
         compiled, plans = compile_deployments(table["source"])
         want = format_state(compiled.learner, run_plan(compiled.learner, plans[table["deployment"]], args.steps))
         same = want == record["published"]

@@ -30,14 +30,14 @@ Guarantees
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 from functools import lru_cache
 from pathlib import Path, PurePosixPath
 
 from alphac import __version__
-from alphac.files import open_regular, read_regular, write_file
+from alphac.encode import json_text
+from alphac.files import LIMITS, loads, open_regular, read_regular, write_file
 
 FORMAT = 1
 NAME = "MANIFEST.json"                   # what build-all writes into its output directory
@@ -55,7 +55,7 @@ def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-MAX_FILE = 1 << 28                  # bytes of a manifest, or of a file it hashes
+MAX_FILE = LIMITS["manifest"][0]    # bytes of a manifest, or of a file it hashes
 
 
 def sha256_file(path: str | Path) -> str:
@@ -122,7 +122,7 @@ def new(artifacts: dict[str, dict], inputs: list[str], tools: dict[str, dict]) -
 
 
 def dumps(manifest: dict) -> str:
-    return json.dumps(manifest, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
+    return json_text(manifest, indent=2) + "\n"
 
 
 def write(path: str | Path, manifest: dict) -> None:
@@ -195,8 +195,8 @@ def load(path: str | Path) -> dict:
     except (OSError, UnicodeDecodeError) as e:
         raise ManifestError(f"cannot read `{path}`: {getattr(e, 'strerror', None) or e}")
     try:
-        m = json.loads(text)
-    except json.JSONDecodeError as e:
+        m = loads(text)
+    except ValueError as e:
         raise ManifestError(f"`{path}` is not JSON: {e}")
     try:
         return validate(m)

@@ -1,6 +1,7 @@
 """Generated documentation: the tables of codes become docs/diagnostics.md and docs/refusals.md,
-and the binary formats' tables (alphac.formats) the marked sections of docs/runtime.md and
-docs/checkpoints.md (between `<!-- format:NAME -->` and `<!-- end format -->`).
+and the binary formats' tables (alphac.formats) and the limits of the files the CLI reads
+(alphac.files.LIMITS) the marked sections of docs/runtime.md and docs/checkpoints.md (between
+`<!-- format:NAME -->` and `<!-- end format -->`).
 
 `python -m alphac.tools.docs` rewrites them; tests check that the committed files equal what this
 module generates, so a code or a field cannot change without its documentation.
@@ -13,7 +14,8 @@ from alphac import formats
 from alphac.diag import CODES
 from alphac.refusals import REFUSALS
 
-FORMAT_DOCS = {"runtime.md": ("FRAME", "FRAME_KINDS"), "checkpoints.md": ("CKPT_HEADER", "CKPT_RECORD")}
+FORMAT_DOCS = {"runtime.md": ("FRAME", "FRAME_KINDS", "READ_LIMITS"),
+               "checkpoints.md": ("CKPT_HEADER", "CKPT_RECORD")}
 
 
 def diagnostics_md() -> str:
@@ -42,6 +44,12 @@ def refusals_md() -> str:
 
 def format_table(name: str) -> str:
     """The markdown table of one shared format (alphac.formats)."""
+    if name == "READ_LIMITS":
+        from alphac.files import LIMITS, MAX_DEPTH
+        rows = [f"| {what} | `{kind}` | {limit:,} ({limit >> 20} MiB) |" if limit >= 1 << 20 else
+                f"| {what} | `{kind}` | {limit:,} |" for kind, (limit, what) in LIMITS.items()]
+        return "\n".join(["| file | kind | most bytes read |", "| --- | --- | --- |"] + rows
+                         + ["", f"JSON nests at most {MAX_DEPTH} objects or arrays deep."])
     if name == "FRAME_KINDS":
         rows = [f"| {code} | `{kind}` |" for kind, code in formats.FRAME_KINDS.items()]
         return "\n".join(["| kind | message |", "| --- | --- |"] + rows)

@@ -41,7 +41,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from alphac.files import read_regular, write_file
+from alphac.encode import Unencodable, yaml_comment, yaml_scalar
+from alphac.files import open_regular, read_regular, write_file
 from alphac.manifest import MAX_FILE
 from alphac.refusals import Refusal
 from alphac.tools.launch import check_hashes, load_table
@@ -180,6 +181,7 @@ def objects(table: dict, *, name: str, image: str, arch: str, namespace: str | N
 
 
 # -- YAML: block style, every string that YAML could read as anything else double-quoted --------
+# (alphac.encode.yaml_scalar: printable ASCII, so that it reads back as exactly the string)
 PLAIN = re.compile(r"[A-Za-z/][A-Za-z0-9_./-]*\Z")
 WORDS = {"y", "n", "yes", "no", "on", "off", "true", "false", "null"}
 
@@ -190,7 +192,7 @@ def _scalar(v) -> str:
     if isinstance(v, int):
         return str(v)
     if isinstance(v, str):
-        return v if PLAIN.match(v) and v.lower() not in WORDS else json.dumps(v)
+        return v if PLAIN.match(v) and v.lower() not in WORDS else yaml_scalar(v)
     if v in ({}, []):
         return json.dumps(v)
     raise TypeError(f"no YAML for {type(v).__name__}")
@@ -213,7 +215,7 @@ def _block(v, ind: int) -> list[str]:
 
 def to_yaml(docs: list[dict], comment: str) -> str:
     body = "---\n".join("\n".join(_block(d, 0)) + "\n" for d in docs)
-    return "".join(f"# {line}\n" if line else "#\n" for line in comment.split("\n")) + body
+    return yaml_comment(comment) + body
 
 
 # -- the output directory ------------------------------------------------------------------------
@@ -251,6 +253,18 @@ def data_files(table: dict, data: str | None) -> list[tuple[str, str]]:
     return out
 
 
+def starts_with(path: Path, head: bytes) -> bool:
+    """Whether the regular file `path` starts with `head` (only that much is read)."""
+    try:
+        fd, _ = open_regular(path)
+    except OSError:
+        return False
+    try:
+        return os.read(fd, len(head)) == head
+    finally:
+        os.close(fd)
+
+
 def output_dir(out: Path) -> None:
     """K8sError unless `out` is absent, empty, or an earlier output of alphac k8s."""
     if not out.exists() and not out.is_symlink():
@@ -260,7 +274,7 @@ def output_dir(out: Path) -> None:
     names = {p.name for p in out.iterdir()}
     cf = out / "Containerfile"
     ours = names <= OURS and (not names or (cf.is_file() and not cf.is_symlink()
-                                            and cf.read_text(errors="replace").startswith(HEADER)))
+                                            and starts_with(cf, HEADER.encode())))
     if not ours:
         other = sorted(names - OURS) or ["Containerfile"]
         raise K8sError(f"{out} holds other files ({', '.join(other[:4])}{', ...' * (len(other) > 4)}); "
@@ -297,7 +311,11 @@ def generate(dep_dir: str | Path, out: str | Path | None = None, *, image: str |
     docs = objects(table, name=name, image=image, arch=arch, namespace=namespace, port=port,
                    run_args=run_args, domain=cluster_domain, active_deadline=active_deadline)
     n, root = len(ranks), next(r["rank"] for r in table["roles"] if r["role"] == table["root"])
-    comment = (f"alphac k8s: deployment {table['deployment']} of learner {table['learner']}, "
+    try:                                 # the learner as the YAML below writes it: one line
+        learner = _scalar(table["learner"])
+    except Unencodable as e:
+        raise Refusal("launch-input", f"roles.json: {e}")
+    comment = (f"alphac k8s: deployment {table['deployment']} of learner {learner}, "
                f"{n} ranks, one pod each (kubernetes.io/arch {arch}).\n"
                f"The root is rank {root}: its pod's log is the published state.\n"
                f"Image {image}: `docker build --platform linux/{arch} -t {image} .` in this directory.")
@@ -307,6 +325,10 @@ def generate(dep_dir: str | Path, out: str | Path | None = None, *, image: str |
                      "FROM scratch\nCOPY SHA256SUMS /alphac/SHA256SUMS\nCOPY roles/ /alphac/roles/\n"
                      "COPY rank/ /alphac/rank/\n" + ("COPY data/ /alphac/data/\n" if loaded else "")
                      + f"USER {USER}:{USER}\n")
+    try:
+        yaml = to_yaml(docs, comment)
+    except Unencodable as e:
+        raise Refusal("launch-input", f"roles.json: {e}")
     output_dir(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
@@ -324,7 +346,7 @@ def generate(dep_dir: str | Path, out: str | Path | None = None, *, image: str |
             os.chmod(d, 0o755)
         write_file(tmp / "SHA256SUMS", sums.encode(), 0o644)
         write_file(tmp / "Containerfile", containerfile.encode(), 0o644)
-        write_file(tmp / "k8s.yaml", to_yaml(docs, comment).encode(), 0o644)
+        write_file(tmp / "k8s.yaml", yaml.encode(), 0o644)
         old = None
         if out.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))

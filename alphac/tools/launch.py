@@ -53,8 +53,9 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-from alphac.files import read_regular
-from alphac.manifest import MAX_FILE, ManifestError, load as load_manifest, sha256_file
+from alphac.encode import json_text
+from alphac.files import LIMITS, read_json, read_regular
+from alphac.manifest import ManifestError, load as load_manifest, sha256_file
 from alphac.lower.target import host_runs
 from alphac.refusals import Refusal
 
@@ -81,6 +82,11 @@ class RoleRun:
 
 def is_name(v) -> bool:
     return isinstance(v, str) and NAME.match(v) is not None
+
+
+def is_count(v) -> bool:
+    """A whole number in ASCII decimal digits (str.isdigit alone takes `²`, which int refuses)."""
+    return isinstance(v, str) and v.isascii() and v.isdigit()
 
 
 def is_hex(v, digits: int) -> bool:
@@ -199,8 +205,10 @@ def load_table(dep_dir: Path) -> tuple[dict, dict, Path]:
         raise Refusal("launch-input", str(e))
     check_hashes(dep_dir, ["roles.json"], manifest, mpath)
     try:
-        table = json.loads(read_regular(table_path, MAX_FILE))
-    except (OSError, UnicodeDecodeError, ValueError) as e:
+        table = read_json(table_path, "roles")
+    except OSError as e:
+        raise Refusal("launch-input", f"roles.json: {e.strerror or e}")
+    except ValueError as e:
         raise Refusal("launch-input", f"roles.json is not JSON: {e}")
     return check_table(table), manifest, mpath
 
@@ -273,7 +281,7 @@ def record_key(path: str | Path | None = None, create: bool = True) -> bytes:
             os.unlink(tmp)
         if p.stat().st_mode & 0o077:
             raise Refusal("record-key", f"{p} can be read or written by others (chmod 600 it)")
-        key = p.read_bytes()
+        key = read_regular(p, LIMITS["record-key"][0])
     except OSError as e:
         raise Refusal("record-key", f"{p}: {e.strerror or e}")
     if len(key) < 32:
@@ -291,8 +299,9 @@ def run_key(key: bytes, nonce: str) -> bytes:
 
 
 def stream_lines(path: Path) -> list[bytes]:
-    """A stream's lines, each with its newline (so that a trailing newline counts too)."""
-    parts = path.read_bytes().split(b"\n")
+    """A stream's lines, each with its newline (so that a trailing newline counts too); OSError
+    when it is not a regular file or is larger than its limit (alphac.files.LIMITS)."""
+    parts = read_regular(path, LIMITS["stream"][0]).split(b"\n")
     return [p + b"\n" for p in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
 
 
@@ -326,7 +335,7 @@ def split_event(text: str) -> tuple[str, int | None]:
     """("step 3 comm 120", 81234567) from "step 3 comm 120 @81234567": what the role said, and
     when (its monotonic clock, ns); None when the line has no time."""
     what, at, ns = text.rpartition(" @")
-    return (what, int(ns)) if at and ns.isdigit() else (text, None)
+    return (what, int(ns)) if at and is_count(ns) else (text, None)
 
 
 def stream_events(lines: list[bytes], authenticated: bool) -> list[tuple[str, int | None]]:
@@ -347,7 +356,7 @@ def timing(events: list[tuple[str, int | None]]) -> dict | None:
         return None
     first, last = events[0][1], events[-1][1]
     steps = [(what, t) for what, t in events if what.startswith("step ")]
-    frames = sum(int(w.split(" comm ")[1]) for w, _ in steps if " comm " in w)
+    frames = sum(int(w.split(" comm ")[1]) for w, _ in steps if is_count(w.partition(" comm ")[2]))
     ms = lambda ns: round(ns / 1e6, 3)
     out = {"total_ms": ms(last - first), "steps": len(steps), "frames_ms": ms(frames)}
     if "connected" in times:
@@ -361,7 +370,7 @@ def peak_kib(events: list[tuple[str, int | None]]) -> int | None:
     the role itself as it ends: its own memory, not the launcher's that it was forked from)."""
     for what, _ in reversed(events):
         parts = what.split(" ")
-        if len(parts) == 2 and parts[0] == "peak_rss_kib" and parts[1].isdigit():
+        if len(parts) == 2 and parts[0] == "peak_rss_kib" and is_count(parts[1]):
             return int(parts[1])
     return None
 
@@ -373,7 +382,7 @@ def losses(events: list[tuple[str, int | None]]) -> list[dict]:
     out = []
     for what, _ in events:
         parts = what.split(" ")
-        if len(parts) == 4 and parts[0] == "loss" and parts[1].isdigit() and parts[3].isdigit() \
+        if len(parts) == 4 and parts[0] == "loss" and is_count(parts[1]) and is_count(parts[3]) \
                 and is_hex(parts[2], 16) and int(parts[3]) > 0:
             mean = struct.unpack("<d", int(parts[2], 16).to_bytes(8, "little"))[0] / int(parts[3])
             out.append({"step": int(parts[1]) + 1, "sum": parts[2], "n": int(parts[3]),
@@ -404,7 +413,7 @@ def seal(record: dict, rdir: Path, key: bytes, nonce: str | None = None) -> dict
 
 def write_record(rdir: Path, record: dict) -> Path:
     tmp = rdir / "record.json.tmp"
-    tmp.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    tmp.write_text(json_text(record, indent=2) + "\n")
     os.replace(tmp, rdir / "record.json")
     return rdir / "record.json"
 
@@ -647,20 +656,30 @@ def check_record(rec) -> dict:
     return rec
 
 
-def verify_record(path: str | Path, key: str | Path | None = None) -> list[str]:
-    """Problems with a run record: empty when it is an authentic pass whose streams are intact."""
-    path = Path(path)
+def read_record(path: str | Path) -> dict:
+    """The run record at `path`, read bounded (alphac.files.read_json: a regular file, a key
+    at most once per object, nesting bounded) and checked (check_record); `record-malformed`."""
     try:
-        rec = check_record(json.loads(path.read_text()))
-    except (OSError, UnicodeDecodeError, ValueError) as e:
+        return check_record(read_json(path, "record"))
+    except OSError as e:
+        raise Refusal("record-malformed", f"{path}: {e.strerror or e}")
+    except ValueError as e:
         raise Refusal("record-malformed", f"{path}: {e}")
+
+
+def verify_record(path: str | Path, key: str | Path | None = None) -> list[str]:
+    """Problems with a run record: empty when it is an authentic pass whose streams are intact.
+    Nothing the record names (its streams, its build manifest) is read unless its MAC matches:
+    an edited record is that one problem."""
+    rec = read_record(path)
+    path = Path(path)
     secret = record_key(key, create=False)
     if rec["auth"]["key_id"] != key_id(secret):
         return ["the record was authenticated with another key"]
     k = run_key(secret, rec["auth"]["nonce"])
-    problems = []
     if not hmac.compare_digest(rec["mac"], record_mac(k, rec)):
-        problems.append("the record was edited: its MAC does not match")
+        return ["the record was edited: its MAC does not match"]
+    problems = []
     for r in rec["roles"]:
         if "stream" in r:
             problems += stream_problems(k, rec["kind"], r, path.parent / r["stream"]["file"])
@@ -679,7 +698,10 @@ def stream_problems(k: bytes, kind: str, r: dict, f: Path) -> list[str]:
     not what the role authenticated as it ran, or (exited 0) not ending with `done`."""
     if not f.is_file():
         return [f"{r['role']}: stream {r['stream']['file']} is missing"]
-    lines = stream_lines(f)
+    try:
+        lines = stream_lines(f)
+    except OSError as e:
+        return [f"{r['role']}: stream {r['stream']['file']} cannot be read: {e.strerror or e}"]
     if len(lines) != r["stream"]["count"] or \
             not hmac.compare_digest(chain(k, r["role"], lines), r["stream"]["seal"]):
         return [f"{r['role']}: stream does not match its seal"]
@@ -706,8 +728,12 @@ def recomputed(rec: dict) -> list[str]:
             problems.append(f"{r['role']}: its signal is not its exit's")
     build = rec.get("build") if isinstance(rec.get("build"), dict) else {}
     mpath = Path(str(build.get("manifest")))
-    if mpath.is_file() and sha256_file(mpath) == build.get("sha256"):   # the build is reachable
-        artifacts = json.loads(mpath.read_text())["artifacts"]
+    try:                                                    # the build, when it is reachable
+        artifacts = load_manifest(mpath)["artifacts"] if mpath.is_file() \
+            and sha256_file(mpath) == build.get("sha256") else None
+    except (OSError, ManifestError) as e:
+        return problems + [f"the build manifest {mpath} cannot be read: {getattr(e, 'strerror', None) or e}"]
+    if artifacts is not None:
         for r in rec["roles"]:
             if r.get("sha256") != artifacts.get(str(r.get("artifact")), {}).get("sha256"):
                 problems.append(f"{r['role']}: its sha256 is not the build manifest's")

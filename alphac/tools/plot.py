@@ -10,13 +10,12 @@ says so.
 """
 from __future__ import annotations
 
-import json
 import struct
 from pathlib import Path
 
-from alphac.files import read_regular, write_file
+from alphac.files import write_file
 from alphac.refusals import Refusal
-from alphac.tools.launch import check_record, is_hex
+from alphac.tools.launch import is_hex, read_record
 
 ROWS, COLS = 12, 64
 
@@ -24,10 +23,7 @@ ROWS, COLS = 12, 64
 def curve(record: str | Path) -> list[tuple[int, float]]:
     """[(step, mean loss)] of the record, in step order."""
     path = Path(record)
-    try:
-        rec = check_record(json.loads(read_regular(path, 1 << 26)))
-    except (OSError, ValueError) as e:
-        raise Refusal("record-malformed", f"{path}: {e}")
+    rec = read_record(path)          # bounded: records of millions of steps (alphac.files.LIMITS)
     loss = rec.get("loss", [])
     if not isinstance(loss, list) or not all(
             isinstance(e, dict) and isinstance(e.get("step"), int) and is_hex(e.get("mean"), 16)

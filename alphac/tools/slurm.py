@@ -27,21 +27,21 @@ be on a file system every node sees at the same path. The script, in the job:
 """
 from __future__ import annotations
 
-import json
 import os
 import re
-import shlex
 import shutil
 import signal
 from pathlib import Path
 
-from alphac.files import read_regular, write_file
+from alphac.encode import Unencodable, json_text, shell_word
+from alphac.files import LIMITS, read_json, read_regular, write_file
 from alphac.refusals import Refusal
-from alphac.tools.launch import (RoleRun, artifact_key, events_key, key_id, load_build, make_record,
+from alphac.tools.launch import (RoleRun, artifact_key, events_key, is_count, key_id, load_build, make_record,
                                  new_record_dir, record_key, run_key, seal, write_record)
 
-SAFE = re.compile(r"/[^'\"\\$`%\s]*\Z")        # a path the script and multi-prog carry unquoted
-OPTION = re.compile(r"\S+\Z")
+NOT_CARRIED = "\x00-\x1f\x7f\ud800-\udfff"       # controls, DEL, lone surrogates (not UTF-8)
+SAFE = re.compile(f"/[^'\"\\\\$`%\\s{NOT_CARRIED}]*\\Z")   # a path multi-prog and #SBATCH carry as is
+OPTION = re.compile(f"[^\\s{NOT_CARRIED}]+\\Z")                # one #SBATCH option
 
 SCRIPT = r"""#!/bin/bash
 # alphac slurm: deployment @DEPLOYMENT@ of @LEARNER@, @TASKS@ roles (ranks 0-@LAST_COMBINING@ combine), @STEPS@ steps.
@@ -106,10 +106,11 @@ exit "$rc"
 
 
 def safe_path(p: str | Path, what: str) -> str:
-    s = str(Path(p).resolve())
+    s = str(p) if "\0" in str(p) else str(Path(p).resolve())
     if not SAFE.match(s):
-        raise Refusal("launch-input", f"{what} {s} holds a space, a quote, `$`, `%` or `\\`, "
-                                      "which the batch script cannot carry")
+        raise Refusal("launch-input", f"{what} {s!r} holds a space, a quote, `$`, `%`, `\\`, a "
+                                      "control character or bytes that are not UTF-8, which the "
+                                      "batch script and srun's --multi-prog file cannot carry")
     return s
 
 
@@ -174,23 +175,31 @@ def write_script(dep_dir: str | Path, out: str | Path | None = None, steps: int 
                 raise Refusal("launch-input", "the paths make a --multi-prog line longer than srun reads")
         return "".join(lines)
     multiprog(f"{records}/{table['deployment']}-99999")      # refused before anything is made
+    script = Path(out).absolute() if out is not None else None
+    try:                                  # every string of the script, as one bash word
+        learner = shell_word(table["learner"], "roles.json's learner")
+        script_word = shell_word(str(script), "-o") if script is not None else None
+    except Unencodable as e:
+        raise Refusal("launch-input", str(e))
     secret = record_key(key)
     nonce = os.urandom(16).hex()
     k = run_key(secret, nonce)
     rdir = new_record_dir(records, table["deployment"])
     run = str(rdir)
-    script = Path(out).absolute() if out is not None else rdir / "slurm.sh"
+    if script is None:
+        script = rdir / "slurm.sh"
+        script_word = shell_word(str(script))
     try:
         job = {"format": 1, "deployment": dep, "steps": steps, "deadline_ms": deadline_ms,
                "port_base": port_base, "nonce": nonce, "key_id": key_id(secret), "script": str(script)}
-        write_file(rdir / "slurm.json", (json.dumps(job, indent=2, sort_keys=True) + "\n").encode(), 0o644)
+        write_file(rdir / "slurm.json", (json_text(job, indent=2) + "\n").encode(), 0o644)
         write_file(rdir / "keys", "".join(f"{i} {r['role']} {events_key(k, r['role']).hex()}\n"
                                           for i, r in enumerate(roles)).encode(), 0o600)
         write_file(rdir / "sha256", "".join(f"{hashes[f]}  {f}\n" for f in dict.fromkeys(
             r["file"] for r in roles)).encode(), 0o644)
-        fields = {"DEPLOYMENT": table["deployment"], "LEARNER": table["learner"], "TASKS": str(len(roles)),
-                  "LAST_COMBINING": str(combining - 1), "STEPS": str(steps), "SCRIPT": shlex.quote(str(script)),
-                  "RUN": shlex.quote(run), "DEP": shlex.quote(dep), "COMBINING": str(combining),
+        fields = {"DEPLOYMENT": table["deployment"], "LEARNER": learner, "TASKS": str(len(roles)),
+                  "LAST_COMBINING": str(combining - 1), "STEPS": str(steps), "SCRIPT": script_word,
+                  "RUN": shell_word(run), "DEP": shell_word(dep), "COMBINING": str(combining),
                   "NODES": str(nodes or 1 + len(roles) - combining), "PORT": str(port_base),
                   "SBATCH": "".join(f"#SBATCH {o}\n" for o in sbatch or []), "MULTIPROG": multiprog(run)}
         text = re.sub(r"@([A-Z_]+)@", lambda m: fields[m[1]], SCRIPT)
@@ -203,7 +212,7 @@ def write_script(dep_dir: str | Path, out: str | Path | None = None, steps: int 
 
 def read_text(path: Path) -> str | None:
     try:
-        return read_regular(path, 1 << 24).decode(errors="replace")
+        return read_regular(path, LIMITS["slurm-task"][0]).decode(errors="replace")
     except OSError:
         return None
 
@@ -211,7 +220,7 @@ def read_text(path: Path) -> str | None:
 def task_exit(text: str | None, stderr: str) -> int | None:
     """A task's exit as launch records it: the code, or minus the signal that ended it (bash
     says 128+N; a refusal's code above 128 comes with its `refused:` line)."""
-    if text is None or not text.strip().isdigit():
+    if text is None or not is_count(text.strip()):
         return None
     code = int(text)
     if code > 128 and "refused: " not in stderr and code - 128 in signal.valid_signals():
@@ -223,7 +232,7 @@ def collect(rundir: str | Path, key: str | Path | None = None) -> dict:
     """The sealed run record of the job that ran in `rundir` (also written there)."""
     rdir = Path(rundir)
     try:
-        job = json.loads(read_regular(rdir / "slurm.json", 1 << 20))
+        job = read_json(rdir / "slurm.json", "slurm-job")
         dep_dir, steps, nonce = Path(job["deployment"]), int(job["steps"]), str(job["nonce"])
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise Refusal("launch-input", f"{rdir} is not a run directory of `alphac slurm` "
@@ -254,8 +263,8 @@ def collect(rundir: str | Path, key: str | Path | None = None) -> dict:
     srun, port = read_text(tasks / "srun.exit"), read_text(tasks / "port")
     record["slurm"] = {"job": (read_text(tasks / "job") or "").strip() or None,
                        "nodes": (read_text(tasks / "nodes") or "").split(),
-                       "srun_exit": int(srun) if srun and srun.strip().isdigit() else None,
-                       "port_base": int(port) if port and port.strip().isdigit() else None}
+                       "srun_exit": int(srun) if srun and is_count(srun.strip()) else None,
+                       "port_base": int(port) if port and is_count(port.strip()) else None}
     record["path"] = str(write_record(rdir, seal(record, rdir, secret, nonce)))
     if srun is not None and (rdir / "keys").exists():
         (rdir / "keys").unlink()             # the job is over: its events keys are not needed

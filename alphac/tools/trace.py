@@ -15,7 +15,9 @@ Requires
     authentic: this only reads it.
 Guarantees
     The same trace for the same record (roles in the record's order). A record or stream that
-    cannot be read is `record-malformed`.
+    cannot be read (launch.read_record, alphac.files: a regular file within its limit, JSON
+    without duplicate keys or deep nesting), and a stream line the trace reads that is not an
+    event (a step whose `comm` is not a count), is `record-malformed`, naming the file and line.
 """
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ import json
 from pathlib import Path
 
 from alphac.refusals import Refusal
-from alphac.tools.launch import check_record, losses, stream_events, stream_lines
+from alphac.tools.launch import is_count, losses, read_record, stream_events, stream_lines
 
 
 def span_name(what: str) -> str:
@@ -35,14 +37,17 @@ def span_name(what: str) -> str:
 
 def trace(record: str | Path) -> dict:
     path = Path(record)
-    try:
-        rec = check_record(json.loads(path.read_text()))
-    except (OSError, UnicodeDecodeError, ValueError) as e:
-        raise Refusal("record-malformed", f"{path}: {e}")
+    rec = read_record(path)
     streams = []
     for r in rec["roles"]:
         f = path.parent / r["stream"]["file"] if "stream" in r else None
-        events = stream_events(stream_lines(f), rec["kind"] == "launch") if f and f.is_file() else []
+        try:
+            events = stream_events(stream_lines(f), rec["kind"] == "launch") if f and f.is_file() else []
+        except OSError as e:
+            raise Refusal("record-malformed", f"{f}: {e.strerror or e}")
+        for n, (what, _) in enumerate(events, 1):
+            if " comm " in what and not is_count(what.partition(" comm ")[2]):
+                raise Refusal("record-malformed", f"{f}: line {n} is not an event: {what[:80]!r}")
         streams.append((r["role"], [(w, t) for w, t in events if t is not None]))
     t0 = min((ev[0][1] for _, ev in streams if ev), default=0)
     us = lambda ns: round((ns - t0) / 1000, 3)
@@ -61,7 +66,7 @@ def trace(record: str | Path) -> dict:
             ev = {"ph": "X", "name": span_name(what), "pid": pid, "tid": 0, "ts": us(t_prev),
                   "dur": us(t) - us(t_prev)}
             if " comm " in what:
-                ev["args"] = {"frames_ms": round(int(what.split(" comm ")[1]) / 1e6, 3)}
+                ev["args"] = {"frames_ms": round(int(what.partition(" comm ")[2]) / 1e6, 3)}
             out.append(ev)
     return {"traceEvents": out, "displayTimeUnit": "ms",
             "otherData": {"deployment": str(rec.get("deployment")), "passed": rec["passed"]}}
