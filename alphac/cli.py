@@ -1,11 +1,9 @@
 """The `alphac` command: argument parsing and the exit-code conventions, nothing else.
 
-Exit codes: 0 success; 1 the input has errors (diagnostics on stderr; for `verify`, a missing or
-malformed manifest), or a file cannot be read or written (`alphac: error: ...`: an output path
-that is not absent or a regular file is refused by name, alphac.files); 2 the command line is
-wrong (argparse's usage message; an empty path is one); 3 `verify` or `verify-record` found a
-difference (one line per problem on stderr), or alphac has a defect (`alphac: internal error:
-...`); a run that refuses exits with its refusal's code (`alphac.refusals`) after printing
+Exit codes: the one table alphac.refusals.TOOL_EXITS (0 success; 1 an input's errors or a file
+that cannot be read or written; 2 a wrong command line; 3 `verify` or `verify-record` found a
+difference; 4 a defect of alphac's, `alphac: internal error: ...`), shown by `alphac --help`; a run
+that refuses exits with its refusal's code (`alphac.refusals`, 64 and up) after printing
 `refused: NAME` on stderr, exactly like the executables.
 A bad input never produces a Python traceback.
 """
@@ -16,7 +14,7 @@ import sys
 
 from alphac import __version__
 from alphac.diag import CODES, CompileError, explain
-from alphac.refusals import Refusal
+from alphac.refusals import Refusal, tool_exit
 
 def _target(text: str) -> str:
     """An ISA or a level (x86_64-v3, x86_64-v4), or ISA+sm_NN for a GPU owner (checked further by the
@@ -77,6 +75,12 @@ commands:
 
 run `alphac COMMAND --help` for a command's options.
 """
+
+
+def _help() -> str:
+    """HELP and the exit codes (alphac.refusals' table)."""
+    from alphac.refusals import exit_table
+    return HELP + "\nexit codes:\n" + "".join(f"  {code:<7} {when}\n" for code, when in exit_table())
 
 
 def _path(text: str) -> str:
@@ -142,7 +146,7 @@ def _progress(args) -> bool:
 
 def build_parser() -> argparse.ArgumentParser:
     from alphac.manifest import compiler_digest
-    ap = argparse.ArgumentParser(prog="alphac", description=HELP, allow_abbrev=False,
+    ap = argparse.ArgumentParser(prog="alphac", description=_help(), allow_abbrev=False,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--version", action="version",
                     version=f"alphac {__version__} (source sha256 {compiler_digest()[:16]})")
@@ -443,7 +447,7 @@ def cmd_run(args) -> int:
         except PlanError as e:           # the checked plan cannot run: a defect of alphac's
             print(f"alphac: internal error: deployment `{args.deployment}`: {e} (please report "
                   "this learner)", file=sys.stderr)
-            return 3
+            return tool_exit("internal-error")
         sys.stdout.write(formatted(format_state(lr, state), args.format))
         return 0
     compiled = _compiled(args.file)
@@ -669,7 +673,7 @@ def cmd_verify(args) -> int:
     for line in problems:
         print(f"verify: {line}", file=sys.stderr)
     if problems:
-        return 3
+        return tool_exit("differs")
     print(f"verify: {args.manifest}: every hash matches")
     return 0
 
@@ -777,7 +781,7 @@ def cmd_verify_record(args) -> int:
         print(f"verify-record: {line}", file=sys.stderr)
     if not problems:
         print(f"verify-record: {args.record}: an authentic pass")
-    return 3 if problems else 0
+    return tool_exit("differs" if problems else "ok")
 
 
 def cmd_ckpt(args) -> int:
@@ -799,7 +803,10 @@ def cmd_ckpt(args) -> int:
                 shapes = learner_shapes(compile_file(args.learner).learner)
             except CompileError as e:
                 return _report(e)
-        done = export(args.dir, args.output, shapes)
+        try:
+            done = export(args.dir, args.output, shapes)
+        except CheckpointError as e:      # what resume and `alphac eval` refuse, by their name
+            raise Refusal(e.refusal, str(e))
         print(f"alphac: {len(done)} tensors in {args.output}: " +
               ", ".join(f"{k} {list(v)}" for k, v in done.items()), file=sys.stderr)
     except (CheckpointError, ValueError) as e:
@@ -957,4 +964,4 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:             # a defect of alphac's, reported without a traceback
         print(f"alphac: internal error: {type(e).__name__}: {e} (please report this input)",
               file=sys.stderr)
-        return 3
+        return tool_exit("internal-error")

@@ -4,10 +4,23 @@ An executable (and the reference interpreter, and the launcher) that refuses pri
 line `refused: NAME` on standard error and exits with the code below. Nothing is half-written: a
 refusal happens before the state is published. The table is lowered into every executable
 (`alphac.lower.rt_lower`) and documented in docs/refusals.md (generated from it; a test keeps the
-two equal). Exit codes start at 64 so that they never collide with 0 (success), 1 (diagnostics
-from the compiler) or 2 (the compiler's own usage errors).
+two equal). Exit codes start at 64 so that they never collide with the `alphac` command's
+own (TOOL_EXITS below: 0 success, 1 an input's errors, 2 usage, 3 a difference found, 4 a defect).
 """
 from __future__ import annotations
+
+# The `alphac` command's own exit codes, below the refusals' (docs/refusals.md and `alphac --help`
+# render this table): name -> (exit code, when).
+TOOL_EXITS: dict[str, tuple[int, str]] = {
+    "ok": (0, "success (for `verify`: every hash matches; for `verify-record`: an authentic pass)"),
+    "error": (1, "the input has errors (diagnostics on standard error; for `verify`, a missing or "
+                 "malformed manifest), or a file cannot be read or written (`alphac: error: ...`)"),
+    "usage": (2, "the command line is wrong (the command's usage message; an empty path is one)"),
+    "differs": (3, "`verify` found a difference, or `verify-record` a record that is not an "
+                   "authentic pass (one line per problem on standard error)"),
+    "internal-error": (4, "alphac has a defect (`alphac: internal error: ...`, please report the "
+                          "input): never the answer to an input, however hostile"),
+}
 
 # name -> (exit code, when)
 REFUSALS: dict[str, tuple[int, str]] = {
@@ -131,3 +144,17 @@ class Refusal(Exception):
 
 def exit_code(name: str) -> int:
     return REFUSALS[name][0]
+
+
+def tool_exit(name: str) -> int:
+    """The `alphac` command's exit code `name` (TOOL_EXITS)."""
+    return TOOL_EXITS[name][0]
+
+
+def exit_table() -> list[tuple[str, str]]:
+    """Every exit code of `alphac` and what it means, in order: the tool's own, then the
+    refusals' (64 and up, each `refused: NAME`)."""
+    rows = [(str(code), when) for code, when in sorted(TOOL_EXITS.values())]
+    return rows + [(f"{min(c for c, _ in REFUSALS.values())}-{max(c for c, _ in REFUSALS.values())}",
+                    "a run refused: `refused: NAME` on standard error, the code of NAME in "
+                    "docs/refusals.md")]

@@ -1,0 +1,194 @@
+"""Hostile runs (issue 45): a learner that diverges (a learning rate too large for least squares,
+a real user's mistake) through launch, plot, trace and ckpt export; a full --records disk; the
+smaller defects of the issue (step counts, names, k8s data entries, big records); and the CLI's
+exit code for its own defects, apart from every answer."""
+import contextlib
+import hashlib
+import json
+import math
+import struct
+from pathlib import Path
+
+import pytest
+
+from conftest import alphac
+
+DIVERGE = """learner diverge
+data x = [1.0, 2.0, 3.0, 4.0]
+data y = [2.0, 4.0, 6.0, 8.0]
+param a: f64 = 0.0
+loss(i) = 0.5 * (a * x[i] - y[i])^2
+update {
+  a = a - 1000.0 * grad(a)
+}
+deployment diverge_star {
+  roles coordinator, owner[2]
+  topology star(coordinator)
+  samples owner[0] = 0..2, owner[1] = 2..4
+  strategy zero2
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def diverging(tmp_path_factory):
+    """The diverging learner's deployment, built: its loss is inf from step 41 (a * x overflows
+    squared), nan from step 82 (inf - inf), and its state non-finite soon after."""
+    d = tmp_path_factory.mktemp("diverge")
+    (d / "diverge.alpha").write_text(DIVERGE)
+    with contextlib.chdir(d):                      # a manifest names its inputs relative to it
+        rc, _, err = alphac("build", "diverge.alpha", "--deployment", "diverge_star", "-o", "dep")
+    assert rc == 0, err
+    return d
+
+
+def no_constants(text: str):
+    """JSON as the standard has it: Infinity, -Infinity and NaN are not JSON."""
+    def refuse(word):
+        raise ValueError(f"{word} is not JSON")
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_a_diverging_run_through_launch_plot_and_trace(diverging, tmp_path):
+    d, runs = diverging, tmp_path / "runs"
+    rc, out, err = alphac("launch", d / "dep", "--steps", 60, "--records", runs)
+    assert rc == 0 and out.startswith("a "), err            # the state is finite: published
+    rc, out, err = alphac("launch", d / "dep", "--steps", 120, "--records", runs)
+    assert rc == 102 and out == "" and "coordinator: refused: non-finite-state" in err, err
+    rec = json.loads((runs / "diverge_star-0002" / "record.json").read_text())
+    kinds = [e["decimal"] for e in rec["loss"]]
+    assert len(kinds) == 120 and kinds[40:42] == ["inf", "inf"] and kinds[-1] == "nan"
+    first_inf = 1 + kinds.index("inf")
+    first_nan = 1 + kinds.index("nan")
+    # plot: the text chart and the SVG, the non-finite means drawn and named
+    rc, out, err = alphac("plot", runs / "diverge_star-0002" / "record.json", "-o", tmp_path / "l.svg")
+    assert rc == 0, err
+    rows = {line.split("|")[0].strip(): line.split("|")[1] for line in out.splitlines() if "|" in line}
+    assert "*" in rows["inf"] and "*" in rows["nan"] and "-inf" not in rows
+    assert rows["inf"].index("*") < rows["nan"].index("*")   # inf came first, then nan
+    assert f"{kinds.count('inf')} steps with mean inf (the first at step {first_inf})" in out
+    assert f"{kinds.count('nan')} steps with mean nan (the first at step {first_nan})" in out
+    assert "last nan (step 120), lowest 15.0 (step 1)" in out
+    import xml.etree.ElementTree as ET
+    svg = ET.parse(tmp_path / "l.svg").getroot()
+    titles = [t.text for t in svg.iter("{http://www.w3.org/2000/svg}title")]
+    assert f"step {first_inf}: inf" in titles and f"step 120: nan" in titles
+    assert len(titles) == kinds.count("inf") + kinds.count("nan")
+    # trace: valid JSON, every step's mean a counter sample or a named instant
+    for n in ("0001", "0002"):
+        rc, _, err = alphac("trace", runs / f"diverge_star-{n}" / "record.json", "-o", tmp_path / "t.json")
+        assert rc == 0, err
+        events = no_constants((tmp_path / "t.json").read_text())["traceEvents"]
+        counters = [e for e in events if e["ph"] == "C"]
+        instants = [e for e in events if e["name"].startswith("mean loss ")]
+        assert all(math.isfinite(e["args"]["mean"]) for e in counters)
+        assert {e["args"]["mean"] for e in instants} <= {"inf", "nan"}
+        assert [e["args"]["bits"] for e in instants] == \
+            [x["mean"] for x in json.loads((runs / f"diverge_star-{n}" / "record.json").read_text())["loss"]
+             if x["decimal"] in ("inf", "nan")]
+        assert len(counters) + len(instants) == (60 if n == "0001" else 120)
+
+
+def test_plot_draws_only_non_finite_and_huge_means(tmp_path):
+    """Means of opposite signs near the largest double (their difference overflows), and records
+    whose every mean is inf, -inf or nan: charted without error, labelled."""
+    from alphac.tools.plot import chart, svg
+    for points in ([(1, 1.7e308), (2, -1.7e308), (3, 0.0)], [(1, math.inf)], [(1, -math.inf), (2, math.nan)],
+                   [(1, math.nan)] * 3):
+        text = chart(points)
+        assert text.count("\n") >= 12 and "nan |" in text or not any(map(math.isnan, (v for _, v in points)))
+        assert svg(points).startswith("<svg")
+    assert "1.7e+308 |" in chart([(1, 1.7e308), (2, -1.7e308)])
+
+
+def _edit_first_record(ck: Path, **fields) -> None:
+    """The root manifest's first record with other fields (alphac.formats' layout), the checksums
+    repaired: what anyone can do to a checkpoint."""
+    from alphac.formats import CKPT_HEADER, CKPT_RECORD
+    data = bytearray((ck / "MANIFEST").read_bytes())
+    for name, value in fields.items():
+        f = CKPT_RECORD.field(name)
+        data[CKPT_HEADER.size + f.offset:CKPT_HEADER.size + f.offset + f.size] = value.ljust(f.size, b"\0")
+    data[-32:] = hashlib.sha256(bytes(data[:-32])).digest()
+    (ck / "MANIFEST").write_bytes(bytes(data))
+
+
+def _first_shard_value(ck: Path, value: float) -> None:
+    from alphac.formats import CKPT_HEADER, CKPT_RECORD
+    data = (ck / "MANIFEST").read_bytes()
+    r = CKPT_RECORD.unpack(data, CKPT_HEADER.size)
+    shard = ck / r["path"].rstrip(b"\0").decode()
+    raw = bytearray(shard.read_bytes())
+    raw[-8:] = struct.pack("<d", value)
+    shard.write_bytes(bytes(raw))
+    _edit_first_record(ck, sha256=hashlib.sha256(bytes(raw)).digest())
+
+
+@pytest.mark.parametrize("mutant", ["nan", "inf", "state-not-utf8"])
+def test_ckpt_export_refuses_what_resume_and_eval_refuse(mutant, diverging, tmp_path):
+    """The diverging learner's checkpoint after 30 steps (finite, if large), its shard edited to
+    hold a NaN or an infinity, or its state named with bytes that are not UTF-8, checksums
+    repaired: the executable's resume, `alphac eval` and `alphac ckpt export` refuse it by the
+    same name, and export writes nothing."""
+    import shutil
+    import subprocess
+    d = diverging
+    with contextlib.chdir(d):
+        rc, _, err = alphac("build", "diverge.alpha", "-o", tmp_path / "exe")
+    assert rc == 0, err
+    ck = tmp_path / "ck"
+    assert subprocess.run([tmp_path / "exe", "--steps", "30", "--checkpoint", ck],
+                          capture_output=True).returncode == 0
+    assert alphac("ckpt", "export", ck, "-o", tmp_path / "ok.npz")[0] == 0
+    bad = tmp_path / "bad"
+    shutil.copytree(ck, bad)
+    if mutant == "state-not-utf8":
+        _edit_first_record(bad, state=b"a\xff")
+        name = "shard-missing"
+    else:
+        _first_shard_value(bad, float(mutant))
+        name = "shard-non-finite"
+    r = subprocess.run([tmp_path / "exe", "--steps", "1", "--resume", bad], capture_output=True, text=True)
+    assert (r.returncode, r.stderr) == (REFUSAL[name], f"refused: {name}\n")
+    rc, out, err = alphac("eval", d / "diverge.alpha", "--checkpoint", bad)
+    assert (rc, out) == (REFUSAL[name], "") and err.startswith(f"refused: {name} ("), err
+    for fmt in ("npz", "safetensors"):
+        rc, out, err = alphac("ckpt", "export", bad, "-o", tmp_path / f"m.{fmt}", "--learner", d / "diverge.alpha")
+        assert (rc, out) == (REFUSAL[name], "") and err.startswith(f"refused: {name} ("), err
+        assert err.count("\n") == 1 and not (tmp_path / f"m.{fmt}").exists()
+    rc, _, err = alphac("ckpt", "export", bad, "-o", tmp_path / "m.npz")
+    assert rc == REFUSAL[name] and err.startswith(f"refused: {name} ("), err
+    rc, out, err = alphac("ckpt", "show", bad, "--json")      # shown as what it is, in JSON
+    assert rc == 0, err
+    held = no_constants(out)["state"]
+    assert list(held) == (["a\\xff"] if name == "shard-missing" else ["a"])
+    assert held[list(held)[0]]["values"] == ([mutant] if name != "shard-missing" else held[list(held)[0]]["values"])
+
+
+from alphac.refusals import REFUSALS                    # noqa: E402
+REFUSAL = {name: code for name, (code, _) in REFUSALS.items()}
+
+
+# -- the CLI's own defects ---------------------------------------------------------------------------
+def test_a_defect_has_an_exit_code_of_its_own(monkeypatch, tmp_path):
+    """An internal error is never 3, which `verify-record` answers for a record that is not an
+    authentic pass; the table of codes is in the help and in docs/refusals.md."""
+    import alphac.cli as cli
+    from alphac.refusals import TOOL_EXITS, REFUSALS
+    from alphac.tools.docs import refusals_md
+    codes = [c for c, _ in TOOL_EXITS.values()]
+    assert len(set(codes)) == len(codes) and not set(codes) & {c for c, _ in REFUSALS.values()}
+
+    def defect(args):
+        raise KeyError("a defect")
+    monkeypatch.setitem(cli.COMMANDS, "explain", defect)
+    rc, out, err = alphac("explain", "E0001")
+    assert rc == TOOL_EXITS["internal-error"][0] == 4 and rc != TOOL_EXITS["differs"][0]
+    assert err == "alphac: internal error: KeyError: 'a defect' (please report this input)\n"
+    rc, out, _ = alphac("--help")
+    assert rc == 0 and "exit codes:" in out
+    for code, when in TOOL_EXITS.values():
+        assert f"  {code:<7} {when.split()[0]}" in out
+    docs = Path(__file__).resolve().parent.parent / "docs" / "refusals.md"
+    assert docs.read_text() == refusals_md(), "run `python -m alphac.tools.docs`"
+    assert "| 4 | alphac has a defect" in docs.read_text()
