@@ -83,6 +83,11 @@ def _help() -> str:
     return HELP + "\nexit codes:\n" + "".join(f"  {code:<7} {when}\n" for code, when in exit_table())
 
 
+class UsageError(Exception):
+    """A command line that parses but asks for what nothing can do: `alphac COMMAND: error:
+    ...`, exit 2, as argparse's own usage errors."""
+
+
 def _path(text: str) -> str:
     """A path on the command line: never empty (`''` would name the current directory, or `/`)."""
     if not text or "\0" in text:
@@ -98,13 +103,16 @@ def _data_arg(text: str) -> tuple[str, str]:
 
 
 def _steps(text: str) -> int:
-    try:
-        n = int(text, 10)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}")
-    if n < 0:
-        raise argparse.ArgumentTypeError("must be 0 or more")
-    return n
+    """A count for an executable's command line: what its runtime takes, a decimal of 1 to
+    DECIMAL_DIGITS digits (no sign, space or `_`, which Python's int() would take)."""
+    from alphac.refusals import DECIMAL_DIGITS
+    if not (text.isascii() and text.isdigit()):
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}" +
+                                         (" (must be 0 or more)" if text.startswith("-") else ""))
+    if len(text) > DECIMAL_DIGITS:
+        raise argparse.ArgumentTypeError(f"more than {DECIMAL_DIGITS} digits: {text!r} (the "
+                                         "executables refuse it: `refused: usage`)")
+    return int(text, 10)
 
 
 def _positive(text: str) -> int:
@@ -472,7 +480,19 @@ def _compiled(path: str):
 
 def _step_count(args, lr) -> int:
     """--steps N, or --epochs E: E times the learner's batches per epoch."""
-    return args.steps if getattr(args, "epochs", None) is None else args.epochs * lr.batches
+    return args.steps if getattr(args, "epochs", None) is None else \
+        _epoch_steps(args.epochs, lr.batches)
+
+
+def _epoch_steps(epochs: int, batches: int) -> int:
+    """E epochs of B batches as a step count, refused as a usage error (exit 2) where it has
+    more digits than an executable takes (what `--steps` refuses, _steps)."""
+    from alphac.refusals import DECIMAL_DIGITS
+    steps = epochs * batches
+    if len(str(steps)) > DECIMAL_DIGITS:
+        raise UsageError(f"--epochs {epochs}: {steps} steps ({batches} per epoch) has more than "
+                         f"{DECIMAL_DIGITS} digits, which the executables refuse")
+    return steps
 
 
 def formatted(state_text: str, fmt: str) -> str:
@@ -684,7 +704,7 @@ def cmd_launch(args) -> int:
     from alphac.tools.launch import launch, load_table
     if args.epochs is not None:          # E epochs: E times the batches per epoch roles.json says
         batches = load_table(Path(args.dir))[0].get("batches", 1)
-        args.steps = args.epochs * (batches if isinstance(batches, int) and batches > 0 else 1)
+        args.steps = _epoch_steps(args.epochs, batches if type(batches) is int and batches > 0 else 1)
     record = launch(args.dir, steps=args.steps, deadline_ms=args.deadline_ms, records=args.records,
                     checkpoint=args.checkpoint, resume=args.resume, key=args.record_key,
                     progress=sys.stderr if _progress(args) else None, data=args.data,
@@ -947,6 +967,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return COMMANDS[args.command](args)
+    except UsageError as e:
+        print(f"alphac {args.command}: error: {e}", file=sys.stderr)
+        return tool_exit("usage")
     except Refusal as r:
         # the interpreter prints exactly what an executable prints; the tools add the detail:
         # `refused: NAME (what was wrong, and what to do)`, one line

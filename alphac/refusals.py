@@ -22,11 +22,17 @@ TOOL_EXITS: dict[str, tuple[int, str]] = {
                           "input): never the answer to an input, however hostile"),
 }
 
+# The most digits of a number on an executable's command line (`--steps N`, `--deadline-ms MS`,
+# `--rank R`...): the runtime's rt_parse_dec (alphac/runtime/core.rt) refuses a longer one as
+# `usage`, and `alphac`'s options that reach an executable refuse it the same way
+# (tests/test_hostile_runs.py runs both sides at the bound).
+DECIMAL_DIGITS = 15
+
 # name -> (exit code, when)
 REFUSALS: dict[str, tuple[int, str]] = {
     "usage": (64, "the command line is not what the executable takes (see its docs: a learner "
                   "takes `--steps N`, a role also its addresses), a number is not a decimal "
-                  "integer of at most 15 digits, or an option is unknown"),
+                  f"integer of at most {DECIMAL_DIGITS} digits, or an option is unknown"),
     "cpu-level": (67, "the executable was built for a target level (x86_64-v3: AVX2; x86_64-v4: "
                       "AVX-512 F, DQ, CD, BW and VL) that this CPU, "
                       "or its operating system, does not provide; build for `x86_64` instead"),

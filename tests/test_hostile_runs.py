@@ -192,3 +192,70 @@ def test_a_defect_has_an_exit_code_of_its_own(monkeypatch, tmp_path):
     docs = Path(__file__).resolve().parent.parent / "docs" / "refusals.md"
     assert docs.read_text() == refusals_md(), "run `python -m alphac.tools.docs`"
     assert "| 4 | alphac has a defect" in docs.read_text()
+
+
+# -- the smaller ones --------------------------------------------------------------------------------
+def test_a_count_of_16_digits_is_refused_as_the_executables_refuse_it(diverging, tmp_path):
+    """--steps (and every count an executable takes) is 1 to DECIMAL_DIGITS decimal digits, on
+    both sides: 15 are taken (leading zeros count, as the runtime counts them), 16 refused."""
+    import subprocess
+    from alphac.refusals import DECIMAL_DIGITS
+    d = diverging
+    with contextlib.chdir(d):
+        assert alphac("build", "diverge.alpha", "-o", tmp_path / "exe")[0] == 0
+    ok, over = "2".rjust(DECIMAL_DIGITS, "0"), "2".rjust(DECIMAL_DIGITS + 1, "0")
+    run = lambda n: subprocess.run([tmp_path / "exe", "--steps", n], capture_output=True, text=True)
+    assert run(ok).returncode == 0 and run(ok).stdout == run("2").stdout
+    assert (run(over).returncode, run(over).stderr) == (REFUSAL["usage"], "refused: usage\n")
+    rc, out, err = alphac("run", d / "diverge.alpha", "--steps", ok)
+    assert rc == 0 and out == run("2").stdout, err
+    for argv in (["run", d / "diverge.alpha", "--steps", over],
+                 ["run", d / "diverge.alpha", "--steps", "9" * 40],
+                 ["launch", d / "dep", "--steps", over], ["launch", d / "dep", "--deadline-ms", over],
+                 ["slurm", d / "dep", "--steps", over], ["k8s", d / "dep", "--steps", over],
+                 ["run", d / "diverge.alpha", "--steps", "1_000"], ["run", d / "diverge.alpha", "--steps", "+5"],
+                 ["run", d / "diverge.alpha", "--steps", "٣"]):
+        rc, out, err = alphac(*argv)
+        assert rc == 2 and out == "" and "Traceback" not in err, (argv, err)
+    assert f"more than {DECIMAL_DIGITS} digits" in alphac("run", d / "diverge.alpha", "--steps", over)[2]
+
+
+def test_epochs_that_make_too_many_steps_are_a_usage_error(tmp_path):
+    """E epochs of B batches: a product past DECIMAL_DIGITS digits is refused at once (the
+    interpreter would run until killed; the executables refuse it)."""
+    from conftest import example
+    rc, out, err = alphac("run", example("logistic"), "--epochs", "9" * 15)
+    assert rc == 2 and out == "" and "has more than 15 digits" in err, err
+
+
+def _deployment_with_data(d: Path, data) -> Path:
+    """A built-looking deployment (roles.json, executables, MANIFEST.json, every hash right)
+    whose roles.json lists `data` as the files the owners load: what a rehashed manifest lets
+    anyone hand `alphac k8s`, `launch` and `slurm`."""
+    from alphac import artifacts, manifest
+    roles = [{"role": r, "file": r, "rank": k, "parent": None if k == 0 else "coordinator",
+              "listens": k == 0, "target": "x86_64", "samples": None}
+             for k, r in enumerate(["coordinator", "owner.0"])]
+    table = {"format": 1, "deployment": "d", "learner": "t", "identity": {}, "root": "coordinator",
+             "roles": roles, "batches": 1, "data": data}
+    raw = (json.dumps(table) + "\n").encode()
+    artifacts.write_file(d / "dep" / "roles.json", raw, 0o644)
+    entries = {"dep/roles.json": manifest.artifact_entry(raw, {"kind": "test"}, [])}
+    for r in ("coordinator", "owner.0"):
+        artifacts.write_file(d / "dep" / r, b"\x7fELF" + r.encode(), 0o755)
+        entries[f"dep/{r}"] = manifest.artifact_entry(b"\x7fELF" + r.encode(), {"kind": "test"}, [])
+    manifest.write(d / "MANIFEST.json", manifest.new(entries, [], {}))
+    return d / "dep"
+
+
+@pytest.mark.parametrize("data", ["x", [1], [{}], [{"load": 1, "path": "a", "root": "r"}],
+                                  [{"load": "a.npy", "path": "a\0b", "root": "r"}], {"a": 1}],
+                         ids=["text", "number", "empty", "load-number", "nul", "object"])
+def test_a_malformed_data_entry_is_refused_by_name(data, tmp_path):
+    dep = _deployment_with_data(tmp_path, data)
+    for argv in (["k8s", dep, "-o", tmp_path / "k8s"], ["launch", dep, "--records", tmp_path / "runs"],
+                 ["slurm", dep, "--records", tmp_path / "runs"]):
+        rc, out, err = alphac(*argv)
+        assert (rc, out) == (REFUSAL["launch-input"], "") and \
+            err.startswith("refused: launch-input (roles.json: `data` is not a list"), (argv, err)
+    assert not (tmp_path / "k8s").exists() and not (tmp_path / "runs").exists()

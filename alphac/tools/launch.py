@@ -167,6 +167,12 @@ def check_table(t) -> dict:
                 and isinstance(r.get("mesh", False), bool)
                 and (not r.get("mesh") or type(r.get("rank")) is int)):
             raise bad(f"role {i} is not a role entry")
+    data = t.get("data", [])
+    if not isinstance(data, list) or not all(
+            isinstance(f, dict) and all(isinstance(f.get(k), str) and f[k] and "\0" not in f[k]
+                                        for k in ("path", "load", "root")) for f in data):
+        raise bad("`data` is not a list of the files the owners load (each a path, a load path "
+                  "and a root)")
     names = [r["role"] for r in t["roles"]]
     listening = {r["role"] for r in t["roles"] if r["listens"]}
     if len(set(names)) != len(names) or t["root"] not in names \
