@@ -51,8 +51,8 @@ REFUSALS: dict[str, tuple[int, str]] = {
     "frame-truncated": (75, "a frame ends before its header or payload is complete, or announces "
                             "less than the receiver expects"),
     "frame-checksum": (76, "a frame's checksum does not match its bytes"),
-    "frame-unknown-role": (77, "a frame comes from a role that is not the expected peer (or a "
-                               "role connects twice)"),
+    "frame-unknown-role": (77, "a frame comes from a role that is not the expected peer (a "
+                               "role that is not one of the receiver's children or peers)"),
     "frame-bad-accumulator": (79, "a combine frame's exact sums (`contract exact_sum`) are not in "
                               "the accumulator format: a header with an undefined bit or a base out "
                               "of range, or spill records that do not match the spilled headers"),
@@ -69,7 +69,8 @@ REFUSALS: dict[str, tuple[int, str]] = {
                             "any answer of the nameservers of resolv.conf within the deadline"),
     "rank-out-of-range": (88, "`--rank R` names a role this executable is not built for (its "
                               "compiled rank, or its index node's ranks)"),
-    "rank-duplicate": (89, "two roles with the same rank connect to one parent"),
+    "rank-duplicate": (89, "a role connects twice to its parent (or to a mesh peer): two roles "
+                           "with the same rank, or one role started twice"),
     "stale-epoch": (90, "a frame or checkpoint belongs to an older epoch"),
     "artifact-hash": (100, "the launcher found an executable (or roles.json) whose SHA-256 is not "
                            "the build manifest's, or no manifest; nothing was started"),

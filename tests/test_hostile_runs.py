@@ -259,3 +259,26 @@ def test_a_malformed_data_entry_is_refused_by_name(data, tmp_path):
         assert (rc, out) == (REFUSAL["launch-input"], "") and \
             err.startswith("refused: launch-input (roles.json: `data` is not a list"), (argv, err)
     assert not (tmp_path / "k8s").exists() and not (tmp_path / "runs").exists()
+
+
+def test_a_role_that_connects_twice_is_refused_as_the_docs_say(diverging):
+    """docs/refusals.md names the refusal the runtime gives when a role connects twice to its
+    parent: the coordinator refuses rank-duplicate, and that row (and no other) says so."""
+    import socket
+    import subprocess
+    from alphac.tools.docs import refusals_md
+    d = diverging / "dep"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    common = ["--steps", "1", "--deadline-ms", "3000"]
+    coord = subprocess.Popen([d / "coordinator", *common, "--listen", f"127.0.0.1:{port}"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    owners = [subprocess.Popen([d / "owner.0", *common, "--parent", f"127.0.0.1:{port}"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    _, err = coord.communicate(timeout=30)
+    for p in owners:
+        p.communicate(timeout=30)
+    assert (coord.returncode, err) == (REFUSAL["rank-duplicate"], "refused: rank-duplicate\n")
+    rows = [line for line in refusals_md().splitlines() if "connects twice" in line]
+    assert len(rows) == 1 and rows[0].startswith("| `rank-duplicate` |"), rows
