@@ -83,7 +83,12 @@ REFUSALS: dict[str, tuple[int, str]] = {
                           "not JSON or lacks a field the launcher reads, or a role file is not an "
                           "executable regular file; nothing was started"),
     "records-dir": (104, "the launcher cannot make the run's record directory under --records (a "
-                         "path through a file, no permission, a full disk); nothing was started"),
+                         "path through a file, no permission), or reserve the space its record "
+                         "and the roles' events need (a full disk); nothing was started"),
+    "record-write": (108, "the run ended but its record could not be written under --records (a "
+                          "disk that filled beyond the space reserved for it before the start); "
+                          "the detail says whether it passed, where its checkpoint and its "
+                          "events are"),
     "record-key": (105, "the record key file cannot be read or made, holds fewer than 32 bytes, or "
                         "others can read or write it; a launch starts nothing"),
     "launch-interrupted": (106, "the launcher got SIGINT, SIGTERM or SIGHUP: every role was ended, "

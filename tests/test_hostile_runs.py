@@ -282,3 +282,76 @@ def test_a_role_that_connects_twice_is_refused_as_the_docs_say(diverging):
     assert (coord.returncode, err) == (REFUSAL["rank-duplicate"], "refused: rank-duplicate\n")
     rows = [line for line in refusals_md().splitlines() if "connects twice" in line]
     assert len(rows) == 1 and rows[0].startswith("| `rank-duplicate` |"), rows
+
+
+# -- a full disk under --records ---------------------------------------------------------------------
+@pytest.fixture
+def small_disk(tmp_path):
+    """A real file system of 256 KiB (tmpfs; CI runs as root), unmounted after the test."""
+    import os
+    import subprocess
+    if os.geteuid() != 0:
+        if os.environ.get("CI"):
+            pytest.fail("the full-disk tests need root in CI (mount -t tmpfs)")
+        pytest.skip("needs root (mount -t tmpfs)")
+    d = tmp_path / "disk"
+    d.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", d], check=True)
+    yield d
+    subprocess.run(["umount", d], check=True)
+
+
+def fill(d: Path) -> None:
+    """Write into d until the file system is full."""
+    import os
+    n = 0
+    while True:
+        try:
+            with open(d / f"fill{n}", "wb") as fh:
+                fh.write(b"\0" * 4096)
+        except OSError as e:
+            assert e.errno == 28                       # ENOSPC
+            return
+        n += 1
+
+
+def test_a_full_records_disk_refuses_the_run_before_it_starts(diverging, small_disk, tmp_path):
+    fill(small_disk)
+    import os
+    os.unlink(small_disk / "fill0")                        # 4 KiB free: not a record's room
+    (small_disk / "runs").mkdir()
+    rc, out, err = alphac("launch", diverging / "dep", "--steps", 60, "--records", small_disk / "runs",
+                          "--checkpoint", tmp_path / "ck")
+    assert (rc, out) == (REFUSAL["records-dir"], "") and err.startswith("refused: records-dir (") \
+        and "nothing was started" in err, err
+    assert list((small_disk / "runs").iterdir()) == [] and not (tmp_path / "ck").exists()
+
+
+@pytest.mark.parametrize("reserved", [True, False])
+def test_a_disk_that_fills_during_the_run_keeps_the_record_or_says_so(diverging, small_disk, tmp_path,
+                                                                     monkeypatch, reserved):
+    """Another writer fills the disk while the roles run (after they ran, here: deterministic).
+    The space reserved before the start holds the record; a record larger than its reservation
+    (the reservation shrunk here to nothing) is refused record-write, naming the checkpoint."""
+    import alphac.tools.launch as launch
+    real = launch.run_roles
+
+    def run_then_fill(*a, **k):
+        out = real(*a, **k)
+        fill(small_disk)
+        return out
+    monkeypatch.setattr(launch, "run_roles", run_then_fill)
+    if not reserved:
+        for name in ("RECORD_FIXED", "RECORD_PER_ROLE", "RECORD_PER_STEP", "PUBLISHED_RESERVE"):
+            monkeypatch.setattr(launch, name, 0)
+    rc, out, err = alphac("launch", diverging / "dep", "--steps", 60, "--records", small_disk / "runs",
+                          "--checkpoint", tmp_path / "ck")
+    assert (tmp_path / "ck" / "MANIFEST").is_file()        # published, on another disk
+    if reserved:
+        assert rc == 0 and out.startswith("a "), err
+        from alphac.tools.launch import verify_record
+        assert verify_record(small_disk / "runs" / "diverge_star-0001" / "record.json") == []
+    else:
+        assert (rc, out) == (REFUSAL["record-write"], "") and err.count("\n") == 1, err
+        assert err.startswith("refused: record-write (") and "No space left on device" in err
+        assert f"its checkpoint was published in {tmp_path / 'ck'}" in err and "the run passed" in err
