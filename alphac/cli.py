@@ -80,7 +80,10 @@ run `alphac COMMAND --help` for a command's options.
 def _help() -> str:
     """HELP and the exit codes (alphac.refusals' table)."""
     from alphac.refusals import exit_table
-    return HELP + "\nexit codes:\n" + "".join(f"  {code:<7} {when}\n" for code, when in exit_table())
+    import textwrap
+    return HELP + "\nexit codes:\n" + "".join(
+        textwrap.fill(when, 96, initial_indent=f"  {code:<7} ", subsequent_indent=" " * 10) + "\n"
+        for code, when in exit_table())
 
 
 class UsageError(Exception):
