@@ -303,6 +303,19 @@ def accepted_silently(argv, primary, rc, oks) -> bool:
     return rc == 0 and primary is not None and key in oks and primary not in oks[key]
 
 
+def memory_bound(more: int):
+    """This process's address space bounded to what it holds now and `more` bytes (a command
+    that reads /dev/zero whole then fails in here rather than taking the machine's memory);
+    returns what lifts the bound again."""
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    with open("/proc/self/statm") as fh:
+        now = int(fh.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    resource.setrlimit(resource.RLIMIT_AS, (now + more if hard == resource.RLIM_INFINITY
+                                            else min(hard, now + more), hard))
+    return lambda: resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
 def test_cli_fuzzer_never_tracebacks(tmp_path, monkeypatch, capsys, diverged):
     """Random command lines of every command over hostile files (FIFOs, devices, a huge sparse
     file, truncated, deep and non-UTF-8 JSON, a diverging learner's records, checkpoints and
@@ -325,6 +338,7 @@ def test_cli_fuzzer_never_tracebacks(tmp_path, monkeypatch, capsys, diverged):
         raise Hang()
     old = signal.signal(signal.SIGALRM, hang)
     tried, codes, refusals = 0, collections.Counter(), collections.Counter()
+    memory = memory_bound(4 << 30)         # a read without a bound is a MemoryError, not an OOM
     try:
         for _ in range(FUZZ_RUNS):
             argv, primary = random_argv(rng, paths)
@@ -343,6 +357,7 @@ def test_cli_fuzzer_never_tracebacks(tmp_path, monkeypatch, capsys, diverged):
             refusals.update(re.findall(r"^refused: ([a-z0-9-]+)", err, re.M))
     finally:
         signal.signal(signal.SIGALRM, old)
+        memory()
     with capsys.disabled():
         print(f"\nCLI fuzzer: {tried} command lines, 0 tracebacks, hangs, internal errors or silent "
               f"acceptances; exit codes {sorted(codes.items())}; refusals {sorted(refusals.items())}")
