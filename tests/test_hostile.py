@@ -181,7 +181,7 @@ def test_ckpt_show_never_raises_on_names_that_are_not_utf8(checkpoint, tmp_path)
 
 
 # -- the command line, fuzzed --------------------------------------------------------------------------
-FUZZ_RUNS = int(os.environ.get("ALPHAC_CLI_FUZZ", "150"))    # `make cli-fuzz COUNT=N` for more
+FUZZ_RUNS = int(os.environ.get("ALPHAC_CLI_FUZZ", "100"))    # `make cli-fuzz CLI_COUNT=N` for more
 
 
 @pytest.fixture(scope="module")
