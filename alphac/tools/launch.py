@@ -296,7 +296,13 @@ def reserve_record(rdir: Path, record: int, events: int) -> None:
     try:
         fd = os.open(rdir / RESERVED, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
-            os.posix_fallocate(fd, 0, record)
+            try:
+                os.posix_fallocate(fd, 0, record)
+            except OSError as e:        # a file system that cannot allocate: zeros written
+                if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+                    raise
+                for at in range(0, record, 1 << 16):
+                    os.write(fd, bytes(min(1 << 16, record - at)))
         finally:
             os.close(fd)
         st = os.statvfs(rdir)
