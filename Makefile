@@ -6,7 +6,7 @@ STAMP    = $(VENV)/.installed
 ALPHAC   = $(BIN)/alphac
 EXAMPLES = scalar_regression two_coordinate independent_state lsq_momentum lsq_adam
 
-.PHONY: venv data test repro roles demo docs bench fuzz math-soak clean
+.PHONY: venv data test repro roles demo docs bench fuzz cli-fuzz math-soak clean
 
 # ptxas assembles the GPU code at build time (never at run time). Without one on the PATH (or in
 # $ALPHAC_PTXAS), the venv gets CUDA's pinned ptxas from PyPI.
@@ -65,6 +65,11 @@ demo: roles
 MINUTES ?= 10
 fuzz: $(STAMP)
 	$(WITH_PTXAS) $(BIN)/python tests/fuzz.py --minutes $(MINUTES) $(if $(SEED),--seed $(SEED)) $(if $(FAST),--fast)
+
+# random command lines of every `alphac` command over hostile files: `make cli-fuzz [COUNT=N] [SEED=N]`
+CLI_COUNT ?= 5000
+cli-fuzz: $(STAMP)
+	ALPHAC_CLI_FUZZ=$(CLI_COUNT) $(if $(SEED),ALPHAC_CLI_FUZZ_SEED=$(SEED)) $(BIN)/python -m pytest -q -s tests/test_hostile.py -k fuzzer
 
 # the contract's functions against MPFR: a billion random inputs each (`COUNT=1e7` for less)
 COUNT ?= 1e9

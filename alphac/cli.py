@@ -1,11 +1,9 @@
 """The `alphac` command: argument parsing and the exit-code conventions, nothing else.
 
-Exit codes: 0 success; 1 the input has errors (diagnostics on stderr; for `verify`, a missing or
-malformed manifest), or a file cannot be read or written (`alphac: error: ...`: an output path
-that is not absent or a regular file is refused by name, alphac.files); 2 the command line is
-wrong (argparse's usage message; an empty path is one); 3 `verify` or `verify-record` found a
-difference (one line per problem on stderr), or alphac has a defect (`alphac: internal error:
-...`); a run that refuses exits with its refusal's code (`alphac.refusals`) after printing
+Exit codes: the one table alphac.refusals.TOOL_EXITS (0 success; 1 an input's errors or a file
+that cannot be read or written; 2 a wrong command line; 3 `verify` or `verify-record` found a
+difference; 4 a defect of alphac's, `alphac: internal error: ...`), shown by `alphac --help`; a run
+that refuses exits with its refusal's code (`alphac.refusals`, 64 and up) after printing
 `refused: NAME` on stderr, exactly like the executables.
 A bad input never produces a Python traceback.
 """
@@ -16,7 +14,7 @@ import sys
 
 from alphac import __version__
 from alphac.diag import CODES, CompileError, explain
-from alphac.refusals import Refusal
+from alphac.refusals import Refusal, tool_exit
 
 def _target(text: str) -> str:
     """An ISA or a level (x86_64-v3, x86_64-v4), or ISA+sm_NN for a GPU owner (checked further by the
@@ -79,6 +77,20 @@ run `alphac COMMAND --help` for a command's options.
 """
 
 
+def _help() -> str:
+    """HELP and the exit codes (alphac.refusals' table)."""
+    from alphac.refusals import exit_table
+    import textwrap
+    return HELP + "\nexit codes:\n" + "".join(
+        textwrap.fill(when, 96, initial_indent=f"  {code:<7} ", subsequent_indent=" " * 10) + "\n"
+        for code, when in exit_table())
+
+
+class UsageError(Exception):
+    """A command line that parses but asks for what nothing can do: `alphac COMMAND: error:
+    ...`, exit 2, as argparse's own usage errors."""
+
+
 def _path(text: str) -> str:
     """A path on the command line: never empty (`''` would name the current directory, or `/`)."""
     if not text or "\0" in text:
@@ -94,13 +106,16 @@ def _data_arg(text: str) -> tuple[str, str]:
 
 
 def _steps(text: str) -> int:
-    try:
-        n = int(text, 10)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}")
-    if n < 0:
-        raise argparse.ArgumentTypeError("must be 0 or more")
-    return n
+    """A count for an executable's command line: what its runtime takes, a decimal of 1 to
+    DECIMAL_DIGITS digits (no sign, space or `_`, which Python's int() would take)."""
+    from alphac.refusals import DECIMAL_DIGITS
+    if not (text.isascii() and text.isdigit()):
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}" +
+                                         (" (must be 0 or more)" if text.startswith("-") else ""))
+    if len(text) > DECIMAL_DIGITS:
+        raise argparse.ArgumentTypeError(f"more than {DECIMAL_DIGITS} digits: {text!r} (the "
+                                         "executables refuse it: `refused: usage`)")
+    return int(text, 10)
 
 
 def _positive(text: str) -> int:
@@ -142,7 +157,7 @@ def _progress(args) -> bool:
 
 def build_parser() -> argparse.ArgumentParser:
     from alphac.manifest import compiler_digest
-    ap = argparse.ArgumentParser(prog="alphac", description=HELP, allow_abbrev=False,
+    ap = argparse.ArgumentParser(prog="alphac", description=_help(), allow_abbrev=False,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--version", action="version",
                     version=f"alphac {__version__} (source sha256 {compiler_digest()[:16]})")
@@ -443,7 +458,7 @@ def cmd_run(args) -> int:
         except PlanError as e:           # the checked plan cannot run: a defect of alphac's
             print(f"alphac: internal error: deployment `{args.deployment}`: {e} (please report "
                   "this learner)", file=sys.stderr)
-            return 3
+            return tool_exit("internal-error")
         sys.stdout.write(formatted(format_state(lr, state), args.format))
         return 0
     compiled = _compiled(args.file)
@@ -468,7 +483,19 @@ def _compiled(path: str):
 
 def _step_count(args, lr) -> int:
     """--steps N, or --epochs E: E times the learner's batches per epoch."""
-    return args.steps if getattr(args, "epochs", None) is None else args.epochs * lr.batches
+    return args.steps if getattr(args, "epochs", None) is None else \
+        _epoch_steps(args.epochs, lr.batches)
+
+
+def _epoch_steps(epochs: int, batches: int) -> int:
+    """E epochs of B batches as a step count, refused as a usage error (exit 2) where it has
+    more digits than an executable takes (what `--steps` refuses, _steps)."""
+    from alphac.refusals import DECIMAL_DIGITS
+    steps = epochs * batches
+    if len(str(steps)) > DECIMAL_DIGITS:
+        raise UsageError(f"--epochs {epochs}: {steps} steps ({batches} per epoch) has more than "
+                         f"{DECIMAL_DIGITS} digits, which the executables refuse")
+    return steps
 
 
 def formatted(state_text: str, fmt: str) -> str:
@@ -669,7 +696,7 @@ def cmd_verify(args) -> int:
     for line in problems:
         print(f"verify: {line}", file=sys.stderr)
     if problems:
-        return 3
+        return tool_exit("differs")
     print(f"verify: {args.manifest}: every hash matches")
     return 0
 
@@ -679,7 +706,7 @@ def cmd_launch(args) -> int:
     from alphac.tools.launch import launch, load_table
     if args.epochs is not None:          # E epochs: E times the batches per epoch roles.json says
         batches = load_table(Path(args.dir))[0].get("batches", 1)
-        args.steps = args.epochs * (batches if isinstance(batches, int) and batches > 0 else 1)
+        args.steps = _epoch_steps(args.epochs, batches if type(batches) is int and batches > 0 else 1)
     record = launch(args.dir, steps=args.steps, deadline_ms=args.deadline_ms, records=args.records,
                     checkpoint=args.checkpoint, resume=args.resume, key=args.record_key,
                     progress=sys.stderr if _progress(args) else None, data=args.data,
@@ -776,7 +803,7 @@ def cmd_verify_record(args) -> int:
         print(f"verify-record: {line}", file=sys.stderr)
     if not problems:
         print(f"verify-record: {args.record}: an authentic pass")
-    return 3 if problems else 0
+    return tool_exit("differs" if problems else "ok")
 
 
 def cmd_ckpt(args) -> int:
@@ -798,7 +825,10 @@ def cmd_ckpt(args) -> int:
                 shapes = learner_shapes(compile_file(args.learner).learner)
             except CompileError as e:
                 return _report(e)
-        done = export(args.dir, args.output, shapes)
+        try:
+            done = export(args.dir, args.output, shapes)
+        except CheckpointError as e:      # what resume and `alphac eval` refuse, by their name
+            raise Refusal(e.refusal, str(e))
         print(f"alphac: {len(done)} tensors in {args.output}: " +
               ", ".join(f"{k} {list(v)}" for k, v in done.items()), file=sys.stderr)
     except (CheckpointError, ValueError) as e:
@@ -939,6 +969,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return COMMANDS[args.command](args)
+    except UsageError as e:
+        print(f"alphac {args.command}: error: {e}", file=sys.stderr)
+        return tool_exit("usage")
     except Refusal as r:
         # the interpreter prints exactly what an executable prints; the tools add the detail:
         # `refused: NAME (what was wrong, and what to do)`, one line
@@ -956,4 +989,4 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:             # a defect of alphac's, reported without a traceback
         print(f"alphac: internal error: {type(e).__name__}: {e} (please report this input)",
               file=sys.stderr)
-        return 3
+        return tool_exit("internal-error")

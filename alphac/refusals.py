@@ -4,16 +4,35 @@ An executable (and the reference interpreter, and the launcher) that refuses pri
 line `refused: NAME` on standard error and exits with the code below. Nothing is half-written: a
 refusal happens before the state is published. The table is lowered into every executable
 (`alphac.lower.rt_lower`) and documented in docs/refusals.md (generated from it; a test keeps the
-two equal). Exit codes start at 64 so that they never collide with 0 (success), 1 (diagnostics
-from the compiler) or 2 (the compiler's own usage errors).
+two equal). Exit codes start at 64 so that they never collide with the `alphac` command's
+own (TOOL_EXITS below: 0 success, 1 an input's errors, 2 usage, 3 a difference found, 4 a defect).
 """
 from __future__ import annotations
+
+# The `alphac` command's own exit codes, below the refusals' (docs/refusals.md and `alphac --help`
+# render this table): name -> (exit code, when).
+TOOL_EXITS: dict[str, tuple[int, str]] = {
+    "ok": (0, "success (for `verify`: every hash matches; for `verify-record`: an authentic pass)"),
+    "error": (1, "the input has errors (diagnostics on standard error; for `verify`, a missing or "
+                 "malformed manifest), or a file cannot be read or written (`alphac: error: ...`)"),
+    "usage": (2, "the command line is wrong (the command's usage message; an empty path is one)"),
+    "differs": (3, "`verify` found a difference, or `verify-record` a record that is not an "
+                   "authentic pass (one line per problem on standard error)"),
+    "internal-error": (4, "alphac has a defect (`alphac: internal error: ...`, please report the "
+                          "input): never the answer to an input, however hostile"),
+}
+
+# The most digits of a number on an executable's command line (`--steps N`, `--deadline-ms MS`,
+# `--rank R`...): the runtime's rt_parse_dec (alphac/runtime/core.rt) refuses a longer one as
+# `usage`, and `alphac`'s options that reach an executable refuse it the same way
+# (tests/test_hostile_runs.py runs both sides at the bound).
+DECIMAL_DIGITS = 15
 
 # name -> (exit code, when)
 REFUSALS: dict[str, tuple[int, str]] = {
     "usage": (64, "the command line is not what the executable takes (see its docs: a learner "
                   "takes `--steps N`, a role also its addresses), a number is not a decimal "
-                  "integer of at most 15 digits, or an option is unknown"),
+                  f"integer of at most {DECIMAL_DIGITS} digits, or an option is unknown"),
     "cpu-level": (67, "the executable was built for a target level (x86_64-v3: AVX2; x86_64-v4: "
                       "AVX-512 F, DQ, CD, BW and VL) that this CPU, "
                       "or its operating system, does not provide; build for `x86_64` instead"),
@@ -32,8 +51,8 @@ REFUSALS: dict[str, tuple[int, str]] = {
     "frame-truncated": (75, "a frame ends before its header or payload is complete, or announces "
                             "less than the receiver expects"),
     "frame-checksum": (76, "a frame's checksum does not match its bytes"),
-    "frame-unknown-role": (77, "a frame comes from a role that is not the expected peer (or a "
-                               "role connects twice)"),
+    "frame-unknown-role": (77, "a frame comes from a role that is not the expected peer (a "
+                               "role that is not one of the receiver's children or peers)"),
     "frame-bad-accumulator": (79, "a combine frame's exact sums (`contract exact_sum`) are not in "
                               "the accumulator format: a header with an undefined bit or a base out "
                               "of range, or spill records that do not match the spilled headers"),
@@ -50,7 +69,8 @@ REFUSALS: dict[str, tuple[int, str]] = {
                             "any answer of the nameservers of resolv.conf within the deadline"),
     "rank-out-of-range": (88, "`--rank R` names a role this executable is not built for (its "
                               "compiled rank, or its index node's ranks)"),
-    "rank-duplicate": (89, "two roles with the same rank connect to one parent"),
+    "rank-duplicate": (89, "a role connects twice to its parent (or to a mesh peer): two roles "
+                           "with the same rank, or one role started twice"),
     "stale-epoch": (90, "a frame or checkpoint belongs to an older epoch"),
     "artifact-hash": (100, "the launcher found an executable (or roles.json) whose SHA-256 is not "
                            "the build manifest's, or no manifest; nothing was started"),
@@ -63,7 +83,12 @@ REFUSALS: dict[str, tuple[int, str]] = {
                           "not JSON or lacks a field the launcher reads, or a role file is not an "
                           "executable regular file; nothing was started"),
     "records-dir": (104, "the launcher cannot make the run's record directory under --records (a "
-                         "path through a file, no permission, a full disk); nothing was started"),
+                         "path through a file, no permission), or reserve the space its record "
+                         "and the roles' events need (a full disk); nothing was started"),
+    "record-write": (108, "the run ended but its record could not be written under --records (a "
+                          "disk that filled beyond the space reserved for it before the start); "
+                          "the detail says whether it passed, where its checkpoint and its "
+                          "events are"),
     "record-key": (105, "the record key file cannot be read or made, holds fewer than 32 bytes, or "
                         "others can read or write it; a launch starts nothing"),
     "launch-interrupted": (106, "the launcher got SIGINT, SIGTERM or SIGHUP: every role was ended, "
@@ -131,3 +156,17 @@ class Refusal(Exception):
 
 def exit_code(name: str) -> int:
     return REFUSALS[name][0]
+
+
+def tool_exit(name: str) -> int:
+    """The `alphac` command's exit code `name` (TOOL_EXITS)."""
+    return TOOL_EXITS[name][0]
+
+
+def exit_table() -> list[tuple[str, str]]:
+    """Every exit code of `alphac` and what it means, in order: the tool's own, then the
+    refusals' (64 and up, each `refused: NAME`)."""
+    rows = [(str(code), when) for code, when in sorted(TOOL_EXITS.values())]
+    return rows + [(f"{min(c for c, _ in REFUSALS.values())}-{max(c for c, _ in REFUSALS.values())}",
+                    "a run refused: `refused: NAME` on standard error, the code of NAME in "
+                    "docs/refusals.md")]

@@ -181,12 +181,31 @@ def test_ckpt_show_never_raises_on_names_that_are_not_utf8(checkpoint, tmp_path)
 
 
 # -- the command line, fuzzed --------------------------------------------------------------------------
-FUZZ_RUNS = int(os.environ.get("ALPHAC_CLI_FUZZ", "300"))
+FUZZ_RUNS = int(os.environ.get("ALPHAC_CLI_FUZZ", "100"))    # `make cli-fuzz CLI_COUNT=N` for more
 
 
-def hostile_files(d):
-    """Inputs of every kind a user or an attacker can hand the CLI."""
+@pytest.fixture(scope="module")
+def diverged(tmp_path_factory):
+    """What a diverging learner (tests/test_hostile_runs.py) leaves: its source, its built
+    deployment, the records of a passing run (loss inf) and of a failed one (loss nan, state
+    non-finite), and its checkpoint; the fuzzer copies them and hands them to every command."""
+    import contextlib
+    from test_hostile_runs import DIVERGE
+    d = tmp_path_factory.mktemp("diverged")
+    (d / "diverge.alpha").write_text(DIVERGE)
+    with contextlib.chdir(d):
+        assert alphac("build", "diverge.alpha", "--deployment", "diverge_star", "-o", "dep")[0] == 0
+        assert alphac("launch", "dep", "--steps", 60, "--records", "runs", "--checkpoint", "ck")[0] == 0
+        assert alphac("launch", "dep", "--steps", 120, "--records", "runs")[0] == 102
+    return d
+
+
+def hostile_files(d, diverged=None):
+    """Inputs of every kind a user or an attacker can hand the CLI: (paths, the good ones of
+    each kind, which a command may accept; every other must be refused)."""
+    import json
     import random
+    import shutil
     rng = random.Random(22)
     good = example("lsq_momentum").read_bytes()
     files = {"good.alpha": good, "empty": b"", "binary": bytes(rng.randrange(256) for _ in range(300)),
@@ -194,7 +213,11 @@ def hostile_files(d):
              "nested.alpha": b"learner t\nconst c = " + b"(" * 500 + b"1" + b")" * 500 + b"\n",
              "huge.alpha": b"learner t\nstate s: f64[99999999999999999999] = 0.0\nupdate {\n  s = s\n}\n",
              "manifest.json": b'{"format": 1, "artifacts": {"../x": {}}}',
-             "MANIFEST": b"ALPHACK" + bytes(rng.randrange(256) for _ in range(200))}
+             "MANIFEST": b"ALPHACK" + bytes(rng.randrange(256) for _ in range(200)),
+             "deep.json": b"[" * 100000 + b"]" * 100000,
+             "deep-record.json": b'{"format": 2, "kind": "launch", "roles": ' + b"[" * 5000 + b"]" * 5000 + b"}",
+             "not-utf8.json": b'{"format": 2, "kind": "launch\xff"}',
+             "nan.json": b'{"format": 2, "kind": "launch", "roles": [], "published": "", "passed": NaN}'}
     for k in range(12):                                    # the example, mutated byte by byte
         b = bytearray(good)
         for _ in range(rng.randrange(1, 8)):
@@ -203,40 +226,110 @@ def hostile_files(d):
         files[f"mut{k}.alpha"] = bytes(b)
     for name, data in files.items():
         (d / name).write_bytes(data)
+    with open(d / "sparse", "wb") as fh:                    # 100 MiB of holes: past every limit
+        fh.truncate(100 << 20)
     os.mkfifo(d / "fifo")
     (d / "dir").mkdir()
     (d / "dir" / "MANIFEST").write_bytes(files["MANIFEST"])
     (d / "loop").symlink_to(d / "loop")
     (d / "dangling").symlink_to(d / "nowhere")
-    return sorted(files) + ["fifo", "dir", "loop", "dangling", "nowhere", "/dev/zero", ".", "-",
-                            "\x00", "\udcff"]
+    oks = {}
+    if diverged is not None:                                 # a diverging learner's own files
+        shutil.copy(diverged / "diverge.alpha", d)
+        for sub in ("dep", "runs", "ck"):
+            shutil.copytree(diverged / sub, d / sub, symlinks=True)
+        passed, failed = "runs/diverge_star-0001/record.json", "runs/diverge_star-0002/record.json"
+        rec = json.loads((d / passed).read_text())
+        forged = d / "runs" / "forged"
+        shutil.copytree(d / "runs/diverge_star-0001", forged)
+        rec["passed"], rec["published"] = True, rec["published"] + "b 0000000000000000\n"
+        (forged / "record.json").write_text(json.dumps(rec))          # its MAC no longer matches
+        (d / "truncated.json").write_bytes((d / failed).read_bytes()[:5000])
+        shutil.copytree(d / "ck", d / "ck-nan")
+        from test_hostile_runs import _first_shard_value
+        _first_shard_value(d / "ck-nan", float("nan"))
+        records = [passed, failed, "runs/forged/record.json"]
+        oks = {"verify-record": {passed}, "plot": set(records), "trace": set(records),
+               "ckpt show": {"ck", "ck-nan"}, "ckpt export": {"ck"}, "launch": {"dep"},
+               "k8s": {"dep"}, "slurm": {"dep"}}
+        extra = ["diverge.alpha", "truncated.json", "dep", "ck", "ck-nan", "runs"] + records
+    else:
+        extra = []
+    paths = sorted(files) + ["fifo", "dir", "loop", "dangling", "nowhere", "sparse", "/dev/zero",
+                             "/dev/null", ".", "-", "\x00", "\udcff"] + extra
+    return paths, oks
 
 
 def random_argv(rng, paths):
+    """(argv, primary): a random command line and the path it is about (None when random words
+    were put in anywhere, which can make any path the primary one)."""
     p = lambda: rng.choice(paths)
-    words = ["--steps", "-1", "1e3", "x", "--deployment", "nope", "--target",
+    words = ["--steps", "-1", "1e3", "x", "0" * 16 + "1", "--deployment", "nope", "--target",
              "aarch64", "x86_64+sm_90", "sparc", "--emit", "asm", "rt", "lir", "ptx", "calls",
-             "--gpu-memory", "1 XiB", "--gpu-host", "-o", "--out", "--checkpoint", "--resume", "--help"]
-    command = rng.choice([["check", p(), p()], ["run", p()], ["plan", p()], ["build", p(), "-o", "out/" + p()],
-                          ["build", p(), "--emit", rng.choice(["asm", "rt", "lir", "ptx"])],
-                          ["build", p(), "--target", "x86_64+sm_90", "--gpu-host", p()],
-                          ["verify", p()], ["ckpt", "show", p()], ["launch", p(), "--steps", "1"],
-                          ["eval", p(), "--checkpoint", p()], ["eval", p(), "--steps", "1", "--data", "x=" + p()],
-                          ["explain", rng.choice(["E0004", "e0044", "E9999", ""])], ["build-all", "--out", p()],
-                          [], [p()]])
-    for _ in range(rng.choice([0, 0, 0, 1, 2])):            # now and then random words anywhere
+             "--gpu-memory", "1 XiB", "--gpu-host", "-o", "--out", "--checkpoint", "--resume", "--help",
+             "--epochs", "--format", "json", "--json", "--data", "--learner"]   # no count that
+    # is valid and large: a run of 10^15 steps is what was asked for, not a hang
+    o = lambda ext="": "out/" + str(rng.randrange(1000)) + ext
+    primary = p()
+    command = rng.choice([
+        ["check", primary, p()], ["run", primary], ["run", primary, "--steps", "1", "--format", "json"],
+        ["run", primary, "--epochs", rng.choice(["1", "0" * 15 + "1"])],
+        ["run", primary, "--deployment", "diverge_star", "--steps", "2"],
+        ["plan", primary], ["build", primary, "-o", o()],
+        ["build", primary, "--emit", rng.choice(["asm", "rt", "lir", "ptx"])],
+        ["build", primary, "--target", "x86_64+sm_90", "--gpu-host", p()],
+        ["build", primary, "--deployment", "diverge_star", "-o", o()],
+        ["verify", primary], ["ckpt", "show", primary], ["ckpt", "show", primary, "--json"],
+        ["ckpt", "export", primary, "-o", o(rng.choice([".npz", ".safetensors"]))],
+        ["launch", primary, "--steps", rng.choice(["1", "3", "0"]), "--records", "out/runs"],
+        ["launch", primary, "--steps", "2", "--records", "out/runs", "--resume", p()],
+        ["slurm", primary, "--records", "out/runs", "-o", o(".sh")], ["slurm-record", primary],
+        ["k8s", primary, "-o", o()], ["verify-record", primary], ["trace", primary, "-o", o(".json")],
+        ["plot", primary], ["plot", primary, "-o", o(".svg")],
+        ["eval", primary, "--checkpoint", p()], ["eval", "diverge.alpha", "--checkpoint", primary],
+        ["eval", primary, "--steps", "1", "--data", "x=" + p()],
+        ["explain", rng.choice(["E0004", "e0044", "E9999", ""])], ["build-all", "--out", primary],
+        [], [primary]])
+    inserted = rng.choice([0, 0, 0, 1, 2])
+    for _ in range(inserted):                                 # now and then random words anywhere
         command.insert(rng.randrange(len(command) + 1), rng.choice(words + paths))
-    return command
+    return command, (primary if not inserted else None)
 
 
-def test_cli_fuzzer_never_tracebacks(tmp_path, monkeypatch, capsys):
-    """Random command lines over hostile files through alphac.cli.main: every outcome is a
-    diagnostic, a refusal or a usage message; never a traceback, an internal error or a hang."""
+def accepted_silently(argv, primary, rc, oks) -> bool:
+    """A command that exits 0 on a primary input that is not one of its good ones: a hostile
+    record, checkpoint or deployment taken as real."""
+    key = " ".join(argv[:2]) if argv[:1] == ["ckpt"] else (argv[0] if argv else "")
+    return rc == 0 and primary is not None and key in oks and primary not in oks[key]
+
+
+def memory_bound(more: int):
+    """This process's address space bounded to what it holds now and `more` bytes (a command
+    that reads /dev/zero whole then fails in here rather than taking the machine's memory);
+    returns what lifts the bound again."""
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    with open("/proc/self/statm") as fh:
+        now = int(fh.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    resource.setrlimit(resource.RLIMIT_AS, (now + more if hard == resource.RLIM_INFINITY
+                                            else min(hard, now + more), hard))
+    return lambda: resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
+def test_cli_fuzzer_never_tracebacks(tmp_path, monkeypatch, capsys, diverged):
+    """Random command lines of every command over hostile files (FIFOs, devices, a huge sparse
+    file, truncated, deep and non-UTF-8 JSON, a diverging learner's records, checkpoints and
+    deployment) through alphac.cli.main: every outcome is a diagnostic, a refusal or a usage
+    message; never a traceback, an internal error (exit 4), a hang or a hostile input accepted."""
+    import collections
     import random
+    import re
     import signal
+    from alphac.refusals import TOOL_EXITS
     monkeypatch.chdir(tmp_path)
-    paths = hostile_files(tmp_path)
-    rng = random.Random(2022)
+    paths, oks = hostile_files(tmp_path, diverged)
+    (tmp_path / "out").mkdir()
+    rng = random.Random(int(os.environ.get("ALPHAC_CLI_FUZZ_SEED", "2022")))
 
     class Hang(BaseException):                              # past every handler of the CLI's
         pass
@@ -244,21 +337,28 @@ def test_cli_fuzzer_never_tracebacks(tmp_path, monkeypatch, capsys):
     def hang(*_):
         raise Hang()
     old = signal.signal(signal.SIGALRM, hang)
-    tried, codes = 0, {}
+    tried, codes, refusals = 0, collections.Counter(), collections.Counter()
+    memory = memory_bound(4 << 30)         # a read without a bound is a MemoryError, not an OOM
     try:
         for _ in range(FUZZ_RUNS):
-            argv = random_argv(rng, paths)
-            signal.alarm(60)
+            argv, primary = random_argv(rng, paths)
+            signal.alarm(30)
             try:
                 rc, out, err = alphac(*argv)
+            except Hang:
+                pytest.fail(f"hang: {argv}")
             finally:
                 signal.alarm(0)
             assert "Traceback" not in out + err and "internal error" not in err, (argv, err)
-            assert rc in (0, 1, 2) or rc >= 64, (argv, rc, err)
+            assert rc != TOOL_EXITS["internal-error"][0] and (rc in (0, 1, 2, 3) or rc >= 64), (argv, rc, err)
+            assert not accepted_silently(argv, primary, rc, oks), ("accepted", argv, out, err)
             tried += 1
-            codes[rc] = codes.get(rc, 0) + 1
+            codes[rc] += 1
+            refusals.update(re.findall(r"^refused: ([a-z0-9-]+)", err, re.M))
     finally:
         signal.signal(signal.SIGALRM, old)
+        memory()
     with capsys.disabled():
-        print(f"\nCLI fuzzer: {tried} command lines, 0 tracebacks; exit codes {sorted(codes.items())}")
+        print(f"\nCLI fuzzer: {tried} command lines, 0 tracebacks, hangs, internal errors or silent "
+              f"acceptances; exit codes {sorted(codes.items())}; refusals {sorted(refusals.items())}")
     assert tried == FUZZ_RUNS and len(codes) >= 3

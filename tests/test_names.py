@@ -137,6 +137,17 @@ class Nameserver:
                     m[rng.randrange(len(m))] = rng.randrange(256)
                 out.append(bytes(m[:rng.randint(0, len(m))] if rng.random() < 0.3 else m))
             return out
+        if name.startswith("chain") and name.endswith(".dns.test"):   # chainN: N CNAME links
+            links, first = int(name[5:-len(".dns.test")]), 12 + len(q)
+            rrs, owner = [], ptr(12)
+            for k in range(links):
+                rrs.append(rr(owner, CNAME, enc(f"c{k}.dns.test")))
+                owner = ptr(first + sum(map(len, rrs)) - len(enc(f"c{k}.dns.test")))
+            rrs.append(rr(owner, A, socket.inet_aton("127.0.0.1")))
+            return [self.reply(qid, q, rrs if qtype == A else [])]
+        if name == "overcount.dns.test":       # announces 3 records, holds the A record only
+            r = self.reply(qid, q, good4)
+            return [r[:6] + struct.pack(">H", 3) + r[8:]] if qtype == A else []
         if name == "late.dns.test":            # the first try gets nothing
             return [self.reply(qid, q, good4)] if nth > 1 else []
         if name == "silent.dns.test":
@@ -233,8 +244,38 @@ def test_aarch64_role_resolves_by_dns_and_v6(dep, env, bits):
     assert codes == [None, None, None] and out == bits, (codes, errs)
 
 
+@pytest.mark.parametrize("links", [1, 8])
+def test_a_cname_chain_of_up_to_8_links_is_followed(dep, env, links):
+    """docs/runtime.md: CNAMEs are followed within the answer, 8 links at most (9 are refused
+    below)."""
+    port = free_port()
+    p = subprocess.run(cmd(dep, "x86_64", "owner.0", "--steps", 1, "--deadline-ms", 600, "--parent",
+                           f"chain{links}.dns.test:{port}"), env=env, capture_output=True, text=True,
+                       timeout=20)
+    assert named(p) == "connect-failed", p.stderr         # resolved: then nobody listens there
+
+
+LONG = ".".join(["a" * 63] * 3) + "." + "b" * 61              # 253 characters, the most DNS allows
+
+
+@pytest.mark.parametrize("n", [250, 251, 252, 253])
+def test_names_of_250_to_253_characters_are_names(dep, env, n, tmp_path):
+    """A name of up to 253 characters (RFC 1035) with its port: resolved from the hosts file, not
+    refused as `usage`; 254 is."""
+    name = LONG[253 - n:]
+    hosts = tmp_path / "hosts"
+    hosts.write_text(f"127.0.0.1 {name}\n")
+    e = dict(env, ALPHAC_HOSTS=str(hosts))
+    for parent, want in ((f"{name}:{free_port()}", "connect-failed"),
+                         (f"{name}:7000+{{}}", "connect-failed"),
+                         (f"x{LONG}:4000", "usage")):
+        p = subprocess.run(cmd(dep, "x86_64", "owner.0", "--steps", 1, "--deadline-ms", 300,
+                               "--parent", parent), env=e, capture_output=True, text=True, timeout=20)
+        assert named(p) == want, (parent, p.stderr)
+
+
 @pytest.mark.parametrize("name", ["nobody.test", "silent.dns.test", "loop.dns.test",
-                                  "broken.hosts.test"])
+                                  "broken.hosts.test", "chain9.dns.test", "overcount.dns.test"])
 def test_a_name_nobody_resolves_is_refused_by_name_within_the_deadline(dep, env, name):
     t0 = time.monotonic()
     p = subprocess.run(cmd(dep, "x86_64", "owner.0", "--steps", 1, "--deadline-ms", 600, "--parent",

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import math
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -172,7 +173,8 @@ def show(root: Path) -> str:
 
 def show_json(root: Path) -> str:
     """`alphac ckpt show --json`: every manifest (its fields and records) and the state, each
-    value as its 16 hex digits and as a number."""
+    value as its 16 hex digits and as a number (a NaN or an infinity, which JSON has no number
+    for, as the string "nan", "inf" or "-inf"); always valid JSON."""
     import json
     from dataclasses import asdict
     from alphac.ir.binary64 import hex16
@@ -183,6 +185,9 @@ def show_json(root: Path) -> str:
         d.update(path=rel, learner=m.learner.hex(), rate=m.rate.hex(), owners=list(m.owners),
                  records=[dict(asdict(r), sha256=r.sha256.hex()) for r in m.records])
         manifests.append(d)
-    st = {name: {"hex": [hex16(v) if v is not None else None for v in vals], "values": vals}
-          for name, vals in state(root).items()}
-    return json.dumps({"manifests": manifests, "state": st}, indent=2, sort_keys=True) + "\n"
+    number = lambda v: v if v is None or math.isfinite(v) else \
+        "nan" if math.isnan(v) else "inf" if v > 0 else "-inf"     # JSON has no inf or NaN
+    st = {name: {"hex": [hex16(v) if v is not None else None for v in vals],
+                 "values": [number(v) for v in vals]} for name, vals in state(root).items()}
+    return json.dumps({"manifests": manifests, "state": st}, indent=2, sort_keys=True,
+                      allow_nan=False) + "\n"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from alphac import formats
 from alphac.diag import CODES
-from alphac.refusals import REFUSALS
+from alphac.refusals import REFUSALS, TOOL_EXITS
 
 FORMAT_DOCS = {"runtime.md": ("FRAME", "FRAME_KINDS", "READ_LIMITS"),
                "checkpoints.md": ("CKPT_HEADER", "CKPT_RECORD")}
@@ -39,6 +39,11 @@ def refusals_md() -> str:
            "| name | exit code | when |", "| --- | --- | --- |"]
     for name, (code, when) in sorted(REFUSALS.items(), key=lambda kv: kv[1][0]):
         out.append(f"| `{name}` | {code} | {when} |")
+    out += ["", "## The `alphac` command's own exit codes", "",
+            "Below the refusals' (`alphac --help` prints the same table): a defect of alphac's has "
+            "a code of its own, never one that an answer (a difference found, a refusal) has.", "",
+            "| exit code | when |", "| --- | --- |"]
+    out += [f"| {code} | {when} |" for code, when in sorted(TOOL_EXITS.values())]
     return "\n".join(out) + "\n"
 
 

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import io
 import json
+import math
+import re
 import struct
 import zipfile
 from pathlib import Path
@@ -31,11 +33,26 @@ from alphac.tools.ckpt import CheckpointError, state
 SUFFIXES = (".safetensors", ".npz")
 
 
+STATE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")      # an identifier of the language
+
+
 def tensors(ckpt: Path, shapes: dict[str, tuple[int, ...]] | None = None) -> dict[str, np.ndarray]:
+    """Each state's values; refused as resume and `alphac eval` refuse the checkpoint: a state
+    not covered (shard-missing), a NaN or an infinity (shard-non-finite), a state whose name is
+    not a name of the language, such as one that is not UTF-8 (shard-missing: it covers no
+    learner's state)."""
     out = {}
     for name, values in sorted(state(ckpt).items()):
+        if not STATE_NAME.match(name):
+            raise CheckpointError(f"{ckpt}: a record names the state {name!r}, which is not a "
+                                  "name (an identifier: ASCII letters, digits and `_`), so it "
+                                  "holds no learner's state", "shard-missing")
         if any(v is None for v in values):
-            raise CheckpointError(f"{ckpt}: the shards do not cover every value of `{name}`")
+            raise CheckpointError(f"{ckpt}: the shards do not cover every value of `{name}`",
+                                  "shard-missing")
+        if not all(map(math.isfinite, values)):
+            raise CheckpointError(f"{ckpt}: `{name}` holds a NaN or an infinity; a checkpoint "
+                                  "holds finite state only", "shard-non-finite")
         arr = np.array(values, dtype="<f8")
         shape = (shapes or {}).get(name, arr.shape)
         if int(np.prod(shape)) != arr.size:

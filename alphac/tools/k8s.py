@@ -44,7 +44,7 @@ from pathlib import Path
 from alphac.encode import Unencodable, yaml_comment, yaml_scalar
 from alphac.files import open_regular, read_regular, write_file
 from alphac.manifest import MAX_FILE
-from alphac.refusals import Refusal
+from alphac.refusals import DECIMAL_DIGITS, Refusal
 from alphac.tools.launch import check_hashes, load_table
 
 ARCH = {"x86_64": "amd64", "aarch64": "arm64"}        # the ISA -> kubernetes.io/arch
@@ -294,8 +294,8 @@ def generate(dep_dir: str | Path, out: str | Path | None = None, *, image: str |
     name = default_name(table["deployment"]) if name is None else name
     for flag, v, low in (("--steps", steps, 0), ("--epochs", epochs, 0), ("--deadline-ms", deadline_ms, 1),
                          ("--active-deadline", active_deadline, 1)):
-        if v is not None and not low <= v < 10 ** 15:          # what the executables take
-            raise K8sError(f"{flag} {v}: a whole number from {low} to 15 digits")
+        if v is not None and not low <= v < 10 ** DECIMAL_DIGITS:     # what the executables take
+            raise K8sError(f"{flag} {v}: a whole number from {low} to {DECIMAL_DIGITS} digits")
     ranks = rank_files(table)
     blobs = role_bytes(dep_dir, table, manifest, mpath)
     loaded = data_files(table, data)

@@ -7,8 +7,10 @@ What it does, in order, and nothing else (no launcher decides anything about the
 1. reads the build's MANIFEST.json (found in the directory or above it) and `roles.json`
    (written by the build), refusing either by name when it is malformed (`launch-input`), and
    checks the SHA-256 of `roles.json` and of every role executable against the manifest
-   (`artifact-hash`); reads the record key (`record-key`) and makes the run's record directory
-   (`records-dir`). Nothing has started yet, so a refusal here leaves nothing behind to lose;
+   (`artifact-hash`); reads the record key (`record-key`), makes the run's record directory and
+   reserves the space its record needs, checking that the roles' events have room too
+   (`records-dir`; space_needed). Nothing has started yet, so a refusal here leaves nothing
+   behind to lose;
 2. picks free loopback ports for the roles that listen, starts every role (AArch64 roles under
    qemu-aarch64 unless this host is AArch64) in one process group of their own, each writing
    its events into the record directory. Every role dies with the launcher (PR_SET_PDEATHSIG,
@@ -35,6 +37,7 @@ with its newline), and sealed with its length and final hash; the record's `mac`
 from __future__ import annotations
 
 import ctypes
+import errno
 import hashlib
 import hmac
 import json
@@ -173,6 +176,12 @@ def check_table(t) -> dict:
                 and isinstance(r.get("mesh", False), bool)
                 and (not r.get("mesh") or type(r.get("rank")) is int)):
             raise bad(f"role {i} is not a role entry")
+    data = t.get("data", [])
+    if not isinstance(data, list) or not all(
+            isinstance(f, dict) and all(isinstance(f.get(k), str) and f[k] and "\0" not in f[k]
+                                        for k in ("path", "load", "root")) for f in data):
+        raise bad("`data` is not a list of the files the owners load (each a path, a load path "
+                  "and a root)")
     names = [r["role"] for r in t["roles"]]
     listening = {r["role"] for r in t["roles"] if r["listens"]}
     if len(set(names)) != len(names) or t["root"] not in names \
@@ -260,6 +269,59 @@ def new_record_dir(records: Path, name: str) -> Path:
     except OSError as e:
         raise Refusal("records-dir", f"{records}: {e.strerror or e}")
     return rdir
+
+
+# The space a run's record needs, reserved before anything starts (a full disk under --records
+# refuses the run, records-dir, rather than losing its record after it): a record of R roles
+# and N steps is at most RECORD_FIXED + R * RECORD_PER_ROLE + N * RECORD_PER_STEP bytes (a loss
+# entry is at most 190 bytes of indented JSON: 24 of decimal, 16 and 16 hex digits, 20 and 15
+# of counts) plus the published state's, which the launcher cannot know before the run:
+# PUBLISHED_RESERVE bytes are reserved for it (about 2,000 coordinates; a larger state that
+# then finds the disk full is refused record-write, by name, saying where the checkpoint is).
+# The roles' events need at most EVENT_LINE bytes a line, EVENTS_PER_STEP lines a step (the
+# root's step and loss) and EVENTS_FIXED more (connect, data, checkpoint, finish): that much
+# free space is checked for too, not held, since the roles write their streams themselves.
+# Steps count up to RESERVE_STEPS (a record of about 20 MB): a longer run (a count given to be
+# ended by a signal, say) reserves as much, and past it a full disk is refused record-write.
+RECORD_FIXED, RECORD_PER_ROLE, RECORD_PER_STEP, PUBLISHED_RESERVE = 8192, 1024, 200, 65536
+EVENT_LINE, EVENTS_PER_STEP, EVENTS_FIXED = 192, 2, 32
+RESERVE_STEPS = 100_000
+RESERVED = "record.json.tmp"            # the reservation, which becomes the record
+
+
+def space_needed(table: dict, steps: int, mpath: Path) -> tuple[int, int]:
+    """(bytes reserved for the record, bytes of free space the roles' events need)."""
+    roles, steps = table["roles"], min(steps, RESERVE_STEPS)
+    record = RECORD_FIXED + len(str(mpath.resolve())) + PUBLISHED_RESERVE + steps * RECORD_PER_STEP \
+        + sum(RECORD_PER_ROLE + 2 * len(r["file"]) + 2 * len(r["role"]) for r in roles)
+    events = len(roles) * EVENT_LINE * (EVENTS_PER_STEP * steps + EVENTS_FIXED)
+    return record, events
+
+
+def reserve_record(rdir: Path, record: int, events: int) -> None:
+    """Hold `record` bytes for the record (RESERVED, allocated) and check that `events` more are
+    free, before anything starts; records-dir otherwise, the record directory removed."""
+    try:
+        fd = os.open(rdir / RESERVED, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            try:
+                os.posix_fallocate(fd, 0, record)
+            except OSError as e:        # a file system that cannot allocate: zeros written
+                if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+                    raise
+                for at in range(0, record, 1 << 16):
+                    os.write(fd, bytes(min(1 << 16, record - at)))
+        finally:
+            os.close(fd)
+        st = os.statvfs(rdir)
+        if st.f_bavail * st.f_frsize < events:
+            raise OSError(errno.ENOSPC, f"{events} bytes are needed for the roles' events, "
+                                        f"{st.f_bavail * st.f_frsize} are free")
+    except OSError as e:
+        shutil.rmtree(rdir, ignore_errors=True)
+        raise Refusal("records-dir", f"{rdir}: cannot reserve {record} bytes for the run's record "
+                                     f"and find {events} for its events: {e.strerror or e}; nothing "
+                                     "was started")
 
 
 # -- the key ---------------------------------------------------------------------------------------
@@ -412,8 +474,20 @@ def seal(record: dict, rdir: Path, key: bytes, nonce: str | None = None) -> dict
 
 
 def write_record(rdir: Path, record: dict) -> Path:
-    tmp = rdir / "record.json.tmp"
-    tmp.write_text(json_text(record, indent=2) + "\n")
+    """record.json in `rdir`, written into the space reserve_record held (when it did: the file
+    is not truncated before the write, only cut to the record's length after), fsynced, renamed
+    into place."""
+    tmp = rdir / RESERVED
+    data = (json_text(record, indent=2) + "\n").encode()
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.ftruncate(fd, len(data))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
     os.replace(tmp, rdir / "record.json")
     return rdir / "record.json"
 
@@ -549,6 +623,7 @@ def launch(dep_dir: str | Path, steps: int = 5, deadline_ms: int = 10000,
     nonce = os.urandom(16).hex()
     k = run_key(secret, nonce)
     rdir = new_record_dir(Path(records), table["deployment"])
+    reserve_record(rdir, *space_needed(table, steps, mpath))
     taken: set[int] = set()
     ports = {r["role"]: free_port(taken) for r in table["roles"] if r["listens"]}
     mesh = [r["rank"] for r in table["roles"] if r.get("mesh")]
@@ -589,7 +664,14 @@ def launch(dep_dir: str | Path, steps: int = 5, deadline_ms: int = 10000,
     record = make_record(table, runs, steps, manifest, mpath, rdir)
     if interrupted:
         record["interrupted"] = interrupted
-    record["path"] = str(write_record(rdir, seal(record, rdir, secret, nonce)))
+    try:
+        record["path"] = str(write_record(rdir, seal(record, rdir, secret, nonce)))
+    except OSError as e:
+        ck = f"; its checkpoint was published in {checkpoint}" if checkpoint and record["passed"] \
+            else ""
+        raise Refusal("record-write", f"{rdir / 'record.json'}: {e.strerror or e}: the run "
+                                      f"{'passed' if record['passed'] else 'failed'}, but its record "
+                                      f"is lost{ck}; its events are in {rdir / 'events'}")
     if interrupted:
         raise Refusal("launch-interrupted", f"{interrupted}; run record {record['path']}")
     return record

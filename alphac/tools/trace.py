@@ -9,7 +9,10 @@ What it does
     owner of loaded data, docs/data.md), `connect` (to `connected`),
     `step N` (with its time in frames, `frames_ms`, as an argument), `publish` (the root),
     `checkpoint`, `finish`;
-    an instant event for a refusal. Times are microseconds from the run's first event.
+    an instant event for a refusal. The root's mean loss per step is a counter track, `mean
+    loss`; a step whose mean is not finite (a diverged run: JSON has no number for inf or NaN)
+    is an instant event `mean loss inf` (`-inf`, `nan`) instead, its args the mean as that word,
+    its 16 hex digits (`bits`) and the step: the trace is always valid JSON. Times are microseconds from the run's first event.
 Requires
     A record written by `alphac launch` (format 2); `alphac verify-record` says whether it is
     authentic: this only reads it.
@@ -22,6 +25,7 @@ Guarantees
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 from alphac.refusals import Refusal
@@ -33,6 +37,19 @@ def span_name(what: str) -> str:
         return " ".join(what.split(" ")[:2])
     return {"connected": "connect", "checkpointed": "checkpoint", "published": "publish",
             "done": "finish", "data checked": "data"}.get(what, what)
+
+
+def loss_event(loss: dict, pid: int, ts: float) -> dict:
+    """A step's mean loss (an entry of the record's `loss`): a sample of the `mean loss` counter
+    when it is finite; a diverged step's inf, -inf or nan (which JSON has no number for) an
+    instant event `mean loss inf` (`-inf`, `nan`) with the mean as that word and its 16 hex
+    digits in `args`."""
+    mean = float(loss["decimal"])
+    if math.isfinite(mean):
+        return {"ph": "C", "name": "mean loss", "pid": pid, "tid": 0, "ts": ts, "args": {"mean": mean}}
+    word = "nan" if math.isnan(mean) else "inf" if mean > 0 else "-inf"
+    return {"ph": "i", "name": f"mean loss {word}", "pid": pid, "tid": 0, "ts": ts, "s": "p",
+            "args": {"mean": word, "bits": loss["mean"], "step": loss["step"]}}
 
 
 def trace(record: str | Path) -> dict:
@@ -56,8 +73,7 @@ def trace(record: str | Path) -> dict:
         out.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": role}})
         for e in losses([(w, t) for w, t in events if w.startswith("loss ")]):   # a counter track
             t = next(t for w, t in events if w.startswith(f"loss {e['step'] - 1} "))
-            out.append({"ph": "C", "name": "mean loss", "pid": pid, "tid": 0, "ts": us(t),
-                        "args": {"mean": float(e["decimal"])}})
+            out.append(loss_event(e, pid, us(t)))
         events = [(w, t) for w, t in events if not w.startswith(("loss ", "peak_rss_kib "))]
         for (_, t_prev), (what, t) in zip(events, events[1:]):
             if what.startswith("refused: "):
@@ -76,5 +92,5 @@ def write_trace(record: str | Path, out: str | Path) -> int:
     """Write the trace of `record` to `out`; returns the number of events."""
     from alphac.files import write_file
     t = trace(record)
-    write_file(out, (json.dumps(t, indent=1, sort_keys=True) + "\n").encode(), 0o644)
+    write_file(out, (json.dumps(t, indent=1, sort_keys=True, allow_nan=False) + "\n").encode(), 0o644)
     return len(t["traceEvents"])
