@@ -14,7 +14,7 @@ the learner with its data replaced (`dataclasses.replace(lr, data=..., nsamples=
 """
 from __future__ import annotations
 
-from alphac.ir import binary64 as f
+from alphac.math import binary64 as f
 from alphac.ir.evaluate import Env, evaluate
 from alphac.ir.interp import State, sample_rows
 from alphac.ir.learner import DataRow, Learner, OneHot, postorder

@@ -5,7 +5,7 @@ calls `m.f(x)` and `m.i(v)` for constants, uses operators on values, and `m.cond
 else_)` for control flow (each branch a function returning a tuple of values of the same
 kinds). The same algorithm text then runs three ways:
 
-    Eval      computes now, in Python: binary64 through alphac.ir.binary64, integers as
+    Eval      computes now, in Python: binary64 through alphac.math.binary64, integers as
               unsigned 64-bit; the reference interpreter's elementary functions
     RtSource  writes runtime-language source (alphac/lower/rt.py), one `fn` per function,
               which both ISAs lower like the rest of the runtime
@@ -30,7 +30,7 @@ import struct
 from dataclasses import dataclass
 from typing import Callable
 
-from alphac.ir import binary64
+from alphac.math import binary64
 
 M64 = (1 << 64) - 1
 

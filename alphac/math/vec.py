@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from alphac.ir import binary64
+from alphac.math import binary64
 from alphac.math.dsl import M64, Backend, Table, Val
 
 U64, I64, F64 = np.uint64, np.int64, np.float64

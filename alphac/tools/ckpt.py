@@ -148,7 +148,7 @@ def state(root: Path) -> dict[str, list[float]]:
 
 
 def show(root: Path) -> str:
-    from alphac.ir.binary64 import hex16
+    from alphac.math.binary64 import hex16
     root = Path(root)
     lines = []
     for rel, m in walk(root):
@@ -175,7 +175,7 @@ def show_json(root: Path) -> str:
     value as its 16 hex digits and as a number."""
     import json
     from dataclasses import asdict
-    from alphac.ir.binary64 import hex16
+    from alphac.math.binary64 import hex16
     root = Path(root)
     manifests = []
     for rel, m in walk(root):

@@ -22,7 +22,7 @@ import math
 from dataclasses import replace
 from pathlib import Path
 
-from alphac.ir import binary64 as f
+from alphac.math import binary64 as f
 from alphac.ir.learner import DataDef, Learner
 from alphac.ir.score import accuracy, mean_loss, onehot_labels
 from alphac.refusals import Refusal
