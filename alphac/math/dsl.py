@@ -3,14 +3,14 @@
 An algorithm (alphac/math/functions.py) is a Python function of a backend `m` and `Val`s: it
 calls `m.f(x)` and `m.i(v)` for constants, uses operators on values, and `m.cond(c, then,
 else_)` for control flow (each branch a function returning a tuple of values of the same
-kinds). The same algorithm text then runs three ways:
+kinds). The same algorithm text then runs four ways (two backends here, two in their modules):
 
     Eval      computes now, in Python: binary64 through alphac.math.binary64, integers as
               unsigned 64-bit; the reference interpreter's elementary functions
     RtSource  writes runtime-language source (alphac/lower/rt.py), one `fn` per function,
               which both ISAs lower like the rest of the runtime
-    (PTX)     writes PTX instructions into a kernel (alphac/ptx/mathfn.py)
-    (VecEval) computes now on numpy arrays, each element as Eval would (alphac/math/vec.py)
+    VecEval   computes now on numpy arrays, each element as Eval would (alphac/math/vec.py)
+    PtxSource writes PTX instructions into a kernel (alphac/ptx/mathfn.py)
 
 Values have a kind: "f" (binary64) or "i" (64-bit integer). Operators:
     f: + - * / and -x (one IEEE operation each, round to nearest even); m.sqrt(x)
@@ -25,7 +25,7 @@ every backend renders it through a table keyed by the same names (`EVAL_OPS` and
 here, `vec.LANE_OPS`, `alphac.ptx.mathfn.PTX_OPS`), and tests/test_math_ops.py checks that
 each covers `OPS` exactly and that the operators produce no other operation.
 
-Requires nothing. Guarantees: Eval checks what the other backends assume (shift amounts in
+Requires alphac.math.binary64 (the one definition of + - * / sqrt). Guarantees: Eval checks what the other backends assume (shift amounts in
 0..63, branch values of one kind), so an algorithm that runs under Eval is well formed.
 """
 from __future__ import annotations

@@ -122,10 +122,6 @@ class Struct:
         return self.field(name).offset
 
 
-def _s(name: str, size: int, align: int, *fields: tuple) -> tuple[str, Struct]:
-    return name, Struct(name, size, align, tuple(Field(*f) for f in fields))
-
-
 STRUCTS: Mapping[str, Struct] = {
     name: Struct(name, size, align, tuple(Field(*f) for f in fields))
     for name, (size, align, fields) in _580.STRUCTS.items()}
