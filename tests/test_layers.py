@@ -11,6 +11,7 @@ import ast
 from functools import lru_cache
 
 from conftest import ROOT
+from test_tree import find_loops
 
 PKG = ROOT / "alphac"
 
@@ -114,18 +115,5 @@ def test_no_cycle_between_packages_but_through_a_known_exception():
     for f, line, src, target, dst in edges():
         if (f, target) not in KNOWN:
             graph.setdefault(src, set()).add(dst)
-    state: dict[str, int] = {}
-    loops = []
-
-    def visit(v, path):
-        state[v] = 1
-        for w in sorted(graph.get(v, ())):
-            if state.get(w) == 1:
-                loops.append(" -> ".join(path[path.index(w):] + [w]))
-            elif w not in state:
-                visit(w, path + [w])
-        state[v] = 2
-    for v in sorted(graph):
-        if v not in state:
-            visit(v, [v])
+    loops = find_loops(graph, sorted(graph))
     assert not loops, "package import loops:\n" + "\n".join(loops)
