@@ -56,10 +56,11 @@ from conftest import ROOT
 # rt_lower's f64x8, target.py's LEVELS and host_runs, the 8-wide kernels in lower/learner.py,
 # fold.py's sink_wide; cli.py's help, build.py's call of it; k8s.py's CPU labels for a level's
 # pods) raised x86_64, lower, tools and the top level by what they added. Issue 48 (structure
-# only) moved lines between packages and set each budget to its new size plus at most 1 %, so
-# that the next feature raises its package's budget by what it adds, in review: ir/binary64.py
-# went to math (with the op table, dsl.OPS), the held-out data from tools/evaluate.py to ir/score.py
-# and alphac/build.py; the runtime's package docstring names every .rt file.
+# only) moved lines between packages and set the budgets of those it grew to their new size plus
+# at most 1 %, so that the next feature raises its package's budget by what it adds, in review:
+# ir/binary64.py went to math (with the op table, dsl.OPS), the held-out data from
+# tools/evaluate.py to ir/score.py and alphac/build.py (ir, the top level); the runtime's
+# package docstring names every .rt file (runtime). tools keeps what those moves freed.
 BUDGETS = {"parse": 900, "types": 770, "ir": 1330, "dist": 1540, "lower": 4230, "runtime": 3020,
            "x86_64": 1035, "aarch64": 995, "elf": 480, "ptx": 945, "nvdrv": 1165, "tools": 1935,
            "math": 1370, "": 2690}
