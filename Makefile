@@ -6,7 +6,7 @@ STAMP    = $(VENV)/.installed
 ALPHAC   = $(BIN)/alphac
 EXAMPLES = scalar_regression two_coordinate independent_state lsq_momentum lsq_adam
 
-.PHONY: venv data test repro roles demo docs bench fuzz cli-fuzz math-soak clean
+.PHONY: venv data test repro roles demo docs bench fuzz cli-fuzz math-soak size clean
 
 # ptxas assembles the GPU code at build time (never at run time). Without one on the PATH (or in
 # $ALPHAC_PTXAS), the venv gets CUDA's pinned ptxas from PyPI.
@@ -75,6 +75,11 @@ cli-fuzz: $(STAMP)
 COUNT ?= 1e9
 math-soak: $(STAMP)
 	$(BIN)/python tests/math_soak.py --count $(COUNT)
+
+# lines per package, hand-written and generated apart, against each package's budget
+# (tests/test_size.py checks the budgets; docs/structure.md says why they are what they are)
+size: $(STAMP)
+	$(BIN)/python tests/test_size.py
 
 bench: $(STAMP) data
 	$(WITH_PTXAS) $(BIN)/python bench/learners.py

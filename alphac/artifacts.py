@@ -110,12 +110,11 @@ def learner_inputs(source: str | Path, compiled) -> list[str]:
 
 @kind("learner")
 def build_learner_recipe(recipe: dict) -> Built:
-    from alphac.build import build_learner
+    from alphac.build import build_learner, evaluation_for
     from alphac.driver import compile_file
     for field in ("source", "target"):
         if not isinstance(recipe.get(field), str):
             raise RecipeError(f"learner recipe: `{field}` must be a string")
-    from alphac.tools.evaluate import evaluation_for
     compiled = compile_file(recipe["source"])
     arrays = recipe.get("eval_data", [])
     if not isinstance(arrays, list) or not all(isinstance(a, list) and len(a) == 2 and

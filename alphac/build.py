@@ -16,6 +16,7 @@ from functools import lru_cache
 from alphac.diag import BuildError
 from alphac.elf.writer import Reloc, Section, Symbol, layout, link
 from alphac.ir.learner import Learner
+from alphac.ir.score import EvalError, held_out, labels_for
 from alphac.lower.learner import learner_source
 from alphac.lower import rt
 from alphac.lower.assemble import Text, assemble
@@ -157,6 +158,23 @@ def build_learner(lr: Learner, target_name: str, evaluation=None) -> Image:
     prog, gen = program_for(lr, tgt, extra=extra, blobs=blobs, evaluation=evaluation)
     elf, text, addrs = link_program(prog, tgt)
     return Image(tgt, elf, text, prog, gen, addrs)
+
+
+def evaluation_for(lr: Learner, arrays: list[tuple[str, str]], labels: str | None, file: str):
+    """What `alphac build --eval-data` compiles in: (the learner on the held-out arrays, the
+    labels' name or None), or None without arrays; BuildError for what cannot be scored."""
+    if not arrays:
+        if labels is not None:
+            raise BuildError("--labels needs --eval-data")
+        return None
+    try:
+        test = held_out(lr, arrays)
+        name = labels_for(test, labels, file)
+    except EvalError as e:
+        raise BuildError(str(e).replace("--data", "--eval-data"))
+    if test.loss is None:
+        raise BuildError(f"--eval-data: {file} has no loss to score")
+    return test, name
 
 
 def build_role(plan, role, target_name: str | None = None, host=None,

@@ -29,9 +29,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 DATA = ROOT / "examples" / "data"
 
-from alphac.build import build_learner                # noqa: E402
+from alphac.build import build_learner, evaluation_for  # noqa: E402
 from alphac.driver import compile_file                # noqa: E402
-from alphac.tools.evaluate import evaluation_for      # noqa: E402
 
 
 def digits_eval():

@@ -103,6 +103,12 @@ def test_docs_match_the_table():
     assert (ROOT / "docs" / "diagnostics.md").read_text() == diagnostics_md()
 
 
+def test_refusal_docs_match_the_table():
+    """alphac/refusals.py says a test keeps docs/refusals.md equal to its table: this one."""
+    from alphac.tools.docs import refusals_md
+    assert (ROOT / "docs" / "refusals.md").read_text() == refusals_md()
+
+
 def test_data_that_cannot_be_read_is_reported_once(tmp_path):
     """A missing .npy file is one E0060 each: no follow-on errors about the loss, the batch or
     the shapes its uses would have had (the logistic example before `make data`)."""

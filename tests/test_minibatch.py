@@ -144,7 +144,7 @@ deployment star {
 def loss_sum(lr, state, samples):
     """An owner's loss sum: a left fold over its samples, None for none (the identity)."""
     from alphac.ir.evaluate import Env, evaluate
-    from alphac.ir import binary64 as f
+    from alphac.math import binary64 as f
     acc = None
     for i in samples:
         v = evaluate(lr.loss, Env(state={(k, 0): x for k, x in state.items()},
@@ -154,7 +154,7 @@ def loss_sum(lr, state, samples):
 
 
 def test_the_record_keeps_each_steps_loss_combined_in_the_tree(tmp_path, monkeypatch):
-    from alphac.ir import binary64 as f
+    from alphac.math import binary64 as f
     monkeypatch.chdir(tmp_path)
     src = tmp_path / "mb.alpha"
     src.write_text(MB)

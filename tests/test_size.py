@@ -1,7 +1,15 @@
 """Small is a feature: a line budget per package (non-blank lines of .py and .rt, generated data
 files left out, as tinygrad leaves out its autogen), checked here as tinygrad checks its own.
-Raising a budget is a decision to make in review, not by accident."""
-from pathlib import Path
+Raising a budget is a decision to make in review, not by accident.
+
+A generated file is recognised by its first line, which says `generated; do not edit` (today
+alphac/nvdrv/abi_580.py, written by tests/nvdrv_layout_probe/autogen.py): the file says what it
+is, so no list of paths can drift from the tree. Generated lines are counted apart and have no
+budget: they follow the headers they are generated from, and the generator is what is reviewed.
+
+`make size` (python tests/test_size.py) prints the report: per package the hand-written and
+the generated lines, the budget and what is left of it.
+"""
 
 import pytest
 
@@ -47,27 +55,52 @@ from conftest import ROOT
 # level (ZMM registers, EVEX rows and disp8*N in the x86-64 table and encoder; class z in LIR,
 # rt_lower's f64x8, target.py's LEVELS and host_runs, the 8-wide kernels in lower/learner.py,
 # fold.py's sink_wide; cli.py's help, build.py's call of it; k8s.py's CPU labels for a level's
-# pods) raised x86_64, lower, tools and the top level by what they added; issue 45's encoders
-# (encode.py: bash, YAML, JSON) and one bounded JSON reader (files.py: limits, depth, duplicate
-# keys), the writers' and readers' refusals by name, its hostile runs (plot and trace drawing and
-# naming non-finite losses, export refusing by name, the launcher reserving its record's space
-# and refusing record-write, the CLI's exit-code table and its one count bound, a CNAME chain's
-# and an address text's bounds in the runtime) raised tools, the top level and runtime by theirs
-BUDGETS = {"parse": 900, "types": 770, "ir": 1320, "dist": 1540, "lower": 4230, "runtime": 3020,
+# pods) raised x86_64, lower, tools and the top level by what they added. Issue 48 (structure
+# only) moved lines between packages and set the budgets of those it grew to their new size plus
+# at most 1 %, so that the next feature raises its package's budget by what it adds, in review:
+# ir/binary64.py went to math (with the op table, dsl.OPS), the held-out data from
+# tools/evaluate.py to ir/score.py and alphac/build.py (ir, the top level); the runtime's
+# package docstring names every .rt file (runtime). Issue 45's encoders (encode.py: bash, YAML,
+# JSON) and one bounded JSON reader (files.py: limits, depth, duplicate keys), the writers' and
+# readers' refusals by name, its hostile runs (plot and trace drawing and naming non-finite
+# losses, export refusing by name, the launcher reserving its record's space and refusing
+# record-write, the CLI's exit-code table and its one count bound, a CNAME chain's and an address
+# text's bounds in the runtime) raised tools, the top level and runtime by theirs
+BUDGETS = {"parse": 900, "types": 770, "ir": 1330, "dist": 1540, "lower": 4230, "runtime": 3020,
            "x86_64": 1035, "aarch64": 995, "elf": 480, "ptx": 945, "nvdrv": 1165, "tools": 2105,
-           "math": 1300, "": 2774}
+           "math": 1370, "": 2774}
 
 
 def generated(f) -> bool:
-    """A file written by a generator (alphac/nvdrv/abi_580.py): data, not code to review."""
+    """A file written by a generator: its first line says `generated; do not edit`."""
     return "generated; do not edit" in f.read_text().split("\n", 1)[0]
 
 
-def lines(pkg: str) -> int:
+def counts(pkg: str) -> tuple[int, int]:
+    """(hand-written, generated) non-blank lines of the package's .py and .rt files."""
     base = ROOT / "alphac" / pkg if pkg else ROOT / "alphac"
     files = base.rglob("*") if pkg else base.glob("*")
-    return sum(1 for f in files if f.suffix in (".py", ".rt") and f.is_file() and not generated(f)
-               for line in f.read_text().splitlines() if line.strip())
+    out = [0, 0]
+    for f in files:
+        if f.suffix in (".py", ".rt") and f.is_file():
+            out[generated(f)] += sum(1 for line in f.read_text().splitlines() if line.strip())
+    return out[0], out[1]
+
+
+def lines(pkg: str) -> int:
+    return counts(pkg)[0]
+
+
+def report() -> str:
+    rows = ["| package | hand-written | generated | budget | left |", "|---|---:|---:|---:|---:|"]
+    total = [0, 0, 0]
+    for pkg in sorted(BUDGETS, key=lambda p: (p == "", p)):
+        hand, gen = counts(pkg)
+        total = [total[0] + hand, total[1] + gen, total[2] + BUDGETS[pkg]]
+        rows.append(f"| alphac/{pkg} | {hand} | {gen} | {BUDGETS[pkg]} | {BUDGETS[pkg] - hand} |"
+                    if pkg else f"| alphac/*.py | {hand} | {gen} | {BUDGETS[pkg]} | {BUDGETS[pkg] - hand} |")
+    rows.append(f"| all | {total[0]} | {total[1]} | {total[2]} | {total[2] - total[0]} |")
+    return "\n".join(rows)
 
 
 @pytest.mark.parametrize("pkg", sorted(BUDGETS))
@@ -79,3 +112,12 @@ def test_package_within_its_line_budget(pkg):
 def test_every_package_has_a_budget():
     pkgs = {p.name for p in (ROOT / "alphac").iterdir() if p.is_dir() and not p.name.startswith("__")}
     assert pkgs <= set(BUDGETS), pkgs - set(BUDGETS)
+
+
+def test_the_abi_is_recognised_as_generated():
+    hand, gen = counts("nvdrv")
+    assert gen > 1000 and generated(ROOT / "alphac" / "nvdrv" / "abi_580.py")
+
+
+if __name__ == "__main__":                 # make size
+    print(report())

@@ -6,8 +6,6 @@ import importlib
 import re
 from collections import defaultdict
 
-import pytest
-
 from conftest import ROOT
 
 PKG = ROOT / "alphac"
@@ -37,22 +35,28 @@ def test_no_import_loops():
                     graph[name].add(cand if cand in mods else node.module)
             elif isinstance(node, ast.Import):
                 graph[name] |= {a.name for a in node.names if a.name.startswith("alphac")}
+    loops = find_loops({v: {w for w in ws if w in mods} for v, ws in graph.items()}, sorted(mods))
+    assert not loops, "import loops:\n" + "\n".join(loops)
+
+
+def find_loops(graph: dict, nodes) -> list[str]:
+    """The loops a depth-first walk of `graph` (node -> the nodes it points at) from `nodes`
+    meets, each as `a -> b -> a`; none when the graph has no cycle (tests/test_layers.py too)."""
     state: dict[str, int] = {}
+    loops = []
 
     def visit(v, path):
         state[v] = 1
-        for w in sorted(graph[v]):
-            if w not in mods:
-                continue
+        for w in sorted(graph.get(v, ())):
             if state.get(w) == 1:
-                loop = path[path.index(w):] + [w]
-                pytest.fail("import loop: " + " -> ".join(loop))
-            if w not in state:
+                loops.append(" -> ".join(path[path.index(w):] + [w]))
+            elif w not in state:
                 visit(w, path + [w])
         state[v] = 2
-    for v in sorted(mods):
+    for v in nodes:
         if v not in state:
             visit(v, [v])
+    return loops
 
 
 def resolves(dotted: str) -> bool:

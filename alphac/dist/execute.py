@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from alphac.dist.plan import Action, Plan
 from alphac.dist.structure import Leaf, Role, Star
-from alphac.ir import binary64 as f
+from alphac.math import binary64 as f
 from alphac.ir import interp
 from alphac.ir.learner import Learner
 

@@ -49,9 +49,6 @@ from alphac.diag import Sink
 from alphac.dist.deployment import Deployment
 from alphac.dist.structure import Hierarchy, Role, Star, exchange_rounds
 
-PHASES = ("gather-inputs", "combine", "deliver", "allgather-params", "allgather-state",
-          "checkpoint", "publish")
-
 
 @dataclass(frozen=True)
 class Action:

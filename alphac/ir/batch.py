@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from alphac import math as elementary
-from alphac.ir import binary64 as f
+from alphac.math import binary64 as f
 from alphac.ir.learner import (Bcast, Const, DataRow, Dot, Elem, MatVec, Max, MaxAdj, Node, OneHot,
                                Outer, Pick, Pow, Read, Stack, Sum, Unary, VecMat, Where,
                                postorder)

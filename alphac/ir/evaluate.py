@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Callable
 
 from alphac import math as elementary
-from alphac.ir import binary64 as f
+from alphac.math import binary64 as f
 from alphac.ir.learner import (Bcast, Const, DataRow, Dot, Elem, Grad, MatVec, Max, MaxAdj, Node,
                                OneHot, Outer, Pick, Pow, Read, Stack, Sum, Unary, VecMat, Where,
                                children, postorder)

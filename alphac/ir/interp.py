@@ -27,14 +27,14 @@ tests/test_interp_fast.py checks, NaNs' bits included. The update (step 4) is sm
 scalar.
 
 Requires: a checked and differentiated `Learner`. Guarantees: each arithmetic step is one
-binary64 operation (`alphac.ir.binary64`, or numpy's same operation); deterministic; nothing
+binary64 operation (`alphac.math.binary64`, or numpy's same operation); deterministic; nothing
 printed for a state that is not finite (`Refusal("non-finite-state")`).
 """
 from __future__ import annotations
 
 import math
 
-from alphac.ir import binary64 as f
+from alphac.math import binary64 as f
 from alphac.ir.evaluate import Env, evaluate
 from alphac.ir.learner import Learner
 from alphac.refusals import Refusal

@@ -35,6 +35,11 @@ CONTRACT = "binary64-rne-nofma-leftfold-v1"   # the LEARNERS.md contract, by nam
 CONTRACTS = {"ordered": CONTRACT, "exact_sum": "binary64-rne-nofma-exactsum-v1"}
 
 
+def type_text(shape: tuple[int, ...]) -> str:
+    """A value's type as the language writes it: `f64`, or `f64[2, 3]`."""
+    return "f64" if not shape else "f64[" + ", ".join(map(str, shape)) + "]"
+
+
 class Node:
     shape: tuple[int, ...]
 

@@ -7,17 +7,24 @@ progress reporting).
     predicted_class(scores)         the first index of the maximum under the ordered `>` (a NaN
                                     never wins; None when every score is a NaN)
     accuracy(lr, state, labels)     (correct, n) over every sample of `lr`
+    held_out(lr, [(NAME, PATH)])    `lr` with those data arrays replaced by held-out .npy files
+    labels_for(lr, name, file)      the data array of class labels (given, or onehot's)
 
 Each value is the reference interpreter's (`alphac.ir.evaluate.evaluate`, binary64, one
 rounding per operation); the sum and the division are binary64 operations too. Held-out data is
-the learner with its data replaced (`dataclasses.replace(lr, data=..., nsamples=...)`).
+the learner with its data replaced (`dataclasses.replace(lr, data=..., nsamples=...)`); bad
+held-out data or labels are an `EvalError` that names the array (`alphac eval`'s --data and
+--labels; `alphac build --eval-data` says --eval-data instead, alphac.build.evaluation_for).
 """
 from __future__ import annotations
 
-from alphac.ir import binary64 as f
+from dataclasses import replace
+
+from alphac import npy
+from alphac.math import binary64 as f
 from alphac.ir.evaluate import Env, evaluate
 from alphac.ir.interp import State, sample_rows
-from alphac.ir.learner import DataRow, Learner, OneHot, postorder
+from alphac.ir.learner import DataDef, DataRow, Learner, OneHot, postorder, type_text
 
 
 def _env(lr: Learner, state: State, i: int) -> Env:
@@ -71,3 +78,64 @@ def onehot_labels(lr: Learner) -> list[str]:
         return []
     return sorted({n.a.name for n in postorder([lr.loss])
                    if isinstance(n, OneHot) and isinstance(n.a, DataRow)})
+
+
+class EvalError(Exception):
+    pass
+
+
+
+def held_out(lr: Learner, arrays: list[tuple[str, str]]) -> Learner:
+    """`lr` with the data arrays named in `arrays` ([(NAME, PATH.npy)]) replaced."""
+    if not arrays:
+        return lr
+    names = [d.name for d in lr.data]
+    new: dict[str, DataDef] = {}
+    for name, path in arrays:
+        where = f"--data {name}"
+        if name not in names:
+            raise EvalError(f"{where}: `{lr.name}` has no data `{name}` (its data: "
+                            f"{', '.join(names) or 'none'})")
+        if name in new:
+            raise EvalError(f"{where}: given twice")
+        try:                   # read as the executables read it (alphac.npy), checked alike
+            file = npy.scan(npy.runtime_path(path))
+        except OSError as e:
+            raise EvalError(f"{where}: cannot read `{path}`: {e.strerror or e}")
+        except npy.NpyError as e:
+            raise EvalError(f"{where}: `{path}` {e}")
+        shape = file.shape
+        row = lr.datum(name).row_shape
+        if shape[1:] != row:
+            raise EvalError(f"{where}: `{path}` has rows of {type_text(shape[1:])}; `{name}`'s rows "
+                            f"are {type_text(row)}")
+        new[name] = DataDef(name, shape, None, file)
+    counts = {d.shape[0] for d in new.values()}
+    if len(counts) > 1:
+        raise EvalError("--data: the held-out arrays hold different sample counts: " +
+                        ", ".join(f"`{n}` {d.shape[0]}" for n, d in new.items()))
+    n = counts.pop()
+    kept = [d for d in names if d not in new]
+    if n != lr.nsamples and kept:
+        raise EvalError(f"--data: {n} held-out samples, but `{kept[0]}` is not replaced and holds "
+                        f"the learner's {lr.nsamples}: give a held-out array for every data array")
+    return replace(lr, data=[new.get(d.name, d) for d in lr.data], nsamples=n)
+
+
+def labels_for(lr: Learner, name: str | None, file: str) -> str | None:
+    """The data array of class labels: `name`, else the one the loss passes to onehot."""
+    if name is not None:
+        if name not in {d.name for d in lr.data}:
+            raise EvalError(f"--labels {name}: `{lr.name}` has no data `{name}`")
+        if lr.datum(name).row_shape:
+            raise EvalError(f"--labels {name}: `{name}` has rows of {type_text(lr.datum(name).row_shape)}"
+                            f"; labels are one number per sample")
+        if lr.predict is None or not lr.predict.shape:
+            why = "has no predict" if lr.predict is None else "predicts a scalar (a regression output)"
+            raise EvalError(f"--labels {name}: an accuracy needs `predict(i)` to give class scores "
+                            f"(a vector); {file} {why}")
+        return name
+    if lr.predict is None or not lr.predict.shape:
+        return None
+    found = onehot_labels(lr)
+    return found[0] if len(found) == 1 else None

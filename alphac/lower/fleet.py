@@ -139,13 +139,6 @@ def nodes(plan: Plan) -> list[Node]:
     return out
 
 
-def node_of(plan: Plan, rank: int) -> Node:
-    for n in nodes(plan):
-        if n.rank <= rank < n.rank + n.size:
-            return n
-    raise KeyError(rank)
-
-
 class FleetLowering(RoleLowering):
     """RoleLowering for a node's member k = load64(role_k), its first member's shape."""
 

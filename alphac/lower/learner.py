@@ -31,7 +31,7 @@ from __future__ import annotations
 import struct
 
 from alphac.formats import XC_WORDS, XS_DIGITS
-from alphac.ir.binary64 import bits
+from alphac.math.binary64 import bits
 from alphac.ir.learner import (Bcast, Const, DataRow, Dot, Elem, Grad, Learner, MatVec, Max,
                                MaxAdj, Node, OneHot, Outer, Pick, Pow, Read, Stack, Sum, Unary,
                                VecMat, Where, children, postorder)

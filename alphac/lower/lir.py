@@ -128,8 +128,6 @@ TERMINATORS = {"jmp": "n", "br": "ciInn", "ret": "?", "trap": ""}
 CONDS = ("eq", "ne", "lt", "le", "gt", "ge", "ult", "ule", "ugt", "uge")
 NEGATE = {"eq": "ne", "ne": "eq", "lt": "ge", "ge": "lt", "le": "gt", "gt": "le",
           "ult": "uge", "uge": "ult", "ule": "ugt", "ugt": "ule"}
-SWAP = {"eq": "eq", "ne": "ne", "lt": "gt", "gt": "lt", "le": "ge", "ge": "le",
-        "ult": "ugt", "ugt": "ult", "ule": "uge", "uge": "ule"}
 
 
 @dataclass

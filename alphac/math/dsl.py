@@ -3,14 +3,14 @@
 An algorithm (alphac/math/functions.py) is a Python function of a backend `m` and `Val`s: it
 calls `m.f(x)` and `m.i(v)` for constants, uses operators on values, and `m.cond(c, then,
 else_)` for control flow (each branch a function returning a tuple of values of the same
-kinds). The same algorithm text then runs three ways:
+kinds). The same algorithm text then runs four ways (two backends here, two in their modules):
 
-    Eval      computes now, in Python: binary64 through alphac.ir.binary64, integers as
+    Eval      computes now, in Python: binary64 through alphac.math.binary64, integers as
               unsigned 64-bit; the reference interpreter's elementary functions
     RtSource  writes runtime-language source (alphac/lower/rt.py), one `fn` per function,
               which both ISAs lower like the rest of the runtime
-    (PTX)     writes PTX instructions into a kernel (alphac/ptx/mathfn.py)
-    (VecEval) computes now on numpy arrays, each element as Eval would (alphac/math/vec.py)
+    VecEval   computes now on numpy arrays, each element as Eval would (alphac/math/vec.py)
+    PtxSource writes PTX instructions into a kernel (alphac/ptx/mathfn.py)
 
 Values have a kind: "f" (binary64) or "i" (64-bit integer). Operators:
     f: + - * / and -x (one IEEE operation each, round to nearest even); m.sqrt(x)
@@ -20,19 +20,41 @@ Values have a kind: "f" (binary64) or "i" (64-bit integer). Operators:
     m.i2f(i) converts a signed integer exactly-rounded
     m.load(table, index): word `index` of a constant table of 64-bit words; m.loadf(table,
     index) the same word as a binary64
+Each operator is one operation of `OPS`, the op set's one table (its operand and result kinds);
+every backend renders it through a table keyed by the same names (`EVAL_OPS` and `RT_OPS`
+here, `vec.LANE_OPS`, `alphac.ptx.mathfn.PTX_OPS`), and tests/test_math_ops.py checks that
+each covers `OPS` exactly and that the operators produce no other operation.
 
-Requires nothing. Guarantees: Eval checks what the other backends assume (shift amounts in
+Requires alphac.math.binary64 (the one definition of + - * / sqrt). Guarantees: Eval checks what the other backends assume (shift amounts in
 0..63, branch values of one kind), so an algorithm that runs under Eval is well formed.
 """
 from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, NamedTuple
 
-from alphac.ir import binary64
+from alphac.math import binary64
 
 M64 = (1 << 64) - 1
+
+
+class Op(NamedTuple):
+    args: str                        # the operands' kinds, in order ("ff": two binary64 values)
+    result: str                      # the result's kind
+
+
+# The staging language's operations: the one list every backend's table covers.
+OPS: dict[str, Op] = {
+    **dict.fromkeys(("fadd", "fsub", "fmul", "fdiv"), Op("ff", "f")),
+    "fneg": Op("f", "f"), "fsqrt": Op("f", "f"),
+    **dict.fromkeys(("add", "sub", "mul", "umulh", "and", "or", "xor"), Op("ii", "i")),
+    **dict.fromkeys(("shl", "shr", "sar"), Op("ii", "i")),       # the amount in 0..63
+    **dict.fromkeys(("ult", "slt", "eq"), Op("ii", "i")),        # 1 or 0
+    "fgt": Op("ff", "i"),                                        # 1 or 0; 0 when unordered
+    "bits": Op("f", "i"), "float": Op("i", "f"),                 # reinterpret the 64 bits
+    "i2f": Op("i", "f"),                                         # a signed integer, rounded
+}
 
 
 @dataclass(frozen=True)
@@ -100,6 +122,34 @@ def _b(x: float) -> int:
     return struct.unpack("<Q", struct.pack("<d", x))[0]
 
 
+def _shift(name: str, op: Callable[[int, int], int]) -> Callable[[int, int], int]:
+    def run(x: int, n: int) -> int:
+        if not 0 <= n < 64:
+            raise ValueError(f"{name} by {n}: shift amounts are 0..63")
+        return op(x, n)
+    return run
+
+
+def _signed(x: int) -> int:
+    return x - (x >> 63 << 64)
+
+
+# Each operation on Python values (binary64 as float, integers as unsigned 64-bit ints); Eval
+# wraps the result to its kind (an integer modulo 2^64).
+EVAL_OPS: dict[str, Callable] = {
+    **{name: binary64.BINARY[name[1:]] for name in ("fadd", "fsub", "fmul", "fdiv")},
+    "fneg": binary64.neg, "fsqrt": binary64.sqrt,
+    "add": lambda p, q: p + q, "sub": lambda p, q: p - q, "mul": lambda p, q: p * q,
+    "umulh": lambda p, q: (p * q) >> 64, "and": lambda p, q: p & q,
+    "or": lambda p, q: p | q, "xor": lambda p, q: p ^ q,
+    "shl": _shift("shl", lambda x, n: x << n), "shr": _shift("shr", lambda x, n: x >> n),
+    "sar": _shift("sar", lambda x, n: _signed(x) >> n),
+    "ult": lambda p, q: int(p < q), "eq": lambda p, q: int(p == q),
+    "slt": lambda p, q: int(_signed(p) < _signed(q)), "fgt": lambda p, q: int(p > q),
+    "bits": _b, "float": _f, "i2f": lambda p: float(_signed(p)),
+}
+
+
 class Backend:
     """What every backend shares: the operations written as `op`, and `outline` (a subroutine
     the algorithm names: inline unless the backend writes it once and calls it)."""
@@ -121,7 +171,6 @@ class Eval(Backend):
     """Runs an algorithm now. `ops` counts the operations executed (for the benchmarks)."""
 
     def __init__(self):
-        self.fp = binary64
         self.ops = 0
 
     def f(self, x: float) -> Val:
@@ -135,37 +184,8 @@ class Eval(Backend):
 
     def op(self, name: str, *a: Val) -> Val:
         self.ops += 1
-        fp = self.fp
-        x = [v.v for v in a]
-        if name in ("fadd", "fsub", "fmul", "fdiv"):
-            return self.f(fp.BINARY[name[1:]](x[0], x[1]))
-        if name == "fneg":
-            return self.f(fp.neg(x[0]))
-        if name == "fsqrt":
-            return self.f(fp.sqrt(x[0]))
-        if name in ("shl", "shr", "sar"):
-            n = x[1]
-            if not 0 <= n < 64:
-                raise ValueError(f"{name} by {n}: shift amounts are 0..63")
-            if name == "shl":
-                return self.i(x[0] << n)
-            if name == "shr":
-                return self.i(x[0] >> n)
-            return self.i((x[0] - (x[0] >> 63 << 64)) >> n)
-        if name == "bits":
-            return self.i(_b(x[0]))
-        if name == "float":
-            return self.f(_f(x[0]))
-        if name == "i2f":
-            return self.f(float(x[0] - (x[0] >> 63 << 64)))
-        if name == "fgt":
-            return self.i(int(x[0] > x[1]))
-        ops = {"add": lambda p, q: p + q, "sub": lambda p, q: p - q, "mul": lambda p, q: p * q,
-               "umulh": lambda p, q: (p * q) >> 64, "and": lambda p, q: p & q,
-               "or": lambda p, q: p | q, "xor": lambda p, q: p ^ q,
-               "ult": lambda p, q: int(p < q), "eq": lambda p, q: int(p == q),
-               "slt": lambda p, q: int(p - (p >> 63 << 64) < q - (q >> 63 << 64))}
-        return self.i(ops[name](x[0], x[1]))
+        r = EVAL_OPS[name](*(v.v for v in a))
+        return self.f(r) if OPS[name].result == "f" else self.i(r)
 
     def load(self, table: Table, index) -> Val:
         self.ops += 1
@@ -182,7 +202,7 @@ class Eval(Backend):
 
 
 # -- runtime-language source ----------------------------------------------------------------
-RT_OPS = {"fadd": "{0} + {1}", "fsub": "{0} - {1}", "fmul": "{0} * {1}", "fdiv": "{0} / {1}",
+RT_OPS: dict[str, str] = {"fadd": "{0} + {1}", "fsub": "{0} - {1}", "fmul": "{0} * {1}", "fdiv": "{0} / {1}",
           "fneg": "-{0}", "fsqrt": "sqrt({0})", "add": "{0} + {1}", "sub": "{0} - {1}",
           "mul": "{0} * {1}", "umulh": "umulh({0}, {1})", "and": "{0} & {1}", "or": "{0} | {1}",
           "xor": "{0} ^ {1}", "shl": "{0} << {1}", "shr": "{0} >> {1}", "sar": "sar({0}, {1})",
@@ -225,7 +245,7 @@ class RtSource(Backend):
         return Val(self, kind, name)
 
     def op(self, name: str, *a: Val) -> Val:
-        kind = "f" if name in ("fadd", "fsub", "fmul", "fdiv", "fneg", "fsqrt", "float", "i2f") else "i"
+        kind = OPS[name].result
         text = RT_OPS[name].format(*(v.v for v in a))
         if name in ("ult", "slt", "eq"):
             # a comparison stays an expression, so that a cond on it (or on && / || of such)

@@ -217,8 +217,3 @@ def scale_small(m, a: tuple, k) -> tuple:
 def lt(m, a: tuple, b: tuple):
     """1 when a < b (unsigned)."""
     return sub(m, a, b)[1]
-
-
-def top_word(m, a: tuple, lz):
-    """The 64 bits of `a` below its leading zeros (lz < 192): a << lz, top limb."""
-    return shl(m, a, lz)[0]

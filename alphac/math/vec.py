@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from alphac.ir import binary64
-from alphac.math.dsl import M64, Backend, Table, Val
+from alphac.math import binary64
+from alphac.math.dsl import M64, OPS, Backend, Table, Val
 
 U64, I64, F64 = np.uint64, np.int64, np.float64
 DEFER = 8                                  # a branch fewer lanes take runs under Eval instead
-_FLOAT_OPS = ("fadd", "fsub", "fmul", "fdiv", "fneg", "fsqrt", "float", "i2f")
 
 
 def _view(x, t):
@@ -49,7 +48,8 @@ def _b(c):
     return np.asarray(c).astype(U64)
 
 
-OPS = {"fadd": np.add, "fsub": np.subtract, "fmul": np.multiply, "fdiv": binary64.div_array,
+# Each operation of dsl.OPS on the lanes' arrays (binary64 as float64, integers as uint64).
+LANE_OPS = {"fadd": np.add, "fsub": np.subtract, "fmul": np.multiply, "fdiv": binary64.div_array,
        "fneg": np.negative, "fsqrt": binary64.sqrt_array,
        "add": np.add, "sub": np.subtract, "mul": np.multiply, "and": np.bitwise_and,
        "or": np.bitwise_or, "xor": np.bitwise_xor, "umulh": _umulh,
@@ -110,8 +110,7 @@ class VecEval(Backend):
 
     def op(self, name: str, *a: Val) -> Val:
         lanes = None if all(v.lanes is None for v in a) else self.lanes
-        return self._val("f" if name in _FLOAT_OPS else "i", OPS[name](*(self.get(v) for v in a)),
-                         lanes)
+        return self._val(OPS[name].result, LANE_OPS[name](*(self.get(v) for v in a)), lanes)
 
     def load(self, table: Table, index) -> Val:
         words = _TABLES.get(table.name)

@@ -122,10 +122,6 @@ class Struct:
         return self.field(name).offset
 
 
-def _s(name: str, size: int, align: int, *fields: tuple) -> tuple[str, Struct]:
-    return name, Struct(name, size, align, tuple(Field(*f) for f in fields))
-
-
 STRUCTS: Mapping[str, Struct] = {
     name: Struct(name, size, align, tuple(Field(*f) for f in fields))
     for name, (size, align, fields) in _580.STRUCTS.items()}
@@ -164,10 +160,6 @@ class NvIoctl:
     @property
     def key(self) -> str:
         return f"{self.escape}({self.struct}[{self.count}])" if self.count != 1 else f"{self.escape}({self.struct})"
-
-
-def nv_ioctl_cmd(escape: str, struct: str, count: int = 1) -> int:
-    return NvIoctl(escape, struct, count).cmd
 
 
 NV_IOCTLS: Mapping[str, NvIoctl] = {i.key: i for i in (NvIoctl(*t) for t in _580.NV_IOCTLS)}
@@ -268,7 +260,6 @@ BITFIELDS: Mapping[str, tuple[int, int]] = _580.BITFIELDS
 # NV_ERR_INVALID_ARGUMENT, 0x3a NV_ERR_INVALID_PARAM_STRUCT (a params size the driver does
 # not expect: the 580 NVA06C schedule params grew to 3 bytes).
 STATUS_CODES: Mapping[str, int] = _580.STATUS_CODES
-STATUS_NAMES: Mapping[int, str] = {v: k for k, v in STATUS_CODES.items()}
 
 
 def pack_bitfields(values: Mapping[str, int], width: int = 32) -> int:

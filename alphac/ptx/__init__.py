@@ -4,8 +4,11 @@
     kernels.py  learner IR -> the owner kernels `grad_samples`, `owner_sum`, `update_g<N>`; the
                 kernel ABI (parameters, buffer layouts) as data
     ptxas.py    find, fingerprint and run `ptxas` deterministically; `PtxasMissing` without it
+    mathfn.py   the contract's functions in PTX (alphac.math's staging language, third backend)
     cubin.py    read a cubin (ELF + NVIDIA `.nv.info` records) into one `LaunchImage` per kernel
-    host.py     the host side of the ABI over any `Device` (the reference for role executables)
+
+The host side of the kernel ABI over any `Device` (the reference for role executables) is
+gpu/ptx_host.py, outside the package: the compiler never runs a kernel.
 
 Every binary64 operation the kernels perform is one IEEE operation rounded to nearest even, in
 the order `alphac.ir.interp` performs it (docs/gpu.md); tests/test_ptx.py proves it by running

@@ -43,7 +43,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from alphac.ir import binary64
+from alphac.math import binary64
 from alphac.ir.evaluate import Env, evaluate
 from alphac.ir.learner import (Bcast, Const, DataRow, Dot, Elem, Grad, Group, Learner, MatVec,
                                Max, MaxAdj, Node, OneHot, Outer, Pick, Pow, Read, Stack, Sum,

@@ -13,14 +13,21 @@ from __future__ import annotations
 
 from typing import Callable
 
-from alphac.math.dsl import M64, Backend, Table, Val
+from alphac.math.dsl import M64, OPS, Backend, Table, Val
 from alphac.ptx.render import Emitter, f64imm
 
-F_OPS = {"fadd": "add", "fsub": "sub", "fmul": "mul", "fdiv": "div"}
-I_OPS = {"add": "add64", "sub": "sub64", "mul": "mullo64", "umulh": "mulhi64", "and": "and64",
-         "or": "or64", "xor": "xor64"}
-SETP = {"ult": "ltu64", "slt": "lts64", "eq": "eq64", "fgt": "gtf64"}
-SHIFTS = {"shl": "shl64", "shr": "shr64", "sar": "sar64"}
+# Each operation of dsl.OPS -> (its form, the render.INSTR it is): "op" the instruction on the
+# operands, "shift" with the amount converted to 32 bits first, "setp" a predicate made 1 or 0.
+PTX_OPS: dict[str, tuple[str, str]] = {
+    "fadd": ("op", "add"), "fsub": ("op", "sub"), "fmul": ("op", "mul"), "fdiv": ("op", "div"),
+    "fneg": ("op", "neg"), "fsqrt": ("op", "sqrt"),
+    "add": ("op", "add64"), "sub": ("op", "sub64"), "mul": ("op", "mullo64"),
+    "umulh": ("op", "mulhi64"), "and": ("op", "and64"), "or": ("op", "or64"), "xor": ("op", "xor64"),
+    "shl": ("shift", "shl64"), "shr": ("shift", "shr64"), "sar": ("shift", "sar64"),
+    "ult": ("setp", "ltu64"), "slt": ("setp", "lts64"), "eq": ("setp", "eq64"),
+    "fgt": ("setp", "gtf64"),
+    "bits": ("op", "f2b"), "float": ("op", "b2f"), "i2f": ("op", "s64tof"),
+}
 
 
 class PtxSource(Backend):       # outline: inline, every GPU thread has its own registers
@@ -39,25 +46,14 @@ class PtxSource(Backend):       # outline: inline, every GPU thread has its own 
 
     def op(self, name: str, *a: Val) -> Val:
         em, x = self.em, [v.v for v in a]
-        if name in F_OPS:
-            return Val(self, "f", em.op(F_OPS[name], x[0], x[1]))
-        if name == "fneg":
-            return Val(self, "f", em.op("neg", x[0]))
-        if name == "fsqrt":
-            return Val(self, "f", em.op("sqrt", x[0]))
-        if name in I_OPS:
-            return Val(self, "i", em.op(I_OPS[name], x[0], x[1]))
-        if name in SHIFTS:
-            return Val(self, "i", em.op(SHIFTS[name], x[0], em.op("cvt32", x[1])))
-        if name in SETP:
-            return Val(self, "i", em.op("selp01", em.op(SETP[name], x[0], x[1])))
-        if name == "bits":
-            return Val(self, "i", em.op("f2b", x[0]))
-        if name == "float":
-            return Val(self, "f", em.op("b2f", x[0]))
-        if name == "i2f":
-            return Val(self, "f", em.op("s64tof", x[0]))
-        raise ValueError(name)
+        form, instr = PTX_OPS[name]
+        if form == "shift":
+            reg = em.op(instr, x[0], em.op("cvt32", x[1]))
+        elif form == "setp":
+            reg = em.op("selp01", em.op(instr, *x))
+        else:
+            reg = em.op(instr, *x)
+        return Val(self, OPS[name].result, reg)
 
     def _address(self, table: Table, index) -> str:
         em = self.em

@@ -149,7 +149,7 @@ def state(root: Path) -> dict[str, list[float]]:
 
 
 def show(root: Path) -> str:
-    from alphac.ir.binary64 import hex16
+    from alphac.math.binary64 import hex16
     root = Path(root)
     lines = []
     for rel, m in walk(root):
@@ -177,7 +177,7 @@ def show_json(root: Path) -> str:
     for, as the string "nan", "inf" or "-inf"); always valid JSON."""
     import json
     from dataclasses import asdict
-    from alphac.ir.binary64 import hex16
+    from alphac.math.binary64 import hex16
     root = Path(root)
     manifests = []
     for rel, m in walk(root):

@@ -22,16 +22,16 @@ import math
 from dataclasses import replace
 from pathlib import Path
 
-from alphac.ir import binary64 as f
-from alphac.ir.learner import DataDef, Learner
-from alphac.ir.score import accuracy, mean_loss, onehot_labels
+from alphac.math import binary64 as f
+from alphac.ir.learner import Learner
+from alphac.ir.score import accuracy, mean_loss
 from alphac.refusals import Refusal
-from alphac import npy
-from alphac.types.check import _fmt
 
-
-class EvalError(Exception):
-    pass
+# What cli.py imports from here but lives below the tools (issue 48: a build does not import a
+# tool): the held-out data in alphac.ir.score, what `build --eval-data` compiles in alphac.build.
+# These two lines go when cli.py imports them from there.
+from alphac.build import evaluation_for  # noqa: F401
+from alphac.ir.score import EvalError, held_out, labels_for  # noqa: F401
 
 
 def checkpoint_state(lr: Learner, ckpt: str | Path) -> tuple[dict, int]:
@@ -60,80 +60,6 @@ def checkpoint_state(lr: Learner, ckpt: str | Path) -> tuple[dict, int]:
             raise Refusal("shard-non-finite", f"{root}: `{s.name}` holds a NaN or an infinity")
         out[s.name] = tuple(vals)
     return out, m.version
-
-
-def held_out(lr: Learner, arrays: list[tuple[str, str]]) -> Learner:
-    """`lr` with the data arrays named in `arrays` ([(NAME, PATH.npy)]) replaced."""
-    if not arrays:
-        return lr
-    names = [d.name for d in lr.data]
-    new: dict[str, DataDef] = {}
-    for name, path in arrays:
-        where = f"--data {name}"
-        if name not in names:
-            raise EvalError(f"{where}: `{lr.name}` has no data `{name}` (its data: "
-                            f"{', '.join(names) or 'none'})")
-        if name in new:
-            raise EvalError(f"{where}: given twice")
-        try:                   # read as the executables read it (alphac.npy), checked alike
-            file = npy.scan(npy.runtime_path(path))
-        except OSError as e:
-            raise EvalError(f"{where}: cannot read `{path}`: {e.strerror or e}")
-        except npy.NpyError as e:
-            raise EvalError(f"{where}: `{path}` {e}")
-        shape = file.shape
-        row = lr.datum(name).row_shape
-        if shape[1:] != row:
-            raise EvalError(f"{where}: `{path}` has rows of {_fmt(shape[1:])}; `{name}`'s rows "
-                            f"are {_fmt(row)}")
-        new[name] = DataDef(name, shape, None, file)
-    counts = {d.shape[0] for d in new.values()}
-    if len(counts) > 1:
-        raise EvalError("--data: the held-out arrays hold different sample counts: " +
-                        ", ".join(f"`{n}` {d.shape[0]}" for n, d in new.items()))
-    n = counts.pop()
-    kept = [d for d in names if d not in new]
-    if n != lr.nsamples and kept:
-        raise EvalError(f"--data: {n} held-out samples, but `{kept[0]}` is not replaced and holds "
-                        f"the learner's {lr.nsamples}: give a held-out array for every data array")
-    return replace(lr, data=[new.get(d.name, d) for d in lr.data], nsamples=n)
-
-
-def labels_for(lr: Learner, name: str | None, file: str) -> str | None:
-    """The data array of class labels: `name`, else the one the loss passes to onehot."""
-    if name is not None:
-        if name not in {d.name for d in lr.data}:
-            raise EvalError(f"--labels {name}: `{lr.name}` has no data `{name}`")
-        if lr.datum(name).row_shape:
-            raise EvalError(f"--labels {name}: `{name}` has rows of {_fmt(lr.datum(name).row_shape)}"
-                            f"; labels are one number per sample")
-        if lr.predict is None or not lr.predict.shape:
-            why = "has no predict" if lr.predict is None else "predicts a scalar (a regression output)"
-            raise EvalError(f"--labels {name}: an accuracy needs `predict(i)` to give class scores "
-                            f"(a vector); {file} {why}")
-        return name
-    if lr.predict is None or not lr.predict.shape:
-        return None
-    found = onehot_labels(lr)
-    return found[0] if len(found) == 1 else None
-
-
-def evaluation_for(lr: Learner, arrays: list[tuple[str, str]], labels: str | None, file: str):
-    """What `alphac build --eval-data` compiles in: (the learner on the held-out arrays, the
-    labels' name or None), or None without arrays; BuildError for what cannot be scored."""
-    from alphac.diag import BuildError
-    if not arrays:
-        if labels is not None:
-            raise BuildError("--labels needs --eval-data")
-        return None
-    try:
-        test = held_out(lr, arrays)
-        name = labels_for(test, labels, file)
-    except EvalError as e:
-        raise BuildError(str(e).replace("--data", "--eval-data"))
-    if test.loss is None:
-        raise BuildError(f"--eval-data: {file} has no loss to score")
-    return test, name
 
 
 def evaluate_learner(lr: Learner, state: dict, step: int, labels: str | None) -> dict:

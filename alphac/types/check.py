@@ -32,7 +32,7 @@ from alphac.diag import Sink, Span
 from alphac.files import read_regular
 from alphac.ir import learner as ir
 from alphac.ir.evaluate import fold
-from alphac.ir.learner import wide
+from alphac.ir.learner import type_text, wide
 from alphac.parse import ast
 
 # name -> arity. Elementwise functions (alphac.math: exact or correctly rounded), two library
@@ -63,10 +63,6 @@ class Ctx:
     index: str | None = None       # the sample index name, in the loss and predict
     lets: dict[str, Symbol] = field(default_factory=dict)
     assigned: set[str] = field(default_factory=set)
-
-
-def _fmt(shape: tuple[int, ...]) -> str:
-    return "f64" if not shape else "f64[" + ", ".join(map(str, shape)) + "]"
 
 
 class Checker:
@@ -154,7 +150,7 @@ class Checker:
 
     def check_type(self, t: ast.TypeExpr | None, shape: tuple[int, ...], span: Span, what: str) -> bool:
         if t is not None and t.dims != shape:
-            self.err("E0031", span, f"{what} has shape {_fmt(shape)}, but its type says {_fmt(t.dims)}")
+            self.err("E0031", span, f"{what} has shape {type_text(shape)}, but its type says {type_text(t.dims)}")
             return False
         return True
 
@@ -231,7 +227,7 @@ class Checker:
                 values = init.values * math.prod(shape)
             else:
                 self.err("E0031", d.init.span,
-                         f"initial value has shape {_fmt(init.shape)}, but `{d.name}` is {_fmt(shape)}",
+                         f"initial value has shape {type_text(init.shape)}, but `{d.name}` is {type_text(shape)}",
                          hint="a scalar initial value fills every coordinate")
             if values is not None and not self.finite(init, d.init.span):
                 values = None
@@ -298,11 +294,11 @@ class Checker:
             return None
         node = self.expr(d.body.result, ctx)
         if node is not None and d.kind == "loss" and node.shape:
-            self.err(code, d.body.result.span, f"the loss has shape {_fmt(node.shape)}, not f64",
+            self.err(code, d.body.result.span, f"the loss has shape {type_text(node.shape)}, not f64",
                      hint="reduce it with sum(...) or dot(...)")
             return None
         if node is not None and len(node.shape) > 1:
-            self.err(code, d.body.result.span, f"predict gives {_fmt(node.shape)}",
+            self.err(code, d.body.result.span, f"predict gives {type_text(node.shape)}",
                      hint="a prediction is a scalar (a regression output) or a vector (one score "
                           "per class)")
             return None
@@ -386,7 +382,7 @@ class Checker:
             if node.shape != sym.shape:
                 if node.shape:
                     self.err("E0031", st.value.span,
-                             f"value has shape {_fmt(node.shape)}, but `{st.name}` is {_fmt(sym.shape)}")
+                             f"value has shape {type_text(node.shape)}, but `{st.name}` is {type_text(sym.shape)}")
                     continue
                 node = ir.Bcast(node, sym.shape)
             self.update.append(ir.Assign(st.name, node, st.span.line_col[0]))
@@ -501,7 +497,7 @@ class Checker:
         rows = len(a.shape) + len(b.shape) == 3 and wide(a.shape, b.shape)[1:] == min(
             a.shape, b.shape, key=len)
         if not rows:
-            self.err("E0030", e.span, f"`{what}` of {_fmt(a.shape)} and {_fmt(b.shape)}",
+            self.err("E0030", e.span, f"`{what}` of {type_text(a.shape)} and {type_text(b.shape)}",
                      hint="elementwise operations need equal shapes, a scalar, or a vector "
                           "f64[C] over the rows of an f64[R, C]")
             return False
@@ -528,7 +524,7 @@ class Checker:
             return fold(ir.MatVec(a, b, a.shape[:1]))
         if len(a.shape) == 1 and len(b.shape) == 2 and a.shape[0] == b.shape[0]:
             return fold(ir.VecMat(a, b, b.shape[1:]))
-        self.err("E0030", e.span, f"`@` of {_fmt(a.shape)} and {_fmt(b.shape)}",
+        self.err("E0030", e.span, f"`@` of {type_text(a.shape)} and {type_text(b.shape)}",
                  hint="`A @ v` takes f64[R, C] and f64[C]; `u @ A` takes f64[R] and f64[R, C]")
         return None
 
@@ -565,7 +561,7 @@ class Checker:
             return None
         if e.func in ("sum", "max", "logsumexp") and len(args) == 1:
             if len(args[0].shape) != 1:
-                self.err("E0030", e.args[0].span, f"{e.func} takes a vector, given {_fmt(args[0].shape)}")
+                self.err("E0030", e.args[0].span, f"{e.func} takes a vector, given {type_text(args[0].shape)}")
                 return None
             if e.func == "sum":
                 return ir.Sum(args[0])
@@ -573,7 +569,7 @@ class Checker:
         if e.func == "outer":
             a, b = args
             if len(a.shape) != 1 or len(b.shape) != 1:
-                self.err("E0030", e.span, f"outer of {_fmt(a.shape)} and {_fmt(b.shape)}",
+                self.err("E0030", e.span, f"outer of {type_text(a.shape)} and {type_text(b.shape)}",
                          hint="outer takes two vectors")
                 return None
             return fold(ir.Outer(a, b, a.shape + b.shape))
@@ -583,7 +579,7 @@ class Checker:
             return elementwise(e.func, args)
         a, b = args
         if len(a.shape) != 1 or a.shape != b.shape:
-            self.err("E0030", e.span, f"dot of {_fmt(a.shape)} and {_fmt(b.shape)}",
+            self.err("E0030", e.span, f"dot of {type_text(a.shape)} and {type_text(b.shape)}",
                      hint="dot takes two vectors of the same length")
             return None
         return ir.Dot(a, b)
@@ -597,7 +593,7 @@ class Checker:
         if k is None:
             return None
         if k.shape:
-            self.err("E0030", label.span, f"onehot takes a scalar label, given {_fmt(k.shape)}",
+            self.err("E0030", label.span, f"onehot takes a scalar label, given {type_text(k.shape)}",
                      hint="a label is one number per sample, as in `onehot(y[i], 10)`")
             return None
         if ctx.kind == "update" and not isinstance(k, ir.Const):
@@ -688,7 +684,7 @@ class Checker:
         shape0 = items[0].shape
         for x, src in zip(items, e.items):
             if x.shape != shape0:
-                self.err("E0034", src.span, f"row of shape {_fmt(x.shape)} among rows of {_fmt(shape0)}")
+                self.err("E0034", src.span, f"row of shape {type_text(x.shape)} among rows of {type_text(shape0)}")
                 return None
         if len(shape0) >= 2:
             self.err("E0036", e.span, "arrays have at most 2 dimensions")
@@ -732,8 +728,8 @@ class Checker:
             for n in names:
                 if n in coord and states[n].shape != tshape:
                     span = self.assign_span(a)
-                    self.err("E0051", span, f"`{a.target}` ({_fmt(tshape)}) reads coordinate value "
-                                            f"`{n}` ({_fmt(states[n].shape)}) in its update",
+                    self.err("E0051", span, f"`{a.target}` ({type_text(tshape)}) reads coordinate value "
+                                            f"`{n}` ({type_text(states[n].shape)}) in its update",
                              hint="coordinate k of the target must read coordinate k of the same shape")
                 else:
                     if n in coord:

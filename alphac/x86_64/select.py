@@ -33,7 +33,6 @@ BITS = {"v": 128, "w": 256, "z": 512}                       # a vector class's w
 SHIFT = {"shl": "shl", "shr": "shr", "sar": "sar"}
 S1, S2, S3 = (REGS[r] for r in abi.SCRATCH)        # rax, r11, rdx
 F1, F2 = (REGS[r] for r in abi.FSCRATCH)           # xmm15, xmm14
-Y1 = REGS["y" + abi.FSCRATCH[0][1:]]               # ymm15: F1 at 32 bytes
 WIDE_SCRATCH = {c: (REGS[c[0] + abi.FSCRATCH[0][1:]], REGS[c[0] + abi.FSCRATCH[1][1:]])
                 for c in ("ymm", "zmm")}             # ymm15, ymm14; zmm15, zmm14
 WIDE_REG = {"w": "ymm", "z": "zmm"}                 # a wide class's registers
