@@ -38,7 +38,6 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "gpu")]
 
 PROBE_LEARNER = "lsq_adam"          # does not spill: its owner builds without a topology
-TOPOLOGY_KEYS = ("gpcs", "tpcs-per-gpc", "sms-per-tpc", "warps-per-sm")
 
 
 def lsq_source(width: int, rows: int, name: str = "lsq_wide") -> str:
@@ -130,14 +129,14 @@ def check(args, runner) -> int:
     rc, said_text, err = runner(exe, ["--probe-identity"], probe)
     said = parse_probe(said_text)
     result["probe"] = {"exit": rc, "stdout": said_text, "stderr": err[-2000:]}
-    if rc != 0 or not {"driver", "uuid", "product", "memory-kib", *TOPOLOGY_KEYS} <= said.keys():
+    if rc != 0 or not {"driver", "uuid", "product", "memory-kib", *host_mod.TOPOLOGY_NAMES} <= said.keys():
         result["why"] = f"the identity probe failed: exit {rc} {err.strip()[-300:]}"
         save()
         print(f"local_check: {result['why']}", file=sys.stderr)
         return 1
     host = host_mod.make({"uuid": said["uuid"], "product": said["product"], "driver": said["driver"],
                           "memory": str(int(said["memory-kib"]) * 1024), "minor": ident["minor"],
-                          "topology": " ".join(said[k] for k in TOPOLOGY_KEYS)})
+                          "topology": " ".join(said[k] for k in host_mod.TOPOLOGY_NAMES)})
     (out / "host.gpuhost").write_text(host.describe())
     result["host"] = host.as_dict()
     save()
