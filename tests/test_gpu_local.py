@@ -9,7 +9,7 @@ Guarantees checked:
   * the spilling learner as a single GPU owner, sm_90 and sm_86, prints the interpreter's bits
     with an empty mock error list, the area allocated (its size counted in the demand), and
     every thread's stack frame written and read back inside it;
-  * in a two-card star with a CPU owner, the GPU owner and the CPU owner together give the
+  * in a star of an sm_90 owner and an sm_86 owner, each on its card, with a CPU owner, the
     interpreter's bits, and its checkpoint resumes on CPU owners;
   * mutants, each failing: the local-memory setup left out of the push buffer, the area short
     (per TPC, and allocated smaller), the QMD's SHADER_LOCAL_MEMORY_HIGH_SIZE zero or short of
@@ -38,6 +38,7 @@ from alphac.nvdrv import host as host_mod, image as image_mod
 from alphac.refusals import exit_code
 
 UUID = "GPU-5a1e7c3d-0b2f-4c6e-8a9d-1f2e3d4c5b6a"
+UUID_C = "GPU-11111111-2222-3333-4444-555555555555"
 PRODUCT = {90: "NVIDIA H200", 86: "NVIDIA GeForce RTX 3090"}
 TOPOLOGY = {90: "8 9 2 64", 86: "7 6 2 48"}          # the mock cards' (mockgpu.driver.TOPOLOGY)
 WIDTH, ROWS, STEPS = 128, 4, 3
@@ -56,17 +57,17 @@ def lsq_source(width: int, rows: int, name: str = "lsq_wide") -> str:
 
 DEPLOYMENTS = f"""
 deployment gpu_and_cpu {{
-  roles coordinator, owner[2]
+  roles coordinator, owner[3]
   topology star(coordinator)
-  samples owner[0] = 0..1, owner[1] = 1..{ROWS}
-  target owner[0] = x86_64+sm_90
-  gpu owner[0] = "a.gpuhost"
+  samples owner[0] = 0..1, owner[1] = 1..2, owner[2] = 2..{ROWS}
+  target owner[0] = x86_64+sm_90, owner[1] = x86_64+sm_86
+  gpu owner[0] = "a.gpuhost", owner[1] = "c.gpuhost"
 }}
 
 deployment cpus {{
-  roles coordinator, owner[2]
+  roles coordinator, owner[3]
   topology star(coordinator)
-  samples owner[0] = 0..1, owner[1] = 1..{ROWS}
+  samples owner[0] = 0..1, owner[1] = 1..2, owner[2] = 2..{ROWS}
 }}
 """
 
@@ -142,15 +143,18 @@ def test_the_area_is_sized_as_tinygrad_and_nvk_size_it():
     assert image_mod.local_per_tpc(1, host_mod.Topology(1, 1, 1, 1)) == 0x8000
 
 
-def test_a_gpu_owner_with_a_cpu_owner_in_a_star_and_resumed_on_cpu_owners(work, tmp_path):
+def test_two_gpu_owners_with_a_cpu_owner_in_a_star_and_resumed_on_cpu_owners(work, tmp_path):
     from alphac.artifacts import build_deployment
     from alphac.tools.launch import launch
     from alphac.build import gpu_kernels
     d, lr, _ = work
     (d / "a.gpuhost").write_text(host_for(90).describe())
+    (d / "c.gpuhost").write_text(host_for(86, uuid=UUID_C, minor=1).describe())
     (d / "logs").mkdir(exist_ok=True)
-    (d / "kernels.pickle").write_bytes(pickle.dumps([gpu_kernels(lr, 90)[0]]))
-    (d / "cards.json").write_text(json.dumps(config([card_for(90)], str(d / "kernels.pickle"), str(d / "logs"))))
+    (d / "kernels.pickle").write_bytes(pickle.dumps([gpu_kernels(lr, sm)[0] for sm in (86, 90)]))
+    cards = [card_for(90), card_for(86, uuid=host_mod.parse_uuid(UUID_C), minor=1, gpu_id=0x1900,
+                                    device_instance=1)]
+    (d / "cards.json").write_text(json.dumps(config(cards, str(d / "kernels.pickle"), str(d / "logs"))))
     wrapper = [sys.executable, str(ROOT / "tests" / "mockgpu" / "wrap.py"), str(d / "cards.json")]
     old = os.getcwd()
     os.chdir(d)
@@ -162,7 +166,8 @@ def test_a_gpu_owner_with_a_cpu_owner_in_a_star_and_resumed_on_cpu_owners(work, 
         want = format_state(lr, run_plan(lr, plans["gpu_and_cpu"], 5))
         assert rec["passed"] and rec["published"] == want
         logs = [json.loads(f.read_text()) for f in sorted((d / "logs").iterdir())]
-        assert len(logs) == 1 and logs[0]["errors"] == [] and logs[0]["launches"].count("grad_samples") == 5
+        assert sorted(log["card"] for log in logs) == [0, 1]
+        assert all(log["errors"] == [] and log["launches"].count("grad_samples") == 5 for log in logs)
         a = launch(d / "build" / "gpu_and_cpu", steps=3, records=d / "runs", gpu_wrapper=wrapper,
                    checkpoint=tmp_path / "g")
         b = launch(d / "build" / "cpus", steps=2, records=d / "runs", resume=tmp_path / "g")
