@@ -212,9 +212,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--gpu-memory", metavar="BYTES", help="the card's memory: bytes, or N KiB/MiB/GiB")
     g.add_argument("--driver", metavar="VERSION", help="the driver version, e.g. 580.159.04")
     g.add_argument("--gpu-minor", metavar="N", help="the card's device minor (/dev/nvidiaN; default 0)")
-    g.add_argument("--gpu-topology", metavar="'G T S W'",
-                   help="GPCs, TPCs per GPC, SMs per TPC, warps per SM (what --probe-identity prints; "
-                        "needed when a kernel spills to local memory)")
+    g.add_argument("--gpu-topology", metavar="'G T S W'", help="GPCs, TPCs per GPC, SMs per TPC, warps "
+                   "per SM (--probe-identity prints them; needed when a kernel spills to local memory)")
     g.add_argument("--ptxas", type=_path, metavar="PATH", help="the PTX assembler (default $ALPHAC_PTXAS or PATH)")
 
     p = sub.add_parser("build-all", help="build every artifact, with a manifest",

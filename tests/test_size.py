@@ -47,9 +47,11 @@ from conftest import ROOT
 # level (ZMM registers, EVEX rows and disp8*N in the x86-64 table and encoder; class z in LIR,
 # rt_lower's f64x8, target.py's LEVELS and host_runs, the 8-wide kernels in lower/learner.py,
 # fold.py's sink_wide; cli.py's help, build.py's call of it; k8s.py's CPU labels for a level's
-# pods) raised x86_64, lower, tools and the top level by what they added
+# pods) raised x86_64, lower, tools and the top level by what they added; issue 41's local
+# memory (image.py's area, its sizes and setup methods, host.py's topology, conversation.py's
+# GR_GET_INFO and its checks, the GPU-only allocation) raised nvdrv by what it added
 BUDGETS = {"parse": 900, "types": 770, "ir": 1320, "dist": 1540, "lower": 4230, "runtime": 3010,
-           "x86_64": 1035, "aarch64": 995, "elf": 480, "ptx": 945, "nvdrv": 1165, "tools": 1935,
+           "x86_64": 1035, "aarch64": 995, "elf": 480, "ptx": 945, "nvdrv": 1280, "tools": 1935,
            "math": 1300, "": 2670}
 
 

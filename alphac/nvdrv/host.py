@@ -20,12 +20,8 @@ or the same as build options (`--gpu-uuid`, `--gpu-product`, `--gpu-memory`, `--
 `--gpu-minor`, `--gpu-topology`), which override the file's lines. `gpu/qualify.py` writes one
 from the machine.
 
-`topology` is what `NV2080_CTRL_CMD_GR_GET_INFO` answers for the indices LITTER_NUM_GPCS,
-LITTER_NUM_TPC_PER_GPC, LITTER_NUM_SM_PER_TPC and MAX_WARPS_PER_SM (the four numbers tinygrad's
-`_query_gpu_info` asks for; a GPU owner's `--probe-identity` prints them as `gpcs`,
-`tpcs-per-gpc`, `sms-per-tpc`, `warps-per-sm`). It sizes the local-memory area of an owner whose
-kernels spill (image.py); an owner without one needs no topology, and an owner with one is
-refused at build time without it.
+`topology`: GR_GET_INFO's LITTER_NUM_GPCS, LITTER_NUM_TPC_PER_GPC, LITTER_NUM_SM_PER_TPC and
+MAX_WARPS_PER_SM (`--probe-identity` prints them); it sizes a spilling owner's local memory (image.py).
 
 Requires nothing. Guarantees: a `GpuHost` with every field valid, or `HostError` naming the
 field and what is wrong with it.

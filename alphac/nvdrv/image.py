@@ -23,26 +23,14 @@ the constants); the executable carries it with its SHA-256 and checks that befor
 Memory demand (what admission checks against the card's declared memory, E0120) is the video
 memory allocated: the arena, the GPFIFO area and the local-memory area, in 2 MiB units.
 
-Local memory (a kernel ptxas spilled: the cubin's EIATTR_MIN_STACK_SIZE, `Image.local`, > 0).
-The SASS's stack pointer starts at constant bank 0's dword 10, STACK_TOP = 0xfffdc0, and grows
-down inside each thread's 16 MiB local window; the 0x240 bytes above STACK_TOP are the ABI's. So
-a thread needs `local + 0x240` bytes at the top of its window, rounded to 32: tinygrad's
-`lcmem_usage = MIN_STACK_SIZE + 0x240` and `slm_per_thread = round_up(required, 32)`, written to
-the QMD's SHADER_LOCAL_MEMORY_HIGH_SIZE with LOW_SIZE 0 (ops_nv.py, NVProgram) [read: tinygrad];
-that HIGH_SIZE is the part below the window's top is [inferred] from STACK_TOP. Every kernel's
-QMD gets the owner's largest per-thread size (tinygrad's QMDs carry the device's one value). The
-area: bytes per warp = round_up(32 lanes * per-thread, 0x200), per TPC = round_up(per warp *
-warps per SM * SMs per TPC, 0x8000), the whole = round_up(per TPC * TPCs, 0x20000) with TPCs =
-GPCs * TPCs per GPC, the alignments "the hardware seems to require" for SET_SHADER_LOCAL_MEMORY_E
-(per warp), _NON_THROTTLED_A (per TPC) and _D (the whole) (Mesa NVK nvk_device.c,
-nvk_slm_area_ensure [read: NVK]; tinygrad's _ensure_has_local_memory computes the same [read:
-tinygrad]). The topology is the host description's (`host.Topology`, from GR_GET_INFO's LITTER
-values, as tinygrad asks them): the area must be fixed at compile time, so the conversation asks
-GR_GET_INFO again at start-up and refuses `gpu-topology` when any of the four is larger than
-planned. The setup push buffer then sets SET_SHADER_LOCAL_MEMORY_A/B = the area's address and
-SET_SHADER_LOCAL_MEMORY_NON_THROTTLED_A/B/C = the bytes per TPC and MAX_SM_COUNT 0xff, as
-tinygrad's NVComputeQueue.setup does [read: tinygrad]; whether sm_90 takes the same is
-[inferred] until an H200 runs a spilling owner (gpu/device-check-local.sh).
+Local memory (a kernel ptxas spilled: `Image.local` > 0; docs/nvdrv.md, "Local memory"): per
+thread the stack + 0x240 (the ABI's bytes above STACK_TOP) rounded to 32, in every QMD's
+SHADER_LOCAL_MEMORY_HIGH_SIZE [read: tinygrad ops_nv.py, NVProgram]; an area of round_up(32 x
+that, 0x200) a warp, round_up(warps/SM x SMs/TPC warps, 0x8000) a TPC, round_up(TPCs x that,
+0x20000) in all [read: NVK nvk_device.c nvk_slm_area_ensure; tinygrad _ensure_has_local_memory],
+for the host description's topology (checked again at start-up: `gpu-topology`); the setup push
+buffer's SET_SHADER_LOCAL_MEMORY_A/B and _NON_THROTTLED_A/B/C [read: tinygrad NVComputeQueue.setup;
+on sm_90 inferred].
 
 Facts and their sources (docs/nvdrv.md has the full list and what is still unknown on Hopper):
   - QMD fields for Ampere V03 as tinygrad's ops_nv.py sets them (group id 0x3f, caching,
