@@ -74,7 +74,8 @@ def test_device_check_local_against_the_mock(tmp_path):
     assert res["passed"] and [r["width"] for r in res["learners"]] == [128, 256]
     for r in res["learners"]:
         assert r["passed"] and r["stack"]["grad_samples"] > 0 and r["local"]["area"] > 0
-        assert r["gpu_stdout"] == r["cpu_stdout"] and r["gpu"]["equals_interpreter"]
+        assert r["gpu"]["stdout"] == r["cpu"]["stdout"] and r["gpu"]["equals_interpreter"]
+        assert "gpu_low_and_high" not in r
     text = (out / "local.txt").read_text()
     assert "lsq_wide128: PASS" in text and "lsq_wide256: PASS" in text
     assert "NVRM: loading" in (out / "dmesg.txt").read_text()
@@ -102,3 +103,28 @@ def fickle_runner(exe, args, built):
         return mock_runner(exe, args, built)
     finally:
         os.environ.pop("MOCK_TOPOLOGY", None)
+
+
+def low_size_runner(exe, args, built):
+    """A card that (unlike the mock) wants SHADER_LOCAL_MEMORY_LOW_SIZE: a spilling owner whose
+    QMDs leave it 0 fails."""
+    if built is not None and built.gpu.local_per_thread:
+        from nvdrv_decode import unpack_qmd
+        from alphac.nvdrv import abi
+        la = built.gpu.launches[0]
+        if unpack_qmd(abi.QMD_LAYOUTS[built.gpu.arch.qmd], la.qmd)["SHADER_LOCAL_MEMORY_LOW_SIZE"] == 0:
+            return 1, "", "refused: gpu-timeout\n"
+    return mock_runner(exe, args, built)
+
+
+def test_an_owner_that_fails_is_tried_with_low_size_too(tmp_path):
+    need_mock()
+    run, stages, out = local_check(tmp_path, LOCALCHECK_WIDTHS="128",
+                                   DEVCHECK_RUNNER=f"{ROOT / 'tests' / 'test_device_check_local.py'}:low_size_runner")
+    assert run.returncode == 1 and stages["local"][0] == "failed"
+    row = json.loads((out / "local.json").read_text())["learners"][0]
+    assert row["gpu"]["refused"] == "gpu-timeout" and row["gpu_low_and_high"]["exit"] == 0
+    assert row["gpu_low_and_high"]["stdout"] == row["cpu"]["stdout"]
+    text = (out / "local.txt").read_text()
+    assert "lsq_wide128: FAIL (refused: gpu-timeout)" in text
+    assert "lsq_wide128 with SHADER_LOCAL_MEMORY_LOW_SIZE = HIGH_SIZE = 736: PASS" in text
