@@ -164,8 +164,8 @@ REFERENCE_GPU_HOST = "examples/h200.gpuhost"
 
 
 CPU_ONLY = {"fleet_lsq": "a 200,000-role fleet",
-            "digits_mlp": "its grad_samples spills to local memory, which GPU owners refuse "
-                          "(and takes ptxas about 50 s)"}
+            "digits_mlp": "ptxas takes about 50 s on its grad_samples (which spills to local memory: "
+                          "the host description then needs a `topology`)"}
 
 
 def gpu_examples() -> list[Path]:

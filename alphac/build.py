@@ -271,7 +271,7 @@ def gpu_role_image(plan, role, target_name: str, host, ptxas_path: str | None = 
     ranges = plan.updates(role.index)
     share = image.Share(lo, hi, plan.lr.nsamples or 0,
                         tuple(ranges.get(g.index, (0, 0)) for g in plan.lr.groups), plan.lr.batch or 0)
-    gpu = image.plan(plan.lr, built, sm, share)
+    gpu = image.plan(plan.lr, built, sm, share, host.topology)
     return gpu, conversation.conversation(host, gpu), built
 
 
@@ -354,7 +354,7 @@ def build_gpu_owner(lr: Learner, target_name: str, host, ptxas_path: str | None 
                          "give --gpu-host FILE, or --gpu-uuid, --gpu-product, --gpu-memory and "
                          "--driver (docs/nvdrv.md)")
     built, tool = gpu_kernels(lr, sm, ptxas_path)
-    gpu = image.plan(lr, built, sm)
+    gpu = image.plan(lr, built, sm, topology=host.topology)
     if gpu.demand > host.memory:
         parts = ", ".join(f"{a.name} {a.size}" for a in gpu.allocations if a.where == "vidmem")
         raise _gpu_error("E0120", f"the GPU owner needs {gpu.demand} bytes of the card's memory "

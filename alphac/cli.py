@@ -227,6 +227,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--gpu-memory", metavar="BYTES", help="the card's memory: bytes, or N KiB/MiB/GiB")
     g.add_argument("--driver", metavar="VERSION", help="the driver version, e.g. 580.159.04")
     g.add_argument("--gpu-minor", metavar="N", help="the card's device minor (/dev/nvidiaN; default 0)")
+    g.add_argument("--gpu-topology", metavar="'G T S W'", help="GPCs, TPCs per GPC, SMs per TPC, warps "
+                   "per SM (--probe-identity prints them; needed when a kernel spills to local memory)")
     g.add_argument("--ptxas", type=_path, metavar="PATH", help="the PTX assembler (default $ALPHAC_PTXAS or PATH)")
 
     p = sub.add_parser("build-all", help="build every artifact, with a manifest",
@@ -660,7 +662,7 @@ def _build_gpu(compiled, target: str, args):
     from alphac.build import build_gpu_owner, load_gpu_host
     host = load_gpu_host(args.gpu_host, {"uuid": args.gpu_uuid, "product": args.gpu_product,
                                          "memory": args.gpu_memory, "driver": args.driver,
-                                         "minor": args.gpu_minor})
+                                         "minor": args.gpu_minor, "topology": args.gpu_topology})
     return build_gpu_owner(compiled.learner, target, host, args.ptxas)
 
 

@@ -129,6 +129,8 @@ REFUSALS: dict[str, tuple[int, str]] = {
     "gpu-timeout": (127, "a launch did not complete (its semaphore was not released) within 4 s of "
                          "CLOCK_MONOTONIC; the events file holds GPGet and GPPut (from USERD), the "
                          "channel's error notifier word by word and the semaphore"),
+    "gpu-topology": (128, "a spilling GPU owner's card has more GPCs, TPCs/GPC, SMs/TPC or warps/SM than "
+                          "the `topology` its local memory was sized for; refused before allocating"),
     "data-missing": (130, "a data file cannot be opened or read (the path the build read it from, "
                           "or `--data DIR` and the path `load` names); refused before the first step"),
     "data-shape": (131, "a data file's size or header (dtype, order, shape) differs from the file "

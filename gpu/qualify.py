@@ -9,8 +9,8 @@
 1. Reads the card's identity from the kernel driver (/proc/driver/nvidia/version and
    /proc/driver/nvidia/gpus/*/information: driver version, model, UUID, device minor).
 2. Builds a provisional GPU owner for that host and runs it with `--probe-identity`: the
-   executable's own conversation asks the driver for the version, UUID, product name, classes
-   and memory, and prints the answers without allocating anything. Those answers are the host
+   executable's own conversation asks the driver for the version, UUID, product name, classes,
+   memory and topology (GR_GET_INFO), and prints the answers without allocating anything. Those answers are the host
    description (written to the record as host.gpuhost), so the build that follows is for
    exactly what the driver says.
 3. With --cuda-trace, first records what CUDA's own driver says for one tiny launch
@@ -285,8 +285,10 @@ def qualify(args, runner=None) -> tuple[int, Path | None]:
     if rc != 0 or not {"driver", "uuid", "product", "memory-kib"} <= said.keys():
         record["why"] = f"the identity probe failed: exit {rc} {probe_err.strip()}"
         return finish(rdir, record, key)
+    topology = [said.get(k) for k in host_mod.TOPOLOGY_NAMES]      # GR_GET_INFO, when printed
     host = host_mod.make({"uuid": said["uuid"], "product": said["product"], "driver": said["driver"],
-                          "memory": str(int(said["memory-kib"]) * 1024), "minor": ident["minor"]})
+                          "memory": str(int(said["memory-kib"]) * 1024), "minor": ident["minor"],
+                          "topology": " ".join(topology) if all(topology) else None})
     (rdir / "host.gpuhost").write_text(host.describe())
     record["gpu"] = host.as_dict() | {"sm": sm}
     record["artifacts"]["host.gpuhost"] = sha256(rdir / "host.gpuhost")

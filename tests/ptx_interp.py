@@ -107,15 +107,21 @@ class Ptx:
             self.code.append((guard, op, [a.strip() for a in rest.split(",")] if rest else []))
         self.steps = None                           # compiled on the first thread
 
-    def launch(self, mem, args, threads, block=4, grid=None, ntid=None, nctaid=None):
+    def launch(self, mem, args, threads, block=4, grid=None, ntid=None, nctaid=None, local=None):
         """A 1-D grid covering `threads` with a spare block: its threads must do nothing. `ntid` and
         `nctaid` are what %ntid.x and %nctaid.x read (the block and the grid unless given: the mock
-        GPU passes what constant bank 0 holds, where the hardware reads them)."""
+        GPU passes what constant bank 0 holds, where the hardware reads them). `local`: the
+        thread's local space (the mock GPU's set-up area, mockgpu.gpu.LocalFrames): its frame is
+        entered before the thread runs and left after; either raises KeyError outside the area."""
         grid = threads // block + 2 if grid is None else grid
         for b in range(grid):
             for t in range(block):
+                if local is not None:
+                    local.enter(b * block + t)
                 self.thread(mem, args, {"%tid.x": t, "%ntid.x": block if ntid is None else ntid,
                                         "%ctaid.x": b, "%nctaid.x": grid if nctaid is None else nctaid})
+                if local is not None:
+                    local.leave(b * block + t)
 
     def thread(self, mem, args, sregs):
         if self.steps is None:

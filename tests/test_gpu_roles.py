@@ -352,21 +352,25 @@ def test_the_example_deployment_of_two_cards(work, example_roles):
     assert sorted(log["card"] for log in logs) == [0, 1] and all(log["errors"] == [] for log in logs)
 
 
-def test_a_kernel_that_needs_local_memory_is_refused_by_name(work):
-    """ptxas spills a large kernel to local memory (examples/digits_mlp.alpha's grad_samples:
-    2,120 bytes a thread on sm_90); the launch image does not set that memory up, so such a
-    kernel is refused at build time, never launched short of it."""
+def test_a_kernel_that_needs_local_memory_needs_the_hosts_topology(work):
+    """A kernel ptxas spilled (made to spill here: 16 bytes a thread) gets a local-memory area
+    sized from the host description's topology (tests/test_gpu_local.py runs such owners); without
+    one it is refused at build time, never launched short of it."""
     import dataclasses
     from alphac.build import gpu_kernels
     from alphac.diag import BuildError
     from alphac.nvdrv import image
     _, lr, _ = work
     built, _ = gpu_kernels(lr, 90)
-    image.plan(lr, built, 90)
+    assert [a.name for a in image.plan(lr, built, 90).allocations][-1] == "usermode"
     spilled = [dataclasses.replace(b, image=dataclasses.replace(b.image, local=16)) if k == 0 else b
                for k, b in enumerate(built)]
     with pytest.raises(BuildError, match="grad_samples of `lsq_adam` needs 16 bytes of local memory"):
         image.plan(lr, spilled, 90)
+    g = image.plan(lr, spilled, 90, topology=host_mod.Topology(8, 9, 2, 64))
+    assert g.alloc("local").size == image.round_up(image.local_area_size(g.local_per_thread, g.topology),
+                                                   image.HUGE)
+    assert g.local_per_thread == 608             # 16 + 0x240, rounded to 32
 
 
 SCALAR_STATE = """\

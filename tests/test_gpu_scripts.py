@@ -110,7 +110,7 @@ def test_qualify_against_the_mock(tmp_path):
     assert (rec["qmd_variant"]["name"], rec["qmd_variant"]["fields"]) == ("default", {})
     assert seen == [("probe", 0, False), ("independent_state.sm_90", 0, True), ("lsq_adam.sm_90", 0, True)]
     assert rec["gpu"] == {"uuid": UUID, "product": "NVIDIA H200", "driver": "580.159.04",
-                          "memory": 143771 << 20, "minor": 0, "sm": 90}
+                          "memory": 143771 << 20, "minor": 0, "sm": 90, "topology": "8 9 2 64"}
     assert (rdir / "host.gpuhost").read_text().startswith(f"uuid {UUID}\nproduct NVIDIA H200\n")
     assert [r["role"] for r in rec["roles"]] == ["independent_state", "lsq_adam"]
     assert all(r["equals_interpreter"] and r["equals_oracle"] for r in rec["roles"])

@@ -176,7 +176,7 @@ def test_probe_identity_prints_what_the_driver_says():
     assert r.stdout.split("\n") == [
         "driver 580.159.04", "uuid GPU-00010203-0405-0607-0809-0a0b0c0d0e0f", "product NVIDIA H200",
         "class cbc0 present", "class c86f present", "class c661 present",
-        f"memory-kib {143771 << 10}", ""]
+        f"memory-kib {143771 << 10}", "gpcs 8", "tpcs-per-gpc 9", "sms-per-tpc 2", "warps-per-sm 64", ""]
     assert not any(t[0] == "openat" and t[1] == "/dev/nvidia-uvm" for t in r.trace)
 
 
@@ -371,7 +371,8 @@ def test_identity_comes_before_any_allocation():
     checks = [x.what for x in before if x.op in (conv_mod.EXPECT, conv_mod.FIND)]
     assert checks == ["expect driver", "card /dev/nvidia0", "expect uuid", "expect product",
                       "class HOPPER_COMPUTE_A", "class HOPPER_CHANNEL_GPFIFO_A", "class HOPPER_USERMODE_A",
-                      "expect memory-kib"]
+                      "expect memory-kib", "expect gpcs", "expect tpcs-per-gpc", "expect sms-per-tpc",
+                      "expect warps-per-sm"]
 
 
 @pytest.mark.parametrize("sm", [90, 86])

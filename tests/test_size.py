@@ -65,9 +65,11 @@ from conftest import ROOT
 # readers' refusals by name, its hostile runs (plot and trace drawing and naming non-finite
 # losses, export refusing by name, the launcher reserving its record's space and refusing
 # record-write, the CLI's exit-code table and its one count bound, a CNAME chain's and an address
-# text's bounds in the runtime) raised tools, the top level and runtime by theirs
+# text's bounds in the runtime) raised tools, the top level and runtime by theirs; issue 41's
+# local memory (image.py's area, its sizes and setup methods, host.py's topology,
+# conversation.py's GR_GET_INFO and its checks, the GPU-only allocation) raised nvdrv by its
 BUDGETS = {"parse": 900, "types": 770, "ir": 1330, "dist": 1540, "lower": 4230, "runtime": 3020,
-           "x86_64": 1035, "aarch64": 995, "elf": 480, "ptx": 945, "nvdrv": 1165, "tools": 2105,
+           "x86_64": 1035, "aarch64": 995, "elf": 480, "ptx": 945, "nvdrv": 1280, "tools": 2105,
            "math": 1370, "": 2774}
 
 

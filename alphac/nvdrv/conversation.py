@@ -15,10 +15,13 @@ is allocated.
     4  its device instance; open /dev/nvidia<minor>, register it; allocate device, subdevice
     5  ask the UUID                                      -> device-uuid on a difference
     6  ask the product name, the class list, the memory  -> nvidia-plan-host
+       and the topology (GR_GET_INFO)                    -> gpu-topology when the local-memory
+                                                            area was sized for less
        ---- identity checked: nothing has been allocated yet but the objects that ask ----
     7  UVM: open, initialize; usermode page (mapped: the doorbell); VA space; register the GPU
     8  memory: sysmem (notifier, semaphore), the GPFIFO area, the arena; each mapped for the CPU
-       (RM_MAP_MEMORY on a fresh fd, then mmap at the planned address) and for the GPU (UVM)
+       (RM_MAP_MEMORY on a fresh fd, then mmap at the planned address) and for the GPU (UVM);
+       then the local-memory area when a kernel spills, for the GPU only (not contiguous)
     9  channel group, context share, GPFIFO channel, compute object, work-submit token,
        UVM channel registration, schedule
 
@@ -39,8 +42,9 @@ Saves run after it: slot = the u32/u64 at region offset src + slots[base-slot].
     op 4 CLOSE  a0 fd slot
     op 5 FIND   a0 array, a1 count, a2 stride, a3 key offset, a4 key, a5 valid offset (-1),
                 a6 out slot (index * stride; -1 none)     refuse nvidia-plan-host if absent
-    op 6 EXPECT a0 kind (1 16 bytes, 2 string, 3 u32 >= value), a1 answer, a2 expected
-                (offset, or the value), a3 refusal (1 device-uuid, 2 nvidia-plan-host), a4 label
+    op 6 EXPECT a0 kind (1 16 bytes, 2 string, 3 u32 >= value, 4 u32 <= value), a1 answer,
+                a2 expected (offset, or the value), a3 refusal (1 device-uuid, 2 nvidia-plan-host,
+                3 gpu-topology), a4 label
     op 7 MARK   a0 label, a1 1 when the identity checks end
 
 `expected_trace()` is the system-call sequence the table makes: the mock driver and the strace
@@ -57,7 +61,7 @@ from dataclasses import dataclass, field
 from alphac.formats import CONV_EXPECTS, CONV_HEADER_WORDS, CONV_OPS, CONV_PATCHES, CONV_REFUSALS
 from alphac.nvdrv import abi
 from alphac.nvdrv.abi import CLASSES, CONSTANTS, CTRL_CMDS, NV_IOCTLS, STRUCTS, UVM_IOCTLS
-from alphac.nvdrv.host import GpuHost
+from alphac.nvdrv.host import TOPOLOGY_NAMES, GpuHost
 from alphac.nvdrv.image import CHANNEL_RANGE, GPFIFO_ENTRIES, GpuImage
 
 O_RDWR, O_CLOEXEC = 0x2, 0x80000
@@ -70,7 +74,14 @@ OP_NAMES = {OPEN: "openat", IOCTL: "ioctl", MMAP: "mmap", CLOSE: "close", FIND: 
             EXPECT: "expect", MARK: "mark"}
 SLOT, ADDR, COPY = CONV_PATCHES["slot"], CONV_PATCHES["addr"], CONV_PATCHES["copy"]
 REFUSE_UUID, REFUSE_HOST = CONV_REFUSALS["device-uuid"], CONV_REFUSALS["nvidia-plan-host"]
+REFUSE_TOPOLOGY = CONV_REFUSALS["gpu-topology"]
 EXPECT_BYTES, EXPECT_STRING, EXPECT_GE = CONV_EXPECTS["bytes"], CONV_EXPECTS["string"], CONV_EXPECTS["ge"]
+EXPECT_LE = CONV_EXPECTS["le"]
+# GR_GET_INFO's indices for the card's topology, in host.TOPOLOGY_NAMES' order (tinygrad's
+# _query_gpu_info asks the same four: LITTER_ values where they exist)
+GR_INDICES = ("NV2080_CTRL_GR_INFO_INDEX_LITTER_NUM_GPCS", "NV2080_CTRL_GR_INFO_INDEX_LITTER_NUM_TPC_PER_GPC",
+              "NV2080_CTRL_GR_INFO_INDEX_LITTER_NUM_SM_PER_TPC", "NV2080_CTRL_GR_INFO_INDEX_MAX_WARPS_PER_SM")
+U32_MAX = 0xffffffff
 HEADER_WORDS = CONV_HEADER_WORDS
 NV_MAX_DEVICES = CONSTANTS["NV_MAX_DEVICES"]
 # Video memory is allocated with these NVOS32 attributes and flags (tinygrad's _gpu_alloc),
@@ -291,7 +302,18 @@ class Conversation:
 
     def memory(self, name: str, where: str, size: int, va: int) -> None:
         n = lambda k: CONSTANTS[k]                               # noqa: E731
-        if where == "vidmem":
+        if where == "vidmem-gpu":      # the local-memory area: GBs, so not contiguous (tinygrad's
+            # _gpu_alloc default), and never mapped for the CPU
+            attr = abi.pack_bitfields({"NVOS32_ATTR_PHYSICALITY": n("NVOS32_ATTR_PHYSICALITY_ALLOW_NONCONTIGUOUS"),
+                                       "NVOS32_ATTR_PAGE_SIZE": n("NVOS32_ATTR_PAGE_SIZE_HUGE")})
+            attr2 = abi.pack_bitfields({"NVOS32_ATTR2_ZBC": n("NVOS32_ATTR2_ZBC_PREFER_NO_ZBC"),
+                                        "NVOS32_ATTR2_GPU_CACHEABLE": n("NVOS32_ATTR2_GPU_CACHEABLE_YES"),
+                                        "NVOS32_ATTR2_PAGE_SIZE_HUGE": n("NVOS32_ATTR2_PAGE_SIZE_HUGE_2MB")})
+            flags = (n("NVOS32_ALLOC_FLAGS_ALIGNMENT_FORCE") | n("NVOS32_ALLOC_FLAGS_PERSISTENT_VIDMEM")
+                     | n("NVOS32_ALLOC_FLAGS_MAP_NOT_REQUIRED") | n("NVOS32_ALLOC_FLAGS_IGNORE_BANK_PLACEMENT")
+                     | n("NVOS32_ALLOC_FLAGS_MEMORY_HANDLE_PROVIDED"))
+            cls, kind, align = "NV1_MEMORY_USER", n("NVOS32_TYPE_IMAGE"), 2 << 20
+        elif where == "vidmem":
             attr = abi.pack_bitfields({"NVOS32_ATTR_PHYSICALITY": n("NVOS32_ATTR_PHYSICALITY_CONTIGUOUS"),
                                        "NVOS32_ATTR_PAGE_SIZE": n("NVOS32_ATTR_PAGE_SIZE_HUGE")})
             attr2 = abi.pack_bitfields({"NVOS32_ATTR2_ZBC": n("NVOS32_ATTR2_ZBC_PREFER_NO_ZBC"),
@@ -314,7 +336,8 @@ class Conversation:
                     "size": size, "alignment": align, "offset": 0, "limit": size - 1},
                    [("owner", SLOT, "h_root")])
         caching = abi.pack_bitfields({"NVOS33_FLAGS_CACHING_TYPE": n("NVOS33_FLAGS_CACHING_TYPE_DEFAULT")})
-        self.map_cpu(name, va, size, where == "sysmem", caching)
+        if where != "vidmem-gpu":
+            self.map_cpu(name, va, size, where == "sysmem", caching)
         self.map_gpu(name, va, size)
 
     # -- the conversation --------------------------------------------------------------------
@@ -358,6 +381,18 @@ class Conversation:
                            "fbInfoList[0].index": CONSTANTS["NV2080_CTRL_FB_INFO_INDEX_TOTAL_RAM_SIZE"]})
         self.expect(EXPECT_GE, fb.at("fbInfoList[0].data")[0], -(-img.demand // 1024), REFUSE_HOST,
                     "memory-kib")
+        # The topology: printed by --probe-identity; checked against what the local-memory area
+        # was sized for (no bound when no kernel spills).
+        infos = self.region.place("NV0080_CTRL_GR_INFO", None, len(GR_INDICES))
+        step = STRUCTS["NV0080_CTRL_GR_INFO"].size
+        idx_off, data_off = (locate("NV0080_CTRL_GR_INFO", f)[0] for f in ("index", "data"))
+        for i, k in enumerate(GR_INDICES):
+            struct.pack_into("<I", self.region.buf, infos.offset + i * step + idx_off, CONSTANTS[k])
+        self.control("h_subdevice", "NV2080_CTRL_CMD_GR_GET_INFO", {"grInfoListSize": len(GR_INDICES)},
+                     patches=[("grInfoList", ADDR, infos.offset)])
+        bounds = img.topology.values if img.topology else (U32_MAX,) * len(GR_INDICES)
+        for i, (label, bound) in enumerate(zip(TOPOLOGY_NAMES, bounds)):
+            self.expect(EXPECT_LE, infos.offset + i * step + data_off, bound, REFUSE_TOPOLOGY, label)
         self.mark("identity", identity_end=True)
 
         self.open("/dev/nvidia-uvm", "fd_uvm")
@@ -378,7 +413,7 @@ class Conversation:
                  [("gpuUuid", COPY, self.uuid_at), ("rmCtrlFd", SLOT, "fd_ctl"),
                   ("hClient", SLOT, "h_root"), ("hVaSpace", SLOT, "h_vaspace")])
         for a in img.allocations:
-            if a.where in ("vidmem", "sysmem"):
+            if a.where in ("vidmem", "sysmem", "vidmem-gpu"):
                 self.memory(f"h_{a.name}", a.where, a.size, a.va)
         self.mark("memory")
         self.alloc("KEPLER_CHANNEL_GROUP_A", "h_device", "h_chgrp", "NV_CHANNEL_GROUP_ALLOCATION_PARAMETERS",

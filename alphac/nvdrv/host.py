@@ -13,9 +13,15 @@ A host description is a small text file, one `key value` per line, `#` comments:
     memory   143771 MiB                                  # bytes, or N KiB / MiB / GiB
     driver   580.159.04                                  # the kernel module's version
     minor    0                                           # /dev/nvidia<minor> (default 0)
+    topology 8 9 2 64                                    # GPCs, TPCs per GPC, SMs per TPC,
+                                                         # warps per SM (optional)
 
 or the same as build options (`--gpu-uuid`, `--gpu-product`, `--gpu-memory`, `--driver`,
-`--gpu-minor`), which override the file's lines. `gpu/qualify.py` writes one from the machine.
+`--gpu-minor`, `--gpu-topology`), which override the file's lines. `gpu/qualify.py` writes one
+from the machine.
+
+`topology`: GR_GET_INFO's LITTER_NUM_GPCS, LITTER_NUM_TPC_PER_GPC, LITTER_NUM_SM_PER_TPC and
+MAX_WARPS_PER_SM (`--probe-identity` prints them); it sizes a spilling owner's local memory (image.py).
 
 Requires nothing. Guarantees: a `GpuHost` with every field valid, or `HostError` naming the
 field and what is wrong with it.
@@ -29,7 +35,8 @@ from pathlib import Path
 from alphac.files import read_regular
 
 UNITS = {"": 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
-KEYS = ("uuid", "product", "memory", "driver", "minor")
+KEYS = ("uuid", "product", "memory", "driver", "minor", "topology")
+TOPOLOGY_NAMES = ("gpcs", "tpcs-per-gpc", "sms-per-tpc", "warps-per-sm")
 _UUID = re.compile(r"GPU-([0-9a-fA-F]{8})-([0-9a-fA-F]{4})-([0-9a-fA-F]{4})-([0-9a-fA-F]{4})-([0-9a-fA-F]{12})")
 _DRIVER = re.compile(r"[0-9]+(\.[0-9]+){1,3}")
 NAME_MAX = 63          # NV2080_GPU_MAX_NAME_STRING_LENGTH (64) with its NUL
@@ -41,12 +48,42 @@ class HostError(ValueError):
 
 
 @dataclass(frozen=True)
+class Topology:
+    """The card's shape as the driver states it: the area a spilling owner sets up is sized for
+    gpcs * tpcs_per_gpc TPCs of sms_per_tpc SMs of warps_per_sm warps of 32 lanes."""
+    gpcs: int
+    tpcs_per_gpc: int
+    sms_per_tpc: int
+    warps_per_sm: int
+
+    @property
+    def tpcs(self) -> int:
+        return self.gpcs * self.tpcs_per_gpc
+
+    @property
+    def values(self) -> tuple[int, int, int, int]:
+        return (self.gpcs, self.tpcs_per_gpc, self.sms_per_tpc, self.warps_per_sm)
+
+    def text(self) -> str:
+        return " ".join(str(v) for v in self.values)
+
+
+def parse_topology(text: str) -> Topology:
+    parts = str(text).split()
+    if len(parts) != 4 or not all(p.isdigit() and 1 <= int(p) <= 4096 for p in parts):
+        raise HostError(f"topology `{text}` is not four whole numbers 1..4096: GPCs, TPCs per GPC, "
+                        "SMs per TPC, warps per SM")
+    return Topology(*(int(p) for p in parts))
+
+
+@dataclass(frozen=True)
 class GpuHost:
     uuid: bytes            # the 16 bytes of the GPU's UUID, in the order the string prints them
     product: str           # the driver's product name, e.g. "NVIDIA H200"
     memory: int            # bytes of the card's memory the plan may use (the supply)
     driver: str            # the driver version, e.g. "580.159.04"
     minor: int = 0         # the card's device file /dev/nvidia<minor>
+    topology: Topology | None = None   # GR_GET_INFO's shape of the card, when described
 
     @property
     def uuid_text(self) -> str:
@@ -54,11 +91,13 @@ class GpuHost:
 
     def describe(self) -> str:
         return (f"uuid {self.uuid_text}\nproduct {self.product}\nmemory {self.memory}\n"
-                f"driver {self.driver}\nminor {self.minor}\n")
+                f"driver {self.driver}\nminor {self.minor}\n"
+                + (f"topology {self.topology.text()}\n" if self.topology else ""))
 
     def as_dict(self) -> dict:
         return {"uuid": self.uuid_text, "product": self.product, "memory": self.memory,
-                "driver": self.driver, "minor": self.minor}
+                "driver": self.driver, "minor": self.minor} | \
+            ({"topology": self.topology.text()} if self.topology else {})
 
 
 def parse_uuid(text: str) -> bytes:
@@ -105,7 +144,8 @@ def make(fields: dict[str, str | int]) -> GpuHost:
         raise HostError(f"minor `{minor}` is not a device minor number (0..254)")
     return GpuHost(parse_uuid(str(fields["uuid"])),
                    _check_text("product", str(fields["product"]).strip(), NAME_MAX),
-                   parse_memory(fields["memory"]), driver, int(minor))
+                   parse_memory(fields["memory"]), driver, int(minor),
+                   parse_topology(fields["topology"]) if fields.get("topology") not in (None, "") else None)
 
 
 def read_fields(text: str) -> dict[str, str]:

@@ -11,6 +11,8 @@ the target's `abi.Arch` and the host, `plan()` fixes, at compile time, everythin
                                                 completion semaphore
     channel     after it        64 MiB          a VA range UVM reserves for the channel (unmapped)
     usermode    after it        64 KiB          the usermode page (the doorbell at 0x90)
+    local       after it        see below       video memory mapped for the GPU only: the
+                                                local-memory area, when a kernel spills
 
 Every address is chosen here (UVM maps each allocation at the same address for the CPU and the
 GPU), so the QMDs, constant banks and push buffers are complete at compile time; at run time the
@@ -19,7 +21,16 @@ entry, GPPut and the doorbell. The *launch image* is the arena's initial bytes (
 the constants); the executable carries it with its SHA-256 and checks that before uploading.
 
 Memory demand (what admission checks against the card's declared memory, E0120) is the video
-memory allocated: the arena and the GPFIFO area, in 2 MiB units.
+memory allocated: the arena, the GPFIFO area and the local-memory area, in 2 MiB units.
+
+Local memory (a kernel ptxas spilled: `Image.local` > 0; docs/nvdrv.md, "Local memory"): per
+thread the stack + 0x240 (the ABI's bytes above STACK_TOP) rounded to 32, in every QMD's
+SHADER_LOCAL_MEMORY_HIGH_SIZE [read: tinygrad ops_nv.py, NVProgram]; an area of round_up(32 x
+that, 0x200) a warp, round_up(warps/SM x SMs/TPC warps, 0x8000) a TPC, round_up(TPCs x that,
+0x20000) in all [read: NVK nvk_device.c nvk_slm_area_ensure; tinygrad _ensure_has_local_memory],
+for the host description's topology (checked again at start-up: `gpu-topology`); the setup push
+buffer's SET_SHADER_LOCAL_MEMORY_A/B and _NON_THROTTLED_A/B/C [read: tinygrad NVComputeQueue.setup;
+on sm_90 inferred].
 
 Facts and their sources (docs/nvdrv.md has the full list and what is still unknown on Hopper):
   - QMD fields for Ampere V03 as tinygrad's ops_nv.py sets them (group id 0x3f, caching,
@@ -48,6 +59,7 @@ from dataclasses import dataclass
 from alphac.ir.learner import Learner
 from alphac.nvdrv import abi
 from alphac.nvdrv.abi import BITFIELDS, CONSTANTS, METHODS, pack_bitfields, pack_qmd
+from alphac.nvdrv.host import Topology
 from alphac.ptx.kernels import param_count
 
 ARENA_VA = 0x10_0000_0000          # 64 GiB: below 2^40 (GPFIFO entries and QMD addresses)
@@ -64,11 +76,35 @@ USERMODE_SIZE = CONSTANTS["NVC361_NV_USERMODE__SIZE"]
 # 0xfe000000 / 0xff000000 on Ampere (4 GiB-aligned 0x729400000000 / 0x729300000000 since d90ddcc365).
 SHARED_WINDOW = {"sm_86": 0xfe000000, "sm_90": 1 << 32}
 LOCAL_WINDOW = 0xff000000
+# Local memory (the module doc): a thread's window spans 16 MiB, the stack starts at STACK_TOP.
+LOCAL_WINDOW_SPAN = 1 << 24
+STACK_TOP = 0xfffdc0
+LOCAL_RESERVE = LOCAL_WINDOW_SPAN - STACK_TOP       # 0x240: tinygrad's `MIN_STACK_SIZE + 0x240`
+LANES = 32
+SLM_ALIGN, WARP_ALIGN, TPC_ALIGN, AREA_ALIGN = 32, 0x200, 0x8000, 0x20000
+MAX_SM_COUNT = 0xff                                 # NON_THROTTLED_C, tinygrad's value
 
 
 def cbank_prefix(arch: abi.Arch) -> dict[int, int]:
-    """Constant bank 0's dwords 6-11 (u64 each): the shared window, the local window, 0xfffdc0."""
-    return {6: SHARED_WINDOW[arch.sm], 8: LOCAL_WINDOW, 10: 0xfffdc0}
+    """Constant bank 0's dwords 6-11 (u64 each): the shared window, the local window, the
+    stack's start (the SASS loads its stack pointer from dword 10)."""
+    return {6: SHARED_WINDOW[arch.sm], 8: LOCAL_WINDOW, 10: STACK_TOP}
+
+
+def local_per_thread(stack: int) -> int:
+    """The per-thread local memory (QMD SHADER_LOCAL_MEMORY_HIGH_SIZE) for ptxas's stack bytes."""
+    return round_up(stack + LOCAL_RESERVE, SLM_ALIGN) if stack else 0
+
+
+def local_per_tpc(per_thread: int, topo: Topology) -> int:
+    """SET_SHADER_LOCAL_MEMORY_NON_THROTTLED_A/B: a TPC's share of the area."""
+    per_warp = round_up(per_thread * LANES, WARP_ALIGN)
+    return round_up(per_warp * topo.warps_per_sm * topo.sms_per_tpc, TPC_ALIGN)
+
+
+def local_area_size(per_thread: int, topo: Topology) -> int:
+    """The area's bytes (the allocation is this in 2 MiB units)."""
+    return round_up(local_per_tpc(per_thread, topo) * topo.tpcs, AREA_ALIGN)
 
 
 # A constant bank's address and size: Mesa NVK aligns both to nvk_min_cbuf_alignment, 64 bytes
@@ -89,7 +125,8 @@ class Allocation:
     name: str
     va: int
     size: int
-    where: str                     # "vidmem" | "sysmem" | "usermode" | "reserved"
+    where: str                     # "vidmem" | "vidmem-gpu" (not mapped for the CPU) | "sysmem" |
+                                   # "usermode" | "reserved"
 
 
 @dataclass(frozen=True)
@@ -130,6 +167,9 @@ class GpuImage:
     buffers: dict                  # "state_w" / "data_x" / "gs" / "G" / "const_..." -> va
     image: bytes                   # the arena's initial bytes
     sha256: bytes
+    local_per_thread: int = 0      # QMD SHADER_LOCAL_MEMORY_HIGH_SIZE (0: no kernel spills)
+    local_per_tpc: int = 0         # SET_SHADER_LOCAL_MEMORY_NON_THROTTLED_A/B
+    topology: Topology | None = None   # what the area was sized for (checked at start-up)
 
     def alloc(self, name: str) -> Allocation:
         return next(a for a in self.allocations if a.name == name)
@@ -139,7 +179,7 @@ class GpuImage:
 
     @property
     def demand(self) -> int:
-        return sum(a.size for a in self.allocations if a.where == "vidmem")
+        return sum(a.size for a in self.allocations if a.where in ("vidmem", "vidmem-gpu"))
 
     @property
     def semaphore_va(self) -> int:
@@ -180,15 +220,28 @@ def semaphore_release(arch: abi.Arch, va: int) -> list[int]:
             SEM_RELEASED, 0, execute]
 
 
-def setup_pushbuf(arch: abi.Arch, sem_va: int) -> list[int]:
+SETUP_DWORDS, SETUP_LOCAL_DWORDS = 8 + 6, 7
+
+
+def setup_pushbuf(arch: abi.Arch, sem_va: int, local_va: int = 0, per_tpc: int = 0) -> list[int]:
+    """SET_OBJECT, the two windows, the local-memory area when there is one, the release."""
     c = arch.compute_methods
     m = METHODS[c]
+    local = []
+    if per_tpc:
+        local = [method(SUBCH_COMPUTE, m["SET_SHADER_LOCAL_MEMORY_A"], 2),
+                 pack_bitfields({f"{c}_SET_SHADER_LOCAL_MEMORY_A_ADDRESS_UPPER": local_va >> 32}),
+                 pack_bitfields({f"{c}_SET_SHADER_LOCAL_MEMORY_B_ADDRESS_LOWER": local_va & 0xffffffff}),
+                 method(SUBCH_COMPUTE, m["SET_SHADER_LOCAL_MEMORY_NON_THROTTLED_A"], 3),
+                 pack_bitfields({f"{c}_SET_SHADER_LOCAL_MEMORY_NON_THROTTLED_A_SIZE_UPPER": per_tpc >> 32}),
+                 pack_bitfields({f"{c}_SET_SHADER_LOCAL_MEMORY_NON_THROTTLED_B_SIZE_LOWER": per_tpc & 0xffffffff}),
+                 pack_bitfields({f"{c}_SET_SHADER_LOCAL_MEMORY_NON_THROTTLED_C_MAX_SM_COUNT": MAX_SM_COUNT})]
     return [method(SUBCH_COMPUTE, m["SET_OBJECT"], 1),
             pack_bitfields({f"{c}_SET_OBJECT_CLASS_ID": abi.CLASSES[arch.compute]}),
             method(SUBCH_COMPUTE, m["SET_SHADER_LOCAL_MEMORY_WINDOW_A"], 2), LOCAL_WINDOW >> 32,
             LOCAL_WINDOW & 0xffffffff,
             method(SUBCH_COMPUTE, m["SET_SHADER_SHARED_MEMORY_WINDOW_A"], 2), SHARED_WINDOW[arch.sm] >> 32,
-            SHARED_WINDOW[arch.sm] & 0xffffffff] + semaphore_release(arch, sem_va)
+            SHARED_WINDOW[arch.sm] & 0xffffffff] + local + semaphore_release(arch, sem_va)
 
 
 def launch_pushbuf(arch: abi.Arch, qmd_va: int, sem_va: int) -> list[int]:
@@ -229,12 +282,12 @@ QMD_OVERRIDES: dict[str, int] = {}
 
 
 def qmd_fields(arch: abi.Arch, la: Launch, registers: int, shared: int, code_size: int,
-               cbank_size: int) -> dict[str, int]:
-    return _qmd_choices(arch, la, registers, shared, code_size, cbank_size) | QMD_OVERRIDES
+               cbank_size: int, local: int = 0) -> dict[str, int]:
+    return _qmd_choices(arch, la, registers, shared, code_size, cbank_size, local) | QMD_OVERRIDES
 
 
 def _qmd_choices(arch: abi.Arch, la: Launch, registers: int, shared: int, code_size: int,
-                 cbank_size: int) -> dict[str, int]:
+                 cbank_size: int, local: int = 0) -> dict[str, int]:
     layout = abi.QMD_LAYOUTS[arch.qmd]
     v = layout.values
     shared_size = max(0x400, round_up(shared, 0x100))
@@ -248,7 +301,7 @@ def _qmd_choices(arch: abi.Arch, la: Launch, registers: int, shared: int, code_s
         "CWD_MEMBAR_TYPE": v["CWD_MEMBAR_TYPE_L1_SYSMEMBAR"],
         "BARRIER_COUNT": 1,
         "SHARED_MEMORY_SIZE": shared_size,
-        "SHADER_LOCAL_MEMORY_HIGH_SIZE": 0,
+        "SHADER_LOCAL_MEMORY_HIGH_SIZE": local,
         "SHADER_LOCAL_MEMORY_LOW_SIZE": 0,
         "CTA_THREAD_DIMENSION0": la.block, "CTA_THREAD_DIMENSION1": 1, "CTA_THREAD_DIMENSION2": 1,
         "PROGRAM_ADDRESS_LOWER": la.code_va & 0xffffffff,
@@ -324,10 +377,21 @@ def _threads(lr: Learner, kernel, share: Share) -> int:
     return khi - klo
 
 
-def plan(lr: Learner, built: list, sm: int, share: Share | None = None) -> GpuImage:
+def plan(lr: Learner, built: list, sm: int, share: Share | None = None,
+         topology: Topology | None = None) -> GpuImage:
     """The owner's memory plan and launch image for every kernel in `built` (alphac.ptx.build),
-    for `share` (default: the whole learner)."""
+    for `share` (default: the whole learner); `topology` (the host description's) sizes the
+    local-memory area when a kernel spills, and is required then (BuildError without it)."""
     share = share or Share.whole(lr)
+    stack = max((b.image.local for b in built), default=0)
+    per_thread = local_per_thread(stack)
+    if stack and topology is None:
+        from alphac.diag import BuildError
+        worst = max(built, key=lambda b: b.image.local)
+        raise BuildError(f"kernel {worst.kernel.name} of `{lr.name}` needs {stack} bytes of local memory "
+                         f"per thread (ptxas spilled it), and the GPU host description has no `topology` "
+                         f"to size the card's local-memory area for: add `topology G T S W` (what the "
+                         f"owner's --probe-identity prints, gpu/qualify.py writes it) or --gpu-topology")
     arch = abi.ARCHES[f"sm_{sm}"]
     qmd_layout = abi.QMD_LAYOUTS[arch.qmd]
     arena = bytearray()
@@ -343,18 +407,13 @@ def plan(lr: Learner, built: list, sm: int, share: Share | None = None) -> GpuIm
     for b in built:
         if b.image.relocs:
             raise ValueError(f"{b.kernel.name}: relocations in the code are not supported")
-        if b.image.local:               # a spilling kernel needs the context's local memory
-            from alphac.diag import BuildError
-            raise BuildError(f"kernel {b.kernel.name} of `{lr.name}` needs {b.image.local} bytes of "
-                             f"local memory per thread (ptxas spilled it), which GPU owners do not "
-                             f"set up yet; build it for x86_64 or aarch64")
         code_off[b.kernel.name] = put(b.image.code, CODE_ALIGN)
     put(bytes(CODE_TAIL), 1)
     cbank_off = {b.kernel.name: put(bytes(round_up(b.image.cbank0, CBANK_ALIGN)), CBANK_ALIGN) for b in built}
     qmd_off = {b.kernel.name: put(bytes(qmd_layout.nbytes), QMD_ALIGN) for b in built}
     n_launch = 6 + 6            # invalidate, PCAS A, PCAS2 B; semaphore (6 dwords)
     pb_off = {b.kernel.name: put(bytes(4 * n_launch), 256) for b in built}
-    setup_off = put(bytes(4 * (8 + 6)), 256)
+    setup_off = put(bytes(4 * (SETUP_DWORDS + (SETUP_LOCAL_DWORDS if stack else 0))), 256)
 
     buffers: dict[str, int] = {}
     for s in lr.states:
@@ -378,9 +437,13 @@ def plan(lr: Learner, built: list, sm: int, share: Share | None = None) -> GpuIm
 
     va = ARENA_VA
     allocs = []
-    for name, size, where in (("arena", arena_size, "vidmem"), ("gpfifo", GPFIFO_AREA, "vidmem"),
-                              ("sysmem", SYSMEM_SIZE, "sysmem"), ("channel", CHANNEL_RANGE, "reserved"),
-                              ("usermode", USERMODE_SIZE, "usermode")):
+    table = [("arena", arena_size, "vidmem"), ("gpfifo", GPFIFO_AREA, "vidmem"),
+             ("sysmem", SYSMEM_SIZE, "sysmem"), ("channel", CHANNEL_RANGE, "reserved"),
+             ("usermode", USERMODE_SIZE, "usermode")]
+    per_tpc = local_per_tpc(per_thread, topology) if stack else 0
+    if stack:
+        table.append(("local", round_up(local_area_size(per_thread, topology), HUGE), "vidmem-gpu"))
+    for name, size, where in table:
         allocs.append(Allocation(name, va, size, where))
         va = round_up(va + size, HUGE)
     sem_va = allocs[2].va + SEMAPHORE_OFFSET
@@ -423,16 +486,18 @@ def plan(lr: Learner, built: list, sm: int, share: Share | None = None) -> GpuIm
         la = Launch(k.name, threads, block, grid, code_va, im.code_sha256, qmd_va, b"", cbank_va,
                     bytes(cbank), pb_va, tuple(pb), gpfifo_entry(arch, pb_va, len(pb)), tuple(scalars),
                     tuple(counts))
-        qmd = pack_qmd(qmd_layout, qmd_fields(arch, la, im.registers, im.shared, len(im.code), len(cbank)))
+        qmd = pack_qmd(qmd_layout, qmd_fields(arch, la, im.registers, im.shared, len(im.code), len(cbank),
+                                              per_thread))
         la = Launch(**{**la.__dict__, "qmd": qmd})
         arena[cbank_off[k.name]:cbank_off[k.name] + len(cbank)] = cbank
         arena[qmd_off[k.name]:qmd_off[k.name] + len(qmd)] = qmd
         arena[pb_off[k.name]:pb_off[k.name] + 4 * len(pb)] = struct.pack(f"<{len(pb)}I", *pb)
         launches.append(la)
-    setup = setup_pushbuf(arch, sem_va)
+    local_va = allocs[-1].va if stack else 0
+    setup = setup_pushbuf(arch, sem_va, local_va, per_tpc)
     arena[setup_off:setup_off + 4 * len(setup)] = struct.pack(f"<{len(setup)}I", *setup)
     image = bytes(arena[:image_end]) + bytes(image_end - len(arena))
     return GpuImage(sm, arch, tuple(allocs), tuple(launches), tuple(setup),
                     gpfifo_entry(arch, ARENA_VA + setup_off, len(setup)), vas, image,
-                    hashlib.sha256(image).digest())
+                    hashlib.sha256(image).digest(), per_thread, per_tpc, topology if stack else None)
 

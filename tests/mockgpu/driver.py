@@ -32,6 +32,10 @@ CTRL_BY_CMD = {c.cmd: (name, c.params) for name, c in CTRL_CMDS.items()}
 CLASS_NAME = {v: k for k, v in CLASSES.items()}      # 0x40: NV1_MEMORY_USER (its later alias)
 OK = 0
 ERR = STATUS_CODES
+TOPOLOGY = {90: (8, 9, 2, 64), 86: (7, 6, 2, 48)}
+GR_INDEX = {CONSTANTS[k]: i for i, k in enumerate((
+    "NV2080_CTRL_GR_INFO_INDEX_LITTER_NUM_GPCS", "NV2080_CTRL_GR_INFO_INDEX_LITTER_NUM_TPC_PER_GPC",
+    "NV2080_CTRL_GR_INFO_INDEX_LITTER_NUM_SM_PER_TPC", "NV2080_CTRL_GR_INFO_INDEX_MAX_WARPS_PER_SM"))}
 GENERIC_CLASSES = ("NV01_ROOT_CLIENT", "NV01_DEVICE_0", "NV20_SUBDEVICE_0", "NV01_MEMORY_SYSTEM",
                    "NV1_MEMORY_USER", "NV01_MEMORY_VIRTUAL", "FERMI_VASPACE_A", "FERMI_CONTEXT_SHARE_A",
                    "KEPLER_CHANNEL_GROUP_A")
@@ -48,6 +52,11 @@ class Card:
     memory: int = 143771 << 20          # bytes; FB_GET_INFO reports it in KiB
     gpu_id: int = 0x1800
     device_instance: int = 0
+    topology: tuple | None = None       # GR_GET_INFO's (GPCs, TPCs/GPC, SMs/TPC, warps/SM)
+
+    def __post_init__(self):
+        if self.topology is None:       # the chips' LITTER values: GH100 8x9x2, 64 warps; GA102
+            self.topology = TOPOLOGY[self.sm]    # 7x6x2, 48 warps [inferred: not read on a card]
 
     @property
     def arch(self) -> abi.Arch:
@@ -129,7 +138,7 @@ class Driver:
         self.client: int | None = None
         self.next_handle = 0xcaf00001
         self.memory = GpuMemory()
-        self.gpu = Gpu(self.arch, self.kernels, self.memory, self.errors)
+        self.gpu = Gpu(self.arch, self.kernels, self.memory, self.errors, self.card.topology)
         self.cpu_maps: dict[int, int] = {}                     # alloc handle -> CPU address
         self.ranges: list[tuple[int, int]] = []
         self.vram = 0
@@ -143,7 +152,8 @@ class Driver:
         self.opened = self.card = card
         if card.arch != self.arch:
             self.arch = card.arch
-            self.gpu = Gpu(self.arch, self.kernels, self.memory, self.errors)
+            self.gpu = Gpu(self.arch, self.kernels, self.memory, self.errors, card.topology)
+        self.gpu.topology = card.topology
         minor, kernel, program = getattr(self, "mutated", (None, None, None))
         if minor == card.minor:
             self.gpu.programs[kernel] = program
@@ -430,6 +440,17 @@ class Driver:
                 if idx != CONSTANTS["NV2080_CTRL_FB_INFO_INDEX_TOTAL_RAM_SIZE"]:
                     return status("NV_ERR_INVALID_ARGUMENT", f"FB info index {idx} is not modelled")
                 p[f"fbInfoList[{i}].data"] = card.memory >> 10
+        elif name == "NV2080_CTRL_CMD_GR_GET_INFO":
+            n, at = p["grInfoListSize"], p["grInfoList"]
+            if not 1 <= n <= CONSTANTS["NV2080_CTRL_GR_INFO_MAX_SIZE"] or not at:
+                return status("NV_ERR_INVALID_ARGUMENT", f"GR info list of {n} at {at:#x}")
+            step = STRUCTS["NV0080_CTRL_GR_INFO"].size
+            for i in range(n):
+                e = View("NV0080_CTRL_GR_INFO", mem.read(at + i * step, step))
+                if e["index"] not in GR_INDEX:
+                    return status("NV_ERR_INVALID_ARGUMENT", f"GR info index {e['index']} is not modelled")
+                e["data"] = card.topology[GR_INDEX[e["index"]]]
+                mem.write(at + i * step, bytes(e.buf))
         elif name == "NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN":
             p["workSubmitToken"] = obj.channel.token
         elif name == "NVA06C_CTRL_CMD_GPFIFO_SCHEDULE":

@@ -12,6 +12,20 @@ kernel found by the SHA-256 of the code at its program address, its parameters r
 constant bank 0 at the offsets of the kernel's launch image, and the kernel run by the PTX
 interpreter (tests/ptx_interp.py) over this memory. The host semaphore release writes its
 payload. Anything the mock does not know is an error the test reports.
+
+Local memory. The PTX alphac emits has no local space; ptxas spills in the SASS (the cubin's
+MIN_STACK_SIZE, `Image.local`), so the mock models what the SASS does with it: each thread's
+stack lives below the top of its 16 MiB local window, from the stack top the SASS loads from
+constant bank 0's dword 10 down by MIN_STACK_SIZE bytes, so the QMD's SHADER_LOCAL_MEMORY_HIGH_SIZE
+must cover `window top - stack top + MIN_STACK_SIZE`. The bytes behind a thread's window are its
+slot in the area SET_SHADER_LOCAL_MEMORY_A/B sets up: per TPC SET_SHADER_LOCAL_MEMORY_NON_THROTTLED
+_A/B bytes, which must hold warps-per-SM * SMs-per-TPC warps of 32 lanes at round_up(32 *
+HIGH_SIZE, 0x200) bytes a warp, for every TPC of the card's topology (what GR_GET_INFO answers),
+all of it mapped for the GPU. A launch of a spilling kernel that finds any of that short is an
+error; otherwise every thread gets a slot (warps placed from the area's far end, so a short
+allocation faults) and the interpreter writes its stack frame there before the thread runs and
+checks it after (`LocalFrames`). The slot arithmetic is the mock's model [inferred]: what the
+hardware checks is the same sizes (Mesa NVK, nvk_slm_area_ensure; tinygrad ops_nv.py).
 """
 from __future__ import annotations
 
@@ -88,6 +102,40 @@ class GpuMemory:
         self.write(va, struct.pack("<d", value))
 
 
+WINDOW_SPAN = 1 << 24          # a thread's local window (the stack top 0xfffdc0 sits 0x240 below it)
+
+
+def round_up(v: int, a: int) -> int:
+    return (v + a - 1) // a * a
+
+
+class LocalFrames:
+    """The set-up area as the interpreter's local space: thread g's stack frame, `used` bytes at
+    the top of its slot, written with g's pattern on entry and checked on exit."""
+
+    def __init__(self, memory: GpuMemory, base: int, per_tpc: int, per_warp: int, per_thread: int,
+                 used: int, topology: tuple):
+        self.memory, self.base, self.per_tpc, self.per_warp = memory, base, per_tpc, per_warp
+        self.per_thread, self.used = per_thread, used
+        _, _, self.sms, self.warps = topology
+        self.slots = topology[0] * topology[1] * self.sms * self.warps
+
+    def frame(self, g: int) -> int:
+        slot = self.slots - 1 - (g // 32) % self.slots
+        tpc, rest = divmod(slot, self.sms * self.warps)
+        return self.base + tpc * self.per_tpc + rest * self.per_warp + (g % 32 + 1) * self.per_thread - self.used
+
+    def pattern(self, g: int) -> bytes:
+        return struct.pack("<Q", 0x10ca1_0000_0000 | g) * (self.used // 8) + bytes(self.used % 8)
+
+    def enter(self, g: int) -> None:
+        self.memory.write(self.frame(g), self.pattern(g))
+
+    def leave(self, g: int) -> None:
+        if self.memory.read(self.frame(g), self.used) != self.pattern(g):
+            raise KeyError(f"thread {g}'s local-memory frame at {self.frame(g):#x} was overwritten")
+
+
 class Channel:
     def __init__(self, handle: int, token: int, ring_va: int, entries: int, userd: Alloc,
                  userd_off: int, group):
@@ -104,8 +152,9 @@ class Channel:
 
 
 class Gpu:
-    def __init__(self, arch: abi.Arch, kernels: list, memory: GpuMemory, errors: list[str]):
-        self.arch, self.memory, self.errors = arch, memory, errors
+    def __init__(self, arch: abi.Arch, kernels: list, memory: GpuMemory, errors: list[str],
+                 topology: tuple = (1, 1, 1, 1)):
+        self.arch, self.memory, self.errors, self.topology = arch, memory, errors, topology
         self.by_code = {b.image.code_sha256: b for b in kernels}
         self.programs: dict[str, Ptx] = {}
         self.launches: list[tuple[str, int, int, dict]] = []
@@ -185,8 +234,44 @@ class Gpu:
             self.launch(ch, ch.regs.get("SEND_PCAS_A", 0) << 8)
         elif name not in ("SEND_PCAS_A", "INVALIDATE_SHADER_CACHES_NO_WFI", "SET_SHADER_LOCAL_MEMORY_WINDOW_A",
                           "SET_SHADER_LOCAL_MEMORY_WINDOW_B", "SET_SHADER_SHARED_MEMORY_WINDOW_A",
-                          "SET_SHADER_SHARED_MEMORY_WINDOW_B"):
+                          "SET_SHADER_SHARED_MEMORY_WINDOW_B", "SET_SHADER_LOCAL_MEMORY_A",
+                          "SET_SHADER_LOCAL_MEMORY_B", "SET_SHADER_LOCAL_MEMORY_NON_THROTTLED_A",
+                          "SET_SHADER_LOCAL_MEMORY_NON_THROTTLED_B", "SET_SHADER_LOCAL_MEMORY_NON_THROTTLED_C"):
             self.errors.append(f"compute method {name} is not modelled")
+
+    def local_frames(self, ch: Channel, name: str, stack: int, q: dict, stack_top: int) -> LocalFrames | None:
+        """The area a kernel with `stack` bytes of spills runs in, or None after an error."""
+        c = self.arch.compute_methods
+        per_thread = q["SHADER_LOCAL_MEMORY_HIGH_SIZE"]
+        used = WINDOW_SPAN - stack_top + stack if stack_top < WINDOW_SPAN else None
+        if used is None or per_thread < used:
+            self.errors.append(f"{name}: its stack reaches {used} bytes below the local window's top; the "
+                               f"QMD's SHADER_LOCAL_MEMORY_HIGH_SIZE gives {per_thread}")
+            return None
+        r = ch.regs
+        base = bits(r.get("SET_SHADER_LOCAL_MEMORY_A", 0), f"{c}_SET_SHADER_LOCAL_MEMORY_A_ADDRESS_UPPER") << 32 | \
+            bits(r.get("SET_SHADER_LOCAL_MEMORY_B", 0), f"{c}_SET_SHADER_LOCAL_MEMORY_B_ADDRESS_LOWER")
+        per_tpc = bits(r.get("SET_SHADER_LOCAL_MEMORY_NON_THROTTLED_A", 0),
+                       f"{c}_SET_SHADER_LOCAL_MEMORY_NON_THROTTLED_A_SIZE_UPPER") << 32 | \
+            bits(r.get("SET_SHADER_LOCAL_MEMORY_NON_THROTTLED_B", 0),
+                 f"{c}_SET_SHADER_LOCAL_MEMORY_NON_THROTTLED_B_SIZE_LOWER")
+        if not base or not per_tpc:
+            self.errors.append(f"{name} spills {stack} bytes a thread, but no local-memory area is set up "
+                               f"(SET_SHADER_LOCAL_MEMORY_A/B {base:#x}, NON_THROTTLED {per_tpc})")
+            return None
+        gpcs, tpcs, sms, warps = self.topology
+        per_warp = round_up(32 * per_thread, 0x200)
+        if per_tpc < per_warp * warps * sms:
+            self.errors.append(f"{name}: {per_tpc} bytes of local memory per TPC < {warps} warps x {sms} SMs "
+                               f"x {per_warp} bytes")
+            return None
+        try:
+            self.memory.where(base, per_tpc * gpcs * tpcs)
+        except KeyError:
+            self.errors.append(f"{name}: the local-memory area {base:#x} + {per_tpc} x {gpcs * tpcs} TPCs is "
+                               "not all mapped for the GPU")
+            return None
+        return LocalFrames(self.memory, base, per_tpc, per_warp, per_thread, used, self.topology)
 
     def semaphore(self, ch: Channel, data: int) -> None:
         h = self.arch.host_methods
@@ -280,8 +365,14 @@ class Gpu:
         # constant bank 0: block dims in dwords 0-2, grid dims in 3-5 (tinygrad ops_nv.py, "nv: fill
         # grid/block sizes", 166670a2f2: `*local_size, *global_size` at the bank's start).
         ntid, nctaid = self.memory.u32(cb), self.memory.u32(cb + 12)
+        local = None
+        if im.local:
+            local = self.local_frames(ch, k.name, im.local, q, self.memory.u64(cb + 40))
+            if local is None:
+                return
         try:
-            prog.launch(self.memory, args, grid * block, block=block, grid=grid, ntid=ntid, nctaid=nctaid)
+            prog.launch(self.memory, args, grid * block, block=block, grid=grid, ntid=ntid, nctaid=nctaid,
+                        local=local)
         except KeyError as e:
             self.errors.append(f"{k.name}: {e}")
         self.launches.append((k.name, grid, block, args))
