@@ -128,3 +128,33 @@ def test_an_owner_that_fails_is_tried_with_low_size_too(tmp_path):
     text = (out / "local.txt").read_text()
     assert "lsq_wide128: FAIL (refused: gpu-timeout)" in text
     assert "lsq_wide128 with SHADER_LOCAL_MEMORY_LOW_SIZE = HIGH_SIZE = 736: PASS" in text
+
+
+def test_device_all_runs_both_checks_into_at_most_eight_files(tmp_path):
+    """gpu/device-all.sh, the one command a lease runs: both scripts against the mock, their
+    summaries in one file, everything in one archive, at most eight files in $OUT."""
+    import tarfile
+    need_mock()
+    out = tmp_path / "out"
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "dmesg").write_text("#!/bin/sh\necho '[  2.0] NVRM: loading'\n")
+    (tmp_path / "bin" / "dmesg").chmod(0o755)
+    e = dict(os.environ, OUT=str(out), PYTHON=sys.executable, DEVCHECK_PROC=str(fake_proc(tmp_path)),
+             DEVCHECK_RUNNER=f"{ROOT / 'tests' / 'test_device_check_local.py'}:mock_runner",
+             DEVCHECK_LIBCUDA=str(tmp_path / "no-libcuda.so"), DEVCHECK_STEPS="2",
+             DEVCHECK_VARIANTS="default", LOCALCHECK_WIDTHS="128", LOCALCHECK_STEPS="2",
+             DEVALL_WORK=str(tmp_path / "work"),
+             PATH=f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    run = subprocess.run(["bash", "gpu/device-all.sh"], cwd=ROOT, env=e, capture_output=True,
+                         text=True, timeout=400)
+    summary = (out / "summary.txt").read_text()
+    assert run.returncode == 0, (run.stdout, run.stderr, summary)
+    files = {p.name for p in out.iterdir()}
+    assert {"summary.txt", "results.tgz", "qualify.txt", "local.txt", "dmesg.txt"} <= files
+    assert len(files) <= 8 and all(p.is_file() for p in out.iterdir())
+    assert "gpu/device-check.sh: exit 0" in summary and "gpu/device-check-local.sh: exit 0" in summary
+    assert summary.rstrip().endswith("device-all: check exit 0, local exit 0")
+    with tarfile.open(out / "results.tgz") as tar:
+        names = tar.getnames()
+    assert "check/summary.txt" in names and "local/local.json" in names
+    assert "lsq_wide128: PASS" in (out / "local.txt").read_text()
