@@ -1,4 +1,4 @@
-"""alphac/nvdrv/abi.py (and its generated numbers, abi_580.py) against the golden file the
+"""alphac/nvdrv/abi.py (and its generated numbers, generated/abi_580.py) against the golden file the
 header probe wrote.
 
 tests/golden/nvdrv_abi_580.json holds what gcc computed from NVIDIA's published headers
@@ -378,12 +378,12 @@ def test_ioc_refuses_oversize():
 
 
 def test_generated_numbers_are_the_golden_file():
-    """alphac/nvdrv/abi_580.py is what tests/nvdrv_layout_probe/autogen.py writes from the
+    """alphac/nvdrv/generated/abi_580.py is what tests/nvdrv_layout_probe/autogen.py writes from the
     golden file: the numbers live once (the probe's output), never typed by hand."""
     import subprocess
     import sys
     autogen = Path(__file__).parent / "nvdrv_layout_probe" / "autogen.py"
     r = subprocess.run([sys.executable, str(autogen), "--check"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
-    first = (Path(abi.__file__).parent / "abi_580.py").read_text().splitlines()[0]
+    first = (Path(abi.__file__).parent / "generated" / "abi_580.py").read_text().splitlines()[0]
     assert "generated; do not edit" in first

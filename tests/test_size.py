@@ -3,8 +3,9 @@ files left out, as tinygrad leaves out its autogen), checked here as tinygrad ch
 Raising a budget is a decision to make in review, not by accident.
 
 A generated file is recognised by its first line, which says `generated; do not edit` (today
-alphac/nvdrv/abi_580.py, written by tests/nvdrv_layout_probe/autogen.py): the file says what it
-is, so no list of paths can drift from the tree. Generated lines are counted apart and have no
+alphac/nvdrv/generated/abi_580.py, written by tests/nvdrv_layout_probe/autogen.py): the file
+says what it is, so no list of paths can drift from the tree; and it sits in a `generated/`
+folder of its own, which holds nothing hand-written (its __init__.py aside). Generated lines are counted apart and have no
 budget: they follow the headers they are generated from, and the generator is what is reviewed.
 
 `make size` (python tests/test_size.py) prints the report: per package the hand-written and
@@ -121,7 +122,21 @@ def test_every_package_has_a_budget():
 
 def test_the_abi_is_recognised_as_generated():
     hand, gen = counts("nvdrv")
-    assert gen > 1000 and generated(ROOT / "alphac" / "nvdrv" / "abi_580.py")
+    assert gen > 1000 and generated(ROOT / "alphac" / "nvdrv" / "generated" / "abi_580.py")
+
+
+def test_generated_code_sits_in_its_own_folder():
+    """A generated file lives in a `generated/` folder, and that folder holds only generated
+    files (and its __init__.py, which says what each is): the two kinds never mix."""
+    for f in sorted((ROOT / "alphac").rglob("*")):
+        if f.suffix in (".py", ".rt") and f.is_file():
+            inside = f.parent.name == "generated"
+            if f.name == "__init__.py" and inside:
+                assert not generated(f), f
+                continue
+            assert generated(f) == inside, (f"{f.relative_to(ROOT)}: " +
+                                            ("generated, outside a generated/ folder" if not inside
+                                             else "hand-written, in a generated/ folder"))
 
 
 if __name__ == "__main__":                 # make size

@@ -41,7 +41,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field as _dc_field
 from typing import Mapping
 
-from alphac.nvdrv import abi_580 as _580
+from alphac.nvdrv.generated import abi_580 as _580
 
 SOURCE = {**_580.SOURCE, "golden": "tests/golden/nvdrv_abi_580.json"}
 
@@ -269,7 +269,7 @@ def pack_bitfields(values: Mapping[str, int], width: int = 32) -> int:
 
 
 # ---------------------------------------------------------------------------------------
-# QMD layouts (the bit ranges are in abi_580.py) and pack_qmd.
+# QMD layouts (the bit ranges are in generated/abi_580.py) and pack_qmd.
 # ---------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)

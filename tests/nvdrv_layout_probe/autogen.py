@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""Write alphac/nvdrv/abi_580.py, the numbers of NVIDIA's driver ABI (release 580), from the
-golden file the probe wrote (tests/golden/nvdrv_abi_580.json), as tinygrad's autogen does from
-headers: the subset alphac uses is named once, in probe.py's SPEC; gcc computes every number
+"""Write alphac/nvdrv/generated/abi_580.py, the numbers of NVIDIA's driver ABI (release 580),
+from the golden file the probe wrote (tests/golden/nvdrv_abi_580.json), as tinygrad's autogen
+does from headers: the subset alphac uses is named once, in probe.py's SPEC; gcc computes every number
 from the published headers; this script turns them into Python data; alphac/nvdrv/abi.py
 gives them their types and meaning.
 
-    python tests/nvdrv_layout_probe/autogen.py            # rewrite alphac/nvdrv/abi_580.py
+    python tests/nvdrv_layout_probe/autogen.py            # rewrite alphac/nvdrv/generated/abi_580.py
     python tests/nvdrv_layout_probe/autogen.py --check    # exit 1 if it is not what this writes
 
 tests/test_nvdrv_abi.py runs the check, so the generated file cannot drift from the golden one.
@@ -19,7 +19,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "golden" / "nvdrv_abi_580.json"
-OUT = ROOT / "alphac" / "nvdrv" / "abi_580.py"
+OUT = ROOT / "alphac" / "nvdrv" / "generated" / "abi_580.py"
 
 
 def table(name: str, items, fmt=repr) -> list[str]:
