@@ -129,7 +129,7 @@ def build_learner_recipe(recipe: dict) -> Built:
 @catalogue
 def example_learners() -> list[tuple[str, dict]]:
     """Every examples/*.alpha for every target and level: `learners/<name>.<target>`."""
-    from alphac.lower.target import names
+    from alphac.targets import names
     return [(f"learners/{src.stem}.{t}", learner_recipe(src.as_posix(), t))
             for src in sorted(Path("examples").glob("*.alpha")) for t in sorted(names())]
 
@@ -448,7 +448,7 @@ def build_cubin_recipe(recipe: dict) -> Built:
 def example_cubins() -> list[tuple[str, dict]]:
     """Every kernel of the five reference learners for sm_86 and sm_90:
     `gpu/<learner>/sm_<N>/<kernel>.cubin`. Needs ptxas (the build refuses without it)."""
-    from alphac.lower.target import gpu_sms
+    from alphac.targets import gpu_sms
     from alphac.ptx.kernels import kernels
     out = []
     for src in gpu_examples():

@@ -26,7 +26,8 @@ from alphac.math import MARKER as MATH_MARKER
 from alphac.lower.fold import fold_loads, sink_wide
 from alphac.lower.regalloc import allocate
 from alphac.lower.rt_lower import lower_program
-from alphac.lower.target import Target, UnknownTarget, gpu_targets, target as target_record
+from alphac.lower.target import Target, UnknownTarget, target as target_record
+from alphac.targets import gpu_targets
 from alphac.runtime import source
 
 

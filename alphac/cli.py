@@ -19,7 +19,7 @@ from alphac.refusals import Refusal, tool_exit
 def _target(text: str) -> str:
     """An ISA or a level (x86_64-v3, x86_64-v4), or ISA+sm_NN for a GPU owner (checked further by the
     build: E0124)."""
-    from alphac.lower.target import gpu_targets, names
+    from alphac.targets import gpu_targets, names
     if text.partition("+")[0] not in names():
         known = ", ".join(names() + gpu_targets())
         raise argparse.ArgumentTypeError(f"unknown target {text!r} (targets: {known})")

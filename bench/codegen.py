@@ -199,7 +199,7 @@ def instructions(tree: Path) -> None:
 
 def main() -> None:
     global ROUNDS
-    from alphac.lower.target import host_runs
+    from alphac.targets import host_runs
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--targets", default="x86_64,x86_64-v3,x86_64-v4",

@@ -83,7 +83,7 @@ def main() -> None:
     if not (DATA / "digits_x_train.npy").exists():
         sys.exit("bench/digits.py: no data; run `make data` (examples/data/make_data.py)")
     ev = digits_eval()
-    from alphac.lower.target import host_runs
+    from alphac.targets import host_runs
     rows = [alphac_row(epochs, ev)] + [alphac_row(epochs, ev, level) if host_runs(level) else
                                        {"system": f"alphac {level} (not run: no {what} here)"}
                                        for level, what in (("x86_64-v3", "AVX2"), ("x86_64-v4", "AVX-512"))]

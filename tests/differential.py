@@ -192,7 +192,7 @@ def runner(target: str) -> list[str]:
     qemu-x86_64 -cpu max for x86_64-v3 where this CPU lacks AVX2, else nothing."""
     if target == "aarch64":
         return [require_tool("qemu-aarch64")]
-    from alphac.lower.target import host_runs
+    from alphac.targets import host_runs
     if target == "x86_64-v3" and not host_runs(target):
         return [require_tool("qemu-x86_64"), "-cpu", "max"]
     return []
@@ -273,7 +273,7 @@ def check_text(text: str, work: Path, engines=ALL, files: dict[str, bytes] | Non
     if "ptx" in engines and not gpu_refuses(rep, lr) and not too_large(rep, lr):
         compare(rep, "ptx", guarded(lambda: run_ptx(lr)), want5)
     single = {}
-    from alphac.lower.target import host_runs
+    from alphac.targets import host_runs
     for target in ("x86_64", "x86_64-v3", "x86_64-v4", "aarch64"):
         if target not in engines:
             continue

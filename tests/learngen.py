@@ -53,7 +53,7 @@ import math
 import random
 from dataclasses import dataclass, field
 
-from alphac.lower.target import host_runs
+from alphac.targets import host_runs
 
 
 # -- the program --------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ import pytest
 from conftest import ROOT, require_tool
 from differential import runner
 
-from alphac.lower.target import host_runs
+from alphac.targets import host_runs
 from alphac.refusals import REFUSALS
 
 P, Q, R, NAN, INF, TINY = 1.5, -0.1, 3.0, math.nan, math.inf, 5e-324

@@ -23,7 +23,7 @@ from alphac.diag import Sink, Source, Span
 from alphac.dist.structure import (MAX_FANOUT, Hierarchy, Leaf, Node, Ranges, Role, Star,
                                    coverage_problem, tree_leaves, tree_text)
 from alphac.ir.learner import Learner
-from alphac.lower.target import gpu_targets, names
+from alphac.targets import gpu_targets, names
 from alphac.parse.deploy import DeploymentDecl, RoleRef, StrategyDecl
 
 CLASSES = ("params", "state", "gradients")

@@ -2,24 +2,24 @@
 
 Each backend package (`alphac.x86_64`, `alphac.aarch64`) exports one `TARGET`: everything
 per-ISA that the shared passes call (the register file, instruction selection, encoding,
-relocations, system calls), its ELF machine and page size (the ELF writer reads them), and the
-GPU architectures a GPU owner on it may drive. Nothing above the backends knows an
+relocations, system calls), its ELF machine and page size (the ELF writer reads them). Nothing above the backends knows an
 instruction, a register name or a system-call number except through it.
 
-`ISAS` lists the backends and `LEVELS` the levels above a backend's baseline (`x86_64-v3`: the
-same backend with AVX2's f64x4; `x86_64-v4`: also AVX-512's f64x8), each with the Linux CPU flags
-it needs: its executables refuse `cpu-level` on a CPU without them;
-`target(name)`, `targets()`, `names()` and `gpu_targets()` are the registry the command line, the
-deployment checker, the build, the PTX renderer and the artifacts read.
+The names of the targets, their levels and GPU architectures are data in alphac/targets.py
+(below every layer, so that the deployment checker and the PTX renderer read them without
+reaching up here); `target(name)` and `targets()` find each one's record, importing its backend
+package by name: the registry of plug-ins. (`gpu_sms` is alphac.targets' own, imported here for
+alphac/ptx/render.py, which reads it from here until it moves to alphac.targets.)
 A backend that fails to import is an error, never a target quietly missing.
 """
 from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass, replace
-from typing import Callable, NamedTuple
+from typing import Callable
 
 from alphac.lower.regalloc import RegFile
+from alphac.targets import ISAS, LEVELS, gpu_sms, names  # noqa: F401 (gpu_sms: ptx/render.py)
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,6 @@ class Target:
     capstone: tuple[str, str]        # (arch, mode) constant names, for listings and tests
     elf_machine: int                 # e_machine
     page_size: int                   # the segments' alignment
-    gpu_sms: tuple[int, ...] = ()    # GPU architectures a GPU owner on this ISA drives
     constants: tuple[tuple[str, int], ...] = ()   # ABI constants that differ per ISA (O_DIRECTORY)
     fold_loads: bool = False         # binary64 arithmetic takes a memory operand (alphac.lower.fold)
     lanes: int = 2                   # the widest binary64 vector: 2 (f64x2), 4 (f64x4, class w:
@@ -61,28 +60,12 @@ class Target:
         return out + "".join(f"const {name} = {v};\n" for name, v in self.constants) + formats.prelude()
 
 
-ISAS = ("x86_64", "aarch64")         # the backends, each the package alphac.<name>
-class Level(NamedTuple):
-    isa: str                         # the backend
-    lanes: int                       # Target.lanes
-    flags: tuple[str, ...]           # what /proc/cpuinfo's flags must list to run it natively
-
-
-LEVELS = {"x86_64-v3": Level("x86_64", 4, ("avx2",)),
-          "x86_64-v4": Level("x86_64", 8, ("avx2", "avx512f", "avx512dq", "avx512cd", "avx512bw",
-                                           "avx512vl"))}
-
-
 class UnknownTarget(ValueError):
     pass
 
 
-def names() -> tuple[str, ...]:
-    return ISAS + tuple(LEVELS)
-
-
 def target(name: str) -> Target:
-    """The record of ISA or level `name`; UnknownTarget for any other name."""
+    """The record of ISA or level `name` (alphac.targets names them); UnknownTarget for any other."""
     if name in LEVELS:
         return replace(target(LEVELS[name].isa), name=name, lanes=LEVELS[name].lanes)
     if name not in ISAS:
@@ -92,29 +75,3 @@ def target(name: str) -> Target:
 
 def targets() -> dict[str, Target]:
     return {name: target(name) for name in ISAS}
-
-
-def gpu_sms() -> tuple[int, ...]:
-    return tuple(sorted({sm for t in targets().values() for sm in t.gpu_sms}))
-
-
-def gpu_targets() -> tuple[str, ...]:
-    """`ISA+sm_NN` for every GPU architecture of every ISA: x86_64+sm_86, x86_64+sm_90."""
-    return tuple(f"{t.name}+sm_{sm}" for t in targets().values() for sm in t.gpu_sms)
-
-
-def host_runs(name: str) -> bool:
-    """Whether this host runs target `name`'s executables natively: its backend is this machine's
-    and, for a level, Linux lists every flag the level needs for the first CPU."""
-    import platform
-    from pathlib import Path
-    isa = LEVELS[name].isa if name in LEVELS else name
-    if {"amd64": "x86_64", "arm64": "aarch64"}.get(platform.machine().lower(), platform.machine().lower()) != isa:
-        return False
-    if name not in LEVELS:
-        return True
-    try:
-        flags = next((l for l in Path("/proc/cpuinfo").read_text().splitlines() if l.startswith("flags")), "")
-    except OSError:
-        return False
-    return set(LEVELS[name].flags) <= set(flags.partition(":")[2].split())

@@ -106,7 +106,7 @@ def cpu_labels(table: dict) -> dict[str, str]:
     """Node Feature Discovery's labels for the CPU flags the roles' levels need (x86_64-v4:
     feature.node.kubernetes.io/cpu-cpuid.AVX512F and the rest), so that no pod of a level lands
     on a node whose CPU would have it refuse `cpu-level`; none at a backend's baseline."""
-    from alphac.lower.target import LEVELS
+    from alphac.targets import LEVELS
     flags = sorted({f for r in table["roles"] if r["target"] in LEVELS for f in LEVELS[r["target"]].flags})
     return {f"feature.node.kubernetes.io/cpu-cpuid.{f.upper()}": "true" for f in flags}
 

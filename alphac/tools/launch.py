@@ -59,7 +59,7 @@ from pathlib import Path
 from alphac.encode import json_text
 from alphac.files import LIMITS, read_json, read_regular
 from alphac.manifest import ManifestError, load as load_manifest, sha256_file
-from alphac.lower.target import host_runs
+from alphac.targets import LEVELS, below, emulator, host_runs, names
 from alphac.refusals import Refusal
 
 RECORD_FORMAT = 2
@@ -609,16 +609,15 @@ def launch(dep_dir: str | Path, steps: int = 5, deadline_ms: int = 10000,
     if targets:                        # run other builds of the roles (e.g. every owner swapped)
         for r in table["roles"]:
             r["target"] = targets.get(r["role"], r["target"])
-    emulate = {"aarch64": [] if host_runs("aarch64") else ["qemu-aarch64"],     # where this host
-               "x86_64-v3": [] if host_runs("x86_64-v3") else ["qemu-x86_64", "-cpu", "max"],
-               "x86_64-v4": []}                                 # cannot run a target's roles
-    for t in sorted({r["target"] for r in table["roles"]} & emulate.keys()):
-        if t == "x86_64-v4" and not host_runs(t):
-            raise Refusal("launch-tool", "x86_64-v4 roles need a CPU with AVX-512 (qemu does not "
-                                         "emulate it); build them for x86_64-v3 or x86_64")
-        if emulate[t] and shutil.which(emulate[t][0]) is None:
-            raise Refusal("launch-tool", f"{emulate[t][0]} is needed for {t} roles on this host")
-        emulate[t][:1] = [shutil.which(emulate[t][0])] if emulate[t] else []
+    emulate = {}                       # target -> the command that runs its roles on this host
+    for t in sorted({r["target"] for r in table["roles"]} & set(names())):
+        how = [] if host_runs(t) else emulator(t)
+        if how is None:
+            raise Refusal("launch-tool", f"{t} roles need a CPU with {LEVELS[t].extension} (qemu does "
+                                         f"not emulate it); build them for {' or '.join(below(t))}")
+        if how and shutil.which(how[0]) is None:
+            raise Refusal("launch-tool", f"{how[0]} is needed for {t} roles on this host")
+        emulate[t] = [shutil.which(how[0]), *how[1:]] if how else []
     secret = record_key(key)
     nonce = os.urandom(16).hex()
     k = run_key(secret, nonce)

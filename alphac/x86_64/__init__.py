@@ -48,6 +48,5 @@ TARGET = Target(
     capstone=("CS_ARCH_X86", "CS_MODE_64"),
     elf_machine=EM_X86_64,
     page_size=0x1000,
-    gpu_sms=(86, 90),                # the GPU owner is an x86-64 executable: Ampere, Hopper
     constants=(("O_DIRECTORY", 0x10000),)
 )

@@ -1,0 +1,82 @@
+"""The registry of targets as data: their names, the GPU architectures each drives, and how a
+host that is not theirs runs their executables.
+
+`ISAS` lists the backends (each the package alphac.<name>, whose `TARGET` record
+alphac.lower.target finds by name) and `LEVELS` the levels above a backend's baseline
+(`x86_64-v3`: the same backend with AVX2's f64x4; `x86_64-v4`: also AVX-512's f64x8), each with
+the Linux CPU flags it needs: its executables refuse `cpu-level` on a CPU without them. Each
+says which GPU architectures a GPU owner on it may drive (`gpu_sms`: the GPU owner is an x86-64
+executable) and how the launcher runs its executables on a host that cannot
+(`emulator`: a user-mode emulator's command; `()` runs them as they are; None: nothing can, and
+the launcher refuses them there). `names()`, `gpu_targets()`, `gpu_sms()` and `host_runs()` are
+what the command line, the deployment checker, the build, the PTX renderer, the artifacts and
+the launcher read; nothing else lists a target.
+
+This sits at the bottom of the layers (docs/structure.md) so that every package may read it;
+it requires nothing of alphac and guarantees the tables are the only list of targets.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class Isa(NamedTuple):
+    gpu_sms: tuple[int, ...]              # GPU architectures a GPU owner on this ISA drives
+    emulator: tuple[str, ...] | None      # the command that runs its executables elsewhere
+
+
+class Level(NamedTuple):
+    isa: str                              # the backend
+    lanes: int                            # Target.lanes
+    flags: tuple[str, ...]                # what /proc/cpuinfo's flags must list to run it natively
+    extension: str                        # what those flags are called
+    emulator: tuple[str, ...] | None      # as Isa.emulator (qemu emulates AVX2, not AVX-512)
+
+
+ISAS = {"x86_64": Isa((86, 90), ()),      # Ampere, Hopper
+        "aarch64": Isa((), ("qemu-aarch64",))}
+LEVELS = {"x86_64-v3": Level("x86_64", 4, ("avx2",), "AVX2", ("qemu-x86_64", "-cpu", "max")),
+          "x86_64-v4": Level("x86_64", 8, ("avx2", "avx512f", "avx512dq", "avx512cd", "avx512bw",
+                                           "avx512vl"), "AVX-512", None)}
+
+
+def names() -> tuple[str, ...]:
+    return tuple(ISAS) + tuple(LEVELS)
+
+
+def gpu_sms() -> tuple[int, ...]:
+    return tuple(sorted({sm for isa in ISAS.values() for sm in isa.gpu_sms}))
+
+
+def gpu_targets() -> tuple[str, ...]:
+    """`ISA+sm_NN` for every GPU architecture of every ISA: x86_64+sm_86, x86_64+sm_90."""
+    return tuple(f"{name}+sm_{sm}" for name, isa in ISAS.items() for sm in isa.gpu_sms)
+
+
+def emulator(name: str) -> tuple[str, ...] | None:
+    """How target `name`'s executables run on a host that does not run them natively."""
+    return LEVELS[name].emulator if name in LEVELS else ISAS[name].emulator
+
+
+def below(name: str) -> tuple[str, ...]:
+    """The levels of level `name`'s backend with fewer lanes, widest first, then the backend."""
+    lv = LEVELS[name]
+    return tuple(sorted((n for n, l in LEVELS.items() if l.isa == lv.isa and l.lanes < lv.lanes),
+                        key=lambda n: -LEVELS[n].lanes)) + (lv.isa,)
+
+
+def host_runs(name: str) -> bool:
+    """Whether this host runs target `name`'s executables natively: its backend is this machine's
+    and, for a level, Linux lists every flag the level needs for the first CPU."""
+    import platform
+    from pathlib import Path
+    isa = LEVELS[name].isa if name in LEVELS else name
+    if {"amd64": "x86_64", "arm64": "aarch64"}.get(platform.machine().lower(), platform.machine().lower()) != isa:
+        return False
+    if name not in LEVELS:
+        return True
+    try:
+        flags = next((l for l in Path("/proc/cpuinfo").read_text().splitlines() if l.startswith("flags")), "")
+    except OSError:
+        return False
+    return set(LEVELS[name].flags) <= set(flags.partition(":")[2].split())
