@@ -16,7 +16,7 @@ written, byte for byte the same on every run (no time, no absolute path, ranks i
   parent's rank, so every pod names its parent's pod). The name is fully qualified because the
   runtime's resolver uses no search list. A role without a parent (the root) ignores it. The
   runtime asks for a name until its deadline (pods start in any order); a role that then still
-  refuses `name-unresolved` (exit 87) is replaced by the Job (podFailurePolicy Ignore): it has
+  refuses `name-unresolved` (its exit code, from alphac.refusals) is replaced by the Job (podFailurePolicy Ignore): it has
   exchanged nothing yet; any other failure fails the Job at once (backoffLimit 0).
 - `Containerfile`: FROM scratch, the executables as /alphac/roles/FILE, and /alphac/rank/N, a
   relative symbolic link to the file serving rank N (one copy of each executable however many
@@ -44,14 +44,14 @@ from pathlib import Path
 from alphac.encode import Unencodable, yaml_comment, yaml_scalar
 from alphac.files import open_regular, read_regular, write_file
 from alphac.manifest import MAX_FILE
-from alphac.refusals import DECIMAL_DIGITS, Refusal
+from alphac.refusals import DECIMAL_DIGITS, Refusal, exit_code
 from alphac.tools.launch import check_hashes, load_table
 
 ARCH = {"x86_64": "amd64", "aarch64": "arm64"}        # the ISA -> kubernetes.io/arch
 LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?\Z")   # an RFC 1035 label (Service names)
 MAX_INDEXED = 100000                                    # an Indexed Job's completions, at most
 PREFIX = "alphac"                                      # the annotations' key prefix
-NAME_UNRESOLVED = 87                                    # alphac.refusals: `name-unresolved`
+NAME_UNRESOLVED = exit_code("name-unresolved")
 OURS = {"k8s.yaml", "Containerfile", "SHA256SUMS", "roles", "rank", "data"}
 HEADER = "# alphac k8s:"
 USER = 65532                                            # the pods' user and group (not root)
