@@ -17,7 +17,8 @@ written, byte for byte the same on every run (no time, no absolute path, ranks i
   runtime's resolver uses no search list. A role without a parent (the root) ignores it. The
   runtime asks for a name until its deadline (pods start in any order); a role that then still
   refuses `name-unresolved` (its exit code from alphac.refusals) is replaced by the Job
-  (podFailurePolicy Ignore): it has exchanged nothing yet; any other failure fails the Job at once (backoffLimit 0).
+  (podFailurePolicy Ignore): it has exchanged nothing yet; any other failure fails the Job at
+  once (backoffLimit 0).
 - `Containerfile`: FROM scratch, the executables as /alphac/roles/FILE, and /alphac/rank/N, a
   relative symbolic link to the file serving rank N (one copy of each executable however many
   ranks it serves; the kernel follows the link at exec, no shell needed); `roles/`, `rank/` and
