@@ -705,7 +705,8 @@ def cmd_verify(args) -> int:
 
 def cmd_launch(args) -> int:
     from pathlib import Path
-    from alphac.tools.launch import launch, load_table
+    from alphac.tools.launch import launch
+    from alphac.tools.table import load_table
     if args.epochs is not None:          # E epochs: E times the batches per epoch roles.json says
         batches = load_table(Path(args.dir))[0].get("batches", 1)
         args.steps = _epoch_steps(args.epochs, batches if type(batches) is int and batches > 0 else 1)
@@ -799,7 +800,7 @@ def cmd_k8s(args) -> int:
 
 
 def cmd_verify_record(args) -> int:
-    from alphac.tools.launch import verify_record
+    from alphac.tools.record import verify_record
     problems = verify_record(args.record, key=args.record_key)
     for line in problems:
         print(f"verify-record: {line}", file=sys.stderr)

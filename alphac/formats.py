@@ -12,6 +12,7 @@ against `Layout.doc_rows()`. So a format changes in this file and nowhere else.
     CONV_*       the driver conversation's record header, opcodes, patch, expectation and
                  refusal kinds (alphac/nvdrv/conversation.py writes it, nvdrv.rt reads it)
     XS_*, XC_*   the exact binary64 sum accumulators of the `exact_sum` contract (xsum.rt)
+    EVENTS_LABEL the label of the event streams' MACs (core.rt), a string constant of the prelude
 
 Requires nothing. Guarantees: offsets are checked at import (fields in order, no overlap,
 inside the record).
@@ -191,6 +192,12 @@ XC_BASE_SHIFT = 8
 XC_MAX_BASE = XS_DIGITS - XC_DIGITS
 XC_RECORD_WORDS = 1 + XS_DIGITS
 
+# The events' MAC chain: a role's first MAC is HMAC(its events key, EVENTS_LABEL) (alphac/runtime/
+# core.rt, through the prelude), and the launcher seals each stream from HMAC(run key,
+# EVENTS_LABEL | "|" | role) (alphac/tools/record.py, which also checks the role's chain)
+EVENTS_LABEL = "alphac-events-v2"
+STRINGS = {"EVENTS_LABEL": EVENTS_LABEL}           # the runtime's string constants
+
 LAYOUTS = (FRAME, CKPT_HEADER, CKPT_RECORD)
 
 
@@ -206,6 +213,7 @@ def constants() -> dict[str, int]:
                XC_DIGITS=XC_DIGITS, XC_WORDS=XC_WORDS, XC_SPILLED=XC_SPILLED,
                XC_BASE_SHIFT=XC_BASE_SHIFT, XC_MAX_BASE=XC_MAX_BASE,
                XC_RECORD_WORDS=XC_RECORD_WORDS)
+    out.update((k + "_BYTES", len(v)) for k, v in STRINGS.items())
     for name, code in FRAME_KINDS.items():
         out["KIND_" + name.upper().replace("-", "_")] = code
     for table, prefix in ((CONV_OPS, "NV_"), (CONV_PATCHES, "NV_PATCH_"),
@@ -218,4 +226,5 @@ def constants() -> dict[str, int]:
 
 def prelude() -> str:
     """The runtime-language constants of every shared format (part of every prelude)."""
-    return "".join(f"const {k} = {v};\n" for k, v in sorted(constants().items()))
+    return "".join(f"const {k} = {v};\n" for k, v in sorted(constants().items())) + \
+        "".join(f'const {k} = "{v}";\n' for k, v in sorted(STRINGS.items()))

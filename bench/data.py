@@ -83,7 +83,8 @@ def build(d: Path) -> tuple[float, float, int]:
 
 def start_up(d: Path) -> tuple[float, int]:
     """The owner's ms from its first event to `data checked`, and its peak KiB."""
-    from alphac.tools.launch import launch, stream_events, stream_lines
+    from alphac.tools.launch import launch
+    from alphac.tools.record import stream_events, stream_lines
     cwd = os.getcwd()
     os.chdir(d)
     try:

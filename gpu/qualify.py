@@ -57,7 +57,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "gpu")]
 
 from alphac.refusals import Refusal                                      # noqa: E402
-from alphac.tools.launch import (PASS_RULES, RECORD_FORMAT, new_record_dir, record_key,  # noqa: E402
+from alphac.tools.record import (PASS_RULES, RECORD_FORMAT, new_record_dir, record_key,  # noqa: E402
                                  seal, write_record)
 
 LEARNERS = ["independent_state", "lsq_adam"]

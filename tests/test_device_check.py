@@ -59,7 +59,7 @@ def test_device_check_against_the_mock(tmp_path):
     why = mockgpu.available()
     if why:
         pytest.fail(why) if os.environ.get("CI") else pytest.skip(why)
-    from alphac.tools.launch import verify_record
+    from alphac.tools.record import verify_record
     tool(tmp_path / "bin", "dmesg", "echo '[  1.0] usb 1-1: new device'\n"
          "echo '[  2.0] NVRM: Xid (PCI:0000:18:00): 13, Graphics Exception'")
     run, stages, out = device_check(

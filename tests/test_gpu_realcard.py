@@ -63,7 +63,7 @@ def test_a_gpu_that_never_completes_is_refused_within_seconds():
     assert r.errors == [] and r.launches == []
     assert (r.returncode, r.stdout, r.stderr) == (exit_code("gpu-timeout"), "", "refused: gpu-timeout\n")
     assert 4 <= took < 15, took
-    from alphac.tools.launch import split_event
+    from alphac.tools.record import split_event
     lines = [split_event(e)[0] for e in r.events.split("\n")[1:-1]]
     assert lines[:3] == ["identity", "memory", "channel"]
     assert lines[3:] == ["gpget 0 gpput 1", *(f"notifier {i} 0" for i in range(12)), "semaphore 0",

@@ -90,7 +90,7 @@ def test_qualify_against_the_mock(tmp_path):
     why = mockgpu.available()
     if why:
         pytest.fail(why) if os.environ.get("CI") else pytest.skip(why)
-    from alphac.tools.launch import verify_record
+    from alphac.tools.record import verify_record
     from alphac.nvdrv.host import parse_uuid
     q = script("qualify")
     card = Card(uuid=parse_uuid(UUID), name="NVIDIA H200", driver="580.159.04", sm=90)

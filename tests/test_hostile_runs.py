@@ -343,14 +343,15 @@ def test_a_disk_that_fills_during_the_run_keeps_the_record_or_says_so(diverging,
         return out
     monkeypatch.setattr(launch, "run_roles", run_then_fill)
     if not reserved:
+        import alphac.tools.record as record
         for name in ("RECORD_FIXED", "RECORD_PER_ROLE", "RECORD_PER_STEP", "PUBLISHED_RESERVE"):
-            monkeypatch.setattr(launch, name, 0)
+            monkeypatch.setattr(record, name, 0)
     rc, out, err = alphac("launch", diverging / "dep", "--steps", 60, "--records", small_disk / "runs",
                           "--checkpoint", tmp_path / "ck")
     assert (tmp_path / "ck" / "MANIFEST").is_file()        # published, on another disk
     if reserved:
         assert rc == 0 and out.startswith("a "), err
-        from alphac.tools.launch import verify_record
+        from alphac.tools.record import verify_record
         assert verify_record(small_disk / "runs" / "diverge_star-0001" / "record.json") == []
     else:
         assert (rc, out) == (REFUSAL["record-write"], "") and err.count("\n") == 1, err

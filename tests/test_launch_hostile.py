@@ -16,7 +16,8 @@ import pytest
 from conftest import ROOT, alphac
 
 from alphac.refusals import REFUSALS, Refusal
-from alphac.tools.launch import launch, record_key, seal, verify_record, write_record
+from alphac.tools.launch import launch
+from alphac.tools.record import record_key, seal, verify_record, write_record
 
 
 def one_line(err, name: str) -> bool:

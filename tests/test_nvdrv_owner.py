@@ -96,7 +96,7 @@ def test_owner_prints_the_oracle_bits(name, sm):
     assert r.device_calls() == built.conversation.expected_trace()
     kernels = [b.kernel.name for b in built.kernels]
     assert [la[0] for la in r.launches] == kernels * 5
-    from alphac.tools.launch import split_event
+    from alphac.tools.record import split_event
     events = [split_event(line) for line in r.events.split("\n")[1:-1]]
     assert [what for what, _ in events] == ["identity", "memory", "channel", "uploaded",
                                             *(f"step {k}" for k in range(1, 6)), "done"]
@@ -198,7 +198,7 @@ def test_another_uuid_is_refused_before_anything_is_allocated():
     r, built = run("lsq_adam", 90, host={"uuid": "GPU-5a1e7c3d-0b2f-4c6e-8a9d-1f2e3d4c5b6b"})
     refused(r, "device-uuid")
     identity_only(r, built)
-    from alphac.tools.launch import split_event
+    from alphac.tools.record import split_event
     assert [split_event(e)[0] for e in r.events.split("\n")[-3:]] == \
         ["uuid", "refused: device-uuid", ""]                                    # the check named
 

@@ -16,7 +16,7 @@ import pytest
 
 from conftest import ROOT, alphac
 
-from alphac.tools.launch import record_key, seal, verify_record, write_record
+from alphac.tools.record import record_key, seal, verify_record, write_record
 
 EDITED = "the record was edited: its MAC does not match"
 MAC = "0" * 64

@@ -57,7 +57,7 @@ def test_mixed_isa_equals_all_x86(roles, tmp_path):
 
 
 def test_run_record_is_linked_sealed_and_verifiable(roles, tmp_path):
-    from alphac.tools.launch import verify_record
+    from alphac.tools.record import verify_record
     rec = launch(roles, "lsq_adam_star", tmp_path, steps=3)
     path = Path(rec["path"])
     assert verify_record(path) == []
@@ -383,7 +383,7 @@ def test_a_role_authenticates_its_events_with_the_key_it_is_given(roles, key, tm
         assert (r.returncode, r.stderr) == (64, "refused: usage\n")
         return
     assert (r.returncode, r.stderr) == (71, "refused: connect-failed\n")
-    from alphac.tools.launch import split_event
+    from alphac.tools.record import split_event
     got = ev.read_text().splitlines()
     texts = [l.rpartition(" ")[0] if key == "good" else l for l in got]       # "TEXT @NS"
     assert [split_event(t)[0] for t in texts] == ["owner.0", "refused: connect-failed"]

@@ -9,7 +9,8 @@ from conftest import example
 
 
 def test_a_launch_records_durations_and_traces_every_role(tmp_path):
-    from alphac.tools.launch import launch, verify_record
+    from alphac.tools.launch import launch
+    from alphac.tools.record import verify_record
     from alphac.tools.trace import write_trace
     dep = build_deployment(example("lsq_adam"), "lsq_adam_star", tmp_path / "b")
     rec = launch(dep, steps=4, records=tmp_path / "runs")
@@ -34,7 +35,7 @@ def test_a_launch_records_durations_and_traces_every_role(tmp_path):
         counters = [e["args"]["mean"] for e in events if e["pid"] == pid and e["ph"] == "C"]
         assert counters == ([float(x["decimal"]) for x in rec["loss"]] if publish else [])
     # a timing edited (and resealed) no longer follows from the stream
-    from alphac.tools.launch import record_key, seal, write_record
+    from alphac.tools.record import record_key, seal, write_record
     data = json.loads(Path(rec["path"]).read_text())
     data["roles"][1]["timing"]["total_ms"] += 1
     data.pop("mac")

@@ -87,7 +87,7 @@ class Module:
         k = e[0]
         if k == "int":
             return _wrap(e[1])
-        if k == "name" and e[1] in self.consts:
+        if k == "name" and e[1] in self.consts and self.consts[e[1]][0] != "str":
             return self.const(e[1], busy)
         if k == "call" and e[1] == "sizeof" and len(e[2]) == 1 and e[2][0][0] == "name" \
                 and self.globals.get(e[2][0][1]) is not None:
@@ -253,6 +253,8 @@ class FnLowerer:
             v = self.lookup(e[1])
             if v is not None:
                 return v, TYPE_OF[v.cls]
+            if self.mod.consts.get(e[1], ("",))[0] == "str":        # a string constant
+                return self.expr(self.mod.consts[e[1]])
             if e[1] in self.mod.globals:
                 return self.emit("addr", self.fn.new("i"), Sym(e[1])), "i64"
             raise self.err(f"unknown name `{e[1]}`")
@@ -705,7 +707,9 @@ def _fingerprint(mod: Module, item: tuple) -> tuple:
     global is there, or the function's signature; and CPU_AVX2, CPU_AVX512 (the wide builtins)."""
     out = []
     for n in item_names(item)[0] + ("CPU_AVX2", "CPU_AVX512"):
-        if n in mod.consts:
+        if n in mod.consts and mod.consts[n][0] == "str":
+            out.append((n, "s", mod.consts[n][1]))
+        elif n in mod.consts:
             try:
                 out.append((n, "c", mod.const(n)))
             except RtError:

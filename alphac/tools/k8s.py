@@ -46,7 +46,7 @@ from alphac.encode import Unencodable, yaml_comment, yaml_scalar
 from alphac.files import open_regular, read_regular, write_file
 from alphac.manifest import MAX_FILE
 from alphac.refusals import DECIMAL_DIGITS, Refusal, exit_code
-from alphac.tools.launch import check_hashes, load_table
+from alphac.tools.table import check_hashes, load_table
 
 ARCH = {"x86_64": "amd64", "aarch64": "arm64"}        # the ISA -> kubernetes.io/arch
 LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?\Z")   # an RFC 1035 label (Service names)

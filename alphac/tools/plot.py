@@ -19,7 +19,7 @@ from pathlib import Path
 
 from alphac.files import write_file
 from alphac.refusals import Refusal
-from alphac.tools.launch import is_hex, read_record
+from alphac.tools.record import is_hex, read_record
 
 ROWS, COLS = 12, 64
 

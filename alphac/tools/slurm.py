@@ -22,7 +22,7 @@ be on a file system every node sees at the same path. The script, in the job:
    rank (`rank-out-of-range`), through a bash wrapper (RUNDIR/tasks/task.sh) that puts the
    role's events key in its environment (never on a command line) and keeps its node, exit
    code, stdout and stderr in RUNDIR/tasks/RANK.*; events go to RUNDIR/events/ROLE.log.
-`collect` then makes the record with launch.py's make_record and seal: kind `launch`, each role's
+`collect` then makes the record with record.py's make_record and seal: kind `launch`, each role's
 `node`, the job's `slurm` facts; `alphac verify-record` checks it like any launch record.
 """
 from __future__ import annotations
@@ -36,8 +36,10 @@ from pathlib import Path
 from alphac.encode import Unencodable, json_text, shell_word
 from alphac.files import LIMITS, read_json, read_regular, write_file
 from alphac.refusals import Refusal
-from alphac.tools.launch import (RoleRun, artifact_key, events_key, is_count, key_id, load_build, make_record,
-                                 new_record_dir, record_key, run_key, seal, write_record)
+from alphac.tools.record import (events_key, is_count, key_id, make_record, new_record_dir, record_key,
+                                 run_key, seal, write_record)
+from alphac.tools.supervise import RoleRun
+from alphac.tools.table import artifact_key, load_build
 
 NOT_CARRIED = "\x00-\x1f\x7f\ud800-\udfff"       # controls, DEL, lone surrogates (not UTF-8)
 SAFE = re.compile(f"/[^'\"\\\\$`%\\s{NOT_CARRIED}]*\\Z")   # a path multi-prog and #SBATCH carry as is

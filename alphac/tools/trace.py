@@ -18,7 +18,7 @@ Requires
     authentic: this only reads it.
 Guarantees
     The same trace for the same record (roles in the record's order). A record or stream that
-    cannot be read (launch.read_record, alphac.files: a regular file within its limit, JSON
+    cannot be read (record.read_record, alphac.files: a regular file within its limit, JSON
     without duplicate keys or deep nesting), and a stream line the trace reads that is not an
     event (a step whose `comm` is not a count), is `record-malformed`, naming the file and line.
 """
@@ -29,7 +29,7 @@ import math
 from pathlib import Path
 
 from alphac.refusals import Refusal
-from alphac.tools.launch import is_count, losses, read_record, stream_events, stream_lines
+from alphac.tools.record import is_count, losses, read_record, stream_events, stream_lines
 
 
 def span_name(what: str) -> str:
