@@ -108,6 +108,24 @@ def learner_inputs(source: str | Path, compiled) -> list[str]:
     return sorted({manifest.input_path(p) for p in found})
 
 
+def write_learner(out: str | Path, elf: bytes, source: str | Path, compiled, target: str, eval_data=(),
+                  labels: str | None = None, gpu=None) -> Path:
+    """`alphac build`'s output: the executable as `out` (mode 0755), then its manifest beside it
+    (OUT.manifest.json) with the recipe that rebuilds it: a learner's, or with `gpu` (the GPU
+    owner's build) one for its host and ptxas. The manifest's path; ManifestError, after the
+    executable is written, when no manifest can name an input."""
+    out = Path(out)
+    side = out.with_name(out.name + manifest.SUFFIX) if out.name else out
+    write_file(out, elf, 0o755)
+    recipe, tools = learner_recipe(source, target, eval_data, labels), {}
+    if gpu is not None:
+        recipe, tools = gpu_recipe(source, target, gpu.conversation.host), ptxas_tool(gpu.ptxas)
+    entry = manifest.artifact_entry(elf, recipe, learner_inputs(source, compiled)
+                                    + [manifest.input_path(p) for _, p in eval_data])
+    manifest.write(side, manifest.new({out.name: entry}, entry["inputs"], tools))
+    return side
+
+
 @kind("learner")
 def build_learner_recipe(recipe: dict) -> Built:
     from alphac.build import build_learner, evaluation_for

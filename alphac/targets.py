@@ -1,19 +1,9 @@
-"""The registry of targets as data: their names, the GPU architectures each drives, and how a
-host that is not theirs runs their executables.
-
-`ISAS` lists the backends (each the package alphac.<name>, whose `TARGET` record
-alphac.lower.target finds by name) and `LEVELS` the levels above a backend's baseline
-(`x86_64-v3`: the same backend with AVX2's f64x4; `x86_64-v4`: also AVX-512's f64x8), each with
-the Linux CPU flags it needs: its executables refuse `cpu-level` on a CPU without them. Each
-says which GPU architectures a GPU owner on it may drive (`gpu_sms`: the GPU owner is an x86-64
-executable) and how the launcher runs its executables on a host that cannot
-(`emulator`: a user-mode emulator's command; `()` runs them as they are; None: nothing can, and
-the launcher refuses them there). `names()`, `gpu_targets()`, `gpu_sms()` and `host_runs()` are
-what the command line, the deployment checker, the build, the PTX renderer, the artifacts and
-the launcher read; nothing else lists a target.
-
-This sits at the bottom of the layers (docs/structure.md) so that every package may read it;
-it requires nothing of alphac and guarantees the tables are the only list of targets.
+"""The targets as data, at the bottom of the layers so that every package reads them: `ISAS`
+(the backends, each the package alphac.<name> whose `TARGET` alphac.lower.target finds by name)
+and `LEVELS` above a baseline (x86_64-v3: AVX2's f64x4; x86_64-v4: AVX-512's f64x8), with the
+CPU flags they need (`cpu-level` without them), the GPU architectures a GPU owner drives, and
+how the launcher runs their executables on a host that cannot (`emulator`: a command; `()`: as
+they are; None: refused). Nothing else lists a target; this requires nothing of alphac.
 """
 from __future__ import annotations
 

@@ -28,8 +28,9 @@ LAYERS = {
     "build": 6, "driver": 6, "manifest": 6,
     "artifacts": 7,
     "tools": 8,
-    "cli": 9,
-    "__main__": 10,
+    "api": 9, "commands": 9,
+    "cli": 10,
+    "__main__": 11,
 }
 
 # (importing file, imported module) -> why it is allowed for now; issue 48 removes each
