@@ -1,27 +1,15 @@
 """alphac's Python API: what every `alphac` command does, as functions that return values.
 
-    from alphac import api
-    compiled = api.compile("examples/lsq_adam.alpha")        # CompileError with every diagnostic
-    print(api.run(compiled, steps=5))                        # the state, `NAME[K] HEX` lines
-    built = api.build(compiled, "examples/lsq_adam.alpha", "aarch64")
-    api.write_executable("lsq_adam", built, compiled, "examples/lsq_adam.alpha", "aarch64")
-    api.build_deployment("examples/lsq_adam.alpha", "lsq_adam_star", "build/star")
-    record = api.launch("build/star", steps=5)               # the run record, also written
-    assert api.verify_record(record["path"]) == []
-
-This is the layer below the command line (alphac/cli.py parses, calls one function here and
-prints what it returns): the pipeline (alphac.driver), the build (alphac.build), the artifacts
-and their recipes and manifests (alphac.artifacts) and the tools (alphac.tools) behind one set
-of calls, for a notebook, a test or a service. Nothing here prints, reads the command line or
-exits. A request fails with a named error: CompileError (the input's diagnostics), Refusal (a
-run refused by name, alphac.refusals), UsageError (a request that nothing can do as asked),
-BuildError, ManifestError, RecipeError, PtxasMissing, PtxasFailed, CapstoneMissing,
-CheckpointError, EvalError, K8sError or Failed (what the input is wrong in), OSError (a file
-the machine would not read or write), or Defect (alphac's own, never the answer to an input).
-docs/api.md says more.
+The layer below the command line (alphac/cli.py parses, calls one function here and prints
+what comes back): the pipeline (alphac.driver), the build (alphac.build), the artifacts, their
+recipes and manifests (alphac.artifacts) and the tools (alphac.tools) behind one set of calls,
+for a notebook, a test or a service. Nothing here prints, reads the command line or exits; a
+request fails with a named error. docs/api.md shows each call, the command it serves and the
+errors.
 """
 from __future__ import annotations
 
+import importlib
 import json
 import struct
 from pathlib import Path
@@ -29,6 +17,18 @@ from typing import NamedTuple
 
 from alphac.diag import CompileError, Diagnostic
 from alphac.refusals import DECIMAL_DIGITS
+
+
+# the calls that are another module's own, found there when first asked for (so that importing
+# this module, which the CLI does at start, imports none of them)
+ELSEWHERE = {"build_deployment": "alphac.artifacts", "build_all": "alphac.artifacts",
+             "verify": "alphac.tools.verify", "verify_record": "alphac.tools.record"}
+
+
+def __getattr__(name: str):
+    if name not in ELSEWHERE:
+        raise AttributeError(f"module 'alphac.api' has no attribute {name!r}")
+    return getattr(importlib.import_module(ELSEWHERE[name]), name)
 
 
 class UsageError(ValueError):
@@ -158,24 +158,6 @@ def write_executable(out: str | Path, built: Built, compiled, source: str | Path
     return write_learner(out, built.image.elf, source, compiled, target, eval_data, labels, built.gpu)
 
 
-def build_deployment(source: str | Path, name: str, out: str | Path, fleet: bool | None = None) -> dict:
-    """Deployment `name`'s executables (per index node with `fleet`), roles.json and MANIFEST.json."""
-    from alphac.artifacts import build_deployment as build_roles
-    return build_roles(source, name, out, fleet)
-
-
-def build_all(out: str | Path = "build/all", progress=None) -> dict:
-    """Every artifact the project knows, and `out`/MANIFEST.json; `progress(k, n, path)` before each."""
-    from alphac.artifacts import build_all as build_everything
-    return build_everything(out, progress)
-
-
-def verify(manifest: str | Path) -> list[str]:
-    """What differs when a manifest's inputs and artifacts are hashed and rebuilt (none: [])."""
-    from alphac.tools.verify import verify as check
-    return check(manifest)
-
-
 def table(deployment: str | Path) -> dict:
     """A built deployment's roles.json, checked (alphac.tools.table.load_table)."""
     from alphac.tools.table import load_table
@@ -196,12 +178,6 @@ def reference(deployment: str | Path, steps: int) -> str:
     t = table(deployment)
     compiled, plans = deployments(t["source"])
     return run(compiled, steps, plan=plans[t["deployment"]], name=t["deployment"])
-
-
-def verify_record(record: str | Path, key: str | Path | None = None) -> list[str]:
-    """A run record's problems: empty when it is an authentic pass (alphac.tools.record)."""
-    from alphac.tools.record import verify_record as check
-    return check(record, key=key)
 
 
 def checkpoint_export(checkpoint: str | Path, out: str | Path, learner: str | Path | None = None) -> dict:

@@ -1,17 +1,11 @@
 """The `alphac` command: parsing, printing and the exit-code conventions over alphac.api.
 
-Each command is a row of alphac.commands' table (its help lines, description and options):
-`build_parser` and the help's list of commands are made from it, and `cmd_NAME` runs it,
-calling alphac.api (which holds what the command does) and printing what comes back. Every
-failure is reported in one place, `main`, by its kind.
-
-Exit codes: the one table alphac.refusals.TOOL_EXITS (0 success; 1 an input's errors or a file
-that cannot be read or written; 2 a wrong command line; 3 `verify` or `verify-record` found a
-difference; 4 a defect of alphac's, `alphac: internal error: ...`), shown by `alphac --help`; a run
-that refuses exits with its refusal's code (`alphac.refusals`, 64 and up) after printing
-`refused: NAME` on stderr, exactly like the executables.
-A bad input never produces a Python traceback. Only what `alphac --help` needs is imported at
-start (alphac.commands, alphac.diag, alphac.refusals): a command imports what it runs when it runs.
+Each command is a row of alphac.commands' table, from which `build_parser` and the help's list
+of commands are made; `cmd_NAME` runs it through alphac.api and prints what comes back, and
+`main` reports every failure, by its kind, in one place. Exit codes: the one table
+alphac.refusals.TOOL_EXITS (shown by `alphac --help`); a run that refuses exits with its
+refusal's code after printing `refused: NAME`, exactly like the executables. A bad input never
+produces a Python traceback. Only what `--help` needs is imported at start.
 """
 from __future__ import annotations
 
@@ -20,7 +14,6 @@ import sys
 import textwrap
 
 from alphac import __version__, api
-from alphac.api import UsageError
 from alphac.commands import COMMANDS as TABLE, INTRO, TOP, Group, OneOf
 from alphac.diag import CODES, CompileError, explain
 from alphac.refusals import Refusal, exit_table, tool_exit
@@ -30,10 +23,7 @@ def _help() -> str:
     """The introduction, every command's lines (alphac.commands) and the exit codes."""
     lines = [INTRO, "commands:"]
     for c in TABLE:
-        for usage, what in c.synopsis:
-            lines += [] if len(usage) <= 22 else [f"  {usage}"]
-            lines.append(textwrap.fill(what, 96, initial_indent=f"  {usage:<22}  " if len(usage) <= 22
-                                       else " " * 26, subsequent_indent=" " * 26))
+        lines += [f"  {c.usage:<22}  {c.summary}"] if len(c.usage) <= 22 else [f"  {c.usage}", " " * 26 + c.summary]
     lines.append("\nrun `alphac COMMAND --help` for a command's options.\n\nexit codes:")
     return "\n".join(lines) + "\n" + "".join(
         textwrap.fill(when, 96, initial_indent=f"  {code:<7} ", subsequent_indent=" " * 10) + "\n"
@@ -59,10 +49,10 @@ def build_parser() -> argparse.ArgumentParser:
     for c in TABLE:
         p = sub.add_parser(c.name, description=c.description, allow_abbrev=False)  # `--step 5` is
         for item in c.options:                                                       # not `--steps 5`
-            into = p.add_mutually_exclusive_group() if isinstance(item, OneOf) else \
-                p.add_argument_group(item[0]) if isinstance(item, Group) else None
-            for flags, how in (item[1:] if isinstance(item, Group) else item if into else [item]):
-                (into or p).add_argument(*flags, **how)
+            into, args = (p.add_argument_group(item.title), item.options) if isinstance(item, Group) \
+                else (p.add_mutually_exclusive_group(), item) if isinstance(item, OneOf) else (p, [item])
+            for flags, how in args:
+                into.add_argument(*flags, **how)
     return ap
 
 
@@ -129,7 +119,7 @@ def cmd_plan(args) -> int:
 def cmd_build(args) -> int:
     if args.deployment is not None:
         if args.output is None or args.emit is not None or args.sub_target or args.target:
-            raise UsageError("--deployment NAME builds the deployment's planned targets into the "
+            raise api.UsageError("--deployment NAME builds the deployment's planned targets into the "
                              "directory -o DIR; it takes no --emit or --target")
         m = api.build_deployment(args.file, args.deployment, args.output, args.fleet or None)
         roles = len(m["artifacts"]) - 1
@@ -268,7 +258,7 @@ def cmd_verify_record(args) -> int:
 def cmd_ckpt(args) -> int:
     if (args.action == "export") != (args.output is not None) or \
             (args.action != "export" and args.learner) or (args.action != "show" and args.json):
-        raise UsageError("`show DIR [--json]`, or `export DIR -o FILE [--learner FILE]`")
+        raise api.UsageError("`show DIR [--json]`, or `export DIR -o FILE [--learner FILE]`")
     if args.action == "show":
         sys.stdout.write(api.checkpoint_show(args.dir, args.json))
         return 0
@@ -365,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
         return COMMANDS[args.command](args)
     except CompileError as e:
         return _report(e)
-    except UsageError as e:
+    except api.UsageError as e:
         print(f"alphac {args.command}: error: {e}", file=sys.stderr)
         return tool_exit("usage")
     except Refusal as r:
@@ -381,13 +371,10 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:               # the machine said no: a file, a directory, a process
         print(_os_error(args, e), file=sys.stderr)
         return 1
-    except api.Defect as e:
-        print(f"alphac: internal error: {e}", file=sys.stderr)
-        return tool_exit("internal-error")
     except Exception as e:             # what is wrong with the input, by name; else a defect
         if isinstance(e, api.named_errors()):
             print(f"{NAMED.get(args.command, 'alphac')}: error: {e}", file=sys.stderr)
             return 1
-        print(f"alphac: internal error: {type(e).__name__}: {e} (please report this input)",
-              file=sys.stderr)
+        why = e if isinstance(e, api.Defect) else f"{type(e).__name__}: {e} (please report this input)"
+        print(f"alphac: internal error: {why}", file=sys.stderr)
         return tool_exit("internal-error")

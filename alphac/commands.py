@@ -1,13 +1,8 @@
 """The `alphac` command line as one table: every command, its lines in `alphac --help`, its
-description and its options, in the order the help lists them.
-
-alphac/cli.py builds the parser and the help's list of commands from `COMMANDS` (one list, so
-the help cannot drift from what parses) and runs each through its handler, `cmd_NAME`, which
-it finds by the command's name (a command without a handler fails at import). The converters
-here check each argument as it is parsed: a bad one is a usage error (exit 2) naming it.
-
-Requires alphac.refusals (the executables' count bound) and alphac.targets (the target names);
-guarantees only data and argument checks: nothing here compiles, runs or writes.
+description and options, in the help's order. alphac/cli.py makes the parser and the help's
+list from `COMMANDS` (one list: the help cannot drift from what parses) and finds each
+command's handler, `cmd_NAME`, by its name. The converters check each argument as it is parsed
+(a bad one is a usage error naming it). Nothing here compiles, runs or writes.
 """
 from __future__ import annotations
 
@@ -75,7 +70,8 @@ def word(text: str) -> str:
 
 class Command(NamedTuple):
     name: str
-    synopsis: tuple[tuple[str, str], ...]   # (usage, what it does) lines of `alphac --help`
+    usage: str                              # its line in `alphac --help`,
+    summary: str                            # and what it does
     description: str                        # `alphac NAME --help`
     options: tuple                          # A, OneOf and Group, in order
 
@@ -85,16 +81,13 @@ def A(*flags, **how) -> tuple:
     return flags, how
 
 
-class OneOf(tuple):
+class OneOf(list):
     """Arguments of which at most one may be given."""
-    def __new__(cls, *args):
-        return super().__new__(cls, args)
 
 
-class Group(tuple):
-    """Arguments listed under a title of their own in the command's help."""
-    def __new__(cls, title, *args):
-        return super().__new__(cls, (title, *args))
+class Group(NamedTuple):
+    title: str                              # arguments under a title of their own in the help
+    options: tuple
 
 
 def progress(what: str) -> tuple:
@@ -124,49 +117,35 @@ TOP = (A("--target", type=target, default=None,
               "x86_64-v4 AVX-512)"),)
 
 COMMANDS = (
-    Command("check", (("check FILE...",
-              "check learners; print diagnostics; exit 0 when clean"),),
-            "Parse and check each FILE; print every diagnostic. Exit 0 "
-            "when all are clean, 1 otherwise.", (
+    Command("check", "check FILE...", "check learners and report diagnostics (exit 0 when clean)",
+            "Parse and check each FILE; print every diagnostic. Exit 0 when all are clean, 1 "
+            "otherwise.", (
         A("files", nargs="+", type=path, metavar="FILE", help="learners (.alpha)"),
     )),
-    Command("run", (("run FILE [--steps N | --epochs E] [--deployment NAME]",
-              "run a learner in the reference interpreter (default 5 steps) and print its "
-              "state, one `NAME[K] HEX` line per coordinate; with a deployment, every role's "
-              "projected program, in turn"),),
-            "Run FILE in the reference interpreter under the numerical "
-            "contract and print the state in the LEARNERS.md format.", (
+    Command("run", "run FILE [--steps N | --epochs E] [--deployment NAME]",
+            "run a learner in the reference interpreter and print its state",
+            "Run FILE in the reference interpreter under the numerical contract and print the "
+            "state in the LEARNERS.md format.", (
         FILE,
-        OneOf(
+        OneOf([
             A("--steps", type=count, default=5, metavar="N", help="training steps (default 5)"),
             A("--epochs", type=count, metavar="E",
               help="training epochs: E times the learner's batches per epoch (`batch N`)"),
-        ),
+        ]),
         A("--deployment", metavar="NAME", help="execute this deployment's plan"),
         FORMAT,
     )),
-    Command("plan", (("plan FILE [--deployment NAME]",
-              "print how a deployment splits the learner: roles, holdings, the combine tree, "
-              "each role's messages per step, memory per role"),),
+    Command("plan", "plan FILE [--deployment NAME]", "print how a deployment splits the learner",
             "Check FILE's deployments and print the plan of one (or all).", (
         FILE,
         A("--deployment", metavar="NAME", help="the deployment (default: every one)"),
     )),
-    Command("build", (("build FILE [-o OUT] [--target ISA] [--emit asm|rt|lir|ptx|cubin-info]",
-              "build a static executable (x86_64, x86_64-v3 with AVX2, x86_64-v4 with AVX-512, "
-              "or aarch64) that trains on all samples and prints its state; writes "
-              "OUT.manifest.json beside OUT; --emit FORM writes that form instead, to OUT with "
-              "-o, else to stdout (ptx: one module holding every owner kernel, as ptxas "
-              "assembles it)"),
-             ("build FILE --target x86_64+sm_90 --gpu-host HOST [-o OUT] [--emit calls|...]",
-              "a GPU owner: the same learner with its owner compute on one NVIDIA GPU, for the "
-              "host described in HOST (docs/nvdrv.md)"),),
-            "Compile FILE into a static Linux executable for --target "
-            "(x86_64, aarch64, x86_64-v3: AVX2's four lanes, or x86_64-v4: "
-            "AVX-512's eight; the same bits, refused on a CPU without them): "
-            "`OUT [--steps N]` trains on all samples "
-            "and prints the state exactly as `alphac run` does. No "
-            "assembler, linker or libc is used.", (
+    Command("build", "build FILE [-o OUT] [--target ISA|ISA+sm_NN] [--emit FORM] [--deployment NAME]",
+            "build a static executable (or a GPU owner, or a deployment's roles)",
+            "Compile FILE into a static Linux executable for --target (x86_64, aarch64, x86_64-v3: "
+            "AVX2's four lanes, or x86_64-v4: AVX-512's eight; the same bits, refused on a CPU "
+            "without them): `OUT [--steps N]` trains on all samples and prints the state exactly "
+            "as `alphac run` does. No assembler, linker or libc is used.", (
         FILE,
         A("-o", dest="output", type=path, metavar="OUT", help="output path (default: the learner's name)"),
         A("--deployment", metavar="NAME",
@@ -179,12 +158,11 @@ COMMANDS = (
           help="instruction set (default x86_64; x86_64-v3 for AVX2, x86_64-v4 for AVX-512), or x86_64+sm_86 / x86_64+sm_90 for a "
                "GPU owner"),
         A("--emit", choices=("asm", "rt", "lir", "ptx", "cubin-info", "calls"), default=None,
-          help="instead of the executable, write to OUT (-o) or else stdout: the "
-               "disassembly annotated with source lines (asm; needs capstone: pip "
-               "install 'alphac[listing]'), the generated runtime-language code (rt), "
-               "the low-level IR (lir), every owner kernel in one PTX module that ptxas "
-               "assembles (ptx), what the cubins hold (cubin-info; needs ptxas), or a "
-               "GPU owner's driver conversation (calls)"),
+          help="instead of the executable, write to OUT (-o) or else stdout: the disassembly "
+               "annotated with source lines (asm; needs capstone: pip install 'alphac[listing]'), "
+               "the generated runtime-language code (rt), the low-level IR (lir), every owner "
+               "kernel in one PTX module that ptxas assembles (ptx), what the cubins hold "
+               "(cubin-info; needs ptxas), or a GPU owner's driver conversation (calls)"),
         A("--eval-data", action="append", default=[], type=data_arg, metavar="NAME=PATH.npy",
           help="held-out data for `OUT --evaluate` (scores the state as `alphac eval` "
                "does: samples, mean loss, correct predictions); repeat it per array"),
@@ -192,7 +170,7 @@ COMMANDS = (
           "labels (default: the one the loss passes to onehot(NAME[i], ...))"),
         A("--sm", type=int, choices=(86, 90), default=90,
           help="the GPU architecture for --emit ptx and cubin-info (default 90)"),
-        Group('GPU owners (docs/nvdrv.md)',
+        Group("GPU owners (docs/nvdrv.md)", (
             A("--gpu-host", type=path, metavar="FILE", help="the host description: uuid, product, memory, "
               "driver, minor"),
             A("--gpu-uuid", metavar="GPU-...", help="the card's UUID (overrides the file)"),
@@ -203,42 +181,32 @@ COMMANDS = (
             A("--gpu-topology", metavar="'G T S W'", help="GPCs, TPCs per GPC, SMs per TPC, warps "
               "per SM (--probe-identity prints them; needed when a kernel spills to local memory)"),
             A("--ptxas", type=path, metavar="PATH", help="the PTX assembler (default $ALPHAC_PTXAS or PATH)"),
-        ),
+        )),
     )),
-    Command("build-all", (("build-all [--out DIR]",
-              "build every artifact the project knows (every example, every target) into DIR "
-              "(default build/all) with DIR/MANIFEST.json"),),
-            "Build every artifact the project knows how to build (every "
-            "examples/*.alpha for every target) into DIR, and write "
-            "DIR/MANIFEST.json. Run from the project root.", (
+    Command("build-all", "build-all [--out DIR]", "build every artifact, with a manifest",
+            "Build every artifact the project knows how to build (every examples/*.alpha for every "
+            "target) into DIR, and write DIR/MANIFEST.json. Run from the project root.", (
         A("--out", type=path, default="build/all", metavar="DIR", help="output folder (default build/all)"),
         progress("each artifact as it is built"),
     )),
-    Command("verify", (("verify MANIFEST",
-              "rebuild what a manifest lists and check every hash; exit 0 when all match, 3 "
-              "when something differs (one line each), 1 for a bad manifest"),),
-            "Check the compiler, every input and every artifact a manifest "
-            "lists: each file's SHA-256, and a rebuild from its recipe. "
-            "Run from the directory the build ran in. Exit 0 when all "
-            "match, 3 when something differs, 1 for a missing or malformed "
-            "manifest.", (
+    Command("verify", "verify MANIFEST", "rebuild what a manifest lists and check every hash",
+            "Check the compiler, every input and every artifact a manifest lists: each file's "
+            "SHA-256, and a rebuild from its recipe. Run from the directory the build ran in. Exit "
+            "0 when all match, 3 when something differs, 1 for a missing or malformed manifest.", (
         A("manifest", type=path, metavar="MANIFEST", help="a MANIFEST.json or OUT.manifest.json"),
     )),
-    Command("launch", (("launch DIR [--steps N]",
-              "run a built deployment (build/roles/NAME, from `make roles`): check every "
-              "executable's SHA-256, start the roles on loopback, print the published state, "
-              "write a run record (authenticated with the record key, --record-key FILE)"),),
-            "Run the role executables of a built deployment (a directory "
-            "made by `make roles`, e.g. build/roles/lsq_adam_star) on "
-            "loopback, after checking each one's SHA-256 against the build "
-            "manifest. Prints the published state; writes a run record.", (
+    Command("launch", "launch DIR [--steps N]",
+            "run a built deployment on this machine, with a run record",
+            "Run the role executables of a built deployment (a directory made by `make roles`, "
+            "e.g. build/roles/lsq_adam_star) on loopback, after checking each one's SHA-256 "
+            "against the build manifest. Prints the published state; writes a run record.", (
         DIR,
-        OneOf(
+        OneOf([
             A("--steps", type=count, default=5, metavar="N",
               help="training steps every role takes (default 5)"),
             A("--epochs", type=count, metavar="E",
               help="training epochs: E times the learner's batches per epoch"),
-        ),
+        ]),
         FORMAT,
         A("--deadline-ms", type=count, default=10000, metavar="MS",
           help="each role's bound on any wait (default 10000)"),
@@ -255,19 +223,15 @@ COMMANDS = (
                "a sandbox, a CPU pinning tool, or the mock driver in the tests"),
         progress("the root's steps, steps per second and time left"),
     )),
-    Command("slurm", (("slurm DIR [--nodes N] [--steps N] [-o SCRIPT]",
-              "write a Slurm batch script that runs a built deployment, one task per role "
-              "(`sbatch SCRIPT`); `slurm-record RUNDIR` then seals its run record, which "
-              "verify-record checks"),),
-            "Check a built deployment's executables against its manifest, "
-            "make its run directory (under --records) and write a batch "
-            "script: `sbatch SCRIPT` runs one task per role with srun "
-            "--multi-prog (--rank %t), the combining roles on the job's "
-            "first node, the others over the rest, and keeps each role's "
-            "events, exit code and output in the run directory; then "
-            "`alphac slurm-record RUNDIR` writes the sealed run record. The "
-            "deployment and --records must be on a file system every node "
-            "sees at the same path (docs/distribution.md, Slurm).", (
+    Command("slurm", "slurm DIR [--nodes N] [-o SCRIPT]",
+            "a built deployment as a Slurm batch script",
+            "Check a built deployment's executables against its manifest, make its run directory "
+            "(under --records) and write a batch script: `sbatch SCRIPT` runs one task per role "
+            "with srun --multi-prog (--rank %t), the combining roles on the job's first node, the "
+            "others over the rest, and keeps each role's events, exit code and output in the run "
+            "directory; then `alphac slurm-record RUNDIR` writes the sealed run record. The "
+            "deployment and --records must be on a file system every node sees at the same path "
+            "(docs/distribution.md, Slurm).", (
         DIR,
         A("-o", dest="output", type=path, metavar="SCRIPT",
           help="the batch script to write (default RUNDIR/slurm.sh)"),
@@ -287,26 +251,22 @@ COMMANDS = (
         KEY, CHECKPOINT, RESUME,
         A("--data", type=path, metavar="DIR", help="read the learner's loaded data from DIR"),
     )),
-    Command("slurm-record", (("slurm-record RUNDIR",
-              "after the job of `alphac slurm`: seal its run record, print the published state"),),
-            "After the job of `alphac slurm` ran: read its run directory "
-            "(each role's events, exit code, output and node), check the "
-            "executables against the manifest again, and write RUNDIR/"
-            "record.json, sealed like `alphac launch`'s. Prints the "
-            "published state; refused run-failed unless the run passed.", (
+    Command("slurm-record", "slurm-record RUNDIR", "seal the run record of an `alphac slurm` job",
+            "After the job of `alphac slurm` ran: read its run directory (each role's events, exit "
+            "code, output and node), check the executables against the manifest again, and write "
+            "RUNDIR/record.json, sealed like `alphac launch`'s. Prints the published state; "
+            "refused run-failed unless the run passed.", (
         A("rundir", type=path, metavar="RUNDIR", help="the run directory `alphac slurm` made"),
         FORMAT, KEY,
     )),
-    Command("k8s", (("k8s DIR [-o OUT] [--image IMAGE] [--name NAME] [--port P]",
-              "Kubernetes manifests for a built deployment: a headless Service and an Indexed "
-              "Job (a pod per rank), and a Containerfile for its image"),),
-            "Write, for the built deployment DIR (its executables' SHA-256 "
-            "checked against the build manifest first), OUT/k8s.yaml: a "
-            "headless Service and an Indexed Job with one pod per rank, "
-            "each running only its rank's executable; OUT/Containerfile "
-            "(FROM scratch) with the executables beside it. Then: `docker "
-            "build -t IMAGE OUT`, push it, `kubectl apply -f OUT/k8s.yaml`; "
-            "the root's log is the published state (docs/distribution.md).", (
+    Command("k8s", "k8s DIR [-o OUT] [--image IMAGE]",
+            "Kubernetes manifests for a built deployment",
+            "Write, for the built deployment DIR (its executables' SHA-256 checked against the "
+            "build manifest first), OUT/k8s.yaml: a headless Service and an Indexed Job with one "
+            "pod per rank, each running only its rank's executable; OUT/Containerfile (FROM "
+            "scratch) with the executables beside it. Then: `docker build -t IMAGE OUT`, push it, "
+            "`kubectl apply -f OUT/k8s.yaml`; the root's log is the published state "
+            "(docs/distribution.md).", (
         DIR,
         A("-o", dest="output", type=path, metavar="OUT",
           help="the output directory (default DIR/k8s); an earlier output is replaced"),
@@ -318,58 +278,47 @@ COMMANDS = (
           "kubectl's current namespace)"),
         A("--port", type=count, default=7000, metavar="P",
           help="the port every listening role listens on, on its pod's IP (default 7000)"),
-        OneOf(
+        OneOf([
             A("--steps", type=count, default=5, metavar="N",
               help="training steps every role takes (default 5)"),
             A("--epochs", type=count, metavar="E", help="training epochs instead of steps"),
-        ),
+        ]),
         A("--deadline-ms", type=count, default=300000, metavar="MS",
           help="each role's bound on any wait (default 300000: pods start when they are "
                "scheduled and their image is pulled)"),
         A("--cluster-domain", default="cluster.local", metavar="DOMAIN",
           help="the cluster's DNS domain, in the pods' names (default cluster.local)"),
         A("--active-deadline", type=count, metavar="S",
-          help="the Job's activeDeadlineSeconds: end every pod after S seconds (default: "
-               "no bound)"),
+          help="the Job's activeDeadlineSeconds: end every pod after S seconds (default: no bound)"),
         A("--data", type=path, metavar="DIR",
           help="read the learner's loaded data from DIR (the load() paths, relative to "
                "it) instead of where the build read them; it goes into the image"),
     )),
-    Command("verify-record", (("verify-record RECORD",
-              "check a run record: its MAC, its streams, what follows from them; exit 0 when it"
-              " is an authentic pass, 3 otherwise (one line a problem)"),),
-            "Check a run record written by `alphac launch`: its MAC and "
-            "every stream's seal under the record key, and what follows "
-            "from the rest (passed, exits, published state, the build's "
-            "hashes). Exit 0 when it is an authentic pass, 3 otherwise.", (
+    Command("verify-record", "verify-record RECORD", "check a run record: authentic, and a pass?",
+            "Check a run record written by `alphac launch`: its MAC and every stream's seal under "
+            "the record key, and what follows from the rest (passed, exits, published state, the "
+            "build's hashes). Exit 0 when it is an authentic pass, 3 otherwise.", (
         RECORD, KEY,
     )),
-    Command("trace", (("trace RECORD -o OUT",
-              "a run record's event streams as a Chrome/Perfetto trace"),),
-            "Write a run record's event streams (each role's connect, "
-            "steps with their time in frames, finish) in the trace-event "
-            "format: open it in ui.perfetto.dev or chrome://tracing.", (
+    Command("trace", "trace RECORD -o OUT", "a run record as a Chrome/Perfetto trace",
+            "Write a run record's event streams (each role's connect, steps with their time in "
+            "frames, finish) in the trace-event format: open it in ui.perfetto.dev or "
+            "chrome://tracing.", (
         RECORD,
         A("-o", dest="output", type=path, metavar="OUT", required=True,
           help="the trace file to write (JSON)"),
     )),
-    Command("plot", (("plot RECORD [-o OUT.svg]",
-              "a run's loss curve: the mean loss of every step, as a chart in text"),),
-            "Show the mean loss of every step of a run (its record's "
-            "`loss` list, written by `alphac launch`) as a chart in text, "
-            "with the first, last and lowest values; -o writes an SVG.", (
+    Command("plot", "plot RECORD [-o OUT.svg]", "a run's loss curve",
+            "Show the mean loss of every step of a run (its record's `loss` list, written by "
+            "`alphac launch`) as a chart in text, with the first, last and lowest values; -o "
+            "writes an SVG.", (
         RECORD,
         A("-o", dest="output", type=path, metavar="OUT.svg", help="also write the curve as SVG"),
     )),
-    Command("ckpt", (("ckpt show DIR",
-              "print a checkpoint's manifests and the state it holds"),
-             ("ckpt export DIR -o FILE [--learner FILE]",
-              "write a checkpoint's state as full named float64 tensors, a .safetensors or .npz"
-              " file"),),
-            "`alphac ckpt show DIR` prints the manifest tree of a checkpoint "
-            "and the state its shards hold (checksums checked); `alphac ckpt "
-            "export DIR -o FILE` writes the state as full named float64 "
-            "tensors, a .safetensors or .npz file.", (
+    Command("ckpt", "ckpt show|export DIR [-o FILE]", "inspect or export a checkpoint",
+            "`alphac ckpt show DIR` prints the manifest tree of a checkpoint and the state its "
+            "shards hold (checksums checked); `alphac ckpt export DIR -o FILE` writes the state as "
+            "full named float64 tensors, a .safetensors or .npz file.", (
         A("action", choices=("show", "export"), help="show, or export"),
         A("dir", type=path, metavar="DIR", help="the checkpoint directory"),
         A("--json", action="store_true", help="show: the manifests and state as JSON"),
@@ -378,19 +327,15 @@ COMMANDS = (
         A("--learner", type=path, metavar="FILE",
           help="export: the learner's source, for each state's shape (else 1-d)"),
     )),
-    Command("eval", (("eval FILE --checkpoint DIR [--data NAME=PATH.npy ...]",
-              "score a trained state on held-out data: the sample count, the mean loss and, "
-              "when predict gives class scores, the accuracy"),),
-            "Score the state of a checkpoint (or of N steps of the "
-            "reference interpreter) on held-out data, and print the sample "
-            "count n, the mean loss (each sample's loss in binary64 by the "
-            "reference interpreter, summed left to right from the first "
-            "sample, divided by n) and, when `predict(i)` gives class "
-            "scores and labels are known, the accuracy (correct / n; the "
-            "predicted class is the first index of the largest score, "
-            "compared by `>`, so a NaN never wins). A "
-            "checkpoint that cannot be used is refused by the name its "
-            "resume would give (docs/refusals.md).", (
+    Command("eval", "eval FILE --checkpoint DIR [--data NAME=PATH.npy ...]",
+            "score a trained state on held-out data",
+            "Score the state of a checkpoint (or of N steps of the reference interpreter) on "
+            "held-out data, and print the sample count n, the mean loss (each sample's loss in "
+            "binary64 by the reference interpreter, summed left to right from the first sample, "
+            "divided by n) and, when `predict(i)` gives class scores and labels are known, the "
+            "accuracy (correct / n; the predicted class is the first index of the largest score, "
+            "compared by `>`, so a NaN never wins). A checkpoint that cannot be used is refused by "
+            "the name its resume would give (docs/refusals.md).", (
         FILE,
         A("--checkpoint", type=path, metavar="DIR",
           help="the checkpoint to score (written by an executable's or `alphac launch`'s "
@@ -408,8 +353,7 @@ COMMANDS = (
           help="decimal (the default: the shortest decimals that read back to the same "
                "bits) or json (also the mean loss's bits as 16 hex digits)"),
     )),
-    Command("explain", (("explain CODE",
-              "explain a diagnostic code such as E0050"),),
+    Command("explain", "explain CODE", "explain a diagnostic code such as E0050",
             "Print the explanation of a diagnostic code (E0xxx, W0xxx).", (
         A("code", metavar="CODE", help="a code such as E0050"),
     )),

@@ -192,9 +192,7 @@ XC_BASE_SHIFT = 8
 XC_MAX_BASE = XS_DIGITS - XC_DIGITS
 XC_RECORD_WORDS = 1 + XS_DIGITS
 
-# The events' MAC chain: a role's first MAC is HMAC(its events key, EVENTS_LABEL) (alphac/runtime/
-# core.rt, through the prelude), and the launcher seals each stream from HMAC(run key,
-# EVENTS_LABEL | "|" | role) (alphac/tools/record.py, which also checks the role's chain)
+# the events' MAC chains: the runtime's (core.rt, through the prelude) and the record's seals
 EVENTS_LABEL = "alphac-events-v2"
 STRINGS = {"EVENTS_LABEL": EVENTS_LABEL}           # the runtime's string constants
 

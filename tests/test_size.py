@@ -71,10 +71,14 @@ from conftest import ROOT
 # conversation.py's GR_GET_INFO and its checks, the GPU-only allocation) raised nvdrv by its; issue
 # 45's memory rule (lower/rt_bounds.py, the bounded appends in rt_lower.py, 'writes' in rt.py),
 # the checkpoint format 2 and names of 128 characters (formats.py, diag.py's E0005) raised lower,
-# runtime and the top level by theirs, and the three branches of issue 45 and 48 merged
-BUDGETS = {"parse": 900, "types": 770, "ir": 1330, "dist": 1540, "lower": 4560, "runtime": 3035,
-           "x86_64": 1035, "aarch64": 995, "elf": 480, "ptx": 945, "nvdrv": 1280, "tools": 2105,
-           "math": 1370, "": 2905}
+# runtime and the top level by theirs, and the three branches of issue 45 and 48 merged. Issue
+# 48's second part raised no budget in total: it moved 30 lines of lower's to where its code went
+# (the targets' names, levels and GPU architectures from lower/target.py to alphac/targets.py,
+# below dist: 22 to the top level, which also holds the Python API now, alphac/api.py, and the
+# CLI's table, alphac/commands.py; 8 to tools, split by job: record, table, supervise, launch)
+BUDGETS = {"parse": 900, "types": 770, "ir": 1330, "dist": 1540, "lower": 4530, "runtime": 3035,
+           "x86_64": 1035, "aarch64": 995, "elf": 480, "ptx": 945, "nvdrv": 1280, "tools": 2113,
+           "math": 1370, "": 2927}
 
 
 def generated(f) -> bool:

@@ -1,18 +1,11 @@
-"""`alphac launch DIR`: the runner, which runs a built deployment on this machine.
-
-In order, each step but the running another module's (the other launchers import them too):
-1. the inputs, before anything starts (a refusal leaves nothing behind): the build (table.py),
-   the record key, the record directory and the space its record needs (record.py);
-2. the roles' loopback ports (below the kernel's ephemeral range) and command lines (role_argv,
-   with the emulator its target needs on this host: alphac.targets);
-3. the run (supervise.py: one process group, bounded, ended together; a signal ends them all
-   and is refused `launch-interrupted` after the record is written);
-4. the run record (record.py: made from the exits and streams, sealed, written), returned; the
-   command prints its published state exactly as the root printed it.
+"""`alphac launch DIR`: the runner, which runs a built deployment on this machine, in the order
+docs/runtime.md gives: the inputs checked before anything starts (table.py; record.py's key,
+directory and reserved space); the roles' loopback ports and command lines (role_argv, with the
+emulator each target needs here: alphac.targets); the run (supervise.py); the record (record.py).
 Room for what comes next: recovery (a failed role restarted from the last checkpoint) and
-periodic checkpoints (issue 44) are the runner's, around step 3 (a loop around `run_roles`
-that restarts roles with `--resume`, the streams of every attempt in the one record); the
-record's format, the table and the supervision stay as they are. docs/runtime.md says more.
+periodic checkpoints (issue 44) are the runner's, around the run (a loop around `run_roles` that
+restarts roles with `--resume`, every attempt's streams in the one record); the record's format,
+the table and the supervision stay as they are.
 """
 from __future__ import annotations
 
@@ -79,8 +72,7 @@ def free_ports_at(offsets: list[int], taken: set[int]) -> int:
 
 
 def emulators(table: dict) -> dict[str, list[str]]:
-    """Each target of the table's roles -> the command that runs its roles on this host (empty:
-    as they are); `launch-tool` when this host cannot run them (alphac.targets)."""
+    """The table's targets -> what runs their roles here (alphac.targets); else `launch-tool`."""
     emulate = {}
     for t in sorted({r["target"] for r in table["roles"]} & set(names())):
         how = [] if host_runs(t) else emulator(t)
@@ -95,9 +87,7 @@ def emulators(table: dict) -> dict[str, list[str]]:
 
 def role_argv(dep_dir: Path, r: dict, steps: int, deadline_ms: int, rdir: Path,
               ports: dict[str, int], mesh_base: int | None, extra: dict[str, list[str]]) -> list[str]:
-    """Role entry `r`'s command line: its executable, steps, deadline, events file, rank,
-    addresses (loopback), and the extra arguments for it (`extra[ROLE]`) and for every role
-    (`extra["*"]`)."""
+    """Role `r`'s command line, with the extra arguments for it (`extra[ROLE]`) and all ("*")."""
     argv = [str((dep_dir / r["file"]).resolve()), "--steps", str(steps), "--deadline-ms",
             str(deadline_ms), "--events", str((rdir / "events" / f"{r['role']}.log").resolve())]
     if r.get("rank") is not None:        # an index node's member is chosen by its rank
@@ -117,10 +107,8 @@ def launch(dep_dir: str | Path, steps: int = 5, deadline_ms: int = 10000,
            resume: str | Path | None = None, targets: dict[str, str] | None = None,
            key: str | Path | None = None, progress=None, data: str | Path | None = None,
            gpu_wrapper: list[str] | None = None) -> dict:
-    """Run a built deployment; returns the run record (also written under `records`). With
-    `progress` (a text stream, standard error), the root's steps are shown there as they go;
-    with `data`, the owners read the learner's loaded data from that directory (`--data`);
-    `gpu_wrapper` prefixes each GPU owner's command line."""
+    """Run a built deployment; the run record (also written under `records`). `progress`: a stream
+    for the root's steps; `data`: the owners' `--data`; `gpu_wrapper`: before each GPU owner."""
     dep_dir = Path(dep_dir)
     table, manifest, mpath, hashes = load_build(dep_dir)
     if targets:                        # run other builds of the roles (e.g. every owner swapped)

@@ -1,17 +1,9 @@
-"""The run record: its format, its directory and space, its keys, MACs and verifier.
-
-Every tool that writes or reads a record imports this, and nothing else of the launcher (launch,
-slurm-record, verify-record, plot, trace, gpu/qualify.py, the benchmarks). A record (DESIGN.md
-contract 11, docs/runtime.md) holds each role's ISA, artifact hash, exit, refusal and event
-stream, the published state and whether the run passed (PASS_RULES), authenticated with
-HMAC-SHA-256 under a key the launcher holds and never writes down (`record_key`: 32 random
-bytes, mode 0600). A nonce in the record gives the run key `k = HMAC(key, "alphac-run-key|" +
-nonce)`; each role authenticates its events as it writes them (alphac/runtime/core.rt) under
-`HMAC(k, "alphac-events-key|" + role)`, given in its environment, each line ending with its MAC
-(MAC_0 = HMAC(that key, formats.EVENTS_LABEL), the prelude's string); after the run each stream
-is chained, `h_0 = HMAC(k, EVENTS_LABEL | "|" | role)`, `h_i = HMAC(k, h_{i-1} | "|" | line_i)`,
-and sealed with its length and final hash, and `mac = HMAC(k, canonical JSON without "mac")`.
-`verify_record` checks all of it and recomputes what follows from the rest.
+"""The run record: its format, directory and space, keys, MACs and verifier, which every tool
+that writes or reads a record imports (launch, slurm-record, verify-record, plot, trace,
+gpu/qualify.py, the benchmarks). docs/runtime.md ("Run records", "Authentication") states the
+format and the MACs this implements; the events' MAC label is alphac.formats.EVENTS_LABEL, the
+one the runtime reads through its prelude. `verify_record` checks a record and recomputes what
+follows from the rest.
 """
 from __future__ import annotations
 
@@ -300,9 +292,7 @@ PASS_RULES = {   # what `passed` must be, from the rest of a record of each kind
 
 
 def make_record(table: dict, runs: list, steps: int, manifest: dict, mpath: Path, rdir: Path) -> dict:
-    """The record of a launch of `table` (roles.json): `runs` are the roles as they ended
-    (supervise.RoleRun: role, target, sha256, artifact, exit, stdout, stderr), their streams
-    in `rdir`; not yet sealed."""
+    """The unsealed record of `table`'s `runs` (supervise.RoleRun), their streams in `rdir`."""
     roles = []
     for run in runs:
         refused = next((l[len("refused: "):] for l in run.stderr.splitlines()

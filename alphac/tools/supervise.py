@@ -1,8 +1,7 @@
-"""The roles' processes: started together in one new process group, waited for within a bound
-(the deadline plus a margin), ended together. Every role dies with the launcher (PR_SET_PDEATHSIG,
-set between fork and exec); SIGINT, SIGTERM or SIGHUP ends them all (`Interrupted`). Requires
-each role's command line (RoleRun); guarantees no role outlives `run_roles`, and each RoleRun's
-exit, stdout and stderr filled in. `Progress` shows the root's steps as they go.
+"""The roles' processes: started together in one new process group, waited for within a bound,
+ended together: each dies with the launcher (PR_SET_PDEATHSIG) and SIGINT, SIGTERM or SIGHUP
+ends them all (`Interrupted`). `run_roles` fills in each RoleRun's exit, stdout and stderr and
+leaves no role running; `Progress` shows the root's steps as they go.
 """
 from __future__ import annotations
 

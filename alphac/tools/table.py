@@ -1,7 +1,6 @@
 """A built deployment's roles.json and files, read and checked before anything runs (launch,
-slurm, k8s): the build's MANIFEST.json (in the directory or above it) and roles.json, refused
-`launch-input` when malformed, and their SHA-256 and every role executable's checked against
-the manifest (`artifact-hash`). Nothing has started when these refuse.
+slurm, k8s): malformed, `launch-input`; a SHA-256 that is not the build manifest's,
+`artifact-hash`.
 """
 from __future__ import annotations
 
