@@ -18,7 +18,7 @@ PKG = ROOT / "alphac"
 # package (a folder of alphac/, or a module at its top; "alphac" is the package's own
 # __init__.py) -> its layer; docs/structure.md says what each layer is for
 LAYERS = {
-    "alphac": 0, "files": 0, "diag": 0, "refusals": 0, "formats": 0,
+    "alphac": 0, "files": 0, "diag": 0, "refusals": 0, "formats": 0, "encode": 0,
     "npy": 1, "parse": 1, "math": 1, "elf": 1, "runtime": 1, "nvdrv": 1,
     "ir": 2,
     "types": 3, "dist": 3, "ptx": 3,
