@@ -32,16 +32,7 @@ set -u
 : "${OUT:?set OUT to the directory the results go to}"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PROC="${DEVCHECK_PROC:-/proc/driver/nvidia}"
-cd "$ROOT" || exit 1
-mkdir -p "$OUT" || exit 1
-OUT="$(cd "$OUT" && pwd)"
-if [ -z "${PYTHON:-}" ]; then
-    if [ -x .venv/bin/python ]; then PYTHON=.venv/bin/python; else PYTHON=python3; fi
-fi
-export PYTHONUNBUFFERED=1
-if [ -z "${ALPHAC_PTXAS:-}" ] && ! command -v ptxas >/dev/null && [ -x /usr/local/cuda/bin/ptxas ]; then
-    export ALPHAC_PTXAS=/usr/local/cuda/bin/ptxas          # CUDA's toolkit, off the PATH
-fi
+. "$ROOT/gpu/device-env.sh" || exit 1                       # root, $OUT, PYTHON, ptxas
 DEADLINE="${LOCALCHECK_DEADLINE:-170}"
 RESERVE=5
 SUMMARY="$OUT/summary.txt"

@@ -92,16 +92,7 @@ if [ "${1:-}" = "--dmesg" ]; then           # --dmesg LABEL SEEN_FILE: the new m
 fi
 
 # -- the driver ------------------------------------------------------------------------------
-cd "$ROOT" || exit 1
-mkdir -p "$OUT" || exit 1
-OUT="$(cd "$OUT" && pwd)"
-if [ -z "${PYTHON:-}" ]; then
-    if [ -x .venv/bin/python ]; then PYTHON=.venv/bin/python; else PYTHON=python3; fi
-fi
-export PYTHONUNBUFFERED=1
-if [ -z "${ALPHAC_PTXAS:-}" ] && ! command -v ptxas >/dev/null && [ -x /usr/local/cuda/bin/ptxas ]; then
-    export ALPHAC_PTXAS=/usr/local/cuda/bin/ptxas          # CUDA's toolkit, off the PATH
-fi
+. "$ROOT/gpu/device-env.sh" || exit 1                       # root, $OUT, PYTHON, ptxas
 WORK="${DEVCHECK_WORK:-$(mktemp -d /tmp/devcheck.XXXXXX)}"
 mkdir -p "$WORK"
 LIBCUDA="${DEVCHECK_LIBCUDA:-libcuda.so.1}"

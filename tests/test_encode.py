@@ -181,7 +181,8 @@ def test_the_k8s_yaml_carries_any_learner_or_refuses_it(star, tmp_path, learner)
     text = (t / "k8s" / "k8s.yaml").read_text()
     docs = list(yaml.safe_load_all(text))
     assert [d["kind"] for d in docs] == ["Service", "Job"]
-    assert [d["metadata"]["annotations"]["alphac/learner"] for d in docs] == [learner, learner]
+    from alphac.tools.k8s import PREFIX
+    assert [d["metadata"]["annotations"][f"{PREFIX}/learner"] for d in docs] == [learner, learner]
     head = text.split("\napiVersion:")[0].split("\n")
     assert all(l.startswith("#") for l in head) and len(head) == 3
 

@@ -302,19 +302,11 @@ class Conversation:
 
     def memory(self, name: str, where: str, size: int, va: int) -> None:
         n = lambda k: CONSTANTS[k]                               # noqa: E731
-        if where == "vidmem-gpu":      # the local-memory area: GBs, so not contiguous (tinygrad's
-            # _gpu_alloc default), and never mapped for the CPU
-            attr = abi.pack_bitfields({"NVOS32_ATTR_PHYSICALITY": n("NVOS32_ATTR_PHYSICALITY_ALLOW_NONCONTIGUOUS"),
-                                       "NVOS32_ATTR_PAGE_SIZE": n("NVOS32_ATTR_PAGE_SIZE_HUGE")})
-            attr2 = abi.pack_bitfields({"NVOS32_ATTR2_ZBC": n("NVOS32_ATTR2_ZBC_PREFER_NO_ZBC"),
-                                        "NVOS32_ATTR2_GPU_CACHEABLE": n("NVOS32_ATTR2_GPU_CACHEABLE_YES"),
-                                        "NVOS32_ATTR2_PAGE_SIZE_HUGE": n("NVOS32_ATTR2_PAGE_SIZE_HUGE_2MB")})
-            flags = (n("NVOS32_ALLOC_FLAGS_ALIGNMENT_FORCE") | n("NVOS32_ALLOC_FLAGS_PERSISTENT_VIDMEM")
-                     | n("NVOS32_ALLOC_FLAGS_MAP_NOT_REQUIRED") | n("NVOS32_ALLOC_FLAGS_IGNORE_BANK_PLACEMENT")
-                     | n("NVOS32_ALLOC_FLAGS_MEMORY_HANDLE_PROVIDED"))
-            cls, kind, align = "NV1_MEMORY_USER", n("NVOS32_TYPE_IMAGE"), 2 << 20
-        elif where == "vidmem":
-            attr = abi.pack_bitfields({"NVOS32_ATTR_PHYSICALITY": n("NVOS32_ATTR_PHYSICALITY_CONTIGUOUS"),
+        if where in ("vidmem", "vidmem-gpu"):
+            # the local-memory area (vidmem-gpu) is GBs, so not contiguous (tinygrad's _gpu_alloc
+            # default), and never mapped for the CPU; the arena is contiguous
+            phys = "ALLOW_NONCONTIGUOUS" if where == "vidmem-gpu" else "CONTIGUOUS"
+            attr = abi.pack_bitfields({"NVOS32_ATTR_PHYSICALITY": n(f"NVOS32_ATTR_PHYSICALITY_{phys}"),
                                        "NVOS32_ATTR_PAGE_SIZE": n("NVOS32_ATTR_PAGE_SIZE_HUGE")})
             attr2 = abi.pack_bitfields({"NVOS32_ATTR2_ZBC": n("NVOS32_ATTR2_ZBC_PREFER_NO_ZBC"),
                                         "NVOS32_ATTR2_GPU_CACHEABLE": n("NVOS32_ATTR2_GPU_CACHEABLE_YES"),
