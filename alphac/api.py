@@ -186,8 +186,8 @@ def checkpoint_export(checkpoint: str | Path, out: str | Path, learner: str | Pa
     from alphac.refusals import Refusal
     from alphac.tools.ckpt import CheckpointError
     from alphac.tools.export import export, learner_shapes
-    shapes = learner_shapes(compile(learner).learner) if learner else None
     try:
+        shapes = learner_shapes(compile(learner).learner) if learner else None
         return export(checkpoint, out, shapes)
     except CheckpointError as e:
         raise Refusal(e.refusal, str(e)) from None
