@@ -15,7 +15,7 @@ import textwrap
 
 from alphac import __version__, api
 from alphac.commands import COMMANDS as TABLE, INTRO, TOP, Group, OneOf
-from alphac.diag import CODES, CompileError, explain
+from alphac.diag import CODES, BuildError, CompileError, explain
 from alphac.refusals import Refusal, exit_table, tool_exit
 
 
@@ -132,7 +132,6 @@ def cmd_build(args) -> int:
         return _emitted(api.emit_gpu(compiled, args.emit, args.sm), args.output)
     target = args.sub_target or args.target or "x86_64"
     if args.emit == "calls" and "+" not in target:
-        from alphac.diag import BuildError
         raise BuildError("--emit calls needs a GPU target (x86_64+sm_90)")
     built = api.build(compiled, args.file, target, args.eval_data, args.labels, args.gpu_host,
                       {"uuid": args.gpu_uuid, "product": args.gpu_product, "memory": args.gpu_memory,
