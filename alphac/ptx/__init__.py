@@ -24,7 +24,8 @@ from dataclasses import dataclass
 
 from alphac.ir.learner import Learner
 from alphac.ptx.cubin import CubinError, LaunchImage, read_cubin
-from alphac.ptx.kernels import Kernel, kernels
+from alphac.ptx.abi import Kernel
+from alphac.ptx.kernels import kernels
 from alphac.ptx.ptxas import Ptxas, assemble, find_ptxas
 from alphac.ptx.render import PARAM_TYPES
 
