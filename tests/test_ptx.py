@@ -462,9 +462,14 @@ def test_matrix_operations_compute_the_reference_bits(src, tmp_path, monkeypatch
         assert {"VecMat", "Outer", "Stack"} <= kinds
     want = four_owners(lr, SPLIT6, 3)
     interp.format_state(lr, want)                       # finite: a meaningful comparison
-    if src is OPS:                  # no vector kept in a .local array: each recomputed where read
-        monkeypatch.setattr(sys.modules[kernels.__module__], "STORE_MAX", 0)   # stacks kept still
-        assert 0 < kernels(lr)[0].ptx.count(".local .align") < ks[0].ptx.count(".local .align")
+    if src is OPS:      # vectors kept in registers (as built), in .local arrays, or recomputed
+        mod = sys.modules[kernels.__module__]
+        assert ".local" not in ks[0].ptx
+        monkeypatch.setattr(mod, "IN_REGISTERS", 0)
+        arrays = kernels(lr)[0].ptx.count(".local .align")
+        assert arrays > 0 and state_bits(four_owners(lr, SPLIT6, 3)) == state_bits(want)
+        monkeypatch.setattr(mod, "STORE_MAX", 0)                       # stacks kept still
+        assert 0 < kernels(lr)[0].ptx.count(".local .align") < arrays
         assert kernels(lr)[0].ptx.count("ld.global") > ks[0].ptx.count("ld.global")
         assert state_bits(four_owners(lr, SPLIT6, 3)) == state_bits(want)
         monkeypatch.undo()

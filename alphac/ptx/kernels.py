@@ -145,6 +145,7 @@ def _module(em: Emitter, lr: Learner, name: str, params: list[Param], sm: int,
 
 
 STORE_MAX = 8192  # a vector read more than once is kept in a .local array up to this many coordinates
+IN_REGISTERS = 16  # ... and in registers up to this many (no local memory for small learners)
 
 
 class _Loops:
@@ -161,6 +162,8 @@ class _Loops:
         self.math = PtxSource(em, lambda t: base[f"tbl_{t.name}"])
         self.scalar: dict[int, str] = {}
         self.stored: dict[int, str] = {}        # node -> the register holding its array's address
+        self.regvec: dict[int, list[str]] = {}  # node -> its coordinates' registers (small vectors)
+        self.known: dict[str, int] = {}         # u32 registers holding a constant index
         self.winner: dict[int, tuple[str, str]] = {}    # MaxAdj -> (winner index, dt)
         self.rows: dict[str, str] = {}          # data name -> this sample's row address
         self.zero = em.op("movf", f64imm(0.0))
@@ -194,10 +197,23 @@ class _Loops:
             return False
         return isinstance(n, (MatVec, VecMat)) or self.uses.get(id(n), 0) > 1 or id(n) in self.many
 
+    def const(self, j: int) -> str:
+        """A u32 register holding index j (known to `value`: a small vector's register j)."""
+        r = self.em.op("mov32", j)
+        self.known[r] = j
+        return r
+
+    def iop(self, op: str, k: str, c: int) -> str:
+        """Index arithmetic (add32 mul32 div32 rem32 with a constant), done here on a known index."""
+        if k in self.known:
+            j = self.known[k]
+            return self.const({"add32": j + c, "mul32": j * c, "div32": j // c, "rem32": j % c}[op])
+        return self.em.op(op, k, c)
+
     def loop(self, count: int, body: Callable[[str], None], start: int = 0) -> None:
         """body(k) for k = start .. count-1, ascending (emitted once, as a loop)."""
         em = self.em
-        k = em.op("mov32", start)
+        k = self.const(start) if count - start == 1 else em.op("mov32", start)
         if count - start == 1:
             body(k)
             return
@@ -212,7 +228,7 @@ class _Loops:
     def fold(self, count: int, term: Callable[[str], str], op: str = "add") -> str:
         """The left fold of term(0), term(1), ... term(count-1): `op` is add or max."""
         em = self.em
-        acc = em.op("movf", term(em.op("mov32", 0)))
+        acc = em.op("movf", term(self.const(0)))
 
         def more(k: str) -> None:
             if op == "add":
@@ -228,23 +244,31 @@ class _Loops:
         vector over the rows (as _Lower's lists repeat)."""
         if n.size == 1:
             return None
-        return k if n.size == of.size else self.em.op("rem32", k, n.size)
+        return k if n.size == of.size else self.iop("rem32", k, n.size)
 
     def value(self, n: Node, k: str | None) -> str:
         if id(n) in self.scalar:
             return self.scalar[id(n)]
+        if id(n) in self.regvec:       # a small vector: register k, or selected by k
+            regs = self.regvec[id(n)]
+            if k in self.known:
+                return regs[self.known[k]]
+            out = regs[0]
+            for j in range(1, len(regs)):
+                out = self.em.op("selpf", regs[j], out, self.em.op("eq32", k, j))
+            return out
         if id(n) in self.stored:
             return self.em.op("ldl", self.em.op("add64", self.stored[id(n)], self.em.op("wide", k, 8)), 0)
         return self.compute(n, k)
 
     def prepare(self, n: Node) -> None:
         em = self.em
-        if id(n) in self.scalar or id(n) in self.stored or id(n) in self.winner:
+        if id(n) in self.scalar or id(n) in self.stored or id(n) in self.winner or id(n) in self.regvec:
             return
         if n.size == 1:
             self.scalar[id(n)] = self.compute(n, None)
         elif isinstance(n, MaxAdj):     # the winner: the last k >= 1 with a[k] > max(a[:k]), else 0
-            m, win = em.op("movf", self.value(n.a, em.op("mov32", 0))), em.op("mov32", 0)
+            m, win = em.op("movf", self.value(n.a, self.const(0))), em.op("mov32", 0)
 
             def step(k: str) -> None:
                 x = self.value(n.a, k)
@@ -252,6 +276,13 @@ class _Loops:
                 em.op("movf", self.call("max", m, x), d=m)
             self.loop(n.a.size, step, 1)
             self.winner[id(n)] = (win, self.value(n.dt, None))
+        elif self.keep(n) and n.size <= IN_REGISTERS:
+            if isinstance(n, Const):
+                self.regvec[id(n)] = [em.op("movf", f64imm(x)) for x in n.values]
+            elif isinstance(n, Stack):
+                self.regvec[id(n)] = [self.value(x, None) for x in n.items]
+            else:
+                self.regvec[id(n)] = [self.compute(n, self.const(j)) for j in range(n.size)]
         elif self.keep(n):
             buf = em.op("addrl", em.local(n.size))
             if isinstance(n, Const):
@@ -303,17 +334,17 @@ class _Loops:
             return self.fold(n.a.size, lambda j: v(n.a, j if n.a.size > 1 else None), "max")
         if isinstance(n, MatVec):       # row k: one left fold over c ascending
             cols = n.b.size
-            row = em.op("mul32", k if k is not None else em.op("mov32", 0), cols)
+            row = self.iop("mul32", k if k is not None else self.const(0), cols)
             return self.fold(cols, lambda c: em.op("mul", v(n.a, em.op("add32", row, c)),
                                                    v(n.b, c if cols > 1 else None)))
         if isinstance(n, VecMat):       # column k: one left fold over r ascending
-            k = k if k is not None else em.op("mov32", 0)
+            k = k if k is not None else self.const(0)
             return self.fold(n.a.size, lambda r: em.op("mul", v(n.a, r if n.a.size > 1 else None),
                                                        v(n.b, em.op("add32", em.op("mul32", r, n.size), k))))
         if isinstance(n, Outer):
             nb = n.b.size
-            r = None if n.a.size == 1 else em.op("div32", k, nb) if nb > 1 else k
-            c = None if nb == 1 else em.op("rem32", k, nb) if n.a.size > 1 else k
+            r = None if n.a.size == 1 else self.iop("div32", k, nb) if nb > 1 else k
+            c = None if nb == 1 else self.iop("rem32", k, nb) if n.a.size > 1 else k
             return em.op("mul", v(n.a, r), v(n.b, c))
         if isinstance(n, MaxAdj):
             if n.size == 1:             # max of one coordinate: it wins
@@ -325,7 +356,7 @@ class _Loops:
             return em.op("selpf", one, self.zero, em.op("eqf64", v(n.a, None), em.op("cvtf", k)))
         if isinstance(n, Pick):
             row = max(1, n.a.size // n.a.shape[0])
-            at = em.op("mov32", n.k * row) if k is None else em.op("add32", k, n.k * row) if n.k else k
+            at = self.const(n.k * row) if k is None else self.iop("add32", k, n.k * row) if n.k else k
             return v(n.a, at)
         if isinstance(n, Bcast):
             return v(n.a, self.index(n.a, n, k))
@@ -366,7 +397,7 @@ def grad_samples(lr: Learner, sm: int = 90) -> Kernel:
             def coordinate(t: str, cover=cover, s=s, dst=dst) -> None:
                 g = None            # the left fold of the contributions covering it, +0 if none
                 for c in cover:
-                    at = None if c.node.size == 1 else t if s == c.offset else em.op("add32", t, s - c.offset)
+                    at = None if c.node.size == 1 else t if s == c.offset else lower.iop("add32", t, s - c.offset)
                     r = lower.value(c.node, at)
                     g = r if g is None else em.op("add", g, r)
                 em.op("st", em.op("add64", dst, em.op("wide", t, 8)), 0, g or lower.zero)
