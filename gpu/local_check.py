@@ -43,15 +43,46 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "gpu")]
 PROBE_LEARNER = "lsq_adam"          # does not spill: its owner builds without a topology
 
 
-def lsq_source(width: int, rows: int, name: str = "lsq_wide") -> str:
+def lsq_source(width: int, rows: int, name: str = "lsq_wide", keep: bool = True,
+               where: Path | None = None) -> str:
     """Least squares with `w: f64[width]` on `rows` samples, plain gradient descent. The data are
-    small dyadic rationals, so every product and sum of the first steps is exact or nearly so."""
-    xs = ",\n  ".join("[" + ", ".join(repr(((r * 7 + c * 3) % 11 - 5) / 8) for c in range(width)) + "]"
-                      for r in range(rows))
-    ys = ", ".join(repr((r % 5 - 2) / 4) for r in range(rows))
-    return (f"learner {name}\ndata x = [{xs}]\ndata y = [{ys}]\nparam w: f64[{width}] = 0.0\n"
-            "loss(i) {\n  let r = dot(w, x[i]) - y[i]\n  0.5 * r^2\n}\n"
-            "update {\n  w = w - 0.05 * grad(w)\n}\n")
+    small dyadic rationals, so every product and sum of the first steps is exact or nearly so.
+    `keep`: the prediction goes through p = w * x[i], which the loss also penalizes (0.5 p.p), so
+    grad_samples reads p several times and keeps it in a .local array (from width 17 up to
+    alphac.ptx.kernels.STORE_MAX): the learner uses local memory. Without it, the plain least
+    squares: loops over w and x[i], no local memory at any width."""
+    xs = [[((r * 7 + c * 3) % 11 - 5) / 8 for c in range(width)] for r in range(rows)]
+    ys = [(r % 5 - 2) / 4 for r in range(rows)]
+    if where is not None:       # in .npy files beside the source (a wide learner's literal is too long)
+        import numpy as np
+        np.save(where / f"{name}_x.npy", np.array(xs, dtype="<f8"))
+        np.save(where / f"{name}_y.npy", np.array(ys, dtype="<f8"))
+        data = f'data x = load("{name}_x.npy")\ndata y = load("{name}_y.npy")\n'
+    else:
+        data = ("data x = [" + ",\n  ".join("[" + ", ".join(map(repr, r)) + "]" for r in xs) + "]\n"
+                "data y = [" + ", ".join(map(repr, ys)) + "]\n")
+    loss = ("  let p = w * x[i]\n  let r = sum(p) - y[i]\n  0.5 * r^2 + 0.5 * dot(p, p)\n" if keep else
+            "  let r = dot(w, x[i]) - y[i]\n  0.5 * r^2\n")
+    return (f"learner {name}\n{data}param w: f64[{width}] = 0.0\n"
+            f"loss(i) {{\n{loss}}}\nupdate {{\n  w = w - 0.05 * grad(w)\n}}\n")
+
+
+def mlp_source(inputs: int, hidden: int, classes: int, rows: int, name: str) -> str:
+    """An inputs-hidden-classes tanh MLP with softmax cross-entropy, plain gradient descent, on
+    `rows` generated samples (small dyadic pixels, labels 0..classes-1); W1 starts uniform, b1 and
+    W2 vary by coordinate, so every unit and class computes something of its own."""
+    vec = lambda n, f: "[" + ", ".join(repr(f(k)) for k in range(n)) + "]"      # noqa: E731
+    xs = ",\n  ".join(vec(inputs, lambda c, r=r: ((r * 5 + c * 3) % 17) / 16) for r in range(rows))
+    ys = ", ".join(str(r * 3 % classes) for r in range(rows))
+    w2 = ",\n  ".join(vec(hidden, lambda h, c=c: ((c * 7 + h * 5) % 13 - 6) / 64) for c in range(classes))
+    return (f"learner {name}\ndata x = [{xs}]\ndata y = [{ys}]\n"
+            f"param W1: f64[{hidden}, {inputs}] = {1 / 1024!r}\n"
+            f"param b1: f64[{hidden}] = {vec(hidden, lambda h: ((h * 5) % 9 - 4) / 32)}\n"
+            f"param W2: f64[{classes}, {hidden}] = [{w2}]\nparam b2: f64[{classes}] = 0.0\n"
+            "loss(i) {\n  let h = tanh(W1 @ x[i] + b1)\n  let z = W2 @ h + b2\n"
+            f"  logsumexp(z) - dot(onehot(y[i], {classes}), z)\n}}\n"
+            "update {\n  W1 = W1 - 0.1 * grad(W1)\n  b1 = b1 - 0.1 * grad(b1)\n"
+            "  W2 = W2 - 0.1 * grad(W2)\n  b2 = b2 - 0.1 * grad(b2)\n}\n")
 
 
 def learner_of(width: int, rows: int, where: Path):
