@@ -486,6 +486,24 @@ def test_matrix_operations_compute_the_reference_bits(src, tmp_path, monkeypatch
     assert len(ks) == 2 + len(lr.groups)
 
 
+def test_a_wider_mlp_in_loops_computes_the_reference_bits(tmp_path):
+    """A 20-18-3 tanh MLP (gpu/local_check.py's mlp_source): its hidden vectors are kept in .local
+    arrays, its 3 classes in registers read by a loop's computed index (outer(dz, h)); three steps
+    on four owners have the interpreter's bits. The PTX has the same lines at hidden 18 and 180
+    but for the constants (the loops' bounds), so the code does not grow with the width."""
+    from local_check import mlp_source
+    (tmp_path / "m.alpha").write_text(mlp_source(20, 18, 3, 6, "m"))
+    lr = compile_file(tmp_path / "m.alpha").learner
+    gs = kernels(lr)[0].ptx
+    assert ".local" in gs and "selp.f64" in gs
+    want = four_owners(lr, SPLIT6, 3)
+    assert state_bits(want) != state_bits(interp.initial_state(lr))
+    (tmp_path / "w.alpha").write_text(mlp_source(20, 180, 3, 6, "m"))
+    wide = kernels(compile_file(tmp_path / "w.alpha").learner)[0].ptx
+    shape = lambda t: re.sub(r"\b\d+\b", "N", t)                  # noqa: E731
+    assert shape(wide) == shape(gs)
+
+
 SPECIALS = """learner specials
 data k = [0, 1, 2, 1.5, -1, 3, 0, 0]
 param w: f64[3] = 0.0
