@@ -352,8 +352,10 @@ class _Loops:
             win, dt = self.winner[id(n)]
             return em.op("selpf", dt, self.zero, em.op("eq32", k, win))
         if isinstance(n, OneHot):
-            one = em.op("movf", f64imm(1.0))
+            one, k = em.op("movf", f64imm(1.0)), self.const(0) if k is None else k
             return em.op("selpf", one, self.zero, em.op("eqf64", v(n.a, None), em.op("cvtf", k)))
+        if isinstance(n, Stack):        # of one item (a longer one is kept)
+            return v(n.items[0], None)
         if isinstance(n, Pick):
             row = max(1, n.a.size // n.a.shape[0])
             at = self.const(n.k * row) if k is None else self.iop("add32", k, n.k * row) if n.k else k
