@@ -16,7 +16,9 @@ params concatenated in declaration order (`param_layout`). Each kernel is 1-D: a
       `count` u32 instead of lo, hi: thread t computes sample idx[t] into gs row t)
       gs[(i-lo)*P + j] is the per-sample gradient exactly as `interp.per_sample_gradient`: the
       left fold of the contributions covering j, +0.0 where none does; `dot`, `sum`, `A @ v`,
-      `u @ A` unrolled as the interpreter's left folds, `max(v)` as its fold of exact max.
+      `u @ A` as the interpreter's left folds, `max(v)` as its fold of exact max (loops over
+      the terms ascending, from the first: kernels.py). The thread's `.local` arrays (vectors
+      it keeps) are its stack: the cubin's stack size, which the host's local memory must hold.
     owner_sum     one thread per param coordinate j in [0, P)
         gs u64, G u64 (out: G[j]), n u32 (the owner's sample count, n >= 1; n = 0 writes nothing)
       G[j] = ((gs[j] + gs[P + j]) + gs[2P + j]) + ...: the left fold from the first sample.

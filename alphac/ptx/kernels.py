@@ -1,5 +1,13 @@
 """An owner's compute as PTX kernels: per-sample gradients, the owner sum, the per-group update.
 
+The builders of what alphac/ptx/abi.py describes (parameters, buffers, what each kernel reads and
+writes). `grad_samples` is written as loops over coordinates and rows (`_Loops`; docs/gpu.md,
+"grad_samples: loops"): scalars in registers, a vector inline where a loop reads it or kept (in
+registers up to IN_REGISTERS coordinates, else in a .local array up to STORE_MAX), every fold a
+loop over its terms ascending from the first term, so its code and registers do not grow with the
+widths. The update kernels (one thread a coordinate) and the math functions' kernels lower each
+node to registers (`_Lower`).
+
 Requires: a checked, differentiated `Learner`. Guarantees: every binary64 operation is the one
 `alphac.ir.interp` performs, in its order (tests/test_ptx.py runs the PTX to prove it); the same
 learner and target give the same text, byte for byte.
@@ -40,9 +48,8 @@ class _Lower:
     table parameter (`tbl_<name>`) to the register holding its address."""
 
     def __init__(self, em: Emitter, leaf: Callable[[Node], list[str]], per_coordinate: bool,
-                 base: dict[str, str] | None = None, reload: Callable[[Node], bool] | None = None):
+                 base: dict[str, str] | None = None):
         self.em, self.leaf, self.per_coordinate = em, leaf, per_coordinate
-        self.reload = reload or (lambda n: False)
         self.memo: dict[int, list[str]] = {}
         self.math = PtxSource(em, lambda t: (base or {})[f"tbl_{t.name}"])
 
@@ -52,12 +59,12 @@ class _Lower:
 
     def __call__(self, root: Node) -> list[str]:
         for n in postorder([root]):
-            if id(n) not in self.memo and not self.reload(n):
+            if id(n) not in self.memo:
                 self.memo[id(n)] = self.step(n)
-        return self.value(root)
+        return self.memo[id(root)]
 
-    def value(self, n: Node) -> list[str]:      # a reloaded leaf: loaded again by each reader
-        return self.leaf(n) if self.reload(n) else self.memo[id(n)]
+    def value(self, n: Node) -> list[str]:
+        return self.memo[id(n)]
 
     def fold(self, regs: list[str]) -> str:
         acc = regs[0]

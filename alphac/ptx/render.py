@@ -8,7 +8,8 @@ operation rounded to nearest even; `ptxas --fmad=false` (alphac/ptx/ptxas.py) sa
 No row has `.ftz`, `.approx`, `fma`, `mad` or an atomic.
 
 `Emitter` collects instruction lines, allocates registers `%fd1 %rd1 %r1 %p1 ...` in emission
-order, names `.local` arrays `lv0 lv1 ...` and loop labels `$L1 $L2 ...`, and `module()` wraps the body into one `.entry` with its `.param` list and `.reg`
+order, names `.local` arrays `lv0 lv1 ...` and loop labels `$L1 $L2 ...`, and `module()` wraps
+the body into one `.entry` with its `.param` list and `.reg` and `.local`
 declarations.
 
 Requires: operands already rendered as text (registers, integer literals, `f64imm` immediates).
