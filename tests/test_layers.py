@@ -41,9 +41,9 @@ KNOWN = {
     ("alphac/nvdrv/image.py", "alphac.ir.learner"):
         "issue 48: the driver layer reaches up for the learner; it should receive the kernels' "
         "needs as data (nvdrv/image.py is being reworked)",
-    ("alphac/nvdrv/image.py", "alphac.ptx.kernels"):
-        "issue 48: the driver layer reaches up for the kernel ABI; it moves out of "
-        "ptx/kernels.py (being split) or comes as data",
+    ("alphac/nvdrv/image.py", "alphac.ptx.abi"):
+        "issue 48: the driver layer reaches up for the kernel ABI (ptx/abi.py, split from "
+        "ptx/kernels.py); it should come as data",
 }
 
 
