@@ -63,7 +63,7 @@ def need_mock():
 
 def test_device_check_local_against_the_mock(tmp_path):
     need_mock()
-    run, stages, out = local_check(tmp_path, LOCALCHECK_LEARNERS="lsq:40")
+    run, stages, out = local_check(tmp_path, LOCALCHECK_LEARNERS="lsq:40,mlp:20-18-3")
     assert run.returncode == 0, (run.stdout, run.stderr, (out / "summary.txt").read_text(),
                                  (out / "local.txt").read_text())
     assert {p.name for p in out.iterdir()} == FILES
@@ -72,14 +72,14 @@ def test_device_check_local_against_the_mock(tmp_path):
     assert "topology 8 9 2 64" in (out / "host.gpuhost").read_text()
     res = json.loads((out / "local.json").read_text())
     assert res["passed"] and [r["learner"] for r in res["learners"]] == ["lsq_wide128", "lsq_wide256",
-                                                                         "lsq_plain40"]
-    for r in res["learners"]:       # the kept vector in local memory; the plain one in loops, none
-        kept = r["learner"].startswith("lsq_wide")
-        assert r["passed"] and (r["stack"]["grad_samples"] > 0) == kept == (r["local"]["area"] > 0)
-        assert r["gpu"]["stdout"] == r["cpu"]["stdout"] and r["gpu"]["equals_interpreter"]
-        assert "gpu_low_and_high" not in r
+                                                                         "lsq_plain40", "mlp20_18_3"]
+    for r in res["learners"]:       # kept vectors in local memory; the plain one in loops, none
+        local = r["learner"] != "lsq_plain40"
+        assert r["passed"] and (r["stack"]["grad_samples"] > 0) == local == (r["local"]["area"] > 0)
+        assert r["gpu"]["stdout"] == r["cpu"]["stdout"] and "gpu_low_and_high" not in r
+        assert r["gpu"]["equals_interpreter"] is (None if r["learner"] == "mlp20_18_3" else True)
     text = (out / "local.txt").read_text()
-    assert "lsq_wide128: PASS" in text and "lsq_wide256: PASS" in text and "lsq_plain40: PASS" in text
+    assert all(f"{n}: PASS" in text for n in ("lsq_wide128", "lsq_wide256", "lsq_plain40", "mlp20_18_3"))
     assert "NVRM: loading" in (out / "dmesg.txt").read_text()
 
 
