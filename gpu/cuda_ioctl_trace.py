@@ -548,7 +548,7 @@ def inner(args) -> int:
     from alphac.ptx.cubin import read_cubin
     from alphac.ptx.ptxas import assemble
     from ptx_host import Owner
-    from alphac.ptx.kernels import host_scalars
+    from alphac.ptx.abi import host_scalars
     cuda = Cuda(args.libcuda)
     lr = compile_file(ROOT / "examples" / f"{args.learner}.alpha").learner
     built = [b for b in build(lr, cuda.sm) if b.kernel.group is not None][:1]

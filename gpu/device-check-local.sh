@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# gpu/device-check-local.sh: GPU owners whose kernels spill to local memory, on a machine with an
-# NVIDIA GPU (driver 580), against the CPU executable's bits. One command:
+# gpu/device-check-local.sh: GPU owners whose kernels use local memory, and wide ones, on a machine
+# with an NVIDIA GPU (driver 580), against the CPU executable's bits. One command:
 #
 #     OUT=/some/dir bash gpu/device-check-local.sh          (from the repository root)
 #
@@ -9,8 +9,10 @@
 #   env        environment facts (gpu/device-check.sh --env-facts)          -> $OUT/env.txt
 #   local      gpu/local_check.py: the identity probe (with the card's
 #              topology from GR_GET_INFO), then least squares of widths
-#              LOCALCHECK_WIDTHS as GPU owners and x86-64 executables,
-#              compared bit for bit (and with the interpreter)             -> $OUT/local.txt,
+#              LOCALCHECK_WIDTHS (a vector kept in local memory) and the
+#              learners LOCALCHECK_LEARNERS as GPU owners and x86-64
+#              executables, compared bit for bit (and with the
+#              interpreter where it is quick)                             -> $OUT/local.txt,
 #                                                                             $OUT/local.json,
 #                                                                             $OUT/host.gpuhost
 #   dmesg      NVRM / Xid lines after the local stage                      -> $OUT/dmesg.txt
@@ -23,9 +25,12 @@
 #   DEVCHECK_PROC          the driver's /proc tree (default /proc/driver/nvidia)
 #   DEVCHECK_RUNNER        FILE.py:FUNCTION that runs each executable (gpu/local_check.py --runner)
 #   LOCALCHECK_WIDTHS      the widths of w (default 128,512,2048)
+#   LOCALCHECK_LEARNERS    more learners, gpu/local_check.py --learners (default lsq:65536,digits,
+#                          mlp:784-256-10: a 65,536-wide least squares, examples/digits_mlp.alpha,
+#                          a 784-256-10 tanh MLP; empty: none)
 #   LOCALCHECK_STEPS       steps per run (default 3)
 #   LOCALCHECK_DEADLINE    seconds for the whole (default 170)
-#   LOCALCHECK_BUDGET_ENV, _LOCAL, _DMESG   per-stage seconds (default 30, 120, 10)
+#   LOCALCHECK_BUDGET_ENV, _LOCAL, _DMESG   per-stage seconds (default 30, 130, 10)
 #   DEVCHECK_OWNER_TIMEOUT seconds one executable may run (default 30)
 set -u
 
@@ -98,9 +103,10 @@ run_stage env "${LOCALCHECK_BUDGET_ENV:-30}" "$OUT/env.txt" \
 
 LOCAL=("$PYTHON" gpu/local_check.py --out "$OUT" --proc "$PROC"
        --widths "${LOCALCHECK_WIDTHS:-128,512,2048}" --steps "${LOCALCHECK_STEPS:-3}"
+       --learners "${LOCALCHECK_LEARNERS-lsq:65536,digits,mlp:784-256-10}"
        --owner-timeout "${DEVCHECK_OWNER_TIMEOUT:-30}")
 [ -n "${DEVCHECK_RUNNER:-}" ] && LOCAL+=(--runner "$DEVCHECK_RUNNER")
-run_stage local "${LOCALCHECK_BUDGET_LOCAL:-120}" "$OUT/local.txt" "${LOCAL[@]}"
+run_stage local "${LOCALCHECK_BUDGET_LOCAL:-130}" "$OUT/local.txt" "${LOCAL[@]}"
 verdict=$RC
 
 run_stage dmesg "${LOCALCHECK_BUDGET_DMESG:-10}" "$OUT/dmesg.txt" \

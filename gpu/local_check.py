@@ -1,27 +1,32 @@
 #!/usr/bin/env python3
-"""GPU owners whose kernels spill to local memory, on this machine's NVIDIA GPU, against the CPU.
+"""GPU owners that use local memory or are wide, on this machine's NVIDIA GPU, against the CPU.
 
-    python3 gpu/local_check.py --out DIR [--widths 128,512,2048] [--steps 3] [--rows 8]
+    python3 gpu/local_check.py --out DIR [--widths 128,512,2048] [--learners lsq:65536,digits,...]
+                               [--steps 3] [--rows 8]
                                [--owner-timeout S] [--runner FILE.py:FUNCTION] [--minor N] [--sm 90]
-    python3 gpu/local_check.py --measure [--widths 64,256,1024,4096] [--sm 90]
+    python3 gpu/local_check.py --measure [--widths 64,...,65536 | --learners ...] [--sm 90] [--rows 2]
 
 1. Reads the card's identity from /proc (gpu/qualify.py's read_identity), builds a provisional
-   owner of a learner that does not spill and runs it with `--probe-identity`: the driver's
+   owner of a learner that uses no local memory and runs it with `--probe-identity`: the driver's
    version, UUID, product, memory and topology (GR_GET_INFO: GPCs, TPCs per GPC, SMs per TPC,
    warps per SM) become the host description, DIR/host.gpuhost.
-2. For each width: the least-squares learner `lsq_source(width, rows)` (w: f64[width]; ptxas
-   spills its grad_samples from width 128 on sm_90), built as a GPU owner for that host (its
-   kernels' ptxas time, cubin bytes and stack bytes a thread recorded) and as an x86-64
-   executable; both run `--steps N`; the owner's output must equal the CPU executable's and the
-   reference interpreter's, bit for bit.
+2. For each width: the least-squares learner `lsq_source(width, rows)` (w: f64[width], its
+   prediction through p = w * x[i], which grad_samples keeps in a .local array: local memory),
+   then each --learners entry (plain least squares `lsq:W`, e.g. 65,536 wide, its data in .npy
+   files; a tanh MLP `mlp:I-H-C` on generated data; `digits`, examples/digits_mlp.alpha on its
+   1,500 images), built as a GPU owner for that host (the build's seconds, its kernels' ptxas
+   time, cubin bytes and stack bytes a thread recorded) and as an x86-64 executable; both run
+   `--steps N`; the owner's output must equal the CPU executable's, bit for bit, and the
+   reference interpreter's where that is quick (the least squares up to 20,000 values of data).
 3. Writes DIR/local.json (every figure, exit, refusal, output, verdict) as it goes and one line
    per learner on standard output. An owner that fails is built and run once more with the QMD's
    SHADER_LOCAL_MEMORY_LOW_SIZE set to HIGH_SIZE's value too (NVK writes LOW_SIZE, tinygrad
    HIGH_SIZE; alphac the latter), and the line after it says whether that passed: informative
    only, the exit stays 1.
 
-`--measure` only builds the kernels (no card, no run) and prints ptxas's time and the cubins'
-size and stack per width: the figures docs/gpu.md quotes. `--runner` runs each executable
+`--measure` only builds the kernels (no card, no run) and prints ptxas's time, the cubins' and
+code's size, the PTX lines, stack and registers per learner (by default plain and kept least
+squares of widths 64 to 65,536): the figures docs/gpu.md quotes. `--runner` runs each executable
 through FUNCTION(exe, args, built) -> (exit, stdout, stderr) (tests/test_device_check_local.py
 runs the owners against tests/mockgpu this way; `built` is None for the CPU executable).
 
@@ -43,24 +48,78 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "gpu")]
 PROBE_LEARNER = "lsq_adam"          # does not spill: its owner builds without a topology
 
 
-def lsq_source(width: int, rows: int, name: str = "lsq_wide") -> str:
+def lsq_source(width: int, rows: int, name: str = "lsq_wide", keep: bool = True,
+               where: Path | None = None) -> str:
     """Least squares with `w: f64[width]` on `rows` samples, plain gradient descent. The data are
-    small dyadic rationals, so every product and sum of the first steps is exact or nearly so."""
-    xs = ",\n  ".join("[" + ", ".join(repr(((r * 7 + c * 3) % 11 - 5) / 8) for c in range(width)) + "]"
-                      for r in range(rows))
-    ys = ", ".join(repr((r % 5 - 2) / 4) for r in range(rows))
-    return (f"learner {name}\ndata x = [{xs}]\ndata y = [{ys}]\nparam w: f64[{width}] = 0.0\n"
-            "loss(i) {\n  let r = dot(w, x[i]) - y[i]\n  0.5 * r^2\n}\n"
-            "update {\n  w = w - 0.05 * grad(w)\n}\n")
+    small dyadic rationals, so every product and sum of the first steps is exact or nearly so.
+    `keep`: the prediction goes through p = w * x[i], which the loss also penalizes (0.5 p.p), so
+    grad_samples reads p several times and keeps it in a .local array (from width 17 up to
+    alphac.ptx.kernels.STORE_MAX): the learner uses local memory. Without it, the plain least
+    squares: loops over w and x[i], no local memory at any width."""
+    xs = [[((r * 7 + c * 3) % 11 - 5) / 8 for c in range(width)] for r in range(rows)]
+    ys = [(r % 5 - 2) / 4 for r in range(rows)]
+    if where is not None:       # in .npy files beside the source (a wide learner's literal is too long)
+        import numpy as np
+        np.save(where / f"{name}_x.npy", np.array(xs, dtype="<f8"))
+        np.save(where / f"{name}_y.npy", np.array(ys, dtype="<f8"))
+        data = f'data x = load("{name}_x.npy")\ndata y = load("{name}_y.npy")\n'
+    else:
+        data = ("data x = [" + ",\n  ".join("[" + ", ".join(map(repr, r)) + "]" for r in xs) + "]\n"
+                "data y = [" + ", ".join(map(repr, ys)) + "]\n")
+    loss = ("  let p = w * x[i]\n  let r = sum(p) - y[i]\n  0.5 * r^2 + 0.5 * dot(p, p)\n" if keep else
+            "  let r = dot(w, x[i]) - y[i]\n  0.5 * r^2\n")
+    return (f"learner {name}\n{data}param w: f64[{width}] = 0.0\n"
+            f"loss(i) {{\n{loss}}}\nupdate {{\n  w = w - 0.05 * grad(w)\n}}\n")
+
+
+def mlp_source(inputs: int, hidden: int, classes: int, rows: int, name: str) -> str:
+    """An inputs-hidden-classes tanh MLP with softmax cross-entropy, plain gradient descent, on
+    `rows` generated samples (small dyadic pixels, labels 0..classes-1); W1 starts uniform, b1 and
+    W2 vary by coordinate, so every unit and class computes something of its own."""
+    vec = lambda n, f: "[" + ", ".join(repr(f(k)) for k in range(n)) + "]"      # noqa: E731
+    xs = ",\n  ".join(vec(inputs, lambda c, r=r: ((r * 5 + c * 3) % 17) / 16) for r in range(rows))
+    ys = ", ".join(str(r * 3 % classes) for r in range(rows))
+    w2 = ",\n  ".join(vec(hidden, lambda h, c=c: ((c * 7 + h * 5) % 13 - 6) / 64) for c in range(classes))
+    return (f"learner {name}\ndata x = [{xs}]\ndata y = [{ys}]\n"
+            f"param W1: f64[{hidden}, {inputs}] = {1 / 1024!r}\n"
+            f"param b1: f64[{hidden}] = {vec(hidden, lambda h: ((h * 5) % 9 - 4) / 32)}\n"
+            f"param W2: f64[{classes}, {hidden}] = [{w2}]\nparam b2: f64[{classes}] = 0.0\n"
+            "loss(i) {\n  let h = tanh(W1 @ x[i] + b1)\n  let z = W2 @ h + b2\n"
+            f"  logsumexp(z) - dot(onehot(y[i], {classes}), z)\n}}\n"
+            "update {\n  W1 = W1 - 0.1 * grad(W1)\n  b1 = b1 - 0.1 * grad(b1)\n"
+            "  W2 = W2 - 0.1 * grad(W2)\n  b2 = b2 - 0.1 * grad(b2)\n}\n")
 
 
 def learner_of(width: int, rows: int, where: Path):
     """The learner lsq_wide<width>, from its source written under `where` (kept beside the
     executables, so a run's learners can be rebuilt)."""
+    return spec_learner(f"kept:{width}", rows, where)[1]
+
+
+LEARNER_SPECS = "lsq:W (plain least squares, w: f64[W]), kept:W (with a kept vector), mlp:I-H-C, digits"
+
+
+def spec_learner(spec: str, rows: int, where: Path) -> tuple[str, object, bool]:
+    """(name, learner, whether the reference interpreter is quick enough to compare with) for a
+    --learners entry (LEARNER_SPECS); ValueError for anything else."""
     from alphac.driver import compile_file
-    src = where / f"lsq_wide{width}.alpha"
-    src.write_text(lsq_source(width, rows, f"lsq_wide{width}"))
-    return compile_file(src).learner
+    kind, _, arg = spec.partition(":")
+    if kind == "digits" and not arg:
+        return "digits_mlp", compile_file(ROOT / "examples" / "digits_mlp.alpha").learner, False
+    try:
+        dims = [int(v) for v in arg.split("-")]
+    except ValueError:
+        raise ValueError(f"`{spec}`: not one of {LEARNER_SPECS}") from None
+    if kind in ("lsq", "kept") and len(dims) == 1 and dims[0] > 0:
+        name = f"lsq_{'wide' if kind == 'kept' else 'plain'}{dims[0]}"
+        text = lsq_source(dims[0], rows, name, kind == "kept", where if dims[0] * rows > 20000 else None)
+    elif kind == "mlp" and len(dims) == 3 and min(dims) > 0:
+        name = "mlp" + "_".join(map(str, dims))
+        text = mlp_source(*dims, rows, name)
+    else:
+        raise ValueError(f"`{spec}`: not one of {LEARNER_SPECS}")
+    (where / f"{name}.alpha").write_text(text)
+    return name, compile_file(where / f"{name}.alpha").learner, kind != "mlp" and dims[0] * rows <= 20000
 
 
 def kernels_of(lr, sm: int) -> tuple[list, float]:
@@ -80,21 +139,26 @@ def figures(built, seconds: float) -> dict:
             "registers": {b.kernel.name: b.image.registers for b in built}}
 
 
-def measure(widths: list[int], sm: int, rows: int) -> int:
+def measure(specs: list[str], sm: int, rows: int) -> int:
+    """ptxas's time, the cubins' and code's bytes, the PTX lines, and each kernel's stack and
+    registers, one line per learner (docs/gpu.md quotes the table)."""
     import tempfile
     tmp = Path(tempfile.mkdtemp(prefix="alphac-local-measure-"))
-    print(f"{'width':>7} {'ptxas s':>8} {'cubin B':>9} {'code B':>8}  stack (bytes a thread) / registers")
-    for w in widths:
-        lr = learner_of(w, rows, tmp)
+    print(f"{'learner':<18} {'ptxas s':>8} {'cubin B':>9} {'code B':>8} {'PTX lines':>9}  "
+          "stack (bytes a thread) / registers")
+    for spec in specs:
+        name, lr, _ = spec_learner(spec, rows, tmp)
         built, secs = kernels_of(lr, sm)
         f = figures(built, secs)
+        lines = sum(b.kernel.ptx.count("\n") for b in built)
         per = ", ".join(f"{k} {f['stack'][k]}/{f['registers'][k]}" for k in sorted(f["stack"]))
-        print(f"{w:>7} {f['ptxas_s']:>8.2f} {f['cubin_bytes']:>9} {f['code_bytes']:>8}  {per}", flush=True)
+        print(f"{name:<18} {f['ptxas_s']:>8.2f} {f['cubin_bytes']:>9} {f['code_bytes']:>8} {lines:>9}  {per}",
+              flush=True)
     return 0
 
 
 def digest(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def check(args, runner) -> int:
@@ -144,12 +208,12 @@ def check(args, runner) -> int:
     result["host"] = host.as_dict()
     save()
     ok = True
-    for width in args.widths:
-        name = f"lsq_wide{width}"
-        row: dict = {"learner": name, "width": width}
+    for spec in [f"kept:{w}" for w in args.widths] + args.learners:
+        name, row = spec, {"learner": spec, "spec": spec}
         result["learners"].append(row)
         try:
-            lr = learner_of(width, args.rows, out / "bin")
+            name, lr, quick = spec_learner(spec, args.rows, out / "bin")
+            row["learner"] = name
             built, secs = kernels_of(lr, sm)
             row.update(figures(built, secs))
             t0 = time.monotonic()
@@ -169,13 +233,14 @@ def check(args, runner) -> int:
         paths = {"gpu": out / "bin" / f"{name}.sm_{sm}", "cpu": out / "bin" / f"{name}.x86_64"}
         paths["gpu"].write_bytes(gpu.image.elf)
         paths["cpu"].write_bytes(cpu.elf)
-        want = format_state(lr, interp_run(lr, args.steps))
+        want = format_state(lr, interp_run(lr, args.steps)) if quick else None
         for kind in ("gpu", "cpu"):
             row[kind] = run_one(runner, paths[kind], args.steps, gpu if kind == "gpu" else None, want)
         row["passed"] = passed(row["gpu"], row["cpu"])
         ok = ok and row["passed"]
         save()
-        print(f"{name}: {verdict(row['gpu'], row['passed'])}  stack {max(row['stack'].values())} B, "
+        print(f"{name}: {verdict(row['gpu'], row['passed'])}  build {row['build_s']} s, "
+              f"stack {max(row['stack'].values())} B, "
               f"area {row['local']['area'] >> 20} MiB, ptxas {row['ptxas_s']} s, cubins {row['cubin_bytes']} B, "
               f"owner {row['gpu']['seconds']} s", flush=True)
         if not row["passed"] and g.local_per_thread and row["gpu"]["refused"] != "gpu-topology":
@@ -202,13 +267,15 @@ def run_one(runner, exe: Path, steps: int, built, want: str) -> dict:
     exe.chmod(0o755)
     t0 = time.monotonic()
     rc, stdout, err = runner(exe, ["--steps", str(steps)], built)
-    return {"exit": rc, "seconds": round(time.monotonic() - t0, 2), "stdout": stdout, "stdout_sha": digest(stdout),
+    shown = stdout if len(stdout) <= 20000 else stdout[:20000] + f"... ({len(stdout)} characters)"
+    return {"exit": rc, "seconds": round(time.monotonic() - t0, 2), "stdout": shown, "stdout_sha": digest(stdout),
             "refused": next((ln[9:] for ln in err.splitlines() if ln.startswith("refused: ")), None),
-            "stderr": err[-1500:], "equals_interpreter": stdout == want}
+            "stderr": err[-1500:], "equals_interpreter": None if want is None else stdout == want}
 
 
 def passed(gpu: dict, cpu: dict) -> bool:
-    return gpu["exit"] == cpu["exit"] == 0 and gpu["stdout"] == cpu["stdout"] and gpu["equals_interpreter"]
+    return (gpu["exit"] == cpu["exit"] == 0 and gpu["stdout_sha"] == cpu["stdout_sha"]
+            and gpu["equals_interpreter"] is not False)
 
 
 def verdict(gpu: dict, ok: bool) -> str:
@@ -228,22 +295,31 @@ def run_exe(exe: Path, args: list[str], built, timeout: float = 60) -> tuple[int
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", help="the results directory")
-    ap.add_argument("--widths", default="128,512,2048", help="comma-separated widths of w")
+    ap.add_argument("--widths", default=None,
+                    help="comma-separated widths of w (default 128,512,2048; --measure: 64 .. 65536)")
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--rows", type=int, default=8)
     ap.add_argument("--minor", type=int, default=None)
     ap.add_argument("--sm", type=int, choices=(86, 90), default=None)
     ap.add_argument("--owner-timeout", type=float, default=60)
     ap.add_argument("--runner", help="FILE.py:FUNCTION that runs each executable (a test hook)")
-    ap.add_argument("--measure", action="store_true", help="only ptxas time and cubin size per width")
+    ap.add_argument("--learners", default="", help=f"more learners, comma-separated: {LEARNER_SPECS}")
+    ap.add_argument("--measure", action="store_true", help="only ptxas time and cubin size per learner")
     ap.add_argument("--proc", default="/proc/driver/nvidia", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    import re
     try:
-        args.widths = [int(w) for w in args.widths.split(",")]
+        args.widths = [int(w) for w in (args.widths or ("64,256,1024,4096,16384,65536" if args.measure
+                                                        else "128,512,2048")).split(",")]
     except ValueError:
         ap.error("--widths takes whole numbers separated by commas")
-    if args.measure:
-        return measure(args.widths, args.sm or 90, args.rows)
+    args.learners = [x for x in args.learners.split(",") if x]
+    for spec in args.learners:
+        if not re.fullmatch(r"(lsq|kept):[1-9]\d*|mlp:[1-9]\d*-[1-9]\d*-[1-9]\d*|digits", spec):
+            ap.error(f"--learners: `{spec}` is not one of {LEARNER_SPECS}")
+    if args.measure:            # by default: plain and kept least squares, 64 .. 65,536 wide
+        specs = args.learners or [f"{k}:{w}" for k in ("lsq", "kept") for w in args.widths]
+        return measure(specs, args.sm or 90, args.rows)
     if not args.out:
         ap.error("--out DIR is required (unless --measure)")
     if args.runner:

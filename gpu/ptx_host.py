@@ -20,7 +20,7 @@ from typing import Protocol, Sequence
 
 from alphac.ir.learner import Learner
 from alphac.ir.order import step_samples
-from alphac.ptx.kernels import Kernel, host_scalars, param_count
+from alphac.ptx.abi import Kernel, host_scalars, param_count
 
 
 class Device(Protocol):

@@ -2,6 +2,9 @@
 for what a kernel computes. Used by tests/test_ptx.py (over `Memory`, buffers in a dict) and by the
 mock GPU (tests/mockgpu/gpu.py, over the pages of the executable's mapped memory).
 
+A thread's `.local` arrays are its own (a fresh space per thread, bounded by their
+declarations: an access outside them, or a read before a write, raises KeyError).
+
 A memory is anything with `load(addr) -> float` and `store(addr, value)`; both raise KeyError
 outside the memory (a GPU fault).
 """
@@ -10,6 +13,7 @@ import re
 import struct
 
 M32, M64 = (1 << 32) - 1, (1 << 64) - 1
+LOCAL_BASE = 1 << 44        # the interpreter's local space, apart from every global buffer
 INF, NAN = float("inf"), float("nan")
 
 
@@ -42,6 +46,8 @@ def float_of(v):
 INT = {"add.u32": lambda a, b: (a + b) & M32, "mul.lo.u32": lambda a, b: (a * b) & M32,
        "mul.wide.u32": lambda a, b: a * b, "add.s64": lambda a, b: (a + b) & M64,
        "setp.ge.u32": lambda a, b: a >= b, "mov.u32": lambda a: a & M32,
+       "setp.eq.u32": lambda a, b: a == b, "selp.u32": lambda a, b, p: a if p else b,
+       "sub.u32": lambda a, b: (a - b) & M32, "div.u32": lambda a, b: a // b, "rem.u32": lambda a, b: a % b,
        "cvta.to.global.u64": lambda a: a,
        # 64-bit integers: the functions of alphac.math
        "mov.u64": lambda a: a & M64, "sub.s64": lambda a, b: (a - b) & M64,
@@ -92,6 +98,10 @@ class Memory:
 class Ptx:
     def __init__(self, text):
         self.params = re.findall(r"\.param \.(\w+) (\w+)", text)
+        self.local, top = {}, LOCAL_BASE          # .local arrays: name -> (address, bytes)
+        for name, size in re.findall(r"\.local \.align 8 \.b8 (\w+)\[(\d+)\];", text):
+            self.local[name] = (top, int(size))
+            top += int(size) + 4096
         self.code, self.labels = [], {}
         for line in text[text.index("{") + 1:text.rindex("}")].splitlines():
             line = line.split("//")[0].strip()
@@ -127,6 +137,7 @@ class Ptx:
         if self.steps is None:
             self.steps = [self._compile(pc, *ins) for pc, ins in enumerate(self.code)]
         R = dict(sregs)
+        R["%local"] = {a + 8 * w: None for a, size in self.local.values() for w in range(size // 8)}
         env = (R, mem, args)
         steps, pc = self.steps, 0
         for _ in range(1 << 20):
@@ -151,7 +162,29 @@ class Ptx:
             off = int(off or 0)
             return lambda R: R[reg] + off
 
-        if op == "ret":
+        if op == "mov.u64" and a[1] in self.local:       # the address of a .local array
+            d, at = a[0], self.local[a[1]][0]
+
+            def body(env):
+                env[0][d] = at
+                return nxt
+        elif op in ("ld.local.f64", "st.local.f64"):  # this thread's arrays; outside them: KeyError
+            st, at = op[0] == "s", addr(a[0] if op[0] == "s" else a[1])
+            x = get(a[1]) if st else None
+            d = a[0]
+
+            def body(env):
+                space, where = env[0]["%local"], at(env[0])
+                if where not in space:
+                    raise KeyError(f"local access outside every .local array: {where:#x}")
+                if st:
+                    space[where] = x(env[0])
+                elif space[where] is None:
+                    raise KeyError(f"local read before any write: {where:#x}")
+                else:
+                    env[0][d] = space[where]
+                return nxt
+        elif op == "ret":
             body = lambda env: -1                                           # noqa: E731
         elif op in ("bra", "bra.uni"):
             target = self.labels[a[0]]

@@ -1,4 +1,4 @@
-"""gpu/device-check-local.sh, the spilling owners' device check, run whole against the mock.
+"""gpu/device-check-local.sh, the local-memory and wide owners' device check, run whole against the mock.
 
 Here there is no GPU: the script's hooks (DEVCHECK_PROC, a fake /proc tree; DEVCHECK_RUNNER,
 each GPU owner under tests/mockgpu and each CPU executable as it is, through `mock_runner`
@@ -43,7 +43,7 @@ def local_check(tmp_path: Path, **env):
     (tmp_path / "bin" / "dmesg").chmod(0o755)
     e = dict(os.environ, OUT=str(out), PYTHON=sys.executable, DEVCHECK_PROC=str(fake_proc(tmp_path)),
              DEVCHECK_RUNNER=f"{ROOT / 'tests' / 'test_device_check_local.py'}:mock_runner",
-             LOCALCHECK_WIDTHS="128,256", LOCALCHECK_STEPS="2",
+             LOCALCHECK_WIDTHS="128,256", LOCALCHECK_STEPS="2", LOCALCHECK_LEARNERS="",
              PATH=f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}") | env
     run = subprocess.run(["bash", "gpu/device-check-local.sh"], cwd=ROOT, env=e, capture_output=True,
                          text=True, timeout=300)
@@ -63,7 +63,7 @@ def need_mock():
 
 def test_device_check_local_against_the_mock(tmp_path):
     need_mock()
-    run, stages, out = local_check(tmp_path)
+    run, stages, out = local_check(tmp_path, LOCALCHECK_LEARNERS="lsq:40,mlp:20-18-3")
     assert run.returncode == 0, (run.stdout, run.stderr, (out / "summary.txt").read_text(),
                                  (out / "local.txt").read_text())
     assert {p.name for p in out.iterdir()} == FILES
@@ -71,13 +71,15 @@ def test_device_check_local_against_the_mock(tmp_path):
     assert all(result == "passed" for result, _ in stages.values())
     assert "topology 8 9 2 64" in (out / "host.gpuhost").read_text()
     res = json.loads((out / "local.json").read_text())
-    assert res["passed"] and [r["width"] for r in res["learners"]] == [128, 256]
-    for r in res["learners"]:
-        assert r["passed"] and r["stack"]["grad_samples"] > 0 and r["local"]["area"] > 0
-        assert r["gpu"]["stdout"] == r["cpu"]["stdout"] and r["gpu"]["equals_interpreter"]
-        assert "gpu_low_and_high" not in r
+    assert res["passed"] and [r["learner"] for r in res["learners"]] == ["lsq_wide128", "lsq_wide256",
+                                                                         "lsq_plain40", "mlp20_18_3"]
+    for r in res["learners"]:       # kept vectors in local memory; the plain one in loops, none
+        local = r["learner"] != "lsq_plain40"
+        assert r["passed"] and (r["stack"]["grad_samples"] > 0) == local == (r["local"]["area"] > 0)
+        assert r["gpu"]["stdout"] == r["cpu"]["stdout"] and "gpu_low_and_high" not in r
+        assert r["gpu"]["equals_interpreter"] is (None if r["learner"] == "mlp20_18_3" else True)
     text = (out / "local.txt").read_text()
-    assert "lsq_wide128: PASS" in text and "lsq_wide256: PASS" in text
+    assert all(f"{n}: PASS" in text for n in ("lsq_wide128", "lsq_wide256", "lsq_plain40", "mlp20_18_3"))
     assert "NVRM: loading" in (out / "dmesg.txt").read_text()
 
 
@@ -127,7 +129,7 @@ def test_an_owner_that_fails_is_tried_with_low_size_too(tmp_path):
     assert row["gpu_low_and_high"]["stdout"] == row["cpu"]["stdout"]
     text = (out / "local.txt").read_text()
     assert "lsq_wide128: FAIL (refused: gpu-timeout)" in text
-    assert "lsq_wide128 with SHADER_LOCAL_MEMORY_LOW_SIZE = HIGH_SIZE = 736: PASS" in text
+    assert "lsq_wide128 with SHADER_LOCAL_MEMORY_LOW_SIZE = HIGH_SIZE = 1696: PASS" in text
 
 
 def test_device_all_runs_both_checks_into_at_most_eight_files(tmp_path):
@@ -143,6 +145,7 @@ def test_device_all_runs_both_checks_into_at_most_eight_files(tmp_path):
              DEVCHECK_RUNNER=f"{ROOT / 'tests' / 'test_device_check_local.py'}:mock_runner",
              DEVCHECK_LIBCUDA=str(tmp_path / "no-libcuda.so"), DEVCHECK_STEPS="2",
              DEVCHECK_VARIANTS="default", LOCALCHECK_WIDTHS="128", LOCALCHECK_STEPS="2",
+             LOCALCHECK_LEARNERS="",
              DEVALL_WORK=str(tmp_path / "work"),
              PATH=f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
     run = subprocess.run(["bash", "gpu/device-all.sh"], cwd=ROOT, env=e, capture_output=True,

@@ -1,8 +1,8 @@
 """GPU owners whose kernels spill to local memory, against the mock driver (docs/nvdrv.md,
 "Local memory").
 
-A least-squares learner with `w: f64[128]` makes ptxas spill grad_samples (144 bytes a thread on
-sm_90). The owner sets up a local-memory area sized from the host description's topology, and
+A least-squares learner whose prediction goes through p = w * x[i], with `w: f64[128]`, keeps p in
+a .local array of grad_samples (gpu/local_check.py's `lsq_source`; 1,696 bytes a thread on sm_90). The owner sets up a local-memory area sized from the host description's topology, and
 the mock GPU (tests/mockgpu/gpu.py) runs a spilling kernel only inside an area that holds it:
 the QMD's per-thread size, SET_SHADER_LOCAL_MEMORY_A/B and _NON_THROTTLED_A/B, all of it mapped.
 Guarantees checked:
@@ -36,23 +36,13 @@ from alphac.driver import compile_deployments, compile_file
 from alphac.ir.interp import format_state, initial_state, step
 from alphac.nvdrv import host as host_mod, image as image_mod
 from alphac.refusals import exit_code
+from local_check import lsq_source
 
 UUID = "GPU-5a1e7c3d-0b2f-4c6e-8a9d-1f2e3d4c5b6a"
 UUID_C = "GPU-11111111-2222-3333-4444-555555555555"
 PRODUCT = {90: "NVIDIA H200", 86: "NVIDIA GeForce RTX 3090"}
 TOPOLOGY = {90: "8 9 2 64", 86: "7 6 2 48"}          # the mock cards' (mockgpu.driver.TOPOLOGY)
 WIDTH, ROWS, STEPS = 128, 4, 3
-
-
-def lsq_source(width: int, rows: int, name: str = "lsq_wide") -> str:
-    """Least squares with `w: f64[width]` on `rows` samples: ptxas spills it from width 128 on
-    sm_90 (gpu/device-check-local.sh builds the same learners)."""
-    xs = ",\n  ".join("[" + ", ".join(repr(((r * 7 + c * 3) % 11 - 5) / 8) for c in range(width)) + "]"
-                      for r in range(rows))
-    ys = ", ".join(repr((r % 5 - 2) / 4) for r in range(rows))
-    return (f"learner {name}\ndata x = [{xs}]\ndata y = [{ys}]\nparam w: f64[{width}] = 0.0\n"
-            "loss(i) {\n  let r = dot(w, x[i]) - y[i]\n  0.5 * r^2\n}\n"
-            "update {\n  w = w - 0.05 * grad(w)\n}\n")
 
 
 DEPLOYMENTS = f"""

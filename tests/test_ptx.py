@@ -41,7 +41,8 @@ from alphac.ptx import ptxas
 from alphac.ptx.cubin import CubinError, cubin_info, read_cubin
 from ptx_host import Owner
 from alphac.ir.learner import postorder
-from alphac.ptx.kernels import kernels, param_count
+from alphac.ptx.abi import param_count
+from alphac.ptx.kernels import kernels
 from alphac.ptx.render import PARAM_TYPES
 
 GOLDEN = ROOT / "tests" / "golden" / "ptx"
@@ -461,8 +462,14 @@ def test_matrix_operations_compute_the_reference_bits(src, tmp_path, monkeypatch
         assert {"VecMat", "Outer", "Stack"} <= kinds
     want = four_owners(lr, SPLIT6, 3)
     interp.format_state(lr, want)                       # finite: a meaningful comparison
-    if src is OPS:                  # every leaf loaded again by each node that reads it
-        monkeypatch.setattr(sys.modules[kernels.__module__], "RELOAD", 0)
+    if src is OPS:      # vectors kept in registers (as built), in .local arrays, or recomputed
+        mod = sys.modules[kernels.__module__]
+        assert ".local" not in ks[0].ptx
+        monkeypatch.setattr(mod, "IN_REGISTERS", 0)
+        arrays = kernels(lr)[0].ptx.count(".local .align")
+        assert arrays > 0 and state_bits(four_owners(lr, SPLIT6, 3)) == state_bits(want)
+        monkeypatch.setattr(mod, "STORE_MAX", 0)                       # stacks kept still
+        assert 0 < kernels(lr)[0].ptx.count(".local .align") < arrays
         assert kernels(lr)[0].ptx.count("ld.global") > ks[0].ptx.count("ld.global")
         assert state_bits(four_owners(lr, SPLIT6, 3)) == state_bits(want)
         monkeypatch.undo()
@@ -472,9 +479,29 @@ def test_matrix_operations_compute_the_reference_bits(src, tmp_path, monkeypatch
             for k in kernels(lr, sm):
                 assert scan(k.ptx) == [], k.name
                 image = read_cubin(ptxas.assemble(k.ptx, sm))
-                assert list(image) == [k.name] and image[k.name].local == 0   # no local memory
+                arrays = sum(int(b) for b in re.findall(r"\.local \.align 8 \.b8 \w+\[(\d+)\]", k.ptx))
+                assert list(image) == [k.name]          # local memory: the kept vectors, no spill
+                assert arrays <= image[k.name].local <= arrays + 64 if arrays else image[k.name].local == 0
     assert [k.name for k in ks][:2] == ["grad_samples", "owner_sum"]
     assert len(ks) == 2 + len(lr.groups)
+
+
+def test_a_wider_mlp_in_loops_computes_the_reference_bits(tmp_path):
+    """A 20-18-3 tanh MLP (gpu/local_check.py's mlp_source): its hidden vectors are kept in .local
+    arrays, its 3 classes in registers read by a loop's computed index (outer(dz, h)); three steps
+    on four owners have the interpreter's bits. The PTX has the same lines at hidden 18 and 180
+    but for the constants (the loops' bounds), so the code does not grow with the width."""
+    from local_check import mlp_source
+    (tmp_path / "m.alpha").write_text(mlp_source(20, 18, 3, 6, "m"))
+    lr = compile_file(tmp_path / "m.alpha").learner
+    gs = kernels(lr)[0].ptx
+    assert ".local" in gs and "selp.f64" in gs
+    want = four_owners(lr, SPLIT6, 3)
+    assert state_bits(want) != state_bits(interp.initial_state(lr))
+    (tmp_path / "w.alpha").write_text(mlp_source(20, 180, 3, 6, "m"))
+    wide = kernels(compile_file(tmp_path / "w.alpha").learner)[0].ptx
+    shape = lambda t: re.sub(r"\b\d+\b", "N", t)                  # noqa: E731
+    assert shape(wide) == shape(gs)
 
 
 SPECIALS = """learner specials
@@ -572,23 +599,32 @@ def test_generated_matrix_learners_compute_the_reference_bits(tmp_path):
     assert checked == 5 and {"MatVec", "VecMat", "Outer", "Max", "OneHot"} <= kinds, kinds
 
 
-def reassociate_first_fold(ptx):
-    """((a + b) + c) -> (a + (b + c)) at the first chained pair of adds."""
+def reverse_first_fold(ptx):
+    """The first loop that folds (`add.rn.f64 %acc, %acc, ...` in its body) run over its terms
+    from the last down: k = 1 .. N-1 becomes N-1 .. 1, so t0 + t(N-1) + ... + t1."""
     lines = ptx.split("\n")
-    add = re.compile(r"\tadd\.rn\.f64 (%fd\d+), (%fd\d+), (%fd\d+);")
-    for i in range(len(lines) - 1):
-        m1, m2 = add.fullmatch(lines[i]), add.fullmatch(lines[i + 1])
-        if m1 and m2 and m2[2] == m1[1]:
-            lines[i] = f"\tadd.rn.f64 {m1[1]}, {m1[3]}, {m2[3]};"
-            lines[i + 1] = f"\tadd.rn.f64 {m2[1]}, {m1[2]}, {m1[1]};"
-            return "\n".join(lines)
-    raise AssertionError("no chained adds")
+    head = re.compile(r"\tsetp\.ge\.u32 (%p\d+), (%r\d+), (\d+);")
+    for i in range(len(lines) - 2):
+        m = head.fullmatch(lines[i + 1])
+        if not (lines[i].startswith("$L") and m):
+            continue
+        k, n = m[2], m[3]
+        end = lines.index(f"\tadd.u32 {k}, {k}, 1;", i)
+        body = lines[i + 3:end]
+        if not any(re.fullmatch(r"\tadd\.rn\.f64 (%fd\d+), \1, %fd\d+;", x) for x in body):
+            continue
+        kr = "%r99999"
+        body = [re.sub(re.escape(k) + r"\b", kr, x) for x in body]
+        lines[i + 3:end] = [f"\tsub.u32 {kr}, {n}, {k};"] + body
+        return "\n".join(lines)
+    raise AssertionError("no folding loop")
 
 
-def test_interpreter_catches_a_reassociated_add():
-    mutant = {"grad_samples": reassociate_first_fold}
-    assert "add.rn.f64 %fd16, %fd12, %fd13" in reassociate_first_fold(
-        kernels(learner("lsq_adam"))[0].ptx)
+def test_interpreter_catches_a_fold_loop_run_backwards():
+    """A dot product's loop over its terms run from the last down gives other bits."""
+    mutant = {"grad_samples": reverse_first_fold}
+    text = reverse_first_fold(kernels(learner("lsq_adam"))[0].ptx)
+    assert "sub.u32 %r99999, 5, %r10;" in text
     assert run_on_interpreter("lsq_adam", mutate=mutant) is not None
 
 
@@ -667,7 +703,7 @@ def test_vendor_check_against_a_fake_driver(tmp_path):
         fake = FakeCuda()
         fake.current = {k.name: k for k in kernels(learner(name))}
         assert vc.check(fake, name, 5, tmp_path if name == "lsq_adam" else None) == []
-    fake = FakeCuda({"grad_samples": reassociate_first_fold})
+    fake = FakeCuda({"grad_samples": reverse_first_fold})
     fake.current = {k.name: k for k in kernels(learner("lsq_adam"))}
     rows = vc.check(fake, "lsq_adam", 5, tmp_path)
     assert rows and "step   3" in rows[0]

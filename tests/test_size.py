@@ -75,9 +75,12 @@ from conftest import ROOT
 # 48's second part raised no budget in total: it moved 30 lines of lower's to where its code went
 # (the targets' names, levels and GPU architectures from lower/target.py to alphac/targets.py,
 # below dist: 22 to the top level, which also holds the Python API now, alphac/api.py, and the
-# CLI's table, alphac/commands.py; 8 to tools, split by job: record, table, supervise, launch)
+# CLI's table, alphac/commands.py; 8 to tools, split by job: record, table, supervise, launch).
+# Issue 41's loops (ptx/kernels.py's _Loops: grad_samples as loops over coordinates and rows,
+# kept vectors in registers or .local arrays) and issue 48's split of the kernel ABI into
+# ptx/abi.py (its docstring and the dataclasses as a module of their own) raised ptx by theirs
 BUDGETS = {"parse": 900, "types": 770, "ir": 1330, "dist": 1540, "lower": 4530, "runtime": 3035,
-           "x86_64": 1035, "aarch64": 995, "elf": 480, "ptx": 945, "nvdrv": 1280, "tools": 2113,
+           "x86_64": 1035, "aarch64": 995, "elf": 480, "ptx": 1180, "nvdrv": 1280, "tools": 2113,
            "math": 1370, "": 2927}
 
 

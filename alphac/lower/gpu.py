@@ -22,7 +22,7 @@ from alphac.nvdrv import abi
 from alphac.nvdrv.abi import CONSTANTS
 from alphac.nvdrv.conversation import Conversation
 from alphac.nvdrv.image import GPFIFO_ENTRIES, SEM_RELEASED, GpuImage
-from alphac.ptx.kernels import param_count, param_layout
+from alphac.ptx.abi import param_count, param_layout
 
 # The completion wait's bound, by the clock: 10^6 polls of a 10 us nanosleep took about 90 s
 WAIT_NS = 4_000_000_000

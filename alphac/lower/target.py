@@ -8,8 +8,7 @@ instruction, a register name or a system-call number except through it.
 The names of the targets, their levels and GPU architectures are data in alphac/targets.py
 (below every layer, so that the deployment checker and the PTX renderer read them without
 reaching up here); `target(name)` and `targets()` find each one's record, importing its backend
-package by name: the registry of plug-ins. (`gpu_sms` is alphac.targets' own, imported here for
-alphac/ptx/render.py, which reads it from here until it moves to alphac.targets.)
+package by name: the registry of plug-ins.
 A backend that fails to import is an error, never a target quietly missing.
 """
 from __future__ import annotations
@@ -19,7 +18,7 @@ from dataclasses import dataclass, replace
 from typing import Callable
 
 from alphac.lower.regalloc import RegFile
-from alphac.targets import ISAS, LEVELS, gpu_sms, names  # noqa: F401 (gpu_sms: ptx/render.py)
+from alphac.targets import ISAS, LEVELS, names
 
 
 @dataclass(frozen=True)

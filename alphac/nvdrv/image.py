@@ -60,7 +60,7 @@ from alphac.ir.learner import Learner
 from alphac.nvdrv import abi
 from alphac.nvdrv.abi import BITFIELDS, CONSTANTS, METHODS, pack_bitfields, pack_qmd
 from alphac.nvdrv.host import Topology
-from alphac.ptx.kernels import param_count
+from alphac.ptx.abi import param_count
 
 ARENA_VA = 0x10_0000_0000          # 64 GiB: below 2^40 (GPFIFO entries and QMD addresses)
 HUGE = 2 << 20

@@ -1,8 +1,10 @@
 """alphac.ptx: an owner's compute as PTX, assembled by a pinned `ptxas`, read back as launch images.
 
     render.py   the PTX instruction table (op -> format) and an emitter with virtual registers
-    kernels.py  learner IR -> the owner kernels `grad_samples`, `owner_sum`, `update_g<N>`; the
-                kernel ABI (parameters, buffer layouts) as data
+    abi.py      the kernel ABI: each kernel's parameters, buffers, what it reads and writes
+                (`Param`, `Kernel`, the param layout in `gs` and `G`, `host_scalars`)
+    kernels.py  learner IR -> the owner kernels `grad_samples` (loops over coordinates and
+                rows), `owner_sum`, `update_g<N>`, as `abi.Kernel`s
     ptxas.py    find, fingerprint and run `ptxas` deterministically; `PtxasMissing` without it
     mathfn.py   the contract's functions in PTX (alphac.math's staging language, third backend)
     cubin.py    read a cubin (ELF + NVIDIA `.nv.info` records) into one `LaunchImage` per kernel
@@ -24,7 +26,8 @@ from dataclasses import dataclass
 
 from alphac.ir.learner import Learner
 from alphac.ptx.cubin import CubinError, LaunchImage, read_cubin
-from alphac.ptx.kernels import Kernel, kernels
+from alphac.ptx.abi import Kernel
+from alphac.ptx.kernels import kernels
 from alphac.ptx.ptxas import Ptxas, assemble, find_ptxas
 from alphac.ptx.render import PARAM_TYPES
 

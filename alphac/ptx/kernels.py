@@ -1,38 +1,12 @@
 """An owner's compute as PTX kernels: per-sample gradients, the owner sum, the per-group update.
 
-The kernel ABI (docs/gpu.md has the same, with a worked example). Every buffer is binary64,
-row-major, 8-byte aligned, and indexed by the global index (the host passes full-size buffers or
-offsets the base itself). Indices and counts are u32. `P` is the number of param coordinates,
-params concatenated in declaration order (`param_layout`). Each kernel is 1-D: any grid whose
-`ctaid.x * ntid.x + tid.x` covers the range; threads past its end do nothing.
-
-    grad_samples  (learners with a loss) one thread per sample i in [lo, hi)
-        state_<s>  u64  for every state the loss reads, declaration order
-        data_<d>   u64  for every data array, declaration order (all samples)
-        gs         u64  out: gs[(i - lo) * P + j], every param coordinate j
-        lo, hi     u32
-      (a minibatch learner: `idx` u64, the step's samples as u64s in increasing order, and
-      `count` u32 instead of lo, hi: thread t computes sample idx[t] into gs row t)
-      gs[(i-lo)*P + j] is the per-sample gradient exactly as `interp.per_sample_gradient`: the
-      left fold of the contributions covering j, +0.0 where none does; `dot`, `sum`, `A @ v`,
-      `u @ A` unrolled as the interpreter's left folds, `max(v)` as its fold of exact max.
-    owner_sum     one thread per param coordinate j in [0, P)
-        gs u64, G u64 (out: G[j]), n u32 (the owner's sample count, n >= 1; n = 0 writes nothing)
-      G[j] = ((gs[j] + gs[P + j]) + gs[2P + j]) + ...: the left fold from the first sample.
-    update_g<N>   one thread per coordinate k in [klo, khi) of coordinate group N
-        state_<s>  u64  for every member of the group the statements read or assign (decl. order)
-        G, n       u64, u32  only if the update reads a gradient: the combined sum G (P coords,
-                             as owner_sum writes it) and the total sample count; the kernel
-                             divides, grad(p)[k] = G[off(p) + k] / float(n)
-        scalar_<s>_old / scalar_<s>_new  f64  each scalar state version the statements read
-                             (the host runs the scalar statements first: `host_scalars`)
-        const_<c>  u64  each vector constant the statements read (`Param.values`: upload once)
-        tbl_<t>    u64  each constant table the functions of alphac.math read (also uploaded
-                        once; grad_samples has them too, after its data)
-        klo, khi   u32
-      The group's statements run in source order for coordinate k; assigned members are stored
-      at the end, so every read of an old value sees the old value.
-The parameters' order and meaning are data: `Kernel.params`, one `Param` each.
+The builders of what alphac/ptx/abi.py describes (parameters, buffers, what each kernel reads and
+writes). `grad_samples` is written as loops over coordinates and rows (`_Loops`; docs/gpu.md,
+"grad_samples: loops"): scalars in registers, a vector inline where a loop reads it or kept (in
+registers up to IN_REGISTERS coordinates, else in a .local array up to STORE_MAX), every fold a
+loop over its terms ascending from the first term, so its code and registers do not grow with the
+widths. The update kernels (one thread a coordinate) and the math functions' kernels lower each
+node to registers (`_Lower`).
 
 Requires: a checked, differentiated `Learner`. Guarantees: every binary64 operation is the one
 `alphac.ir.interp` performs, in its order (tests/test_ptx.py runs the PTX to prove it); the same
@@ -40,19 +14,17 @@ learner and target give the same text, byte for byte.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Callable
 
 from alphac.math import binary64
-from alphac.ir.evaluate import Env, evaluate
 from alphac.ir.learner import (Bcast, Const, DataRow, Dot, Elem, Grad, Group, Learner, MatVec,
                                Max, MaxAdj, Node, OneHot, Outer, Pick, Pow, Read, Stack, Sum,
                                Unary, VecMat, Where, children, postorder)
+from alphac.ptx.abi import Kernel, Param, param_count, param_layout
 from alphac.ptx.mathfn import PtxSource, table_words_as_floats
 from alphac.ptx.render import PTX_VERSION, Emitter, f64imm
 
 ARITH = {"add", "sub", "mul", "div", "neg", "sqrt"}       # one PTX instruction each
-RELOAD = 16       # grad_samples loads a bigger state or data row again for each node reading it
 
 
 def math_tables(nodes: list[Node]) -> list:
@@ -65,54 +37,9 @@ def math_tables(nodes: list[Node]) -> list:
     return [t for _, t in sorted(tables.items())]
 
 
-def table_params(nodes: list[Node]) -> list["Param"]:
+def table_params(nodes: list[Node]) -> list[Param]:
     return [Param(f"tbl_{t.name}", "u64", "const", values=table_words_as_floats(t))
             for t in math_tables(nodes)]
-
-
-@dataclass(frozen=True)
-class Param:
-    name: str                        # the PTX parameter name
-    type: str                        # "u64" (a global pointer) | "u32" | "f64"
-    role: str                        # state data gs G n lo hi klo khi scalar const
-    ref: str = ""                    # the state or data name (state, data, scalar)
-    version: int = 0                 # scalar: 0 the value before the update, 1 after
-    values: tuple[float, ...] = ()   # const: the buffer's contents
-
-
-@dataclass(frozen=True)
-class Kernel:
-    name: str
-    sm: int
-    params: tuple[Param, ...]
-    ptx: str
-    group: int | None = None         # update kernels: the coordinate group
-
-
-def param_layout(lr: Learner) -> dict[str, int]:
-    """Each param's first coordinate in the concatenated vector of `P` coordinates."""
-    out, off = {}, 0
-    for p in lr.params:
-        out[p.name] = off
-        off += p.size
-    return out
-
-
-def param_count(lr: Learner) -> int:
-    return sum(p.size for p in lr.params)
-
-
-def host_scalars(lr: Learner, state: dict[str, tuple[float, ...]]) -> dict[tuple[str, int], float]:
-    """Every scalar state's (name, version) -> value: what the host passes to update kernels."""
-    env = Env(state={(k, 0): v for k, v in state.items()})
-    for a in lr.update:
-        if lr.state(a.target).group is None:
-            env.state[(a.target, 1)] = evaluate(a.node, env)
-    out = {}
-    for s in lr.scalar_states:
-        out[(s.name, 0)] = state[s.name][0]
-        out[(s.name, 1)] = env.state.get((s.name, 1), state[s.name])[0]
-    return out
 
 
 class _Lower:
@@ -121,9 +48,8 @@ class _Lower:
     table parameter (`tbl_<name>`) to the register holding its address."""
 
     def __init__(self, em: Emitter, leaf: Callable[[Node], list[str]], per_coordinate: bool,
-                 base: dict[str, str] | None = None, reload: Callable[[Node], bool] | None = None):
+                 base: dict[str, str] | None = None):
         self.em, self.leaf, self.per_coordinate = em, leaf, per_coordinate
-        self.reload = reload or (lambda n: False)
         self.memo: dict[int, list[str]] = {}
         self.math = PtxSource(em, lambda t: (base or {})[f"tbl_{t.name}"])
 
@@ -133,12 +59,12 @@ class _Lower:
 
     def __call__(self, root: Node) -> list[str]:
         for n in postorder([root]):
-            if id(n) not in self.memo and not self.reload(n):
+            if id(n) not in self.memo:
                 self.memo[id(n)] = self.step(n)
-        return self.value(root)
+        return self.memo[id(root)]
 
-    def value(self, n: Node) -> list[str]:      # a reloaded leaf: loaded again by each reader
-        return self.leaf(n) if self.reload(n) else self.memo[id(n)]
+    def value(self, n: Node) -> list[str]:
+        return self.memo[id(n)]
 
     def fold(self, regs: list[str]) -> str:
         acc = regs[0]
@@ -225,6 +151,227 @@ def _module(em: Emitter, lr: Learner, name: str, params: list[Param], sm: int,
     return Kernel(name, sm, tuple(params), text, group)
 
 
+STORE_MAX = 8192  # a vector read more than once is kept in a .local array up to this many coordinates
+IN_REGISTERS = 16  # ... and in registers up to this many (no local memory for small learners)
+
+
+class _Loops:
+    """grad_samples' lowering: a node's value at coordinate k (a u32 register) as code at the
+    current position. Scalars are computed once, at the top, in registers; a vector is either
+    inline (evaluated where a loop reads coordinate k: leaves load from global memory) or kept in
+    a .local array (`stored`: computed by its own loop before its first reader). Every fold (dot,
+    sum, max, each row of `A @ v`, each column of `u @ A`) is a loop over its terms ascending, the
+    first term the accumulator's start (never added to a zero). The code grows with the graph,
+    not with the widths: the registers a loop uses do not depend on its trip count."""
+
+    def __init__(self, em: Emitter, base: dict[str, str], i: str, roots: list[Node]):
+        self.em, self.base, self.i = em, base, i
+        self.math = PtxSource(em, lambda t: base[f"tbl_{t.name}"])
+        self.scalar: dict[int, str] = {}
+        self.stored: dict[int, str] = {}        # node -> the register holding its array's address
+        self.regvec: dict[int, list[str]] = {}  # node -> its coordinates' registers (small vectors)
+        self.known: dict[str, int] = {}         # u32 registers holding a constant index
+        self.winner: dict[int, tuple[str, str]] = {}    # MaxAdj -> (winner index, dt)
+        self.rows: dict[str, str] = {}          # data name -> this sample's row address
+        self.zero = em.op("movf", f64imm(0.0))
+        uses: dict[int, int] = {}
+        many: set[int] = set()                  # read several times per coordinate of a reader
+        for n in postorder(roots):
+            for c in children(n):
+                uses[id(c)] = uses.get(id(c), 0) + 1
+                if isinstance(n, (MatVec, VecMat, Outer)):
+                    many.add(id(c))
+        self.uses, self.many = uses, many
+        for n in postorder(roots):              # each data row's address, before any loop
+            if isinstance(n, DataRow) and "data_" + n.name not in self.rows:
+                self.rows["data_" + n.name] = em.op("add64", base["data_" + n.name], em.op("wide", i, 8 * n.size))
+        for n in postorder(roots):
+            self.prepare(n)
+
+    def call(self, name: str, *regs: str) -> str:
+        from alphac.math import _IMPL
+        return _IMPL[name](self.math, *(self.math.arg("f", r) for r in regs)).v
+
+    def keep(self, n: Node) -> bool:
+        """Is vector `n` computed once into a .local array? A constant that is not uniform and a
+        stack (their coordinates are not a function of k), a product's result, and a vector read
+        more than once (by two readers, or per coordinate of a product), if not too large."""
+        if isinstance(n, Const):
+            return len({binary64.bits(x) for x in n.values}) > 1
+        if isinstance(n, Stack):
+            return True
+        if isinstance(n, (Read, DataRow, Bcast, Pick, OneHot)) or n.size > STORE_MAX:
+            return False
+        return isinstance(n, (MatVec, VecMat)) or self.uses.get(id(n), 0) > 1 or id(n) in self.many
+
+    def const(self, j: int) -> str:
+        """A u32 register holding index j (known to `value`: a small vector's register j)."""
+        r = self.em.op("mov32", j)
+        self.known[r] = j
+        return r
+
+    def iop(self, op: str, k: str, c: int) -> str:
+        """Index arithmetic (add32 mul32 div32 rem32 with a constant), done here on a known index."""
+        if k in self.known:
+            j = self.known[k]
+            return self.const({"add32": j + c, "mul32": j * c, "div32": j // c, "rem32": j % c}[op])
+        return self.em.op(op, k, c)
+
+    def loop(self, count: int, body: Callable[[str], None], start: int = 0) -> None:
+        """body(k) for k = start .. count-1, ascending (emitted once, as a loop)."""
+        em = self.em
+        k = self.const(start) if count - start == 1 else em.op("mov32", start)
+        if count - start == 1:
+            body(k)
+            return
+        top, end = em.fresh_label(), em.fresh_label()
+        em.label(top)
+        em.op("braif", em.op("ge", k, count), end)
+        body(k)
+        em.op("add32", k, 1, d=k)
+        em.op("bra", top)
+        em.label(end)
+
+    def fold(self, count: int, term: Callable[[str], str], op: str = "add") -> str:
+        """The left fold of term(0), term(1), ... term(count-1): `op` is add or max."""
+        em = self.em
+        acc = em.op("movf", term(self.const(0)))
+
+        def more(k: str) -> None:
+            if op == "add":
+                em.op("add", acc, term(k), d=acc)
+            else:
+                em.op("movf", self.call(op, acc, term(k)), d=acc)
+        if count > 1:
+            self.loop(count, more, 1)
+        return acc
+
+    def index(self, n: Node, of: Node, k: str | None) -> str | None:
+        """Coordinate k of `of` (size n.size) read from child `n`: a scalar repeats everywhere, a
+        vector over the rows (as _Lower's lists repeat)."""
+        if n.size == 1:
+            return None
+        return k if n.size == of.size else self.iop("rem32", k, n.size)
+
+    def value(self, n: Node, k: str | None) -> str:
+        if id(n) in self.scalar:
+            return self.scalar[id(n)]
+        if id(n) in self.regvec:       # a small vector: register k, or selected by k
+            regs = self.regvec[id(n)]
+            if k in self.known:
+                return regs[self.known[k]]
+            out = regs[0]
+            for j in range(1, len(regs)):
+                out = self.em.op("selpf", regs[j], out, self.em.op("eq32", k, j))
+            return out
+        if id(n) in self.stored:
+            return self.em.op("ldl", self.em.op("add64", self.stored[id(n)], self.em.op("wide", k, 8)), 0)
+        return self.compute(n, k)
+
+    def prepare(self, n: Node) -> None:
+        em = self.em
+        if id(n) in self.scalar or id(n) in self.stored or id(n) in self.winner or id(n) in self.regvec:
+            return
+        if n.size == 1:
+            self.scalar[id(n)] = self.compute(n, None)
+        elif isinstance(n, MaxAdj):     # the winner: the last k >= 1 with a[k] > max(a[:k]), else 0
+            m, win = em.op("movf", self.value(n.a, self.const(0))), em.op("mov32", 0)
+
+            def step(k: str) -> None:
+                x = self.value(n.a, k)
+                em.op("selp32", k, win, em.op("gtf64", x, m), d=win)
+                em.op("movf", self.call("max", m, x), d=m)
+            self.loop(n.a.size, step, 1)
+            self.winner[id(n)] = (win, self.value(n.dt, None))
+        elif self.keep(n) and n.size <= IN_REGISTERS:
+            if isinstance(n, Const):
+                self.regvec[id(n)] = [em.op("movf", f64imm(x)) for x in n.values]
+            elif isinstance(n, Stack):
+                self.regvec[id(n)] = [self.value(x, None) for x in n.items]
+            else:
+                self.regvec[id(n)] = [self.compute(n, self.const(j)) for j in range(n.size)]
+        elif self.keep(n):
+            buf = em.op("addrl", em.local(n.size))
+            if isinstance(n, Const):
+                for k, x in enumerate(n.values):
+                    em.op("stl", buf, 8 * k, em.op("movf", f64imm(x)))
+            elif isinstance(n, Stack):
+                for k, x in enumerate(n.items):
+                    em.op("stl", buf, 8 * k, self.value(x, None))
+            else:
+                self.loop(n.size, lambda k: em.op(
+                    "stl", em.op("add64", buf, em.op("wide", k, 8)), 0, self.compute(n, k)))
+            self.stored[id(n)] = buf
+
+    def load(self, key: str, k: str | None) -> str:
+        em = self.em
+        addr = self.base[key]
+        if key.startswith("data_"):
+            addr = self.rows[key]
+        return em.op("ld", addr if k is None else em.op("add64", addr, em.op("wide", k, 8)), 0)
+
+    def compute(self, n: Node, k: str | None) -> str:
+        em, v = self.em, self.value
+        if isinstance(n, Const):        # uniform (a stored constant never gets here)
+            return em.op("movf", f64imm(n.values[0]))
+        if isinstance(n, Read):
+            return self.load("state_" + n.name, k)
+        if isinstance(n, DataRow):
+            return self.load("data_" + n.name, k)
+        if isinstance(n, Elem):
+            a, b = v(n.a, self.index(n.a, n, k)), v(n.b, self.index(n.b, n, k))
+            return em.op(n.op, a, b) if n.op in ARITH else self.call(n.op, a, b)
+        if isinstance(n, Unary):
+            a = v(n.a, self.index(n.a, n, k))
+            return em.op(n.op, a) if n.op in ARITH else self.call(n.op, a)
+        if isinstance(n, Where):
+            a, b, t, o = (v(c, self.index(c, n, k)) for c in (n.a, n.b, n.then, n.other))
+            return em.op("selpf", t, o, em.op("gtf64", a, b))
+        if isinstance(n, Pow):
+            x = out = v(n.a, self.index(n.a, n, k))
+            for _ in range(n.n - 1):
+                out = em.op("mul", out, x)
+            return out
+        if isinstance(n, Dot):
+            return self.fold(n.a.size, lambda j: em.op("mul", v(n.a, self.index(n.a, n.a, j)),
+                                                       v(n.b, self.index(n.b, n.a, j))))
+        if isinstance(n, Sum):
+            return self.fold(n.a.size, lambda j: v(n.a, j if n.a.size > 1 else None))
+        if isinstance(n, Max):
+            return self.fold(n.a.size, lambda j: v(n.a, j if n.a.size > 1 else None), "max")
+        if isinstance(n, MatVec):       # row k: one left fold over c ascending
+            cols = n.b.size
+            row = self.iop("mul32", k if k is not None else self.const(0), cols)
+            return self.fold(cols, lambda c: em.op("mul", v(n.a, em.op("add32", row, c)),
+                                                   v(n.b, c if cols > 1 else None)))
+        if isinstance(n, VecMat):       # column k: one left fold over r ascending
+            k = k if k is not None else self.const(0)
+            return self.fold(n.a.size, lambda r: em.op("mul", v(n.a, r if n.a.size > 1 else None),
+                                                       v(n.b, em.op("add32", em.op("mul32", r, n.size), k))))
+        if isinstance(n, Outer):
+            nb = n.b.size
+            r = None if n.a.size == 1 else self.iop("div32", k, nb) if nb > 1 else k
+            c = None if nb == 1 else self.iop("rem32", k, nb) if n.a.size > 1 else k
+            return em.op("mul", v(n.a, r), v(n.b, c))
+        if isinstance(n, MaxAdj):
+            if n.size == 1:             # max of one coordinate: it wins
+                return v(n.dt, None)
+            win, dt = self.winner[id(n)]
+            return em.op("selpf", dt, self.zero, em.op("eq32", k, win))
+        if isinstance(n, OneHot):
+            one, k = em.op("movf", f64imm(1.0)), self.const(0) if k is None else k
+            return em.op("selpf", one, self.zero, em.op("eqf64", v(n.a, None), em.op("cvtf", k)))
+        if isinstance(n, Stack):        # of one item (a longer one is kept)
+            return v(n.items[0], None)
+        if isinstance(n, Pick):
+            row = max(1, n.a.size // n.a.shape[0])
+            at = self.const(n.k * row) if k is None else self.iop("add32", k, n.k * row) if n.k else k
+            return v(n.a, at)
+        if isinstance(n, Bcast):
+            return v(n.a, self.index(n.a, n, k))
+        raise TypeError(f"no PTX for {type(n).__name__}")
+
+
 def grad_samples(lr: Learner, sm: int = 90) -> Kernel:
     assert lr.loss is not None, "grad_samples needs a loss"
     em = Emitter()
@@ -245,34 +392,25 @@ def grad_samples(lr: Learner, sm: int = 90) -> Kernel:
         t = em.thread_index()
         i = em.op("add32", lo, t)
         em.op("braif", em.op("ge", i, hi), "$done")
-    loaded: dict[str, list[str]] = {}
-
-    def leaf(n: Node) -> list[str]:
-        if isinstance(n, Const):
-            return [em.op("movf", f64imm(x)) for x in n.values]
-        key = ("state_" if isinstance(n, Read) else "data_") + n.name
-        if key not in loaded or n.size > RELOAD:
-            addr = base[key]
-            if isinstance(n, DataRow):
-                addr = em.op("add64", addr, em.op("wide", i, 8 * n.size))
-            loaded[key] = [em.op("ld", addr, 8 * c) for c in range(n.size)]
-        return loaded[key]
-
-    big = lambda n: isinstance(n, (Read, DataRow)) and n.size > RELOAD     # noqa: E731
-    lower = _Lower(em, leaf, False, base, big)
     out = em.op("add64", base["gs"], em.op("wide", t, 8 * param_count(lr)))
-    offsets, zero = param_layout(lr), None
-    for p in lr.params:
+    lower = _Loops(em, base, i, [c.node for p in lr.params for c in lr.grads[p.name]])
+    offsets = param_layout(lr)
+    for p in lr.params:         # coordinates cut where the set of contributions covering them changes
         em.comment(f"per-sample gradient of {p.name}")
-        g: list[str | None] = [None] * p.size
-        for c in lr.grads[p.name]:
-            for k, r in enumerate(lower(c.node)):
-                j = c.offset + k
-                g[j] = r if g[j] is None else em.op("add", g[j], r)
-        for j, r in enumerate(g):
-            if r is None:
-                r = zero = zero or em.op("movf", f64imm(0.0))
-            em.op("st", out, 8 * (offsets[p.name] + j), r)
+        cs = lr.grads[p.name]
+        cuts = sorted({0, p.size} | {min(p.size, x) for c in cs for x in (c.offset, c.offset + c.node.size)})
+        for s, e in zip(cuts, cuts[1:]):
+            cover = [c for c in cs if c.offset <= s < c.offset + c.node.size]
+            dst = em.op("add64", out, 8 * (offsets[p.name] + s))
+
+            def coordinate(t: str, cover=cover, s=s, dst=dst) -> None:
+                g = None            # the left fold of the contributions covering it, +0 if none
+                for c in cover:
+                    at = None if c.node.size == 1 else t if s == c.offset else lower.iop("add32", t, s - c.offset)
+                    r = lower.value(c.node, at)
+                    g = r if g is None else em.op("add", g, r)
+                em.op("st", em.op("add64", dst, em.op("wide", t, 8)), 0, g or lower.zero)
+            lower.loop(e - s, coordinate)
     return _module(em, lr, "grad_samples", params, sm)
 
 
