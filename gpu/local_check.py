@@ -72,15 +72,25 @@ def lsq_source(width: int, rows: int, name: str = "lsq_wide", keep: bool = True,
             f"loss(i) {{\n{loss}}}\nupdate {{\n  w = w - 0.05 * grad(w)\n}}\n")
 
 
-def mlp_source(inputs: int, hidden: int, classes: int, rows: int, name: str) -> str:
+def mlp_source(inputs: int, hidden: int, classes: int, rows: int, name: str,
+               where: Path | None = None) -> str:
     """An inputs-hidden-classes tanh MLP with softmax cross-entropy, plain gradient descent, on
     `rows` generated samples (small dyadic pixels, labels 0..classes-1); W1 starts uniform, b1 and
-    W2 vary by coordinate, so every unit and class computes something of its own."""
+    W2 vary by coordinate, so every unit and class computes something of its own. With `where`,
+    the samples in .npy files there (a wide data literal passes the 1 MiB a source may have)."""
     vec = lambda n, f: "[" + ", ".join(repr(f(k)) for k in range(n)) + "]"      # noqa: E731
-    xs = ",\n  ".join(vec(inputs, lambda c, r=r: ((r * 5 + c * 3) % 17) / 16) for r in range(rows))
-    ys = ", ".join(str(r * 3 % classes) for r in range(rows))
+    pixel = lambda r, c: ((r * 5 + c * 3) % 17) / 16                           # noqa: E731
+    if where is not None:
+        import numpy as np
+        np.save(where / f"{name}_x.npy", np.array([[pixel(r, c) for c in range(inputs)]
+                                                   for r in range(rows)], dtype="<f8"))
+        np.save(where / f"{name}_y.npy", np.array([r * 3 % classes for r in range(rows)], dtype="<f8"))
+        data = f'data x = load("{name}_x.npy")\ndata y = load("{name}_y.npy")\n'
+    else:
+        xs = ",\n  ".join(vec(inputs, lambda c, r=r: pixel(r, c)) for r in range(rows))
+        data = f"data x = [{xs}]\ndata y = [{', '.join(str(r * 3 % classes) for r in range(rows))}]\n"
     w2 = ",\n  ".join(vec(hidden, lambda h, c=c: ((c * 7 + h * 5) % 13 - 6) / 64) for c in range(classes))
-    return (f"learner {name}\ndata x = [{xs}]\ndata y = [{ys}]\n"
+    return (f"learner {name}\n{data}"
             f"param W1: f64[{hidden}, {inputs}] = {1 / 1024!r}\n"
             f"param b1: f64[{hidden}] = {vec(hidden, lambda h: ((h * 5) % 9 - 4) / 32)}\n"
             f"param W2: f64[{classes}, {hidden}] = [{w2}]\nparam b2: f64[{classes}] = 0.0\n"
@@ -115,7 +125,7 @@ def spec_learner(spec: str, rows: int, where: Path) -> tuple[str, object, bool]:
         text = lsq_source(dims[0], rows, name, kind == "kept", where if dims[0] * rows > 20000 else None)
     elif kind == "mlp" and len(dims) == 3 and min(dims) > 0:
         name = "mlp" + "_".join(map(str, dims))
-        text = mlp_source(*dims, rows, name)
+        text = mlp_source(*dims, rows, name, where if dims[0] * rows > 20000 else None)
     else:
         raise ValueError(f"`{spec}`: not one of {LEARNER_SPECS}")
     (where / f"{name}.alpha").write_text(text)
