@@ -272,8 +272,19 @@ def gpu_role_image(plan, role, target_name: str, host, ptxas_path: str | None = 
     ranges = plan.updates(role.index)
     share = image.Share(lo, hi, plan.lr.nsamples or 0,
                         tuple(ranges.get(g.index, (0, 0)) for g in plan.lr.groups), plan.lr.batch or 0)
-    gpu = image.plan(plan.lr, built, sm, share, host.topology)
+    gpu = image.plan(owner_data(plan.lr), built, sm, share, host.topology)
     return gpu, conversation.conversation(host, gpu), built
+
+
+def owner_data(lr: Learner):
+    """What the driver layer's memory plan needs of a learner (alphac.nvdrv.image.OwnerData),
+    given to it as data: the states' initial values, the data arrays' row widths, the parameter
+    count, the samples, the groups' sizes and the batch."""
+    from alphac.nvdrv.image import OwnerData
+    from alphac.ptx.abi import param_count
+    return OwnerData(lr.name, tuple((s.name, tuple(s.init)) for s in lr.states),
+                     tuple((d.name, d.cols) for d in lr.data), param_count(lr), lr.nsamples or 0,
+                     tuple(g.size for g in lr.groups), lr.batch or 0)
 
 
 def admit_cards(plan, hosts: dict, ptxas_path: str | None = None, targets: dict | None = None,
@@ -355,7 +366,7 @@ def build_gpu_owner(lr: Learner, target_name: str, host, ptxas_path: str | None 
                          "give --gpu-host FILE, or --gpu-uuid, --gpu-product, --gpu-memory and "
                          "--driver (docs/nvdrv.md)")
     built, tool = gpu_kernels(lr, sm, ptxas_path)
-    gpu = image.plan(lr, built, sm, topology=host.topology)
+    gpu = image.plan(owner_data(lr), built, sm, topology=host.topology)
     if gpu.demand > host.memory:
         parts = ", ".join(f"{a.name} {a.size}" for a in gpu.allocations if a.where == "vidmem")
         raise _gpu_error("E0120", f"the GPU owner needs {gpu.demand} bytes of the card's memory "

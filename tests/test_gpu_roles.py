@@ -357,11 +357,12 @@ def test_a_kernel_that_needs_local_memory_needs_the_hosts_topology(work):
     sized from the host description's topology (tests/test_gpu_local.py runs such owners); without
     one it is refused at build time, never launched short of it."""
     import dataclasses
-    from alphac.build import gpu_kernels
+    from alphac.build import gpu_kernels, owner_data
     from alphac.diag import BuildError
     from alphac.nvdrv import image
-    _, lr, _ = work
-    built, _ = gpu_kernels(lr, 90)
+    _, learner, _ = work
+    built, _ = gpu_kernels(learner, 90)
+    lr = owner_data(learner)
     assert [a.name for a in image.plan(lr, built, 90).allocations][-1] == "usermode"
     spilled = [dataclasses.replace(b, image=dataclasses.replace(b.image, local=16)) if k == 0 else b
                for k, b in enumerate(built)]

@@ -35,12 +35,6 @@ LAYERS = {
 
 # (importing file, imported module) -> why it is allowed for now; issue 48 removes each
 KNOWN = {
-    ("alphac/nvdrv/image.py", "alphac.ir.learner"):
-        "issue 48: the driver layer reaches up for the learner; it should receive the kernels' "
-        "needs as data (nvdrv/image.py is being reworked)",
-    ("alphac/nvdrv/image.py", "alphac.ptx.abi"):
-        "issue 48: the driver layer reaches up for the kernel ABI (ptx/abi.py, split from "
-        "ptx/kernels.py); it should come as data",
 }
 
 

@@ -78,10 +78,12 @@ from conftest import ROOT
 # CLI's table, alphac/commands.py; 8 to tools, split by job: record, table, supervise, launch).
 # Issue 41's loops (ptx/kernels.py's _Loops: grad_samples as loops over coordinates and rows,
 # kept vectors in registers or .local arrays) and issue 48's split of the kernel ABI into
-# ptx/abi.py (its docstring and the dataclasses as a module of their own) raised ptx by theirs
+# ptx/abi.py (its docstring and the dataclasses as a module of their own) raised ptx by theirs.
+# The driver layer given a learner as data (nvdrv/image.py's OwnerData, build.py's owner_data:
+# its last two upward imports gone) raised nvdrv and the top level by theirs
 BUDGETS = {"parse": 900, "types": 770, "ir": 1330, "dist": 1540, "lower": 4530, "runtime": 3035,
-           "x86_64": 1035, "aarch64": 995, "elf": 480, "ptx": 1180, "nvdrv": 1280, "tools": 2113,
-           "math": 1370, "": 2927}
+           "x86_64": 1035, "aarch64": 995, "elf": 480, "ptx": 1180, "nvdrv": 1285, "tools": 2113,
+           "math": 1370, "": 2937}
 
 
 def generated(f) -> bool:

@@ -56,11 +56,9 @@ import hashlib
 import struct
 from dataclasses import dataclass
 
-from alphac.ir.learner import Learner
 from alphac.nvdrv import abi
 from alphac.nvdrv.abi import BITFIELDS, CONSTANTS, METHODS, pack_bitfields, pack_qmd
 from alphac.nvdrv.host import Topology
-from alphac.ptx.abi import param_count
 
 ARENA_VA = 0x10_0000_0000          # 64 GiB: below 2^40 (GPFIFO entries and QMD addresses)
 HUGE = 2 << 20
@@ -346,6 +344,21 @@ def sass_version(arch: abi.Arch) -> int:
 
 # -- the plan ----------------------------------------------------------------------------------
 @dataclass(frozen=True)
+class OwnerData:
+    """What the layer above tells the driver layer of a learner (alphac.build.owner_data makes
+    it), so that nothing here reaches up to the IR or the kernels' builders: its name (for
+    messages), each state's initial values, each data array's row width, its parameter count,
+    its samples, its coordinate groups' sizes and its batch (0: full batch)."""
+    name: str
+    states: tuple[tuple[str, tuple[float, ...]], ...]
+    data: tuple[tuple[str, int], ...]
+    params: int
+    samples: int
+    groups: tuple[int, ...]
+    batch: int = 0
+
+
+@dataclass(frozen=True)
 class Share:
     """What a GPU owner computes: samples lo..hi-1 of `total` (the mean's count) and, per
     coordinate group, the coordinates [klo, khi) it updates. The single-process owner has every
@@ -358,9 +371,8 @@ class Share:
     batch: int = 0                  # a minibatch learner's batch size (its steps' samples vary)
 
     @classmethod
-    def whole(cls, lr: Learner) -> "Share":
-        n = lr.nsamples or 0
-        return cls(0, n, n, tuple((0, g.size) for g in lr.groups), lr.batch or 0)
+    def whole(cls, od: OwnerData) -> "Share":
+        return cls(0, od.samples, od.samples, tuple((0, size) for size in od.groups), od.batch)
 
     @property
     def rows(self) -> int:
@@ -368,27 +380,27 @@ class Share:
         return min(self.batch, self.hi - self.lo) if self.batch else self.hi - self.lo
 
 
-def _threads(lr: Learner, kernel, share: Share) -> int:
+def _threads(od: OwnerData, kernel, share: Share) -> int:
     if kernel.name == "grad_samples":
         return share.rows
     if kernel.name == "owner_sum":
-        return param_count(lr)
+        return od.params
     klo, khi = share.updates[kernel.group]
     return khi - klo
 
 
-def plan(lr: Learner, built: list, sm: int, share: Share | None = None,
+def plan(od: OwnerData, built: list, sm: int, share: Share | None = None,
          topology: Topology | None = None) -> GpuImage:
     """The owner's memory plan and launch image for every kernel in `built` (alphac.ptx.build),
     for `share` (default: the whole learner); `topology` (the host description's) sizes the
     local-memory area when a kernel spills, and is required then (BuildError without it)."""
-    share = share or Share.whole(lr)
+    share = share or Share.whole(od)
     stack = max((b.image.local for b in built), default=0)
     per_thread = local_per_thread(stack)
     if stack and topology is None:
         from alphac.diag import BuildError
         worst = max(built, key=lambda b: b.image.local)
-        raise BuildError(f"kernel {worst.kernel.name} of `{lr.name}` needs {stack} bytes of local memory "
+        raise BuildError(f"kernel {worst.kernel.name} of `{od.name}` needs {stack} bytes of local memory "
                          f"per thread (ptxas spilled it), and the GPU host description has no `topology` "
                          f"to size the card's local-memory area for: add `topology G T S W` (what the "
                          f"owner's --probe-identity prints, gpu/qualify.py writes it) or --gpu-topology")
@@ -416,18 +428,18 @@ def plan(lr: Learner, built: list, sm: int, share: Share | None = None,
     setup_off = put(bytes(4 * (SETUP_DWORDS + (SETUP_LOCAL_DWORDS if stack else 0))), 256)
 
     buffers: dict[str, int] = {}
-    for s in lr.states:
-        buffers[f"state_{s.name}"] = put(struct.pack(f"<{s.size}d", *s.init), 256)
+    for name, init in od.states:
+        buffers[f"state_{name}"] = put(struct.pack(f"<{len(init)}d", *init), 256)
     for b in built:
         for p in b.kernel.params:
             if p.role == "const":
                 buffers[f"{b.kernel.name}.{p.name}"] = put(struct.pack(f"<{len(p.values)}d", *p.values), 256)
     image_end = round_up(len(arena), 8)
-    P, rows = param_count(lr), share.hi - share.lo
+    P, rows = od.params, share.hi - share.lo
     end = round_up(image_end, 256)
-    for d in lr.data:                   # written by the host at start-up: past the image
-        buffers[f"rows_{d.name}"] = end
-        end = round_up(end + 8 * max(1, rows * d.cols), 256)
+    for name, cols in od.data:          # written by the host at start-up: past the image
+        buffers[f"rows_{name}"] = end
+        end = round_up(end + 8 * max(1, rows * cols), 256)
     if share.batch:                     # the step's samples, written by the host each step
         buffers["idx"] = end
         end = round_up(end + 8 * max(1, share.rows), 256)
@@ -448,14 +460,14 @@ def plan(lr: Learner, built: list, sm: int, share: Share | None = None,
         va = round_up(va + size, HUGE)
     sem_va = allocs[2].va + SEMAPHORE_OFFSET
     vas = {k: ARENA_VA + v for k, v in buffers.items()}
-    for d in lr.data:                   # kernels index rows by the global sample number
-        vas[f"data_{d.name}"] = vas[f"rows_{d.name}"] - 8 * share.lo * d.cols
+    for name, cols in od.data:          # kernels index rows by the global sample number
+        vas[f"data_{name}"] = vas[f"rows_{name}"] - 8 * share.lo * cols
     vas["gs"], vas["G"] = ARENA_VA + gs_off, ARENA_VA + g_off
 
     launches = []
     for b in built:
         k, im = b.kernel, b.image
-        threads = _threads(lr, k, share)
+        threads = _threads(od, k, share)
         block = min(BLOCK, round_up(max(1, threads), 32))
         grid = max(1, -(-threads // block))
         cbank = bytearray(round_up(im.cbank0, CBANK_ALIGN))
