@@ -328,6 +328,26 @@ def test_a_full_records_disk_refuses_the_run_before_it_starts(diverging, small_d
     assert list((small_disk / "runs").iterdir()) == [] and not (tmp_path / "ck").exists()
 
 
+def test_a_full_records_disk_refuses_a_slurm_script_before_it_is_written(diverging, small_disk, tmp_path):
+    """`alphac slurm` holds the room of the record `slurm-record` will write, as launch does: on a
+    full disk it refuses records-dir and leaves no run directory and no script."""
+    fill(small_disk)
+    import os
+    os.unlink(small_disk / "fill0")
+    (small_disk / "runs").mkdir()
+    rc, out, err = alphac("slurm", diverging / "dep", "--steps", 60, "--records", small_disk / "runs",
+                          "-o", tmp_path / "job.sh")
+    assert (rc, out) == (REFUSAL["records-dir"], "") and err.startswith("refused: records-dir ("), err
+    assert list((small_disk / "runs").iterdir()) == [] and not (tmp_path / "job.sh").exists()
+    for f in small_disk.glob("fill*"):
+        f.unlink()
+    rc, out, err = alphac("slurm", diverging / "dep", "--steps", 60, "--records", small_disk / "runs",
+                          "-o", tmp_path / "job.sh")
+    assert rc == 0, err
+    (run,) = (small_disk / "runs").iterdir()
+    assert (run / "record.json.tmp").stat().st_size > 60 * 200      # the record's room, held
+
+
 @pytest.mark.parametrize("reserved", [True, False])
 def test_a_disk_that_fills_during_the_run_keeps_the_record_or_says_so(diverging, small_disk, tmp_path,
                                                                      monkeypatch, reserved):

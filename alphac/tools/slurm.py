@@ -37,7 +37,7 @@ from alphac.encode import Unencodable, json_text, shell_word
 from alphac.files import LIMITS, read_json, read_regular, write_file
 from alphac.refusals import Refusal
 from alphac.tools.record import (events_key, is_count, key_id, make_record, new_record_dir, record_key,
-                                 run_key, seal, write_record)
+                                 reserve_record, run_key, seal, space_needed, write_record)
 from alphac.tools.supervise import RoleRun
 from alphac.tools.table import artifact_key, load_build
 
@@ -187,6 +187,7 @@ def write_script(dep_dir: str | Path, out: str | Path | None = None, steps: int 
     nonce = os.urandom(16).hex()
     k = run_key(secret, nonce)
     rdir = new_record_dir(records, table["deployment"])
+    reserve_record(rdir, *space_needed(table, steps, mpath))   # slurm-record's room, held now
     run = str(rdir)
     if script is None:
         script = rdir / "slurm.sh"
