@@ -87,9 +87,11 @@ def yaml_comment(text: str) -> str:
                    for line in text.split("\n"))
 
 
-def json_text(value, indent: int | None = None) -> str:
-    """`value` as JSON text: sorted keys, ASCII only, no NaN or infinity (ValueError)."""
+def json_text(value, indent: int | None = None, compact: bool = False) -> str:
+    """`value` as JSON text: sorted keys, ASCII only, no NaN or infinity (Unencodable);
+    `compact`: no spaces after the separators (a safetensors header)."""
     try:
-        return json.dumps(value, indent=indent, sort_keys=True, ensure_ascii=True, allow_nan=False)
+        return json.dumps(value, indent=indent, sort_keys=True, ensure_ascii=True, allow_nan=False,
+                          separators=(",", ":") if compact else None)
     except ValueError as e:
         raise Unencodable(f"not JSON: {e}") from None

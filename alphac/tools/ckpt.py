@@ -26,6 +26,7 @@ from alphac.formats import (CKPT_FORMAT, CKPT_HEADER, CKPT_MAGIC, CKPT_RECORD, C
 
 from alphac.files import read_regular
 from alphac.types.check import MAX_VALUES, NPY_HEADER
+from alphac.encode import json_text
 
 HDR, REC = CKPT_HEADER.size, CKPT_RECORD.size
 LIMIT = 8 * MAX_VALUES + NPY_HEADER        # bytes of any checkpoint file: a learner's values, at most
@@ -175,7 +176,6 @@ def show_json(root: Path) -> str:
     """`alphac ckpt show --json`: every manifest (its fields and records) and the state, each
     value as its 16 hex digits and as a number (a NaN or an infinity, which JSON has no number
     for, as the string "nan", "inf" or "-inf"); always valid JSON."""
-    import json
     from dataclasses import asdict
     from alphac.math.binary64 import hex16
     root = Path(root)
@@ -189,5 +189,4 @@ def show_json(root: Path) -> str:
         "nan" if math.isnan(v) else "inf" if v > 0 else "-inf"     # JSON has no inf or NaN
     st = {name: {"hex": [hex16(v) if v is not None else None for v in vals],
                  "values": [number(v) for v in vals]} for name, vals in state(root).items()}
-    return json.dumps({"manifests": manifests, "state": st}, indent=2, sort_keys=True,
-                      allow_nan=False) + "\n"
+    return json_text({"manifests": manifests, "state": st}, indent=2) + "\n"

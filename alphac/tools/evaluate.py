@@ -17,7 +17,6 @@ Guarantees
 """
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import replace
 from pathlib import Path
@@ -32,6 +31,7 @@ from alphac.refusals import Refusal
 # These two lines go when cli.py imports them from there.
 from alphac.build import evaluation_for  # noqa: F401
 from alphac.ir.score import EvalError, held_out, labels_for  # noqa: F401
+from alphac.encode import json_text
 
 
 def checkpoint_state(lr: Learner, ckpt: str | Path) -> tuple[dict, int]:
@@ -80,7 +80,7 @@ def render(report: dict, fmt: str) -> str:
             v = out["mean_loss"]
             out["mean_loss"] = v if math.isfinite(v) else None
             out["mean_loss_hex"] = f.hex16(v)
-        return json.dumps(out, sort_keys=True) + "\n"
+        return json_text(out) + "\n"
     lines = [f"samples: {report['samples']}"]
     if "mean_loss" in report:
         lines.append(f"mean loss: {report['mean_loss']!r}")

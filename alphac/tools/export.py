@@ -19,7 +19,6 @@ Guarantees
 from __future__ import annotations
 
 import io
-import json
 import math
 import re
 import struct
@@ -29,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from alphac.tools.ckpt import CheckpointError, state
+from alphac.encode import json_text
 
 SUFFIXES = (".safetensors", ".npz")
 
@@ -70,7 +70,7 @@ def safetensors_bytes(arrays: dict[str, np.ndarray], metadata: dict[str, str]) -
                         "data_offsets": [at, at + len(raw)]}
         data.append(raw)
         at += len(raw)
-    text = json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
+    text = json_text(header, compact=True).encode()
     text += b" " * (-len(text) % 8)
     return struct.pack("<Q", len(text)) + text + b"".join(data)
 

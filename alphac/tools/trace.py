@@ -24,12 +24,12 @@ Guarantees
 """
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 from alphac.refusals import Refusal
 from alphac.tools.record import is_count, losses, read_record, stream_events, stream_lines
+from alphac.encode import json_text
 
 
 def span_name(what: str) -> str:
@@ -92,5 +92,5 @@ def write_trace(record: str | Path, out: str | Path) -> int:
     """Write the trace of `record` to `out`; returns the number of events."""
     from alphac.files import write_file
     t = trace(record)
-    write_file(out, (json.dumps(t, indent=1, sort_keys=True, allow_nan=False) + "\n").encode(), 0o644)
+    write_file(out, (json_text(t, indent=1) + "\n").encode(), 0o644)
     return len(t["traceEvents"])
