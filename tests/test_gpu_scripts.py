@@ -3,7 +3,7 @@
   * gpu/qualify.py runs whole against the mock driver (its one hook, `runner`, runs each
     executable under tests/mockgpu instead of directly): identity from a /proc tree, the probe,
     the host description from the driver's answers, the builds, the runs, the comparisons, the
-    run record (checked by alphac.tools.launch.verify_record); without a driver it exits 2;
+    run record (checked by alphac.tools.record.verify_record); without a driver it exits 2;
   * gpu/ioctl_sniffer.c builds with gcc -Wall -Werror and logs an ioctl (bytes before and after)
     when preloaded into a process that makes one on a file it watches; gpu/cuda_ioctl_trace.py
     names that call from the ABI tables, and exits 2 without libcuda;
