@@ -252,21 +252,23 @@ def check_function(mod, item: tuple, generated: bool = False) -> None:
     extent, are refused there too."""
     fn = _Fn(mod, item)
     fn.generated = generated
+    names = {p for p, _ in item[2]} | set(mod.consts)
     for k, expr in item[5]:
-        if mod.fold(_substitute(expr, {p: ("int", 0) for p, _ in item[2]})) is None and \
-                not _names_only(expr, {p for p, _ in item[2]} | set(mod.consts)):
+        if not _closed(expr, names):
             raise fn.err(f"the extent of parameter `{item[2][k][0]}` must be an expression of "
                          f"the parameters and constants")
     fn.stmts(item[4])
 
 
-def _names_only(e: tuple, allowed: set[str]) -> bool:
+def _closed(e: tuple, names: set[str]) -> bool:
+    """e uses only `names`, integers, operators and udiv: what fold computes once a call's
+    arguments stand for the parameters."""
     if e[0] == "name":
-        return e[1] in allowed
-    if e[0] in ("int",):
+        return e[1] in names
+    if e[0] == "int":
         return True
     if e[0] == "bin":
-        return _names_only(e[2], allowed) and _names_only(e[3], allowed)
+        return _closed(e[2], names) and _closed(e[3], names)
     if e[0] == "un":
-        return _names_only(e[2], allowed)
-    return False
+        return _closed(e[2], names)
+    return e[0] == "call" and e[1] == "udiv" and all(_closed(a, names) for a in e[2])
