@@ -426,15 +426,21 @@ def launched_qmds(arch: abi.Arch, words: list[int], read, bound: dict[int, str] 
     (None when it faults). A QMD is either in memory (SEND_PCAS_A = its address >> 8: read there)
     or written inline: SET_INLINE_QMD_ADDRESS_A/B (the address >> 8, upper then lower) and the
     LOAD_INLINE_QMD_DATA(i) dwords, reassembled here from the method stream (dwords never sent
-    stay zero; `dwords` counts those that were). Each: {"how": "memory" | "inline", "va", "qmd":
-    hex | None, "dwords", "cbank0": {"va", "size", "bytes": hex | None}}. `bound`: the channel's
-    subchannel binding (see binding()), followed through this push buffer's SET_OBJECTs."""
+    stay zero; `dwords` counts those that were), or written into memory by the compute class's
+    inline-to-memory engine earlier in the same push buffer (OFFSET_OUT_UPPER/OFFSET_OUT,
+    LAUNCH_DMA, then LOAD_INLINE_DATA dwords, as tinygrad's ops_nv writes QMDs and constants):
+    those dwords are laid over what memory holds, since memory read after the fact may be
+    GPU-only or rewritten. Each: {"how": "memory" | "inline" | "i2m", "va", "qmd": hex | None,
+    "dwords", "cbank0": {"va", "size", "bytes": hex | None}}. `bound`: the channel's subchannel
+    binding (see binding()), followed through this push buffer's SET_OBJECTs."""
     layout = abi.QMD_LAYOUTS[arch.qmd]
     m = abi.METHODS[arch.compute_methods]
     bound = binding() if bound is None else bound
     base, n_dw = INLINE_QMD_DATA(arch), layout.nbytes // 4
     out, inline, inline_hi, inline_va = [], None, 0, None
     sent: set[int] = set()
+    i2m: dict[int, int] = {}            # inline-to-memory: dword address -> the dword written
+    i2m_out, i2m_at = 0, None
 
     def flush():
         nonlocal inline
@@ -460,12 +466,29 @@ def launched_qmds(arch: abi.Arch, words: list[int], read, bound: dict[int, str] 
             i = (addr - base) // 4
             inline[0][4 * i:4 * i + 4] = struct.pack("<I", data & 0xffffffff)
             inline[1].add(i)
+        elif addr == m["OFFSET_OUT_UPPER"]:
+            i2m_out = (data & 0xffffffff) << 32 | i2m_out & 0xffffffff
+        elif addr == m["OFFSET_OUT"]:
+            i2m_out = i2m_out >> 32 << 32 | data & 0xffffffff
+        elif addr == m["LAUNCH_DMA"]:
+            i2m_at = i2m_out
+        elif addr == m["LOAD_INLINE_DATA"] and i2m_at is not None:
+            i2m[i2m_at] = data & 0xffffffff
+            i2m_at += 4
         elif addr == m["SEND_PCAS_A"]:
             flush()
             va = data << 8
             if va not in sent:
                 raw = read(va, layout.nbytes)
-                out.append({"how": "memory", "va": va, "qmd": raw.hex() if raw else None, "dwords": n_dw if raw else 0})
+                over = [i for i in range(n_dw) if va + 4 * i in i2m]
+                if over:                 # the inline-to-memory dwords over what memory holds
+                    qmd = bytearray(raw or bytes(layout.nbytes))
+                    for i in over:
+                        qmd[4 * i:4 * i + 4] = struct.pack("<I", i2m[va + 4 * i])
+                    out.append({"how": "i2m", "va": va, "qmd": bytes(qmd).hex(), "dwords": len(over)})
+                else:
+                    out.append({"how": "memory", "va": va, "qmd": raw.hex() if raw else None,
+                                "dwords": n_dw if raw else 0})
     flush()
     for q in out:
         if q["qmd"] is None:

@@ -227,6 +227,16 @@ def test_trace_finds_qmds_in_memory_and_inline(tmp_path):
     assert t.launched_qmds(arch, pb, read) == [{"how": "inline", "va": 0x10_0003_0000, "qmd": qmd.hex(),
                                                 "dwords": 96, "cbank0": cb}]
     assert ("LOAD_INLINE_QMD_DATA(95)" in [n for _, n, _ in t.methods(arch, pb)])
+    # through the inline-to-memory engine (tinygrad's way), then launched from memory the CPU
+    # cannot read (read gives None there): the QMD comes from the method stream alone
+    at = 0x10_0005_0000
+    pb = [image.method(1, m["OFFSET_OUT_UPPER"], 2), at >> 32, at & 0xffffffff,
+          image.method(1, m["LINE_LENGTH_IN"], 2), len(qmd), 1, image.method(1, m["LAUNCH_DMA"], 1), 0x41,
+          image.pack_bitfields({"NVC56F_DMA_SEC_OP": abi.CONSTANTS["NVC56F_DMA_SEC_OP_NON_INC_METHOD"],
+                                "NVC56F_DMA_METHOD_COUNT": len(words), "NVC56F_DMA_METHOD_SUBCHANNEL": 1,
+                                "NVC56F_DMA_METHOD_ADDRESS": m["LOAD_INLINE_DATA"] >> 2}), *words,
+          image.method(1, m["SEND_PCAS_A"], 1), at >> 8]
+    assert t.launched_qmds(arch, pb, read) == [{"how": "i2m", "va": at, "qmd": qmd.hex(), "dwords": 96, "cbank0": cb}]
     # qualify's variants: every one packs; a trace holding that QMD adds "libcuda", second
     q = script("qualify")
     la = image.Launch("k", 1, 32, 3, 0x10_0000_0000, "", 0, b"", 0x10_0004_0000, cbank, 0, (), 0, ())
