@@ -10,6 +10,10 @@
     the image uses 256): the mock's error list names a bank that is not;
   * a GPU that never completes is refused `gpu-timeout` after about 4 s of CLOCK_MONOTONIC (not
     after a poll count), with the channel's state in the events file;
+  * the completion wait spins first: a card that completes a few calls after its doorbell (the
+    mock's `latency`) is waited for without one nanosleep (the clock read every SPIN_POLLS polls
+    is what gives the mock control), and one that never completes is slept for only after
+    SPIN_NS of spinning;
   * a GPU build imports only the stdlib, numpy and alphac (the GPU machine has nothing else;
     pyelftools, capstone and keystone are the tests' oracles): built with those unimportable.
 """
@@ -68,6 +72,31 @@ def test_a_gpu_that_never_completes_is_refused_within_seconds():
     assert lines[:3] == ["identity", "memory", "channel"]
     assert lines[3:] == ["gpget 0 gpput 1", *(f"notifier {i} 0" for i in range(12)), "semaphore 0",
                          "refused: gpu-timeout"]
+
+
+
+def test_the_wait_spins_before_it_sleeps():
+    """A card that takes three more calls to complete each push buffer: the wait reads the clock
+    every SPIN_POLLS polls and never sleeps (nanosleep per poll would sleep at least twice a wait);
+    the bits are the oracle's. A card that never completes: spinning ends after SPIN_NS, then
+    every poll sleeps, until the bound."""
+    from alphac.lower.gpu import SPIN_NS
+    need_mock()
+    path, built = build("lsq_adam", 90)
+    r = mockgpu.run(path, ("--steps", "2"), card=card_for(90), kernels=built.kernels, latency=3)
+    assert r.errors == [] and (r.returncode, r.stderr) == (0, ""), (r.errors, r.stderr)
+    assert r.stdout == oracle.run("lsq_adam", steps=2)
+    calls = [t[0] for t in r.trace]
+    waits = 1 + 2 * len(built.kernels)                     # the setup, then each kernel a step
+    assert "nanosleep" not in calls and calls.count("clock_gettime") >= 3 * waits
+    r = mockgpu.run(path, ("--steps", "1"), card=card_for(90), kernels=built.kernels, hang=True,
+                    timeout=30)
+    assert r.returncode == exit_code("gpu-timeout")
+    calls = [t[0] for t in r.trace]
+    first = calls.index("nanosleep")
+    spun = calls[:first].count("clock_gettime")
+    assert 2 <= spun and calls.count("nanosleep") > 100, (spun, calls.count("nanosleep"))
+    assert SPIN_NS < 4_000_000_000 // 100
 
 
 # A GPU build as the CLI runs it, where the test oracles cannot be imported; then every module it

@@ -24,8 +24,10 @@ from alphac.nvdrv.conversation import Conversation
 from alphac.nvdrv.image import GPFIFO_ENTRIES, SEM_RELEASED, GpuImage
 from alphac.ptx.abi import param_count, param_layout
 
-# The completion wait's bound, by the clock: 10^6 polls of a 10 us nanosleep took about 90 s
-WAIT_NS = 4_000_000_000
+# The completion wait (runtime/nvdrv.rt gpu_wait): its bound by the clock (10^6 polls of a 10 us
+# nanosleep took about 90 s); spinning for SPIN_NS before sleeping between polls, with one clock
+# read every SPIN_POLLS polls (a kernel's launch-to-release on the H200 was 10-460 us)
+WAIT_NS, SPIN_NS, SPIN_POLLS = 4_000_000_000, 2_000_000, 4096
 
 
 def constants(img: GpuImage, conv: Conversation, table: bytes) -> dict[str, int]:
@@ -41,6 +43,8 @@ def constants(img: GpuImage, conv: Conversation, table: bytes) -> dict[str, int]
         "GPU_GPPUT": img.userd_va + abi.USERD_GPPUT_OFFSET,
         "GPU_DOORBELL": img.doorbell_va,
         "GPU_WAIT_NS": WAIT_NS,
+        "GPU_SPIN_NS": SPIN_NS,
+        "GPU_SPIN_POLLS": SPIN_POLLS,
         "GPU_GPGET": img.userd_va + abi.USERD_GPGET_OFFSET,
         "GPU_NOTIFIER": img.alloc("sysmem").va,              # the channel's error notifier
         "GPU_NOTIFIER_WORDS": CONSTANTS["NV_CHANNELGPFIFO_NOTIFICATION_TYPE__SIZE_1"] * 4,   # 16 B each

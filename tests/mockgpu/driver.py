@@ -121,6 +121,8 @@ class Driver:
     kernels: list
     present: bool = True                                       # False: no driver at all
     hang: bool = False                                         # a GPU that never runs its channel
+    latency: int = 0                                           # calls after a doorbell before it runs
+    pending: tuple | None = None                               # (channel, calls left) while it waits
     errors: list = field(default_factory=list)
     trace: list = field(default_factory=list)                  # every call, as the mock saw it
     allocations: list = field(default_factory=list)            # (class name, size) in order
@@ -227,7 +229,14 @@ class Driver:
         return listener.cont(n)
 
     def doorbell(self) -> None:
-        """A doorbell write is a store, not a call: look at it whenever the executable calls."""
+        """A doorbell write is a store, not a call: look at it whenever the executable calls.
+        With `latency` the channel runs only at the latency-th call after the one that saw it."""
+        if self.pending is not None:         # a card that takes time: `latency` calls
+            ch, left = self.pending
+            self.pending = (ch, left - 1) if left > 1 else None
+            if left == 1:
+                self.gpu.run(ch)
+            return
         if self.usermode is None:
             return
         token = self.usermode.u32(abi.USERMODE_DOORBELL_OFFSET)
@@ -239,6 +248,8 @@ class Driver:
             self.errors.append(f"doorbell rung with {token:#x}, no channel has that token")
         elif not self.objects[ch.group].scheduled:
             self.errors.append("doorbell rung on a channel whose group is not scheduled")
+        elif self.latency:
+            self.pending = (ch, self.latency)
         elif not self.hang:
             self.gpu.run(ch)
 
