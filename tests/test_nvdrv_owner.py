@@ -9,7 +9,7 @@ boundary). Guarantees checked:
     matching alphac's ABI tables (the mock's error list is empty) and the calls, in order, equal
     to the conversation table's (`expected_trace`);
   * under strace, the executable makes only the calls the conversation lists, plus its output,
-    its events file, the completion waits (clock_gettime; nanosleep per poll) and exit_group;
+    its events file, the completion waits (clock_gettime; nanosleep only after spinning) and exit_group;
   * executed mutants: built for another UUID (device-uuid), another product or driver version, a
     card with less memory than the plan (nvidia-plan-host), no driver (nvidia-open), a flipped
     byte in the launch image (launch-image), a GPU that computes another bit
