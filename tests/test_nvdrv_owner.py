@@ -94,6 +94,7 @@ def test_owner_prints_the_oracle_bits(name, sm):
     assert (r.returncode, r.stderr) == (0, "")
     assert r.stdout == oracle.run(name, steps=5)
     assert r.device_calls() == built.conversation.expected_trace()
+    assert r.boosted                    # the SM clock's boost asked as libcuda asks it
     kernels = [b.kernel.name for b in built.kernels]
     assert [la[0] for la in r.launches] == kernels * 5
     from alphac.tools.record import split_event
@@ -167,6 +168,15 @@ def test_strace_shows_only_the_conversation():
     # one per event, one per wait: setup, 3 kernels, 5 steps
     assert other.count("clock_gettime") == other.count(("write", events)) + 1 + 3 * 5
     assert calls[-1] == ("exit_group", "0")
+
+
+def test_a_declined_boost_changes_nothing():
+    """A driver that declines the SM clock's boost (NV_ERR_INSUFFICIENT_PERMISSIONS): the run
+    goes on at whatever clock the card has, with the same bits."""
+    need_mock()
+    r, built = run("lsq_adam", 90, card=card_for(90, boost_denied=True))
+    assert r.errors == [] and (r.returncode, r.stderr) == (0, "") and not r.boosted
+    assert r.stdout == oracle.run("lsq_adam", steps=5)
 
 
 def test_probe_identity_prints_what_the_driver_says():

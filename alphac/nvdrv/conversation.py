@@ -18,6 +18,7 @@ is allocated.
        and the topology (GR_GET_INFO)                    -> gpu-topology when the local-memory
                                                             area was sized for less
        ---- identity checked: nothing has been allocated yet but the objects that ask ----
+       the SM clock's boost (PERF_BOOST, as libcuda asks it; declining it is not a refusal)
     7  UVM: open, initialize; usermode page (mapped: the doorbell); VA space; register the GPU
     8  memory: sysmem (notifier, semaphore), the GPFIFO area, the arena; each mapped for the CPU
        (RM_MAP_MEMORY on a fresh fd, then mmap at the planned address) and for the GPU (UVM);
@@ -244,15 +245,17 @@ class Conversation:
                    f"NV_ESC_RM_ALLOC {cls}", "status", pat, [(arg, "hObjectNew", handle, "zero")])
         return prm
 
-    def control(self, obj: str, cmd: str, values: dict | None = None, patches=(), saves=()) -> Placed:
-        """NV_ESC_RM_CONTROL `cmd` on object `obj`; returns the placed parameters."""
+    def control(self, obj: str, cmd: str, values: dict | None = None, patches=(), saves=(),
+                status: str | None = "status") -> Placed:
+        """NV_ESC_RM_CONTROL `cmd` on object `obj`; returns the placed parameters. With `status`
+        None the answer's status is not checked (a request the driver may decline)."""
         c = CTRL_CMDS[cmd]
         prm = self.region.place(c.params, values)
         arg = self.region.place("NVOS54_PARAMETERS", {"cmd": c.cmd, "paramsSize": STRUCTS[c.params].size})
         full = [(arg, "hClient", SLOT, "h_root"), (arg, "hObject", SLOT, obj),
                 (arg, "params", ADDR, prm.offset)] + [(prm, p, k, v) for p, k, v in patches]
         self.ioctl("fd_ctl", NV_IOCTLS["NV_ESC_RM_CONTROL(NVOS54_PARAMETERS)"].cmd, arg,
-                   f"NV_ESC_RM_CONTROL {cmd}", "status", full,
+                   f"NV_ESC_RM_CONTROL {cmd}", status, full,
                    [(prm, p, s, b) for p, s, b in saves])
         return prm
 
@@ -386,6 +389,14 @@ class Conversation:
         for i, (label, bound) in enumerate(zip(TOPOLOGY_NAMES, bounds)):
             self.expect(EXPECT_LE, infos.offset + i * step + data_off, bound, REFUSE_TOPOLOGY, label)
         self.mark("identity", identity_end=True)
+        # The SM clock: the maximum boost until the run ends, as libcuda asks on the H200 (flags
+        # 0x12, duration infinite; issue 42): without it the card stayed at its idle 345 MHz. Not
+        # checked: a driver that declines leaves the clock, which changes speed, never a bit.
+        boost = {"NV2080_CTRL_PERF_BOOST_FLAGS_CMD": CONSTANTS["NV2080_CTRL_PERF_BOOST_FLAGS_CMD_BOOST_TO_MAX"],
+                 "NV2080_CTRL_PERF_BOOST_FLAGS_CUDA": CONSTANTS["NV2080_CTRL_PERF_BOOST_FLAGS_CUDA_YES"]}
+        self.control("h_subdevice", "NV2080_CTRL_CMD_PERF_BOOST",
+                     {"flags": abi.pack_bitfields(boost),
+                      "duration": CONSTANTS["NV2080_CTRL_PERF_BOOST_DURATION_INFINITE"]}, status=None)
 
         self.open("/dev/nvidia-uvm", "fd_uvm")
         self.open("/dev/nvidia-uvm", "fd_uvm2")

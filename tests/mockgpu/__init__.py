@@ -46,6 +46,7 @@ class MockResult:
     launches: list
     allocations: list
     strace: list[str] | None
+    boosted: bool = False           # the driver granted the SM clock's boost (PERF_BOOST)
 
     def device_calls(self) -> list[tuple]:
         """The trace's calls on the driver's files, in conversation.expected_trace()'s form."""
@@ -167,7 +168,8 @@ def run(exe: str | Path, args=(), card: Card | None = None, kernels=(), present:
             return MockResult(-9 if code is None else code, out.read().decode(), err.read().decode(),
                               ev.read_text() if ev.exists() else "", drv.trace, drv.errors,
                               drv.gpu.launches, drv.allocations,
-                              st.read_text().splitlines() if strace and st.exists() else None)
+                              st.read_text().splitlines() if strace and st.exists() else None,
+                              drv.boosted)
         finally:
             drv.close()
             out.close()

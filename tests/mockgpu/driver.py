@@ -53,6 +53,7 @@ class Card:
     gpu_id: int = 0x1800
     device_instance: int = 0
     topology: tuple | None = None       # GR_GET_INFO's (GPCs, TPCs/GPC, SMs/TPC, warps/SM)
+    boost_denied: bool = False          # PERF_BOOST answered NV_ERR_INSUFFICIENT_PERMISSIONS
 
     def __post_init__(self):
         if self.topology is None:       # the chips' LITTER values: GH100 8x9x2, 64 warps; GA102
@@ -121,6 +122,7 @@ class Driver:
     kernels: list
     present: bool = True                                       # False: no driver at all
     hang: bool = False                                         # a GPU that never runs its channel
+    boosted: bool = False                                      # PERF_BOOST granted
     latency: int = 0                                           # calls after a doorbell before it runs
     pending: tuple | None = None                               # (channel, calls left) while it waits
     errors: list = field(default_factory=list)
@@ -462,6 +464,16 @@ class Driver:
                     return status("NV_ERR_INVALID_ARGUMENT", f"GR info index {e['index']} is not modelled")
                 e["data"] = card.topology[GR_INDEX[e["index"]]]
                 mem.write(at + i * step, bytes(e.buf))
+        elif name == "NV2080_CTRL_CMD_PERF_BOOST":      # what libcuda asks on an H200
+            want = abi.pack_bitfields({
+                "NV2080_CTRL_PERF_BOOST_FLAGS_CMD": CONSTANTS["NV2080_CTRL_PERF_BOOST_FLAGS_CMD_BOOST_TO_MAX"],
+                "NV2080_CTRL_PERF_BOOST_FLAGS_CUDA": CONSTANTS["NV2080_CTRL_PERF_BOOST_FLAGS_CUDA_YES"]})
+            if (p["flags"], p["duration"]) != (want, CONSTANTS["NV2080_CTRL_PERF_BOOST_DURATION_INFINITE"]):
+                return status("NV_ERR_INVALID_ARGUMENT", f"boost flags {p['flags']:#x} duration {p['duration']:#x}")
+            if card.boost_denied:
+                v["status"] = ERR["NV_ERR_INSUFFICIENT_PERMISSIONS"]
+                return None
+            self.boosted = True
         elif name == "NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN":
             p["workSubmitToken"] = obj.channel.token
         elif name == "NVA06C_CTRL_CMD_GPFIFO_SCHEDULE":

@@ -64,6 +64,7 @@
 #include "ctrl/ctrl2080/ctrl2080gpu.h"
 #include "ctrl/ctrl2080/ctrl2080gr.h"
 #include "ctrl/ctrl2080/ctrl2080fb.h"
+#include "ctrl/ctrl2080/ctrl2080perf.h"
 #include "ctrl/ctrlc36f.h"
 #include "ctrl/ctrla06c.h"
 #include "ctrl/ctrla06f/ctrla06fgpfifo.h"
