@@ -48,14 +48,30 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "gpu")]
 PROBE_LEARNER = "lsq_adam"          # does not spill: its owner builds without a topology
 
 
+def adam(params: list[tuple[str, str]], lr: float) -> tuple[str, str]:
+    """(declarations, update statements) of Adam over `params` ((name, type) each), written as
+    examples/lsq_adam.alpha writes it: beta1 0.9, beta2 0.999, eps 1e-8, bias corrections by
+    scalar powers."""
+    decl = ("const beta1 = 0.9\nconst beta2 = 0.999\nconst c1 = 1 - beta1\nconst c2 = 1 - beta2\n"
+            f"const eps = 1e-8\nconst lr = {lr!r}\nstate p1: f64 = 1.0\nstate p2: f64 = 1.0\n")
+    decl += "".join(f"state m_{n}: {t} = 0.0\nstate v_{n}: {t} = 0.0\n" for n, t in params)
+    body = "  p1 = p1 * beta1\n  p2 = p2 * beta2\n"
+    for n, _ in params:
+        body += (f"  let g_{n} = grad({n})\n  m_{n} = beta1 * m_{n} + c1 * g_{n}\n"
+                 f"  v_{n} = beta2 * v_{n} + c2 * (g_{n} * g_{n})\n"
+                 f"  {n} = {n} - (lr * (m_{n} / (1 - p1))) / (sqrt(v_{n} / (1 - p2)) + eps)\n")
+    return decl, body
+
+
 def lsq_source(width: int, rows: int, name: str = "lsq_wide", keep: bool = True,
-               where: Path | None = None) -> str:
+               where: Path | None = None, optimizer: str = "sgd", exact: bool = False) -> str:
     """Least squares with `w: f64[width]` on `rows` samples, plain gradient descent. The data are
     small dyadic rationals, so every product and sum of the first steps is exact or nearly so.
     `keep`: the prediction goes through p = w * x[i], which the loss also penalizes (0.5 p.p), so
     grad_samples reads p several times and keeps it in a .local array (from width 17 up to
     alphac.ptx.kernels.STORE_MAX): the learner uses local memory. Without it, the plain least
-    squares: loops over w and x[i], no local memory at any width."""
+    squares: loops over w and x[i], no local memory at any width. `optimizer` "adam": Adam
+    (lr 0.05) instead of plain gradient descent; `exact`: under `contract exact_sum`."""
     xs = [[((r * 7 + c * 3) % 11 - 5) / 8 for c in range(width)] for r in range(rows)]
     ys = [(r % 5 - 2) / 4 for r in range(rows)]
     if where is not None:       # in .npy files beside the source (a wide learner's literal is too long)
@@ -68,16 +84,18 @@ def lsq_source(width: int, rows: int, name: str = "lsq_wide", keep: bool = True,
                 "data y = [" + ", ".join(map(repr, ys)) + "]\n")
     loss = ("  let p = w * x[i]\n  let r = sum(p) - y[i]\n  0.5 * r^2 + 0.5 * dot(p, p)\n" if keep else
             "  let r = dot(w, x[i]) - y[i]\n  0.5 * r^2\n")
-    return (f"learner {name}\n{data}param w: f64[{width}] = 0.0\n"
-            f"loss(i) {{\n{loss}}}\nupdate {{\n  w = w - 0.05 * grad(w)\n}}\n")
+    decl, body = adam([("w", f"f64[{width}]")], 0.05) if optimizer == "adam" else ("", "  w = w - 0.05 * grad(w)\n")
+    return (f"learner {name}\n{'contract exact_sum' + chr(10) if exact else ''}{data}"
+            f"param w: f64[{width}] = 0.0\n{decl}loss(i) {{\n{loss}}}\nupdate {{\n{body}}}\n")
 
 
 def mlp_source(inputs: int, hidden: int, classes: int, rows: int, name: str,
-               where: Path | None = None) -> str:
+               where: Path | None = None, optimizer: str = "sgd") -> str:
     """An inputs-hidden-classes tanh MLP with softmax cross-entropy, plain gradient descent, on
     `rows` generated samples (small dyadic pixels, labels 0..classes-1); W1 starts uniform, b1 and
     W2 vary by coordinate, so every unit and class computes something of its own. With `where`,
-    the samples in .npy files there (a wide data literal passes the 1 MiB a source may have)."""
+    the samples in .npy files there (a wide data literal passes the 1 MiB a source may have).
+    `optimizer` "adam": Adam (lr 0.01) instead."""
     vec = lambda n, f: "[" + ", ".join(repr(f(k)) for k in range(n)) + "]"      # noqa: E731
     pixel = lambda r, c: ((r * 5 + c * 3) % 17) / 16                           # noqa: E731
     if where is not None:
@@ -90,14 +108,16 @@ def mlp_source(inputs: int, hidden: int, classes: int, rows: int, name: str,
         xs = ",\n  ".join(vec(inputs, lambda c, r=r: pixel(r, c)) for r in range(rows))
         data = f"data x = [{xs}]\ndata y = [{', '.join(str(r * 3 % classes) for r in range(rows))}]\n"
     w2 = ",\n  ".join(vec(hidden, lambda h, c=c: ((c * 7 + h * 5) % 13 - 6) / 64) for c in range(classes))
+    params = [("W1", f"f64[{hidden}, {inputs}]"), ("b1", f"f64[{hidden}]"),
+              ("W2", f"f64[{classes}, {hidden}]"), ("b2", f"f64[{classes}]")]
+    decl, body = adam(params, 0.01) if optimizer == "adam" else \
+        ("", "".join(f"  {n} = {n} - 0.1 * grad({n})\n" for n, _ in params))
     return (f"learner {name}\n{data}"
             f"param W1: f64[{hidden}, {inputs}] = {1 / 1024!r}\n"
             f"param b1: f64[{hidden}] = {vec(hidden, lambda h: ((h * 5) % 9 - 4) / 32)}\n"
-            f"param W2: f64[{classes}, {hidden}] = [{w2}]\nparam b2: f64[{classes}] = 0.0\n"
+            f"param W2: f64[{classes}, {hidden}] = [{w2}]\nparam b2: f64[{classes}] = 0.0\n{decl}"
             "loss(i) {\n  let h = tanh(W1 @ x[i] + b1)\n  let z = W2 @ h + b2\n"
-            f"  logsumexp(z) - dot(onehot(y[i], {classes}), z)\n}}\n"
-            "update {\n  W1 = W1 - 0.1 * grad(W1)\n  b1 = b1 - 0.1 * grad(b1)\n"
-            "  W2 = W2 - 0.1 * grad(W2)\n  b2 = b2 - 0.1 * grad(b2)\n}\n")
+            f"  logsumexp(z) - dot(onehot(y[i], {classes}), z)\n}}\nupdate {{\n{body}}}\n")
 
 
 def learner_of(width: int, rows: int, where: Path):
@@ -171,14 +191,51 @@ def digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def check(args, runner) -> int:
+class NoCard(Exception):
+    """The card cannot be used here: (exit code, why[, the probe's record])."""
+
+
+def card_host(out: Path, runner, proc: Path, minor, sm_asked) -> tuple[int, object, dict]:
+    """(sm, the card's host description, the probe's record): /proc/driver/nvidia names the card,
+    an owner's --probe-identity (built for a provisional host) asks the driver, and its answers,
+    topology included, make the host description (written to out/host.gpuhost). NoCard(2, why)
+    where nothing can run (no card, no ptxas), NoCard(1, why) when the probe fails."""
     from qualify import Unavailable, parse_probe, read_identity, sm_of
+    from alphac.build import build_gpu_owner
+    from alphac.driver import compile_file
+    from alphac.nvdrv import host as host_mod
+    from alphac.ptx.ptxas import PtxasMissing, find_ptxas
+    try:
+        find_ptxas()
+        ident = read_identity(proc, minor)
+        sm = sm_of(ident["product"], sm_asked)
+    except (Unavailable, PtxasMissing) as e:
+        raise NoCard(2, f"cannot run here: {e}") from None
+    provisional = host_mod.make({"uuid": ident["uuid"], "product": ident["product"][:63] or "unknown",
+                                 "memory": "1 TiB", "driver": ident["driver"], "minor": ident["minor"]})
+    probe = build_gpu_owner(compile_file(ROOT / "examples" / f"{PROBE_LEARNER}.alpha").learner,
+                            f"x86_64+sm_{sm}", provisional)
+    (out / "bin").mkdir(parents=True, exist_ok=True)
+    exe = out / "bin" / "probe"
+    exe.write_bytes(probe.image.elf)
+    exe.chmod(0o755)
+    rc, said_text, err = runner(exe, ["--probe-identity"], probe)
+    said = parse_probe(said_text)
+    record = {"exit": rc, "stdout": said_text, "stderr": err[-2000:]}
+    if rc != 0 or not {"driver", "uuid", "product", "memory-kib", *host_mod.TOPOLOGY_NAMES} <= said.keys():
+        raise NoCard(1, f"the identity probe failed: exit {rc} {err.strip()[-300:]}", record)
+    host = host_mod.make({"uuid": said["uuid"], "product": said["product"], "driver": said["driver"],
+                          "memory": str(int(said["memory-kib"]) * 1024), "minor": ident["minor"],
+                          "topology": " ".join(said[k] for k in host_mod.TOPOLOGY_NAMES)})
+    (out / "host.gpuhost").write_text(host.describe())
+    return sm, host, record
+
+
+def check(args, runner) -> int:
     from alphac.build import build_gpu_owner, build_learner
     from alphac.diag import BuildError, CompileError
-    from alphac.driver import compile_file
     from alphac.ir.interp import format_state, run as interp_run
-    from alphac.nvdrv import host as host_mod, image
-    from alphac.ptx.ptxas import PtxasMissing, find_ptxas
+    from alphac.nvdrv import image
     out = Path(args.out)
     (out / "bin").mkdir(parents=True, exist_ok=True)
     result = {"widths": args.widths, "steps": args.steps, "rows": args.rows, "learners": [], "passed": False}
@@ -187,34 +244,15 @@ def check(args, runner) -> int:
         (out / "local.json").write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
 
     try:
-        find_ptxas()
-        ident = read_identity(Path(args.proc), args.minor)
-        sm = sm_of(ident["product"], args.sm)
-    except (Unavailable, PtxasMissing) as e:
-        result["why"] = f"cannot run here: {e}"
-        save()
-        print(f"local_check: cannot run here: {e}", file=sys.stderr)
-        return 2
-    target = f"x86_64+sm_{sm}"
-    result["target"] = target
-    provisional = host_mod.make({"uuid": ident["uuid"], "product": ident["product"][:63] or "unknown",
-                                 "memory": "1 TiB", "driver": ident["driver"], "minor": ident["minor"]})
-    probe = build_gpu_owner(compile_file(ROOT / "examples" / f"{PROBE_LEARNER}.alpha").learner, target, provisional)
-    exe = out / "bin" / "probe"
-    exe.write_bytes(probe.image.elf)
-    exe.chmod(0o755)
-    rc, said_text, err = runner(exe, ["--probe-identity"], probe)
-    said = parse_probe(said_text)
-    result["probe"] = {"exit": rc, "stdout": said_text, "stderr": err[-2000:]}
-    if rc != 0 or not {"driver", "uuid", "product", "memory-kib", *host_mod.TOPOLOGY_NAMES} <= said.keys():
-        result["why"] = f"the identity probe failed: exit {rc} {err.strip()[-300:]}"
+        sm, host, result["probe"] = card_host(out, runner, Path(args.proc), args.minor, args.sm)
+    except NoCard as e:
+        code, result["why"], *probe = e.args
+        result.update({"probe": p for p in probe})
         save()
         print(f"local_check: {result['why']}", file=sys.stderr)
-        return 1
-    host = host_mod.make({"uuid": said["uuid"], "product": said["product"], "driver": said["driver"],
-                          "memory": str(int(said["memory-kib"]) * 1024), "minor": ident["minor"],
-                          "topology": " ".join(said[k] for k in host_mod.TOPOLOGY_NAMES)})
-    (out / "host.gpuhost").write_text(host.describe())
+        return code
+    target = f"x86_64+sm_{sm}"
+    result["target"] = target
     result["host"] = host.as_dict()
     save()
     ok = True

@@ -26,3 +26,32 @@ def test_benchmark_runs_in_its_short_mode(script):
     assert HEADERS[script] in r.stdout, r.stdout
     rows = [l for l in r.stdout.splitlines() if l.startswith("| ") and "---" not in l]
     assert script == "functions.py" or len(rows) >= 2, r.stdout      # a header and a row at least
+
+
+def lying_runner(exe, args, built):
+    """mock_runner, but the GPU owner's printed state has one bit changed (its last digit)."""
+    from test_device_check_local import mock_runner
+    rc, out, err = mock_runner(exe, args, built)
+    if built is not None and out:
+        out = out[:-2] + ("0" if out[-2] != "0" else "1") + out[-1:]
+    return rc, out, err
+
+
+@pytest.mark.parametrize("runner,code,bits", [("test_device_check_local.py:mock_runner", 0, "yes"),
+                                              ("test_bench.py:lying_runner", 1, "NO")])
+def test_gpu_benchmark_against_the_mock(tmp_path, runner, code, bits):
+    """bench/gpu.py --quick with every GPU owner under the mock (issue 42): a row per learner, the
+    GPU owner's bits compared with the CPU executable's (a changed bit says NO and exits 1)."""
+    from test_device_check_local import need_mock
+    from test_gpu_scripts import fake_proc
+    need_mock()
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "gpu.py"), "--quick", "--runner",
+                        str(ROOT / "tests" / runner.split(":")[0]) + ":" + runner.split(":")[1],
+                        "--proc", str(fake_proc(tmp_path)), "--out", str(tmp_path / "out")],
+                       capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert r.returncode == code, (r.stdout, r.stderr[-2000:])
+    assert "| learner | alphac GPU owner | alphac CPU executable |" in r.stdout
+    rows = [l for l in r.stdout.splitlines() if l.startswith("| ") and "---" not in l][1:]
+    assert [l.split(" | ")[0] for l in rows] == ["| least squares 8 x 64, exact_sum, Adam",
+                                                "| MLP 6-5-3 tanh, batch 16, Adam"]
+    assert all(l.endswith(f"| {bits} |") for l in rows), r.stdout

@@ -1,0 +1,251 @@
+"""Benchmark: a GPU owner beside alphac's CPU executable and PyTorch float64 on the same card.
+
+The learners (issue 42), each trained with Adam:
+  lsq     least squares, 64 coordinates x 65,536 samples read at run time, `contract exact_sum`
+  mlp     a 784-256-10 tanh MLP with softmax cross-entropy on 256 samples (full batch: batch 256)
+  digits  examples/digits_mlp.alpha (64-32-10, 1,500 images)
+(gpu/local_check.py's generators write the first two, their data as .npy files beside them.)
+
+For each, the same span is timed on every side, the set-up apart and warm-up excluded:
+  * alphac's GPU owner and CPU executable: a step by difference, a run of W + N steps minus a run
+    of W steps, over N (start-up, reading the data and the first W steps cancel); the GPU owner's
+    start-up is a whole `--steps 0` run;
+  * PyTorch float64 on the card (eager: autograd and torch.optim.Adam; and the step captured in a
+    CUDA graph, Adam `capturable`), N steps after W untimed ones, synchronized at both ends; the
+    model, data and optimizer made before.
+The systems take turns in each of R rounds (interleaved); the table shows the median and the
+spread (lowest..highest) over the rounds, and whether the GPU owner's printed state after W + N
+steps is the CPU executable's, bit for bit. Without a card, torch or CUDA, the rows say so.
+
+    python bench/gpu.py [--learners lsq,mlp,digits] [--steps N] [--warmup W] [--rounds R] [--out DIR]
+    python bench/gpu.py --quick [--runner FILE.py:FUNCTION] [--proc DIR]
+
+--quick: small learners (8 x 64 least squares, a 6-5-3 MLP on 16 samples), 2 + 2 steps, 2
+rounds; with --runner (tests/test_device_check_local.py:mock_runner) every GPU owner runs against
+the mock, which checks the run and its bits but whose times mean nothing. The card is found as
+gpu/local_check.py finds it (--proc, default /proc/driver/nvidia, then the owner's
+--probe-identity). Exit 0 when every GPU owner ran and gave the CPU executable's bits, 1 if one
+did not, 2 when nothing could run (no card, no ptxas).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "gpu")]
+
+from bench.digits import median_spread          # noqa: E402
+from local_check import NoCard, card_host, lsq_source, mlp_source, run_exe   # noqa: E402
+
+# name -> (what the table calls it, from its size; its full size; its --quick size)
+LEARNERS = {
+    "lsq": (lambda z: f"least squares {z['width']} x {z['rows']:,}, exact_sum, Adam",
+            {"width": 64, "rows": 65536}, {"width": 8, "rows": 64}),
+    "mlp": (lambda z: "MLP {}-{}-{} tanh, batch {}, Adam".format(*z["dims"], z["rows"]),
+            {"dims": (784, 256, 10), "rows": 256}, {"dims": (6, 5, 3), "rows": 16}),
+    "digits": (lambda z: "digits MLP 64-32-10, batch 1,500, Adam", {}, None),
+}
+
+
+def learner_source(name: str, size: dict, where: Path) -> Path:
+    """The learner's source file under `where` (its data beside it); digits is the example's."""
+    if name == "digits":
+        return ROOT / "examples" / "digits_mlp.alpha"
+    path = where / f"bench_{name}.alpha"
+    if name == "lsq":
+        text = lsq_source(size["width"], size["rows"], f"bench_{name}", keep=False, where=where,
+                          optimizer="adam", exact=True)
+    else:
+        text = mlp_source(*size["dims"], size["rows"], f"bench_{name}", where=where, optimizer="adam")
+    path.write_text(text)
+    return path
+
+
+def run_span(runner, exe: Path, steps: int, built) -> tuple[float, int, str]:
+    """(seconds, exit code, stdout) of one whole run of `steps` steps."""
+    t0 = time.perf_counter()
+    rc, out, _ = runner(exe, ["--steps", str(steps)], built)
+    return time.perf_counter() - t0, rc, out
+
+
+# -- PyTorch float64, the same learners ---------------------------------------------------------
+def torch_model(name: str, size: dict, where: Path, torch, device: str):
+    """(parameters, a closure computing the loss, their data) at the learner's initial values."""
+    import numpy as np
+    f64 = torch.float64
+    load = lambda n: torch.from_numpy(np.load(n)).to(device=device, dtype=f64)     # noqa: E731
+    if name == "lsq":
+        x, y = load(where / "bench_lsq_x.npy"), load(where / "bench_lsq_y.npy")
+        w = torch.zeros(size["width"], dtype=f64, device=device, requires_grad=True)
+        return [w], lambda: 0.5 * ((x @ w - y) ** 2).mean()
+    if name == "digits":
+        data = ROOT / "examples" / "data"
+        x, y = load(data / "digits_x_train.npy"), load(data / "digits_y_train.npy").long()
+        ps = [load(data / f"digits_{n}.npy").requires_grad_() for n in ("w1", "b1", "w2", "b2")]
+    else:
+        i, h, c = size["dims"]
+        x, y = load(where / "bench_mlp_x.npy"), load(where / "bench_mlp_y.npy").long()
+        ps = [torch.full((h, i), 1 / 1024, dtype=f64, device=device),
+              torch.tensor([((k * 5) % 9 - 4) / 32 for k in range(h)], dtype=f64, device=device),
+              torch.tensor([[((cc * 7 + k * 5) % 13 - 6) / 64 for k in range(h)] for cc in range(c)],
+                           dtype=f64, device=device),
+              torch.zeros(c, dtype=f64, device=device)]
+        ps = [p.requires_grad_() for p in ps]
+    W1, b1, W2, b2 = ps
+    return ps, lambda: torch.nn.functional.cross_entropy(torch.tanh(x @ W1.T + b1) @ W2.T + b2, y)
+
+
+def torch_time(name: str, size: dict, where: Path, torch, device: str, warmup: int, steps: int,
+               graph: bool) -> float:
+    """Seconds for `steps` Adam steps after `warmup` untimed ones (set-up outside the span)."""
+    ps, loss = torch_model(name, size, where, torch, device)
+    lr = 0.01 if name != "lsq" else 0.05
+    opt = torch.optim.Adam(ps, lr=lr, betas=(0.9, 0.999), eps=1e-8, capturable=graph)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+
+    def step():
+        opt.zero_grad(set_to_none=not graph)
+        loss().backward()
+        opt.step()
+    if graph:       # torch's whole-network capture: warm up on a side stream, capture, replay
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            for _ in range(3):
+                step()
+        torch.cuda.current_stream().wait_stream(s)
+        g = torch.cuda.CUDAGraph()
+        opt.zero_grad(set_to_none=False)
+        with torch.cuda.graph(g):
+            step()
+        step = g.replay
+    for _ in range(warmup):
+        step()
+    sync()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        step()
+    sync()
+    return time.perf_counter() - t0
+
+
+def torch_or_why():
+    try:
+        import torch
+    except ImportError:
+        return None, "torch is not installed"
+    torch.set_num_threads(1)
+    return torch, ("" if torch.cuda.is_available() else "torch has no CUDA here: on the CPU")
+
+
+# -- the table ----------------------------------------------------------------------------------
+def ms(xs: list[float]) -> str:
+    if not xs:
+        return "-"
+    med, lo, hi = median_spread(xs)
+    return f"{med * 1e3:.3f} ({lo * 1e3:.3f}..{hi * 1e3:.3f})"
+
+
+def bench(args, runner) -> int:
+    from alphac.build import build_gpu_owner, build_learner
+    from alphac.driver import compile_file
+    from alphac.targets import host_runs
+    out = Path(args.out or tempfile.mkdtemp(prefix="alphac-bench-gpu-"))
+    (out / "bin").mkdir(parents=True, exist_ok=True)
+    try:
+        sm, host, _ = card_host(out, runner, Path(args.proc), None, None)
+    except NoCard as e:
+        print(f"bench/gpu.py: {e.args[1]}", file=sys.stderr)
+        return e.args[0]
+    level = next(t for t in ("x86_64-v4", "x86_64-v3", "x86_64") if host_runs(t))
+    torch, why = torch_or_why()
+    device = "cuda" if torch is not None and not why else "cpu"
+    rows, ok, graph_failed = [], True, {}
+    for name in args.learners:
+        title, full, quick = LEARNERS[name]
+        size = quick if args.quick else full
+        title = title(size)
+        src = learner_source(name, size, out / "bin")
+        lr = compile_file(src).learner
+        t0 = time.perf_counter()
+        gpu = build_gpu_owner(lr, f"x86_64+sm_{sm}", host)
+        build_s = time.perf_counter() - t0
+        exes = {"gpu": (out / "bin" / f"{lr.name}.sm_{sm}", gpu, gpu.image.elf),
+                "cpu": (out / "bin" / f"{lr.name}.{level}", None, build_learner(lr, level).elf)}
+        for path, _, elf in exes.values():
+            path.write_bytes(elf)
+            path.chmod(0o755)
+        times = {k: [] for k in ("gpu", "cpu", "start", "torch", "graph")}
+        outputs, w, n = {}, args.warmup, args.steps
+        for _ in range(args.rounds):
+            for kind, (path, built, _) in exes.items():
+                long_s, rc, text = run_span(runner, path, w + n, built)
+                short_s, rc0, _ = run_span(runner, path, w, built)
+                outputs[kind] = (rc, rc0, text)
+                times[kind].append((long_s - short_s) / n)
+            times["start"].append(run_span(runner, exes["gpu"][0], 0, gpu)[0])
+            if torch is not None:
+                times["torch"].append(torch_time(name, size, out / "bin", torch, device, w, n, False) / n)
+                if device == "cuda" and name not in graph_failed:
+                    try:
+                        times["graph"].append(torch_time(name, size, out / "bin", torch, device, w, n, True) / n)
+                    except RuntimeError as e:       # a capture torch refuses: said, not fatal
+                        graph_failed[name] = str(e).splitlines()[0][:200]
+        same = outputs["gpu"][:2] == (0, 0) == outputs["cpu"][:2] and outputs["gpu"][2] == outputs["cpu"][2]
+        ok = ok and same
+        rows.append({"learner": title, "gpu": times["gpu"], "cpu": times["cpu"], "start": times["start"],
+                     "torch": times["torch"], "graph": times["graph"], "bits": same,
+                     "build_s": round(build_s, 2)})
+    where = "against the mock: times mean nothing" if args.runner else f"sm_{sm}, {host.product}"
+    print(f"# GPU owner beside the CPU executable ({level}) and PyTorch float64 ({where}); "
+          f"{args.rounds} rounds of {args.warmup} + {args.steps} steps; ms a step, median (spread)")
+    print(f"# torch: {why or 'CUDA, eager and a CUDA graph'}" if torch is not None else f"# {why}")
+    print("| learner | alphac GPU owner | alphac CPU executable | PyTorch eager | PyTorch CUDA graph | "
+          "GPU start-up | bits = CPU |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | --- |")
+    for r in rows:
+        print(f"| {r['learner']} | {ms(r['gpu'])} | {ms(r['cpu'])} | {ms(r['torch'])} | {ms(r['graph'])} | "
+              f"{ms(r['start'])} | {'yes' if r['bits'] else 'NO'} |")
+    for name, why_not in sorted(graph_failed.items()):
+        print(f"# {name}: no CUDA graph: {why_not}")
+    (out / "bench-gpu.json").write_text(json.dumps({"sm": sm, "level": level, "rows": rows}, indent=1,
+                                                   sort_keys=True) + "\n")
+    return 0 if ok else 1
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--learners", default=None, help=f"comma-separated, of {', '.join(LEARNERS)}")
+    ap.add_argument("--steps", type=int, default=20, help="timed steps a round")
+    ap.add_argument("--warmup", type=int, default=3, help="untimed steps before them")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds")
+    ap.add_argument("--quick", action="store_true", help="small learners, 2 + 2 steps, 2 rounds")
+    ap.add_argument("--out", help="where the executables, the host description and bench-gpu.json go")
+    ap.add_argument("--runner", help="FILE.py:FUNCTION that runs each executable (a test hook)")
+    ap.add_argument("--proc", default="/proc/driver/nvidia", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.steps, args.warmup, args.rounds = 2, 2, 2
+    names = args.learners.split(",") if args.learners else [k for k, v in LEARNERS.items() if v[2] or not args.quick]
+    bad = [k for k in names if k not in LEARNERS or (args.quick and LEARNERS[k][2] is None)]
+    if bad:
+        ap.error(f"--learners: {', '.join(bad)} not among {', '.join(LEARNERS)}"
+                 + (" (digits has no --quick size)" if args.quick else ""))
+    if min(args.steps, args.rounds) < 1 or args.warmup < 0:
+        ap.error("--steps and --rounds at least 1, --warmup at least 0")
+    args.learners = names
+    if args.runner:
+        from qualify import load_runner
+        runner = load_runner(args.runner)
+    else:
+        runner = run_exe
+    return bench(args, runner)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
