@@ -415,9 +415,11 @@ class Conversation:
         self.uvm("UVM_REGISTER_GPU_VASPACE", {},
                  [("gpuUuid", COPY, self.uuid_at), ("rmCtrlFd", SLOT, "fd_ctl"),
                   ("hClient", SLOT, "h_root"), ("hVaSpace", SLOT, "h_vaspace")])
+        self.mark("uvm")            # start-up's parts, each an event (issue 42: where the time goes)
         for a in img.allocations:
             if a.where in ("vidmem", "sysmem", "vidmem-gpu"):
                 self.memory(f"h_{a.name}", a.where, a.size, a.va)
+                self.mark(f"memory {a.name} {a.size}")
         self.mark("memory")
         self.alloc("KEPLER_CHANNEL_GROUP_A", "h_device", "h_chgrp", "NV_CHANNEL_GROUP_ALLOCATION_PARAMETERS",
                    {"engineType": CONSTANTS["NV2080_ENGINE_TYPE_GRAPHICS"]})
