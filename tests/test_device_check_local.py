@@ -133,8 +133,8 @@ def test_an_owner_that_fails_is_tried_with_low_size_too(tmp_path):
 
 
 def test_device_all_runs_both_checks_into_at_most_eight_files(tmp_path):
-    """gpu/device-all.sh, the one command a lease runs: both scripts against the mock, their
-    summaries in one file, everything in one archive, at most eight files in $OUT."""
+    """gpu/device-all.sh, the one command a lease runs: both scripts and the GPU benchmark against
+    the mock, their summaries in one file, everything in one archive, at most eight files in $OUT."""
     import tarfile
     need_mock()
     out = tmp_path / "out"
@@ -145,7 +145,7 @@ def test_device_all_runs_both_checks_into_at_most_eight_files(tmp_path):
              DEVCHECK_RUNNER=f"{ROOT / 'tests' / 'test_device_check_local.py'}:mock_runner",
              DEVCHECK_LIBCUDA=str(tmp_path / "no-libcuda.so"), DEVCHECK_STEPS="2",
              DEVCHECK_VARIANTS="default", LOCALCHECK_WIDTHS="128", LOCALCHECK_STEPS="2",
-             LOCALCHECK_LEARNERS="",
+             LOCALCHECK_LEARNERS="", DEVALL_BENCH_ARGS="--quick --learners lsq",
              DEVALL_WORK=str(tmp_path / "work"),
              PATH=f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
     run = subprocess.run(["bash", "gpu/device-all.sh"], cwd=ROOT, env=e, capture_output=True,
@@ -153,11 +153,12 @@ def test_device_all_runs_both_checks_into_at_most_eight_files(tmp_path):
     summary = (out / "summary.txt").read_text()
     assert run.returncode == 0, (run.stdout, run.stderr, summary)
     files = {p.name for p in out.iterdir()}
-    assert {"summary.txt", "results.tgz", "qualify.txt", "local.txt", "dmesg.txt"} <= files
+    assert {"summary.txt", "results.tgz", "qualify.txt", "local.txt", "dmesg.txt", "bench-gpu.txt"} <= files
     assert len(files) <= 8 and all(p.is_file() for p in out.iterdir())
     assert "gpu/device-check.sh: exit 0" in summary and "gpu/device-check-local.sh: exit 0" in summary
-    assert summary.rstrip().endswith("device-all: check exit 0, local exit 0")
+    assert "bench/gpu.py: exit 0" in summary and "| least squares 8 x 64, exact_sum, Adam |" in summary
+    assert summary.rstrip().endswith("device-all: check exit 0, local exit 0, bench exit 0")
     with tarfile.open(out / "results.tgz") as tar:
         names = tar.getnames()
-    assert "check/summary.txt" in names and "local/local.json" in names
+    assert "check/summary.txt" in names and "local/local.json" in names and "bench/bench-gpu.json" in names
     assert "lsq_wide128: PASS" in (out / "local.txt").read_text()
