@@ -288,7 +288,7 @@ def cmd_trace(args) -> int:
 
 def cmd_plot(args) -> int:
     from alphac.tools.plot import plot
-    sys.stdout.write(plot(args.record, args.output))
+    sys.stdout.write(plot(args.records, args.output, args.log))
     return 0
 
 

@@ -308,12 +308,15 @@ COMMANDS = (
         A("-o", dest="output", type=path, metavar="OUT", required=True,
           help="the trace file to write (JSON)"),
     )),
-    Command("plot", "plot RECORD [-o OUT.svg]", "a run's loss curve",
-            "Show the mean loss of every step of a run (its record's `loss` list, written by "
-            "`alphac launch`) as a chart in text, with the first, last and lowest values; -o "
-            "writes an SVG.", (
-        RECORD,
-        A("-o", dest="output", type=path, metavar="OUT.svg", help="also write the curve as SVG"),
+    Command("plot", "plot RECORD... [-o OUT.svg] [--log]", "runs' loss curves",
+            "Show the mean loss of every step of runs (their records' `loss` lists, written by "
+            "`alphac launch`) as a chart in text, with each run's first, last and lowest values; "
+            "-o writes an SVG figure (axes with ticks, step on x, loss on y, a legend). A record "
+            "that continues another (the same learner, resumed at the other's last step) is drawn "
+            "with it as one curve.", (
+        A("records", nargs="+", type=path, metavar="RECORD", help="runs/NAME-NNNN/record.json"),
+        A("-o", dest="output", type=path, metavar="OUT.svg", help="also write the curves as SVG"),
+        A("--log", action="store_true", help="the loss on a logarithmic scale"),
     )),
     Command("ckpt", "ckpt show|export DIR [-o FILE]", "inspect or export a checkpoint",
             "`alphac ckpt show DIR` prints the manifest tree of a checkpoint and the state its "
