@@ -149,13 +149,19 @@ def cmd_build(args) -> int:
 
 
 def cmd_build_all(args) -> int:
-    def show(k: int, n: int, path: str) -> None:
-        print(f"\rbuild-all: [{k + 1}/{n}] {path}\x1b[K", end="", file=sys.stderr, flush=True)
-    shown = _progress(args)
-    m = api.build_all(args.out, show if shown else None)
-    if shown:
+    built, tty = [], sys.stderr.isatty()
+
+    def show(k: int, n: int, path: str) -> None:        # off a terminal, a line per tenth
+        built.append(path)
+        if tty and _progress(args):
+            print(f"\rbuild-all: [{k + 1}/{n}] {path}\x1b[K", end="", file=sys.stderr, flush=True)
+        elif _progress(args) and (len(built) == 1 or 10 * k // n != 10 * (k - 1) // n):
+            print(f"build-all: [{k + 1}/{n}] {path}", file=sys.stderr, flush=True)
+    m = api.build_all(args.out, show)
+    if tty and _progress(args) and built:
         print(file=sys.stderr)
-    print(f"alphac: {len(m['artifacts'])} artifacts and {args.out}/MANIFEST.json")
+    print(f"alphac: {len(m['artifacts'])} artifacts ({len(built)} built, "
+          f"{len(m['artifacts']) - len(built)} up to date) and {args.out}/MANIFEST.json")
     return 0
 
 
@@ -176,6 +182,7 @@ def cmd_launch(args) -> int:
                         key=args.record_key, progress=sys.stderr if _progress(args) else None,
                         data=args.data, gpu_wrapper=shlex.split(args.gpu_wrapper) if args.gpu_wrapper else None)
     _role_failures(record)
+    _emulated(record)
     if any((r["refused"] or "").startswith("data-") for r in record["roles"]):
         files = ", ".join(f["path"] for f in api.table(args.dir).get("data", []))
         print(f"alphac launch: the owners read their data at run time ({files}): launch from the "
@@ -196,6 +203,20 @@ def _passed(record: dict) -> int:
     if not record["passed"]:
         raise Refusal("run-failed")
     return 0
+
+
+def _emulated(record: dict) -> None:
+    """Which roles ran under an emulator here, and which (the launcher's choice: emulators)."""
+    from pathlib import Path
+    from alphac.tools.launch import emulators
+    how = emulators({"roles": [{"target": r["isa"]} for r in record["roles"]]})
+    under: dict[tuple[str, str], list[str]] = {}
+    for r in record["roles"]:
+        if how.get(r["isa"]):
+            under.setdefault((r["isa"], Path(how[r["isa"]][0]).name), []).append(r["role"])
+    for (isa, tool), roles in sorted(under.items()):
+        print(f"launch: {', '.join(roles)} ran as {isa} executables under {tool} (this host is "
+              f"{record['host']['machine']})", file=sys.stderr)
 
 
 def _role_failures(record: dict) -> None:
