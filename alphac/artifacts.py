@@ -265,12 +265,18 @@ def up_to_date(out_dir: Path) -> tuple[Callable[[str, dict], dict | None], dict]
     return fresh, old["tools"]
 
 
-def build_all(out_dir: str | Path = "build/all", progress=None) -> dict:
-    """Build every recipe into `out_dir`, then write `out_dir/MANIFEST.json` (last); return it.
-    An artifact that is up to date there (`up_to_date`) is kept, not rebuilt. `progress(k, n,
-    path)`, when given, is told before each artifact is built."""
+def needs_ptxas(recipe: dict) -> bool:
+    """Whether building the recipe assembles GPU code: a cubin, or anything built for a card."""
+    return recipe["kind"] == "cubin" or "card" in recipe
+
+
+def build_all(out_dir: str | Path = "build", progress=None, gpu: bool = True) -> dict:
+    """Build every recipe into `out_dir` (with `gpu` False, every one but those that
+    `needs_ptxas`), then write `out_dir/MANIFEST.json` (last); return it. An artifact that is up
+    to date there (`up_to_date`) is kept, not rebuilt. `progress(k, n, path)`, when given, is
+    told before each artifact is built."""
     out_dir = Path(out_dir)
-    recipes = all_recipes()
+    recipes = [(p, r) for p, r in all_recipes() if gpu or not needs_ptxas(r)]
     if not recipes:
         raise RecipeError("nothing to build here: no examples/*.alpha under the current directory")
     (fresh, old_tools), entries, inputs, tools = up_to_date(out_dir), {}, [], {}

@@ -157,7 +157,17 @@ def cmd_build_all(args) -> int:
             print(f"\rbuild-all: [{k + 1}/{n}] {path}\x1b[K", end="", file=sys.stderr, flush=True)
         elif _progress(args) and (len(built) == 1 or 10 * k // n != 10 * (k - 1) // n):
             print(f"build-all: [{k + 1}/{n}] {path}", file=sys.stderr, flush=True)
-    m = api.build_all(args.out, show)
+    from alphac.artifacts import all_recipes, needs_ptxas
+    from alphac.ptx.ptxas import PtxasMissing, find_ptxas
+    gpu = [p for p, r in all_recipes() if needs_ptxas(r)]
+    try:
+        find_ptxas()
+    except PtxasMissing as e:            # the CPU artifacts still; the GPU ones said
+        if gpu:
+            print(f"alphac: build-all: {e}: the {len(gpu)} GPU artifacts (cubins, GPU owners) are "
+                  "not built", file=sys.stderr)
+        gpu = []
+    m = api.build_all(args.out, show, bool(gpu))
     if tty and _progress(args) and built:
         print(file=sys.stderr)
     print(f"alphac: {len(m['artifacts'])} artifacts ({len(built)} built, "
@@ -307,6 +317,14 @@ def cmd_trace(args) -> int:
     return 0
 
 
+def cmd_init(args) -> int:
+    from alphac.tools.init import init
+    written = init(args.dir)
+    print(f"alphac: {len(written)} files in {args.dir}: {', '.join(written)}; next, from there: "
+          f"alphac check {written[0]}", file=sys.stderr)
+    return 0
+
+
 def cmd_plot(args) -> int:
     from alphac.tools.plot import plot
     sys.stdout.write(plot(args.records, args.output, args.log))
@@ -325,7 +343,7 @@ def cmd_explain(args) -> int:
 
 # every command of the table, by its handler's name: one missing fails here, at import
 COMMANDS = {c.name: globals()["cmd_" + c.name.replace("-", "_")] for c in TABLE}
-WRITES = {"build": "output", "slurm": "output", "trace": "output", "plot": "output"}  # its OSError:
+WRITES = {"build": "output", "slurm": "output", "trace": "output", "plot": "output", "init": "dir"}  # its OSError:
 NAMED = {"k8s": "alphac k8s"}          # `cannot write` what; whose errors name their command
 
 

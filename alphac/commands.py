@@ -185,8 +185,10 @@ COMMANDS = (
     )),
     Command("build-all", "build-all [--out DIR]", "build every artifact, with a manifest",
             "Build every artifact the project knows how to build (every examples/*.alpha for every "
-            "target) into DIR, and write DIR/MANIFEST.json. Run from the project root.", (
-        A("--out", type=path, default="build/all", metavar="DIR", help="output folder (default build/all)"),
+            "target, every deployment's roles as DIR/roles/DEPLOYMENT/ROLE, and with CUDA's ptxas "
+            "the GPU code) into DIR, and write DIR/MANIFEST.json; what is up to date there is kept. "
+            "Run from the project root.", (
+        A("--out", type=path, default="build", metavar="DIR", help="output folder (default build)"),
         progress("each artifact as it is built"),
     )),
     Command("verify", "verify MANIFEST", "rebuild what a manifest lists and check every hash",
@@ -307,6 +309,13 @@ COMMANDS = (
         RECORD,
         A("-o", dest="output", type=path, metavar="OUT", required=True,
           help="the trace file to write (JSON)"),
+    )),
+    Command("init", "init DIR", "write a small project to start from",
+            "Write a project into DIR (made when absent): examples/mine.alpha, a line fitted by "
+            "Adam with deployments mine_star, mine_tree and mine_mixed, and its training and "
+            "held-out data as .npy files beside it. Every command of the README's \"Using it\" "
+            "runs in it. Refuses a DIR that already holds one of these files.", (
+        A("dir", type=path, metavar="DIR", help="the project folder"),
     )),
     Command("plot", "plot RECORD... [-o OUT.svg] [--log]", "runs' loss curves",
             "Show the mean loss of every step of runs (their records' `loss` lists, written by "
