@@ -150,7 +150,7 @@ def ticks(lo: float, hi: float, log: bool) -> list[float]:
         ms = (1,) if b - a > 3 else (1, 2, 5)
         return [t for d in range(a, b + 1, -(-(b - a + 1) // 8)) for m in ms
                 if lo <= (t := float(f"{m}e{d}")) <= hi]
-    step = nice((hi / 2 - lo / 2) / 2.5) if hi / 2 - lo / 2 > 0 else 1.0
+    step = nice((hi / 2 - lo / 2) / 3) if hi / 2 - lo / 2 > 0 else 1.0      # about 6 spaces
     return [k * step for k in range(math.ceil(lo / step), math.floor(hi / step) + 1)]
 
 
