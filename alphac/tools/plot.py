@@ -37,11 +37,6 @@ COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e
 ABOVE, BELOW = ("inf",), ("<=0", "-inf", "nan")    # the off-scale rows, above and below
 
 
-def curve(record: str | Path) -> list[tuple[int, float]]:
-    """[(step, mean loss)] of the record, in step order."""
-    return read_run(record)[2]
-
-
 def read_run(record: str | Path) -> tuple[str, str | None, list[tuple[int, float]], str]:
     """(its directory's name, its learner's digest, [(step, mean loss)] in step order, its
     learner's name)."""
