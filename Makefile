@@ -14,11 +14,27 @@ PTXAS_WHEEL = nvidia-cuda-nvcc==13.0.88
 WITH_PTXAS  = p=$$(command -v ptxas || ls $(CURDIR)/$(VENV)/lib/python3*/site-packages/nvidia/cu13/bin/ptxas 2>/dev/null | head -n 1); \
               export ALPHAC_PTXAS=$${ALPHAC_PTXAS:-$$p};
 
-$(STAMP): pyproject.toml
-	$(PY) -m venv $(VENV)
+# what the demo and the data need: numpy (alphac's one dependency) and scikit-learn (the
+# `examples` extra), both read from pyproject.toml; CUDA's ptxas when none is here (build-all
+# assembles the examples' GPU code); and `$(BIN)/alphac`, which runs this tree's alphac (no
+# package is built or installed: nothing is written into the tree, nothing goes stale)
+BASE     = $(VENV)/.base
+DEPS     = $(PY) -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; \
+                     print(*p["dependencies"], *p["optional-dependencies"]["examples"])'
+$(BASE): pyproject.toml
+	@echo "== $(VENV): $$($(DEPS)) (pyproject.toml), once"
+	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	@$(BIN)/python -m pip install -q $$($(DEPS))
+	@$(WITH_PTXAS) [ -n "$$ALPHAC_PTXAS" ] || { echo "== CUDA's ptxas ($(PTXAS_WHEEL)), once"; \
+	  $(BIN)/python -m pip install -q $(PTXAS_WHEEL); }
+	@printf '#!/bin/sh\nexport PYTHONPATH="%s$${PYTHONPATH:+:$$PYTHONPATH}"\nexec "%s" -m alphac "$$@"\n' \
+	  "$(CURDIR)" "$(CURDIR)/$(BIN)/python" > $(ALPHAC) && chmod +x $(ALPHAC)
+	@touch $@
+
+# the test tools besides (pytest, hypothesis, ...: the `test` extra), alphac installed editable
+$(STAMP): pyproject.toml $(BASE)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[test]'
-	command -v ptxas >/dev/null || [ -n "$$ALPHAC_PTXAS" ] || $(BIN)/python -m pip install -q $(PTXAS_WHEEL)
 	touch $@
 
 venv: $(STAMP)
@@ -26,7 +42,7 @@ venv: $(STAMP)
 # the real data sets the examples load (examples/digits_mlp.alpha), from scikit-learn's bundled
 # copies: written here, never committed; the same bytes on every run (examples/data/make_data.py)
 DATA_NPY = $(shell $(PY) examples/data/make_data.py --list)
-$(DATA_NPY) &: examples/data/make_data.py | $(STAMP)
+$(DATA_NPY) &: examples/data/make_data.py | $(BASE)
 	$(BIN)/python examples/data/make_data.py
 
 data: $(DATA_NPY)
@@ -41,8 +57,9 @@ repro: $(STAMP) data
 
 # every artifact: the learners for every target, and one executable per role of every deployment
 # in examples/ (build/roles/DEPLOYMENT/ROLE), with build/MANIFEST.json
-roles: $(STAMP) data
-	$(WITH_PTXAS) $(ALPHAC) build-all --out build
+# (build-all keeps what is up to date: the same compiler, tools, recipe and inputs' contents)
+roles: $(BASE) data
+	@$(WITH_PTXAS) $(ALPHAC) build-all --out build --progress always
 
 # the main job: build the roles, launch the reference star (owners 0 and 2 on AArch64 when
 # qemu-aarch64 is here), print the published state and compare it with the reference interpreter;
@@ -55,7 +72,8 @@ demo: roles
 	@echo "== training the digits MLP: build/roles/digits_star, 4 owners, 300 full-batch Adam steps"
 	@rm -rf $(DEMO) && $(ALPHAC) launch build/roles/digits_star --steps 300 --checkpoint $(DEMO)/ck \
 	  --records $(DEMO)/runs --progress always > /dev/null
-	@echo "== its loss, step by step (alphac plot)"
+	@echo "== its loss, step by step (alphac plot): each step's mean over the 1500 training images, of"
+	@echo "   the parameters the step starts from (so \`last\` is step 300's, before its update)"
 	@$(ALPHAC) plot $(DEMO)/runs/digits_star-0001/record.json
 	@echo "== the trained model on the 297 held-out images (alphac eval)"
 	@$(ALPHAC) eval examples/digits_mlp.alpha --checkpoint $(DEMO)/ck \

@@ -236,7 +236,8 @@ def named_errors() -> tuple[type, ...]:
     from alphac.ptx.ptxas import PtxasFailed, PtxasMissing
     from alphac.tools.ckpt import CheckpointError
     from alphac.tools.evaluate import EvalError
+    from alphac.tools.init import InitError
     from alphac.tools.k8s import K8sError
     from alphac.tools.listing import CapstoneMissing
     return (BuildError, RecipeError, ManifestError, PtxasMissing, PtxasFailed, CapstoneMissing,
-            CheckpointError, EvalError, K8sError, Failed)
+            CheckpointError, EvalError, K8sError, InitError, Failed)

@@ -24,6 +24,7 @@ Requires
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Callable, NamedTuple
 
@@ -215,15 +216,77 @@ def example_gpu_owners() -> list[tuple[str, dict]]:
 
 
 # ---- writing -----------------------------------------------------------------------------------
-def build_all(out_dir: str | Path = "build/all", progress=None) -> dict:
-    """Build every recipe into `out_dir`, then write `out_dir/MANIFEST.json` (last); return it.
-    `progress(k, n, path)`, when given, is told before each artifact is built."""
+def tools_now() -> dict[str, Callable[[], dict]]:
+    """Each external tool a build may run, by the name a manifest's `tools` gives it: how to
+    find its identity (version and SHA-256) on this machine now."""
+    from alphac.ptx.ptxas import find_ptxas
+    return {"ptxas": lambda: ptxas_tool(find_ptxas())["ptxas"]}
+
+
+def up_to_date(out_dir: Path) -> tuple[Callable[[str, dict], dict | None], dict]:
+    """(`fresh(path, recipe)`, the previous manifest's tools): `fresh` gives the previous
+    manifest's entry for `path` when the file there can be kept as it is, else None. Kept
+    means: out_dir/MANIFEST.json made by this compiler (its digest, version and tables) with
+    these tools (each one's version and SHA-256 now), the same recipe, every input's SHA-256 as
+    that manifest has it, and the file there, regular, with the entry's size, SHA-256 and mode.
+    Contents only: no file's time counts."""
+    import stat
+    from alphac.ptx.ptxas import PtxasFailed, PtxasMissing
+    never = (lambda path, recipe: None), {}
+    try:
+        old, now = manifest.load(out_dir / manifest.NAME), tools_now()
+        if old["compiler"] != manifest.compiler() or any(
+                name not in now or now[name]() != v for name, v in old["tools"].items()):
+            return never
+    except (manifest.ManifestError, PtxasMissing, PtxasFailed, OSError):   # none, or a tool gone
+        return never
+    digests: dict[str, str | None] = {}
+
+    def digest(p: str) -> str | None:
+        if p not in digests:
+            try:
+                digests[p] = manifest.sha256_file(p)
+            except OSError:
+                digests[p] = None
+        return digests[p]
+
+    def fresh(path: str, recipe: dict) -> dict | None:
+        e = old["artifacts"].get(path)
+        if e is None or e["recipe"] != recipe or any(
+                digest(p) != old["inputs"].get(p, {}).get("sha256") for p in e["inputs"]):
+            return None
+        try:
+            st = os.lstat(out_dir / path)
+            ok = stat.S_ISREG(st.st_mode) and stat.S_IMODE(st.st_mode) == mode(recipe) \
+                and st.st_size == e["size"] and manifest.sha256_file(out_dir / path) == e["sha256"]
+        except OSError:
+            return None
+        return e if ok else None
+    return fresh, old["tools"]
+
+
+def needs_ptxas(recipe: dict) -> bool:
+    """Whether building the recipe assembles GPU code: a cubin, or anything built for a card."""
+    return recipe["kind"] == "cubin" or "card" in recipe
+
+
+def build_all(out_dir: str | Path = "build", progress=None, gpu: bool = True) -> dict:
+    """Build every recipe into `out_dir` (with `gpu` False, every one but those that
+    `needs_ptxas`), then write `out_dir/MANIFEST.json` (last); return it. An artifact that is up
+    to date there (`up_to_date`) is kept, not rebuilt. `progress(k, n, path)`, when given, is
+    told before each artifact is built."""
     out_dir = Path(out_dir)
-    recipes = all_recipes()
+    recipes = [(p, r) for p, r in all_recipes() if gpu or not needs_ptxas(r)]
     if not recipes:
         raise RecipeError("nothing to build here: no examples/*.alpha under the current directory")
-    entries, inputs, tools = {}, [], {}
+    (fresh, old_tools), entries, inputs, tools = up_to_date(out_dir), {}, [], {}
     for k, (path, recipe) in enumerate(recipes):
+        kept = fresh(path, recipe)
+        if kept is not None:              # built by this compiler and these tools, as now
+            entries[path] = kept
+            inputs += kept["inputs"]
+            tools.update(old_tools)
+            continue
         if progress:
             progress(k, len(recipes), path)
         built = build(recipe)

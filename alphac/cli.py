@@ -149,13 +149,29 @@ def cmd_build(args) -> int:
 
 
 def cmd_build_all(args) -> int:
-    def show(k: int, n: int, path: str) -> None:
-        print(f"\rbuild-all: [{k + 1}/{n}] {path}\x1b[K", end="", file=sys.stderr, flush=True)
-    shown = _progress(args)
-    m = api.build_all(args.out, show if shown else None)
-    if shown:
+    built, tty = [], sys.stderr.isatty()
+
+    def show(k: int, n: int, path: str) -> None:        # off a terminal, a line per tenth
+        built.append(path)
+        if tty and _progress(args):
+            print(f"\rbuild-all: [{k + 1}/{n}] {path}\x1b[K", end="", file=sys.stderr, flush=True)
+        elif _progress(args) and (len(built) == 1 or 10 * k // n != 10 * (k - 1) // n):
+            print(f"build-all: [{k + 1}/{n}] {path}", file=sys.stderr, flush=True)
+    from alphac.artifacts import all_recipes, needs_ptxas
+    from alphac.ptx.ptxas import PtxasMissing, find_ptxas
+    gpu = [p for p, r in all_recipes() if needs_ptxas(r)]
+    try:
+        find_ptxas()
+    except PtxasMissing as e:            # the CPU artifacts still; the GPU ones said
+        if gpu:
+            print(f"alphac: build-all: {e}: the {len(gpu)} GPU artifacts (cubins, GPU owners) are "
+                  "not built", file=sys.stderr)
+        gpu = []
+    m = api.build_all(args.out, show, bool(gpu))
+    if tty and _progress(args) and built:
         print(file=sys.stderr)
-    print(f"alphac: {len(m['artifacts'])} artifacts and {args.out}/MANIFEST.json")
+    print(f"alphac: {len(m['artifacts'])} artifacts ({len(built)} built, "
+          f"{len(m['artifacts']) - len(built)} up to date) and {args.out}/MANIFEST.json")
     return 0
 
 
@@ -176,6 +192,7 @@ def cmd_launch(args) -> int:
                         key=args.record_key, progress=sys.stderr if _progress(args) else None,
                         data=args.data, gpu_wrapper=shlex.split(args.gpu_wrapper) if args.gpu_wrapper else None)
     _role_failures(record)
+    _emulated(record)
     if any((r["refused"] or "").startswith("data-") for r in record["roles"]):
         files = ", ".join(f["path"] for f in api.table(args.dir).get("data", []))
         print(f"alphac launch: the owners read their data at run time ({files}): launch from the "
@@ -196,6 +213,20 @@ def _passed(record: dict) -> int:
     if not record["passed"]:
         raise Refusal("run-failed")
     return 0
+
+
+def _emulated(record: dict) -> None:
+    """Which roles ran under an emulator here, and which (the launcher's choice: emulators)."""
+    from pathlib import Path
+    from alphac.tools.launch import emulators
+    how = emulators({"roles": [{"target": r["isa"]} for r in record["roles"]]})
+    under: dict[tuple[str, str], list[str]] = {}
+    for r in record["roles"]:
+        if how.get(r["isa"]):
+            under.setdefault((r["isa"], Path(how[r["isa"]][0]).name), []).append(r["role"])
+    for (isa, tool), roles in sorted(under.items()):
+        print(f"launch: {', '.join(roles)} ran as {isa} executables under {tool} (this host is "
+              f"{record['host']['machine']})", file=sys.stderr)
 
 
 def _role_failures(record: dict) -> None:
@@ -286,9 +317,17 @@ def cmd_trace(args) -> int:
     return 0
 
 
+def cmd_init(args) -> int:
+    from alphac.tools.init import init
+    written = init(args.dir)
+    print(f"alphac: {len(written)} files in {args.dir}: {', '.join(written)}; next, from there: "
+          f"alphac check {written[0]}", file=sys.stderr)
+    return 0
+
+
 def cmd_plot(args) -> int:
     from alphac.tools.plot import plot
-    sys.stdout.write(plot(args.record, args.output))
+    sys.stdout.write(plot(args.records, args.output, args.log))
     return 0
 
 
@@ -304,7 +343,7 @@ def cmd_explain(args) -> int:
 
 # every command of the table, by its handler's name: one missing fails here, at import
 COMMANDS = {c.name: globals()["cmd_" + c.name.replace("-", "_")] for c in TABLE}
-WRITES = {"build": "output", "slurm": "output", "trace": "output", "plot": "output"}  # its OSError:
+WRITES = {"build": "output", "slurm": "output", "trace": "output", "plot": "output", "init": "dir"}  # its OSError:
 NAMED = {"k8s": "alphac k8s"}          # `cannot write` what; whose errors name their command
 
 

@@ -185,8 +185,10 @@ COMMANDS = (
     )),
     Command("build-all", "build-all [--out DIR]", "build every artifact, with a manifest",
             "Build every artifact the project knows how to build (every examples/*.alpha for every "
-            "target) into DIR, and write DIR/MANIFEST.json. Run from the project root.", (
-        A("--out", type=path, default="build/all", metavar="DIR", help="output folder (default build/all)"),
+            "target, every deployment's roles as DIR/roles/DEPLOYMENT/ROLE, and with CUDA's ptxas "
+            "the GPU code) into DIR, and write DIR/MANIFEST.json; what is up to date there is kept. "
+            "Run from the project root.", (
+        A("--out", type=path, default="build", metavar="DIR", help="output folder (default build)"),
         progress("each artifact as it is built"),
     )),
     Command("verify", "verify MANIFEST", "rebuild what a manifest lists and check every hash",
@@ -308,12 +310,22 @@ COMMANDS = (
         A("-o", dest="output", type=path, metavar="OUT", required=True,
           help="the trace file to write (JSON)"),
     )),
-    Command("plot", "plot RECORD [-o OUT.svg]", "a run's loss curve",
-            "Show the mean loss of every step of a run (its record's `loss` list, written by "
-            "`alphac launch`) as a chart in text, with the first, last and lowest values; -o "
-            "writes an SVG.", (
-        RECORD,
-        A("-o", dest="output", type=path, metavar="OUT.svg", help="also write the curve as SVG"),
+    Command("init", "init DIR", "write a small project to start from",
+            "Write a project into DIR (made when absent): examples/mine.alpha, a line fitted by "
+            "Adam with deployments mine_star, mine_tree and mine_mixed, and its training and "
+            "held-out data as .npy files beside it. Every command of the README's \"Using it\" "
+            "runs in it. Refuses a DIR that already holds one of these files.", (
+        A("dir", type=path, metavar="DIR", help="the project folder"),
+    )),
+    Command("plot", "plot RECORD... [-o OUT.svg] [--log]", "runs' loss curves",
+            "Show the mean loss of every step of runs (their records' `loss` lists, written by "
+            "`alphac launch`) as a chart in text, with each run's first, last and lowest values; "
+            "-o writes an SVG figure (axes with ticks, step on x, loss on y, a legend). A record "
+            "that continues another (the same learner, resumed at the other's last step) is drawn "
+            "with it as one curve.", (
+        A("records", nargs="+", type=path, metavar="RECORD", help="runs/NAME-NNNN/record.json"),
+        A("-o", dest="output", type=path, metavar="OUT.svg", help="also write the curves as SVG"),
+        A("--log", action="store_true", help="the loss on a logarithmic scale"),
     )),
     Command("ckpt", "ckpt show|export DIR [-o FILE]", "inspect or export a checkpoint",
             "`alphac ckpt show DIR` prints the manifest tree of a checkpoint and the state its "

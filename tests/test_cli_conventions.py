@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from conftest import ROOT, alphac, example
+from conftest import ROOT, alphac, example, require_tool
 
 
 def test_an_abbreviated_option_is_not_taken_for_another():
@@ -117,9 +117,23 @@ def test_launch_shows_progress_when_asked_and_not_otherwise(tmp_path, example_ro
     code, out, err = alphac("launch", example_roles / "lsq_adam_star", "--steps", "40",
                             "--records", tmp_path / "runs", "--progress", "always")
     assert code == 0 and "launch: step 40/40, " in err and "steps/s" in err
+    assert "\r" not in err                  # off a terminal (a log, make demo's): lines, no \r
     code, out, err = alphac("launch", example_roles / "lsq_adam_star", "--steps", "3",
                             "--records", tmp_path / "runs")          # stderr is not a terminal
     assert code == 0 and "launch: step" not in err
+
+
+def test_launch_says_which_roles_ran_under_an_emulator(tmp_path, example_roles):
+    """The mixed star: owners 0 and 2 are AArch64 executables, run under qemu-aarch64 here
+    (issue 46: the demo never said so)."""
+    require_tool("qemu-aarch64")
+    code, out, err = alphac("launch", example_roles / "lsq_adam_mixed", "--steps", "2",
+                            "--records", tmp_path / "runs")
+    assert code == 0 and "launch: owner.0, owner.2 ran as aarch64 executables under qemu-aarch64 " \
+        "(this host is x86_64)" in err, err
+    code, out, err = alphac("launch", example_roles / "lsq_adam_star", "--steps", "2",
+                            "--records", tmp_path / "runs")
+    assert code == 0 and " ran as " not in err, err
 
 
 def test_ckpt_show_of_a_missing_checkpoint_is_one_line():

@@ -158,3 +158,22 @@ def test_star_checkpointed_after_3_and_resumed_for_2_equals_5(roles, tmp_path):
     b = launch(roles / "digits_star", tmp_path, steps=2, resume=tmp_path / "ck")
     assert five["passed"] and a["passed"] and b["passed"], b["roles"]
     assert b["published"] == five["published"] != a["published"]
+
+
+def test_the_readme_figures_are_the_demos(roles, tmp_path):
+    """README.md's figures are what `make demo` shows (digits_star, 300 steps): step 300's mean
+    loss as the progress line and `alphac plot` write it (the loss the step starts from), and
+    after its update the training loss and the held-out count digits_eval.py computes."""
+    import re
+    readme = (ROOT / "README.md").read_text()
+    said = re.search(r"Step 300's mean loss over the 1500 training images is (\d\.\d+).*?After step 300's "
+                     r"update the training loss is (\d\.\d+).*?and (\d+) of the 297 held-out", readme, re.S)
+    assert said, "README.md no longer states the digits figures as this test reads them"
+    rec = launch(roles / "digits_star", tmp_path, steps=300)
+    assert rec["passed"] and rec["loss"][-1]["step"] == 300
+    assert f"{float(rec['loss'][-1]['decimal']):.6f}" == said[1]
+    spec = importlib.util.spec_from_file_location("digits_eval", DATA / "digits_eval.py")
+    ev = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ev)
+    loss, accuracy = ev.figures(ev.read_state(rec["published"]))
+    assert f"{loss:.6f}" == said[2] and round(accuracy * 297) == int(said[3])

@@ -95,11 +95,11 @@ def test_plot_draws_only_non_finite_and_huge_means(tmp_path):
     from alphac.tools.plot import chart, svg
     for points in ([(1, 1.7e308), (2, -1.7e308), (3, 0.0)], [(1, math.inf)], [(1, -math.inf), (2, math.nan)],
                    [(1, math.nan)] * 3):
-        rows = [line.split("|")[0].strip() for line in chart(points).splitlines() if "|" in line]
+        rows = [line.split("|")[0].strip() for line in chart([("", points)]).splitlines() if "|" in line]
         for word in ("inf", "-inf", "nan"):
             assert (word in rows) == any(str(v) == word for _, v in points), (points, rows)
-        assert svg(points).startswith("<svg")
-    assert "1.7e+308 |" in chart([(1, 1.7e308), (2, -1.7e308)])
+        assert svg([("", points)]).startswith("<svg") and svg([("", points)], log=True).startswith("<svg")
+    assert "1.7e+308 |" in chart([("", [(1, 1.7e308), (2, -1.7e308)])])
 
 
 def _edit_first_record(ck: Path, **fields) -> None:

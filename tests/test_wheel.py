@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import platform
 import shutil
 import subprocess
@@ -29,34 +30,7 @@ from conftest import ROOT, require_tool
 
 from alphac import manifest
 
-LEARNER = """\
-# a newcomer's learner: a line through seven points of its own, read from .npy files, by Adam
-learner mine
-
-data x = load("mine_x.npy")
-data y = load("mine_y.npy")
-
-param w: f64[2] = 0.0
-state m: f64[2] = 0.0
-state v: f64[2] = 0.0
-
-loss(i) = 0.5 * (w[0] * x[i] + w[1] - y[i])^2
-
-update {
-  m = 0.9 * m + 0.1 * grad(w)
-  v = 0.999 * v + 0.001 * grad(w)^2
-  w = w - 0.05 * m / (sqrt(v) + 1e-8)
-}
-
-deployment mine_star {
-  roles coordinator, owner[2]
-  topology star(coordinator)
-  samples owner[0] = 0..3, owner[1] = 3..7
-}
-"""
 MINE = str(Path("examples", "mine.alpha"))      # in the user's folder, not the repository's
-X = [0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5]
-Y = [1.9, 2.6, 3.4, 4.1, 4.9, 5.4, 6.2]
 
 
 def run(cmd, **kw) -> subprocess.CompletedProcess:
@@ -76,15 +50,20 @@ def venv(tmp_path_factory):
     if platform.machine() != "x86_64":
         pytest.fail("this test runs x86-64 executables natively; run it on an x86-64 host")
     tmp = tmp_path_factory.mktemp("wheel")
-    src = tmp / "src"                      # the sources only: pip writes nothing in the repository
-    shutil.copytree(ROOT / "alphac", src / "alphac",
-                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    src = tmp / "src"                      # the sources, with Python's caches as a tree has them
+    shutil.copytree(ROOT / "alphac", src / "alphac")
+    (src / "alphac" / "__pycache__").mkdir(exist_ok=True)
+    (src / "alphac" / "__pycache__" / "cli.cpython-311.pyc").write_bytes(b"a cache")
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, src / name)
+    before = sorted(p.relative_to(src) for p in src.rglob("*"))
     r = run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", tmp / "dist", src],
             env=pip_env())
     assert r.returncode == 0, r.stderr
+    assert sorted(p.relative_to(src) for p in src.rglob("*")) == before   # no build/, no egg-info
     (wheel,) = (tmp / "dist").glob("alphac-*.whl")
+    import zipfile
+    assert not [n for n in zipfile.ZipFile(wheel).namelist() if "__pycache__" in n or n.endswith(".pyc")]
     env = tmp / "venv"
     r = run([sys.executable, "-m", "venv", "--without-pip", env], env=pip_env())
     assert r.returncode == 0, r.stderr
@@ -104,15 +83,10 @@ def user(venv, tmp_path_factory):
     with an environment that names neither the repository nor the test's venv."""
     ptxas = require_tool("ptxas")
     home = tmp_path_factory.mktemp("home")
-    proj = tmp_path_factory.mktemp("newcomer")
-    (proj / "examples").mkdir()
-    (proj / MINE).write_text(LEARNER)
-    shutil.copy(ROOT / "examples" / "h200.gpuhost", proj / "examples" / "h200.gpuhost")
-    code = ("import numpy as np, sys; np.save(sys.argv[1], np.array(%r)); np.save(sys.argv[2], "
-            "np.array(%r))" % (X, Y))
-    data = [Path("examples", f"mine_{v}.npy") for v in "xy"]
-    r = run([venv / "bin" / "python", "-c", code, *data], cwd=proj, env={"PATH": "/usr/bin:/bin"})
+    proj = tmp_path_factory.mktemp("newcomer")          # `alphac init`'s project, and a GPU host
+    r = run([venv / "bin" / "alphac", "init", proj], cwd=proj, env={"PATH": "/usr/bin:/bin"})
     assert r.returncode == 0, r.stderr
+    shutil.copy(ROOT / "examples" / "h200.gpuhost", proj / "examples" / "h200.gpuhost")
     path = [str(venv / "bin"), str(Path(ptxas).parent), "/usr/bin", "/bin"]
     env = {"PATH": os.pathsep.join(path),
            "HOME": str(home), "LC_ALL": "C.UTF-8", "ALPHAC_PTXAS": ptxas}
@@ -175,7 +149,7 @@ def test_a_newcomer_builds_for_the_gpu_and_emits(user):
               "--gpu-host", "examples/h200.gpuhost", "-o", "mine.gpu"))
     assert (proj / "mine.gpu").stat().st_size > 0 and (proj / "mine.gpu.manifest.json").exists()
     assert "kernel owner_sum:" in ok(alphac("build", MINE, "--emit", "cubin-info"))
-    assert "artifacts and build/all/MANIFEST.json" in ok(alphac("build-all"))
+    assert "up to date) and build/MANIFEST.json" in ok(alphac("build-all"))
     r = alphac("build", MINE, "--emit", "asm")
     assert r.returncode == 1 and r.stdout == "" and r.stderr == (
         "alphac: error: --emit asm needs the disassembler capstone, an optional dependency: "
@@ -207,3 +181,31 @@ def test_a_newcomer_launches_a_deployment_traces_it_and_exports_the_checkpoint(v
             "        print(f'{name}[{k}]', struct.pack('>d', x).hex())\n")
     got = ok(run([venv / "bin" / "python", "-c", code], cwd=proj, env={"PATH": "/usr/bin:/bin"}))
     assert sorted(got.splitlines()) == sorted(hexed.splitlines())
+
+
+def readme_script() -> str:
+    """The first block of README.md's "Using it": its commands, in order, comments left out."""
+    section = (ROOT / "README.md").read_text().split("\n## Using it\n")[1].split("\n## ")[0]
+    block = section.split("\n\n    ")[1].split("\n\n")[0]
+    lines = [re.sub(r"\s+# .*", "", line[4:] if line.startswith("    ") else line)
+             for line in ("    " + block).splitlines()]
+    return "\n".join(line for line in lines if line.strip())
+
+
+def test_the_readmes_commands_run_as_a_script_from_an_empty_folder(venv, tmp_path):
+    """README.md's "Using it", as a user copies it: a bash script, every command checked, from an
+    empty folder, with the wheel's `alphac` and nothing of the repository."""
+    script = readme_script()
+    assert script.startswith("alphac init ") and "alphac build-all\nalphac launch build/roles/" in script
+    ptxas = require_tool("ptxas")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    env = {"PATH": os.pathsep.join([str(venv / "bin"), str(Path(ptxas).parent), "/usr/bin", "/bin"]),
+           "HOME": str(tmp_path), "LC_ALL": "C.UTF-8"}
+    r = run(["bash", "-euo", "pipefail", "-x", "-c", script], cwd=empty, env=env)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-3000:]
+    assert "equals the reference interpreter: yes" in r.stderr
+    first = empty / "first"
+    assert (first / "loss.svg").read_text().count("<polyline") == 1       # one run, resumed
+    assert (first / "model.npz").is_file() and (first / "build" / "MANIFEST.json").is_file()
+    assert "samples: 3" in r.stdout

@@ -55,8 +55,9 @@ def _die_with(launcher: int) -> None:
 
 
 class Progress(threading.Thread):
-    """Steps done by the root, from its event stream, on standard error every half second:
-    `step K/N, S steps/s, about T s left`; a last line when the run ends."""
+    """Steps done by the root, from its event stream, on standard error every half second on a
+    terminal (one line, rewritten), every 5 s elsewhere (a line each): `step K/N, S steps/s,
+    about T s left`; a last line when the run ends."""
 
     def __init__(self, events: Path, steps: int, out):
         super().__init__(daemon=True)
@@ -79,14 +80,16 @@ class Progress(threading.Thread):
         left = f", about {(self.steps - k) / rate:.0f} s left" if rate and not final else ""
         return f"launch: step {k}/{self.steps}{loss}, {rate:.1f} steps/s{left}"
 
-    def run(self) -> None:
-        while not self.stop.wait(0.5):
-            print("\r" + self.line(False), end="", file=self.out, flush=True)
+    def run(self) -> None:               # off a terminal (a log, a pipe): a line every 5 s
+        tty = self.out.isatty()
+        while not self.stop.wait(0.5 if tty else 5.0):
+            print("\r" + self.line(False) if tty else self.line(False), end="" if tty else "\n",
+                  file=self.out, flush=True)
 
     def finish(self) -> None:
         self.stop.set()
         self.join()
-        print("\r" + self.line(True), file=self.out, flush=True)
+        print("\r" * self.out.isatty() + self.line(True), file=self.out, flush=True)
 
 
 def run_roles(runs: list[RoleRun], deadline_ms: int, kill: tuple[str, float] | None) -> str | None:
