@@ -297,9 +297,31 @@ def test_launch_gives_each_run_its_own_key(example_roles, tmp_path, monkeypatch)
     from alphac.tools.launch import launch
     recs = [launch(example_roles / "lsq_adam_star", steps=1, records=tmp_path / "runs") for _ in range(2)]
     assert all(r["passed"] for r in recs)
+    assert all(b"\nauthenticated @" in f.read_bytes() for f in (tmp_path / "runs").rglob("*.log"))
     keys = [bytes.fromhex(env["ALPHAC_RUN_KEY"]) for _, env in seen]
     assert len(keys) == 10 and len(set(keys[:5])) == 1 and len(set(keys[5:])) == 1 and keys[0] != keys[5]
     written = b"".join(p.read_bytes() for p in (tmp_path / "runs").rglob("*") if p.is_file())
     for k in (keys[0], keys[5]):
         assert not any(f in written or f.decode(errors="replace") in " ".join(a for argv, _ in seen for a in argv)
                        for f in forms(k))
+
+
+def test_the_slurm_script_and_the_kubernetes_manifest_hold_no_key(example_roles, tmp_path):
+    """The Slurm job's key is a file of its run directory (mode 0600) that the task wrapper puts
+    in each role's environment; the Job's is the Secret NAME-run-key that its container's
+    ALPHAC_RUN_KEY references. Neither the script nor the manifest holds a key in any form
+    (tests/test_slurm.py and tests/test_k8s.py run both, their runs passing with the key)."""
+    from alphac.tools.k8s import generate
+    from alphac.tools.slurm import write_script
+    script, rdir = write_script(example_roles / "lsq_adam_tree", steps=1, records=tmp_path / "runs",
+                                key=tmp_path / "record-key")
+    key = bytes.fromhex((rdir / "run-key").read_text())
+    assert len(key) == 32 and (rdir / "run-key").stat().st_mode & 0o777 == 0o600
+    text = script.read_text()
+    assert "ALPHAC_RUN_KEY=$runkey" in text and '"$run/run-key"' in text
+    assert not any(f in script.read_bytes() for f in forms(key))
+    w = generate(example_roles / "lsq_adam_tree", tmp_path / "k8s")
+    yaml = (w["out"] / "k8s.yaml").read_text()
+    assert "ALPHAC_RUN_KEY" in yaml and "secretKeyRef" in yaml and f"name: {w['name']}-run-key" in yaml
+    again = generate(example_roles / "lsq_adam_tree", tmp_path / "k8s")    # the same bytes for
+    assert (again["out"] / "k8s.yaml").read_text() == yaml                  # every key: none in it
