@@ -76,15 +76,29 @@ def kdf(key: bytes, label: str, nonces: bytes, *words: int) -> bytes:
 
 
 class Session:
-    """One end of a connection after its set-up: MACs of the frames it sends, counted."""
+    """One end of a connection after its set-up: MACs of the frames it sends and receives, each
+    direction counted from 0."""
 
-    def __init__(self, key: bytes, nonces: bytes, a: int, c: int, me: int):
-        self.key, self.me, self.seq = kdf(key, SESSION_LABEL, nonces, a, c), me, 0
+    def __init__(self, key: bytes, nonces: bytes, a: int, c: int, me: int, peer: int):
+        self.key, self.me, self.peer = kdf(key, SESSION_LABEL, nonces, a, c), me, peer
+        self.sent = self.got = 0
+
+    def _mac(self, seq: int, sender: int, head: bytes, payload: bytes) -> bytes:
+        msg = struct.pack("<2Q", seq, sender) + head + hashlib.sha256(payload).digest()
+        return hmac.new(self.key, msg, "sha256").digest()[:16]
 
     def mac(self, head: bytes, payload: bytes) -> bytes:
-        msg = struct.pack("<2Q", self.seq, self.me) + head + hashlib.sha256(payload).digest()
-        self.seq += 1
-        return hmac.new(self.key, msg, "sha256").digest()[:16]
+        """The MAC of a frame we send (head: its header, checksum and mac zero)."""
+        self.sent += 1
+        return self._mac(self.sent - 1, self.me, head, payload)
+
+    def check(self, frame: bytes) -> bool:
+        """Whether a frame we received carries the MAC our peer's next frame must."""
+        head = FRAME.unpack(frame[:HEADER])
+        self.got += 1
+        want = self._mac(self.got - 1, self.peer, FRAME.pack(**{**head, "checksum": 0, "mac": b""}),
+                         frame[HEADER:])
+        return hmac.compare_digest(want, head["mac"])
 
 
 def hello(sender: int, identity: dict[str, bytes], steps: int, nonce: bytes = bytes(32),
@@ -107,7 +121,7 @@ def accept(conn, me: int, identity: dict[str, bytes], steps: int, key: bytes = Z
     assert h["checksum"] == sum64(body, sum64(zeroed)) and h["kind"] == KINDS["hello"], "twins disagree"
     who, nonces = h["sender"], nonce_a + body[-64:-32]
     answer = hello(me, identity, steps, nonce_a, kdf(key, HELLO_LABEL, nonces, me, who, steps, 0))
-    return who, answer, lambda: Session(key, nonces, me, who, me)
+    return who, answer, lambda: Session(key, nonces, me, who, me, who)
 
 
 def connect(conn, me: int, peer: int, identity: dict[str, bytes], steps: int,
@@ -119,7 +133,7 @@ def connect(conn, me: int, peer: int, identity: dict[str, bytes], steps: int,
                        kdf(key, HELLO_LABEL, nonce_a + nonce_c, me, peer, steps, 0)))
     if read_answer:
         recv_exact(conn, HEADER + HELLO_BYTES)
-    return Session(key, nonce_a + nonce_c, peer, me, me)
+    return Session(key, nonce_a + nonce_c, peer, me, me, peer)
 
 
 def decode_header(data: bytes) -> dict:

@@ -258,6 +258,48 @@ def test_without_a_key_the_same_change_goes_through(star, honest):
     assert out["coordinator"][0] == 0 and out["coordinator"][1] != honest
 
 
+def test_the_frames_macs_are_what_docs_runtime_md_says(star):
+    """A fake coordinator with the run's key (tests/frames.py, written from the docs) and a real
+    owner: the owner's frames carry the MACs the twin computes, and takes the twin's."""
+    import struct
+    from alphac.dist.structure import Role
+    from alphac.driver import compile_deployments
+    from alphac.lower.role import code_of
+    plan = compile_deployments(example("lsq_adam"))[1]["lsq_adam_star"]
+    ident, P = identity(), sum(p.size for p in plan.lr.params) + 1
+    coord = code_of(plan, Role("coordinator"))
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(1)
+        p = subprocess.Popen([str(star / "owner.0"), "--steps", "1", "--deadline-ms", "3000", "--parent",
+                              f"127.0.0.1:{srv.getsockname()[1]}"], env={"ALPHAC_RUN_KEY": KEY.hex()},
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            srv.settimeout(10)
+            conn, _ = srv.accept()
+            with conn:
+                who, answer, session = frames.accept(conn, coord, ident, 1, KEY)
+                conn.sendall(answer)
+                sess = session()
+
+                def frame():
+                    head = recv_exact(conn, HEADER)
+                    return head + recv_exact(conn, FRAME.unpack(head)["length"])
+                combine = frame()
+                assert sess.check(combine) and not sess.check(combine)      # its number counts
+                sess.got -= 1
+                payload = struct.pack(f"<{P}d", *[0.5] * P) + struct.pack("<q", 8)
+                conn.sendall(frames.encode(frames.KINDS["deliver"], coord, payload, ident, session=sess))
+                assert sess.check(frame())                                   # its publication
+                assert p.wait(timeout=10) == 0, p.stderr.read()
+        finally:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+            p.stdout.close()
+            p.stderr.close()
+
+
 def test_the_key_leaves_the_roles_environment(star):
     """/proc/PID/environ, once the role is connecting, holds no digit of the key."""
     with socket.socket() as srv:
