@@ -367,3 +367,14 @@ def test_the_slurm_script_and_the_kubernetes_manifest_hold_no_key(example_roles,
     assert "ALPHAC_RUN_KEY" in yaml and "secretKeyRef" in yaml and f"name: {w['name']}-run-key" in yaml
     again = generate(example_roles / "lsq_adam_tree", tmp_path / "k8s")    # the same bytes for
     assert (again["out"] / "k8s.yaml").read_text() == yaml                  # every key: none in it
+
+
+def test_a_delivery_to_every_child_hashes_its_payload_once():
+    """The coordinator's four deliveries of the combined gradient are one SHA-256 of it and four
+    MACs (net.rt's frame_resend: the MAC's digest kept); the runs above check they are right."""
+    from alphac.dist.structure import Role
+    from alphac.driver import compile_deployments
+    from alphac.lower.role import role_source
+    plan = compile_deployments(example("lsq_adam"))[1]["lsq_adam_star"]
+    src = role_source(plan, Role("coordinator"))[0]
+    assert src.count("frame_resend(") == 3 and src.count("frame_send(") == 1

@@ -161,7 +161,10 @@ class RoleLowering:
     def send(self, peer: Role, kind: str, buf: str, words: int) -> None:
         if buf == "msg":
             self.need(words)
-        self.put(f"frame_send({self.fd(peer)}, {KINDS[kind]}, v, {buf}, {8 * words});")
+        tail = f", {KINDS[kind]}, v, {buf}, {8 * words});"       # the same bytes just sent: their
+        again = bool(self.lines) and self.lines[-1].startswith(("    frame_send(", "    frame_resend(")) and \
+            self.lines[-1].endswith(tail)                           # MAC's digest kept (net.rt)
+        self.put(f"frame_{'resend' if again else 'send'}({self.fd(peer)}{tail}")
 
     def recv(self, peer: Role, kind: str, buf: str, words: int) -> None:
         if buf == "msg":
