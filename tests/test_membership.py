@@ -339,7 +339,7 @@ def test_launch_gives_each_run_its_own_key(example_roles, tmp_path, monkeypatch)
     from alphac.tools.launch import launch
     recs = [launch(example_roles / "lsq_adam_star", steps=1, records=tmp_path / "runs") for _ in range(2)]
     assert all(r["passed"] for r in recs)
-    assert all(b"\nauthenticated @" in f.read_bytes() for f in (tmp_path / "runs").rglob("*.log"))
+    assert all(b"\nconnected authenticated @" in f.read_bytes() for f in (tmp_path / "runs").rglob("*.log"))
     keys = [bytes.fromhex(env["ALPHAC_RUN_KEY"]) for _, env in seen]
     assert len(keys) == 10 and len(set(keys[:5])) == 1 and len(set(keys[5:])) == 1 and keys[0] != keys[5]
     written = b"".join(p.read_bytes() for p in (tmp_path / "runs").rglob("*") if p.is_file())

@@ -214,7 +214,7 @@ def test_a_deployment_runs_as_a_slurm_job_and_its_record_verifies(cluster, built
     assert {nodes[r] for r in ("root", "agg1.0", "agg1.1")} == {"n1"}       # every parent's node
     assert [nodes[f"owner.{k}"] for k in range(4)] == ["n2", "n3", "n2", "n3"]
     assert not (rdir / "keys").exists() and not (rdir / "run-key").exists()
-    assert all(b"\nauthenticated @" in f.read_bytes() for f in (rdir / "events").iterdir())
+    assert all(b"\nconnected authenticated @" in f.read_bytes() for f in (rdir / "events").iterdir())
     code, _, err = alphac("slurm-record", rdir, "--record-key", tmp_path / "other-key")
     assert code == 105 and err.startswith("refused: record-key")
 
