@@ -270,6 +270,9 @@ def cmd_k8s(args) -> int:
           f"  docker build --platform linux/{w['arch']} -t {w['image']} {out}   (or podman build)\n"
           f"  docker push {w['image']}   (or kind load docker-image, minikube image load: the "
           "nodes must find it; --image names one in your registry)\n"
+          f"  kubectl delete secret {name}-run-key --ignore-not-found{ns}; head -c 32 /dev/urandom | "
+          f"od -An -vtx1 | tr -d ' \\n' | kubectl create secret generic {name}-run-key "
+          f"--from-file=run-key=/dev/stdin{ns}   (a new run key: docs/distribution.md)\n"
           f"  kubectl apply -f {out}/k8s.yaml{ns}\n"
           f"  kubectl wait --for=condition=complete job/{name}{ns} --timeout=1h\n"
           f"  kubectl logs -l {sel}{ns}   (the root: the published state)", file=sys.stderr)

@@ -5,7 +5,7 @@ that every program's prelude defines (`prelude()`: `FH_KIND`, `CKR_LO`, ... and 
 the Python side packs and unpacks with `Layout.unpack`/`pack`; the docs' tables are tested
 against `Layout.doc_rows()`. So a format changes in this file and nowhere else.
 
-    FRAME        the 96-byte header of every frame between roles (alphac/runtime/net.rt)
+    FRAME        the 104-byte header of every frame between roles (alphac/runtime/net.rt)
     FRAME_KINDS  the message kinds a frame carries
     CKPT_HEADER  a checkpoint manifest's 128-byte header (alphac/runtime/ckpt.rt)
     CKPT_RECORD  its 160-byte records
@@ -98,10 +98,10 @@ def _fields(*rows: tuple[str, int, str, str]) -> tuple[Field, ...]:
 
 # -- frames between roles (DESIGN.md contract 5) --------------------------------------------------
 FRAME_MAGIC = 0x48504C41                  # "ALPH"
-FRAME_FORMAT = 2                          # 2: sum64 in four chains
-FRAME = Layout("frame header", "FH", 96, _fields(
+FRAME_FORMAT = 3                          # 2: sum64 in four chains; 3: the MAC
+FRAME = Layout("frame header", "FH", 104, _fields(
     ("magic", 0, "u32", 'the bytes "ALPH"'),
-    ("format", 4, "u16", "the frame format, 2"),
+    ("format", 4, "u16", "the frame format, 3"),
     ("kind", 6, "u16", "the message kind (FRAME_KINDS)"),
     ("sender", 8, "u32", "the sender's role code: (its index node << 24) + its index"),
     ("length", 12, "u32", "payload bytes; the receiver knows exactly how many it expects"),
@@ -114,11 +114,14 @@ FRAME = Layout("frame header", "FH", 96, _fields(
     ("epoch", 64, "u64", "the epoch"),
     ("version", 72, "u64", "the step the frame belongs to"),
     ("checksum", 80, "u64", "sum64 of the header (this field zero), then of the payload"),
-    ("reserved", 88, "u64", "zero"),
+    ("mac", 88, "bytes16", "with a run key, the frame's MAC under its connection's session key "
+                           "(docs/runtime.md, \"Membership\"); zero in a HELLO, a CHALLENGE, or without one"),
 ))
 FRAME_KINDS = {"hello": 1, "combine": 2, "deliver": 3, "gather-inputs": 4, "allgather-params": 5,
-               "allgather-state": 6, "publish": 7, "checkpoint": 8}
-HELLO_BYTES = 192                         # the six 32-byte identity digests
+               "allgather-state": 6, "publish": 7, "checkpoint": 8, "challenge": 9}
+IDENTITY_BYTES = 192                      # the six 32-byte identity digests
+HELLO_BYTES = IDENTITY_BYTES + 64         # the identity, the sender's nonce, its proof
+NONCE_BYTES = 32                          # a CHALLENGE's payload: the acceptor's nonce
 
 # -- checkpoint manifests (DESIGN.md contract 6) ---------------------------------------------------
 CKPT_MAGIC = b"ALPHCKPT"
@@ -194,7 +197,12 @@ XC_RECORD_WORDS = 1 + XS_DIGITS
 
 # the events' MAC chains: the runtime's (core.rt, through the prelude) and the record's seals
 EVENTS_LABEL = "alphac-events-v2"
-STRINGS = {"EVENTS_LABEL": EVENTS_LABEL}           # the runtime's string constants
+# membership (net.rt): what a HELLO's proof and a connection's session key are MACs of begins
+# with these 16 bytes (docs/runtime.md, "Membership")
+HELLO_LABEL = "alphac-hello-v01"
+SESSION_LABEL = "alphac-session-1"
+STRINGS = {"EVENTS_LABEL": EVENTS_LABEL, "HELLO_LABEL": HELLO_LABEL,   # the runtime's string
+           "SESSION_LABEL": SESSION_LABEL}                                # constants
 
 LAYOUTS = (FRAME, CKPT_HEADER, CKPT_RECORD)
 
@@ -205,6 +213,7 @@ def constants() -> dict[str, int]:
     for lay in LAYOUTS:
         out.update(lay.constants())
     out.update(FRAME_MAGIC=FRAME_MAGIC, FRAME_FORMAT=FRAME_FORMAT, HELLO_BYTES=HELLO_BYTES,
+               IDENTITY_BYTES=IDENTITY_BYTES, NONCE_BYTES=NONCE_BYTES,
                CKPT_FORMAT=CKPT_FORMAT, CKPT_SHARD=CKPT_SHARD, CKPT_SUB=CKPT_SUB,
                CKPT_TRAILER=CKPT_TRAILER, NAME_MAX=NAME_MAX, SHARD_PATH_MAX=SHARD_PATH_MAX, NV_HEADER_WORDS=CONV_HEADER_WORDS,
                NV_ITEM_WORDS=CONV_ITEM_WORDS, XS_WORDS=XS_WORDS, XS_DIGITS=XS_DIGITS,

@@ -72,6 +72,13 @@ REFUSALS: dict[str, tuple[int, str]] = {
     "rank-duplicate": (89, "a role connects twice to its parent (or to a mesh peer): two roles "
                            "with the same rank, or one role started twice"),
     "stale-epoch": (90, "a frame or checkpoint belongs to an older epoch"),
+    "peer-unauthenticated": (91, "a peer's HELLO does not prove the run's key (ALPHAC_RUN_KEY): "
+                                 "a process started without it or with another run's, or a "
+                                 "HELLO replayed from another connection (docs/distribution.md, "
+                                 "\"Membership\")"),
+    "frame-unauthenticated": (92, "a frame's MAC under its connection's session key does not "
+                                  "match: a frame changed, dropped, reordered or replayed on the "
+                                  "way (a run with a key)"),
     "artifact-hash": (100, "the launcher found an executable (or roles.json) whose SHA-256 is not "
                            "the build manifest's, or no manifest; nothing was started"),
     "launch-tool": (101, "the launcher needs a tool this host lacks (qemu-aarch64 for AArch64 roles, "

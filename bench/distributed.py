@@ -14,6 +14,13 @@ split and tree (alphac's reference interpreter; torch has no such contract, so i
 whether repeated runs at least agree with each other).
 
     python bench/distributed.py [--steps N] [--repeat R] [--quick]
+    python bench/distributed.py --auth [--steps N] [--rounds R]
+
+`--auth` measures what authenticated membership costs (docs/distribution.md, "Membership"): the
+reference star (lsq_adam, 10 N steps) and the 100k least-squares star (N steps), each launched
+with and without a run key in R interleaved rounds (the order alternating), the time per step the
+root's own (its events: `connected` to its last step, so start-up is not in it), the median of
+each side, their difference, and whether both publish the same bits.
 
 `--quick` (what CI runs, so that the benchmark cannot silently break) times lsq_adam only, for a
 few steps: its figures are not the ones to quote.
@@ -138,6 +145,41 @@ def alphac_rows(src: Path, name: str, deps: dict[int, str], steps: int, tmp: Pat
     return (system, name, start, per_step, (wire - wire0) / steps, same, oracle_ok)
 
 
+# -- the MACs' cost (--auth) ----------------------------------------------------------------------
+def auth_row(src: Path, name: str, dep: str, steps: int, rounds: int, tmp: Path) -> tuple:
+    from alphac.tools.launch import launch
+    out = tmp / f"build-auth-{dep}"
+    build(src, out, [dep])
+    per_step, bits = {True: [], False: []}, set()
+    for k in range(rounds):
+        for auth in ((True, False) if k % 2 == 0 else (False, True)):
+            rec = launch(out / dep, steps=steps, records=out / "runs", deadline_ms=60000, data=src.parent,
+                         authenticate=auth)
+            assert rec["passed"], rec["roles"]
+            root = next(r for r in rec["roles"] if r["role"] == "coordinator")      # the star's root
+            per_step[auth].append(root["timing"]["steps_ms"] / steps)
+            bits.add(rec["published"])
+    off, on = (statistics.median(per_step[a]) for a in (False, True))
+    return name, dep, steps, rounds, off, on, (on - off) * 1e3, len(bits) == 1
+
+
+def auth_table(steps: int, rounds: int) -> None:
+    rows = []
+    with tempfile.TemporaryDirectory() as t:
+        tmp = Path(t)
+        (tmp / "lsq").mkdir()
+        src = tmp / "lsq" / "lsq_adam.alpha"
+        shutil.copy(ROOT / "examples" / "lsq_adam.alpha", src)
+        rows.append(auth_row(src, "lsq_adam", "lsq_adam_star", steps * 10, rounds, tmp))
+        (tmp / "big").mkdir()
+        rows.append(auth_row(big_learner(tmp / "big", mesh=False), "lsq 100k", "big_4", steps, rounds, tmp))
+    print("| learner | deployment | steps | rounds | ms per step without a key (median) | with a key | "
+          "the MACs' cost per step (us) | same bits |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r[0]} | {r[1]} | {r[2]} | {r[3]} | {r[4]:.4f} | {r[5]:.4f} | {r[6]:.1f} | {r[7]} |")
+
+
 # -- torch ----------------------------------------------------------------------------------------
 def torch_worker(rank, world, port, name, steps, split, xs, ys, q):
     import torch
@@ -218,7 +260,11 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="lsq_adam only, 3 steps: a smoke run")
     ap.add_argument("--repeat", type=int, default=3,
                     help="timed runs per row, the median reported (default %(default)s)")
+    ap.add_argument("--auth", action="store_true", help="the MACs' cost: with and without a run key")
+    ap.add_argument("--rounds", type=int, default=7, help="--auth's interleaved rounds (default %(default)s)")
     args = ap.parse_args()
+    if args.auth:
+        return auth_table(args.steps, max(1, args.rounds))
     REPEAT = max(1, args.repeat)
     if args.quick:
         args.steps, REPEAT = 3, 1

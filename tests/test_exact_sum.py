@@ -261,8 +261,7 @@ def test_a_malformed_accumulator_is_refused_by_name(case, tmp_path):
                     assert time.monotonic() - t0 < 5
                     time.sleep(0.02)
             code = code_of(plan, Role("owner", k))
-            conns[k].sendall(frames.hello(code, ident, 1))
-            frames.recv_exact(conns[k], 96 + 192)
+            frames.connect(conns[k], code, code_of(plan, Role("coordinator")), ident, 1)
         words = [0] * (P * XC_WORDS) + [1, 0]             # empty sums, n = 1, no spills
         extra = b""
         if case == "undefined-bit":

@@ -111,15 +111,23 @@ def field_env(container: dict, fields: dict) -> dict:
     """The container's env: each variable from the downward API field it names."""
     env = {}
     for e in container["env"]:
-        env[e["name"]] = e["value"] if "value" in e else fields[e["valueFrom"]["fieldRef"]["fieldPath"]]
+        ref = e.get("valueFrom", {})
+        env[e["name"]] = e["value"] if "value" in e else fields[ref["fieldRef"]["fieldPath"]] \
+            if "fieldRef" in ref else fields[("secret", ref["secretKeyRef"]["name"], ref["secretKeyRef"]["key"])]
     return env
 
 
 INDEX = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
 
 
-def pod_fields(i, ip, ns):
-    return {INDEX: str(i), "status.podIP": ip, "metadata.namespace": ns}
+def pod_fields(i, ip, ns, secrets=None):
+    """The downward API's fields of pod i, and the Secrets' keys ({(\"secret\", NAME, KEY): value})."""
+    return {INDEX: str(i), "status.podIP": ip, "metadata.namespace": ns, **(secrets or {})}
+
+
+def secret_of(job, key: bytes) -> dict:
+    """The run key's Secret as `alphac k8s` says to make it: NAME-run-key, 64 hex digits."""
+    return {("secret", f"{job['metadata']['name']}-run-key", "run-key"): key.hex()}
 
 
 def fqdn(job, i, ns, domain="cluster.local"):
@@ -263,7 +271,7 @@ def test_every_pod_names_its_parents_pod(built, tmp_path, dep):
     assert tmpl["spec"]["nodeSelector"]["kubernetes.io/arch"] == "amd64"
     for r in table["roles"]:
         i = r["rank"]
-        env = field_env(c, pod_fields(i, "10.1.2.3", "ml"))
+        env = field_env(c, pod_fields(i, "10.1.2.3", "ml", secret_of(job, bytes(32))))
         argv = [expand(a, env) for a in c["command"] + c["args"]]
         opt = dict(zip(argv[1::2], argv[2::2]))
         assert argv[0] == f"/alphac/rank/{i}" and opt["--rank"] == str(i)
@@ -395,6 +403,8 @@ class Cluster:
 
     def __init__(self, context: Path, docs: dict, work: Path, ns="default"):
         self.svc, self.job, self.ns, self.work = docs["Service"], docs["Job"], ns, work
+        self.key = os.urandom(32)                   # the run key's Secret, made for this run
+        self.keys = {}                              # a pod given another Secret's (a stranger)
         self.image = image_root(context, work / "image")
         for _ in range(5):                          # 127.0.NET.0/24: this cluster's addresses
             self.net = random.randrange(100, 250)
@@ -421,7 +431,7 @@ class Cluster:
         (root / "etc/resolv.conf").write_text(f"search {self.ns}.svc.cluster.local svc.cluster.local "
                                               f"cluster.local\nnameserver 127.0.{self.net}.254\noptions ndots:5\n")
         c, = spec["containers"]
-        env = field_env(c, pod_fields(i, ip, self.ns))
+        env = field_env(c, pod_fields(i, ip, self.ns, secret_of(self.job, self.keys.get(i, self.key))))
         argv = [expand(a, env) for a in c["command"] + c["args"]]
         user = spec["securityContext"]
 
@@ -504,7 +514,10 @@ def test_the_pods_publish_the_interpreters_bits(built, tmp_path, dep):
     cluster = Cluster(tmp_path / "k8s", docs, tmp_path)
     n, port = docs["Job"]["spec"]["completions"], docs["Service"]["spec"]["ports"][0]["port"]
     outputs = cluster.run(range(n), root_alone=port)
-    assert outputs[0] == BITS and all(outputs[i] == "" for i in range(1, n))
+    assert outputs[0] == BITS and all(outputs[i] == "" for i in range(1, n))   # the key: the Secret's
+    from test_membership import forms
+    written = b"".join(p.read_bytes() for p in (tmp_path / "k8s").rglob("*") if p.is_file())
+    assert not any(f in written for f in forms(cluster.key))
     assert cluster.replaced == [] and cluster.asked_before_root_listened == []
     table = table_of(built / dep)
     parents = {fqdn(docs["Job"], r["rank"], "default") for r in table["roles"] if r["listens"]
@@ -512,6 +525,18 @@ def test_the_pods_publish_the_interpreters_bits(built, tmp_path, dep):
     mesh = sorted(r["rank"] for r in table["roles"] if r.get("mesh"))
     lower = {fqdn(docs["Job"], i, "default") for i in mesh[:-1]}   # each owner, the lower ones'
     assert set(cluster.dns.asked) == parents | lower  # each child asked for its parent's pod
+
+
+def test_a_pod_with_another_runs_key_is_refused_by_name(built, tmp_path):
+    """Every pod takes the run key from the Secret: a pod given another fails the Job, its
+    parent refusing it `peer-unauthenticated`."""
+    need_root()
+    docs = generate(built / "lsq_adam_star", tmp_path / "k8s", "--deadline-ms", "5000")
+    cluster = Cluster(tmp_path / "k8s", docs, tmp_path)
+    cluster.keys = {2: os.urandom(32)}
+    with pytest.raises(AssertionError, match="failed the Job"):
+        cluster.run(range(docs["Job"]["spec"]["completions"]))
+    assert (REFUSALS["peer-unauthenticated"][0], "refused: peer-unauthenticated") in cluster.exits[0]
 
 
 def test_pods_that_start_before_their_parent_wait_for_its_name(built, tmp_path):

@@ -16,6 +16,7 @@ import frames
 import learngen
 from conftest import EXAMPLES, alphac, example, require_tool
 from frames import recv_exact
+from alphac.formats import HELLO_BYTES
 
 from alphac.refusals import REFUSALS
 
@@ -271,8 +272,7 @@ def mesh_talk(roles, mesh, play, deadline_ms=800):
     try:
         srv.settimeout(5)
         up, _ = srv.accept()
-        recv_exact(up, 96 + 192)
-        up.sendall(frames.hello(mesh["coord"], mesh["id"], 1))
+        up.sendall(frames.accept(up, mesh["coord"], mesh["id"], 1)[1])
         play(connect, mesh)
         out, err = p.communicate(timeout=deadline_ms / 1000 + 10)
         up.close()
@@ -287,7 +287,7 @@ def mesh_talk(roles, mesh, play, deadline_ms=800):
 
 
 def hello_as(conn, mesh, code, identity=None):
-    conn.sendall(frames.hello(code, identity or mesh["id"], 1))
+    frames.connect(conn, code, mesh["owner"][0], identity or mesh["id"], 1, read_answer=False)
 
 
 def three_owners(connect, mesh):
@@ -296,7 +296,7 @@ def three_owners(connect, mesh):
     for k in (1, 2, 3):
         c = connect()
         hello_as(c, mesh, mesh["owner"][k])
-        recv_exact(c, 96 + 192)
+        recv_exact(c, frames.HEADER + HELLO_BYTES)
         out.append(c)
     return out
 
@@ -312,7 +312,7 @@ def block(mesh, sender, **kw):
 def first_exchange(conns, mesh):
     """Owner 1's link: owner.0 sends its block first (the lower of the pair)."""
     c = conns[0]
-    h = frames.decode_header(recv_exact(c, 96))
+    h = frames.decode_header(recv_exact(c, frames.HEADER))
     assert h["kind"] == 2 and h["length"] == 8 * mesh["block"][1] and h["sender"] == mesh["owner"][0]
     recv_exact(c, h["length"])
     return c
@@ -322,7 +322,7 @@ def twice(connect, mesh):
     """Owner 2 connects, then another connection claims to be owner 2."""
     c = connect()
     hello_as(c, mesh, mesh["owner"][2])
-    recv_exact(c, 96 + 192)
+    recv_exact(c, frames.HEADER + HELLO_BYTES)
     hello_as(connect(), mesh, mesh["owner"][2])
 
 

@@ -22,6 +22,7 @@ import oracle
 from backend import build_deployment
 from conftest import EXAMPLES, alphac, require_tool
 
+from alphac.formats import FRAME, NONCE_BYTES
 from alphac.refusals import REFUSALS
 
 CODES = {code: name for name, (code, _) in REFUSALS.items()}
@@ -173,7 +174,7 @@ def named(p):
 def run(net, ddir, host_of, argv_of, steps=STEPS, deadline=4000):
     """Every role of the deployment on its host: {role: (refusal or None, stdout, stderr)}.
     Every host in use must have sent and received its frames through the switch: at least a
-    HELLO (288 bytes) and a header (96) a step each way, more than the links' own chatter."""
+    CHALLENGE or HELLO and a header a step each way, more than the links' own chatter."""
     before = net.counters()
     procs = {}
     try:
@@ -192,7 +193,7 @@ def run(net, ddir, host_of, argv_of, steps=STEPS, deadline=4000):
     after = net.counters()
     for h in set(host_of.values()):
         moved = [a - b for a, b in zip(after[h], before[h])]
-        assert min(moved) >= 288 + 96 * steps, (h, moved)
+        assert min(moved) >= FRAME.size * (1 + steps) + NONCE_BYTES, (h, moved)
     return out
 
 

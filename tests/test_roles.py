@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import oracle
-from frames import recv_exact
+from frames import HEADER, recv_exact
 from conftest import EXAMPLES, ROOT, alphac, example, require_tool
 
 from alphac.refusals import REFUSALS
@@ -136,13 +136,9 @@ def talk(roles, star, mutate, deadline_ms=800):
     try:
         srv.settimeout(5)
         conn, _ = srv.accept()
-        head = recv_exact(conn, 96)
-        body = recv_exact(conn, 192)
-        h = frames.decode_header(head)
-        zeroed = head[:80] + bytes(8) + head[88:]
-        assert h["checksum"] == frames.sum64(body, frames.sum64(zeroed)), "sum64 twins disagree"
-        assert h["sender"] == star["owner0"] and h["kind"] == 1
-        mutate(conn, star)
+        who, answer, _ = frames.accept(conn, star["coord"], star["id"], 1)
+        assert who == star["owner0"]
+        mutate(conn, {**star, "answer": answer})
         out, err = p.communicate(timeout=deadline_ms / 1000 + 10)
         conn.close()
     finally:
@@ -155,9 +151,9 @@ def talk(roles, star, mutate, deadline_ms=800):
 
 def good_hello(conn, star):
     import frames
-    conn.sendall(frames.hello(star["coord"], star["id"], 1))
+    conn.sendall(star["answer"])
     # the owner computes and sends its contribution
-    head = recv_exact(conn, 96)
+    head = recv_exact(conn, frames.HEADER)
     from frames import decode_header
     h = decode_header(head)
     recv_exact(conn, h["length"])
@@ -177,7 +173,7 @@ def test_a_good_conversation_publishes_nothing_at_an_owner(roles, star):
         good_hello(conn, star)
         conn.sendall(deliver_frame(star))
         # the owner updates, then sends its part of the publication
-        head = recv_exact(conn, 96)
+        head = recv_exact(conn, HEADER)
     code, err = talk(roles, star, play)
     # after the publication message, the owner finishes; it never prints the state
     assert code == 0 and err == ""

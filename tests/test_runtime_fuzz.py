@@ -215,9 +215,9 @@ def test_frames(owners, target, data):
     try:
         srv.settimeout(10)
         conn, _ = srv.accept()
-        frames.recv_exact(conn, FRAME.size + 192)
+        answer = frames.accept(conn, coord, ident, 1)[1]
         if data.draw(st.booleans()):
-            conn.sendall(frames.hello(coord, ident, 1))
+            conn.sendall(answer)
         kind = data.draw(st.sampled_from(sorted(frames.KINDS.values()) + [0, 9, 65535]))
         fields = dict(kind=kind, sender=data.draw(st.sampled_from([coord, 0, 2 ** 32 - 1])),
                       payload=data.draw(st.binary(max_size=300)), identity=ident,

@@ -199,6 +199,8 @@ def test_a_deployment_runs_as_a_slurm_job_and_its_record_verifies(cluster, built
     text = script.read_text()
     assert "--multi-prog" in text and "#SBATCH --time=2:00" in text
     assert [l.split()[0] for l in text.split("<<END\n")[-1].splitlines()[:3]] == ["0", "1-2", "3-6"]
+    assert (rdir / "run-key").stat().st_mode & 0o777 == 0o600          # the run key: not in the script
+    assert bytes.fromhex((rdir / "run-key").read_text()).hex().encode() not in script.read_bytes()
     rc, out = submit(cluster, script)
     assert rc == 0, (out, next(rdir.glob("slurm-*.out")).read_text(), cluster.logs())
     code, published, err = alphac("slurm-record", rdir)
@@ -211,7 +213,8 @@ def test_a_deployment_runs_as_a_slurm_job_and_its_record_verifies(cluster, built
     assert rec["passed"] and rec["slurm"]["nodes"] == list(NODES) and rec["slurm"]["srun_exit"] == 0
     assert {nodes[r] for r in ("root", "agg1.0", "agg1.1")} == {"n1"}       # every parent's node
     assert [nodes[f"owner.{k}"] for k in range(4)] == ["n2", "n3", "n2", "n3"]
-    assert not (rdir / "keys").exists()
+    assert not (rdir / "keys").exists() and not (rdir / "run-key").exists()
+    assert all(b"\nconnected authenticated @" in f.read_bytes() for f in (rdir / "events").iterdir())
     code, _, err = alphac("slurm-record", rdir, "--record-key", tmp_path / "other-key")
     assert code == 105 and err.startswith("refused: record-key")
 

@@ -15,7 +15,7 @@ Requires: state names of at most NAME_MAX bytes and role names of at most ROLE_M
 from __future__ import annotations
 
 from alphac.diag import BuildError
-from alphac.formats import CKPT_HEADER, CKPT_RECORD, HELLO_BYTES, NAME_MAX, ROLE_MAX
+from alphac.formats import CKPT_HEADER, CKPT_RECORD, IDENTITY_BYTES, NAME_MAX, ROLE_MAX
 
 HDR, REC = CKPT_HEADER.size, CKPT_RECORD.size
 
@@ -97,7 +97,7 @@ def single_source(lr) -> tuple[str, dict[str, bytes]]:
     from alphac.dist.identity import learner_digests
     check_names(lr)
     holdings = [(s.name, 0, s.size) for s in lr.states]
-    lines = ["data role_identity: [u8; HELLO_BYTES] = extern;"] + declarations(lr, len(holdings))
+    lines = ["data role_identity: [u8; IDENTITY_BYTES] = extern;"] + declarations(lr, len(holdings))
     lines += ["", "fn learner_save(dir: i64, v: i64) {"]
     lines += ["    " + l for l in save_lines(holdings, '"single"', 0)]
     lines += [f'    ckpt_manifest("MANIFEST", 0, 0, 0, 1, {len(holdings)});', "}",
@@ -105,4 +105,4 @@ def single_source(lr) -> tuple[str, dict[str, bytes]]:
     lines += ["    " + l for l in restore_lines(holdings, 0, 0, 1, lr.exact)]
     lines += ["    return load64(ck_version);", "}", ""]
     learner, rate = learner_digests(lr)
-    return "\n".join(lines), {"role_identity": learner + rate + bytes(HELLO_BYTES - len(learner + rate))}
+    return "\n".join(lines), {"role_identity": learner + rate + bytes(IDENTITY_BYTES - len(learner + rate))}

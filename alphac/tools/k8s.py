@@ -18,7 +18,11 @@ written, byte for byte the same on every run (no time, no absolute path, ranks i
   runtime asks for a name until its deadline (pods start in any order); a role that then still
   refuses `name-unresolved` (its exit code from alphac.refusals) is replaced by the Job
   (podFailurePolicy Ignore): it has exchanged nothing yet; any other failure fails the Job at
-  once (backoffLimit 0).
+  once (backoffLimit 0). The run's key (docs/distribution.md, "Membership") is the Secret
+  NAME-run-key, key `run-key` (64 hex digits), which the container's ALPHAC_RUN_KEY references
+  (secretKeyRef): the manifest names the Secret and never holds the key, and a pod of a Job
+  whose Secret is missing does not start. Each run gets a new key by making the Secret anew
+  (what `alphac k8s` prints: the bytes go from /dev/urandom to kubectl's standard input).
 - `Containerfile`: FROM scratch, the executables as /alphac/roles/FILE, and /alphac/rank/N, a
   relative symbolic link to the file serving rank N (one copy of each executable however many
   ranks it serves; the kernel follows the link at exec, no shell needed); `roles/`, `rank/` and
@@ -57,6 +61,7 @@ OURS = {"k8s.yaml", "Containerfile", "SHA256SUMS", "roles", "rank", "data"}
 HEADER = "# alphac k8s:"
 USER = 65532                                            # the pods' user and group (not root)
 INDEX = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+RUN_KEY = "run-key"                                     # the Secret NAME-run-key's key
 
 
 class K8sError(Exception):
@@ -157,7 +162,9 @@ def objects(table: dict, *, name: str, image: str, arch: str, namespace: str | N
         "name": "role", "image": image, "imagePullPolicy": "IfNotPresent",
         "command": ["/alphac/rank/$(JOB_COMPLETION_INDEX)"], "args": args,
         "env": [field("JOB_COMPLETION_INDEX", INDEX), field("POD_IP", "status.podIP"),
-                field("POD_NAMESPACE", "metadata.namespace")],
+                field("POD_NAMESPACE", "metadata.namespace"),
+                {"name": "ALPHAC_RUN_KEY", "valueFrom": {"secretKeyRef": {"name": f"{name}-{RUN_KEY}",
+                                                                          "key": RUN_KEY}}}],
         "ports": [{"name": "alphac", "containerPort": port, "protocol": "TCP"}],
         "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
                             "capabilities": {"drop": ["ALL"]}},

@@ -106,9 +106,10 @@ def launch(dep_dir: str | Path, steps: int = 5, deadline_ms: int = 10000,
            kill: tuple[str, float] | None = None, checkpoint: str | Path | None = None,
            resume: str | Path | None = None, targets: dict[str, str] | None = None,
            key: str | Path | None = None, progress=None, data: str | Path | None = None,
-           gpu_wrapper: list[str] | None = None) -> dict:
+           gpu_wrapper: list[str] | None = None, authenticate: bool = True) -> dict:
     """Run a built deployment; the run record (also written under `records`). `progress`: a stream
-    for the root's steps; `data`: the owners' `--data`; `gpu_wrapper`: before each GPU owner."""
+    for the root's steps; `data`: the owners' `--data`; `gpu_wrapper`: before each GPU owner;
+    `authenticate`: give the roles a run key (False only to measure what it costs)."""
     dep_dir = Path(dep_dir)
     table, manifest, mpath, hashes = load_build(dep_dir)
     if targets:                        # run other builds of the roles (e.g. every owner swapped)
@@ -118,6 +119,9 @@ def launch(dep_dir: str | Path, steps: int = 5, deadline_ms: int = 10000,
     secret = record_key(key)
     nonce = os.urandom(16).hex()
     k = run_key(secret, nonce)
+    run_env = {k: v for k, v in os.environ.items() if k != "ALPHAC_RUN_KEY"}
+    if authenticate:                                      # the run's key (docs/distribution.md)
+        run_env["ALPHAC_RUN_KEY"] = os.urandom(32).hex()  # getrandom(2)
     rdir = new_record_dir(Path(records), table["deployment"])
     reserve_record(rdir, *space_needed(table, steps, mpath))
     taken: set[int] = set()                              # 2. the roles' addresses and command lines
@@ -133,7 +137,7 @@ def launch(dep_dir: str | Path, steps: int = 5, deadline_ms: int = 10000,
         before = emulate.get(r["target"]) or (list(gpu_wrapper) if "+" in r["target"] and gpu_wrapper else [])
         runs.append(RoleRun(r["role"], r["target"], hashes[r["file"]], artifact_key(dep_dir, mpath, r["file"]),
                             before + role_argv(dep_dir, r, steps, deadline_ms, rdir, ports, mesh_base, extra),
-                            {**os.environ, "ALPHAC_EVENTS_KEY": events_key(k, r["role"]).hex()}))
+                            {**run_env, "ALPHAC_EVENTS_KEY": events_key(k, r["role"]).hex()}))
     # 3. the run (issue 44's recovery and periodic checkpoints go around this call: see above)
     try:
         if progress:

@@ -6,7 +6,8 @@
 
 `write_script` checks roles.json and every executable against the build manifest (as `alphac
 launch` does), makes the run's directory RUNDIR (records/NAME-NNNN, its nonce in slurm.json, each
-rank's role and events key in `keys`, mode 0600) and writes the batch script. Only the script
+rank's role and events key in `keys` and the run's key in `run-key`, both mode 0600: the script
+never holds a key) and writes the batch script. Only the script
 (bash, scontrol, srun, coreutils) and the role executables run on the nodes; DIR and RUNDIR must
 be on a file system every node sees at the same path. The script, in the job:
 1. refuses to run twice (RUNDIR/tasks exists) and checks the executables' SHA-256 (sha256sum);
@@ -20,7 +21,8 @@ be on a file system every node sees at the same path. The script, in the job:
 3. starts every task with `srun --multi-prog`: a line per range of ranks that one executable
    serves (one role's, or an index node's in a --fleet build), `--rank %t` checked by the executable against its compiled
    rank (`rank-out-of-range`), through a bash wrapper (RUNDIR/tasks/task.sh) that puts the
-   role's events key in its environment (never on a command line) and keeps its node, exit
+   role's events key and the run key in its environment (never on a command line; the role
+   clears the run key from it at start) and keeps its node, exit
    code, stdout and stderr in RUNDIR/tasks/RANK.*; events go to RUNDIR/events/ROLE.log.
 `collect` then makes the record with record.py's make_record and seal: kind `launch`, each role's
 `node`, the job's `slurm` facts; `alphac verify-record` checks it like any launch record.
@@ -83,15 +85,16 @@ for ((r = 0; r < TASKS; r++)); do
 done > "$RUN/tasks/hostfile"
 cat > "$RUN/tasks/task.sh" <<'END'
 #!/bin/bash
-# RUN/tasks/task.sh RANK EXECUTABLE ARGS...: one role, its events key in its environment only
+# RUN/tasks/task.sh RANK EXECUTABLE ARGS...: one role, its keys in its environment only
 run=${0%/tasks/task.sh} rank=$1
 shift
-role= key=
+role= key= runkey=
 while read -r r n k; do if [ "$r" = "$rank" ]; then role=$n key=$k; break; fi; done < "$run/keys"
+read -r runkey < "$run/run-key"
 t=$run/tasks/$rank
 echo "${SLURMD_NODENAME:-?} $(uname -n) $(uname -s) $(uname -r) $(uname -m)" > "$t.node"
 [ -n "$role" ] || { echo "refused: rank-out-of-range" > "$t.err"; echo 88 > "$t.exit"; exit 88; }
-ALPHAC_EVENTS_KEY=$key "$@" --events "$run/events/$role.log" < /dev/null > "$t.out" 2> "$t.err"
+ALPHAC_EVENTS_KEY=$key ALPHAC_RUN_KEY=$runkey "$@" --events "$run/events/$role.log" < /dev/null > "$t.out" 2> "$t.err"
 rc=$?
 echo "$rc" > "$t.exit"
 exit "$rc"
@@ -198,6 +201,7 @@ def write_script(dep_dir: str | Path, out: str | Path | None = None, steps: int 
         write_file(rdir / "slurm.json", (json_text(job, indent=2) + "\n").encode(), 0o644)
         write_file(rdir / "keys", "".join(f"{i} {r['role']} {events_key(k, r['role']).hex()}\n"
                                           for i, r in enumerate(roles)).encode(), 0o600)
+        write_file(rdir / "run-key", os.urandom(32).hex().encode() + b"\n", 0o600)   # getrandom(2)
         write_file(rdir / "sha256", "".join(f"{hashes[f]}  {f}\n" for f in dict.fromkeys(
             r["file"] for r in roles)).encode(), 0o644)
         fields = {"DEPLOYMENT": table["deployment"], "LEARNER": learner, "TASKS": str(len(roles)),
@@ -269,6 +273,7 @@ def collect(rundir: str | Path, key: str | Path | None = None) -> dict:
                        "srun_exit": int(srun) if srun and is_count(srun.strip()) else None,
                        "port_base": int(port) if port and is_count(port.strip()) else None}
     record["path"] = str(write_record(rdir, seal(record, rdir, secret, nonce)))
-    if srun is not None and (rdir / "keys").exists():
-        (rdir / "keys").unlink()             # the job is over: its events keys are not needed
+    for f in ("keys", "run-key"):              # the job is over: its keys are not needed
+        if srun is not None and (rdir / f).exists():
+            (rdir / f).unlink()
     return record

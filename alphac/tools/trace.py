@@ -36,7 +36,7 @@ def span_name(what: str) -> str:
     if what.startswith("step "):
         return " ".join(what.split(" ")[:2])
     return {"connected": "connect", "checkpointed": "checkpoint", "published": "publish",
-            "done": "finish", "data checked": "data"}.get(what, what)
+            "done": "finish", "data checked": "data"}.get(what.removesuffix(" authenticated"), what)
 
 
 def loss_event(loss: dict, pid: int, ts: float) -> dict:
