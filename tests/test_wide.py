@@ -132,19 +132,22 @@ def build(target: str, source: str) -> bytes:
     from alphac.lower import rt
     from alphac.lower.rt_lower import lower_program
     from alphac.lower.target import target as get
-    tgt = get(target)
+    from test_select_ops import high_first
+    tgt = get(target.removesuffix("/high"))
+    tgt = high_first(tgt) if target.endswith("/high") else tgt
     own = rt.parse(source, "w.rt")              # generated: stores at computed offsets allowed
     items = rt.parse(tgt.prelude(), "prelude.rt") + runtime_closure("core") + own
     return link_program(lower_program(items, {}, generated=frozenset(map(id, own))), tgt)[0]
 
 
-@pytest.mark.parametrize("level", sorted(LEVEL))
-def test_every_wide_operation(tmp_path, level):
-    """Every f64x4 (x86_64-v3) or f64x8 (x86_64-v4) operation, lane by lane; an x86_64-v4 run on
-    a CPU without AVX-512 checks its refusal instead."""
+@pytest.mark.parametrize("build_as", sorted(LEVEL) + ["x86_64-v4/high"])
+def test_every_wide_operation(tmp_path, build_as):
+    """Every f64x4 (x86_64-v3) or f64x8 (x86_64-v4) operation, lane by lane (x86_64-v4/high: in
+    zmm16-31, preferred); an x86_64-v4 run on a CPU without AVX-512 checks its refusal instead."""
+    level = build_as.removesuffix("/high")
     source, want = program(level)
     exe = tmp_path / "wide"
-    exe.write_bytes(build(level, source))
+    exe.write_bytes(build(build_as, source))
     exe.chmod(0o755)
     r = subprocess.run(runner(level) + [str(exe)], capture_output=True, text=True, timeout=60)
     if not host_runs(level) and level == "x86_64-v4":
@@ -239,3 +242,39 @@ def test_examples_print_the_baselines_bits(tmp_path, name, level):
     else:
         assert (got.returncode, got.stdout) == (0, want.stdout)
     assert f"{LEVEL[level][1]}(" in img.rt_source
+
+
+LSQ8 = """learner lsq8
+data x = load("x.npy")
+data y = load("y.npy")
+param w: f64[64] = 0.0
+state v: f64[64] = 0.0
+loss(i) = 0.5 * (dot(w, x[i]) - y[i])^2
+update {
+  v = 0.9 * v + grad(w)
+  w = w - 0.001 * v
+}
+"""
+
+
+def test_x86_64_v4_keeps_eight_chains_in_registers(tmp_path, monkeypatch):
+    """At x86_64-v4 the allocator has registers 16-31 (EVEX): the least squares' eight dot chains
+    (8 samples a block) and the gradient loop's eight splats all stay in registers, where
+    registers 0-13 alone spill two chains and five splats."""
+    from alphac.build import build_learner
+    from alphac.driver import compile_file
+    from alphac.lower.fold import fold_loads, sink_wide
+    from alphac.lower.regalloc import allocate
+    from alphac.lower.target import target
+    monkeypatch.chdir(tmp_path)
+    rng = np.random.default_rng(7)
+    np.save("x.npy", rng.standard_normal((8, 64)))
+    np.save("y.npy", rng.standard_normal(8))
+    (tmp_path / "lsq8.alpha").write_text(LSQ8)
+    img = build_learner(compile_file(tmp_path / "lsq8.alpha").learner, "x86_64-v4")
+    fn = sink_wide(fold_loads(img.program.function("learner_grad")))
+    spilled = lambda regfile: sorted(v.cls for v, (kind, _) in allocate(fn, regfile).loc.items()
+                                     if kind == "slot" and v.cls != "i")
+    assert len(target("x86_64-v4").regfile.float_regs) == 30
+    assert spilled(target("x86_64-v4").regfile) == []
+    assert spilled(target("x86_64").regfile) == ["f", "f"] + ["z"] * 5
