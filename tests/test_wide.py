@@ -278,3 +278,24 @@ def test_x86_64_v4_keeps_eight_chains_in_registers(tmp_path, monkeypatch):
     assert len(target("x86_64-v4").regfile.float_regs) == 30
     assert spilled(target("x86_64-v4").regfile) == []
     assert spilled(target("x86_64").regfile) == ["f", "f"] + ["z"] * 5
+
+
+SSE2 = {"movsd", "movapd", "movupd", "movq", "addsd", "subsd", "mulsd", "divsd", "sqrtsd", "ucomisd",
+        "cvtsi2sd", "xorpd", "unpcklpd", "unpckhpd", "addpd", "subpd", "mulpd", "divpd", "sqrtpd"}
+
+
+@pytest.mark.parametrize("target", ["x86_64", "x86_64-v3", "x86_64-v4"])
+def test_the_levels_emit_no_sse2_arithmetic(tmp_path, target):
+    """At x86_64-v3 and x86_64-v4 every binary64 and f64x2 instruction is a VEX (or EVEX) one, in
+    three-operand form: no SSE2 copy before an operation, no SSE code beside the wide code (the
+    hardware SHA-256 alone is legacy SSE); the baseline x86_64 is all SSE2."""
+    import io
+    import capstone
+    from elftools.elf.elffile import ELFFile
+    _, img = learner_exe(tmp_path, "digits_mlp", target)
+    text = ELFFile(io.BytesIO(img.elf)).get_section_by_name(".text").data()
+    seen = {i.mnemonic for i in capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64).disasm(text, 0)}
+    if target == "x86_64":
+        assert SSE2 - {"cvtsi2sd"} <= seen and not {m for m in seen if m.startswith("v")}
+    else:
+        assert not seen & SSE2 and {"vaddsd", "vmulsd", "vmovsd", "vmovapd", "vaddpd"} <= seen

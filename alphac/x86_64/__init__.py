@@ -40,7 +40,7 @@ def apply_reloc(kind: str, data: bytearray, offset: int, P: int, S_plus_A: int) 
 def level(lanes: int) -> dict:
     """What the levels change: VEX's three-operand forms at x86_64-v3 (AVX) and above, and the
     vector registers 16-31, which only EVEX names, at x86_64-v4 (AVX-512)."""
-    return {"select": partial(_select.select, vex=lanes >= 8),
+    return {"select": partial(_select.select, vex=True),
             "regfile": abi.REGFILE_V4 if lanes >= 8 else abi.REGFILE}
 
 
