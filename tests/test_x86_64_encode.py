@@ -8,6 +8,9 @@ tests/golden/x86_64_enc.txt; (3) checks the encoding choices and EncodeError cas
 
 Requires: pytest, hypothesis, keystone-engine, capstone (test-only dependencies).
 
+Vector registers 16-31 are drawn (and sampled for the golden file) only for EVEX rows, the only
+ones that name them; a VEX row and its EVEX twin are told apart by the EVEX one's id (`:evex`).
+
 Guarantees: a new table row is tested automatically (the row test is parametrised over
 TABLE itself, every operand kind must have a strategy, and every row must appear in the
 golden file).  Regenerate the golden file with
