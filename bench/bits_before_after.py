@@ -2,12 +2,12 @@
 
 An optimization of the generated code (issue 18) must change no bit. For each learner in
 examples/ this builds the single-process executable with the compiler at REV (a git worktree of
-this repository, checked out in a temporary directory) and with the working tree, for x86-64 and
-AArch64 (run under qemu-aarch64), from a copy of the learner without its deployments and
+this repository, checked out in a temporary directory) and with the working tree, for x86-64, its
+levels x86_64-v3 and x86_64-v4 (where this CPU runs them) and AArch64 (run under qemu-aarch64), from a copy of the learner without its deployments and
 strategies (which an earlier compiler may not read, and a single process does not use), runs both for N steps and compares their output byte for byte;
 it also reports each build's executable size and the x86-64 time of the N steps.
 
-    python bench/bits_before_after.py [REV] [--steps N] [--quick]
+    python bench/bits_before_after.py [REV] [--steps N] [--quick] [--targets x86_64,x86_64-v4,...]
 
 REV defaults to HEAD (the working tree's changes against the last commit). `--quick` (what the
 tests run) compares two small learners for 5 steps.
@@ -66,7 +66,14 @@ def main() -> int:
                     help="the earlier commit, e.g. the one before an optimization (default HEAD)")
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--quick", action="store_true", help="two small learners, 5 steps")
+    ap.add_argument("--targets", default="x86_64,x86_64-v3,x86_64-v4,aarch64",
+                    help="comma-separated (default: all; a level this CPU lacks is left out, and said so)")
     args = ap.parse_args()
+    sys.path.insert(0, str(ROOT))
+    from alphac.targets import LEVELS, host_runs
+    targets = [t for t in args.targets.split(",") if t not in LEVELS or host_runs(t)]
+    for t in sorted(set(args.targets.split(",")) - set(targets)):
+        print(f"{t} left out: this CPU does not run it")
     sources = sorted((ROOT / "examples").glob("*.alpha"))
     if args.quick:
         args.steps = 5
@@ -80,7 +87,7 @@ def main() -> int:
         try:
             for full in sources:
                 src = learner_only(full, tmp / "src")
-                for isa in ("x86_64", "aarch64"):
+                for isa in targets:
                     a, b = tmp / f"{src.stem}.{isa}.old", tmp / f"{src.stem}.{isa}.new"
                     build(old, src, isa, a)            # the same source file, two compilers
                     build(ROOT, src, isa, b)

@@ -132,22 +132,27 @@ def build(target: str, source: str) -> bytes:
     from alphac.lower import rt
     from alphac.lower.rt_lower import lower_program
     from alphac.lower.target import target as get
-    tgt = get(target)
+    from test_select_ops import high_first
+    tgt = get(target.removesuffix("/high"))
+    tgt = high_first(tgt) if target.endswith("/high") else tgt
     own = rt.parse(source, "w.rt")              # generated: stores at computed offsets allowed
     items = rt.parse(tgt.prelude(), "prelude.rt") + runtime_closure("core") + own
     return link_program(lower_program(items, {}, generated=frozenset(map(id, own))), tgt)[0]
 
 
-@pytest.mark.parametrize("level", sorted(LEVEL))
-def test_every_wide_operation(tmp_path, level):
-    """Every f64x4 (x86_64-v3) or f64x8 (x86_64-v4) operation, lane by lane; an x86_64-v4 run on
-    a CPU without AVX-512 checks its refusal instead."""
+@pytest.mark.parametrize("level, build_as", [(lv, lv) for lv in sorted(LEVEL)] + [
+    ("x86_64-v4", "x86_64-v4/high"), ("x86_64-v3", "x86_64-v4/high")])
+def test_every_wide_operation(tmp_path, level, build_as):
+    """Every f64x4 (x86_64-v3) or f64x8 (x86_64-v4) operation, lane by lane (built as
+    x86_64-v4/high: in registers 16-31, preferred, so EVEX's 256- and 512-bit forms); an
+    x86_64-v4 run on a CPU without AVX-512 checks its refusal instead."""
     source, want = program(level)
     exe = tmp_path / "wide"
-    exe.write_bytes(build(level, source))
+    exe.write_bytes(build(build_as, source))
     exe.chmod(0o755)
-    r = subprocess.run(runner(level) + [str(exe)], capture_output=True, text=True, timeout=60)
-    if not host_runs(level) and level == "x86_64-v4":
+    built = build_as.removesuffix("/high")
+    r = subprocess.run(runner(built) + [str(exe)], capture_output=True, text=True, timeout=60)
+    if not host_runs(built) and built == "x86_64-v4":
         assert (r.returncode, r.stdout, r.stderr) == (REFUSALS["cpu-level"][0], "", "refused: cpu-level\n")
         return
     assert (r.returncode, r.stderr) == (3, "")
@@ -239,3 +244,60 @@ def test_examples_print_the_baselines_bits(tmp_path, name, level):
     else:
         assert (got.returncode, got.stdout) == (0, want.stdout)
     assert f"{LEVEL[level][1]}(" in img.rt_source
+
+
+LSQ8 = """learner lsq8
+data x = load("x.npy")
+data y = load("y.npy")
+param w: f64[64] = 0.0
+state v: f64[64] = 0.0
+loss(i) = 0.5 * (dot(w, x[i]) - y[i])^2
+update {
+  v = 0.9 * v + grad(w)
+  w = w - 0.001 * v
+}
+"""
+
+
+def test_x86_64_v4_keeps_eight_chains_in_registers(tmp_path, monkeypatch):
+    """At x86_64-v4 the allocator has registers 16-31 (EVEX): the least squares' eight dot chains
+    (8 samples a block) and the gradient loop's eight splats all stay in registers, where
+    registers 0-13 alone spill two chains and five splats."""
+    from alphac.build import build_learner
+    from alphac.driver import compile_file
+    from alphac.lower.fold import fold_loads, sink_wide
+    from alphac.lower.regalloc import allocate
+    from alphac.lower.target import target
+    monkeypatch.chdir(tmp_path)
+    rng = np.random.default_rng(7)
+    np.save("x.npy", rng.standard_normal((8, 64)))
+    np.save("y.npy", rng.standard_normal(8))
+    (tmp_path / "lsq8.alpha").write_text(LSQ8)
+    img = build_learner(compile_file(tmp_path / "lsq8.alpha").learner, "x86_64-v4")
+    fn = sink_wide(fold_loads(img.program.function("learner_grad")))
+    spilled = lambda regfile: sorted(v.cls for v, (kind, _) in allocate(fn, regfile).loc.items()
+                                     if kind == "slot" and v.cls != "i")
+    assert len(target("x86_64-v4").regfile.float_regs) == 30
+    assert spilled(target("x86_64-v4").regfile) == []
+    assert spilled(target("x86_64").regfile) == ["f", "f"] + ["z"] * 5
+
+
+SSE2 = {"movsd", "movapd", "movupd", "movq", "addsd", "subsd", "mulsd", "divsd", "sqrtsd", "ucomisd",
+        "cvtsi2sd", "xorpd", "unpcklpd", "unpckhpd", "addpd", "subpd", "mulpd", "divpd", "sqrtpd"}
+
+
+@pytest.mark.parametrize("target", ["x86_64", "x86_64-v3", "x86_64-v4"])
+def test_the_levels_emit_no_sse2_arithmetic(tmp_path, target):
+    """At x86_64-v3 and x86_64-v4 every binary64 and f64x2 instruction is a VEX (or EVEX) one, in
+    three-operand form: no SSE2 copy before an operation, no SSE code beside the wide code (the
+    hardware SHA-256 alone is legacy SSE); the baseline x86_64 is all SSE2."""
+    import io
+    import capstone
+    from elftools.elf.elffile import ELFFile
+    _, img = learner_exe(tmp_path, "digits_mlp", target)
+    text = ELFFile(io.BytesIO(img.elf)).get_section_by_name(".text").data()
+    seen = {i.mnemonic for i in capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64).disasm(text, 0)}
+    if target == "x86_64":
+        assert SSE2 - {"cvtsi2sd"} <= seen and not {m for m in seen if m.startswith("v")}
+    else:
+        assert not seen & SSE2 and {"vaddsd", "vmulsd", "vmovsd", "vmovapd", "vaddpd"} <= seen

@@ -39,6 +39,8 @@ class Target:
     lanes: int = 2                   # the widest binary64 vector: 2 (f64x2), 4 (f64x4, class w:
                                      # x86_64-v3's AVX2), 8 (f64x8, class z: x86_64-v4's AVX-512);
                                      # what the level adds is checked at start
+    level: Callable | None = None    # (lanes) -> the fields a level of this ISA changes (its
+                                     # register file, its selector's instruction forms)
 
     @property
     def wide(self) -> bool:
@@ -66,7 +68,8 @@ class UnknownTarget(ValueError):
 def target(name: str) -> Target:
     """The record of ISA or level `name` (alphac.targets names them); UnknownTarget for any other."""
     if name in LEVELS:
-        return replace(target(LEVELS[name].isa), name=name, lanes=LEVELS[name].lanes)
+        base, lanes = target(LEVELS[name].isa), LEVELS[name].lanes
+        return replace(base, name=name, lanes=lanes, **(base.level(lanes) if base.level else {}))
     if name not in ISAS:
         raise UnknownTarget(f"unsupported target `{name}` (supported: {', '.join(names())})")
     return importlib.import_module(f"alphac.{name}").TARGET

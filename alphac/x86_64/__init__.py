@@ -6,6 +6,8 @@ RIP-relative with an R_X86_64_PC32-style relocation) and `apply_reloc`.
 """
 from __future__ import annotations
 
+from functools import partial
+
 from alphac.lower.assemble import MI
 from alphac.elf.writer import EM_X86_64
 from alphac.lower.target import Target
@@ -35,6 +37,13 @@ def apply_reloc(kind: str, data: bytearray, offset: int, P: int, S_plus_A: int) 
     data[offset:offset + 4] = value.to_bytes(4, "little", signed=True)
 
 
+def level(lanes: int) -> dict:
+    """What the levels change: VEX's three-operand forms at x86_64-v3 (AVX) and above, and the
+    vector registers 16-31, which only EVEX names, at x86_64-v4 (AVX-512)."""
+    return {"select": partial(_select.select, vex=True),
+            "regfile": abi.REGFILE_V4 if lanes >= 8 else abi.REGFILE}
+
+
 TARGET = Target(
     name="x86_64",
     regfile=abi.REGFILE,
@@ -48,5 +57,6 @@ TARGET = Target(
     capstone=("CS_ARCH_X86", "CS_MODE_64"),
     elf_machine=EM_X86_64,
     page_size=0x1000,
-    constants=(("O_DIRECTORY", 0x10000),)
+    constants=(("O_DIRECTORY", 0x10000),),
+    level=level,
 )

@@ -2,9 +2,11 @@
 
 Calling convention (internal: alphac's functions only call each other): integer arguments in
 rdi rsi rdx rcx r8 r9, binary64 arguments in xmm0-xmm7, results in rax / xmm0; rbx rbp r12-r15
-are preserved by the callee, everything else is clobbered by a call. rax, rdx and r11 are never
-allocated: they are the selector's scratch registers (rax and rdx also for division and system
-call numbers), like xmm14 and xmm15 for binary64. System calls take rax (number) rdi rsi rdx r10
+are preserved by the callee, everything else is clobbered by a call: every vector register,
+xmm0-15 and, at x86_64-v4 (`REGFILE_V4`, where EVEX names them), xmm16-31 too, so a value of
+class f, v, w or z live across a call is spilled. rax, rdx and r11 are never allocated: they are
+the selector's scratch registers (rax and rdx also for division and system call numbers), like
+xmm14 and xmm15 for binary64 (and ymm/zmm14-15 for f64x4/f64x8, at every level). System calls take rax (number) rdi rsi rdx r10
 r8 r9 and clobber rcx and r11 (Linux x86-64 syscall ABI).
 
 MXCSR is left at its power-on default (round to nearest, no flush-to-zero, no denormals-are-
@@ -19,6 +21,8 @@ REGFILE = RegFile(
     float_regs=tuple(f"xmm{i}" for i in range(14)),
     callee_saved=frozenset({"rbx", "rbp", "r12", "r13", "r14", "r15"}),
 )
+REGFILE_V4 = RegFile(REGFILE.int_regs, REGFILE.float_regs + tuple(f"xmm{i}" for i in range(16, 32)),
+                     REGFILE.callee_saved)
 INT_ARGS = ("rdi", "rsi", "rdx", "rcx", "r8", "r9")
 FLOAT_ARGS = tuple(f"xmm{i}" for i in range(8))
 INT_RET, FLOAT_RET = "rax", "xmm0"

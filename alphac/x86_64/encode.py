@@ -13,8 +13,10 @@ wrong bytes.  Memory operands get every ModRM/SIB special case right: rsp/r12 as
 take a SIB byte, rbp/r13 as base with no displacement take a zero disp8, index without
 base takes disp32, rsp is never an index, disp8 is used whenever it fits, and REX.R/X/B
 carry bit 3 of r8-r15/xmm8-15 (in a VEX row, the inverted VEX.R/X/B, and the 2-byte VEX
-wherever X, B, W and the map allow it; in an EVEX row, R' and V' set for registers 0-15 and a
-disp8 scaled by the memory operand's size, disp8*N, wherever the displacement is a multiple of N).  `Encoded.fixup` is the offset inside the bytes of the
+wherever X, B, W and the map allow it; in an EVEX row, bit 4 of a vector register in the inverted
+R', V' or, for ModRM.rm, X, and a disp8 scaled by the memory operand's size, disp8*N, wherever the
+displacement is a multiple of N); vector registers 16-31 only in EVEX rows (where a VEX row and
+its EVEX twin both fit, the VEX one, as the assemblers choose).  `Encoded.fixup` is the offset inside the bytes of the
 4-byte PC-relative field (rel32 branch/call, RIP-relative memory), else None.
 """
 from __future__ import annotations
@@ -118,9 +120,11 @@ def select(mnemonic: str, *operands: object) -> Row:
     rows = _BY_NAME.get(mnemonic)
     if rows is None:
         raise EncodeError(f'unknown mnemonic {mnemonic!r}')
-    fits = [row for row in rows if len(row.ops) == len(operands) and all(map(accepts, row.ops, operands))]
-    if fits:            # VEX rows of one form (a register copy): the shortest, as keystone
-        return min(fits, key=lambda r: len(_emit(r, operands).bytes)) if fits[0].vex else fits[0]
+    low = all(not isinstance(o, Reg) or o.num < 16 for o in operands)
+    fits = [row for row in rows if len(row.ops) == len(operands) and all(map(accepts, row.ops, operands))
+            and (low or row.evex)]
+    if fits:            # VEX rows of one form (a register copy): the shortest, as keystone; VEX first
+        return min(fits, key=lambda r: (r.evex, len(_emit(r, operands).bytes))) if fits[0].vex else fits[0]
     forms = '; '.join(map(repr, rows))
     raise EncodeError(f'no encoding of {mnemonic} {", ".join(map(repr, operands))} (forms: {forms})')
 
@@ -128,8 +132,8 @@ def select(mnemonic: str, *operands: object) -> Row:
 def _modrm(reg: int, rm: Reg | Mem, n: int = 0) -> tuple[int, bytes, int | None]:
     """(REX X/B bits, ModRM+SIB+disp bytes, offset of a RIP disp32 in them) for reg field `reg`;
     `n`: an EVEX row's disp8 unit (disp8*N), 0 for the plain disp8."""
-    if isinstance(rm, Reg):
-        return rm.num >> 3, bytes([0xC0 | reg << 3 | rm.num & 7]), None
+    if isinstance(rm, Reg):             # (bit 4 of a register 16-31 in X: EVEX rows only)
+        return rm.num >> 3 & 1 | rm.num >> 4 << 1, bytes([0xC0 | reg << 3 | rm.num & 7]), None
     disp32 = (rm.disp & 0xFFFFFFFF).to_bytes(4, 'little')
     if rm.rip:                                          # mod=00 rm=101: [rip + disp32]
         return 0, bytes([reg << 3 | 5]) + disp32, 1
@@ -160,7 +164,7 @@ def _emit(row: Row, ops: tuple) -> Encoded:
     for role, op in zip(row.enc, ops):
         if role == 'r':
             reg = op.num
-            rex |= (op.num >> 3) << 2
+            rex |= (op.num >> 3 & 1) << 2
         elif role == 'o':
             opc[-1] += op.num & 7
             rex |= op.num >> 3
@@ -173,13 +177,12 @@ def _emit(row: Row, ops: tuple) -> Encoded:
             tail = (value & (1 << 8 * row.imm) - 1).to_bytes(row.imm, 'little')
     modrm, rip_at = b'', None
     if rm is not None:
-        evex = row.vex is not None and row.vex[0] == 2
-        xb, modrm, rip_at = _modrm(reg & 7, rm, rm.size // 8 if evex and isinstance(rm, Mem) else 0)
+        xb, modrm, rip_at = _modrm(reg & 7, rm, rm.size // 8 if row.evex and isinstance(rm, Mem) else 0)
         rex |= xb
-    if row.vex and row.vex[0] == 2:       # EVEX: R X B R'(1) 0 0 mm; W vvvv 1 pp; z L'L b V'(1) aaa
-        _, pp, mp, w = row.vex
-        head = bytes([0x62, (~rex & 7) << 5 | 0x10 | mp, w << 7 | (~vvvv & 15) << 3 | 4 | pp,
-                      2 << 5 | 0x08]) + opc
+    if row.evex:                          # EVEX: R X B R' 0 0 mm; W vvvv 1 pp; z L'L b V' aaa
+        length, pp, mp, w = row.vex       # (R X B R' vvvv V' inverted; no mask, no broadcast)
+        head = bytes([0x62, (~rex & 7) << 5 | (~reg >> 4 & 1) << 4 | mp,
+                      w << 7 | (~vvvv & 15) << 3 | 4 | pp, length << 5 | (~vvvv >> 4 & 1) << 3]) + opc
     elif row.vex:
         length, pp, mp, w = row.vex
         rxb, tail2 = (~rex & 7) << 5, (~vvvv & 15) << 3 | length << 2 | pp

@@ -7,7 +7,8 @@ encodings.zig, written in the Intel manual's opcode notation).
 
 Requires: nothing beyond the standard library.
 
-Guarantees: `Reg.num` is the hardware register number 0..15 (bit 3 goes to a REX bit);
+Guarantees: `Reg.num` is the hardware register number 0..15, or 0..31 for a vector register
+(bit 3 goes to a REX bit; bit 4, which only an EVEX row can encode, to EVEX.R', V' or X);
 `CC[cc]` is the 4-bit condition number used by Jcc/SETcc/CMOVcc; every `Row` in `TABLE`
 is self-consistent (one role per operand, '+r' opcodes exactly for 'o' operands, an
 immediate size exactly when an operand is an immediate or displacement), checked at
@@ -21,7 +22,7 @@ from typing import NamedTuple
 
 class Reg(NamedTuple):
     name: str
-    num: int    # 0..15
+    num: int    # 0..15; 0..31 for xmm ymm zmm (16-31: EVEX rows only, at x86_64-v4)
     kind: str   # 'r64' | 'r32' | 'r16' | 'r8' | 'xmm' | 'ymm' | 'zmm'
 
     def __repr__(self) -> str:
@@ -42,9 +43,9 @@ GPR16 = _regs('r16', 'ax cx dx bx sp bp si di ' + _hi('w'))
 # No ah/ch/dh/bh: with them, numbers 4..7 would need "no REX"; here they always mean
 # spl/bpl/sil/dil, which need a REX prefix (the encoder adds an empty one, 0x40).
 GPR8 = _regs('r8', 'al cl dl bl spl bpl sil dil ' + _hi('b'))
-XMM = _regs('xmm', ' '.join(f'xmm{i}' for i in range(16)))
-YMM = _regs('ymm', ' '.join(f'ymm{i}' for i in range(16)))     # xmm{i} widened to 32 bytes (AVX)
-ZMM = _regs('zmm', ' '.join(f'zmm{i}' for i in range(16)))     # and to 64 bytes (AVX-512; not 16-31)
+XMM = _regs('xmm', ' '.join(f'xmm{i}' for i in range(32)))
+YMM = _regs('ymm', ' '.join(f'ymm{i}' for i in range(32)))     # xmm{i} widened to 32 bytes (AVX)
+ZMM = _regs('zmm', ' '.join(f'zmm{i}' for i in range(32)))     # and to 64 bytes (AVX-512)
 
 rax, rcx, rdx, rbx, rsp, rbp, rsi, rdi, r8, r9, r10, r11, r12, r13, r14, r15 = GPR64
 (eax, ecx, edx, ebx, esp, ebp, esi, edi,
@@ -54,7 +55,7 @@ rax, rcx, rdx, rbx, rsp, rbp, rsi, rdi, r8, r9, r10, r11, r12, r13, r14, r15 = G
 (al, cl, dl, bl, spl, bpl, sil, dil,
  r8b, r9b, r10b, r11b, r12b, r13b, r14b, r15b) = GPR8
 (xmm0, xmm1, xmm2, xmm3, xmm4, xmm5, xmm6, xmm7,
- xmm8, xmm9, xmm10, xmm11, xmm12, xmm13, xmm14, xmm15) = XMM
+ xmm8, xmm9, xmm10, xmm11, xmm12, xmm13, xmm14, xmm15) = XMM[:16]
 
 REGS: dict[str, Reg] = {r.name: r for r in GPR64 + GPR32 + GPR16 + GPR8 + XMM + YMM + ZMM}
 
@@ -95,10 +96,11 @@ def negate(cc: str) -> str:
 # Code, in the Intel manual's notation: optional mandatory prefix (66/F2/F3, emitted before
 # REX), REX.W, opcode bytes ('+r' = register in the low 3 bits), '/digit' (ModRM.reg holds
 # an opcode extension) or '/r', then ib/id/io (imm 1/4/8 bytes) or cb/cd (rel 1/4 bytes).
-# A VEX row starts `VEX.L.pp.map.W` (VEX.256.66.0F38.W0): the vector length, the implied
-# prefix, the opcode map and W (WIG: W0); its opcode bytes follow the map. An EVEX row
-# (`EVEX.512.66.0F.W1`, AVX-512) is the same fields at vector length 512, no mask, no broadcast;
-# its disp8 counts in units of the memory operand's size (disp8*N, N = 64 for m512, 8 for m64).
+# A VEX row starts `VEX.L.pp.map.W` (VEX.256.66.0F38.W0): the vector length (LIG, a scalar's:
+# 128), the implied prefix, the opcode map and W (WIG: W0); its opcode bytes follow the map. An
+# EVEX row (`EVEX.512.66.0F.W1`, AVX-512) is the same fields, no mask, no broadcast, no embedded
+# rounding; its disp8 counts in units of the memory operand's size (disp8*N, N = 64 for m512,
+# 8 for m64), and it alone names the vector registers 16-31 (the encoder refuses them elsewhere).
 # ---------------------------------------------------------------------------------------
 
 class Row(NamedTuple):
@@ -111,7 +113,8 @@ class Row(NamedTuple):
     ext: int | None       # ModRM.reg opcode extension (/digit), None for /r or no ModRM
     imm: int              # bytes of trailing immediate / displacement, 0 if none
     name: str             # mnemonic as printed in Intel syntax
-    vex: tuple[int, int, int, int] | None = None   # (L, pp, map, W) of a VEX row (L 2: EVEX)
+    vex: tuple[int, int, int, int] | None = None   # (L, pp, map, W) of a VEX or EVEX row (L 2: 512)
+    evex: bool = False    # an EVEX row: the only kind that names vector registers 16-31
 
     def __repr__(self) -> str:
         return f'{self.name} {", ".join(self.ops)}'.strip()
@@ -126,8 +129,8 @@ def _row(mnem: str, ops: str, enc: str, code: str, name: str | None = None) -> R
     for tok in code.split():
         if tok.startswith(('VEX.', 'EVEX.')):
             prefix, length, pp, mp, wbit = tok.split('.')
-            assert (length == '512') == (prefix == 'EVEX'), tok
-            vex = ({'128': 0, '256': 1, '512': 2}[length], {'NP': 0, '66': 1, 'F3': 2, 'F2': 3}[pp],
+            assert length != '512' or prefix == 'EVEX', tok
+            vex = ({'LIG': 0, '128': 0, '256': 1, '512': 2}[length], {'NP': 0, '66': 1, 'F3': 2, 'F2': 3}[pp],
                    {'0F': 1, '0F38': 2, '0F3A': 3}[mp], wbit == 'W1')
         elif tok == 'REX.W':
             w = True
@@ -152,7 +155,16 @@ def _row(mnem: str, ops: str, enc: str, code: str, name: str | None = None) -> R
     sized = [IMM_KINDS[k] for k, e in zip(kinds, enc) if e in 'id']
     assert sized == ([imm] if imm else []), (mnem, ops)
     assert (vex is not None) == mnem.startswith('v') and ('v' not in enc or vex), (mnem, ops)
-    return Row(mnem, kinds, enc, bytes(pfx), w, bytes(opc), ext, imm, name or mnem, vex)
+    return Row(mnem, kinds, enc, bytes(pfx), w, bytes(opc), ext, imm, name or mnem, vex,
+               code.startswith('EVEX.'))
+
+
+def _avx(mnem: str, ops: str, enc: str, form: str, opc: str, evex: bool = True) -> tuple[Row, ...]:
+    """A VEX row (`form`: L.pp.map.W) and, with `evex`, its EVEX twin (W1: every double's), the
+    form that names registers 16-31 (x86_64-v4); the encoder takes the VEX row where it can."""
+    length, pp, mp, _ = form.split('.')
+    twin = (_row(mnem, ops, enc, f'EVEX.{length}.{pp}.{mp}.W1 {opc} /r'),) if evex else ()
+    return (_row(mnem, ops, enc, f'VEX.{form} {opc} /r'),) + twin
 
 
 # The conditions LIR compares with (alphac.lower.lir.CONDS: eq ne lt le gt ge ult ule ugt uge).
@@ -161,6 +173,8 @@ _ALU = {'add': (0x00, 0), 'or': (0x08, 1), 'and': (0x20, 4), 'sub': (0x28, 5),
         'xor': (0x30, 6), 'cmp': (0x38, 7)}
 _SHIFT = {'shl': 4, 'shr': 5, 'sar': 7}
 _SSE_ARITH = {'addsd': 0x58, 'mulsd': 0x59, 'subsd': 0x5C, 'divsd': 0x5E, 'sqrtsd': 0x51}
+BITS = {'xmm': 128, 'ymm': 256}                      # a VEX register's width
+XM = {'xmm': 'xmm', 'ymm': 'ym256'}                  # its second source (f64x2's: a register)
 
 TABLE: tuple[Row, ...] = (
     # -- moves: registers and memory
@@ -244,20 +258,31 @@ TABLE: tuple[Row, ...] = (
     _row('sha256msg2', 'xmm, xmm', 'rm', '0F 38 CD /r'),
     _row('cpuid', '', '', '0F A2'),
     _row('xgetbv', '', '', '0F 01 D0'),
-    # -- AVX/AVX2 packed double (x86_64-v3): f64x4, each lane the scalar instruction; no FMA.
-    # Two rows for a register copy: the encoder takes the shorter (a 2-byte VEX), as keystone.
-    _row('vmovupd', 'ymm, m256', 'rm', 'VEX.256.66.0F.WIG 10 /r'),
-    _row('vmovupd', 'm256, ymm', 'mr', 'VEX.256.66.0F.WIG 11 /r'),
-    _row('vmovapd', 'ymm, ymm', 'rm', 'VEX.256.66.0F.WIG 28 /r'),
-    _row('vmovapd', 'ymm, ymm', 'mr', 'VEX.256.66.0F.WIG 29 /r'),
-    *(_row('v' + mn[:-2] + 'pd', 'ymm, ymm, ym256', 'rvm', f'VEX.256.66.0F.WIG {op:02X} /r')
-      for mn, op in _SSE_ARITH.items() if mn != 'sqrtsd'),
-    _row('vsqrtpd', 'ymm, ym256', 'rm', 'VEX.256.66.0F.WIG 51 /r'),
-    _row('vxorpd', 'ymm, ymm, ym256', 'rvm', 'VEX.256.66.0F.WIG 57 /r'),
-    _row('vmovq', 'xmm, r64', 'rm', 'VEX.128.66.0F.W1 6E /r'),
-    _row('vbroadcastsd', 'ymm, xm64', 'rm', 'VEX.256.66.0F38.W0 19 /r'),
+    # -- AVX (x86_64-v3 and v4): the SSE2 scalar and f64x2 instructions above in their VEX forms,
+    # three operands (no copy of the first), each lane the SSE2 instruction's; and AVX2's f64x4.
+    # Each with its EVEX twin, the only form of registers 16-31 (x86_64-v4). No FMA.
+    *_avx('vmovsd', 'xmm, m64', 'rm', 'LIG.F2.0F.WIG', '10'),
+    *_avx('vmovsd', 'm64, xmm', 'mr', 'LIG.F2.0F.WIG', '11'),
+    *(r for mn, op in _SSE_ARITH.items() for r in _avx('v' + mn, 'xmm, xmm, xm64', 'rvm', 'LIG.F2.0F.WIG', f'{op:02X}')),
+    *_avx('vucomisd', 'xmm, xm64', 'rm', 'LIG.66.0F.WIG', '2E'),
+    *_avx('vcvtsi2sd', 'xmm, xmm, rm64', 'rvm', 'LIG.F2.0F.W1', '2A'),
+    *_avx('vmovq', 'xmm, r64', 'rm', '128.66.0F.W1', '6E'),
+    *_avx('vmovq', 'r64, xmm', 'mr', '128.66.0F.W1', '7E'),
+    # Two VEX rows for a register copy: the encoder takes the shorter (a 2-byte VEX), as keystone.
+    *(r for x in ('xmm', 'ymm') for r in (
+        *_avx('vmovapd', f'{x}, {x}', 'rm', f'{BITS[x]}.66.0F.WIG', '28'),
+        *_avx('vmovapd', f'{x}, {x}', 'mr', f'{BITS[x]}.66.0F.WIG', '29', evex=False),
+        *_avx('vmovupd', f'{x}, m{BITS[x]}', 'rm', f'{BITS[x]}.66.0F.WIG', '10'),
+        *_avx('vmovupd', f'm{BITS[x]}, {x}', 'mr', f'{BITS[x]}.66.0F.WIG', '11'),
+        *(r for mn, op in _SSE_ARITH.items() if mn != 'sqrtsd' for r in _avx(
+            'v' + mn[:-2] + 'pd', f'{x}, {x}, {XM[x]}', 'rvm', f'{BITS[x]}.66.0F.WIG', f'{op:02X}')),
+        *_avx('vsqrtpd', f'{x}, {XM[x]}', 'rm', f'{BITS[x]}.66.0F.WIG', '51'),
+        *_avx('vxorpd', f'{x}, {x}, {XM[x]}', 'rvm', f'{BITS[x]}.66.0F.WIG', '57'))),
+    *_avx('vunpcklpd', 'xmm, xmm, xmm', 'rvm', '128.66.0F.WIG', '14'),
+    *_avx('vunpckhpd', 'xmm, xmm, xmm', 'rvm', '128.66.0F.WIG', '15'),
+    *_avx('vbroadcastsd', 'ymm, xm64', 'rm', '256.66.0F38.W0', '19'),
     _row('vzeroupper', '', '', 'VEX.128.NP.0F.WIG 77'),
-    # -- AVX-512F packed double (x86_64-v4): f64x8, zmm0-15, each lane the scalar instruction.
+    # -- AVX-512F packed double (x86_64-v4): f64x8, zmm0-31, each lane the scalar instruction.
     _row('vmovupd', 'zmm, m512', 'rm', 'EVEX.512.66.0F.W1 10 /r'),
     _row('vmovupd', 'm512, zmm', 'mr', 'EVEX.512.66.0F.W1 11 /r'),
     _row('vmovapd', 'zmm, zmm', 'rm', 'EVEX.512.66.0F.W1 28 /r'),

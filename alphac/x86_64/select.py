@@ -1,9 +1,13 @@
 """x86-64 instruction selection: LIR + register allocation -> machine instructions.
 
 Requires: a checked `lir.Function` and its `Allocation` (alphac.lower.regalloc with
-`abi.REGFILE`). Guarantees: one `assemble.MI` list per function that implements the LIR exactly:
-every binary64 operation is one SSE2 scalar instruction (`addsd subsd mulsd divsd sqrtsd`) on its
-operands in their written order (never swapped, never fused), `fgt` is `ucomisd` + `seta` (false
+`abi.REGFILE`, or `abi.REGFILE_V4` with `vex`). Guarantees: one `assemble.MI` list per function
+that implements the LIR exactly: every binary64 operation is one SSE2 scalar instruction (`addsd
+subsd mulsd divsd sqrtsd`) on its operands in their written order (never swapped, never fused),
+or with `vex` (the levels) its VEX form (`vaddsd d, a, b`: three operands, so no copy of `a`;
+EVEX where a register is 16-31), which computes the same low lane; every f64x2 operation
+likewise (SSE2's packed double, or VEX.128's); so the levels emit no legacy SSE instruction but
+the hardware SHA-256's, and none runs with dirty upper halves; `fgt` is `ucomisd` + `seta` (false
 when unordered), `umulh` is `mul` (rdx:rax = rax * b), spilled values are reloaded through the
 scratch registers of `abi`, calls and system calls move their arguments by `parallel_moves`, and
 the stack stays 16-byte aligned at every call.
@@ -37,6 +41,8 @@ WIDE_SCRATCH = {c: (REGS[c[0] + abi.FSCRATCH[0][1:]], REGS[c[0] + abi.FSCRATCH[1
                 for c in ("ymm", "zmm")}             # ymm15, ymm14; zmm15, zmm14
 WIDE_REG = {"w": "ymm", "z": "zmm"}                 # a wide class's registers
 RSP = REGS["rsp"]
+# SSE2 instructions whose VEX form takes the same operands (with `vex`, the selector emits that)
+SAME_IN_VEX = frozenset({"movsd", "movapd", "movupd", "movq", "ucomisd", "sqrtpd"})
 
 
 def _fits32(v: int) -> bool:
@@ -47,13 +53,40 @@ class Selector(SelectorBase):
     REGS, INT_ARGS, FLOAT_ARGS = REGS, abi.INT_ARGS, abi.FLOAT_ARGS
     INT_RET, FLOAT_RET = abi.INT_RET, abi.FLOAT_RET
 
-    def __init__(self, fn: Function, alloc: Allocation):
+    def __init__(self, fn: Function, alloc: Allocation, vex: bool = False):
         super().__init__(fn, alloc)
+        self.vex = vex
         pushed = len(alloc.used_callee_saved)
         frame = 8 * alloc.nslots
         if (8 + 8 * pushed + frame) % 16:
             frame += 8
         self.frame = frame
+
+    def emit(self, mnemonic: str, *ops, target: str | None = None, sym: str | None = None) -> None:
+        super().emit("v" + mnemonic if self.vex and mnemonic in SAME_IN_VEX else mnemonic, *ops,
+                     target=target, sym=sym)
+
+    def op3(self, mn: str, d: VReg, a: VReg, y) -> None:
+        """d = a mn y (y: a register or memory operand, placed): with `vex`, one three-operand
+        v<mn> reading a where it is; else a copied into d's register (F1 if y is there) and the
+        SSE2 two-operand mn."""
+        r = self.defreg(d, F1)
+        if self.vex:
+            self.emit("v" + mn, r, self.use(a, F1 if y == r else r), y)
+        else:
+            if y == r and self.where(a) != r:
+                r = F1                           # keep operand order: compute a op b in scratch
+            self.vec_into(r, a) if a.cls == "v" else self.move(r, self.where(a))
+            self.emit(mn, r, y)
+        self.commit(d, r)
+
+    def lanes_op(self, mn: str, r, x) -> None:
+        """r = x mn x (unpcklpd: a splat; unpckhpd: lane 1; xorpd: zero), x a register."""
+        if self.vex:
+            self.emit("v" + mn, r, x, x)
+        else:
+            self.move(r, x)
+            self.emit(mn, r, r)
 
     # -- locations ---------------------------------------------------------------------------
     def slot(self, k: int) -> Mem:
@@ -148,7 +181,7 @@ class Selector(SelectorBase):
     def fconst(self, op, d, a) -> None:
         r = self.defreg(d, F1)
         if a[0].value == 0:
-            self.emit("xorpd", r, r)
+            self.lanes_op("xorpd", r, r)
         else:
             self.emit("mov", S2, XImm(a[0].value))
             self.emit("movq", r, S2)
@@ -213,17 +246,14 @@ class Selector(SelectorBase):
         self.falu(FALU[op], d, a[0], a[1])
 
     def fsqrt(self, op, d, a) -> None:
-        r = self.defreg(d, F1)
-        self.emit("sqrtsd", r, self.use(a[0], F2) if isinstance(self.where(a[0]), Mem) else self.where(a[0]))
+        r, x = self.defreg(d, F1), self.use(a[0], F2)
+        self.emit(*("vsqrtsd", r, x) if self.vex else ("sqrtsd", r), x)   # (vex: x's upper lane)
         self.commit(d, r)
 
     def fneg(self, op, d, a) -> None:
-        r = self.defreg(d, F1)
-        self.move(r, self.where(a[0]))
         self.emit("mov", S2, XImm(-(1 << 63)))
         self.emit("movq", F2, S2)
-        self.emit("xorpd", r, F2)
-        self.commit(d, r)
+        self.op3("xorpd", d, a[0], F2)
 
     def fgt(self, op, d, a) -> None:
         self.emit("ucomisd", self.use(a[0], F1), self.use(a[1], F2))
@@ -233,7 +263,7 @@ class Selector(SelectorBase):
 
     def i2f(self, op, d, a) -> None:
         r = self.defreg(d, F1)
-        self.emit("cvtsi2sd", r, self.where(a[0]))
+        self.emit(*("vcvtsi2sd", r, r) if self.vex else ("cvtsi2sd", r), self.where(a[0]))
         self.commit(d, r)
 
     def bits(self, op, d, a) -> None:
@@ -268,12 +298,8 @@ class Selector(SelectorBase):
             self.emit("mov", Mem(mem.base, disp=mem.disp, size=width), reg)
 
     def float_alu_mem(self, op, d, a) -> None:
-        """d = a op (the binary64 in memory): one SSE2 instruction with a memory operand."""
-        mem = self.vmem(op, a[1:], 64)
-        r = self.defreg(d, F1)
-        self.move(r, self.where(a[0]))
-        self.emit(FALU[op[:4]], r, mem)
-        self.commit(d, r)
+        """d = a op (the binary64 in memory): one instruction with a memory operand."""
+        self.op3(FALU[op[:4]], d, a[0], self.vmem(op, a[1:], 64))
 
     def load_indexed(self, op, d, a) -> None:
         r = self.defreg(d, F1)
@@ -308,25 +334,18 @@ class Selector(SelectorBase):
             self.emit("movapd", r, loc)
 
     def vec_alu(self, op, d, a) -> None:
-        r = self.defreg(d, F1)
-        y = self.use(a[1], F2)
-        if y == r and self.where(a[0]) != r:
-            r = F1                               # keep operand order: compute a op b in scratch
-        self.vec_into(r, a[0])
-        self.emit(VALU[op], r, y)
-        self.commit(d, r)
+        self.op3(VALU[op], d, a[0], self.use(a[1], F2))
 
     def vec_unary(self, op, d, a) -> None:
-        r = self.defreg(d, F1)
         if op == "vsqrt":
+            r = self.defreg(d, F1)
             self.emit("sqrtpd", r, self.use(a[0], F2))
+            self.commit(d, r)
         else:
-            self.vec_into(r, a[0])
             self.emit("mov", S2, XImm(-(1 << 63)))
             self.emit("movq", F2, S2)
-            self.emit("unpcklpd", F2, F2)
-            self.emit("xorpd", r, F2)
-        self.commit(d, r)
+            self.lanes_op("unpcklpd", F2, F2)
+            self.op3("xorpd", d, a[0], F2)
 
     def vec_copy(self, op, d, a) -> None:
         r = self.defreg(d, F1)
@@ -335,24 +354,18 @@ class Selector(SelectorBase):
 
     def vec_splat(self, op, d, a) -> None:
         r = self.defreg(d, F1)
-        self.move(r, self.where(a[0]))
-        self.emit("unpcklpd", r, r)
+        self.lanes_op("unpcklpd", r, self.use(a[0], r))
         self.commit(d, r)
 
     def vec_pack(self, op, d, a) -> None:
-        r = self.defreg(d, F1)
-        y = self.use(a[1], F2)
-        if y == r and self.where(a[0]) != r:
-            r = F1
-        self.move(r, self.where(a[0]))
-        self.emit("unpcklpd", r, y)
-        self.commit(d, r)
+        self.op3("unpcklpd", d, a[0], self.use(a[1], F2))
 
     def vec_lane(self, op, d, a) -> None:
         r = self.defreg(d, F1)
-        self.vec_into(r, a[0])
         if a[1].value:
-            self.emit("unpckhpd", r, r)
+            self.lanes_op("unpckhpd", r, self.use(a[0], r))
+        else:
+            self.vec_into(r, a[0])
         self.commit(d, r)
 
     # -- f64x4 and f64x8: AVX (x86_64-v3) and AVX-512F (x86_64-v4) packed double, each lane the
@@ -535,13 +548,7 @@ class Selector(SelectorBase):
         self.commit(d, S1)
 
     def falu(self, mnem: str, d: VReg, a: VReg, b: VReg) -> None:
-        r = self.defreg(d, F1)
-        if self.where(b) == r and self.where(a) != r:
-            r = F1                               # keep operand order: compute a op b in scratch
-        self.move(r, self.where(a))
-        src = self.where(b)
-        self.emit(mnem, r, src if not isinstance(src, Mem) else src)
-        self.commit(d, r)
+        self.op3(mnem, d, a, self.where(b))
 
     # -- terminators -------------------------------------------------------------------------
     def term(self, t: Inst, nxt: str | None) -> None:
@@ -574,8 +581,8 @@ class Selector(SelectorBase):
 RULES = rules(Selector)
 
 
-def select(fn: Function, alloc: Allocation) -> list:
-    return Selector(fn, alloc).select()
+def select(fn: Function, alloc: Allocation, vex: bool = False) -> list:
+    return Selector(fn, alloc, vex).select()
 
 
 def entry_stub() -> list:
