@@ -108,6 +108,10 @@ KEY = A("--record-key", type=path, metavar="FILE",
              "~/.config/alphac/record-key, made on first use)")
 CHECKPOINT = A("--checkpoint", type=path, metavar="DIR", help="publish a checkpoint at the end")
 RESUME = A("--resume", type=path, metavar="DIR", help="start from the checkpoint in DIR")
+EVERY = A("--checkpoint-every", type=positive, metavar="K",
+          help="with --checkpoint DIR: a checkpoint DIR/v<step> after every K-th step and the last")
+KEEP = A("--keep", type=positive, metavar="N",
+         help="with --checkpoint-every: keep the last N checkpoints (default 2)")
 INTRO = """\
 alphac compiles Alpha learners: a learner and its deployment become one static executable per
 role (x86-64, AArch64), bit for bit equal to the reference interpreter.
@@ -211,7 +215,7 @@ COMMANDS = (
         A("--deadline-ms", type=count, default=10000, metavar="MS",
           help="each role's bound on any wait (default 10000)"),
         A("--records", type=path, default="runs", metavar="DIR", help="where run records go (runs/)"),
-        KEY, CHECKPOINT, RESUME,
+        KEY, CHECKPOINT, RESUME, EVERY, KEEP,
         A("--data", type=path, metavar="DIR",
           help="read the learner's loaded data from DIR (the load() paths, relative to "
                "it) instead of where the build read them (docs/data.md)"),
@@ -248,7 +252,7 @@ COMMANDS = (
         A("--sbatch", action="append", default=[], metavar="OPTION",
           help="one more #SBATCH line, e.g. --sbatch=--account=proj (repeat it)"),
         A("--records", type=path, default="runs", metavar="DIR", help="where run directories go (runs/)"),
-        KEY, CHECKPOINT, RESUME,
+        KEY, CHECKPOINT, RESUME, EVERY, KEEP,
         A("--data", type=path, metavar="DIR", help="read the learner's loaded data from DIR"),
     )),
     Command("slurm-record", "slurm-record RUNDIR", "seal the run record of an `alphac slurm` job",
@@ -293,6 +297,10 @@ COMMANDS = (
         A("--data", type=path, metavar="DIR",
           help="read the learner's loaded data from DIR (the load() paths, relative to "
                "it) instead of where the build read them; it goes into the image"),
+        A("--checkpoint-claim", metavar="CLAIM",
+          help="a ReadWriteMany PersistentVolumeClaim every pod mounts at /alphac-checkpoints "
+               "and publishes its checkpoints into (--checkpoint there)"),
+        EVERY, KEEP,
     )),
     Command("verify-record", "verify-record RECORD", "check a run record: authentic, and a pass?",
             "Check a run record written by `alphac launch`: its MAC and every stream's seal under "

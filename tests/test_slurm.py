@@ -281,3 +281,17 @@ def test_the_script_places_the_combining_roles_on_the_first_node(built, tmp_path
     assert [l.split()[0] for l in conf] == ["0", "1-2", "3-6"]
     assert [l.split()[4].rpartition("/")[2] for l in conf] == ["root", "agg1.0-2", "owner.0-4"]
     assert all(f"--rank %t" in l and f"--parent {nodes[0]}:7000+{{}}" in l for l in conf[1:])
+
+
+def test_the_tasks_checkpoint_periodically_with_what_the_script_passes(built, tmp_path):
+    """--checkpoint-every and --keep reach every task's command line (no cluster needed); without
+    --checkpoint they are refused by name, nothing written."""
+    ck = tmp_path / "ck"
+    code, _, err = alphac("slurm", built[STAR], "--records", tmp_path / "runs", "--checkpoint", ck,
+                          "--checkpoint-every", 25, "--keep", 3)
+    assert code == 0, err
+    lines = [l for l in (tmp_path / "runs" / f"{STAR}-0001" / "slurm.sh").read_text().splitlines()
+             if "task.sh" in l and "--rank" in l]
+    assert lines and all(f"--checkpoint {ck} --checkpoint-every 25 --keep 3" in l for l in lines)
+    code, _, err = alphac("slurm", built[STAR], "--records", tmp_path / "r2", "--checkpoint-every", 25)
+    assert code == 103 and err.startswith("refused: launch-input") and not (tmp_path / "r2").exists()

@@ -2,10 +2,10 @@
 docs/runtime.md gives: the inputs checked before anything starts (table.py; record.py's key,
 directory and reserved space); the roles' loopback ports and command lines (role_argv, with the
 emulator each target needs here: alphac.targets); the run (supervise.py); the record (record.py).
-Room for what comes next: recovery (a failed role restarted from the last checkpoint) and
-periodic checkpoints (issue 44) are the runner's, around the run (a loop around `run_roles` that
-restarts roles with `--resume`, every attempt's streams in the one record); the record's format,
-the table and the supervision stay as they are.
+Periodic checkpoints (`checkpoint_every`, `keep`) are the roles' own (alphac/runtime/ckpt.rt);
+the runner passes them on, resumes a directory of them from its newest complete one
+(tools/ckpt.newest), and counts steps globally: a run resumed at step 180 for 270 steps shows
+and records step 450 of 450.
 """
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from pathlib import Path
 
 from alphac.refusals import Refusal
 from alphac.targets import LEVELS, below, emulator, host_runs, names
+from alphac.tools.ckpt import CheckpointError, newest, read_manifest
 from alphac.tools.record import (events_key, make_record, new_record_dir, record_key, reserve_record,
                                  run_key, seal, space_needed, write_record)
 from alphac.tools.supervise import Progress, RoleRun, run_roles
@@ -101,15 +102,37 @@ def role_argv(dep_dir: Path, r: dict, steps: int, deadline_ms: int, rdir: Path,
     return argv + extra.get(r["role"], []) + extra.get("*", [])
 
 
+def resume_point(resume: str | Path | None) -> tuple[Path | None, int]:
+    """The checkpoint a run resumes from, and its step: `resume` itself, or, for a directory of
+    periodic checkpoints, its newest complete one (`launch-input` when it has none)."""
+    if resume is None:
+        return None, 0
+    resume = Path(resume)
+    if not (resume / "MANIFEST").exists() and any(resume.glob("v*")):
+        found = newest(resume)
+        if found is None:
+            raise Refusal("launch-input", f"{resume} holds no complete checkpoint")
+        return found
+    try:
+        return resume, read_manifest(resume / "MANIFEST").version
+    except CheckpointError:
+        return resume, 0                # the roles refuse it by name
+
+
 def launch(dep_dir: str | Path, steps: int = 5, deadline_ms: int = 10000,
            records: str | Path = "runs", extra: dict[str, list[str]] | None = None,
            kill: tuple[str, float] | None = None, checkpoint: str | Path | None = None,
            resume: str | Path | None = None, targets: dict[str, str] | None = None,
            key: str | Path | None = None, progress=None, data: str | Path | None = None,
-           gpu_wrapper: list[str] | None = None) -> dict:
+           gpu_wrapper: list[str] | None = None, checkpoint_every: int | None = None,
+           keep: int | None = None) -> dict:
     """Run a built deployment; the run record (also written under `records`). `progress`: a stream
-    for the root's steps; `data`: the owners' `--data`; `gpu_wrapper`: before each GPU owner."""
+    for the root's steps; `data`: the owners' `--data`; `gpu_wrapper`: before each GPU owner;
+    `checkpoint_every` K and `keep` N: checkpoint/v<step> after every K-th step, the last N kept."""
     dep_dir = Path(dep_dir)
+    if (checkpoint_every or keep) and checkpoint is None:
+        raise Refusal("launch-input", "--checkpoint-every and --keep need --checkpoint DIR")
+    resume, start = resume_point(resume)
     table, manifest, mpath, hashes = load_build(dep_dir)
     if targets:                        # run other builds of the roles (e.g. every owner swapped)
         for r in table["roles"]:
@@ -128,6 +151,9 @@ def launch(dep_dir: str | Path, steps: int = 5, deadline_ms: int = 10000,
     for flag, path in (("--checkpoint", checkpoint), ("--resume", resume), ("--data", data)):
         if path is not None:
             extra.setdefault("*", []).extend([flag, str(Path(path).resolve())])
+    for flag, n in (("--checkpoint-every", checkpoint_every), ("--keep", keep)):
+        if n:
+            extra.setdefault("*", []).extend([flag, str(n)])
     runs = []
     for r in table["roles"]:               # the emulator its target needs here, or a GPU owner's wrapper
         before = emulate.get(r["target"]) or (list(gpu_wrapper) if "+" in r["target"] and gpu_wrapper else [])
@@ -137,7 +163,7 @@ def launch(dep_dir: str | Path, steps: int = 5, deadline_ms: int = 10000,
     # 3. the run (issue 44's recovery and periodic checkpoints go around this call: see above)
     try:
         if progress:
-            shown = Progress(rdir / "events" / f"{table['root']}.log", steps, progress)
+            shown = Progress(rdir / "events" / f"{table['root']}.log", start, start + steps, progress)
             shown.start()
         interrupted = run_roles(runs, deadline_ms, kill)
         if progress:
@@ -145,7 +171,9 @@ def launch(dep_dir: str | Path, steps: int = 5, deadline_ms: int = 10000,
     except OSError as e:              # an executable the manifest lists that cannot be executed
         raise Refusal("launch-input", f"{e.filename}: {e.strerror}")
     # 4. the record
-    record = make_record(table, runs, steps, manifest, mpath, rdir)
+    record = make_record(table, runs, start + steps, manifest, mpath, rdir)
+    if start:
+        record["resumed_at"] = start
     if interrupted:
         record["interrupted"] = interrupted
     try:

@@ -149,9 +149,11 @@ def check_layout(table: dict) -> int:
 def write_script(dep_dir: str | Path, out: str | Path | None = None, steps: int = 5,
                  nodes: int | None = None, port_base: int = 7000, deadline_ms: int = 30000,
                  sbatch: list[str] | None = None, records: str | Path = "runs",
-                 key: str | Path | None = None, paths: dict[str, str | Path] | None = None) -> tuple[Path, Path]:
+                 key: str | Path | None = None, paths: dict[str, str | Path] | None = None,
+                 counts: dict[str, int | None] | None = None) -> tuple[Path, Path]:
     """Write the batch script for the built deployment `dep_dir`; (the script, the run directory).
-    `sbatch`: extra #SBATCH options; `paths`: --data, --checkpoint or --resume for every role."""
+    `sbatch`: extra #SBATCH options; `paths`: --data, --checkpoint or --resume for every role;
+    `counts`: --checkpoint-every and --keep for every role (with --checkpoint)."""
     dep_dir = Path(dep_dir)
     table, manifest, mpath, hashes = load_build(dep_dir)
     combining = check_layout(table)
@@ -160,6 +162,10 @@ def write_script(dep_dir: str | Path, out: str | Path | None = None, steps: int 
     extra = []
     for flag, p in (paths or {}).items():
         extra += [flag, safe_path(p, flag)]
+    for flag, n in (counts or {}).items():
+        if n and "--checkpoint" not in (paths or {}):
+            raise Refusal("launch-input", f"{flag} needs --checkpoint DIR")
+        extra += [flag, str(int(n))] if n else []
     for o in sbatch or []:
         if not OPTION.match(o) or not o.startswith("-"):
             raise Refusal("launch-input", f"--sbatch {o!r} is not one sbatch option")

@@ -56,11 +56,12 @@ def _die_with(launcher: int) -> None:
 
 class Progress(threading.Thread):
     """Steps done by the root, from its event stream, on standard error every half second:
-    `step K/N, S steps/s, about T s left`; a last line when the run ends."""
+    `step K/N, S steps/s, about T s left`, K and N counted from the run's first step (a run
+    resumed at `start`: its steps go on from there); a last line when the run ends."""
 
-    def __init__(self, events: Path, steps: int, out):
+    def __init__(self, events: Path, start: int, steps: int, out):
         super().__init__(daemon=True)
-        self.events, self.steps, self.out = events, steps, out
+        self.events, self.first, self.steps, self.out = events, start, steps, out
         self.start_time, self.stop = time.monotonic(), threading.Event()
 
     def done(self) -> tuple[int, str]:
@@ -68,14 +69,15 @@ class Progress(threading.Thread):
         try:
             lines = self.events.read_bytes().split(b"\n")
         except OSError:
-            return 0, ""
+            return self.first, ""
         loss = losses(stream_events([line for line in lines if line.startswith(b"loss ")][-1:], True))
-        return sum(1 for line in lines if line.startswith(b"step ")), \
+        done = [line.split(b" ")[1] for line in lines[:-1] if line.startswith(b"step ")]
+        return (int(done[-1]) if done and done[-1].isdigit() else self.first), \
             (f", loss {float(loss[0]['decimal']):.6g}" if loss else "")
 
     def line(self, final: bool) -> str:
         (k, loss), dt = self.done(), time.monotonic() - self.start_time
-        rate = k / dt if dt > 0 else 0.0
+        rate = (k - self.first) / dt if dt > 0 else 0.0
         left = f", about {(self.steps - k) / rate:.0f} s left" if rate and not final else ""
         return f"launch: step {k}/{self.steps}{loss}, {rate:.1f} steps/s{left}"
 
