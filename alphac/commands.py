@@ -222,6 +222,10 @@ COMMANDS = (
         A("--compare", action="store_true",
           help="also run the deployment in the reference interpreter and say whether the "
                "bits are equal"),
+        A("--fail", action="append", default=[], metavar="ROLE@STEP[:HOW]",
+          help="once ROLE has done step STEP, fail it: HOW is kill (default), stop, close (its "
+               "sockets shut down) or corrupt (bytes written into its link); repeat it for more "
+               "(docs/distribution.md, Failures)"),
         A("--gpu-wrapper", metavar="CMD",
           help="start each GPU owner as CMD ROLE-ARGV... (split like a shell word list): "
                "a sandbox, a CPU pinning tool, or the mock driver in the tests"),

@@ -15,7 +15,7 @@ from conftest import EXAMPLES, alphac, require_tool
 
 def launch(dep_dir, tmp_path, **kw):
     from alphac.tools.launch import launch as run
-    return run(dep_dir, records=tmp_path / "runs", deadline_ms=8000, **kw)
+    return run(dep_dir, records=tmp_path / "runs", **{"deadline_ms": 8000, **kw})
 
 
 def kept(ck: Path) -> list[str]:
@@ -109,3 +109,31 @@ def test_a_launch_checkpoints_periodically_and_resumes_in_global_steps(example_r
     from alphac.tools.record import read_record
     rec = read_record(sorted((tmp_path / "runs").glob("*/record.json"))[-1])
     assert (rec["steps"], rec["resumed_at"], rec["loss"][0]["step"]) == (8, 5, 6)
+
+
+# -- fault injection -----------------------------------------------------------------------------------
+FAILED_AS = {   # HOW -> (the victim's exit, the refusal the coordinator gives)
+    "kill": (-9, "peer-lost"), "stop": (-9, "peer-lost"), "close": (72, "peer-lost"),
+    "corrupt": (72, "frame-bad-header")}
+
+
+@pytest.mark.parametrize("how", sorted(FAILED_AS))
+def test_each_fault_fails_the_run_by_name(how, example_roles, tmp_path):
+    """`--fail owner.2@50:HOW` on a 4-owner star: the fault is done once owner.2 has said step 50,
+    the run fails (every other role by name: peer-lost, or the frame the coordinator cannot
+    read), the record says which fault was done, and a stopped role is ended with the others."""
+    rec = launch(example_roles / "lsq_adam_star", tmp_path, steps=400, fail=[f"owner.2@50:{how}"],
+                 deadline_ms=1000)
+    roles = {r["role"]: r for r in rec["roles"]}
+    assert not rec["passed"] and rec["faults"] == [{"role": "owner.2", "step": 50, "how": how, "done": True}]
+    assert roles["owner.2"]["exit"] == FAILED_AS[how][0]
+    assert roles["coordinator"]["refused"] == FAILED_AS[how][1]
+    assert all(r["refused"] == "peer-lost" for n, r in roles.items() if n not in ("owner.2", "coordinator"))
+    assert 50 <= roles["owner.2"]["timing"]["steps"] < 400
+
+
+@pytest.mark.parametrize("spec", ["owner.9@3", "owner.2@0", "owner.2@3:melt", "owner.2", "@3"])
+def test_a_fault_that_names_no_role_step_or_way_is_refused(spec, example_roles, tmp_path):
+    code, _, err = alphac("launch", example_roles / "lsq_adam_star", "--fail", spec, "--records", tmp_path / "runs")
+    assert code == 103 and err.startswith("refused: launch-input") and "--fail" in err
+    assert not (tmp_path / "runs").exists()

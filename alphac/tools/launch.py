@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import shutil
 import socket
 from pathlib import Path
@@ -20,7 +21,7 @@ from alphac.targets import LEVELS, below, emulator, host_runs, names
 from alphac.tools.ckpt import CheckpointError, newest, read_manifest
 from alphac.tools.record import (events_key, make_record, new_record_dir, record_key, reserve_record,
                                  run_key, seal, space_needed, write_record)
-from alphac.tools.supervise import Progress, RoleRun, run_roles
+from alphac.tools.supervise import HOWS, Fault, Progress, RoleRun, run_roles
 from alphac.tools.table import artifact_key, load_build
 
 
@@ -102,6 +103,16 @@ def role_argv(dep_dir: Path, r: dict, steps: int, deadline_ms: int, rdir: Path,
     return argv + extra.get(r["role"], []) + extra.get("*", [])
 
 
+def parse_fault(text: str, table: dict) -> Fault:
+    """`ROLE@STEP[:HOW]` (HOW one of supervise.HOWS, default kill) of a role of `table`."""
+    m = re.fullmatch(r"([A-Za-z0-9_.+-]+)@([0-9]{1,15})(?::(\w+))?", text)
+    if not m or m[1] not in {r["role"] for r in table["roles"]} or (m[3] or "kill") not in HOWS \
+            or int(m[2]) < 1:
+        raise Refusal("launch-input", f"--fail {text!r}: not ROLE@STEP[:HOW] with a role of "
+                                      f"{table['deployment']}, a step from 1 and HOW one of {', '.join(HOWS)}")
+    return Fault(m[1], int(m[2]), m[3] or "kill")
+
+
 def resume_point(resume: str | Path | None) -> tuple[Path | None, int]:
     """The checkpoint a run resumes from, and its step: `resume` itself, or, for a directory of
     periodic checkpoints, its newest complete one (`launch-input` when it has none)."""
@@ -125,10 +136,11 @@ def launch(dep_dir: str | Path, steps: int = 5, deadline_ms: int = 10000,
            resume: str | Path | None = None, targets: dict[str, str] | None = None,
            key: str | Path | None = None, progress=None, data: str | Path | None = None,
            gpu_wrapper: list[str] | None = None, checkpoint_every: int | None = None,
-           keep: int | None = None) -> dict:
+           keep: int | None = None, fail: list[str] = ()) -> dict:
     """Run a built deployment; the run record (also written under `records`). `progress`: a stream
     for the root's steps; `data`: the owners' `--data`; `gpu_wrapper`: before each GPU owner;
-    `checkpoint_every` K and `keep` N: checkpoint/v<step> after every K-th step, the last N kept."""
+    `checkpoint_every` K and `keep` N: checkpoint/v<step> after every K-th step, the last N kept;
+    `fail`: faults to do to the roles, `ROLE@STEP[:HOW]` (supervise.Injector)."""
     dep_dir = Path(dep_dir)
     if (checkpoint_every or keep) and checkpoint is None:
         raise Refusal("launch-input", "--checkpoint-every and --keep need --checkpoint DIR")
@@ -138,6 +150,7 @@ def launch(dep_dir: str | Path, steps: int = 5, deadline_ms: int = 10000,
         for r in table["roles"]:
             r["target"] = targets.get(r["role"], r["target"])
     emulate = emulators(table)                           # 1. the inputs, before anything starts
+    faults = [parse_fault(f, table) for f in fail]
     secret = record_key(key)
     nonce = os.urandom(16).hex()
     k = run_key(secret, nonce)
@@ -165,7 +178,8 @@ def launch(dep_dir: str | Path, steps: int = 5, deadline_ms: int = 10000,
         if progress:
             shown = Progress(rdir / "events" / f"{table['root']}.log", start, start + steps, progress)
             shown.start()
-        interrupted = run_roles(runs, deadline_ms, kill)
+        parents = {r["role"]: ports.get(r["parent"]) for r in table["roles"]}
+        interrupted = run_roles(runs, deadline_ms, kill, faults, rdir / "events", parents.get)
         if progress:
             shown.finish()
     except OSError as e:              # an executable the manifest lists that cannot be executed
@@ -174,6 +188,9 @@ def launch(dep_dir: str | Path, steps: int = 5, deadline_ms: int = 10000,
     record = make_record(table, runs, start + steps, manifest, mpath, rdir)
     if start:
         record["resumed_at"] = start
+    if faults:
+        record["faults"] = [{"role": f.role, "step": f.step, "how": f.how, "done": f.at_ns is not None}
+                            for f in faults]
     if interrupted:
         record["interrupted"] = interrupted
     try:
