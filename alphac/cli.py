@@ -175,7 +175,8 @@ def cmd_launch(args) -> int:
                         records=args.records, checkpoint=args.checkpoint, resume=args.resume,
                         key=args.record_key, progress=sys.stderr if _progress(args) else None,
                         data=args.data, gpu_wrapper=shlex.split(args.gpu_wrapper) if args.gpu_wrapper else None,
-                        checkpoint_every=args.checkpoint_every, keep=args.keep, fail=args.fail)
+                        checkpoint_every=args.checkpoint_every, keep=args.keep, fail=args.fail,
+                        restarts=args.restarts, shrink=args.shrink)
     _role_failures(record)
     if any((r["refused"] or "").startswith("data-") for r in record["roles"]):
         files = ", ".join(f["path"] for f in api.table(args.dir).get("data", []))

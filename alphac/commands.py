@@ -226,6 +226,12 @@ COMMANDS = (
           help="once ROLE has done step STEP, fail it: HOW is kill (default), stop, close (its "
                "sockets shut down) or corrupt (bytes written into its link); repeat it for more "
                "(docs/distribution.md, Failures)"),
+        A("--restarts", type=count, default=0, metavar="R",
+          help="restart a failed run from the newest complete checkpoint, up to R times, with the "
+               "same roles (needs --checkpoint and --checkpoint-every)"),
+        A("--shrink", action="store_true",
+          help="with --restarts, under contract exact_sum only: go on without the failed owners, "
+               "their samples given to their neighbours (the uninterrupted run's bits)"),
         A("--gpu-wrapper", metavar="CMD",
           help="start each GPU owner as CMD ROLE-ARGV... (split like a shell word list): "
                "a sandbox, a CPU pinning tool, or the mock driver in the tests"),

@@ -137,3 +137,93 @@ def test_a_fault_that_names_no_role_step_or_way_is_refused(spec, example_roles, 
     code, _, err = alphac("launch", example_roles / "lsq_adam_star", "--fail", spec, "--records", tmp_path / "runs")
     assert code == 103 and err.startswith("refused: launch-input") and "--fail" in err
     assert not (tmp_path / "runs").exists()
+
+
+# -- recovery ------------------------------------------------------------------------------------------
+STEPS, EVERY = 500, 40
+
+
+def check_recovered(rec, failures: int, members: list[list[str]]):
+    """A passing, authentic record with `failures` failures, each resumed from a checkpoint at a
+    multiple of EVERY, with these memberships, a time to recover, and one loss curve."""
+    from alphac.tools.record import verify_record
+    assert rec["passed"], [(f["failed"], [(r["role"], r["refused"]) for r in f["roles"]])
+                           for f in rec.get("failures", [])] + [rec["roles"]]
+    assert verify_record(rec["path"]) == []
+    assert len(rec["failures"]) == failures and [f["membership"] for f in rec["failures"]] == members
+    for f in rec["failures"]:
+        assert f["resumed_from"]["step"] % EVERY == 0 and f["recover_ms"] > 0
+    assert [e["step"] for e in rec["loss"]] == list(range(1, STEPS + 1)) and rec["steps"] == STEPS
+
+
+@pytest.mark.parametrize("dep", ["lsq_adam_star", "lsq_adam_tree", "lsq_adam_mesh"])
+def test_restarts_on_the_same_roles_publish_the_uninterrupted_bits(dep, example_roles, tmp_path):
+    """The ordered contract: two owners killed at seeded random steps of one run (the second
+    with its socket closed on the mesh), restarted from the newest complete checkpoint with the
+    same roles each time: the uninterrupted run's bits."""
+    import random
+    rng = random.Random(dep)
+    a, b = rng.randrange(60, 140), rng.randrange(180, 260)
+    table = [r["role"] for r in __import__("json").loads((example_roles / dep / "roles.json").read_text())["roles"]]
+    rec = launch(example_roles / dep, tmp_path, steps=STEPS, deadline_ms=2000, checkpoint=tmp_path / "ck",
+                 checkpoint_every=EVERY, restarts=2,
+                 fail=[f"owner.{rng.randrange(4)}@{a}", f"owner.{rng.randrange(4)}@{b}:{'close' if 'mesh' in dep else 'kill'}"])
+    check_recovered(rec, 2, [table, table])
+    assert rec["published"] == oracle.run("lsq_adam", [(STEPS, oracle.REF_SPLIT, oracle.REF_TREE)])
+
+
+def test_a_kill_at_a_checkpoint_step_restarts_from_a_complete_one(example_roles, tmp_path):
+    """The coordinator killed as it publishes v80 (once it has said step 80): the restart takes
+    v80 if its root manifest was published, else v40, and the bits are the uninterrupted run's.
+    (The strace test above kills a publication at every system call.)"""
+    rec = launch(example_roles / "lsq_momentum_star", tmp_path, steps=STEPS, checkpoint=tmp_path / "ck",
+                 checkpoint_every=EVERY, restarts=1, fail=["coordinator@80"])
+    assert rec["passed"] and rec["failures"][0]["resumed_from"]["step"] in (40, 80)
+    assert rec["published"] == oracle.run("lsq_momentum", [(STEPS, oracle.REF_SPLIT, oracle.REF_TREE)])
+
+
+def test_without_restarts_or_checkpoints_a_failure_fails_the_run(example_roles, tmp_path):
+    rec = launch(example_roles / "lsq_adam_star", tmp_path, steps=STEPS, checkpoint=tmp_path / "ck",
+                 checkpoint_every=EVERY, fail=["owner.1@50"])
+    assert not rec["passed"] and "failures" not in rec
+    code, _, err = alphac("launch", example_roles / "lsq_adam_star", "--restarts", 1, "--records", tmp_path / "r")
+    assert code == 103 and "--checkpoint-every" in err and not (tmp_path / "r").exists()
+
+
+@pytest.fixture
+def exact_built(tmp_path, monkeypatch):
+    """lsq_adam under exact_sum, built from a directory of its own (its manifest names the source
+    there, which --shrink reads back)."""
+    from conftest import exact_sum_variant
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "lsq_x.alpha").write_text(exact_sum_variant((EXAMPLES / "lsq_adam.alpha").read_text()))
+    for dep in ("lsq_adam_star", "lsq_adam_tree"):
+        code, _, err = alphac("build", "lsq_x.alpha", "--deployment", dep, "-o", dep)
+        assert code == 0, err
+    return tmp_path
+
+
+@pytest.mark.parametrize("dep", ["lsq_adam_star", "lsq_adam_tree"])
+def test_shrink_goes_on_without_the_failed_owners_with_the_uninterrupted_bits(dep, exact_built):
+    """exact_sum: an owner killed at a seeded random step, then another: each time the run goes
+    on without it (its samples to its neighbour, rebuilt: tools/shrink.py) from the newest
+    complete checkpoint, and publishes the single process's bits; the record names each
+    membership after a failure. A failed aggregator is restarted with the same membership."""
+    import random
+    rng = random.Random(dep)
+    a, b = rng.randrange(60, 140), rng.randrange(180, 260)
+    tree = dep == "lsq_adam_tree"
+    second = "agg1.0" if tree else "owner.0"
+    rec = launch(exact_built / dep, exact_built, steps=STEPS, deadline_ms=2000, checkpoint=exact_built / "ck",
+                 checkpoint_every=EVERY, restarts=2, shrink=True, fail=[f"owner.3@{a}", f"{second}@{b}"])
+    three = ["root", "agg1.0", "agg1.1", "owner.0", "owner.1", "owner.2"] if tree else \
+        ["coordinator", "owner.0", "owner.1", "owner.2"]
+    check_recovered(rec, 2, [three, three if tree else ["coordinator", "owner.0", "owner.1"]])
+    assert rec["published"] == oracle.run("lsq_adam", steps=STEPS, exact=True)
+    assert not list(exact_built.glob(".shrink-*"))          # the temporary source is gone
+
+
+def test_shrink_is_refused_by_name_under_the_ordered_contract(example_roles, tmp_path):
+    code, _, err = alphac("launch", example_roles / "lsq_adam_star", "--checkpoint", tmp_path / "ck",
+                          "--checkpoint-every", 10, "--restarts", 1, "--shrink", "--records", tmp_path / "runs")
+    assert code == 109 and err.startswith("refused: shrink-contract") and not (tmp_path / "runs").exists()

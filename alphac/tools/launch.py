@@ -14,13 +14,15 @@ import random
 import re
 import shutil
 import socket
+import time
 from pathlib import Path
 
 from alphac.refusals import Refusal
 from alphac.targets import LEVELS, below, emulator, host_runs, names
 from alphac.tools.ckpt import CheckpointError, newest, read_manifest
-from alphac.tools.record import (events_key, make_record, new_record_dir, record_key, reserve_record,
+from alphac.tools.record import (events_key, stream_events, stream_lines, make_record, new_record_dir, record_key, reserve_record,
                                  run_key, seal, space_needed, write_record)
+from alphac.tools.shrink import build as shrink_build, check_source
 from alphac.tools.supervise import HOWS, Fault, Progress, RoleRun, run_roles
 from alphac.tools.table import artifact_key, load_build
 
@@ -113,6 +115,24 @@ def parse_fault(text: str, table: dict) -> Fault:
     return Fault(m[1], int(m[2]), m[3] or "kill")
 
 
+def failed_roles(runs: list[RoleRun], done: list[Fault]) -> list[str]:
+    """The roles that failed an attempt: those a fault was done to; else those ended by a signal
+    or refusing anything but peer-lost (which a peer of a failed role refuses); else every role
+    that did not exit 0."""
+    named = sorted({f.role for f in done}) or [r.role for r in runs if r.exit and r.exit < 0]
+    refused = [r.role for r in runs if r.exit and "refused: peer-lost" not in r.stderr]
+    return named or refused or [r.role for r in runs if r.exit != 0]
+
+
+def first_step_ms(events: Path, since_ns: int) -> float | None:
+    """Milliseconds from `since_ns` (CLOCK_MONOTONIC) to the first step in the stream `events`."""
+    try:
+        steps = [t for what, t in stream_events(stream_lines(events), True) if what.startswith("step ") and t]
+    except OSError:
+        return None
+    return round((steps[0] - since_ns) / 1e6, 3) if steps else None
+
+
 def resume_point(resume: str | Path | None) -> tuple[Path | None, int]:
     """The checkpoint a run resumes from, and its step: `resume` itself, or, for a directory of
     periodic checkpoints, its newest complete one (`launch-input` when it has none)."""
@@ -136,16 +156,25 @@ def launch(dep_dir: str | Path, steps: int = 5, deadline_ms: int = 10000,
            resume: str | Path | None = None, targets: dict[str, str] | None = None,
            key: str | Path | None = None, progress=None, data: str | Path | None = None,
            gpu_wrapper: list[str] | None = None, checkpoint_every: int | None = None,
-           keep: int | None = None, fail: list[str] = ()) -> dict:
+           keep: int | None = None, fail: list[str] = (), restarts: int = 0,
+           shrink: bool = False) -> dict:
     """Run a built deployment; the run record (also written under `records`). `progress`: a stream
     for the root's steps; `data`: the owners' `--data`; `gpu_wrapper`: before each GPU owner;
     `checkpoint_every` K and `keep` N: checkpoint/v<step> after every K-th step, the last N kept;
-    `fail`: faults to do to the roles, `ROLE@STEP[:HOW]` (supervise.Injector)."""
+    `fail`: faults to do to the roles, `ROLE@STEP[:HOW]` (supervise.Injector); `restarts` R: a
+    failed run restarted from the newest complete checkpoint up to R times, on the same roles, or
+    with `shrink` (exact_sum only) on the surviving owners (tools/shrink.py)."""
     dep_dir = Path(dep_dir)
     if (checkpoint_every or keep) and checkpoint is None:
         raise Refusal("launch-input", "--checkpoint-every and --keep need --checkpoint DIR")
+    if (restarts or shrink) and not (checkpoint is not None and checkpoint_every):
+        raise Refusal("launch-input", "--restarts and --shrink need --checkpoint DIR --checkpoint-every K "
+                                      "(a failed run resumes from the newest complete checkpoint)")
     resume, start = resume_point(resume)
+    end = start + steps
     table, manifest, mpath, hashes = load_build(dep_dir)
+    if shrink:                          # refused by name before anything starts
+        src, plan = check_source(table, manifest)
     if targets:                        # run other builds of the roles (e.g. every owner swapped)
         for r in table["roles"]:
             r["target"] = targets.get(r["role"], r["target"])
@@ -156,41 +185,81 @@ def launch(dep_dir: str | Path, steps: int = 5, deadline_ms: int = 10000,
     k = run_key(secret, nonce)
     rdir = new_record_dir(Path(records), table["deployment"])
     reserve_record(rdir, *space_needed(table, steps, mpath))
-    taken: set[int] = set()                              # 2. the roles' addresses and command lines
-    ports = {r["role"]: free_port(taken) for r in table["roles"] if r["listens"]}
-    mesh = [r["rank"] for r in table["roles"] if r.get("mesh")]
-    mesh_base = free_ports_at(mesh, taken) if mesh else None
     extra = {k: list(v) for k, v in (extra or {}).items()}
-    for flag, path in (("--checkpoint", checkpoint), ("--resume", resume), ("--data", data)):
+    for flag, path in (("--checkpoint", checkpoint), ("--data", data)):
         if path is not None:
             extra.setdefault("*", []).extend([flag, str(Path(path).resolve())])
     for flag, n in (("--checkpoint-every", checkpoint_every), ("--keep", keep)):
         if n:
             extra.setdefault("*", []).extend([flag, str(n)])
-    runs = []
-    for r in table["roles"]:               # the emulator its target needs here, or a GPU owner's wrapper
-        before = emulate.get(r["target"]) or (list(gpu_wrapper) if "+" in r["target"] and gpu_wrapper else [])
-        runs.append(RoleRun(r["role"], r["target"], hashes[r["file"]], artifact_key(dep_dir, mpath, r["file"]),
-                            before + role_argv(dep_dir, r, steps, deadline_ms, rdir, ports, mesh_base, extra),
-                            {**os.environ, "ALPHAC_EVENTS_KEY": events_key(k, r["role"]).hex()}))
-    # 3. the run (issue 44's recovery and periodic checkpoints go around this call: see above)
-    try:
+    failures, first, resume0, curve, fired, at_ns = [], start, resume, [], [], {}
+    while True:                                          # 2. the roles' addresses and command lines
+        taken: set[int] = set()
+        ports = {r["role"]: free_port(taken) for r in table["roles"] if r["listens"]}
+        mesh = [r["rank"] for r in table["roles"] if r.get("mesh")]
+        mesh_base = free_ports_at(mesh, taken) if mesh else None
+        more = {**extra, "*": extra.get("*", []) + (["--resume", str(resume.resolve())] if resume else [])}
+        runs = []
+        for r in table["roles"]:           # the emulator its target needs here, or a GPU owner's wrapper
+            before = emulate.get(r["target"]) or (list(gpu_wrapper) if "+" in r["target"] and gpu_wrapper else [])
+            runs.append(RoleRun(r["role"], r["target"], hashes[r["file"]], artifact_key(dep_dir, mpath, r["file"]),
+                                before + role_argv(dep_dir, r, end - first, deadline_ms, rdir, ports, mesh_base, more),
+                                {**os.environ, "ALPHAC_EVENTS_KEY": events_key(k, r["role"]).hex()}))
+        try:                                             # 3. the run
+            if progress:
+                shown = Progress(rdir / "events" / f"{table['root']}.log", first, end, progress)
+                shown.start()
+            parents = {r["role"]: ports.get(r["parent"]) for r in table["roles"]}
+            interrupted = run_roles(runs, deadline_ms, kill, faults, rdir / "events", parents.get)
+            if progress:
+                shown.finish()
+        except OSError as e:              # an executable the manifest lists that cannot be executed
+            raise Refusal("launch-input", f"{e.filename}: {e.strerror}")
+        if failures:                     # failure to the first step after it (the roles' clock)
+            failures[-1]["recover_ms"] = first_step_ms(rdir / "events" / f"{table['root']}.log",
+                                                       at_ns[len(failures)])
+        passed = all(r.exit == 0 for r in runs)
+        if interrupted or passed or len(failures) >= restarts:
+            break
+        # a failure: this attempt's roles and streams kept under attempts/N; then the restart
+        n = len(failures) + 1
+        gone = make_record(table, runs, end, manifest, mpath, rdir)
+        (rdir / "attempts").mkdir(exist_ok=True)
+        os.rename(rdir / "events", rdir / "attempts" / str(n))
+        (rdir / "events").mkdir()
+        for r in gone["roles"]:
+            r["stream"]["file"] = f"attempts/{n}/{r['role']}.log"
+        curve += gone["loss"]
+        done = [f for f in faults if f.at_ns is not None and f.role in {r.role for r in runs} and f not in fired]
+        fired += done
+        failed = failed_roles(runs, done)
+        found = newest(Path(checkpoint))
+        resume, first = found if found else (resume0, start)
+        entry = {"attempt": n, "failed": failed, "roles": gone["roles"],
+                 "faults": [{"role": f.role, "step": f.step, "how": f.how} for f in done],
+                 "resumed_from": {"checkpoint": resume.name if found else None, "step": first}}
+        at_ns[n] = min([f.at_ns for f in done], default=time.monotonic_ns())
+        owners = sorted(int(f.rpartition(".")[2]) for f in failed if f.rpartition(".")[0] == plan.dep.owner) \
+            if shrink else []
+        if owners and len(owners) < plan.dep.owners:      # the survivors, rebuilt (tools/shrink.py)
+            dep_dir, plan = shrink_build(src, plan, owners, rdir / f"shrink-{n}")
+            table, manifest, mpath, hashes = load_build(dep_dir)
+            emulate = emulators(table)
+        entry["membership"] = [r["role"] for r in table["roles"]]
+        failures.append(entry)
         if progress:
-            shown = Progress(rdir / "events" / f"{table['root']}.log", start, start + steps, progress)
-            shown.start()
-        parents = {r["role"]: ports.get(r["parent"]) for r in table["roles"]}
-        interrupted = run_roles(runs, deadline_ms, kill, faults, rdir / "events", parents.get)
-        if progress:
-            shown.finish()
-    except OSError as e:              # an executable the manifest lists that cannot be executed
-        raise Refusal("launch-input", f"{e.filename}: {e.strerror}")
+            print(f"launch: {', '.join(failed)} failed; restart {n} of {restarts} from "
+                  f"{entry['resumed_from']['checkpoint'] or 'the start'} (step {first})", file=progress, flush=True)
     # 4. the record
-    record = make_record(table, runs, start + steps, manifest, mpath, rdir)
+    record = make_record(table, runs, end, manifest, mpath, rdir)
     if start:
         record["resumed_at"] = start
     if faults:
         record["faults"] = [{"role": f.role, "step": f.step, "how": f.how, "done": f.at_ns is not None}
                             for f in faults]
+    if failures:                        # the loss curve: each step's last computation
+        record["failures"] = failures
+        record["loss"] = sorted({e["step"]: e for e in curve + record["loss"]}.values(), key=lambda e: e["step"])
     if interrupted:
         record["interrupted"] = interrupted
     try:

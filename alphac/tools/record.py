@@ -254,7 +254,7 @@ def seal(record: dict, rdir: Path, key: bytes, nonce: str | None = None) -> dict
     nonce = nonce or os.urandom(16).hex()
     k = run_key(key, nonce)
     record["auth"] = {"alg": "HMAC-SHA-256", "key_id": key_id(key), "nonce": nonce}
-    for r in record["roles"]:
+    for r in record["roles"] + [r for f in record.get("failures", []) for r in f["roles"]]:
         if "stream" in r:
             f = rdir / r["stream"]["file"]
             lines = stream_lines(f) if f.exists() else []
@@ -372,6 +372,8 @@ def verify_record(path: str | Path, key: str | Path | None = None) -> list[str]:
             problems += stream_problems(k, rec["kind"], r, path.parent / r["stream"]["file"])
         if r["exit"] != 0:
             problems.append(f"{r['role']}: exited {r['exit']}" + (f" (refused: {r['refused']})" if r.get("refused") else ""))
+    for f in rec.get("failures", []):   # a restarted run's earlier attempts (authentic: the MAC matched)
+        problems += [p for r in f["roles"] for p in stream_problems(k, rec["kind"], r, path.parent / r["stream"]["file"])]
     problems += recomputed(rec)
     if not rec["published"]:
         problems.append("nothing was published")
