@@ -54,8 +54,9 @@ def test_a_kill_at_any_system_call_of_a_publication_or_removal_leaves_a_complete
     """strace kills the process at every occurrence of every system call that writes, renames,
     removes or lists while the run publishes v4 and v6 and removes v2 (--keep 2): the newest
     complete checkpoint left (alphac.tools.ckpt.newest) resumes to the uninterrupted bits, and is
-    v2 or later."""
-    from alphac.tools.ckpt import newest
+    v2 or later; and a checkpoint whose root manifest is there is whole (the removal takes the
+    manifest first)."""
+    from alphac.tools.ckpt import newest, state
     strace = require_tool("strace")
     exe = build_learner_exe("lsq_momentum", "x86_64", tmp_path)
     base = tmp_path / "base"
@@ -82,6 +83,8 @@ def test_a_kill_at_any_system_call_of_a_publication_or_removal_leaves_a_complete
             subprocess.run([strace, "-o", "/dev/null", "-e", f"inject={name}:signal=KILL:when={k}", str(exe)]
                            + [str(work / "v2") if a == "RESUME" else str(work) if a == "CK" else a for a in args],
                            capture_output=True)
+            for p in work.glob("v*"):     # a root manifest is there only while its checkpoint is whole
+                assert not (p / "MANIFEST").exists() or state(p), (name, k, p.name)
             found = newest(work)
             assert found is not None, (name, k)
             path, v = found
@@ -170,6 +173,11 @@ def test_restarts_on_the_same_roles_publish_the_uninterrupted_bits(dep, example_
                  fail=[f"owner.{rng.randrange(4)}@{a}", f"owner.{rng.randrange(4)}@{b}:{'close' if 'mesh' in dep else 'kill'}"])
     check_recovered(rec, 2, [table, table])
     assert rec["published"] == oracle.run("lsq_adam", [(STEPS, oracle.REF_SPLIT, oracle.REF_TREE)])
+    # a failed attempt's stream is sealed like the last one's: changed, the record does not verify
+    from alphac.tools.record import verify_record
+    stream = Path(rec["path"]).parent / rec["failures"][0]["roles"][-1]["stream"]["file"]
+    stream.write_bytes(stream.read_bytes().replace(b"step 2 ", b"step 3 ", 1))
+    assert verify_record(rec["path"]) == [f"{rec['failures'][0]['roles'][-1]['role']}: stream does not match its seal"]
 
 
 def test_a_kill_at_a_checkpoint_step_restarts_from_a_complete_one(example_roles, tmp_path):

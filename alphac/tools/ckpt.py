@@ -129,7 +129,8 @@ def newest(root: Path) -> tuple[Path, int] | None:
              if p.name[1:].isascii() and p.name[1:].isdigit() and p.is_dir()]
     for v, p in sorted(found, reverse=True):
         try:
-            if walk(p)[0][1].version == v and state(p) is not None:
+            if walk(p)[0][1].version == v:
+                state(p)                 # every shard there, its checksum its record's
                 return p, v
         except (CheckpointError, OSError):
             continue
