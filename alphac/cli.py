@@ -213,7 +213,8 @@ def cmd_slurm(args) -> int:
     sbatch = args.sbatch + [f"--{k}={getattr(args, k)}" for k in ("partition", "time") if getattr(args, k)]
     script, rdir = write_script(args.dir, args.output, args.steps, args.nodes, args.port_base,
                                 args.deadline_ms, sbatch, args.records, args.record_key, paths,
-                                {"--checkpoint-every": args.checkpoint_every, "--keep": args.keep})
+                                {"--checkpoint-every": args.checkpoint_every, "--keep": args.keep},
+                                args.restarts)
     print(f"alphac: {script}: submit it with `sbatch {script}`; when the job is over, "
           f"`alphac slurm-record {rdir}` writes its run record", file=sys.stderr)
     return 0

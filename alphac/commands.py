@@ -263,6 +263,9 @@ COMMANDS = (
           help="one more #SBATCH line, e.g. --sbatch=--account=proj (repeat it)"),
         A("--records", type=path, default="runs", metavar="DIR", help="where run directories go (runs/)"),
         KEY, CHECKPOINT, RESUME, EVERY, KEEP,
+        A("--restarts", type=count, default=0, metavar="R",
+          help="in the job: a failed srun started again from the newest complete checkpoint, up "
+               "to R times (needs --checkpoint and --checkpoint-every)"),
         A("--data", type=path, metavar="DIR", help="read the learner's loaded data from DIR"),
     )),
     Command("slurm-record", "slurm-record RUNDIR", "seal the run record of an `alphac slurm` job",
