@@ -22,8 +22,12 @@ be on a file system every node sees at the same path. The script, in the job:
    rank (`rank-out-of-range`), through a bash wrapper (RUNDIR/tasks/task.sh) that puts the
    role's events key in its environment (never on a command line) and keeps its node, exit
    code, stdout and stderr in RUNDIR/tasks/RANK.*; events go to RUNDIR/events/ROLE.log.
+4. with `--restarts R`, runs srun again when it fails, up to R times, each task resumed from the
+   newest checkpoint directory DIR/v<step> with a root manifest (RUNDIR/tasks/resume, read by
+   task.sh), the failed attempt's task files and events moved to RUNDIR/attempts/N/.
 `collect` then makes the record with record.py's make_record and seal: kind `launch`, each role's
-`node`, the job's `slurm` facts; `alphac verify-record` checks it like any launch record.
+`node`, the job's `slurm` facts, the failed attempts (`attempts`); `alphac verify-record` checks
+it like any launch record.
 """
 from __future__ import annotations
 
