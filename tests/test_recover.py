@@ -235,3 +235,20 @@ def test_shrink_is_refused_by_name_under_the_ordered_contract(example_roles, tmp
     code, _, err = alphac("launch", example_roles / "lsq_adam_star", "--checkpoint", tmp_path / "ck",
                           "--checkpoint-every", 10, "--restarts", 1, "--shrink", "--records", tmp_path / "runs")
     assert code == 109 and err.startswith("refused: shrink-contract") and not (tmp_path / "runs").exists()
+
+
+def test_a_shrink_the_compiler_refuses_restarts_on_the_same_roles(exact_built, monkeypatch):
+    """When the smaller deployment cannot be built (GPU owners, a deployment the compiler refuses),
+    the run goes on with the same roles and the record says why."""
+    import alphac.tools.launch as launcher
+    from alphac.refusals import Refusal
+
+    def refused(*args):
+        raise Refusal("launch-input", "--shrink: not built here")
+    monkeypatch.setattr(launcher, "shrink_build", refused)
+    rec = launch(exact_built / "lsq_adam_star", exact_built, steps=STEPS, checkpoint=exact_built / "ck",
+                 checkpoint_every=EVERY, restarts=1, shrink=True, fail=["owner.3@100"])
+    [f] = rec["failures"]
+    assert rec["passed"] and f["not_shrunk"] == "--shrink: not built here"
+    assert f["membership"] == ["coordinator", "owner.0", "owner.1", "owner.2", "owner.3"]
+    assert rec["published"] == oracle.run("lsq_adam", steps=STEPS, exact=True)

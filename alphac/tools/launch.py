@@ -241,11 +241,14 @@ def launch(dep_dir: str | Path, steps: int = 5, deadline_ms: int = 10000,
         at_ns[n] = min([f.at_ns for f in done], default=time.monotonic_ns())
         owners = sorted(int(f.rpartition(".")[2]) for f in failed if f.rpartition(".")[0] == plan.dep.owner) \
             if shrink else []
-        if owners and len(owners) < plan.dep.owners:      # the survivors, rebuilt (tools/shrink.py)
-            dep_dir, plan = shrink_build(src, plan, owners, rdir / f"shrink-{n}")
-            table, manifest, mpath, hashes = load_build(dep_dir)
-            emulate = emulators(table)
-        entry["membership"] = [r["role"] for r in table["roles"]]
+        try:                             # the survivors, rebuilt (tools/shrink.py)
+            if owners and len(owners) < plan.dep.owners:
+                dep_dir, plan = shrink_build(src, plan, owners, rdir / f"shrink-{n}")
+                table, manifest, mpath, hashes = load_build(dep_dir)
+                emulate = emulators(table)
+        except Refusal as e:             # then on the same roles, and the record says why
+            entry["not_shrunk"] = e.detail
+        entry.update(deployment=table["deployment"], membership=[r["role"] for r in table["roles"]])
         failures.append(entry)
         if progress:
             print(f"launch: {', '.join(failed)} failed; restart {n} of {restarts} from "

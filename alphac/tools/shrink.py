@@ -25,6 +25,7 @@ import tempfile
 from pathlib import Path
 
 from alphac import artifacts, manifest as manifests
+from alphac.diag import CompileError
 from alphac.dist.structure import Hierarchy
 from alphac.ir.learner import CONTRACTS
 from alphac.refusals import Refusal
@@ -95,7 +96,11 @@ def build(src: Path, plan, failed: list[int], out: Path):
     with tempfile.NamedTemporaryFile("w", dir=src.parent, prefix=".shrink-", suffix=".alpha") as f:
         f.write(src.read_text() + "\n# alphac launch --shrink (alphac/tools/shrink.py)\n" + dep_text)
         f.flush()
-        _, plans = artifacts.plans_of(f.name)
+        try:
+            _, plans = artifacts.plans_of(f.name)
+        except CompileError as e:        # (a hierarchy of one owner, say): not shrunk
+            raise Refusal("launch-input", f"--shrink: {name} is not a deployment the compiler takes: "
+                                          + "; ".join(d.message for d in e.diagnostics))
     new = plans[name]
     table = artifacts.roles_table(new)
     data = (json_text(table, indent=2) + "\n").encode()
