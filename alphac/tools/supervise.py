@@ -67,13 +67,20 @@ class Injector(threading.Thread):
         self.runs = {r.role: r for r in runs}
         self.faults = [f for f in faults if f.at_ns is None and f.role in self.runs]
         self.events, self.parent_port, self.stop, self.stopped = events, parent_port, threading.Event(), set()
+        self.read: dict[str, tuple[int, set[int]]] = {}     # role -> (bytes read, steps said)
 
     def reached(self, f: Fault) -> bool:
+        """Whether f's role has said `step STEP`; each stream read on from where it was left."""
+        at, seen = self.read.get(f.role, (0, set()))
         try:
-            text = (self.events / f"{f.role}.log").read_bytes()
+            with open(self.events / f"{f.role}.log", "rb") as fh:
+                fh.seek(at)
+                lines = fh.read().split(b"\n")[:-1]        # complete lines only
         except OSError:
             return False
-        return re.search(rb"^step %d " % f.step, text, re.M) is not None
+        seen.update(int(m[1]) for m in map(re.compile(rb"step (\d+) ").match, lines) if m)
+        self.read[f.role] = (at + sum(len(line) + 1 for line in lines), seen)
+        return f.step in seen
 
     def run(self) -> None:
         while self.faults and not self.stop.wait(0.002):
@@ -85,8 +92,9 @@ class Injector(threading.Thread):
         f.at_ns = time.monotonic_ns()
         if proc.poll() is not None:
             return
+        if f.how == "stop":
+            self.stopped.add(f.role)
         if f.how in ("kill", "stop"):
-            self.stopped.add(f.role) if f.how == "stop" else None
             os.kill(proc.pid, signal.SIGKILL if f.how == "kill" else signal.SIGSTOP)
             return
         socks = []
