@@ -107,6 +107,8 @@ class Injector(threading.Thread):
                         socks.append(socket.socket(fileno=dup))
             os.close(pidfd)
             links = [s for s in socks if s.type == socket.SOCK_STREAM and _peer(s)]
+            if not links:                # none to take (pidfd_getfd refused here): not done
+                f.at_ns = None
             if f.how == "close":
                 for s in links:
                     s.shutdown(socket.SHUT_RDWR)
