@@ -1,7 +1,11 @@
 """Runs that survive failures (issue 44): periodic checkpoints (`--checkpoint-every K --keep N`:
 DIR/v<step>, the last N kept, an older one removed only after a newer one is published, a kill
 at any system call of a publication or a removal leaving a complete one to resume) and a resumed
-run counted in global steps."""
+run counted in global steps; `alphac launch --fail ROLE@STEP[:HOW]`, each way refused by name;
+`--restarts` on the same roles (the ordered contract: a star, a hierarchy, a mesh, two failures
+in a run, a kill as a checkpoint is published) and `--shrink` (exact_sum: a star and a
+hierarchy losing owners), each publishing the uninterrupted run's bits, and the records that say
+so. (tests/test_slurm.py: a Slurm job restarted.)"""
 import shutil
 import subprocess
 from pathlib import Path
