@@ -190,7 +190,9 @@ def cmd_launch(args) -> int:
     record = api.launch(args.dir, args.steps, args.epochs, deadline_ms=args.deadline_ms,
                         records=args.records, checkpoint=args.checkpoint, resume=args.resume,
                         key=args.record_key, progress=sys.stderr if _progress(args) else None,
-                        data=args.data, gpu_wrapper=shlex.split(args.gpu_wrapper) if args.gpu_wrapper else None)
+                        data=args.data, gpu_wrapper=shlex.split(args.gpu_wrapper) if args.gpu_wrapper else None,
+                        checkpoint_every=args.checkpoint_every, keep=args.keep, fail=args.fail,
+                        restarts=args.restarts, shrink=args.shrink)
     _role_failures(record)
     _emulated(record)
     if any((r["refused"] or "").startswith("data-") for r in record["roles"]):
@@ -241,7 +243,9 @@ def cmd_slurm(args) -> int:
     paths = {f"--{k}": getattr(args, k) for k in ("checkpoint", "resume", "data") if getattr(args, k)}
     sbatch = args.sbatch + [f"--{k}={getattr(args, k)}" for k in ("partition", "time") if getattr(args, k)]
     script, rdir = write_script(args.dir, args.output, args.steps, args.nodes, args.port_base,
-                                args.deadline_ms, sbatch, args.records, args.record_key, paths)
+                                args.deadline_ms, sbatch, args.records, args.record_key, paths,
+                                {"--checkpoint-every": args.checkpoint_every, "--keep": args.keep},
+                                args.restarts)
     print(f"alphac: {script}: submit it with `sbatch {script}`; when the job is over, "
           f"`alphac slurm-record {rdir}` writes its run record", file=sys.stderr)
     return 0
@@ -262,7 +266,8 @@ def cmd_k8s(args) -> int:
     from alphac.tools.k8s import generate
     w = generate(args.dir, args.output, image=args.image, name=args.name, namespace=args.namespace,
                  port=args.port, steps=args.steps, epochs=args.epochs, deadline_ms=args.deadline_ms,
-                 cluster_domain=args.cluster_domain, active_deadline=args.active_deadline, data=args.data)
+                 cluster_domain=args.cluster_domain, active_deadline=args.active_deadline, data=args.data,
+                 checkpoint_claim=args.checkpoint_claim, checkpoint_every=args.checkpoint_every, keep=args.keep)
     out, name, ns = w["out"], w["name"], f" -n {w['namespace']}" if w["namespace"] else ""
     sel = f"batch.kubernetes.io/job-name={name},batch.kubernetes.io/job-completion-index={w['root']}"
     print(f"alphac: {out}/k8s.yaml (Service and Indexed Job {name}, {w['ranks']} pods, "

@@ -108,6 +108,10 @@ KEY = A("--record-key", type=path, metavar="FILE",
              "~/.config/alphac/record-key, made on first use)")
 CHECKPOINT = A("--checkpoint", type=path, metavar="DIR", help="publish a checkpoint at the end")
 RESUME = A("--resume", type=path, metavar="DIR", help="start from the checkpoint in DIR")
+EVERY = A("--checkpoint-every", type=positive, metavar="K",
+          help="with --checkpoint DIR: a checkpoint DIR/v<step> after every K-th step and the last")
+KEEP = A("--keep", type=positive, metavar="N",
+         help="with --checkpoint-every: keep the last N checkpoints (default 2)")
 INTRO = """\
 alphac compiles Alpha learners: a learner and its deployment become one static executable per
 role (x86-64, AArch64), bit for bit equal to the reference interpreter.
@@ -213,13 +217,23 @@ COMMANDS = (
         A("--deadline-ms", type=count, default=10000, metavar="MS",
           help="each role's bound on any wait (default 10000)"),
         A("--records", type=path, default="runs", metavar="DIR", help="where run records go (runs/)"),
-        KEY, CHECKPOINT, RESUME,
+        KEY, CHECKPOINT, RESUME, EVERY, KEEP,
         A("--data", type=path, metavar="DIR",
           help="read the learner's loaded data from DIR (the load() paths, relative to "
                "it) instead of where the build read them (docs/data.md)"),
         A("--compare", action="store_true",
           help="also run the deployment in the reference interpreter and say whether the "
                "bits are equal"),
+        A("--fail", action="append", default=[], metavar="ROLE@STEP[:HOW]",
+          help="once ROLE has done step STEP, fail it: HOW is kill (default), stop, close (its "
+               "sockets shut down) or corrupt (bytes written into its link); repeat it for more "
+               "(docs/distribution.md, Failures)"),
+        A("--restarts", type=count, default=0, metavar="R",
+          help="restart a failed run from the newest complete checkpoint, up to R times, with the "
+               "same roles (needs --checkpoint and --checkpoint-every)"),
+        A("--shrink", action="store_true",
+          help="with --restarts, under contract exact_sum only: go on without the failed owners, "
+               "their samples given to their neighbours (the uninterrupted run's bits)"),
         A("--gpu-wrapper", metavar="CMD",
           help="start each GPU owner as CMD ROLE-ARGV... (split like a shell word list): "
                "a sandbox, a CPU pinning tool, or the mock driver in the tests"),
@@ -250,7 +264,10 @@ COMMANDS = (
         A("--sbatch", action="append", default=[], metavar="OPTION",
           help="one more #SBATCH line, e.g. --sbatch=--account=proj (repeat it)"),
         A("--records", type=path, default="runs", metavar="DIR", help="where run directories go (runs/)"),
-        KEY, CHECKPOINT, RESUME,
+        KEY, CHECKPOINT, RESUME, EVERY, KEEP,
+        A("--restarts", type=count, default=0, metavar="R",
+          help="in the job: a failed srun started again from the newest complete checkpoint, up "
+               "to R times (needs --checkpoint and --checkpoint-every)"),
         A("--data", type=path, metavar="DIR", help="read the learner's loaded data from DIR"),
     )),
     Command("slurm-record", "slurm-record RUNDIR", "seal the run record of an `alphac slurm` job",
@@ -295,6 +312,10 @@ COMMANDS = (
         A("--data", type=path, metavar="DIR",
           help="read the learner's loaded data from DIR (the load() paths, relative to "
                "it) instead of where the build read them; it goes into the image"),
+        A("--checkpoint-claim", metavar="CLAIM",
+          help="a ReadWriteMany PersistentVolumeClaim every pod mounts at /alphac-checkpoints "
+               "and publishes its checkpoints into (--checkpoint there)"),
+        EVERY, KEEP,
     )),
     Command("verify-record", "verify-record RECORD", "check a run record: authentic, and a pass?",
             "Check a run record written by `alphac launch`: its MAC and every stream's seal under "

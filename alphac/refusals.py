@@ -92,6 +92,10 @@ REFUSALS: dict[str, tuple[int, str]] = {
     "records-dir": (104, "the launcher cannot make the run's record directory under --records (a "
                          "path through a file, no permission), or reserve the space its record "
                          "and the roles' events need (a full disk); nothing was started"),
+    "shrink-contract": (109, "`alphac launch --shrink` of a learner whose contract is not "
+                             "exact_sum: its bits depend on the owner count, so a run cannot go on "
+                             "with fewer owners and publish the uninterrupted run's; nothing was "
+                             "started (restart it with the same membership: --restarts)"),
     "record-write": (108, "the run ended but its record could not be written under --records (a "
                           "disk that filled beyond the space reserved for it before the start); "
                           "the detail says whether it passed, where its checkpoint and its "

@@ -705,3 +705,22 @@ def test_roles_at_a_level_ask_for_nodes_with_its_cpu(tmp_path, targets, want):
     sel = job["spec"]["template"]["spec"]["nodeSelector"]
     assert sel == {"kubernetes.io/arch": "amd64", "kubernetes.io/os": "linux",
                    **{f"feature.node.kubernetes.io/cpu-cpuid.{f}": "true" for f in want}}
+
+
+def test_periodic_checkpoints_go_to_a_claim_every_pod_mounts(built, tmp_path):
+    """`--checkpoint-claim` mounts a PersistentVolumeClaim at /alphac-checkpoints in every pod
+    (writable by the pods' group) and passes --checkpoint there, with --checkpoint-every and
+    --keep; the objects still are what the API takes. Without a claim, the two are refused."""
+    docs = generate(built / "lsq_adam_tree", tmp_path / "k8s", "--checkpoint-claim", "fit-ckpt",
+                    "--checkpoint-every", "50", "--keep", "3")
+    assert schema_problems(docs) == [] and enum_problems(docs) == []
+    pod = docs["Job"]["spec"]["template"]["spec"]
+    assert pod["volumes"] == [{"name": "checkpoints", "persistentVolumeClaim": {"claimName": "fit-ckpt"}}]
+    assert pod["containers"][0]["volumeMounts"] == [{"name": "checkpoints", "mountPath": "/alphac-checkpoints"}]
+    assert pod["securityContext"]["fsGroup"] == 65532
+    args = pod["containers"][0]["args"]
+    assert args[args.index("--checkpoint"):args.index("--checkpoint") + 6] == \
+        ["--checkpoint", "/alphac-checkpoints", "--checkpoint-every", "50", "--keep", "3"]
+    for bad in (["--checkpoint-every", "50"], ["--checkpoint-claim", "Not_A_Claim"]):
+        code, _, err = alphac("k8s", built / "lsq_adam_tree", "-o", tmp_path / "bad", *bad)
+        assert code != 0 and ("--checkpoint-claim" in err) and not (tmp_path / "bad").exists()

@@ -284,3 +284,56 @@ def test_the_script_places_the_combining_roles_on_the_first_node(built, tmp_path
     assert [l.split()[0] for l in conf] == ["0", "1-2", "3-6"]
     assert [l.split()[4].rpartition("/")[2] for l in conf] == ["root", "agg1.0-2", "owner.0-4"]
     assert all(f"--rank %t" in l and f"--parent {nodes[0]}:7000+{{}}" in l for l in conf[1:])
+
+
+def test_the_tasks_checkpoint_periodically_with_what_the_script_passes(built, tmp_path):
+    """--checkpoint-every and --keep reach every task's command line (no cluster needed); without
+    --checkpoint they are refused by name, nothing written."""
+    ck = tmp_path / "ck"
+    code, _, err = alphac("slurm", built[STAR], "--records", tmp_path / "runs", "--checkpoint", ck,
+                          "--checkpoint-every", 25, "--keep", 3)
+    assert code == 0, err
+    lines = [l for l in (tmp_path / "runs" / f"{STAR}-0001" / "slurm.sh").read_text().splitlines()
+             if "task.sh" in l and "--rank" in l]
+    assert lines and all(f"--checkpoint {ck} --checkpoint-every 25 --keep 3" in l for l in lines)
+    code, _, err = alphac("slurm", built[STAR], "--records", tmp_path / "r2", "--checkpoint-every", 25)
+    assert code == 103 and err.startswith("refused: launch-input") and not (tmp_path / "r2").exists()
+
+
+def test_a_failed_srun_is_started_again_from_the_newest_checkpoint(cluster, built, tmp_path):
+    """--restarts 1 with periodic checkpoints: owner.2's process killed once it has said step 60;
+    the script runs srun again from the newest complete checkpoint, and the record (one failure,
+    the checkpoint resumed, both attempts' streams verified) publishes the uninterrupted bits."""
+    runs, ck = tmp_path / "runs", tmp_path / "ck"
+    code, _, err = alphac("slurm", built[STAR], "--steps", 400, "--nodes", 2, "--records", runs,
+                          "--deadline-ms", 3000, "--port-base", free_port(), "--checkpoint", ck,
+                          "--checkpoint-every", 40, "--restarts", 1)
+    assert code == 0, err
+    rdir = runs / f"{STAR}-0001"
+    killed = []
+
+    def kill_owner2():
+        events = rdir / "events" / "owner.2.log"
+        until("owner.2 at step 60", lambda: events.exists() and b"\nstep 60 " in events.read_bytes(), 30)
+        for pid in os.listdir("/proc"):
+            try:
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            except (OSError, ValueError):
+                continue
+            if cmd and cmd[0] == str(built[STAR] / "owner.2").encode():
+                os.kill(int(pid), signal.SIGKILL)
+                killed.append(pid)
+    import threading
+    t = threading.Thread(target=kill_owner2)
+    t.start()
+    rc, out = submit(cluster, rdir / "slurm.sh", timeout=90)
+    t.join()
+    assert killed and rc == 0, (out, next(rdir.glob("slurm-*.out")).read_text())
+    code, published, err = alphac("slurm-record", rdir)
+    assert code == 0, err
+    assert published == oracle.run("lsq_adam", [(400, oracle.REF_SPLIT, oracle.REF_TREE)])
+    assert alphac("verify-record", rdir / "record.json")[0] == 0
+    rec = json.loads((rdir / "record.json").read_text())
+    [f] = rec["failures"]
+    assert f["failed"] == ["owner.2"] and f["resumed_from"]["step"] % 40 == 0 and f["resumed_from"]["step"] >= 40
+    assert [e["step"] for e in rec["loss"]] == list(range(1, 401)) and rec["steps"] == 400

@@ -46,7 +46,7 @@ APPENDS = ("put", "put_dec", "put_byte", "room")
 # the system calls whose kernel side writes into a buffer: (its argument, the extent's argument or
 # a constant extent); args count from the call number's: syscall(SYS_read, fd, buf, n)
 SYSCALL_WRITES = {"SYS_read": (2, 3), "SYS_pread64": (2, 3), "SYS_recvfrom": (2, 3),
-                  "SYS_getrandom": (1, 2), "SYS_clock_gettime": (2, ("int", 16))}
+                  "SYS_getrandom": (1, 2), "SYS_clock_gettime": (2, ("int", 16)), "SYS_getdents64": (2, 3)}
 
 # a root: ("global", name, offset or None) | ("param", index) | ("params", indexes: one of them)
 # | ("room", n) | ("other",)

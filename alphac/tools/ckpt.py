@@ -121,6 +121,22 @@ def walk(root: Path) -> list[tuple[str, Manifest]]:
     return out
 
 
+def newest(root: Path) -> tuple[Path, int] | None:
+    """The newest complete periodic checkpoint in `root` (`--checkpoint-every`: root/v<step>,
+    docs/checkpoints.md) and its step: the highest step whose whole tree reads back (manifests,
+    shard checksums) as that step's capture; None when there is none."""
+    found = [(int(p.name[1:]), p) for p in Path(root).glob("v*")
+             if p.name[1:].isascii() and p.name[1:].isdigit() and p.is_dir()]
+    for v, p in sorted(found, reverse=True):
+        try:
+            if walk(p)[0][1].version == v:
+                state(p)                 # every shard there, its checksum its record's
+                return p, v
+        except (CheckpointError, OSError):
+            continue
+    return None
+
+
 def state(root: Path) -> dict[str, list[float]]:
     """The values a checkpoint holds, by state (shards read with numpy, checksums checked)."""
     import numpy as np

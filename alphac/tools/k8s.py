@@ -64,6 +64,9 @@ INDEX = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
 RUN_KEY = "run-key"                                     # the Secret NAME-run-key's key
 
 
+CHECKPOINTS = "/alphac-checkpoints"     # where a --checkpoint-claim is mounted in every pod
+
+
 class K8sError(Exception):
     """A deployment or an option that the manifests cannot express (exit 1, nothing written)."""
 
@@ -143,8 +146,10 @@ def check_names(name: str, namespace: str | None, n: int, port: int, domain: str
 
 
 def objects(table: dict, *, name: str, image: str, arch: str, namespace: str | None, port: int,
-            run_args: list[str], domain: str, active_deadline: int | None) -> list[dict]:
-    """The Service and the Job, as the dictionaries the API takes."""
+            run_args: list[str], domain: str, active_deadline: int | None,
+            claim: str | None = None) -> list[dict]:
+    """The Service and the Job, as the dictionaries the API takes; with `claim`, every pod mounts
+    that PersistentVolumeClaim at CHECKPOINTS (writable, group USER) for its checkpoints."""
     n = len(table["roles"])
     parent = check_names(name, namespace, n, port, domain)
     labels = {"app.kubernetes.io/instance": name, "app.kubernetes.io/name": "alphac"}
@@ -168,13 +173,17 @@ def objects(table: dict, *, name: str, image: str, arch: str, namespace: str | N
         "ports": [{"name": "alphac", "containerPort": port, "protocol": "TCP"}],
         "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
                             "capabilities": {"drop": ["ALL"]}},
-        "terminationMessagePolicy": "FallbackToLogsOnError"}
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        **({"volumeMounts": [{"name": "checkpoints", "mountPath": CHECKPOINTS}]} if claim else {})}
     pod = {"subdomain": name, "restartPolicy": "Never", "automountServiceAccountToken": False,
            "enableServiceLinks": False,
            "nodeSelector": {"kubernetes.io/arch": arch, "kubernetes.io/os": "linux", **cpu_labels(table)},
            "securityContext": {"runAsNonRoot": True, "runAsUser": USER, "runAsGroup": USER,
-                               "seccompProfile": {"type": "RuntimeDefault"}},
-           "containers": [container]}
+                               "seccompProfile": {"type": "RuntimeDefault"},
+                               **({"fsGroup": USER} if claim else {})},
+           "containers": [container],
+           **({"volumes": [{"name": "checkpoints", "persistentVolumeClaim": {"claimName": claim}}]}
+              if claim else {})}
     spec = {"completionMode": "Indexed", "completions": n, "parallelism": n, "backoffLimit": 0,
             "podFailurePolicy": {"rules": [{"action": "Ignore", "onExitCodes": {  # an empty
                 "containerName": "role", "operator": "In", "values": [NAME_UNRESOLVED]},  # list:
@@ -293,9 +302,12 @@ def generate(dep_dir: str | Path, out: str | Path | None = None, *, image: str |
              name: str | None = None, namespace: str | None = None, port: int = 7000,
              steps: int = 5, epochs: int | None = None, deadline_ms: int = 300000,
              cluster_domain: str = "cluster.local", active_deadline: int | None = None,
-             data: str | None = None) -> dict:
+             data: str | None = None, checkpoint_claim: str | None = None,
+             checkpoint_every: int | None = None, keep: int | None = None) -> dict:
     """Write the manifests, the Containerfile and the image's files for the deployment in
-    `dep_dir` into `out`; returns what the CLI prints (the image, the Job, the commands)."""
+    `dep_dir` into `out`; returns what the CLI prints (the image, the Job, the commands).
+    `checkpoint_claim`: a ReadWriteMany PersistentVolumeClaim every pod mounts at CHECKPOINTS and
+    publishes its checkpoints into (`--checkpoint`, with `checkpoint_every` and `keep` passed on)."""
     dep_dir = Path(dep_dir)
     table, manifest, mpath = load_table(dep_dir)
     out = Path(out) if out is not None else dep_dir / "k8s"
@@ -316,8 +328,16 @@ def generate(dep_dir: str | Path, out: str | Path | None = None, *, image: str |
         raise K8sError(f"--image {image!r}: not an image reference")
     run_args = ["--steps", str(steps)] if epochs is None else ["--epochs", str(epochs)]
     run_args += ["--deadline-ms", str(deadline_ms)] + (["--data", "/alphac/data"] if loaded else [])
+    if (checkpoint_every or keep) and not checkpoint_claim:
+        raise K8sError("--checkpoint-every and --keep need --checkpoint-claim CLAIM")
+    if checkpoint_claim is not None:
+        if not re.fullmatch(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?", checkpoint_claim):
+            raise K8sError(f"--checkpoint-claim {checkpoint_claim!r}: not a claim's name (RFC 1123)")
+        run_args += ["--checkpoint", CHECKPOINTS] + [a for f, n in (("--checkpoint-every", checkpoint_every),
+                                                                  ("--keep", keep)) if n for a in (f, str(n))]
     docs = objects(table, name=name, image=image, arch=arch, namespace=namespace, port=port,
-                   run_args=run_args, domain=cluster_domain, active_deadline=active_deadline)
+                   run_args=run_args, domain=cluster_domain, active_deadline=active_deadline,
+                   claim=checkpoint_claim)
     n, root = len(ranks), next(r["rank"] for r in table["roles"] if r["role"] == table["root"])
     try:                                 # the learner as the YAML below writes it: one line
         learner = _scalar(table["learner"])

@@ -2,24 +2,28 @@
 docs/runtime.md gives: the inputs checked before anything starts (table.py; record.py's key,
 directory and reserved space); the roles' loopback ports and command lines (role_argv, with the
 emulator each target needs here: alphac.targets); the run (supervise.py); the record (record.py).
-Room for what comes next: recovery (a failed role restarted from the last checkpoint) and
-periodic checkpoints (issue 44) are the runner's, around the run (a loop around `run_roles` that
-restarts roles with `--resume`, every attempt's streams in the one record); the record's format,
-the table and the supervision stay as they are.
+Periodic checkpoints (`checkpoint_every`, `keep`) are the roles' own (alphac/runtime/ckpt.rt);
+the runner passes them on, resumes a directory of them from its newest complete one
+(tools/ckpt.newest), and counts steps globally: a run resumed at step 180 for 270 steps shows
+and records step 450 of 450.
 """
 from __future__ import annotations
 
 import os
 import random
+import re
 import shutil
 import socket
+import time
 from pathlib import Path
 
 from alphac.refusals import Refusal
 from alphac.targets import LEVELS, below, emulator, host_runs, names
-from alphac.tools.record import (events_key, make_record, new_record_dir, record_key, reserve_record,
+from alphac.tools.ckpt import CheckpointError, newest, read_manifest
+from alphac.tools.record import (events_key, stream_events, stream_lines, make_record, new_record_dir, record_key, reserve_record,
                                  run_key, seal, space_needed, write_record)
-from alphac.tools.supervise import Progress, RoleRun, run_roles
+from alphac.tools.shrink import build as shrink_build, check_source
+from alphac.tools.supervise import HOWS, Fault, Progress, RoleRun, run_roles
 from alphac.tools.table import artifact_key, load_build
 
 
@@ -101,21 +105,82 @@ def role_argv(dep_dir: Path, r: dict, steps: int, deadline_ms: int, rdir: Path,
     return argv + extra.get(r["role"], []) + extra.get("*", [])
 
 
+def parse_fault(text: str, table: dict) -> Fault:
+    """`ROLE@STEP[:HOW]` (HOW one of supervise.HOWS, default kill) of a role of `table`."""
+    m = re.fullmatch(r"([A-Za-z0-9_.+-]+)@([0-9]{1,15})(?::(\w+))?", text)
+    if not m or m[1] not in {r["role"] for r in table["roles"]} or (m[3] or "kill") not in HOWS \
+            or int(m[2]) < 1:
+        raise Refusal("launch-input", f"--fail {text!r}: not ROLE@STEP[:HOW] with a role of "
+                                      f"{table['deployment']}, a step from 1 and HOW one of {', '.join(HOWS)}")
+    return Fault(m[1], int(m[2]), m[3] or "kill")
+
+
+def failed_roles(runs: list[RoleRun], done: list[Fault]) -> list[str]:
+    """The roles that failed an attempt: those a fault was done to; else those ended by a signal
+    or refusing anything but peer-lost (which a peer of a failed role refuses); else every role
+    that did not exit 0."""
+    named = sorted({f.role for f in done}) or [r.role for r in runs if r.exit and r.exit < 0]
+    refused = [r.role for r in runs if r.exit and "refused: peer-lost" not in r.stderr]
+    return named or refused or [r.role for r in runs if r.exit != 0]
+
+
+def first_step_ms(events: Path, since_ns: int) -> float | None:
+    """Milliseconds from `since_ns` (CLOCK_MONOTONIC) to the first step in the stream `events`."""
+    try:
+        steps = [t for what, t in stream_events(stream_lines(events), True) if what.startswith("step ") and t]
+    except OSError:
+        return None
+    return round((steps[0] - since_ns) / 1e6, 3) if steps else None
+
+
+def resume_point(resume: str | Path | None) -> tuple[Path | None, int]:
+    """The checkpoint a run resumes from, and its step: `resume` itself, or, for a directory of
+    periodic checkpoints, its newest complete one (`launch-input` when it has none)."""
+    if resume is None:
+        return None, 0
+    resume = Path(resume)
+    if not (resume / "MANIFEST").exists() and any(resume.glob("v*")):
+        found = newest(resume)
+        if found is None:
+            raise Refusal("launch-input", f"{resume} holds no complete checkpoint")
+        return found
+    try:
+        return resume, read_manifest(resume / "MANIFEST").version
+    except CheckpointError:
+        return resume, 0                # the roles refuse it by name
+
+
 def launch(dep_dir: str | Path, steps: int = 5, deadline_ms: int = 10000,
            records: str | Path = "runs", extra: dict[str, list[str]] | None = None,
            kill: tuple[str, float] | None = None, checkpoint: str | Path | None = None,
            resume: str | Path | None = None, targets: dict[str, str] | None = None,
            key: str | Path | None = None, progress=None, data: str | Path | None = None,
-           gpu_wrapper: list[str] | None = None, authenticate: bool = True) -> dict:
+           gpu_wrapper: list[str] | None = None, checkpoint_every: int | None = None,
+           keep: int | None = None, fail: list[str] = (), restarts: int = 0,
+           shrink: bool = False, authenticate: bool = True) -> dict:
     """Run a built deployment; the run record (also written under `records`). `progress`: a stream
     for the root's steps; `data`: the owners' `--data`; `gpu_wrapper`: before each GPU owner;
-    `authenticate`: give the roles a run key (False only to measure what it costs)."""
+    `checkpoint_every` K and `keep` N: checkpoint/v<step> after every K-th step, the last N kept;
+    `fail`: faults to do to the roles, `ROLE@STEP[:HOW]` (supervise.Injector); `restarts` R: a
+    failed run restarted from the newest complete checkpoint up to R times, on the same roles, or
+    with `shrink` (exact_sum only) on the surviving owners (tools/shrink.py); `authenticate`: give
+    the roles a run key (False only to measure what it costs)."""
     dep_dir = Path(dep_dir)
+    if (checkpoint_every or keep) and checkpoint is None:
+        raise Refusal("launch-input", "--checkpoint-every and --keep need --checkpoint DIR")
+    if (restarts or shrink) and not (checkpoint is not None and checkpoint_every):
+        raise Refusal("launch-input", "--restarts and --shrink need --checkpoint DIR --checkpoint-every K "
+                                      "(a failed run resumes from the newest complete checkpoint)")
+    resume, start = resume_point(resume)
+    end = start + steps
     table, manifest, mpath, hashes = load_build(dep_dir)
+    if shrink:                          # refused by name before anything starts
+        src, plan = check_source(table, manifest)
     if targets:                        # run other builds of the roles (e.g. every owner swapped)
         for r in table["roles"]:
             r["target"] = targets.get(r["role"], r["target"])
     emulate = emulators(table)                           # 1. the inputs, before anything starts
+    faults = [parse_fault(f, table) for f in fail]
     secret = record_key(key)
     nonce = os.urandom(16).hex()
     k = run_key(secret, nonce)
@@ -124,32 +189,84 @@ def launch(dep_dir: str | Path, steps: int = 5, deadline_ms: int = 10000,
         run_env["ALPHAC_RUN_KEY"] = os.urandom(32).hex()  # getrandom(2)
     rdir = new_record_dir(Path(records), table["deployment"])
     reserve_record(rdir, *space_needed(table, steps, mpath))
-    taken: set[int] = set()                              # 2. the roles' addresses and command lines
-    ports = {r["role"]: free_port(taken) for r in table["roles"] if r["listens"]}
-    mesh = [r["rank"] for r in table["roles"] if r.get("mesh")]
-    mesh_base = free_ports_at(mesh, taken) if mesh else None
     extra = {k: list(v) for k, v in (extra or {}).items()}
-    for flag, path in (("--checkpoint", checkpoint), ("--resume", resume), ("--data", data)):
+    for flag, path in (("--checkpoint", checkpoint), ("--data", data)):
         if path is not None:
             extra.setdefault("*", []).extend([flag, str(Path(path).resolve())])
-    runs = []
-    for r in table["roles"]:               # the emulator its target needs here, or a GPU owner's wrapper
-        before = emulate.get(r["target"]) or (list(gpu_wrapper) if "+" in r["target"] and gpu_wrapper else [])
-        runs.append(RoleRun(r["role"], r["target"], hashes[r["file"]], artifact_key(dep_dir, mpath, r["file"]),
-                            before + role_argv(dep_dir, r, steps, deadline_ms, rdir, ports, mesh_base, extra),
-                            {**run_env, "ALPHAC_EVENTS_KEY": events_key(k, r["role"]).hex()}))
-    # 3. the run (issue 44's recovery and periodic checkpoints go around this call: see above)
-    try:
+    for flag, n in (("--checkpoint-every", checkpoint_every), ("--keep", keep)):
+        if n:
+            extra.setdefault("*", []).extend([flag, str(n)])
+    failures, first, resume0, curve, fired, at_ns = [], start, resume, [], [], {}
+    while True:                                          # 2. the roles' addresses and command lines
+        taken: set[int] = set()
+        ports = {r["role"]: free_port(taken) for r in table["roles"] if r["listens"]}
+        mesh = [r["rank"] for r in table["roles"] if r.get("mesh")]
+        mesh_base = free_ports_at(mesh, taken) if mesh else None
+        more = {**extra, "*": extra.get("*", []) + (["--resume", str(resume.resolve())] if resume else [])}
+        runs = []
+        for r in table["roles"]:           # the emulator its target needs here, or a GPU owner's wrapper
+            before = emulate.get(r["target"]) or (list(gpu_wrapper) if "+" in r["target"] and gpu_wrapper else [])
+            runs.append(RoleRun(r["role"], r["target"], hashes[r["file"]], artifact_key(dep_dir, mpath, r["file"]),
+                                before + role_argv(dep_dir, r, end - first, deadline_ms, rdir, ports, mesh_base, more),
+                                {**run_env, "ALPHAC_EVENTS_KEY": events_key(k, r["role"]).hex()}))
+        try:                                             # 3. the run
+            if progress:
+                shown = Progress(rdir / "events" / f"{table['root']}.log", first, end, progress)
+                shown.start()
+            parents = {r["role"]: ports.get(r["parent"]) for r in table["roles"]}
+            interrupted = run_roles(runs, deadline_ms, kill, faults, rdir / "events", parents.get)
+            if progress:
+                shown.finish()
+        except OSError as e:              # an executable the manifest lists that cannot be executed
+            raise Refusal("launch-input", f"{e.filename}: {e.strerror}")
+        if failures:                     # failure to the first step after it (the roles' clock)
+            failures[-1]["recover_ms"] = first_step_ms(rdir / "events" / f"{table['root']}.log",
+                                                       at_ns[len(failures)])
+        passed = all(r.exit == 0 for r in runs)
+        if interrupted or passed or len(failures) >= restarts:
+            break
+        # a failure: this attempt's roles and streams kept under attempts/N; then the restart
+        n = len(failures) + 1
+        gone = make_record(table, runs, end, manifest, mpath, rdir)
+        (rdir / "attempts").mkdir(exist_ok=True)
+        os.rename(rdir / "events", rdir / "attempts" / str(n))
+        (rdir / "events").mkdir()
+        for r in gone["roles"]:
+            r["stream"]["file"] = f"attempts/{n}/{r['role']}.log"
+        curve += gone["loss"]
+        done = [f for f in faults if f.at_ns is not None and f.role in {r.role for r in runs} and f not in fired]
+        fired += done
+        failed = failed_roles(runs, done)
+        found = newest(Path(checkpoint))
+        resume, first = found if found else (resume0, start)
+        entry = {"attempt": n, "failed": failed, "roles": gone["roles"],
+                 "faults": [{"role": f.role, "step": f.step, "how": f.how} for f in done],
+                 "resumed_from": {"checkpoint": resume.name if found else None, "step": first}}
+        at_ns[n] = min([f.at_ns for f in done], default=time.monotonic_ns())
+        owners = sorted(int(f.rpartition(".")[2]) for f in failed if f.rpartition(".")[0] == plan.dep.owner) \
+            if shrink else []
+        try:                             # the survivors, rebuilt (tools/shrink.py)
+            if owners and len(owners) < plan.dep.owners:
+                dep_dir, plan = shrink_build(src, plan, owners, rdir / f"shrink-{n}")
+                table, manifest, mpath, hashes = load_build(dep_dir)
+                emulate = emulators(table)
+        except Refusal as e:             # then on the same roles, and the record says why
+            entry["not_shrunk"] = e.detail
+        entry.update(deployment=table["deployment"], membership=[r["role"] for r in table["roles"]])
+        failures.append(entry)
         if progress:
-            shown = Progress(rdir / "events" / f"{table['root']}.log", steps, progress)
-            shown.start()
-        interrupted = run_roles(runs, deadline_ms, kill)
-        if progress:
-            shown.finish()
-    except OSError as e:              # an executable the manifest lists that cannot be executed
-        raise Refusal("launch-input", f"{e.filename}: {e.strerror}")
+            print(f"launch: {', '.join(failed)} failed; restart {n} of {restarts} from "
+                  f"{entry['resumed_from']['checkpoint'] or 'the start'} (step {first})", file=progress, flush=True)
     # 4. the record
-    record = make_record(table, runs, steps, manifest, mpath, rdir)
+    record = make_record(table, runs, end, manifest, mpath, rdir)
+    if start:
+        record["resumed_at"] = start
+    if faults:
+        record["faults"] = [{"role": f.role, "step": f.step, "how": f.how, "done": f.at_ns is not None}
+                            for f in faults]
+    if failures:                        # the loss curve: each step's last computation
+        record["failures"] = failures
+        record["loss"] = sorted({e["step"]: e for e in curve + record["loss"]}.values(), key=lambda e: e["step"])
     if interrupted:
         record["interrupted"] = interrupted
     try:

@@ -69,12 +69,12 @@ def new_record_dir(records: Path, name: str) -> Path:
 # PUBLISHED_RESERVE bytes are reserved for it (about 2,000 coordinates; a larger state that
 # then finds the disk full is refused record-write, by name, saying where the checkpoint is).
 # The roles' events need at most EVENT_LINE bytes a line, EVENTS_PER_STEP lines a step (the
-# root's step and loss) and EVENTS_FIXED more (connect, data, checkpoint, finish): that much
+# root's step, loss and periodic checkpoint) and EVENTS_FIXED more (connect, data, checkpoint, finish): that much
 # free space is checked for too, not held, since the roles write their streams themselves.
 # Steps count up to RESERVE_STEPS (a record of about 20 MB): a longer run (a count given to be
 # ended by a signal, say) reserves as much, and past it a full disk is refused record-write.
 RECORD_FIXED, RECORD_PER_ROLE, RECORD_PER_STEP, PUBLISHED_RESERVE = 8192, 1024, 200, 65536
-EVENT_LINE, EVENTS_PER_STEP, EVENTS_FIXED = 192, 2, 32
+EVENT_LINE, EVENTS_PER_STEP, EVENTS_FIXED = 192, 3, 32
 RESERVE_STEPS = 100_000
 RESERVED = "record.json.tmp"            # the reservation, which becomes the record
 
@@ -254,7 +254,7 @@ def seal(record: dict, rdir: Path, key: bytes, nonce: str | None = None) -> dict
     nonce = nonce or os.urandom(16).hex()
     k = run_key(key, nonce)
     record["auth"] = {"alg": "HMAC-SHA-256", "key_id": key_id(key), "nonce": nonce}
-    for r in record["roles"]:
+    for r in record["roles"] + [r for f in record.get("failures", []) for r in f["roles"]]:
         if "stream" in r:
             f = rdir / r["stream"]["file"]
             lines = stream_lines(f) if f.exists() else []
@@ -372,6 +372,8 @@ def verify_record(path: str | Path, key: str | Path | None = None) -> list[str]:
             problems += stream_problems(k, rec["kind"], r, path.parent / r["stream"]["file"])
         if r["exit"] != 0:
             problems.append(f"{r['role']}: exited {r['exit']}" + (f" (refused: {r['refused']})" if r.get("refused") else ""))
+    for f in rec.get("failures", []):   # a restarted run's earlier attempts (authentic: the MAC matched)
+        problems += [p for r in f["roles"] for p in stream_problems(k, rec["kind"], r, path.parent / r["stream"]["file"])]
     problems += recomputed(rec)
     if not rec["published"]:
         problems.append("nothing was published")

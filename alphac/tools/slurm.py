@@ -24,8 +24,12 @@ be on a file system every node sees at the same path. The script, in the job:
    role's events key and the run key in its environment (never on a command line; the role
    clears the run key from it at start) and keeps its node, exit
    code, stdout and stderr in RUNDIR/tasks/RANK.*; events go to RUNDIR/events/ROLE.log.
+4. with `--restarts R`, runs srun again when it fails, up to R times, each task resumed from the
+   newest checkpoint directory DIR/v<step> with a root manifest (RUNDIR/tasks/resume, read by
+   task.sh), the failed attempt's task files and events moved to RUNDIR/attempts/N/.
 `collect` then makes the record with record.py's make_record and seal: kind `launch`, each role's
-`node`, the job's `slurm` facts; `alphac verify-record` checks it like any launch record.
+`node`, the job's `slurm` facts, the failed attempts (`attempts`); `alphac verify-record` checks
+it like any launch record.
 """
 from __future__ import annotations
 
@@ -40,6 +44,7 @@ from alphac.files import LIMITS, read_json, read_regular, write_file
 from alphac.refusals import Refusal
 from alphac.tools.record import (events_key, is_count, key_id, make_record, new_record_dir, record_key,
                                  reserve_record, run_key, seal, space_needed, write_record)
+from alphac.tools.launch import failed_roles, resume_point
 from alphac.tools.supervise import RoleRun
 from alphac.tools.table import artifact_key, load_build
 
@@ -94,6 +99,12 @@ read -r runkey < "$run/run-key"
 t=$run/tasks/$rank
 echo "${SLURMD_NODENAME:-?} $(uname -n) $(uname -s) $(uname -r) $(uname -m)" > "$t.node"
 [ -n "$role" ] || { echo "refused: rank-out-of-range" > "$t.err"; echo 88 > "$t.exit"; exit 88; }
+if [ -f "$run/tasks/resume" ]; then      # a restart: from the newest complete checkpoint
+  read -r from left < "$run/tasks/resume"
+  args=()
+  while (($#)); do case $1 in --steps|--resume) shift 2;; *) args+=("$1"); shift;; esac; done
+  set -- "${args[@]}" --steps "$left" --resume "$from"
+fi
 ALPHAC_EVENTS_KEY=$key ALPHAC_RUN_KEY=$runkey "$@" --events "$run/events/$role.log" < /dev/null > "$t.out" 2> "$t.err"
 rc=$?
 echo "$rc" > "$t.exit"
@@ -102,8 +113,20 @@ END
 cat > "$RUN/tasks/multi-prog.conf" <<END
 @MULTIPROG@END
 export SLURM_HOSTFILE="$RUN/tasks/hostfile"
-srun --ntasks="$TASKS" --distribution=arbitrary --overcommit --multi-prog "$RUN/tasks/multi-prog.conf"
-rc=$?
+attempt=0                  # --restarts: a failed srun again from the newest complete checkpoint
+while :; do
+  srun --ntasks="$TASKS" --distribution=arbitrary --overcommit --multi-prog "$RUN/tasks/multi-prog.conf"
+  rc=$?
+  if [ "$rc" = 0 ] || [ "$attempt" -ge @RESTARTS@ ]; then break; fi
+  attempt=$((attempt + 1))
+  mkdir -p "$RUN/attempts/$attempt" && mv "$RUN/events" "$RUN/attempts/$attempt/" && mkdir "$RUN/events"
+  mv "$RUN"/tasks/[0-9]*.* "$RUN/attempts/$attempt/"
+  v=$(ls @CK@ 2>/dev/null | sed -n 's/^v\([0-9][0-9]*\)$/\1/p' | sort -rn | while read -r v; do
+        if [ -f @CK@/v$v/MANIFEST ]; then echo "$v"; break; fi; done)
+  if [ -n "$v" ]; then echo @CK@/v$v $((@END@ - v)) > "$RUN/tasks/resume"; else rm -f "$RUN/tasks/resume"; fi
+  echo "$rc ${v:+v$v}" > "$RUN/attempts/$attempt/resumed"
+  echo "alphac slurm: srun exited $rc; restart $attempt of @RESTARTS@ from ${v:+@CK@/v$v}" >&2
+done
 echo "$rc" > "$RUN/tasks/srun.exit"
 echo "alphac slurm: srun exited $rc; the run record: alphac slurm-record $RUN" >&2
 exit "$rc"
@@ -152,17 +175,28 @@ def check_layout(table: dict) -> int:
 def write_script(dep_dir: str | Path, out: str | Path | None = None, steps: int = 5,
                  nodes: int | None = None, port_base: int = 7000, deadline_ms: int = 30000,
                  sbatch: list[str] | None = None, records: str | Path = "runs",
-                 key: str | Path | None = None, paths: dict[str, str | Path] | None = None) -> tuple[Path, Path]:
+                 key: str | Path | None = None, paths: dict[str, str | Path] | None = None,
+                 counts: dict[str, int | None] | None = None, restarts: int = 0) -> tuple[Path, Path]:
     """Write the batch script for the built deployment `dep_dir`; (the script, the run directory).
-    `sbatch`: extra #SBATCH options; `paths`: --data, --checkpoint or --resume for every role."""
+    `sbatch`: extra #SBATCH options; `paths`: --data, --checkpoint or --resume for every role;
+    `counts`: --checkpoint-every and --keep for every role (with --checkpoint); `restarts` R: a
+    failed srun started again from the newest complete checkpoint, up to R times."""
     dep_dir = Path(dep_dir)
     table, manifest, mpath, hashes = load_build(dep_dir)
     combining = check_layout(table)
     roles = table["roles"]
     dep = safe_path(dep_dir, "the deployment")
+    resume, start = resume_point((paths or {}).get("--resume"))     # a directory: its newest
+    paths = {**(paths or {}), **({"--resume": resume} if resume else {})}
     extra = []
-    for flag, p in (paths or {}).items():
+    for flag, p in paths.items():
         extra += [flag, safe_path(p, flag)]
+    for flag, n in (counts or {}).items():
+        if n and "--checkpoint" not in paths:
+            raise Refusal("launch-input", f"{flag} needs --checkpoint DIR")
+        extra += [flag, str(int(n))] if n else []
+    if restarts and not (counts or {}).get("--checkpoint-every"):
+        raise Refusal("launch-input", "--restarts needs --checkpoint DIR --checkpoint-every K")
     for o in sbatch or []:
         if not OPTION.match(o) or not o.startswith("-"):
             raise Refusal("launch-input", f"--sbatch {o!r} is not one sbatch option")
@@ -196,7 +230,7 @@ def write_script(dep_dir: str | Path, out: str | Path | None = None, steps: int 
         script = rdir / "slurm.sh"
         script_word = shell_word(str(script))
     try:
-        job = {"format": 1, "deployment": dep, "steps": steps, "deadline_ms": deadline_ms,
+        job = {"format": 1, "deployment": dep, "steps": start + steps, "deadline_ms": deadline_ms,
                "port_base": port_base, "nonce": nonce, "key_id": key_id(secret), "script": str(script)}
         write_file(rdir / "slurm.json", (json_text(job, indent=2) + "\n").encode(), 0o644)
         write_file(rdir / "keys", "".join(f"{i} {r['role']} {events_key(k, r['role']).hex()}\n"
@@ -208,6 +242,8 @@ def write_script(dep_dir: str | Path, out: str | Path | None = None, steps: int 
                   "LAST_COMBINING": str(combining - 1), "STEPS": str(steps), "SCRIPT": script_word,
                   "RUN": shell_word(run), "DEP": shell_word(dep), "COMBINING": str(combining),
                   "NODES": str(nodes or 1 + len(roles) - combining), "PORT": str(port_base),
+                  "RESTARTS": str(restarts), "END": str(start + steps),
+                  "CK": shell_word(safe_path(paths["--checkpoint"], "--checkpoint")) if restarts else "''",
                   "SBATCH": "".join(f"#SBATCH {o}\n" for o in sbatch or []), "MULTIPROG": multiprog(run)}
         text = re.sub(r"@([A-Z_]+)@", lambda m: fields[m[1]], SCRIPT)
         write_file(script, text.encode(), 0o700)
@@ -235,6 +271,37 @@ def task_exit(text: str | None, stderr: str) -> int | None:
     return code
 
 
+def task_runs(tasks: Path, table: dict, hashes: dict, dep_dir: Path, mpath: Path) -> list[RoleRun]:
+    """Each task's RoleRun from the files task.sh left in `tasks` (RANK.out, .err, .exit)."""
+    runs = []
+    for i, r in enumerate(table["roles"]):
+        out, err = read_text(tasks / f"{i}.out") or "", read_text(tasks / f"{i}.err") or ""
+        code = task_exit(read_text(tasks / f"{i}.exit"), err)
+        if code is None:
+            err += "slurm: no exit code: the task did not start or was killed\n"
+        runs.append(RoleRun(r["role"], r["target"], hashes[r["file"]],
+                            artifact_key(dep_dir, mpath, r["file"]), [], exit=code, stdout=out, stderr=err))
+    return runs
+
+
+def attempts(rdir: Path, table: dict, hashes: dict, dep_dir: Path, mpath: Path, manifest: dict,
+             steps: int) -> list[dict]:
+    """A restarted job's failed attempts (RUNDIR/attempts/N: the tasks' files, events/, resumed),
+    each as launch's record has it, with its loss curve under `loss`."""
+    out = []
+    for n in range(1, len(list((rdir / "attempts").glob("*/resumed"))) + 1):
+        a = rdir / "attempts" / str(n)
+        runs = task_runs(a, table, hashes, dep_dir, mpath)
+        gone = make_record(table, runs, steps, manifest, mpath, a)
+        for r in gone["roles"]:
+            r["stream"]["file"] = f"attempts/{n}/events/{r['role']}.log"
+        v = ((read_text(a / "resumed") or "").split() + [""])[1]
+        out.append({"attempt": n, "failed": failed_roles(runs, []), "roles": gone["roles"], "faults": [],
+                    "resumed_from": {"checkpoint": v or None, "step": int(v[1:]) if v else 0},
+                    "membership": [r["role"] for r in table["roles"]], "loss": gone["loss"]})
+    return out
+
+
 def collect(rundir: str | Path, key: str | Path | None = None) -> dict:
     """The sealed run record of the job that ran in `rundir` (also written there)."""
     rdir = Path(rundir)
@@ -252,16 +319,13 @@ def collect(rundir: str | Path, key: str | Path | None = None) -> dict:
     secret = record_key(key, create=False)
     if key_id(secret) != job.get("key_id"):
         raise Refusal("record-key", "the run was set up under another record key")
-    runs, nodes = [], []
-    for i, r in enumerate(table["roles"]):
-        out, err = read_text(tasks / f"{i}.out") or "", read_text(tasks / f"{i}.err") or ""
-        code = task_exit(read_text(tasks / f"{i}.exit"), err)
-        if code is None:
-            err += "slurm: no exit code: the task did not start or was killed\n"
-        runs.append(RoleRun(r["role"], r["target"], hashes[r["file"]],
-                            artifact_key(dep_dir, mpath, r["file"]), [], exit=code, stdout=out, stderr=err))
-        nodes.append((read_text(tasks / f"{i}.node") or "").split())
+    runs = task_runs(tasks, table, hashes, dep_dir, mpath)
+    nodes = [(read_text(tasks / f"{i}.node") or "").split() for i in range(len(table["roles"]))]
     record = make_record(table, runs, steps, manifest, mpath, rdir)
+    failures = attempts(rdir, table, hashes, dep_dir, mpath, manifest, steps)
+    if failures:                         # as launch writes them (no recover_ms: no common clock)
+        record["failures"], curve = failures, [e for f in failures for e in f.pop("loss")]
+        record["loss"] = sorted({e["step"]: e for e in curve + record["loss"]}.values(), key=lambda e: e["step"])
     for role, node in zip(record["roles"], nodes):
         role["node"] = node[0] if node else None
         role["hostname"] = node[1] if len(node) > 1 else None

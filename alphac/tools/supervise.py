@@ -2,12 +2,22 @@
 ended together: each dies with the launcher (PR_SET_PDEATHSIG) and SIGINT, SIGTERM or SIGHUP
 ends them all (`Interrupted`). `run_roles` fills in each RoleRun's exit, stdout and stderr and
 leaves no role running; `Progress` shows the root's steps as they go.
+
+Faults (`alphac launch --fail ROLE@STEP[:HOW]`, docs/distribution.md "Failures"): `Injector`
+watches each named role's event stream and, once the role has said `step STEP`, does HOW to it:
+`kill` (SIGKILL), `stop` (SIGSTOP: a role that hangs; killed when every other role has ended),
+`close` (every socket of the role shut down, read and write: a link cut, through a copy of its
+descriptors taken with pidfd_getfd), `corrupt` (bytes no frame begins with written into its
+link to its parent, or its first link: a frame altered in flight). Each fault is done once per
+launch and keeps when it was done (CLOCK_MONOTONIC ns, the roles' event clock).
 """
 from __future__ import annotations
 
 import ctypes
 import os
+import re
 import signal
+import socket
 import subprocess
 import tempfile
 import threading
@@ -37,6 +47,88 @@ class RoleRun:
     stderr: str = ""
 
 
+HOWS = ("kill", "stop", "close", "corrupt")
+SYS_PIDFD_GETFD = 438                  # the same number on x86-64 and AArch64
+
+
+@dataclass
+class Fault:
+    role: str
+    step: int
+    how: str = "kill"
+    at_ns: int | None = None           # when it was done; None until then
+
+
+class Injector(threading.Thread):
+    """Does each fault of `faults` whose role is among `runs` once that role reports its step."""
+
+    def __init__(self, runs: list[RoleRun], faults: list[Fault], events: Path, parent_port):
+        super().__init__(daemon=True)
+        self.runs = {r.role: r for r in runs}
+        self.faults = [f for f in faults if f.at_ns is None and f.role in self.runs]
+        self.events, self.parent_port, self.stop, self.stopped = events, parent_port, threading.Event(), set()
+        self.read: dict[str, tuple[int, set[int]]] = {}     # role -> (bytes read, steps said)
+
+    def reached(self, f: Fault) -> bool:
+        """Whether f's role has said `step STEP`; each stream read on from where it was left."""
+        at, seen = self.read.get(f.role, (0, set()))
+        try:
+            with open(self.events / f"{f.role}.log", "rb") as fh:
+                fh.seek(at)
+                lines = fh.read().split(b"\n")[:-1]        # complete lines only
+        except OSError:
+            return False
+        seen.update(int(m[1]) for m in map(re.compile(rb"step (\d+) ").match, lines) if m)
+        self.read[f.role] = (at + sum(len(line) + 1 for line in lines), seen)
+        return f.step in seen
+
+    def run(self) -> None:
+        while self.faults and not self.stop.wait(0.002):
+            for f in [f for f in self.faults if self.reached(f)]:
+                self.faults.remove(f)
+                self.do(f, self.runs[f.role].proc)
+
+    def do(self, f: Fault, proc: subprocess.Popen) -> None:
+        f.at_ns = time.monotonic_ns()
+        if proc.poll() is not None:
+            return
+        if f.how == "stop":
+            self.stopped.add(f.role)
+        if f.how in ("kill", "stop"):
+            os.kill(proc.pid, signal.SIGKILL if f.how == "kill" else signal.SIGSTOP)
+            return
+        socks = []
+        try:
+            pidfd = os.pidfd_open(proc.pid)
+            for fd in sorted(int(n) for n in os.listdir(f"/proc/{proc.pid}/fd")):
+                if os.readlink(f"/proc/{proc.pid}/fd/{fd}").startswith("socket:"):
+                    dup = _libc.syscall(SYS_PIDFD_GETFD, pidfd, fd, 0)
+                    if dup >= 0:
+                        socks.append(socket.socket(fileno=dup))
+            os.close(pidfd)
+            links = [s for s in socks if s.type == socket.SOCK_STREAM and _peer(s)]
+            if not links:                # none to take (pidfd_getfd refused here): not done
+                f.at_ns = None
+            if f.how == "close":
+                for s in links:
+                    s.shutdown(socket.SHUT_RDWR)
+            elif links:
+                up = [s for s in links if _peer(s)[1] == self.parent_port(f.role)]
+                (up or links)[0].send(b"\xa5" * 64)
+        except OSError:                  # the role ended meanwhile
+            pass
+        finally:
+            for s in socks:
+                s.close()
+
+
+def _peer(s: socket.socket):
+    try:
+        return s.getpeername()
+    except OSError:
+        return None
+
+
 class Interrupted(Exception):
     pass
 
@@ -57,11 +149,12 @@ def _die_with(launcher: int) -> None:
 class Progress(threading.Thread):
     """Steps done by the root, from its event stream, on standard error every half second on a
     terminal (one line, rewritten), every 5 s elsewhere (a line each): `step K/N, S steps/s,
-    about T s left`; a last line when the run ends."""
+    about T s left`, K and N counted from the run's first step (a run resumed at `start`: its
+    steps go on from there); a last line when the run ends."""
 
-    def __init__(self, events: Path, steps: int, out):
+    def __init__(self, events: Path, start: int, steps: int, out):
         super().__init__(daemon=True)
-        self.events, self.steps, self.out = events, steps, out
+        self.events, self.first, self.steps, self.out = events, start, steps, out
         self.start_time, self.stop = time.monotonic(), threading.Event()
 
     def done(self) -> tuple[int, str]:
@@ -69,14 +162,15 @@ class Progress(threading.Thread):
         try:
             lines = self.events.read_bytes().split(b"\n")
         except OSError:
-            return 0, ""
+            return self.first, ""
         loss = losses(stream_events([line for line in lines if line.startswith(b"loss ")][-1:], True))
-        return sum(1 for line in lines if line.startswith(b"step ")), \
+        done = [line.split(b" ")[1] for line in lines[:-1] if line.startswith(b"step ")]
+        return (int(done[-1]) if done and done[-1].isdigit() else self.first), \
             (f", loss {float(loss[0]['decimal']):.6g}" if loss else "")
 
     def line(self, final: bool) -> str:
         (k, loss), dt = self.done(), time.monotonic() - self.start_time
-        rate = k / dt if dt > 0 else 0.0
+        rate = (k - self.first) / dt if dt > 0 else 0.0
         left = f", about {(self.steps - k) / rate:.0f} s left" if rate and not final else ""
         return f"launch: step {k}/{self.steps}{loss}, {rate:.1f} steps/s{left}"
 
@@ -92,15 +186,17 @@ class Progress(threading.Thread):
         print("\r" * self.out.isatty() + self.line(True), file=self.out, flush=True)
 
 
-def run_roles(runs: list[RoleRun], deadline_ms: int, kill: tuple[str, float] | None) -> str | None:
+def run_roles(runs: list[RoleRun], deadline_ms: int, kill: tuple[str, float] | None,
+              faults: list[Fault] = (), events: Path | None = None, parent_port=None) -> str | None:
     """Start every role in one new process group, wait for all (bounded), and on any way out
-    end whatever is still running; the name of the signal that interrupted us, or None."""
+    end whatever is still running; the name of the signal that interrupted us, or None.
+    `faults`: done to the roles (Injector) as they reach their steps, the events in `events`."""
     handlers = {}
     if threading.current_thread() is threading.main_thread():
         handlers = {s: signal.signal(s, _interrupt) for s in INTERRUPTS     # an ignored signal
                     if signal.getsignal(s) is not signal.SIG_IGN}              # stays ignored (nohup)
     files = [(tempfile.TemporaryFile(), tempfile.TemporaryFile()) for _ in runs]
-    interrupted, overdue = None, set()
+    interrupted, overdue, injector = None, set(), None
     try:
         for run, (out, err) in zip(runs, files):
             group = runs[0].proc.pid if runs[0].proc else 0
@@ -112,17 +208,24 @@ def run_roles(runs: list[RoleRun], deadline_ms: int, kill: tuple[str, float] | N
             for run in runs:
                 if run.role == victim and run.proc.poll() is None:
                     run.proc.kill()
+        injector = Injector(runs, list(faults), events, parent_port)
+        injector.start()
         bound = deadline_ms / 1000 * 4 + 30
         start = time.monotonic()
-        for run in runs:
-            try:
-                run.proc.wait(timeout=max(0.1, bound - (time.monotonic() - start)))
-            except subprocess.TimeoutExpired:
-                run.proc.kill()
-                overdue.add(run.role)
+        while alive := [run for run in runs if run.proc.poll() is None]:
+            if all(run.role in injector.stopped for run in alive):    # only the stopped are left
+                for run in alive:
+                    run.proc.kill()
+            elif time.monotonic() - start > bound:
+                for run in alive:
+                    run.proc.kill()
+                    overdue.add(run.role)
+            time.sleep(0.005)
     except Interrupted as e:
         interrupted = e.args[0]
     finally:
+        if injector is not None:
+            injector.stop.set()
         started = [run.proc for run in runs if run.proc]
         if any(p.poll() is None for p in started):   # the unreaped one keeps the group's id ours
             os.killpg(started[0].pid, signal.SIGKILL)
