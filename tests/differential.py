@@ -19,7 +19,7 @@
                   kernels in the PTX interpreter, local memory set up for a kernel that keeps
                   vectors there); a learner over PTX_BUDGET (wide ones) instead has its GPU
                   owners built through ptxas, their stacks checked against the local-memory
-                  area (`gpu built: sm_NN`)
+                  area (the engine `gpu-built`: `gpu-built: sm_NN`)
 
 and compares each with what the contract says, computed here from the interpreter's primitive
 operations (an owner's (G, n), a combine, the update) by a driver written in this file: for the
@@ -52,7 +52,7 @@ from pathlib import Path
 from conftest import require_tool
 
 ALL = ("interp", "plan", "ptx", "x86_64", "x86_64-v3", "x86_64-v4", "aarch64", "roles", "moved", "gpu",
-       "fleet")
+       "gpu-built", "fleet")
 # "gpu": a copy of a program's first deployment with owner[0] an sm_90 and its last owner an
 # sm_86 GPU owner, each under its own mock driver (tests/mockgpu/wrap.py), launched, resumed,
 # and resumed from the CPU deployment's checkpoint
@@ -417,11 +417,11 @@ def gpu_built(rep: Report, lr) -> None:
                         break
                     stacks.append(f"{la.kernel} {b.image.local} B")
             return "; ".join(errors) if errors else f"built, local memory: {', '.join(stacks) or 'none'}"
-        rep.outcomes[f"gpu built: sm_{sm}"] = got = guarded(check)
+        rep.outcomes[f"gpu-built: sm_{sm}"] = got = guarded(check)
         if got.startswith("refused: E0120"):
-            rep.skipped.append(f"gpu built: sm_{sm}: {got}")
+            rep.skipped.append(f"gpu-built: sm_{sm}: {got}")
         elif not got.startswith("built"):
-            rep.problem(f"gpu built: sm_{sm}: {got}")
+            rep.problem(f"gpu-built: sm_{sm}: {got}")
 
 
 def gpu_variant(prog, lr, kept: list, src: Path):
@@ -589,7 +589,8 @@ def check_program(prog, work: Path, engines=ALL, seed: int | None = None) -> Rep
     prog.deployments = kept
     rep = check_text(learngen.render(prog), work, engines, files)
     rep.refused_deployments = refused
-    if "gpu" in engines and kept and gpu is None and gpu_here() and not gpu_refuses(Report(""), lr):
+    if "gpu-built" in engines and kept and gpu_here() and not gpu_refuses(Report(""), lr) \
+            and too_large(Report(""), lr):
         gpu_built(rep, lr)                      # over PTX_BUDGET: through ptxas only
     if code:
         rep.problem(f"checker: `{text}` must be refused {code}, and was accepted")

@@ -48,7 +48,7 @@ def campaign(first: int, minutes: float, engines, keep: Path, out=sys.stderr) ->
             counts["engine runs"] += len(rep.outcomes)
             counts["gpu roles"] += sum(k.startswith("roles:") and "_gpu" in k for k in rep.outcomes)
             counts["too large for the PTX interpreter"] += any(s.startswith("ptx") for s in rep.skipped)
-            counts["gpu owners built through ptxas only"] += any(k.startswith("gpu built") for k in rep.outcomes)
+            counts["gpu owners built through ptxas only"] += any(k.startswith("gpu-built") for k in rep.outcomes)
             counts["fleet runs"] += sum(k.startswith("fleet:") for k in rep.outcomes)
             counts["deployments not built as fleets"] += sum(s.startswith("fleet:") for s in rep.skipped)
             print(f"seed {seed}: {rep.status}{' ' + rep.code if rep.code else ''}, "
