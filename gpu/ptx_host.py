@@ -3,7 +3,8 @@
 
 This is the reference for what a role executable does around the kernels (alphac/ptx/kernels.py
 has the ABI): upload the state, data and vector constants once; per step, launch
-`grad_samples` over the owner's samples and `owner_sum` over the param coordinates, combine
+`grad_samples` over the owner's samples and `owner_sum` over the param coordinates (under
+exact_sum the exact sums' kernels, alphac/ptx/xsum.py, and their accumulators rounded), combine
 (the caller's combine tree, on the host), run the scalar-state statements on the host
 (`host_scalars`), then launch each group's `update_g<N>` over its coordinates. A `Device` is
 anything that can allocate, copy and launch: the PTX interpreter in tests/ptx_interp.py, or CUDA's
@@ -42,6 +43,9 @@ class Owner:
         self.gs = dev.alloc([0.0] * max(1, self.P * (lr.nsamples or 0)))
         self.idx = dev.alloc([0.0] * max(1, lr.nsamples or 0))       # a minibatch's samples
         self.G = dev.alloc([0.0] * max(1, self.P))
+        if "xsum_add" in self.kernels:      # exact_sum: the card's accumulators (xsum.py)
+            from alphac.formats import XC_WORDS, XS_WORDS
+            self.xd, self.xc = dev.alloc([0.0] * (XS_WORDS * self.P)), dev.alloc([0.0] * (XC_WORDS * self.P))
         self.consts = {(k.name, p.name): dev.alloc(p.values)
                        for k in kernels for p in k.params if p.role == "const"}
 
@@ -65,7 +69,7 @@ class Owner:
     def contribution(self, lo: int, hi: int, t: int = 0) -> list[float]:
         """G of samples [lo, hi) (a minibatch learner: those step t uses, `self.count` of them):
         the owner's left-fold sum of their per-sample gradients (-0.0 for none); under
-        exact_sum their exact sums, rounded once (one owner's; the host has no owner_sum)."""
+        exact_sum their exact sums, rounded once (one owner's: `exact_sums`)."""
         gs, total = self.kernels["grad_samples"], self.kernels.get("owner_sum")
         if self.lr.batch:
             rows = step_samples(range(lo, hi), self.lr.nsamples, self.lr.batch, self.lr.shuffle, t)
@@ -75,15 +79,48 @@ class Owner:
         else:
             self.count = hi - lo
             self.dev.launch(gs, self._args(gs, lo=lo, hi=hi), hi - lo)
-        if self.lr.exact:               # exact_sum: the rows' exact sums, rounded once
-            import numpy as np
-            from alphac.ir.exact import round_columns
-            rows = self.dev.read(self.gs, self.count * self.P) if self.count else []
-            return round_columns(np.array(rows, dtype=np.float64).reshape(self.count, self.P))
+        if self.lr.exact:
+            return self.exact_sums()
         if self.count == 0:             # owner_sum writes nothing: the identity
             return [-0.0] * self.P
         self.dev.launch(total, self._args(total, n=self.count), self.P)
         return self.dev.read(self.G, self.P)
+
+    def exact_sums(self) -> list[float]:
+        """exact_sum: the card's exact sums of the rows (alphac/ptx/xsum.py's kernels), its
+        accumulators read as the runtime's format (a window, or a spilled sum's dense digits),
+        rounded once here: the flags give the special values and the sign of a zero."""
+        from fractions import Fraction
+        from alphac.formats import XC_BASE_SHIFT, XC_SPILLED, XC_WORDS, XS_FLAGS, XS_WORDS
+        from alphac.ir.exact import NAN
+        k, P = self.kernels, self.P
+        self.dev.launch(k["xsum_clear"], [self.xd], P)
+        self.dev.launch(k["xsum_add"], [self.gs, self.xd, self.count], self.count * P)
+        self.dev.launch(k["xsum_fold"], [self.xd, self.xc], P)
+
+        def words(addr: int, n: int) -> list[int]:
+            return [struct.unpack("<q", struct.pack("<d", v))[0] for v in self.dev.read(addr, n)]
+        out = []
+        for j in range(P):
+            h, *digits = words(self.xc + 8 * XC_WORDS * j, XC_WORDS)
+            base = (h >> XC_BASE_SHIFT) - 1
+            if h & XC_SPILLED:
+                digits, base = words(self.xd + 8 * (XS_WORDS * j + 1), XS_WORDS - 1), 0
+            total = sum((Fraction(d) * Fraction(2) ** (32 * (base + i) - 1074) for i, d in enumerate(digits)
+                         if d), Fraction(0))
+            inf = h & (XS_FLAGS["pinf"] | XS_FLAGS["ninf"])
+            if h & XS_FLAGS["nan"] or inf == XS_FLAGS["pinf"] | XS_FLAGS["ninf"]:
+                out.append(NAN)
+            elif inf:
+                out.append(float("inf") if inf == XS_FLAGS["pinf"] else float("-inf"))
+            elif total == 0:
+                out.append(0.0 if h & XS_FLAGS["not-neg-zero"] else -0.0)
+            else:
+                try:
+                    out.append(total.numerator / total.denominator)     # correctly rounded
+                except OverflowError:
+                    out.append(float("inf") if total > 0 else float("-inf"))
+        return out
 
     def update(self, G: list[float] | None, n: int) -> None:
         """The update, given the combined sum G over n samples (None without a loss)."""

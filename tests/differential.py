@@ -15,6 +15,11 @@
                   included): 5 steps; 3 + checkpoint, then 2 resumed
     moved:D       the x86-64 executable's 3-step checkpoint resumed by D's roles for 2 steps,
                   and each other star deployment's 3-step checkpoint resumed by D's roles
+    gpu           a copy of the first deployment with GPU owners under the mock driver (their
+                  kernels in the PTX interpreter, local memory set up for a kernel that keeps
+                  vectors there); a learner over PTX_BUDGET (wide ones) instead has its GPU
+                  owners built through ptxas, their stacks checked against the local-memory
+                  area (the engine `gpu-built`: `gpu-built: sm_NN`)
 
 and compares each with what the contract says, computed here from the interpreter's primitive
 operations (an owner's (G, n), a combine, the update) by a driver written in this file: for the
@@ -47,7 +52,7 @@ from pathlib import Path
 from conftest import require_tool
 
 ALL = ("interp", "plan", "ptx", "x86_64", "x86_64-v3", "x86_64-v4", "aarch64", "roles", "moved", "gpu",
-       "fleet")
+       "gpu-built", "fleet")
 # "gpu": a copy of a program's first deployment with owner[0] an sm_90 and its last owner an
 # sm_86 GPU owner, each under its own mock driver (tests/mockgpu/wrap.py), launched, resumed,
 # and resumed from the CPU deployment's checkpoint
@@ -55,8 +60,10 @@ GPU_CARDS = {"a.gpuhost": ("GPU-5a1e7c3d-0b2f-4c6e-8a9d-1f2e3d4c5b6a", "NVIDIA H
              "c.gpuhost": ("GPU-11111111-2222-3333-4444-555555555555", "NVIDIA GeForce RTX 3090", 86, 1)}
 FAST = ("interp", "plan")
 STEPS, FIRST = 5, 3
-PTX_BUDGET = 50_000     # kernel lines x samples: larger learners are too slow for the PTX
-                        # interpreter (the ptx and gpu engines; `make fuzz` says how many)
+PTX_BUDGET = 50_000     # kernel lines x samples x (the widest param or row / 64): larger
+                        # learners are too slow for the PTX interpreter (the ptx engine skips
+                        # them; the gpu engine builds their owners through ptxas only:
+                        # gpu_built; `make fuzz` says how many)
 
 
 @dataclass
@@ -296,7 +303,7 @@ def check_text(text: str, work: Path, engines=ALL, files: dict[str, bytes] | Non
         if target != "x86_64" and finite(w3) and (work / "ck-x86_64" / "MANIFEST").exists():
             compare(rep, f"{target} resumed from x86_64's checkpoint",
                     run_exe(exe, target, "--steps", STEPS - FIRST, "--resume", work / "ck-x86_64"), w5)
-    if "roles" in engines or "moved" in engines or "fleet" in engines:
+    if {"roles", "moved", "fleet", "gpu"} & set(engines):
         for name, plan in sorted(plans.items()):
             check_roles(rep, src, name, plan, contract, work, engines, single.get("x86_64"), deps)
     return rep
@@ -326,9 +333,12 @@ def gpu_refuses(rep: Report, lr) -> bool:
 
 
 def too_large(rep: Report, lr) -> bool:
-    """Whether lr's kernels are over PTX_BUDGET for the PTX interpreter (noted in the report)."""
+    """Whether lr's kernels are over PTX_BUDGET for the PTX interpreter (noted in the report):
+    their lines, times the samples, times the widest param or data row over 64 (the kernels'
+    loops run over the widths, so their length does not grow with them)."""
     from alphac.ptx.kernels import kernels
-    cost = sum(k.ptx.count("\n") for k in kernels(lr)) * max(1, lr.nsamples or 0)
+    widest = max([p.size for p in lr.params] + [d.cols for d in lr.data] + [1])
+    cost = sum(k.ptx.count("\n") for k in kernels(lr)) * max(1, lr.nsamples or 0) * max(1, widest // 64)
     if cost > PTX_BUDGET:
         rep.skipped.append(f"ptx, gpu: {cost} kernel lines x samples, over {PTX_BUDGET}")
     return cost > PTX_BUDGET
@@ -355,26 +365,76 @@ def build_single(lr, target: str, work: Path) -> str:
 
 
 def gpu_host_text(name: str) -> str:
-    uuid, product, _, minor = GPU_CARDS[name]
-    return f"uuid {uuid}\nproduct {product}\nmemory 24 GiB\ndriver 580.159.04\nminor {minor}\n"
+    """A card's host description, with the mock card's topology (a kernel that keeps vectors
+    in local memory has its area sized from it)."""
+    from mockgpu.driver import TOPOLOGY
+    uuid, product, sm, minor = GPU_CARDS[name]
+    return (f"uuid {uuid}\nproduct {product}\nmemory 24 GiB\ndriver 580.159.04\nminor {minor}\n"
+            f"topology {' '.join(map(str, TOPOLOGY[sm]))}\n")
+
+
+def gpu_here() -> bool:
+    import shutil as _sh
+    import mockgpu
+    return not ((_sh.which("ptxas") is None and not os.environ.get("ALPHAC_PTXAS")) or mockgpu.available())
+
+
+def gpu_built(rep: Report, lr) -> None:
+    """A learner over PTX_BUDGET on GPU owners without the PTX interpreter: the owner built for
+    each card (ptxas, the memory plan admitted, the conversation, the executable with its host
+    shadow), and each kernel that keeps vectors in local memory checked against the area its
+    setup push buffer sets up, by the mock GPU's own rule (`Gpu.local_frames`, over the setup's
+    methods and the kernel's QMD). An outcome per card: its stacks, or what failed; a learner
+    whose owner needs more than the card's memory is refused E0120 by name (its local memory is
+    sized for every thread the card can hold), noted and not a disagreement."""
+    from alphac.build import build_gpu_owner
+    from alphac.diag import CompileError
+    from alphac.nvdrv import abi, host as host_mod
+    from alphac.nvdrv.image import STACK_TOP
+    from mockgpu.gpu import Channel, Gpu, GpuMemory
+    from nvdrv_decode import unpack_qmd
+    for name, (_, _, sm, _) in sorted(GPU_CARDS.items()):
+        def check() -> str:
+            host = host_mod.make(dict(line.split(" ", 1) for line in gpu_host_text(name).splitlines()))
+            try:
+                built = build_gpu_owner(lr, f"x86_64+sm_{sm}", host)
+            except CompileError as e:
+                if e.diagnostics[0].code != "E0120":
+                    raise
+                return f"refused: E0120: {e.diagnostics[0].message}"
+            img, errors, mem = built.gpu, [], GpuMemory()
+            for a in img.allocations:
+                mem.map(a.va, a.size, type("Pages", (), {"mm": bytearray(a.size if a.where == "sysmem" else 0)})())
+            gpu = Gpu(img.arch, [], mem, errors, host.topology.values)
+            ch = Channel(0, 0, 0, 0, None, 0, None)
+            ch.compute = abi.CLASSES[img.arch.compute]    # the compute object the setup binds
+            gpu.pushbuf(ch, img.setup_pushbuf)
+            stacks = []
+            for b, la in zip(built.kernels, img.launches):
+                if b.image.local:
+                    q = unpack_qmd(abi.QMD_LAYOUTS[img.arch.qmd], la.qmd)
+                    if gpu.local_frames(ch, la.kernel, b.image.local, q, STACK_TOP) is None:
+                        break
+                    stacks.append(f"{la.kernel} {b.image.local} B")
+            return "; ".join(errors) if errors else f"built, local memory: {', '.join(stacks) or 'none'}"
+        rep.outcomes[f"gpu-built: sm_{sm}"] = got = guarded(check)
+        if got.startswith("refused: E0120"):
+            rep.skipped.append(f"gpu-built: sm_{sm}: {got}")
+        elif not got.startswith("built"):
+            rep.problem(f"gpu-built: sm_{sm}: {got}")
 
 
 def gpu_variant(prog, lr, kept: list, src: Path):
     """The first deployment with GPU owners (owner[0] on sm_90, the last owner on sm_86), when
-    the GPU kernels take the learner and ptxas and the mock driver are here; else None."""
-    import shutil as _sh
+    the GPU kernels take the learner, it is within PTX_BUDGET, and ptxas and the mock driver
+    are here; else None."""
     import learngen
-    import mockgpu
     from alphac.diag import BuildError
-    from alphac.ptx.kernels import kernels
-    if _sh.which("ptxas") is None and not os.environ.get("ALPHAC_PTXAS") or mockgpu.available():
+    if not gpu_here():
         return None
     try:
         if too_large(Report(""), lr):
             return None
-        from alphac.build import gpu_kernels
-        if any(b.image.local for sm in (86, 90) for b in gpu_kernels(lr, sm)[0]):
-            return None                 # a kernel ptxas spilled: refused by name (no local memory)
     except BuildError:
         return None
     d = kept[0]
@@ -529,6 +589,9 @@ def check_program(prog, work: Path, engines=ALL, seed: int | None = None) -> Rep
     prog.deployments = kept
     rep = check_text(learngen.render(prog), work, engines, files)
     rep.refused_deployments = refused
+    if "gpu-built" in engines and kept and gpu_here() and not gpu_refuses(Report(""), lr) \
+            and too_large(Report(""), lr):
+        gpu_built(rep, lr)                      # over PTX_BUDGET: through ptxas only
     if code:
         rep.problem(f"checker: `{text}` must be refused {code}, and was accepted")
     return rep

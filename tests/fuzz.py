@@ -37,7 +37,7 @@ def campaign(first: int, minutes: float, engines, keep: Path, out=sys.stderr) ->
     seed = first
     try:
         while time.monotonic() < deadline:
-            prog = learngen.generate(seed)
+            prog = learngen.generate(seed, wide=None)       # wide learners too, now and then
             rep = differential.check_program(prog, work / "p", engines, seed=seed)
             counts["tried"] += 1
             counts[rep.status] += 1
@@ -48,13 +48,14 @@ def campaign(first: int, minutes: float, engines, keep: Path, out=sys.stderr) ->
             counts["engine runs"] += len(rep.outcomes)
             counts["gpu roles"] += sum(k.startswith("roles:") and "_gpu" in k for k in rep.outcomes)
             counts["too large for the PTX interpreter"] += any(s.startswith("ptx") for s in rep.skipped)
+            counts["gpu owners built through ptxas only"] += any(k.startswith("gpu-built") for k in rep.outcomes)
             counts["fleet runs"] += sum(k.startswith("fleet:") for k in rep.outcomes)
             counts["deployments not built as fleets"] += sum(s.startswith("fleet:") for s in rep.skipped)
             print(f"seed {seed}: {rep.status}{' ' + rep.code if rep.code else ''}, "
                   f"{len(prog.deployments)} deployments, {len(rep.outcomes)} runs", file=out, flush=True)
             if rep.status == "disagreed":
                 print(rep.summary(), file=out, flush=True)
-                reducer = reduce.Reducer(learngen.generate(seed), work / "r")
+                reducer = reduce.Reducer(learngen.generate(seed, wide=None), work / "r")
                 small = reducer.run(budget=400)
                 path = reduce.keep(small, keep, f"found-{seed}",
                                    f"found by tests/fuzz.py, seed {seed}:\n{rep.summary()}")
@@ -91,7 +92,8 @@ def main(argv=None) -> int:
           f"engine runs compared: {counts['engine runs']} ({counts['gpu roles']} of GPU owners under "
           f"the mock; {counts['fleet runs']} of index-node builds, {counts['deployments not built as fleets']} "
           f"deployments not built so); too large for the PTX interpreter: "
-          f"{counts['too large for the PTX interpreter']}; "
+          f"{counts['too large for the PTX interpreter']} ({counts['gpu owners built through ptxas only']} "
+          f"of them built as GPU owners through ptxas only); "
           f"seeds {args.seed}..{counts['next seed'] - 1}")
     return 1 if counts["disagreed"] else 0
 

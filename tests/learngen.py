@@ -24,6 +24,9 @@ part ways:
   (`Program.expect`: wrong shapes E0030, a product or reduction in the update E0050, ...);
 - `contract exact_sum` in about 3 in 10 programs with a loss (a stream of its own), whose
   deployments may have up to 12 owners: every one must print the single process's bits;
+- wide learners (`generate(wide=None)`, about one in 20 of `make fuzz`'s, `WIDTHS`): the
+  features 24 to 2,048 wide, so the GPU kernels keep vectors in local memory (the differential
+  fuzzer's gpu engine runs those over its PTX budget through ptxas only);
 - names as users write them: now and then up to the language's 128 characters (`fresh`), which
   every checkpoint must record and restore whole;
 - deployments: stars, meshes (a star whose owners reduce-scatter directly; now and then one with
@@ -339,16 +342,28 @@ class Var:
     group: str = ""                  # which param's group a coordinate state belongs to
 
 
-def generate(seed: int, matrices: bool | None = None, npy: bool | None = None) -> Program:
+WIDE_RATE = 0.05                    # wide learners: their share of the seeds, and their widths
+WIDTHS = (24, 100, 1000, 2048)     # (over 16 a kept vector is a .local array)
+
+
+def generate(seed: int, matrices: bool | None = None, npy: bool | None = None,
+             wide: bool | None = False) -> Program:
     """Seed `seed`'s program. About half the seeds also use the matrix operations (MatGen,
     drawn from a stream of their own: the other half are the programs they were before);
     `matrices` forces the choice. About a third load data from .npy files (load_from_files);
-    `npy` forces that choice."""
+    `npy` forces that choice. `wide=None` draws wide learners (`make fuzz` does), about one in
+    20: their features (every vector and matrix row they shape) WIDTHS wide, from a stream of
+    their own (the others are the programs they were); True forces one, and False, the default,
+    none (the bounded shares in tests/test_learner_fuzz.py keep their programs and their time)."""
     g = Gen(seed)
     r = g.r
     matrices = g.mr.random() < 0.5 if matrices is None else matrices
     n = r.randint(1, 7)                              # samples
     f = r.randint(1, 4)                              # features
+    wr = random.Random(seed ^ 0x3D1DE)
+    drawn = wr.random() < WIDE_RATE
+    if drawn if wide is None else wide:
+        f = wr.choice(WIDTHS)
     decls = [Decl("data", "x", (n, f), [[g.small(-2, 2) for _ in range(f)] for _ in range(n)]),
              Decl("data", "y", (n,), [g.small(-3, 3) for _ in range(n)])]
     if r.random() < 0.3:

@@ -59,7 +59,12 @@ INT = {"add.u32": lambda a, b: (a + b) & M32, "mul.lo.u32": lambda a, b: (a * b)
        "shr.s64": lambda a, n: (signed(a) >> min(n, 63)) & M64,
        "setp.lt.u64": lambda a, b: a < b, "setp.lt.s64": lambda a, b: signed(a) < signed(b),
        "setp.eq.u64": lambda a, b: a == b, "setp.ne.u64": lambda a, b: a != b,
-       "selp.u64": lambda a, b, p: a if p else b}
+       "selp.u64": lambda a, b, p: a if p else b, "rem.u64": lambda a, b: a % b}
+# integer words in global memory (the exact sums' limbs, alphac/ptx/xsum.py): a store, and the
+# reductions `red` (PTX ISA: the old value op b, written back; one thread at a time here, so
+# each is atomic), modulo 2^64
+WORD = {"st.global.u64": lambda old, b: b & M64, "red.global.add.u64": lambda old, b: (old + b) & M64,
+        "red.global.or.b64": lambda old, b: old | b}
 F64["setp.gt.f64"] = lambda a, b: a > b                 # ordered: False when either is NaN
 F64["setp.eq.f64"] = lambda a, b: a == b                # ordered: -0.0 == +0.0, NaN == nothing
 F64["cvt.rn.f64.s64"] = lambda a: float(signed(a))
@@ -217,6 +222,13 @@ class Ptx:
 
             def body(env):
                 env[1].store(at(env[0]), src(env[0]))
+                return nxt
+        elif op in WORD:
+            at, src, fn = addr(a[0]), get(a[1]), WORD[op]
+
+            def body(env):
+                where = at(env[0])
+                env[1].store(where, float_of(fn(bits_of(env[1].load(where)), src(env[0]))))
                 return nxt
         elif op in F64 or op in INT:
             fn, d, srcs = F64.get(op) or INT[op], a[0], [get(x) for x in a[1:]]

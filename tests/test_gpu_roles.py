@@ -517,47 +517,76 @@ def test_nans_of_other_payloads_are_equal_and_the_state_is_refused_as_non_finite
     assert "step 2" in r.events
 
 
-def test_exact_sum_on_cards_and_a_resume_on_another_layout(work, tmp_path, monkeypatch):
-    """`contract exact_sum` on GPU owners: the card computes each sample's gradient row, the host
-    checks that their exact sums are its own (gpu_exact_check) and sends its accumulators up.
-    A single GPU owner, the two-card star (3 steps, checkpointed) and a resume on the CPU star of
-    another split: all equal the interpreter's exact run (any layout gives the same bits); a card
-    computing another bit is refused."""
-    from alphac.artifacts import build_deployment
+# the card's exact sums, changed by one term's one ulp (its significand M + 1: xsum_add) and by
+# a carry dropped in the normalization (xsum_fold): each changes a sum, and the host refuses it
+ULP = ("xsum_add", lambda ptx: re.sub(r"(shl\.b64 (%rd\d+), %rd\d+, 52;\n\tor\.b64 (%rd\d+), %rd\d+, \2;)",
+                                      r"\1\n\tadd.s64 \3, \3, 1;", ptx, count=1))
+CARRY = ("xsum_fold", lambda ptx: re.sub(r"shr\.s64 (%rd\d+), %rd\d+, 32;", r"mov.u64 \1, 0;", ptx, count=1))
+ROW = ("grad_samples", lambda ptx: ptx.replace("mul.rn.f64", "add.rn.f64", 1))
+DEPLOY_EXACT_CLS = """
+deployment mixc {
+  roles coordinator, owner[3]
+  topology star(coordinator)
+  samples owner[0] = 0..2, owner[1] = 2..3, owner[2] = 3..6
+  target owner[0] = x86_64+sm_90, owner[2] = x86_64+sm_86
+  gpu owner[0] = "a.gpuhost", owner[2] = "c.gpuhost"
+}
+"""
+
+
+def single_owner(lr, host, path: Path, steps: int, **kw):
     from alphac.build import build_gpu_owner
+    built = build_gpu_owner(lr, "x86_64+sm_90", host)
+    path.write_bytes(built.image.elf)
+    path.chmod(0o755)
+    return mockgpu.run(path, ["--steps", str(steps)], card=Card(uuid=host.uuid), kernels=built.kernels, **kw)
+
+
+@pytest.mark.parametrize("learner", ["lsq", "cls"])
+def test_exact_sums_on_the_card_and_a_resume_on_cpu_owners(work, tmp_path, monkeypatch, learner):
+    """`contract exact_sum` on GPU owners: the card sums each coordinate's per-sample terms
+    exactly (alphac/ptx/xsum.py: integer limbs, atomics), the host reads back its accumulators
+    and checks them against its own exact sums (gpu_exact_check), then sends its own up. Least
+    squares and a classifier (A @ v, outer, onehot, logsumexp) as a single GPU owner, in a star
+    of two cards and a CPU owner (3 steps, checkpointed) and resumed on CPU owners: all equal the
+    interpreter's exact run. A card whose sum is another (a term off by one ulp, a carry
+    dropped, a row's operation changed) is refused by name."""
+    import oracle
+    from alphac.artifacts import build_deployment
     from alphac.driver import compile_file
     from alphac.ir.interp import run
     from alphac.tools.launch import launch
     monkeypatch.chdir(tmp_path)
-    text = Path(example("lsq_adam")).read_text().split("# -- deployments")[0]
-    text = text.replace("learner lsq_adam\n", "learner lsq_adam\ncontract exact_sum\n") + DEPLOYMENTS
-    (tmp_path / "x.alpha").write_text(text)
+    if learner == "lsq":
+        text = Path(example("lsq_adam")).read_text().split("# -- deployments")[0] + DEPLOYMENTS
+        mix, cpus = "mixed", "cpus"
+    else:
+        text = oracle.CLASSIFIER.replace("tanh(", "relu(") + DEPLOY_EXACT_CLS
+        mix, cpus = "mixc", "cls_star"
+    (tmp_path / "x.alpha").write_text(re.sub(r"^(learner \w+\n)", r"\1contract exact_sum\n", text, count=1, flags=re.M))
     for key in CARDS:
         (tmp_path / f"{key}.gpuhost").write_text(host_text(key))
     compiled, plans = compile_deployments("x.alpha")
     lr = compiled.learner
     host = host_mod.load("a.gpuhost")
-    single = build_gpu_owner(lr, "x86_64+sm_90", host)
-    assert [b.kernel.name for b in single.kernels] == ["grad_samples", "update_g0"]
-    (tmp_path / "x.gpu").write_bytes(single.image.elf)
-    (tmp_path / "x.gpu").chmod(0o755)
-    r = mockgpu.run(tmp_path / "x.gpu", ["--steps", "5"], card=Card(uuid=host.uuid), kernels=single.kernels)
+    r = single_owner(lr, host, tmp_path / "x.gpu", 5)
     assert (r.returncode, r.errors, r.stdout) == (0, [], format_state(lr, run(lr, 5)))
-    r = mockgpu.run(tmp_path / "x.gpu", ["--steps", "5"], card=Card(uuid=host.uuid), kernels=single.kernels,
-                    mutate={"grad_samples": lambda ptx: ptx.replace("mul.rn.f64", "add.rn.f64", 1)})
-    assert r.stderr == "refused: gpu-shadow-mismatch\n" and "mismatch at step 1" in r.events
-    from test_exact_sum import SPREAD          # sums that spill: the check's spill regions
-    (tmp_path / "spread.alpha").write_text(SPREAD)
-    spread = compile_file(tmp_path / "spread.alpha").learner
-    sp = build_gpu_owner(spread, "x86_64+sm_90", host)
-    (tmp_path / "spread.gpu").write_bytes(sp.image.elf)
-    (tmp_path / "spread.gpu").chmod(0o755)
-    r = mockgpu.run(tmp_path / "spread.gpu", ["--steps", "3"], card=Card(uuid=host.uuid), kernels=sp.kernels)
-    assert (r.returncode, r.errors, r.stdout) == (0, [], format_state(spread, run(spread, 3)))
-    wrapper = wrapper_for(work, plans["gpus"].lr, tmp_path)
-    for name in ("gpus", "mixed"):
-        build_deployment("x.alpha", name, tmp_path / name)
-    first = launch(tmp_path / "gpus", steps=3, records=tmp_path / "runs", gpu_wrapper=wrapper, checkpoint=tmp_path / "ck")
+    kernels = ["xsum_clear", "grad_samples", "xsum_add", "xsum_fold"]
+    assert [x[0] for x in r.launches] == (kernels + [f"update_g{g.index}" for g in lr.groups]) * 5
+    for kernel, change in (CARRY,) if learner == "cls" else (ULP, CARRY, ROW):
+        r = single_owner(lr, host, tmp_path / "x.gpu", 5, mutate={kernel: change})
+        assert r.stderr == "refused: gpu-shadow-mismatch\n" and "mismatch at step 1" in r.events, kernel
+    if learner == "lsq":
+        from test_exact_sum import SPREAD          # sums that spill: the dense digits read back
+        (tmp_path / "spread.alpha").write_text(SPREAD)
+        spread = compile_file(tmp_path / "spread.alpha").learner
+        r = single_owner(spread, host, tmp_path / "spread.gpu", 3)
+        assert (r.returncode, r.errors, r.stdout) == (0, [], format_state(spread, run(spread, 3)))
+    wrapper = wrapper_for(work, lr, tmp_path)
+    for dep in (mix, cpus):
+        build_deployment("x.alpha", dep, tmp_path / dep)
+    first = launch(tmp_path / mix, steps=3, records=tmp_path / "runs", gpu_wrapper=wrapper, checkpoint=tmp_path / "ck")
     assert first["passed"] and first["published"] == format_state(lr, run(lr, 3))
-    then = launch(tmp_path / "mixed", steps=2, records=tmp_path / "runs", gpu_wrapper=wrapper, resume=tmp_path / "ck")
+    then = launch(tmp_path / cpus, steps=2, records=tmp_path / "runs", resume=tmp_path / "ck")
     assert then["passed"] and then["published"] == format_state(lr, run(lr, 5))
+

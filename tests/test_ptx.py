@@ -538,13 +538,14 @@ def test_max_and_onehot_on_special_values(tmp_path):
         assert [bits(x) for x in owner.dev.read(owner.gs, 6 * n)] == [bits(x) for x in want], w
 
 
-def test_exact_sum_has_no_owner_sum_and_the_hosts_exact_sums_of_the_rows(tmp_path):
-    """Under `contract exact_sum` the host adds the card's per-sample rows exactly (no binary64
-    owner_sum kernel): 3 steps of the MLP equal the interpreter's exact run."""
+def test_exact_sum_has_no_owner_sum_and_the_cards_exact_sums_of_the_rows(tmp_path):
+    """Under `contract exact_sum` the card adds the per-sample rows exactly (no binary64
+    owner_sum kernel: alphac/ptx/xsum.py's), the host rounds its accumulators: 3 steps of the MLP
+    equal the interpreter's exact run."""
     (tmp_path / "l.alpha").write_text(MLP.replace("learner mlp\n", "learner mlp\ncontract exact_sum\n"))
     lr = compile_file(tmp_path / "l.alpha").learner
     ks = kernels(lr)
-    assert [k.name for k in ks][:2] == ["grad_samples", "update_g0"]
+    assert [k.name for k in ks][:5] == ["grad_samples", "xsum_clear", "xsum_add", "xsum_fold", "update_g0"]
     owner = Owner(InterpDevice(), lr, ks)
     for t in range(3):
         owner.step(t)

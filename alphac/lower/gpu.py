@@ -6,8 +6,10 @@ Guarantees: runtime-language source (with the bytes of its `extern` globals) tha
 the conversation table `nv_calls` and region `nv_conv`, the launch image `nv_image` and its
 SHA-256, and `gpu_step(step)`:
 
-    grad_samples, owner_sum on the GPU      (learners with a loss)
-    learner_grad on the CPU                 the host shadow; G compared bit for bit
+    grad_samples, owner_sum on the GPU      (learners with a loss; under exact_sum xsum_clear,
+                                            grad_samples, xsum_add, xsum_fold: exact sums)
+    learner_grad on the CPU                 the host shadow; G compared bit for bit (exact_sum:
+                                            the card's accumulators, gpu_exact_check)
     learner_mean, learner_scalars           the scalar statements, on the host (docs/gpu.md)
     per group: scalar parameters into the update kernel's constant bank, update_g<N> on the
     GPU, learner_group_<N> on the CPU, every member of the group compared bit for bit
@@ -138,39 +140,57 @@ def batch_source(lr: Learner, img: GpuImage) -> str:
 
 
 def exact_source(lr: Learner, img: GpuImage) -> str:
-    """exact_sum: `gpu_exact_check(rows, step)`. The card computes each sample's gradient row;
-    the host's accumulators XA hold its own rows' exact sums. Their copy plus the card's rows
-    negated (exact) must be exactly zero, coordinate by coordinate, wherever the host's sum is
-    finite (a NaN or infinity is never published: non-finite-state). So the card's rows have
-    the host's exact sums, which is all the contract reads of them."""
+    """exact_sum: `gpu_exact_check(step)`. The card sums the per-sample rows exactly
+    (alphac/ptx/xsum.py); the host reads its compact accumulators (XK, checked well formed:
+    their headers drive addresses) and the dense digits of the spilled ones (XKSP), and its own
+    accumulators XA hold the exact sums of its own rows. Their flags must be equal, coordinate
+    by coordinate, and where the host's sum is finite, a copy of XA merged with the card's
+    negated (negation is exact, digit by digit) must round to zero (a NaN or infinity is never
+    published: non-finite-state). The host's accumulators then travel: they equal the card's."""
     if not lr.exact_sums:
         return ""
-    from alphac.formats import XC_WORDS, XS_DIGITS, XS_FLAGS
-    P = param_count(lr)
+    from alphac.formats import XC_SPILLED, XC_WORDS, XS_DIGITS, XS_FLAGS, XS_WORDS
+    P, xd, xc = param_count(lr), img.buffers["xd"], img.buffers["xc"]
     special = XS_FLAGS["pinf"] | XS_FLAGS["ninf"] | XS_FLAGS["nan"]      # a non-finite sum
-    return f"""global XD: [i64; {P * XC_WORDS}];
+    return f"""global XK: [i64; {P * XC_WORDS}];
+global XKSP: [i64; {P * XS_DIGITS}];
+global XD: [i64; {P * XC_WORDS}];
 global XDSP: [i64; {P * XS_DIGITS}];
-global XNEG: [f64; {P}];
 global XR: [f64; {P}];
-fn gpu_exact_check(rows: i64, step: i64) {{
-    xc_clear_n(XD, XDSP, {P});
-    xc_merge_n(XD, XDSP, XA, XSP, {P});
-    let t = 0;
-    while t < rows {{
-        let j = 0;
-        while j < {P} {{
-            store64(XNEG + 8 * j, load64({img.buffers['gs']:#x} + 8 * ({P} * t + j)) ^ (1 << 63));
-            j = j + 1;
-        }}
-        xc_add_n(XD, XDSP, XNEG, {P});
-        t = t + 1;
+fn gpu_exact_mismatch(step: i64) {{
+    rt_event_num("mismatch at step ", step);
+    refuse("gpu-shadow-mismatch");
+}}
+fn gpu_exact_negate(a: i64 writes 8 * n, n: i64) {{
+    let i = 0;
+    while i < n {{
+        store64(a + 8 * i, 0 - load64(a + 8 * i));
+        i = i + 1;
     }}
-    xc_round_into(XR, XD, XDSP, {P});
+}}
+fn gpu_exact_check(step: i64) {{
+    xc_clear_n(XK, XKSP, {P});
+    vec_copy(XK, {xc:#x}, {P * XC_WORDS});
+    if xc_check_n(XK, {P}) == 0 {{ gpu_exact_mismatch(step); }}
     let j = 0;
     while j < {P} {{
+        let h = load64(XK + {8 * XC_WORDS} * j);
+        if ((h ^ load64(XA + {8 * XC_WORDS} * j)) & 0xf) != 0 {{ gpu_exact_mismatch(step); }}
+        if (h & {XC_SPILLED}) != 0 {{
+            vec_copy(XKSP + {8 * XS_DIGITS} * j, {xd + 8:#x} + {8 * XS_WORDS} * j, {XS_DIGITS});
+            gpu_exact_negate(XKSP + {8 * XS_DIGITS} * j, {XS_DIGITS});
+        }}
+        gpu_exact_negate(XK + {8 * XC_WORDS} * j + 8, {XC_WORDS - 1});
+        j = j + 1;
+    }}
+    xc_clear_n(XD, XDSP, {P});
+    xc_merge_n(XD, XDSP, XA, XSP, {P});
+    xc_merge_n(XD, XDSP, XK, XKSP, {P});
+    xc_round_into(XR, XD, XDSP, {P});
+    j = 0;
+    while j < {P} {{
         if (load64(XA + {8 * XC_WORDS} * j) & {special}) == 0 && (load64(XR + 8 * j) << 1) != 0 {{
-            rt_event_num("mismatch at step ", step);
-            refuse("gpu-shadow-mismatch");
+            gpu_exact_mismatch(step);
         }}
         j = j + 1;
     }}
@@ -204,18 +224,18 @@ def grad_lines(lr: Learner, img: GpuImage, lo: int, hi: int, t: str, at: str, st
     """An owner's compute over lo..hi (a minibatch learner: step t's samples among them, `n`):
     `states` written to the card, grad_samples and owner_sum there, the host's learner_grad,
     G compared (as step `at`). An owner without samples in the step launches nothing."""
-    gs = img.launch("grad_samples")
-    sums = [] if lr.exact else [img.launch("owner_sum")]
+    names = ["xsum_clear", "grad_samples", "xsum_add", "xsum_fold"] if lr.exact else \
+        ["grad_samples", "owner_sum"]
+    kernels = [img.launch(name) for name in names]
     out = [upload(img, s.name, s.size) for s in states]
-    launch = [f"gpu_submit({gs.entry:#x});      // grad_samples"]
-    launch += [f"gpu_submit({x.entry:#x});      // owner_sum" for x in sums]
+    launch = [f"gpu_submit({x.entry:#x});      // {x.kernel}" for x in kernels]
     compare = [f"gpu_compare({va:#x}, G_{p}, {size}, {at});" for p, va, size in g_pieces(lr, img)]
-    if lr.exact:                 # the card's rows against the host's exact sums
-        compare = [f"gpu_exact_check({'n' if lr.batch else hi - lo}, {at});"]
+    if lr.exact:                 # the card's exact sums against the host's
+        compare = [f"gpu_exact_check({at});"]
     if not lr.batch:
         return out + launch + [f"learner_grad({lo}, {hi});"] + compare
     out += [f"let gn = gpu_batch({lo}, {hi}, {t});"]
-    out += [f"store32({va:#x}, gn);" for va in [*gs.counts, *(c for x in sums for c in x.counts)]]
+    out += [f"store32({va:#x}, gn);" for x in kernels for va in x.counts]
     out += ["if gn > 0 {"] + ["    " + x for x in launch] + ["}", f"let n = learner_grad({lo}, {hi}, {t});",
             'if n != gn { refuse("gpu-shadow-mismatch"); }', "if n > 0 {"] + ["    " + x for x in compare]
     return out + ["}"]

@@ -5,7 +5,8 @@ the target's `abi.Arch` and the host, `plan()` fixes, at compile time, everythin
 
     allocation  va              size            what
     arena       ARENA_VA        k * 2 MiB       video memory: code, constant banks, QMDs, push
-                                                buffers, state, data, constants, gs, G
+                                                buffers, state, data, constants, gs, G (and
+                                                under exact_sum the accumulators xd, xc)
     gpfifo      after it        2 MiB           video memory: the GPFIFO ring, then USERD
     sysmem      after it        64 KiB          system memory: the channel's error notifier, the
                                                 completion semaphore
@@ -58,6 +59,7 @@ from dataclasses import dataclass
 
 from alphac.nvdrv import abi
 from alphac.nvdrv.abi import BITFIELDS, CONSTANTS, METHODS, pack_bitfields, pack_qmd
+from alphac.formats import XC_WORDS, XS_WORDS
 from alphac.nvdrv.host import Topology
 
 ARENA_VA = 0x10_0000_0000          # 64 GiB: below 2^40 (GPFIFO entries and QMD addresses)
@@ -383,7 +385,9 @@ class Share:
 def _threads(od: OwnerData, kernel, share: Share) -> int:
     if kernel.name == "grad_samples":
         return share.rows
-    if kernel.name == "owner_sum":
+    if kernel.name == "xsum_add":           # one a term (alphac/ptx/xsum.py)
+        return share.rows * od.params
+    if kernel.name in ("owner_sum", "xsum_clear", "xsum_fold"):
         return od.params
     klo, khi = share.updates[kernel.group]
     return khi - klo
@@ -445,7 +449,12 @@ def plan(od: OwnerData, built: list, sm: int, share: Share | None = None,
         end = round_up(end + 8 * max(1, share.rows), 256)
     gs_off = end
     g_off = round_up(gs_off + 8 * max(1, P * share.rows), 256)
-    arena_size = round_up(g_off + 8 * max(1, P), HUGE)
+    end = round_up(g_off + 8 * max(1, P), 256)
+    exact = {}                          # exact_sum: the card's dense and compact accumulators
+    if any(p.role == "xd" for b in built for p in b.kernel.params):
+        exact = {"xd": end, "xc": end + 8 * XS_WORDS * P}
+        end = round_up(exact["xc"] + 8 * XC_WORDS * P, 256)
+    arena_size = round_up(end, HUGE)
 
     va = ARENA_VA
     allocs = []
@@ -463,6 +472,7 @@ def plan(od: OwnerData, built: list, sm: int, share: Share | None = None,
     for name, cols in od.data:          # kernels index rows by the global sample number
         vas[f"data_{name}"] = vas[f"rows_{name}"] - 8 * share.lo * cols
     vas["gs"], vas["G"] = ARENA_VA + gs_off, ARENA_VA + g_off
+    vas.update({k: ARENA_VA + v for k, v in exact.items()})
 
     launches = []
     for b in built:
@@ -477,6 +487,7 @@ def plan(od: OwnerData, built: list, sm: int, share: Share | None = None,
         scalars, counts = [], []
         klo, khi = share.updates[k.group] if k.group is not None else (0, 0)
         statics = {"lo": share.lo, "hi": share.hi, "klo": klo, "khi": khi, "count": 0,
+                   "rows": 0 if share.batch else rows,
                    "n": 0 if share.batch else rows if k.name == "owner_sum" else share.total}
         for p, kp in zip(k.params, im.params):
             at = im.param_base + kp.offset
@@ -486,7 +497,7 @@ def plan(od: OwnerData, built: list, sm: int, share: Share | None = None,
                 struct.pack_into("<Q", cbank, at, vas[key])
             elif p.type == "u32":
                 struct.pack_into("<I", cbank, at, statics[p.role])
-                if share.batch and p.role in ("count", "n"):
+                if share.batch and p.role in ("count", "n", "rows"):
                     counts.append(ARENA_VA + cbank_off[k.name] + at)
             else:
                 scalars.append(Scalar(p.ref, p.version, ARENA_VA + cbank_off[k.name] + at))

@@ -22,6 +22,16 @@ params concatenated in declaration order (`param_layout`). Each kernel is 1-D: a
     owner_sum     one thread per param coordinate j in [0, P)
         gs u64, G u64 (out: G[j]), n u32 (the owner's sample count, n >= 1; n = 0 writes nothing)
       G[j] = ((gs[j] + gs[P + j]) + gs[2P + j]) + ...: the left fold from the first sample.
+    under `contract exact_sum`, instead of owner_sum (alphac/ptx/xsum.py), launched in order
+    xsum_clear, grad_samples, xsum_add, xsum_fold:
+    xsum_clear    one thread per coordinate j in [0, P): xd's words of j zeroed
+        xd  u64  P dense accumulators of XS_WORDS words (alphac/formats.py: flags, 66 digits)
+    xsum_add      one thread per term g in [0, rows * P) (a 64-bit index)
+        gs u64, xd u64, rows u32 (the rows grad_samples wrote: hi - lo, or a minibatch's count)
+      gs[g] added exactly to coordinate g mod P's digits and flags (red: any order)
+    xsum_fold     one thread per coordinate j in [0, P)
+        xd u64, xc u64 (out: P compact accumulators of XC_WORDS words, xsum.rt's format)
+      xc[j] the sum's window, or XC_SPILLED and the sum in xd's digits of j, normalized
     update_g<N>   one thread per coordinate k in [klo, khi) of coordinate group N
         state_<s>  u64  for every member of the group the statements read or assign (decl. order)
         G, n       u64, u32  only if the update reads a gradient: the combined sum G (P coords,
@@ -52,7 +62,7 @@ from alphac.ir.learner import Learner
 class Param:
     name: str                        # the PTX parameter name
     type: str                        # "u64" (a global pointer) | "u32" | "f64"
-    role: str                        # state data gs G n lo hi klo khi scalar const
+    role: str                        # state data gs G n lo hi klo khi scalar const xd xc rows
     ref: str = ""                    # the state or data name (state, data, scalar)
     version: int = 0                 # scalar: 0 the value before the update, 1 after
     values: tuple[float, ...] = ()   # const: the buffer's contents

@@ -511,7 +511,7 @@ GPU_NODES = (Const, Read, DataRow, Grad, Elem, Unary, Where, Pow, Dot, Sum, Pick
 
 def kernels(lr: Learner, sm: int = 90) -> list[Kernel]:
     """The owner's kernels: grad_samples and owner_sum (with a loss; under `contract exact_sum`
-    no owner_sum: the host adds the per-sample rows exactly), then one update per group. A
+    no owner_sum but the exact sums' kernels of alphac/ptx/xsum.py), then one update per group. A
     learner with an operation these kernels do not have is refused with BuildError before
     anything is generated."""
     from alphac.diag import BuildError
@@ -521,8 +521,10 @@ def kernels(lr: Learner, sm: int = 90) -> list[Kernel]:
     if missing:
         raise BuildError(f"learner `{lr.name}` uses operations the GPU owner kernels do not "
                          f"have yet ({', '.join(missing)}); build it for x86_64 or aarch64")
-    # exact_sum: no binary64 owner sum; the host sums the per-sample rows exactly
-    out = [grad_samples(lr, sm)] + ([] if lr.exact else [owner_sum(lr, sm)]) if lr.loss is not None else []
+    # exact_sum: no binary64 owner sum; the card sums the per-sample rows exactly
+    from alphac.ptx import xsum
+    out = [grad_samples(lr, sm)] + (xsum.kernels(lr, sm) if lr.exact else [owner_sum(lr, sm)]) \
+        if lr.loss is not None else []
     return out + [update(lr, g, sm) for g in lr.groups]
 
 

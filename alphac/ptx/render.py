@@ -5,7 +5,9 @@ nothing else in alphac writes a PTX mnemonic. The binary64 rows carry `.rn` on e
 operation: PTX fuses a multiply and an add into `fma` only when neither names a rounding mode
 (PTX ISA, "add/mul: rounding modifiers"), so the explicit `.rn` keeps each one a separate IEEE
 operation rounded to nearest even; `ptxas --fmad=false` (alphac/ptx/ptxas.py) says it twice.
-No row has `.ftz`, `.approx`, `fma`, `mad` or an atomic.
+No row has `.ftz`, `.approx`, `fma` or `mad`; the one kind of atomic is `red` (a reduction
+without a result) on integer words, for the exact sums' limbs (alphac/ptx/xsum.py), whose adds and
+ors are order-free.
 
 `Emitter` collects instruction lines, allocates registers `%fd1 %rd1 %r1 %p1 ...` in emission
 order, names `.local` arrays `lv0 lv1 ...` and loop labels `$L1 $L2 ...`, and `module()` wraps
@@ -79,6 +81,13 @@ INSTR: dict[str, tuple[str | None, str]] = {
     "gtf64":  ("p",  "setp.gt.f64 {d}, {a}, {b};"),         # ordered: false with a NaN
     "eqf64":  ("p",  "setp.eq.f64 {d}, {a}, {b};"),         # ordered: false with a NaN
     "selp01": ("rd", "selp.u64 {d}, 1, 0, {a};"),
+    "selp64": ("rd", "selp.u64 {d}, {a}, {b}, {c};"),
+    "rem64":  ("rd", "rem.u64 {d}, {a}, {b};"),
+    "sub32":  ("r",  "sub.u32 {d}, {a}, {b};"),
+    "stu64":  (None, "st.global.u64 [{a}+{b}], {c};"),
+    # the exact sums' limbs (xsum.py): integer reductions, order-free (PTX ISA, "red")
+    "redadd64": (None, "red.global.add.u64 [{a}+{b}], {c};"),
+    "redor64": (None, "red.global.or.b64 [{a}+{b}], {c};"),
     "selpf":  ("fd", "selp.f64 {d}, {a}, {b}, {c};"),
     # control
     "ge":     ("p",  "setp.ge.u32 {d}, {a}, {b};"),
