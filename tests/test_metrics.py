@@ -30,6 +30,8 @@ def test_run_writes_each_steps_loss_with_its_exact_bits(tmp_path):
     assert out2 == (tmp_path / "m.jsonl").read_text() + out           # `-`: before the state
     code, _, err = alphac("run", example("lsq_adam"), "--deployment", "lsq_adam_star", "--metrics", "-")
     assert code == 2 and "alphac launch DIR --metrics" in err
+    code, _, err = alphac("run", example("independent_state"), "--metrics", "-")
+    assert code == 2 and "has no loss" in err
 
 
 def test_the_launcher_follows_the_roots_losses_as_they_are_written(tmp_path):
