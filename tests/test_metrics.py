@@ -38,7 +38,7 @@ def test_the_launcher_follows_the_roots_losses_as_they_are_written(tmp_path):
     import io
     from alphac.tools.supervise import Progress
     events, out = tmp_path / "root.log", io.StringIO()
-    follow = Progress(events, 3, None, out)
+    follow = Progress(events, 0, 3, None, out)
     one = "3ff0000000000000"
     events.write_bytes(f"loss 0 {one} 2 @5 MAC\nstep 1 comm 0 @6 MAC\nloss 1 {one} 4 @7 M".encode())
     follow.done()                                     # the second loss line is not whole yet

@@ -61,3 +61,16 @@ def test_a_launch_records_durations_and_traces_every_role(tmp_path):
                                                 data["auth"]["nonce"]))
     assert verify_record(rec["path"]) == [f"{data['roles'][1]['role']}: its timing is not what "
                                           f"its stream says"]
+
+
+def test_periodic_checkpoints_and_resumes_are_slices_of_their_kind(tmp_path):
+    from alphac.tools.launch import launch
+    from alphac.tools.trace import trace
+    dep = build_deployment(example("lsq_adam"), "lsq_adam_star", tmp_path / "b")
+    launch(dep, steps=2, records=tmp_path / "runs", checkpoint=tmp_path / "ck")
+    rec = launch(dep, steps=4, records=tmp_path / "runs", checkpoint=tmp_path / "ck2",
+                 checkpoint_every=2, resume=tmp_path / "ck")
+    spans = [e for e in trace(rec["path"])["traceEvents"] if e["ph"] == "X"]
+    assert {e["name"] for e in spans} == {"resume", "connect", "step", *PARTS, "checkpoint", "publish", "finish"}
+    assert sorted({e["args"]["step"] for e in spans if e["name"] == "checkpoint"}) == [4, 6]
+    assert [e["args"]["step"] for e in spans if e["name"] == "step"][:4] == [3, 4, 5, 6]

@@ -8,7 +8,8 @@ What it does
     per span between two events, named by the later one: `data` (start to `data checked`, an
     owner of loaded data, docs/data.md), `connect` (to `connected`),
     `step` (its number, `step`, and its time in frames, `frames_ms`, as arguments), `publish`
-    (the root), `checkpoint`, `finish`: slices named by kind, so that Perfetto groups them.
+    (the root), `checkpoint` (a periodic one with its step), `resume`, `finish`: slices named
+    by kind, so that Perfetto groups them.
     Each step is split, from the role's `split V send S combine B` event (role.rt), into the
     slices `compute` (the rest of the step), `send` (S), `wait` (its other time in frames:
     receiving and waiting) and `combine` (B), laid end to end in that order inside the step
@@ -37,9 +38,13 @@ from alphac.tools.record import is_count, losses, read_record, stream_events, st
 from alphac.encode import json_text
 
 
+AT_STEP = {"checkpoint": "checkpoint", "resumed at step": "resume"}   # `WHAT V`: a kind, at step V
+
+
 def span_name(what: str) -> str:
-    if what.startswith("step "):
-        return "step"
+    head, _, v = what.rpartition(" ")
+    if what.startswith("step ") or (head in AT_STEP and is_count(v)):
+        return AT_STEP.get(head, "step")
     return {"connected": "connect", "checkpointed": "checkpoint", "published": "publish",
             "done": "finish", "data checked": "data"}.get(what.removesuffix(" authenticated"), what)
 
@@ -88,6 +93,9 @@ def trace(record: str | Path) -> dict:
             ev = {"ph": "X", "name": span_name(what), "pid": pid, "tid": 0, "ts": us(t_prev),
                   "dur": us(t) - us(t_prev)}
             out.append(ev)
+            head, _, v = what.rpartition(" ")
+            if head in AT_STEP and is_count(v):
+                ev["args"] = {"step": int(v)}
             if " comm " in what:
                 step, comm = int(what.split(" ")[1]), int(what.partition(" comm ")[2])
                 ev["args"] = {"step": step, "frames_ms": round(comm / 1e6, 3)}
