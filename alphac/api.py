@@ -22,7 +22,8 @@ from alphac.refusals import DECIMAL_DIGITS
 # the calls that are another module's own, found there when first asked for (so that importing
 # this module, which the CLI does at start, imports none of them)
 ELSEWHERE = {"build_deployment": "alphac.artifacts", "build_all": "alphac.artifacts",
-             "verify": "alphac.tools.verify", "verify_record": "alphac.tools.record"}
+             "verify": "alphac.tools.verify", "verify_record": "alphac.tools.record",
+             "export_tensorboard": "alphac.tools.metrics"}
 
 
 def __getattr__(name: str):
@@ -69,14 +70,24 @@ def epoch_steps(epochs: int, batches: int) -> int:
     return steps
 
 
-def run(compiled, steps: int = 5, epochs: int | None = None, plan=None, name: str = "") -> str:
+def run(compiled, steps: int = 5, epochs: int | None = None, plan=None, name: str = "",
+        metrics=None) -> str:
     """The state (`NAME[K] HEX` lines) after `steps` steps or `epochs` epochs of the reference
-    interpreter; with `plan` (deployment `name`'s), that plan's roles executed in turn."""
-    from alphac.ir.interp import format_state, run as interpret
+    interpreter; with `plan` (deployment `name`'s), that plan's roles executed in turn.
+    `metrics`: a stream for each step's loss as a JSON line (alphac.tools.metrics), flushed."""
+    from alphac.ir.interp import format_state, run as interpret, step_loss
     lr = compiled.learner
     steps = steps if epochs is None else epoch_steps(epochs, lr.batches)
+    if metrics is not None and (plan is not None or lr.loss is None):
+        raise UsageError("--metrics: " + ("a deployment's loss is its root's: build it and use "
+                                          "`alphac launch DIR --metrics`" if lr.loss is not None
+                                          else f"`{lr.name}` has no loss"))
     if plan is None:
-        return format_state(lr, interpret(lr, steps))
+        def watch(t, state):
+            from alphac.tools.metrics import metric_line
+            metrics.write(metric_line(t + 1, *step_loss(lr, state, t)))
+            metrics.flush()
+        return format_state(lr, interpret(lr, steps, watch=watch if metrics is not None else None))
     from alphac.dist.execute import PlanError, run_plan
     try:
         return format_state(lr, run_plan(lr, plan, steps))

@@ -104,9 +104,18 @@ def cmd_run(args) -> int:
         plan = plans[args.deployment]
     else:
         compiled, plan = api.compile(args.file), None
-    state = api.run(_warn(compiled), args.steps, args.epochs, plan, args.deployment)
+    with _metrics(args) as metrics:
+        state = api.run(_warn(compiled), args.steps, args.epochs, plan, args.deployment, metrics)
     sys.stdout.write(api.formatted(state, args.format))
     return 0
+
+
+def _metrics(args):
+    """--metrics FILE's stream (`-`: standard output), closed after; a null context without."""
+    import contextlib
+    if args.metrics is None or args.metrics == "-":
+        return contextlib.nullcontext(None if args.metrics is None else sys.stdout)
+    return open(args.metrics, "w", encoding="ascii")
 
 
 def cmd_plan(args) -> int:
@@ -187,12 +196,13 @@ def cmd_verify(args) -> int:
 
 def cmd_launch(args) -> int:
     import shlex
-    record = api.launch(args.dir, args.steps, args.epochs, deadline_ms=args.deadline_ms,
-                        records=args.records, checkpoint=args.checkpoint, resume=args.resume,
-                        key=args.record_key, progress=sys.stderr if _progress(args) else None,
-                        data=args.data, gpu_wrapper=shlex.split(args.gpu_wrapper) if args.gpu_wrapper else None,
-                        checkpoint_every=args.checkpoint_every, keep=args.keep, fail=args.fail,
-                        restarts=args.restarts, shrink=args.shrink)
+    with _metrics(args) as metrics:
+        record = api.launch(args.dir, args.steps, args.epochs, deadline_ms=args.deadline_ms,
+                            records=args.records, checkpoint=args.checkpoint, resume=args.resume,
+                            key=args.record_key, progress=sys.stderr if _progress(args) else None,
+                            data=args.data, gpu_wrapper=shlex.split(args.gpu_wrapper) if args.gpu_wrapper else None,
+                            checkpoint_every=args.checkpoint_every, keep=args.keep, fail=args.fail,
+                            restarts=args.restarts, shrink=args.shrink, metrics=metrics)
     _role_failures(record)
     _emulated(record)
     if any((r["refused"] or "").startswith("data-") for r in record["roles"]):
@@ -333,6 +343,13 @@ def cmd_init(args) -> int:
     return 0
 
 
+def cmd_export_metrics(args) -> int:
+    from alphac.tools.metrics import export_tensorboard
+    path = export_tensorboard(args.record, args.tensorboard)
+    print(f"alphac: {path} (tensorboard --logdir {args.tensorboard})", file=sys.stderr)
+    return 0
+
+
 def cmd_plot(args) -> int:
     from alphac.tools.plot import plot
     sys.stdout.write(plot(args.records, args.output, args.log))
@@ -351,7 +368,8 @@ def cmd_explain(args) -> int:
 
 # every command of the table, by its handler's name: one missing fails here, at import
 COMMANDS = {c.name: globals()["cmd_" + c.name.replace("-", "_")] for c in TABLE}
-WRITES = {"build": "output", "slurm": "output", "trace": "output", "plot": "output", "init": "dir"}  # its OSError:
+WRITES = {"build": "output", "slurm": "output", "trace": "output", "plot": "output", "init": "dir",
+          "export-metrics": "tensorboard"}  # its OSError:
 NAMED = {"k8s": "alphac k8s"}          # `cannot write` what; whose errors name their command
 
 

@@ -112,6 +112,9 @@ EVERY = A("--checkpoint-every", type=positive, metavar="K",
           help="with --checkpoint DIR: a checkpoint DIR/v<step> after every K-th step and the last")
 KEEP = A("--keep", type=positive, metavar="N",
          help="with --checkpoint-every: keep the last N checkpoints (default 2)")
+METRICS = A("--metrics", type=path, metavar="FILE",
+            help="write each step's mean loss as a JSON line while the run goes, to FILE (`-`: "
+                 "standard output): {\"step\": K, \"loss\": MEAN, \"bits\": HEX, \"n\": N}")
 INTRO = """\
 alphac compiles Alpha learners: a learner and its deployment become one static executable per
 role (x86-64, AArch64), bit for bit equal to the reference interpreter.
@@ -137,7 +140,7 @@ COMMANDS = (
               help="training epochs: E times the learner's batches per epoch (`batch N`)"),
         ]),
         A("--deployment", metavar="NAME", help="execute this deployment's plan"),
-        FORMAT,
+        FORMAT, METRICS,
     )),
     Command("plan", "plan FILE [--deployment NAME]", "print how a deployment splits the learner",
             "Check FILE's deployments and print the plan of one (or all).", (
@@ -234,6 +237,7 @@ COMMANDS = (
         A("--shrink", action="store_true",
           help="with --restarts, under contract exact_sum only: go on without the failed owners, "
                "their samples given to their neighbours (the uninterrupted run's bits)"),
+        METRICS,
         A("--gpu-wrapper", metavar="CMD",
           help="start each GPU owner as CMD ROLE-ARGV... (split like a shell word list): "
                "a sandbox, a CPU pinning tool, or the mock driver in the tests"),
@@ -347,6 +351,14 @@ COMMANDS = (
         A("records", nargs="+", type=path, metavar="RECORD", help="runs/NAME-NNNN/record.json"),
         A("-o", dest="output", type=path, metavar="OUT.svg", help="also write the curves as SVG"),
         A("--log", action="store_true", help="the loss on a logarithmic scale"),
+    )),
+    Command("export-metrics", "export-metrics RECORD --tensorboard DIR",
+            "a run's losses as TensorBoard event files",
+            "Write the mean loss of every step of a run (its record's `loss` list) as a "
+            "TensorBoard event file, DIR/events.out.tfevents.0.alphac (tag `loss`, the exact "
+            "binary64; written by alphac itself): `tensorboard --logdir DIR` shows it.", (
+        RECORD,
+        A("--tensorboard", type=path, metavar="DIR", required=True, help="the directory to write"),
     )),
     Command("ckpt", "ckpt show|export DIR [-o FILE]", "inspect or export a checkpoint",
             "`alphac ckpt show DIR` prints the manifest tree of a checkpoint and the state its "

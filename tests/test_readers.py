@@ -164,7 +164,7 @@ def test_verify_record_reads_nothing_the_record_names_before_its_mac(tmp_path):
 
 
 @pytest.mark.parametrize("line", ["step 0 comm x5 @2", "step 0 comm \u00b2 @2", "step 0 comm  @2",
-                                  "step 0 comm 5 @\u00b2"])     # str.isdigit takes `²`, int not
+                                  "step 0 comm 5 @\u00b2", "step x comm 5 @2"])     # str.isdigit takes `²`, int not
 def test_trace_refuses_a_malformed_event_line_by_name(tmp_path, line):
     path = crafted(tmp_path / "r", lines=("connected @1", line, "done @3"))
     code, _, err = alphac("trace", path, "-o", tmp_path / "t.json")

@@ -209,3 +209,12 @@ def test_the_readmes_commands_run_as_a_script_from_an_empty_folder(venv, tmp_pat
     assert (first / "loss.svg").read_text().count("<polyline") == 1       # one run, resumed
     assert (first / "model.npz").is_file() and (first / "build" / "MANIFEST.json").is_file()
     assert "samples: 3" in r.stdout
+
+
+def test_the_tutorial_runs_from_the_wheel(venv, tmp_path):
+    """docs/tutorial.md (tests/test_tutorial.py), with the wheel's `alphac` and `python`."""
+    from test_tutorial import run_tutorial
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    run_tutorial(empty, {"PATH": os.pathsep.join([str(venv / "bin"), "/usr/bin", "/bin"]),
+                         "HOME": str(tmp_path), "LC_ALL": "C.UTF-8"})

@@ -19,6 +19,7 @@ what `alphac.ir.evaluate._step` does for that sample alone:
 `gradient_rows` yields the per-sample gradients (all params, in declaration order, flattened) of
 consecutive chunks of samples, at most `BUDGET` array entries of node values at a time; the
 owner's sum over samples stays a left fold in sample order (interp.owner_contribution).
+`loss_rows` yields the samples' losses the same way (interp.step_loss).
 tests/test_interp_fast.py checks the bits against the scalar path.
 """
 from __future__ import annotations
@@ -144,14 +145,10 @@ def _step(n: Node, val, state, rows) -> np.ndarray:
     raise TypeError(f"cannot evaluate {type(n).__name__} for a batch")
 
 
-def gradient_rows(lr, state, samples):
-    """For consecutive chunks of `samples` (a sequence of indices, in order): an array (chunk,
-    P) whose row s is sample s's per-sample gradient, every param's in declaration order."""
-    roots = [c.node for p in lr.params for c in lr.grads[p.name]]
+def _chunks(lr, roots, state, samples, per_sample: int):
+    """For consecutive chunks of `samples`: (every node's value, by id, the chunk's size)."""
     nodes = postorder(roots)
-    width = sum(p.size for p in lr.params)
-    per_sample = width + sum(n.size for n in nodes)
-    step = max(1, BUDGET // max(1, per_sample))
+    step = max(1, BUDGET // max(1, per_sample + sum(n.size for n in nodes)))
     data = {d.name: data_array(d) for d in lr.data}
     for lo in range(0, len(samples), step):
         idx = np.asarray(samples[lo:lo + step], dtype=np.intp)
@@ -160,7 +157,21 @@ def gradient_rows(lr, state, samples):
         with np.errstate(all="ignore"):
             for n in nodes:
                 memo[id(n)] = _step(n, lambda c: memo[id(c)], state, rows)
-            yield _gather(lr, memo, len(idx), width)
+        yield memo, len(idx)
+
+
+def gradient_rows(lr, state, samples):
+    """For consecutive chunks of `samples` (a sequence of indices, in order): an array (chunk,
+    P) whose row s is sample s's per-sample gradient, every param's in declaration order."""
+    width = sum(p.size for p in lr.params)
+    for memo, s in _chunks(lr, [c.node for p in lr.params for c in lr.grads[p.name]], state, samples, width):
+        yield _gather(lr, memo, s, width)
+
+
+def loss_rows(lr, state, samples):
+    """For consecutive chunks of `samples`: each sample's loss (1-d), with `evaluate`'s bits."""
+    for memo, s in _chunks(lr, [lr.loss], state, samples, 1):
+        yield np.broadcast_to(memo[id(lr.loss)][:, 0], (s,))
 
 
 def _gather(lr, memo, s: int, width: int) -> np.ndarray:

@@ -170,10 +170,28 @@ def step(lr: Learner, state: State, t: int = 0) -> State:
     return apply_update(lr, state, grads)
 
 
-def run(lr: Learner, steps: int, state: State | None = None, start: int = 0) -> State:
-    """Steps start .. start+steps-1 (a resumed run starts where its checkpoint stopped)."""
+def step_loss(lr: Learner, state: State, t: int) -> tuple[float, int]:
+    """(mean, n): step t's mean loss, of the state it starts from, over its n samples: the sum
+    a left fold in sample order (under exact_sum: exact, rounded once), then one division."""
+    from alphac.ir.batch import loss_rows
+    samples = step_samples(lr, range(lr.nsamples), t)
+    vals = [v for rows in loss_rows(lr, state, samples) for v in rows.tolist()]
+    if lr.exact and all(map(math.isfinite, vals)):
+        total = math.fsum(vals)                  # the exact sum, correctly rounded
+    else:
+        total = vals[0]
+        for v in vals[1:]:
+            total = f.add(total, v)
+    return f.div(total, float(len(vals))), len(vals)
+
+
+def run(lr: Learner, steps: int, state: State | None = None, start: int = 0, watch=None) -> State:
+    """Steps start .. start+steps-1 (a resumed run starts where its checkpoint stopped);
+    `watch(t, state)` before each step t, with the state it starts from."""
     state = initial_state(lr) if state is None else state
     for t in range(start, start + steps):
+        if watch is not None:
+            watch(t, state)
         state = step(lr, state, t)
     return state
 

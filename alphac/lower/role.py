@@ -200,11 +200,14 @@ class RoleLowering:
             self.put(f"store64(comb + {8 * P}, {n});")
             if lr.loss is not None:
                 self.put(f"storef(comb + {8 * (P - 1)}, loadf(L_sum));")
-        elif a.op == "combine" and self.mesh:
-            self.mesh_combine()
-        elif a.op == "combine":
-            self.combine()
-            if lr.loss is not None and self.role == plan.root:   # the step's (L, n), exact
+        elif a.op == "combine":               # timed for the trace's split (role.rt)
+            self.put("store64(net_mark, rt_now_ns());")
+            if self.mesh:
+                self.mesh_combine()
+            else:
+                self.combine()
+            self.put("store64(net_combine_ns, load64(net_combine_ns) + rt_now_ns() - load64(net_mark));")
+            if lr.loss is not None and self.role == plan.root and not self.mesh:   # the step's (L, n), exact
                 self.put(f"rt_event_loss(v, loadf(comb + {8 * (P - 1)}), load64(comb + {8 * P}));")
         elif a.op == "update":
             ranges = self.updates()

@@ -157,9 +157,10 @@ def launch(dep_dir: str | Path, steps: int = 5, deadline_ms: int = 10000,
            key: str | Path | None = None, progress=None, data: str | Path | None = None,
            gpu_wrapper: list[str] | None = None, checkpoint_every: int | None = None,
            keep: int | None = None, fail: list[str] = (), restarts: int = 0,
-           shrink: bool = False, authenticate: bool = True) -> dict:
+           shrink: bool = False, authenticate: bool = True, metrics=None) -> dict:
     """Run a built deployment; the run record (also written under `records`). `progress`: a stream
-    for the root's steps; `data`: the owners' `--data`; `gpu_wrapper`: before each GPU owner;
+    for the root's steps; `metrics`: one for each step's loss as a JSON line (metrics.py) as the
+    root writes it (a restarted attempt's steps come again); `data`: the owners' `--data`; `gpu_wrapper`: before each GPU owner;
     `checkpoint_every` K and `keep` N: checkpoint/v<step> after every K-th step, the last N kept;
     `fail`: faults to do to the roles, `ROLE@STEP[:HOW]` (supervise.Injector); `restarts` R: a
     failed run restarted from the newest complete checkpoint up to R times, on the same roles, or
@@ -210,12 +211,12 @@ def launch(dep_dir: str | Path, steps: int = 5, deadline_ms: int = 10000,
                                 before + role_argv(dep_dir, r, end - first, deadline_ms, rdir, ports, mesh_base, more),
                                 {**run_env, "ALPHAC_EVENTS_KEY": events_key(k, r["role"]).hex()}))
         try:                                             # 3. the run
-            if progress:
-                shown = Progress(rdir / "events" / f"{table['root']}.log", first, end, progress)
+            if progress or metrics:
+                shown = Progress(rdir / "events" / f"{table['root']}.log", first, end, progress, metrics)
                 shown.start()
             parents = {r["role"]: ports.get(r["parent"]) for r in table["roles"]}
             interrupted = run_roles(runs, deadline_ms, kill, faults, rdir / "events", parents.get)
-            if progress:
+            if progress or metrics:
                 shown.finish()
         except OSError as e:              # an executable the manifest lists that cannot be executed
             raise Refusal("launch-input", f"{e.filename}: {e.strerror}")

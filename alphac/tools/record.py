@@ -69,12 +69,12 @@ def new_record_dir(records: Path, name: str) -> Path:
 # PUBLISHED_RESERVE bytes are reserved for it (about 2,000 coordinates; a larger state that
 # then finds the disk full is refused record-write, by name, saying where the checkpoint is).
 # The roles' events need at most EVENT_LINE bytes a line, EVENTS_PER_STEP lines a step (the
-# root's step, loss and periodic checkpoint) and EVENTS_FIXED more (connect, data, checkpoint, finish): that much
+# root's split, step, loss and periodic checkpoint) and EVENTS_FIXED more (connect, data, checkpoint, finish): that much
 # free space is checked for too, not held, since the roles write their streams themselves.
 # Steps count up to RESERVE_STEPS (a record of about 20 MB): a longer run (a count given to be
 # ended by a signal, say) reserves as much, and past it a full disk is refused record-write.
 RECORD_FIXED, RECORD_PER_ROLE, RECORD_PER_STEP, PUBLISHED_RESERVE = 8192, 1024, 200, 65536
-EVENT_LINE, EVENTS_PER_STEP, EVENTS_FIXED = 192, 3, 32
+EVENT_LINE, EVENTS_PER_STEP, EVENTS_FIXED = 192, 4, 32
 RESERVE_STEPS = 100_000
 RESERVED = "record.json.tmp"            # the reservation, which becomes the record
 

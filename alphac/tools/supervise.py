@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
+from alphac.tools.metrics import record_line
 from alphac.tools.record import losses, stream_events
 
 INTERRUPTS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -147,26 +148,33 @@ def _die_with(launcher: int) -> None:
 
 
 class Progress(threading.Thread):
-    """Steps done by the root, from its event stream, on standard error every half second on a
-    terminal (one line, rewritten), every 5 s elsewhere (a line each): `step K/N, S steps/s,
-    about T s left`, K and N counted from the run's first step (a run resumed at `start`: its
-    steps go on from there); a last line when the run ends."""
+    """Steps done by the root, from its event stream, read every half second: on `out`
+    (standard error) `step K/N, S steps/s, about T s left` each time on a terminal (one line,
+    rewritten), every 5 s elsewhere (a line each), K and N counted from the run's first step (a
+    run resumed at `start`: its steps go on from there), and a last line when the run ends; on
+    `metrics`, each step's loss as a JSON line (metrics.record_line) once its line is whole."""
 
-    def __init__(self, events: Path, start: int, steps: int, out):
+    def __init__(self, events: Path, start: int, steps: int, out, metrics=None):
         super().__init__(daemon=True)
-        self.events, self.first, self.steps, self.out = events, start, steps, out
-        self.start_time, self.stop = time.monotonic(), threading.Event()
+        self.events, self.first, self.steps, self.out, self.metrics = events, start, steps, out, metrics
+        self.start_time, self.stop, self.sent = time.monotonic(), threading.Event(), 0
 
     def done(self) -> tuple[int, str]:
-        """Steps the root has done, and its last mean loss in decimal ("" before one)."""
+        """Steps the root has done, and its last mean loss in decimal ("" before one); each new
+        whole `loss` line to `metrics`."""
         try:
-            lines = self.events.read_bytes().split(b"\n")
+            lines = self.events.read_bytes().split(b"\n")[:-1]    # whole lines only
         except OSError:
             return self.first, ""
-        loss = losses(stream_events([line for line in lines if line.startswith(b"loss ")][-1:], True))
-        done = [line.split(b" ")[1] for line in lines[:-1] if line.startswith(b"step ")]
+        loss = losses(stream_events([line for line in lines if line.startswith(b"loss ")], True))
+        if self.metrics is not None:
+            for e in loss[self.sent:]:
+                self.metrics.write(record_line(e))
+                self.metrics.flush()
+            self.sent = len(loss)
+        done = [line.split(b" ")[1] for line in lines if line.startswith(b"step ")]
         return (int(done[-1]) if done and done[-1].isdigit() else self.first), \
-            (f", loss {float(loss[0]['decimal']):.6g}" if loss else "")
+            (f", loss {float(loss[-1]['decimal']):.6g}" if loss else "")
 
     def line(self, final: bool) -> str:
         (k, loss), dt = self.done(), time.monotonic() - self.start_time
@@ -175,15 +183,18 @@ class Progress(threading.Thread):
         return f"launch: step {k}/{self.steps}{loss}, {rate:.1f} steps/s{left}"
 
     def run(self) -> None:               # off a terminal (a log, a pipe): a line every 5 s
-        tty = self.out.isatty()
-        while not self.stop.wait(0.5 if tty else 5.0):
-            print("\r" + self.line(False) if tty else self.line(False), end="" if tty else "\n",
-                  file=self.out, flush=True)
+        tty, tick = self.out is not None and self.out.isatty(), 0
+        while not self.stop.wait(0.5):
+            text, tick = self.line(False), tick + 1
+            if self.out is not None and (tty or tick % 10 == 0):
+                print("\r" + text if tty else text, end="" if tty else "\n", file=self.out, flush=True)
 
     def finish(self) -> None:
         self.stop.set()
         self.join()
-        print("\r" * self.out.isatty() + self.line(True), file=self.out, flush=True)
+        text = self.line(True)
+        if self.out is not None:
+            print("\r" * self.out.isatty() + text, file=self.out, flush=True)
 
 
 def run_roles(runs: list[RoleRun], deadline_ms: int, kill: tuple[str, float] | None,

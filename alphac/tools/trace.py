@@ -7,8 +7,14 @@ What it does
     chrome://tracing): one process per role, named by a metadata event; a complete event ("X")
     per span between two events, named by the later one: `data` (start to `data checked`, an
     owner of loaded data, docs/data.md), `connect` (to `connected`),
-    `step N` (with its time in frames, `frames_ms`, as an argument), `publish` (the root),
-    `checkpoint`, `finish`;
+    `step` (its number, `step`, and its time in frames, `frames_ms`, as arguments), `publish`
+    (the root), `checkpoint` (a periodic one with its step), `resume`, `finish`: slices named
+    by kind, so that Perfetto groups them.
+    Each step is split, from the role's `split V send S combine B` event (role.rt), into the
+    slices `compute` (the rest of the step), `send` (S), `wait` (its other time in frames:
+    receiving and waiting) and `combine` (B), laid end to end in that order inside the step
+    (the role's totals for the step, not the order its actions ran in; one of no time is left
+    out), each with the step as its argument;
     an instant event for a refusal. The root's mean loss per step is a counter track, `mean
     loss`; a step whose mean is not finite (a diverged run: JSON has no number for inf or NaN)
     is an instant event `mean loss inf` (`-inf`, `nan`) instead, its args the mean as that word,
@@ -32,9 +38,13 @@ from alphac.tools.record import is_count, losses, read_record, stream_events, st
 from alphac.encode import json_text
 
 
+AT_STEP = {"checkpoint": "checkpoint", "resumed at step": "resume"}   # `WHAT V`: a kind, at step V
+
+
 def span_name(what: str) -> str:
-    if what.startswith("step "):
-        return " ".join(what.split(" ")[:2])
+    head, _, v = what.rpartition(" ")
+    if what.startswith("step ") or (head in AT_STEP and is_count(v)):
+        return AT_STEP.get(head, "step")
     return {"connected": "connect", "checkpointed": "checkpoint", "published": "publish",
             "done": "finish", "data checked": "data"}.get(what.removesuffix(" authenticated"), what)
 
@@ -63,7 +73,7 @@ def trace(record: str | Path) -> dict:
         except OSError as e:
             raise Refusal("record-malformed", f"{f}: {e.strerror or e}")
         for n, (what, _) in enumerate(events, 1):
-            if " comm " in what and not is_count(what.partition(" comm ")[2]):
+            if " comm " in what and not (is_count(what.partition(" comm ")[2]) and is_count(what.split(" ")[1])):
                 raise Refusal("record-malformed", f"{f}: line {n} is not an event: {what[:80]!r}")
         streams.append((r["role"], [(w, t) for w, t in events if t is not None]))
     t0 = min((ev[0][1] for _, ev in streams if ev), default=0)
@@ -74,16 +84,33 @@ def trace(record: str | Path) -> dict:
         for e in losses([(w, t) for w, t in events if w.startswith("loss ")]):   # a counter track
             t = next(t for w, t in events if w.startswith(f"loss {e['step'] - 1} "))
             out.append(loss_event(e, pid, us(t)))
-        events = [(w, t) for w, t in events if not w.startswith(("loss ", "peak_rss_kib "))]
+        splits = {w.split(" ")[1]: w.split(" ") for w, _ in events if w.startswith("split ")}
+        events = [(w, t) for w, t in events if not w.startswith(("loss ", "peak_rss_kib ", "split "))]
         for (_, t_prev), (what, t) in zip(events, events[1:]):
             if what.startswith("refused: "):
                 out.append({"ph": "i", "name": what, "pid": pid, "tid": 0, "ts": us(t), "s": "p"})
                 continue
             ev = {"ph": "X", "name": span_name(what), "pid": pid, "tid": 0, "ts": us(t_prev),
                   "dur": us(t) - us(t_prev)}
-            if " comm " in what:
-                ev["args"] = {"frames_ms": round(int(what.partition(" comm ")[2]) / 1e6, 3)}
             out.append(ev)
+            head, _, v = what.rpartition(" ")
+            if head in AT_STEP and is_count(v):
+                ev["args"] = {"step": int(v)}
+            if " comm " in what:
+                step, comm = int(what.split(" ")[1]), int(what.partition(" comm ")[2])
+                ev["args"] = {"step": step, "frames_ms": round(comm / 1e6, 3)}
+                split = splits.get(str(step), [])
+                if len(split) == 6 and is_count(split[3]) and is_count(split[5]):
+                    send, combine = int(split[3]), int(split[5])
+                    parts = (("compute", t - t_prev - comm - combine), ("send", send),
+                             ("wait", comm - send), ("combine", combine))
+                    at = t_prev
+                    for name, ns in parts:          # in this order, each within the step
+                        end = min(t, at + max(0, ns))
+                        if end > at:
+                            out.append({"ph": "X", "name": name, "pid": pid, "tid": 0, "ts": us(at),
+                                        "dur": us(end) - us(at), "args": {"step": step}})
+                        at = end
     return {"traceEvents": out, "displayTimeUnit": "ms",
             "otherData": {"deployment": str(rec.get("deployment")), "passed": rec["passed"]}}
 
