@@ -160,5 +160,6 @@ def test_device_all_runs_both_checks_into_at_most_eight_files(tmp_path):
     assert summary.rstrip().endswith("device-all: check exit 0, local exit 0, bench exit 0")
     with tarfile.open(out / "results.tgz") as tar:
         names = tar.getnames()
-    assert "check/summary.txt" in names and "local/local.json" in names and "bench/bench-gpu.json" in names
+    assert "check/summary.txt" in names and "local/local.json" in names
+    assert any(n.endswith("bench-gpu.json") for n in names)       # the benchmark's own record
     assert "lsq_wide128: PASS" in (out / "local.txt").read_text()
