@@ -12,6 +12,7 @@ import pytest
 
 import oracle
 from conftest import alphac, example, exact_sum_variant
+from alphac.driver import compile_file
 from alphac.refusals import Refusal, exit_code
 from test_nvdrv_owner import card_for, need_mock, refused, run
 
@@ -31,19 +32,21 @@ def write_events(tmp_path, r):
     return tmp_path / "events.log"
 
 
-@pytest.mark.parametrize("name", ["lsq_adam", "independent_state"])
+@pytest.mark.parametrize("name", ["lsq_adam", "independent_state", "logistic"])   # logistic: minibatches
 def test_sampled_prints_the_interpreters_bits_and_says_what_it_proved(name, tmp_path):
     need_mock()
-    r, built = run(name, 90, args=("--steps", "6", *SAMPLED), draws=b"\x01")   # never drawn
+    from alphac.ir.interp import format_state, run as interp_run
+    data = ("--data", example(name).parent)                   # logistic reads its rows at run time
+    r, built = run(name, 90, args=("--steps", "6", *SAMPLED, *data), draws=b"\x01")   # never drawn
     assert (r.returncode, r.stderr, r.errors) == (0, "", [])
-    assert r.stdout == oracle.run(name, steps=6) == run(name, 90, args=("--steps", "6"))[0].stdout
+    lr = compile_file(example(name)).learner
+    assert r.stdout == format_state(lr, interp_run(lr, 6)) == run(name, 90, args=("--steps", "6", *data))[0].stdout
     assert "\nshadow sampled @" in r.events and said(r, "chain") == [1, 2, 3, 4, 5, 6]
     assert said(r, "proven") == [1, 2, 6]
     assert [la[0] for la in r.launches] == [b.kernel.name for b in built.kernels] * 6   # none twice
     assert sum(t[0] == "getrandom" for t in r.trace) == 3                              # steps 3..5
     from alphac.tools.replay import replay_chain
-    from alphac.driver import compile_file
-    assert replay_chain(compile_file(example(name)).learner, write_events(tmp_path, r), 6) is None
+    assert replay_chain(lr, write_events(tmp_path, r), 6) is None
 
 
 def test_the_draw_is_getrandoms_and_comes_after_the_chain():
@@ -85,7 +88,6 @@ def test_exact_sum_and_an_unknown_policy_are_refused_at_start(tmp_path):
     need_mock()
     import mockgpu
     from alphac.build import build_gpu_owner
-    from alphac.driver import compile_file
     from test_nvdrv_owner import host_for
     r, _ = run("lsq_adam", 90, args=("--shadow", "some"))
     refused(r, "usage")
@@ -99,7 +101,6 @@ def test_exact_sum_and_an_unknown_policy_are_refused_at_start(tmp_path):
 
 
 def test_a_malformed_events_file_is_refused_by_name(tmp_path):
-    from alphac.driver import compile_file
     from alphac.tools.replay import replay_chain
     lr = compile_file(example("lsq_adam")).learner
     head = "gpu-owner lsq_adam sm_90 @1\nshadow sampled @2\n"
