@@ -109,11 +109,16 @@ def sampled_step(lr: Learner, img: GpuImage) -> str:
         return "const GPU_SAMPLED = 0;\nconst GPU_CHAIN_BYTES = 40;\nglobal gpu_chain_msg: [u8; 40];\nfn gpu_step_sampled(step: i64, " \
                "last: i64) {\n    refuse(\"usage\");      // main refuses first: never reached\n}\n"
     n = lr.nsamples or 0
-    out = ["fn gpu_step_sampled(step: i64, last: i64) {"]
-    grad = grad_lines(lr, img, 0, n, "step - 1", "step", [st for st in loss_reads(lr) if st.group is None],
-                      host=False) if lr.loss is not None else []
     pieces = g_pieces(lr, img) if lr.loss is not None else []
-    out += grad + [f"vec_copy(G_{p}, {va:#x}, {size});" for p, va, size in pieces]
+    at, off = 40, {}                 # each piece's offset in the message: the card's read once
+    for key, size in [(("G", p), size) for p, _, size in pieces] + [(s.name, s.size) for s in lr.states]:
+        off[key], at = at, at + 8 * size
+    out = ["fn gpu_step_sampled(step: i64, last: i64) {"]
+    out += grad_lines(lr, img, 0, n, "step - 1", "step", [st for st in loss_reads(lr) if st.group is None],
+                      host=False) if lr.loss is not None else []
+    for p, va, size in pieces:
+        out += [f"vec_copy(gpu_chain_msg + {off['G', p]}, {va:#x}, {size});",
+                f"vec_copy(G_{p}, gpu_chain_msg + {off['G', p]}, {size});"]
     if lr.loss is not None:
         out.append(f"learner_mean({'n' if lr.batch else n});")
     out.append("learner_scalars();")
@@ -122,21 +127,18 @@ def sampled_step(lr: Learner, img: GpuImage) -> str:
         out += [f"store32({va:#x}, n);" for va in la.counts]
         out += [f"storef({s.va:#x}, loadf({'sn' if s.version else 'st'}_{s.ref}));" for s in la.scalars]
         out.append(f"gpu_submit({la.entry:#x});      // update_g{g.index}")
-    at, msg = 40, ["vec_copy(gpu_chain_msg, gpu_chain_h, 4);", "store64(gpu_chain_msg + 32, step);"]
+    out += ["vec_copy(gpu_chain_msg, gpu_chain_h, 4);", "store64(gpu_chain_msg + 32, step);"]
     assigned = {a.target for a in lr.update}
-    for src, size in [(va, size) for _, va, size in pieces] + [
-            (f"{img.buffers[f'state_{s.name}']:#x}" if s.group is not None else
-             f"{'sn' if s.name in assigned else 'st'}_{s.name}", s.size) for s in lr.states]:
-        msg.append(f"vec_copy(gpu_chain_msg + {at}, {src}, {size});")
-        at += 8 * size
-    out += msg + ["if gpu_chain(step, last) {      // proven: the host's step, compared"]
+    out += [f"vec_copy(gpu_chain_msg + {off[s.name]}, " + (f"{img.buffers[f'state_{s.name}']:#x}" if s.group is not None
+            else f"{'sn' if s.name in assigned else 'st'}_{s.name}") + f", {s.size});" for s in lr.states]
+    out += ["if gpu_chain(step, last) {      // proven: the host's step, compared"]
     host = grad_lines(lr, img, 0, n, "step - 1", "step", [], card=False) if lr.loss is not None else []
     for g in lr.groups:
         host.append(f"learner_group_{g.index}(0, {g.size});")
         host += [f"gpu_compare({img.buffers[f'state_{s.name}']:#x}, st_{s.name}, {s.size}, step);"
                  for s in lr.states if s.group == g.index]
     out += ["    " + x for x in host] + ['    rt_event_num("proven ", step);', "} else {"]
-    out += [f"    vec_copy(st_{s.name}, {img.buffers[f'state_{s.name}']:#x}, {s.size});"
+    out += [f"    vec_copy(st_{s.name}, gpu_chain_msg + {off[s.name]}, {s.size});"
             for s in lr.states if s.group is not None] + ["}", "learner_commit();"]
     return (f"const GPU_SAMPLED = 1;\nconst GPU_CHAIN_BYTES = {at};\nglobal gpu_chain_msg: [u8; {at}];\n" + out[0] + "\n"
             + "\n".join("    " + x for x in out[1:]) + "\n}\n")
