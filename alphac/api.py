@@ -23,7 +23,7 @@ from alphac.refusals import DECIMAL_DIGITS
 # this module, which the CLI does at start, imports none of them)
 ELSEWHERE = {"build_deployment": "alphac.artifacts", "build_all": "alphac.artifacts",
              "verify": "alphac.tools.verify", "verify_record": "alphac.tools.record",
-             "export_tensorboard": "alphac.tools.metrics"}
+             "export_tensorboard": "alphac.tools.metrics", "replay_chain": "alphac.tools.replay"}
 
 
 def __getattr__(name: str):

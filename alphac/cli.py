@@ -295,6 +295,13 @@ def cmd_k8s(args) -> int:
 
 
 def cmd_verify_record(args) -> int:
+    if (args.replay is None) != (args.learner is None):
+        raise api.UsageError("--replay STEP and --learner FILE go together")
+    if args.replay is not None:
+        wrong = api.replay_chain(_warn(api.compile(args.learner)).learner, args.record, args.replay)
+        print(f"verify-record: {args.record}: " + (f"step {wrong}'s hash is not the interpreter's"
+              if wrong else f"steps 1..{args.replay} are the interpreter's"), file=sys.stderr if wrong else sys.stdout)
+        return tool_exit("differs" if wrong else "ok")
     problems = api.verify_record(args.record, key=args.record_key)
     for line in problems:
         print(f"verify-record: {line}", file=sys.stderr)

@@ -321,11 +321,17 @@ COMMANDS = (
                "and publishes its checkpoints into (--checkpoint there)"),
         EVERY, KEEP,
     )),
-    Command("verify-record", "verify-record RECORD", "check a run record: authentic, and a pass?",
+    Command("verify-record", "verify-record RECORD | EVENTS --replay STEP --learner FILE",
+            "check a run record: authentic, and a pass?",
             "Check a run record written by `alphac launch`: its MAC and every stream's seal under "
             "the record key, and what follows from the rest (passed, exits, published state, the "
-            "build's hashes). Exit 0 when it is an authentic pass, 3 otherwise.", (
+            "build's hashes). Exit 0 when it is an authentic pass, 3 otherwise. With --replay, "
+            "RECORD is a GPU owner's events file from a `--shadow sampled` run: steps 1..STEP are "
+            "recomputed by the reference interpreter and its chain rebuilt; exit 0 when every "
+            "step's hash matches, 3 naming the first that does not (docs/gpu.md).", (
         RECORD, KEY,
+        A("--replay", type=positive, metavar="STEP", help="replay a GPU owner's chain up to STEP"),
+        A("--learner", type=path, metavar="FILE", help="with --replay: the learner's source (.alpha)"),
     )),
     Command("trace", "trace RECORD -o OUT", "a run record as a Chrome/Perfetto trace",
             "Write a run record's event streams (each role's connect, steps with their time in "

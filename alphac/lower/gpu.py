@@ -16,6 +16,10 @@ SHA-256, and `gpu_step(step)`:
     learner_commit
 
 so the state the executable prints is the shadow's, which equals the GPU's after every step.
+`gpu_step_sampled(step, last)` is the same step under `--shadow sampled` (docs/gpu.md "Shadow
+policies"): every kernel first (G read back from the card for the host's scalars), the card's
+results hashed into the chain (gpu.rt gpu_chain), then, on a step drawn to be proven, the host's
+step from its pre-step state compared as above; on any other step the card's states adopted.
 """
 from __future__ import annotations
 
@@ -97,6 +101,49 @@ def step(lr: Learner, img: GpuImage) -> str:
     return "\n".join(out)
 
 
+def sampled_step(lr: Learner, img: GpuImage) -> str:
+    """`gpu_step_sampled(step, last)` and the chain's message `gpu_chain_msg` (the previous hash,
+    the step, G, every state after the step in declaration order: grouped states the card's,
+    scalar states the host's); GPU_SAMPLED 0 under exact_sum (the host's sum is the check)."""
+    if lr.exact:
+        return "const GPU_SAMPLED = 0;\nconst GPU_CHAIN_BYTES = 40;\nglobal gpu_chain_msg: [u8; 40];\nfn gpu_step_sampled(step: i64, " \
+               "last: i64) {\n    refuse(\"usage\");      // main refuses first: never reached\n}\n"
+    n = lr.nsamples or 0
+    pieces = g_pieces(lr, img) if lr.loss is not None else []
+    at, off = 40, {}                 # each piece's offset in the message: the card's read once
+    for key, size in [(("G", p), size) for p, _, size in pieces] + [(s.name, s.size) for s in lr.states]:
+        off[key], at = at, at + 8 * size
+    out = ["fn gpu_step_sampled(step: i64, last: i64) {"]
+    out += grad_lines(lr, img, 0, n, "step - 1", "step", [st for st in loss_reads(lr) if st.group is None],
+                      host=False) if lr.loss is not None else []
+    for p, va, size in pieces:
+        out += [f"vec_copy(gpu_chain_msg + {off['G', p]}, {va:#x}, {size});",
+                f"vec_copy(G_{p}, gpu_chain_msg + {off['G', p]}, {size});"]
+    if lr.loss is not None:
+        out.append(f"learner_mean({'n' if lr.batch else n});")
+    out.append("learner_scalars();")
+    for g in lr.groups:
+        la = img.launch(f"update_g{g.index}")
+        out += [f"store32({va:#x}, n);" for va in la.counts]
+        out += [f"storef({s.va:#x}, loadf({'sn' if s.version else 'st'}_{s.ref}));" for s in la.scalars]
+        out.append(f"gpu_submit({la.entry:#x});      // update_g{g.index}")
+    out += ["vec_copy(gpu_chain_msg, gpu_chain_h, 4);", "store64(gpu_chain_msg + 32, step);"]
+    assigned = {a.target for a in lr.update}
+    out += [f"vec_copy(gpu_chain_msg + {off[s.name]}, " + (f"{img.buffers[f'state_{s.name}']:#x}" if s.group is not None
+            else f"{'sn' if s.name in assigned else 'st'}_{s.name}") + f", {s.size});" for s in lr.states]
+    out += ["if gpu_chain(step, last) {      // proven: the host's step, compared"]
+    host = grad_lines(lr, img, 0, n, "step - 1", "step", [], card=False) if lr.loss is not None else []
+    for g in lr.groups:
+        host.append(f"learner_group_{g.index}(0, {g.size});")
+        host += [f"gpu_compare({img.buffers[f'state_{s.name}']:#x}, st_{s.name}, {s.size}, step);"
+                 for s in lr.states if s.group == g.index]
+    out += ["    " + x for x in host] + ['    rt_event_num("proven ", step);', "} else {"]
+    out += [f"    vec_copy(st_{s.name}, gpu_chain_msg + {off[s.name]}, {s.size});"
+            for s in lr.states if s.group is not None] + ["}", "learner_commit();"]
+    return (f"const GPU_SAMPLED = 1;\nconst GPU_CHAIN_BYTES = {at};\nglobal gpu_chain_msg: [u8; {at}];\n" + out[0] + "\n"
+            + "\n".join("    " + x for x in out[1:]) + "\n}\n")
+
+
 def gpu_globals(lr: Learner, img: GpuImage, conv: Conversation, label: str) -> tuple[list[str], dict[str, bytes]]:
     """The constants and extern globals nvdrv.rt reads: the conversation, the launch image."""
     table = conv.encode()
@@ -116,7 +163,7 @@ def gpu_globals(lr: Learner, img: GpuImage, conv: Conversation, label: str) -> t
 def gpu_owner_source(lr: Learner, img: GpuImage, conv: Conversation) -> tuple[str, dict[str, bytes]]:
     """The owner's runtime source and the bytes of its extern globals."""
     lines, blobs = gpu_globals(lr, img, conv, f"gpu-owner {lr.name}")
-    return "\n".join(lines) + "\n" + step(lr, img) + rows_source(lr, img, 0, lr.nsamples or 0), blobs
+    return "\n".join(lines) + "\n" + step(lr, img) + sampled_step(lr, img) + rows_source(lr, img, 0, lr.nsamples or 0), blobs
 
 
 # -- a GPU owner inside a deployment (alphac.lower.role) ---------------------------------------
@@ -220,10 +267,13 @@ def role_start(lr: Learner, img: GpuImage, lo: int, hi: int) -> str:
     return "fn role_device_start() {\n" + "\n".join(body) + "\n}\n" + rows_source(lr, img, lo, hi)
 
 
-def grad_lines(lr: Learner, img: GpuImage, lo: int, hi: int, t: str, at: str, states) -> list[str]:
+def grad_lines(lr: Learner, img: GpuImage, lo: int, hi: int, t: str, at: str, states,
+               card: bool = True, host: bool = True) -> list[str]:
     """An owner's compute over lo..hi (a minibatch learner: step t's samples among them, `n`):
     `states` written to the card, grad_samples and owner_sum there, the host's learner_grad,
-    G compared (as step `at`). An owner without samples in the step launches nothing."""
+    G compared (as step `at`). An owner without samples in the step launches nothing. Without
+    `host`, the card's part alone (`n` its count); without `card`, the host's part alone
+    (after the card's: `n` already its count)."""
     names = ["xsum_clear", "grad_samples", "xsum_add", "xsum_fold"] if lr.exact else \
         ["grad_samples", "owner_sum"]
     kernels = [img.launch(name) for name in names]
@@ -233,12 +283,16 @@ def grad_lines(lr: Learner, img: GpuImage, lo: int, hi: int, t: str, at: str, st
     if lr.exact:                 # the card's exact sums against the host's
         compare = [f"gpu_exact_check({at});"]
     if not lr.batch:
-        return out + launch + [f"learner_grad({lo}, {hi});"] + compare
+        return (out + launch if card else []) + ([f"learner_grad({lo}, {hi});"] + compare if host else [])
     out += [f"let gn = gpu_batch({lo}, {hi}, {t});"]
     out += [f"store32({va:#x}, gn);" for x in kernels for va in x.counts]
-    out += ["if gn > 0 {"] + ["    " + x for x in launch] + ["}", f"let n = learner_grad({lo}, {hi}, {t});",
-            'if n != gn { refuse("gpu-shadow-mismatch"); }', "if n > 0 {"] + ["    " + x for x in compare]
-    return out + ["}"]
+    out += ["if gn > 0 {"] + ["    " + x for x in launch] + ["}"]
+    if not host:
+        return out + ["let n = gn;"]
+    a, b = ("n", "gn") if card else ("hn", "n")         # the host's count, the card's
+    return (out if card else []) + [f"let {a} = learner_grad({lo}, {hi}, {t});",
+                                      f'if {a} != {b} {{ refuse("gpu-shadow-mismatch"); }}', "if n > 0 {"] + \
+        ["    " + x for x in compare] + ["}"]
 
 
 def role_update(lr: Learner, img: GpuImage, ranges: dict[int, tuple[int, int]]) -> list[str]:

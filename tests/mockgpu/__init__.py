@@ -139,11 +139,13 @@ def supervise(argv: list[str], drv: Driver, stdout, stderr, cwd, timeout: float)
 
 def run(exe: str | Path, args=(), card: Card | None = None, kernels=(), present: bool = True,
         strace: bool = False, timeout: float = 120.0, events: bool = True,
-        mutate: dict | None = None, cards=(), hang: bool = False, latency: int = 0) -> MockResult:
+        mutate: dict | None = None, cards=(), hang: bool = False, latency: int = 0,
+        draws: bytes | None = None) -> MockResult:
     """Run `exe args` against a mock driver holding `card` (absent when not `present`; `cards`:
     the machine's cards, `card` among them) whose GPU knows `kernels` (alphac.ptx.build's list);
     `mutate` maps a kernel name to a function of its PTX text, so the mock GPU computes something
-    else (a shadow-mismatch mutant); with `hang` the GPU never completes (a rung doorbell runs
+    else (a shadow-mismatch mutant), or to (function, N): only the kernel's N-th launch does;
+    `draws`: the bytes getrandom answers, in turn and repeated (None: the kernel's); with `hang` the GPU never completes (a rung doorbell runs
     nothing); with `latency` L it completes at the L-th system call after the one that saw the
     doorbell (a card that takes time, for the completion wait)."""
     with tempfile.TemporaryDirectory(prefix="alphac-mockgpu-") as tmp:
@@ -154,11 +156,14 @@ def run(exe: str | Path, args=(), card: Card | None = None, kernels=(), present:
         if strace:
             argv = [shutil.which("strace"), "-f", "-qq", "-X", "raw", "-o", str(tmp / "strace.txt")] + argv
         out, err = open(tmp / "stdout", "wb+"), open(tmp / "stderr", "wb+")
-        drv = Driver(card, list(kernels), present, cards=list(cards), hang=hang, latency=latency)
+        drv = Driver(card, list(kernels), present, cards=list(cards), hang=hang, latency=latency, draws=draws)
         for name, fn in (mutate or {}).items():
             from ptx_interp import Ptx
             k = next(b.kernel for b in kernels if b.kernel.name == name)
-            drv.gpu.programs[name] = Ptx(fn(k.ptx))
+            if isinstance(fn, tuple):
+                drv.gpu.once[name] = (fn[1], Ptx(fn[0](k.ptx)))
+            else:
+                drv.gpu.programs[name] = Ptx(fn(k.ptx))
         try:
             code = supervise(argv, drv, out, err, tmp, timeout)
             out.seek(0)

@@ -125,6 +125,7 @@ class Driver:
     boosted: bool = False                                      # PERF_BOOST granted
     latency: int = 0                                           # calls after a doorbell before it runs
     pending: tuple | None = None                               # (channel, calls left) while it waits
+    draws: bytes | None = None                                 # getrandom's answers in turn (None: the kernel's)
     errors: list = field(default_factory=list)
     trace: list = field(default_factory=list)                  # every call, as the mock saw it
     allocations: list = field(default_factory=list)            # (class name, size) in order
@@ -228,6 +229,11 @@ class Driver:
             self.cpu_maps[st.bound.handle] = a[0]
             return listener.cont(n)
         self.trace.append((name,) + ((a[0],) if name in ("write", "exit_group") else ()))
+        if name == "getrandom" and self.draws is not None:       # the next bytes of `draws`, repeated
+            got = self.draws[:a[1]]
+            self.draws = self.draws[a[1]:] + got
+            mem.write(a[0], got)
+            return listener.reply(n, len(got))
         return listener.cont(n)
 
     def doorbell(self) -> None:

@@ -157,6 +157,7 @@ class Gpu:
         self.arch, self.memory, self.errors, self.topology = arch, memory, errors, topology
         self.by_code = {b.image.code_sha256: b for b in kernels}
         self.programs: dict[str, Ptx] = {}
+        self.once: dict[str, tuple[int, Ptx]] = {}          # kernel -> (its launch N, the program it runs then)
         self.launches: list[tuple[str, int, int, dict]] = []
         self.host = {v: k for k, v in METHODS[arch.host_methods].items()}
         self.compute = {v: k for k, v in METHODS[arch.compute_methods].items()}
@@ -361,6 +362,8 @@ class Gpu:
         prog = self.programs.get(k.name)
         if prog is None:
             prog = self.programs[k.name] = Ptx(k.ptx)
+        if self.once.get(k.name, (0,))[0] == 1 + sum(la[0] == k.name for la in self.launches):
+            prog = self.once[k.name][1]
         # The QMD sizes the launch, but the code reads %ntid and %nctaid from the driver prefix of
         # constant bank 0: block dims in dwords 0-2, grid dims in 3-5 (tinygrad ops_nv.py, "nv: fill
         # grid/block sizes", 166670a2f2: `*local_size, *global_size` at the bank's start).

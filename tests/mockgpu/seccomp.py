@@ -36,7 +36,7 @@ LOW_CODE = 1 << 32                     # calls from code below this go to the su
 # x86-64 system call numbers the mock names (arch/x86/entry/syscalls/syscall_64.tbl)
 SYSCALLS = {0: "read", 1: "write", 3: "close", 9: "mmap", 11: "munmap", 16: "ioctl",
             35: "nanosleep", 60: "exit", 231: "exit_group", 257: "openat", 24: "sched_yield",
-            228: "clock_gettime"}
+            228: "clock_gettime", 318: "getrandom"}
 
 
 def _filter() -> bytes:

@@ -1,0 +1,121 @@
+"""A GPU owner under `--shadow sampled` against the mock (docs/gpu.md "Shadow policies").
+
+Requires what tests/test_nvdrv_owner.py requires (ptxas, the mock). Guarantees checked: the
+sampled policy prints the interpreter's bits, the full policy's output; the events state the
+policy, chain every step and say which were proven (the first two, the last, those getrandom
+drew: the mock answers getrandom, after the step's chain event); a card that computes another
+bit on a proven step is refused gpu-shadow-mismatch there, after its hash was written; one that
+lies on a step left unproven finishes, and `verify-record --replay` names that step; exact_sum
+and an unknown policy are refused at start; a malformed events file is refused by name.
+"""
+import pytest
+
+import oracle
+from conftest import alphac, example, exact_sum_variant
+from alphac.driver import compile_file
+from alphac.refusals import Refusal, exit_code
+from test_nvdrv_owner import card_for, need_mock, refused, run
+
+SAMPLED = ("--shadow", "sampled")
+
+
+def off_by_one(ptx):                # the update's first add becomes a subtraction
+    return ptx.replace("add.rn.f64", "sub.rn.f64", 1)
+
+
+def said(r, word):
+    return [int(e.split(" ")[1]) for e in r.events.split("\n") if e.startswith(word + " ")]
+
+
+def write_events(tmp_path, r):
+    (tmp_path / "events.log").write_text(r.events)
+    return tmp_path / "events.log"
+
+
+@pytest.mark.parametrize("name", ["lsq_adam", "independent_state", "logistic"])   # logistic: minibatches
+def test_sampled_prints_the_interpreters_bits_and_says_what_it_proved(name, tmp_path):
+    need_mock()
+    from alphac.ir.interp import format_state, run as interp_run
+    data = ("--data", example(name).parent)                   # logistic reads its rows at run time
+    r, built = run(name, 90, args=("--steps", "6", *SAMPLED, *data), draws=b"\x01")   # never drawn
+    assert (r.returncode, r.stderr, r.errors) == (0, "", [])
+    lr = compile_file(example(name)).learner
+    assert r.stdout == format_state(lr, interp_run(lr, 6)) == run(name, 90, args=("--steps", "6", *data))[0].stdout
+    assert "\nshadow sampled @" in r.events and said(r, "chain") == [1, 2, 3, 4, 5, 6]
+    assert said(r, "proven") == [1, 2, 6]
+    assert [la[0] for la in r.launches] == [b.kernel.name for b in built.kernels] * 6   # none twice
+    assert sum(t[0] == "getrandom" for t in r.trace) == 3                              # steps 3..5
+    from alphac.tools.replay import replay_chain
+    assert replay_chain(lr, write_events(tmp_path, r), 6) is None
+
+
+def test_the_draw_is_getrandoms_and_comes_after_the_chain():
+    need_mock()
+    r, _ = run("lsq_adam", 90, args=("--steps", "8", *SAMPLED), draws=bytes([0, 1, 9, 8, 7]))
+    assert r.returncode == 0 and r.stdout == oracle.run("lsq_adam", steps=8)
+    assert said(r, "proven") == [1, 2, 3, 6, 8]          # steps 3..7 drew 0, 1, 9, 8, 7
+    at = [i for i, t in enumerate(r.trace) if t[0] == "getrandom"]
+    assert len(at) == 5 and all(r.trace[i - 1][0] == "write" for i in at)   # the chain event first
+    full, _ = run("lsq_adam", 90, args=("--steps", "8"))
+    assert not any(t[0] == "getrandom" for t in full.trace) and "\nshadow full @" in full.events
+
+
+def test_a_lie_on_a_proven_step_is_refused_after_its_hash():
+    need_mock()
+    r, _ = run("lsq_adam", 90, args=("--steps", "6", *SAMPLED), mutate={"update_g0": off_by_one})
+    refused(r, "gpu-shadow-mismatch")
+    assert said(r, "chain") == [1] and "mismatch at step 1" in r.events and said(r, "proven") == []
+    r, _ = run("lsq_adam", 90, args=("--steps", "6", *SAMPLED), draws=b"\x01",
+               mutate={"update_g0": (off_by_one, 6)})            # the last step: always proven
+    refused(r, "gpu-shadow-mismatch")
+    assert said(r, "proven") == [1, 2] and said(r, "chain") == [1, 2, 3, 4, 5, 6]
+
+
+def test_a_lie_on_an_unproven_step_is_found_by_replay(tmp_path):
+    need_mock()
+    r, _ = run("lsq_adam", 90, args=("--steps", "6", *SAMPLED), draws=b"\x01",
+               mutate={"update_g0": (off_by_one, 4)})            # step 4's update only
+    assert (r.returncode, r.errors) == (0, []) and said(r, "proven") == [1, 2, 6]
+    assert r.stdout != oracle.run("lsq_adam", steps=6)
+    events = write_events(tmp_path, r)
+    rc, out, err = alphac("verify-record", events, "--replay", "6", "--learner", example("lsq_adam"))
+    assert (rc, out) == (3, "") and "step 4's hash is not the interpreter's" in err
+    rc, out, _ = alphac("verify-record", events, "--replay", "3", "--learner", example("lsq_adam"))
+    assert rc == 0 and "steps 1..3 are the interpreter's" in out
+
+
+def test_exact_sum_and_an_unknown_policy_are_refused_at_start(tmp_path):
+    need_mock()
+    import mockgpu
+    from alphac.build import build_gpu_owner
+    from test_nvdrv_owner import host_for
+    r, _ = run("lsq_adam", 90, args=("--shadow", "some"))
+    refused(r, "usage")
+    (tmp_path / "x.alpha").write_text(exact_sum_variant(example("lsq_adam").read_text()))
+    built = build_gpu_owner(compile_file(tmp_path / "x.alpha").learner, "x86_64+sm_90", host_for(90))
+    (tmp_path / "x.gpu").write_bytes(built.image.elf)
+    (tmp_path / "x.gpu").chmod(0o755)
+    r = mockgpu.run(tmp_path / "x.gpu", ["--steps", "3", *SAMPLED], card=card_for(90), kernels=built.kernels)
+    refused(r, "usage")
+    assert "--shadow sampled: under contract exact_sum" in r.events and r.allocations == []
+
+
+def test_a_malformed_events_file_is_refused_by_name(tmp_path):
+    from alphac.tools.replay import replay_chain
+    lr = compile_file(example("lsq_adam")).learner
+    head = "gpu-owner lsq_adam sm_90 @1\nshadow sampled @2\n"
+    good = f"chain 1 {'ab' * 32} @3\n"
+    for text, why in [("gpu-owner other sm_90 @1\nshadow sampled @2\n" + good, "learner lsq_adam"),
+                      ("gpu-owner lsq_adam sm_90 @1\nshadow full @2\n", "shadow sampled"),
+                      (head + f"chain 1 {'ab' * 31} @3\n", "not `chain K HEX`"),
+                      (head + f"chain 2 {'ab' * 32} @3\n", "where step 1 was due"),
+                      (head + good, "1 chained steps, not 2")]:
+        (tmp_path / "e.log").write_text(text)
+        with pytest.raises(Refusal, match=why) as e:
+            replay_chain(lr, tmp_path / "e.log", 2)
+        assert e.value.name == "record-malformed"
+    (tmp_path / "e.log").write_text(head + good)
+    assert replay_chain(lr, tmp_path / "e.log", 1) == 1           # a hash that is not the step's
+    rc, _, err = alphac("verify-record", tmp_path / "e.log", "--replay", "1")
+    assert rc == 2 and "go together" in err
+    assert exit_code("record-malformed") > 0
