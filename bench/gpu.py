@@ -7,15 +7,16 @@ The learners (issue 42), each trained with Adam:
 (gpu/local_check.py's generators write the first two, their data as .npy files beside them.)
 
 For each, the same span is timed on every side, the set-up apart and warm-up excluded:
-  * alphac's GPU owner and CPU executable: a step by difference, a run of W + N steps minus a run
-    of W steps, over N (start-up, reading the data and the first W steps cancel); the GPU owner's
-    start-up is a whole `--steps 0` run;
+  * alphac's GPU owner (with the full host shadow, and with `--shadow sampled` where the contract
+    allows it: docs/gpu.md "Shadow policies") and CPU executable: a step by difference, a run of
+    W + N steps minus a run of W steps, over N (start-up, reading the data and the first W steps
+    cancel); the GPU owner's start-up is a whole `--steps 0` run;
   * PyTorch float64 on the card (eager: autograd and torch.optim.Adam; and the step captured in a
     CUDA graph, Adam `capturable`), N steps after W untimed ones, synchronized at both ends; the
     model, data and optimizer made before.
 The systems take turns in each of R rounds (interleaved); the table shows the median and the
 spread (lowest..highest) over the rounds, and whether the GPU owner's printed state after W + N
-steps is the CPU executable's, bit for bit. Without a card, torch or CUDA, the rows say so.
+steps is the CPU executable's, bit for bit, under each policy. Without a card, torch or CUDA, the rows say so.
 
     python bench/gpu.py [--learners lsq,mlp,digits] [--steps N] [--warmup W] [--rounds R] [--out DIR]
     python bench/gpu.py --quick [--runner FILE.py:FUNCTION] [--proc DIR]
@@ -66,10 +67,10 @@ def learner_source(name: str, size: dict, where: Path) -> Path:
     return path
 
 
-def run_span(runner, exe: Path, steps: int, built) -> tuple[float, int, str]:
-    """(seconds, exit code, stdout) of one whole run of `steps` steps."""
+def run_span(runner, exe: Path, steps: int, built, more=()) -> tuple[float, int, str]:
+    """(seconds, exit code, stdout) of one whole run of `steps` steps (`more`: other options)."""
     t0 = time.perf_counter()
-    rc, out, _ = runner(exe, ["--steps", str(steps)], built)
+    rc, out, _ = runner(exe, ["--steps", str(steps), *more], built)
     return time.perf_counter() - t0, rc, out
 
 
@@ -175,17 +176,20 @@ def bench(args, runner) -> int:
         t0 = time.perf_counter()
         gpu = build_gpu_owner(lr, f"x86_64+sm_{sm}", host)
         build_s = time.perf_counter() - t0
-        exes = {"gpu": (out / "bin" / f"{lr.name}.sm_{sm}", gpu, gpu.image.elf),
-                "cpu": (out / "bin" / f"{lr.name}.{level}", None, build_learner(lr, level).elf)}
-        for path, _, elf in exes.values():
+        gpu_exe = out / "bin" / f"{lr.name}.sm_{sm}"
+        exes = {"gpu": (gpu_exe, gpu, gpu.image.elf, ()),
+                "cpu": (out / "bin" / f"{lr.name}.{level}", None, build_learner(lr, level).elf, ())}
+        if not lr.exact:        # the sampled shadow (exact_sum's host sums are its check: refused)
+            exes["sampled"] = (gpu_exe, gpu, gpu.image.elf, ("--shadow", "sampled"))
+        for path, _, elf, _ in exes.values():
             path.write_bytes(elf)
             path.chmod(0o755)
-        times = {k: [] for k in ("gpu", "cpu", "start", "torch", "graph")}
+        times = {k: [] for k in ("gpu", "sampled", "cpu", "start", "torch", "graph")}
         outputs, w, n = {}, args.warmup, args.steps
         for _ in range(args.rounds):
-            for kind, (path, built, _) in exes.items():
-                long_s, rc, text = run_span(runner, path, w + n, built)
-                short_s, rc0, _ = run_span(runner, path, w, built)
+            for kind, (path, built, _, more) in exes.items():
+                long_s, rc, text = run_span(runner, path, w + n, built, more)
+                short_s, rc0, _ = run_span(runner, path, w, built, more)
                 outputs[kind] = (rc, rc0, text)
                 times[kind].append((long_s - short_s) / n)
             times["start"].append(run_span(runner, exes["gpu"][0], 0, gpu)[0])
@@ -196,21 +200,22 @@ def bench(args, runner) -> int:
                         times["graph"].append(torch_time(name, size, out / "bin", torch, device, w, n, True) / n)
                     except RuntimeError as e:       # a capture torch refuses: said, not fatal
                         graph_failed[name] = str(e).splitlines()[0][:200]
-        same = outputs["gpu"][:2] == (0, 0) == outputs["cpu"][:2] and outputs["gpu"][2] == outputs["cpu"][2]
+        same = all(outputs[k][:2] == (0, 0) and outputs[k][2] == outputs["cpu"][2] for k in outputs)
         ok = ok and same
-        rows.append({"learner": title, "gpu": times["gpu"], "cpu": times["cpu"], "start": times["start"],
+        rows.append({"learner": title, "gpu": times["gpu"], "sampled": times["sampled"], "cpu": times["cpu"],
+                     "start": times["start"],
                      "torch": times["torch"], "graph": times["graph"], "bits": same,
                      "build_s": round(build_s, 2)})
     where = "against the mock: times mean nothing" if args.runner else f"sm_{sm}, {host.product}"
     print(f"# GPU owner beside the CPU executable ({level}) and PyTorch float64 ({where}); "
           f"{args.rounds} rounds of {args.warmup} + {args.steps} steps; ms a step, median (spread)")
     print(f"# torch: {why or 'CUDA, eager and a CUDA graph'}" if torch is not None else f"# {why}")
-    print("| learner | alphac GPU owner | alphac CPU executable | PyTorch eager | PyTorch CUDA graph | "
-          "GPU start-up | bits = CPU |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | --- |")
+    print("| learner | alphac GPU owner | alphac GPU owner, sampled shadow | alphac CPU executable | "
+          "PyTorch eager | PyTorch CUDA graph | GPU start-up | bits = CPU |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
     for r in rows:
-        print(f"| {r['learner']} | {ms(r['gpu'])} | {ms(r['cpu'])} | {ms(r['torch'])} | {ms(r['graph'])} | "
-              f"{ms(r['start'])} | {'yes' if r['bits'] else 'NO'} |")
+        print(f"| {r['learner']} | {ms(r['gpu'])} | {ms(r['sampled'])} | {ms(r['cpu'])} | {ms(r['torch'])} | "
+              f"{ms(r['graph'])} | {ms(r['start'])} | {'yes' if r['bits'] else 'NO'} |")
     for name, why_not in sorted(graph_failed.items()):
         print(f"# {name}: no CUDA graph: {why_not}")
     (out / "bench-gpu.json").write_text(json.dumps({"sm": sm, "level": level, "rows": rows}, indent=1,

@@ -50,8 +50,10 @@ def test_gpu_benchmark_against_the_mock(tmp_path, runner, code, bits):
                         "--proc", str(fake_proc(tmp_path)), "--out", str(tmp_path / "out")],
                        capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert r.returncode == code, (r.stdout, r.stderr[-2000:])
-    assert "| learner | alphac GPU owner | alphac CPU executable |" in r.stdout
+    assert "| learner | alphac GPU owner | alphac GPU owner, sampled shadow | alphac CPU executable |" in r.stdout
     rows = [l for l in r.stdout.splitlines() if l.startswith("| ") and "---" not in l][1:]
     assert [l.split(" | ")[0] for l in rows] == ["| least squares 8 x 64, exact_sum, Adam",
                                                 "| MLP 6-5-3 tanh, batch 16, Adam"]
     assert all(l.endswith(f"| {bits} |") for l in rows), r.stdout
+    # the sampled shadow where the contract allows it: not under exact_sum (the least squares)
+    assert [l.split(" | ")[2] == "-" for l in rows] == [True, False], r.stdout
