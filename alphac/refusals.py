@@ -30,9 +30,10 @@ DECIMAL_DIGITS = 15
 
 # name -> (exit code, when)
 REFUSALS: dict[str, tuple[int, str]] = {
-    "usage": (64, "the command line is not what the executable takes (see its docs: a learner "
-                  "takes `--steps N`, a role also its addresses), a number is not a decimal "
-                  f"integer of at most {DECIMAL_DIGITS} digits, or an option is unknown"),
+    "usage": (64, "the command line is not what the executable takes (`--help` prints its usage "
+                  "line: a learner takes `--steps N`, a role also its addresses), a number is not "
+                  f"a decimal integer of at most {DECIMAL_DIGITS} digits, or an option is unknown; "
+                  "the usage line, then `refused: usage (ARG: WHAT)` naming the argument"),
     "cpu-level": (67, "the executable was built for a target level (x86_64-v3: AVX2; x86_64-v4: "
                       "AVX-512 F, DQ, CD, BW and VL) that this CPU, "
                       "or its operating system, does not provide; build for `x86_64` instead"),

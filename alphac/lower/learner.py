@@ -1023,10 +1023,11 @@ class LearnerCode:
         """learner_evaluate(): the state scored on the held-out samples (`alphac build
         --eval-data`), as `alphac eval` scores it (alphac.ir.score): `samples N`, `mean_loss HEX`
         (the left fold of the losses, over n) and, with labels, `correct K` (the first index of
-        the largest score that is a number, against the label). Without held-out data, `usage`."""
+        the largest score that is a number, against the label). Without held-out data, `usage`
+        (naming `--evaluate`)."""
         em = Emitter(self)
         if self.evaluation is None:
-            em.put('refuse("usage");')
+            em.put('rt_usage_refuse("--evaluate", "built without held-out data; see alphac build --eval-data");')
             return self.function("learner_evaluate", "", em)
         held, labels = self.evaluation
         lr = self.lr

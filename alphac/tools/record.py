@@ -295,7 +295,7 @@ def make_record(table: dict, runs: list, steps: int, manifest: dict, mpath: Path
     """The unsealed record of `table`'s `runs` (supervise.RoleRun), their streams in `rdir`."""
     roles = []
     for run in runs:
-        refused = next((l[len("refused: "):] for l in run.stderr.splitlines()
+        refused = next((l[len("refused: "):].split(" (")[0] for l in run.stderr.splitlines()
                         if l.startswith("refused: ")), None)
         roles.append({"role": run.role, "isa": run.target, "sha256": run.sha256,
                       "artifact": run.artifact,
