@@ -14,7 +14,7 @@ import sys
 import textwrap
 
 from alphac import __version__, api
-from alphac.commands import COMMANDS as TABLE, INTRO, TOP, Group, OneOf
+from alphac.commands import COMMANDS as TABLE, INTRO, TOP, Group, OneOf, usage
 from alphac.diag import CODES, BuildError, CompileError, explain
 from alphac.refusals import Refusal, exit_table, tool_exit
 
@@ -23,7 +23,8 @@ def _help() -> str:
     """The introduction, every command's lines (alphac.commands) and the exit codes."""
     lines = [INTRO, "commands:"]
     for c in TABLE:
-        lines += [f"  {c.usage:<22}  {c.summary}"] if len(c.usage) <= 22 else [f"  {c.usage}", " " * 26 + c.summary]
+        u = usage(c)
+        lines += [f"  {u:<30}  {c.summary}"] if len(u) <= 30 else [f"  {u}", " " * 34 + c.summary]
     lines.append("\nrun `alphac COMMAND --help` for a command's options.\n\nexit codes:")
     return "\n".join(lines) + "\n" + "".join(
         textwrap.fill(when, 96, initial_indent=f"  {code:<7} ", subsequent_indent=" " * 10) + "\n"
