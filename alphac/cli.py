@@ -16,7 +16,7 @@ import textwrap
 from alphac import __version__, api
 from alphac.commands import COMMANDS as TABLE, INTRO, TOP, Group, OneOf, usage
 from alphac.diag import CODES, BuildError, CompileError, explain
-from alphac.refusals import Refusal, exit_table, tool_exit
+from alphac.refusals import REFUSALS, Refusal, exit_table, explain_run, tool_exit
 
 
 def _help() -> str:
@@ -294,9 +294,10 @@ def cmd_plot(args) -> int:
 
 
 def cmd_explain(args) -> int:
-    text = explain(args.code)
+    text = explain(args.code) or explain_run(args.code)
     if text is None:
-        print(f"alphac: no diagnostic code {args.code!r}; known codes: {', '.join(sorted(CODES))}",
+        print(f"alphac: no diagnostic code, refusal or exit code {args.code!r}{_suggest(args.code, [*CODES, *REFUSALS])}"
+              f" (diagnostic codes: {', '.join(sorted(CODES))}; refusals: docs/refusals.md)",
               file=sys.stderr)
         return 2
     sys.stdout.write(text)

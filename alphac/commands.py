@@ -363,8 +363,10 @@ COMMANDS = (
           help="decimal (the default: the shortest decimals that read back to the same "
                "bits) or json (also the mean loss's bits as 16 hex digits)"),
     )),
-    Command("explain", "explain a diagnostic code such as E0050",
-            "Print the explanation of a diagnostic code (E0xxx, W0xxx).", (
-        A("code", metavar="CODE", help="a code such as E0050"),
+    Command("explain", "explain a diagnostic code (E0050), a refusal (peer-lost) or an exit code",
+            "Print what a diagnostic code (E0xxx, W0xxx), a run's refusal (`refused: NAME`: "
+            "docs/refusals.md) or an exit code (an executable's or alphac's) means.", (
+        A("code", metavar="CODE", help="a code such as E0050, a refusal such as nvidia-open, or "
+          "an exit code such as 124"),
     )),
 )

@@ -45,7 +45,10 @@ REFUSALS: dict[str, tuple[int, str]] = {
     "listen-failed": (70, "a role could not listen on the address given by --listen"),
     "connect-failed": (71, "a role could not reach its parent within the deadline"),
     "peer-lost": (72, "a peer closed its connection, or did not send (or take) a whole frame, or "
-                      "finish the connection's set-up, within the deadline"),
+                      "finish the connection's set-up, within the deadline: most often a peer "
+                      "that refused or crashed first (the launcher names the first role that "
+                      "refused), else a network that dropped the connection or a `--deadline-ms` "
+                      "shorter than the peers take to start"),
     "frame-bad-header": (73, "a frame does not start with the magic and format of alphac frames"),
     "frame-too-long": (74, "a frame announces more payload than the receiver expects (the bound "
                            "is fixed at compile time)"),
@@ -122,8 +125,12 @@ REFUSALS: dict[str, tuple[int, str]] = {
                           "was altered; refused before the driver is opened"),
     "gpu-shadow-mismatch": (123, "the GPU's result bits differ from the host shadow's (the same "
                                  "step computed on the CPU); nothing is published"),
-    "nvidia-open": (124, "a GPU owner cannot open an NVIDIA device file (no driver, no card, no "
-                         "permission)"),
+    "nvidia-open": (124, "a GPU owner cannot open an NVIDIA device file: the detail names the file "
+                         "and the errno (2: the file does not exist: no NVIDIA driver loaded, or "
+                         "no card with the minor it was built for, /dev/nvidiaN; 13: no "
+                         "permission: join the group that owns /dev/nvidia*). Run it on the host "
+                         "it was built for (the deployment's `gpu` item, `--gpu-host`); "
+                         "`nvidia-smi` lists the cards there"),
     "nvidia-call": (125, "the NVIDIA driver refused a call of the conversation (an ioctl failed or "
                          "answered a non-zero status; the events file names the call)"),
     "nvidia-map": (126, "a GPU owner could not map driver memory at the address its plan fixes"),
@@ -173,3 +180,14 @@ def exit_table() -> list[tuple[str, str]]:
     return rows + [(f"{min(c for c, _ in REFUSALS.values())}-{max(c for c, _ in REFUSALS.values())}",
                     "a run refused: `refused: NAME` on standard error, the code of NAME in "
                     "docs/refusals.md")]
+
+
+def explain_run(key: str) -> str | None:
+    """`alphac explain KEY` for what a run answers: a refusal's name (`nvidia-open`) or an exit
+    code (`124`, `2`), with what it means, from REFUSALS and TOOL_EXITS; None for anything else.
+    A name both tables hold (`usage`) is shown from both."""
+    out = [f"refused: {name} (exit code {code})\n\n{when}\n" for name, (code, when) in REFUSALS.items()
+           if key in (name, str(code))]
+    out += [f"alphac exit code {code} ({name})\n\n{when}\n" for name, (code, when) in TOOL_EXITS.items()
+            if key in (name, str(code))]
+    return "\n".join(out) or None

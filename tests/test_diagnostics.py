@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from alphac.diag import CODES
+from alphac.refusals import REFUSALS, TOOL_EXITS
 from conftest import ROOT, alphac, require_tool
 
 DIAG = Path(__file__).parent / "diagnostics"
@@ -95,7 +96,24 @@ def test_explain(code):
 
 def test_explain_unknown():
     rc, _, err = alphac("explain", "E9999")
-    assert rc == 2 and "no diagnostic code" in err
+    assert rc == 2 and "no diagnostic code, refusal or exit code 'E9999'" in err
+    assert "did you mean `peer-lost`?" in alphac("explain", "peer-lsot")[2]
+
+
+@pytest.mark.parametrize("name", sorted(REFUSALS))
+def test_explain_every_refusal_by_name_and_by_exit_code(name):
+    """`alphac explain nvidia-open` (or 124) says what the refusal means, from the one table."""
+    code, when = REFUSALS[name]
+    for key in (name, str(code)):
+        rc, out, _ = alphac("explain", key)
+        assert rc == 0 and f"refused: {name} (exit code {code})\n\n{when}\n" in out
+
+
+@pytest.mark.parametrize("name", sorted(TOOL_EXITS))
+def test_explain_every_exit_code_of_alphac(name):
+    code, when = TOOL_EXITS[name]
+    rc, out, _ = alphac("explain", str(code))
+    assert (rc, out) == (0, f"alphac exit code {code} ({name})\n\n{when}\n")
 
 
 def test_docs_match_the_table():
