@@ -200,10 +200,9 @@ def _passed(record: dict) -> int:
 
 
 def _role_failures(record: dict) -> None:
-    for r in record["roles"]:
-        if r["exit"] != 0:
-            why = f"refused: {r['refused']}" if r["refused"] else f"exit {r['exit']}"
-            print(f"{r['role']}: {why}", file=sys.stderr)
+    from alphac.tools.launch import failures
+    for line in failures(record):
+        print(line, file=sys.stderr)
 
 
 def cmd_slurm(args) -> int:

@@ -28,6 +28,16 @@ TOOL_EXITS: dict[str, tuple[int, str]] = {
 # (tests/test_hostile_runs.py runs both sides at the bound).
 DECIMAL_DIGITS = 15
 
+# The refusals a role answers at start, before it talks to any peer (its command line, CPU, data,
+# checkpoint or card): once one role has answered one, the run cannot pass and its peers would only
+# wait out their deadline, so the launcher ends them at once (alphac/tools/supervise.py).
+START_REFUSALS = frozenset({
+    "usage", "cpu-level", "listen-failed", "name-unresolved", "rank-out-of-range",
+    "checkpoint-missing", "manifest-torn", "shard-missing", "shard-corrupt", "shard-non-finite",
+    "checkpoint-other-learner", "checkpoint-layout", "device-uuid", "nvidia-plan-host",
+    "launch-image", "gpu-topology", "nvidia-open", "nvidia-call", "nvidia-map",
+    "data-missing", "data-shape", "data-hash"})
+
 # name -> (exit code, when)
 REFUSALS: dict[str, tuple[int, str]] = {
     "usage": (64, "the command line is not what the executable takes (`--help` prints its usage "

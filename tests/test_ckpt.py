@@ -382,4 +382,5 @@ def test_distributed_resume_refuses_before_training(built, tmp_path):
     roles = {r["role"]: r for r in rec["roles"]}
     assert not rec["passed"] and rec["published"] == ""
     assert roles["owner.2"]["refused"] == "shard-corrupt"
-    assert all(r["refused"] in REFUSALS for r in rec["roles"])
+    # the first refusal at start ends the others (each a refusal of its own, or ended by the launcher)
+    assert all(r["refused"] in REFUSALS or r["detail"].startswith("ended when") for r in rec["roles"])
