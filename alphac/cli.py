@@ -218,7 +218,8 @@ def cmd_slurm(args) -> int:
 
 def cmd_slurm_record(args) -> int:
     from alphac.tools.slurm import collect
-    record = collect(args.rundir, key=args.record_key)
+    record = collect(args.rundir, key=args.record_key, wait=args.wait,
+                     say=lambda line: print(line, file=sys.stderr))
     _role_failures(record)
     if record["slurm"]["srun_exit"] is None:
         print(f"alphac slurm-record: the job has not finished, or was killed (no "

@@ -266,9 +266,13 @@ COMMANDS = (
     Command("slurm-record", "seal the run record of an `alphac slurm` job",
             "After the job of `alphac slurm` ran: read its run directory (each role's events, exit "
             "code, output and node), check the executables against the manifest again, and write "
-            "RUNDIR/record.json, sealed like `alphac launch`'s. Prints the published state; "
+            "RUNDIR/record.json, sealed like `alphac launch`'s (a job still in Slurm's queue: "
+            "--wait). Prints the published state; "
             "refused run-failed unless the run passed.", (
         A("rundir", type=path, metavar="RUNDIR", help="the run directory `alphac slurm` made"),
+        A("--wait", type=count, nargs="?", const=3600, metavar="S",
+          help="wait for a job still queued or running to end, at most S seconds (default 3600); "
+               "without it such a job is refused job-not-done"),
         FORMAT, KEY,
     )),
     Command("k8s", "Kubernetes manifests for a built deployment",

@@ -103,6 +103,8 @@ REFUSALS: dict[str, tuple[int, str]] = {
                           "disk that filled beyond the space reserved for it before the start); "
                           "the detail says whether it passed, where its checkpoint and its "
                           "events are"),
+    "job-not-done": (109, "`alphac slurm-record`: the Slurm job is still queued or running (squeue "
+                          "shows it); nothing was written: `--wait` waits for it to end"),
     "record-key": (105, "the record key file cannot be read or made, holds fewer than 32 bytes, or "
                         "others can read or write it; a launch starts nothing"),
     "launch-interrupted": (106, "the launcher got SIGINT, SIGTERM or SIGHUP: every role was ended, "
