@@ -232,7 +232,8 @@ def cmd_k8s(args) -> int:
     from alphac.tools.k8s import generate
     w = generate(args.dir, args.output, image=args.image, name=args.name, namespace=args.namespace,
                  port=args.port, steps=args.steps, epochs=args.epochs, deadline_ms=args.deadline_ms,
-                 cluster_domain=args.cluster_domain, active_deadline=args.active_deadline, data=args.data)
+                 cluster_domain=args.cluster_domain, active_deadline=args.active_deadline,
+                 ttl=args.ttl, data=args.data)
     out, name, ns = w["out"], w["name"], f" -n {w['namespace']}" if w["namespace"] else ""
     sel = f"batch.kubernetes.io/job-name={name},batch.kubernetes.io/job-completion-index={w['root']}"
     print(f"alphac: {out}/k8s.yaml (Service and Indexed Job {name}, {w['ranks']} pods, "

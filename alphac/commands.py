@@ -303,8 +303,12 @@ COMMANDS = (
                "scheduled and their image is pulled)"),
         A("--cluster-domain", default="cluster.local", metavar="DOMAIN",
           help="the cluster's DNS domain, in the pods' names (default cluster.local)"),
-        A("--active-deadline", type=count, metavar="S",
-          help="the Job's activeDeadlineSeconds: end every pod after S seconds (default: no bound)"),
+        A("--active-deadline", type=count, default=86400, metavar="S",
+          help="the Job's activeDeadlineSeconds: end every pod after S seconds (default 86400, a "
+               "day; 0: no bound, and a Job whose names never resolve replaces pods forever)"),
+        A("--ttl-after-finished", dest="ttl", type=count, default=86400, metavar="S",
+          help="the Job's ttlSecondsAfterFinished: delete the Job, its pods and their logs (the "
+               "root's is the published state) S seconds after it ends (default 86400, a day)"),
         A("--data", type=path, metavar="DIR",
           help="read the learner's loaded data from DIR (the load() paths, relative to "
                "it) instead of where the build read them; it goes into the image"),

@@ -375,4 +375,4 @@ def test_a_mesh_owner_without_its_mesh_address_is_refused_usage(roles):
     r = subprocess.run([str(roles / "lsq_adam_mesh" / "owner.1"), "--steps", "1",
                         "--parent", "127.0.0.1:9", "--mesh", "127.0.0.1:99999+{}"],
                        capture_output=True, text=True, timeout=10)
-    assert (r.returncode, r.stderr.splitlines()[-1]) == (64, "refused: usage (--mesh: not A.B.C.D:PORT, [IPv6]:PORT or NAME:PORT; {} is the rank)")
+    assert (r.returncode, r.stderr.splitlines()[-1]) == (64, "refused: usage (--mesh: not A.B.C.D:PORT, [IPv6]:PORT, [A.B.C.D]:PORT or NAME:PORT; {} is the rank)")

@@ -10,7 +10,7 @@ written, byte for byte the same on every run (no time, no absolute path, ranks i
   and with `subdomain: NAME` the DNS name NAME-I.NAME.<namespace>.svc.<cluster domain>. Its one
   container runs only the executable of rank I:
       /alphac/rank/$(JOB_COMPLETION_INDEX) --rank $(JOB_COMPLETION_INDEX) --steps N
-          --deadline-ms MS --listen $(POD_IP):P --parent NAME-{}.NAME.$(POD_NAMESPACE).svc.D:P
+          --deadline-ms MS --listen [$(POD_IP)]:P --parent NAME-{}.NAME.$(POD_NAMESPACE).svc.D:P
   (Kubernetes expands `$(VAR)` from the container's env: the index from the pod's annotation,
   POD_IP and POD_NAMESPACE from the downward API; the executable expands `{}` in --parent to its
   parent's rank, so every pod names its parent's pod). The name is fully qualified because the
@@ -18,7 +18,11 @@ written, byte for byte the same on every run (no time, no absolute path, ranks i
   runtime asks for a name until its deadline (pods start in any order); a role that then still
   refuses `name-unresolved` (its exit code from alphac.refusals) is replaced by the Job
   (podFailurePolicy Ignore): it has exchanged nothing yet; any other failure fails the Job at
-  once (backoffLimit 0).
+  once (backoffLimit 0). `[$(POD_IP)]` is an IPv6 pod's address in brackets, and the runtime
+  takes `[A.B.C.D]:P` as well. Each pod requests and is limited to `memory` (the largest
+  executable's segments, a stack, the kernel's share); the Job ends its pods after
+  activeDeadlineSeconds (--active-deadline, default a day; 0: no bound) and is deleted with its
+  pods and their logs ttlSecondsAfterFinished after it ends (--ttl-after-finished, default a day).
 - `Containerfile`: FROM scratch, the executables as /alphac/roles/FILE, and /alphac/rank/N, a
   relative symbolic link to the file serving rank N (one copy of each executable however many
   ranks it serves; the kernel follows the link at exec, no shell needed); `roles/`, `rank/` and
@@ -39,9 +43,11 @@ import json
 import os
 import re
 import shutil
+import struct
 import tempfile
 from pathlib import Path
 
+from alphac.elf.writer import PT_LOAD
 from alphac.encode import Unencodable, yaml_comment, yaml_scalar
 from alphac.files import open_regular, read_regular, write_file
 from alphac.manifest import MAX_FILE
@@ -57,6 +63,8 @@ OURS = {"k8s.yaml", "Containerfile", "SHA256SUMS", "roles", "rank", "data"}
 HEADER = "# alphac k8s:"
 USER = 65532                                            # the pods' user and group (not root)
 INDEX = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+STACK = 8 << 20                                         # the kernel's default stack limit
+KERNEL = 8 << 20                                        # socket buffers, page tables
 
 
 class K8sError(Exception):
@@ -137,8 +145,27 @@ def check_names(name: str, namespace: str | None, n: int, port: int, domain: str
     return f"{name}-{{}}.{name}.$(POD_NAMESPACE).svc.{domain}:{port}"
 
 
+def memory(blobs: dict[str, bytes]) -> str:
+    """The memory every pod requests and is limited to, in MiB: the largest executable's loaded
+    segments (their p_memsz: every buffer the runtime has is one of them, the plan's demand for
+    the learner's values included; there is no allocator), a stack of STACK bytes and KERNEL bytes
+    for what the kernel charges the pod (socket buffers, page tables)."""
+    most = 0
+    for f, data in sorted(blobs.items()):
+        try:
+            phoff, = struct.unpack_from("<Q", data, 32)
+            size, count = struct.unpack_from("<HH", data, 54)
+            most = max(most, sum(struct.unpack_from("<Q", data, phoff + i * size + 40)[0]
+                                 for i in range(count)
+                                 if struct.unpack_from("<I", data, phoff + i * size)[0] == PT_LOAD))
+        except struct.error:
+            raise Refusal("launch-input", f"{f}: not an ELF executable (its program headers)")
+    return f"{-(-(most + STACK + KERNEL) // (1 << 20))}Mi"
+
+
 def objects(table: dict, *, name: str, image: str, arch: str, namespace: str | None, port: int,
-            run_args: list[str], domain: str, active_deadline: int | None) -> list[dict]:
+            run_args: list[str], domain: str, active_deadline: int, ttl: int,
+            mem: str) -> list[dict]:
     """The Service and the Job, as the dictionaries the API takes."""
     n = len(table["roles"])
     parent = check_names(name, namespace, n, port, domain)
@@ -146,8 +173,8 @@ def objects(table: dict, *, name: str, image: str, arch: str, namespace: str | N
     meta = {"name": name, **({"namespace": namespace} if namespace else {}), "labels": labels,
             "annotations": {f"{PREFIX}/deployment": table["deployment"], f"{PREFIX}/learner": table["learner"]}}
     args = ["--rank", "$(JOB_COMPLETION_INDEX)", *map(literal, run_args)]
-    if any(r["listens"] for r in table["roles"]):
-        args += ["--listen", f"$(POD_IP):{port}"]
+    if any(r["listens"] for r in table["roles"]):        # bracketed: an IPv6 pod's address too
+        args += ["--listen", f"[$(POD_IP)]:{port}"]
     if any(r["parent"] for r in table["roles"]):
         args += ["--parent", parent]
     if any(r.get("mesh") for r in table["roles"]):     # owner j at its pod's name, `{}` = j's rank
@@ -159,6 +186,7 @@ def objects(table: dict, *, name: str, image: str, arch: str, namespace: str | N
         "env": [field("JOB_COMPLETION_INDEX", INDEX), field("POD_IP", "status.podIP"),
                 field("POD_NAMESPACE", "metadata.namespace")],
         "ports": [{"name": "alphac", "containerPort": port, "protocol": "TCP"}],
+        "resources": {"requests": {"memory": mem}, "limits": {"memory": mem}},
         "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
                             "capabilities": {"drop": ["ALL"]}},
         "terminationMessagePolicy": "FallbackToLogsOnError"}
@@ -172,7 +200,8 @@ def objects(table: dict, *, name: str, image: str, arch: str, namespace: str | N
             "podFailurePolicy": {"rules": [{"action": "Ignore", "onExitCodes": {  # an empty
                 "containerName": "role", "operator": "In", "values": [NAME_UNRESOLVED]},  # list:
                 "onPodConditions": []}]},                   # 1.28's schema requires the field
-            **({"activeDeadlineSeconds": active_deadline} if active_deadline is not None else {}),
+            **({"activeDeadlineSeconds": active_deadline} if active_deadline else {}),
+            "ttlSecondsAfterFinished": ttl,
             "template": {"metadata": {"labels": labels}, "spec": pod}}
     service = {"apiVersion": "v1", "kind": "Service", "metadata": meta,
                "spec": {"clusterIP": "None", "publishNotReadyAddresses": True,
@@ -285,8 +314,8 @@ def output_dir(out: Path) -> None:
 def generate(dep_dir: str | Path, out: str | Path | None = None, *, image: str | None = None,
              name: str | None = None, namespace: str | None = None, port: int = 7000,
              steps: int = 5, epochs: int | None = None, deadline_ms: int = 300000,
-             cluster_domain: str = "cluster.local", active_deadline: int | None = None,
-             data: str | None = None) -> dict:
+             cluster_domain: str = "cluster.local", active_deadline: int = 86400,
+             ttl: int = 86400, data: str | None = None) -> dict:
     """Write the manifests, the Containerfile and the image's files for the deployment in
     `dep_dir` into `out`; returns what the CLI prints (the image, the Job, the commands)."""
     dep_dir = Path(dep_dir)
@@ -294,7 +323,7 @@ def generate(dep_dir: str | Path, out: str | Path | None = None, *, image: str |
     out = Path(out) if out is not None else dep_dir / "k8s"
     name = default_name(table["deployment"]) if name is None else name
     for flag, v, low in (("--steps", steps, 0), ("--epochs", epochs, 0), ("--deadline-ms", deadline_ms, 1),
-                         ("--active-deadline", active_deadline, 1)):
+                         ("--active-deadline", active_deadline, 0), ("--ttl-after-finished", ttl, 0)):
         if v is not None and not low <= v < 10 ** DECIMAL_DIGITS:     # what the executables take
             raise K8sError(f"{flag} {v}: a whole number from {low} to {DECIMAL_DIGITS} digits")
     ranks = rank_files(table)
@@ -310,7 +339,8 @@ def generate(dep_dir: str | Path, out: str | Path | None = None, *, image: str |
     run_args = ["--steps", str(steps)] if epochs is None else ["--epochs", str(epochs)]
     run_args += ["--deadline-ms", str(deadline_ms)] + (["--data", "/alphac/data"] if loaded else [])
     docs = objects(table, name=name, image=image, arch=arch, namespace=namespace, port=port,
-                   run_args=run_args, domain=cluster_domain, active_deadline=active_deadline)
+                   run_args=run_args, domain=cluster_domain, active_deadline=active_deadline,
+                   ttl=ttl, mem=memory(blobs))
     n, root = len(ranks), next(r["rank"] for r in table["roles"] if r["role"] == table["root"])
     try:                                 # the learner as the YAML below writes it: one line
         learner = _scalar(table["learner"])
