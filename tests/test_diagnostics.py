@@ -58,6 +58,21 @@ def test_several_errors_in_one_run(monkeypatch):
     assert [c for c in ("E0040", "E0031", "E0020") if c in err] == ["E0040", "E0031", "E0020"]
 
 
+@pytest.mark.parametrize("body, wrong, meant", [
+    ("loss(i) {\n  let h = tanh(w * x[i])\n  (hh - x[i])^2\n}\nupdate {\n  w = w - 0.1 * grad(w)\n}\n", "hh", "h"),
+    ("loss(i) = (wq * x[i])^2\nupdate {\n  w = w - 0.1 * grad(w)\n}\n", "wq", "w"),
+    ("loss(i) = (w * x[i])^2\nupdate {\n  let gw = grad(w)\n  w = w - 0.1 * g\n}\n", "g", "gw"),
+    ("loss(i) = (w * x[i])^2\nupdate {\n  let step = 0.1 * grad(w)\n  ww = w - step\n}\n", "ww", "w"),
+])
+def test_an_unknown_name_gets_the_nearest_name_in_scope(tmp_path, body, wrong, meant):
+    """`hh` for a `let h` of the same body, as for a declaration: "did you mean"."""
+    p = tmp_path / "t.alpha"
+    p.write_text("learner t\ndata x = [1.0, 2.0]\nparam w: f64 = 0.5\n" + body)
+    rc, _, err = alphac("check", p)
+    assert rc == 1 and f"error[E0020]: unknown name `{wrong}`" in err and \
+        f"hint: did you mean `{meant}`?" in err, err
+
+
 def test_bad_npy_files(tmp_path):
     import numpy as np
     (tmp_path / "s.npy").write_bytes(b"not an npy file")

@@ -367,7 +367,7 @@ class Checker:
             sym = ctx.lets.get(st.name) or self.syms.get(st.name)
             node = self.expr(st.value, ctx)
             if sym is None:
-                self.unknown(st.name, st.name_span)
+                self.unknown(st.name, st.name_span, ctx)
                 continue
             if sym.kind not in ("param", "state"):
                 self.err("E0052", st.name_span, f"`{st.name}` is a {sym.kind}, not a param or state")
@@ -388,7 +388,9 @@ class Checker:
             self.update.append(ir.Assign(st.name, node, st.span.line_col[0]))
 
     # -- expressions --------------------------------------------------------------------------
-    def unknown(self, name: str, span: Span) -> None:
+    def unknown(self, name: str, span: Span, ctx: Ctx | None = None) -> None:
+        """E0020 (or E0056 for a sample index out of its place), with the nearest name in scope
+        (a declaration, or a `let` of the body it is in) as a hint."""
         for d in (self.loss_decl, self.predict_decl):
             if d is not None and name == d.index:
                 self.err("E0056", span, f"the sample index `{name}` is used outside the "
@@ -399,7 +401,7 @@ class Checker:
             self.err("E0020", span, f"`{name}` is used before its declaration",
                      hint=f"it is declared at line {self.later[name].line_col[0]}; move that line up")
             return
-        close = difflib.get_close_matches(name, list(self.syms), n=1)
+        close = difflib.get_close_matches(name, sorted({*self.syms, *(ctx.lets if ctx else ())}), n=1)
         self.err("E0020", span, f"unknown name `{name}`",
                  hint=f"did you mean `{close[0]}`?" if close else None)
 
@@ -444,7 +446,7 @@ class Checker:
             if e.name in BUILTINS:
                 self.err("E0042", e.span, f"`{e.name}` is a builtin function; call it")
             else:
-                self.unknown(e.name, e.span)
+                self.unknown(e.name, e.span, ctx)
             return None
         if sym.kind == "let":
             return sym.node
@@ -625,7 +627,7 @@ class Checker:
         name = e.base.name
         sym = ctx.lets.get(name) or self.syms.get(name)
         if sym is None:
-            self.unknown(name, e.base.span)
+            self.unknown(name, e.base.span, ctx)
             return None
         idx = list(e.indices)
         if len(idx) > len(sym.shape):
