@@ -760,10 +760,15 @@ class Checker:
             return
         used = {n.name for n in ir.postorder([self.loss]) if isinstance(n, ir.Read)} if self.loss else set()
         assigned = {a.target for a in self.update}
+        graded = {n.param for n in ir.postorder([a.node for a in self.update]) if isinstance(n, ir.Grad)}
         for s in self.states:
             span = self.syms[s.name].span
             if s.kind == "param" and self.loss is not None and s.name not in used:
                 self.sink.warning("W0001", span, f"param `{s.name}` does not appear in the loss")
+            elif s.kind == "param" and self.loss is not None and s.name in assigned and s.name not in graded:
+                self.sink.warning("W0003", span, f"the update never uses `grad({s.name})`",
+                                  hint=f"`{s.name}` is updated, but not from its gradient; "
+                                       f"a `const` may say what you mean")
             if s.name not in assigned:
                 self.sink.warning("W0002", span, f"`{s.name}` is never updated")
 
