@@ -213,6 +213,53 @@ def test_single_process_and_a_minibatch_learner_on_both_isas(work, tmp_path):
             assert p.returncode == 0 and p.stdout == want, (name, target, p.stderr)
 
 
+PARAM_LOAD = """learner init
+data x = load("x.npy")
+data y = load("y.npy")
+{decls}
+loss(i) = 0.5 * (dot(W @ x[i], v) + b - y[i])^2
+update {{
+  W = W - 0.001 * grad(W)
+  v = v - 0.001 * grad(v)
+  b = b - 0.001 * grad(b)
+}}
+"""
+
+
+def test_a_param_initialised_by_a_whole_load_is_a_const_load_then_the_param(tmp_path):
+    """`param W: f64[3, 8] = load("w.npy")` (was E0060: only `const` then `param` worked): the
+    same initial state and bits as the const form, in the interpreter and on both ISAs; the
+    file is an input of the build's manifest. A load inside an expression is still E0060."""
+    rng = np.random.default_rng(5)
+    np.save(tmp_path / "x.npy", rng.standard_normal((20, 8)))
+    np.save(tmp_path / "y.npy", rng.standard_normal(20))
+    np.save(tmp_path / "w.npy", rng.standard_normal((3, 8)))
+    np.save(tmp_path / "v.npy", rng.integers(-3, 4, 3).astype("<i4"))
+    direct = 'param W: f64[3, 8] = load("w.npy")\nparam v: f64[3] = load("v.npy")\nparam b: f64 = 0.25'
+    via = ('const W0 = load("w.npy")\nconst v0 = load("v.npy")\nparam W: f64[3, 8] = W0\n'
+           'param v: f64[3] = v0\nparam b: f64 = 0.25')
+    (tmp_path / "direct.alpha").write_text(PARAM_LOAD.format(decls=direct))
+    (tmp_path / "via.alpha").write_text(PARAM_LOAD.format(decls=via))
+    a, b = (compile_file(tmp_path / f"{n}.alpha").learner for n in ("direct", "via"))
+    assert [(s.name, s.shape, s.init) for s in a.states] == [(s.name, s.shape, s.init) for s in b.states]
+    want = interp.format_state(b, interp.run(b, 4))
+    assert interp.format_state(a, interp.run(a, 4)) == want
+    for target in ("x86_64", "aarch64"):
+        p = run_exe(build(tmp_path / "direct.alpha", tmp_path / f"d.{target}", target), "--steps", 4,
+                    "--data", tmp_path, target=target)
+        assert (p.returncode, p.stdout) == (0, want), p.stderr
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        assert alphac("build", "direct.alpha", "-o", "d")[0] == 0
+    finally:
+        os.chdir(cwd)
+    assert "w.npy" in json.loads((tmp_path / "d.manifest.json").read_text())["inputs"]
+    (tmp_path / "bad.alpha").write_text(PARAM_LOAD.format(decls=direct.replace('= load("w.npy")', '= 2 * load("w.npy")')))
+    code, _, err = alphac("check", tmp_path / "bad.alpha")
+    assert code == 1 and "error[E0060]: load(...) can only be the whole value" in err, err
+
+
 @pytest.mark.parametrize("name", ["loaded", "batched"])
 def test_a_changed_file_is_refused_by_name_and_nothing_is_written(name, work, tmp_path):
     exe = build(work / f"{name}.alpha", tmp_path / "exe")

@@ -216,7 +216,8 @@ class Checker:
 
     def decl_state(self, d: ast.StateDecl) -> None:
         shape = d.type.dims
-        init = self.const_value(d.init)
+        whole_load = isinstance(d.init, ast.Call) and d.init.func == "load"   # compiled in, as a
+        init = self.load_npy(d.init) if whole_load else self.const_value(d.init)   # const's is
         values = None
         if not self.admit(math.prod(shape), d.type.span, f"`{d.name}`"):
             init = None
@@ -549,7 +550,8 @@ class Checker:
         if e.func == "onehot":
             return self.onehot(e, ctx)
         if e.func == "load":
-            self.err("E0060", e.span, "load(...) can only be the whole value of a data or const declaration")
+            self.err("E0060", e.span, "load(...) can only be the whole value of a data or const "
+                                   "declaration, or a param's or state's initial value")
             return None
         if e.func == "grad":
             return self.grad(e, ctx)
