@@ -16,7 +16,7 @@ import textwrap
 from alphac import __version__, api
 from alphac.commands import COMMANDS as TABLE, INTRO, TOP, Group, OneOf, usage
 from alphac.diag import CODES, BuildError, CompileError, explain
-from alphac.refusals import REFUSALS, Refusal, exit_table, explain_run, tool_exit
+from alphac.refusals import DETAILED, REFUSALS, Refusal, exit_table, explain_run, tool_exit
 
 
 def _help() -> str:
@@ -363,7 +363,8 @@ def main(argv: list[str] | None = None) -> int:
     except Refusal as r:
         # the interpreter prints exactly what an executable prints; the tools add the detail:
         # `refused: NAME (what was wrong, and what to do)`, one line
-        print(f"refused: {r.name}" if args.command == "run" else str(r), file=sys.stderr)
+        print(f"refused: {r.name}" if args.command == "run" and r.name not in DETAILED else str(r),
+              file=sys.stderr)
         return r.exit_code
     except BrokenPipeError:
         return 0

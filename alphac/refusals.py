@@ -36,7 +36,11 @@ START_REFUSALS = frozenset({
     "checkpoint-missing", "manifest-torn", "shard-missing", "shard-corrupt", "shard-non-finite",
     "checkpoint-other-learner", "checkpoint-layout", "device-uuid", "nvidia-plan-host",
     "launch-image", "gpu-topology", "nvidia-open", "nvidia-call", "nvidia-map",
-    "data-missing", "data-shape", "data-hash"})
+    "data-missing", "data-shape", "data-hash", "data-label"})
+
+# The refusals whose line an executable writes with a detail, `refused: NAME (DETAIL)` (every other
+# one it writes as `refused: NAME`): `alphac run` writes the interpreter's the same way.
+DETAILED = frozenset({"usage", "nvidia-open", "data-label"})
 
 # name -> (exit code, when)
 REFUSALS: dict[str, tuple[int, str]] = {
@@ -157,6 +161,10 @@ REFUSALS: dict[str, tuple[int, str]] = {
                         "the executable was built against; refused before the first step"),
     "data-hash": (132, "a chunk of a data file that covers the owner's rows does not match the "
                        "digest the build recorded (a changed byte); refused before the first step"),
+    "data-label": (133, "a label that `onehot(NAME[i], K)` reads (a row of NAME, the detail names "
+                        "it) is not a whole number from 0 to K-1, as every engine checks the rows it "
+                        "reads; refused before the first step (the checker warns, W0004, when the "
+                        "labels are written in the source)"),
     "non-finite-state": (65, "a value to be published is NaN or infinite; the contract publishes "
                              "finite state only, so nothing is printed"),
 }

@@ -131,7 +131,7 @@ class Checker:
         if updates:
             self.decl_update(updates[0])
         groups = self.coordinate_groups()
-        self.warnings()
+        self.warnings(predict)
         if not self.sink.ok or m.header is None:
             return None
         return ir.Learner(m.header.name, self.consts, self.data, self.states, nsamples,
@@ -757,9 +757,16 @@ class Checker:
                         return st.span
         return self.module.span
 
-    def warnings(self) -> None:
+    def warnings(self, predict: ir.Node | None = None) -> None:
         if not self.sink.ok:
             return
+        from types import SimpleNamespace
+        labelled = SimpleNamespace(loss=self.loss, predict=predict, data=self.data)
+        for d in self.data:                  # labels written in the source: W0004 now, not at run
+            why = ir.bad_label(labelled, only=d.name) if d.file is None else None
+            if why is not None:
+                self.sink.warning("W0004", self.syms[d.name].span, f"label {why}",
+                                  hint="a run refuses these labels (`refused: data-label`)")
         used = {n.name for n in ir.postorder([self.loss]) if isinstance(n, ir.Read)} if self.loss else set()
         assigned = {a.target for a in self.update}
         graded = {n.param for n in ir.postorder([a.node for a in self.update]) if isinstance(n, ir.Grad)}
