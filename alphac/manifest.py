@@ -42,7 +42,6 @@ from alphac.files import LIMITS, loads, open_regular, read_regular, write_file
 FORMAT = 1
 NAME = "MANIFEST.json"                   # what build-all writes into its output directory
 SUFFIX = ".manifest.json"                # `alphac build -o OUT` writes OUT.manifest.json
-PACKAGE = Path(__file__).resolve().parent
 
 _HEX64 = re.compile(r"[0-9a-f]{64}\Z")
 
