@@ -100,12 +100,14 @@ def learner_recipe(source: str | Path, target: str, eval_data=(), labels: str | 
 
 def learner_inputs(source: str | Path, compiled) -> list[str]:
     """The files a learner was compiled from: its source and every `load("file.npy")` (the
-    checker accepts a load only as the whole value of a data or const declaration)."""
+    checker accepts a load only as the whole value of a data or const declaration, or a param's
+    or state's initial value)."""
     from alphac.parse import ast
     base = Path(source).parent
-    found = [source, *(base / d.value.args[0].value for d in compiled.module.decls
-                       if isinstance(d, (ast.DataDecl, ast.ConstDecl))
-                       and isinstance(d.value, ast.Call) and d.value.func == "load")]
+    values = [d.init if isinstance(d, ast.StateDecl) else d.value for d in compiled.module.decls
+              if isinstance(d, (ast.DataDecl, ast.ConstDecl, ast.StateDecl))]
+    found = [source, *(base / v.args[0].value for v in values
+                       if isinstance(v, ast.Call) and v.func == "load")]
     return sorted({manifest.input_path(p) for p in found})
 
 

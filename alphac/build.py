@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
+from alphac import __version__, compiler_digest
 from alphac.diag import BuildError
 from alphac.elf.writer import Reloc, Section, Symbol, layout, link
 from alphac.ir.learner import Learner
@@ -83,14 +84,29 @@ def program_for(lr: Learner, tgt: Target, main: str = "single", extra: str = "",
     if marker:                      # the alphac.math functions: the same text for many programs
         items += list(_parsed(marker + math, "math.rt"))
     units.append((f"{lr.name}.rt", items, False))
-    if extra:
-        units.append(("extra.rt", rt.parse(extra, "extra.rt"), False))
+    version = version_text(lr, tgt).encode()
+    extra += (f"\ndata rt_version_text: [u8; {len(version)}] = extern;\n"
+              f"const RT_VERSION_BYTES = {len(version)};\n")
+    units.append(("extra.rt", rt.parse(extra, "extra.rt"), False))
     rt.check_modules(units)
-    all_blobs = dict(gen_blobs)
+    all_blobs = dict(gen_blobs, rt_version_text=version)
     all_blobs.update(blobs or {})
     generated = frozenset(id(it) for _, items, module in units if not module for it in items)
     return lower_program([it for _, items, _ in units for it in items], all_blobs,
                          generated=generated), gen
+
+
+@lru_cache(maxsize=1)
+def _compiler() -> str:
+    return compiler_digest()
+
+
+def version_text(lr: Learner, tgt: Target) -> str:
+    """What an executable's `--version` prints before its build ID (core.rt's rt_version): the
+    learner's name and identity, the target, and this compiler (its version and digest, as the
+    build manifest names it)."""
+    return (f"learner {lr.name} {lr.identity}\ntarget {tgt.name}\n"
+            f"compiler alphac {__version__} sha256 {_compiler()}\n")
 
 
 _SELECTED: dict[tuple[str, str], list] = {}

@@ -14,16 +14,17 @@ import sys
 import textwrap
 
 from alphac import __version__, api
-from alphac.commands import COMMANDS as TABLE, INTRO, TOP, Group, OneOf
+from alphac.commands import COMMANDS as TABLE, INTRO, TOP, Group, OneOf, usage
 from alphac.diag import CODES, BuildError, CompileError, explain
-from alphac.refusals import Refusal, exit_table, tool_exit
+from alphac.refusals import DETAILED, REFUSALS, Refusal, exit_table, explain_run, tool_exit
 
 
 def _help() -> str:
     """The introduction, every command's lines (alphac.commands) and the exit codes."""
     lines = [INTRO, "commands:"]
     for c in TABLE:
-        lines += [f"  {c.usage:<22}  {c.summary}"] if len(c.usage) <= 22 else [f"  {c.usage}", " " * 26 + c.summary]
+        u = usage(c)
+        lines += [f"  {u:<30}  {c.summary}"] if len(u) <= 30 else [f"  {u}", " " * 34 + c.summary]
     lines.append("\nrun `alphac COMMAND --help` for a command's options.\n\nexit codes:")
     return "\n".join(lines) + "\n" + "".join(
         textwrap.fill(when, 96, initial_indent=f"  {code:<7} ", subsequent_indent=" " * 10) + "\n"
@@ -242,10 +243,9 @@ def _emulated(record: dict) -> None:
 
 
 def _role_failures(record: dict) -> None:
-    for r in record["roles"]:
-        if r["exit"] != 0:
-            why = f"refused: {r['refused']}" if r["refused"] else f"exit {r['exit']}"
-            print(f"{r['role']}: {why}", file=sys.stderr)
+    from alphac.tools.launch import failures
+    for line in failures(record):
+        print(line, file=sys.stderr)
 
 
 def cmd_slurm(args) -> int:
@@ -263,7 +263,8 @@ def cmd_slurm(args) -> int:
 
 def cmd_slurm_record(args) -> int:
     from alphac.tools.slurm import collect
-    record = collect(args.rundir, key=args.record_key)
+    record = collect(args.rundir, key=args.record_key, wait=args.wait,
+                     say=lambda line: print(line, file=sys.stderr))
     _role_failures(record)
     if record["slurm"]["srun_exit"] is None:
         print(f"alphac slurm-record: the job has not finished, or was killed (no "
@@ -276,8 +277,9 @@ def cmd_k8s(args) -> int:
     from alphac.tools.k8s import generate
     w = generate(args.dir, args.output, image=args.image, name=args.name, namespace=args.namespace,
                  port=args.port, steps=args.steps, epochs=args.epochs, deadline_ms=args.deadline_ms,
-                 cluster_domain=args.cluster_domain, active_deadline=args.active_deadline, data=args.data,
-                 checkpoint_claim=args.checkpoint_claim, checkpoint_every=args.checkpoint_every, keep=args.keep)
+                 cluster_domain=args.cluster_domain, active_deadline=args.active_deadline,
+                 ttl=args.ttl, data=args.data, checkpoint_claim=args.checkpoint_claim,
+                 checkpoint_every=args.checkpoint_every, keep=args.keep)
     out, name, ns = w["out"], w["name"], f" -n {w['namespace']}" if w["namespace"] else ""
     sel = f"batch.kubernetes.io/job-name={name},batch.kubernetes.io/job-completion-index={w['root']}"
     print(f"alphac: {out}/k8s.yaml (Service and Indexed Job {name}, {w['ranks']} pods, "
@@ -364,9 +366,10 @@ def cmd_plot(args) -> int:
 
 
 def cmd_explain(args) -> int:
-    text = explain(args.code)
+    text = explain(args.code) or explain_run(args.code)
     if text is None:
-        print(f"alphac: no diagnostic code {args.code!r}; known codes: {', '.join(sorted(CODES))}",
+        print(f"alphac: no diagnostic code, refusal or exit code {args.code!r}{_suggest(args.code, [*CODES, *REFUSALS])}"
+              f" (diagnostic codes: {', '.join(sorted(CODES))}; refusals: docs/refusals.md)",
               file=sys.stderr)
         return 2
     sys.stdout.write(text)
@@ -432,7 +435,8 @@ def main(argv: list[str] | None = None) -> int:
     except Refusal as r:
         # the interpreter prints exactly what an executable prints; the tools add the detail:
         # `refused: NAME (what was wrong, and what to do)`, one line
-        print(f"refused: {r.name}" if args.command == "run" else str(r), file=sys.stderr)
+        print(f"refused: {r.name}" if args.command == "run" and r.name not in DETAILED else str(r),
+              file=sys.stderr)
         return r.exit_code
     except BrokenPipeError:
         return 0

@@ -1,6 +1,7 @@
-"""The `alphac` command line as one table: every command, its lines in `alphac --help`, its
+"""The `alphac` command line as one table: every command, its summary in `alphac --help`, its
 description and options, in the help's order. alphac/cli.py makes the parser and the help's
-list from `COMMANDS` (one list: the help cannot drift from what parses) and finds each
+list from `COMMANDS` (one list, each line made from the command's options by `usage`: the help
+cannot drift from what parses) and finds each
 command's handler, `cmd_NAME`, by its name. The converters check each argument as it is parsed
 (a bad one is a usage error naming it). Nothing here compiles, runs or writes.
 """
@@ -70,10 +71,25 @@ def word(text: str) -> str:
 
 class Command(NamedTuple):
     name: str
-    usage: str                              # its line in `alphac --help`,
-    summary: str                            # and what it does
+    summary: str                            # what it does, in `alphac --help`
     description: str                        # `alphac NAME --help`
     options: tuple                          # A, OneOf and Group, in order
+
+
+def usage(c: Command) -> str:
+    """The command's line in `alphac --help`, made from its options (so it cannot claim an option
+    it lacks, or call an optional one required): its positionals and required options, then
+    `[OPTIONS]` when it has others."""
+    words, optional = [c.name], False
+    for item in c.options:
+        for flags, how in item.options if isinstance(item, Group) else item if isinstance(item, OneOf) else [item]:
+            if flags[0].startswith("-") and not how.get("required"):
+                optional = True
+                continue
+            meta = (how.get("metavar") or "|".join(how.get("choices", ())) or flags[0]) + \
+                ("..." if how.get("nargs") == "+" else "")
+            words.append(f"{flags[0]} {meta}" if flags[0].startswith("-") else meta)
+    return " ".join(words + ["[OPTIONS]"] * optional)
 
 
 def A(*flags, **how) -> tuple:
@@ -124,13 +140,12 @@ TOP = (A("--target", type=target, default=None,
               "x86_64-v4 AVX-512)"),)
 
 COMMANDS = (
-    Command("check", "check FILE...", "check learners and report diagnostics (exit 0 when clean)",
+    Command("check", "check learners and report diagnostics (exit 0 when clean)",
             "Parse and check each FILE; print every diagnostic. Exit 0 when all are clean, 1 "
             "otherwise.", (
         A("files", nargs="+", type=path, metavar="FILE", help="learners (.alpha)"),
     )),
-    Command("run", "run FILE [--steps N | --epochs E] [--deployment NAME]",
-            "run a learner in the reference interpreter and print its state",
+    Command("run", "run a learner in the reference interpreter and print its state",
             "Run FILE in the reference interpreter under the numerical contract and print the "
             "state in the LEARNERS.md format.", (
         FILE,
@@ -142,13 +157,12 @@ COMMANDS = (
         A("--deployment", metavar="NAME", help="execute this deployment's plan"),
         FORMAT, METRICS,
     )),
-    Command("plan", "plan FILE [--deployment NAME]", "print how a deployment splits the learner",
+    Command("plan", "print how a deployment splits the learner",
             "Check FILE's deployments and print the plan of one (or all).", (
         FILE,
         A("--deployment", metavar="NAME", help="the deployment (default: every one)"),
     )),
-    Command("build", "build FILE [-o OUT] [--target ISA|ISA+sm_NN] [--emit FORM] [--deployment NAME]",
-            "build a static executable (or a GPU owner, or a deployment's roles)",
+    Command("build", "build a static executable (or a GPU owner, or a deployment's roles)",
             "Compile FILE into a static Linux executable for --target (x86_64, aarch64, x86_64-v3: "
             "AVX2's four lanes, or x86_64-v4: AVX-512's eight; the same bits, refused on a CPU "
             "without them): `OUT [--steps N]` trains on all samples and prints the state exactly "
@@ -190,7 +204,7 @@ COMMANDS = (
             A("--ptxas", type=path, metavar="PATH", help="the PTX assembler (default $ALPHAC_PTXAS or PATH)"),
         )),
     )),
-    Command("build-all", "build-all [--out DIR]", "build every artifact, with a manifest",
+    Command("build-all", "build every artifact, with a manifest",
             "Build every artifact the project knows how to build (every examples/*.alpha for every "
             "target, every deployment's roles as DIR/roles/DEPLOYMENT/ROLE, and with CUDA's ptxas "
             "the GPU code) into DIR, and write DIR/MANIFEST.json; what is up to date there is kept. "
@@ -198,14 +212,13 @@ COMMANDS = (
         A("--out", type=path, default="build", metavar="DIR", help="output folder (default build)"),
         progress("each artifact as it is built"),
     )),
-    Command("verify", "verify MANIFEST", "rebuild what a manifest lists and check every hash",
+    Command("verify", "rebuild what a manifest lists and check every hash",
             "Check the compiler, every input and every artifact a manifest lists: each file's "
             "SHA-256, and a rebuild from its recipe. Run from the directory the build ran in. Exit "
             "0 when all match, 3 when something differs, 1 for a missing or malformed manifest.", (
         A("manifest", type=path, metavar="MANIFEST", help="a MANIFEST.json or OUT.manifest.json"),
     )),
-    Command("launch", "launch DIR [--steps N]",
-            "run a built deployment on this machine, with a run record",
+    Command("launch", "run a built deployment on this machine, with a run record",
             "Run the role executables of a built deployment (a directory made by `make roles`, "
             "e.g. build/roles/lsq_adam_star) on loopback, after checking each one's SHA-256 "
             "against the build manifest. Prints the published state; writes a run record.", (
@@ -243,8 +256,7 @@ COMMANDS = (
                "a sandbox, a CPU pinning tool, or the mock driver in the tests"),
         progress("the root's steps, steps per second and time left"),
     )),
-    Command("slurm", "slurm DIR [--nodes N] [-o SCRIPT]",
-            "a built deployment as a Slurm batch script",
+    Command("slurm", "a built deployment as a Slurm batch script",
             "Check a built deployment's executables against its manifest, make its run directory "
             "(under --records) and write a batch script: `sbatch SCRIPT` runs one task per role "
             "with srun --multi-prog (--rank %t), the combining roles on the job's first node, the "
@@ -274,16 +286,19 @@ COMMANDS = (
                "to R times (needs --checkpoint and --checkpoint-every)"),
         A("--data", type=path, metavar="DIR", help="read the learner's loaded data from DIR"),
     )),
-    Command("slurm-record", "slurm-record RUNDIR", "seal the run record of an `alphac slurm` job",
+    Command("slurm-record", "seal the run record of an `alphac slurm` job",
             "After the job of `alphac slurm` ran: read its run directory (each role's events, exit "
             "code, output and node), check the executables against the manifest again, and write "
-            "RUNDIR/record.json, sealed like `alphac launch`'s. Prints the published state; "
+            "RUNDIR/record.json, sealed like `alphac launch`'s (a job still in Slurm's queue: "
+            "--wait). Prints the published state; "
             "refused run-failed unless the run passed.", (
         A("rundir", type=path, metavar="RUNDIR", help="the run directory `alphac slurm` made"),
+        A("--wait", type=count, nargs="?", const=3600, metavar="S",
+          help="wait for a job still queued or running to end, at most S seconds (default 3600); "
+               "without it such a job is refused job-not-done"),
         FORMAT, KEY,
     )),
-    Command("k8s", "k8s DIR [-o OUT] [--image IMAGE]",
-            "Kubernetes manifests for a built deployment",
+    Command("k8s", "Kubernetes manifests for a built deployment",
             "Write, for the built deployment DIR (its executables' SHA-256 checked against the "
             "build manifest first), OUT/k8s.yaml: a headless Service and an Indexed Job with one "
             "pod per rank, each running only its rank's executable; OUT/Containerfile (FROM "
@@ -311,8 +326,12 @@ COMMANDS = (
                "scheduled and their image is pulled)"),
         A("--cluster-domain", default="cluster.local", metavar="DOMAIN",
           help="the cluster's DNS domain, in the pods' names (default cluster.local)"),
-        A("--active-deadline", type=count, metavar="S",
-          help="the Job's activeDeadlineSeconds: end every pod after S seconds (default: no bound)"),
+        A("--active-deadline", type=count, default=86400, metavar="S",
+          help="the Job's activeDeadlineSeconds: end every pod after S seconds (default 86400, a "
+               "day; 0: no bound, and a Job whose names never resolve replaces pods forever)"),
+        A("--ttl-after-finished", dest="ttl", type=count, default=86400, metavar="S",
+          help="the Job's ttlSecondsAfterFinished: delete the Job, its pods and their logs (the "
+               "root's is the published state) S seconds after it ends (default 86400, a day)"),
         A("--data", type=path, metavar="DIR",
           help="read the learner's loaded data from DIR (the load() paths, relative to "
                "it) instead of where the build read them; it goes into the image"),
@@ -321,8 +340,7 @@ COMMANDS = (
                "and publishes its checkpoints into (--checkpoint there)"),
         EVERY, KEEP,
     )),
-    Command("verify-record", "verify-record RECORD | EVENTS --replay STEP --learner FILE",
-            "check a run record: authentic, and a pass?",
+    Command("verify-record", "check a run record: authentic, and a pass?",
             "Check a run record written by `alphac launch`: its MAC and every stream's seal under "
             "the record key, and what follows from the rest (passed, exits, published state, the "
             "build's hashes). Exit 0 when it is an authentic pass, 3 otherwise. With --replay, "
@@ -333,7 +351,7 @@ COMMANDS = (
         A("--replay", type=positive, metavar="STEP", help="replay a GPU owner's chain up to STEP"),
         A("--learner", type=path, metavar="FILE", help="with --replay: the learner's source (.alpha)"),
     )),
-    Command("trace", "trace RECORD -o OUT", "a run record as a Chrome/Perfetto trace",
+    Command("trace", "a run record as a Chrome/Perfetto trace",
             "Write a run record's event streams (each role's connect, steps with their time in "
             "frames, finish) in the trace-event format: open it in ui.perfetto.dev or "
             "chrome://tracing.", (
@@ -341,14 +359,14 @@ COMMANDS = (
         A("-o", dest="output", type=path, metavar="OUT", required=True,
           help="the trace file to write (JSON)"),
     )),
-    Command("init", "init DIR", "write a small project to start from",
+    Command("init", "write a small project to start from",
             "Write a project into DIR (made when absent): examples/mine.alpha, a line fitted by "
             "Adam with deployments mine_star, mine_tree and mine_mixed, and its training and "
             "held-out data as .npy files beside it. Every command of the README's \"Using it\" "
             "runs in it. Refuses a DIR that already holds one of these files.", (
         A("dir", type=path, metavar="DIR", help="the project folder"),
     )),
-    Command("plot", "plot RECORD... [-o OUT.svg] [--log]", "runs' loss curves",
+    Command("plot", "runs' loss curves",
             "Show the mean loss of every step of runs (their records' `loss` lists, written by "
             "`alphac launch`) as a chart in text, with each run's first, last and lowest values; "
             "-o writes an SVG figure (axes with ticks, step on x, loss on y, a legend). A record "
@@ -358,15 +376,14 @@ COMMANDS = (
         A("-o", dest="output", type=path, metavar="OUT.svg", help="also write the curves as SVG"),
         A("--log", action="store_true", help="the loss on a logarithmic scale"),
     )),
-    Command("export-metrics", "export-metrics RECORD --tensorboard DIR",
-            "a run's losses as TensorBoard event files",
+    Command("export-metrics", "a run's losses as TensorBoard event files",
             "Write the mean loss of every step of a run (its record's `loss` list) as a "
             "TensorBoard event file, DIR/events.out.tfevents.0.alphac (tag `loss`, the exact "
             "binary64; written by alphac itself): `tensorboard --logdir DIR` shows it.", (
         RECORD,
         A("--tensorboard", type=path, metavar="DIR", required=True, help="the directory to write"),
     )),
-    Command("ckpt", "ckpt show|export DIR [-o FILE]", "inspect or export a checkpoint",
+    Command("ckpt", "inspect or export a checkpoint",
             "`alphac ckpt show DIR` prints the manifest tree of a checkpoint and the state its "
             "shards hold (checksums checked); `alphac ckpt export DIR -o FILE` writes the state as "
             "full named float64 tensors, a .safetensors or .npz file.", (
@@ -378,8 +395,7 @@ COMMANDS = (
         A("--learner", type=path, metavar="FILE",
           help="export: the learner's source, for each state's shape (else 1-d)"),
     )),
-    Command("eval", "eval FILE --checkpoint DIR [--data NAME=PATH.npy ...]",
-            "score a trained state on held-out data",
+    Command("eval", "score a trained state on held-out data",
             "Score the state of a checkpoint (or of N steps of the reference interpreter) on "
             "held-out data, and print the sample count n, the mean loss (each sample's loss in "
             "binary64 by the reference interpreter, summed left to right from the first sample, "
@@ -404,8 +420,10 @@ COMMANDS = (
           help="decimal (the default: the shortest decimals that read back to the same "
                "bits) or json (also the mean loss's bits as 16 hex digits)"),
     )),
-    Command("explain", "explain CODE", "explain a diagnostic code such as E0050",
-            "Print the explanation of a diagnostic code (E0xxx, W0xxx).", (
-        A("code", metavar="CODE", help="a code such as E0050"),
+    Command("explain", "explain a diagnostic code (E0050), a refusal (peer-lost) or an exit code",
+            "Print what a diagnostic code (E0xxx, W0xxx), a run's refusal (`refused: NAME`: "
+            "docs/refusals.md) or an exit code (an executable's or alphac's) means.", (
+        A("code", metavar="CODE", help="a code such as E0050, a refusal such as nvidia-open, or "
+          "an exit code such as 124"),
     )),
 )

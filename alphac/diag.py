@@ -361,6 +361,16 @@ CODES: dict[str, tuple[str, str]] = {
               "The param never appears in the loss, so its gradient is +0.0 on every sample."),
     "W0002": ("state never updated",
               "The state keeps its initial value forever; a `const` may say what you mean."),
+    "W0004": ("label outside onehot's range",
+              "Data written in the source feeds `onehot(NAME[i], K)` with a value that is not a "
+              "whole number from 0 to K-1 (the first such row is named). Every engine refuses "
+              "such labels when it reads the rows (`refused: data-label`, docs/refusals.md), as "
+              "it does for labels loaded from a .npy file; PyTorch's cross-entropy refuses them "
+              "too (\"Target out of bounds\")."),
+    "W0003": ("param's gradient never used",
+              "The param reaches the loss and is assigned in the update, but no update statement "
+              "reads its gradient `grad(NAME)` (a `let` of it that nothing uses does not count): "
+              "training never moves it by the loss. Use the gradient, or declare it `const`."),
 }
 
 

@@ -35,14 +35,13 @@ import re
 from functools import lru_cache
 from pathlib import Path, PurePosixPath
 
-from alphac import __version__
+from alphac import __version__, compiler_digest, compiler_files  # noqa: F401 (also named here)
 from alphac.encode import json_text
 from alphac.files import LIMITS, loads, open_regular, read_regular, write_file
 
 FORMAT = 1
 NAME = "MANIFEST.json"                   # what build-all writes into its output directory
 SUFFIX = ".manifest.json"                # `alphac build -o OUT` writes OUT.manifest.json
-PACKAGE = Path(__file__).resolve().parent
 
 _HEX64 = re.compile(r"[0-9a-f]{64}\Z")
 
@@ -79,26 +78,6 @@ def input_path(path: str | Path) -> str:
                             f"cannot name it without an absolute path; build from a directory "
                             f"that contains every input")
     return PurePosixPath(Path(rel)).as_posix()
-
-
-def compiler_files(package: str | Path = PACKAGE) -> list[str]:
-    """Every file the compiler may read: all of `package` (code, the runtime's *.rt, the *.alpha
-    libraries, any data), by sorted relative path; not __pycache__ or *.pyc (Python's caches)."""
-    package = Path(package)
-    return sorted(p.relative_to(package).as_posix() for p in package.rglob("*")
-                  if p.is_file() and p.suffix != ".pyc"
-                  and "__pycache__" not in p.relative_to(package).parts)
-
-
-def compiler_digest(package: str | Path = PACKAGE) -> str:
-    """SHA-256 over `compiler_files(package)`, each as `path NUL length NUL bytes`."""
-    package = Path(package)
-    files = compiler_files(package)
-    h = hashlib.sha256()
-    for rel in files:
-        data = (package / rel).read_bytes()
-        h.update(rel.encode() + b"\0" + str(len(data)).encode() + b"\0" + data)
-    return h.hexdigest()
 
 
 @lru_cache(maxsize=None)

@@ -28,11 +28,26 @@ TOOL_EXITS: dict[str, tuple[int, str]] = {
 # (tests/test_hostile_runs.py runs both sides at the bound).
 DECIMAL_DIGITS = 15
 
+# The refusals a role answers at start, before it talks to any peer (its command line, CPU, data,
+# checkpoint or card): once one role has answered one, the run cannot pass and its peers would only
+# wait out their deadline, so the launcher ends them at once (alphac/tools/supervise.py).
+START_REFUSALS = frozenset({
+    "usage", "cpu-level", "listen-failed", "name-unresolved", "rank-out-of-range",
+    "checkpoint-missing", "manifest-torn", "shard-missing", "shard-corrupt", "shard-non-finite",
+    "checkpoint-other-learner", "checkpoint-layout", "device-uuid", "nvidia-plan-host",
+    "launch-image", "gpu-topology", "nvidia-open", "nvidia-call", "nvidia-map",
+    "data-missing", "data-shape", "data-hash", "data-label"})
+
+# The refusals whose line an executable writes with a detail, `refused: NAME (DETAIL)` (every other
+# one it writes as `refused: NAME`): `alphac run` writes the interpreter's the same way.
+DETAILED = frozenset({"usage", "nvidia-open", "data-label"})
+
 # name -> (exit code, when)
 REFUSALS: dict[str, tuple[int, str]] = {
-    "usage": (64, "the command line is not what the executable takes (see its docs: a learner "
-                  "takes `--steps N`, a role also its addresses), a number is not a decimal "
-                  f"integer of at most {DECIMAL_DIGITS} digits, or an option is unknown"),
+    "usage": (64, "the command line is not what the executable takes (`--help` prints its usage "
+                  "line: a learner takes `--steps N`, a role also its addresses), a number is not "
+                  f"a decimal integer of at most {DECIMAL_DIGITS} digits, or an option is unknown; "
+                  "the usage line, then `refused: usage (ARG: WHAT)` naming the argument"),
     "cpu-level": (67, "the executable was built for a target level (x86_64-v3: AVX2; x86_64-v4: "
                       "AVX-512 F, DQ, CD, BW and VL) that this CPU, "
                       "or its operating system, does not provide; build for `x86_64` instead"),
@@ -44,7 +59,10 @@ REFUSALS: dict[str, tuple[int, str]] = {
     "listen-failed": (70, "a role could not listen on the address given by --listen"),
     "connect-failed": (71, "a role could not reach its parent within the deadline"),
     "peer-lost": (72, "a peer closed its connection, or did not send (or take) a whole frame, or "
-                      "finish the connection's set-up, within the deadline"),
+                      "finish the connection's set-up, within the deadline: most often a peer "
+                      "that refused or crashed first (the launcher names the first role that "
+                      "refused), else a network that dropped the connection or a `--deadline-ms` "
+                      "shorter than the peers take to start"),
     "frame-bad-header": (73, "a frame does not start with the magic and format of alphac frames"),
     "frame-too-long": (74, "a frame announces more payload than the receiver expects (the bound "
                            "is fixed at compile time)"),
@@ -100,6 +118,8 @@ REFUSALS: dict[str, tuple[int, str]] = {
                           "disk that filled beyond the space reserved for it before the start); "
                           "the detail says whether it passed, where its checkpoint and its "
                           "events are"),
+    "job-not-done": (134, "`alphac slurm-record`: the Slurm job is still queued or running (squeue "
+                          "shows it); nothing was written: `--wait` waits for it to end"),
     "record-key": (105, "the record key file cannot be read or made, holds fewer than 32 bytes, or "
                         "others can read or write it; a launch starts nothing"),
     "launch-interrupted": (106, "the launcher got SIGINT, SIGTERM or SIGHUP: every role was ended, "
@@ -132,8 +152,12 @@ REFUSALS: dict[str, tuple[int, str]] = {
                           "was altered; refused before the driver is opened"),
     "gpu-shadow-mismatch": (123, "the GPU's result bits differ from the host shadow's (the same "
                                  "step computed on the CPU); nothing is published"),
-    "nvidia-open": (124, "a GPU owner cannot open an NVIDIA device file (no driver, no card, no "
-                         "permission)"),
+    "nvidia-open": (124, "a GPU owner cannot open an NVIDIA device file: the detail names the file "
+                         "and the errno (2: the file does not exist: no NVIDIA driver loaded, or "
+                         "no card with the minor it was built for, /dev/nvidiaN; 13: no "
+                         "permission: join the group that owns /dev/nvidia*). Run it on the host "
+                         "it was built for (the deployment's `gpu` item, `--gpu-host`); "
+                         "`nvidia-smi` lists the cards there"),
     "nvidia-call": (125, "the NVIDIA driver refused a call of the conversation (an ioctl failed or "
                          "answered a non-zero status; the events file names the call)"),
     "nvidia-map": (126, "a GPU owner could not map driver memory at the address its plan fixes"),
@@ -148,6 +172,10 @@ REFUSALS: dict[str, tuple[int, str]] = {
                         "the executable was built against; refused before the first step"),
     "data-hash": (132, "a chunk of a data file that covers the owner's rows does not match the "
                        "digest the build recorded (a changed byte); refused before the first step"),
+    "data-label": (133, "a label that `onehot(NAME[i], K)` reads (a row of NAME, the detail names "
+                        "it) is not a whole number from 0 to K-1, as every engine checks the rows it "
+                        "reads; refused before the first step (the checker warns, W0004, when the "
+                        "labels are written in the source)"),
     "non-finite-state": (65, "a value to be published is NaN or infinite; the contract publishes "
                              "finite state only, so nothing is printed"),
 }
@@ -183,3 +211,14 @@ def exit_table() -> list[tuple[str, str]]:
     return rows + [(f"{min(c for c, _ in REFUSALS.values())}-{max(c for c, _ in REFUSALS.values())}",
                     "a run refused: `refused: NAME` on standard error, the code of NAME in "
                     "docs/refusals.md")]
+
+
+def explain_run(key: str) -> str | None:
+    """`alphac explain KEY` for what a run answers: a refusal's name (`nvidia-open`) or an exit
+    code (`124`, `2`), with what it means, from REFUSALS and TOOL_EXITS; None for anything else.
+    A name both tables hold (`usage`) is shown from both."""
+    out = [f"refused: {name} (exit code {code})\n\n{when}\n" for name, (code, when) in REFUSALS.items()
+           if key in (name, str(code))]
+    out += [f"alphac exit code {code} ({name})\n\n{when}\n" for name, (code, when) in TOOL_EXITS.items()
+            if key in (name, str(code))]
+    return "\n".join(out) or None

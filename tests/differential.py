@@ -93,6 +93,8 @@ def expected(lr, history) -> str:
     from alphac.ir import interp
     from alphac.refusals import Refusal
     from alphac.ir.order import step_samples
+    if sum(steps for steps, _ in history) and labels_out_of_range(lr):
+        return "refused: data-label"
     state = interp.initial_state(lr)
     t = 0                                        # the step: minibatches follow it across resumes
     for steps, dep in history:
@@ -117,6 +119,22 @@ def expected(lr, history) -> str:
         return interp.format_state(lr, state)
     except Refusal as r:
         return f"refused: {r.name}"
+
+
+def labels_out_of_range(lr) -> bool:
+    """Whether a label that `onehot(NAME[i], K)` reads (a data row, or an element of one) is not a
+    whole number from 0 to K-1: the contract refuses the run (`data-label`) before a step."""
+    from alphac.ir.learner import DataRow, OneHot, Pick, postorder
+    data = {d.name: d for d in lr.data}
+    for n in postorder([x for x in (lr.loss, lr.predict) if x is not None]):
+        a, col = (n.a.a, n.a.k) if isinstance(n, OneHot) and isinstance(n.a, Pick) else \
+            (getattr(n, "a", None), 0)
+        if isinstance(n, OneHot) and isinstance(a, DataRow):
+            d, k = data[a.name], n.shape[0]
+            width = len(d.values) // d.shape[0]
+            if any(not (-1 < v < k and v == round(v)) for v in list(d.values)[col::width]):
+                return True
+    return False
 
 
 def exact_contribution(lr, state, samples):
@@ -190,7 +208,7 @@ def exe_outcome(proc) -> str:
         return proc.stdout
     refused = [l for l in proc.stderr.splitlines() if l.startswith("refused: ")]
     if refused and proc.returncode > 0:
-        return refused[0]
+        return refused[0].split(" (")[0]          # the name; its detail is the engines' own
     return f"crash: exit {proc.returncode} {proc.stderr[-200:]!r}"
 
 
@@ -213,7 +231,8 @@ def run_exe(path: Path, target: str, *args) -> str:
 def launch_outcome(record: dict) -> str:
     if record["passed"]:
         return record["published"]
-    bad = [r for r in record["roles"] if r["exit"] != 0]
+    bad = [r for r in record["roles"] if r["exit"] != 0          # not those the launcher ended
+           and not (r.get("detail") or "").startswith("ended when")]
     names = sorted({r["refused"] for r in bad if r["refused"]})
     if len(names) == 1 and all(r["refused"] for r in bad):
         return f"refused: {names[0]}"

@@ -781,8 +781,8 @@ def matmul(a: tuple, b: tuple) -> tuple:
 class MatGen:
     """A program's matrix operations, drawn from the stream `g.mr`: `A @ v` and `u @ A` on
     params, constants, states and data rows, `outer` reduced to a scalar, `max(v)`,
-    `logsumexp`, `onehot(lab[i], K)` over integer labels (now and then out of range, negative
-    or fractional), classification heads (`logsumexp(z) - dot(onehot(lab[i], K), z)`, a hinge
+    `logsumexp`, `onehot(lab[i], K)` over integer labels (now and then -0.0, and in a few programs
+    one out of range, negative or fractional: every engine refuses `data-label`), classification heads (`logsumexp(z) - dot(onehot(lab[i], K), z)`, a hinge
     on `max(z)`), multi-layer chains (`h = tanh(W1 @ x[i] + b1)`, `z = W2 @ h + b2`), vector
     nonlinearities, 2-D params with optimizer states of their own (momentum, Nesterov, Adam
     with bias-correction powers, RMSProp) and 2-D states the loss reads; now and then a use the
@@ -982,9 +982,11 @@ class MatGen:
         labels = []
         for _ in range(n):
             y = float(m.randrange(K))
-            if m.random() < 0.1:                         # out of range, negative, fractional
-                y = m.choice([float(K), -1.0, -0.0, 1.5, float(K + 3), 0.5])
+            if m.random() < 0.05:                        # -0.0 is class 0
+                y = -0.0
             labels.append(y)
+        if m.random() < 0.12:          # one out of range, negative or fractional: refused data-label
+            labels[m.randrange(n)] = m.choice([float(K), -1.0, 1.5, float(K + 3), 0.5])
         self.insert(Decl("data", "lab", (n,), labels))
         if m.random() < 0.4:
             f2 = m.choice([2, 3, 5, 9])

@@ -43,3 +43,24 @@ def test_the_help_lists_every_command_the_parser_takes_in_the_tables_order():
     helped = [line.split()[0] for line in ap.description.split("commands:\n")[1].split("\n\n")[0]
               .splitlines() if line.startswith("  ") and not line.startswith("   ")]
     assert parsed == list(dict.fromkeys(helped)) == [c.name for c in TABLE] == list(COMMANDS)
+
+
+def test_each_help_line_is_what_its_command_parses():
+    """A command's line in `alphac --help` is made from its options: what it shows outside
+    brackets is exactly what the command requires (the hand-written lines had `eval FILE
+    --checkpoint DIR`, an optional option shown as required), and `[OPTIONS]` appears exactly
+    when the command has optional ones."""
+    from alphac.cli import build_parser
+    from alphac.commands import COMMANDS as TABLE
+    ap = build_parser()
+    lines = ap.description.split("commands:\n")[1].split("\n\n")[0]
+    for c in TABLE:
+        line = next(l for l in lines.splitlines() if l.split()[:1] == [c.name]).split("  ")[1].strip()
+        sub = ap._subparsers._group_actions[0].choices[c.name]
+        actions = [a for a in sub._actions if a.dest != "help"]
+        shown = line.removesuffix(" [OPTIONS]").split()[1:]
+        required = [w for a in actions if a.required for w in
+                    ([a.option_strings[0], a.metavar] if a.option_strings else
+                     ["|".join(a.choices) if a.choices else a.metavar + "..." * (a.nargs == "+")])]
+        assert (shown, line.endswith("[OPTIONS]")) == (
+            required, any(not a.required for a in actions)), c.name

@@ -60,12 +60,41 @@ def test_default_steps(executable, isa):
     assert run(executable("lsq_adam", isa), isa).stdout == oracle.run("lsq_adam", steps=5)
 
 
+USAGE = ("usage: {} [--steps N] [--epochs E] [--checkpoint DIR] [--resume DIR] [--loss-every K] "
+         "[--evaluate] [--data DIR]\n")
+DECIMAL = "not a decimal whole number of at most 15 digits"
+
+
 @pytest.mark.parametrize("isa", ISAS)
-@pytest.mark.parametrize("args", [["--steps"], ["--steps", "x"], ["--steps", "-1"], ["--bogus"],
-                                  ["--steps", "1234567890123456"], ["5"], ["--steps", ""]])
-def test_usage_refusal(executable, isa, args):
-    r = run(executable("lsq_adam", isa), isa, *args)
-    assert (r.returncode, r.stdout, r.stderr) == (64, "", "refused: usage\n")
+@pytest.mark.parametrize("args, why", [
+    (["--steps"], "--steps: needs a value"), (["--steps", "x"], f"--steps: {DECIMAL}"),
+    (["--steps", "abc"], f"--steps: {DECIMAL}"), (["--steps", "-1"], f"--steps: {DECIMAL}"),
+    (["--stepz", "3"], "--stepz: unknown option; --help lists them"),
+    (["--bogus"], "--bogus: unknown option; --help lists them"),
+    (["--steps", "1234567890123456"], f"--steps: {DECIMAL}"), (["5"], "5: unknown option; --help lists them"),
+    (["--steps", ""], f"--steps: {DECIMAL}"), (["--epochs", "1", "--steps", "2"], "--epochs: not with --steps"),
+    (["--" + "x" * 200], "--" + "x" * 94 + ": unknown option; --help lists them")])
+def test_usage_refusal_prints_the_usage_and_names_the_argument(executable, isa, args, why):
+    exe = executable("lsq_adam", isa)
+    r = run(exe, isa, *args)
+    assert (r.returncode, r.stdout, r.stderr) == (64, "", USAGE.format(exe) + f"refused: usage ({why})\n")
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_help_and_version(executable, isa):
+    from elftools.elf.elffile import ELFFile
+    from alphac.driver import compile_file
+    from alphac.manifest import compiler
+    exe = executable("lsq_adam", isa)
+    assert (lambda r: (r.returncode, r.stdout, r.stderr))(run(exe, isa, "--steps", "x", "--help")) \
+        == (0, USAGE.format(exe), "")
+    with open(exe, "rb") as f:
+        note = next(ELFFile(f).get_section_by_name(".note.gnu.build-id").iter_notes())["n_desc"]
+    r = run(exe, isa, "--version")
+    assert (r.returncode, r.stderr) == (0, "")
+    assert r.stdout == (f"learner lsq_adam {compile_file(str(example('lsq_adam'))).learner.identity}\n"
+                        f"target {isa}\ncompiler alphac 0.1.0 sha256 {compiler()['sha256']}\n"
+                        f"build {note}\n")
 
 
 @pytest.mark.parametrize("isa", ISAS)
@@ -103,8 +132,9 @@ def test_elf_is_static_wx_and_reads_cleanly(executable, isa, name):
     assert {"_start", "rt_start", "main", "learner_step_at"} <= syms
     r = subprocess.run([require_tool("readelf"), "-W", "-a", str(path)], capture_output=True, text=True)
     assert r.returncode == 0 and r.stderr == "" and "warning" not in r.stdout.lower()
-    assert Path(path).stat().st_size < 32768        # learner, runtime (checkpoints, the loss, the
-    # f64x2 word copies, the bounded appends' checks: +2.7 KB, issue 45), ELF
+    assert Path(path).stat().st_size < 36864        # learner, runtime (checkpoints, the loss, the
+    # f64x2 word copies, the bounded appends' checks: +2.7 KB, issue 45; the usage line, --help,
+    # --version and a refusal's detail: +3.4 KB with their symbols, issue 46), ELF
 
 
 @pytest.mark.parametrize("isa", ISAS)

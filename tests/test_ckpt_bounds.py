@@ -224,7 +224,7 @@ def test_a_bounded_append_refuses_by_name_before_writing(tmp_path):
     deep = Path(*([str(long_dir)] + ["e" * 250] * 15))
     assert len(str(deep)) > 3584
     r = run_exe(tmp_path / "exe", "--steps", 1, "--checkpoint", deep)
-    assert r.returncode == 64 and r.stderr.endswith("refused: usage\n") and r.stdout == ""
+    assert r.returncode == 64 and r.stderr.endswith("refused: usage (--checkpoint: a path over 3584 bytes)\n") and r.stdout == ""
     assert not long_dir.exists()
 
 

@@ -73,7 +73,8 @@ def build(src, out, target="x86_64"):
 
 
 def refused(p, name):
-    assert p.returncode == exit_code(name) and p.stderr.strip().endswith(f"refused: {name}"), p.stderr
+    last = p.stderr.strip().split("\n")[-1]                 # `refused: NAME`, or with a detail
+    assert p.returncode == exit_code(name) and last.split(" (")[0] == f"refused: {name}", p.stderr
     assert p.stdout == ""
 
 
@@ -211,6 +212,123 @@ def test_single_process_and_a_minibatch_learner_on_both_isas(work, tmp_path):
             exe = build(work / f"{name}.alpha", tmp_path / f"{name}.{target}", target)
             p = run_exe(exe, "--steps", steps, "--data", work, target=target)
             assert p.returncode == 0 and p.stdout == want, (name, target, p.stderr)
+
+
+PARAM_LOAD = """learner init
+data x = load("x.npy")
+data y = load("y.npy")
+{decls}
+loss(i) = 0.5 * (dot(W @ x[i], v) + b - y[i])^2
+update {{
+  W = W - 0.001 * grad(W)
+  v = v - 0.001 * grad(v)
+  b = b - 0.001 * grad(b)
+}}
+"""
+
+
+def test_a_param_initialised_by_a_whole_load_is_a_const_load_then_the_param(tmp_path):
+    """`param W: f64[3, 8] = load("w.npy")` (was E0060: only `const` then `param` worked): the
+    same initial state and bits as the const form, in the interpreter and on both ISAs; the
+    file is an input of the build's manifest. A load inside an expression is still E0060."""
+    rng = np.random.default_rng(5)
+    np.save(tmp_path / "x.npy", rng.standard_normal((20, 8)))
+    np.save(tmp_path / "y.npy", rng.standard_normal(20))
+    np.save(tmp_path / "w.npy", rng.standard_normal((3, 8)))
+    np.save(tmp_path / "v.npy", rng.integers(-3, 4, 3).astype("<i4"))
+    direct = 'param W: f64[3, 8] = load("w.npy")\nparam v: f64[3] = load("v.npy")\nparam b: f64 = 0.25'
+    via = ('const W0 = load("w.npy")\nconst v0 = load("v.npy")\nparam W: f64[3, 8] = W0\n'
+           'param v: f64[3] = v0\nparam b: f64 = 0.25')
+    (tmp_path / "direct.alpha").write_text(PARAM_LOAD.format(decls=direct))
+    (tmp_path / "via.alpha").write_text(PARAM_LOAD.format(decls=via))
+    a, b = (compile_file(tmp_path / f"{n}.alpha").learner for n in ("direct", "via"))
+    assert [(s.name, s.shape, s.init) for s in a.states] == [(s.name, s.shape, s.init) for s in b.states]
+    want = interp.format_state(b, interp.run(b, 4))
+    assert interp.format_state(a, interp.run(a, 4)) == want
+    for target in ("x86_64", "aarch64"):
+        p = run_exe(build(tmp_path / "direct.alpha", tmp_path / f"d.{target}", target), "--steps", 4,
+                    "--data", tmp_path, target=target)
+        assert (p.returncode, p.stdout) == (0, want), p.stderr
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        assert alphac("build", "direct.alpha", "-o", "d")[0] == 0
+    finally:
+        os.chdir(cwd)
+    assert "w.npy" in json.loads((tmp_path / "d.manifest.json").read_text())["inputs"]
+    (tmp_path / "bad.alpha").write_text(PARAM_LOAD.format(decls=direct.replace('= load("w.npy")', '= 2 * load("w.npy")')))
+    code, _, err = alphac("check", tmp_path / "bad.alpha")
+    assert code == 1 and "error[E0060]: load(...) can only be the whole value" in err, err
+
+
+LABELS = """learner labels
+data x = load("x.npy")
+data y = load("y.npy")
+param W: f64[3, 2] = 0.1
+{batch}
+loss(i) {{
+  let z = W @ x[i]
+  logsumexp(z) - dot(onehot(y[i], 3), z)
+}}
+update {{
+  W = W - 0.1 * grad(W)
+}}
+
+deployment two {{
+  roles coordinator, owner[2]
+  topology star(coordinator)
+  samples owner[0] = 0..6, owner[1] = 6..12
+  target owner[1] = aarch64
+}}
+"""
+
+
+@pytest.mark.parametrize("label, dtype", [(3, "<i8"), (-1, "<i8"), (1.5, "<f8"), (1e18, "<f8"),
+                                          (7, "|u1")])
+def test_a_label_outside_onehots_range_is_refused_by_name_by_every_engine(tmp_path, label, dtype):
+    """A label that onehot(y[i], 3) would read as no class (PyTorch: "Target out of bounds") is
+    refused `data-label`, naming its row, by the interpreter, the plan executor, the executables
+    on both ISAs (full batch and minibatch: where each reads its rows, before a first step) and
+    by the owner of a launched deployment that holds the row; with 0 steps nothing is read."""
+    from alphac.tools.launch import launch
+    from backend import build_deployment
+    np.save(tmp_path / "x.npy", np.random.default_rng(3).standard_normal((12, 2)))
+    y = np.array([0, 1, 2] * 4, dtype=dtype)
+    y[8] = label
+    np.save(tmp_path / "y.npy", y)
+    why = "refused: data-label (y[8]: not a class of onehot(..., 3), a whole number from 0 to 2)\n"
+    code = exit_code("data-label")
+    for batch in ("", "batch 4"):
+        src = tmp_path / f"labels{len(batch)}.alpha"
+        src.write_text(LABELS.format(batch=batch))
+        assert alphac("run", src, "--steps", 1) == (code, "", why)
+        assert alphac("run", src, "--steps", 0)[0] == 0
+        for target in ("x86_64", "aarch64"):
+            exe = build(src, tmp_path / f"l{len(batch)}.{target}", target)
+            p = run_exe(exe, "--steps", 1, "--data", tmp_path, target=target)
+            assert (p.returncode, p.stdout, p.stderr) == (code, "", why), target
+            assert run_exe(exe, "--steps", 0, "--data", tmp_path, target=target).returncode == 0
+    assert alphac("run", src, "--deployment", "two", "--steps", 2) == (code, "", why)
+    dep = build_deployment(src, "two", tmp_path / "roles")
+    rec = launch(dep, steps=2, records=tmp_path / "runs", key=tmp_path / "key", data=tmp_path)
+    roles = {r["role"]: r for r in rec["roles"]}
+    assert (roles["owner.1"]["refused"], roles["owner.1"]["detail"]) == ("data-label", why[len("refused: data-label ("):-2])
+    assert roles["owner.0"]["refused"] != "data-label" and not rec["passed"]
+
+
+def test_labels_written_in_the_source_are_warned_at_compile_time_and_refused_alike(tmp_path):
+    """Literal labels out of onehot's range: W0004 when checked, and the interpreter and the
+    executables (both ISAs) refuse the run as they do loaded ones."""
+    src = tmp_path / "lab.alpha"
+    src.write_text((ROOT / "tests" / "diagnostics" / "W0004.alpha").read_text())
+    code, _, err = alphac("check", src)
+    assert code == 0 and "warning[W0004]: label y[2]: not a class of onehot(..., 3)" in err
+    why = "refused: data-label (y[2]: not a class of onehot(..., 3), a whole number from 0 to 2)\n"
+    code, out, err = alphac("run", src, "--steps", 1)               # the warning, then the refusal
+    assert (code, out, err.endswith("`refused: data-label`)\n" + why)) == (exit_code("data-label"), "", True)
+    for target in ("x86_64", "aarch64"):
+        p = run_exe(build(src, tmp_path / f"lab.{target}", target), "--steps", 1, target=target)
+        assert (p.returncode, p.stdout, p.stderr) == (exit_code("data-label"), "", why), target
 
 
 @pytest.mark.parametrize("name", ["loaded", "batched"])

@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from alphac.diag import CODES
+from alphac.refusals import REFUSALS, TOOL_EXITS
 from conftest import ROOT, alphac, require_tool
 
 DIAG = Path(__file__).parent / "diagnostics"
@@ -57,6 +58,21 @@ def test_several_errors_in_one_run(monkeypatch):
     assert [c for c in ("E0040", "E0031", "E0020") if c in err] == ["E0040", "E0031", "E0020"]
 
 
+@pytest.mark.parametrize("body, wrong, meant", [
+    ("loss(i) {\n  let h = tanh(w * x[i])\n  (hh - x[i])^2\n}\nupdate {\n  w = w - 0.1 * grad(w)\n}\n", "hh", "h"),
+    ("loss(i) = (wq * x[i])^2\nupdate {\n  w = w - 0.1 * grad(w)\n}\n", "wq", "w"),
+    ("loss(i) = (w * x[i])^2\nupdate {\n  let gw = grad(w)\n  w = w - 0.1 * g\n}\n", "g", "gw"),
+    ("loss(i) = (w * x[i])^2\nupdate {\n  let step = 0.1 * grad(w)\n  ww = w - step\n}\n", "ww", "w"),
+])
+def test_an_unknown_name_gets_the_nearest_name_in_scope(tmp_path, body, wrong, meant):
+    """`hh` for a `let h` of the same body, as for a declaration: "did you mean"."""
+    p = tmp_path / "t.alpha"
+    p.write_text("learner t\ndata x = [1.0, 2.0]\nparam w: f64 = 0.5\n" + body)
+    rc, _, err = alphac("check", p)
+    assert rc == 1 and f"error[E0020]: unknown name `{wrong}`" in err and \
+        f"hint: did you mean `{meant}`?" in err, err
+
+
 def test_bad_npy_files(tmp_path):
     import numpy as np
     (tmp_path / "s.npy").write_bytes(b"not an npy file")
@@ -95,7 +111,24 @@ def test_explain(code):
 
 def test_explain_unknown():
     rc, _, err = alphac("explain", "E9999")
-    assert rc == 2 and "no diagnostic code" in err
+    assert rc == 2 and "no diagnostic code, refusal or exit code 'E9999'" in err
+    assert "did you mean `peer-lost`?" in alphac("explain", "peer-lsot")[2]
+
+
+@pytest.mark.parametrize("name", sorted(REFUSALS))
+def test_explain_every_refusal_by_name_and_by_exit_code(name):
+    """`alphac explain nvidia-open` (or 124) says what the refusal means, from the one table."""
+    code, when = REFUSALS[name]
+    for key in (name, str(code)):
+        rc, out, _ = alphac("explain", key)
+        assert rc == 0 and f"refused: {name} (exit code {code})\n\n{when}\n" in out
+
+
+@pytest.mark.parametrize("name", sorted(TOOL_EXITS))
+def test_explain_every_exit_code_of_alphac(name):
+    code, when = TOOL_EXITS[name]
+    rc, out, _ = alphac("explain", str(code))
+    assert (rc, out) == (0, f"alphac exit code {code} ({name})\n\n{when}\n")
 
 
 def test_docs_match_the_table():

@@ -187,6 +187,31 @@ def test_the_k8s_yaml_carries_any_learner_or_refuses_it(star, tmp_path, learner)
     assert all(l.startswith("#") for l in head) and len(head) == 3
 
 
+YAML_WORDS = st.sampled_from(["null", "Null", "~", "", "y", "N", "yes", "Off", "true", "FALSE", "5",
+                              "-1", "+2", "0x1F", "0o17", "1_000", "1e3", ".inf", "-.Inf", ".NaN",
+                              "2001-12-14", "12:30:00", "- a", "a: b", "#c", "[x]", "{y}", "&a", "*a",
+                              "!t", "%p", "@q", "|", ">", "? k", "<<", "=", "a #b", " lead", "trail "])
+YTEXT = st.one_of(TEXT, YAML_WORDS, st.lists(st.one_of(YAML_WORDS, PIECES), max_size=4).map("".join))
+DOC = st.recursive(st.none() | st.booleans() | st.integers(-2 ** 64, 2 ** 64) | YTEXT,
+                   lambda kids: st.lists(kids, max_size=4) | st.dictionaries(YTEXT, kids, max_size=4),
+                   max_leaves=16)
+
+
+@FAST
+@given(st.lists(st.dictionaries(YTEXT, DOC, min_size=1, max_size=5), min_size=1, max_size=3), TEXT)
+def test_the_k8s_yaml_writer_reads_back_as_any_objects_or_refuses_them(docs, comment):
+    """alphac.tools.k8s.to_yaml, the writer of k8s.yaml (its objects: strings as keys and values,
+    numbers, booleans, null, nested lists and maps, empty ones too): PyYAML reads exactly the
+    objects back, under any comment, or it refuses by name (a lone surrogate: no UTF-8 holds it)."""
+    from alphac.tools.k8s import to_yaml
+    try:
+        text = to_yaml(docs, comment)
+    except Unencodable as e:
+        assert SURROGATE.search(json.dumps(docs, ensure_ascii=False) + comment) and "surrogate" in str(e)
+        return
+    assert text.isascii() and list(yaml.safe_load_all(text)) == docs
+
+
 def test_no_writer_lets_raw_unicode_into_json():
     """Every JSON alphac writes is ASCII (json_text, or json.dumps's default ensure_ascii)."""
     from conftest import ROOT

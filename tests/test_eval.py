@@ -311,7 +311,8 @@ def test_evaluate_without_held_out_data_is_usage(work):
     from backend import run_exe
     ck = exe_checkpoint(work, 1)
     r = run_exe(work / "cls.alpha.exe", "--resume", ck, "--steps", "0", "--evaluate")
-    assert (r.returncode, r.stderr.strip()) == (64, "refused: usage")
+    assert (r.returncode, r.stderr.splitlines()[-1]) == (
+        64, "refused: usage (--evaluate: built without held-out data; see alphac build --eval-data)")
     for args, words in ((["--eval-data", "z=hx.npy"], "has no data `z`"),
                         (["--labels", "y"], "--labels needs --eval-data"),
                         (["--eval-data", "x=nosuch.npy"], "cannot read `nosuch.npy`")):

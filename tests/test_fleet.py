@@ -140,7 +140,7 @@ def test_ranks_out_of_range_missing_or_twice_are_refused_by_name(sources, tmp_pa
         p = subprocess.run([exe, "--rank", str(rank), "--parent", "127.0.0.1:9"], capture_output=True, text=True)
         assert (p.returncode, p.stderr) == (CODE["rank-out-of-range"], "refused: rank-out-of-range\n")
     p = subprocess.run([exe, "--parent", "127.0.0.1:9"], capture_output=True, text=True)
-    assert (p.returncode, p.stderr) == (CODE["usage"], "refused: usage\n")
+    assert (p.returncode, p.stderr.splitlines()[-1]) == (CODE["usage"], "refused: usage (--rank: missing)")
     single = build_deployment(paths["lsq"], "h7", tmp_path / "r")
     p = subprocess.run([single / "owner.3", "--rank", "5", "--parent", "127.0.0.1:9"], capture_output=True, text=True)
     assert (p.returncode, p.stderr) == (CODE["rank-out-of-range"], "refused: rank-out-of-range\n")

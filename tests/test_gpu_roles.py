@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 
 import mockgpu
-from conftest import ROOT, example, require_tool
+from conftest import ROOT, alphac, example, require_tool
 from mockgpu import Card
 from mockgpu.wrap import config
 
@@ -266,6 +266,33 @@ def test_a_gpu_owner_whose_card_computes_another_bit_refuses_and_nothing_is_publ
     assert by["owner.1"]["refused"] == "gpu-shadow-mismatch" and not rec["passed"]
     assert rec["published"] == "" and by["owner.0"]["exit"] != 0 and by["coordinator"]["exit"] != 0
     assert rec["logs"]["owner.1"]["launches"] == ["grad_samples", "owner_sum", "update_g0"]
+
+
+@pytest.mark.skipif(Path("/dev/nvidiactl").exists(), reason="this host has an NVIDIA driver")
+def test_gpu_owners_on_a_host_without_the_cards_are_named_at_once_with_their_card(work, tmp_path):
+    """A GPU deployment launched where there is no NVIDIA driver (this host, no mock): the first
+    owner's refusal names the device file; the launcher ends the other roles at once rather than
+    letting them wait out a minute's deadline, and says which card the owner was built for and
+    what to do."""
+    from alphac.artifacts import build_deployment
+    d, _, _ = work
+    out = d / "build" / "gpus"
+    if not (out / "MANIFEST.json").exists():
+        build_deployment("lsq.alpha", "gpus", out)
+    code, _, err = alphac("launch", out, "--deadline-ms", 60000, "--records", tmp_path / "runs",
+                          "--record-key", tmp_path / "key")
+    rec = json.loads(next((tmp_path / "runs").glob("*/record.json")).read_text())
+    refused = [r for r in rec["roles"] if r["refused"]]        # the other owner may refuse too
+    assert code == 102 and refused and {(r["refused"], r["detail"]) for r in refused} == {
+        ("nvidia-open", "/dev/nvidiactl: errno 2")}
+    ended = [r for r in rec["roles"] if not r["refused"]]
+    first = ended[0]["detail"].removeprefix("ended when ").removesuffix(" refused at start")
+    assert ended[0]["role"] == "coordinator" and first in {r["role"] for r in refused}
+    assert all((r["exit"], r["detail"]) == (-9, f"ended when {first} refused at start") for r in ended)
+    uuid, product = host_text("a" if first == "owner.0" else "b").split("\n")[0:2]
+    assert f"{first}: refused: nvidia-open (/dev/nvidiactl: errno 2)\n  {first} was built for " \
+           f"{product.split(' ', 1)[1]} {uuid.split()[1]} (driver 580.159.04" in err
+    assert "coordinator: ended when" in err and "alphac explain nvidia-open" in err
 
 
 DEPLOY_CLS = """

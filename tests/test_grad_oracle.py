@@ -25,6 +25,8 @@ import gmpy2
 import numpy as np
 import pytest
 
+from alphac.refusals import Refusal
+
 RNG = random.Random(16)
 STEPS, LR = 3, 0.1
 
@@ -411,11 +413,17 @@ def test_interpreter_and_x86_64_steps_are_the_oracles(lr, tmp_path):
     from alphac.build import build_learner
     from alphac.ir import interp
     ir = compiled(lr, tmp_path)
-    want = printed(sgd(lr, STEPS))
-    assert interp.format_state(ir, interp.run(ir, STEPS)) == want
     exe = tmp_path / lr.name
     exe.write_bytes(build_learner(ir, "x86_64").elf)
     os.chmod(exe, 0o755)
     proc = subprocess.run([str(exe), "--steps", str(STEPS)], capture_output=True, text=True, timeout=60)
+    if any(v not in (0.0, 1.0, 2.0) for v in lr.data.get("lab", ())):   # labels 3 and -1: a run
+        with pytest.raises(Refusal) as e:                                 # refuses them (issue 46;
+            interp.run(ir, STEPS)                                         # their gradients are
+        assert (proc.returncode, proc.stderr) == (e.value.exit_code, f"{e.value}\n")  # checked above)
+        assert e.value.name == "data-label" and "lab[4]" in e.value.detail
+        return
+    want = printed(sgd(lr, STEPS))
+    assert interp.format_state(ir, interp.run(ir, STEPS)) == want
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == want

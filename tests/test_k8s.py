@@ -210,6 +210,57 @@ def test_the_manifests_are_what_the_api_takes(built, tmp_path, dep):
         assert at(docs[kind], path) == ENUMS[kind, path]
 
 
+def test_each_pod_asks_for_the_memory_its_executable_needs_and_the_job_is_bounded(built, tmp_path):
+    """Requests and limits: the largest executable's loaded segments (which hold the plan's
+    demand), a stack and the kernel's share, above what a launch measures (peak RSS); the Job
+    ends after --active-deadline (default a day, 0: none) and goes ttlSecondsAfterFinished later."""
+    from alphac.tools.k8s import KERNEL, STACK
+    from alphac.tools.launch import launch
+    from elftools.elf.elffile import ELFFile
+    dep = built / "lsq_adam_tree"
+    segments = 0
+    for f in sorted(dep.iterdir()):
+        if f.name not in ("roles.json", "MANIFEST.json"):
+            with open(f, "rb") as fh:
+                segments = max(segments, sum(s["p_memsz"] for s in ELFFile(fh).iter_segments()
+                                             if s["p_type"] == "PT_LOAD"))
+    mem = f"{-(-(segments + STACK + KERNEL) // (1 << 20))}Mi"
+    job = generate(dep, tmp_path / "k8s")["Job"]
+    spec = job["spec"]
+    resources = spec["template"]["spec"]["containers"][0]["resources"]
+    assert resources == {"requests": {"memory": mem}, "limits": {"memory": mem}}
+    rec = launch(dep, steps=STEPS, records=tmp_path / "runs", key=tmp_path / "key")
+    assert rec["passed"] and max(r["peak_rss_kib"] for r in rec["roles"]) * 1024 < int(mem[:-2]) << 20
+    assert (spec["activeDeadlineSeconds"], spec["ttlSecondsAfterFinished"]) == (86400, 86400)
+    spec = generate(dep, tmp_path / "k8s", "--active-deadline", 0, "--ttl-after-finished", 60)["Job"]["spec"]
+    assert "activeDeadlineSeconds" not in spec and spec["ttlSecondsAfterFinished"] == 60
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "::1"])
+def test_the_roles_take_the_bracketed_listen_address_the_pods_get(built, tmp_path, host):
+    """k8s.yaml gives `--listen [$(POD_IP)]:P`, an IPv6 pod's address in brackets (unbracketed,
+    `fd00::5:7000` is no address); the executables take `[IPv6]:P` and `[A.B.C.D]:P`: a star
+    started by hand so publishes the interpreter's bits."""
+    args = generate(built / "lsq_adam_star", tmp_path / "k8s")["Job"]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--listen") + 1] == "[$(POD_IP)]:7000"
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+            s.bind((host, 0))
+            port = s.getsockname()[1]
+    except OSError:
+        pytest.skip(f"no {host} here")
+    dep, addr = built / "lsq_adam_star", f"[{host}]:{port}"
+    common = ["--steps", str(STEPS), "--deadline-ms", "10000"]
+    root = subprocess.Popen([dep / "coordinator", *common, "--listen", addr], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    owners = [subprocess.Popen([dep / f"owner.{k}", *common, "--parent", addr], stderr=subprocess.PIPE)
+              for k in range(4)]
+    out, err = root.communicate(timeout=60)
+    assert [o.wait(timeout=60) for o in owners] == [0] * 4 and (root.returncode, err) == (0, ""), err
+    assert out == alphac("run", EXAMPLES / "lsq_adam.alpha", "--deployment", "lsq_adam_star",
+                         "--steps", STEPS)[1]
+
+
 def test_the_oracle_refuses_what_the_api_refuses(built, tmp_path):
     """A field the API does not have, a wrong type, a missing name: the schema; a misspelt
     enum value: its description (the schema alone takes `Indexd`)."""
@@ -275,7 +326,7 @@ def test_every_pod_names_its_parents_pod(built, tmp_path, dep):
         argv = [expand(a, env) for a in c["command"] + c["args"]]
         opt = dict(zip(argv[1::2], argv[2::2]))
         assert argv[0] == f"/alphac/rank/{i}" and opt["--rank"] == str(i)
-        assert opt["--listen"] == "10.1.2.3:7100" and opt["--steps"] == str(STEPS)
+        assert opt["--listen"] == "[10.1.2.3]:7100" and opt["--steps"] == str(STEPS)
         parent = ranks[r["parent"]] if r["parent"] else i        # `{}`: its parent's rank
         assert opt["--parent"].replace("{}", str(parent)) == fqdn(job, parent, "ml") + ":7100"
         if r.get("mesh"):                                         # `{}`: each owner's rank
@@ -590,7 +641,7 @@ def fake_deployment(d: Path, targets: dict) -> Path:
     artifacts.write_file(d / "dep" / "roles.json", data, 0o644)
     entries["dep/roles.json"] = manifest.artifact_entry(data, {"kind": "test"}, [])
     for r in targets:
-        elf = b"\x7fELF" + r.encode()
+        elf = b"\x7fELF" + bytes(60) + r.encode()          # a header, no program headers
         artifacts.write_file(d / "dep" / r, elf, 0o755)
         entries[f"dep/{r}"] = manifest.artifact_entry(elf, {"kind": "test"}, [])
     manifest.write(d / "MANIFEST.json", manifest.new(entries, [], {}))

@@ -371,8 +371,8 @@ def test_a_hostile_peer_on_a_mesh_link_is_refused_by_name(roles, mesh, case):
 def test_a_mesh_owner_without_its_mesh_address_is_refused_usage(roles):
     r = subprocess.run([str(roles / "lsq_adam_mesh" / "owner.1"), "--steps", "1",
                         "--parent", "127.0.0.1:9"], capture_output=True, text=True, timeout=10)
-    assert (r.returncode, r.stderr) == (64, "refused: usage\n")
+    assert (r.returncode, r.stderr.splitlines()[-1]) == (64, "refused: usage (--mesh: missing: this role is a mesh owner)")
     r = subprocess.run([str(roles / "lsq_adam_mesh" / "owner.1"), "--steps", "1",
                         "--parent", "127.0.0.1:9", "--mesh", "127.0.0.1:99999+{}"],
                        capture_output=True, text=True, timeout=10)
-    assert (r.returncode, r.stderr) == (64, "refused: usage\n")
+    assert (r.returncode, r.stderr.splitlines()[-1]) == (64, "refused: usage (--mesh: not A.B.C.D:PORT, [IPv6]:PORT, [A.B.C.D]:PORT or NAME:PORT; {} is the rank)")

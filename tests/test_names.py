@@ -316,8 +316,8 @@ def v6_ok(h):
 def accepted(s):
     """The model of net_parse_addr: True when the address is well formed."""
     m = re.fullmatch(r"\[([^\]]*)\]:(.*)", s, re.S)
-    if m:
-        host, port, ok = m[1], m[2], v6_ok(m[1])
+    if m:                                      # `[V6]:P`, or `[A.B.C.D]:P` (alphac k8s's `[$(POD_IP)]`)
+        host, port, ok = m[1], m[2], v6_ok(m[1]) or v4_ok(m[1])
     else:
         host, _, port = s.partition(":")
         name = (re.fullmatch(r"[A-Za-z0-9-]{1,63}(\.[A-Za-z0-9-]{1,63})*", host) is not None
@@ -343,9 +343,12 @@ def addresses(rng, n):
             if kind < 0.7:
                 i = rng.randint(0, len(s))
                 s = s[:i] + rng.choice(alphabet) + s[i + rng.randint(0, 2):]
-            s = f"[{s}]" if ":" in s and rng.random() < 0.8 else s
+            s = f"[{s}]" if (":" in s and rng.random() < 0.8) or rng.random() < 0.2 else s
             s += ":" + str(rng.choice([rng.randint(1, 65535), 0, 65536, rng.randint(0, 10**16)]))
         yield s
+
+
+ADDR_WHY = b"not A.B.C.D:PORT, [IPv6]:PORT, [A.B.C.D]:PORT or NAME:PORT; {} is the rank"
 
 
 def test_random_addresses_are_refused_usage_or_accepted(dep, tmp_path):
@@ -359,6 +362,8 @@ def test_random_addresses_are_refused_usage_or_accepted(dep, tmp_path):
         p = subprocess.run([str(dep["x86_64"] / "coordinator"), "--steps", "1", "--deadline-ms", "20",
                             "--listen", arg], env=env, capture_output=True, timeout=10)
         got = named(p)
-        assert p.stderr == f"refused: {got}\n".encode(), (s, p.stderr)
+        line = p.stderr.split(b"\n")[-2]                # usage: after the usage line, with a detail
+        assert line == (b"refused: usage (--listen: " + ADDR_WHY + b")" if got == "usage" else
+                        f"refused: {got}".encode()), (s, p.stderr)
         want = {"listen-failed", "peer-lost", "name-unresolved"} if accepted(s) else {"usage"}
         assert got in want, (s, got)

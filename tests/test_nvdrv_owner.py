@@ -192,9 +192,10 @@ def test_probe_identity_prints_what_the_driver_says():
 
 
 # -- refusals, each by an executed mutant ----------------------------------------------------------
-def refused(r, name):
+def refused(r, name, detail=None):
     assert r.errors == []
-    assert (r.returncode, r.stdout, r.stderr) == (exit_code(name), "", f"refused: {name}\n")
+    line = f"refused: {name}" + (f" ({detail})" if detail else "")
+    assert (r.returncode, r.stdout, r.stderr) == (exit_code(name), "", line + "\n")
 
 
 def identity_only(r, built):
@@ -236,7 +237,7 @@ def test_another_device_minor_and_no_driver():
     refused(r, "nvidia-plan-host")
     identity_only(r, built)
     r, _ = run("independent_state", 90, present=False)
-    refused(r, "nvidia-open")
+    refused(r, "nvidia-open", "/dev/nvidiactl: errno 2")      # the device file, ENOENT
     assert r.device_calls() == [("openat", "/dev/nvidiactl")]
 
 

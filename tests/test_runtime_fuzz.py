@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from alphac.formats import CKPT_HEADER, CKPT_RECORD, FRAME
-from alphac.refusals import REFUSALS
+from alphac.refusals import DETAILED, REFUSALS
 from backend import build_deployment, build_learner_exe
 from conftest import example, require_tool
 
@@ -47,7 +47,12 @@ def named(code: int, err: str, allowed=None) -> str | None:
         assert err == "", err
         return None
     assert code in CODES, f"exit {code} is no refusal's: {err!r}"
-    assert err == f"refused: {CODES[code]}\n", (code, err)
+    name, lines = CODES[code], err.split("\n")      # `refused: NAME` alone, or with its detail
+    if name in DETAILED:                              # (usage: after the usage line)
+        assert lines[-2].startswith(f"refused: {name} (") and lines[-1] == "" and len(lines) <= 3, err
+        assert len(lines) == 2 or lines[0].startswith("usage: "), err
+    else:
+        assert err == f"refused: {name}\n", (code, err)
     assert allowed is None or CODES[code] in allowed, (CODES[code], allowed)
     return CODES[code]
 

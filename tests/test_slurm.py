@@ -20,6 +20,7 @@ import oracle
 from backend import build_deployment
 from conftest import EXAMPLES, alphac, require_tool
 
+from alphac.refusals import exit_code
 from alphac.tools.launch import free_port
 
 NODES = ("n1", "n2", "n3")
@@ -243,6 +244,29 @@ def test_a_wrong_rank_mapping_is_refused_by_name_in_the_record(cluster, built, t
     again = subprocess.run(["bash", script], env=dict(cluster.env, SLURM_JOB_NODELIST="n1"),
                            capture_output=True, text=True, timeout=20)      # a script runs once
     assert again.returncode == 104 and again.stderr.startswith("refused: records-dir"), again.stderr
+
+
+def test_slurm_record_right_after_sbatch_says_the_job_is_queued_then_waits_for_it(cluster, built, tmp_path,
+                                                                                   monkeypatch):
+    """Before the job has run, slurm-record refuses job-not-done, naming the job, its state and
+    --wait, and writes nothing; with --wait it waits for the job and seals its record."""
+    monkeypatch.setenv("SLURM_CONF", str(cluster.conf))           # the squeue alphac runs
+    runs = tmp_path / "runs"
+    code, _, err = alphac("slurm", built[STAR], "--steps", 2, "--nodes", 2, "--records", runs,
+                          "--deadline-ms", 10000, "--port-base", free_port())
+    assert code == 0, err
+    rdir = runs / f"{STAR}-0001"
+    p = cluster.ctl(["sbatch", "--parsable", "--hold", str(rdir / "slurm.sh")])    # held: queued
+    assert p.returncode == 0, p.stderr
+    job = p.stdout.strip().split(";")[0]
+    code, published, err = alphac("slurm-record", rdir)
+    assert (code, published) == (exit_code("job-not-done"), "") and err.startswith(f"refused: job-not-done (job {job} is pending; "
+                                                             f"`alphac slurm-record {rdir} --wait`"), err
+    assert not (rdir / "record.json").exists()
+    assert cluster.ctl(["scontrol", "release", job]).returncode == 0
+    code, published, err = alphac("slurm-record", rdir, "--wait", 60)
+    assert code == 0 and f"alphac slurm-record: job {job} is " in err, err
+    assert published == alphac("run", EXAMPLES / "lsq_adam.alpha", "--deployment", STAR, "--steps", 2)[1]
 
 
 def test_slurm_refuses_by_name_before_writing_anything(built, tmp_path):

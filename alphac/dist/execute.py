@@ -249,6 +249,8 @@ def run_plan(lr: Learner, plan: Plan, steps: int, state: dict[str, tuple] | None
              start: int = 0) -> dict[str, tuple]:
     """Steps start .. start+steps-1 of the plan from `state` (default: the initial state); the
     published state."""
+    if steps:
+        interp.check_labels(lr)
     ex = Execution(plan, state or interp.initial_state(lr))
     if steps == 0:
         ex.run_step(final=True, only_publish=True)

@@ -36,7 +36,7 @@ import math
 
 from alphac.math import binary64 as f
 from alphac.ir.evaluate import Env, evaluate
-from alphac.ir.learner import Learner
+from alphac.ir.learner import Learner, bad_label
 from alphac.refusals import Refusal
 
 State = dict[str, tuple[float, ...]]
@@ -185,9 +185,19 @@ def step_loss(lr: Learner, state: State, t: int) -> tuple[float, int]:
     return f.div(total, float(len(vals))), len(vals)
 
 
+def check_labels(lr: Learner) -> None:
+    """Before a first step, as each executable does when it reads its rows: every label that a
+    `onehot(NAME[i], K)` reads is a whole number from 0 to K-1 (`data-label` otherwise)."""
+    why = bad_label(lr)
+    if why is not None:
+        raise Refusal("data-label", why)
+
+
 def run(lr: Learner, steps: int, state: State | None = None, start: int = 0, watch=None) -> State:
     """Steps start .. start+steps-1 (a resumed run starts where its checkpoint stopped);
     `watch(t, state)` before each step t, with the state it starts from."""
+    if steps:
+        check_labels(lr)
     state = initial_state(lr) if state is None else state
     for t in range(start, start + steps):
         if watch is not None:

@@ -391,6 +391,44 @@ class Learner:
         return hashlib.sha256(canonical(self).encode()).hexdigest()
 
 
+# -- labels ------------------------------------------------------------------------------------------
+def label_columns(lr: "Learner") -> dict[tuple[str, int], int]:
+    """(data name, column) -> K for each `onehot(NAME[i], K)` (column 0) or `onehot(NAME[i, c], K)`
+    of the loss and predict: labels that every engine requires to be whole numbers from 0 to K-1
+    when it reads the rows (`data-label`); the smallest K where one column feeds several."""
+    out: dict[tuple[str, int], int] = {}
+    for n in postorder([x for x in (lr.loss, lr.predict) if x is not None]):
+        if isinstance(n, OneHot):
+            a, col = (n.a.a, n.a.k) if isinstance(n.a, Pick) else (n.a, 0)
+            if isinstance(a, DataRow) and len(a.shape) <= 1:
+                out[a.name, col] = min(out.get((a.name, col), n.shape[0]), n.shape[0])
+    return out
+
+
+def label_where(d: "DataDef", col: int, k: int) -> tuple[str, str]:
+    """The text around the row number in a `data-label` refusal's detail: (`NAME[`, `]: ...`)."""
+    at = "]" if len(d.shape) == 1 else f", {col}]"
+    return f"{d.name}[", f"{at}: not a class of onehot(..., {k}), a whole number from 0 to {k - 1}"
+
+
+def bad_label(lr: "Learner", lo: int = 0, hi: int | None = None, only: str | None = None) -> str | None:
+    """The `data-label` detail for the first label of rows lo..hi-1 (all, by default) that is not a
+    whole number from 0 to K-1 (label_columns; in the data's order, then by column, then by row:
+    the order the executables read them), or None; `only`: of that data array alone."""
+    import numpy as np
+    columns = label_columns(lr)
+    for d, (name, col) in ((d, key) for d in lr.data for key in sorted(columns) if key[0] == d.name):
+        if only is not None and name != only:
+            continue
+        k = columns[name, col]
+        v = np.asarray(d.values, dtype=np.float64).reshape(d.shape[0], -1)[lo:hi, col]
+        bad = ~((v > -1) & (v < k) & (v == np.rint(v)))
+        if bad.any():
+            head, tail = label_where(d, col, k)
+            return f"{head}{lo + int(np.argmax(bad))}{tail}"
+    return None
+
+
 # -- canonical serialization (the learner's identity) -------------------------------------------
 def _vals(values) -> str:
     raw = struct.pack(f"<{len(values)}d", *values)

@@ -281,7 +281,7 @@ class FleetLowering(RoleLowering):
         codes = role_codes(plan)
         out = ["fn fl_min(a: i64, b: i64) -> i64 {", "    if a < b { return a; }", "    return b;", "}", "",
                "fn role_setup(rank: i64) {",
-               "    if rank < 0 { refuse(\"usage\"); }          // an index node's member: --rank R",
+               "    if rank < 0 { rt_usage_refuse(\"--rank\", \"missing\"); }  // an index node's member: --rank R",
                f"    if rank < {node.rank} || rank >= {node.rank + node.size} {{ refuse(\"rank-out-of-range\"); }}",
                f"    let k = rank - {node.rank - node.lo};",
                "    store64(role_k, k);",

@@ -33,6 +33,7 @@ import struct
 from alphac.formats import XC_WORDS, XS_DIGITS
 from alphac.math.binary64 import bits
 from alphac.ir.learner import (Bcast, Const, DataRow, Dot, Elem, Grad, Learner, MatVec, Max,
+                               bad_label, label_columns, label_where,
                                MaxAdj, Node, OneHot, Outer, Pick, Pow, Read, Stack, Sum, Unary,
                                VecMat, Where, children, postorder)
 from alphac.math import rt_name
@@ -1023,10 +1024,11 @@ class LearnerCode:
         """learner_evaluate(): the state scored on the held-out samples (`alphac build
         --eval-data`), as `alphac eval` scores it (alphac.ir.score): `samples N`, `mean_loss HEX`
         (the left fold of the losses, over n) and, with labels, `correct K` (the first index of
-        the largest score that is a number, against the label). Without held-out data, `usage`."""
+        the largest score that is a number, against the label). Without held-out data, `usage`
+        (naming `--evaluate`)."""
         em = Emitter(self)
         if self.evaluation is None:
-            em.put('refuse("usage");')
+            em.put('rt_usage_refuse("--evaluate", "built without held-out data; see alphac build --eval-data");')
             return self.function("learner_evaluate", "", em)
         held, labels = self.evaluation
         lr = self.lr
@@ -1197,6 +1199,9 @@ def data_source(lr: Learner, lo: int, hi: int) -> tuple[str, dict[str, bytes]]:
     body = ["    let dir = load64(data_dir);"] if hi > lo and any(d.file for d in lr.data) else []
     for d in lr.data:
         f = d.file
+        why = bad_label(lr, lo, hi, d.name) if f is None and hi > lo else None
+        if why is not None:                     # labels written in the source (W0004 said so)
+            body.append(f'    refuse("data-label", "{why}", {len(why)});')
         if f is None or hi <= lo:
             continue
         n = d.name
@@ -1208,6 +1213,14 @@ def data_source(lr: Learner, lo: int, hi: int) -> tuple[str, dict[str, bytes]]:
         body.append(f"    store64(df_{n}, fd_{n});")
         if not streamed(lr):
             body.append(f"    store64(dp_{n}, dt_{n} - {8 * lo * f.cols});")
+        for (name, col), k in sorted(label_columns(lr).items()):
+            if name == n:
+                head, tail = label_where(d, col, k)
+                r = f"lr_{n}_{col}"
+                body += [f"    let {r} = {lo};", f"    while {r} < {hi} {{",
+                         f"        data_label(data_row(fd_{n}, {f.offset + col * f.itemsize} + {r} * {f.row_bytes}, "
+                         f'1, {f.kind}, data_one), {r}, {k}, "{head}\\0{tail}");',
+                         f"        {r} = {r} + 1;", "    }"]
     if body:
         body.append('    rt_event("data checked");')
     text = "\n".join(decls) + "\n\nfn learner_data_open() {\n" + "\n".join(body) + "\n}\n"

@@ -470,6 +470,10 @@ class FnLowerer:
             self.emit("fence", None)
             return None, None
         if f == "refuse":
+            if len(args) == 3:              # refuse("NAME", detail, n): `refused: NAME (DETAIL)`
+                detail = [self.reg(typed(a, "i64")) for a in args[1:]]
+                self.refuse(self.refusal_name(args[0], "refuse"), detail)
+                return None, None
             need(1)
             self.refuse(self.refusal_name(args[0], "refuse"))
             return None, None
@@ -492,13 +496,17 @@ class FnLowerer:
             raise self.err(f"{what} takes a refusal name from alphac.refusals")
         return e[1].decode()
 
-    def refuse(self, name: str) -> None:
-        """`refused: NAME` on stderr and exit with its code (rt_refuse); nothing follows."""
-        line = f"refused: {name}\n".encode()
-        msg = self.emit("addr", self.fn.new("i"), Sym(self.mod.string(line)))
+    def refuse(self, name: str, detail: list | None = None) -> None:
+        """`refused: NAME` on stderr and exit with its code (rt_refuse); nothing follows. With
+        `detail` (an address and a length), `refused: NAME (DETAIL)` (core's rt_refuse_why)."""
+        line = f"refused: {name}" + ("" if detail else "\n")
+        msg = self.emit("addr", self.fn.new("i"), Sym(self.mod.string(line.encode())))
         n = self.reg(Imm(len(line)))
         code = self.reg(Imm(REFUSALS[name][0]))
-        self.emit("call", None, "rt_refuse", msg, n, code)
+        if detail:
+            self.emit("call", None, "rt_refuse_why", msg, n, *detail, code)
+        else:
+            self.emit("call", None, "rt_refuse", msg, n, code)
         self.terminate("trap")
 
     def bounded_append(self, f: str, args: list[tuple], need, typed):

@@ -17,6 +17,7 @@ import importlib
 from dataclasses import dataclass, replace
 from typing import Callable
 
+from alphac.elf.writer import BASE_ADDRESS, PT_NOTE
 from alphac.lower.regalloc import RegFile
 from alphac.targets import ISAS, LEVELS, names
 
@@ -58,6 +59,7 @@ class Target:
         out = "".join(f"const SYS_{name} = {nr};\n" for name, nr in sorted(self.syscalls.items()))
         out += f"const CPU_AVX2 = {int(self.lanes >= 4)};\n"      # f64x4, and the start's check
         out += f"const CPU_AVX512 = {int(self.lanes >= 8)};\n"    # f64x8, and its check
+        out += f"const ELF_BASE = {BASE_ADDRESS};\nconst ELF_PT_NOTE = {PT_NOTE};\n"   # --version's build ID
         return out + "".join(f"const {name} = {v};\n" for name, v in self.constants) + formats.prelude()
 
 

@@ -34,8 +34,10 @@ def refusals_md() -> str:
            "Generated from `alphac/refusals.py` by `python -m alphac.tools.docs`. A program that "
            "refuses prints one line `refused: NAME` on standard error and exits with the code "
            "below; it publishes nothing. The executables, the reference interpreter and the "
-           "launcher use the same table; the launcher and alphac's other tools add what was "
-           "wrong, and what to do, in parentheses on the same line: `refused: NAME (DETAIL)`.", "",
+           "launcher use the same table; where the program knows more, it adds what was "
+           "wrong, and what to do, in parentheses on the same line: `refused: NAME (DETAIL)` "
+           "(an executable's `usage` names the argument, after its usage line; `nvidia-open` the "
+           "device file). `alphac explain NAME` (or the exit code) prints a row.", "",
            "| name | exit code | when |", "| --- | --- | --- |"]
     for name, (code, when) in sorted(REFUSALS.items(), key=lambda kv: kv[1][0]):
         out.append(f"| `{name}` | {code} | {when} |")

@@ -10,7 +10,7 @@ written, byte for byte the same on every run (no time, no absolute path, ranks i
   and with `subdomain: NAME` the DNS name NAME-I.NAME.<namespace>.svc.<cluster domain>. Its one
   container runs only the executable of rank I:
       /alphac/rank/$(JOB_COMPLETION_INDEX) --rank $(JOB_COMPLETION_INDEX) --steps N
-          --deadline-ms MS --listen $(POD_IP):P --parent NAME-{}.NAME.$(POD_NAMESPACE).svc.D:P
+          --deadline-ms MS --listen [$(POD_IP)]:P --parent NAME-{}.NAME.$(POD_NAMESPACE).svc.D:P
   (Kubernetes expands `$(VAR)` from the container's env: the index from the pod's annotation,
   POD_IP and POD_NAMESPACE from the downward API; the executable expands `{}` in --parent to its
   parent's rank, so every pod names its parent's pod). The name is fully qualified because the
@@ -23,6 +23,11 @@ written, byte for byte the same on every run (no time, no absolute path, ranks i
   (secretKeyRef): the manifest names the Secret and never holds the key, and a pod of a Job
   whose Secret is missing does not start. Each run gets a new key by making the Secret anew
   (what `alphac k8s` prints: the bytes go from /dev/urandom to kubectl's standard input).
+  `[$(POD_IP)]` is an IPv6 pod's address in brackets, and the runtime
+  takes `[A.B.C.D]:P` as well. Each pod requests and is limited to `memory` (the largest
+  executable's segments, a stack, the kernel's share); the Job ends its pods after
+  activeDeadlineSeconds (--active-deadline, default a day; 0: no bound) and is deleted with its
+  pods and their logs ttlSecondsAfterFinished after it ends (--ttl-after-finished, default a day).
 - `Containerfile`: FROM scratch, the executables as /alphac/roles/FILE, and /alphac/rank/N, a
   relative symbolic link to the file serving rank N (one copy of each executable however many
   ranks it serves; the kernel follows the link at exec, no shell needed); `roles/`, `rank/` and
@@ -43,9 +48,11 @@ import json
 import os
 import re
 import shutil
+import struct
 import tempfile
 from pathlib import Path
 
+from alphac.elf.writer import PT_LOAD
 from alphac.encode import Unencodable, yaml_comment, yaml_scalar
 from alphac.files import open_regular, read_regular, write_file
 from alphac.manifest import MAX_FILE
@@ -62,9 +69,9 @@ HEADER = "# alphac k8s:"
 USER = 65532                                            # the pods' user and group (not root)
 INDEX = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
 RUN_KEY = "run-key"                                     # the Secret NAME-run-key's key
-
-
 CHECKPOINTS = "/alphac-checkpoints"     # where a --checkpoint-claim is mounted in every pod
+STACK = 8 << 20                                         # the kernel's default stack limit
+KERNEL = 8 << 20                                        # socket buffers, page tables
 
 
 class K8sError(Exception):
@@ -145,9 +152,27 @@ def check_names(name: str, namespace: str | None, n: int, port: int, domain: str
     return f"{name}-{{}}.{name}.$(POD_NAMESPACE).svc.{domain}:{port}"
 
 
+def memory(blobs: dict[str, bytes]) -> str:
+    """The memory every pod requests and is limited to, in MiB: the largest executable's loaded
+    segments (their p_memsz: every buffer the runtime has is one of them, the plan's demand for
+    the learner's values included; there is no allocator), a stack of STACK bytes and KERNEL bytes
+    for what the kernel charges the pod (socket buffers, page tables)."""
+    most = 0
+    for f, data in sorted(blobs.items()):
+        try:
+            phoff, = struct.unpack_from("<Q", data, 32)
+            size, count = struct.unpack_from("<HH", data, 54)
+            most = max(most, sum(struct.unpack_from("<Q", data, phoff + i * size + 40)[0]
+                                 for i in range(count)
+                                 if struct.unpack_from("<I", data, phoff + i * size)[0] == PT_LOAD))
+        except struct.error:
+            raise Refusal("launch-input", f"{f}: not an ELF executable (its program headers)")
+    return f"{-(-(most + STACK + KERNEL) // (1 << 20))}Mi"
+
+
 def objects(table: dict, *, name: str, image: str, arch: str, namespace: str | None, port: int,
-            run_args: list[str], domain: str, active_deadline: int | None,
-            claim: str | None = None) -> list[dict]:
+            run_args: list[str], domain: str, active_deadline: int, ttl: int,
+            mem: str, claim: str | None = None) -> list[dict]:
     """The Service and the Job, as the dictionaries the API takes; with `claim`, every pod mounts
     that PersistentVolumeClaim at CHECKPOINTS (writable, group USER) for its checkpoints."""
     n = len(table["roles"])
@@ -156,8 +181,8 @@ def objects(table: dict, *, name: str, image: str, arch: str, namespace: str | N
     meta = {"name": name, **({"namespace": namespace} if namespace else {}), "labels": labels,
             "annotations": {f"{PREFIX}/deployment": table["deployment"], f"{PREFIX}/learner": table["learner"]}}
     args = ["--rank", "$(JOB_COMPLETION_INDEX)", *map(literal, run_args)]
-    if any(r["listens"] for r in table["roles"]):
-        args += ["--listen", f"$(POD_IP):{port}"]
+    if any(r["listens"] for r in table["roles"]):        # bracketed: an IPv6 pod's address too
+        args += ["--listen", f"[$(POD_IP)]:{port}"]
     if any(r["parent"] for r in table["roles"]):
         args += ["--parent", parent]
     if any(r.get("mesh") for r in table["roles"]):     # owner j at its pod's name, `{}` = j's rank
@@ -171,6 +196,7 @@ def objects(table: dict, *, name: str, image: str, arch: str, namespace: str | N
                 {"name": "ALPHAC_RUN_KEY", "valueFrom": {"secretKeyRef": {"name": f"{name}-{RUN_KEY}",
                                                                           "key": RUN_KEY}}}],
         "ports": [{"name": "alphac", "containerPort": port, "protocol": "TCP"}],
+        "resources": {"requests": {"memory": mem}, "limits": {"memory": mem}},
         "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
                             "capabilities": {"drop": ["ALL"]}},
         "terminationMessagePolicy": "FallbackToLogsOnError",
@@ -188,7 +214,8 @@ def objects(table: dict, *, name: str, image: str, arch: str, namespace: str | N
             "podFailurePolicy": {"rules": [{"action": "Ignore", "onExitCodes": {  # an empty
                 "containerName": "role", "operator": "In", "values": [NAME_UNRESOLVED]},  # list:
                 "onPodConditions": []}]},                   # 1.28's schema requires the field
-            **({"activeDeadlineSeconds": active_deadline} if active_deadline is not None else {}),
+            **({"activeDeadlineSeconds": active_deadline} if active_deadline else {}),
+            "ttlSecondsAfterFinished": ttl,
             "template": {"metadata": {"labels": labels}, "spec": pod}}
     service = {"apiVersion": "v1", "kind": "Service", "metadata": meta,
                "spec": {"clusterIP": "None", "publishNotReadyAddresses": True,
@@ -301,8 +328,8 @@ def output_dir(out: Path) -> None:
 def generate(dep_dir: str | Path, out: str | Path | None = None, *, image: str | None = None,
              name: str | None = None, namespace: str | None = None, port: int = 7000,
              steps: int = 5, epochs: int | None = None, deadline_ms: int = 300000,
-             cluster_domain: str = "cluster.local", active_deadline: int | None = None,
-             data: str | None = None, checkpoint_claim: str | None = None,
+             cluster_domain: str = "cluster.local", active_deadline: int = 86400,
+             ttl: int = 86400, data: str | None = None, checkpoint_claim: str | None = None,
              checkpoint_every: int | None = None, keep: int | None = None) -> dict:
     """Write the manifests, the Containerfile and the image's files for the deployment in
     `dep_dir` into `out`; returns what the CLI prints (the image, the Job, the commands).
@@ -313,7 +340,7 @@ def generate(dep_dir: str | Path, out: str | Path | None = None, *, image: str |
     out = Path(out) if out is not None else dep_dir / "k8s"
     name = default_name(table["deployment"]) if name is None else name
     for flag, v, low in (("--steps", steps, 0), ("--epochs", epochs, 0), ("--deadline-ms", deadline_ms, 1),
-                         ("--active-deadline", active_deadline, 1)):
+                         ("--active-deadline", active_deadline, 0), ("--ttl-after-finished", ttl, 0)):
         if v is not None and not low <= v < 10 ** DECIMAL_DIGITS:     # what the executables take
             raise K8sError(f"{flag} {v}: a whole number from {low} to {DECIMAL_DIGITS} digits")
     ranks = rank_files(table)
@@ -337,7 +364,7 @@ def generate(dep_dir: str | Path, out: str | Path | None = None, *, image: str |
                                                                   ("--keep", keep)) if n for a in (f, str(n))]
     docs = objects(table, name=name, image=image, arch=arch, namespace=namespace, port=port,
                    run_args=run_args, domain=cluster_domain, active_deadline=active_deadline,
-                   claim=checkpoint_claim)
+                   ttl=ttl, mem=memory(blobs), claim=checkpoint_claim)
     n, root = len(ranks), next(r["rank"] for r in table["roles"] if r["role"] == table["root"])
     try:                                 # the learner as the YAML below writes it: one line
         learner = _scalar(table["learner"])

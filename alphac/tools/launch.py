@@ -281,3 +281,39 @@ def launch(dep_dir: str | Path, steps: int = 5, deadline_ms: int = 10000,
     if interrupted:
         raise Refusal("launch-interrupted", f"{interrupted}; run record {record['path']}")
     return record
+
+
+# what a GPU owner's start-up refusal means of this host, for `failures`
+CARD_REFUSED = {"nvidia-open": "this host has no such device file (no NVIDIA driver, or no card at "
+                               "that minor), or may not open it",
+                "device-uuid": "this host's card at that minor is another card",
+                "nvidia-plan-host": "this host's driver or card is not the one described"}
+
+
+def failures(record: dict) -> list[str]:
+    """A failed run's roles, one line each (`ROLE: refused: NAME (DETAIL)`, or its exit and why the
+    launcher ended it), and for a GPU owner refused at start the card it was built for (from the
+    build manifest the record names) and what to do; then where to read about the first refusal."""
+    from alphac.manifest import ManifestError, load as load_manifest
+    try:
+        artifacts = load_manifest(record["build"]["manifest"])["artifacts"]
+    except (ManifestError, KeyError, TypeError):
+        artifacts = {}
+    lines, first = [], None
+    for r in record["roles"]:
+        if r["exit"] == 0:
+            continue
+        detail = f" ({r['detail']})" if r.get("detail") else ""
+        lines.append(f"{r['role']}: " + (f"refused: {r['refused']}{detail}" if r["refused"] else
+                                         f"{r['detail']} (signal {-r['exit']})" if r.get("detail") and r["exit"] < 0
+                                         else f"exit {r['exit']}{detail}"))
+        first = first or r["refused"]
+        card = artifacts.get(r.get("artifact"), {}).get("recipe", {}).get("card")
+        if r["refused"] in CARD_REFUSED and isinstance(card, dict):
+            lines.append(f"  {r['role']} was built for {card.get('product')} {card.get('uuid')} (driver "
+                         f"{card.get('driver')}, /dev/nvidia{card.get('minor')}); {CARD_REFUSED[r['refused']]}: "
+                         f"run it on that host, or rebuild the owner for this one (alphac build ... "
+                         f"--gpu-host FILE: docs/nvdrv.md)")
+    if first:
+        lines.append(f"what `refused: {first}` means and what to do: alphac explain {first}")
+    return lines

@@ -295,11 +295,14 @@ def make_record(table: dict, runs: list, steps: int, manifest: dict, mpath: Path
     """The unsealed record of `table`'s `runs` (supervise.RoleRun), their streams in `rdir`."""
     roles = []
     for run in runs:
-        refused = next((l[len("refused: "):] for l in run.stderr.splitlines()
-                        if l.startswith("refused: ")), None)
+        line = next((l[len("refused: "):] for l in run.stderr.splitlines()
+                     if l.startswith("refused: ")), None)
+        refused, _, detail = (line or "").partition(" (")
+        ended = [l[len("launcher: "):] for l in run.stderr.splitlines() if l.startswith("launcher: ")]
         roles.append({"role": run.role, "isa": run.target, "sha256": run.sha256,
                       "artifact": run.artifact,
-                      "exit": run.exit, "refused": refused,
+                      "exit": run.exit, "refused": refused or None,
+                      "detail": detail.removesuffix(")") or (ended[-1] if ended else None),
                       "signal": -run.exit if run.exit is not None and run.exit < 0 else None,
                       "stream": {"file": f"events/{run.role}.log"}})
         f = rdir / roles[-1]["stream"]["file"]

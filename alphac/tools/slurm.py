@@ -37,6 +37,8 @@ import os
 import re
 import shutil
 import signal
+import subprocess
+import time
 from pathlib import Path
 
 from alphac.encode import Unencodable, json_text, shell_word
@@ -302,8 +304,45 @@ def attempts(rdir: Path, table: dict, hashes: dict, dep_dir: Path, mpath: Path, 
     return out
 
 
-def collect(rundir: str | Path, key: str | Path | None = None) -> dict:
-    """The sealed run record of the job that ran in `rundir` (also written there)."""
+def job_in_queue(script: str) -> tuple[str, str] | None:
+    """(job id, state) of the Slurm job whose batch script is `script`, as squeue shows it (its
+    command, relative to its working directory); None when it shows none or there is no squeue."""
+    sq = shutil.which("squeue")
+    try:
+        out = subprocess.run([sq, "-h", "-o", "%i|%T|%Z|%o"], capture_output=True, text=True,
+                             timeout=30).stdout if sq else ""
+    except (OSError, subprocess.SubprocessError):
+        return None
+    for line in out.splitlines():
+        job, state, cwd, cmd = (line.split("|", 3) + ["", "", ""])[:4]
+        if cmd and os.path.normpath(os.path.join(cwd, cmd)) == os.path.normpath(os.path.abspath(script)):
+            return job, state
+    return None
+
+
+def await_job(rdir: Path, script: str, wait: int | None, say) -> None:
+    """Return once the job of `rdir` is over (RUNDIR/tasks/srun.exit written) or not in Slurm's
+    queue. A job still queued or running is refused `job-not-done` with how to wait; with `wait`
+    (seconds), waited for, polled each second, and refused so only if it outlasts the wait."""
+    end = None if wait is None else time.monotonic() + wait
+    told = None
+    while not (rdir / "tasks" / "srun.exit").exists():
+        found = job_in_queue(script)
+        if found is None:
+            return
+        if end is None or time.monotonic() > end:
+            raise Refusal("job-not-done", f"job {found[0]} is {found[1].lower()}; "
+                          f"`alphac slurm-record {rdir} --wait` waits for it (or squeue -j {found[0]})")
+        if found != told:
+            say(f"alphac slurm-record: job {found[0]} is {found[1].lower()}; waiting (at most {wait} s)")
+            told = found
+        time.sleep(1)
+
+
+def collect(rundir: str | Path, key: str | Path | None = None, wait: int | None = None,
+            say=lambda line: None) -> dict:
+    """The sealed run record of the job that ran in `rundir` (also written there); a job still in
+    Slurm's queue is waited for `wait` seconds (await_job), each change of its state `say`id."""
     rdir = Path(rundir)
     try:
         job = read_json(rdir / "slurm.json", "slurm-job")
@@ -312,9 +351,10 @@ def collect(rundir: str | Path, key: str | Path | None = None) -> dict:
         raise Refusal("launch-input", f"{rdir} is not a run directory of `alphac slurm` "
                                       f"(slurm.json: {getattr(e, 'strerror', None) or e})")
     tasks = rdir / "tasks"
+    await_job(rdir, str(job.get("script")), wait, say)
     if not tasks.is_dir():
-        raise Refusal("launch-input", f"the job has not run in {rdir}: submit {job.get('script')} "
-                                      "with sbatch first")
+        raise Refusal("launch-input", f"the job has not run in {rdir} and is not in Slurm's queue: "
+                                      f"submit {job.get('script')} with sbatch first")
     table, manifest, mpath, hashes = load_build(dep_dir)
     secret = record_key(key, create=False)
     if key_id(secret) != job.get("key_id"):

@@ -1,7 +1,8 @@
 """The roles' processes: started together in one new process group, waited for within a bound,
 ended together: each dies with the launcher (PR_SET_PDEATHSIG) and SIGINT, SIGTERM or SIGHUP
 ends them all (`Interrupted`). `run_roles` fills in each RoleRun's exit, stdout and stderr and
-leaves no role running; `Progress` shows the root's steps as they go.
+leaves no role running, and ends them all as soon as one refuses at start (START_REFUSALS);
+`Progress` shows the root's steps as they go.
 
 Faults (`alphac launch --fail ROLE@STEP[:HOW]`, docs/distribution.md "Failures"): `Injector`
 watches each named role's event stream and, once the role has said `step STEP`, does HOW to it:
@@ -27,6 +28,7 @@ from functools import partial
 from pathlib import Path
 
 from alphac.tools.metrics import record_line
+from alphac.refusals import REFUSALS, START_REFUSALS
 from alphac.tools.record import losses, stream_events
 
 INTERRUPTS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -207,7 +209,7 @@ def run_roles(runs: list[RoleRun], deadline_ms: int, kill: tuple[str, float] | N
         handlers = {s: signal.signal(s, _interrupt) for s in INTERRUPTS     # an ignored signal
                     if signal.getsignal(s) is not signal.SIG_IGN}              # stays ignored (nohup)
     files = [(tempfile.TemporaryFile(), tempfile.TemporaryFile()) for _ in runs]
-    interrupted, overdue, injector = None, set(), None
+    interrupted, overdue, ended, injector = None, set(), None, None
     try:
         for run, (out, err) in zip(runs, files):
             group = runs[0].proc.pid if runs[0].proc else 0
@@ -221,17 +223,7 @@ def run_roles(runs: list[RoleRun], deadline_ms: int, kill: tuple[str, float] | N
                     run.proc.kill()
         injector = Injector(runs, list(faults), events, parent_port)
         injector.start()
-        bound = deadline_ms / 1000 * 4 + 30
-        start = time.monotonic()
-        while alive := [run for run in runs if run.proc.poll() is None]:
-            if all(run.role in injector.stopped for run in alive):    # only the stopped are left
-                for run in alive:
-                    run.proc.kill()
-            elif time.monotonic() - start > bound:
-                for run in alive:
-                    run.proc.kill()
-                    overdue.add(run.role)
-            time.sleep(0.005)
+        ended = _wait(runs, time.monotonic() + deadline_ms / 1000 * 4 + 30, overdue, injector.stopped)
     except Interrupted as e:
         interrupted = e.args[0]
     finally:
@@ -252,4 +244,34 @@ def run_roles(runs: list[RoleRun], deadline_ms: int, kill: tuple[str, float] | N
             setattr(run, field, fh.read().decode(errors="replace"))
             fh.close()
         run.stderr += "launcher: killed after the bound\n" if run.role in overdue else ""
+        if ended and run.role != ended and run.exit is not None and run.exit < 0:
+            run.stderr += f"launcher: ended when {ended} refused at start\n"
     return interrupted
+
+
+def _wait(runs: list[RoleRun], until: float, overdue: set, stopped: set) -> str | None:
+    """Wait for every role until `until` (those still running then are killed and `overdue`); as
+    soon as one exits with a refusal of START_REFUSALS, end the others (the run cannot pass, and
+    they would wait out their deadline for it) and return its name. Roles a fault `stopped` are
+    killed once they are all that is left."""
+    start_codes = {REFUSALS[name][0] for name in START_REFUSALS}
+    waiting = list(runs)
+    while waiting:
+        if all(run.role in stopped for run in waiting):     # only the stopped are left
+            for run in waiting:
+                run.proc.kill()
+        for run in list(waiting):
+            code = run.proc.poll()
+            if code is not None:
+                waiting.remove(run)
+                if code in start_codes:
+                    for other in waiting:
+                        other.proc.kill()
+                    return run.role
+        if time.monotonic() > until:
+            for run in waiting:
+                run.proc.kill()
+                overdue.add(run.role)
+            return None
+        time.sleep(0.01)
+    return None

@@ -131,7 +131,7 @@ class Checker:
         if updates:
             self.decl_update(updates[0])
         groups = self.coordinate_groups()
-        self.warnings()
+        self.warnings(predict)
         if not self.sink.ok or m.header is None:
             return None
         return ir.Learner(m.header.name, self.consts, self.data, self.states, nsamples,
@@ -216,7 +216,8 @@ class Checker:
 
     def decl_state(self, d: ast.StateDecl) -> None:
         shape = d.type.dims
-        init = self.const_value(d.init)
+        whole_load = isinstance(d.init, ast.Call) and d.init.func == "load"   # compiled in, as a
+        init = self.load_npy(d.init) if whole_load else self.const_value(d.init)   # const's is
         values = None
         if not self.admit(math.prod(shape), d.type.span, f"`{d.name}`"):
             init = None
@@ -367,7 +368,7 @@ class Checker:
             sym = ctx.lets.get(st.name) or self.syms.get(st.name)
             node = self.expr(st.value, ctx)
             if sym is None:
-                self.unknown(st.name, st.name_span)
+                self.unknown(st.name, st.name_span, ctx)
                 continue
             if sym.kind not in ("param", "state"):
                 self.err("E0052", st.name_span, f"`{st.name}` is a {sym.kind}, not a param or state")
@@ -388,7 +389,9 @@ class Checker:
             self.update.append(ir.Assign(st.name, node, st.span.line_col[0]))
 
     # -- expressions --------------------------------------------------------------------------
-    def unknown(self, name: str, span: Span) -> None:
+    def unknown(self, name: str, span: Span, ctx: Ctx | None = None) -> None:
+        """E0020 (or E0056 for a sample index out of its place), with the nearest name in scope
+        (a declaration, or a `let` of the body it is in) as a hint."""
         for d in (self.loss_decl, self.predict_decl):
             if d is not None and name == d.index:
                 self.err("E0056", span, f"the sample index `{name}` is used outside the "
@@ -399,7 +402,7 @@ class Checker:
             self.err("E0020", span, f"`{name}` is used before its declaration",
                      hint=f"it is declared at line {self.later[name].line_col[0]}; move that line up")
             return
-        close = difflib.get_close_matches(name, list(self.syms), n=1)
+        close = difflib.get_close_matches(name, sorted({*self.syms, *(ctx.lets if ctx else ())}), n=1)
         self.err("E0020", span, f"unknown name `{name}`",
                  hint=f"did you mean `{close[0]}`?" if close else None)
 
@@ -444,7 +447,7 @@ class Checker:
             if e.name in BUILTINS:
                 self.err("E0042", e.span, f"`{e.name}` is a builtin function; call it")
             else:
-                self.unknown(e.name, e.span)
+                self.unknown(e.name, e.span, ctx)
             return None
         if sym.kind == "let":
             return sym.node
@@ -547,7 +550,8 @@ class Checker:
         if e.func == "onehot":
             return self.onehot(e, ctx)
         if e.func == "load":
-            self.err("E0060", e.span, "load(...) can only be the whole value of a data or const declaration")
+            self.err("E0060", e.span, "load(...) can only be the whole value of a data or const "
+                                   "declaration, or a param's or state's initial value")
             return None
         if e.func == "grad":
             return self.grad(e, ctx)
@@ -625,7 +629,7 @@ class Checker:
         name = e.base.name
         sym = ctx.lets.get(name) or self.syms.get(name)
         if sym is None:
-            self.unknown(name, e.base.span)
+            self.unknown(name, e.base.span, ctx)
             return None
         idx = list(e.indices)
         if len(idx) > len(sym.shape):
@@ -753,15 +757,27 @@ class Checker:
                         return st.span
         return self.module.span
 
-    def warnings(self) -> None:
+    def warnings(self, predict: ir.Node | None = None) -> None:
         if not self.sink.ok:
             return
+        from types import SimpleNamespace
+        labelled = SimpleNamespace(loss=self.loss, predict=predict, data=self.data)
+        for d in self.data:                  # labels written in the source: W0004 now, not at run
+            why = ir.bad_label(labelled, only=d.name) if d.file is None else None
+            if why is not None:
+                self.sink.warning("W0004", self.syms[d.name].span, f"label {why}",
+                                  hint="a run refuses these labels (`refused: data-label`)")
         used = {n.name for n in ir.postorder([self.loss]) if isinstance(n, ir.Read)} if self.loss else set()
         assigned = {a.target for a in self.update}
+        graded = {n.param for n in ir.postorder([a.node for a in self.update]) if isinstance(n, ir.Grad)}
         for s in self.states:
             span = self.syms[s.name].span
             if s.kind == "param" and self.loss is not None and s.name not in used:
                 self.sink.warning("W0001", span, f"param `{s.name}` does not appear in the loss")
+            elif s.kind == "param" and self.loss is not None and s.name in assigned and s.name not in graded:
+                self.sink.warning("W0003", span, f"the update never uses `grad({s.name})`",
+                                  hint=f"`{s.name}` is updated, but not from its gradient; "
+                                       f"a `const` may say what you mean")
             if s.name not in assigned:
                 self.sink.warning("W0002", span, f"`{s.name}` is never updated")
 
