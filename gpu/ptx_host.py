@@ -3,7 +3,7 @@
 
 This is the reference for what a role executable does around the kernels (alphac/ptx/kernels.py
 has the ABI): upload the state, data and vector constants once; per step, launch
-`grad_samples` over the owner's samples and `owner_sum` over the param coordinates, combine
+`grad_samples` over the owner's samples and the sum kernels (`abi.sum_kernels`), combine
 (the caller's combine tree, on the host), run the scalar-state statements on the host
 (`host_scalars`), then launch each group's `update_g<N>` over its coordinates. A `Device` is
 anything that can allocate, copy and launch: the PTX interpreter in tests/ptx_interp.py, or CUDA's
@@ -20,7 +20,7 @@ from typing import Protocol, Sequence
 
 from alphac.ir.learner import Learner
 from alphac.ir.order import step_samples
-from alphac.ptx.abi import Kernel, host_scalars, param_count
+from alphac.ptx.abi import Kernel, host_scalars, param_count, row_layout, sum_kernels
 
 
 class Device(Protocol):
@@ -39,7 +39,7 @@ class Owner:
         self.P = param_count(lr)
         self.state = {s.name: dev.alloc(s.init) for s in lr.states}
         self.data = {d.name: dev.alloc(d.values) for d in lr.data}
-        self.gs = dev.alloc([0.0] * max(1, self.P * (lr.nsamples or 0)))
+        self.gs = dev.alloc([0.0] * max(1, row_layout(lr).width * (lr.nsamples or 0)))
         self.idx = dev.alloc([0.0] * max(1, lr.nsamples or 0))       # a minibatch's samples
         self.G = dev.alloc([0.0] * max(1, self.P))
         self.consts = {(k.name, p.name): dev.alloc(p.values)
@@ -66,7 +66,7 @@ class Owner:
         """G of samples [lo, hi) (a minibatch learner: those step t uses, `self.count` of them):
         the owner's left-fold sum of their per-sample gradients (-0.0 for none); under
         exact_sum their exact sums, rounded once (one owner's; the host has no owner_sum)."""
-        gs, total = self.kernels["grad_samples"], self.kernels.get("owner_sum")
+        gs = self.kernels["grad_samples"]
         if self.lr.batch:
             rows = step_samples(range(lo, hi), self.lr.nsamples, self.lr.batch, self.lr.shuffle, t)
             self.dev.write(self.idx, [struct.unpack("<d", struct.pack("<Q", i))[0] for i in rows])
@@ -80,9 +80,11 @@ class Owner:
             from alphac.ir.exact import round_columns
             rows = self.dev.read(self.gs, self.count * self.P) if self.count else []
             return round_columns(np.array(rows, dtype=np.float64).reshape(self.count, self.P))
-        if self.count == 0:             # owner_sum writes nothing: the identity
+        if self.count == 0:             # the sums write nothing: the identity
             return [-0.0] * self.P
-        self.dev.launch(total, self._args(total, n=self.count), self.P)
+        for name in sum_kernels(self.lr):
+            k = self.kernels[name]
+            self.dev.launch(k, self._args(k, n=self.count), k.threads)
         return self.dev.read(self.G, self.P)
 
     def update(self, G: list[float] | None, n: int) -> None:

@@ -6,7 +6,7 @@ Guarantees: runtime-language source (with the bytes of its `extern` globals) tha
 the conversation table `nv_calls` and region `nv_conv`, the launch image `nv_image` and its
 SHA-256, and `gpu_step(step)`:
 
-    grad_samples, owner_sum on the GPU      (learners with a loss)
+    grad_samples, owner_sum, outer_sum_<p>  on the GPU (learners with a loss; abi.sum_kernels)
     learner_grad on the CPU                 the host shadow; G compared bit for bit
     learner_mean, learner_scalars           the scalar statements, on the host (docs/gpu.md)
     per group: scalar parameters into the update kernel's constant bank, update_g<N> on the
@@ -22,7 +22,7 @@ from alphac.nvdrv import abi
 from alphac.nvdrv.abi import CONSTANTS
 from alphac.nvdrv.conversation import Conversation
 from alphac.nvdrv.image import GPFIFO_ENTRIES, SEM_RELEASED, GpuImage
-from alphac.ptx.abi import param_count, param_layout
+from alphac.ptx.abi import param_count, param_layout, sum_kernels
 
 # The completion wait's bound, by the clock: 10^6 polls of a 10 us nanosleep took about 90 s
 WAIT_NS = 4_000_000_000
@@ -198,13 +198,13 @@ def role_start(lr: Learner, img: GpuImage, lo: int, hi: int) -> str:
 
 def grad_lines(lr: Learner, img: GpuImage, lo: int, hi: int, t: str, at: str, states) -> list[str]:
     """An owner's compute over lo..hi (a minibatch learner: step t's samples among them, `n`):
-    `states` written to the card, grad_samples and owner_sum there, the host's learner_grad,
+    `states` written to the card, grad_samples and the sum kernels there, the host's learner_grad,
     G compared (as step `at`). An owner without samples in the step launches nothing."""
     gs = img.launch("grad_samples")
-    sums = [] if lr.exact else [img.launch("owner_sum")]
+    sums = [img.launch(k) for k in sum_kernels(lr)]
     out = [upload(img, s.name, s.size) for s in states]
     launch = [f"gpu_submit({gs.entry:#x});      // grad_samples"]
-    launch += [f"gpu_submit({x.entry:#x});      // owner_sum" for x in sums]
+    launch += [f"gpu_submit({x.entry:#x});      // {x.kernel}" for x in sums]
     compare = [f"gpu_compare({va:#x}, G_{p}, {size}, {at});" for p, va, size in g_pieces(lr, img)]
     if lr.exact:                 # the card's rows against the host's exact sums
         compare = [f"gpu_exact_check({'n' if lr.batch else hi - lo}, {at});"]

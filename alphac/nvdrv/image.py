@@ -348,7 +348,8 @@ class OwnerData:
     """What the layer above tells the driver layer of a learner (alphac.build.owner_data makes
     it), so that nothing here reaches up to the IR or the kernels' builders: its name (for
     messages), each state's initial values, each data array's row width, its parameter count,
-    its samples, its coordinate groups' sizes and its batch (0: full batch)."""
+    its samples, its coordinate groups' sizes, its batch (0: full batch) and the words of a gs
+    row (alphac.ptx.abi.row_layout; 0: `params`)."""
     name: str
     states: tuple[tuple[str, tuple[float, ...]], ...]
     data: tuple[tuple[str, int], ...]
@@ -356,6 +357,7 @@ class OwnerData:
     samples: int
     groups: tuple[int, ...]
     batch: int = 0
+    row: int = 0
 
 
 @dataclass(frozen=True)
@@ -381,10 +383,10 @@ class Share:
 
 
 def _threads(od: OwnerData, kernel, share: Share) -> int:
+    if kernel.threads is not None:      # the sum kernels: fixed by the learner
+        return kernel.threads
     if kernel.name == "grad_samples":
         return share.rows
-    if kernel.name == "owner_sum":
-        return od.params
     klo, khi = share.updates[kernel.group]
     return khi - klo
 
@@ -444,7 +446,7 @@ def plan(od: OwnerData, built: list, sm: int, share: Share | None = None,
         buffers["idx"] = end
         end = round_up(end + 8 * max(1, share.rows), 256)
     gs_off = end
-    g_off = round_up(gs_off + 8 * max(1, P * share.rows), 256)
+    g_off = round_up(gs_off + 8 * max(1, (od.row or P) * share.rows), 256)
     arena_size = round_up(g_off + 8 * max(1, P), HUGE)
 
     va = ARENA_VA
@@ -468,7 +470,7 @@ def plan(od: OwnerData, built: list, sm: int, share: Share | None = None,
     for b in built:
         k, im = b.kernel, b.image
         threads = _threads(od, k, share)
-        block = min(BLOCK, round_up(max(1, threads), 32))
+        block = k.block or min(BLOCK, round_up(max(1, threads), 32))
         grid = max(1, -(-threads // block))
         cbank = bytearray(round_up(im.cbank0, CBANK_ALIGN))
         for dw, value in cbank_prefix(arch).items():
@@ -477,7 +479,7 @@ def plan(od: OwnerData, built: list, sm: int, share: Share | None = None,
         scalars, counts = [], []
         klo, khi = share.updates[k.group] if k.group is not None else (0, 0)
         statics = {"lo": share.lo, "hi": share.hi, "klo": klo, "khi": khi, "count": 0,
-                   "n": 0 if share.batch else rows if k.name == "owner_sum" else share.total}
+                   "n": 0 if share.batch else rows if k.group is None else share.total}
         for p, kp in zip(k.params, im.params):
             at = im.param_base + kp.offset
             if p.type == "u64":

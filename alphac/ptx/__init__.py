@@ -5,6 +5,8 @@
                 (`Param`, `Kernel`, the param layout in `gs` and `G`, `host_scalars`)
     kernels.py  learner IR -> the owner kernels `grad_samples` (loops over coordinates and
                 rows), `owner_sum`, `update_g<N>`, as `abi.Kernel`s
+    tiled.py    `outer_sum_<p>`: a fused weight gradient's owner sum as a tiled kernel (shared
+                memory, bar.sync), from the per-sample factors grad_samples writes
     ptxas.py    find, fingerprint and run `ptxas` deterministically; `PtxasMissing` without it
     mathfn.py   the contract's functions in PTX (alphac.math's staging language, third backend)
     cubin.py    read a cubin (ELF + NVIDIA `.nv.info` records) into one `LaunchImage` per kernel
