@@ -2,9 +2,9 @@
 (A twin of the GPU owner's step for the tests and the GPU tools, not part of the compiler.)
 
 This is the reference for what a role executable does around the kernels (alphac/ptx/kernels.py
-has the ABI): upload the state, data and vector constants once; per step, launch
-`grad_samples` over the owner's samples and the sum kernels (`abi.sum_kernels`), combine
-(the caller's combine tree, on the host), run the scalar-state statements on the host
+has the ABI): upload the state, data and vector constants once; per step, launch the batched
+products and `grad_samples` over the owner's samples, the sum kernels (`abi.sum_kernels`),
+combine (the caller's combine tree, on the host), run the scalar-state statements on the host
 (`host_scalars`), then launch each group's `update_g<N>` over its coordinates. A `Device` is
 anything that can allocate, copy and launch: the PTX interpreter in tests/ptx_interp.py, or CUDA's
 driver API in gpu/vendor_check.py.
@@ -20,7 +20,7 @@ from typing import Protocol, Sequence
 
 from alphac.ir.learner import Learner
 from alphac.ir.order import step_samples
-from alphac.ptx.abi import Kernel, host_scalars, param_count, row_layout, sum_kernels
+from alphac.ptx.abi import Kernel, host_scalars, param_count, products, row_layout, sum_kernels
 
 
 class Device(Protocol):
@@ -42,6 +42,8 @@ class Owner:
         self.gs = dev.alloc([0.0] * max(1, row_layout(lr).width * (lr.nsamples or 0)))
         self.idx = dev.alloc([0.0] * max(1, lr.nsamples or 0))       # a minibatch's samples
         self.G = dev.alloc([0.0] * max(1, self.P))
+        self.mv = {str(k): dev.alloc([0.0] * max(1, r * (lr.nsamples or 0)))
+                   for k, (_, _, r, _) in enumerate(products(lr))}
         self.consts = {(k.name, p.name): dev.alloc(p.values)
                        for k in kernels for p in k.params if p.role == "const"}
 
@@ -54,6 +56,8 @@ class Owner:
                 out.append(self.data[p.ref])
             elif p.role in ("gs", "G", "idx"):
                 out.append(getattr(self, p.role))
+            elif p.role == "mv":
+                out.append(self.mv[p.ref])
             elif p.role == "const":
                 out.append(self.consts[(k.name, p.name)])
             elif p.role == "scalar":
@@ -71,10 +75,11 @@ class Owner:
             rows = step_samples(range(lo, hi), self.lr.nsamples, self.lr.batch, self.lr.shuffle, t)
             self.dev.write(self.idx, [struct.unpack("<d", struct.pack("<Q", i))[0] for i in rows])
             self.count = len(rows)
-            self.dev.launch(gs, self._args(gs, count=self.count), self.count)
         else:
             self.count = hi - lo
-            self.dev.launch(gs, self._args(gs, lo=lo, hi=hi), hi - lo)
+        for k in [*(self.kernels[f"matvec{k}"] for k in range(len(self.mv))), gs]:    # products first
+            per, each = k.tile or (1, 1)
+            self.dev.launch(k, self._args(k, count=self.count, lo=lo, hi=hi), -(-self.count // per) * each)
         if self.lr.exact:               # exact_sum: the rows' exact sums, rounded once
             import numpy as np
             from alphac.ir.exact import round_columns

@@ -1,16 +1,19 @@
-"""The owner's sum fused into the weight gradient (alphac/ptx/tiled.py, docs/gpu.md "outer_sum"),
-on the PTX interpreter and against the mock driver.
+"""The tiled kernels (alphac/ptx/tiled.py, docs/gpu.md "Tiled kernels"): the owner's sum fused
+into the weight gradient and the batched products, on the PTX interpreter and against the mock
+driver.
 
 A hidden-layer MLP (gpu/local_check.py's `mlp_source`: 40-36-3 tanh, softmax cross-entropy, on
 20 samples: two tiles down W1's 36 rows and two across its 40 columns, samples in two stages of
 16) has W1 and W2 fused: grad_samples writes their factors, outer_sum_W1 / outer_sum_W2 make
-their G. Guarantees checked:
+their G; and W1 @ x[i] batched: matvec0 computes it for the step's samples before grad_samples
+reads it. Guarantees checked:
   * the layout: the fused params, the gs row (plain coordinates, then each factor), and the gs
     buffer of the launch image sized by it;
   * the fold: on gs rows made so that the order shows, the kernel gives the left fold over the
     samples ascending; its mutants (the stage's samples visited descending; the first product
     added to a +0) give other bits, and a -0 first term survives; either barrier left out is
-    caught by the interpreter (a read before the write, a race);
+    caught by the interpreter (a read before the write, a race); the same for a batched product
+    (each row's fold over the columns ascending from the first term), over any lo..hi;
   * the MLP as a single GPU owner, sm_90 and sm_86, prints the interpreter's bits with an empty
     mock error list and the fused kernels launched, in shuffled minibatches too; the descending
     mutant is refused by the host shadow (gpu-shadow-mismatch); on the interpreter, so does a
@@ -37,9 +40,9 @@ from alphac.dist.execute import run_plan
 from alphac.driver import compile_deployments, compile_file
 from alphac.ir import interp
 from alphac.nvdrv import host as host_mod
-from alphac.ptx.abi import fused, param_count, row_layout
+from alphac.ptx.abi import fused, param_count, products, row_layout
 from alphac.ptx.kernels import kernels
-from alphac.ptx.tiled import outer_sum
+from alphac.ptx.tiled import matvec, outer_sum
 from alphac.refusals import exit_code
 from local_check import mlp_source
 from test_gpu_local import UUID_C, card_for, host_for
@@ -85,15 +88,19 @@ def test_the_layout_holds_factors_for_the_weight_gradients(mlp):
     assert lay.factors == {"W1": (HIDDEN + CLASSES, HIDDEN, 2 * HIDDEN + CLASSES, INPUTS),
                            "W2": (2 * HIDDEN + CLASSES + INPUTS, CLASSES, 2 * HIDDEN + 2 * CLASSES + INPUTS, HIDDEN)}
     assert lay.width == 2 * HIDDEN + 2 * CLASSES + INPUTS + HIDDEN < param_count(lr)
-    assert [k.name for k in kernels(lr)][:4] == ["grad_samples", "owner_sum", "outer_sum_W1", "outer_sum_W2"]
+    assert [k.name for k in kernels(lr)][:5] == ["grad_samples", "matvec0", "owner_sum", "outer_sum_W1",
+                                                 "outer_sum_W2"]
     k = outer_sum(lr, "W1")
     assert (k.block, k.threads) == (64, 64 * 2 * 2) and "bar.sync 0;" in k.ptx and ".shared" in k.ptx
+    assert products(lr) == [("W1", "x", HIDDEN, INPUTS)]             # W2 @ h: h is no data row
+    k = matvec(lr, 0)
+    assert (k.block, k.tile, k.threads) == (64, (32, 64 * 2), None)
 
 
 # -- the fold, on rows made so that its order shows ---------------------------------------------
 def descending(ptx):
     """The stage's samples visited from the last down (j = count-1 .. 0)."""
-    m = re.search(r"// the stage's samples, ascending\n\tmov\.u32 (%r\d+), 0;\n(\$L\d+):\n"
+    m = re.search(r"// the stage's terms, ascending\n\tmov\.u32 (%r\d+), 0;\n(\$L\d+):\n"
                   r"\tsetp\.ge\.u32 %p\d+, \1, (%r\d+);", ptx)
     j, count = m[1], m[3]
     out = ptx.replace(m[0], m[0].replace(f"mov.u32 {j}, 0;", f"sub.u32 {j}, {count}, 1;"))
@@ -102,7 +109,7 @@ def descending(ptx):
 
 def plus_zero_first(ptx):
     """Each accumulator started as +0 + the first product (not the product itself)."""
-    head, _, rest = ptx.partition("// the first sample's products start the accumulators\n")
+    head, _, rest = ptx.partition("// the first term's products start the accumulators\n")
     body, mark, tail = rest.partition("\tmov.u64")
     body = re.sub(r"(\tmul\.rn\.f64 (%fd\d+), .*;)", r"\1\n\tadd.rn.f64 \2, \2, 0d0000000000000000;", body)
     return head + body + mark + tail
@@ -140,6 +147,42 @@ def test_the_fold_is_ascending_from_the_first_product_and_its_mutants_differ(tmp
     assert fold(tmp_path, [-0.0, -0.0], [1.0, 1.0]) == bits(-0.0)     # -0 + -0: a -0 survives
     assert fold(tmp_path, [-0.0, -0.0], [1.0, 1.0], plus_zero_first) == bits(0.0)
     assert fold(tmp_path, [2.0] * 40, [0.5] * 40) == bits(40.0)       # three stages
+
+
+MV = """learner mv
+data x = [[1.0, 1.0, 1.0], [1.0, -1.0, -1.0], [1.0, 1.0, 1.0]]
+param W: f64[2, 3] = [[1.0, -1.0, 8.673617379884035e-19], [-0.0, 0.0, 0.0]]
+loss(i) {
+  let z = W @ x[i]
+  0.5 * dot(z, z)
+}
+update {
+  W = W - grad(W)
+}
+"""
+
+
+def products_of(tmp_path, mutate=lambda t: t, lo=0, hi=3):
+    """matvec0 of MV (W @ x[i]) over samples lo..hi-1, as bits, row by row."""
+    (tmp_path / "mv.alpha").write_text(MV)
+    lr = compile_file(tmp_path / "mv.alpha").learner
+    k = matvec(lr, 0)
+    mem = Memory()
+    args = {"state_W": mem.alloc(lr.state("W").init), "data_x": mem.alloc(lr.datum("x").values),
+            "mv0": mem.alloc([1.0] * 2 * (hi - lo)), "lo": lo, "hi": hi}
+    Ptx(mutate(k.ptx)).launch(mem, args, -(-(hi - lo) // k.tile[0]) * k.tile[1], block=k.block)
+    return [bits(v) for v in mem.read(args["mv0"], 2 * (hi - lo))]
+
+
+def test_a_batched_product_folds_from_the_first_term_ascending_and_its_mutants_differ(tmp_path):
+    """W's row 0 (1, -1, t) against 1, 1, 1: (1 - 1) + t = t, but (1 + t) - 1 = 0 descending;
+    row 1 (-0, 0, 0) against 1, -1, -1: -0 + -0 + -0 = -0, but +0 from a +0 start."""
+    tiny = bits(2.0 ** -60)
+    want = [tiny, bits(0.0), bits(2.0), bits(-0.0), tiny, bits(0.0)]
+    assert products_of(tmp_path) == want
+    assert products_of(tmp_path, lo=1, hi=3) == want[2:]
+    assert products_of(tmp_path, descending)[0] == bits(0.0)
+    assert products_of(tmp_path, plus_zero_first)[3] == bits(0.0)
 
 
 @pytest.mark.parametrize("which,error", [(0, "shared read before any write"), (-1, "a race between threads")])
@@ -201,10 +244,10 @@ def test_a_gpu_owner_of_the_mlp_prints_the_interpreters_bits(mlp, sm):
     assert r.errors == [] and (r.returncode, r.stderr) == (0, "")
     assert r.stdout == want
     names = [la[0] for la in r.launches]
-    assert names[:4] == ["grad_samples", "owner_sum", "outer_sum_W1", "outer_sum_W2"]
-    assert names.count("outer_sum_W1") == STEPS
-    grid, block = next(la[1:3] for la in r.launches if la[0] == "outer_sum_W1")
-    assert (grid, block) == (4, 64)
+    assert names[:5] == ["matvec0", "grad_samples", "owner_sum", "outer_sum_W1", "outer_sum_W2"]
+    assert names.count("outer_sum_W1") == names.count("matvec0") == STEPS
+    grids = {la[0]: la[1:3] for la in r.launches}
+    assert grids["outer_sum_W1"] == (4, 64) and grids["matvec0"] == (2, 64)      # 20 rows: 1 x 2 tiles
 
 
 def test_a_gpu_owner_of_the_mlp_in_shuffled_minibatches(mlp):

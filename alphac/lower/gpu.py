@@ -6,7 +6,7 @@ Guarantees: runtime-language source (with the bytes of its `extern` globals) tha
 the conversation table `nv_calls` and region `nv_conv`, the launch image `nv_image` and its
 SHA-256, and `gpu_step(step)`:
 
-    grad_samples, owner_sum, outer_sum_<p>  on the GPU (learners with a loss; abi.sum_kernels)
+    matvec<k>, grad_samples, owner_sum, outer_sum_<p>  on the GPU (learners with a loss)
     learner_grad on the CPU                 the host shadow; G compared bit for bit
     learner_mean, learner_scalars           the scalar statements, on the host (docs/gpu.md)
     per group: scalar parameters into the update kernel's constant bank, update_g<N> on the
@@ -22,7 +22,7 @@ from alphac.nvdrv import abi
 from alphac.nvdrv.abi import CONSTANTS
 from alphac.nvdrv.conversation import Conversation
 from alphac.nvdrv.image import GPFIFO_ENTRIES, SEM_RELEASED, GpuImage
-from alphac.ptx.abi import param_count, param_layout, sum_kernels
+from alphac.ptx.abi import param_count, param_layout, products, sum_kernels
 
 # The completion wait's bound, by the clock: 10^6 polls of a 10 us nanosleep took about 90 s
 WAIT_NS = 4_000_000_000
@@ -198,20 +198,20 @@ def role_start(lr: Learner, img: GpuImage, lo: int, hi: int) -> str:
 
 def grad_lines(lr: Learner, img: GpuImage, lo: int, hi: int, t: str, at: str, states) -> list[str]:
     """An owner's compute over lo..hi (a minibatch learner: step t's samples among them, `n`):
-    `states` written to the card, grad_samples and the sum kernels there, the host's learner_grad,
-    G compared (as step `at`). An owner without samples in the step launches nothing."""
-    gs = img.launch("grad_samples")
-    sums = [img.launch(k) for k in sum_kernels(lr)]
+    `states` written to the card, the batched products, grad_samples and the sum kernels there,
+    the host's learner_grad, G compared (as step `at`). An owner without samples in the step
+    launches nothing."""
+    runs = [img.launch(k) for k in [*(f"matvec{k}" for k in range(len(products(lr)))), "grad_samples",
+                                     *sum_kernels(lr)]]
     out = [upload(img, s.name, s.size) for s in states]
-    launch = [f"gpu_submit({gs.entry:#x});      // grad_samples"]
-    launch += [f"gpu_submit({x.entry:#x});      // {x.kernel}" for x in sums]
+    launch = [f"gpu_submit({x.entry:#x});      // {x.kernel}" for x in runs]
     compare = [f"gpu_compare({va:#x}, G_{p}, {size}, {at});" for p, va, size in g_pieces(lr, img)]
     if lr.exact:                 # the card's rows against the host's exact sums
         compare = [f"gpu_exact_check({'n' if lr.batch else hi - lo}, {at});"]
     if not lr.batch:
         return out + launch + [f"learner_grad({lo}, {hi});"] + compare
     out += [f"let gn = gpu_batch({lo}, {hi}, {t});"]
-    out += [f"store32({va:#x}, gn);" for va in [*gs.counts, *(c for x in sums for c in x.counts)]]
+    out += [f"store32({va:#x}, gn);" for x in runs for va in x.counts]
     out += ["if gn > 0 {"] + ["    " + x for x in launch] + ["}", f"let n = learner_grad({lo}, {hi}, {t});",
             'if n != gn { refuse("gpu-shadow-mismatch"); }', "if n > 0 {"] + ["    " + x for x in compare]
     return out + ["}"]

@@ -349,7 +349,7 @@ class OwnerData:
     it), so that nothing here reaches up to the IR or the kernels' builders: its name (for
     messages), each state's initial values, each data array's row width, its parameter count,
     its samples, its coordinate groups' sizes, its batch (0: full batch) and the words of a gs
-    row (alphac.ptx.abi.row_layout; 0: `params`)."""
+    row (alphac.ptx.abi.row_layout; 0: `params`) and of each batched product's."""
     name: str
     states: tuple[tuple[str, tuple[float, ...]], ...]
     data: tuple[tuple[str, int], ...]
@@ -358,6 +358,7 @@ class OwnerData:
     groups: tuple[int, ...]
     batch: int = 0
     row: int = 0
+    products: tuple[int, ...] = ()  # each batched product's row width (mv<k>: alphac.ptx.abi)
 
 
 @dataclass(frozen=True)
@@ -385,6 +386,8 @@ class Share:
 def _threads(od: OwnerData, kernel, share: Share) -> int:
     if kernel.threads is not None:      # the sum kernels: fixed by the learner
         return kernel.threads
+    if kernel.tile is not None:         # per-sample tiles: so many threads a tile of rows
+        return -(-share.rows // kernel.tile[0]) * kernel.tile[1]
     if kernel.name == "grad_samples":
         return share.rows
     klo, khi = share.updates[kernel.group]
@@ -445,6 +448,9 @@ def plan(od: OwnerData, built: list, sm: int, share: Share | None = None,
     if share.batch:                     # the step's samples, written by the host each step
         buffers["idx"] = end
         end = round_up(end + 8 * max(1, share.rows), 256)
+    for k, width in enumerate(od.products):     # written by matvec<k> each step
+        buffers[f"mv{k}"] = end
+        end = round_up(end + 8 * max(1, width * share.rows), 256)
     gs_off = end
     g_off = round_up(gs_off + 8 * max(1, (od.row or P) * share.rows), 256)
     arena_size = round_up(g_off + 8 * max(1, P), HUGE)
@@ -483,7 +489,7 @@ def plan(od: OwnerData, built: list, sm: int, share: Share | None = None,
         for p, kp in zip(k.params, im.params):
             at = im.param_base + kp.offset
             if p.type == "u64":
-                key = {"state": f"state_{p.ref}", "data": f"data_{p.ref}"}.get(p.role) or \
+                key = {"state": f"state_{p.ref}", "data": f"data_{p.ref}", "mv": f"mv{p.ref}"}.get(p.role) or \
                     (f"{k.name}.{p.name}" if p.role == "const" else p.role)
                 struct.pack_into("<Q", cbank, at, vas[key])
             elif p.type == "u32":

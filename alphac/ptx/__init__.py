@@ -5,8 +5,9 @@
                 (`Param`, `Kernel`, the param layout in `gs` and `G`, `host_scalars`)
     kernels.py  learner IR -> the owner kernels `grad_samples` (loops over coordinates and
                 rows), `owner_sum`, `update_g<N>`, as `abi.Kernel`s
-    tiled.py    `outer_sum_<p>`: a fused weight gradient's owner sum as a tiled kernel (shared
-                memory, bar.sync), from the per-sample factors grad_samples writes
+    tiled.py    the tiled kernels (shared memory, bar.sync): `outer_sum_<p>`, a fused weight
+                gradient's owner sum from the factors grad_samples writes; `matvec<k>`, a
+                param matrix times the step's data rows, which grad_samples reads
     ptxas.py    find, fingerprint and run `ptxas` deterministically; `PtxasMissing` without it
     mathfn.py   the contract's functions in PTX (alphac.math's staging language, third backend)
     cubin.py    read a cubin (ELF + NVIDIA `.nv.info` records) into one `LaunchImage` per kernel

@@ -14,6 +14,7 @@ outer_sum_<p> takes its own block size and grid: `Kernel.block`, `Kernel.threads
         gs         u64  out: row i - lo of `W` words (`row_layout`): every plain coordinate
                         j (declaration order, P' of them), then each fused param's factors
         lo, hi     u32
+        mv<k>      u64  each batched product's rows (`products`; written by matvec<k> before)
       (a minibatch learner: `idx` u64, the step's samples as u64s in increasing order, and
       `count` u32 instead of lo, hi: thread t computes sample idx[t] into gs row t)
       gs[(i-lo)*W + c] is coordinate j's per-sample gradient exactly as
@@ -22,6 +23,13 @@ outer_sum_<p> takes its own block size and grid: `Kernel.block`, `Kernel.threads
       C of v, instead. `dot`, `sum`, `A @ v`, `u @ A` as the interpreter's left folds, `max(v)` as its fold of exact max (loops over
       the terms ascending, from the first: kernels.py). The thread's `.local` arrays (vectors
       it keeps) are its stack: the cubin's stack size, which the host's local memory must hold.
+    matvec<k>     (a batched product `W @ x[i]`, W of R x C: alphac/ptx/tiled.py) blocks of 64
+                  threads, one a 32 x 32 tile of (sample row t, r), `Kernel.tile` = (32, 64 x
+                  tiles across R) threads a 32 rows of the step
+        state_W u64, data_x u64, mv<k> u64 (out: mv<k>[t*R + r]), lo, hi u32 (or idx, count)
+      mv<k>[t*R + r] = (W[r,0]*x_i[0] + W[r,1]*x_i[1]) + ...: the interpreter's MatVec, mul.rn
+      then add.rn, over c ascending from the first term, for sample i of row t (lo + t, or
+      idx[t]); grad_samples reads the product there instead of computing it.
     owner_sum     one thread per plain column c in [0, P') (no kernel when P' = 0)
         gs u64, G u64 (out: G[j], j the coordinate of column c), n u32 (the owner's sample
         count, n >= 1; n = 0 writes nothing)
@@ -62,7 +70,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from alphac.ir.evaluate import Env, evaluate
-from alphac.ir.learner import Learner, Outer
+from alphac.ir.learner import DataRow, Learner, MatVec, Node, Outer, Read, postorder
 
 
 @dataclass(frozen=True)
@@ -83,6 +91,7 @@ class Kernel:
     ptx: str
     group: int | None = None         # update kernels: the coordinate group
     threads: int | None = None       # a fixed thread count (sum kernels); None: from the share
+    tile: tuple[int, int] | None = None  # per-sample tiles: (rows, threads) a tile of the rows
     block: int | None = None         # a fixed block size (tiled kernels); None: the host's
 
 
@@ -134,6 +143,22 @@ def row_layout(lr: Learner) -> RowLayout:
         factors[name] = (col, o.a.size, col + o.a.size, o.b.size)
         col += o.a.size + o.b.size
     return RowLayout(col, tuple(plain), factors)
+
+
+def product_of(n: Node) -> tuple | None:
+    """(W, x, R, C) when `n` is `W @ x[i]`: a 2-D state read before the update times a data row."""
+    if isinstance(n, MatVec) and isinstance(n.a, Read) and n.a.version == 0 and isinstance(n.b, DataRow):
+        return (n.a.name, n.b.name, *n.a.shape)
+    return None
+
+
+def products(lr: Learner) -> list[tuple]:
+    """The batched products (`matvec<k>`, k their index here): every distinct `W @ x[i]` the
+    per-sample gradients read, in the order first read (none under exact_sum)."""
+    if lr.loss is None or lr.exact:
+        return []
+    out = [product_of(n) for n in postorder([c.node for cs in lr.grads.values() for c in cs])]
+    return list(dict.fromkeys(x for x in out if x))
 
 
 def sum_kernels(lr: Learner) -> list[str]:

@@ -20,7 +20,8 @@ from alphac.math import binary64
 from alphac.ir.learner import (Bcast, Const, DataRow, Dot, Elem, Grad, Group, Learner, MatVec,
                                Max, MaxAdj, Node, OneHot, Outer, Pick, Pow, Read, Stack, Sum,
                                Unary, VecMat, Where, children, postorder)
-from alphac.ptx.abi import Kernel, Param, fused, param_count, param_layout, row_layout, sum_kernels
+from alphac.ptx.abi import (Kernel, Param, fused, param_count, param_layout, product_of, products,
+                            row_layout, sum_kernels)
 from alphac.ptx.mathfn import PtxSource, table_words_as_floats
 from alphac.ptx.render import PTX_VERSION, Emitter, f64imm
 
@@ -164,8 +165,10 @@ class _Loops:
     first term the accumulator's start (never added to a zero). The code grows with the graph,
     not with the widths: the registers a loop uses do not depend on its trip count."""
 
-    def __init__(self, em: Emitter, base: dict[str, str], i: str, roots: list[Node]):
+    def __init__(self, em: Emitter, base: dict[str, str], i: str, roots: list[Node],
+                 loaded: dict[int, str] | None = None):
         self.em, self.base, self.i = em, base, i
+        self.loaded = loaded or {}              # node -> its row's address (a batched product)
         self.math = PtxSource(em, lambda t: base[f"tbl_{t.name}"])
         self.scalar: dict[int, str] = {}
         self.stored: dict[int, str] = {}        # node -> the register holding its array's address
@@ -254,6 +257,9 @@ class _Loops:
         return k if n.size == of.size else self.iop("rem32", k, n.size)
 
     def value(self, n: Node, k: str | None) -> str:
+        if id(n) in self.loaded:
+            at = self.loaded[id(n)]
+            return self.em.op("ld", at if k is None else self.em.op("add64", at, self.em.op("wide", k, 8)), 0)
         if id(n) in self.scalar:
             return self.scalar[id(n)]
         if id(n) in self.regvec:       # a small vector: register k, or selected by k
@@ -270,7 +276,7 @@ class _Loops:
 
     def prepare(self, n: Node) -> None:
         em = self.em
-        if id(n) in self.scalar or id(n) in self.stored or id(n) in self.winner or id(n) in self.regvec:
+        if id(n) in self.loaded or id(n) in self.scalar or id(n) in self.stored or id(n) in self.winner or id(n) in self.regvec:
             return
         if n.size == 1:
             self.scalar[id(n)] = self.compute(n, None)
@@ -379,6 +385,8 @@ def grad_samples(lr: Learner, sm: int = 90) -> Kernel:
     params = [Param(f"state_{s.name}", "u64", "state", s.name) for s in lr.states if s.name in read]
     params += [Param(f"data_{d.name}", "u64", "data", d.name) for d in lr.data]
     params += table_params(postorder([c.node for cs in lr.grads.values() for c in cs]))
+    prods = products(lr)
+    params += [Param(f"mv{k}", "u64", "mv", str(k)) for k in range(len(prods))]
     if lr.batch:        # a minibatch: the step's samples, listed by the host (u64 each)
         params += [Param("gs", "u64", "gs"), Param("idx", "u64", "idx"), Param("count", "u32", "count")]
         base = _pointers(em, params)
@@ -396,7 +404,9 @@ def grad_samples(lr: Learner, sm: int = 90) -> Kernel:
     out = em.op("add64", base["gs"], em.op("wide", t, 8 * lay.width))
     roots = [x for p in lr.params for c in lr.grads[p.name]
              for x in ((c.node.a, c.node.b) if p.name in outer else (c.node,))]
-    lower = _Loops(em, base, i, roots)
+    loaded = {id(n): em.op("add64", base[f"mv{prods.index(product_of(n))}"], em.op("wide", t, 8 * n.size))
+              for n in postorder(roots) if product_of(n) in prods}
+    lower = _Loops(em, base, i, roots, loaded)
     for p, col, _, _ in lay.plain:  # coordinates cut where the set of contributions covering them changes
         em.comment(f"per-sample gradient of {p}")
         cs = lr.grads[p]
@@ -527,9 +537,10 @@ GPU_NODES = (Const, Read, DataRow, Grad, Elem, Unary, Where, Pow, Dot, Sum, Pick
 
 
 def kernels(lr: Learner, sm: int = 90) -> list[Kernel]:
-    """The owner's kernels: grad_samples, owner_sum and the fused params' outer_sum_<p> (with a
-    loss; under `contract exact_sum` no sums: the host adds the per-sample rows exactly), then
-    one update per group. A
+    """The owner's kernels: grad_samples, the batched products' matvec<k> (launched before it),
+    owner_sum and the fused params' outer_sum_<p> (with a loss; under `contract exact_sum`
+    neither the products nor the sums: the host adds the per-sample rows exactly), then one
+    update per group. A
     learner with an operation these kernels do not have is refused with BuildError before
     anything is generated."""
     from alphac.diag import BuildError
@@ -540,10 +551,11 @@ def kernels(lr: Learner, sm: int = 90) -> list[Kernel]:
         raise BuildError(f"learner `{lr.name}` uses operations the GPU owner kernels do not "
                          f"have yet ({', '.join(missing)}); build it for x86_64 or aarch64")
     # exact_sum: no binary64 owner sum; the host sums the per-sample rows exactly
-    from alphac.ptx.tiled import outer_sum
+    from alphac.ptx.tiled import matvec, outer_sum
     sums = [owner_sum(lr, sm) if k == "owner_sum" else outer_sum(lr, k[len("outer_sum_"):], sm)
             for k in sum_kernels(lr)]
-    out = [grad_samples(lr, sm)] + sums if lr.loss is not None else []
+    batched = [matvec(lr, k, sm) for k in range(len(products(lr)))]
+    out = [grad_samples(lr, sm)] + batched + sums if lr.loss is not None else []
     return out + [update(lr, g, sm) for g in lr.groups]
 
 
