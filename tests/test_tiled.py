@@ -15,8 +15,8 @@ reads it. Guarantees checked:
     caught by the interpreter (a read before the write, a race); the same for a batched product
     (each row's fold over the columns ascending from the first term), over any lo..hi;
   * the MLP as a single GPU owner, sm_90 and sm_86, prints the interpreter's bits with an empty
-    mock error list and the fused kernels launched, in shuffled minibatches too; the descending
-    mutant is refused by the host shadow (gpu-shadow-mismatch); on the interpreter, so does a
+    mock error list and the tiled kernels launched, in shuffled minibatches too; either tiled
+    kernel's descending mutant is refused by the host shadow (gpu-shadow-mismatch); on the interpreter, so does a
     learner whose only param is fused (no owner_sum);
   * in a star of an sm_90 owner and an sm_86 owner with a CPU owner, the interpreter's bits, and
     its checkpoint resumes on CPU owners with the uninterrupted run's bits.
@@ -95,6 +95,19 @@ def test_the_layout_holds_factors_for_the_weight_gradients(mlp):
     assert products(lr) == [("W1", "x", HIDDEN, INPUTS)]             # W2 @ h: h is no data row
     k = matvec(lr, 0)
     assert (k.block, k.tile, k.threads) == (64, (32, 64 * 2), None)
+
+
+def test_the_emitted_module_with_the_tiled_kernels_assembles(mlp, tmp_path):
+    """`alphac build --emit ptx`'s one module: each entry declares its own .shared stages."""
+    from alphac.ptx.kernels import module
+    _, lr, _ = mlp
+    text = module(lr)
+    assert text.count(".shared .align 8 .b8 sh0[4096];") == 3      # matvec0, outer_sum_W1, _W2
+    (tmp_path / "m.ptx").write_text(text)
+    import subprocess
+    r = subprocess.run([require_tool("ptxas"), "-arch=sm_90", "--disable-optimizer-constants", "m.ptx",
+                        "-o", "m.cubin"], cwd=tmp_path, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
 
 
 # -- the fold, on rows made so that its order shows ---------------------------------------------
@@ -302,3 +315,10 @@ def test_two_gpu_owners_with_a_cpu_owner_in_a_star_and_resumed_on_cpu_owners(mlp
         assert b["passed"] and b["published"] == want
     finally:
         os.chdir(old)
+
+
+def test_a_card_whose_batched_product_runs_in_another_order_is_refused(mlp):
+    need_mock()
+    r = run(mlp, 90, mutate={"matvec0": descending}, tag=".mvdesc")
+    assert r.errors == []
+    assert (r.returncode, r.stdout) == (exit_code("gpu-shadow-mismatch"), "")
