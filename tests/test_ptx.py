@@ -485,7 +485,8 @@ def test_matrix_operations_compute_the_reference_bits(src, tmp_path, monkeypatch
                 assert arrays <= image[k.name].local <= arrays + 64 if arrays else image[k.name].local == 0
     fused = ["outer_sum_W1", "outer_sum_W2"] if src is MLP else []    # OPS: A has several contributions
     batched = ["matvec0"]          # W1 @ x[i], A @ x[i]: a param matrix times a data row
-    assert [k.name for k in ks] == ["grad_samples", *batched, "owner_sum", *fused] + [f"update_g{g.index}" for g in lr.groups]
+    assert [k.name for k in ks] == ["grad_samples", *batched, "owner_sum", *fused] + \
+        [f"update_g{g.index}" for g in lr.groups]
 
 
 def test_a_wider_mlp_in_loops_computes_the_reference_bits(tmp_path):

@@ -20,9 +20,10 @@ outer_sum_<p> takes its own block size and grid: `Kernel.block`, `Kernel.threads
       gs[(i-lo)*W + c] is coordinate j's per-sample gradient exactly as
       `interp.per_sample_gradient`: the left fold of the contributions covering j, +0.0 where
       none does; a fused param's columns hold its `Outer(u, v)`'s R coordinates of u, then the
-      C of v, instead. `dot`, `sum`, `A @ v`, `u @ A` as the interpreter's left folds, `max(v)` as its fold of exact max (loops over
-      the terms ascending, from the first: kernels.py). The thread's `.local` arrays (vectors
-      it keeps) are its stack: the cubin's stack size, which the host's local memory must hold.
+      C of v, instead. `dot`, `sum`, `A @ v`, `u @ A` as the interpreter's left folds, `max(v)`
+      as its fold of exact max (loops over the terms ascending, from the first: kernels.py).
+      The thread's `.local` arrays (vectors it keeps) are its stack: the cubin's stack size,
+      which the host's local memory must hold.
     matvec<k>     (a batched product `W @ x[i]`, W of R x C: alphac/ptx/tiled.py) blocks of 64
                   threads, one a 32 x 32 tile of (sample row t, r), `Kernel.tile` = (32, 64 x
                   tiles across R) threads a 32 rows of the step

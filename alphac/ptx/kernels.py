@@ -276,7 +276,7 @@ class _Loops:
 
     def prepare(self, n: Node) -> None:
         em = self.em
-        if id(n) in self.loaded or id(n) in self.scalar or id(n) in self.stored or id(n) in self.winner or id(n) in self.regvec:
+        if any(id(n) in d for d in (self.loaded, self.scalar, self.stored, self.winner, self.regvec)):
             return
         if n.size == 1:
             self.scalar[id(n)] = self.compute(n, None)

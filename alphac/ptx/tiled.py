@@ -157,18 +157,15 @@ def matvec(lr: Learner, k: int, sm: int = 90) -> Kernel:
     params += [Param("idx", "u64", "idx"), Param("count", "u32", "count")] if lr.batch else \
         [Param("lo", "u32", "lo"), Param("hi", "u32", "hi")]
     base = {p.name: em.op("global", em.op("ldp64", p.name)) for p in params if p.type == "u64"}
-    if lr.batch:
-        n = em.op("ldp32", "count")
-        sample = lambda t: em.op("cvt32", em.op("ldu64", em.op("add64", base["idx"], em.op("wide", t, 8)), 0))  # noqa: E731
-    else:
-        lo = em.op("ldp32", "lo")
-        n = em.op("sub32", em.op("ldp32", "hi"), lo)
-        sample = lambda t: em.op("add32", lo, t)                                                    # noqa: E731
+    lo = None if lr.batch else em.op("ldp32", "lo")
+    n = em.op("ldp32", "count") if lr.batch else em.op("sub32", em.op("ldp32", "hi"), lo)
 
     def load(side: int, c: str, j: str) -> tuple[str, int]:
-        if side == 0:
-            return em.op("add64", em.op("add64", base[f"data_{x}"], em.op("wide", sample(j), 8 * C)), em.op("wide", c, 8)), 0
-        return em.op("add64", base[f"state_{W}"], em.op("wide", em.op("add32", em.op("mul32", j, C), c), 8)), 0
+        if side == 1:                   # W[j, c]
+            return em.op("add64", base[f"state_{W}"], em.op("wide", em.op("add32", em.op("mul32", j, C), c), 8)), 0
+        i = em.op("cvt32", em.op("ldu64", em.op("add64", base["idx"], em.op("wide", j, 8)), 0)) if lr.batch \
+            else em.op("add32", lo, j)  # the sample of row j, then x_i[c]
+        return em.op("add64", em.op("add64", base[f"data_{x}"], em.op("wide", i, 8 * C)), em.op("wide", c, 8)), 0
 
     def store(t: str, r: str, value: str) -> None:
         em.op("st", em.op("add64", base[f"mv{k}"], em.op("wide", em.op("add32", em.op("mul32", t, R), r), 8)), 0, value)
