@@ -2,8 +2,8 @@
 (A twin of the GPU owner's step for the tests and the GPU tools, not part of the compiler.)
 
 This is the reference for what a role executable does around the kernels (alphac/ptx/kernels.py
-has the ABI): upload the state, data and vector constants once; per step, launch
-`grad_samples` over the owner's samples and `owner_sum` over the param coordinates (under
+has the ABI): upload the state, data and vector constants once; per step, launch the batched
+products and `grad_samples` over the owner's samples, the sum kernels (`abi.sum_kernels`; under
 exact_sum the exact sums' kernels, alphac/ptx/xsum.py, and their accumulators rounded), combine
 (the caller's combine tree, on the host), run the scalar-state statements on the host
 (`host_scalars`), then launch each group's `update_g<N>` over its coordinates. A `Device` is
@@ -21,7 +21,7 @@ from typing import Protocol, Sequence
 
 from alphac.ir.learner import Learner
 from alphac.ir.order import step_samples
-from alphac.ptx.abi import Kernel, host_scalars, param_count
+from alphac.ptx.abi import Kernel, host_scalars, param_count, products, row_layout, sum_kernels
 
 
 class Device(Protocol):
@@ -40,12 +40,14 @@ class Owner:
         self.P = param_count(lr)
         self.state = {s.name: dev.alloc(s.init) for s in lr.states}
         self.data = {d.name: dev.alloc(d.values) for d in lr.data}
-        self.gs = dev.alloc([0.0] * max(1, self.P * (lr.nsamples or 0)))
+        self.gs = dev.alloc([0.0] * max(1, row_layout(lr).width * (lr.nsamples or 0)))
         self.idx = dev.alloc([0.0] * max(1, lr.nsamples or 0))       # a minibatch's samples
         self.G = dev.alloc([0.0] * max(1, self.P))
         if "xsum_add" in self.kernels:      # exact_sum: the card's accumulators (xsum.py)
             from alphac.formats import XC_WORDS, XS_WORDS
             self.xd, self.xc = dev.alloc([0.0] * (XS_WORDS * self.P)), dev.alloc([0.0] * (XC_WORDS * self.P))
+        self.mv = {str(k): dev.alloc([0.0] * max(1, r * (lr.nsamples or 0)))
+                   for k, (_, _, r, _) in enumerate(products(lr))}
         self.consts = {(k.name, p.name): dev.alloc(p.values)
                        for k in kernels for p in k.params if p.role == "const"}
 
@@ -58,6 +60,8 @@ class Owner:
                 out.append(self.data[p.ref])
             elif p.role in ("gs", "G", "idx"):
                 out.append(getattr(self, p.role))
+            elif p.role == "mv":
+                out.append(self.mv[p.ref])
             elif p.role == "const":
                 out.append(self.consts[(k.name, p.name)])
             elif p.role == "scalar":
@@ -70,20 +74,23 @@ class Owner:
         """G of samples [lo, hi) (a minibatch learner: those step t uses, `self.count` of them):
         the owner's left-fold sum of their per-sample gradients (-0.0 for none); under
         exact_sum their exact sums, rounded once (one owner's: `exact_sums`)."""
-        gs, total = self.kernels["grad_samples"], self.kernels.get("owner_sum")
+        gs = self.kernels["grad_samples"]
         if self.lr.batch:
             rows = step_samples(range(lo, hi), self.lr.nsamples, self.lr.batch, self.lr.shuffle, t)
             self.dev.write(self.idx, [struct.unpack("<d", struct.pack("<Q", i))[0] for i in rows])
             self.count = len(rows)
-            self.dev.launch(gs, self._args(gs, count=self.count), self.count)
         else:
             self.count = hi - lo
-            self.dev.launch(gs, self._args(gs, lo=lo, hi=hi), hi - lo)
+        for k in [*(self.kernels[f"matvec{k}"] for k in range(len(self.mv))), gs]:    # products first
+            per, each = k.tile or (1, 1)
+            self.dev.launch(k, self._args(k, count=self.count, lo=lo, hi=hi), -(-self.count // per) * each)
         if self.lr.exact:
             return self.exact_sums()
-        if self.count == 0:             # owner_sum writes nothing: the identity
+        if self.count == 0:             # the sums write nothing: the identity
             return [-0.0] * self.P
-        self.dev.launch(total, self._args(total, n=self.count), self.P)
+        for name in sum_kernels(self.lr):
+            k = self.kernels[name]
+            self.dev.launch(k, self._args(k, n=self.count), k.threads)
         return self.dev.read(self.G, self.P)
 
     def exact_sums(self) -> list[float]:

@@ -110,8 +110,9 @@ class CudaDevice:
         vals = [ctype[p.type](v) for p, v in zip(kernel.params, args)]
         ptrs = (ctypes.c_void_p * len(vals))(*[ctypes.cast(ctypes.byref(v), ctypes.c_void_p)
                                                for v in vals])
-        grid = (threads + BLOCK - 1) // BLOCK
-        self.cuda.call("cuLaunchKernel", self.functions[kernel.name], grid, 1, 1, BLOCK, 1, 1,
+        block = kernel.block or BLOCK           # a tiled kernel's own
+        grid = (threads + block - 1) // block
+        self.cuda.call("cuLaunchKernel", self.functions[kernel.name], grid, 1, 1, block, 1, 1,
                        0, None, ptrs, None)
         self.cuda.call("cuCtxSynchronize")
 

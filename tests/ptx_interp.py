@@ -3,7 +3,13 @@ for what a kernel computes. Used by tests/test_ptx.py (over `Memory`, buffers in
 mock GPU (tests/mockgpu/gpu.py, over the pages of the executable's mapped memory).
 
 A thread's `.local` arrays are its own (a fresh space per thread, bounded by their
-declarations: an access outside them, or a read before a write, raises KeyError).
+declarations: an access outside them, or a read before a write, raises KeyError). A block's
+`.shared` arrays are its threads' together (`Shared`, bounded the same way). `bar.sync`: the
+block's threads run round-robin, each (a generator) up to its next barrier or its end; the
+barrier opens when every thread of the block has reached it (PTX ISA, "bar.sync": all the CTA's
+threads), and a block where some threads ended while others wait raises RuntimeError. Between
+two barriers no thread may read or overwrite a shared word another thread wrote, nor overwrite
+one another thread read (a race: the hardware's interleaving is not this one): KeyError.
 
 A memory is anything with `load(addr) -> float` and `store(addr, value)`; both raise KeyError
 outside the memory (a GPU fault).
@@ -14,6 +20,7 @@ import struct
 
 M32, M64 = (1 << 32) - 1, (1 << 64) - 1
 LOCAL_BASE = 1 << 44        # the interpreter's local space, apart from every global buffer
+SHARED_BASE = 1 << 45       # ... and its shared space
 INF, NAN = float("inf"), float("nan")
 
 
@@ -100,12 +107,46 @@ class Memory:
         self.cells[addr] = value
 
 
+class Shared:
+    """A block's shared words: word -> [value, phase of its last write, its writer, phase of its
+    reads, their readers]; `phase` counts the barriers the block passed."""
+
+    def __init__(self, arrays):
+        self.cells = {a + 8 * w: [None, -1, -1, -1, set()] for a, size in arrays.values()
+                      for w in range(size // 8)}
+        self.phase = 0
+
+    def cell(self, where, t, write):
+        c = self.cells.get(where)
+        if c is None:
+            raise KeyError(f"shared access outside every .shared array: {where:#x}")
+        if c[1] == self.phase and c[2] != t or write and c[3] == self.phase and c[4] - {t}:
+            raise KeyError(f"shared word {where:#x}: a race between threads of the block")
+        return c
+
+    def load(self, where, t):
+        c = self.cell(where, t, False)
+        if c[0] is None:
+            raise KeyError(f"shared read before any write: {where:#x}")
+        if c[3] != self.phase:
+            c[3], c[4] = self.phase, set()
+        c[4].add(t)
+        return c[0]
+
+    def store(self, where, t, value):
+        self.cell(where, t, True)[:3] = [value, self.phase, t]
+
+
 class Ptx:
     def __init__(self, text):
         self.params = re.findall(r"\.param \.(\w+) (\w+)", text)
         self.local, top = {}, LOCAL_BASE          # .local arrays: name -> (address, bytes)
         for name, size in re.findall(r"\.local \.align 8 \.b8 (\w+)\[(\d+)\];", text):
             self.local[name] = (top, int(size))
+            top += int(size) + 4096
+        self.shared, top = {}, SHARED_BASE        # .shared arrays: the block's
+        for name, size in re.findall(r"\.shared \.align 8 \.b8 (\w+)\[(\d+)\];", text):
+            self.shared[name] = (top, int(size))
             top += int(size) + 4096
         self.code, self.labels = [], {}
         for line in text[text.index("{") + 1:text.rindex("}")].splitlines():
@@ -130,15 +171,26 @@ class Ptx:
         entered before the thread runs and left after; either raises KeyError outside the area."""
         grid = threads // block + 2 if grid is None else grid
         for b in range(grid):
+            shared = Shared(self.shared)
+            waiting = {}
             for t in range(block):
                 if local is not None:
                     local.enter(b * block + t)
-                self.thread(mem, args, {"%tid.x": t, "%ntid.x": block if ntid is None else ntid,
-                                        "%ctaid.x": b, "%nctaid.x": grid if nctaid is None else nctaid})
-                if local is not None:
-                    local.leave(b * block + t)
+                waiting[t] = self.thread(mem, args, {"%tid.x": t, "%ntid.x": block if ntid is None else ntid,
+                                                     "%ctaid.x": b, "%nctaid.x": grid if nctaid is None else nctaid,
+                                                     "%shared": shared})
+            while waiting:                  # round-robin: each thread to its next barrier or end
+                ended = [t for t, run in waiting.items() if next(run, None) is None]
+                if ended and len(ended) < len(waiting):
+                    raise RuntimeError(f"block {b}: threads {ended} ended while others wait at bar.sync")
+                for t in ended:
+                    del waiting[t]
+                    if local is not None:
+                        local.leave(b * block + t)
+                shared.phase += 1
 
     def thread(self, mem, args, sregs):
+        """One thread as a generator: it yields True at each bar.sync and stops at its end."""
         if self.steps is None:
             self.steps = [self._compile(pc, *ins) for pc, ins in enumerate(self.code)]
         R = dict(sregs)
@@ -148,7 +200,10 @@ class Ptx:
         for _ in range(1 << 20):
             pc = steps[pc](env)
             if pc < 0:
-                return
+                if pc == -1:
+                    return
+                pc = -2 - pc
+                yield True
         raise RuntimeError("runaway thread")
 
     def _compile(self, pc, guard, op, a):
@@ -167,8 +222,8 @@ class Ptx:
             off = int(off or 0)
             return lambda R: R[reg] + off
 
-        if op == "mov.u64" and a[1] in self.local:       # the address of a .local array
-            d, at = a[0], self.local[a[1]][0]
+        if op == "mov.u64" and (a[1] in self.local or a[1] in self.shared):   # an array's address
+            d, at = a[0], (self.local.get(a[1]) or self.shared[a[1]])[0]
 
             def body(env):
                 env[0][d] = at
@@ -189,6 +244,19 @@ class Ptx:
                 else:
                     env[0][d] = space[where]
                 return nxt
+        elif op in ("ld.shared.f64", "st.shared.f64"):    # the block's arrays: Shared
+            st, at = op[0] == "s", addr(a[0] if op[0] == "s" else a[1])
+            x, d = get(a[1]) if st else None, a[0]
+
+            def body(env):
+                R = env[0]
+                if st:
+                    R["%shared"].store(at(R), R["%tid.x"], x(R))
+                else:
+                    R[d] = R["%shared"].load(at(R), R["%tid.x"])
+                return nxt
+        elif op == "bar.sync":
+            body = lambda env: -2 - nxt                                     # noqa: E731
         elif op == "ret":
             body = lambda env: -1                                           # noqa: E731
         elif op in ("bra", "bra.uni"):
@@ -280,5 +348,6 @@ class InterpDevice:
         assert prog.params == [(p.type, p.name) for p in kernel.params]
         for p, v in zip(kernel.params, args):
             assert isinstance(v, float if p.type == "f64" else int), p
-        prog.launch(self.mem, {p.name: v for p, v in zip(kernel.params, args)}, threads)
+        prog.launch(self.mem, {p.name: v for p, v in zip(kernel.params, args)}, threads,
+                    block=kernel.block or 4)
         self.launches.append(kernel.name)

@@ -6,8 +6,9 @@ Guarantees: runtime-language source (with the bytes of its `extern` globals) tha
 the conversation table `nv_calls` and region `nv_conv`, the launch image `nv_image` and its
 SHA-256, and `gpu_step(step)`:
 
-    grad_samples, owner_sum on the GPU      (learners with a loss; under exact_sum xsum_clear,
-                                            grad_samples, xsum_add, xsum_fold: exact sums)
+    matvec<k>, grad_samples, owner_sum, outer_sum_<p>  on the GPU (learners with a loss; under
+                                            exact_sum xsum_clear, grad_samples, xsum_add,
+                                            xsum_fold: exact sums)
     learner_grad on the CPU                 the host shadow; G compared bit for bit (exact_sum:
                                             the card's accumulators, gpu_exact_check)
     learner_mean, learner_scalars           the scalar statements, on the host (docs/gpu.md)
@@ -28,7 +29,7 @@ from alphac.nvdrv import abi
 from alphac.nvdrv.abi import CONSTANTS
 from alphac.nvdrv.conversation import Conversation
 from alphac.nvdrv.image import GPFIFO_ENTRIES, SEM_RELEASED, GpuImage
-from alphac.ptx.abi import param_count, param_layout
+from alphac.ptx.abi import param_count, param_layout, products, sum_kernels
 
 # The completion wait (runtime/nvdrv.rt gpu_wait): its bound by the clock (10^6 polls of a 10 us
 # nanosleep took about 90 s); spinning for SPIN_NS before sleeping between polls, with one clock
@@ -270,12 +271,13 @@ def role_start(lr: Learner, img: GpuImage, lo: int, hi: int) -> str:
 def grad_lines(lr: Learner, img: GpuImage, lo: int, hi: int, t: str, at: str, states,
                card: bool = True, host: bool = True) -> list[str]:
     """An owner's compute over lo..hi (a minibatch learner: step t's samples among them, `n`):
-    `states` written to the card, grad_samples and owner_sum there, the host's learner_grad,
-    G compared (as step `at`). An owner without samples in the step launches nothing. Without
-    `host`, the card's part alone (`n` its count); without `card`, the host's part alone
-    (after the card's: `n` already its count)."""
+    `states` written to the card, the batched products, grad_samples and the sum kernels there
+    (exact_sum: the exact-sum kernels), the host's learner_grad, G compared (as step `at`). An
+    owner without samples in the step launches nothing. Without `host`, the card's part alone
+    (`n` its count); without `card`, the host's part alone (after the card's: `n` already its
+    count)."""
     names = ["xsum_clear", "grad_samples", "xsum_add", "xsum_fold"] if lr.exact else \
-        ["grad_samples", "owner_sum"]
+        [*(f"matvec{k}" for k in range(len(products(lr)))), "grad_samples", *sum_kernels(lr)]
     kernels = [img.launch(name) for name in names]
     out = [upload(img, s.name, s.size) for s in states]
     launch = [f"gpu_submit({x.entry:#x});      // {x.kernel}" for x in kernels]

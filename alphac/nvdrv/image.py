@@ -350,7 +350,8 @@ class OwnerData:
     """What the layer above tells the driver layer of a learner (alphac.build.owner_data makes
     it), so that nothing here reaches up to the IR or the kernels' builders: its name (for
     messages), each state's initial values, each data array's row width, its parameter count,
-    its samples, its coordinate groups' sizes and its batch (0: full batch)."""
+    its samples, its coordinate groups' sizes, its batch (0: full batch) and the words of a gs
+    row (alphac.ptx.abi.row_layout; 0: `params`) and of each batched product's."""
     name: str
     states: tuple[tuple[str, tuple[float, ...]], ...]
     data: tuple[tuple[str, int], ...]
@@ -358,6 +359,8 @@ class OwnerData:
     samples: int
     groups: tuple[int, ...]
     batch: int = 0
+    row: int = 0
+    products: tuple[int, ...] = ()  # each batched product's row width (mv<k>: alphac.ptx.abi)
 
 
 @dataclass(frozen=True)
@@ -383,6 +386,10 @@ class Share:
 
 
 def _threads(od: OwnerData, kernel, share: Share) -> int:
+    if kernel.threads is not None:      # the sum kernels: fixed by the learner
+        return kernel.threads
+    if kernel.tile is not None:         # per-sample tiles: so many threads a tile of rows
+        return -(-share.rows // kernel.tile[0]) * kernel.tile[1]
     if kernel.name == "grad_samples":
         return share.rows
     if kernel.name == "xsum_add":           # one a term (alphac/ptx/xsum.py)
@@ -447,8 +454,11 @@ def plan(od: OwnerData, built: list, sm: int, share: Share | None = None,
     if share.batch:                     # the step's samples, written by the host each step
         buffers["idx"] = end
         end = round_up(end + 8 * max(1, share.rows), 256)
+    for k, width in enumerate(od.products):     # written by matvec<k> each step
+        buffers[f"mv{k}"] = end
+        end = round_up(end + 8 * max(1, width * share.rows), 256)
     gs_off = end
-    g_off = round_up(gs_off + 8 * max(1, P * share.rows), 256)
+    g_off = round_up(gs_off + 8 * max(1, (od.row or P) * share.rows), 256)
     end = round_up(g_off + 8 * max(1, P), 256)
     exact = {}                          # exact_sum: the card's dense and compact accumulators
     if any(p.role == "xd" for b in built for p in b.kernel.params):
@@ -478,7 +488,7 @@ def plan(od: OwnerData, built: list, sm: int, share: Share | None = None,
     for b in built:
         k, im = b.kernel, b.image
         threads = _threads(od, k, share)
-        block = min(BLOCK, round_up(max(1, threads), 32))
+        block = k.block or min(BLOCK, round_up(max(1, threads), 32))
         grid = max(1, -(-threads // block))
         cbank = bytearray(round_up(im.cbank0, CBANK_ALIGN))
         for dw, value in cbank_prefix(arch).items():
@@ -488,11 +498,11 @@ def plan(od: OwnerData, built: list, sm: int, share: Share | None = None,
         klo, khi = share.updates[k.group] if k.group is not None else (0, 0)
         statics = {"lo": share.lo, "hi": share.hi, "klo": klo, "khi": khi, "count": 0,
                    "rows": 0 if share.batch else rows,
-                   "n": 0 if share.batch else rows if k.name == "owner_sum" else share.total}
+                   "n": 0 if share.batch else rows if k.group is None else share.total}
         for p, kp in zip(k.params, im.params):
             at = im.param_base + kp.offset
             if p.type == "u64":
-                key = {"state": f"state_{p.ref}", "data": f"data_{p.ref}"}.get(p.role) or \
+                key = {"state": f"state_{p.ref}", "data": f"data_{p.ref}", "mv": f"mv{p.ref}"}.get(p.role) or \
                     (f"{k.name}.{p.name}" if p.role == "const" else p.role)
                 struct.pack_into("<Q", cbank, at, vas[key])
             elif p.type == "u32":

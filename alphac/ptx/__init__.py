@@ -6,6 +6,9 @@
     kernels.py  learner IR -> the owner kernels `grad_samples` (loops over coordinates and
                 rows), `owner_sum`, `update_g<N>`, as `abi.Kernel`s
     xsum.py     exact_sum's exact sums on the card: `xsum_clear`, `xsum_add`, `xsum_fold`
+    tiled.py    the tiled kernels (shared memory, bar.sync): `outer_sum_<p>`, a fused weight
+                gradient's owner sum from the factors grad_samples writes; `matvec<k>`, a
+                param matrix times the step's data rows, which grad_samples reads
     ptxas.py    find, fingerprint and run `ptxas` deterministically; `PtxasMissing` without it
     mathfn.py   the contract's functions in PTX (alphac.math's staging language, third backend)
     cubin.py    read a cubin (ELF + NVIDIA `.nv.info` records) into one `LaunchImage` per kernel

@@ -5,24 +5,47 @@ alphac/nvdrv/image.py, gpu/ptx_host.py). docs/gpu.md has the same, with a worked
 Every buffer is binary64, row-major, 8-byte aligned, and indexed by the global index (the host passes full-size buffers or
 offsets the base itself). Indices and counts are u32. `P` is the number of param coordinates,
 params concatenated in declaration order (`param_layout`). Each kernel is 1-D: any grid whose
-`ctaid.x * ntid.x + tid.x` covers the range; threads past its end do nothing.
+`ctaid.x * ntid.x + tid.x` covers the range; threads past its end do nothing (the tiled
+outer_sum_<p> takes its own block size and grid: `Kernel.block`, `Kernel.threads`).
 
     grad_samples  (learners with a loss) one thread per sample i in [lo, hi)
         state_<s>  u64  for every state the loss reads, declaration order
         data_<d>   u64  for every data array, declaration order (all samples)
-        gs         u64  out: gs[(i - lo) * P + j], every param coordinate j
+        gs         u64  out: row i - lo of `W` words (`row_layout`): every plain coordinate
+                        j (declaration order, P' of them), then each fused param's factors
         lo, hi     u32
+        mv<k>      u64  each batched product's rows (`products`; written by matvec<k> before)
       (a minibatch learner: `idx` u64, the step's samples as u64s in increasing order, and
       `count` u32 instead of lo, hi: thread t computes sample idx[t] into gs row t)
-      gs[(i-lo)*P + j] is the per-sample gradient exactly as `interp.per_sample_gradient`: the
-      left fold of the contributions covering j, +0.0 where none does; `dot`, `sum`, `A @ v`,
-      `u @ A` as the interpreter's left folds, `max(v)` as its fold of exact max (loops over
-      the terms ascending, from the first: kernels.py). The thread's `.local` arrays (vectors
-      it keeps) are its stack: the cubin's stack size, which the host's local memory must hold.
-    owner_sum     one thread per param coordinate j in [0, P)
-        gs u64, G u64 (out: G[j]), n u32 (the owner's sample count, n >= 1; n = 0 writes nothing)
-      G[j] = ((gs[j] + gs[P + j]) + gs[2P + j]) + ...: the left fold from the first sample.
-    under `contract exact_sum`, instead of owner_sum (alphac/ptx/xsum.py), launched in order
+      gs[(i-lo)*W + c] is coordinate j's per-sample gradient exactly as
+      `interp.per_sample_gradient`: the left fold of the contributions covering j, +0.0 where
+      none does; a fused param's columns hold its `Outer(u, v)`'s R coordinates of u, then the
+      C of v, instead. `dot`, `sum`, `A @ v`, `u @ A` as the interpreter's left folds, `max(v)`
+      as its fold of exact max (loops over the terms ascending, from the first: kernels.py).
+      The thread's `.local` arrays (vectors it keeps) are its stack: the cubin's stack size,
+      which the host's local memory must hold.
+    matvec<k>     (a batched product `W @ x[i]`, W of R x C: alphac/ptx/tiled.py) blocks of 64
+                  threads, one a 32 x 32 tile of (sample row t, r), `Kernel.tile` = (32, 64 x
+                  tiles across R) threads a 32 rows of the step
+        state_W u64, data_x u64, mv<k> u64 (out: mv<k>[t*R + r]), lo, hi u32 (or idx, count)
+      mv<k>[t*R + r] = (W[r,0]*x_i[0] + W[r,1]*x_i[1]) + ...: the interpreter's MatVec, mul.rn
+      then add.rn, over c ascending from the first term, for sample i of row t (lo + t, or
+      idx[t]); grad_samples reads the product there instead of computing it.
+    owner_sum     one thread per plain column c in [0, P') (no kernel when P' = 0)
+        gs u64, G u64 (out: G[j], j the coordinate of column c), n u32 (the owner's sample
+        count, n >= 1; n = 0 writes nothing)
+      G[j] = ((gs[c] + gs[W + c]) + gs[2W + c]) + ...: the left fold from the first sample.
+    outer_sum_<p> (a fused param p of R x C: alphac/ptx/tiled.py) blocks of exactly 64
+                  threads, one block a 32 x 32 tile of p's G (tiles row after row), 4 x 4
+                  outputs a thread; `Kernel.threads` and `Kernel.block` fix the launch
+        gs u64, G u64 (out: G[off(p) + r*C + c] for r < R, c < C), n u32 (as owner_sum's)
+      with u_s, v_s the factors in gs row s: G[off(p) + r*C + c] = (u_0[r]*v_0[c] +
+      u_1[r]*v_1[c]) + ...: each product mul.rn, each sum add.rn (never fma), the left fold
+      over the samples ascending from the first product (not added to a zero: a -0 survives),
+      so the bits owner_sum gives of the coordinates u_s[r]*v_s[c]. Samples 1.. are staged in
+      shared memory 16 at a time, between two `bar.sync`s.
+    under `contract exact_sum` (no fused params, no batched products: W = P), instead of
+    owner_sum (alphac/ptx/xsum.py), launched in order
     xsum_clear, grad_samples, xsum_add, xsum_fold:
     xsum_clear    one thread per coordinate j in [0, P): xd's words of j zeroed
         xd  u64  P dense accumulators of XS_WORDS words (alphac/formats.py: flags, 66 digits)
@@ -47,6 +70,10 @@ params concatenated in declaration order (`param_layout`). Each kernel is 1-D: a
       at the end, so every read of an old value sees the old value.
 The parameters' order and meaning are data: `Kernel.params`, one `Param` each.
 
+A param is *fused* (`fused`) when its per-sample gradient is one `Outer(u, v)` contribution
+covering all of it (the weight gradient of `W @ x` or `x @ W`) and the contract is not
+exact_sum: then no sample's R x C gradient is ever stored, only u and v.
+
 Requires: a checked, differentiated `Learner`. Guarantees: the layout functions are the only
 definition of where a param coordinate lives in `gs` and `G`.
 """
@@ -55,7 +82,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from alphac.ir.evaluate import Env, evaluate
-from alphac.ir.learner import Learner
+from alphac.ir.learner import DataRow, Learner, MatVec, Node, Outer, Read, postorder
 
 
 @dataclass(frozen=True)
@@ -75,6 +102,9 @@ class Kernel:
     params: tuple[Param, ...]
     ptx: str
     group: int | None = None         # update kernels: the coordinate group
+    threads: int | None = None       # a fixed thread count (sum kernels); None: from the share
+    tile: tuple[int, int] | None = None  # per-sample tiles: (rows, threads) a tile of the rows
+    block: int | None = None         # a fixed block size (tiled kernels); None: the host's
 
 
 def param_layout(lr: Learner) -> dict[str, int]:
@@ -88,6 +118,66 @@ def param_layout(lr: Learner) -> dict[str, int]:
 
 def param_count(lr: Learner) -> int:
     return sum(p.size for p in lr.params)
+
+
+def fused(lr: Learner) -> dict[str, Outer]:
+    """The fused params (the module doc), by name, in declaration order: each one's Outer."""
+    out = {}
+    for p in lr.params:
+        cs = lr.grads.get(p.name, [])
+        if not lr.exact and len(cs) == 1 and cs[0].offset == 0 and isinstance(cs[0].node, Outer) \
+                and cs[0].node.size == p.size:
+            out[p.name] = cs[0].node
+    return out
+
+
+@dataclass(frozen=True)
+class RowLayout:
+    """A gs row: `plain` (param, first column, its first coordinate in G, size) in declaration
+    order from column 0, then `factors` (param -> u's first column, R, v's first column, C)."""
+    width: int
+    plain: tuple[tuple[str, int, int, int], ...]
+    factors: dict
+
+    @property
+    def plain_width(self) -> int:
+        return sum(size for _, _, _, size in self.plain)
+
+
+def row_layout(lr: Learner) -> RowLayout:
+    offs, outer, col = param_layout(lr), fused(lr), 0
+    plain, factors = [], {}
+    for p in lr.params:
+        if p.name not in outer:
+            plain.append((p.name, col, offs[p.name], p.size))
+            col += p.size
+    for name, o in outer.items():
+        factors[name] = (col, o.a.size, col + o.a.size, o.b.size)
+        col += o.a.size + o.b.size
+    return RowLayout(col, tuple(plain), factors)
+
+
+def product_of(n: Node) -> tuple | None:
+    """(W, x, R, C) when `n` is `W @ x[i]`: a 2-D state read before the update times a data row."""
+    if isinstance(n, MatVec) and isinstance(n.a, Read) and n.a.version == 0 and isinstance(n.b, DataRow):
+        return (n.a.name, n.b.name, *n.a.shape)
+    return None
+
+
+def products(lr: Learner) -> list[tuple]:
+    """The batched products (`matvec<k>`, k their index here): every distinct `W @ x[i]` the
+    per-sample gradients read, in the order first read (none under exact_sum)."""
+    if lr.loss is None or lr.exact:
+        return []
+    out = [product_of(n) for n in postorder([c.node for cs in lr.grads.values() for c in cs])]
+    return list(dict.fromkeys(x for x in out if x))
+
+
+def sum_kernels(lr: Learner) -> list[str]:
+    """The kernels that make the owner's G from gs, in launch order (none under exact_sum)."""
+    if lr.loss is None or lr.exact:
+        return []
+    return (["owner_sum"] if row_layout(lr).plain_width else []) + [f"outer_sum_{p}" for p in fused(lr)]
 
 
 def host_scalars(lr: Learner, state: dict[str, tuple[float, ...]]) -> dict[tuple[str, int], float]:

@@ -20,7 +20,8 @@ from alphac.math import binary64
 from alphac.ir.learner import (Bcast, Const, DataRow, Dot, Elem, Grad, Group, Learner, MatVec,
                                Max, MaxAdj, Node, OneHot, Outer, Pick, Pow, Read, Stack, Sum,
                                Unary, VecMat, Where, children, postorder)
-from alphac.ptx.abi import Kernel, Param, param_count, param_layout
+from alphac.ptx.abi import (Kernel, Param, fused, param_count, param_layout, product_of, products,
+                            row_layout, sum_kernels)
 from alphac.ptx.mathfn import PtxSource, table_words_as_floats
 from alphac.ptx.render import PTX_VERSION, Emitter, f64imm
 
@@ -164,8 +165,10 @@ class _Loops:
     first term the accumulator's start (never added to a zero). The code grows with the graph,
     not with the widths: the registers a loop uses do not depend on its trip count."""
 
-    def __init__(self, em: Emitter, base: dict[str, str], i: str, roots: list[Node]):
+    def __init__(self, em: Emitter, base: dict[str, str], i: str, roots: list[Node],
+                 loaded: dict[int, str] | None = None):
         self.em, self.base, self.i = em, base, i
+        self.loaded = loaded or {}              # node -> its row's address (a batched product)
         self.math = PtxSource(em, lambda t: base[f"tbl_{t.name}"])
         self.scalar: dict[int, str] = {}
         self.stored: dict[int, str] = {}        # node -> the register holding its array's address
@@ -254,6 +257,9 @@ class _Loops:
         return k if n.size == of.size else self.iop("rem32", k, n.size)
 
     def value(self, n: Node, k: str | None) -> str:
+        if id(n) in self.loaded:
+            at = self.loaded[id(n)]
+            return self.em.op("ld", at if k is None else self.em.op("add64", at, self.em.op("wide", k, 8)), 0)
         if id(n) in self.scalar:
             return self.scalar[id(n)]
         if id(n) in self.regvec:       # a small vector: register k, or selected by k
@@ -270,7 +276,7 @@ class _Loops:
 
     def prepare(self, n: Node) -> None:
         em = self.em
-        if id(n) in self.scalar or id(n) in self.stored or id(n) in self.winner or id(n) in self.regvec:
+        if any(id(n) in d for d in (self.loaded, self.scalar, self.stored, self.winner, self.regvec)):
             return
         if n.size == 1:
             self.scalar[id(n)] = self.compute(n, None)
@@ -379,6 +385,8 @@ def grad_samples(lr: Learner, sm: int = 90) -> Kernel:
     params = [Param(f"state_{s.name}", "u64", "state", s.name) for s in lr.states if s.name in read]
     params += [Param(f"data_{d.name}", "u64", "data", d.name) for d in lr.data]
     params += table_params(postorder([c.node for cs in lr.grads.values() for c in cs]))
+    prods = products(lr)
+    params += [Param(f"mv{k}", "u64", "mv", str(k)) for k in range(len(prods))]
     if lr.batch:        # a minibatch: the step's samples, listed by the host (u64 each)
         params += [Param("gs", "u64", "gs"), Param("idx", "u64", "idx"), Param("count", "u32", "count")]
         base = _pointers(em, params)
@@ -392,16 +400,21 @@ def grad_samples(lr: Learner, sm: int = 90) -> Kernel:
         t = em.thread_index()
         i = em.op("add32", lo, t)
         em.op("braif", em.op("ge", i, hi), "$done")
-    out = em.op("add64", base["gs"], em.op("wide", t, 8 * param_count(lr)))
-    lower = _Loops(em, base, i, [c.node for p in lr.params for c in lr.grads[p.name]])
-    offsets = param_layout(lr)
-    for p in lr.params:         # coordinates cut where the set of contributions covering them changes
-        em.comment(f"per-sample gradient of {p.name}")
-        cs = lr.grads[p.name]
-        cuts = sorted({0, p.size} | {min(p.size, x) for c in cs for x in (c.offset, c.offset + c.node.size)})
+    lay, outer = row_layout(lr), fused(lr)
+    out = em.op("add64", base["gs"], em.op("wide", t, 8 * lay.width))
+    roots = [x for p in lr.params for c in lr.grads[p.name]
+             for x in ((c.node.a, c.node.b) if p.name in outer else (c.node,))]
+    loaded = {id(n): em.op("add64", base[f"mv{prods.index(product_of(n))}"], em.op("wide", t, 8 * n.size))
+              for n in postorder(roots) if product_of(n) in prods}
+    lower = _Loops(em, base, i, roots, loaded)
+    for p, col, _, _ in lay.plain:  # coordinates cut where the set of contributions covering them changes
+        em.comment(f"per-sample gradient of {p}")
+        cs = lr.grads[p]
+        size = lr.state(p).size
+        cuts = sorted({0, size} | {min(size, x) for c in cs for x in (c.offset, c.offset + c.node.size)})
         for s, e in zip(cuts, cuts[1:]):
             cover = [c for c in cs if c.offset <= s < c.offset + c.node.size]
-            dst = em.op("add64", out, 8 * (offsets[p.name] + s))
+            dst = em.op("add64", out, 8 * (col + s))
 
             def coordinate(t: str, cover=cover, s=s, dst=dst) -> None:
                 g = None            # the left fold of the contributions covering it, +0 if none
@@ -411,6 +424,12 @@ def grad_samples(lr: Learner, sm: int = 90) -> Kernel:
                     g = r if g is None else em.op("add", g, r)
                 em.op("st", em.op("add64", dst, em.op("wide", t, 8)), 0, g or lower.zero)
             lower.loop(e - s, coordinate)
+    for p, (ucol, _, vcol, _) in lay.factors.items():    # a fused param: its factors u, v
+        for col, x in ((ucol, outer[p].a), (vcol, outer[p].b)):
+            em.comment(f"per-sample factor of {p}'s outer product")
+            dst = em.op("add64", out, 8 * col)
+            lower.loop(x.size, lambda t, x=x, dst=dst: em.op(
+                "st", em.op("add64", dst, em.op("wide", t, 8)), 0, lower.value(x, t if x.size > 1 else None)))
     return _module(em, lr, "grad_samples", params, sm)
 
 
@@ -419,22 +438,30 @@ def owner_sum(lr: Learner, sm: int = 90) -> Kernel:
     params = [Param("gs", "u64", "gs"), Param("G", "u64", "G"), Param("n", "u32", "n")]
     base = _pointers(em, params)
     n = em.op("ldp32", "n")
-    j = em.thread_index()
-    em.op("braif", em.op("ge", j, param_count(lr)), "$done")
+    lay = row_layout(lr)
+    c = em.thread_index()
+    em.op("braif", em.op("ge", c, lay.plain_width), "$done")
     em.op("braif", em.op("ge", em.op("mov32", 0), n), "$done")
-    off = em.op("wide", j, 8)
+    off = em.op("wide", c, 8)
     src = em.op("add64", base["gs"], off)
     acc = em.op("ld", src, 0)
     i = em.op("mov32", 1)
     em.label("$loop")
     em.op("braif", em.op("ge", i, n), "$store")
-    em.op("add64", src, 8 * param_count(lr), d=src)
+    em.op("add64", src, 8 * lay.width, d=src)
     em.op("add", acc, em.op("ld", src, 0), d=acc)
     em.op("add32", i, 1, d=i)
     em.op("bra", "$loop")
     em.label("$store")
+    shifts = [(col, at - col) for _, col, at, _ in lay.plain if at != col]
+    if shifts:          # G's coordinate is the column plus the shift of the last plain param
+        shift = em.op("mov32", 0)       # starting at or before it (fused params leave gaps)
+        for col, d in shifts:
+            em.op("selp32", d, shift, em.op("ge", c, col), d=shift)
+        off = em.op("wide", em.op("add32", c, shift), 8)
     em.op("st", em.op("add64", base["G"], off), 0, acc)
-    return _module(em, lr, "owner_sum", params, sm)
+    k = _module(em, lr, "owner_sum", params, sm)
+    return Kernel(k.name, sm, k.params, k.ptx, threads=lay.plain_width)
 
 
 def update(lr: Learner, group: Group, sm: int = 90) -> Kernel:
@@ -510,8 +537,10 @@ GPU_NODES = (Const, Read, DataRow, Grad, Elem, Unary, Where, Pow, Dot, Sum, Pick
 
 
 def kernels(lr: Learner, sm: int = 90) -> list[Kernel]:
-    """The owner's kernels: grad_samples and owner_sum (with a loss; under `contract exact_sum`
-    no owner_sum but the exact sums' kernels of alphac/ptx/xsum.py), then one update per group. A
+    """The owner's kernels: grad_samples, the batched products' matvec<k> (launched before it),
+    owner_sum and the fused params' outer_sum_<p> (with a loss; under `contract exact_sum`
+    neither the products nor these sums but the exact sums' kernels of alphac/ptx/xsum.py), then
+    one update per group. A
     learner with an operation these kernels do not have is refused with BuildError before
     anything is generated."""
     from alphac.diag import BuildError
@@ -521,10 +550,12 @@ def kernels(lr: Learner, sm: int = 90) -> list[Kernel]:
     if missing:
         raise BuildError(f"learner `{lr.name}` uses operations the GPU owner kernels do not "
                          f"have yet ({', '.join(missing)}); build it for x86_64 or aarch64")
-    # exact_sum: no binary64 owner sum; the card sums the per-sample rows exactly
     from alphac.ptx import xsum
-    out = [grad_samples(lr, sm)] + (xsum.kernels(lr, sm) if lr.exact else [owner_sum(lr, sm)]) \
-        if lr.loss is not None else []
+    from alphac.ptx.tiled import matvec, outer_sum
+    sums = xsum.kernels(lr, sm) if lr.exact else \
+        [owner_sum(lr, sm) if k == "owner_sum" else outer_sum(lr, k[len("outer_sum_"):], sm) for k in sum_kernels(lr)]
+    batched = [matvec(lr, k, sm) for k in range(len(products(lr)))]
+    out = [grad_samples(lr, sm)] + batched + sums if lr.loss is not None else []
     return out + [update(lr, g, sm) for g in lr.groups]
 
 
