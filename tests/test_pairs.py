@@ -73,7 +73,10 @@ def test_the_code_takes_blocks_and_pairs_where_it_may(learner):
     assert "storev(G_w + 8 * (" in grad and "storev(G_W + 8 * (" in grad   # gradient sums
     assert re.search(r"storev\(ua\d+ \+ 16, splat\(", grad)           # u @ W: u splatted once,
     assert re.search(r"let rp\d+ = st_W \+ 8 \* \(0\)", grad)         # W's columns in blocks
-    assert "storev(g_w" in fns["learner_mean"]
+    first = grad[grad.index(f"if i + {SAMPLE_LANES} <= hi"):grad.index(f"while i + {SAMPLE_LANES} <= hi")]
+    assert "storev(G_w + 8 * (" in first and not re.search(r"load[fv]\((G_|gr)", first)  # stores G
+    assert "while" not in fns["learner_mean"]            # no pass over G: G / n where it is read
+    assert any(re.search(r"loadv\(G_\w+ \+ 8 \* \(j\d+\)\) / s\d+", b) for b in fns.values())
     group = next(body for name, body in fns.items() if name.startswith("learner_group") and "st_m" in body)
     assert "sqrtv(" in group and "storev(st_w" in group and "if j" in group   # 21: one left over
     assert "let last" in group and re.search(r"while j\d+ <= last", group)
