@@ -28,8 +28,8 @@ The same-bits C anchor (lsq rows; issue 43): the step written in C with exactly 
 operations in alphac's order (each dot a left fold over the coordinates, the gradient sum a left
 fold over the samples from the first, the mean a division by the count, then the update's two
 statements), compiled at run time by the machine's gcc with `-O3 -march=native -fno-fast-math
--ffp-contract=off` (no reassociation, no FMA: the same bits), one thread, timed as the executables
-are. Its printed state must equal the executable's, bit for bit (the `C bits = alphac` column):
+-ffp-contract=off` (no reassociation, no FMA: the same bits) and the sizes as constants (so the
+dots' sums stay in registers), one thread, timed as the executables are. Its printed state must equal the executable's, bit for bit (the `C bits = alphac` column):
 else it is no anchor. Without gcc its cells say so.
 
     python bench/codegen.py [--steps N] [--rounds R] [--targets x86_64,x86_64-v3,x86_64-v4] [--large] [--quick]
@@ -144,11 +144,10 @@ static double *npy(const char *path, long count) {
     fclose(f);
     return d;
 }
-int main(int argc, char **argv) {
-    long S = atol(argv[1]), n = atol(argv[2]), steps = atol(argv[3]);
+int main(int argc, char **argv) {     /* S samples, N coordinates: compile-time constants */
+    long n = N, steps = argc > 1 ? atol(argv[1]) : 0;
     double *x = npy("x.npy", S * n), *y = npy("y.npy", S);
-    double *w = calloc(n, sizeof(double)), *v = calloc(n, sizeof(double)), r[64];
-    if (S > 64) return 2;
+    double *w = calloc(n, sizeof(double)), *v = calloc(n, sizeof(double)), r[S];
     for (long t = 0; t < steps; t++) {
         for (long i = 0; i < S; i++) r[i] = -0.0;
         for (long j = 0; j < n; j++)                    /* the S dots, each a left fold over j */
@@ -175,10 +174,11 @@ def c_anchor(tmp: Path, samples: int, n: int) -> list[str] | str:
     if gcc is None:
         return "no gcc on this machine"
     (tmp / "lsq.c").write_text(LSQ_C)
-    r = subprocess.run([gcc, *CFLAGS, "-o", str(tmp / "lsq_c"), str(tmp / "lsq.c")], capture_output=True, text=True)
+    r = subprocess.run([gcc, *CFLAGS, f"-DS={samples}", f"-DN={n}", "-o", str(tmp / "lsq_c"), str(tmp / "lsq.c")],
+                       capture_output=True, text=True)
     if r.returncode != 0:
         return "gcc failed: " + r.stderr.strip().splitlines()[-1]
-    return [str(tmp / "lsq_c"), str(samples), str(n)]
+    return [str(tmp / "lsq_c")]
 
 
 def exe_run(cmd: list[str], steps: int, cwd: Path) -> tuple[float, float]:
