@@ -146,3 +146,18 @@ def test_matvec_row_blocks_equal_the_interpreter(batch, target, tmp_path):
     os.chmod(exe, 0o755)
     p = run_exe(exe, "--steps", "5", target=target)
     assert p.returncode == 0 and p.stdout == interp.format_state(lr, interp.run(lr, 5))
+
+
+@pytest.mark.parametrize("target", ["x86_64", "aarch64"])
+def test_fewer_samples_than_a_block_equal_the_interpreter(target, tmp_path):
+    """3 samples: no first block to store G, so G is zero-filled and the samples added one at a
+    time (issue 43); over steps, a G left from the last step would show."""
+    src = tmp_path / "three.alpha"
+    src.write_text(SRC.replace(f"data x = {ROWS}", f"data x = {ROWS[:3]}").replace(f"data u = {U}", f"data u = {U[:3]}")
+                   .replace("data y = [0.5, -1.0, 0.25, 1.5, -0.3, 0.8, 0.1]", "data y = [0.5, -1.0, 0.25]"))
+    lr = compile_file(src).learner
+    exe = tmp_path / f"three.{target}"
+    exe.write_bytes(build_learner(lr, target).elf)
+    os.chmod(exe, 0o755)
+    p = run_exe(exe, "--steps", "6", target=target)
+    assert p.returncode == 0 and p.stdout == interp.format_state(lr, interp.run(lr, 6))
