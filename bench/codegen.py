@@ -12,12 +12,25 @@ reference interpreter):
   matrix products (W x_i for every sample, then outer products for the gradient). numpy does the
   same flops as two dgemm calls (W @ X^T, then (W X^T) X); its rate is the BLAS's.
 
-Each row: time per step (a run of N steps minus a run of 0 steps; numpy's N steps in process),
-the least over `--rounds` rounds, each round timing numpy and then every executable, so that
-both sides see the host as it is then (this VM's neighbours make single runs up to 1.7x
-slower); the rate in GFLOP/s of the arithmetic the step does (multiplies and adds of the
-products, counted the same way for both); the executable's throughput as a fraction of numpy's
-(least time to least time), and the same ratio within each round (its least, median, most).
+Each row: time per step (a run of W + N steps minus a run of W steps, W = 2 warm-up steps, so
+that start-up, loading and warm-up cancel; numpy's N steps in process after a warm-up step), in
+`--rounds` interleaved rounds, each timing numpy, the same-bits C and then every executable, so
+that every side sees the host as it is then (this VM's neighbours make single runs up to 1.7x
+slower). Printed: the median wall time a step and its spread (least..most over the rounds); the
+median CPU time a step (user + system, from getrusage of the child processes: on a loaded host it
+counts only the cycles the process got, so it is steadier than the wall time, and it is what the
+ratios use beside the wall ones); the rate in GFLOP/s of the arithmetic the step does (multiplies
+and adds of the products, counted the same way for every side); the throughput ratios, alphac to
+numpy and alphac to the C: the median of the per-round ratios of wall times, and for the C also
+the ratio of the median CPU times.
+
+The same-bits C anchor (lsq rows; issue 43): the step written in C with exactly alphac's
+operations in alphac's order (each dot a left fold over the coordinates, the gradient sum a left
+fold over the samples from the first, the mean a division by the count, then the update's two
+statements), compiled at run time by the machine's gcc with `-O3 -march=native -fno-fast-math
+-ffp-contract=off` (no reassociation, no FMA: the same bits) and the sizes as constants (so the
+dots' sums stay in registers), one thread, timed as the executables are. Its printed state must equal the executable's, bit for bit (the `C bits = alphac` column):
+else it is no anchor. Without gcc its cells say so.
 
     python bench/codegen.py [--steps N] [--rounds R] [--targets x86_64,x86_64-v3,x86_64-v4] [--large] [--quick]
     python bench/codegen.py --instructions [--tree DIR]
@@ -39,6 +52,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -76,7 +91,7 @@ def lsq_source(tmp: Path, n: int = 100_000, samples: int = 8) -> tuple[Path, dic
     def reset():
         nonlocal w, v
         w, v = np.zeros(n), np.zeros(n)
-    return src, {"step": step, "reset": reset, "flops": 4 * samples * n + 4 * n}
+    return src, {"step": step, "reset": reset, "flops": 4 * samples * n + 4 * n, "c": (samples, n)}
 
 
 def matvec_source(tmp: Path, rows: int = 64, cols: int = 256, samples: int = 256) -> tuple[Path, dict]:
@@ -113,12 +128,79 @@ update {{
 
 
 ROUNDS = 9
+WARMUP = 2                                             # untimed steps in both runs of a difference
+
+LSQ_C = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <stdint.h>
+/* The least-squares step with alphac's operations in alphac's order (bench/codegen.py). */
+static double *npy(const char *path, long count) {
+    FILE *f = fopen(path, "rb");
+    double *d = malloc(count * sizeof(double));
+    if (!f || !d || fseek(f, -(long)(count * sizeof(double)), SEEK_END) != 0
+        || fread(d, sizeof(double), count, f) != (size_t)count) { fprintf(stderr, "%s\n", path); exit(2); }
+    fclose(f);
+    return d;
+}
+int main(int argc, char **argv) {     /* S samples, N coordinates: compile-time constants */
+    long n = N, steps = argc > 1 ? atol(argv[1]) : 0;
+    double *x = npy("x.npy", S * n), *y = npy("y.npy", S);
+    double *w = calloc(n, sizeof(double)), *v = calloc(n, sizeof(double)), r[S];
+    for (long t = 0; t < steps; t++) {
+        for (long i = 0; i < S; i++) r[i] = -0.0;
+        for (long j = 0; j < n; j++)                    /* the S dots, each a left fold over j */
+            for (long i = 0; i < S; i++) r[i] += w[j] * x[i * n + j];
+        for (long i = 0; i < S; i++) r[i] -= y[i];
+        for (long j = 0; j < n; j++) {                  /* the sum over samples, the mean, the update */
+            double g = r[0] * x[j];
+            for (long i = 1; i < S; i++) g += r[i] * x[i * n + j];
+            v[j] = 0.9 * v[j] + g / (double)S;
+            w[j] = w[j] - 0.001 * v[j];
+        }
+    }
+    for (long j = 0; j < n; j++) { uint64_t b; memcpy(&b, &w[j], 8); printf("w[%ld] %016llx\n", j, (unsigned long long)b); }
+    for (long j = 0; j < n; j++) { uint64_t b; memcpy(&b, &v[j], 8); printf("v[%ld] %016llx\n", j, (unsigned long long)b); }
+    return 0;
+}
+"""
+CFLAGS = ["-O3", "-march=native", "-fno-fast-math", "-ffp-contract=off"]
 
 
-def exe_run(exe: Path, steps: int, cwd: Path) -> float:
+def c_anchor(tmp: Path, samples: int, n: int) -> list[str] | str:
+    """The same-bits C's command line (`steps` appended), or why there is none."""
+    gcc = shutil.which("gcc")
+    if gcc is None:
+        return "no gcc on this machine"
+    (tmp / "lsq.c").write_text(LSQ_C)
+    r = subprocess.run([gcc, *CFLAGS, f"-DS={samples}", f"-DN={n}", "-o", str(tmp / "lsq_c"), str(tmp / "lsq.c")],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        return "gcc failed: " + r.stderr.strip().splitlines()[-1]
+    return [str(tmp / "lsq_c")]
+
+
+def exe_run(cmd: list[str], steps: int, cwd: Path) -> tuple[float, float]:
+    """The wall time and the CPU time (user + system of the child) of one run."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
-    subprocess.run([str(exe), "--steps", str(steps)], cwd=cwd, capture_output=True, check=True)
-    return time.perf_counter() - t
+    subprocess.run([*cmd, str(steps)], cwd=cwd, capture_output=True, check=True)
+    wall = time.perf_counter() - t
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+
+
+def per_step(cmd: list[str], steps: int, cwd: Path) -> tuple[float, float]:
+    """Wall and CPU seconds a step: a run of WARMUP + steps minus a run of WARMUP."""
+    (w1, c1), (w0, c0) = exe_run(cmd, WARMUP + steps, cwd), exe_run(cmd, WARMUP, cwd)
+    return max(0.0, w1 - w0) / steps, max(0.0, c1 - c0) / steps
+
+
+def median_spread(xs: list[float]) -> tuple[float, float, float]:
+    s = sorted(xs)
+    mid = len(s) // 2
+    return (s[mid] if len(s) % 2 else (s[mid - 1] + s[mid]) / 2), s[0], s[-1]
 
 
 def numpy_run(ref: dict, steps: int) -> float:
@@ -130,20 +212,22 @@ def numpy_run(ref: dict, steps: int) -> float:
     return (time.perf_counter() - t) / steps
 
 
-def interleaved(exes: dict[str, Path], ref: dict, steps: int, cwd: Path) -> dict:
-    """Per step, numpy's and each executable's, measured in ROUNDS rounds: each round times
-    numpy's N steps, then each executable's run of 0 steps and of N, so that every side sees the
-    host as it is then (this VM's neighbours move a single run up to 1.7x). Returns, per
-    target, (the least time per step over the rounds, numpy's least, the per-round ratios)."""
+def interleaved(sides: dict[str, list[str]], ref: dict, steps: int, cwd: Path) -> dict:
+    """Per round (ROUNDS of them), numpy's N steps, then each side's (the C anchor's, the
+    executables') wall and CPU time a step, so that every side sees the host as it is then (this
+    VM's neighbours move a single run up to 1.7x). Returns {"numpy": [wall...], side: [(wall,
+    cpu)...]}, a list entry per round."""
     numpy_run(ref, 1)
-    per_round = []
+    out: dict = {"numpy": [], **{k: [] for k in sides}}
     for _ in range(ROUNDS):
-        b = numpy_run(ref, steps)
-        a = {t: max(0.0, exe_run(e, steps, cwd) - exe_run(e, 0, cwd)) / steps for t, e in exes.items()}
-        per_round.append((b, a))
-    nb = min(b for b, _ in per_round)
-    return {t: (min(a[t] for _, a in per_round), nb,
-                sorted(b / a[t] for b, a in per_round if a[t] > 0)) for t in exes}
+        out["numpy"].append(numpy_run(ref, steps))
+        for k, cmd in sides.items():
+            out[k].append(per_step(cmd, steps, cwd))
+    return out
+
+
+def printed(cmd: list[str], cwd: Path, steps: int = 2) -> str:
+    return subprocess.run([*cmd, str(steps)], cwd=cwd, capture_output=True, text=True, check=True).stdout
 
 
 def bits_agree(src: Path, exe: Path, cwd: Path, steps: int = 2) -> bool:
@@ -230,29 +314,51 @@ def main() -> None:
         args.steps, ROUNDS = 3, 1
         workloads = [("lsq 1k", lsq_source, {"n": 1000}),
                      ("matvec 8x16, 8 samples", matvec_source, {"rows": 8, "cols": 16, "samples": 8})]
-    rows = []
+    rows, built_c = [], ""
     with tempfile.TemporaryDirectory() as t:
         tmp = Path(t)
         for name, make, size in workloads:
             src, ref = make(tmp, **size)
             lr = compile_file(src).learner
-            exes = {}
+            sides = {}
             for target in targets:
-                exe = exes[target] = tmp / f"exe.{target}"
+                exe = tmp / f"exe.{target}"
                 exe.write_bytes(build_learner(lr, target).elf)
                 os.chmod(exe, 0o755)
-            same = {t: bits_agree(src, e, tmp) for t, e in exes.items()}
-            for target, (a, b, ratios) in interleaved(exes, ref, args.steps, tmp).items():
-                rows.append((name, target, a, b, ref["flops"], ratios, same[target]))
-    print(f"generated code against numpy {np.__version__}, one thread, in one run: {ROUNDS} rounds "
-          f"of {args.steps} steps, each round timing numpy then every executable\n")
-    print("| workload | target | alphac ms/step | alphac GFLOP/s | numpy ms/step | numpy GFLOP/s | "
-          "throughput, alphac to numpy | per round: least, median, most | alphac bits = interpreter |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for name, target, a, b, flops, ratios, same in rows:
-        spread = f"{ratios[0]:.2f}x, {ratios[len(ratios) // 2]:.2f}x, {ratios[-1]:.2f}x" if ratios else "-"
-        print(f"| {name} | {target} | {a * 1e3:.3f} | {flops / a / 1e9 if a else 0:.2f} | "
-              f"{b * 1e3:.3f} | {flops / b / 1e9:.2f} | {b / a if a else 0:.2f}x | {spread} | {same} |")
+                sides[target] = [str(exe), "--steps"]
+            same = {t: bits_agree(src, Path(cmd[0]), tmp) for t, cmd in sides.items()}
+            anchor = c_anchor(tmp, *ref["c"]) if "c" in ref else "-"
+            c_same = {}
+            if isinstance(anchor, list):
+                built_c = f"C: {subprocess.run(['gcc', '--version'], capture_output=True, text=True).stdout.splitlines()[0]} {' '.join(CFLAGS)}"
+                c_same = {t: printed(anchor, tmp) == printed(cmd, tmp) for t, cmd in sides.items()}
+                sides["C"] = anchor
+            m = interleaved(sides, ref, args.steps, tmp)
+            for target in targets:
+                rows.append((name, target, m, ref["flops"], anchor, c_same.get(target, "-"), same[target]))
+    print(f"generated code against numpy {np.__version__} and the same-bits C, one thread, in one run: "
+          f"{ROUNDS} rounds of {args.steps} steps after {WARMUP} warm-up ones, each round timing numpy, "
+          f"the C, then every executable; {built_c or 'no C built'}\n")
+    print("| workload | target | alphac ms/step | wall spread | alphac CPU ms/step | alphac GFLOP/s | "
+          "numpy ms/step | C ms/step (wall; CPU) | alphac to C (wall; CPU) | alphac to numpy, wall | "
+          "C bits = alphac | alphac bits = interpreter |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    ms = lambda x: f"{x * 1e3:.3f}"                                     # noqa: E731
+    for name, target, m, flops, anchor, c_same, same in rows:
+        wall, lo, hi = median_spread([w for w, _ in m[target]])
+        cpu = median_spread([c for _, c in m[target]])[0]
+        npy = median_spread(m["numpy"])[0]
+        to_np = median_spread([b / a for b, (a, _) in zip(m["numpy"], m[target]) if a > 0] or [0])[0]
+        if isinstance(anchor, list):
+            cw, cc = median_spread([w for w, _ in m["C"]])[0], median_spread([c for _, c in m["C"]])[0]
+            to_c = median_spread([b / a for (b, _), (a, _) in zip(m["C"], m[target]) if a > 0] or [0])[0]
+            c_cells = f"{ms(cw)}; {ms(cc)} | {to_c:.2f}x; {cc / cpu if cpu else 0:.2f}x"
+        else:
+            c_cells = f"{anchor} | -"
+        print(f"| {name} | {target} | {ms(wall)} | {ms(lo)}..{ms(hi)} | {ms(cpu)} | "
+              f"{flops / wall / 1e9 if wall else 0:.2f} | {ms(npy)} | {c_cells} | {to_np:.2f}x | "
+              f"{c_same} | {same} |")
+
 
 if __name__ == "__main__":
     main()

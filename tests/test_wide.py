@@ -262,7 +262,8 @@ update {
 def test_x86_64_v4_keeps_eight_chains_in_registers(tmp_path, monkeypatch):
     """At x86_64-v4 the allocator has registers 16-31 (EVEX): the least squares' eight dot chains
     (8 samples a block) and the gradient loop's eight splats all stay in registers, where
-    registers 0-13 alone spill two chains and five splats."""
+    registers 0-13 alone spill two chains and five splats (in each of the two copies of the
+    block: the owner's first block, which stores G, and the loop's)."""
     from alphac.build import build_learner
     from alphac.driver import compile_file
     from alphac.lower.fold import fold_loads, sink_wide
@@ -279,7 +280,7 @@ def test_x86_64_v4_keeps_eight_chains_in_registers(tmp_path, monkeypatch):
                                      if kind == "slot" and v.cls != "i")
     assert len(target("x86_64-v4").regfile.float_regs) == 30
     assert spilled(target("x86_64-v4").regfile) == []
-    assert spilled(target("x86_64").regfile) == ["f", "f"] + ["z"] * 5
+    assert spilled(target("x86_64").regfile) == ["f"] * 4 + ["z"] * 10     # in each block's code
 
 
 SSE2 = {"movsd", "movapd", "movupd", "movq", "addsd", "subsd", "mulsd", "divsd", "sqrtsd", "ucomisd",

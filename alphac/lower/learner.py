@@ -10,7 +10,8 @@ order (the contract in alphac.ir.autodiff and alphac.ir.interp):
                              (under exact_sum: each sample's terms into G_p, then xc_add_n
                              into the accumulators XA, XSP)
     learner_exact_round()    exact_sum only: G_p and L_sum, each accumulator rounded once
-    learner_mean(n)          g_p = G_p / n
+    learner_mean(n)          loss_mean = L_sum / n, and mean_n = n: no pass of its own over G_p,
+                             grad(p) = G_p / n is divided where the update reads it (fused)
     learner_scalars()        the scalar-state statements, into sn_<name> (old values untouched)
     learner_group_<k>(a, b)  the update of coordinate group k for coordinates a..b-1
     learner_commit()         sn_<name> -> the scalar state
@@ -22,7 +23,7 @@ Values: every node becomes a `let` (straight-line code the register allocator ke
 registers); a vector node is computed coordinate by coordinate inside the loop that needs it
 (a reduction's loop, a gradient's or an update's), small loops unrolled; a `dot`/`sum` is a left
 fold from -0.0. Globals: `st_<name>` state (initial values from the learner), `dt_<name>` data,
-`ct<k>` constant vectors, `G_<param>` and `g_<param>` gradient sums and means.
+`ct<k>` constant vectors, `G_<param>` gradient sums (their means divided where read).
 
 `#line N` directives carry the Alpha source line into the LIR, for annotated listings.
 """
@@ -234,6 +235,7 @@ class Values:
         self.rc: dict[str, tuple[str, str]] = {}  # a 2-D loop's flat coordinate -> (row, col)
         self.filling: int | None = None
         self.vec = 0              # in a vloop's vector body: shaped nodes are in this many lanes at j..
+        self.mean_n = "nf"        # the update's: the `let` of the step's count, grad(p) = G_p / it
 
     def width(self, n: Node) -> range:
         """The lanes n is computed for: all, or only lane 0 when it is the same in every lane."""
@@ -324,6 +326,9 @@ class Values:
 
         def operand(c: Node, k: str | None) -> tuple[str, ...]:
             return self.all(c, k) if c.shape else tuple(self.splat(x) for x in self.all(c, None))
+        if isinstance(n, Grad):                 # the mean, fused: G_p / n where the update reads it
+            return (em.let(f"{VOCAB[self.vec]['load']}({self.em.gen.slot(f'G_{n.param}', j)}) / "
+                           f"{self.splat(self.mean_n)}"),)
         leaf = self.leaf(n, j)
         if leaf is not None or isinstance(n, Const):
             exprs = [self.leaf(n, j, s) for s in L] if leaf is not None else \
@@ -640,6 +645,8 @@ class Values:
         L = self.width(n)
         if self.leaf(n, j) is not None:
             return tuple(em.let(self.leaf(n, j, s)) for s in L)
+        if isinstance(n, Grad):                 # the mean, fused: G_p / n where the update reads it
+            return (em.let(f"loadf({self.em.gen.slot(f'G_{n.param}', j or '0')}) / {self.mean_n}"),)
         if isinstance(n, Const):
             if not n.shape:
                 return (em.let(flit(n.values[0]), "c"),)
@@ -771,26 +778,40 @@ class LearnerCode:
         lr = self.lr
         em = Emitter(self)
         em.put(f"#line {lr.loss_line}")
+        batched = bool(lr.batch)
+        lanes = 1 if lr.exact or batched else 2 * SAMPLE_LANES if self.lanes == 8 else SAMPLE_LANES
+
+        def clear() -> None:             # G = -0.0, the sum of no sample
+            for p in lr.params:
+                em.vloop(0, p.size, lambda j, vec, p=p: em.put(
+                    f"{VOCAB[vec]['store']}(G_{p.name} + 8 * ({j}), {em.const(vec, -0.0)});"))
         if lr.exact:                     # exact_sum: fixed-point accumulators (xsum.rt)
             em.put(f"xc_clear_n(XA, XSP, {exact_count(lr)});")
         else:
             em.put(f"storef(L_sum, {flit(-0.0)});")
-            for p in lr.params:
-                em.vloop(0, p.size, lambda j, vec, p=p: em.put(
-                    f"{VOCAB[vec]['store']}(G_{p.name} + 8 * ({j}), {em.const(vec, -0.0)});"))
-        batched = bool(lr.batch)
+            if lanes == 1:
+                clear()
         if batched:                      # step t's samples (alphac.ir.order), counted in n
             em.put(f"let ep = t / {lr.batches};")
             em.put(f"let first = (t - ep * {lr.batches}) * {lr.batch};")
             em.put(f"let last = first + {lr.batch};")
             em.put("let n = 0;")
         em.put("let i = lo;")
-        lanes = 1 if lr.exact or batched else 2 * SAMPLE_LANES if self.lanes == 8 else SAMPLE_LANES
-        if lanes > 1:                    # blocks of `lanes` samples, then the rest one by one
+        if lanes > 1:                    # blocks of `lanes` samples, then the rest one by one;
+            em.put(f"if i + {lanes} <= hi {{")      # the first block stores G (no zero-fill pass)
+            em.depth += 1
+            self.samples(em, lanes, first=True)
+            em.put(f"i = i + {lanes};")
             em.put(f"while i + {lanes} <= hi {{")
             em.depth += 1
             self.samples(em, lanes)
             em.put(f"i = i + {lanes};")
+            em.depth -= 1
+            em.put("}")
+            em.depth -= 1
+            em.put("} else {")
+            em.depth += 1
+            clear()
             em.depth -= 1
             em.put("}")
         em.put("while i < hi {")
@@ -813,9 +834,11 @@ class LearnerCode:
                 self.gen_position()
         return self.function("learner_grad", "lo: i64, hi: i64", em)
 
-    def samples(self, em: Emitter, lanes: int) -> None:
+    def samples(self, em: Emitter, lanes: int, first: bool = False) -> None:
         """The gradient terms and the loss of samples i..i+lanes-1 into G_p and L_sum: each
-        coordinate's sum takes the samples' terms in sample order, as one sample at a time does."""
+        coordinate's sum takes the samples' terms in sample order, as one sample at a time does.
+        With `first` (lanes > 1: the owner's first block), G_p = t0 + t1 + ... is stored, not
+        added to G_p: the fold from -0.0 gives -0.0 + t0 = t0 exactly, so the bits are the same."""
         lr = self.lr
         for d in lr.data:
             for s in range(lanes):
@@ -848,8 +871,8 @@ class LearnerCode:
                     if lanes == 1:
                         em.put(f"{st}({slot}, {ld}({slot}) + {gs[0]});")
                         return
-                    acc = em.let(f"{ld}({slot}) + {gs[0]}", "gs")
-                    for g in gs[1:]:
+                    acc = em.let(f"{gs[0]} + {gs[1]}" if first else f"{ld}({slot}) + {gs[0]}", "gs")
+                    for g in gs[1 + first:]:
                         em.put(f"{acc} = {acc} + {g};")
                     em.put(f"{st}({slot}, {acc});")
                 nodes = [c.node for c in covering]
@@ -915,10 +938,7 @@ class LearnerCode:
         em = Emitter(self)
         em.put("let nf = i2f(n);")
         em.put("storef(loss_mean, loadf(L_sum) / nf);")
-        for p in self.lr.params:
-            em.vloop(0, p.size, lambda j, vec, p=p: em.put(
-                f"{VOCAB[vec]['store']}(g_{p.name} + 8 * ({j}), {VOCAB[vec]['load']}(G_{p.name} + 8 * "
-                f"({j})) / {em.splat('nf', vec) if vec else 'nf'});"), {"nf"})
+        em.put("storef(mean_n, nf);")     # grad(p) = G_p / nf is computed where the update reads it
         return self.function("learner_mean", "n: i64", em)
 
     def update_leaf(self, n: Node, j: str | None, members_new: dict[str, str]) -> str | None:
@@ -929,12 +949,16 @@ class LearnerCode:
             if n.version and n.name in members_new:
                 return members_new[n.name]
             return f"loadf(st_{n.name})" if not n.shape else self.address(f"st_{n.name}", j)
-        if isinstance(n, Grad):
-            return f"loadf(g_{n.param})" if not n.shape else self.address(f"g_{n.param}", j)
-        return None
+        return None                               # a Grad: Values computes G_p / n (mean_n)
+
+    def mean_n(self, em: Emitter, stmts: list) -> None:
+        """`nf`, the step's count, where these statements read a gradient (G_p / nf)."""
+        if any(isinstance(n, Grad) for n in postorder([a.node for a in stmts])):
+            em.put("let nf = loadf(mean_n);")
 
     def gen_scalars(self) -> str:
         em = Emitter(self)
+        self.mean_n(em, [a for a in self.lr.update if self.lr.state(a.target).group is None])
         vals = Values(em, lambda n, j, s: self.update_leaf(n, j, {}))
         for a in self.lr.update:
             if self.lr.state(a.target).group is None:
@@ -948,6 +972,7 @@ class LearnerCode:
         g = self.lr.groups[gi]
         em = Emitter(self)
         stmts = [a for a in self.lr.update if self.lr.state(a.target).group == gi]
+        self.mean_n(em, stmts)
 
         old_reads = old_value_reads(stmts)
 
@@ -975,7 +1000,7 @@ class LearnerCode:
                 em.put(f"{VOCAB[vec]['store']}({slot}, {v});")
         probe = Values(em, lambda n, jj, s: self.update_leaf(n, jj, {}))
         if g.shape and probe.vectorizable([a.node for a in stmts]):
-            em.vloop("a", "b", body, {x for names in pre.scalars.values() for x in names})
+            em.vloop("a", "b", body, {"nf"} | {x for names in pre.scalars.values() for x in names})
         else:
             em.loop("a", "b", body)
         return self.function(f"learner_group_{gi}", "a: i64, b: i64", em)
@@ -1110,7 +1135,6 @@ class LearnerCode:
                 decls += [f"global df_{d.name}: [i64; 1];", f"global dp_{d.name}: [i64; 1];"]
         for p in lr.params:
             decls.append(f"global G_{p.name}: [f64; {p.size}];")
-            decls.append(f"global g_{p.name}: [f64; {p.size}];")
         if lr.exact_sums:      # every param's coordinates, the loss; n, spills
             P = exact_count(lr)
             decls.append(f"global XA: [i64; {P * XC_WORDS + 2}];")
@@ -1129,6 +1153,7 @@ class LearnerCode:
         decls.append(f"const LEARNER_BATCHES = {lr.batches};")
         decls.append("global loss_mean: [f64; 1];")      # the step's mean loss (learner_mean)
         if lr.loss is not None:
+            decls.append("global mean_n: [f64; 1];")     # the step's count, binary64 (learner_mean)
             decls.append("global L_sum: [f64; 1];")       # this owner's loss sum (learner_grad)
         head = (f"// generated by alphac from learner `{lr.name}` ({lr.identity[:16]})\n"
                 + "\n".join(decls + self.globals) + "\n\n")

@@ -211,7 +211,7 @@ class RoleLowering:
                 self.put(f"rt_event_loss(v, loadf(comb + {8 * (P - 1)}), load64(comb + {8 * P}));")
         elif a.op == "update":
             ranges = self.updates()
-            if lr.loss is not None and ranges:
+            if lr.loss is not None:     # the count the update's G_p / n reads (mean_n)
                 self.put("learner_mean(load64(g_n));")
             self.put("learner_scalars();")
             if self.gpu is not None:
