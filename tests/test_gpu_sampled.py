@@ -89,14 +89,17 @@ def test_exact_sum_and_an_unknown_policy_are_refused_at_start(tmp_path):
     import mockgpu
     from alphac.build import build_gpu_owner
     from test_nvdrv_owner import host_for
+    def usage(r, why):                  # the usage line, then the refusal naming --shadow
+        assert (r.errors, r.returncode, r.stdout) == ([], 64, "") and r.stderr.startswith("usage: ")
+        assert r.stderr.splitlines()[-1] == f"refused: usage (--shadow: {why})", r.stderr
     r, _ = run("lsq_adam", 90, args=("--shadow", "some"))
-    refused(r, "usage")
+    usage(r, "full or sampled")
     (tmp_path / "x.alpha").write_text(exact_sum_variant(example("lsq_adam").read_text()))
     built = build_gpu_owner(compile_file(tmp_path / "x.alpha").learner, "x86_64+sm_90", host_for(90))
     (tmp_path / "x.gpu").write_bytes(built.image.elf)
     (tmp_path / "x.gpu").chmod(0o755)
     r = mockgpu.run(tmp_path / "x.gpu", ["--steps", "3", *SAMPLED], card=card_for(90), kernels=built.kernels)
-    refused(r, "usage")
+    usage(r, "sampled: under contract exact_sum the host's exact sum is the check")
     assert "--shadow sampled: under contract exact_sum" in r.events and r.allocations == []
 
 
