@@ -507,6 +507,28 @@ def test_a_wider_mlp_in_loops_computes_the_reference_bits(tmp_path):
     assert shape(wide) == shape(gs)
 
 
+def test_local_arrays_stay_within_a_threads_budget(tmp_path, monkeypatch):
+    """kernels.LOCAL_MAX bounds the .local coordinates a thread keeps in all (each kept vector
+    beyond it is recomputed where read, as one beyond STORE_MAX is), so a learner with many wide
+    kept vectors does not need an area the card cannot hold (a 2,048-wide fuzz learner asked for
+    96.8 GB); the bits stay the interpreter's. The 20-18-3 MLP keeps vectors of 18 coordinates:
+    with a budget of 20, one of them."""
+    from local_check import mlp_source
+    (tmp_path / "m.alpha").write_text(mlp_source(20, 18, 3, 6, "m"))
+    lr = compile_file(tmp_path / "m.alpha").learner
+    want = four_owners(lr, SPLIT6, 3)
+
+    def local_coordinates(ptx):
+        return sum(int(b) for b in re.findall(r"\.local \.align 8 \.b8 \w+\[(\d+)\]", ptx)) // 8
+    mod = sys.modules[kernels.__module__]
+    free = local_coordinates(kernels(lr)[0].ptx)
+    assert free >= 2 * 18
+    monkeypatch.setattr(mod, "LOCAL_MAX", 20)
+    bound = local_coordinates(kernels(lr)[0].ptx)
+    assert 0 < bound <= 20 < free
+    assert state_bits(four_owners(lr, SPLIT6, 3)) == state_bits(want)
+
+
 SPECIALS = """learner specials
 data k = [0, 1, 2, 1.5, -1, 3, 0, 0]
 param w: f64[3] = 0.0

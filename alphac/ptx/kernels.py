@@ -154,6 +154,8 @@ def _module(em: Emitter, lr: Learner, name: str, params: list[Param], sm: int,
 
 STORE_MAX = 8192  # a vector read more than once is kept in a .local array up to this many coordinates
 IN_REGISTERS = 16  # ... and in registers up to this many (no local memory for small learners)
+LOCAL_MAX = 8192   # the .local coordinates a thread keeps in all (64 KiB: the area's size is this
+#                    times every resident thread of the card, 17 GB on an H200); beyond, recomputed
 
 
 class _Loops:
@@ -177,6 +179,8 @@ class _Loops:
         self.winner: dict[int, tuple[str, str]] = {}    # MaxAdj -> (winner index, dt)
         self.rows: dict[str, str] = {}          # data name -> this sample's row address
         self.zero = em.op("movf", f64imm(0.0))
+        self.kept: dict[int, bool] = {}          # node -> keep()'s decision
+        self.local = 0                          # the .local coordinates kept so far
         uses: dict[int, int] = {}
         many: set[int] = set()                  # read several times per coordinate of a reader
         for n in postorder(roots):
@@ -196,9 +200,20 @@ class _Loops:
         return _IMPL[name](self.math, *(self.math.arg("f", r) for r in regs)).v
 
     def keep(self, n: Node) -> bool:
-        """Is vector `n` computed once into a .local array? A constant that is not uniform and a
-        stack (their coordinates are not a function of k), a product's result, and a vector read
-        more than once (by two readers, or per coordinate of a product), if not too large."""
+        """Is vector `n` computed once (into registers or a .local array)? `wants`, decided once
+        per node in the order prepare meets them, within LOCAL_MAX coordinates of .local arrays
+        a thread (what must be kept, a constant or a stack, always is)."""
+        if id(n) not in self.kept:
+            must = isinstance(n, (Const, Stack))
+            want = self.wants(n) and (must or n.size <= IN_REGISTERS or self.local + n.size <= LOCAL_MAX)
+            self.local += n.size if want and n.size > IN_REGISTERS else 0
+            self.kept[id(n)] = want
+        return self.kept[id(n)]
+
+    def wants(self, n: Node) -> bool:
+        """Would vector `n` be kept? A constant that is not uniform and a stack (their
+        coordinates are not a function of k), a product's result, and a vector read more than
+        once (by two readers, or per coordinate of a product), if not too large."""
         if isinstance(n, Const):
             return len({binary64.bits(x) for x in n.values}) > 1
         if isinstance(n, Stack):
