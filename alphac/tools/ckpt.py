@@ -18,6 +18,8 @@ from __future__ import annotations
 import hashlib
 import io
 import math
+import os
+import re
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -122,19 +124,14 @@ def walk(root: Path) -> list[tuple[str, Manifest]]:
 
 
 def newest(root: Path) -> tuple[Path, int] | None:
-    """The newest complete periodic checkpoint in `root` (`--checkpoint-every`: root/v<step>,
-    docs/checkpoints.md) and its step: the highest step whose whole tree reads back (manifests,
-    shard checksums) as that step's capture; None when there is none."""
-    found = [(int(p.name[1:]), p) for p in Path(root).glob("v*")
-             if p.name[1:].isascii() and p.name[1:].isdigit() and p.is_dir()]
-    for v, p in sorted(found, reverse=True):
-        try:
-            if walk(p)[0][1].version == v:
-                state(p)                 # every shard there, its checksum its record's
-                return p, v
-        except (CheckpointError, OSError):
-            continue
-    return None
+    """The newest complete periodic checkpoint in `root` (`--checkpoint-every`: root/v<step>) and
+    its step, by the one rule docs/checkpoints.md states ("Periodic checkpoints") and the
+    runtime's `--resume-latest` follows (alphac/runtime/ckpt.rt, ckpt_latest): the highest step,
+    in decimal without a leading zero (at most 15 digits), whose root manifest exists; the
+    resume checks the rest and refuses by name. None when there is none."""
+    found = [int(p.name[1:]) for p in Path(root).glob("v*") if re.fullmatch(r"v[1-9][0-9]{0,14}", p.name)
+             and os.path.exists(p / "MANIFEST")]
+    return (Path(root) / f"v{max(found)}", max(found)) if found else None
 
 
 def state(root: Path) -> dict[str, list[float]]:
