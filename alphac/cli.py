@@ -279,7 +279,7 @@ def cmd_k8s(args) -> int:
                  port=args.port, steps=args.steps, epochs=args.epochs, deadline_ms=args.deadline_ms,
                  cluster_domain=args.cluster_domain, active_deadline=args.active_deadline,
                  ttl=args.ttl, data=args.data, checkpoint_claim=args.checkpoint_claim,
-                 checkpoint_every=args.checkpoint_every, keep=args.keep)
+                 checkpoint_every=args.checkpoint_every, keep=args.keep, restarts=args.restarts)
     out, name, ns = w["out"], w["name"], f" -n {w['namespace']}" if w["namespace"] else ""
     sel = f"batch.kubernetes.io/job-name={name},batch.kubernetes.io/job-completion-index={w['root']}"
     print(f"alphac: {out}/k8s.yaml (Service and Indexed Job {name}, {w['ranks']} pods, "

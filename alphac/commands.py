@@ -339,6 +339,10 @@ COMMANDS = (
           help="a ReadWriteMany PersistentVolumeClaim every pod mounts at /alphac-checkpoints "
                "and publishes its checkpoints into (--checkpoint there)"),
         EVERY, KEEP,
+        A("--restarts", type=count, default=0, metavar="R",
+          help="replace each index's failed pod up to R times, every pod then resuming from the "
+               "claim's newest complete checkpoint (needs --checkpoint-claim and --checkpoint-every; "
+               "backoffLimitPerIndex: Kubernetes 1.29 or later)"),
     )),
     Command("verify-record", "check a run record: authentic, and a pass?",
             "Check a run record written by `alphac launch`: its MAC and every stream's seal under "

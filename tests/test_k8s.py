@@ -448,9 +448,15 @@ def listening(serial, net, port) -> bool:
 class Cluster:
     """k8s.yaml applied on this machine: the Service's DNS, and the Job's pods, each a chroot of
     the image with the kubelet's /etc/hosts and /etc/resolv.conf, its own loopback address,
-    the container's command and args expanded from its env, run as the pod's user; a pod that
-    fails is replaced when the Job's podFailurePolicy ignores its exit code, else the Job fails
-    (backoffLimit 0) and every other pod is ended."""
+    the container's command and args expanded from its env, run as the pod's user, the Job's
+    claim (one directory, the pods' group's) bound at its mountPath in each. A pod that fails is
+    replaced at once when the Job's podFailurePolicy ignores its exit code; else, as the Job
+    controller does under backoffLimitPerIndex (maxFailedIndexes 0), its index is retried with a
+    new pod (a new address, its name resolving to it once it starts) after the index's back-off
+    (Kubernetes' 10 s, 20 s, ... scaled to BACKOFF s, 2 s, ...), each index in the order it
+    failed, until an index fails more than its limit; without one (backoffLimit 0) the first
+    failure fails the Job, and every other pod is ended."""
+    BACKOFF = 1.0
 
     def __init__(self, context: Path, docs: dict, work: Path, ns="default"):
         self.svc, self.job, self.ns, self.work = docs["Service"], docs["Job"], ns, work
@@ -465,6 +471,11 @@ class Cluster:
             except OSError:
                 continue
         self.serial, self.pods, self.exits, self.replaced = 0, {}, {}, []
+        self.failed, self.due, self.mounts = {}, {}, []
+        self.claim = work / "claim"                 # the PersistentVolumeClaim, if the pods mount one
+        self.claim.mkdir()
+        os.chown(self.claim, 0, self.job["spec"]["template"]["spec"]["securityContext"].get("fsGroup", 0))
+        os.chmod(self.claim, 0o2775)                # fsGroup: the pods' group owns and may write it
 
     def start(self, i):
         self.serial += 1
@@ -482,6 +493,10 @@ class Cluster:
         (root / "etc/resolv.conf").write_text(f"search {self.ns}.svc.cluster.local svc.cluster.local "
                                               f"cluster.local\nnameserver 127.0.{self.net}.254\noptions ndots:5\n")
         c, = spec["containers"]
+        for m in c.get("volumeMounts", []):
+            (root / m["mountPath"].lstrip("/")).mkdir()
+            subprocess.run(["mount", "--bind", self.claim, root / m["mountPath"].lstrip("/")], check=True)
+            self.mounts.append(root / m["mountPath"].lstrip("/"))
         env = field_env(c, pod_fields(i, ip, self.ns, secret_of(self.job, self.keys.get(i, self.key))))
         argv = [expand(a, env) for a in c["command"] + c["args"]]
         user = spec["securityContext"]
@@ -512,10 +527,22 @@ class Cluster:
         self.exits.setdefault(i, []).append((p.returncode, err.strip()))
         return out
 
-    def run(self, order, first_fail=(), root_alone=None):
+    def retry(self, i, code) -> None:
+        """Pod i failed with `code`, counted against its index: its retry due after the index's
+        back-off, or AssertionError: the Job failed."""
+        spec = self.job["spec"]
+        self.failed[i] = self.failed.get(i, 0) + 1
+        limit = spec.get("backoffLimitPerIndex")
+        if limit is None or self.failed[i] > limit:
+            raise AssertionError(f"pod {i} failed the Job: {self.exits}")
+        assert spec["maxFailedIndexes"] == 0 and spec["template"]["spec"]["restartPolicy"] == "Never"
+        self.due[i] = time.monotonic() + self.BACKOFF * 2 ** (self.failed[i] - 1)
+
+    def run(self, order, first_fail=(), root_alone=None, kill=None):
         """Start the pods in `order` (those in `first_fail` each waited for and expected to be
         replaced; with `root_alone`, a port, the first waited for until it listens there), then
-        run the Job to its end; the output of each pod that completed."""
+        run the Job to its end; the output of each pod that completed. `kill` (an index, a path):
+        that index's pod killed (SIGKILL) once the path exists."""
         order = list(order)
         outputs = {}
         for i in order:
@@ -535,8 +562,16 @@ class Cluster:
         try:
             while len(outputs) < self.job["spec"]["completions"]:
                 assert time.monotonic() < end, "the Job did not finish"
+                if kill and kill[1].exists():
+                    self.pods[kill[0]].kill()
+                    kill = None
+                for i, due in sorted(self.due.items(), key=lambda x: x[1]):
+                    if due <= time.monotonic():
+                        del self.due[i]
+                        self.replaced.append(i)
+                        self.start(i)
                 for i, p in list(self.pods.items()):
-                    if i in outputs or p.poll() is None:
+                    if i in outputs or i in self.due or p.poll() is None:
                         continue
                     out = self.finish(i, p)
                     if p.returncode == 0:
@@ -545,13 +580,15 @@ class Cluster:
                         self.replaced.append(i)
                         self.start(i)
                     else:
-                        raise AssertionError(f"pod {i} failed the Job: {self.exits}")
-                time.sleep(0.01)
+                        self.retry(i, p.returncode)
+                time.sleep(0.001 if kill else 0.01)
         finally:
             for p in self.pods.values():
                 if p.poll() is None:
                     p.kill()
                     p.communicate()
+            for m in self.mounts:
+                subprocess.run(["umount", m], check=True)
             self.dns.close()
         return outputs
 
@@ -775,3 +812,41 @@ def test_periodic_checkpoints_go_to_a_claim_every_pod_mounts(built, tmp_path):
     for bad in (["--checkpoint-every", "50"], ["--checkpoint-claim", "Not_A_Claim"]):
         code, _, err = alphac("k8s", built / "lsq_adam_tree", "-o", tmp_path / "bad", *bad)
         assert code != 0 and ("--checkpoint-claim" in err) and not (tmp_path / "bad").exists()
+
+
+@pytest.mark.parametrize("dep,victim", [("lsq_adam_star", 2), ("lsq_adam_tree", 1)])
+def test_a_pod_killed_at_a_step_is_replaced_and_every_pod_resumes(built, tmp_path, dep, victim):
+    """`--restarts 1`: a pod killed after the run's checkpoint of step 100 (an owner of a star; an
+    aggregator of a hierarchy, whose owners lose their parent) fails; every other pod refuses
+    `peer-lost`; each index gets a new pod after its back-off, whose names resolve to the new
+    addresses, and all resume from the claim's newest complete checkpoint: the root publishes the
+    uninterrupted run's bits (the same membership, so under the ordered contract the same bits).
+    Without --restarts the same kill fails the Job."""
+    need_root()
+    steps, every = 2000, 100
+    want = oracle.run("lsq_adam", [(steps, oracle.REF_SPLIT, oracle.REF_TREE)])
+    for restarts in (1, 0):
+        out = tmp_path / f"k8s-{restarts}"
+        code, _, err = alphac("k8s", built / dep, "-o", out, "--steps", steps, "--deadline-ms", "20000",
+                              "--checkpoint-claim", "fit", "--checkpoint-every", every,
+                              *(["--restarts", restarts] if restarts else []))
+        assert code == 0, err
+        docs = {d["kind"]: d for d in need("yaml").safe_load_all((out / "k8s.yaml").read_text())}
+        assert schema_problems(docs) == [] and enum_problems(docs) == []
+        work = tmp_path / f"c-{restarts}"
+        work.mkdir()
+        cluster = Cluster(out, docs, work)
+        n = docs["Job"]["spec"]["completions"]
+        if not restarts:
+            with pytest.raises(AssertionError, match="failed the Job"):
+                cluster.run(range(n), kill=(victim, cluster.claim / "v100" / "MANIFEST"))
+            continue
+        outputs = cluster.run(range(n), kill=(victim, cluster.claim / "v100" / "MANIFEST"))
+        assert outputs[0] == want and all(outputs[i] == "" for i in range(1, n))
+        assert cluster.exits[victim][0][0] == -9 and sorted(cluster.replaced) == list(range(n))
+        lost = REFUSALS["peer-lost"][0]
+        assert all(cluster.exits[i][0][0] == lost for i in range(n) if i != victim), cluster.exits
+        assert cluster.failed == {i: 1 for i in range(n)}
+        assert sorted(p.name for p in cluster.claim.iterdir()) == [f"v{steps - every}", f"v{steps}"]
+        shards = [p.name for p in (cluster.claim / f"v{steps}").rglob("*.npy")]    # resumed once:
+        assert shards and all(f".e1.v{steps}." in s for s in shards)               # epoch 1

@@ -18,7 +18,12 @@ written, byte for byte the same on every run (no time, no absolute path, ranks i
   runtime asks for a name until its deadline (pods start in any order); a role that then still
   refuses `name-unresolved` (its exit code from alphac.refusals) is replaced by the Job
   (podFailurePolicy Ignore): it has exchanged nothing yet; any other failure fails the Job at
-  once (backoffLimit 0). The run's key (docs/distribution.md, "Membership") is the Secret
+  once (backoffLimit 0), unless `--restarts R` (with --checkpoint-claim and --checkpoint-every):
+  then each index's failed pod is replaced up to R times (backoffLimitPerIndex R, Kubernetes
+  1.29 or later; maxFailedIndexes 0: an index failing once more fails the Job), and every pod
+  runs with `--resume-latest /alphac-checkpoints`, `--steps` the global steps: a lost peer makes
+  every other role refuse `peer-lost`, so every index is replaced, each pod resolves its peers'
+  names again and resumes from the newest complete checkpoint in the claim. The run's key (docs/distribution.md, "Membership") is the Secret
   NAME-run-key, key `run-key` (64 hex digits), which the container's ALPHAC_RUN_KEY references
   (secretKeyRef): the manifest names the Secret and never holds the key, and a pod of a Job
   whose Secret is missing does not start. Each run gets a new key by making the Secret anew
@@ -172,9 +177,11 @@ def memory(blobs: dict[str, bytes]) -> str:
 
 def objects(table: dict, *, name: str, image: str, arch: str, namespace: str | None, port: int,
             run_args: list[str], domain: str, active_deadline: int, ttl: int,
-            mem: str, claim: str | None = None) -> list[dict]:
+            mem: str, claim: str | None = None, restarts: int = 0) -> list[dict]:
     """The Service and the Job, as the dictionaries the API takes; with `claim`, every pod mounts
-    that PersistentVolumeClaim at CHECKPOINTS (writable, group USER) for its checkpoints."""
+    that PersistentVolumeClaim at CHECKPOINTS (writable, group USER) for its checkpoints; with
+    `restarts`, each index's pod is replaced up to that many times (backoffLimitPerIndex) and the
+    first index to fail once more fails the Job (maxFailedIndexes 0)."""
     n = len(table["roles"])
     parent = check_names(name, namespace, n, port, domain)
     labels = {"app.kubernetes.io/instance": name, "app.kubernetes.io/name": "alphac"}
@@ -210,7 +217,8 @@ def objects(table: dict, *, name: str, image: str, arch: str, namespace: str | N
            "containers": [container],
            **({"volumes": [{"name": "checkpoints", "persistentVolumeClaim": {"claimName": claim}}]}
               if claim else {})}
-    spec = {"completionMode": "Indexed", "completions": n, "parallelism": n, "backoffLimit": 0,
+    limit = {"backoffLimitPerIndex": restarts, "maxFailedIndexes": 0} if restarts else {"backoffLimit": 0}
+    spec = {"completionMode": "Indexed", "completions": n, "parallelism": n, **limit,
             "podFailurePolicy": {"rules": [{"action": "Ignore", "onExitCodes": {  # an empty
                 "containerName": "role", "operator": "In", "values": [NAME_UNRESOLVED]},  # list:
                 "onPodConditions": []}]},                   # 1.28's schema requires the field
@@ -330,11 +338,13 @@ def generate(dep_dir: str | Path, out: str | Path | None = None, *, image: str |
              steps: int = 5, epochs: int | None = None, deadline_ms: int = 300000,
              cluster_domain: str = "cluster.local", active_deadline: int = 86400,
              ttl: int = 86400, data: str | None = None, checkpoint_claim: str | None = None,
-             checkpoint_every: int | None = None, keep: int | None = None) -> dict:
+             checkpoint_every: int | None = None, keep: int | None = None, restarts: int = 0) -> dict:
     """Write the manifests, the Containerfile and the image's files for the deployment in
     `dep_dir` into `out`; returns what the CLI prints (the image, the Job, the commands).
     `checkpoint_claim`: a ReadWriteMany PersistentVolumeClaim every pod mounts at CHECKPOINTS and
-    publishes its checkpoints into (`--checkpoint`, with `checkpoint_every` and `keep` passed on)."""
+    publishes its checkpoints into (`--checkpoint`, with `checkpoint_every` and `keep` passed on);
+    `restarts` (with both): a failed pod's index retried up to that many times, every pod started
+    with `--resume-latest` there, so a Job's pods all start again from the newest checkpoint."""
     dep_dir = Path(dep_dir)
     table, manifest, mpath = load_table(dep_dir)
     out = Path(out) if out is not None else dep_dir / "k8s"
@@ -357,14 +367,19 @@ def generate(dep_dir: str | Path, out: str | Path | None = None, *, image: str |
     run_args += ["--deadline-ms", str(deadline_ms)] + (["--data", "/alphac/data"] if loaded else [])
     if (checkpoint_every or keep) and not checkpoint_claim:
         raise K8sError("--checkpoint-every and --keep need --checkpoint-claim CLAIM")
+    if restarts and not checkpoint_every:
+        raise K8sError("--restarts needs --checkpoint-claim CLAIM and --checkpoint-every K")
+    if not 0 <= restarts < 2 ** 31:                     # backoffLimitPerIndex is an int32
+        raise K8sError(f"--restarts {restarts}: a whole number below 2147483648")
     if checkpoint_claim is not None:
         if not re.fullmatch(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?", checkpoint_claim):
             raise K8sError(f"--checkpoint-claim {checkpoint_claim!r}: not a claim's name (RFC 1123)")
         run_args += ["--checkpoint", CHECKPOINTS] + [a for f, n in (("--checkpoint-every", checkpoint_every),
                                                                   ("--keep", keep)) if n for a in (f, str(n))]
+        run_args += ["--resume-latest", CHECKPOINTS] if restarts else []
     docs = objects(table, name=name, image=image, arch=arch, namespace=namespace, port=port,
                    run_args=run_args, domain=cluster_domain, active_deadline=active_deadline,
-                   ttl=ttl, mem=memory(blobs), claim=checkpoint_claim)
+                   ttl=ttl, mem=memory(blobs), claim=checkpoint_claim, restarts=restarts)
     n, root = len(ranks), next(r["rank"] for r in table["roles"] if r["role"] == table["root"])
     try:                                 # the learner as the YAML below writes it: one line
         learner = _scalar(table["learner"])
