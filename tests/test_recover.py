@@ -44,6 +44,32 @@ def test_the_last_n_periodic_checkpoints_are_kept_and_each_resumes_exactly(tmp_p
     assert kept(ck) == ["v8", "v10"]
 
 
+@pytest.mark.parametrize("isa", ["x86_64", "aarch64"])
+def test_resume_latest_takes_the_newest_complete_checkpoint_and_counts_global_steps(isa, tmp_path):
+    """`--resume-latest DIR` follows the one rule (docs/checkpoints.md) that tools.ckpt.newest
+    follows: the highest v<step> (decimal, no leading zero) whose root manifest exists; none (or
+    no DIR): from the start. `--steps` is then global; both resume options, or a checkpoint past
+    --steps: `usage`."""
+    from alphac.tools.ckpt import newest
+    exe = build_learner_exe("lsq_adam", isa, tmp_path)
+    run = lambda *a: run_exe(exe, *a, target=isa)
+    want = oracle.run("lsq_adam", steps=9)
+    ck = tmp_path / "ck"
+    r = run("--steps", 9, "--resume-latest", ck, "--checkpoint", ck, "--checkpoint-every", 2, "--keep", 9)
+    assert r.returncode == 0 and r.stdout == want and kept(ck) == ["v2", "v4", "v6", "v8", "v9"]
+    shutil.rmtree(ck / "v9")
+    (ck / "v8" / "MANIFEST").unlink()                               # v8: not complete
+    for junk in ("v07", "v" + "9" * 16, "v7x"):                     # not a checkpoint's name
+        shutil.copytree(ck / "v6", ck / junk)
+    assert newest(ck) == (ck / "v6", 6)
+    r = run("--steps", 9, "--resume-latest", ck)
+    assert r.returncode == 0 and r.stdout == want                   # from v6: 3 steps
+    assert run("--steps", 9, "--resume-latest", tmp_path / "none").stdout == want
+    for args, named in ((["--steps", 5], "--steps"), (["--steps", 9, "--resume", ck / "v6"], "--resume-latest")):
+        r = run(*args, "--resume-latest", ck)
+        assert r.returncode == 64 and r.stderr.splitlines()[-1].startswith(f"refused: usage ({named}: "), r.stderr
+
+
 @pytest.mark.parametrize("args,named", [(["--keep", 2], "--checkpoint"), (["--checkpoint-every", 2], "--checkpoint"),
                                         (["--checkpoint", "CK", "--checkpoint-every", 0], "--checkpoint-every"),
                                         (["--checkpoint", "CK", "--checkpoint-every", 2, "--keep", 0], "--keep")])

@@ -86,7 +86,7 @@ def checkpoint(exes, tmp_path_factory):
 
 
 # -- the command line ---------------------------------------------------------------------------
-OPTIONS = ["--steps", "--checkpoint", "--resume", "--listen", "--parent", "--deadline-ms",
+OPTIONS = ["--steps", "--checkpoint", "--resume", "--resume-latest", "--listen", "--parent", "--deadline-ms",
            "--events", "--probe-identity", "--step", "-h", "--", "-", ""]
 VALUES = st.one_of(st.sampled_from(["0", "1", "3", "999999999999999", "1000000000000000",
                                     "-1", "", "1e3", "0x10", "127.0.0.1:1", "256.0.0.1:1",
