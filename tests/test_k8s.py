@@ -809,7 +809,8 @@ def test_periodic_checkpoints_go_to_a_claim_every_pod_mounts(built, tmp_path):
     args = pod["containers"][0]["args"]
     assert args[args.index("--checkpoint"):args.index("--checkpoint") + 6] == \
         ["--checkpoint", "/alphac-checkpoints", "--checkpoint-every", "50", "--keep", "3"]
-    for bad in (["--checkpoint-every", "50"], ["--checkpoint-claim", "Not_A_Claim"]):
+    for bad in (["--checkpoint-every", "50"], ["--checkpoint-claim", "Not_A_Claim"], ["--restarts", "1"],
+                ["--checkpoint-claim", "fit-ckpt", "--restarts", "1"]):         # --restarts: both
         code, _, err = alphac("k8s", built / "lsq_adam_tree", "-o", tmp_path / "bad", *bad)
         assert code != 0 and ("--checkpoint-claim" in err) and not (tmp_path / "bad").exists()
 
@@ -833,6 +834,8 @@ def test_a_pod_killed_at_a_step_is_replaced_and_every_pod_resumes(built, tmp_pat
         assert code == 0, err
         docs = {d["kind"]: d for d in need("yaml").safe_load_all((out / "k8s.yaml").read_text())}
         assert schema_problems(docs) == [] and enum_problems(docs) == []
+        args = docs["Job"]["spec"]["template"]["spec"]["containers"][0]["args"]
+        assert ("--resume-latest" in args) == bool(restarts) and args[args.index("--steps") + 1] == str(steps)
         work = tmp_path / f"c-{restarts}"
         work.mkdir()
         cluster = Cluster(out, docs, work)
