@@ -60,7 +60,7 @@ def test_default_steps(executable, isa):
     assert run(executable("lsq_adam", isa), isa).stdout == oracle.run("lsq_adam", steps=5)
 
 
-USAGE = ("usage: {} [--steps N] [--epochs E] [--checkpoint DIR] [--resume DIR] [--checkpoint-every K] [--keep N] [--loss-every K] "
+USAGE = ("usage: {} [--steps N] [--epochs E] [--checkpoint DIR] [--resume DIR] [--resume-latest DIR] [--checkpoint-every K] [--keep N] [--loss-every K] "
          "[--evaluate] [--data DIR]\n")
 DECIMAL = "not a decimal whole number of at most 15 digits"
 
