@@ -40,14 +40,16 @@ from alphac.dist.execute import run_plan
 from alphac.driver import compile_deployments, compile_file
 from alphac.ir import interp
 from alphac.nvdrv import host as host_mod
-from alphac.ptx.abi import fused, param_count, products, row_layout
+from alphac.ptx.abi import batch_kernels, batch_widths, fused, param_count, products, row_layout
 from alphac.ptx.kernels import kernels
-from alphac.ptx.tiled import matvec, outer_sum
+from alphac.ptx.tiled import outer_sum, product
 from alphac.refusals import exit_code
 from local_check import mlp_source
 from test_gpu_local import UUID_C, card_for, host_for
 
 INPUTS, HIDDEN, CLASSES, ROWS, STEPS = 40, 36, 3, 20, 2
+LAUNCHED = ["matvec0", "vectors1", "matvec1", "vectors2", "vecmat2", "grad_samples", "owner_sum",
+            "outer_sum_W1", "outer_sum_W2"]        # a step's kernels: W1 @ x, h, W2 @ h, dz, dz @ W2
 DEPLOYMENTS = f"""
 deployment gpu_and_cpu {{
   roles coordinator, owner[3]
@@ -88,13 +90,18 @@ def test_the_layout_holds_factors_for_the_weight_gradients(mlp):
     assert lay.factors == {"W1": (HIDDEN + CLASSES, HIDDEN, 2 * HIDDEN + CLASSES, INPUTS),
                            "W2": (2 * HIDDEN + CLASSES + INPUTS, CLASSES, 2 * HIDDEN + 2 * CLASSES + INPUTS, HIDDEN)}
     assert lay.width == 2 * HIDDEN + 2 * CLASSES + INPUTS + HIDDEN < param_count(lr)
-    assert [k.name for k in kernels(lr)][:5] == ["grad_samples", "matvec0", "owner_sum", "outer_sum_W1",
+    assert [k.name for k in kernels(lr)][:9] == ["grad_samples", *LAUNCHED[:5], "owner_sum", "outer_sum_W1",
                                                  "outer_sum_W2"]
     k = outer_sum(lr, "W1")
     assert (k.block, k.threads) == (64, 64 * 2 * 2) and "bar.sync 0;" in k.ptx and ".shared" in k.ptx
-    assert products(lr) == [("W1", "x", HIDDEN, INPUTS)]             # W2 @ h: h is no data row
-    k = matvec(lr, 0)
+    ps = [(p.W, p.vecmat, p.data, p.out, p.vin, p.phase) for p in products(lr)]
+    assert ps == [("W1", False, "x", 0, -1, 0), ("W2", False, "", 1, 3, 1), ("W2", True, "", 2, 4, 2)]
+    assert batch_kernels(lr) == LAUNCHED[:5] and batch_widths(lr) == [HIDDEN, CLASSES, HIDDEN, HIDDEN, CLASSES]
+    assert products(lr)[1].vec.size == HIDDEN and products(lr)[2].vec.size == CLASSES   # h, dz
+    k = product(lr, 0)
     assert (k.block, k.tile, k.threads) == (64, (32, 64 * 2), None)
+    assert [q.name for q in k.params] == ["state_W1", "data_x", "mv0", "lo", "hi"]
+    assert [q.name for q in product(lr, 2).params] == ["state_W2", "mv4", "mv2", "lo", "hi"]
 
 
 def test_the_emitted_module_with_the_tiled_kernels_assembles(mlp, tmp_path):
@@ -102,7 +109,7 @@ def test_the_emitted_module_with_the_tiled_kernels_assembles(mlp, tmp_path):
     from alphac.ptx.kernels import module
     _, lr, _ = mlp
     text = module(lr)
-    assert text.count(".shared .align 8 .b8 sh0[4096];") == 3      # matvec0, outer_sum_W1, _W2
+    assert text.count(".shared .align 8 .b8 sh0[4096];") == 5      # the 3 products, outer_sum_W1, _W2
     (tmp_path / "m.ptx").write_text(text)
     import subprocess
     r = subprocess.run([require_tool("ptxas"), "-arch=sm_90", "--disable-optimizer-constants", "m.ptx",
@@ -179,7 +186,7 @@ def products_of(tmp_path, mutate=lambda t: t, lo=0, hi=3):
     """matvec0 of MV (W @ x[i]) over samples lo..hi-1, as bits, row by row."""
     (tmp_path / "mv.alpha").write_text(MV)
     lr = compile_file(tmp_path / "mv.alpha").learner
-    k = matvec(lr, 0)
+    k = product(lr, 0)
     mem = Memory()
     args = {"state_W": mem.alloc(lr.state("W").init), "data_x": mem.alloc(lr.datum("x").values),
             "mv0": mem.alloc([1.0] * 2 * (hi - lo)), "lo": lo, "hi": hi}
@@ -257,10 +264,12 @@ def test_a_gpu_owner_of_the_mlp_prints_the_interpreters_bits(mlp, sm):
     assert r.errors == [] and (r.returncode, r.stderr) == (0, "")
     assert r.stdout == want
     names = [la[0] for la in r.launches]
-    assert names[:5] == ["matvec0", "grad_samples", "owner_sum", "outer_sum_W1", "outer_sum_W2"]
-    assert names.count("outer_sum_W1") == names.count("matvec0") == STEPS
+    assert names[:9] == LAUNCHED
+    assert names.count("outer_sum_W1") == names.count("vecmat2") == names.count("vectors1") == STEPS
     grids = {la[0]: la[1:3] for la in r.launches}
     assert grids["outer_sum_W1"] == (4, 64) and grids["matvec0"] == (2, 64)      # 20 rows: 1 x 2 tiles
+    assert grids["matvec1"] == grids["vecmat2"] == (1, 64)      # 3 outputs a row, 2 tiles across 36
+    assert grids["vectors1"][0] * grids["vectors1"][1] >= ROWS
 
 
 def test_a_gpu_owner_of_the_mlp_in_shuffled_minibatches(mlp):
@@ -311,6 +320,7 @@ def test_two_gpu_owners_with_a_cpu_owner_in_a_star_and_resumed_on_cpu_owners(mlp
         logs = [json.loads(f.read_text()) for f in sorted((d / "logs").iterdir())]
         assert sorted(log["card"] for log in logs) == [0, 1]
         assert all(log["errors"] == [] and log["launches"].count("outer_sum_W1") == 2 for log in logs)
+        assert all(log["launches"][:9] == LAUNCHED for log in logs)
         b = launch(d / "build" / "cpus", steps=1, records=d / "runs", resume=tmp_path / "g")
         assert b["passed"] and b["published"] == want
     finally:
@@ -320,5 +330,14 @@ def test_two_gpu_owners_with_a_cpu_owner_in_a_star_and_resumed_on_cpu_owners(mlp
 def test_a_card_whose_batched_product_runs_in_another_order_is_refused(mlp):
     need_mock()
     r = run(mlp, 90, mutate={"matvec0": descending}, tag=".mvdesc")
+    assert r.errors == []
+    assert (r.returncode, r.stdout) == (exit_code("gpu-shadow-mismatch"), "")
+
+
+@pytest.mark.parametrize("kernel", ["matvec1", "vecmat2"])
+def test_a_card_whose_phase_product_runs_in_another_order_is_refused(mlp, kernel):
+    """W2 @ h and dz @ W2, their vectors computed by vectors1 / vectors2: folded descending."""
+    need_mock()
+    r = run(mlp, 90, mutate={kernel: descending}, tag=f".{kernel}desc")
     assert r.errors == []
     assert (r.returncode, r.stdout) == (exit_code("gpu-shadow-mismatch"), "")

@@ -79,10 +79,10 @@ definition of where a param coordinate lives in `gs` and `G`.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from alphac.ir.evaluate import Env, evaluate
-from alphac.ir.learner import DataRow, Learner, MatVec, Node, Outer, Read, postorder
+from alphac.ir.learner import DataRow, Learner, MatVec, Node, Outer, Read, VecMat, children, postorder
 
 
 @dataclass(frozen=True)
@@ -157,20 +157,99 @@ def row_layout(lr: Learner) -> RowLayout:
     return RowLayout(col, tuple(plain), factors)
 
 
-def product_of(n: Node) -> tuple | None:
-    """(W, x, R, C) when `n` is `W @ x[i]`: a 2-D state read before the update times a data row."""
-    if isinstance(n, MatVec) and isinstance(n.a, Read) and n.a.version == 0 and isinstance(n.b, DataRow):
-        return (n.a.name, n.b.name, *n.a.shape)
+def _split(n: Node) -> tuple | None:
+    """(W, the vector, vecmat) when `n` is `W @ v` or `u @ W`: W a 2-D state read before the
+    update, the vector computed per sample (a data row is somewhere below it)."""
+    w, v, vm = (n.a, n.b, False) if isinstance(n, MatVec) else (n.b, n.a, True) if isinstance(n, VecMat) else (0, 0, 0)
+    if isinstance(w, Read) and w.version == 0 and len(w.shape) == 2 and \
+            any(isinstance(x, DataRow) for x in postorder([v])):
+        return w, v, vm
     return None
 
 
-def products(lr: Learner) -> list[tuple]:
-    """The batched products (`matvec<k>`, k their index here): every distinct `W @ x[i]` the
-    per-sample gradients read, in the order first read (none under exact_sum)."""
+def _key(w: Read, v: Node, vm: bool) -> tuple:
+    return (w.name, vm, v.name if isinstance(v, DataRow) else id(v))
+
+
+@dataclass(frozen=True)
+class Product:
+    """A batched product (the module doc): `W @ v`, or `u @ W` (`vecmat`), W a state of R x C;
+    the vector a row of data array `data`, or (`vin` >= 0) computed by vectors<phase> into
+    mv<vin>; the product's rows in mv<out>. `node`, `vec`: the learner's nodes."""
+    W: str
+    R: int
+    C: int
+    vecmat: bool
+    data: str
+    out: int
+    vin: int
+    phase: int
+    node: Node = field(compare=False, repr=False)
+    vec: Node = field(compare=False, repr=False)
+
+    @property
+    def name(self) -> str:
+        return f"{'vecmat' if self.vecmat else 'matvec'}{self.out}"
+
+    @property
+    def width(self) -> int:
+        return self.C if self.vecmat else self.R
+
+
+def _grad_roots(lr: Learner) -> list[Node]:
+    return [c.node for cs in lr.grads.values() for c in cs]
+
+
+def products(lr: Learner) -> list[Product]:
+    """The batched products (none under exact_sum), `out` their index: every distinct product
+    the per-sample gradients read, by phase (one more than the highest phase of a product its
+    vector reads, 0 if none), then in the order first read."""
     if lr.loss is None or lr.exact:
         return []
-    out = [product_of(n) for n in postorder([c.node for cs in lr.grads.values() for c in cs])]
-    return list(dict.fromkeys(x for x in out if x))
+    depth: dict[int, int] = {}          # node -> the highest phase of a product at or below it
+    found: dict[tuple, tuple] = {}
+    for n in postorder(_grad_roots(lr)):
+        depth[id(n)] = max((depth[id(c)] for c in children(n)), default=-1)
+        s = _split(n)
+        if s:
+            found.setdefault(_key(*s), (n, *s, depth[id(s[1])] + 1))
+            depth[id(n)] = depth[id(s[1])] + 1
+    order = sorted(found.values(), key=lambda f: f[4])
+    vins = list(dict.fromkeys(id(v) for _, _, v, _, _ in order if not isinstance(v, DataRow)))
+    return [Product(w.name, *w.shape, vm, v.name if isinstance(v, DataRow) else "", k,
+                    -1 if isinstance(v, DataRow) else len(order) + vins.index(id(v)), ph, n, v)
+            for k, (n, w, v, vm, ph) in enumerate(order)]
+
+
+def batch_widths(lr: Learner) -> list[int]:
+    """Each batch buffer mv<k>'s row width: the products' rows, then the computed vectors'."""
+    prods = products(lr)
+    vecs = {p.vin: p.vec.size for p in prods if p.vin >= 0}
+    return [p.width for p in prods] + [vecs[k] for k in sorted(vecs)]
+
+
+def batch_kernels(lr: Learner) -> list[str]:
+    """The kernels launched before grad_samples, in order: phase by phase, vectors<phase> (when
+    a product of the phase has a computed vector), then the phase's products."""
+    prods, out = products(lr), []
+    for ph in sorted({p.phase for p in prods}):
+        out += [f"vectors{ph}"] if any(p.vin >= 0 and p.phase == ph for p in prods) else []
+        out += [p.name for p in prods if p.phase == ph]
+    return out
+
+
+def batch_nodes(lr: Learner, before: int | None = None) -> dict[int, tuple[int, int]]:
+    """Node id -> (k, width): the batch buffer mv<k> holding its rows, for every product node
+    and computed vector of a phase below `before` (None: every phase)."""
+    by, out = {(p.W, p.vecmat, p.data or id(p.vec)): p for p in products(lr)}, {}
+    for n in postorder(_grad_roots(lr)):
+        s = _split(n)
+        p = by.get(_key(*s)) if s else None
+        if p and (before is None or p.phase < before):
+            out[id(n)] = (p.out, p.width)
+            if p.vin >= 0:
+                out[id(p.vec)] = (p.vin, p.vec.size)
+    return out
 
 
 def sum_kernels(lr: Learner) -> list[str]:
