@@ -11,26 +11,36 @@ outer_sum_<p> takes its own block size and grid: `Kernel.block`, `Kernel.threads
     grad_samples  (learners with a loss) one thread per sample i in [lo, hi)
         state_<s>  u64  for every state the loss reads, declaration order
         data_<d>   u64  for every data array, declaration order (all samples)
+        tbl_<t>    u64  each math table the gradients read
+        mv<k>      u64  every batch buffer (`batch_widths`): the products' and vectors' rows
         gs         u64  out: row i - lo of `W` words (`row_layout`): every plain coordinate
                         j (declaration order, P' of them), then each fused param's factors
         lo, hi     u32
-        mv<k>      u64  each batched product's rows (`products`; written by matvec<k> before)
       (a minibatch learner: `idx` u64, the step's samples as u64s in increasing order, and
       `count` u32 instead of lo, hi: thread t computes sample idx[t] into gs row t)
       gs[(i-lo)*W + c] is coordinate j's per-sample gradient exactly as
       `interp.per_sample_gradient`: the left fold of the contributions covering j, +0.0 where
       none does; a fused param's columns hold its `Outer(u, v)`'s R coordinates of u, then the
       C of v, instead. `dot`, `sum`, `A @ v`, `u @ A` as the interpreter's left folds, `max(v)`
-      as its fold of exact max (loops over the terms ascending, from the first: kernels.py).
+      as its fold of exact max (loops over the terms ascending, from the first: kernels.py); a
+      batched product or computed vector (`batch_nodes`) loaded from its buffer's row t.
       The thread's `.local` arrays (vectors it keeps) are its stack: the cubin's stack size,
       which the host's local memory must hold.
-    matvec<k>     (a batched product `W @ x[i]`, W of R x C: alphac/ptx/tiled.py) blocks of 64
-                  threads, one a 32 x 32 tile of (sample row t, r), `Kernel.tile` = (32, 64 x
-                  tiles across R) threads a 32 rows of the step
-        state_W u64, data_x u64, mv<k> u64 (out: mv<k>[t*R + r]), lo, hi u32 (or idx, count)
-      mv<k>[t*R + r] = (W[r,0]*x_i[0] + W[r,1]*x_i[1]) + ...: the interpreter's MatVec, mul.rn
-      then add.rn, over c ascending from the first term, for sample i of row t (lo + t, or
-      idx[t]); grad_samples reads the product there instead of computing it.
+    Before grad_samples, phase by phase (`batch_kernels`, the launch order; `products`, each
+    batched product `W @ v` / `u @ W`, W a 2-D state of R x C, the vector per sample, its
+    phase one more than the products its vector reads):
+    vectors<j>    (a product of phase j with a computed vector) one thread a sample, as
+                  grad_samples: its params without gs (every mv<k>, the earlier phases' read)
+      mv<vin>[t*size + c] = coordinate c of the vector of each such product, sample of row t
+    matvec<k>, vecmat<k>  (the phase's products: alphac/ptx/tiled.py) blocks of 64 threads,
+                  one a 32 x 32 tile of (row t, output), `Kernel.tile` = (32, 64 x tiles
+                  across the R or C outputs) threads a 32 rows of the step
+        state_W u64, data_x u64 (a data-row vector) or mv<vin> u64 (a computed one), mv<k> u64
+        (out), lo, hi u32 (or idx, count)
+      matvec: mv<k>[t*R + r] = (W[r,0]*v_t[0] + W[r,1]*v_t[1]) + ...: the interpreter's MatVec,
+      mul.rn(W, v) then add.rn, over c ascending from the first term; vecmat: mv<k>[t*C + c] =
+      (u_t[0]*W[0,c] + u_t[1]*W[1,c]) + ...: its VecMat, mul.rn(u, W), over r ascending; v_t,
+      u_t sample i's data row (lo + t, or idx[t]) or row t of mv<vin>.
     owner_sum     one thread per plain column c in [0, P') (no kernel when P' = 0)
         gs u64, G u64 (out: G[j], j the coordinate of column c), n u32 (the owner's sample
         count, n >= 1; n = 0 writes nothing)
