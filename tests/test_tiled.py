@@ -5,8 +5,9 @@ driver.
 A hidden-layer MLP (gpu/local_check.py's `mlp_source`: 40-36-3 tanh, softmax cross-entropy, on
 20 samples: two tiles down W1's 36 rows and two across its 40 columns, samples in two stages of
 16) has W1 and W2 fused: grad_samples writes their factors, outer_sum_W1 / outer_sum_W2 make
-their G; and W1 @ x[i] batched: matvec0 computes it for the step's samples before grad_samples
-reads it. Guarantees checked:
+their G; and the products batched, in phases (docs/gpu.md "Phases"): matvec0 computes W1 @ x[i]
+for the step's samples, vectors1 h, matvec1 W2 @ h, vectors2 dz, vecmat2 dz @ W2, before
+grad_samples reads them all. Guarantees checked:
   * the layout: the fused params, the gs row (plain coordinates, then each factor), and the gs
     buffer of the launch image sized by it;
   * the fold: on gs rows made so that the order shows, the kernel gives the left fold over the
@@ -16,7 +17,8 @@ reads it. Guarantees checked:
     (each row's fold over the columns ascending from the first term), over any lo..hi;
   * the MLP as a single GPU owner, sm_90 and sm_86, prints the interpreter's bits with an empty
     mock error list and the tiled kernels launched, in shuffled minibatches too; either tiled
-    kernel's descending mutant is refused by the host shadow (gpu-shadow-mismatch); on the interpreter, so does a
+    kernel's descending mutant (matvec0, matvec1, vecmat2, outer_sum_W1) is refused by the host
+    shadow (gpu-shadow-mismatch); the step's kernels in launch order; on the interpreter, so does a
     learner whose only param is fused (no owner_sum);
   * in a star of an sm_90 owner and an sm_86 owner with a CPU owner, the interpreter's bits, and
     its checkpoint resumes on CPU owners with the uninterrupted run's bits.
@@ -203,6 +205,42 @@ def test_a_batched_product_folds_from_the_first_term_ascending_and_its_mutants_d
     assert products_of(tmp_path, lo=1, hi=3) == want[2:]
     assert products_of(tmp_path, descending)[0] == bits(0.0)
     assert products_of(tmp_path, plus_zero_first)[3] == bits(0.0)
+
+
+VM = """learner vm
+data x = [[1.0, 1.0, 1.0], [1.0, 1.0, 1.0]]
+param W: f64[3, 2] = [[1.0, -0.0], [1.0, 0.0], [1.0, 0.0]]
+loss(i) {
+  let z = (2.0 * x[i]) @ W
+  0.5 * dot(z, z)
+}
+update {
+  W = W - grad(W)
+}
+"""
+
+
+def vecmat_of(tmp_path, us, mutate=lambda t: t):
+    """vecmat0 of VM (u @ W, u computed per sample: its rows `us` written into mv<vin>), as bits."""
+    (tmp_path / "vm.alpha").write_text(VM)
+    lr = compile_file(tmp_path / "vm.alpha").learner
+    (p,) = products(lr)
+    assert (p.vecmat, p.data, p.vin, p.phase, batch_kernels(lr)) == (True, "", 1, 0, ["vectors0", "vecmat0"])
+    k, mem = product(lr, 0), Memory()
+    args = {"state_W": mem.alloc(lr.state("W").init), "mv1": mem.alloc([x for u in us for x in u]),
+            "mv0": mem.alloc([1.0] * 2 * len(us)), "lo": 0, "hi": len(us)}
+    Ptx(mutate(k.ptx)).launch(mem, args, -(-len(us) // k.tile[0]) * k.tile[1], block=k.block)
+    return [bits(v) for v in mem.read(args["mv0"], 2 * len(us))]
+
+
+def test_a_vecmat_folds_over_the_rows_from_the_first_term_ascending_and_its_mutants_differ(tmp_path):
+    """W's column 0 (1, 1, 1) against u = (1, -1, t): (1 - 1) + t = t, but (t - 1) + 1 = 0
+    descending; column 1 (-0, 0, 0) against (1, -1, -1): -0 + -0 + -0 = -0, but +0 from a +0."""
+    tiny = 2.0 ** -60
+    us = [(1.0, -1.0, tiny), (1.0, -1.0, -1.0)]
+    assert vecmat_of(tmp_path, us) == [bits(tiny), bits(0.0), bits(-1.0), bits(-0.0)]
+    assert vecmat_of(tmp_path, us, descending)[0] == bits(0.0)
+    assert vecmat_of(tmp_path, us, plus_zero_first)[3] == bits(0.0)
 
 
 @pytest.mark.parametrize("which,error", [(0, "shared read before any write"), (-1, "a race between threads")])

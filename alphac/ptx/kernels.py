@@ -399,9 +399,10 @@ class _Loops:
 
 
 def _per_sample(lr: Learner, em: Emitter, roots: list[Node], out: list[Param],
-                before: int | None) -> tuple[dict, str, _Loops]:
-    """A per-sample kernel's parameters (then `out`), this thread's row t and its lowering of
-    `roots`, the batch buffers of the phases below `before` (None: all) read, not computed."""
+                before: int | None) -> tuple[list, dict, str, Callable[[], _Loops]]:
+    """A per-sample kernel's parameters (then `out`), their registers, this thread's row t and
+    the lowering of `roots` (made when called), the batch buffers of the phases below `before`
+    (None: all) read, not computed."""
     read = {n.name for n in postorder([lr.loss]) if isinstance(n, Read)}
     params = [Param(f"state_{s.name}", "u64", "state", s.name) for s in lr.states if s.name in read]
     params += [Param(f"data_{d.name}", "u64", "data", d.name) for d in lr.data]
@@ -421,7 +422,7 @@ def _per_sample(lr: Learner, em: Emitter, roots: list[Node], out: list[Param],
         i = em.op("add32", lo, t)
         em.op("braif", em.op("ge", i, hi), "$done")
     loaded = {n: em.op("add64", base[f"mv{k}"], em.op("wide", t, 8 * w)) for n, (k, w) in batch_nodes(lr, before).items()}
-    return params, t, _Loops(em, base, i, roots, loaded)
+    return params, base, t, lambda: _Loops(em, base, i, roots, loaded)
 
 
 def vectors(lr: Learner, phase: int, sm: int = 90) -> Kernel:
@@ -429,7 +430,8 @@ def vectors(lr: Learner, phase: int, sm: int = 90) -> Kernel:
     a computed vector (abi.products), from the earlier phases' buffers."""
     em = Emitter()
     vecs = {p.vin: p.vec for p in products(lr) if p.phase == phase and p.vin >= 0}
-    params, t, lower = _per_sample(lr, em, [vecs[k] for k in sorted(vecs)], [], phase)
+    params, _, t, lowering = _per_sample(lr, em, [vecs[k] for k in sorted(vecs)], [], phase)
+    lower = lowering()
     for k in sorted(vecs):
         v = vecs[k]
         em.comment(f"the vector of mv{k}")
@@ -446,10 +448,10 @@ def grad_samples(lr: Learner, sm: int = 90) -> Kernel:
     outer = fused(lr)
     roots = [x for p in lr.params for c in lr.grads[p.name]
              for x in ((c.node.a, c.node.b) if p.name in outer else (c.node,))]
-    params, t, lower = _per_sample(lr, em, roots, [Param("gs", "u64", "gs")], None)
-    base = lower.base
+    params, base, t, lowering = _per_sample(lr, em, roots, [Param("gs", "u64", "gs")], None)
     lay = row_layout(lr)
     out = em.op("add64", base["gs"], em.op("wide", t, 8 * lay.width))
+    lower = lowering()
     for p, col, _, _ in lay.plain:  # coordinates cut where the set of contributions covering them changes
         em.comment(f"per-sample gradient of {p}")
         cs = lr.grads[p]
