@@ -21,7 +21,7 @@ from typing import Protocol, Sequence
 
 from alphac.ir.learner import Learner
 from alphac.ir.order import step_samples
-from alphac.ptx.abi import Kernel, host_scalars, param_count, products, row_layout, sum_kernels
+from alphac.ptx.abi import Kernel, batch_kernels, batch_widths, host_scalars, param_count, row_layout, sum_kernels
 
 
 class Device(Protocol):
@@ -47,7 +47,7 @@ class Owner:
             from alphac.formats import XC_WORDS, XS_WORDS
             self.xd, self.xc = dev.alloc([0.0] * (XS_WORDS * self.P)), dev.alloc([0.0] * (XC_WORDS * self.P))
         self.mv = {str(k): dev.alloc([0.0] * max(1, r * (lr.nsamples or 0)))
-                   for k, (_, _, r, _) in enumerate(products(lr))}
+                   for k, r in enumerate(batch_widths(lr))}
         self.consts = {(k.name, p.name): dev.alloc(p.values)
                        for k in kernels for p in k.params if p.role == "const"}
 
@@ -81,7 +81,7 @@ class Owner:
             self.count = len(rows)
         else:
             self.count = hi - lo
-        for k in [*(self.kernels[f"matvec{k}"] for k in range(len(self.mv))), gs]:    # products first
+        for k in [*(self.kernels[name] for name in batch_kernels(self.lr)), gs]:    # products first
             per, each = k.tile or (1, 1)
             self.dev.launch(k, self._args(k, count=self.count, lo=lo, hi=hi), -(-self.count // per) * each)
         if self.lr.exact:

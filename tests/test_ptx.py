@@ -484,17 +484,27 @@ def test_matrix_operations_compute_the_reference_bits(src, tmp_path, monkeypatch
                 assert list(image) == [k.name]          # local memory: the kept vectors, no spill
                 assert arrays <= image[k.name].local <= arrays + 64 if arrays else image[k.name].local == 0
     fused = ["outer_sum_W1", "outer_sum_W2"] if src is MLP else []    # OPS: A has several contributions
-    batched = ["matvec0"]          # W1 @ x[i], A @ x[i]: a param matrix times a data row
+    # W1 @ x[i], then W2 @ h and dz @ W2 from their vectors; A @ x[i] and A @ (computed from x[i])
+    batched = ["matvec0", "vectors1", "matvec1", "vectors2", "vecmat2"] if src is MLP else \
+        ["vectors0", "matvec0", "matvec1"]
     assert [k.name for k in ks] == ["grad_samples", *batched, "owner_sum", *fused] + \
         [f"update_g{g.index}" for g in lr.groups]
 
 
-def test_a_wider_mlp_in_loops_computes_the_reference_bits(tmp_path):
+def no_batched_products(monkeypatch):
+    """grad_samples alone computes every vector (the loops' lowering under test), as before
+    the batched products of later phases (docs/gpu.md, "Phases") took the MLP's vectors."""
+    import alphac.ptx.abi as abi
+    monkeypatch.setattr(abi, "products", lambda lr: [])
+
+
+def test_a_wider_mlp_in_loops_computes_the_reference_bits(tmp_path, monkeypatch):
     """A 20-18-3 tanh MLP (gpu/local_check.py's mlp_source): its hidden vectors are kept in .local
     arrays, its 3 classes in registers read by a loop's computed index (outer(dz, h)); three steps
     on four owners have the interpreter's bits. The PTX has the same lines at hidden 18 and 180
     but for the constants (the loops' bounds), so the code does not grow with the width."""
     from local_check import mlp_source
+    no_batched_products(monkeypatch)
     (tmp_path / "m.alpha").write_text(mlp_source(20, 18, 3, 6, "m"))
     lr = compile_file(tmp_path / "m.alpha").learner
     gs = kernels(lr)[0].ptx
@@ -512,8 +522,9 @@ def test_local_arrays_stay_within_a_threads_budget(tmp_path, monkeypatch):
     beyond it is recomputed where read, as one beyond STORE_MAX is), so a learner with many wide
     kept vectors does not need an area the card cannot hold (a 2,048-wide fuzz learner asked for
     96.8 GB); the bits stay the interpreter's. The 20-18-3 MLP keeps vectors of 18 coordinates:
-    with a budget of 20, one of them."""
+    with a budget of 20, one of them (grad_samples alone, as above)."""
     from local_check import mlp_source
+    no_batched_products(monkeypatch)
     (tmp_path / "m.alpha").write_text(mlp_source(20, 18, 3, 6, "m"))
     lr = compile_file(tmp_path / "m.alpha").learner
     want = four_owners(lr, SPLIT6, 3)

@@ -5,8 +5,9 @@ driver.
 A hidden-layer MLP (gpu/local_check.py's `mlp_source`: 40-36-3 tanh, softmax cross-entropy, on
 20 samples: two tiles down W1's 36 rows and two across its 40 columns, samples in two stages of
 16) has W1 and W2 fused: grad_samples writes their factors, outer_sum_W1 / outer_sum_W2 make
-their G; and W1 @ x[i] batched: matvec0 computes it for the step's samples before grad_samples
-reads it. Guarantees checked:
+their G; and the products batched, in phases (docs/gpu.md "Phases"): matvec0 computes W1 @ x[i]
+for the step's samples, vectors1 h, matvec1 W2 @ h, vectors2 dz, vecmat2 dz @ W2, before
+grad_samples reads them all. Guarantees checked:
   * the layout: the fused params, the gs row (plain coordinates, then each factor), and the gs
     buffer of the launch image sized by it;
   * the fold: on gs rows made so that the order shows, the kernel gives the left fold over the
@@ -16,7 +17,8 @@ reads it. Guarantees checked:
     (each row's fold over the columns ascending from the first term), over any lo..hi;
   * the MLP as a single GPU owner, sm_90 and sm_86, prints the interpreter's bits with an empty
     mock error list and the tiled kernels launched, in shuffled minibatches too; either tiled
-    kernel's descending mutant is refused by the host shadow (gpu-shadow-mismatch); on the interpreter, so does a
+    kernel's descending mutant (matvec0, matvec1, vecmat2, outer_sum_W1) is refused by the host
+    shadow (gpu-shadow-mismatch); the step's kernels in launch order; on the interpreter, so does a
     learner whose only param is fused (no owner_sum);
   * in a star of an sm_90 owner and an sm_86 owner with a CPU owner, the interpreter's bits, and
     its checkpoint resumes on CPU owners with the uninterrupted run's bits.
@@ -40,14 +42,16 @@ from alphac.dist.execute import run_plan
 from alphac.driver import compile_deployments, compile_file
 from alphac.ir import interp
 from alphac.nvdrv import host as host_mod
-from alphac.ptx.abi import fused, param_count, products, row_layout
+from alphac.ptx.abi import batch_kernels, batch_widths, fused, param_count, products, row_layout
 from alphac.ptx.kernels import kernels
-from alphac.ptx.tiled import matvec, outer_sum
+from alphac.ptx.tiled import outer_sum, product
 from alphac.refusals import exit_code
 from local_check import mlp_source
 from test_gpu_local import UUID_C, card_for, host_for
 
 INPUTS, HIDDEN, CLASSES, ROWS, STEPS = 40, 36, 3, 20, 2
+LAUNCHED = ["matvec0", "vectors1", "matvec1", "vectors2", "vecmat2", "grad_samples", "owner_sum",
+            "outer_sum_W1", "outer_sum_W2"]        # a step's kernels: W1 @ x, h, W2 @ h, dz, dz @ W2
 DEPLOYMENTS = f"""
 deployment gpu_and_cpu {{
   roles coordinator, owner[3]
@@ -88,13 +92,18 @@ def test_the_layout_holds_factors_for_the_weight_gradients(mlp):
     assert lay.factors == {"W1": (HIDDEN + CLASSES, HIDDEN, 2 * HIDDEN + CLASSES, INPUTS),
                            "W2": (2 * HIDDEN + CLASSES + INPUTS, CLASSES, 2 * HIDDEN + 2 * CLASSES + INPUTS, HIDDEN)}
     assert lay.width == 2 * HIDDEN + 2 * CLASSES + INPUTS + HIDDEN < param_count(lr)
-    assert [k.name for k in kernels(lr)][:5] == ["grad_samples", "matvec0", "owner_sum", "outer_sum_W1",
+    assert [k.name for k in kernels(lr)][:9] == ["grad_samples", *LAUNCHED[:5], "owner_sum", "outer_sum_W1",
                                                  "outer_sum_W2"]
     k = outer_sum(lr, "W1")
     assert (k.block, k.threads) == (64, 64 * 2 * 2) and "bar.sync 0;" in k.ptx and ".shared" in k.ptx
-    assert products(lr) == [("W1", "x", HIDDEN, INPUTS)]             # W2 @ h: h is no data row
-    k = matvec(lr, 0)
+    ps = [(p.W, p.vecmat, p.data, p.out, p.vin, p.phase) for p in products(lr)]
+    assert ps == [("W1", False, "x", 0, -1, 0), ("W2", False, "", 1, 3, 1), ("W2", True, "", 2, 4, 2)]
+    assert batch_kernels(lr) == LAUNCHED[:5] and batch_widths(lr) == [HIDDEN, CLASSES, HIDDEN, HIDDEN, CLASSES]
+    assert products(lr)[1].vec.size == HIDDEN and products(lr)[2].vec.size == CLASSES   # h, dz
+    k = product(lr, 0)
     assert (k.block, k.tile, k.threads) == (64, (32, 64 * 2), None)
+    assert [q.name for q in k.params] == ["state_W1", "data_x", "mv0", "lo", "hi"]
+    assert [q.name for q in product(lr, 2).params] == ["state_W2", "mv4", "mv2", "lo", "hi"]
 
 
 def test_the_emitted_module_with_the_tiled_kernels_assembles(mlp, tmp_path):
@@ -102,7 +111,7 @@ def test_the_emitted_module_with_the_tiled_kernels_assembles(mlp, tmp_path):
     from alphac.ptx.kernels import module
     _, lr, _ = mlp
     text = module(lr)
-    assert text.count(".shared .align 8 .b8 sh0[4096];") == 3      # matvec0, outer_sum_W1, _W2
+    assert text.count(".shared .align 8 .b8 sh0[4096];") == 5      # the 3 products, outer_sum_W1, _W2
     (tmp_path / "m.ptx").write_text(text)
     import subprocess
     r = subprocess.run([require_tool("ptxas"), "-arch=sm_90", "--disable-optimizer-constants", "m.ptx",
@@ -179,7 +188,7 @@ def products_of(tmp_path, mutate=lambda t: t, lo=0, hi=3):
     """matvec0 of MV (W @ x[i]) over samples lo..hi-1, as bits, row by row."""
     (tmp_path / "mv.alpha").write_text(MV)
     lr = compile_file(tmp_path / "mv.alpha").learner
-    k = matvec(lr, 0)
+    k = product(lr, 0)
     mem = Memory()
     args = {"state_W": mem.alloc(lr.state("W").init), "data_x": mem.alloc(lr.datum("x").values),
             "mv0": mem.alloc([1.0] * 2 * (hi - lo)), "lo": lo, "hi": hi}
@@ -196,6 +205,42 @@ def test_a_batched_product_folds_from_the_first_term_ascending_and_its_mutants_d
     assert products_of(tmp_path, lo=1, hi=3) == want[2:]
     assert products_of(tmp_path, descending)[0] == bits(0.0)
     assert products_of(tmp_path, plus_zero_first)[3] == bits(0.0)
+
+
+VM = """learner vm
+data x = [[1.0, 1.0, 1.0], [1.0, 1.0, 1.0]]
+param W: f64[3, 2] = [[1.0, -0.0], [1.0, 0.0], [1.0, 0.0]]
+loss(i) {
+  let z = (2.0 * x[i]) @ W
+  0.5 * dot(z, z)
+}
+update {
+  W = W - grad(W)
+}
+"""
+
+
+def vecmat_of(tmp_path, us, mutate=lambda t: t):
+    """vecmat0 of VM (u @ W, u computed per sample: its rows `us` written into mv<vin>), as bits."""
+    (tmp_path / "vm.alpha").write_text(VM)
+    lr = compile_file(tmp_path / "vm.alpha").learner
+    (p,) = products(lr)
+    assert (p.vecmat, p.data, p.vin, p.phase, batch_kernels(lr)) == (True, "", 1, 0, ["vectors0", "vecmat0"])
+    k, mem = product(lr, 0), Memory()
+    args = {"state_W": mem.alloc(lr.state("W").init), "mv1": mem.alloc([x for u in us for x in u]),
+            "mv0": mem.alloc([1.0] * 2 * len(us)), "lo": 0, "hi": len(us)}
+    Ptx(mutate(k.ptx)).launch(mem, args, -(-len(us) // k.tile[0]) * k.tile[1], block=k.block)
+    return [bits(v) for v in mem.read(args["mv0"], 2 * len(us))]
+
+
+def test_a_vecmat_folds_over_the_rows_from_the_first_term_ascending_and_its_mutants_differ(tmp_path):
+    """W's column 0 (1, 1, 1) against u = (1, -1, t): (1 - 1) + t = t, but (t - 1) + 1 = 0
+    descending; column 1 (-0, 0, 0) against (1, -1, -1): -0 + -0 + -0 = -0, but +0 from a +0."""
+    tiny = 2.0 ** -60
+    us = [(1.0, -1.0, tiny), (1.0, -1.0, -1.0)]
+    assert vecmat_of(tmp_path, us) == [bits(tiny), bits(0.0), bits(-1.0), bits(-0.0)]
+    assert vecmat_of(tmp_path, us, descending)[0] == bits(0.0)
+    assert vecmat_of(tmp_path, us, plus_zero_first)[3] == bits(0.0)
 
 
 @pytest.mark.parametrize("which,error", [(0, "shared read before any write"), (-1, "a race between threads")])
@@ -257,10 +302,12 @@ def test_a_gpu_owner_of_the_mlp_prints_the_interpreters_bits(mlp, sm):
     assert r.errors == [] and (r.returncode, r.stderr) == (0, "")
     assert r.stdout == want
     names = [la[0] for la in r.launches]
-    assert names[:5] == ["matvec0", "grad_samples", "owner_sum", "outer_sum_W1", "outer_sum_W2"]
-    assert names.count("outer_sum_W1") == names.count("matvec0") == STEPS
+    assert names[:9] == LAUNCHED
+    assert names.count("outer_sum_W1") == names.count("vecmat2") == names.count("vectors1") == STEPS
     grids = {la[0]: la[1:3] for la in r.launches}
     assert grids["outer_sum_W1"] == (4, 64) and grids["matvec0"] == (2, 64)      # 20 rows: 1 x 2 tiles
+    assert (grids["matvec1"], grids["vecmat2"]) == ((1, 64), (2, 64))   # rows of 3 outputs and of 36
+    assert grids["vectors1"][0] * grids["vectors1"][1] >= ROWS
 
 
 def test_a_gpu_owner_of_the_mlp_in_shuffled_minibatches(mlp):
@@ -311,6 +358,7 @@ def test_two_gpu_owners_with_a_cpu_owner_in_a_star_and_resumed_on_cpu_owners(mlp
         logs = [json.loads(f.read_text()) for f in sorted((d / "logs").iterdir())]
         assert sorted(log["card"] for log in logs) == [0, 1]
         assert all(log["errors"] == [] and log["launches"].count("outer_sum_W1") == 2 for log in logs)
+        assert all(log["launches"][:9] == LAUNCHED for log in logs)
         b = launch(d / "build" / "cpus", steps=1, records=d / "runs", resume=tmp_path / "g")
         assert b["passed"] and b["published"] == want
     finally:
@@ -320,5 +368,14 @@ def test_two_gpu_owners_with_a_cpu_owner_in_a_star_and_resumed_on_cpu_owners(mlp
 def test_a_card_whose_batched_product_runs_in_another_order_is_refused(mlp):
     need_mock()
     r = run(mlp, 90, mutate={"matvec0": descending}, tag=".mvdesc")
+    assert r.errors == []
+    assert (r.returncode, r.stdout) == (exit_code("gpu-shadow-mismatch"), "")
+
+
+@pytest.mark.parametrize("kernel", ["matvec1", "vecmat2"])
+def test_a_card_whose_phase_product_runs_in_another_order_is_refused(mlp, kernel):
+    """W2 @ h and dz @ W2, their vectors computed by vectors1 / vectors2: folded descending."""
+    need_mock()
+    r = run(mlp, 90, mutate={kernel: descending}, tag=f".{kernel}desc")
     assert r.errors == []
     assert (r.returncode, r.stdout) == (exit_code("gpu-shadow-mismatch"), "")

@@ -6,8 +6,8 @@ Guarantees: runtime-language source (with the bytes of its `extern` globals) tha
 the conversation table `nv_calls` and region `nv_conv`, the launch image `nv_image` and its
 SHA-256, and `gpu_step(step)`:
 
-    matvec<k>, grad_samples, owner_sum, outer_sum_<p>  on the GPU (learners with a loss; under
-                                            exact_sum xsum_clear, grad_samples, xsum_add,
+    batch kernels (abi.batch_kernels),      on the GPU (learners with a loss; under
+    grad_samples, owner_sum, outer_sum_<p>  exact_sum xsum_clear, grad_samples, xsum_add,
                                             xsum_fold: exact sums)
     learner_grad on the CPU                 the host shadow; G compared bit for bit (exact_sum:
                                             the card's accumulators, gpu_exact_check)
@@ -29,7 +29,7 @@ from alphac.nvdrv import abi
 from alphac.nvdrv.abi import CONSTANTS
 from alphac.nvdrv.conversation import Conversation
 from alphac.nvdrv.image import GPFIFO_ENTRIES, SEM_RELEASED, GpuImage
-from alphac.ptx.abi import param_count, param_layout, products, sum_kernels
+from alphac.ptx.abi import batch_kernels, param_count, param_layout, sum_kernels
 
 # The completion wait (runtime/nvdrv.rt gpu_wait): its bound by the clock (10^6 polls of a 10 us
 # nanosleep took about 90 s); spinning for SPIN_NS before sleeping between polls, with one clock
@@ -277,7 +277,7 @@ def grad_lines(lr: Learner, img: GpuImage, lo: int, hi: int, t: str, at: str, st
     (`n` its count); without `card`, the host's part alone (after the card's: `n` already its
     count)."""
     names = ["xsum_clear", "grad_samples", "xsum_add", "xsum_fold"] if lr.exact else \
-        [*(f"matvec{k}" for k in range(len(products(lr)))), "grad_samples", *sum_kernels(lr)]
+        [*batch_kernels(lr), "grad_samples", *sum_kernels(lr)]
     kernels = [img.launch(name) for name in names]
     out = [upload(img, s.name, s.size) for s in states]
     launch = [f"gpu_submit({x.entry:#x});      // {x.kernel}" for x in kernels]

@@ -360,7 +360,7 @@ class OwnerData:
     groups: tuple[int, ...]
     batch: int = 0
     row: int = 0
-    products: tuple[int, ...] = ()  # each batched product's row width (mv<k>: alphac.ptx.abi)
+    products: tuple[int, ...] = ()  # each batch buffer mv<k>'s row width (abi.batch_widths)
 
 
 @dataclass(frozen=True)
@@ -454,7 +454,7 @@ def plan(od: OwnerData, built: list, sm: int, share: Share | None = None,
     if share.batch:                     # the step's samples, written by the host each step
         buffers["idx"] = end
         end = round_up(end + 8 * max(1, share.rows), 256)
-    for k, width in enumerate(od.products):     # written by matvec<k> each step
+    for k, width in enumerate(od.products):     # written by the batch kernels each step
         buffers[f"mv{k}"] = end
         end = round_up(end + 8 * max(1, width * share.rows), 256)
     gs_off = end

@@ -3,12 +3,13 @@
     render.py   the PTX instruction table (op -> format) and an emitter with virtual registers
     abi.py      the kernel ABI: each kernel's parameters, buffers, what it reads and writes
                 (`Param`, `Kernel`, the param layout in `gs` and `G`, `host_scalars`)
-    kernels.py  learner IR -> the owner kernels `grad_samples` (loops over coordinates and
-                rows), `owner_sum`, `update_g<N>`, as `abi.Kernel`s
+    kernels.py  learner IR -> the owner kernels `grad_samples` and `vectors<j>` (loops over
+                coordinates and rows), `owner_sum`, `update_g<N>`, as `abi.Kernel`s
     xsum.py     exact_sum's exact sums on the card: `xsum_clear`, `xsum_add`, `xsum_fold`
     tiled.py    the tiled kernels (shared memory, bar.sync): `outer_sum_<p>`, a fused weight
-                gradient's owner sum from the factors grad_samples writes; `matvec<k>`, a
-                param matrix times the step's data rows, which grad_samples reads
+                gradient's owner sum from the factors grad_samples writes; `matvec<k>` and
+                `vecmat<k>`, a param matrix times the step's vectors (data rows or
+                `vectors<j>`'s), which the later phases read
     ptxas.py    find, fingerprint and run `ptxas` deterministically; `PtxasMissing` without it
     mathfn.py   the contract's functions in PTX (alphac.math's staging language, third backend)
     cubin.py    read a cubin (ELF + NVIDIA `.nv.info` records) into one `LaunchImage` per kernel

@@ -11,26 +11,36 @@ outer_sum_<p> takes its own block size and grid: `Kernel.block`, `Kernel.threads
     grad_samples  (learners with a loss) one thread per sample i in [lo, hi)
         state_<s>  u64  for every state the loss reads, declaration order
         data_<d>   u64  for every data array, declaration order (all samples)
+        tbl_<t>    u64  each math table the gradients read
+        mv<k>      u64  every batch buffer (`batch_widths`): the products' and vectors' rows
         gs         u64  out: row i - lo of `W` words (`row_layout`): every plain coordinate
                         j (declaration order, P' of them), then each fused param's factors
         lo, hi     u32
-        mv<k>      u64  each batched product's rows (`products`; written by matvec<k> before)
       (a minibatch learner: `idx` u64, the step's samples as u64s in increasing order, and
       `count` u32 instead of lo, hi: thread t computes sample idx[t] into gs row t)
       gs[(i-lo)*W + c] is coordinate j's per-sample gradient exactly as
       `interp.per_sample_gradient`: the left fold of the contributions covering j, +0.0 where
       none does; a fused param's columns hold its `Outer(u, v)`'s R coordinates of u, then the
       C of v, instead. `dot`, `sum`, `A @ v`, `u @ A` as the interpreter's left folds, `max(v)`
-      as its fold of exact max (loops over the terms ascending, from the first: kernels.py).
+      as its fold of exact max (loops over the terms ascending, from the first: kernels.py); a
+      batched product or computed vector (`batch_nodes`) loaded from its buffer's row t.
       The thread's `.local` arrays (vectors it keeps) are its stack: the cubin's stack size,
       which the host's local memory must hold.
-    matvec<k>     (a batched product `W @ x[i]`, W of R x C: alphac/ptx/tiled.py) blocks of 64
-                  threads, one a 32 x 32 tile of (sample row t, r), `Kernel.tile` = (32, 64 x
-                  tiles across R) threads a 32 rows of the step
-        state_W u64, data_x u64, mv<k> u64 (out: mv<k>[t*R + r]), lo, hi u32 (or idx, count)
-      mv<k>[t*R + r] = (W[r,0]*x_i[0] + W[r,1]*x_i[1]) + ...: the interpreter's MatVec, mul.rn
-      then add.rn, over c ascending from the first term, for sample i of row t (lo + t, or
-      idx[t]); grad_samples reads the product there instead of computing it.
+    Before grad_samples, phase by phase (`batch_kernels`, the launch order; `products`, each
+    batched product `W @ v` / `u @ W`, W a 2-D state of R x C, the vector per sample, its
+    phase one more than the products its vector reads):
+    vectors<j>    (a product of phase j with a computed vector) one thread a sample, as
+                  grad_samples: its params without gs (every mv<k>, the earlier phases' read)
+      mv<vin>[t*size + c] = coordinate c of the vector of each such product, sample of row t
+    matvec<k>, vecmat<k>  (the phase's products: alphac/ptx/tiled.py) blocks of 64 threads,
+                  one a 32 x 32 tile of (row t, output), `Kernel.tile` = (32, 64 x tiles
+                  across the R or C outputs) threads a 32 rows of the step
+        state_W u64, data_x u64 (a data-row vector) or mv<vin> u64 (a computed one), mv<k> u64
+        (out), lo, hi u32 (or idx, count)
+      matvec: mv<k>[t*R + r] = (W[r,0]*v_t[0] + W[r,1]*v_t[1]) + ...: the interpreter's MatVec,
+      mul.rn(W, v) then add.rn, over c ascending from the first term; vecmat: mv<k>[t*C + c] =
+      (u_t[0]*W[0,c] + u_t[1]*W[1,c]) + ...: its VecMat, mul.rn(u, W), over r ascending; v_t,
+      u_t sample i's data row (lo + t, or idx[t]) or row t of mv<vin>.
     owner_sum     one thread per plain column c in [0, P') (no kernel when P' = 0)
         gs u64, G u64 (out: G[j], j the coordinate of column c), n u32 (the owner's sample
         count, n >= 1; n = 0 writes nothing)
@@ -79,10 +89,10 @@ definition of where a param coordinate lives in `gs` and `G`.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from alphac.ir.evaluate import Env, evaluate
-from alphac.ir.learner import DataRow, Learner, MatVec, Node, Outer, Read, postorder
+from alphac.ir.learner import DataRow, Learner, MatVec, Node, Outer, Read, VecMat, children, postorder
 
 
 @dataclass(frozen=True)
@@ -157,20 +167,99 @@ def row_layout(lr: Learner) -> RowLayout:
     return RowLayout(col, tuple(plain), factors)
 
 
-def product_of(n: Node) -> tuple | None:
-    """(W, x, R, C) when `n` is `W @ x[i]`: a 2-D state read before the update times a data row."""
-    if isinstance(n, MatVec) and isinstance(n.a, Read) and n.a.version == 0 and isinstance(n.b, DataRow):
-        return (n.a.name, n.b.name, *n.a.shape)
+def _split(n: Node) -> tuple | None:
+    """(W, the vector, vecmat) when `n` is `W @ v` or `u @ W`: W a 2-D state read before the
+    update, the vector computed per sample (a data row is somewhere below it)."""
+    w, v, vm = (n.a, n.b, False) if isinstance(n, MatVec) else (n.b, n.a, True) if isinstance(n, VecMat) else (0, 0, 0)
+    if isinstance(w, Read) and w.version == 0 and len(w.shape) == 2 and \
+            any(isinstance(x, DataRow) for x in postorder([v])):
+        return w, v, vm
     return None
 
 
-def products(lr: Learner) -> list[tuple]:
-    """The batched products (`matvec<k>`, k their index here): every distinct `W @ x[i]` the
-    per-sample gradients read, in the order first read (none under exact_sum)."""
+def _key(w: Read, v: Node, vm: bool) -> tuple:
+    return (w.name, vm, v.name if isinstance(v, DataRow) else id(v))
+
+
+@dataclass(frozen=True)
+class Product:
+    """A batched product (the module doc): `W @ v`, or `u @ W` (`vecmat`), W a state of R x C;
+    the vector a row of data array `data`, or (`vin` >= 0) computed by vectors<phase> into
+    mv<vin>; the product's rows in mv<out>. `node`, `vec`: the learner's nodes."""
+    W: str
+    R: int
+    C: int
+    vecmat: bool
+    data: str
+    out: int
+    vin: int
+    phase: int
+    node: Node = field(compare=False, repr=False)
+    vec: Node = field(compare=False, repr=False)
+
+    @property
+    def name(self) -> str:
+        return f"{'vecmat' if self.vecmat else 'matvec'}{self.out}"
+
+    @property
+    def width(self) -> int:
+        return self.C if self.vecmat else self.R
+
+
+def _grad_roots(lr: Learner) -> list[Node]:
+    return [c.node for cs in lr.grads.values() for c in cs]
+
+
+def products(lr: Learner) -> list[Product]:
+    """The batched products (none under exact_sum), `out` their index: every distinct product
+    the per-sample gradients read, by phase (one more than the highest phase of a product its
+    vector reads, 0 if none), then in the order first read."""
     if lr.loss is None or lr.exact:
         return []
-    out = [product_of(n) for n in postorder([c.node for cs in lr.grads.values() for c in cs])]
-    return list(dict.fromkeys(x for x in out if x))
+    depth: dict[int, int] = {}          # node -> the highest phase of a product at or below it
+    found: dict[tuple, tuple] = {}
+    for n in postorder(_grad_roots(lr)):
+        depth[id(n)] = max((depth[id(c)] for c in children(n)), default=-1)
+        s = _split(n)
+        if s:
+            found.setdefault(_key(*s), (n, *s, depth[id(s[1])] + 1))
+            depth[id(n)] = depth[id(s[1])] + 1
+    order = sorted(found.values(), key=lambda f: f[4])
+    vins = list(dict.fromkeys(id(v) for _, _, v, _, _ in order if not isinstance(v, DataRow)))
+    return [Product(w.name, *w.shape, vm, v.name if isinstance(v, DataRow) else "", k,
+                    -1 if isinstance(v, DataRow) else len(order) + vins.index(id(v)), ph, n, v)
+            for k, (n, w, v, vm, ph) in enumerate(order)]
+
+
+def batch_widths(lr: Learner) -> list[int]:
+    """Each batch buffer mv<k>'s row width: the products' rows, then the computed vectors'."""
+    prods = products(lr)
+    vecs = {p.vin: p.vec.size for p in prods if p.vin >= 0}
+    return [p.width for p in prods] + [vecs[k] for k in sorted(vecs)]
+
+
+def batch_kernels(lr: Learner) -> list[str]:
+    """The kernels launched before grad_samples, in order: phase by phase, vectors<phase> (when
+    a product of the phase has a computed vector), then the phase's products."""
+    prods, out = products(lr), []
+    for ph in sorted({p.phase for p in prods}):
+        out += [f"vectors{ph}"] if any(p.vin >= 0 and p.phase == ph for p in prods) else []
+        out += [p.name for p in prods if p.phase == ph]
+    return out
+
+
+def batch_nodes(lr: Learner, before: int | None = None) -> dict[int, tuple[int, int]]:
+    """Node id -> (k, width): the batch buffer mv<k> holding its rows, for every product node
+    and computed vector of a phase below `before` (None: every phase)."""
+    by, out = {(p.W, p.vecmat, p.data or id(p.vec)): p for p in products(lr)}, {}
+    for n in postorder(_grad_roots(lr)):
+        s = _split(n)
+        p = by.get(_key(*s)) if s else None
+        if p and (before is None or p.phase < before):
+            out[id(n)] = (p.out, p.width)
+            if p.vin >= 0:
+                out[id(p.vec)] = (p.vin, p.vec.size)
+    return out
 
 
 def sum_kernels(lr: Learner) -> list[str]:

@@ -20,8 +20,8 @@ from alphac.math import binary64
 from alphac.ir.learner import (Bcast, Const, DataRow, Dot, Elem, Grad, Group, Learner, MatVec,
                                Max, MaxAdj, Node, OneHot, Outer, Pick, Pow, Read, Stack, Sum,
                                Unary, VecMat, Where, children, postorder)
-from alphac.ptx.abi import (Kernel, Param, fused, param_count, param_layout, product_of, products,
-                            row_layout, sum_kernels)
+from alphac.ptx.abi import (Kernel, Param, batch_kernels, batch_nodes, batch_widths, fused,
+                            param_count, param_layout, products, row_layout, sum_kernels)
 from alphac.ptx.mathfn import PtxSource, table_words_as_floats
 from alphac.ptx.render import PTX_VERSION, Emitter, f64imm
 
@@ -183,16 +183,21 @@ class _Loops:
         self.local = 0                          # the .local coordinates kept so far
         uses: dict[int, int] = {}
         many: set[int] = set()                  # read several times per coordinate of a reader
-        for n in postorder(roots):
+        nodes, live = postorder(roots), {id(r) for r in roots}
+        for n in reversed(nodes):               # what is read from a batch buffer is not entered
+            if id(n) in live and id(n) not in self.loaded:
+                live.update(id(c) for c in children(n))
+        nodes = [n for n in nodes if id(n) in live]
+        for n in nodes:
             for c in children(n):
                 uses[id(c)] = uses.get(id(c), 0) + 1
                 if isinstance(n, (MatVec, VecMat, Outer)):
                     many.add(id(c))
         self.uses, self.many = uses, many
-        for n in postorder(roots):              # each data row's address, before any loop
+        for n in nodes:                         # each data row's address, before any loop
             if isinstance(n, DataRow) and "data_" + n.name not in self.rows:
                 self.rows["data_" + n.name] = em.op("add64", base["data_" + n.name], em.op("wide", i, 8 * n.size))
-        for n in postorder(roots):
+        for n in nodes:
             self.prepare(n)
 
     def call(self, name: str, *regs: str) -> str:
@@ -393,35 +398,60 @@ class _Loops:
         raise TypeError(f"no PTX for {type(n).__name__}")
 
 
-def grad_samples(lr: Learner, sm: int = 90) -> Kernel:
-    assert lr.loss is not None, "grad_samples needs a loss"
-    em = Emitter()
+def _per_sample(lr: Learner, em: Emitter, roots: list[Node], out: list[Param],
+                before: int | None) -> tuple[list, dict, str, Callable[[], _Loops]]:
+    """A per-sample kernel's parameters (then `out`), their registers, this thread's row t and
+    the lowering of `roots` (made when called), the batch buffers of the phases below `before`
+    (None: all) read, not computed."""
     read = {n.name for n in postorder([lr.loss]) if isinstance(n, Read)}
     params = [Param(f"state_{s.name}", "u64", "state", s.name) for s in lr.states if s.name in read]
     params += [Param(f"data_{d.name}", "u64", "data", d.name) for d in lr.data]
-    params += table_params(postorder([c.node for cs in lr.grads.values() for c in cs]))
-    prods = products(lr)
-    params += [Param(f"mv{k}", "u64", "mv", str(k)) for k in range(len(prods))]
+    params += table_params(postorder(roots))
+    params += [Param(f"mv{k}", "u64", "mv", str(k)) for k in range(len(batch_widths(lr)))]
     if lr.batch:        # a minibatch: the step's samples, listed by the host (u64 each)
-        params += [Param("gs", "u64", "gs"), Param("idx", "u64", "idx"), Param("count", "u32", "count")]
+        params += out + [Param("idx", "u64", "idx"), Param("count", "u32", "count")]
         base = _pointers(em, params)
         t = em.thread_index()
         em.op("braif", em.op("ge", t, em.op("ldp32", "count")), "$done")
         i = em.op("cvt32", em.op("ldu64", em.op("add64", base["idx"], em.op("wide", t, 8)), 0))
     else:
-        params += [Param("gs", "u64", "gs"), Param("lo", "u32", "lo"), Param("hi", "u32", "hi")]
+        params += out + [Param("lo", "u32", "lo"), Param("hi", "u32", "hi")]
         base = _pointers(em, params)
         lo, hi = em.op("ldp32", "lo"), em.op("ldp32", "hi")
         t = em.thread_index()
         i = em.op("add32", lo, t)
         em.op("braif", em.op("ge", i, hi), "$done")
-    lay, outer = row_layout(lr), fused(lr)
-    out = em.op("add64", base["gs"], em.op("wide", t, 8 * lay.width))
+    loaded = {n: em.op("add64", base[f"mv{k}"], em.op("wide", t, 8 * w)) for n, (k, w) in batch_nodes(lr, before).items()}
+    return params, base, t, lambda: _Loops(em, base, i, roots, loaded)
+
+
+def vectors(lr: Learner, phase: int, sm: int = 90) -> Kernel:
+    """vectors<phase>: one thread a sample, row t of mv<vin> for each product of the phase with
+    a computed vector (abi.products), from the earlier phases' buffers."""
+    em = Emitter()
+    vecs = {p.vin: p.vec for p in products(lr) if p.phase == phase and p.vin >= 0}
+    params, _, t, lowering = _per_sample(lr, em, [vecs[k] for k in sorted(vecs)], [], phase)
+    lower = lowering()
+    for k in sorted(vecs):
+        v = vecs[k]
+        em.comment(f"the vector of mv{k}")
+        dst = em.op("add64", lower.base[f"mv{k}"], em.op("wide", t, 8 * v.size))
+        lower.loop(v.size, lambda c, v=v, dst=dst: em.op(
+            "st", em.op("add64", dst, em.op("wide", c, 8)), 0, lower.value(v, c if v.size > 1 else None)))
+    k = _module(em, lr, f"vectors{phase}", params, sm)
+    return Kernel(k.name, sm, k.params, k.ptx, tile=(1, 1))
+
+
+def grad_samples(lr: Learner, sm: int = 90) -> Kernel:
+    assert lr.loss is not None, "grad_samples needs a loss"
+    em = Emitter()
+    outer = fused(lr)
     roots = [x for p in lr.params for c in lr.grads[p.name]
              for x in ((c.node.a, c.node.b) if p.name in outer else (c.node,))]
-    loaded = {id(n): em.op("add64", base[f"mv{prods.index(product_of(n))}"], em.op("wide", t, 8 * n.size))
-              for n in postorder(roots) if product_of(n) in prods}
-    lower = _Loops(em, base, i, roots, loaded)
+    params, base, t, lowering = _per_sample(lr, em, roots, [Param("gs", "u64", "gs")], None)
+    lay = row_layout(lr)
+    out = em.op("add64", base["gs"], em.op("wide", t, 8 * lay.width))
+    lower = lowering()
     for p, col, _, _ in lay.plain:  # coordinates cut where the set of contributions covering them changes
         em.comment(f"per-sample gradient of {p}")
         cs = lr.grads[p]
@@ -566,10 +596,11 @@ def kernels(lr: Learner, sm: int = 90) -> list[Kernel]:
         raise BuildError(f"learner `{lr.name}` uses operations the GPU owner kernels do not "
                          f"have yet ({', '.join(missing)}); build it for x86_64 or aarch64")
     from alphac.ptx import xsum
-    from alphac.ptx.tiled import matvec, outer_sum
+    from alphac.ptx.tiled import outer_sum, product
     sums = xsum.kernels(lr, sm) if lr.exact else \
         [owner_sum(lr, sm) if k == "owner_sum" else outer_sum(lr, k[len("outer_sum_"):], sm) for k in sum_kernels(lr)]
-    batched = [matvec(lr, k, sm) for k in range(len(products(lr)))]
+    batched = [vectors(lr, int(name[7:]), sm) if name.startswith("vectors") else
+               product(lr, int(name[6:]), sm) for name in batch_kernels(lr)]
     out = [grad_samples(lr, sm)] + batched + sums if lr.loss is not None else []
     return out + [update(lr, g, sm) for g in lr.groups]
 

@@ -147,28 +147,34 @@ def outer_sum(lr: Learner, name: str, sm: int = 90) -> Kernel:
     return _kernel(em, lr, f"outer_sum_{name}", params, sm, threads=BLOCK * across * -(-R // TILE))
 
 
-def matvec(lr: Learner, k: int, sm: int = 90) -> Kernel:
-    """matvec<k>: x = the step's data rows (a = row t, bounded by the step's samples), y = W's
-    rows (b = r), the terms the columns (K = C); mul(W, x) as the interpreter multiplies."""
-    W, x, R, C = products(lr)[k]
+def product(lr: Learner, k: int, sm: int = 90) -> Kernel:
+    """matvec<k> / vecmat<k> (abi.products()[k]): x = the step's vectors (a = row t, bounded by
+    the step's samples: a data row of sample i, or row t of mv<vin>), y = W's rows (MatVec,
+    b = r, the terms the columns, mul(W, x) as the interpreter multiplies) or columns (VecMat,
+    b = c, the terms the rows, mul(u, W))."""
+    p = products(lr)[k]
     em = Emitter()
-    params = [Param(f"state_{W}", "u64", "state", W), Param(f"data_{x}", "u64", "data", x),
-              Param(f"mv{k}", "u64", "mv", str(k))]
+    src = Param(f"data_{p.data}", "u64", "data", p.data) if p.data else Param(f"mv{p.vin}", "u64", "mv", str(p.vin))
+    params = [Param(f"state_{p.W}", "u64", "state", p.W), src, Param(f"mv{k}", "u64", "mv", str(k))]
     params += [Param("idx", "u64", "idx"), Param("count", "u32", "count")] if lr.batch else \
         [Param("lo", "u32", "lo"), Param("hi", "u32", "hi")]
-    base = {p.name: em.op("global", em.op("ldp64", p.name)) for p in params if p.type == "u64"}
+    base = {q.name: em.op("global", em.op("ldp64", q.name)) for q in params if q.type == "u64"}
     lo = None if lr.batch else em.op("ldp32", "lo")
     n = em.op("ldp32", "count") if lr.batch else em.op("sub32", em.op("ldp32", "hi"), lo)
+    size = p.vec.size                   # the vector's length: the terms
 
     def load(side: int, c: str, j: str) -> tuple[str, int]:
-        if side == 1:                   # W[j, c]
-            return em.op("add64", base[f"state_{W}"], em.op("wide", em.op("add32", em.op("mul32", j, C), c), 8)), 0
+        if side == 1:                   # W[j, c], or W[c, j] for u @ W
+            at = em.op("add32", em.op("mul32", c, p.C), j) if p.vecmat else em.op("add32", em.op("mul32", j, p.C), c)
+            return em.op("add64", base[f"state_{p.W}"], em.op("wide", at, 8)), 0
+        if not p.data:                  # row j of the computed vectors
+            return em.op("add64", base[src.name], em.op("wide", em.op("add32", em.op("mul32", j, size), c), 8)), 0
         i = em.op("cvt32", em.op("ldu64", em.op("add64", base["idx"], em.op("wide", j, 8)), 0)) if lr.batch \
             else em.op("add32", lo, j)  # the sample of row j, then x_i[c]
-        return em.op("add64", em.op("add64", base[f"data_{x}"], em.op("wide", i, 8 * C)), em.op("wide", c, 8)), 0
+        return em.op("add64", em.op("add64", base[src.name], em.op("wide", i, 8 * size)), em.op("wide", c, 8)), 0
 
     def store(t: str, r: str, value: str) -> None:
-        em.op("st", em.op("add64", base[f"mv{k}"], em.op("wide", em.op("add32", em.op("mul32", t, R), r), 8)), 0, value)
-    across = -(-R // TILE)
-    _tiled(em, (n, R, C), across, load, store, swap=True)
-    return _kernel(em, lr, f"matvec{k}", params, sm, tile=(TILE, BLOCK * across))
+        em.op("st", em.op("add64", base[f"mv{k}"], em.op("wide", em.op("add32", em.op("mul32", t, p.width), r), 8)), 0, value)
+    across = -(-p.width // TILE)
+    _tiled(em, (n, p.width, size), across, load, store, swap=not p.vecmat)
+    return _kernel(em, lr, p.name, params, sm, tile=(TILE, BLOCK * across))
