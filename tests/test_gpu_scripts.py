@@ -216,7 +216,7 @@ def test_trace_finds_qmds_in_memory_and_inline(tmp_path):
         return next((d[va - b:va - b + n] for b, d in memory.items() if b <= va and va + n <= b + len(d)), None)
     cb = {"va": 0x10_0004_0000, "size": len(cbank), "bytes": cbank.hex()}
     # from memory: alphac's own launch push buffer
-    found = t.launched_qmds(arch, image.launch_pushbuf(arch, 0x10_0002_0000, 0x10_0040_1000), read)
+    found = t.launched_qmds(arch, image.launch_pushbuf(arch, [0x10_0002_0000], 0x10_0040_1000), read)
     assert found == [{"how": "memory", "va": 0x10_0002_0000, "qmd": qmd.hex(), "dwords": 96, "cbank0": cb}]
     # inline, in two method runs (the address, then the dwords), then launched from that address
     words = struct.unpack(f"<{len(qmd) // 4}I", qmd)
