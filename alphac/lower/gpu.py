@@ -19,9 +19,8 @@ SHA-256, and `gpu_step(step)`:
 
 so the state the executable prints is the shadow's, which equals the GPU's after every step.
 `gpu_step_sampled(step, last)` is the same step under `--shadow sampled` (docs/gpu.md "Shadow
-policies"): every kernel first, in one submission when no scalar statement reads a gradient
-(else two: G read back from the card for the host's scalars between), the card's results
-hashed into the chain (gpu.rt gpu_chain), then, on a step drawn to be proven, the host's step
+policies"): every kernel first, in one submission (a scalar statement reads no gradient), G
+read back from the card for the host's mean, the card's results hashed into the chain (gpu.rt gpu_chain), then, on a step drawn to be proven, the host's step
 from its pre-step state compared as above; on any other step the card's states adopted.
 """
 from __future__ import annotations
@@ -103,11 +102,6 @@ def kick(img: GpuImage, names, wait: bool = False) -> list[str]:
     return [f"gpu_{'submit' if wait else 'kick'}({c.entry:#x});      // {', '.join(c.kernels)}"] if c else []
 
 
-def scalars_read_grad(lr: Learner) -> bool:
-    from alphac.ir.learner import Grad, postorder
-    return any(isinstance(n, Grad) for n in postorder([a.node for a in lr.update if lr.state(a.target).group is None]))
-
-
 def update_params(lr: Learner, img: GpuImage, n: str = "n") -> list[str]:
     """Each update kernel's counts (a minibatch's `n`) and scalar parameters, into its bank."""
     out = []
@@ -150,20 +144,17 @@ def sampled_step(lr: Learner, img: GpuImage) -> str:
     for key, size in [(("G", p), size) for p, _, size in pieces] + [(s.name, s.size) for s in lr.states]:
         off[key], at = at, at + 8 * size
     out = ["fn gpu_step_sampled(step: i64, last: i64) {"]
-    states = [st for st in loss_reads(lr) if st.group is None]
-    one = not scalars_read_grad(lr)      # the scalars need no G: the whole step one submission
-    if lr.loss is not None and one:
-        out += grad_parts(lr, img, 0, n, "step - 1", "step", states)[0] + (["let n = gn;"] if lr.batch else [])
-    elif lr.loss is not None:
-        out += grad_lines(lr, img, 0, n, "step - 1", "step", states, host=False)
-    scalars = ["learner_scalars();"] + update_params(lr, img)
-    out += scalars + kick(img, grad_kernels(lr) + update_kernels(lr), wait=True) if one else []
+    if lr.loss is not None:
+        out += grad_parts(lr, img, 0, n, "step - 1", "step", [st for st in loss_reads(lr) if st.group is None])[0]
+        out += ["let n = gn;"] if lr.batch else []
+    # a scalar state never reads a gradient (types/check.py: one that does is a coordinate
+    # state), so the update kernels' parameters need no G: the whole step one submission
+    out += ["learner_scalars();"] + update_params(lr, img) + kick(img, grad_kernels(lr) + update_kernels(lr), wait=True)
     for p, va, size in pieces:
         out += [f"vec_copy(gpu_chain_msg + {off['G', p]}, {va:#x}, {size});",
                 f"vec_copy(G_{p}, gpu_chain_msg + {off['G', p]}, {size});"]
     if lr.loss is not None:
         out.append(f"learner_mean({'n' if lr.batch else n});")
-    out += [] if one else scalars + kick(img, update_kernels(lr), wait=True)
     out += ["vec_copy(gpu_chain_msg, gpu_chain_h, 4);", "store64(gpu_chain_msg + 32, step);"]
     assigned = {a.target for a in lr.update}
     out += [f"vec_copy(gpu_chain_msg + {off[s.name]}, " + (f"{img.buffers[f'state_{s.name}']:#x}" if s.group is not None
@@ -323,18 +314,18 @@ def grad_parts(lr: Learner, img: GpuImage, lo: int, hi: int, t: str, at: str, st
 
 
 def grad_lines(lr: Learner, img: GpuImage, lo: int, hi: int, t: str, at: str, states,
-               card: bool = True, host: bool = True) -> list[str]:
+               card: bool = True) -> list[str]:
     """grad_parts' parts with the gradient kernels' chain: started after the card's part, the
     host's part meanwhile, waited for, G compared. An owner without samples in the step launches
-    nothing. Without `host`, the card's part and its wait alone (`n` its count); without `card`,
-    the host's part alone (after the card's: `n` already its count, the host's `hn`)."""
+    nothing. Without `card`, the host's part and the compare alone (after the card's: `n`
+    already its count, the host's `hn`)."""
     c, h, compare = grad_parts(lr, img, lo, hi, t, at, states, *(("n", "gn") if card else ("hn", "n")))
+    if not card:
+        return h + compare
     start, wait = kick(img, grad_kernels(lr)), ["gpu_wait();"]
     if lr.batch:
         start, wait = ["if gn > 0 {"] + ["    " + x for x in start] + ["}"], ["if gn > 0 { gpu_wait(); }"]
-    if not host:
-        return c + start + wait + (["let n = gn;"] if lr.batch else [])
-    return h + compare if not card else c + start + h + wait + compare
+    return c + start + h + wait + compare
 
 
 def role_update(lr: Learner, img: GpuImage, ranges: dict[int, tuple[int, int]]) -> list[str]:
