@@ -303,6 +303,24 @@ def test_a_chain_without_its_wait_for_idle_is_caught_by_the_mock(monkeypatch, tm
                         "between them"]
 
 
+def test_an_exact_sum_owner_runs_its_step_in_one_submission(tmp_path):
+    """Under exact_sum the host writes its own G, rounded once, to the card before the chain
+    (xsum_clear, grad_samples, xsum_add, xsum_fold, update_g0), then checks the card's sums."""
+    need_mock()
+    from alphac.build import build_gpu_owner
+    from alphac.ir.interp import format_state, run as interp_run
+    from conftest import exact_sum_variant
+    (tmp_path / "x.alpha").write_text(exact_sum_variant(example("lsq_adam").read_text()))
+    lr = compile_file(tmp_path / "x.alpha").learner
+    built = build_gpu_owner(lr, "x86_64+sm_90", host_for(90))
+    (tmp_path / "x").write_bytes(built.image.elf)
+    (tmp_path / "x").chmod(0o755)
+    r = mockgpu.run(tmp_path / "x", ("--steps", "3"), card=card_for(90), kernels=built.kernels)
+    assert (r.returncode, r.stderr, r.errors) == (0, "", [])
+    assert r.stdout == format_state(lr, interp_run(lr, 3)) and r.submissions == 1 + 3
+    assert [la[0] for la in r.launches[:5]] == ["xsum_clear", "grad_samples", "xsum_add", "xsum_fold", "update_g0"]
+
+
 def test_a_gpu_that_computes_another_bit_is_refused():
     need_mock()
 

@@ -55,7 +55,7 @@ from __future__ import annotations
 
 import hashlib
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from alphac.nvdrv import abi
 from alphac.nvdrv.abi import BITFIELDS, CONSTANTS, METHODS, pack_bitfields, pack_qmd
@@ -176,7 +176,8 @@ class GpuImage:
     local_per_thread: int = 0      # QMD SHADER_LOCAL_MEMORY_HIGH_SIZE (0: no kernel spills)
     local_per_tpc: int = 0         # SET_SHADER_LOCAL_MEMORY_NON_THROTTLED_A/B
     topology: Topology | None = None   # what the area was sized for (checked at start-up)
-    chains: dict = None            # OwnerData.chains' names -> Chain (None: every launch left out)
+    chains: dict = field(default_factory=dict)    # OwnerData.chains' names -> Chain, or None: the
+                                                   # share launches none of them
 
     def alloc(self, name: str) -> Allocation:
         return next(a for a in self.allocations if a.name == name)
