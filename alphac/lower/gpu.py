@@ -20,8 +20,9 @@ SHA-256, and `gpu_step(step)`:
 so the state the executable prints is the shadow's, which equals the GPU's after every step.
 `gpu_step_sampled(step, last)` is the same step under `--shadow sampled` (docs/gpu.md "Shadow
 policies"): every kernel first, in one submission (a scalar statement reads no gradient), G
-read back from the card for the host's mean, the card's results hashed into the chain (gpu.rt gpu_chain), then, on a step drawn to be proven, the host's step
-from its pre-step state compared as above; on any other step the card's states adopted.
+read back from the card for the host's mean, the card's results hashed into the chain (gpu.rt
+gpu_chain), then, on a step drawn to be proven, the host's step from its pre-step state
+compared as above; on any other step the card's states adopted.
 """
 from __future__ import annotations
 
@@ -309,7 +310,8 @@ def grad_parts(lr: Learner, img: GpuImage, lo: int, hi: int, t: str, at: str, st
         return card, [f"learner_grad({lo}, {hi});"], compare
     card += [f"let gn = gpu_batch({lo}, {hi}, {t});"]
     card += [f"store32({va:#x}, gn);" for x in grad_kernels(lr) for va in img.launch(x).counts]
-    host = [f"let {mine} = learner_grad({lo}, {hi}, {t});", f'if {mine} != {card_n} {{ refuse("gpu-shadow-mismatch"); }}']
+    host = [f"let {mine} = learner_grad({lo}, {hi}, {t});",
+            f'if {mine} != {card_n} {{ refuse("gpu-shadow-mismatch"); }}']
     return card, host, ["if n > 0 {"] + ["    " + x for x in compare] + ["}"]
 
 
