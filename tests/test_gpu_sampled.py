@@ -44,6 +44,7 @@ def test_sampled_prints_the_interpreters_bits_and_says_what_it_proved(name, tmp_
     assert "\nshadow sampled @" in r.events and said(r, "chain") == [1, 2, 3, 4, 5, 6]
     assert said(r, "proven") == [1, 2, 6]
     assert [la[0] for la in r.launches] == [b.kernel.name for b in built.kernels] * 6   # none twice
+    assert r.submissions == 1 + 6       # no scalar reads G: a step's kernels one submission
     assert sum(t[0] == "getrandom" for t in r.trace) == 3                              # steps 3..5
     from alphac.tools.replay import replay_chain
     assert replay_chain(lr, write_events(tmp_path, r), 6) is None
@@ -122,3 +123,4 @@ def test_a_malformed_events_file_is_refused_by_name(tmp_path):
     rc, _, err = alphac("verify-record", tmp_path / "e.log", "--replay", "1")
     assert rc == 2 and "go together" in err
     assert exit_code("record-malformed") > 0
+

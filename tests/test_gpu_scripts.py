@@ -216,7 +216,7 @@ def test_trace_finds_qmds_in_memory_and_inline(tmp_path):
         return next((d[va - b:va - b + n] for b, d in memory.items() if b <= va and va + n <= b + len(d)), None)
     cb = {"va": 0x10_0004_0000, "size": len(cbank), "bytes": cbank.hex()}
     # from memory: alphac's own launch push buffer
-    found = t.launched_qmds(arch, image.launch_pushbuf(arch, 0x10_0002_0000, 0x10_0040_1000), read)
+    found = t.launched_qmds(arch, image.launch_pushbuf(arch, [0x10_0002_0000], 0x10_0040_1000), read)
     assert found == [{"how": "memory", "va": 0x10_0002_0000, "qmd": qmd.hex(), "dwords": 96, "cbank0": cb}]
     # inline, in two method runs (the address, then the dwords), then launched from that address
     words = struct.unpack(f"<{len(qmd) // 4}I", qmd)
@@ -239,7 +239,7 @@ def test_trace_finds_qmds_in_memory_and_inline(tmp_path):
     assert t.launched_qmds(arch, pb, read) == [{"how": "i2m", "va": at, "qmd": qmd.hex(), "dwords": 96, "cbank0": cb}]
     # qualify's variants: every one packs; a trace holding that QMD adds "libcuda", second
     q = script("qualify")
-    la = image.Launch("k", 1, 32, 3, 0x10_0000_0000, "", 0, b"", 0x10_0004_0000, cbank, 0, (), 0, ())
+    la = image.Launch("k", 1, 32, 3, 0x10_0000_0000, "", 0, b"", 0x10_0004_0000, cbank, ())
     for name, fields, _ in q.qmd_variants(90):
         image.QMD_OVERRIDES.update(fields)
         try:

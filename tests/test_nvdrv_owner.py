@@ -97,6 +97,7 @@ def test_owner_prints_the_oracle_bits(name, sm):
     assert r.boosted                    # the SM clock's boost asked as libcuda asks it
     kernels = [b.kernel.name for b in built.kernels]
     assert [la[0] for la in r.launches] == kernels * 5
+    assert r.submissions == 1 + 5       # the setup, then one a step (before the chains: 1 + 5 x 3)
     from alphac.tools.record import split_event
     events = [split_event(line) for line in r.events.split("\n")[1:-1]]
     mem = [f"memory {a.name} {a.size}" for a in built.gpu.allocations if a.where in ("vidmem", "sysmem", "vidmem-gpu")]
@@ -166,8 +167,8 @@ def test_strace_shows_only_the_conversation():
     events = next(p for p in paths.values() if p.endswith("events.log"))
     assert set(other) == {("openat", events), ("write", events), ("write", "1"), "exit_group",
                           "clock_gettime"}
-    # one per event, one per wait: setup, 3 kernels, 5 steps
-    assert other.count("clock_gettime") == other.count(("write", events)) + 1 + 3 * 5
+    # one per event, one per wait: the setup's, then one a step (3 a step before the chains)
+    assert other.count("clock_gettime") == other.count(("write", events)) + 1 + 5
     assert calls[-1] == ("exit_group", "0")
 
 
@@ -285,6 +286,41 @@ def test_a_corrupted_launch_image_is_refused_before_the_driver_is_opened(tmp_pat
     assert r.device_calls() == []
 
 
+def test_a_chain_without_its_wait_for_idle_is_caught_by_the_mock(monkeypatch, tmp_path):
+    """A step's kernels run in one push buffer: owner_sum reads the rows grad_samples wrote and
+    update_g0 writes the w grad_samples read, so a card may overlap them without the
+    WAIT_FOR_IDLE between. The mock runs them in turn but names the first such word."""
+    need_mock()
+    from alphac.build import build_gpu_owner
+    monkeypatch.setattr(image_mod, "wait_for_idle", lambda arch: [])
+    built = build_gpu_owner(compile_file(example("lsq_adam")).learner, "x86_64+sm_90", host_for(90))
+    (tmp_path / "o").write_bytes(built.image.elf)
+    (tmp_path / "o").chmod(0o755)
+    r = mockgpu.run(tmp_path / "o", ("--steps", "1"), card=card_for(90), kernels=built.kernels)
+    b = built.gpu.buffers
+    assert r.errors == [f"owner_sum reads {b['gs']:#x}, which grad_samples wrote with no wait-for-idle between them",
+                        f"update_g0 writes {b['state_w']:#x}, which grad_samples read with no wait-for-idle "
+                        "between them"]
+
+
+def test_an_exact_sum_owner_runs_its_step_in_one_submission(tmp_path):
+    """Under exact_sum the host writes its own G, rounded once, to the card before the chain
+    (xsum_clear, grad_samples, xsum_add, xsum_fold, update_g0), then checks the card's sums."""
+    need_mock()
+    from alphac.build import build_gpu_owner
+    from alphac.ir.interp import format_state, run as interp_run
+    from conftest import exact_sum_variant
+    (tmp_path / "x.alpha").write_text(exact_sum_variant(example("lsq_adam").read_text()))
+    lr = compile_file(tmp_path / "x.alpha").learner
+    built = build_gpu_owner(lr, "x86_64+sm_90", host_for(90))
+    (tmp_path / "x").write_bytes(built.image.elf)
+    (tmp_path / "x").chmod(0o755)
+    r = mockgpu.run(tmp_path / "x", ("--steps", "3"), card=card_for(90), kernels=built.kernels)
+    assert (r.returncode, r.stderr, r.errors) == (0, "", [])
+    assert r.stdout == format_state(lr, interp_run(lr, 3)) and r.submissions == 1 + 3
+    assert [la[0] for la in r.launches[:5]] == ["xsum_clear", "grad_samples", "xsum_add", "xsum_fold", "update_g0"]
+
+
 def test_a_gpu_that_computes_another_bit_is_refused():
     need_mock()
 
@@ -293,9 +329,9 @@ def test_a_gpu_that_computes_another_bit_is_refused():
     r, _ = run("independent_state", 90, mutate={"update_g0": off_by_one})
     refused(r, "gpu-shadow-mismatch")
     assert "mismatch at step 1" in r.events and len(r.launches) == 1
-    r, _ = run("lsq_adam", 86, mutate={"owner_sum": off_by_one})     # G differs before the update
+    r, _ = run("lsq_adam", 86, mutate={"owner_sum": off_by_one})     # G differs: refused at step 1
     refused(r, "gpu-shadow-mismatch")
-    assert [la[0] for la in r.launches] == ["grad_samples", "owner_sum"]
+    assert [la[0] for la in r.launches] == ["grad_samples", "owner_sum", "update_g0"]    # one chain
 
 
 # -- the runtime's SHA-256 -----------------------------------------------------------------------
@@ -402,12 +438,20 @@ def test_qmds_and_push_buffers_decode_to_the_plan(sm):
         assert cb == la.cbank_va and la.qmd_va % 256 == 0 and la.code_va % 256 == 0
         off = la.qmd_va - g.alloc("arena").va
         assert g.image[off:off + len(la.qmd)] == la.qmd
-        assert decode_entry(arch, la.entry) == (la.pushbuf_va, len(la.pushbuf))
-        methods = abi.METHODS[arch.compute_methods]
-        assert la.pushbuf[2:4] == (image_mod.method(1, methods["SEND_PCAS_A"], 1), la.qmd_va >> 8)
         assert la.grid * la.block >= la.threads
         assert struct.unpack_from("<6I", la.cbank) == (la.block, 1, 1, la.grid, 1, 1)   # %ntid, %nctaid
         assert q["CONSTANT_BUFFER_SIZE_SHIFTED4(0)"] << 4 == len(la.cbank) == -(-k.image.cbank0 // 256) * 256
+    methods = abi.METHODS[arch.compute_methods]
+    assert sorted(g.chains) == sorted({("grad_samples", "owner_sum"), ("update_g0",),
+                                       ("grad_samples", "owner_sum", "update_g0")})
+    for c in g.chains.values():         # each chain one push buffer: its launches in order, a
+        assert decode_entry(arch, c.entry) == (c.pushbuf_va, len(c.pushbuf))     # WFI between
+        off = c.pushbuf_va - g.alloc("arena").va
+        assert g.image[off:off + 4 * len(c.pushbuf)] == struct.pack(f"<{len(c.pushbuf)}I", *c.pushbuf)
+        pb, pcas = list(c.pushbuf), image_mod.method(1, methods["SEND_PCAS_A"], 1)
+        assert [pb[i + 1] for i, w in enumerate(pb) if w == pcas] == [g.launch(k).qmd_va >> 8 for k in c.kernels]
+        assert pb.count(image_mod.method(1, methods["WAIT_FOR_IDLE"], 1)) == len(c.kernels) - 1
+        assert pb[-6:] == image_mod.semaphore_release(arch, g.semaphore_va)
     assert g.image[:len(g.image)] and len(g.image) % 8 == 0
     import hashlib
     assert hashlib.sha256(g.image).digest() == g.sha256

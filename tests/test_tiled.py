@@ -303,6 +303,7 @@ def test_a_gpu_owner_of_the_mlp_prints_the_interpreters_bits(mlp, sm):
     assert r.stdout == want
     names = [la[0] for la in r.launches]
     assert names[:9] == LAUNCHED
+    assert r.submissions == 1 + STEPS and len(names) == (len(LAUNCHED) + 4) * STEPS  # one chain a step
     assert names.count("outer_sum_W1") == names.count("vecmat2") == names.count("vectors1") == STEPS
     grids = {la[0]: la[1:3] for la in r.launches}
     assert grids["outer_sum_W1"] == (4, 64) and grids["matvec0"] == (2, 64)      # 20 rows: 1 x 2 tiles

@@ -6,21 +6,24 @@ Guarantees: runtime-language source (with the bytes of its `extern` globals) tha
 the conversation table `nv_calls` and region `nv_conv`, the launch image `nv_image` and its
 SHA-256, and `gpu_step(step)`:
 
-    batch kernels (abi.batch_kernels),      on the GPU (learners with a loss; under
-    grad_samples, owner_sum, outer_sum_<p>  exact_sum xsum_clear, grad_samples, xsum_add,
-                                            xsum_fold: exact sums)
-    learner_grad on the CPU                 the host shadow; G compared bit for bit (exact_sum:
-                                            the card's accumulators, gpu_exact_check)
-    learner_mean, learner_scalars           the scalar statements, on the host (docs/gpu.md)
-    per group: scalar parameters into the update kernel's constant bank, update_g<N> on the
-    GPU, learner_group_<N> on the CPU, every member of the group compared bit for bit
+    learner_grad on the CPU                 the host shadow's G (exact_sum: rounded once and
+                                            written to the card, which the updates read)
+    learner_mean, learner_scalars           the scalar statements, on the host's own G
+    per group: scalar parameters into the update kernel's constant bank
+    one submission (`chains`: one push buffer) on the GPU: the batch kernels
+    (abi.batch_kernels), grad_samples, owner_sum,
+    outer_sum_<p> (learners with a loss; under exact_sum xsum_clear, grad_samples, xsum_add,
+    xsum_fold: exact sums), every update_g<N>; meanwhile learner_group_<N> on the CPU
+    one wait; G compared bit for bit (exact_sum: the card's accumulators, gpu_exact_check),
+    then every member of every group
     learner_commit
 
 so the state the executable prints is the shadow's, which equals the GPU's after every step.
 `gpu_step_sampled(step, last)` is the same step under `--shadow sampled` (docs/gpu.md "Shadow
-policies"): every kernel first (G read back from the card for the host's scalars), the card's
-results hashed into the chain (gpu.rt gpu_chain), then, on a step drawn to be proven, the host's
-step from its pre-step state compared as above; on any other step the card's states adopted.
+policies"): every kernel first, in one submission (a scalar statement reads no gradient), G
+read back from the card for the host's mean, the card's results hashed into the chain (gpu.rt
+gpu_chain), then, on a step drawn to be proven, the host's step from its pre-step state
+compared as above; on any other step the card's states adopted.
 """
 from __future__ import annotations
 
@@ -76,30 +79,58 @@ def upload(img: GpuImage, name: str, size: int) -> str:
     return f"vec_copy({img.buffers[f'state_{name}']:#x}, st_{name}, {size});"
 
 
-def step(lr: Learner, img: GpuImage) -> str:
-    out = ["fn gpu_step(step: i64) {"]
-    n = lr.nsamples or 0
-    if lr.loss is not None:     # scalar states the loss reads: the host computes them
-        out += ["    " + line for line in grad_lines(lr, img, 0, n, "step - 1", "step",
-                                                     [st for st in loss_reads(lr) if st.group is None])]
-        if lr.exact:             # rounded once; the update kernels read it from the card
-            out.append("    learner_exact_round();")
-            out += [f"    vec_copy({va:#x}, G_{p}, {size});" for p, va, size in g_pieces(lr, img)]
-        out.append(f"    learner_mean({'n' if lr.batch else n});")
-    out.append("    learner_scalars();")
+def grad_kernels(lr: Learner) -> list[str]:
+    """The card's gradient kernels, in launch order (none without a loss)."""
+    if lr.loss is None:
+        return []
+    return ["xsum_clear", "grad_samples", "xsum_add", "xsum_fold"] if lr.exact else \
+        [*batch_kernels(lr), "grad_samples", *sum_kernels(lr)]
+
+
+def update_kernels(lr: Learner) -> list[str]:
+    return [f"update_g{g.index}" for g in lr.groups]
+
+
+def chains(lr: Learner) -> tuple[tuple[str, ...], ...]:
+    """The kernel sequences an owner submits, each one push buffer (image.plan lays them out):
+    the gradient kernels, the updates, and both (a whole step)."""
+    grad, upd = tuple(grad_kernels(lr)), tuple(update_kernels(lr))
+    return tuple(dict.fromkeys(c for c in (grad, upd, grad + upd) if c))
+
+
+def kick(img: GpuImage, names, wait: bool = False) -> list[str]:
+    """Start the chain of `names` (nothing when the share launches none of them)."""
+    c = img.chain(names) if names else None
+    return [f"gpu_{'submit' if wait else 'kick'}({c.entry:#x});      // {', '.join(c.kernels)}"] if c else []
+
+
+def update_params(lr: Learner, img: GpuImage, n: str = "n") -> list[str]:
+    """Each update kernel's counts (a minibatch's `n`) and scalar parameters, into its bank."""
+    out = []
     for g in lr.groups:
         la = img.launch(f"update_g{g.index}")
-        out += [f"    store32({va:#x}, n);" for va in la.counts]
-        for s in la.scalars:
-            src = f"sn_{s.ref}" if s.version else f"st_{s.ref}"
-            out.append(f"    storef({s.va:#x}, loadf({src}));")
-        out += [f"    gpu_submit({la.entry:#x});      // update_g{g.index}",
-                f"    learner_group_{g.index}(0, {g.size});"]
-        for s in lr.states:
-            if s.group == g.index:
-                out.append(f"    gpu_compare({img.buffers[f'state_{s.name}']:#x}, st_{s.name}, {s.size}, step);")
-    out += ["    learner_commit();", "}", ""]
-    return "\n".join(out)
+        out += [f"store32({va:#x}, {n});" for va in la.counts]
+        out += [f"storef({s.va:#x}, loadf({'sn' if s.version else 'st'}_{s.ref}));" for s in la.scalars]
+    return out
+
+
+def step(lr: Learner, img: GpuImage) -> str:
+    n = lr.nsamples or 0
+    out, compare = [], []
+    if lr.loss is not None:     # scalar states the loss reads: the host computes them
+        card, host, compare = grad_parts(lr, img, 0, n, "step - 1", "step",
+                                         [st for st in loss_reads(lr) if st.group is None])
+        out += card + host
+        if lr.exact:             # rounded once; the update kernels read it from the card
+            out.append("learner_exact_round();")
+            out += [f"vec_copy({va:#x}, G_{p}, {size});" for p, va, size in g_pieces(lr, img)]
+        out.append(f"learner_mean({'n' if lr.batch else n});")
+    out += ["learner_scalars();"] + update_params(lr, img)
+    out += kick(img, grad_kernels(lr) + update_kernels(lr))
+    out += [f"learner_group_{g.index}(0, {g.size});" for g in lr.groups] + ["gpu_wait();"] + compare
+    out += [f"gpu_compare({img.buffers[f'state_{s.name}']:#x}, st_{s.name}, {s.size}, step);"
+            for g in lr.groups for s in lr.states if s.group == g.index]
+    return "fn gpu_step(step: i64) {\n" + "\n".join("    " + x for x in out + ["learner_commit();"]) + "\n}\n\n"
 
 
 def sampled_step(lr: Learner, img: GpuImage) -> str:
@@ -115,19 +146,17 @@ def sampled_step(lr: Learner, img: GpuImage) -> str:
     for key, size in [(("G", p), size) for p, _, size in pieces] + [(s.name, s.size) for s in lr.states]:
         off[key], at = at, at + 8 * size
     out = ["fn gpu_step_sampled(step: i64, last: i64) {"]
-    out += grad_lines(lr, img, 0, n, "step - 1", "step", [st for st in loss_reads(lr) if st.group is None],
-                      host=False) if lr.loss is not None else []
+    if lr.loss is not None:
+        out += grad_parts(lr, img, 0, n, "step - 1", "step", [st for st in loss_reads(lr) if st.group is None])[0]
+        out += ["let n = gn;"] if lr.batch else []
+    # a scalar state never reads a gradient (types/check.py: one that does is a coordinate
+    # state), so the update kernels' parameters need no G: the whole step one submission
+    out += ["learner_scalars();"] + update_params(lr, img) + kick(img, grad_kernels(lr) + update_kernels(lr), wait=True)
     for p, va, size in pieces:
         out += [f"vec_copy(gpu_chain_msg + {off['G', p]}, {va:#x}, {size});",
                 f"vec_copy(G_{p}, gpu_chain_msg + {off['G', p]}, {size});"]
     if lr.loss is not None:
         out.append(f"learner_mean({'n' if lr.batch else n});")
-    out.append("learner_scalars();")
-    for g in lr.groups:
-        la = img.launch(f"update_g{g.index}")
-        out += [f"store32({va:#x}, n);" for va in la.counts]
-        out += [f"storef({s.va:#x}, loadf({'sn' if s.version else 'st'}_{s.ref}));" for s in la.scalars]
-        out.append(f"gpu_submit({la.entry:#x});      // update_g{g.index}")
     out += ["vec_copy(gpu_chain_msg, gpu_chain_h, 4);", "store64(gpu_chain_msg + 32, step);"]
     assigned = {a.target for a in lr.update}
     out += [f"vec_copy(gpu_chain_msg + {off[s.name]}, " + (f"{img.buffers[f'state_{s.name}']:#x}" if s.group is not None
@@ -268,53 +297,57 @@ def role_start(lr: Learner, img: GpuImage, lo: int, hi: int) -> str:
     return "fn role_device_start() {\n" + "\n".join(body) + "\n}\n" + rows_source(lr, img, lo, hi)
 
 
-def grad_lines(lr: Learner, img: GpuImage, lo: int, hi: int, t: str, at: str, states,
-               card: bool = True, host: bool = True) -> list[str]:
-    """An owner's compute over lo..hi (a minibatch learner: step t's samples among them, `n`):
-    `states` written to the card, the batched products, grad_samples and the sum kernels there
-    (exact_sum: the exact-sum kernels), the host's learner_grad, G compared (as step `at`). An
-    owner without samples in the step launches nothing. Without `host`, the card's part alone
-    (`n` its count); without `card`, the host's part alone (after the card's: `n` already its
-    count)."""
-    names = ["xsum_clear", "grad_samples", "xsum_add", "xsum_fold"] if lr.exact else \
-        [*batch_kernels(lr), "grad_samples", *sum_kernels(lr)]
-    kernels = [img.launch(name) for name in names]
-    out = [upload(img, s.name, s.size) for s in states]
-    launch = [f"gpu_submit({x.entry:#x});      // {x.kernel}" for x in kernels]
-    compare = [f"gpu_compare({va:#x}, G_{p}, {size}, {at});" for p, va, size in g_pieces(lr, img)]
-    if lr.exact:                 # the card's exact sums against the host's
-        compare = [f"gpu_exact_check({at});"]
+def grad_parts(lr: Learner, img: GpuImage, lo: int, hi: int, t: str, at: str, states, mine: str = "n",
+               card_n: str = "gn") -> tuple[list[str], list[str], list[str]]:
+    """An owner's compute over lo..hi (a minibatch learner: step t's samples among them) in three
+    parts, the launch left to the caller: the card's (`states` written to it; a minibatch's
+    samples into idx, their count `gn` into the gradient kernels' banks), the host's
+    (learner_grad; a minibatch's count `mine` checked against `card_n`), G compared (as step
+    `at`; exact_sum: the card's exact sums against the host's)."""
+    card = [upload(img, s.name, s.size) for s in states]
+    compare = ([f"gpu_exact_check({at});"] if lr.exact else
+               [f"gpu_compare({va:#x}, G_{p}, {size}, {at});" for p, va, size in g_pieces(lr, img)])
     if not lr.batch:
-        return (out + launch if card else []) + ([f"learner_grad({lo}, {hi});"] + compare if host else [])
-    out += [f"let gn = gpu_batch({lo}, {hi}, {t});"]
-    out += [f"store32({va:#x}, gn);" for x in kernels for va in x.counts]
-    out += ["if gn > 0 {"] + ["    " + x for x in launch] + ["}"]
-    if not host:
-        return out + ["let n = gn;"]
-    a, b = ("n", "gn") if card else ("hn", "n")         # the host's count, the card's
-    return (out if card else []) + [f"let {a} = learner_grad({lo}, {hi}, {t});",
-                                      f'if {a} != {b} {{ refuse("gpu-shadow-mismatch"); }}', "if n > 0 {"] + \
-        ["    " + x for x in compare] + ["}"]
+        return card, [f"learner_grad({lo}, {hi});"], compare
+    card += [f"let gn = gpu_batch({lo}, {hi}, {t});"]
+    card += [f"store32({va:#x}, gn);" for x in grad_kernels(lr) for va in img.launch(x).counts]
+    host = [f"let {mine} = learner_grad({lo}, {hi}, {t});",
+            f'if {mine} != {card_n} {{ refuse("gpu-shadow-mismatch"); }}']
+    return card, host, ["if n > 0 {"] + ["    " + x for x in compare] + ["}"]
+
+
+def grad_lines(lr: Learner, img: GpuImage, lo: int, hi: int, t: str, at: str, states,
+               card: bool = True) -> list[str]:
+    """grad_parts' parts with the gradient kernels' chain: started after the card's part, the
+    host's part meanwhile, waited for, G compared. An owner without samples in the step launches
+    nothing. Without `card`, the host's part and the compare alone (after the card's: `n`
+    already its count, the host's `hn`)."""
+    c, h, compare = grad_parts(lr, img, lo, hi, t, at, states, *(("n", "gn") if card else ("hn", "n")))
+    if not card:
+        return h + compare
+    start, wait = kick(img, grad_kernels(lr)), ["gpu_wait();"]
+    if lr.batch:
+        start, wait = ["if gn > 0 {"] + ["    " + x for x in start] + ["}"], ["if gn > 0 { gpu_wait(); }"]
+    return c + start + h + wait + compare
 
 
 def role_update(lr: Learner, img: GpuImage, ranges: dict[int, tuple[int, int]]) -> list[str]:
-    """After learner_mean and learner_scalars: the combined G written to the card, then each
-    group the owner updates: its members written, its scalar parameters, update_g<N> on the
-    card, learner_group_<N> on the host, the updated coordinates compared."""
+    """After learner_mean and learner_scalars: the combined G written to the card, the members
+    and scalar parameters of each group the owner updates, their update_g<N> in one submission
+    with learner_group_<N> on the host meanwhile, then the updated coordinates compared."""
     out = []
     if lr.loss is not None:
         out += [f"vec_copy({va:#x}, G_{p}, {size});" for p, va, size in g_pieces(lr, img)]
-    for g in lr.groups:
-        lo, hi = ranges.get(g.index, (0, 0))
-        if hi <= lo:
-            continue
+    mine = [g for g in lr.groups if ranges.get(g.index, (0, 0))[1] > ranges.get(g.index, (0, 0))[0]]
+    for g in mine:
         la = img.launch(f"update_g{g.index}")
-        members = [s for s in lr.states if s.group == g.index]
-        out += [upload(img, s.name, s.size) for s in members]
+        out += [upload(img, s.name, s.size) for s in lr.states if s.group == g.index]
         out += [f"store32({va:#x}, load64(g_n));" for va in la.counts]     # the step's total
         out += [f"storef({x.va:#x}, loadf({'sn' if x.version else 'st'}_{x.ref}));" for x in la.scalars]
-        out += [f"gpu_submit({la.entry:#x});      // update_g{g.index}",
-                f"learner_group_{g.index}({lo}, {hi});"]
+    out += kick(img, update_kernels(lr)) + [f"learner_group_{g.index}({ranges[g.index][0]}, {ranges[g.index][1]});"
+                                            for g in mine] + (["gpu_wait();"] if mine else [])
+    for g in mine:
+        lo, hi = ranges[g.index]
         out += [f"gpu_compare({img.buffers[f'state_{s.name}'] + 8 * lo:#x}, st_{s.name} + {8 * lo}, "
-                f"{hi - lo}, v + 1);" for s in members]
+                f"{hi - lo}, v + 1);" for s in lr.states if s.group == g.index]
     return out

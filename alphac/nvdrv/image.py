@@ -55,7 +55,7 @@ from __future__ import annotations
 
 import hashlib
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from alphac.nvdrv import abi
 from alphac.nvdrv.abi import BITFIELDS, CONSTANTS, METHODS, pack_bitfields, pack_qmd
@@ -149,11 +149,17 @@ class Launch:
     qmd: bytes
     cbank_va: int
     cbank: bytes
+    scalars: tuple[Scalar, ...]
+    counts: tuple[int, ...] = ()   # a minibatch learner: the u32 counts the host writes each step
+
+
+@dataclass(frozen=True)
+class Chain:
+    """One push buffer: `kernels` launched in order, a wait-for-idle between, one release."""
+    kernels: tuple[str, ...]
     pushbuf_va: int
     pushbuf: tuple[int, ...]       # dwords
     entry: int                     # the GPFIFO entry that runs the push buffer
-    scalars: tuple[Scalar, ...]
-    counts: tuple[int, ...] = ()   # a minibatch learner: the u32 counts the host writes each step
 
 
 @dataclass(frozen=True)
@@ -170,12 +176,17 @@ class GpuImage:
     local_per_thread: int = 0      # QMD SHADER_LOCAL_MEMORY_HIGH_SIZE (0: no kernel spills)
     local_per_tpc: int = 0         # SET_SHADER_LOCAL_MEMORY_NON_THROTTLED_A/B
     topology: Topology | None = None   # what the area was sized for (checked at start-up)
+    chains: dict = field(default_factory=dict)    # OwnerData.chains' names -> Chain, or None: the
+                                                   # share launches none of them
 
     def alloc(self, name: str) -> Allocation:
         return next(a for a in self.allocations if a.name == name)
 
     def launch(self, kernel: str) -> Launch:
         return next(x for x in self.launches if x.kernel == kernel)
+
+    def chain(self, kernels) -> Chain | None:
+        return self.chains[tuple(kernels)]
 
     @property
     def demand(self) -> int:
@@ -244,17 +255,26 @@ def setup_pushbuf(arch: abi.Arch, sem_va: int, local_va: int = 0, per_tpc: int =
             SHARED_WINDOW[arch.sm] & 0xffffffff] + local + semaphore_release(arch, sem_va)
 
 
-def launch_pushbuf(arch: abi.Arch, qmd_va: int, sem_va: int) -> list[int]:
+def wait_for_idle(arch: abi.Arch) -> list[int]:
+    """The compute class's WAIT_FOR_IDLE: what follows starts after every earlier launch ended."""
+    return [method(SUBCH_COMPUTE, METHODS[arch.compute_methods]["WAIT_FOR_IDLE"], 1), 0]
+
+
+def launch_pushbuf(arch: abi.Arch, qmd_vas, sem_va: int) -> list[int]:
+    """The launches of `qmd_vas` in order, WAIT_FOR_IDLE between consecutive ones, the release."""
     c = arch.compute_methods
     m = METHODS[c]
     invalidate = pack_bitfields({f"{c}_INVALIDATE_SHADER_CACHES_NO_WFI_INSTRUCTION": 1,
                                  f"{c}_INVALIDATE_SHADER_CACHES_NO_WFI_GLOBAL_DATA": 1,
                                  f"{c}_INVALIDATE_SHADER_CACHES_NO_WFI_CONSTANT": 1})
-    return [method(SUBCH_COMPUTE, m["INVALIDATE_SHADER_CACHES_NO_WFI"], 1), invalidate,
+    out = []
+    for i, qmd_va in enumerate(qmd_vas):
+        out += (wait_for_idle(arch) if i else []) + [
+            method(SUBCH_COMPUTE, m["INVALIDATE_SHADER_CACHES_NO_WFI"], 1), invalidate,
             method(SUBCH_COMPUTE, m["SEND_PCAS_A"], 1), qmd_va >> 8,
             method(SUBCH_COMPUTE, m["SEND_SIGNALING_PCAS2_B"], 1),
-            CONSTANTS[f"{c}_SEND_SIGNALING_PCAS2_B_PCAS_ACTION_PREFETCH_SCHEDULE"]] \
-        + semaphore_release(arch, sem_va)
+            CONSTANTS[f"{c}_SEND_SIGNALING_PCAS2_B_PCAS_ACTION_PREFETCH_SCHEDULE"]]
+    return out + semaphore_release(arch, sem_va)
 
 
 def gpfifo_entry(arch: abi.Arch, va: int, dwords: int) -> int:
@@ -361,6 +381,7 @@ class OwnerData:
     batch: int = 0
     row: int = 0
     products: tuple[int, ...] = ()  # each batch buffer mv<k>'s row width (abi.batch_widths)
+    chains: tuple[tuple[str, ...], ...] = ()    # the kernels submitted together (lower.gpu.chains)
 
 
 @dataclass(frozen=True)
@@ -434,8 +455,12 @@ def plan(od: OwnerData, built: list, sm: int, share: Share | None = None,
     put(bytes(CODE_TAIL), 1)
     cbank_off = {b.kernel.name: put(bytes(round_up(b.image.cbank0, CBANK_ALIGN)), CBANK_ALIGN) for b in built}
     qmd_off = {b.kernel.name: put(bytes(qmd_layout.nbytes), QMD_ALIGN) for b in built}
-    n_launch = 6 + 6            # invalidate, PCAS A, PCAS2 B; semaphore (6 dwords)
-    pb_off = {b.kernel.name: put(bytes(4 * n_launch), 256) for b in built}
+    empty = {f"update_g{i}" for i, (klo, khi) in enumerate(share.updates) if khi <= klo}
+
+    def launched(chain) -> tuple[str, ...]:   # an update kernel with no coordinates is left out
+        return tuple(k for k in chain if k not in empty)
+    # per launch invalidate, PCAS A, PCAS2 B (2 dwords each), a wait-for-idle between; the release
+    pb_off = {c: put(bytes(4 * (8 * len(launched(c)) - 2 + 6)), 256) for c in od.chains if launched(c)}
     setup_off = put(bytes(4 * (SETUP_DWORDS + (SETUP_LOCAL_DWORDS if stack else 0))), 256)
 
     buffers: dict[str, int] = {}
@@ -514,23 +539,25 @@ def plan(od: OwnerData, built: list, sm: int, share: Share | None = None,
         code_va = ARENA_VA + code_off[k.name]
         cbank_va = ARENA_VA + cbank_off[k.name]
         qmd_va = ARENA_VA + qmd_off[k.name]
-        pb_va = ARENA_VA + pb_off[k.name]
-        pb = launch_pushbuf(arch, qmd_va, sem_va)
         la = Launch(k.name, threads, block, grid, code_va, im.code_sha256, qmd_va, b"", cbank_va,
-                    bytes(cbank), pb_va, tuple(pb), gpfifo_entry(arch, pb_va, len(pb)), tuple(scalars),
-                    tuple(counts))
+                    bytes(cbank), tuple(scalars), tuple(counts))
         qmd = pack_qmd(qmd_layout, qmd_fields(arch, la, im.registers, im.shared, len(im.code), len(cbank),
                                               per_thread))
         la = Launch(**{**la.__dict__, "qmd": qmd})
         arena[cbank_off[k.name]:cbank_off[k.name] + len(cbank)] = cbank
         arena[qmd_off[k.name]:qmd_off[k.name] + len(qmd)] = qmd
-        arena[pb_off[k.name]:pb_off[k.name] + 4 * len(pb)] = struct.pack(f"<{len(pb)}I", *pb)
         launches.append(la)
+    chains = {}
+    for c, off in pb_off.items():
+        pb = launch_pushbuf(arch, [ARENA_VA + qmd_off[k] for k in launched(c)], sem_va)
+        arena[off:off + 4 * len(pb)] = struct.pack(f"<{len(pb)}I", *pb)
+        chains[c] = Chain(launched(c), ARENA_VA + off, tuple(pb), gpfifo_entry(arch, ARENA_VA + off, len(pb)))
     local_va = allocs[-1].va if stack else 0
     setup = setup_pushbuf(arch, sem_va, local_va, per_tpc)
     arena[setup_off:setup_off + 4 * len(setup)] = struct.pack(f"<{len(setup)}I", *setup)
     image = bytes(arena[:image_end]) + bytes(image_end - len(arena))
     return GpuImage(sm, arch, tuple(allocs), tuple(launches), tuple(setup),
                     gpfifo_entry(arch, ARENA_VA + setup_off, len(setup)), vas, image,
-                    hashlib.sha256(image).digest(), per_thread, per_tpc, topology if stack else None)
+                    hashlib.sha256(image).digest(), per_thread, per_tpc, topology if stack else None,
+                    {c: chains.get(c) for c in od.chains})
 

@@ -8,7 +8,7 @@ user notification (seccomp.py): the driver (driver.py) answers the device files'
 checks each against alphac's ABI tables; memory is real pages; a rung doorbell runs the channel
 on the mock GPU (gpu.py), which executes the QMD's kernel with the PTX interpreter. The result
 has the exit code, stdout, stderr, the events file, the calls as the mock saw them (`trace`),
-what the GPU launched, the memory allocated, the mock's `errors` (empty when every call matched
+what the GPU launched, the submissions (doorbells), the memory allocated, the mock's `errors` (empty when every call matched
 the ABI), and with `strace=True` the lines strace wrote while tracing the same run.
 
 Linux only (seccomp user notification with SECCOMP_ADDFD_FLAG_SEND: kernel 5.14 or later), and
@@ -47,6 +47,7 @@ class MockResult:
     allocations: list
     strace: list[str] | None
     boosted: bool = False           # the driver granted the SM clock's boost (PERF_BOOST)
+    submissions: int = 0            # doorbells rung: the setup's, then each step's
 
     def device_calls(self) -> list[tuple]:
         """The trace's calls on the driver's files, in conversation.expected_trace()'s form."""
@@ -174,7 +175,7 @@ def run(exe: str | Path, args=(), card: Card | None = None, kernels=(), present:
                               ev.read_text() if ev.exists() else "", drv.trace, drv.errors,
                               drv.gpu.launches, drv.allocations,
                               st.read_text().splitlines() if strace and st.exists() else None,
-                              drv.boosted)
+                              drv.boosted, drv.submissions)
         finally:
             drv.close()
             out.close()

@@ -125,6 +125,7 @@ class Driver:
     boosted: bool = False                                      # PERF_BOOST granted
     latency: int = 0                                           # calls after a doorbell before it runs
     pending: tuple | None = None                               # (channel, calls left) while it waits
+    submissions: int = 0                                       # doorbells rung on a scheduled channel
     draws: bytes | None = None                                 # getrandom's answers in turn (None: the kernel's)
     errors: list = field(default_factory=list)
     trace: list = field(default_factory=list)                  # every call, as the mock saw it
@@ -257,9 +258,12 @@ class Driver:
         elif not self.objects[ch.group].scheduled:
             self.errors.append("doorbell rung on a channel whose group is not scheduled")
         elif self.latency:
+            self.submissions += 1
             self.pending = (ch, self.latency)
-        elif not self.hang:
-            self.gpu.run(ch)
+        else:
+            self.submissions += 1                # one doorbell: one submission, whatever it runs
+            if not self.hang:
+                self.gpu.run(ch)
 
     # -- ioctls ----------------------------------------------------------------------------------
     def ioctl(self, st: Fd, fd: int, cmd: int, argp: int, mem, n, listener) -> int:

@@ -13,6 +13,12 @@ constant bank 0 at the offsets of the kernel's launch image, and the kernel run 
 interpreter (tests/ptx_interp.py) over this memory. The host semaphore release writes its
 payload. Anything the mock does not know is an error the test reports.
 
+Ordering. Launches on a channel may overlap until a wait-for-idle: the compute class's
+WAIT_FOR_IDLE, or a host semaphore release with RELEASE_WFI. The mock runs them one after the
+other, so it records each launch's loads and stores (8-byte words, `Accesses`) and reports a
+launch that reads or writes a word another launch since the last wait-for-idle wrote, or writes
+one it read: a chain of launches that leaves a dependency unordered is an error.
+
 Local memory. The PTX alphac emits has no local space; ptxas spills in the SASS (the cubin's
 MIN_STACK_SIZE, `Image.local`), so the mock models what the SASS does with it: each thread's
 stack lives below the top of its 16 MiB local window, from the stack top the SASS loads from
@@ -136,6 +142,21 @@ class LocalFrames:
             raise KeyError(f"thread {g}'s local-memory frame at {self.frame(g):#x} was overwritten")
 
 
+class Accesses:
+    """The memory as one launch sees it: what it loads and stores, recorded."""
+
+    def __init__(self, memory: GpuMemory):
+        self.memory, self.loads, self.stores = memory, set(), set()
+
+    def load(self, va: int) -> float:
+        self.loads.add(va)
+        return self.memory.load(va)
+
+    def store(self, va: int, value: float) -> None:
+        self.stores.add(va)
+        self.memory.store(va, value)
+
+
 class Channel:
     def __init__(self, handle: int, token: int, ring_va: int, entries: int, userd: Alloc,
                  userd_off: int, group):
@@ -145,6 +166,8 @@ class Channel:
         self.get = 0
         self.subch: dict[int, int] = {}               # subchannel -> bound class
         self.regs: dict[str, int] = {}                # method name -> last data
+        self.written: dict[int, str] = {}             # since the last wait-for-idle: word -> writer
+        self.read: dict[int, str] = {}                # ... word -> a reader
 
     @property
     def put(self) -> int:
@@ -216,6 +239,8 @@ class Gpu:
             ch.regs["host." + name] = data
             if name == "SEM_EXECUTE":
                 self.semaphore(ch, data)
+                if bits(data, f"{self.arch.host_methods}_SEM_EXECUTE_RELEASE_WFI"):
+                    ch.written, ch.read = {}, {}
             return
         if ch.subch.get(sub) != ch.compute or sub != 1:
             self.errors.append(f"method {addr:#x} on subchannel {sub} with no compute object bound")
@@ -233,6 +258,8 @@ class Gpu:
                 self.errors.append(f"PCAS action {action} does not schedule the QMD")
                 return
             self.launch(ch, ch.regs.get("SEND_PCAS_A", 0) << 8)
+        elif name == "WAIT_FOR_IDLE":
+            ch.written, ch.read = {}, {}
         elif name not in ("SEND_PCAS_A", "INVALIDATE_SHADER_CACHES_NO_WFI", "SET_SHADER_LOCAL_MEMORY_WINDOW_A",
                           "SET_SHADER_LOCAL_MEMORY_WINDOW_B", "SET_SHADER_SHARED_MEMORY_WINDOW_A",
                           "SET_SHADER_SHARED_MEMORY_WINDOW_B", "SET_SHADER_LOCAL_MEMORY_A",
@@ -373,9 +400,16 @@ class Gpu:
             local = self.local_frames(ch, k.name, im.local, q, self.memory.u64(cb + 40))
             if local is None:
                 return
+        seen = Accesses(self.memory)
         try:
-            prog.launch(self.memory, args, grid * block, block=block, grid=grid, ntid=ntid, nctaid=nctaid,
+            prog.launch(seen, args, grid * block, block=block, grid=grid, ntid=ntid, nctaid=nctaid,
                         local=local)
         except KeyError as e:
             self.errors.append(f"{k.name}: {e}")
+        for va in sorted((seen.loads | seen.stores) & ch.written.keys() | seen.stores & ch.read.keys())[:1]:
+            other = ch.written.get(va) or ch.read[va]
+            self.errors.append(f"{k.name} {'writes' if va in seen.stores else 'reads'} {va:#x}, which {other} "
+                               f"{'wrote' if va in ch.written else 'read'} with no wait-for-idle between them")
+        ch.written.update(dict.fromkeys(seen.stores, k.name))
+        ch.read.update(dict.fromkeys(seen.loads, k.name))
         self.launches.append((k.name, grid, block, args))
