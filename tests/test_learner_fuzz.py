@@ -71,29 +71,34 @@ def test_fuzz_share_every_engine(tmp_path):
 
 # wide learners (learngen.generate(wide=True)): seed 0's 1,000-wide loss keeps a vector in
 # local memory, run by the mock's PTX interpreter; seed 14, a matrix learner (A @ v, outer)
-# whose kernel keeps vectors in local memory too; seed 44, a matrix learner 100 wide over
+# whose products run as the batch kernels (issue 41's phases); seed 59, a matrix learner 100 wide over
 # PTX_BUDGET: its GPU owners built through ptxas only, their stacks checked against the area
-WIDE_SEEDS = (0, 14, 44)
+# (seed 44 was that learner until issue 46's labels changed what the seeds draw)
+BUILT = 59
+WIDE_SEEDS = (0, 14, BUILT)
 
 
 def test_fuzz_gpu_engine_takes_wide_matrix_and_spilling_learners(tmp_path, monkeypatch):
     from alphac.build import gpu_kernels
     from alphac.driver import compile_file
     from alphac.nvdrv import image
-    local = {}
+    local, names = {}, {}
     for seed in WIDE_SEEDS:
         prog = learngen.generate(seed, wide=True)
         rep = differential.check_program(prog, tmp_path / str(seed), ("gpu", "gpu-built"), seed=seed)
         assert rep.status == "agreed", rep.summary()
         gpu = sorted(k for k in rep.outcomes if "_gpu" in k or k.startswith("gpu-built"))
         lr = compile_file(tmp_path / str(seed) / "learner.alpha").learner
-        local[seed] = [b.image.local for b in gpu_kernels(lr, 90)[0]][0]
-        assert gpu and all(k.startswith("gpu-built" if seed == 44 else "roles:") for k in gpu), gpu
-    assert all(local.values()), local           # every one keeps vectors in local memory
-    assert rep.outcomes["gpu-built: sm_90"] == f"built, local memory: grad_samples {local[44]} B"
+        built = gpu_kernels(lr, 90)[0]
+        local[seed], names[seed] = built[0].image.local, [b.kernel.name for b in built]
+        assert gpu and all(k.startswith("gpu-built" if seed == BUILT else "roles:") for k in gpu), gpu
+    assert local[0] and local[BUILT], local      # vectors kept in local memory
+    assert any(n.startswith(("matvec", "vecmat")) for n in names[14]), names[14]   # the products batched
+    assert rep.outcomes["gpu-built: sm_90"].startswith(f"built, local memory: grad_samples {local[BUILT]} B")
     # an area a TPC short of what the kernel's stack needs: the mock's rule refuses it
     monkeypatch.setattr(image, "local_per_tpc", lambda per_thread, topo: 0x8000)
-    rep = differential.check_program(learngen.generate(44, wide=True), tmp_path / "short", ("gpu-built",), seed=44)
+    rep = differential.check_program(learngen.generate(BUILT, wide=True), tmp_path / "short", ("gpu-built",),
+                                     seed=BUILT)
     assert rep.status == "disagreed" and "bytes of local memory per TPC" in rep.summary()
 
 
