@@ -197,7 +197,8 @@ def test_no_executable_holds_the_data_and_the_coordinator_reads_none(work, roles
     table = json.loads((roles / "roles.json").read_text())
     for r in table["roles"]:
         elf = (roles / r["file"]).read_bytes()
-        assert len(elf) < 64 * 1024, (r["file"], len(elf))
+        assert len(elf) < 96 * 1024, (r["file"], len(elf))      # the data (x.npy) is far larger:
+        # a role with run keys, periodic checkpoints and their pruning (issue 44) is 69 KB
         assert not any(w in elf for w in windows), r["file"]
         assert (b"x.npy" in elf) == r["role"].startswith("owner"), r["file"]
     owners = {r["role"]: r["samples"] for r in table["roles"] if r["samples"]}

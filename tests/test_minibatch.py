@@ -182,7 +182,7 @@ def test_the_record_keeps_each_steps_loss_combined_in_the_tree(tmp_path, monkeyp
     record = next((tmp_path / "runs").glob("*/record.json"))
     code, out, err = alphac("plot", record, "-o", tmp_path / "loss.svg")
     assert code == 0 and f"last {want[-1]['decimal']} (step 4)" in out, out + err
-    assert out.startswith(" ") and "*" in out and (tmp_path / "loss.svg").read_text().startswith("<svg")
+    assert " |" in out.split("\n", 1)[0] and "*" in out and (tmp_path / "loss.svg").read_text().startswith("<svg")
     (tmp_path / "bad.json").write_text("{}")
     code, _, err = alphac("plot", tmp_path / "bad.json")
     assert err.startswith("refused: record-malformed") and code != 0
