@@ -443,7 +443,8 @@ def big(d, rows: int) -> None:
 
 def test_a_100000_by_100_deployment_builds_small(tmp_path):
     """80 MB of data: the build reads it once (hashing) and compiles none of it; each role is
-    under 64 KiB and the build's peak memory under 200 MB (its time is bench/data.py's)."""
+    under 96 KiB (66 KB with run keys and periodic checkpoints, issue 44) and the build's peak
+    memory under 200 MB (its time is bench/data.py's)."""
     big(tmp_path, 100000)
     from data import BUILD                     # bench/data.py's build, with its own peak (VmHWM)
     p = subprocess.run([sys.executable, "-c", BUILD], cwd=tmp_path, capture_output=True, text=True,
@@ -455,7 +456,7 @@ def test_a_100000_by_100_deployment_builds_small(tmp_path):
     for exe in (tmp_path / "roles").iterdir():
         if exe.name not in ("roles.json", "MANIFEST.json"):
             elf = exe.read_bytes()
-            assert len(elf) < 64 * 1024 and raw[:64] not in elf and raw[-64:] not in elf, exe.name
+            assert len(elf) < 96 * 1024 and raw[:64] not in elf and raw[-64:] not in elf, exe.name
 
 
 def test_an_owners_peak_memory_is_its_share(tmp_path):

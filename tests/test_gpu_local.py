@@ -133,11 +133,10 @@ def test_the_area_is_sized_as_tinygrad_and_nvk_size_it():
     assert image_mod.local_per_tpc(1, host_mod.Topology(1, 1, 1, 1)) == 0x8000
 
 
-def test_two_gpu_owners_with_a_cpu_owner_in_a_star_and_resumed_on_cpu_owners(work, tmp_path):
-    from alphac.artifacts import build_deployment
-    from alphac.tools.launch import launch
+def two_cards(d: Path, lr) -> list[str]:
+    """An sm_90 card (a.gpuhost) and an sm_86 one (c.gpuhost) described in `d`, and the wrapper
+    that runs each GPU owner of a launch against the mock holding both, with lr's kernels."""
     from alphac.build import gpu_kernels
-    d, lr, _ = work
     (d / "a.gpuhost").write_text(host_for(90).describe())
     (d / "c.gpuhost").write_text(host_for(86, uuid=UUID_C, minor=1).describe())
     (d / "logs").mkdir(exist_ok=True)
@@ -145,7 +144,14 @@ def test_two_gpu_owners_with_a_cpu_owner_in_a_star_and_resumed_on_cpu_owners(wor
     cards = [card_for(90), card_for(86, uuid=host_mod.parse_uuid(UUID_C), minor=1, gpu_id=0x1900,
                                     device_instance=1)]
     (d / "cards.json").write_text(json.dumps(config(cards, str(d / "kernels.pickle"), str(d / "logs"))))
-    wrapper = [sys.executable, str(ROOT / "tests" / "mockgpu" / "wrap.py"), str(d / "cards.json")]
+    return [sys.executable, str(ROOT / "tests" / "mockgpu" / "wrap.py"), str(d / "cards.json")]
+
+
+def test_two_gpu_owners_with_a_cpu_owner_in_a_star_and_resumed_on_cpu_owners(work, tmp_path):
+    from alphac.artifacts import build_deployment
+    from alphac.tools.launch import launch
+    d, lr, _ = work
+    wrapper = two_cards(d, lr)
     old = os.getcwd()
     os.chdir(d)
     try:

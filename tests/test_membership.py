@@ -5,6 +5,7 @@ the way are refused by name; the honest run publishes the interpreter's bits; th
 role's environment; the Slurm script and the Kubernetes manifest carry the key without holding
 it (docs/distribution.md, "Membership")."""
 import base64
+import contextlib
 import os
 import socket
 import subprocess
@@ -94,42 +95,38 @@ def test_a_role_without_the_run_key_is_refused_by_name(star, case):
 @pytest.mark.parametrize("key", [frames.ZERO_KEY, OTHER], ids=["no key", "another run's key"])
 def test_a_parent_without_the_run_key_is_refused_by_name(star, key):
     """A stranger listening where an owner's parent should be, answering its HELLO."""
+    with fake_parent(star / "owner.0", KEY) as (conn, p):
+        conn.sendall(frames.accept(conn, 0, identity(), STEPS, key)[1])
+        out = {"owner.0": (p.wait(timeout=10), p.stdout.read(), p.stderr.read())}
+    refused(out, "owner.0", "peer-unauthenticated")
+
+
+@contextlib.contextmanager
+def fake_parent(role, key):
+    """`role` started under `key` with a socket here as its parent: (the connection, the role's
+    process), the role ended and reaped afterwards."""
     with socket.socket() as srv:
         srv.bind(("127.0.0.1", 0))
         srv.listen(1)
-        p = start(star / "owner.0", "--parent", f"127.0.0.1:{srv.getsockname()[1]}", key=KEY)
+        p = start(role, "--parent", f"127.0.0.1:{srv.getsockname()[1]}", key=key)
         try:
             srv.settimeout(10)
             conn, _ = srv.accept()
             with conn:
-                conn.sendall(frames.accept(conn, 0, identity(), STEPS, key)[1])
-                out = {"owner.0": (p.wait(timeout=10), p.stdout.read(), p.stderr.read())}
+                yield conn, p
         finally:
             if p.poll() is None:
                 p.kill()
             p.wait()
             p.stdout.close()
             p.stderr.close()
-    refused(out, "owner.0", "peer-unauthenticated")
 
 
 def captured_hello(star, key):
     """owner.1's HELLO as an eavesdropper on its link keeps it (a fake coordinator's challenge)."""
-    with socket.socket() as srv:
-        srv.bind(("127.0.0.1", 0))
-        srv.listen(1)
-        p = start(star / "owner.1", "--parent", f"127.0.0.1:{srv.getsockname()[1]}", key=key)
-        try:
-            srv.settimeout(10)
-            conn, _ = srv.accept()
-            with conn:
-                conn.sendall(challenge())
-                return recv_exact(conn, HEADER + HELLO_BYTES)
-        finally:
-            p.kill()
-            p.wait()
-            p.stdout.close()
-            p.stderr.close()
+    with fake_parent(star / "owner.1", key) as (conn, _):
+        conn.sendall(challenge())
+        return recv_exact(conn, HEADER + HELLO_BYTES)
 
 
 def identity():

@@ -25,29 +25,25 @@ grad_samples reads them all. Guarantees checked:
 """
 import json
 import os
-import pickle
 import re
 import struct
-import sys
 
 import pytest
 
 import mockgpu
-from conftest import ROOT, require_tool
-from mockgpu.wrap import config
+from conftest import require_tool
 from ptx_interp import InterpDevice, Memory, Ptx
 from ptx_host import Owner
 
 from alphac.dist.execute import run_plan
 from alphac.driver import compile_deployments, compile_file
 from alphac.ir import interp
-from alphac.nvdrv import host as host_mod
 from alphac.ptx.abi import batch_kernels, batch_widths, fused, param_count, products, row_layout
 from alphac.ptx.kernels import kernels
 from alphac.ptx.tiled import outer_sum, product
 from alphac.refusals import exit_code
 from local_check import mlp_source
-from test_gpu_local import UUID_C, card_for, host_for
+from test_gpu_local import card_for, host_for, two_cards
 
 INPUTS, HIDDEN, CLASSES, ROWS, STEPS = 40, 36, 3, 20, 2
 LAUNCHED = ["matvec0", "vectors1", "matvec1", "vectors2", "vecmat2", "grad_samples", "owner_sum",
@@ -334,17 +330,9 @@ def test_a_card_whose_fused_sum_runs_in_another_order_is_refused(mlp):
 def test_two_gpu_owners_with_a_cpu_owner_in_a_star_and_resumed_on_cpu_owners(mlp, tmp_path):
     need_mock()
     from alphac.artifacts import build_deployment
-    from alphac.build import gpu_kernels
     from alphac.tools.launch import launch
     d, lr, _ = mlp
-    (d / "a.gpuhost").write_text(host_for(90).describe())
-    (d / "c.gpuhost").write_text(host_for(86, uuid=UUID_C, minor=1).describe())
-    (d / "logs").mkdir(exist_ok=True)
-    (d / "kernels.pickle").write_bytes(pickle.dumps([gpu_kernels(lr, sm)[0] for sm in (86, 90)]))
-    cards = [card_for(90), card_for(86, uuid=host_mod.parse_uuid(UUID_C), minor=1, gpu_id=0x1900,
-                                    device_instance=1)]
-    (d / "cards.json").write_text(json.dumps(config(cards, str(d / "kernels.pickle"), str(d / "logs"))))
-    wrapper = [sys.executable, str(ROOT / "tests" / "mockgpu" / "wrap.py"), str(d / "cards.json")]
+    wrapper = two_cards(d, lr)
     old = os.getcwd()
     os.chdir(d)
     try:
