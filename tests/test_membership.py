@@ -102,13 +102,13 @@ def test_a_parent_without_the_run_key_is_refused_by_name(star, key):
 
 
 @contextlib.contextmanager
-def fake_parent(role, key):
-    """`role` started under `key` with a socket here as its parent: (the connection, the role's
-    process), the role ended and reaped afterwards."""
+def fake_parent(role, key, *args):
+    """`role` started under `key` (and `args`) with a socket here as its parent: (the
+    connection, the role's process), the role ended and reaped afterwards."""
     with socket.socket() as srv:
         srv.bind(("127.0.0.1", 0))
         srv.listen(1)
-        p = start(role, "--parent", f"127.0.0.1:{srv.getsockname()[1]}", key=key)
+        p = start(role, *args, "--parent", f"127.0.0.1:{srv.getsockname()[1]}", key=key)
         try:
             srv.settimeout(10)
             conn, _ = srv.accept()
@@ -265,54 +265,27 @@ def test_the_frames_macs_are_what_docs_runtime_md_says(star):
     plan = compile_deployments(example("lsq_adam"))[1]["lsq_adam_star"]
     ident, P = identity(), sum(p.size for p in plan.lr.params) + 1
     coord = code_of(plan, Role("coordinator"))
-    with socket.socket() as srv:
-        srv.bind(("127.0.0.1", 0))
-        srv.listen(1)
-        p = subprocess.Popen([str(star / "owner.0"), "--steps", "1", "--deadline-ms", "3000", "--parent",
-                              f"127.0.0.1:{srv.getsockname()[1]}"], env={"ALPHAC_RUN_KEY": KEY.hex()},
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        try:
-            srv.settimeout(10)
-            conn, _ = srv.accept()
-            with conn:
-                who, answer, session = frames.accept(conn, coord, ident, 1, KEY)
-                conn.sendall(answer)
-                sess = session()
+    with fake_parent(star / "owner.0", KEY, "--steps", "1") as (conn, p):      # the last --steps counts
+        who, answer, session = frames.accept(conn, coord, ident, 1, KEY)
+        conn.sendall(answer)
+        sess = session()
 
-                def frame():
-                    head = recv_exact(conn, HEADER)
-                    return head + recv_exact(conn, FRAME.unpack(head)["length"])
-                combine = frame()
-                assert sess.check(combine) and not sess.check(combine)      # its number counts
-                sess.got -= 1
-                payload = struct.pack(f"<{P}d", *[0.5] * P) + struct.pack("<q", 8)
-                conn.sendall(frames.encode(frames.KINDS["deliver"], coord, payload, ident, session=sess))
-                assert sess.check(frame())                                   # its publication
-                assert p.wait(timeout=10) == 0, p.stderr.read()
-        finally:
-            if p.poll() is None:
-                p.kill()
-            p.wait()
-            p.stdout.close()
-            p.stderr.close()
+        def frame():
+            head = recv_exact(conn, HEADER)
+            return head + recv_exact(conn, FRAME.unpack(head)["length"])
+        combine = frame()
+        assert sess.check(combine) and not sess.check(combine)      # its number counts
+        sess.got -= 1
+        payload = struct.pack(f"<{P}d", *[0.5] * P) + struct.pack("<q", 8)
+        conn.sendall(frames.encode(frames.KINDS["deliver"], coord, payload, ident, session=sess))
+        assert sess.check(frame())                                   # its publication
+        assert p.wait(timeout=10) == 0, p.stderr.read()
 
 
 def test_the_key_leaves_the_roles_environment(star):
     """/proc/PID/environ, once the role is connecting, holds no digit of the key."""
-    with socket.socket() as srv:
-        srv.bind(("127.0.0.1", 0))
-        srv.listen(1)
-        p = start(star / "owner.1", "--parent", f"127.0.0.1:{srv.getsockname()[1]}", key=KEY)
-        try:
-            srv.settimeout(10)
-            conn, _ = srv.accept()
-            environ = open(f"/proc/{p.pid}/environ", "rb").read()
-            conn.close()
-        finally:
-            p.kill()
-            p.wait()
-            p.stdout.close()
-            p.stderr.close()
+    with fake_parent(star / "owner.1", KEY) as (_, p):
+        environ = open(f"/proc/{p.pid}/environ", "rb").read()
     assert b"ALPHAC_RUN_KEY=" in environ and KEY.hex().encode() not in environ
 
 
