@@ -32,6 +32,8 @@ The order of operations is part of the numerical contract, so it is fixed here:
     t = outer(u, v)   u += dt @ v        v += u @ dt   (dt the matrix adjoint)
     t = max(a)   a += maxadj(a, dt): dt to the coordinate the pairwise rule picks (MaxAdj)
     t = onehot(k, n)  nothing: a label carries no gradient
+    t = E[k]     E += scatter(dt, k): dt at row k, +0 at every other row (a contribution of its
+                 own, as a fixed index's is; k, read from data, carries no gradient)
     t = [a, b, ...]   a += dt[0], b += dt[1], ...
   a vector operand broadcast over a matrix's rows gets its adjoint's column sums (`ones @ dt`);
   and a contribution to a scalar from a vector-shaped expression is its `sum` (a left fold);
@@ -45,8 +47,8 @@ of the loss DAG (so a value the forward pass computed is reused, not recomputed)
 from __future__ import annotations
 
 from alphac.ir.evaluate import fold
-from alphac.ir.learner import (Bcast, Const, Contribution, DataRow, Dot, Elem, Grad, Learner,
-                               MatVec, Max, MaxAdj, Node, OneHot, Outer, Pick, Pow, Read, Stack,
+from alphac.ir.learner import (Bcast, Const, Contribution, DataRow, Dot, Elem, Gather, Grad, Learner,
+                               MatVec, Scatter, Max, MaxAdj, Node, OneHot, Outer, Pick, Pow, Read, Stack,
                                Sum, Unary, VecMat, Where, postorder, wide)
 
 
@@ -129,6 +131,9 @@ def differentiate(lr: Learner) -> None:
                 root = root.a
             if isinstance(root, Read) and root.name in lr.grads:
                 lr.grads[root.name].append(Contribution(offset, dt))
+        elif isinstance(t, Gather):
+            if isinstance(t.a, Read) and t.a.name in lr.grads:
+                lr.grads[t.a.name].append(Contribution(0, Scatter(dt, t.k, t.a.shape)))
         elif isinstance(t, Elem):
             a, b = t.a, t.b
             if t.op == "add":

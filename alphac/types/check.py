@@ -3,8 +3,9 @@
 What it decides:
 - names: one namespace for data, const, param, state and let; declared before use;
 - shapes: () scalar, (n,), (n, m); elementwise operations need equal shapes or a scalar; dot needs
-  two vectors of one length; sum a vector; indices are literals in range, or the sample index as
-  the first index of data;
+  two vectors of one length; sum a vector; indices are literals in range, the sample index as
+  the first index of data, or one element of the sample's data as the only index of a declared
+  array (`E[tok[i]]`: a Gather; a param so indexed in the loss is read there no other way);
 - constants are folded in binary64 (`alphac.ir.evaluate.fold`), wherever all operands are
   constant, and must be finite;
 - the learner's structure: data outside the loss (and predict), grad outside the update,
@@ -122,6 +123,8 @@ class Checker:
         if losses:
             self.loss_decl = losses[0]
             self.loss = self.decl_loss(losses[0], nsamples)
+            if self.loss is not None:
+                self.gathered_only(self.loss)
         predict = None
         if predicts:
             self.predict_decl = predicts[0]
@@ -651,6 +654,9 @@ class Checker:
             node = self.name(e.base, ctx)
             if node is None:
                 return None
+            if idx and not isinstance(idx[0], ast.Num) and ctx.index is not None and not (
+                    isinstance(idx[0], ast.Name) and idx[0].name == ctx.index):
+                return self.gather(e, name, node, ctx)
         for ix in idx:
             if not isinstance(ix, ast.Num) or ix.ival is None:
                 if isinstance(ix, ast.Name) and ix.name == ctx.index:
@@ -667,6 +673,37 @@ class Checker:
                      hint="coordinate k may read only coordinate k; write the whole name")
             return None
         return node
+
+    def gather(self, e: ast.Index, name: str, node: ir.Node, ctx: Ctx) -> ir.Node | None:
+        """`E[tok[i]]`, `E[tok[i, t]]`: the row of E (a coordinate of a vector) that an element
+        of the sample's data names (checked before a first step: ir.label_columns)."""
+        if len(e.indices) > 1:
+            self.err("E0033", e.indices[1].span, f"an index read from data is `{name}`'s only index",
+                     hint=f"write `{name}[tok[i]]`, a row")
+            return None
+        k = self.expr(e.indices[0], ctx)
+        if k is None:
+            return None
+        row = k.a if isinstance(k, ir.Pick) else k
+        if k.shape or not isinstance(row, ir.DataRow) or len(row.shape) > 1:
+            self.err("E0033", e.indices[0].span, "an index must be an integer literal or one "
+                     "element of the sample's data", hint=f"as in `{name}[tok[i]]` or `{name}[tok[i, 2]]`")
+            return None
+        return ir.Gather(node, k, node.shape[1:], name)
+
+    def gathered_only(self, loss: ir.Node) -> None:
+        """A param the loss indexes by data (`E[tok[i]]`) is read there through such indices
+        only, so its gradient is made of rows alone (compiled code writes only those rows)."""
+        nodes = ir.postorder([loss])
+        inner = {id(n.a) for n in nodes if isinstance(n, ir.Gather)}
+        gathered = {n.a.name for n in nodes if isinstance(n, ir.Gather) and isinstance(n.a, ir.Read)}
+        for n in nodes:
+            if isinstance(n, ir.Read) and n.name in gathered and id(n) not in inner and \
+                    self.syms[n.name].kind == "param":
+                self.err("E0033", self.syms[n.name].span, f"param `{n.name}` is indexed by data in "
+                         "the loss and also read otherwise", hint=f"read `{n.name}` only as "
+                         f"`{n.name}[tok[i]]` there, or write `onehot(tok[i], {n.shape[0]}) @ {n.name}`")
+                gathered.discard(n.name)
 
     def array(self, e: ast.ArrayLit, ctx: Ctx) -> ir.Node | None:
         if not e.items:
