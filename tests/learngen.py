@@ -19,7 +19,8 @@ part ways:
 - the matrix operations (issue 16, `MatGen`, in about half the programs): `A @ v` and `u @ A`
   over params, constants, 2-D states and data rows, `outer` reduced to a scalar, `max(v)`,
   `logsumexp`, `onehot(lab[i], K)` over integer labels (some out of range, negative or
-  fractional), classification losses, layers chained through vector nonlinearities, 2-D params
+  fractional), classification losses, embeddings (`E[tok[i, t]]`, `w[tok[i]]`: rows and
+  coordinates named by token ids read from data, some out of range or fractional), layers chained through vector nonlinearities, 2-D params
   with optimizer states of their own, and uses the checker must refuse by name
   (`Program.expect`: wrong shapes E0030, a product or reduction in the update E0050, ...);
 - `contract exact_sum` in about 3 in 10 programs with a loss (a stream of its own), whose
@@ -126,6 +127,8 @@ def expr_text(e: tuple) -> str:
         return f"{e[1]}[i]"
     if k == "elt":
         return f"{e[1]}[i, {e[2]}]"
+    if k == "at":
+        return f"{e[1]}[{expr_text(e[2])}]"
     if k == "bin":
         return f"({expr_text(e[2])} {e[1]} {expr_text(e[3])})"
     if k == "neg":
@@ -1004,6 +1007,42 @@ class MatGen:
             self.terms.append(h())
         if m.random() < 0.3:
             self.regularizer()
+        er = random.Random(self.g.seed ^ 0xE3BED)   # indices read from data: a stream of its own
+        if er.random() < 0.3:
+            self.terms.append(self.head_embed(er))
+
+    def head_embed(self, e: random.Random) -> tuple:
+        """Rows of a param E named by token ids read from data (`E[tok[i, t]]`, issue 47), summed
+        or multiplied, through tanh, reduced by a dot or a sum; now and then a constant's row and
+        a vector param's coordinate (`w[tok[i, t]]`) beside them. Ids repeat within a sample and
+        some rows are never named; now and then one is out of range or fractional (every engine
+        refuses data-label). E, w and the constant are read there alone (types/check.py's
+        gathered_only): no other draw sees them."""
+        V, D, T = e.choice([2, 3, 5, 9]), e.choice([1, 2, 3, 4]), e.choice([1, 2, 3])
+        toks = [[float(e.randrange(V)) for _ in range(T)] for _ in range(self.n)]
+        if e.random() < 0.1:
+            toks[e.randrange(self.n)][e.randrange(T)] = e.choice([float(V), -1.0, 0.5])
+        tok = self.g.fresh("tok")
+        self.insert(Decl("data", tok, (self.n, T), toks) if T > 1 else
+                    Decl("data", tok, (self.n,), [t[0] for t in toks]))
+        at = lambda name, t: ("at", name, ("elt", tok, t) if T > 1 else ("row", tok))
+        E = self.param("E", (V, D), free_rate=0.3)[1]
+        self.mats.pop()
+        h = at(E, 0)
+        for t in range(1, T):
+            h = ("bin", e.choice(["+", "*"]), h, at(E, t))
+        if e.random() < 0.3:
+            C = self.const((V, D))[1]
+            self.mats.pop()
+            h = ("bin", "-", h, at(C, e.randrange(T)))
+        h = call("tanh", h) if e.random() < 0.6 else h
+        v = self.leaf(D) if e.random() < 0.5 else None
+        out = call("dot", h, v) if v is not None else call("sum", h)
+        if e.random() < 0.5:
+            w = self.param("w", (V,))[1]
+            self.vecs.pop()
+            out = ("bin", "+", out, ("bin", "*", at(w, e.randrange(T)), ("row", "y")))
+        return ("bin", "*", ("num", 0.5), ("pow", ("bin", "-", out, ("row", "y")), 2))
 
     def head_mlp(self) -> tuple:
         """h = act(W1 @ x[i] + b1), ... then an output layer."""
