@@ -937,13 +937,14 @@ class LearnerCode:
         vals.prepare([x for n in nodes for x in (n.k, n.dt)])
         for s in range(lanes):
             ks = [em.let(row_index(vals.all(n.k, None)[s]), "k") for n in nodes]
-            for k in ks:
-                em.put(f"storef({self.slot(f'GN_{p.name}', k)}, {self.address(f'GN_{p.name}', k)} + {flit(1.0)});")
+            for k in ks:                 # (room: an index from data, checked; stores kept in bounds)
+                em.put(f'storef(room(GN_{p.name}, 8 * {k}, 8, "buffer-bound"), '
+                       f"{self.address(f'GN_{p.name}', k)} + {flit(1.0)});")
             for h, k in enumerate(ks):
                 if h:
                     em.put("if " + " && ".join(f"{k} != {x}" for x in ks[:h]) + " {")
                     em.depth += 1
-                gr = em.let(f'room(G_{p.name}, 8 * {row} * {k}, {8 * row}, "buffer-bound")', "gr")
+                gr = em.let(f"G_{p.name} + {8 * row} * {k}", "gr")
 
                 def body(j: str, h=h, k=k, gr=gr) -> None:
                     at = lambda n: vals.all(n.dt, j if n.dt.shape else None)[s]
@@ -951,7 +952,8 @@ class LearnerCode:
                     for n, x in zip(nodes[h + 1:], ks[h + 1:]):
                         term = at(n)
                         em.put(f"if {k} == {x} {{ {acc} = {acc} + {term}; }}")
-                    em.put(f"storef({self.slot(gr, j)}, {acc if self.lr.exact else f'{self.address(gr, j)} + {acc}'});")
+                    em.put(f'storef(room(G_{p.name}, 8 * ({row} * {k} + {j}), 8, "buffer-bound"), '
+                           f"{acc if self.lr.exact else f'{self.address(gr, j)} + {acc}'});")
                 vals.loop(0, row, body)
                 if self.lr.exact:
                     em.put(f"xc_add_n({exact_at(self.lr, p.name, f'{row} * {k}')}, {gr}, {row});")
