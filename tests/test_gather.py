@@ -283,3 +283,28 @@ def test_gpu_refuses_by_name(tmp_path):
     src.write_text(EMBED.split("deployment")[0])
     with pytest.raises(BuildError, match="Gather"):
         kernels(compile_file(src).learner)
+
+
+WIDE = """learner wide
+data tok = [[0, 11], [3, 3], [11, 7], [5, 0], [7, 2], [2, 9], [9, 9], [4, 1], [1, 6], [6, 3]]
+data y = [0.5, -1.0, 2.0, 0.25, 1.5, -0.75, 0.125, 1.0, -2.0, 0.625]
+param E: f64[12, 10] = 0.125
+param v: f64[10] = [0.2, -0.4, 0.6, 0.1, -0.3, 0.5, 0.7, -0.2, 0.4, -0.6]
+loss(i) {
+  let h = tanh(E[tok[i, 0]] + 2 * E[tok[i, 1]])
+  0.5 * (dot(v, h) - y[i])^2
+}
+update {
+  E = E - 0.5 * grad(E)
+  v = v - 0.1 * grad(v)
+}
+"""
+
+
+def test_rows_wider_than_unrolled(tmp_path):
+    """Rows of 10 (past the emitter's unrolling of 8: real loops over a row), 12 rows, ids
+    that repeat within a sample: every single-process engine, and the dense form's bits."""
+    agree(WIDE, tmp_path, ("interp", "x86_64", "x86_64-v3", "aarch64"))
+    dense = WIDE.replace("E[tok[i, 0]]", "(onehot(tok[i, 0], 12) @ E)").replace(
+        "E[tok[i, 1]]", "(onehot(tok[i, 1], 12) @ E)")
+    assert run(WIDE, tmp_path, "wide", "x86_64") == run(dense, tmp_path, "dense")
