@@ -308,3 +308,35 @@ def test_rows_wider_than_unrolled(tmp_path):
     dense = WIDE.replace("E[tok[i, 0]]", "(onehot(tok[i, 0], 12) @ E)").replace(
         "E[tok[i, 1]]", "(onehot(tok[i, 1], 12) @ E)")
     assert run(WIDE, tmp_path, "wide", "x86_64") == run(dense, tmp_path, "dense")
+
+
+DELIVER = """learner deliver
+data tok = [1, 0, 5]
+data x = [0.5, -1.0, 2.0]
+param w: f64[3] = 0.1
+loss(i) = (w[tok[i]] * x[i] - 1)^2
+update {
+  w = w - 0.1 * grad(w)
+}
+deployment d0 {
+  roles coordinator, owner[4]
+  topology star(coordinator)
+  samples owner[1] = 0..0, owner[2] = 0..1, owner[3] = 1..3
+  combine (((owner[0], owner[1]), owner[2]), owner[3])
+  deliver owner[3]
+}
+deployment d1 {
+  roles coordinator, owner[3]
+  topology star(coordinator)
+  samples even
+}
+"""
+
+
+def test_index_refused_in_one_owner(tmp_path):
+    """An index out of range in the rows of the one owner that updates: the run is refused
+    `data-label` (its peers that saw it gone are ended by that refusal, not failures of their
+    own: tools/supervise.py), by the roles and by the fleet's one executable per index node,
+    which checks its rows' literal labels and indices at start too."""
+    rep = check_text(DELIVER, tmp_path, ("interp", "roles", "fleet"))
+    assert rep.status == "agreed" and rep.outcomes["fleet:d1"] == "refused: data-label", rep.summary()

@@ -1327,18 +1327,28 @@ def data_source(lr: Learner, lo: int, hi: int) -> tuple[str, dict[str, bytes]]:
         body.append(f"    store64(df_{n}, fd_{n});")
         if not streamed(lr):
             body.append(f"    store64(dp_{n}, dt_{n} - {8 * lo * f.cols});")
-        for (name, col), k in sorted(label_columns(lr).items()):
-            if name == n:
-                head, tail = label_where(d, col, k, label_of(lr, name, col))
-                r = f"lr_{n}_{col}"
-                body += [f"    let {r} = {lo};", f"    while {r} < {hi} {{",
-                         f"        data_label(data_row(fd_{n}, {f.offset + col * f.itemsize} + {r} * {f.row_bytes}, "
-                         f'1, {f.kind}, data_one), {r}, {k}, "{head}\\0{tail}");',
-                         f"        {r} = {r} + 1;", "    }"]
+        body += ["    " + line for line in label_checks(lr, d, str(lo), str(hi))]
     if body:
         body.append('    rt_event("data checked");')
     text = "\n".join(decls) + "\n\nfn learner_data_open() {\n" + "\n".join(body) + "\n}\n"
     return text, blobs
+
+
+def label_checks(lr: Learner, d, lo: str, hi: str) -> list[str]:
+    """The statements that check each label and index of data d (label_columns) in rows lo..hi-1
+    (run-time expressions), refusing `data-label` at the first bad one (data.rt's data_label):
+    a loaded file's from the file (fd_NAME open), a literal's from dt_NAME."""
+    out = []
+    for (name, col), k in sorted(label_columns(lr).items()):
+        if name != d.name:
+            continue
+        head, tail = label_where(d, col, k, label_of(lr, name, col))
+        r, f = f"lr_{name}_{col}", d.file
+        at = f"dt_{name} + 8 * ({r} * {d.cols} + {col})" if f is None else \
+            f"data_row(fd_{name}, {f.offset + col * f.itemsize} + {r} * {f.row_bytes}, 1, {f.kind}, data_one)"
+        out += [f"let {r} = {lo};", f"while {r} < {hi} {{",
+                f'    data_label({at}, {r}, {k}, "{head}\\0{tail}");', f"    {r} = {r} + 1;", "}"]
+    return out
 
 
 def old_value_reads(stmts: list) -> list[list[Read]]:
