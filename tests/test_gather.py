@@ -340,3 +340,46 @@ def test_index_refused_in_one_owner(tmp_path):
     which checks its rows' literal labels and indices at start too."""
     rep = check_text(DELIVER, tmp_path, ("interp", "roles", "fleet"))
     assert rep.status == "agreed" and rep.outcomes["fleet:d1"] == "refused: data-label", rep.summary()
+
+
+def test_held_out_indices(tmp_path):
+    """Scoring on held-out token ids: `alphac eval` (the interpreter) and the executable's
+    `--evaluate` give the same mean loss and accuracy; an id out of range in the held-out file is
+    refused by name by both (`alphac eval`, `alphac build --eval-data`): no row to read."""
+    from conftest import alphac
+    ids = {"tok": [[0, 1], [2, 2], [1, 0], [2, 1]], "y": [0, 2, 1, 1], "tok_t": [[1, 1], [0, 2], [2, 0]],
+           "y_t": [1, 0, 2], "tok_b": [[1, 1], [0, 3], [2, 0]]}
+    for name, v in ids.items():
+        np.save(tmp_path / f"{name}.npy", np.asarray(v, dtype="<i8"))
+    src = tmp_path / "ev.alpha"
+    src.write_text("""learner ev
+data tok = load("tok.npy")
+data y = load("y.npy")
+param E: f64[3, 3] = [[0.1, -0.2, 0.3], [0.3, 0.4, -0.1], [-0.5, 0.6, 0.2]]
+predict(i) = E[tok[i, 0]] + E[tok[i, 1]]
+loss(i) {
+  let z = E[tok[i, 0]] + E[tok[i, 1]]
+  logsumexp(z) - dot(onehot(y[i], 3), z)
+}
+update {
+  E = E - 0.5 * grad(E)
+}
+""")
+    held = ["--eval-data", f"tok={tmp_path / 'tok_t.npy'}", "--eval-data", f"y={tmp_path / 'y_t.npy'}"]
+    assert alphac("build", src, "-o", tmp_path / "ev", *held)[0] == 0
+    p = subprocess.run([str(tmp_path / "ev"), "--steps", "3", "--checkpoint", str(tmp_path / "ck")],
+                       capture_output=True, text=True, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    p = subprocess.run([str(tmp_path / "ev"), "--steps", "3", "--evaluate"], capture_output=True,
+                       text=True, cwd=tmp_path)
+    code, out, _ = alphac("eval", src, "--checkpoint", tmp_path / "ck", "--data", f"tok={tmp_path / 'tok_t.npy'}",
+                          "--data", f"y={tmp_path / 'y_t.npy'}")
+    loss = float(out.split("mean loss: ")[1].split()[0])
+    assert code == 0 and f"mean_loss {struct.pack('>d', loss).hex()}\ncorrect 2\n" in p.stdout, (out, p.stdout)
+    why = "tok[1, 1]: not a row of E, a whole number from 0 to 2"
+    code, _, err = alphac("eval", src, "--checkpoint", tmp_path / "ck", "--data", f"tok={tmp_path / 'tok_b.npy'}",
+                          "--data", f"y={tmp_path / 'y_t.npy'}")
+    assert code != 0 and f"--data: {why}" in err
+    code, _, err = alphac("build", src, "-o", tmp_path / "evb", "--eval-data", f"tok={tmp_path / 'tok_b.npy'}",
+                          "--eval-data", f"y={tmp_path / 'y_t.npy'}")
+    assert code != 0 and f"--eval-data: {why}" in err

@@ -449,14 +449,16 @@ def label_of(lr: "Learner", name: str, col: int) -> str | None:
     return _label_uses(lr)[name, col][1]
 
 
-def bad_label(lr: "Learner", lo: int = 0, hi: int | None = None, only: str | None = None) -> str | None:
+def bad_label(lr: "Learner", lo: int = 0, hi: int | None = None, only: str | None = None,
+              indices: bool = False) -> str | None:
     """The `data-label` detail for the first label of rows lo..hi-1 (all, by default) that is not a
     whole number from 0 to K-1 (label_columns; in the data's order, then by column, then by row:
-    the order the executables read them), or None; `only`: of that data array alone."""
+    the order the executables read them), or None; `only`: of that data array alone; `indices`:
+    of the columns that index an array (`E[NAME[i]]`) alone."""
     import numpy as np
     columns = label_columns(lr)
     for d, (name, col) in ((d, key) for d in lr.data for key in sorted(columns) if key[0] == d.name):
-        if only is not None and name != only:
+        if only is not None and name != only or indices and label_of(lr, name, col) is None:
             continue
         k = columns[name, col]
         v = np.asarray(d.values, dtype=np.float64).reshape(d.shape[0], -1)[lo:hi, col]
