@@ -338,19 +338,15 @@ def check_file(path: Path, work: Path, engines=ALL) -> Report:
 
 
 def gpu_refuses(rep: Report, lr) -> bool:
-    """Whether the GPU owner kernels refuse this learner (BuildError): a problem for any learner
-    the checker takes (alphac.ptx.kernels has every operation) but one that indexes by data
-    (`E[tok[i]]`, Gather), which they refuse by name (issue 47: noted as skipped)."""
+    """Whether the GPU owner kernels refuse this learner (BuildError): now a problem for any
+    learner the checker takes (alphac.ptx.kernels has every operation)."""
     from alphac.diag import BuildError
     from alphac.ptx.kernels import kernels
     try:
         kernels(lr)
         return False
     except BuildError as e:
-        if "Gather" in str(e):                 # indices read from data: refused there by name
-            rep.skipped.append(f"ptx, gpu: {e}")
-        else:
-            rep.problem(f"ptx: the GPU kernels refused a learner the checker takes: {e}")
+        rep.problem(f"ptx: the GPU kernels refused a learner the checker takes: {e}")
         return True
     except Exception:
         return False                            # run_ptx reports it as a crash

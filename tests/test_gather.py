@@ -14,7 +14,7 @@
   that some sample leaves gets +0 (the fold of every sample's dense per-sample gradient);
 - an index out of range or not whole is refused by name (`data-label`, exit 133, naming the row
   and the array) by the interpreter and by the executables, from literals and from .npy files;
-- the GPU owner kernels refuse a gather by name (BuildError naming Gather).
+- the GPU owner kernels (the PTX interpreter, and owners under the mock driver) agree too.
 """
 import io
 import math
@@ -275,14 +275,27 @@ def test_checker_refusals(tmp_path):
         assert any(d.code == "E0033" and text in d.message for d in e.value.diagnostics), loss
 
 
-def test_gpu_refuses_by_name(tmp_path):
-    from alphac.diag import BuildError
-    from alphac.driver import compile_file
-    from alphac.ptx.kernels import kernels
-    src = tmp_path / "k.alpha"
-    src.write_text(EMBED.split("deployment")[0])
-    with pytest.raises(BuildError, match="Gather"):
-        kernels(compile_file(src).learner)
+def test_gpu_owners(tmp_path):
+    """The GPU owner kernels (alphac.ptx): the embedding (tanh left out: the PTX interpreter's
+    budget) in the PTX interpreter, ordered, exact_sum and in minibatches, and a star of an sm_90
+    and an sm_86 owner under the mock driver (built through ptxas), resumed."""
+    from differential import GPU_CARDS, gpu_here, gpu_host_text
+    if not gpu_here():
+        pytest.skip("ptxas or the mock GPU is not here")
+    text = EMBED.split("deployment")[0].replace("tanh(", "(")
+    for t in (text, exact_sum_variant(text), text.replace("state m:", "batch 4\norder shuffle(7)\nstate m:")):
+        agree(t, tmp_path, ("interp", "ptx"))
+    gpu = text + """deployment g {
+  roles coordinator, owner[2]
+  topology star(coordinator)
+  samples owner[0] = 0..6, owner[1] = 6..13
+  target owner[0] = x86_64+sm_90, owner[1] = x86_64+sm_86
+  gpu owner[0] = "a.gpuhost", owner[1] = "c.gpuhost"
+}
+"""
+    rep = check_text(gpu, tmp_path, ("interp", "ptx", "roles", "gpu"),
+                     {name: gpu_host_text(name).encode() for name in GPU_CARDS})
+    assert rep.status == "agreed" and "roles:g resumed 2 steps" in rep.outcomes, rep.summary()
 
 
 WIDE = """learner wide
