@@ -24,6 +24,7 @@ import difflib
 from importlib import resources
 
 from alphac.diag import Sink, Source, Span
+from alphac.formats import NAME_MAX
 from alphac.parse import ast, parse_library
 from alphac.parse.optim import OptFail, OptIf, OptimizerDef, OptimizerUse, OptState
 
@@ -197,6 +198,11 @@ class Expansion:
         name = f"{self.param}_{st.name}"
         span = self.at(st.span)
         prev = self.ck.syms.get(name)
+        if len(name) > NAME_MAX:
+            self.ck.err("E0072", span, f"optimizer `{self.use.name}` would name a state of "
+                                       f"{len(name)} characters, `{name[:40]}...`; at most "
+                                       f"{NAME_MAX}", hint="shorten the param's name")
+            return
         if prev is not None:
             self.ck.err("E0072", span, f"optimizer `{self.use.name}` names its state `{name}`, "
                                        f"declared at line {prev.span.line_col[0]}",
