@@ -1,7 +1,7 @@
 """The optimizer library (alphac/types/optimizers.alpha, docs/language.md "Optimizers"): each
 optimizer gives the bits of its hand-written per-param form and, where torch is installed, of
 torch.optim from the same weights; its state names are stable; a learner it optimizes runs on
-x86-64, in a star and under ZeRO-3 with the single process's bits; its misuses are refused by
+x86-64 with the interpreter's bits, and in a star and under ZeRO-3 with the plan's; its misuses are refused by
 name at the user's line."""
 import json
 import os
@@ -162,7 +162,7 @@ def test_digits_with_the_library_is_adam_written_out_on_the_interpreter_and_x86_
     # c2 * (g * g), w - step * (m / denom)): the same network, other bits
     old = dict(line.split() for line in run(DIGITS, "--steps", 3).splitlines())
     new = dict(line.split() for line in want.splitlines())
-    assert old["W1[0,0]"] != new["W1[0,0]"] and old["b2[9]"] != new["b2[9]"]
+    assert sum(old[k] != new[k] for k in old if k[0] in "Wb") == 755       # of 2,410
 
 
 # -- state names ---------------------------------------------------------------------------------
@@ -207,19 +207,23 @@ def test_a_checkpoint_records_the_names_and_resumes(tmp_path):
 
 
 # -- deployments ---------------------------------------------------------------------------------
-def test_a_star_and_zero3_of_the_library_optimized_digits_are_its_single_process(tmp_path):
+def test_a_star_and_zero3_of_the_library_optimized_digits_give_the_plans_bits(tmp_path):
+    """The roles of both deployments, launched, publish the plan's bits in the interpreter; and
+    ZeRO-3 (moments, gradients and params partitioned) is the replicated star bit for bit."""
     from alphac.tools.launch import launch
-    single = run(DIGITS_OPTIM, "--steps", 2)
     cwd = os.getcwd()
     os.chdir(ROOT)
+    published = set()
     try:
         for dep in ("digits_optim_star", "digits_optim_star_zero3"):
-            assert run(DIGITS_OPTIM, "--deployment", dep, "--steps", 2) == single
+            plan = run(DIGITS_OPTIM, "--deployment", dep, "--steps", 2)
             built = build_deployment("examples/digits_mlp_optim.alpha", dep, tmp_path / "roles")
             rec = launch(built, records=tmp_path / "runs", deadline_ms=20000, steps=2)
-            assert rec["passed"] and rec["published"] == single, rec["roles"]
+            assert rec["passed"] and rec["published"] == plan, rec["roles"]
+            published.add(plan)
     finally:
         os.chdir(cwd)
+    assert len(published) == 1 and "W2_exp_avg_sq[9,31]" in published.pop()
 
 
 # -- against torch -------------------------------------------------------------------------------
