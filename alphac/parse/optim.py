@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from alphac.diag import Span
 from alphac.parse import ast
-from alphac.parse.parser import Parser
+from alphac.parse.parser import Parser, _Bail
 
 
 @dataclass(frozen=True)
@@ -98,14 +98,14 @@ def _value(p: Parser):
     return p.parse_expr()
 
 
-def _hypers(p: Parser, definition: bool) -> tuple[Hyper, ...]:
+def _hypers(p: Parser) -> tuple[Hyper, ...]:
     out = []
     if not p.accept("punct", "("):
         return ()
     while not p.accept("punct", ")"):
         name = p.expect("name", what="a hyperparameter's name, as in `lr = 0.01`")
         domain = None
-        if definition and p.accept("punct", ":"):
+        if p.accept("punct", ":"):
             domain = p.expect("name", what="a domain: nonneg, unit or bool").text
         p.expect("punct", "=", what=f"`=` and the value of `{name.text}`")
         value = _value(p)
@@ -123,7 +123,7 @@ def _body(p: Parser) -> tuple[tuple, Span]:
     while not p.at("punct", "}"):
         if p.at("eof"):
             p.sink.error("E0011", open_.span, "this `{` is never closed")
-            raise p.fail("`}`")
+            raise _Bail()
         stmts.append(_stmt(p))
         if not p.at("punct", "}"):
             p.end_of_line()
@@ -169,7 +169,7 @@ def _stmt(p: Parser):
 def parse_optimizer(p: Parser) -> OptimizerUse | OptimizerDef:
     kw = p.advance()
     name = p.expect("name", what="the optimizer's name, as in `optimizer adam(lr = 0.01) for *`")
-    hypers = _hypers(p, definition=_is_definition(p))
+    hypers = _hypers(p)
     if p.at("punct", "{"):
         body, span = _body(p)
         if not p.at("eof"):
@@ -192,16 +192,3 @@ def parse_optimizer(p: Parser) -> OptimizerUse | OptimizerDef:
     p.end_of_line()
     return OptimizerUse(name.text, name.span, hypers, params, kw.span.to(end))
 
-
-def _is_definition(p: Parser) -> bool:
-    """Whether the `(...)` at the parser's position is followed by `{` (a definition)."""
-    depth, k = 0, 0
-    while True:
-        t = p.peek(k)
-        if t.kind == "eof":
-            return False
-        depth += t.is_("punct", "(")
-        depth -= t.is_("punct", ")")
-        if depth == 0:
-            return p.peek(k + 1).is_("punct", "{")
-        k += 1

@@ -117,6 +117,9 @@ def hyper_values(ck, use: OptimizerUse, d: OptimizerDef) -> dict | None:
     known = {h.name: h for h in d.hypers}
     ok = True
     for h in use.hypers:
+        if h.domain is not None:
+            ck.err("E0071", h.name_span, f"`{h.name}: {h.domain}`: a domain is a definition's")
+            ok = False
         if h.name not in known:
             ck.err("E0071", h.name_span, f"optimizer `{d.name}` has no hyperparameter `{h.name}`",
                    hint="its hyperparameters are " + ", ".join(f"`{k}`" for k in known))
