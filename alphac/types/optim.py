@@ -8,7 +8,7 @@ declaration order), the uses in file order, after the statements of the `update`
 body, `w` is the param, a `state NAME` becomes the learner's state `PARAM_NAME` (the param's
 shape, or f64), a `let` gets a name no source can spell (`W1.g.2`: a let may be rebound), and a
 hyperparameter becomes its value, folded in binary64 as a const is. `if` folds its condition
-and keeps one branch; `fail` refuses the values.
+and keeps one branch; `fail` refuses the values. A definition's body is checked where it is used.
 
 Requires: a `Checker` (alphac.types.check) that has declared the file's consts, data and
 states. Guarantees: the states are declared through the checker (so checkpoints, plans and every
@@ -45,7 +45,7 @@ def library(sink: Sink) -> dict[str, OptimizerDef]:
 def expand(ck, module: ast.Module) -> list:
     """The update statements of every optimizer use of `module` (its states declared)."""
     uses = [d for d in module.decls if isinstance(d, OptimizerUse)]
-    if not uses:
+    if not any(isinstance(d, (OptimizerUse, OptimizerDef)) for d in module.decls):
         return []
     defs = library(ck.sink)
     builtin = set(defs)
