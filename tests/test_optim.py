@@ -258,19 +258,34 @@ CASES = [(kind, k) for kind in TORCH for k in range(len(TORCH[kind]))]
 STEPS = 12
 
 
-@pytest.fixture(scope="module")
-def torch_runs() -> list[list[dict]]:
+GOLDEN = HERE / "golden" / "torch_optim.json"
+
+
+def torch_jobs() -> list[dict]:
+    return [{"kind": kind, "hypers": TORCH[kind][k], "x": X, "w": W0, "steps": STEPS} for kind, k in CASES]
+
+
+def run_torch(py: str) -> dict:
     """torch's states after each step, for every case (tests/optim/torch_steps.py, one process)."""
-    py = torch_python()
-    if py is None:
-        pytest.skip("torch is not installed (set ALPHAC_TORCH_PYTHON to a Python that has it)")
-    jobs = [{"kind": kind, "hypers": TORCH[kind][k], "x": X, "w": W0, "steps": STEPS}
-            for kind, k in CASES]
     env = {**os.environ, "ATEN_CPU_CAPABILITY": "default"}
-    r = subprocess.run([py, HERE / "optim" / "torch_steps.py"], input=json.dumps(jobs), text=True,
+    r = subprocess.run([py, HERE / "optim" / "torch_steps.py"], input=json.dumps(torch_jobs()), text=True,
                        capture_output=True, env=env, timeout=600)
     assert r.returncode == 0, r.stderr
-    return [json.loads(line) for line in r.stdout.splitlines()]
+    lines = r.stdout.splitlines()
+    return {"torch": lines[0], "jobs": torch_jobs(), "runs": [json.loads(line) for line in lines[1:]]}
+
+
+@pytest.fixture(scope="module")
+def torch_runs() -> list[list[dict]]:
+    """torch's states after each step, for every case: tests/golden/torch_optim.json, written by
+    torch itself (`ALPHAC_TORCH_PYTHON=PY python tests/test_optim.py` rewrites it); where torch is
+    importable here, it is run again and must give the golden file's bits."""
+    golden = json.loads(GOLDEN.read_text())
+    assert golden["jobs"] == torch_jobs(), "the cases changed: rewrite tests/golden/torch_optim.json"
+    py = torch_python()
+    if py is not None:
+        assert run_torch(py)["runs"] == golden["runs"]
+    return golden["runs"]
 
 
 @pytest.mark.parametrize("case", range(len(CASES)), ids=lambda c: "%s-%d" % CASES[c])
@@ -342,3 +357,8 @@ def test_the_library_parses_clean_and_defines_the_five():
     from alphac.types.optim import library
     sink = Sink()
     assert sorted(library(sink)) == ["adagrad", "adam", "adamw", "rmsprop", "sgd"] and sink.ok
+
+
+if __name__ == "__main__":      # rewrite the golden torch runs with a Python that has torch
+    GOLDEN.write_text(json.dumps(run_torch(torch_python() or sys.exit("no torch: set ALPHAC_TORCH_PYTHON")),
+                                 indent=1, sort_keys=True) + "\n")

@@ -6,7 +6,7 @@ Reads a JSON list of jobs on stdin, each {"kind", "hypers", "x": samples (rows o
 the initial param, "steps"}. The loss is `sum(0.5 * (w - x[i])^2)`, whose per-sample gradient is exactly w - x[i]
 (docs/language.md): the mean gradient is their left fold from the first sample over n, as alphac
 sums it. Prints one JSON list per job, of one object per step: the param's and each torch state's
-coordinates as hex.
+coordinates as hex; first, one line naming torch's and numpy's versions.
 torch's float64 sqrt is not correctly rounded (about 1 input in 100): Tensor.sqrt is replaced by
 numpy's, which is; that is the one operation replaced.
 """
@@ -41,5 +41,6 @@ def steps(job: dict) -> list[dict]:
     return out
 
 
+print(f"torch {torch.__version__}, numpy {np.__version__}", flush=True)
 for job in json.load(sys.stdin):
     print(json.dumps(steps(job)), flush=True)
