@@ -69,6 +69,28 @@ def encode(kind: int, sender: int, payload: bytes, identity: dict[str, bytes], v
 
 
 ZERO_KEY = bytes(32)
+POLY = (1 << 128) | (1 << 127) | (1 << 126) | (1 << 121) | 1      # RFC 8452's POLYVAL field
+
+
+def polyval(h: bytes, data: bytes, length_block: bool = True) -> bytes:
+    """POLYVAL (RFC 8452, section 3) under the 16-byte key h of `data` zero-padded to whole
+    blocks, then (with length_block) the block le64(8 len) | le64(0): S = dot(S ^ X, H) a block,
+    dot(a, b) = a * b * x^-128 mod POLY, each block a little-endian 128-bit number."""
+    if length_block:
+        data = data + bytes(-len(data) % 16) + struct.pack("<2Q", 8 * len(data), 0)
+    key, s = int.from_bytes(h, "little"), 0
+    for i in range(0, len(data), 16):
+        a, b, r = s ^ int.from_bytes(data[i:i + 16], "little"), key, 0
+        while b:                                      # a * b, carry-less
+            if b & 1:
+                r ^= a
+            a, b = a << 1, b >> 1
+        for _ in range(128):                          # * x^-128: r + (its bit 0) * POLY, halved
+            r = (r ^ POLY if r & 1 else r) >> 1       # (degree < 128 at the end)
+        s = r
+    return s.to_bytes(16, "little")
+
+
 
 
 def kdf(key: bytes, label: str, nonces: bytes, *words: int) -> bytes:

@@ -418,6 +418,50 @@ class Selector(SelectorBase):
         self.emit("stp", v[0], v[1], Mem(X[0]))
         self.out.append(Label(done))
 
+    def cpu_has_clmul(self, op, d, a) -> None:
+        x, r = self.use(a[0], S1), self.defreg(d, S1)
+        self.emit("lsr", S2, x, AImm(4))                 # HWCAP_PMULL: bit 4 of AT_HWCAP
+        self.emit("and", r, S2, AImm(1))
+        self.commit(d, r)
+
+    def polyval_hw(self, op, d, a) -> None:
+        """PMULL, four blocks a reduction, as x86-64's: the state in v0, H..H^4 in v1-v4 and
+        with their halves swapped in v17-v20, p's constant 0xC2 << 56 in v6's low half, zero in
+        v7, the blocks in v24-v27, the products' low, high and middle halves summed in v28-v30
+        (v8-v15 left alone, as in sha256_hw)."""
+        self.arg_moves(list(a), incoming=False)          # x0 s, x1 key, x2 p, x3 groups
+        v, top, done = V, f".pv{len(self.out)}", f".pvdone{len(self.out)}"
+        self.emit("cmp", X[3], AImm(0))
+        self.emit("b.eq", target=done)
+        for ins in (("ldr", v[0], Mem(X[0])), ("ldp", v[1], v[2], Mem(X[1])),
+                    ("ldp", v[3], v[4], Mem(X[1], 32)), ("ldr", v[5], Mem(X[1], 64)),
+                    *(("ext", v[16 + k], v[k], v[k], AImm(8)) for k in range(1, 5)),
+                    ("ext", v[6], v[5], v[5], AImm(8)), ("eor", v[7], v[7], v[7])):
+            self.emit(*ins)
+        self.out.append(Label(top))
+        for ins in (("ldp", v[24], v[25], Mem(X[2])), ("ldp", v[26], v[27], Mem(X[2], 32)),
+                    ("eor", v[24], v[24], v[0])):
+            self.emit(*ins)
+        for k in range(4):                               # block k + 1 times H^(4 - k)
+            y, h, hs = v[24 + k], v[4 - k], v[20 - k]
+            for mn, f, acc in (("pmull", h, 28), ("pmull2", h, 29), ("pmull", hs, 30), ("pmull2", hs, 30)):
+                if k == 0 and (acc != 30 or mn == "pmull"):
+                    self.emit(mn, v[acc], y, f)
+                else:
+                    self.emit(mn, v[31], y, f)
+                    self.emit("eor", v[acc], v[acc], v[31])
+        for ins in (("ext", v[31], v[7], v[30], AImm(8)), ("eor", v[28], v[28], v[31]),
+                    ("ext", v[31], v[30], v[7], AImm(8)), ("eor", v[29], v[29], v[31]),
+                    *(i for _ in range(2) for i in (("pmull", v[31], v[28], v[6]),    # low * x^-64
+                                                    ("ext", v[28], v[28], v[28], AImm(8)),
+                                                    ("eor", v[28], v[28], v[31]))),
+                    ("eor", v[0], v[28], v[29]), ("add", X[2], X[2], AImm(64)),
+                    ("sub", X[3], X[3], AImm(1)), ("cmp", X[3], AImm(0))):
+            self.emit(*ins)
+        self.emit("b.ne", target=top)
+        self.emit("str", v[0], Mem(X[0]))
+        self.out.append(Label(done))
+
     def mem(self, op: str, base: VReg, off: Imm):
         """(mnemonic, address operand) for [base + off]; the base may be reloaded into x17."""
         scaled, unscaled, size = LDST[op]

@@ -508,6 +508,43 @@ class Selector(SelectorBase):
                  ("pblendw", x[1], x[2], XImm(0xF0)), ("palignr", x[2], x[7], XImm(8)),  # ABCD, EFGH
                  ("movdqu", state[0], x[1]), ("movdqu", state[1], x[2]), done)
 
+    def cpu_has_clmul(self, op, d, a) -> None:
+        """cpuid: PCLMULQDQ (leaf 1 ECX bit 1); rbx kept in rsi, as in cpu_has_sha256."""
+        rsi, rbx, rcx = (REGS[r] for r in ("rsi", "rbx", "rcx"))
+        self.seq(("mov", rsi, rbx), ("mov", S1, XImm(1)), ("cpuid",), ("mov", S1, rcx),
+                 ("shr", S1, XImm(1)), ("and", S1, XImm(1)), ("mov", rbx, rsi))
+        self.commit(d, S1)
+
+    def polyval_hw(self, op, d, a) -> None:
+        """PCLMULQDQ, four blocks a reduction: the state in xmm0, H..H^4 in xmm1-xmm4, p's
+        constant in xmm5; the products' low, high and middle halves summed in xmm7, xmm8, xmm9;
+        then Montgomery's reduction by x^128 (two multiplies by 0xC2 << 56, RFC 8452 Appendix
+        A's dot) of the low half, plus the high."""
+        self.arg_moves(list(a), incoming=False)          # rdi s, rsi key, rdx p, rcx groups
+        rdi, rsi, rdx, rcx = (REGS[r] for r in ("rdi", "rsi", "rdx", "rcx"))
+        x = [REGS[f"xmm{i}"] for i in range(11)]
+        top, done = Label(f".pv{len(self.out)}"), Label(f".pvdone{len(self.out)}")
+        self.seq(("cmp", rcx, XImm(0)), ("je", done.name), ("movdqu", x[0], Mem(rdi, size=128)),
+                 *(("movdqu", x[1 + k], Mem(rsi, disp=16 * k, size=128)) for k in range(5)), top)
+        for k in range(4):                               # block k + 1 times H^(4 - k)
+            self.seq(("movdqu", x[6], Mem(rdx, disp=16 * k, size=128)))
+            if k == 0:
+                self.seq(("pxor", x[6], x[0]))
+            h = x[4 - k]
+            for imm, acc in ((0x00, 7), (0x11, 8), (0x10, 9)):
+                r = x[acc] if k == 0 else x[10]
+                self.seq(("movdqa", r, x[6]), ("pclmulqdq", r, h, XImm(imm)))
+                if k:
+                    self.seq(("pxor", x[acc], r))
+            self.seq(("pclmulqdq", x[6], h, XImm(0x01)), ("pxor", x[9], x[6]))
+        self.seq(("movdqa", x[10], x[9]), ("pslldq", x[10], XImm(8)), ("pxor", x[7], x[10]),
+                 ("psrldq", x[9], XImm(8)), ("pxor", x[8], x[9]))
+        for _ in range(2):                               # low half * x^-64, twice
+            self.seq(("movdqa", x[10], x[7]), ("pclmulqdq", x[10], x[5], XImm(0x10)),
+                     ("pshufd", x[7], x[7], XImm(0x4E)), ("pxor", x[7], x[10]))
+        self.seq(("pxor", x[7], x[8]), ("movdqa", x[0], x[7]), ("add", rdx, XImm(64)),
+                 ("sub", rcx, XImm(1)), ("jne", top.name), ("movdqu", Mem(rdi, size=128), x[0]), done)
+
     def mem(self, base: VReg, off: Imm, scratch) -> Mem:
         if not _fits32(off.value):
             raise ValueError("memory offset does not fit 32 bits")
