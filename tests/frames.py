@@ -12,13 +12,12 @@ MACs under a run key (docs/runtime.md, "Membership"): `accept` and `connect` pla
 """
 from __future__ import annotations
 
-import hashlib
 import hmac
 import os
 import struct
 
 from alphac.formats import (FRAME, FRAME_FORMAT, FRAME_KINDS, FRAME_MAGIC, HELLO_BYTES,
-                            HELLO_LABEL, SESSION_LABEL)
+                            HELLO_LABEL, POLYVAL_LABEL, SESSION_LABEL)
 
 MAGIC, FORMAT, KINDS, HEADER = FRAME_MAGIC, FRAME_FORMAT, FRAME_KINDS, FRAME.size
 K = 0x9E3779B97F4A7C15
@@ -91,8 +90,6 @@ def polyval(h: bytes, data: bytes, length_block: bool = True) -> bytes:
     return s.to_bytes(16, "little")
 
 
-
-
 def kdf(key: bytes, label: str, nonces: bytes, *words: int) -> bytes:
     return hmac.new(key, label.encode() + nonces + struct.pack(f"<{len(words)}Q", *words), "sha256").digest()
 
@@ -103,10 +100,11 @@ class Session:
 
     def __init__(self, key: bytes, nonces: bytes, a: int, c: int, me: int, peer: int):
         self.key, self.me, self.peer = kdf(key, SESSION_LABEL, nonces, a, c), me, peer
+        self.hash_key = hmac.new(key, POLYVAL_LABEL.encode(), "sha256").digest()[:16]
         self.sent = self.got = 0
 
     def _mac(self, seq: int, sender: int, head: bytes, payload: bytes) -> bytes:
-        msg = struct.pack("<2Q", seq, sender) + head + hashlib.sha256(payload).digest()
+        msg = struct.pack("<2Q", seq, sender) + head + polyval(self.hash_key, payload)
         return hmac.new(self.key, msg, "sha256").digest()[:16]
 
     def mac(self, head: bytes, payload: bytes) -> bytes:
