@@ -206,6 +206,10 @@ POLYVAL_LABEL = "alphac-polyval-1"
 STRINGS = {"EVENTS_LABEL": EVENTS_LABEL, "HELLO_LABEL": HELLO_LABEL,   # the runtime's string
            "SESSION_LABEL": SESSION_LABEL, "POLYVAL_LABEL": POLYVAL_LABEL}   # constants
 
+# POLYVAL (polyval.rt): the blocks the CPU's carry-less multiply (polyval_hw, each selector)
+# folds a reduction; the runtime's key table holds H^1 .. H^PV_GROUP, then p's constant
+PV_GROUP = 8
+
 LAYOUTS = (FRAME, CKPT_HEADER, CKPT_RECORD)
 
 
@@ -221,7 +225,7 @@ def constants() -> dict[str, int]:
                NV_ITEM_WORDS=CONV_ITEM_WORDS, XS_WORDS=XS_WORDS, XS_DIGITS=XS_DIGITS,
                XC_DIGITS=XC_DIGITS, XC_WORDS=XC_WORDS, XC_SPILLED=XC_SPILLED,
                XC_BASE_SHIFT=XC_BASE_SHIFT, XC_MAX_BASE=XC_MAX_BASE,
-               XC_RECORD_WORDS=XC_RECORD_WORDS)
+               XC_RECORD_WORDS=XC_RECORD_WORDS, PV_GROUP=PV_GROUP)
     out.update((k + "_BYTES", len(v)) for k, v in STRINGS.items())
     for name, code in FRAME_KINDS.items():
         out["KIND_" + name.upper().replace("-", "_")] = code

@@ -21,6 +21,7 @@ from alphac.aarch64.encode import Imm as AImm
 from alphac.aarch64.encode import Label as ALabel
 from alphac.aarch64.encode import Mem, MemReg, is_bitmask_imm
 from alphac.aarch64.isa import COND, D, REGS, V, W, X, sp, xzr
+from alphac.formats import PV_GROUP
 from alphac.lower.assemble import MI, Label
 from alphac.lower.lir import NEGATE, Function, Imm, Inst, VReg
 from alphac.lower.regalloc import Allocation, parallel_moves
@@ -425,37 +426,39 @@ class Selector(SelectorBase):
         self.commit(d, r)
 
     def polyval_hw(self, op, d, a) -> None:
-        """PMULL, four blocks a reduction, as x86-64's: the state in v0, H..H^4 in v1-v4 and
-        with their halves swapped in v17-v20, p's constant 0xC2 << 56 in v6's low half, zero in
-        v7, the blocks in v24-v27, the products' low, high and middle halves summed in v28-v30
-        (v8-v15 left alone, as in sha256_hw)."""
+        """PMULL, PV_GROUP (8) blocks a reduction, as x86-64's: the state in v0, H^1 .. H^8 in
+        v16-v23 and with their halves swapped in v24-v31, p's constant 0xC2 << 56 in v6's low
+        half, zero in v7, a block in v4; the products' low, high and middle halves summed in v1,
+        v2, v3 (v8-v15, whose low halves calls keep, are left alone, as in sha256_hw)."""
         self.arg_moves(list(a), incoming=False)          # x0 s, x1 key, x2 p, x3 groups
-        v, top, done = V, f".pv{len(self.out)}", f".pvdone{len(self.out)}"
+        v, g, top, done = V, PV_GROUP, f".pv{len(self.out)}", f".pvdone{len(self.out)}"
+        lo, hi, mid, blk, tmp = v[1], v[2], v[3], v[4], v[5]
         self.emit("cmp", X[3], AImm(0))
         self.emit("b.eq", target=done)
-        for ins in (("ldr", v[0], Mem(X[0])), ("ldp", v[1], v[2], Mem(X[1])),
-                    ("ldp", v[3], v[4], Mem(X[1], 32)), ("ldr", v[5], Mem(X[1], 64)),
-                    *(("ext", v[16 + k], v[k], v[k], AImm(8)) for k in range(1, 5)),
-                    ("ext", v[6], v[5], v[5], AImm(8)), ("eor", v[7], v[7], v[7])):
+        for ins in (("ldr", v[0], Mem(X[0])), ("ldr", v[6], Mem(X[1], 16 * g)),
+                    ("ext", v[6], v[6], v[6], AImm(8)), ("eor", v[7], v[7], v[7]),
+                    *(i for k in range(0, g, 2) for i in (
+                        ("ldp", v[16 + k], v[17 + k], Mem(X[1], 16 * k)),
+                        ("ext", v[24 + k], v[16 + k], v[16 + k], AImm(8)),
+                        ("ext", v[25 + k], v[17 + k], v[17 + k], AImm(8))))):
             self.emit(*ins)
         self.out.append(Label(top))
-        for ins in (("ldp", v[24], v[25], Mem(X[2])), ("ldp", v[26], v[27], Mem(X[2], 32)),
-                    ("eor", v[24], v[24], v[0])):
-            self.emit(*ins)
-        for k in range(4):                               # block k + 1 times H^(4 - k)
-            y, h, hs = v[24 + k], v[4 - k], v[20 - k]
-            for mn, f, acc in (("pmull", h, 28), ("pmull2", h, 29), ("pmull", hs, 30), ("pmull2", hs, 30)):
-                if k == 0 and (acc != 30 or mn == "pmull"):
-                    self.emit(mn, v[acc], y, f)
+        for k in range(g):                               # block k + 1 times H^(g - k)
+            self.emit("ldr", blk, Mem(X[2], 16 * k))
+            if k == 0:
+                self.emit("eor", blk, blk, v[0])
+            h, hs = v[15 + g - k], v[23 + g - k]
+            for mn, f, acc in (("pmull", h, lo), ("pmull2", h, hi), ("pmull", hs, mid), ("pmull2", hs, mid)):
+                if k == 0 and (acc != mid or mn == "pmull"):
+                    self.emit(mn, acc, blk, f)
                 else:
-                    self.emit(mn, v[31], y, f)
-                    self.emit("eor", v[acc], v[acc], v[31])
-        for ins in (("ext", v[31], v[7], v[30], AImm(8)), ("eor", v[28], v[28], v[31]),
-                    ("ext", v[31], v[30], v[7], AImm(8)), ("eor", v[29], v[29], v[31]),
-                    *(i for _ in range(2) for i in (("pmull", v[31], v[28], v[6]),    # low * x^-64
-                                                    ("ext", v[28], v[28], v[28], AImm(8)),
-                                                    ("eor", v[28], v[28], v[31]))),
-                    ("eor", v[0], v[28], v[29]), ("add", X[2], X[2], AImm(64)),
+                    self.emit(mn, tmp, blk, f)
+                    self.emit("eor", acc, acc, tmp)
+        for ins in (("ext", tmp, v[7], mid, AImm(8)), ("eor", lo, lo, tmp),
+                    ("ext", tmp, mid, v[7], AImm(8)), ("eor", hi, hi, tmp),
+                    *(i for _ in range(2) for i in (("pmull", tmp, lo, v[6]),    # the low half * x^-64
+                                                    ("ext", lo, lo, lo, AImm(8)), ("eor", lo, lo, tmp))),
+                    ("eor", v[0], lo, hi), ("add", X[2], X[2], AImm(16 * g)),
                     ("sub", X[3], X[3], AImm(1)), ("cmp", X[3], AImm(0))):
             self.emit(*ins)
         self.emit("b.ne", target=top)

@@ -123,9 +123,9 @@ _OPS: dict[str, tuple] = {
     "cpu_has_sha256": ("i", "i", True), "sha256_hw": (None, "iiii", True),
     # The CPU's carry-less multiply (x86-64 PCLMULQDQ, AArch64 PMULL). cpu_has_clmul: d = 1 when
     # polyval_hw may run (a: AT_HWCAP, as above); polyval_hw(s, key, p, n): the n >= 0 groups of
-    # four 16-byte blocks at p folded into POLYVAL's state, the 16 bytes at s (polyval.rt):
-    # s = dot(s ^ X1, H^4) ^ dot(X2, H^3) ^ dot(X3, H^2) ^ dot(X4, H) a group, key: those powers
-    # of H (H at key, ..., H^4 at key + 48), then p's constant (1, 0xC2 << 56) at key + 64
+    # G = formats.PV_GROUP 16-byte blocks at p folded into POLYVAL's state, the 16 bytes at s
+    # (polyval.rt): s = dot(s ^ X1, H^G) ^ dot(X2, H^(G-1)) ^ ... ^ dot(XG, H) a group; key: those
+    # powers of H (H^k at key + 16 (k - 1)), then p's constant (1, 0xC2 << 56) at key + 16 G
     "cpu_has_clmul": ("i", "i", True), "polyval_hw": (None, "iiii", True),
 }
 OPS: dict[str, Op] = {name: Op(*row) for name, row in _OPS.items()}

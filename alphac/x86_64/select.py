@@ -17,6 +17,7 @@ slots (slot k at [rsp + 8k]).
 """
 from __future__ import annotations
 
+from alphac.formats import PV_GROUP
 from alphac.lower.assemble import MI, Label
 from alphac.lower.lir import Function, Imm, Inst, VReg
 from alphac.lower.regalloc import Allocation, parallel_moves
@@ -516,33 +517,35 @@ class Selector(SelectorBase):
         self.commit(d, S1)
 
     def polyval_hw(self, op, d, a) -> None:
-        """PCLMULQDQ, four blocks a reduction: the state in xmm0, H..H^4 in xmm1-xmm4, p's
-        constant in xmm5; the products' low, high and middle halves summed in xmm7, xmm8, xmm9;
-        then Montgomery's reduction by x^128 (two multiplies by 0xC2 << 56, RFC 8452 Appendix
-        A's dot) of the low half, plus the high."""
+        """PCLMULQDQ, PV_GROUP (8) blocks a reduction: the state in xmm0, p's constant in xmm1,
+        H^1 .. H^8 in xmm2-xmm9; each block's four products' low, high and middle halves summed
+        in xmm10, xmm11, xmm12; then Montgomery's reduction by x^128 (RFC 8452's dot: two
+        multiplies of the low half by 0xC2 << 56) and the high half added."""
         self.arg_moves(list(a), incoming=False)          # rdi s, rsi key, rdx p, rcx groups
         rdi, rsi, rdx, rcx = (REGS[r] for r in ("rdi", "rsi", "rdx", "rcx"))
-        x = [REGS[f"xmm{i}"] for i in range(11)]
+        x, g = [REGS[f"xmm{i}"] for i in range(15)], PV_GROUP
+        lo, hi, mid, blk, tmp = x[10:15]
         top, done = Label(f".pv{len(self.out)}"), Label(f".pvdone{len(self.out)}")
         self.seq(("cmp", rcx, XImm(0)), ("je", done.name), ("movdqu", x[0], Mem(rdi, size=128)),
-                 *(("movdqu", x[1 + k], Mem(rsi, disp=16 * k, size=128)) for k in range(5)), top)
-        for k in range(4):                               # block k + 1 times H^(4 - k)
-            self.seq(("movdqu", x[6], Mem(rdx, disp=16 * k, size=128)))
+                 ("movdqu", x[1], Mem(rsi, disp=16 * g, size=128)),
+                 *(("movdqu", x[2 + k], Mem(rsi, disp=16 * k, size=128)) for k in range(g)), top)
+        for k in range(g):                               # block k + 1 times H^(g - k)
+            self.seq(("movdqu", blk, Mem(rdx, disp=16 * k, size=128)))
             if k == 0:
-                self.seq(("pxor", x[6], x[0]))
-            h = x[4 - k]
-            for imm, acc in ((0x00, 7), (0x11, 8), (0x10, 9)):
-                r = x[acc] if k == 0 else x[10]
-                self.seq(("movdqa", r, x[6]), ("pclmulqdq", r, h, XImm(imm)))
+                self.seq(("pxor", blk, x[0]))
+            h = x[1 + g - k]
+            for imm, acc in ((0x00, lo), (0x11, hi), (0x10, mid)):
+                r = acc if k == 0 else tmp
+                self.seq(("movdqa", r, blk), ("pclmulqdq", r, h, XImm(imm)))
                 if k:
-                    self.seq(("pxor", x[acc], r))
-            self.seq(("pclmulqdq", x[6], h, XImm(0x01)), ("pxor", x[9], x[6]))
-        self.seq(("movdqa", x[10], x[9]), ("pslldq", x[10], XImm(8)), ("pxor", x[7], x[10]),
-                 ("psrldq", x[9], XImm(8)), ("pxor", x[8], x[9]))
-        for _ in range(2):                               # low half * x^-64, twice
-            self.seq(("movdqa", x[10], x[7]), ("pclmulqdq", x[10], x[5], XImm(0x10)),
-                     ("pshufd", x[7], x[7], XImm(0x4E)), ("pxor", x[7], x[10]))
-        self.seq(("pxor", x[7], x[8]), ("movdqa", x[0], x[7]), ("add", rdx, XImm(64)),
+                    self.seq(("pxor", acc, r))
+            self.seq(("pclmulqdq", blk, h, XImm(0x01)), ("pxor", mid, blk))
+        self.seq(("movdqa", tmp, mid), ("pslldq", tmp, XImm(8)), ("pxor", lo, tmp),
+                 ("psrldq", mid, XImm(8)), ("pxor", hi, mid))
+        for _ in range(2):                               # the low half * x^-64, twice
+            self.seq(("movdqa", tmp, lo), ("pclmulqdq", tmp, x[1], XImm(0x10)),
+                     ("pshufd", lo, lo, XImm(0x4E)), ("pxor", lo, tmp))
+        self.seq(("pxor", lo, hi), ("movdqa", x[0], lo), ("add", rdx, XImm(16 * g)),
                  ("sub", rcx, XImm(1)), ("jne", top.name), ("movdqu", Mem(rdi, size=128), x[0]), done)
 
     def mem(self, base: VReg, off: Imm, scratch) -> Mem:
