@@ -518,9 +518,11 @@ class Selector(SelectorBase):
 
     def polyval_hw(self, op, d, a) -> None:
         """PCLMULQDQ, PV_GROUP (8) blocks a reduction: the state in xmm0, p's constant in xmm1,
-        H^1 .. H^8 in xmm2-xmm9; each block's four products' low, high and middle halves summed
-        in xmm10, xmm11, xmm12; then Montgomery's reduction by x^128 (RFC 8452's dot: two
-        multiplies of the low half by 0xC2 << 56) and the high half added."""
+        H^1 .. H^8 in xmm2-xmm9; each block's product by its power in three multiplies
+        (Karatsuba: low halves, high halves, and the halves' xors, the power's from the key),
+        summed in xmm10, xmm11, xmm12; the middle made right once (xor the low and the high
+        sums), then Montgomery's reduction by x^128 (RFC 8452's dot: two multiplies of the low
+        half by 0xC2 << 56) and the high half added."""
         self.arg_moves(list(a), incoming=False)          # rdi s, rsi key, rdx p, rcx groups
         rdi, rsi, rdx, rcx = (REGS[r] for r in ("rdi", "rsi", "rdx", "rcx"))
         x, g = [REGS[f"xmm{i}"] for i in range(15)], PV_GROUP
@@ -529,18 +531,24 @@ class Selector(SelectorBase):
         self.seq(("cmp", rcx, XImm(0)), ("je", done.name), ("movdqu", x[0], Mem(rdi, size=128)),
                  ("movdqu", x[1], Mem(rsi, disp=16 * g, size=128)),
                  *(("movdqu", x[2 + k], Mem(rsi, disp=16 * k, size=128)) for k in range(g)), top)
+        r = REGS["xmm15"]
         for k in range(g):                               # block k + 1 times H^(g - k)
             self.seq(("movdqu", blk, Mem(rdx, disp=16 * k, size=128)))
             if k == 0:
                 self.seq(("pxor", blk, x[0]))
             h = x[1 + g - k]
-            for imm, acc in ((0x00, lo), (0x11, hi), (0x10, mid)):
-                r = acc if k == 0 else tmp
-                self.seq(("movdqa", r, blk), ("pclmulqdq", r, h, XImm(imm)))
-                if k:
-                    self.seq(("pxor", acc, r))
-            self.seq(("pclmulqdq", blk, h, XImm(0x01)), ("pxor", mid, blk))
-        self.seq(("movdqa", tmp, mid), ("pslldq", tmp, XImm(8)), ("pxor", lo, tmp),
+            self.seq(("pshufd", tmp, blk, XImm(0x4E)), ("pxor", tmp, blk),
+                     ("movdqa", r, blk), ("pclmulqdq", r, h, XImm(0x00)),
+                     ("pclmulqdq", blk, h, XImm(0x11)))
+            if k == 0:
+                self.seq(("movdqa", lo, r), ("movdqa", hi, blk))
+            else:
+                self.seq(("pxor", lo, r), ("pxor", hi, blk))
+            self.seq(("movdqu", r, Mem(rsi, disp=16 * (2 * g - k), size=128)),
+                     ("pclmulqdq", tmp, r, XImm(0x00)))
+            self.seq(("movdqa", mid, tmp) if k == 0 else ("pxor", mid, tmp))
+        self.seq(("pxor", mid, lo), ("pxor", mid, hi),
+                 ("movdqa", tmp, mid), ("pslldq", tmp, XImm(8)), ("pxor", lo, tmp),
                  ("psrldq", mid, XImm(8)), ("pxor", hi, mid))
         for _ in range(2):                               # the low half * x^-64, twice
             self.seq(("movdqa", tmp, lo), ("pclmulqdq", tmp, x[1], XImm(0x10)),
