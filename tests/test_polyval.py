@@ -3,7 +3,7 @@ against RFC 8452's test vectors and the tests' twin (tests/frames.py's `polyval`
 against those vectors here), on every x86-64 level and on AArch64 under qemu-aarch64, by both of
 its paths: the CPU's carry-less multiply where it has one (PCLMULQDQ; qemu's CPUs all have
 PMULL), then the scalar code, forced. Random contents at unaligned offsets, every length 0..300
-(partial last blocks, the four-block groups of polyval_hw and their remainders), random lengths to
+(partial last blocks, the eight-block groups of polyval_hw and their remainders), random lengths to
 5000 against the twin; a few messages of up to 3 MiB where the two paths must agree."""
 import random
 
