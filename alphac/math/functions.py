@@ -685,8 +685,8 @@ def _trig_accurate(m, x, is_sin):
     (y = |x| exactly below pi/4, else _trig_reduce); with g = q + 3 for sin (sin(x) =
     cos(x - pi/2)), the value is +-cos y for g even and +-sin |y| for g odd, its sign
     (g + 1)/2 mod 2, plus y's for g odd, plus x's for sin. z = y^2 as a fraction (floored);
-    sin y / (2y) = sum_{k=0..21} (-z)^k / (2 (2k+1)!) and cos y / 2 = sum_{k=0..22} (-z)^k /
-    (2 (2k)!) by Horner (z <= (pi/4)^2 < 0.62: truncation below 2^-204; each step a
+    sin y / (2y) = sum_{k=0..22} (-z)^k / (2 (2k+1)!) and cos y / 2 = sum_{k=0..22} (-z)^k /
+    (2 (2k)!) by one Horner text (z <= (pi/4)^2 < 0.62: truncation below 2^-204; each step a
     positive difference, c_k > z c_(k+1); 22 products and floored coefficients: below 2^-185 on a
     value above 0.35): relative error below 2^-183 in all, and then one rounding."""
     xb = x.bits()
@@ -704,14 +704,11 @@ def _trig_accurate(m, x, is_sin):
         sign = sign ^ (xb >> 63)
     sign = sign << 63
     z, _ = mp.shr(m, mp.mul(m, Y, Y), m.i(-384) - ys - ys)
-
-    def series(top):
-        a = limbs(m, "TRIG_COEF", top)
-        for n in range(top - 2, -1, -2):
-            a, _ = mp.sub(m, limbs(m, "TRIG_COEF", n), mp.mul(m, z, a))
-        return a
-    return m.cond(odd, lambda: (to_double(m, sign, mp.mul(m, Y, series(43)), ys + 1),),
-                  lambda: (to_double(m, sign, series(44), m.i(-191)),))[0]
+    a = limbs(m, "TRIG_COEF", odd + 44)                   # one Horner: H[2k + odd], k = 22..0
+    for k in range(21, -1, -1):
+        a, _ = mp.sub(m, limbs(m, "TRIG_COEF", odd + 2 * k), mp.mul(m, z, a))
+    out = m.cond(odd, lambda: mp.mul(m, Y, a) + (ys + 1,), lambda: a + (m.i(-191),))
+    return to_double(m, sign, out[0:3], out[3])
 
 
 def _trig(m, x, is_sin):

@@ -27,7 +27,7 @@ rounded):
 
 sin and cos (tables of their own, so that exp's and log's stay as they are):
 
-    TRIG_COEF[n] floor(2^192 / (2 n!)), n = 0..44                (sin y / y and cos y, halved)
+    TRIG_COEF[n] floor(2^192 / (2 n!)), n = 0..45                (sin y / y and cos y, halved)
     PI4          floor(pi/4 * 2^192)                              (y = f pi/2 from the quadrant's f)
     INV_PIO2[k]  the bits of 2/pi 64 to a word, most significant first, after one word of
                  zeros: word k >= 1 holds bits 64k - 63 .. 64k after the binary point
@@ -241,6 +241,6 @@ def trig_tables() -> dict[str, tuple[int, ...]]:
     c1 = head(c, 28)
     c2 = head(c - c1, 28) if c > c1 else -head(c1 - c, 28)
     c3 = c - c1 - c2
-    return {"TRIG_COEF": half_inverse_factorials(45), "PI4": words(pi_fixed(254) >> 64),
+    return {"TRIG_COEF": half_inverse_factorials(46), "PI4": words(pi_fixed(254) >> 64),
             "INV_PIO2": tuple(inv), "TRIG_T": tuple(trig_t),
             "TRIG_C": tuple(f64_word(_nearest(v)) for v in (c1, c2, c3))}
