@@ -6,8 +6,8 @@ range, a two-layer tanh MLP with biases, a scalar param scaling a matrix that `@
 sum of a 2-D contribution, sin and cos) each per-sample gradient is derived here by hand, in
 plain Python floats, in the order alphac/ir/autodiff.py documents (the reversed post-order of
 the loss DAG, each node's adjoint the left fold of its contributions in arrival order, and the
-rules for `@`, `outer`, `max`, `onehot`, sin and cos); exp, tanh, sin and cos are MPFR's (gmpy2), correctly rounded
-as the contract says. Nothing here calls alphac's differentiation or evaluation: alphac is only
+rules for `@`, `outer`, `max`, `onehot`, sin and cos); exp, tanh, sin and cos are MPFR's
+(gmpy2), correctly rounded as the contract says. Nothing here calls alphac's differentiation or evaluation: alphac is only
 compiled and run.
 
 Checked bit for bit (the binary64 patterns): alphac's per-sample gradient

@@ -23,7 +23,8 @@ from alphac.math.dsl import Eval, RtSource
 FUNCTIONS: dict[str, int] = {"exp": 1, "log": 1, "log1p": 1, "expm1": 1, "tanh": 1, "sin": 1, "cos": 1,
                              "abs": 1, "relu": 1, "max": 2, "min": 2}
 _IMPL = {"exp": functions.exp, "log": functions.log, "log1p": functions.log1p,
-         "expm1": functions.expm1, "tanh": functions.tanh, "sin": functions.sin, "cos": functions.cos, "abs": functions.fabs,
+         "expm1": functions.expm1, "tanh": functions.tanh, "sin": functions.sin,
+         "cos": functions.cos, "abs": functions.fabs,
          "relu": functions.relu, "max": functions.fmax, "min": functions.fmin}
 ELEMENTARY = ("exp", "log", "log1p", "expm1", "tanh", "sin", "cos")       # correctly rounded, not exact
 

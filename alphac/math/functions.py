@@ -651,10 +651,10 @@ def _trig_reduce(m, xb):
     bit E + 63, its first word being zeros) times M, modulo 2^320, are |x| 2/pi modulo 4 at
     2^-318, short by less than M 2^-318 < 2^-265 (the bits after the window). Rounded to the
     nearest quadrant, the fraction f has |f| <= 1/2 and |f| > 2^-62 for every binary64 (the
-    closest a binary64 comes to a multiple of pi/2 is 2^-61.54 quadrants, at 0x1.6ac5b262ca1ffp+849:
-    CORE-MATH's sin list holds each binade's closest, and the tests run them): relative error
-    below 2^-200. Its first 192 bits from its leading
-    one (2^-191), times PI4 (2^-191, and the product's 2^-190): below 2^-186."""
+    closest a binary64 comes to a multiple of pi/2 is 2^-61.54 quadrants, at
+    0x1.6ac5b262ca1ffp+849: CORE-MATH's sin list holds each binade's closest, and the tests run
+    them): relative error below 2^-200. Its first 192 bits from its leading one (2^-191), times
+    PI4 (2^-191, and the product's 2^-190): below 2^-186."""
     field = (xb >> 52) & 0x7FF
     mant = (xb & MANT) | IMPLICIT
     p = field - 1013                                   # bit E - 1 of 2/pi is table bit p
