@@ -198,10 +198,10 @@ CODES: dict[str, tuple[str, str]] = {
     # -- numerical contract -------------------------------------------------------------------
     "E0040": ("operation not in the numerical contract",
               "The contract holds the correctly rounded binary64 operations + - * / sqrt, the "
-              "exact max, min, abs and relu, the correctly rounded exp, log, log1p, expm1 and "
-              "tanh (the same bits on every target: docs/language.md), the compositions sigmoid "
-              "and softplus, and the reductions dot and sum (left folds). Anything else, such as "
-              "sin or pow, is not an operation of Alpha (yet)."),
+              "exact max, min, abs and relu, the correctly rounded exp, log, log1p, expm1, "
+              "tanh, sin and cos (the same bits on every target: docs/language.md), the "
+              "compositions sigmoid and softplus, and the reductions dot and sum (left folds). "
+              "Anything else, such as atan or pow, is not an operation of Alpha (yet)."),
     "E0041": ("unsupported exponent",
               "`^` takes a positive integer literal exponent (at most 8); `u^n` means the left "
               "product u * u * ... * u."),

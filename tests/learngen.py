@@ -286,10 +286,13 @@ class Gen:
         self.mat: MatGen | None = None
         self.names = 0
         self.nr = random.Random(seed ^ 0x4A3E)       # name lengths: a stream of its own
+        self.tr = random.Random(seed ^ 0x51C05)      # sin and cos: one too (issue 47)
 
     def wrap(self, e: tuple, other: tuple | None = None, rate: float = 0.15) -> tuple:
         """Sometimes e inside one of the contract's functions (alphac.math), in forms that
         stay finite: the bounded ones, the exact ones, exp and log of safe arguments."""
+        if self.tr.random() < 0.02:                  # sin, cos around what the rest draws
+            return ("call", self.tr.choice(("sin", "cos")), (self.wrap(e, other, rate),))
         r = self.fr
         if r.random() >= rate:
             return e
