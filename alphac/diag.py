@@ -200,10 +200,10 @@ CODES: dict[str, tuple[str, str]] = {
     # -- numerical contract -------------------------------------------------------------------
     "E0040": ("operation not in the numerical contract",
               "The contract holds the correctly rounded binary64 operations + - * / sqrt, the "
-              "exact max, min, abs and relu, the correctly rounded exp, log, log1p, expm1 and "
-              "tanh (the same bits on every target: docs/language.md), the compositions sigmoid "
-              "and softplus, and the reductions dot and sum (left folds). Anything else, such as "
-              "sin or pow, is not an operation of Alpha (yet)."),
+              "exact max, min, abs and relu, the correctly rounded exp, log, log1p, expm1, "
+              "tanh, sin and cos (the same bits on every target: docs/language.md), the "
+              "compositions sigmoid and softplus, and the reductions dot and sum (left folds). "
+              "Anything else, such as atan or pow, is not an operation of Alpha (yet)."),
     "E0041": ("unsupported exponent",
               "`^` takes a positive integer literal exponent (at most 8); `u^n` means the left "
               "product u * u * ... * u."),
@@ -274,6 +274,22 @@ CODES: dict[str, tuple[str, str]] = {
               "takes no grad). Its block ends with the prediction: a scalar (a regression output) "
               "or a vector of class scores, whose first maximum is the predicted class (`alphac "
               "eval`). A matrix is refused."),
+    # -- optimizers (alphac.types.optim) --------------------------------------------------------
+    "E0070": ("unknown optimizer",
+              "`optimizer NAME(...) for PARAMS` names an optimizer of the library (sgd, adam, "
+              "adamw, rmsprop, adagrad: alphac/types/optimizers.alpha) or one the file defines "
+              "(docs/language.md, Optimizers)."),
+    "E0071": ("bad hyperparameter",
+              "A hyperparameter the optimizer does not have, given twice, not a constant, of the "
+              "wrong form (`betas` is a pair, `(0.9, 0.999)`), or outside its domain (as "
+              "torch.optim refuses it: a negative `lr`, a beta not in [0, 1), Nesterov without "
+              "momentum)."),
+    "E0072": ("optimizer applied to what is not a param",
+              "`for` lists params (`for W1, b1`) or says `*` (every param no other optimizer "
+              "names); each param has at most one optimizer, and the states an optimizer "
+              "declares (`PARAM_STATE`, such as `W1_exp_avg`) must not be declared by the file."),
+    "E0073": ("optimizer defined twice",
+              "An optimizer definition's name is already the library's, or the file's."),
     # -- deployments (alphac.dist) ------------------------------------------------------------
     "E0100": ("unknown deployment",
               "`--deployment NAME` names a deployment the file does not declare."),

@@ -98,10 +98,10 @@ def _fields(*rows: tuple[str, int, str, str]) -> tuple[Field, ...]:
 
 # -- frames between roles (DESIGN.md contract 5) --------------------------------------------------
 FRAME_MAGIC = 0x48504C41                  # "ALPH"
-FRAME_FORMAT = 3                          # 2: sum64 in four chains; 3: the MAC
+FRAME_FORMAT = 4                          # 2: sum64 in four chains; 3: the MAC; 4: over POLYVAL
 FRAME = Layout("frame header", "FH", 104, _fields(
     ("magic", 0, "u32", 'the bytes "ALPH"'),
-    ("format", 4, "u16", "the frame format, 3"),
+    ("format", 4, "u16", "the frame format, 4"),
     ("kind", 6, "u16", "the message kind (FRAME_KINDS)"),
     ("sender", 8, "u32", "the sender's role code: (its index node << 24) + its index"),
     ("length", 12, "u32", "payload bytes; the receiver knows exactly how many it expects"),
@@ -198,11 +198,17 @@ XC_RECORD_WORDS = 1 + XS_DIGITS
 # the events' MAC chains: the runtime's (core.rt, through the prelude) and the record's seals
 EVENTS_LABEL = "alphac-events-v2"
 # membership (net.rt): what a HELLO's proof and a connection's session key are MACs of begins
-# with these 16 bytes (docs/runtime.md, "Membership")
+# with these 16 bytes, and the run's POLYVAL key is the MAC of the third (docs/runtime.md,
+# "Membership")
 HELLO_LABEL = "alphac-hello-v01"
 SESSION_LABEL = "alphac-session-1"
+POLYVAL_LABEL = "alphac-polyval-1"
 STRINGS = {"EVENTS_LABEL": EVENTS_LABEL, "HELLO_LABEL": HELLO_LABEL,   # the runtime's string
-           "SESSION_LABEL": SESSION_LABEL}                                # constants
+           "SESSION_LABEL": SESSION_LABEL, "POLYVAL_LABEL": POLYVAL_LABEL}   # constants
+
+# POLYVAL (polyval.rt): the blocks the CPU's carry-less multiply (polyval_hw, each selector)
+# folds a reduction; the runtime's key table holds H^1 .. H^PV_GROUP, then p's constant
+PV_GROUP = 8
 
 LAYOUTS = (FRAME, CKPT_HEADER, CKPT_RECORD)
 
@@ -219,7 +225,7 @@ def constants() -> dict[str, int]:
                NV_ITEM_WORDS=CONV_ITEM_WORDS, XS_WORDS=XS_WORDS, XS_DIGITS=XS_DIGITS,
                XC_DIGITS=XC_DIGITS, XC_WORDS=XC_WORDS, XC_SPILLED=XC_SPILLED,
                XC_BASE_SHIFT=XC_BASE_SHIFT, XC_MAX_BASE=XC_MAX_BASE,
-               XC_RECORD_WORDS=XC_RECORD_WORDS)
+               XC_RECORD_WORDS=XC_RECORD_WORDS, PV_GROUP=PV_GROUP)
     out.update((k + "_BYTES", len(v)) for k, v in STRINGS.items())
     for name, code in FRAME_KINDS.items():
         out["KIND_" + name.upper().replace("-", "_")] = code

@@ -20,7 +20,9 @@ whether repeated runs at least agree with each other).
 reference star (lsq_adam, 10 N steps) and the 100k least-squares star (N steps), each launched
 with and without a run key in R interleaved rounds (the order alternating), the time per step the
 root's own (its events: `connected` to its last step, so start-up is not in it), the median of
-each side, their difference, and whether both publish the same bits.
+each side, their difference; the difference of the medians of all roles' CPU time (user and
+system, getrusage of the launcher's children: start-up is the same on both sides), divided by
+the steps, which the machine's other load disturbs less; and whether both publish the same bits.
 
 `--quick` (what CI runs, so that the benchmark cannot silently break) times lsq_adam only, for a
 few steps: its figures are not the ones to quote.
@@ -32,6 +34,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
+import resource
 import shutil
 import socket
 import statistics
@@ -150,17 +153,22 @@ def auth_row(src: Path, name: str, dep: str, steps: int, rounds: int, tmp: Path)
     from alphac.tools.launch import launch
     out = tmp / f"build-auth-{dep}"
     build(src, out, [dep])
-    per_step, bits = {True: [], False: []}, set()
+    per_step, cpu, bits = {True: [], False: []}, {True: [], False: []}, set()
     for k in range(rounds):
         for auth in ((True, False) if k % 2 == 0 else (False, True)):
+            t0 = resource.getrusage(resource.RUSAGE_CHILDREN)
             rec = launch(out / dep, steps=steps, records=out / "runs", deadline_ms=60000, data=src.parent,
                          authenticate=auth)
+            t1 = resource.getrusage(resource.RUSAGE_CHILDREN)
             assert rec["passed"], rec["roles"]
             root = next(r for r in rec["roles"] if r["role"] == "coordinator")      # the star's root
             per_step[auth].append(root["timing"]["steps_ms"] / steps)
+            cpu[auth].append(sum(getattr(t1, f) - getattr(t0, f) for f in ("ru_utime", "ru_stime")) * 1e3)
             bits.add(rec["published"])
     off, on = (statistics.median(per_step[a]) for a in (False, True))
-    return name, dep, steps, rounds, off, on, (on - off) * 1e3, len(bits) == 1
+    cpu_off, cpu_on = (statistics.median(cpu[a]) for a in (False, True))
+    return (name, dep, steps, rounds, off, on, (on - off) * 1e3, (cpu_on - cpu_off) / steps * 1e3,
+            len(bits) == 1)
 
 
 def auth_table(steps: int, rounds: int) -> None:
@@ -174,10 +182,10 @@ def auth_table(steps: int, rounds: int) -> None:
         (tmp / "big").mkdir()
         rows.append(auth_row(big_learner(tmp / "big", mesh=False), "lsq 100k", "big_4", steps, rounds, tmp))
     print("| learner | deployment | steps | rounds | ms per step without a key (median) | with a key | "
-          "the MACs' cost per step (us) | same bits |")
-    print("|---|---|---|---|---|---|---|---|")
+          "the MACs' cost per step (us) | their CPU time per step, all roles (us) | same bits |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r[0]} | {r[1]} | {r[2]} | {r[3]} | {r[4]:.4f} | {r[5]:.4f} | {r[6]:.1f} | {r[7]} |")
+        print(f"| {r[0]} | {r[1]} | {r[2]} | {r[3]} | {r[4]:.4f} | {r[5]:.4f} | {r[6]:.1f} | {r[7]:.1f} | {r[8]} |")
 
 
 # -- torch ----------------------------------------------------------------------------------------

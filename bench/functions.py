@@ -10,7 +10,7 @@ the best of 5 runs each, so start-up and I/O cancel. The last columns are the ra
 how many of the n results differ from ours in their bits (ours are correctly rounded: a
 difference is the other library's misrounding).
 
-    python bench/functions.py [--core-math PATH] [--repeat K]
+    python bench/functions.py [--core-math PATH] [--repeat K] [FUNCTION ...]
 """
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ from alphac.tools.mathexe import build                      # noqa: E402
 
 N = 8192
 RANGES = {"exp": (-700.0, 700.0), "log": (1e-3, 1e3), "log1p": (-0.9, 100.0),
-          "expm1": (-30.0, 30.0), "tanh": (-10.0, 10.0)}
+          "expm1": (-30.0, 30.0), "tanh": (-10.0, 10.0), "sin": (-10.0, 10.0), "cos": (-10.0, 10.0)}
 
 C_MAIN = r"""
 #include <stdio.h>
@@ -92,6 +92,7 @@ def main() -> None:
     ap.add_argument("--core-math", help="a CORE-MATH checkout (its src/binary64 is compiled)")
     ap.add_argument("--repeat", type=int, default=200, help="K, the extra passes timed")
     ap.add_argument("--quick", action="store_true", help="one pass: a smoke run (CI)")
+    ap.add_argument("functions", nargs="*", help="default: every correctly rounded function")
     args = ap.parse_args()
     if args.quick:
         args.repeat = 1
@@ -101,7 +102,7 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        for name in ELEMENTARY:
+        for name in args.functions or ELEMENTARY:
             data = rng.uniform(*RANGES[name], N).astype("<f8").tobytes()
             ours = tmp / f"alphac_{name}"
             ours.write_bytes(build(name, "x86_64"))

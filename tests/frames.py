@@ -12,13 +12,12 @@ MACs under a run key (docs/runtime.md, "Membership"): `accept` and `connect` pla
 """
 from __future__ import annotations
 
-import hashlib
 import hmac
 import os
 import struct
 
 from alphac.formats import (FRAME, FRAME_FORMAT, FRAME_KINDS, FRAME_MAGIC, HELLO_BYTES,
-                            HELLO_LABEL, SESSION_LABEL)
+                            HELLO_LABEL, POLYVAL_LABEL, SESSION_LABEL)
 
 MAGIC, FORMAT, KINDS, HEADER = FRAME_MAGIC, FRAME_FORMAT, FRAME_KINDS, FRAME.size
 K = 0x9E3779B97F4A7C15
@@ -69,6 +68,26 @@ def encode(kind: int, sender: int, payload: bytes, identity: dict[str, bytes], v
 
 
 ZERO_KEY = bytes(32)
+POLY = (1 << 128) | (1 << 127) | (1 << 126) | (1 << 121) | 1      # RFC 8452's POLYVAL field
+
+
+def polyval(h: bytes, data: bytes, length_block: bool = True) -> bytes:
+    """POLYVAL (RFC 8452, section 3) under the 16-byte key h of `data` zero-padded to whole
+    blocks, then (with length_block) the block le64(8 len) | le64(0): S = dot(S ^ X, H) a block,
+    dot(a, b) = a * b * x^-128 mod POLY, each block a little-endian 128-bit number."""
+    if length_block:
+        data = data + bytes(-len(data) % 16) + struct.pack("<2Q", 8 * len(data), 0)
+    key, s = int.from_bytes(h, "little"), 0
+    for i in range(0, len(data), 16):
+        a, b, r = s ^ int.from_bytes(data[i:i + 16], "little"), key, 0
+        while b:                                      # a * b, carry-less
+            if b & 1:
+                r ^= a
+            a, b = a << 1, b >> 1
+        for _ in range(128):                          # * x^-128: r + (its bit 0) * POLY, halved
+            r = (r ^ POLY if r & 1 else r) >> 1       # (degree < 128 at the end)
+        s = r
+    return s.to_bytes(16, "little")
 
 
 def kdf(key: bytes, label: str, nonces: bytes, *words: int) -> bytes:
@@ -81,10 +100,11 @@ class Session:
 
     def __init__(self, key: bytes, nonces: bytes, a: int, c: int, me: int, peer: int):
         self.key, self.me, self.peer = kdf(key, SESSION_LABEL, nonces, a, c), me, peer
+        self.hash_key = hmac.new(key, POLYVAL_LABEL.encode(), "sha256").digest()[:16]
         self.sent = self.got = 0
 
     def _mac(self, seq: int, sender: int, head: bytes, payload: bytes) -> bytes:
-        msg = struct.pack("<2Q", seq, sender) + head + hashlib.sha256(payload).digest()
+        msg = struct.pack("<2Q", seq, sender) + head + polyval(self.hash_key, payload)
         return hmac.new(self.key, msg, "sha256").digest()[:16]
 
     def mac(self, head: bytes, payload: bytes) -> bytes:

@@ -20,8 +20,10 @@ part ways:
   over params, constants, 2-D states and data rows, `outer` reduced to a scalar, `max(v)`,
   `logsumexp`, `onehot(lab[i], K)` over integer labels (some out of range, negative or
   fractional), classification losses, embeddings (`E[tok[i, t]]`, `w[tok[i]]`: rows and
-  coordinates named by token ids read from data, some out of range or fractional), layers chained through vector nonlinearities, 2-D params
-  with optimizer states of their own, and uses the checker must refuse by name
+  coordinates named by token ids read from data, some out of range or fractional), layers
+  chained through vector nonlinearities, 2-D params with optimizer states of their own (written
+  out, or now and then a line of the optimizer library: `optimizer adam(...) for W3`,
+  `library_optimizer`), and uses the checker must refuse by name
   (`Program.expect`: wrong shapes E0030, a product or reduction in the update E0050, ...);
 - `contract exact_sum` in about 3 in 10 programs with a loss (a stream of its own), whose
   deployments may have up to 12 owners: every one must print the single process's bits;
@@ -105,6 +107,7 @@ class Program:
     batch: tuple | None = None       # (size, seed or None): `batch N` and `order ...`
     contract: str = ""               # "exact_sum": `contract exact_sum`; "": the default
     expect: tuple | None = None      # (code, text): the checker must refuse `text` with `code`
+    optimizers: list[str] = field(default_factory=list)   # `optimizer adam(...) for W3` lines
 
 
 # -- rendering ---------------------------------------------------------------------------------
@@ -179,6 +182,7 @@ def render(p: Program) -> str:
     for s in p.update:
         out.append(f"  {'let ' if s.kind == 'let' else ''}{s.name} = {expr_text(s.expr)}")
     out.append("}")
+    out += [""] + p.optimizers if p.optimizers else []
     for s in p.strategies:
         out += ["", f"strategy {s.name} {{"]
         if s.partition:
@@ -286,10 +290,13 @@ class Gen:
         self.mat: MatGen | None = None
         self.names = 0
         self.nr = random.Random(seed ^ 0x4A3E)       # name lengths: a stream of its own
+        self.tr = random.Random(seed ^ 0x51C05)      # sin and cos: one too (issue 47)
 
     def wrap(self, e: tuple, other: tuple | None = None, rate: float = 0.15) -> tuple:
         """Sometimes e inside one of the contract's functions (alphac.math), in forms that
         stay finite: the bounded ones, the exact ones, exp and log of safe arguments."""
+        if self.tr.random() < 0.02:                  # sin, cos around what the rest draws
+            return ("call", self.tr.choice(("sin", "cos")), (self.wrap(e, other, rate),))
         r = self.fr
         if r.random() >= rate:
             return e
@@ -1266,7 +1273,15 @@ class MatGen:
         the powers and the reference states' averages, each at a random place (before or after
         what reads them); now and then a constant reduction (allowed) or a use to refuse."""
         m = self.m
-        blocks = [self.optimizer(p) for p in self.params if p not in self.free]
+        o = random.Random(self.g.seed ^ 0x0971)     # the library's optimizers: a stream of their own
+        blocks = []
+        for p in self.params:
+            if p in self.free:
+                continue
+            if len(p.name) < 100 and o.random() < 0.3:
+                prog.optimizers.append(library_optimizer(o, p.name))
+            else:
+                blocks.append(self.optimizer(p))
         for k, name in enumerate(self.powers):
             beta = (0.9, 0.999)[k]
             blocks.append([Stmt("assign", name, ("bin", "*", ("name", name), ("num", beta)))])
@@ -1325,6 +1340,31 @@ class MatGen:
         if vecs:
             return call("outer", ("name", self.const((R,))[1]), ("grad", m.choice(vecs).name))
         return call("sum", ("name", s.name))
+
+
+def library_optimizer(o: random.Random, param: str) -> str:
+    """`optimizer KIND(...) for PARAM`: one of the library's (alphac/types/optimizers.alpha),
+    with hyperparameters that reach its branches (momentum, Nesterov, dampening, weight decay,
+    lerp's weight at 0.5 and above, Adagrad's decay and initial accumulator)."""
+    kind = o.choice(["sgd", "adam", "adamw", "rmsprop", "adagrad"])
+    h = [f"lr = {o.choice([0.01, 0.05, 0.1, 0.003])}"]
+    if kind == "sgd":
+        mu = o.choice([0, 0.9, 0.5])
+        h.append(f"momentum = {mu}")
+        if mu and o.random() < 0.4:
+            h.append("nesterov = true")
+        elif mu and o.random() < 0.4:
+            h.append("dampening = 0.1")
+    elif kind in ("adam", "adamw"):
+        h.append(f"betas = {o.choice(['(0.9, 0.999)', '(0.3, 0.99)', '(0.75, 0.875)'])}")
+    elif kind == "rmsprop":
+        h += [f"alpha = {o.choice([0.99, 0.9])}", f"momentum = {o.choice([0, 0.9])}"]
+    else:
+        h += [f"lr_decay = {o.choice([0, 0.01])}",
+              f"initial_accumulator_value = {o.choice([0, 0.1])}"]
+    if o.random() < 0.3:
+        h.append(f"weight_decay = {o.choice([0, 0.01, 0.1])}")
+    return f"optimizer {kind}({', '.join(h)}) for {param}"
 
 
 # -- deployments --------------------------------------------------------------------------------

@@ -32,7 +32,7 @@ def block(args):
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("functions", nargs="*", help="default: exp log log1p expm1 tanh")
+    ap.add_argument("functions", nargs="*", help="default: exp log log1p expm1 tanh sin cos")
     ap.add_argument("--count", type=float, default=1e9, help="inputs per function")
     ap.add_argument("--seed", type=int, default=1000, help="the first block's seed")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)

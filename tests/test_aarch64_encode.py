@@ -53,7 +53,7 @@ GOLDEN = pathlib.Path(__file__).parent / "golden" / "aarch64_enc.txt"
 #  * for unpredictable forms (writeback base transferred, ldp Rt == Rt2) asm() returns
 #    None instead of raising KsError, and it accepts `ldp xN, xN, [xM, #i]!` / `[xM], #i`.
 KEYSTONE_WRONG = {"sha256h q, q, v4s", "sha256h2 q, q, v4s", "sha256su0 v4s, v4s",
-                  "sha256su1 v4s, v4s, v4s"}
+                  "sha256su1 v4s, v4s, v4s", "pmull v1q, v1d, v1d", "pmull2 v1q, v2d, v2d"}
 
 
 
@@ -118,7 +118,7 @@ def ints(lo, hi, scale=1):
 
 
 REGISTERS = {"x": X + (xzr,), "xsp": X + (sp,), "sp": (sp,), "w": W + (wzr,), "w2": W + (wzr,), "x2": X + (xzr,), "d": D,
-             "q": V, "v4s": V, "v16b": V, "v16b2": V, "v2d": V, "vd0": V, "vd1": V}
+             "q": V, "v4s": V, "v16b": V, "v16b2": V, "v2d": V, "vd0": V, "vd1": V, "v1q": V, "v1d": V}
 BASE = st.sampled_from(X + (sp,))
 
 
@@ -138,7 +138,7 @@ STRATEGIES = {
     "lsl6": lambda n: ints(0, 63).map(Imm),
     "shr6": lambda n: ints(0, 63).map(Imm),
     "u16": lambda n: ints(0, 0xFFFF).map(Imm), "u5": lambda n: ints(0, 31).map(Imm),
-    "u6": lambda n: ints(0, 63).map(Imm),
+    "u6": lambda n: ints(0, 63).map(Imm), "u4": lambda n: ints(0, 15).map(Imm),
     "cond": lambda n: st.sampled_from(list(COND.values())),
     "ncond": lambda n: st.sampled_from([c for c in COND.values() if c != AL]),
     "rel26": lambda n: ints(-(1 << 25), (1 << 25) - 1, 4).map(Label),
@@ -278,7 +278,7 @@ def parse(asm):
             else:
                 off = int(inner[1][1:], 0) if len(inner) > 1 else 0
                 ops.append(Mem(base, off, "pre" if tok.endswith("!") else "offset"))
-        elif re.fullmatch(r"q\d+|v\d+\.(4s|16b|2d|d\[[01]\])", tok):        # q3, v3.4s, v3.d[1]: v3
+        elif re.fullmatch(r"q\d+|v\d+\.(4s|16b|2d|1q|1d|d\[[01]\])", tok):  # q3, v3.4s, v3.d[1]: v3
             ops.append(REGS["v" + tok.split(".")[0].lstrip("qv")])
         else:
             ops.append(REGS.get(tok) or COND[tok])
@@ -307,13 +307,13 @@ SAMPLES = {
     "x": [x0, x30, xzr, REGS["x9"]], "xsp": [sp, x1, x29], "sp": [sp],
     "w": [w0, REGS["w30"], wzr], "w2": [REGS["w7"], wzr, REGS["w30"]],
     "x2": [REGS["x7"], xzr, x30],
-    **dict.fromkeys(("q", "v4s", "v16b", "v16b2", "v2d", "vd0", "vd1"), [V[0], V[31], V[17], V[8]]), "d": [d0, REGS["d31"], REGS["d17"]],
+    **dict.fromkeys(("q", "v4s", "v16b", "v16b2", "v2d", "vd0", "vd1", "v1q", "v1d"), [V[0], V[31], V[17], V[8]]), "d": [d0, REGS["d31"], REGS["d17"]],
     "aimm": [Imm(16), Imm(4095), Imm(1, 12), Imm(0)],
     "limm": [Imm(0xFF), Imm(0x5555555555555555), Imm(0xFFFFFFFFFFFFFFFE), Imm(0x00FF00FF00FF00FF)],
     "mimm": [Imm(0), Imm(0xFFFF, 48), Imm(0x1234, 16), Imm(1, 32)],
     "lsl6": [Imm(3), Imm(63), Imm(1)], "shr6": [Imm(3), Imm(63), Imm(0)],
     "u16": [Imm(0), Imm(0xFFFF), Imm(0x1234)], "u5": [Imm(7), Imm(31), Imm(0)],
-    "u6": [Imm(35), Imm(63), Imm(1)],
+    "u6": [Imm(35), Imm(63), Imm(1)], "u4": [Imm(8), Imm(15), Imm(0)],
     "cond": [EQ, AL, COND["hs"], LT, COND["lo"]], "ncond": [EQ, COND["le"], COND["cc"], COND["hi"]],
     "rel26": [Label(1024), Label(-(1 << 27)), Label((1 << 27) - 4)],
     "rel19": [Label(8), Label(-(1 << 20)), Label((1 << 20) - 4)],

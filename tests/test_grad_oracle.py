@@ -1,13 +1,13 @@
 """The gradients of the matrix operations (issue 16) against an oracle written by hand.
 
-For seven small learners (a matrix-vector least squares, `u @ A`, `outer` reduced to a scalar,
+For eight small learners (a matrix-vector least squares, `u @ A`, `outer` reduced to a scalar,
 `max(v)` with ties, softmax cross-entropy through `logsumexp` and `onehot` with labels out of
 range, a two-layer tanh MLP with biases, a scalar param scaling a matrix that `@` reduces: the
-sum of a 2-D contribution) each per-sample gradient is derived here by hand, in
+sum of a 2-D contribution, sin and cos) each per-sample gradient is derived here by hand, in
 plain Python floats, in the order alphac/ir/autodiff.py documents (the reversed post-order of
 the loss DAG, each node's adjoint the left fold of its contributions in arrival order, and the
-rules for `@`, `outer`, `max`, `onehot`); exp and tanh are MPFR's (gmpy2), correctly rounded
-as the contract says. Nothing here calls alphac's differentiation or evaluation: alphac is only
+rules for `@`, `outer`, `max`, `onehot`, sin and cos); exp, tanh, sin and cos are MPFR's
+(gmpy2), correctly rounded as the contract says. Nothing here calls alphac's differentiation or evaluation: alphac is only
 compiled and run.
 
 Checked bit for bit (the binary64 patterns): alphac's per-sample gradient
@@ -37,7 +37,7 @@ def bits(v: float) -> int:
 
 
 def cr(name: str, x: float) -> float:
-    """The correctly rounded exp or tanh of x (MPFR at 53 bits, binary64's range)."""
+    """The correctly rounded exp, tanh, sin or cos of x (MPFR at 53 bits, binary64's range)."""
     with gmpy2.context(precision=53, emin=-1073, emax=1024, subnormalize=True):
         return float(getattr(gmpy2, name)(gmpy2.mpfr(x)))
 
@@ -320,7 +320,32 @@ class TanhMLP(Learner):
         return 0.5 * float(r @ r)
 
 
-LEARNERS = [MatVecLsq(), VecMatLsq(), OuterSum(), MaxRelu(), SoftmaxXent(), TanhMLP(), ScaledMatVec()]
+class SinCos(Learner):
+    """r = sin(W @ x) + cos(b) - t; 0.5 * dot(r, r) (issue 47): W @ x gets dr * cos(W @ x), cos
+    computed anew (correctly rounded, MPFR's here), and b gets -(dr * sin(b)); x spans a few
+    periods, so every quadrant is reached."""
+    name = "sin_cos"
+    loss = "let r = sin(W @ x[i]) + cos(b) - t[i]\n0.5 * dot(r, r)"
+
+    def __init__(self):
+        self.data = {"x": values(4, 3, lo=-6, hi=6), "t": values(4, 3)}
+        self.init = {"W": values(3, 3, lo=-2, hi=2), "b": values(3, lo=-4, hi=4)}
+
+    def grad(self, st, i):
+        x, t = self.data["x"][i], self.data["t"][i]
+        z = matvec(st["W"], x)
+        r = [(cr("sin", a) + cr("cos", b)) - c for a, b, c in zip(z, st["b"], t)]
+        dr = [0.5 * v + 0.5 * v for v in r]
+        dz = [d * cr("cos", a) for d, a in zip(dr, z)]
+        return {"W": flat(outer(dz, x)), "b": [-(d * cr("sin", b)) for d, b in zip(dr, st["b"])]}
+
+    def np_loss(self, st, i):
+        r = np.sin(st["W"] @ np.array(self.data["x"][i])) + np.cos(st["b"]) - np.array(self.data["t"][i])
+        return 0.5 * float(r @ r)
+
+
+LEARNERS = [MatVecLsq(), VecMatLsq(), OuterSum(), MaxRelu(), SoftmaxXent(), TanhMLP(), ScaledMatVec(),
+            SinCos()]
 ids = [lr.name for lr in LEARNERS]
 
 

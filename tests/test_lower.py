@@ -131,7 +131,7 @@ def test_modules_see_only_what_they_use_and_declare():
 def test_the_program_files_come_from_the_use_lines():
     from alphac.build import runtime_items
     assert rt.modules("single", runtime_items) == ["sha256", "core", "data", "ckpt", "single"]
-    assert rt.modules("role", runtime_items) == ["sha256", "core", "data", "net", "ckpt", "role"]
+    assert rt.modules("role", runtime_items) == ["sha256", "core", "data", "polyval", "net", "ckpt", "role"]
     assert rt.modules("gpu", runtime_items) == ["sha256", "core", "data", "nvdrv", "gpu"]
     loop = {"x": rt.parse("use y;", "x.rt"), "y": rt.parse("use x;", "y.rt")}
     with pytest.raises(rt.RtError, match="loop"):

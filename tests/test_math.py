@@ -2,9 +2,10 @@
 
 The oracle is gmpy2 (MPFR) at 53 bits with binary64's exponent range and subnormals: the
 correctly rounded result. A NaN result must be a NaN (its bits are not in the contract: a NaN
-never reaches published state). For each of exp, log, log1p, expm1, tanh:
+never reaches published state). For each of exp, log, log1p, expm1, tanh, sin, cos:
 
-  * every input of CORE-MATH's worst-case list (tests/data/worst, tanh's negated too), the
+  * every input of CORE-MATH's worst-case list (tests/data/worst, tanh's, sin's and cos's
+    negated too), the
     special values and the boundaries of every range the algorithm decides, and 1,000,000
     random inputs over the whole domain, through an x86-64 executable (alphac.tools.mathexe);
   * the worst cases again with the fast paths switched off: the accurate path alone rounds
@@ -76,6 +77,10 @@ BOUNDS = {
     "expm1": [-40.0, 746.0, 708.0, 2.0 ** -54, -2.0 ** -54, 2.0 ** -9, -2.0 ** -9,
               709.782712893384, -38.0, 0.6931471805599453 / 512, -0.6931471805599453 / 512],
     "tanh": [2.0 ** -28, -2.0 ** -28, 19.1, -19.1, 0.5, 22.0, 1.0],
+    "sin": [2.0 ** -26, -2.0 ** -26, 2.0 ** 20, -2.0 ** 20, 0.7853981633974483, 3.141592653589793,
+            1.5707963267948966, 0.02454369260617026, 2.0 ** 1023, 1e22, 6381956970095103 * 2.0 ** 797],
+    "cos": [2.0 ** -27, -2.0 ** -27, 2.0 ** 20, -2.0 ** 20, 0.7853981633974483, 3.141592653589793,
+            1.5707963267948966, 0.02454369260617026, 2.0 ** 1023, 1e22, 6381956970095103 * 2.0 ** 797],
 }
 
 
@@ -88,8 +93,8 @@ def special_inputs(name: str) -> np.ndarray:
 
 def worst_inputs(name: str) -> np.ndarray:
     xs = np.frombuffer(lzma.decompress((WORST / f"{name}.f64.xz").read_bytes()), dtype="<u8")
-    if name == "tanh":
-        xs = np.concatenate([xs, xs ^ SIGN])
+    if name in ("tanh", "sin", "cos"):
+        xs = np.unique(np.concatenate([xs, xs ^ SIGN]))
     return xs.astype(np.uint64)
 
 
@@ -99,7 +104,8 @@ def random_inputs(name: str, n: int, seed: int = 15) -> np.ndarray:
     rng = np.random.default_rng(seed)
     q = n // 4
     core = {"exp": (-746.0, 710.0), "expm1": (-40.0, 710.0), "tanh": (-19.5, 19.5),
-            "log1p": (-1.0, 64.0), "log": (0.0, 4.0)}[name]
+            "log1p": (-1.0, 64.0), "log": (0.0, 4.0), "sin": (-100.0, 100.0),
+            "cos": (-100.0, 100.0)}[name]
     parts = [rng.integers(0, 1 << 64, q, dtype=np.uint64, endpoint=False),
              rng.uniform(*core, n - 3 * q + q).view(np.uint64),
              (np.sign(rng.uniform(-1, 1, q)) * np.exp2(rng.uniform(-64, 8, q))).view(np.uint64)]
@@ -276,11 +282,13 @@ def unscaled_exp(x):
 
 EXACT = {"exp": unscaled_exp, "log": lambda x: gmpy2.log(mpfr(x)),
          "log1p": lambda x: gmpy2.log1p(mpfr(x)), "expm1": lambda x: gmpy2.expm1(mpfr(x)),
-         "tanh": lambda x: gmpy2.tanh(abs(mpfr(x)))}
+         "tanh": lambda x: gmpy2.tanh(abs(mpfr(x))), "sin": lambda x: gmpy2.sin(mpfr(x)),
+         "cos": lambda x: gmpy2.cos(mpfr(x))}
 
 
 FAST_DOMAIN = {"exp": lambda x: abs(x) < 708, "expm1": lambda x: abs(x) < 708,
-               "log": lambda x: x >= 2.0 ** -1022, "log1p": lambda x: True, "tanh": lambda x: True}
+               "log": lambda x: x >= 2.0 ** -1022, "log1p": lambda x: True, "tanh": lambda x: True,
+               "sin": lambda x: True, "cos": lambda x: True}
 
 
 @pytest.mark.parametrize("name", ELEMENTARY)
@@ -347,6 +355,27 @@ def test_tables_against_mpfr():
                    for x in c[:2])                  # 35 significant bits: k C exact
         h, lo = (mpfr(f64(w)) for w in ft["LN2_HL"])
         assert abs(h + lo - ln2) < two(-95) and h * two(42) == int(h * two(42))
+
+
+def test_trig_tables_against_mpfr():
+    from alphac.math import tables as T
+    t = T.trig_tables()
+    with gmpy2.context(precision=2000):
+        pi, two = gmpy2.const_pi(), mpfr(2)
+        word = lambda ws: sum(w << (64 * (len(ws) - 1 - k)) for k, w in enumerate(ws))  # noqa: E731
+        bits = 64 * (len(t["INV_PIO2"]) - 1)
+        assert t["INV_PIO2"][0] == 0 and word(t["INV_PIO2"]) == int(gmpy2.floor(2 / pi * two ** bits))
+        assert word(t["PI4"]) == int(gmpy2.floor(pi / 4 * two ** 192))
+        for n in range(46):
+            assert word(t["TRIG_COEF"][3 * n:3 * n + 3]) == int(gmpy2.floor(two ** 191 / gmpy2.fac(n)))
+        for j in range(128):
+            hi, lo = (f64(w) for w in t["TRIG_T"][2 * j:2 * j + 2])
+            v = gmpy2.sin(pi * j / 64)
+            assert hi == float(v) and lo == float(v - hi) and (j % 64 or hi == lo == 0.0)
+        c = [mpfr(f64(w)) for w in t["TRIG_C"]]
+        assert abs(sum(c) - pi / 64) < two ** -115
+        assert all(x * two ** (28 - gmpy2.get_exp(x)) == int(x * two ** (28 - gmpy2.get_exp(x)))
+                   for x in c[:2])                  # 28 significant bits: n C exact, |n| < 2^25
 
 
 # -- the exact functions ---------------------------------------------------------------------------

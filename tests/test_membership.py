@@ -248,6 +248,32 @@ def test_a_frame_changed_by_one_bit_is_refused_by_name(star, honest, bit, fix):
     refused(through_proxy(star, keys, flip(bit, fix)), "coordinator", "frame-unauthenticated")
 
 
+# what a frame whose field changed by one bit (its lowest; the checksum made right again but in
+# the checksum's own case) is refused as: the checks before the MAC keep their names, every
+# other field is the MAC's
+BEFORE_THE_MAC = {"magic": "frame-bad-header", "format": "frame-bad-header",
+                  "length": "frame-too-long", "checksum": "frame-checksum"}
+
+
+@pytest.mark.parametrize("field", [f.name for f in FRAME.fields])
+def test_a_bit_flipped_in_any_header_field_is_refused_by_name(star, field):
+    keys = {r: KEY for r in ["coordinator"] + OWNERS}
+    out = through_proxy(star, keys, flip(8 * FRAME.offset(field), field != "checksum"))
+    refused(out, "coordinator", BEFORE_THE_MAC.get(field, "frame-unauthenticated"))
+
+
+def test_a_replayed_frame_is_refused_by_name(star):
+    """owner.1's step-0 gradients sent again in place of its step-1 ones: a valid MAC, for
+    another number in the connection's sequence."""
+    seen = {}
+
+    def replay(n, frame):
+        seen[n] = frame
+        return seen[1] if n == 2 else frame
+    refused(through_proxy(star, {r: KEY for r in ["coordinator"] + OWNERS}, replay),
+            "coordinator", "frame-unauthenticated")
+
+
 def test_without_a_key_the_same_change_goes_through(star, honest):
     """What the MAC is for: a run without a key takes the changed frame whose checksum was made
     right, and publishes other bits than the honest run."""

@@ -373,4 +373,5 @@ def test_every_lir_operation_has_a_rule(isa):
     assert set(rules) == want, (want ^ set(rules))
     assert WIDE == {op for op in OPS if op[0] in "wz"} and {"wadd", "zadd"} <= WIDE
     assert {op for op, o in OPS.items() if o.clobbers} == {"call", "syscall", "cpu_has_sha256",
-                                                           "sha256_hw", "cpu_has_avx2", "cpu_has_avx512"}
+                                                           "sha256_hw", "cpu_has_avx2", "cpu_has_avx512",
+                                                           "cpu_has_clmul", "polyval_hw"}

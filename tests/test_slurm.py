@@ -324,6 +324,25 @@ def test_the_tasks_checkpoint_periodically_with_what_the_script_passes(built, tm
     assert code == 103 and err.startswith("refused: launch-input") and not (tmp_path / "r2").exists()
 
 
+def test_the_scripts_restart_picks_the_checkpoint_the_runtime_would(tmp_path):
+    """The restart loop's own line (the `v=$(ls ...)` of the script, run by bash) picks the same
+    checkpoint as alphac.tools.ckpt.newest, the rule --resume-latest follows: a leading zero (which
+    bash's arithmetic would read as octal), v0, 16 digits or a missing MANIFEST are never picked."""
+    from alphac.tools.ckpt import newest
+    from alphac.tools.slurm import SCRIPT
+    line = next(l for l in SCRIPT.splitlines() if l.lstrip().startswith("v=$(ls @CK@"))
+    body = SCRIPT.splitlines()[SCRIPT.splitlines().index(line) + 1]
+    ck = tmp_path / "ck"
+    for name, complete in [("v40", True), ("v080", True), ("v0", True), ("v1234567890123456", True),
+                           ("v90", False), ("v7", True), ("w99", True)]:
+        (ck / name).mkdir(parents=True)
+        if complete:
+            (ck / name / "MANIFEST").write_text("")
+    picked = subprocess.run(["bash", "-c", (line + "\n" + body + "\necho \"$v\"").replace("@CK@", str(ck))],
+                            capture_output=True, text=True, check=True).stdout.strip()
+    assert newest(ck) == (ck / "v40", 40) and picked == "40"
+
+
 def test_a_failed_srun_is_started_again_from_the_newest_checkpoint(cluster, built, tmp_path):
     """--restarts 1 with periodic checkpoints: owner.2's process killed once it has said step 60;
     the script runs srun again from the newest complete checkpoint, and the record (one failure,

@@ -182,6 +182,7 @@ KINDS = {
     "x2": lambda op, _: _reg("x", False)(op, _) * 2, "u6": lambda op, _: (_imm(op, 0, 63),),
     "q": _reg("v", False), "v4s": _reg("v", False), "v16b": _reg("v", False),
     "v2d": _reg("v", False), "vd0": _reg("v", False), "vd1": _reg("v", False),
+    "v1q": _reg("v", False), "v1d": _reg("v", False), "u4": lambda op, _: (_imm(op, 0, 15),),
     "v16b2": lambda op, _: _reg("v", False)(op, _) * 2,
     "sp": _sp,
     "aimm": _aimm,

@@ -17,6 +17,8 @@ Operand kinds (what an operand of that kind may be; ``.N`` is the access size in
   w       w0..w30 or wzr; w2: the same, filling two fields (ror: extr wd, wn, wn); x2: so for x
   d       d0..d31
   q v4s v16b  v0..v31 (a Reg of class 'v'), written q0, v0.4s, v0.16b; v16b2: filling two fields
+  v1q v1d v2d the same, written v0.1q, v0.1d, v0.2d (pmull's product and factors)
+  u4      Imm(0..15)                             -> imm4 (ext's byte position)
   aimm    Imm(0..4095, lsl=0|12)                 -> sh:imm12 (add/sub immediate)
   limm    Imm(64-bit logical bitmask immediate)  -> N:immr:imms
   mimm    Imm(0..65535, lsl=0|16|32|48)          -> hw:imm16 (move wide)
@@ -96,6 +98,7 @@ FIELDS = {
     "imm26": (0, 26), "imm19": (5, 19),                # branches, cbz, ldr literal
     "immlo": (29, 2), "immhi": (5, 19),                # adr, adrp
     "cond": (12, 4), "bcond": (0, 4),                  # csel/csinc, b.cond
+    "imm4": (11, 4),                                   # ext
 }
 
 
@@ -196,6 +199,12 @@ _ROWS = [
     ("sha256h2", "q q v4s",     0x5e005000, "Rd Rn Rm"),
     ("sha256su0", "v4s v4s",    0x5e282800, "Rd Rn"),
     ("sha256su1", "v4s v4s v4s", 0x5e006000, "Rd Rn Rm"),
+    # PMULL (the AES extension's 64 x 64 -> 128-bit carry-less multiply, of the low or high
+    # halves), EOR and EXT on 16 bytes: POLYVAL (polyval_hw)
+    ("pmull", "v1q v1d v1d",    0x0ee0e000, "Rd Rn Rm"),
+    ("pmull2", "v1q v2d v2d",   0x4ee0e000, "Rd Rn Rm"),
+    ("eor",  "v16b v16b v16b",  0x6e201c00, "Rd Rn Rm"),
+    ("ext",  "v16b v16b v16b u4", 0x6e000000, "Rd Rn Rm imm4"),
 ]
 
 # Single-register loads/stores: five addressing forms each, derived from the

@@ -21,6 +21,7 @@ from alphac.aarch64.encode import Imm as AImm
 from alphac.aarch64.encode import Label as ALabel
 from alphac.aarch64.encode import Mem, MemReg, is_bitmask_imm
 from alphac.aarch64.isa import COND, D, REGS, V, W, X, sp, xzr
+from alphac.formats import PV_GROUP
 from alphac.lower.assemble import MI, Label
 from alphac.lower.lir import NEGATE, Function, Imm, Inst, VReg
 from alphac.lower.regalloc import Allocation, parallel_moves
@@ -416,6 +417,52 @@ class Selector(SelectorBase):
             self.emit(*ins)
         self.emit("b.ne", target=top)
         self.emit("stp", v[0], v[1], Mem(X[0]))
+        self.out.append(Label(done))
+
+    def cpu_has_clmul(self, op, d, a) -> None:
+        x, r = self.use(a[0], S1), self.defreg(d, S1)
+        self.emit("lsr", S2, x, AImm(4))                 # HWCAP_PMULL: bit 4 of AT_HWCAP
+        self.emit("and", r, S2, AImm(1))
+        self.commit(d, r)
+
+    def polyval_hw(self, op, d, a) -> None:
+        """PMULL, PV_GROUP (8) blocks a reduction, as x86-64's: the state in v0, H^1 .. H^8 in
+        v16-v23 and with their halves swapped in v24-v31, p's constant 0xC2 << 56 in v6's low
+        half, zero in v7, a block in v4; the products' low, high and middle halves summed in v1,
+        v2, v3 (v8-v15, whose low halves calls keep, are left alone, as in sha256_hw)."""
+        self.arg_moves(list(a), incoming=False)          # x0 s, x1 key, x2 p, x3 groups
+        v, g, top, done = V, PV_GROUP, f".pv{len(self.out)}", f".pvdone{len(self.out)}"
+        lo, hi, mid, blk, tmp = v[1], v[2], v[3], v[4], v[5]
+        self.emit("cmp", X[3], AImm(0))
+        self.emit("b.eq", target=done)
+        for ins in (("ldr", v[0], Mem(X[0])), ("ldr", v[6], Mem(X[1], 16 * g)),
+                    ("ext", v[6], v[6], v[6], AImm(8)), ("eor", v[7], v[7], v[7]),
+                    *(i for k in range(0, g, 2) for i in (
+                        ("ldp", v[16 + k], v[17 + k], Mem(X[1], 16 * k)),
+                        ("ext", v[24 + k], v[16 + k], v[16 + k], AImm(8)),
+                        ("ext", v[25 + k], v[17 + k], v[17 + k], AImm(8))))):
+            self.emit(*ins)
+        self.out.append(Label(top))
+        for k in range(g):                               # block k + 1 times H^(g - k)
+            self.emit("ldr", blk, Mem(X[2], 16 * k))
+            if k == 0:
+                self.emit("eor", blk, blk, v[0])
+            h, hs = v[15 + g - k], v[23 + g - k]
+            for mn, f, acc in (("pmull", h, lo), ("pmull2", h, hi), ("pmull", hs, mid), ("pmull2", hs, mid)):
+                if k == 0 and (acc != mid or mn == "pmull"):
+                    self.emit(mn, acc, blk, f)
+                else:
+                    self.emit(mn, tmp, blk, f)
+                    self.emit("eor", acc, acc, tmp)
+        for ins in (("ext", tmp, v[7], mid, AImm(8)), ("eor", lo, lo, tmp),
+                    ("ext", tmp, mid, v[7], AImm(8)), ("eor", hi, hi, tmp),
+                    *(i for _ in range(2) for i in (("pmull", tmp, lo, v[6]),    # the low half * x^-64
+                                                    ("ext", lo, lo, lo, AImm(8)), ("eor", lo, lo, tmp))),
+                    ("eor", v[0], lo, hi), ("add", X[2], X[2], AImm(16 * g)),
+                    ("sub", X[3], X[3], AImm(1)), ("cmp", X[3], AImm(0))):
+            self.emit(*ins)
+        self.emit("b.ne", target=top)
+        self.emit("str", v[0], Mem(X[0]))
         self.out.append(Label(done))
 
     def mem(self, op: str, base: VReg, off: Imm):

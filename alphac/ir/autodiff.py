@@ -20,6 +20,8 @@ The order of operations is part of the numerical contract, so it is fixed here:
     t = log(a)   a += dt / a
     t = log1p(a) a += dt / (1 + a)
     t = tanh(a)  a += dt * (1 - t * t)
+    t = sin(a)   a += dt * cos(a)
+    t = cos(a)   a += -(dt * sin(a))
     t = abs(a)   a += where(a > 0, dt, where(0 > a, -dt, +0))     (abs'(0) = 0)
     t = relu(a)  a += where(a > 0, dt, +0)                         (relu'(0) = 0)
     t = max(a,b) a += where(b > a, +0, dt)      b += where(b > a, dt, +0)   (ties: to a)
@@ -170,6 +172,10 @@ def differentiate(lr: Learner) -> None:
                 give(a, div(dt, add(one, a)))
             elif t.op == "tanh":
                 give(a, mul(dt, sub(one, mul(t, t))))
+            elif t.op == "sin":
+                give(a, mul(dt, fold(Unary("cos", a, a.shape))))
+            elif t.op == "cos":
+                give(a, neg(mul(dt, fold(Unary("sin", a, a.shape)))))
             elif t.op == "abs":
                 give(a, where(a, zero, dt, where(zero, a, neg(dt), zero)))
             elif t.op == "relu":

@@ -86,7 +86,7 @@ class Elem(Node):
 
 @dataclass(eq=False)
 class Unary(Node):
-    op: str                 # neg | sqrt | abs | relu | exp | log | log1p | expm1 | tanh
+    op: str                 # neg | sqrt | abs | relu | exp | log | log1p | expm1 | tanh | sin | cos
     a: Node
     shape: tuple[int, ...]
 

@@ -121,6 +121,13 @@ _OPS: dict[str, tuple] = {
     # sha256_hw(state, p, n, k): the n >= 0 64-byte blocks at p into the 8 words a..h at state,
     # k: the 64 round constants, then the x86-64 byte-swap shuffle (16 bytes, 16-aligned)
     "cpu_has_sha256": ("i", "i", True), "sha256_hw": (None, "iiii", True),
+    # The CPU's carry-less multiply (x86-64 PCLMULQDQ, AArch64 PMULL). cpu_has_clmul: d = 1 when
+    # polyval_hw may run (a: AT_HWCAP, as above); polyval_hw(s, key, p, n): the n >= 0 groups of
+    # G = formats.PV_GROUP 16-byte blocks at p folded into POLYVAL's state, the 16 bytes at s
+    # (polyval.rt): s = dot(s ^ X1, H^G) ^ dot(X2, H^(G-1)) ^ ... ^ dot(XG, H) a group; key: those
+    # powers of H (H^k at key + 16 (k - 1)), then p's constant (1, 0xC2 << 56) at key + 16 G,
+    # then each power's two halves xored (H^k's at key + 16 G + 16 k), for Karatsuba's products
+    "cpu_has_clmul": ("i", "i", True), "polyval_hw": (None, "iiii", True),
 }
 OPS: dict[str, Op] = {name: Op(*row) for name, row in _OPS.items()}
 WIDE = frozenset(op for op in OPS if op[0] in "wz")   # the ops only x86-64's selector has

@@ -47,6 +47,8 @@ APPENDS = ("put", "put_dec", "put_byte", "room")
 # a constant extent); args count from the call number's: syscall(SYS_read, fd, buf, n)
 SYSCALL_WRITES = {"SYS_read": (2, 3), "SYS_pread64": (2, 3), "SYS_recvfrom": (2, 3),
                   "SYS_getrandom": (1, 2), "SYS_clock_gettime": (2, ("int", 16)), "SYS_getdents64": (2, 3)}
+# the CPU's instructions that write into memory: (their argument that is the address, the bytes)
+INTRINSIC_WRITES = {"sha256_hw": (0, 32), "polyval_hw": (0, 16)}
 
 # a root: ("global", name, offset or None) | ("param", index) | ("params", indexes: one of them)
 # | ("room", n) | ("other",)
@@ -201,6 +203,8 @@ class _Fn:
                 if len(args) > max(buf, n if isinstance(n, int) else 0):
                     e = args[n] if isinstance(n, int) else n
                     self.write(args[buf], self.mod.fold(e), args[0][1], e)
+            elif f in INTRINSIC_WRITES and len(args) == 4:
+                self.write(args[INTRINSIC_WRITES[f][0]], INTRINSIC_WRITES[f][1], f)
             elif f in APPENDS or f == "sizeof":
                 if not args or args[0][0] != "name" or args[0][1] not in self.mod.globals:
                     raise self.err(f"{f}'s first argument must be a global buffer's name")

@@ -450,10 +450,10 @@ class FnLowerer:
         if f in ("cpu_has_avx2", "cpu_has_avx512"):
             need(0)
             return self.emit(f, self.fn.new("i")), "i64"
-        if f in ("cpu_has_sha256", "sha256_hw"):
-            need(1 if f == "cpu_has_sha256" else 4)
+        if f in ("cpu_has_sha256", "sha256_hw", "cpu_has_clmul", "polyval_hw"):
+            need(1 if f.startswith("cpu_has") else 4)
             regs = [self.reg(typed(x, "i64")) for x in args]
-            if f == "sha256_hw":
+            if f.endswith("_hw"):
                 self.emit(f, None, *regs)
                 return None, None
             return self.emit(f, self.fn.new("i"), *regs), "i64"

@@ -46,6 +46,7 @@ OP_RULES: dict[str, str] = {
     "cpu_has_avx512": "cpu_has_avx512",
     "call": "call", "syscall": "syscall", "fence": "fence",
     "cpu_has_sha256": "cpu_has_sha256", "sha256_hw": "sha256_hw",
+    "cpu_has_clmul": "cpu_has_clmul", "polyval_hw": "polyval_hw",
 }
 
 

@@ -5,7 +5,7 @@ Exact operations (IEEE 754-2019 semantics, docs/language.md):
     fabs(a)                  the sign bit cleared
     relu(a)                  a if a > 0, NaN if a is NaN, else +0
 Correctly rounded (the binary64 nearest the exact value, ties to even), for every binary64:
-    exp, log, log1p, expm1, tanh
+    exp, log, log1p, expm1, tanh, sin, cos
 
 Each correctly rounded function is Ziv's strategy in two steps. Special values and ranges
 where the result is known exactly are decided first. Then a fast path computes the value as a
@@ -27,7 +27,7 @@ from alphac.math import mp
 from alphac.math.dd import (fast_two_sum, rounded, split, square, two_prod, two_prod_split,
                             two_sum)
 from alphac.math.dsl import Table
-from alphac.math.tables import exp_tables, fast_tables, log_tables
+from alphac.math.tables import exp_tables, fast_tables, log_tables, trig_tables
 
 SIGN = 1 << 63
 ABS = SIGN - 1
@@ -38,7 +38,7 @@ IMPLICIT = 1 << 52
 
 def _tables() -> dict[str, Table]:
     out = {}
-    for group in (exp_tables(), log_tables(), fast_tables()):
+    for group in (exp_tables(), log_tables(), fast_tables(), trig_tables()):
         for name, values in group.items():
             out[name] = Table(name.lower(), tuple(values))
     return out
@@ -574,3 +574,159 @@ def tanh(m, x):
         m.i(INF - 1).ult(ax), lambda: m.cond(ax.eq(INF), lambda: (one,), lambda: (x + x,)),
         lambda: m.cond(ax.ult(0x3E30000000000000), lambda: (x,), lambda: m.cond(   # < 2^-28
             m.i(0x4033199999999999).ult(ax), lambda: (one,), accurate)))[0])           # > 19.1
+
+
+# -- sin, cos ----------------------------------------------------------------------------------------
+INV_PI_64 = 20.371832715762604           # 64/pi, rounded: n only has to be near
+FAST_TRIG_MAX = 0x4130000000000000       # 2^20: |n| < 2^24.35, so n C1 and n C2 are exact
+SIN_POLY = (-1 / 6, 1 / 120, -1 / 5040, 1 / 362880, -1 / 39916800)
+COS_POLY = (1 / 24, -1 / 720, 1 / 40320, -1 / 3628800, 1 / 479001600)
+PI4_BITS = 0x3FE921FB54442D18            # pi/4 rounded down
+
+
+def _trig_fast(m, x, off):
+    """sin(x) (off = 0) or cos(x) = sin(x + pi/2) (off = 32) for 2^-27 <= |x| < 2^20, as Ziv's
+    (ok, value).
+
+    n = round(x 64/pi) (to within one: |r| <= 0.51 pi/128 < 2^-5.3, |n| < 2^24.35); pi/64 =
+    C1 + C2 + C3 + C4 (C1, C2 of 28 bits: n C1, n C2 exact; |C3| < 2^-64, |C4| < 2^-118).
+    x - n C1 is exact (Sterbenz for |n| >= 2; for |n| = 1 a multiple of ulp(x) below 2^-5), so
+    r = r_h + r_l with an absolute error below |n| 2^-111 + 2^-105 |r| (n C3's rounding, n C4,
+    one addition), and r = x exactly for n = 0. With j = (n + off) mod 128, S = sin(j pi/64)
+    and C = cos(j pi/64) = entry j + 32 (double-doubles, 2^-106 relative):
+    sin(j pi/64 + r) = S + S (cos r - 1) + C sin r.
+    sin r = r + r^3 P(r^2), P to r^11 (truncation below 2^-102 |r|) in binary64 at r_h: its
+    roundings, the constants' and r_l's part below 2^-52 |r|^3 absolute. cos r - 1 =
+    -r_h^2/2 exactly (Dekker's square) - r_h r_l + r^4 Q(r^2), Q to r^12: below 2^-54 r^4.
+    The products by S and C are Dekker's, their low parts and the final sums add below
+    2^-100 (|S| + |C sin r|), under 2^-99 of the value (sin(j pi/64 + r) cancels by at most a
+    half: |r| <= pi/128 + 2^-28). err is twice the sum of these bounds, computed per input."""
+    t = x * m.f(INV_PI_64) + m.f(MAGIC)
+    n = t.bits() - m.f(MAGIC).bits()
+    nf = t - m.f(MAGIC)
+    c = TABLES["TRIG_C"]
+    r1 = x - nf * m.loadf(c, 0)
+    rh, rl = two_sum(r1, -(nf * m.loadf(c, 1)))
+    rh, rl = two_sum(rh, rl - nf * m.loadf(c, 2))
+    j = (n + off) & 127
+    tb = TABLES["TRIG_T"]
+    sh, sl = m.loadf(tb, j * 2), m.loadf(tb, j * 2 + 1)
+    k = ((j + 32) & 127) * 2
+    ch, cl = m.loadf(tb, k), m.loadf(tb, k + 1)
+    zh, zl = square(rh)
+    srh, srl = fast_two_sum(rh, rl + (zh * rh) * _horner(m, zh, SIN_POLY))
+    cmh = zh * m.f(-0.5)
+    cml = (zh * zh) * _horner(m, zh, COS_POLY) - (zl * m.f(0.5) + rh * rl)
+    ph, pl = two_prod(ch, srh)
+    qh, ql = two_prod(sh, cmh)
+    a, b = two_sum(sh, ph)
+    a, d = two_sum(a, qh)
+    lo = (b + d) + (((pl + (ch * srl + cl * srh)) + (ql + (sh * cml + sl * cmh))) + sl)
+    h, l = fast_two_sum(a, lo)
+    bound = (_fabs(m, nf) * m.f(2.0 ** -111) + (zh * _fabs(m, rh)) * m.f(2.0 ** -52)) + \
+        ((zh * zh) * _fabs(m, sh)) * m.f(2.0 ** -54)
+    return rounded(m, h, l, bound * m.f(2.0) + _fabs(m, h) * m.f(2.0 ** -89))
+
+
+def _words5_mod(m, g, k):
+    """(k G) mod 2^320 for a 320-bit G (five words, most significant first) and a word k."""
+    out, carry = [g[4] * k], m.i(0)
+    for t in (3, 2, 1, 0):
+        hi = g[t + 1].umulh(k)
+        s = g[t] * k + hi
+        c = s.ult(hi)
+        s2 = s + carry
+        carry = c + s2.ult(s)
+        out.insert(0, s2)
+    return out
+
+
+def _trig_reduce(m, xb):
+    """Payne and Hanek's reduction of |x| >= pi/4: (q, ysign, Y, ys) with |x| = q pi/2 + y,
+    |y| <= pi/4, y's sign ysign (0 or 1) and |y| = Y 2^ys (1 + eps), Y a 192-bit number with its
+    top bit at 2^190 or 2^191, |eps| < 2^-186.
+
+    |x| = M 2^E (M the 53-bit integer). Bits i < E - 1 of 2/pi (weight 2^-i) give M 2^(E-i), a
+    multiple of 4: they change no quadrant. The 320 bits from E - 1 on (INV_PIO2 read from
+    bit E + 63, its first word being zeros) times M, modulo 2^320, are |x| 2/pi modulo 4 at
+    2^-318, short by less than M 2^-318 < 2^-265 (the bits after the window). Rounded to the
+    nearest quadrant, the fraction f has |f| <= 1/2 and |f| > 2^-62 for every binary64 (the
+    closest a binary64 comes to a multiple of pi/2 is 2^-61.54 quadrants, at
+    0x1.6ac5b262ca1ffp+849: CORE-MATH's sin list holds each binade's closest, and the tests run
+    them): relative error below 2^-200. Its first 192 bits from its leading one (2^-191), times
+    PI4 (2^-191, and the product's 2^-190): below 2^-186."""
+    field = (xb >> 52) & 0x7FF
+    mant = (xb & MANT) | IMPLICIT
+    p = field - 1013                                   # bit E - 1 of 2/pi is table bit p
+    q, r = p >> 6, p & 63
+    w = [m.load(TABLES["INV_PIO2"], q + t) for t in range(6)]
+    g = [mp._pair_shl(w[t], w[t + 1], r) for t in range(5)]
+    P = _words5_mod(m, g, mant)
+    half = (P[0] >> 61) & 1
+    F = [P[0] & ((1 << 62) - 1)] + P[1:]
+
+    def folded():                                      # f - 1: 2^318 - F, the sign negative
+        borrow, out = m.i(0), []
+        for t in (4, 3, 2, 1, 0):
+            v = m.i(0) - F[t] - borrow
+            borrow = m.i(0).ult(F[t]) | (F[t].eq(0) & borrow)
+            out.insert(0, v)
+        out[0] = out[0] & ((1 << 62) - 1)
+        return tuple(out)
+    F = m.cond(half, folded, lambda: tuple(F))
+    a = m.cond(F[0].eq(0), lambda: F[1:5] + (m.i(64),), lambda: F[0:4] + (m.i(0),))
+    lz = mp.clz64(m, a[0]) & 63
+    fn = tuple(mp._pair_shl(a[t], a[t + 1], lz) for t in range(3))
+    Y = mp.mul(m, fn, const192(m, "PI4"))
+    return ((P[0] >> 62) + half, half) + Y + (m.i(-189) - a[4] - lz,)
+
+
+def _trig_accurate(m, x, is_sin):
+    """sin(x) or cos(x) for 2^-27 <= |x| < inf in 192-bit fixed point: |x| = q pi/2 + y
+    (y = |x| exactly below pi/4, else _trig_reduce); with g = q + 3 for sin (sin(x) =
+    cos(x - pi/2)), the value is +-cos y for g even and +-sin |y| for g odd, its sign
+    (g + 1)/2 mod 2, plus y's for g odd, plus x's for sin. z = y^2 as a fraction (floored);
+    sin y / (2y) = sum_{k=0..22} (-z)^k / (2 (2k+1)!) and cos y / 2 = sum_{k=0..22} (-z)^k /
+    (2 (2k)!) by one Horner text (z <= (pi/4)^2 < 0.62: truncation below 2^-204; each step a
+    positive difference, c_k > z c_(k+1); 22 products and floored coefficients: below 2^-185 on a
+    value above 0.35): relative error below 2^-183 in all, and then one rounding."""
+    xb = x.bits()
+    ax = xb & ABS
+    field = (xb >> 52) & 0x7FF
+
+    def direct():
+        return m.i(0), m.i(0), ((xb & MANT) | IMPLICIT) << 11, m.i(0), m.i(0), field - 1214
+    q, ysign, *Y, ys = m.cond(ax.ult(PI4_BITS), direct, lambda: _trig_reduce(m, xb))
+    Y = tuple(Y)
+    g = (q + (3 if is_sin else 0)) & 3
+    odd = g & 1
+    sign = (((g + 1) >> 1) & 1) ^ (odd & ysign)
+    if is_sin:
+        sign = sign ^ (xb >> 63)
+    sign = sign << 63
+    z, _ = mp.shr(m, mp.mul(m, Y, Y), m.i(-384) - ys - ys)
+    a = limbs(m, "TRIG_COEF", odd + 44)                   # one Horner: H[2k + odd], k = 22..0
+    for k in range(21, -1, -1):
+        a, _ = mp.sub(m, limbs(m, "TRIG_COEF", odd + 2 * k), mp.mul(m, z, a))
+    out = m.cond(odd, lambda: mp.mul(m, Y, a) + (ys + 1,), lambda: a + (m.i(-191),))
+    return to_double(m, sign, out[0:3], out[3])
+
+
+def _trig(m, x, is_sin):
+    xb = x.bits()
+    ax = xb & ABS
+    tiny = 0x3E50000000000000 if is_sin else 0x3E40000000000000    # 2^-26, 2^-27
+    go = m.i(tiny - 1).ult(ax) & ax.ult(FAST_TRIG_MAX)
+    small = (x,) if is_sin else (m.f(1.0),)        # sin x = x (x^3/6 < 2^-54.5 |x|), cos x = 1
+    return first_fast(m, go, lambda: _trig_fast(m, x, 0 if is_sin else 32), lambda: m.cond(
+        m.i(INF - 1).ult(ax), lambda: m.cond(ax.eq(INF), lambda: (m.float_(m.i(NAN)),),
+                                             lambda: (x + x,)),
+        lambda: m.cond(ax.ult(tiny), lambda: small, lambda: (_trig_accurate(m, x, is_sin),)))[0])
+
+
+def sin(m, x):
+    return _trig(m, x, True)
+
+
+def cos(m, x):
+    return _trig(m, x, False)

@@ -24,6 +24,16 @@ rounded):
     LOG_L[j]     log(2^16 / I_j) as a double-double (LOG_L[255] is LN2_HL: ln 2 the way e ln 2
                  is taken, so log(x) for x just below 1 cancels exactly)
     LN2_HL       ln 2 as H + L, H of 42 significant bits
+
+sin and cos (tables of their own, so that exp's and log's stay as they are):
+
+    TRIG_COEF[n] floor(2^192 / (2 n!)), n = 0..45                (sin y / y and cos y, halved)
+    PI4          floor(pi/4 * 2^192)                              (y = f pi/2 from the quadrant's f)
+    INV_PIO2[k]  the bits of 2/pi 64 to a word, most significant first, after one word of
+                 zeros: word k >= 1 holds bits 64k - 63 .. 64k after the binary point
+                 (Payne and Hanek's reduction reads a window of it where x's exponent says)
+    TRIG_T[j]    sin(j pi/64) as a double-double, j = 0..127 (cos(j pi/64) is entry j + 32)
+    TRIG_C       pi/64 as C1 + C2 + C3, C1 and C2 of 28 significant bits each
 """
 from __future__ import annotations
 
@@ -77,6 +87,43 @@ def log_fixed(num: int, den: int) -> int:
     return sign * 2 * total
 
 
+def _atan_inv(q: int, bits: int) -> int:
+    """atan(1/q) * 2^bits, within a unit per term (q >= 5)."""
+    total, k, power, q2 = 0, 0, (1 << bits) // q, q * q
+    while power:
+        total += power // (2 * k + 1) * (-1 if k & 1 else 1)
+        power //= q2
+        k += 1
+    return total
+
+
+@lru_cache(maxsize=None)
+def pi_fixed(bits: int) -> int:
+    """floor(pi * 2^bits), up to one unit (Machin: pi = 16 atan(1/5) - 4 atan(1/239), 32 guard
+    bits against the series' floors)."""
+    g = bits + 32
+    return (16 * _atan_inv(5, g) - 4 * _atan_inv(239, g)) >> 32
+
+
+def sin_fixed(y: int) -> int:
+    """sin(y) for 0 <= y <= 2 (both scaled by 2^GUARD): the Taylor series."""
+    total, term, n = y, y, 1
+    while term:
+        term = term * y * y // (ONE * ONE * (n + 1) * (n + 2))
+        total += -term if n % 4 == 1 else term
+        n += 2
+    return total
+
+
+def half_inverse_factorials(count: int) -> tuple[int, ...]:
+    """floor(2^192 / (2 n!)) for n = 0..count-1, as 192-bit numbers (three words each)."""
+    import math
+    out = []
+    for n in range(count):
+        out += words((1 << 191) // math.factorial(n))
+    return tuple(out)
+
+
 def words(n: int) -> tuple[int, int, int]:
     assert 0 <= n < 1 << 192
     return (n >> 128, (n >> 64) & ((1 << 64) - 1), n & ((1 << 64) - 1))
@@ -89,16 +136,13 @@ def to_frac(v: int, bits: int = 192) -> int:
 
 @lru_cache(maxsize=None)
 def exp_tables() -> dict[str, tuple[int, ...]]:
-    import math
     ln2_256 = to_frac(ln2(), 200) // 256
-    coef = []
-    for n in range(17):
-        coef += words((1 << 191) // math.factorial(n))
+    coef = half_inverse_factorials(17)
     exp2 = []
     for j in range(256):
         v = exp_fixed(ln2() * j // 256)            # 2^(j/256)
         exp2 += words(to_frac(v // 2))
-    return {"LN2_256": words(ln2_256), "EXP_COEF": tuple(coef), "EXP2": tuple(exp2)}
+    return {"LN2_256": words(ln2_256), "EXP_COEF": coef, "EXP2": tuple(exp2)}
 
 
 def log_inverse(j: int) -> int:
@@ -174,3 +218,29 @@ def fast_tables() -> dict[str, tuple[int, ...]]:
             "EXP_C": (f64_word(_nearest(c1)), f64_word(_nearest(c2)), f64_word(_nearest(c3))),
             "LOG_R": tuple(log_r), "LOG_L": tuple(log_l),
             "LN2_HL": ln2_hl}
+
+
+TWO_OVER_PI_WORDS = 22        # word 0 zeros, then 1344 bits: the reduction reads words 0..21
+
+
+@lru_cache(maxsize=None)
+def trig_tables() -> dict[str, tuple[int, ...]]:
+    nbits = 64 * (TWO_OVER_PI_WORDS - 1)
+    pi = pi_fixed(nbits + 64)
+    two_over_pi = (1 << (2 * nbits + 65)) // pi          # floor(2/pi * 2^nbits)
+    inv = [0] + [(two_over_pi >> (nbits - 64 * k)) & ((1 << 64) - 1)
+                 for k in range(1, TWO_OVER_PI_WORDS)]
+    pi_g = pi_fixed(GUARD)
+    quarter = [sin_fixed(pi_g * j // 64) for j in range(32)] + [ONE]   # sin(j pi/64), j <= 32
+    half = quarter + quarter[31:0:-1]                     # sin((64 - j) pi/64) = sin(j pi/64)
+    sines = half + [-v for v in half]                     # sin(pi + y) = -sin(y)
+    trig_t = []
+    for j in range(128):
+        trig_t += dd(sines[j]) if sines[j] else (0, 0)
+    c = pi_g // 64
+    c1 = head(c, 28)
+    c2 = head(c - c1, 28) if c > c1 else -head(c1 - c, 28)
+    c3 = c - c1 - c2
+    return {"TRIG_COEF": half_inverse_factorials(46), "PI4": words(pi_fixed(254) >> 64),
+            "INV_PIO2": tuple(inv), "TRIG_T": tuple(trig_t),
+            "TRIG_C": tuple(f64_word(_nearest(v)) for v in (c1, c2, c3))}

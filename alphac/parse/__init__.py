@@ -1,8 +1,9 @@
 """The front end's entry points: Alpha source -> `ast.Module`, with coded diagnostics.
 
 `parse` reads one learner file (alphac.parse.lexer, then alphac.parse.parser with the
-deployment and strategy declarations of alphac.parse.deploy); `parse_library` reads
-declarations without a `learner` header (the strategy library). Never raises on any input.
+deployment and strategy declarations of alphac.parse.deploy and the optimizers of
+alphac.parse.optim); `parse_library` reads declarations without a `learner` header (the
+strategy and optimizer libraries). Never raises on any input.
 """
 from __future__ import annotations
 
@@ -10,9 +11,11 @@ from alphac.diag import Sink, Source
 from alphac.parse import ast
 from alphac.parse.deploy import parse_deployment, parse_strategy
 from alphac.parse.lexer import lex
+from alphac.parse.optim import parse_optimizer
 from alphac.parse.parser import DECL_PARSERS, Parser, _Bail
 
-DECLS = {**DECL_PARSERS, "deployment": parse_deployment, "strategy": parse_strategy}
+DECLS = {**DECL_PARSERS, "deployment": parse_deployment, "strategy": parse_strategy,
+         "optimizer": parse_optimizer}
 
 
 def parse(source: Source, sink: Sink) -> ast.Module:
@@ -21,7 +24,7 @@ def parse(source: Source, sink: Sink) -> ast.Module:
 
 
 def parse_library(source: Source, sink: Sink) -> list[object]:
-    """Declarations without a `learner` header: the strategy library."""
+    """Declarations without a `learner` header: the strategy and optimizer libraries."""
     p = Parser(lex(source, sink), sink, DECLS)
     decls = []
     while True:

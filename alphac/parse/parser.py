@@ -9,6 +9,7 @@ Grammar (docs/language.md has the full description):
             | ('loss' | 'predict') '(' NAME ')' ('=' expr NL | block)
             | 'update' block
             | deployment                               (alphac.parse.deploy)
+            | optimizer                                (alphac.parse.optim)
     type   := 'f64' ['[' INT (',' INT)* ']']
     block  := '{' (stmt (NL | ';'))* [expr] '}'
     stmt   := 'let' NAME '=' expr | NAME '=' expr
@@ -37,7 +38,7 @@ class _Bail(Exception):
 
 
 DECL_KEYWORDS = ("data", "const", "param", "state", "loss", "predict", "update", "batch",
-                 "order", "contract", "deployment", "strategy")
+                 "order", "contract", "deployment", "strategy", "optimizer")
 
 
 class Parser:
@@ -160,7 +161,7 @@ class Parser:
         if t.kind == "kw" and t.text in self.decls:
             return self.decls[t.text](self)
         raise self.fail("a declaration (data, const, param, state, loss, predict, update, batch, "
-                        "order, contract, deployment, strategy)")
+                        "order, contract, deployment, strategy, optimizer)")
 
     def parse_type(self) -> ast.TypeExpr:
         f = self.expect("kw", "f64", what="a type (`f64` or `f64[N]`)")

@@ -123,7 +123,7 @@ while :; do
   attempt=$((attempt + 1))
   mkdir -p "$RUN/attempts/$attempt" && mv "$RUN/events" "$RUN/attempts/$attempt/" && mkdir "$RUN/events"
   mv "$RUN"/tasks/[0-9]*.* "$RUN/attempts/$attempt/"
-  v=$(ls @CK@ 2>/dev/null | sed -n 's/^v\([0-9][0-9]*\)$/\1/p' | sort -rn | while read -r v; do
+  v=$(ls @CK@ 2>/dev/null | sed -n 's/^v\([1-9][0-9]\{0,14\}\)$/\1/p' | sort -rn | while read -r v; do
         if [ -f @CK@/v$v/MANIFEST ]; then echo "$v"; break; fi; done)
   if [ -n "$v" ]; then echo @CK@/v$v $((@END@ - v)) > "$RUN/tasks/resume"; else rm -f "$RUN/tasks/resume"; fi
   echo "$rc ${v:+v$v}" > "$RUN/attempts/$attempt/resumed"

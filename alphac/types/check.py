@@ -35,10 +35,13 @@ from alphac.ir import learner as ir
 from alphac.ir.evaluate import fold
 from alphac.ir.learner import type_text, wide
 from alphac.parse import ast
+from alphac.parse.optim import OptimizerUse
+from alphac.types.optim import expand as expand_optimizers
 
 # name -> arity. Elementwise functions (alphac.math: exact or correctly rounded), two library
 # compositions of them (COMPOSITIONS), and the reductions.
 ELEMENTWISE = {"sqrt": 1, "exp": 1, "log": 1, "log1p": 1, "expm1": 1, "tanh": 1, "abs": 1,
+               "sin": 1, "cos": 1,
                "relu": 1, "max": 2, "min": 2, "sigmoid": 1, "softplus": 1}
 REDUCTIONS = {"dot": 2, "sum": 1, "outer": 2, "logsumexp": 1, "onehot": 2}
 BUILTINS = {**ELEMENTWISE, **REDUCTIONS, "grad": 1, "load": 1}
@@ -109,7 +112,8 @@ class Checker:
                      hint=f"a learner has at most one {extra.kind}")
         for extra in updates[1:]:
             self.err("E0059", extra.span, "a second `update`", hint="merge the two blocks")
-        if not updates and m.header is not None:
+        if not updates and m.header is not None and not any(isinstance(d, OptimizerUse)
+                                                            for d in m.decls):
             self.err("E0059", m.header.span, f"learner `{m.header.name}` has no `update` block",
                      hint="add `update { ... }` that assigns the state")
         for d in m.decls:
@@ -131,8 +135,9 @@ class Checker:
             predict = self.decl_loss(predicts[0], nsamples)
         batch, seed = self.decl_batch(m, nsamples, bool(losses))
         contract = self.decl_contract(m)
-        if updates:
-            self.decl_update(updates[0])
+        extra = expand_optimizers(self, m)      # alphac.types.optim: after the states
+        if updates or extra:
+            self.decl_update(updates[0] if updates else None, extra)
         groups = self.coordinate_groups()
         self.warnings(predict)
         if not self.sink.ok or m.header is None:
@@ -359,12 +364,12 @@ class Checker:
         self.define(st.name, st.name_span,
                     Symbol("let", node.shape if node else (), st.name_span, node=node), ctx.lets)
 
-    def decl_update(self, d: ast.UpdateDecl) -> None:
+    def decl_update(self, d: ast.UpdateDecl | None, extra: list = ()) -> None:
         ctx = Ctx("update")
-        if d.body.result is not None:
+        if d is not None and d.body.result is not None:
             self.err("E0010", d.body.result.span, "expected a statement, found an expression",
                      hint="update statements are `NAME = expr` or `let NAME = expr`")
-        for st in d.body.stmts:
+        for st in (d.body.stmts if d else ()) + tuple(extra):
             if isinstance(st, ast.Let):
                 self.let(st, ctx)
                 continue

@@ -256,6 +256,11 @@ TABLE: tuple[Row, ...] = (
     _row('sha256rnds2', 'xmm, xmm, xmm0', 'rm-', '0F 38 CB /r'),
     _row('sha256msg1', 'xmm, xmm', 'rm', '0F 38 CC /r'),
     _row('sha256msg2', 'xmm, xmm', 'rm', '0F 38 CD /r'),
+    # -- PCLMULQDQ, and SSE2's xor and byte shifts: the carry-less multiply of POLYVAL (polyval_hw)
+    _row('pclmulqdq', 'xmm, xmm, imm8', 'rmi', '66 0F 3A 44 /r ib'),
+    _row('pxor', 'xmm, xmm', 'rm', '66 0F EF /r'),
+    _row('pslldq', 'xmm, imm8', 'mi', '66 0F 73 /7 ib'),
+    _row('psrldq', 'xmm, imm8', 'mi', '66 0F 73 /3 ib'),
     _row('cpuid', '', '', '0F A2'),
     _row('xgetbv', '', '', '0F 01 D0'),
     # -- AVX (x86_64-v3 and v4): the SSE2 scalar and f64x2 instructions above in their VEX forms,

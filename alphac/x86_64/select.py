@@ -17,6 +17,7 @@ slots (slot k at [rsp + 8k]).
 """
 from __future__ import annotations
 
+from alphac.formats import PV_GROUP
 from alphac.lower.assemble import MI, Label
 from alphac.lower.lir import Function, Imm, Inst, VReg
 from alphac.lower.regalloc import Allocation, parallel_moves
@@ -507,6 +508,53 @@ class Selector(SelectorBase):
                  ("pshufd", x[2], x[2], XImm(0xB1)), ("movdqa", x[7], x[1]),
                  ("pblendw", x[1], x[2], XImm(0xF0)), ("palignr", x[2], x[7], XImm(8)),  # ABCD, EFGH
                  ("movdqu", state[0], x[1]), ("movdqu", state[1], x[2]), done)
+
+    def cpu_has_clmul(self, op, d, a) -> None:
+        """cpuid: PCLMULQDQ (leaf 1 ECX bit 1); rbx kept in rsi, as in cpu_has_sha256."""
+        rsi, rbx, rcx = (REGS[r] for r in ("rsi", "rbx", "rcx"))
+        self.seq(("mov", rsi, rbx), ("mov", S1, XImm(1)), ("cpuid",), ("mov", S1, rcx),
+                 ("shr", S1, XImm(1)), ("and", S1, XImm(1)), ("mov", rbx, rsi))
+        self.commit(d, S1)
+
+    def polyval_hw(self, op, d, a) -> None:
+        """PCLMULQDQ, PV_GROUP (8) blocks a reduction: the state in xmm0, p's constant in xmm1,
+        H^1 .. H^8 in xmm2-xmm9; each block's product by its power in three multiplies
+        (Karatsuba: low halves, high halves, and the halves' xors, the power's from the key),
+        summed in xmm10, xmm11, xmm12; the middle made right once (xor the low and the high
+        sums), then Montgomery's reduction by x^128 (RFC 8452's dot: two multiplies of the low
+        half by 0xC2 << 56) and the high half added."""
+        self.arg_moves(list(a), incoming=False)          # rdi s, rsi key, rdx p, rcx groups
+        rdi, rsi, rdx, rcx = (REGS[r] for r in ("rdi", "rsi", "rdx", "rcx"))
+        x, g = [REGS[f"xmm{i}"] for i in range(15)], PV_GROUP
+        lo, hi, mid, blk, tmp = x[10:15]
+        top, done = Label(f".pv{len(self.out)}"), Label(f".pvdone{len(self.out)}")
+        self.seq(("cmp", rcx, XImm(0)), ("je", done.name), ("movdqu", x[0], Mem(rdi, size=128)),
+                 ("movdqu", x[1], Mem(rsi, disp=16 * g, size=128)),
+                 *(("movdqu", x[2 + k], Mem(rsi, disp=16 * k, size=128)) for k in range(g)), top)
+        r = REGS["xmm15"]
+        for k in range(g):                               # block k + 1 times H^(g - k)
+            self.seq(("movdqu", blk, Mem(rdx, disp=16 * k, size=128)))
+            if k == 0:
+                self.seq(("pxor", blk, x[0]))
+            h = x[1 + g - k]
+            self.seq(("pshufd", tmp, blk, XImm(0x4E)), ("pxor", tmp, blk),
+                     ("movdqa", r, blk), ("pclmulqdq", r, h, XImm(0x00)),
+                     ("pclmulqdq", blk, h, XImm(0x11)))
+            if k == 0:
+                self.seq(("movdqa", lo, r), ("movdqa", hi, blk))
+            else:
+                self.seq(("pxor", lo, r), ("pxor", hi, blk))
+            self.seq(("movdqu", r, Mem(rsi, disp=16 * (2 * g - k), size=128)),
+                     ("pclmulqdq", tmp, r, XImm(0x00)))
+            self.seq(("movdqa", mid, tmp) if k == 0 else ("pxor", mid, tmp))
+        self.seq(("pxor", mid, lo), ("pxor", mid, hi),
+                 ("movdqa", tmp, mid), ("pslldq", tmp, XImm(8)), ("pxor", lo, tmp),
+                 ("psrldq", mid, XImm(8)), ("pxor", hi, mid))
+        for _ in range(2):                               # the low half * x^-64, twice
+            self.seq(("movdqa", tmp, lo), ("pclmulqdq", tmp, x[1], XImm(0x10)),
+                     ("pshufd", lo, lo, XImm(0x4E)), ("pxor", lo, tmp))
+        self.seq(("pxor", lo, hi), ("movdqa", x[0], lo), ("add", rdx, XImm(16 * g)),
+                 ("sub", rcx, XImm(1)), ("jne", top.name), ("movdqu", Mem(rdi, size=128), x[0]), done)
 
     def mem(self, base: VReg, off: Imm, scratch) -> Mem:
         if not _fits32(off.value):

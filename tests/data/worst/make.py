@@ -1,6 +1,6 @@
 """Rebuilds the worst-case files here from CORE-MATH's lists (a checkout of core-math):
 
-    python tests/data/worst/make.py /path/to/core-math
+    python tests/data/worst/make.py /path/to/core-math [FUNCTION ...]
 
 Each `src/binary64/<f>/<f>.wc` line that is not a comment starts with one input in C99 hex
 notation; every such input becomes its binary64 bit pattern, and `<f>.f64.xz` holds the
@@ -11,7 +11,7 @@ import struct
 import sys
 from pathlib import Path
 
-FUNCTIONS = ("exp", "expm1", "log", "log1p", "tanh")
+FUNCTIONS = ("exp", "expm1", "log", "log1p", "tanh", "sin", "cos")
 
 
 SPECIAL = {"snan": 0x7FF4000000000000, "nan": 0x7FF8000000000000, "inf": 0x7FF0000000000000}
@@ -30,9 +30,9 @@ def patterns(text: str) -> list[int]:
                    for line in text.splitlines() if line.split("#")[0].strip()})
 
 
-def main(root: str) -> None:
+def main(root: str, names: list[str]) -> None:
     here = Path(__file__).parent
-    for f in FUNCTIONS:
+    for f in names or FUNCTIONS:
         words = patterns((Path(root) / "src/binary64" / f / f"{f}.wc").read_text())
         data = b"".join(struct.pack("<Q", w) for w in words)
         (here / f"{f}.f64.xz").write_bytes(lzma.compress(data, preset=9))
@@ -40,4 +40,4 @@ def main(root: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], sys.argv[2:])
