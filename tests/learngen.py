@@ -427,6 +427,7 @@ def generate(seed: int, matrices: bool | None = None, npy: bool | None = None,
               scalars, consts, prog.loss_result is not None).build(prog)
     if mat:
         mat.update(prog)
+        mat.embed(prog)
     br = random.Random(seed ^ 0xBA7C4)              # minibatches: a stream of their own
     if prog.loss_result is not None and n > 1 and br.random() < 0.35:
         prog.batch = (br.randint(1, n - 1), br.choice([None, br.randrange(1 << 63)]))
@@ -1014,42 +1015,55 @@ class MatGen:
             self.terms.append(h())
         if m.random() < 0.3:
             self.regularizer()
-        er = random.Random(self.g.seed ^ 0xE3BED)   # indices read from data: a stream of its own
-        if er.random() < 0.3:
-            self.terms.append(self.head_embed(er))
 
-    def head_embed(self, e: random.Random) -> tuple:
-        """Rows of a param E named by token ids read from data (`E[tok[i, t]]`, issue 47), summed
-        or multiplied, through tanh, reduced by a dot or a sum; now and then a constant's row and
-        a vector param's coordinate (`w[tok[i, t]]`) beside them. Ids repeat within a sample and
-        some rows are never named; now and then one is out of range or fractional (every engine
-        refuses data-label). E, w and the constant are read there alone (types/check.py's
-        gathered_only): no other draw sees them."""
-        V, D, T = e.choice([2, 3, 5, 9]), e.choice([1, 2, 3, 4]), e.choice([1, 2, 3])
+    def embed(self, prog: Program) -> None:
+        """Now and then (a stream of its own, drawn last: every other draw of the seed is as it
+        was) an embedding: rows of a param E named by token ids read from data (`E[tok[i, t]]`,
+        issue 47), summed or multiplied, through tanh, reduced by a dot with a constant or a sum;
+        now and then a constant's row and a vector param's coordinate (`w[tok[i]]`) beside them,
+        added to the loss, and E and w trained by SGD with momentum. Ids repeat within a sample
+        and some rows are never named; now and then one is out of range or fractional (every
+        engine refuses data-label). E and w are read in the loss through these indices alone
+        (types/check.py's gathered_only)."""
+        e = random.Random(self.g.seed ^ 0xE3BED)
+        if prog.loss_result is None or e.random() >= 0.3:
+            return
+        V, D, T = e.choice([2, 3, 5, 9]), e.choice([1, 2, 3, 4, 10]), e.choice([1, 2, 3])
         toks = [[float(e.randrange(V)) for _ in range(T)] for _ in range(self.n)]
         if e.random() < 0.1:
             toks[e.randrange(self.n)][e.randrange(T)] = e.choice([float(V), -1.0, 0.5])
-        tok = self.g.fresh("tok")
-        self.insert(Decl("data", tok, (self.n, T), toks) if T > 1 else
-                    Decl("data", tok, (self.n,), [t[0] for t in toks]))
-        at = lambda name, t: ("at", name, ("elt", tok, t) if T > 1 else ("row", tok))
-        E = self.param("E", (V, D), free_rate=0.3)[1]
-        self.mats.pop()
-        h = at(E, 0)
+        values = lambda *shape: [[round(e.uniform(-0.6, 0.6), 2) for _ in range(shape[-1])]
+                                 for _ in range(shape[0])] if len(shape) == 2 else \
+            [round(e.uniform(-0.6, 0.6), 2) for _ in range(shape[0])]
+        self.insert(Decl("data", "tok_e", (self.n, T), toks) if T > 1 else
+                    Decl("data", "tok_e", (self.n,), [t[0] for t in toks]))
+        at = lambda name, t: ("at", name, ("elt", "tok_e", t) if T > 1 else ("row", "tok_e"))
+        self.insert(Decl("param", "E_e", (V, D), values(V, D)))
+        h = at("E_e", 0)
         for t in range(1, T):
-            h = ("bin", e.choice(["+", "*"]), h, at(E, t))
+            h = ("bin", e.choice(["+", "*"]), h, at("E_e", t))
         if e.random() < 0.3:
-            C = self.const((V, D))[1]
-            self.mats.pop()
-            h = ("bin", "-", h, at(C, e.randrange(T)))
+            self.insert(Decl("const", "C_e", (V, D), values(V, D)))
+            h = ("bin", "-", h, at("C_e", e.randrange(T)))
         h = call("tanh", h) if e.random() < 0.6 else h
-        v = self.leaf(D) if e.random() < 0.5 else None
-        out = call("dot", h, v) if v is not None else call("sum", h)
         if e.random() < 0.5:
-            w = self.param("w", (V,))[1]
-            self.vecs.pop()
-            out = ("bin", "+", out, ("bin", "*", at(w, e.randrange(T)), ("row", "y")))
-        return ("bin", "*", ("num", 0.5), ("pow", ("bin", "-", out, ("row", "y")), 2))
+            self.insert(Decl("const", "v_e", (D,), values(D)))
+            out = call("dot", h, ("name", "v_e"))
+        else:
+            out = call("sum", h)
+        trained = ["E_e"]
+        if e.random() < 0.5:
+            self.insert(Decl("param", "w_e", (V,), values(V)))
+            out = ("bin", "+", out, ("bin", "*", at("w_e", e.randrange(T)), ("row", "y")))
+            trained.append("w_e")
+        loss = ("bin", "*", ("num", 0.5), ("pow", ("bin", "-", out, ("row", "y")), 2))
+        prog.loss_result = ("bin", "+", prog.loss_result, loss)
+        for p in trained:
+            shape = next(d.shape for d in self.decls if d.name == p)
+            self.insert(Decl("state", f"m_{p}", shape, 0.0))
+            prog.update += [Stmt("assign", f"m_{p}", ("bin", "+", ("bin", "*", ("num", 0.5), ("name", f"m_{p}")),
+                                                       ("grad", p))),
+                            Stmt("assign", p, ("bin", "-", ("name", p), ("bin", "*", ("num", 0.1), ("name", f"m_{p}"))))]
 
     def head_mlp(self) -> tuple:
         """h = act(W1 @ x[i] + b1), ... then an output layer."""
