@@ -33,6 +33,7 @@ from alphac.formats import CKPT_RECORD, FRAME_KINDS as KINDS, XC_WORDS, XS_DIGIT
 from alphac.lower import ckpt, gpu as gpu_lowering
 from alphac.dist.plan import Plan
 from alphac.dist.structure import Leaf, Role, Star
+from alphac.ir.learner import update_reductions
 
 
 
@@ -213,6 +214,8 @@ class RoleLowering:
             ranges = self.updates()
             if lr.loss is not None:     # the count the update's G_p / n reads (mean_n)
                 self.put("learner_mean(load64(g_n));")
+            if update_reductions(lr.update):    # the plan admits them only where held whole
+                self.put("learner_reduce();")
             self.put("learner_scalars();")
             if self.gpu is not None:
                 for line in gpu_lowering.role_update(lr, self.gpu, ranges):
