@@ -333,6 +333,12 @@ CODES: dict[str, tuple[str, str]] = {
               "the combine tree's order. So the strategy must partition the gradients (`zero2`, "
               "`zero3`, or a strategy of the file's), and the contract must be the ordered one "
               "(under `exact_sum` use a star)."),
+    "E0119": ("the update's reductions read partitioned values",
+              "The update's dot, sum and max(v) of coordinate values are computed before its "
+              "statements by each owner that reads them, from what it holds whole "
+              "(docs/distribution.md, \"Reductions in the update\"). So the strategy may not "
+              "partition what they read (gradients, params or state), and with `deliver` to one "
+              "owner no scalar state may read them."),
     # -- GPU owners (alphac.nvdrv, docs/nvdrv.md) -----------------------------------------------
     "E0120": ("GPU memory demand over the card's supply",
               "A GPU owner allocates its arena (code, constant banks, QMDs, push buffers, state, "

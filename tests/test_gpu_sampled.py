@@ -100,7 +100,7 @@ def test_exact_sum_and_an_unknown_policy_are_refused_at_start(tmp_path):
     (tmp_path / "x.gpu").write_bytes(built.image.elf)
     (tmp_path / "x.gpu").chmod(0o755)
     r = mockgpu.run(tmp_path / "x.gpu", ["--steps", "3", *SAMPLED], card=card_for(90), kernels=built.kernels)
-    usage(r, "sampled: under contract exact_sum the host's exact sum is the check")
+    usage(r, "sampled: under contract exact_sum (or with reductions in the update) the host's step is the check")
     assert "--shadow sampled: under contract exact_sum" in r.events and r.allocations == []
 
 

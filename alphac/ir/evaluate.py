@@ -150,7 +150,7 @@ def evaluate(node: Node, env: Env) -> Value:
     memo = env.memo
     if id(node) in memo:
         return memo[id(node)]
-    for n in postorder([node]):
+    for n in postorder([node], memo.keys()):      # a value known is not entered
         if id(n) not in memo:
             memo[id(n)] = _step(n, env, lambda c: memo[id(c)])
     return memo[id(node)]

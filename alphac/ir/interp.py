@@ -36,7 +36,7 @@ import math
 
 from alphac.math import binary64 as f
 from alphac.ir.evaluate import Env, evaluate
-from alphac.ir.learner import Learner, bad_label
+from alphac.ir.learner import Learner, bad_label, update_reductions
 from alphac.refusals import Refusal
 
 State = dict[str, tuple[float, ...]]
@@ -225,14 +225,19 @@ def apply_update_coords(lr: Learner, state: dict[str, list], grads: dict[str, li
     from alphac.ir.evaluate import evaluate_at
     old = {k: v for k, v in state.items()}
     new: dict[str, list] = {}
+    reduced: dict[int, tuple[float, ...]] = {}   # the reduced scalars, first (held whole: E0119)
+    if any(rng for rng in coords.values()) and update_reductions(lr.update):
+        whole = Env(state={(k, 0): tuple(v) for k, v in old.items()}, grads=grads)
+        reduced = {id(n): evaluate(n, whole) for n in update_reductions(lr.update)}
     scalar_env = Env(state={(k, 0): tuple(v) for k, v in old.items() if lr.state(k).group is None})
+    scalar_env.memo.update(reduced)
     for a in lr.update:
         s = lr.state(a.target)
         if s.group is None:
             scalar_env.state[(a.target, 1)] = evaluate(a.node, scalar_env)
     for g, rng in coords.items():
         for j in rng:
-            memo: dict[int, float] = {}
+            memo: dict[int, float] = {k: v[0] for k, v in reduced.items()}
             for a in lr.update:
                 if lr.state(a.target).group != g:
                     continue

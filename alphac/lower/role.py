@@ -214,8 +214,8 @@ class RoleLowering:
             ranges = self.updates()
             if lr.loss is not None:     # the count the update's G_p / n reads (mean_n)
                 self.put("learner_mean(load64(g_n));")
-            if update_reductions(lr.update):    # the plan admits them only where held whole
-                self.put("learner_reduce();")
+            if update_reductions(lr.update) and any(self.some(*r) for r in ranges.values()):
+                self.put("learner_reduce();")   # what they read is held whole (E0119)
             self.put("learner_scalars();")
             if self.gpu is not None:
                 for line in gpu_lowering.role_update(lr, self.gpu, ranges):
