@@ -333,12 +333,11 @@ CODES: dict[str, tuple[str, str]] = {
               "the combine tree's order. So the strategy must partition the gradients (`zero2`, "
               "`zero3`, or a strategy of the file's), and the contract must be the ordered one "
               "(under `exact_sum` use a star)."),
-    "E0119": ("the update's reductions read partitioned values",
+    "E0119": ("a scalar state reads a reduction only one owner can compute",
               "The update's dot, sum and max(v) of coordinate values are computed before its "
-              "statements by each owner that reads them, from what it holds whole "
-              "(docs/distribution.md, \"Reductions in the update\"). So the strategy may not "
-              "partition what they read (gradients, params or state), and with `deliver` to one "
-              "owner no scalar state may read them."),
+              "statements from the gradients and the state (docs/language.md). With `deliver` to "
+              "one owner only that owner holds them, while every owner runs the scalar-state "
+              "statements: so no scalar state may read them. Use `deliver all`."),
     # -- GPU owners (alphac.nvdrv, docs/nvdrv.md) -----------------------------------------------
     "E0120": ("GPU memory demand over the card's supply",
               "A GPU owner allocates its arena (code, constant banks, QMDs, push buffers, state, "

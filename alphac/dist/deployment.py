@@ -22,7 +22,7 @@ from importlib import resources
 from alphac.diag import Sink, Source, Span
 from alphac.dist.structure import (MAX_FANOUT, Hierarchy, Leaf, Node, Ranges, Role, Star,
                                    coverage_problem, tree_leaves, tree_text)
-from alphac.ir.learner import Grad, Learner, Read, postorder, update_reductions
+from alphac.ir.learner import Learner, postorder, update_reductions
 from alphac.targets import gpu_targets, names
 from alphac.parse.deploy import DeploymentDecl, RoleRef, StrategyDecl
 
@@ -270,33 +270,19 @@ class DeploymentChecker:
                                        "contract is exact_sum", hint="use `topology star(...)`")
 
     def reductions_fit(self, strategy: Strategy, deliver: int | None) -> None:
-        """The update's reduced scalars (docs/language.md) are computed by each owner that
-        reads them from what it holds whole: under `deliver all`, every owner, so nothing they
-        read may be partitioned; delivered to one owner, only that one, so no scalar-state
-        statement (run by every owner) may read them (E0119; docs/distribution.md)."""
-        reds = update_reductions(self.lr.update)
-        if not reds:
+        """The update's reduced scalars (docs/language.md) are computed where they are read:
+        delivered to one owner, only that one holds their operands, so no scalar-state
+        statement (run by every owner) may read them (E0119). Under a partitioned update the
+        plan gathers their terms (docs/distribution.md)."""
+        reds = {id(n) for n in update_reductions(self.lr.update)}
+        if deliver is None or not reds:
             return
-        span = self.items["strategy"].span if "strategy" in self.items else self.decl.name_span
-        if deliver is not None:
-            scalar = [a.target for a in self.lr.update if self.lr.state(a.target).group is None
-                      and any(id(n) in set(map(id, reds)) for n in postorder([a.node]))]
-            if scalar:
-                self.err("E0119", self.items["deliver"].span, f"scalar state `{scalar[0]}` reads "
-                         "a reduction of the update, and only the delivered owner holds its operands",
-                         hint="use `deliver all`")
-            return
-        for n in postorder(reds):
-            cls = "gradients" if isinstance(n, Grad) else None
-            if isinstance(n, Read) and self.lr.state(n.name).group is not None:
-                cls = "params" if self.lr.state(n.name).kind == "param" else "state"
-            if cls in strategy.partition:
-                what = f"grad({n.param})" if isinstance(n, Grad) else n.name
-                self.err("E0119", span, f"the update's reductions read `{what}`, whose {cls} "
-                         f"strategy `{strategy.name}` partitions: no owner holds it whole",
-                         hint="a strategy that replicates what the update's dot, sum and max read "
-                              "(`replicated`; `zero1` when they read no optimizer state)")
-                return
+        scalar = [a.target for a in self.lr.update if self.lr.state(a.target).group is None
+                  and any(id(n) in reds for n in postorder([a.node]))]
+        if scalar:
+            self.err("E0119", self.items["deliver"].span, f"scalar state `{scalar[0]}` reads a "
+                     "reduction of the update, and only the delivered owner holds its operands",
+                     hint="use `deliver all`")
 
     # -- samples and combine ---------------------------------------------------------------------
     def owner_ranges(self, item, total: int, what: str, code: str) -> Ranges | None:

@@ -187,6 +187,24 @@ def evaluate_at(node: Node, j: int, leaf, memo: dict[int, float]) -> float:
     return memo[id(node)]
 
 
+def term_at(n: Node, j: int, leaf) -> float:
+    """Reduced scalar n's term at coordinate j: a `dot`'s product, a `sum`'s or `max(v)`'s
+    value (fold_terms folds them)."""
+    if isinstance(n, Dot):
+        return f.mul(evaluate_at(n.a, j, leaf, {}), evaluate_at(n.b, j, leaf, {}))
+    return evaluate_at(n.a, j, leaf, {})
+
+
+def fold_terms(n: Node, terms) -> float:
+    """The left fold of reduced scalar n's terms, in coordinate order: n's value, bit for bit."""
+    if isinstance(n, Max):
+        acc = terms[0]
+        for x in terms[1:]:
+            acc = BINARY["max"](acc, x)
+        return acc
+    return left_fold_add(terms)
+
+
 def _at(n: Node, j: int, leaf, memo: dict[int, float]) -> float:
     """One node's value at j, its operands' values in `memo`."""
     v = [memo[id(c)] for c in children(n)]

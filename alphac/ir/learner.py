@@ -251,6 +251,29 @@ def update_reductions(update: list[Assign]) -> list[Node]:
     return [n for n in postorder([a.node for a in update]) if isinstance(n, (Dot, Sum, Max))]
 
 
+def reduction_group(lr: "Learner", n: Node) -> int | None:
+    """The coordinate group a reduced scalar folds over (the checker puts its operands' values
+    in one), or None when it reads no coordinate value (scalars and constants alone)."""
+    for m in postorder([n]):
+        name = m.param if isinstance(m, Grad) else m.name if isinstance(m, Read) else None
+        if name is not None and lr.state(name).group is not None:
+            return lr.state(name).group
+    return None
+
+
+def term_states(lr: "Learner") -> list["StateDef"]:
+    """Under a partitioned update, each reduced scalar's terms (the products of a `dot`, the
+    values of a `sum` or `max(v)`) at every coordinate of its group, as a value the plan
+    gathers like a state (`0t<k>`: no Alpha name starts with a digit); each owner computes
+    its coordinates' and folds them all, in order (docs/distribution.md)."""
+    out = []
+    for k, n in enumerate(update_reductions(lr.update)):
+        g = reduction_group(lr, n)
+        if g is not None:
+            out.append(StateDef(f"0t{k}", "terms", lr.groups[g].shape, (), g))
+    return out
+
+
 # -- declarations -------------------------------------------------------------------------------
 @dataclass(eq=False)
 class DataDef:

@@ -14,6 +14,8 @@ order (the contract in alphac.ir.autodiff and alphac.ir.interp):
                              grad(p) = G_p / n is divided where the update reads it (fused)
     learner_reduce()         the update's reduced scalars (dot, sum, max(v) of coordinate
                              values), each a left fold over every coordinate, into rd<k>
+    learner_terms_<k>(a, b)  reduction k's terms at coordinates a..b-1, and learner_fold():
+                             each rd<k> from all of them (a partitioned update's, gathered)
     learner_scalars()        the scalar-state statements, into sn_<name> (old values untouched)
     learner_group_<k>(a, b)  the update of coordinate group k for coordinates a..b-1
     learner_commit()         sn_<name> -> the scalar state
@@ -35,10 +37,10 @@ import struct
 
 from alphac.formats import XC_WORDS, XS_DIGITS
 from alphac.math.binary64 import bits
-from alphac.ir.learner import (Bcast, Const, DataRow, Dot, Elem, Grad, Learner, MatVec, Max,
+from alphac.ir.learner import (Assign, Bcast, Const, DataRow, Dot, Elem, Grad, Learner, MatVec, Max,
                                bad_label, label_columns, label_where,
                                MaxAdj, Node, OneHot, Outer, Pick, Pow, Read, Stack, Sum, Unary,
-                               VecMat, Where, children, postorder, update_reductions)
+                               VecMat, Where, children, postorder, term_states, update_reductions)
 from alphac.math import rt_name
 
 UNROLL = 8
@@ -964,18 +966,43 @@ class LearnerCode:
 
     def gen_reduce(self) -> str:
         """learner_reduce(): each reduced scalar of the update into its rd<k>, in their order
-        (ir.update_reductions), each a left fold over every coordinate, before any statement."""
-        em = Emitter(self)
+        (ir.update_reductions), each a left fold over every coordinate, before any statement;
+        learner_terms_<k>(a, b): reduction k's terms at coordinates a..b-1 into st_0t<k> (a
+        dot's products, a sum's or max's values; ir.learner.term_states), and learner_fold():
+        each rd<k> folded from st_0t<k> (under a partitioned update, once the plan has
+        gathered every owner's terms: the same operations in the same order)."""
         nodes = update_reductions(self.lr.update)
         if not nodes:                    # (no function: the code of learners without is as it was)
             return ""
-        if any(isinstance(n, Grad) for n in postorder(nodes)):
-            em.put("let nf = loadf(mean_n);")
-        for n in nodes:
-            vals = Values(em, lambda m, j, s: None if m is n else self.update_leaf(m, j, {}))
-            em.put(f"storef({self.reduced[id(n)]}, {vals.get(n, None)});")
+        terms = {int(t.name[2:]): t for t in term_states(self.lr)}
+        out = ""
+        for k, t in terms.items():
+            n, em = nodes[k], Emitter(self)
+            self.globals.append(f"global st_{t.name}: [f64; {t.size}];")
+            self.mean_n(em, [Assign("", n)])
+            vals = Values(em, lambda m, j, s: self.update_leaf(m, j, {}))
+            vals.prepare([c for c in children(n)])
+
+            def body(j: str, n=n, t=t, vals=vals, em=em) -> None:
+                v = em.let(f"{vals.get(n.a, j)} * {vals.get(n.b, j)}") if isinstance(n, Dot) \
+                    else vals.get(n.a, j)
+                em.put(f"storef({self.slot(f'st_{t.name}', j)}, {v});")
+            vals.loop("a", "b", body)
+            out += self.function(f"learner_terms_{k}", "a: i64, b: i64", em)
+        for fn, folded in (("learner_reduce", {}), ("learner_fold", terms)):
+            em = Emitter(self)
+            self.mean_n(em, [Assign("", n) for k, n in enumerate(nodes) if k not in folded])
+            for k, n in enumerate(nodes):
+                if k in folded:          # the left fold of its terms, coordinates ascending
+                    buf = Read(f"0t{k}", folded[k].shape)
+                    n = Max(buf) if isinstance(n, Max) else Sum(buf)
+                    leaf = (lambda buf: lambda m, j, s: self.address(f"st_{buf.name}", j) if m is buf else None)(buf)
+                else:
+                    leaf = (lambda n: lambda m, j, s: None if m is n else self.update_leaf(m, j, {}))(n)
+                em.put(f"storef({self.reduced[id(nodes[k])]}, {Values(em, leaf).get(n, None)});")
+            out += self.function(fn, "", em)
         self.globals += [f"global {name}: [f64; 1];" for name in self.reduced.values()]
-        return self.function("learner_reduce", "", em)
+        return out
 
     def gen_scalars(self) -> str:
         em = Emitter(self)

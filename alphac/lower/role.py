@@ -210,12 +210,21 @@ class RoleLowering:
             self.put("store64(net_combine_ns, load64(net_combine_ns) + rt_now_ns() - load64(net_mark));")
             if lr.loss is not None and self.role == plan.root and not self.mesh:   # the step's (L, n), exact
                 self.put(f"rt_event_loss(v, loadf(comb + {8 * (P - 1)}), load64(comb + {8 * P}));")
+        elif a.op == "terms":                 # its coordinates' terms of each reduction
+            if lr.loss is not None:
+                self.put("learner_mean(load64(g_n));")
+            ranges = self.updates()
+            for t in self.plan.reduce_terms():
+                lo, hi = ranges[t.group]
+                if self.some(lo, hi):
+                    self.put(f"learner_terms_{t.name[2:]}({lo}, {hi});")
         elif a.op == "update":
             ranges = self.updates()
             if lr.loss is not None:     # the count the update's G_p / n reads (mean_n)
                 self.put("learner_mean(load64(g_n));")
             if update_reductions(lr.update) and any(self.some(*r) for r in ranges.values()):
-                self.put("learner_reduce();")   # what they read is held whole (E0119)
+                # folded from the gathered terms (a partitioned update), or from what it holds
+                self.put("learner_fold();" if self.plan.reduce_terms() else "learner_reduce();")
             self.put("learner_scalars();")
             if self.gpu is not None:
                 for line in gpu_lowering.role_update(lr, self.gpu, ranges):
