@@ -564,7 +564,7 @@ class Checker:
                 return None
         if e.func in ("sum", "max", "logsumexp") and len(args) == 1:
             if len(args[0].shape) != 1 and not (ctx.kind == "update" and e.func != "logsumexp"
-                                                and len(args[0].shape) == 2):
+                                                and len(args[0].shape) in (0, 2)):
                 self.err("E0030", e.args[0].span, f"{e.func} takes a vector, given {type_text(args[0].shape)}")
                 return None
             if e.func == "sum":
@@ -582,7 +582,7 @@ class Checker:
                 return None
             return elementwise(e.func, args)
         a, b = args
-        if len(a.shape) != 1 and not (ctx.kind == "update" and len(a.shape) == 2) or a.shape != b.shape:
+        if len(a.shape) != 1 and not (ctx.kind == "update" and len(a.shape) in (0, 2)) or a.shape != b.shape:
             self.err("E0030", e.span, f"dot of {type_text(a.shape)} and {type_text(b.shape)}",
                      hint="dot takes two vectors of the same length")
             return None
@@ -594,7 +594,7 @@ class Checker:
         starting state and constants, coordinate by coordinate, and nothing else (E0050)."""
         why = None
         if e.func not in ("dot", "sum", "max"):
-            why = f"`{e.func}` in the update builds a vector from other coordinates"
+            why = f"`{e.func}` in the update reads every coordinate (its reductions: dot, sum, max(v))"
         for n in ir.postorder(args):
             if why is None and isinstance(n, (ir.Dot, ir.Sum, ir.Max)):
                 why = f"a reduction inside `{e.func}`'s operand in the update"
