@@ -219,9 +219,12 @@ CODES: dict[str, tuple[str, str]] = {
     # -- learner structure --------------------------------------------------------------------
     "E0050": ("update is not per-coordinate",
               "Each coordinate's new value may depend only on that coordinate of the state, its "
-              "mean gradient, constants and scalar state. Reductions and products of non-constants "
-              "(dot, sum, max(v), logsumexp, outer, @, onehot), fixed indices such as w[0], and "
-              "data are not allowed in `update`: a coordinate would read others, held elsewhere."),
+              "mean gradient, constants, scalar state and the update's reduced scalars. Products "
+              "of non-constants (logsumexp, outer, @, onehot), fixed indices such as w[0], and "
+              "data are not allowed in `update`: a coordinate would read others, held elsewhere. "
+              "dot, sum and max(v) are reduced scalars, computed before the statements: their "
+              "operands may read gradients and the state the step starts from, not a value after "
+              "its assignment, and no reduction inside another (docs/language.md)."),
     "E0051": ("coordinates of different shapes meet",
               "A per-coordinate update reads a coordinate value (a param, its gradient, or "
               "state updated from them) whose shape is not the target's. Coordinate k of the "

@@ -9,8 +9,11 @@ What it decides:
   constant, and must be finite;
 - the learner's structure: data outside the loss (and predict), grad outside the update,
   assignment targets; predict, a scalar or a vector, checked as the loss is;
-- per-coordinate updates: no reduction, fixed index or data inside `update`, and coordinate
-  values (params, their gradients, and state updated from them) meet only at equal shapes. The
+- per-coordinate updates: no product, fixed index or data inside `update`; its reductions
+  (dot, sum, max(v): reduced scalars, computed first) read only gradients, the step's starting
+  state, scalar state and constants, and no other reduction; coordinate values (params, their
+  gradients, and state updated from them) meet only at equal shapes, and one reduction's
+  operands are of one shape and in one group. The
   states that meet form coordinate groups (`Group`); shape-() state that never meets a coordinate
   value is scalar state, replicated on every owner;
 - memory demand: each state's `nbytes` (8 per coordinate); the learner's values in all
