@@ -1316,25 +1316,29 @@ class MatGen:
         s.expr = ("bin", "+", s.expr, ("bin", "*", ("num", 0.001), e))
 
     def bad_update(self, s: Stmt) -> tuple | None:
-        """A term of s's shape that reads every coordinate of a coordinate value (E0050)."""
+        """A term of s's shape that reads every coordinate of a coordinate value (E0050): a
+        product, logsumexp, onehot, or (since the update's own reductions are allowed, issue
+        47) a reduction inside another's operand."""
         m = self.m
         shape = self.shape(s.name)
         g = ("grad", s.name)
+        nested = lambda f, x: call(f, ("bin", "*", x, call("sum", x)))     # noqa: E731
         if len(shape) == 1:
             L = shape[0]
             k = m.randrange(5)
             if k == 0:
-                return call(m.choice(["max", "sum", "logsumexp"]), g)
+                f = m.choice(["max", "sum", "logsumexp"])
+                return call(f, g) if f == "logsumexp" else nested(f, g)
             if k == 1:
                 return call("onehot", ("name", self.powers[0]), ("int", L)) if self.powers \
-                    else call("max", ("name", s.name))
+                    else nested("max", ("name", s.name))
             C = self.const((L, L))
             return matmul(g, C) if k == 2 else matmul(C, ("name", s.name) if k == 3 else g)
         R, C = shape
         vecs = [p for p in self.params if p.shape == (C,)]
         if vecs:
             return call("outer", ("name", self.const((R,))[1]), ("grad", m.choice(vecs).name))
-        return call("sum", ("name", s.name))
+        return nested("sum", ("name", s.name))
 
 
 # -- deployments --------------------------------------------------------------------------------

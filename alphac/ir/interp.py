@@ -241,7 +241,7 @@ def apply_update_coords(lr: Learner, state: dict[str, list], grads: dict[str, li
     old = {k: v for k, v in state.items()}
     new: dict[str, list] = {}
     reduced: dict[int, tuple[float, ...]] = {}
-    if any(rng for rng in coords.values()) and update_reductions(lr.update):
+    if (terms or any(rng for rng in coords.values())) and update_reductions(lr.update):
         whole = Env(state={(k, 0): tuple(v) for k, v in old.items()}, grads=grads)
         for k, n in enumerate(update_reductions(lr.update)):
             t = (terms or {}).get(f"0t{k}")

@@ -222,9 +222,10 @@ class RoleLowering:
             ranges = self.updates()
             if lr.loss is not None:     # the count the update's G_p / n reads (mean_n)
                 self.put("learner_mean(load64(g_n));")
-            if update_reductions(lr.update) and any(self.some(*r) for r in ranges.values()):
-                # folded from the gathered terms (a partitioned update), or from what it holds
-                self.put("learner_fold();" if self.plan.reduce_terms() else "learner_reduce();")
+            if self.plan.reduce_terms():        # every owner: the gathered terms, folded
+                self.put("learner_fold();")
+            elif update_reductions(lr.update) and any(self.some(*r) for r in ranges.values()):
+                self.put("learner_reduce();")   # from what it holds whole
             self.put("learner_scalars();")
             if self.gpu is not None:
                 for line in gpu_lowering.role_update(lr, self.gpu, ranges):
