@@ -467,7 +467,7 @@ def reductions(prog: Program, seed: int, has_loss: bool) -> None:
         s = next(s for s in assigns if s.name == scalars[0])
         s.expr = ("bin", "+", s.expr, ("bin", "*", ("num", 0.01), ("name", norm)))
     prog.update[:0] = first
-    if prog.expect is None and rr.random() < 0.1:
+    if prog.expect is None and rr.random() < 0.04:
         x = rr.choice(pool)
         bad = ("call", "sum", (("bin", "*", x, ("call", "dot", (x, x))),))
         if x[0] == "name" and x[1] in {s.name for s in assigns} and rr.random() < 0.5:
