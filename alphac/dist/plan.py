@@ -11,6 +11,8 @@ strategy only says which classes it partitions; `composition` derives the step:
     3.                      transfer contributions up; combine at each combining role
     4.                      transfer the combined (G, n) down: all of it (gradients replicated,
                             or to the one owner of `deliver`), or each owner's slice
+       update partitioned:  the terms of the update's reductions, each owner its coordinates,
+                            gathered to every owner (`reduce`), folded in coordinate order
     5.                      update: every coordinate (replicated) or each owner's slices
     6. update partitioned:  for each replicated class, transfer slices up, replicate down;
        delivered to one:    that owner sends everything the loss reads to every owner

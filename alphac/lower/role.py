@@ -9,7 +9,10 @@ what the reference execution (`alphac.dist.execute`) does, message for message:
 - `combine`: the children's (G, n), received into `cb<k>`, added in the tree's order (the first
   child copied, the others added: the combine's identity needs no branch, since an owner without
   samples contributes G = -0.0, the exact additive identity, and n = 0);
-- `update`: the mean of the delivered G, then the scalar statements, each group's coordinates the
+- `terms`: the terms of the update's reductions at the coordinates the owner updates, into
+  st_0t<k>, which the `reduce` gather then fills from every owner (a partitioned update);
+- `update`: the mean of the delivered G, the reduced scalars (folded from the gathered terms, or
+  computed from what it holds whole), then the scalar statements, each group's coordinates the
   owner holds, and the commit;
 - in a mesh, owner to owner: a `combine` frame carries the sender's sums for the receiver's
   coordinates (its slices, packed), the loss sum and n; the receiver packs its own the same
