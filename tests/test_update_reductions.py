@@ -9,7 +9,8 @@ global-norm clipping is written as in PyTorch:
 - a clipped Adam learner through every engine (tests/differential.py): the interpreter, the plan
   executor, the GPU kernels in the PTX interpreter, x86-64 at every level, AArch64 under qemu,
   3 steps + checkpoint + 2 resumed, and the role executables of a star (an AArch64 owner), ZeRO-3
-  on a star with uneven slices (one owner holding none of `b`), ZeRO-3 on a hierarchy, ZeRO-2
+  on a star with uneven slices (owner 0 holding no coordinate at all, yet publishing the scalar
+  state `gnorm`, which reads the norm: it folds the gathered terms too), ZeRO-3 on a hierarchy, ZeRO-2
   on a mesh, fleets, checkpoints moved between them, and GPU owners under the mock driver;
   and the same under `contract exact_sum`;
 - mutants the checker or the deployment check refuses by name.
@@ -87,7 +88,7 @@ deployment zero3 {
   topology star(coordinator)
   samples even
   strategy zero3
-  partition W: owner[0] = 0..1, owner[1] = 1..4, owner[2] = 4..6
+  partition W: owner[0] = 0..0, owner[1] = 0..4, owner[2] = 4..6
 }
 
 deployment zero3_tree {
