@@ -219,9 +219,12 @@ CODES: dict[str, tuple[str, str]] = {
     # -- learner structure --------------------------------------------------------------------
     "E0050": ("update is not per-coordinate",
               "Each coordinate's new value may depend only on that coordinate of the state, its "
-              "mean gradient, constants and scalar state. Reductions and products of non-constants "
-              "(dot, sum, max(v), logsumexp, outer, @, onehot), fixed indices such as w[0], and "
-              "data are not allowed in `update`: a coordinate would read others, held elsewhere."),
+              "mean gradient, constants, scalar state and the update's reduced scalars. Products "
+              "of non-constants (logsumexp, outer, @, onehot), fixed indices such as w[0], and "
+              "data are not allowed in `update`: a coordinate would read others, held elsewhere. "
+              "dot, sum and max(v) are reduced scalars, computed before the statements: their "
+              "operands may read gradients and the state the step starts from, not a value after "
+              "its assignment, and no reduction inside another (docs/language.md)."),
     "E0051": ("coordinates of different shapes meet",
               "A per-coordinate update reads a coordinate value (a param, its gradient, or "
               "state updated from them) whose shape is not the target's. Coordinate k of the "
@@ -349,6 +352,11 @@ CODES: dict[str, tuple[str, str]] = {
               "the combine tree's order. So the strategy must partition the gradients (`zero2`, "
               "`zero3`, or a strategy of the file's), and the contract must be the ordered one "
               "(under `exact_sum` use a star)."),
+    "E0119": ("a scalar state reads a reduction only one owner can compute",
+              "The update's dot, sum and max(v) of coordinate values are computed before its "
+              "statements from the gradients and the state (docs/language.md). With `deliver` to "
+              "one owner only that owner holds them, while every owner runs the scalar-state "
+              "statements: so no scalar state may read them. Use `deliver all`."),
     # -- GPU owners (alphac.nvdrv, docs/nvdrv.md) -----------------------------------------------
     "E0120": ("GPU memory demand over the card's supply",
               "A GPU owner allocates its arena (code, constant banks, QMDs, push buffers, state, "

@@ -23,6 +23,9 @@ part ways:
   with optimizer states of their own (written out, or now and then a line of the optimizer
   library: `optimizer adam(...) for W3`, `library_optimizer`), and uses the checker must refuse by name
   (`Program.expect`: wrong shapes E0030, a product or reduction in the update E0050, ...);
+- reductions in the update (`reductions`, about 1 program in 4): a global norm over gradients,
+  params and states, and a clip factor that scales some statements, as global-norm clipping
+  is written; and reductions the checker must refuse (E0050);
 - `contract exact_sum` in about 3 in 10 programs with a loss (a stream of its own), whose
   deployments may have up to 12 owners: every one must print the single process's bits;
 - wide learners (`generate(wide=None)`, about one in 20 of `make fuzz`'s, `WIDTHS`): the
@@ -423,6 +426,7 @@ def generate(seed: int, matrices: bool | None = None, npy: bool | None = None,
               scalars, consts, prog.loss_result is not None).build(prog)
     if mat:
         mat.update(prog)
+    reductions(prog, seed, prog.loss_result is not None)
     br = random.Random(seed ^ 0xBA7C4)              # minibatches: a stream of their own
     if prog.loss_result is not None and n > 1 and br.random() < 0.35:
         prog.batch = (br.randint(1, n - 1), br.choice([None, br.randrange(1 << 63)]))
@@ -431,6 +435,51 @@ def generate(seed: int, matrices: bool | None = None, npy: bool | None = None,
         prog.contract = "exact_sum"
     load_from_files(prog, seed, npy)
     return prog
+
+
+def reductions(prog: Program, seed: int, has_loss: bool) -> None:
+    """Reductions in the update (issue 47), in about 1 program in 4, from a stream of their
+    own: first, a global norm `sqrt(t1 + t2 ...)` over terms dot(x, x), sum(x * x) and
+    max(abs(x)) of gradients and (read before any assignment: the step's starting) params and
+    states, a clip factor `min(1, C / (norm + 1e-6))` that scales one or two statements, and
+    now and then a scalar state that reads the norm (refused E0119 by a deployment that
+    delivers to one owner). Now and then a reduction the checker must refuse (E0050): one over
+    a value after its assignment, or one inside another's operand."""
+    rr = random.Random(seed ^ 0x6E0A2)
+    coords = [d for d in prog.decls if d.kind in ("param", "state") and d.shape]
+    if not prog.update or not coords or rr.random() >= 0.25:
+        return
+    pool = [("name", d.name) for d in coords]
+    pool += [("grad", d.name) for d in coords if d.kind == "param" and has_loss] * 2
+    terms = []
+    for x in rr.sample(pool, min(len(pool), rr.choice([1, 2, 3]))):
+        k = rr.random()
+        terms.append(("call", "dot", (x, x)) if k < 0.5 else ("call", "sum", (("bin", "*", x, x),))
+                     if k < 0.8 else ("call", "max", (("call", "abs", (x,)),)))
+    total = terms[0]
+    for t in terms[1:]:
+        total = ("bin", "+", total, t)
+    norm, clip = f"norm{seed % 97}", f"clip{seed % 89}"
+    room = ("bin", "+", ("name", norm), ("num", 1e-6))
+    scale = ("bin", "/", ("num", rr.choice([0.05, 0.5, 2.0])), room)
+    first = [Stmt("let", norm, ("call", "sqrt", (total,))),
+             Stmt("let", clip, ("call", "min", (("num", 1.0), scale)))]
+    assigns = [s for s in prog.update if s.kind == "assign"]
+    for s in rr.sample(assigns, min(len(assigns), rr.choice([1, 2]))):
+        s.expr = ("bin", "*", ("name", clip), s.expr)
+    scalars = [d.name for d in prog.decls if d.kind == "state" and not d.shape
+               and any(s.kind == "assign" and s.name == d.name for s in assigns)]
+    if scalars and rr.random() < 0.3:
+        s = next(s for s in assigns if s.name == scalars[0])
+        s.expr = ("bin", "+", s.expr, ("bin", "*", ("num", 0.01), ("name", norm)))
+    prog.update[:0] = first
+    if prog.expect is None and rr.random() < 0.04:
+        x = rr.choice(pool)
+        bad = ("call", "sum", (("bin", "*", x, ("call", "dot", (x, x))),))
+        if x[0] == "name" and x[1] in {s.name for s in assigns} and rr.random() < 0.5:
+            bad = ("call", "dot", (x, x))              # after its assignment: the new value
+        prog.update.append(Stmt("let", f"late{seed % 83}", bad))
+        prog.expect = ("E0050", expr_text(bad))
 
 
 class LossGen:
@@ -1281,25 +1330,29 @@ class MatGen:
         s.expr = ("bin", "+", s.expr, ("bin", "*", ("num", 0.001), e))
 
     def bad_update(self, s: Stmt) -> tuple | None:
-        """A term of s's shape that reads every coordinate of a coordinate value (E0050)."""
+        """A term of s's shape that reads every coordinate of a coordinate value (E0050): a
+        product, logsumexp, onehot, or (since the update's own reductions are allowed, issue
+        47) a reduction inside another's operand."""
         m = self.m
         shape = self.shape(s.name)
         g = ("grad", s.name)
+        nested = lambda f, x: call(f, ("bin", "*", x, call("sum", x)))     # noqa: E731
         if len(shape) == 1:
             L = shape[0]
             k = m.randrange(5)
             if k == 0:
-                return call(m.choice(["max", "sum", "logsumexp"]), g)
+                f = m.choice(["max", "sum", "logsumexp"])
+                return call(f, g) if f == "logsumexp" else nested(f, g)
             if k == 1:
                 return call("onehot", ("name", self.powers[0]), ("int", L)) if self.powers \
-                    else call("max", ("name", s.name))
+                    else nested("max", ("name", s.name))
             C = self.const((L, L))
             return matmul(g, C) if k == 2 else matmul(C, ("name", s.name) if k == 3 else g)
         R, C = shape
         vecs = [p for p in self.params if p.shape == (C,)]
         if vecs:
             return call("outer", ("name", self.const((R,))[1]), ("grad", m.choice(vecs).name))
-        return call("sum", ("name", s.name))
+        return nested("sum", ("name", s.name))
 
 
 def library_optimizer(o: random.Random, param: str) -> str:

@@ -150,7 +150,7 @@ def evaluate(node: Node, env: Env) -> Value:
     memo = env.memo
     if id(node) in memo:
         return memo[id(node)]
-    for n in postorder([node]):
+    for n in postorder([node], memo.keys()):      # a value known is not entered
         if id(n) not in memo:
             memo[id(n)] = _step(n, env, lambda c: memo[id(c)])
     return memo[id(node)]
@@ -185,6 +185,24 @@ def evaluate_at(node: Node, j: int, leaf, memo: dict[int, float]) -> float:
         todo.pop()
         memo[id(n)] = _at(n, k, leaf, memo)
     return memo[id(node)]
+
+
+def term_at(n: Node, j: int, leaf) -> float:
+    """Reduced scalar n's term at coordinate j: a `dot`'s product, a `sum`'s or `max(v)`'s
+    value (fold_terms folds them)."""
+    if isinstance(n, Dot):
+        return f.mul(evaluate_at(n.a, j, leaf, {}), evaluate_at(n.b, j, leaf, {}))
+    return evaluate_at(n.a, j, leaf, {})
+
+
+def fold_terms(n: Node, terms) -> float:
+    """The left fold of reduced scalar n's terms, in coordinate order: n's value, bit for bit."""
+    if isinstance(n, Max):
+        acc = terms[0]
+        for x in terms[1:]:
+            acc = BINARY["max"](acc, x)
+        return acc
+    return left_fold_add(terms)
 
 
 def _at(n: Node, j: int, leaf, memo: dict[int, float]) -> float:

@@ -221,8 +221,9 @@ def children(n: Node) -> tuple[Node, ...]:
     return ()
 
 
-def postorder(roots: list[Node]) -> list[Node]:
-    """Every node reachable from `roots`, children before parents, left to right, once each."""
+def postorder(roots: list[Node], stop: frozenset[int] | set[int] = frozenset()) -> list[Node]:
+    """Every node reachable from `roots`, children before parents, left to right, once each;
+    a node whose id is in `stop` is listed but not entered (the update's reduced scalars)."""
     seen: set[int] = set()
     out: list[Node] = []
     stack: list[tuple[Node, bool]] = [(r, False) for r in reversed(roots)]
@@ -235,9 +236,41 @@ def postorder(roots: list[Node]) -> list[Node]:
             continue
         seen.add(id(n))
         stack.append((n, True))
-        for c in reversed(children(n)):
+        for c in () if id(n) in stop else reversed(children(n)):
             if id(c) not in seen:
                 stack.append((c, False))
+    return out
+
+
+def update_reductions(update: list[Assign]) -> list[Node]:
+    """The update's reduced scalars (docs/language.md, "Reductions in the update"): each
+    `dot`, `sum` or `max(v)` that reads a coordinate value, in the order every engine computes
+    them, before any statement: statement by statement, each statement's in postorder. The
+    checker guarantees they read only the step's starting state, gradients and constants, and
+    no other reduced scalar."""
+    return [n for n in postorder([a.node for a in update]) if isinstance(n, (Dot, Sum, Max))]
+
+
+def reduction_group(lr: "Learner", n: Node) -> int | None:
+    """The coordinate group a reduced scalar folds over (the checker puts its operands' values
+    in one), or None when it reads no coordinate value (scalars and constants alone)."""
+    for m in postorder([n]):
+        name = m.param if isinstance(m, Grad) else m.name if isinstance(m, Read) else None
+        if name is not None and lr.state(name).group is not None:
+            return lr.state(name).group
+    return None
+
+
+def term_states(lr: "Learner") -> list["StateDef"]:
+    """Under a partitioned update, each reduced scalar's terms (the products of a `dot`, the
+    values of a `sum` or `max(v)`) at every coordinate of its group, as a value the plan
+    gathers like a state (`0t<k>`: no Alpha name starts with a digit); each owner computes
+    its coordinates' and folds them all, in order (docs/distribution.md)."""
+    out = []
+    for k, n in enumerate(update_reductions(lr.update)):
+        g = reduction_group(lr, n)
+        if g is not None:
+            out.append(StateDef(f"0t{k}", "terms", lr.groups[g].shape, (), g))
     return out
 
 

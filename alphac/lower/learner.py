@@ -12,6 +12,10 @@ order (the contract in alphac.ir.autodiff and alphac.ir.interp):
     learner_exact_round()    exact_sum only: G_p and L_sum, each accumulator rounded once
     learner_mean(n)          loss_mean = L_sum / n, and mean_n = n: no pass of its own over G_p,
                              grad(p) = G_p / n is divided where the update reads it (fused)
+    learner_reduce()         the update's reduced scalars (dot, sum, max(v) of coordinate
+                             values), each a left fold over every coordinate, into rd<k>
+    learner_terms_<k>(a, b)  reduction k's terms at coordinates a..b-1, and learner_fold():
+                             each rd<k> from all of them (a partitioned update's, gathered)
     learner_scalars()        the scalar-state statements, into sn_<name> (old values untouched)
     learner_group_<k>(a, b)  the update of coordinate group k for coordinates a..b-1
     learner_commit()         sn_<name> -> the scalar state
@@ -33,10 +37,10 @@ import struct
 
 from alphac.formats import XC_WORDS, XS_DIGITS
 from alphac.math.binary64 import bits
-from alphac.ir.learner import (Bcast, Const, DataRow, Dot, Elem, Grad, Learner, MatVec, Max,
+from alphac.ir.learner import (Assign, Bcast, Const, DataRow, Dot, Elem, Grad, Learner, MatVec, Max,
                                bad_label, label_columns, label_where,
                                MaxAdj, Node, OneHot, Outer, Pick, Pow, Read, Stack, Sum, Unary,
-                               VecMat, Where, children, postorder)
+                               VecMat, Where, children, postorder, term_states, update_reductions)
 from alphac.math import rt_name
 
 UNROLL = 8
@@ -695,7 +699,7 @@ class Values:
                 v = self.all(n.a, k)
                 for s in L:
                     em.put(f"{accs[s]} = {rt_name('max')}({accs[s]}, {v[s]});")
-            self.loop(1, n.a.shape[0], scan)
+            self.loop(1, n.a.size, scan)       # a matrix's (the update's): row-major
             return accs
         if isinstance(n, (Dot, Sum)):
             self.prepare([n.a] + ([n.b] if isinstance(n, Dot) else []))
@@ -725,6 +729,8 @@ class LearnerCode:
         self.blobs: dict[str, bytes] = {}
         self.globals: list[str] = []
         self.buffers: list[str] = []
+        # the update's reduced scalars: node id -> its global rd<k> (learner_reduce)
+        self.reduced = {id(n): f"rd{k}" for k, n in enumerate(update_reductions(lr.update))}
 
     def buffer(self, size: int) -> str:
         """A fresh global of `size` binary64 values, for one buffered node."""
@@ -942,6 +948,8 @@ class LearnerCode:
         return self.function("learner_mean", "n: i64", em)
 
     def update_leaf(self, n: Node, j: str | None, members_new: dict[str, str]) -> str | None:
+        if id(n) in self.reduced:                     # computed before, by learner_reduce
+            return f"loadf({self.reduced[id(n)]})"
         if isinstance(n, Read):
             s = self.lr.state(n.name)
             if s.group is None:                       # scalar state: old value, or its new one
@@ -955,6 +963,46 @@ class LearnerCode:
         """`nf`, the step's count, where these statements read a gradient (G_p / nf)."""
         if any(isinstance(n, Grad) for n in postorder([a.node for a in stmts])):
             em.put("let nf = loadf(mean_n);")
+
+    def gen_reduce(self) -> str:
+        """learner_reduce(): each reduced scalar of the update into its rd<k>, in their order
+        (ir.update_reductions), each a left fold over every coordinate, before any statement;
+        learner_terms_<k>(a, b): reduction k's terms at coordinates a..b-1 into st_0t<k> (a
+        dot's products, a sum's or max's values; ir.learner.term_states), and learner_fold():
+        each rd<k> folded from st_0t<k> (under a partitioned update, once the plan has
+        gathered every owner's terms: the same operations in the same order)."""
+        nodes = update_reductions(self.lr.update)
+        if not nodes:                    # (no function: the code of learners without is as it was)
+            return ""
+        terms = {int(t.name[2:]): t for t in term_states(self.lr)}
+        out = ""
+        for k, t in terms.items():
+            n, em = nodes[k], Emitter(self)
+            self.globals.append(f"global st_{t.name}: [f64; {t.size}];")
+            self.mean_n(em, [Assign("", n)])
+            vals = Values(em, lambda m, j, s: self.update_leaf(m, j, {}))
+            vals.prepare([c for c in children(n)])
+
+            def body(j: str, n=n, t=t, vals=vals, em=em) -> None:
+                v = em.let(f"{vals.get(n.a, j)} * {vals.get(n.b, j)}") if isinstance(n, Dot) \
+                    else vals.get(n.a, j)
+                em.put(f"storef({self.slot(f'st_{t.name}', j)}, {v});")
+            vals.loop("a", "b", body)
+            out += self.function(f"learner_terms_{k}", "a: i64, b: i64", em)
+        for fn, folded in (("learner_reduce", {}), ("learner_fold", terms)):
+            em = Emitter(self)
+            self.mean_n(em, [Assign("", n) for k, n in enumerate(nodes) if k not in folded])
+            for k, n in enumerate(nodes):
+                if k in folded:          # the left fold of its terms, coordinates ascending
+                    buf = Read(f"0t{k}", folded[k].shape)
+                    n = Max(buf) if isinstance(n, Max) else Sum(buf)
+                    leaf = (lambda buf: lambda m, j, s: self.address(f"st_{buf.name}", j) if m is buf else None)(buf)
+                else:
+                    leaf = (lambda n: lambda m, j, s: None if m is n else self.update_leaf(m, j, {}))(n)
+                em.put(f"storef({self.reduced[id(nodes[k])]}, {Values(em, leaf).get(n, None)});")
+            out += self.function(fn, "", em)
+        self.globals += [f"global {name}: [f64; 1];" for name in self.reduced.values()]
+        return out
 
     def gen_scalars(self) -> str:
         em = Emitter(self)
@@ -980,9 +1028,10 @@ class LearnerCode:
         # computed once before the loop rather than at every coordinate
         pre = Values(em, lambda n, jj, s: self.update_leaf(n, jj, {}))
         if g.shape:
-            pre.prepare([n for n in postorder([a.node for a in stmts]) if not n.shape and all(
+            red = set(self.reduced)
+            pre.prepare([n for n in postorder([a.node for a in stmts], red) if not n.shape and all(
                 not m.shape and not (isinstance(m, Read) and self.lr.state(m.name).group == gi)
-                for m in postorder([n]))])
+                for m in postorder([n], red))])
 
         def body(j: str, vec: int = 0) -> None:
             new: dict[str, str] = {}
@@ -1025,6 +1074,8 @@ class LearnerCode:
             if self.lr.exact:
                 em.put("learner_exact_round();")
             em.put(f"learner_mean({self.lr.nsamples});")
+        if self.reduced:
+            em.put("learner_reduce();")
         em.put("learner_scalars();")
         for g in self.lr.groups:
             em.put(f"learner_group_{g.index}(0, {g.size});")
@@ -1145,7 +1196,7 @@ class LearnerCode:
             body += self.gen_grad() + self.gen_mean()
             if lr.exact:
                 body += self.gen_round()
-        body += self.gen_scalars()
+        body += self.gen_reduce() + self.gen_scalars()
         for g in lr.groups:
             body += self.gen_group(g.index)
         body += self.gen_commit() + self.gen_step() + self.gen_check_and_print()

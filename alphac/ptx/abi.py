@@ -92,7 +92,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from alphac.ir.evaluate import Env, evaluate
-from alphac.ir.learner import DataRow, Learner, MatVec, Node, Outer, Read, VecMat, children, postorder
+from alphac.ir.learner import (DataRow, Learner, MatVec, Node, Outer, Read, VecMat, children, postorder,
+                               update_reductions)
 
 
 @dataclass(frozen=True)
@@ -101,7 +102,8 @@ class Param:
     type: str                        # "u64" (a global pointer) | "u32" | "f64"
     role: str                        # state data gs G n lo hi klo khi scalar const xd xc rows
     ref: str = ""                    # the state or data name (state, data, scalar)
-    version: int = 0                 # scalar: 0 the value before the update, 1 after
+    version: int = 0                 # scalar: 0 the value before the update, 1 after; 2 a
+                                     # reduced scalar of the update (ref: the host's rd<k>)
     values: tuple[float, ...] = ()   # const: the buffer's contents
 
 
@@ -269,13 +271,21 @@ def sum_kernels(lr: Learner) -> list[str]:
     return (["owner_sum"] if row_layout(lr).plain_width else []) + [f"outer_sum_{p}" for p in fused(lr)]
 
 
-def host_scalars(lr: Learner, state: dict[str, tuple[float, ...]]) -> dict[tuple[str, int], float]:
-    """Every scalar state's (name, version) -> value: what the host passes to update kernels."""
+def host_scalars(lr: Learner, state: dict[str, tuple[float, ...]],
+                 whole: tuple[dict, dict] | None = None) -> dict[tuple[str, int], float]:
+    """Every scalar state's (name, version) -> value: what the host passes to update kernels;
+    with `whole` (every state's values, the mean gradients) also each reduced scalar of the
+    update, as (rd<k>, 2), computed first (learner_reduce)."""
     env = Env(state={(k, 0): v for k, v in state.items()})
+    out = {}
+    if whole is not None:
+        full = Env(state={(k, 0): v for k, v in whole[0].items()}, grads=whole[1])
+        for k, r in enumerate(update_reductions(lr.update)):
+            env.memo[id(r)] = evaluate(r, full)
+            out[(f"rd{k}", 2)] = env.memo[id(r)][0]
     for a in lr.update:
         if lr.state(a.target).group is None:
             env.state[(a.target, 1)] = evaluate(a.node, env)
-    out = {}
     for s in lr.scalar_states:
         out[(s.name, 0)] = state[s.name][0]
         out[(s.name, 1)] = env.state.get((s.name, 1), state[s.name])[0]

@@ -19,7 +19,7 @@ from typing import Callable
 from alphac.math import binary64
 from alphac.ir.learner import (Bcast, Const, DataRow, Dot, Elem, Grad, Group, Learner, MatVec,
                                Max, MaxAdj, Node, OneHot, Outer, Pick, Pow, Read, Stack, Sum,
-                               Unary, VecMat, Where, children, postorder)
+                               Unary, VecMat, Where, children, postorder, update_reductions)
 from alphac.ptx.abi import (Kernel, Param, batch_kernels, batch_nodes, batch_widths, fused,
                             param_count, param_layout, products, row_layout, sum_kernels)
 from alphac.ptx.mathfn import PtxSource, table_words_as_floats
@@ -59,7 +59,7 @@ class _Lower:
         return _IMPL[name](self.math, *(self.math.arg("f", r) for r in regs)).v
 
     def __call__(self, root: Node) -> list[str]:
-        for n in postorder([root]):
+        for n in postorder([root], self.memo.keys()):     # a value known is not entered
             if id(n) not in self.memo:
                 self.memo[id(n)] = self.step(n)
         return self.memo[id(root)]
@@ -523,6 +523,10 @@ def update(lr: Learner, group: Group, sm: int = 90) -> Kernel:
     scalars = sorted({(n.name, n.version) for n in reads if lr.state(n.name).group is None},
                      key=lambda sv: (order[sv[0]], sv[1]))
     params += [Param(f"scalar_{s}_{('old', 'new')[v]}", "f64", "scalar", s, v) for s, v in scalars]
+    reduced = [(k, r) for k, r in enumerate(update_reductions(lr.update))    # the host's rd<k>
+               if any(r is n for n in postorder([a.node for a in stmts]))]
+    params += [Param(f"reduced_{k}", "f64", "scalar", f"rd{k}", 2) for k, _ in reduced]
+    nodes = postorder([a.node for a in stmts], {id(r) for _, r in reduced})
     consts: dict[tuple[int, ...], str] = {}
     for n in nodes:
         if isinstance(n, Const) and n.size > 1:
@@ -568,6 +572,7 @@ def update(lr: Learner, group: Group, sm: int = 90) -> Kernel:
         return [once(name, lambda: em.op("ld", at(name), 0))]
 
     lower = _Lower(em, leaf, per_coordinate=True, base=base)
+    lower.memo.update({id(r): [em.op("ldpf", f"reduced_{k}")] for k, r in reduced})
     for a in stmts:
         em.comment(f"line {a.line}: {a.target}")
         (new[a.target],) = lower(a.node)

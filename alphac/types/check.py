@@ -9,8 +9,11 @@ What it decides:
   constant, and must be finite;
 - the learner's structure: data outside the loss (and predict), grad outside the update,
   assignment targets; predict, a scalar or a vector, checked as the loss is;
-- per-coordinate updates: no reduction, fixed index or data inside `update`, and coordinate
-  values (params, their gradients, and state updated from them) meet only at equal shapes. The
+- per-coordinate updates: no product, fixed index or data inside `update`; its reductions
+  (dot, sum, max(v): reduced scalars, computed first) read only gradients, the step's starting
+  state, scalar state and constants, and no other reduction; coordinate values (params, their
+  gradients, and state updated from them) meet only at equal shapes, and one reduction's
+  operands are of one shape and in one group. The
   states that meet form coordinate groups (`Group`); shape-() state that never meets a coordinate
   value is scalar state, replicated on every owner;
 - memory demand: each state's `nbytes` (8 per coordinate); the learner's values in all
@@ -565,11 +568,11 @@ class Checker:
             return None
         reduction = e.func in REDUCTIONS or (e.func == "max" and len(args) == 1)
         if ctx.kind == "update" and reduction and not all(isinstance(a, ir.Const) for a in args):
-            self.err("E0050", e.span, f"`{e.func}` in the update reads every coordinate",
-                     hint="reductions belong in the loss; the update works coordinate by coordinate")
-            return None
+            if not self.update_reduction(e, args):
+                return None
         if e.func in ("sum", "max", "logsumexp") and len(args) == 1:
-            if len(args[0].shape) != 1:
+            if len(args[0].shape) != 1 and not (ctx.kind == "update" and e.func != "logsumexp"
+                                                and len(args[0].shape) in (0, 2)):
                 self.err("E0030", e.args[0].span, f"{e.func} takes a vector, given {type_text(args[0].shape)}")
                 return None
             if e.func == "sum":
@@ -587,11 +590,28 @@ class Checker:
                 return None
             return elementwise(e.func, args)
         a, b = args
-        if len(a.shape) != 1 or a.shape != b.shape:
+        if len(a.shape) != 1 and not (ctx.kind == "update" and len(a.shape) in (0, 2)) or a.shape != b.shape:
             self.err("E0030", e.span, f"dot of {type_text(a.shape)} and {type_text(b.shape)}",
                      hint="dot takes two vectors of the same length")
             return None
         return ir.Dot(a, b)
+
+    def update_reduction(self, e: ast.Call, args: list[ir.Node]) -> bool:
+        """`dot`, `sum` or `max(v)` in the update: a reduced scalar, computed before every
+        statement (docs/language.md), so its operands may read the gradients, the step's
+        starting state and constants, coordinate by coordinate, and nothing else (E0050)."""
+        why = None
+        if e.func not in ("dot", "sum", "max"):
+            why = f"`{e.func}` in the update reads every coordinate (its reductions: dot, sum, max(v))"
+        for n in ir.postorder(args):
+            if why is None and isinstance(n, (ir.Dot, ir.Sum, ir.Max)):
+                why = f"a reduction inside `{e.func}`'s operand in the update"
+            elif why is None and isinstance(n, ir.Read) and n.version:
+                why = f"`{e.func}` in the update reads `{n.name}` after its assignment"
+        if why is not None:
+            self.err("E0050", e.span, why, hint="the update's reductions (dot, sum, max(v)) are "
+                     "computed first, from the gradients and the state the step starts from")
+        return why is None
 
     def onehot(self, e: ast.Call, ctx: Ctx) -> ir.Node | None:
         label, count = e.args
@@ -713,9 +733,11 @@ class Checker:
 
         coord = {n for n, s in states.items() if s.kind == "param" or s.shape}
 
-        def leaves(node: ir.Node) -> list[str]:
-            out = []
-            for n in ir.postorder([node]):
+        reduced = {id(n) for n in ir.update_reductions(self.update)}
+
+        def leaves(node: ir.Node, stop: set[int] = reduced) -> list[str]:
+            out = []                 # a reduced scalar is one value, computed before (stop)
+            for n in ir.postorder([node], stop):
                 if isinstance(n, ir.Read) and n.name in states:
                     out.append(n.name)
                 elif isinstance(n, ir.Grad):
@@ -730,6 +752,15 @@ class Checker:
                 if a.target not in coord and any(n in coord for n in names):
                     coord.add(a.target)
                     changed = True
+        for a in self.update:            # one reduction's operands: one group, one partition
+            for r in ir.update_reductions([a]):
+                names = [n for n in leaves(r, set()) if n in coord]
+                for n in names[1:]:
+                    if states[n].shape != states[names[0]].shape:
+                        self.err("E0051", self.assign_span(a), f"a reduction reads coordinate values "
+                                 f"`{names[0]}` and `{n}` of different shapes")
+                    else:
+                        parent[find(n)] = find(names[0])
         for a, names in reads:
             if a.target not in coord:
                 continue
