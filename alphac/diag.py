@@ -272,6 +272,16 @@ CODES: dict[str, tuple[str, str]] = {
               "takes no grad). Its block ends with the prediction: a scalar (a regression output) "
               "or a vector of class scores, whose first maximum is the predicted class (`alphac "
               "eval`). A matrix is refused."),
+    "E0070": ("comparison out of place",
+              "A comparison (`a < b`, `<=`, `>`, `>=`, `==`, `!=`) is not a number: it is only "
+              "the condition of `where(a < b, x, y)`, which is x where the comparison holds and "
+              "y elsewhere, elementwise. Its condition must be one comparison (nest `where`s for "
+              "more), and comparisons do not chain (`a < b < c`)."),
+    "E0071": ("step or epoch outside the update",
+              "`step` (the run's step, counted from 0 over the whole run, resumes included) and "
+              "`epoch` (step div the batches per epoch) are values only in `update`: the loss is "
+              "the same function at every step. A declaration or `let` named `step` or `epoch` "
+              "hides them."),
     # -- deployments (alphac.dist) ------------------------------------------------------------
     "E0100": ("unknown deployment",
               "`--deployment NAME` names a deployment the file does not declare."),

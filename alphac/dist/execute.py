@@ -234,7 +234,7 @@ class Execution:
                 grads = {p: [None if v is None else f.div(v, nf) for v in vals] for p, vals in g.items()}
             coords = {g: range(lo, hi) for g, (lo, hi) in plan.updates(me.role.index).items()}
             try:
-                interp.apply_update_coords(lr, me.state, grads, coords)
+                interp.apply_update_coords(lr, me.state, grads, coords, self.t)
             except ValueError as e:
                 raise PlanError(f"{me.role}: {e}") from None
             me.state = mask(plan, me.role.index, me.state)      # keep only what it holds

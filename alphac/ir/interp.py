@@ -146,8 +146,9 @@ def mean_gradient(c: Contrib) -> dict[str, tuple[float, ...]]:
     return {p: tuple(f.div(x, nf) for x in v) for p, v in g.items()}
 
 
-def apply_update(lr: Learner, state: State, grads: dict[str, tuple[float, ...]]) -> State:
-    env = Env(state={(k, 0): v for k, v in state.items()}, grads=grads)
+def apply_update(lr: Learner, state: State, grads: dict[str, tuple[float, ...]], t: int = 0) -> State:
+    """The update of step t (its `step` and `epoch`: Learner.clock)."""
+    env = Env(state={(k, 0): v for k, v in state.items()}, grads=grads, clock=lr.clock(t))
     for a in lr.update:
         env.state[(a.target, 1)] = evaluate(a.node, env)
     return {k: env.state.get((k, 1), v) for k, v in state.items()}
@@ -167,7 +168,7 @@ def step(lr: Learner, state: State, t: int = 0) -> State:
     grads = {}
     if lr.loss is not None:
         grads = mean_gradient(owner_contribution(lr, state, step_samples(lr, range(lr.nsamples), t)))
-    return apply_update(lr, state, grads)
+    return apply_update(lr, state, grads, t)
 
 
 def step_loss(lr: Learner, state: State, t: int) -> tuple[float, int]:
@@ -218,14 +219,16 @@ def format_state(lr: Learner, state: State) -> str:
 
 
 def apply_update_coords(lr: Learner, state: dict[str, list], grads: dict[str, list],
-                        coords: dict[int, range]) -> None:
-    """The update of only the coordinates `coords[group]` (in place), coordinate by coordinate,
-    plus every scalar-state statement. Values outside the ranges may be unknown (None): the
+                        coords: dict[int, range], t: int = 0) -> None:
+    """The update of step t of only the coordinates `coords[group]` (in place), coordinate by
+    coordinate, plus every scalar-state statement. Values outside the ranges may be unknown (None): the
     per-coordinate proof says they are never read, and a None that is read fails loudly."""
     from alphac.ir.evaluate import evaluate_at
     old = {k: v for k, v in state.items()}
     new: dict[str, list] = {}
-    scalar_env = Env(state={(k, 0): tuple(v) for k, v in old.items() if lr.state(k).group is None})
+    clock = lr.clock(t)
+    scalar_env = Env(state={(k, 0): tuple(v) for k, v in old.items() if lr.state(k).group is None},
+                     clock=clock)
     for a in lr.update:
         s = lr.state(a.target)
         if s.group is None:
@@ -238,7 +241,9 @@ def apply_update_coords(lr: Learner, state: dict[str, list], grads: dict[str, li
                     continue
 
                 def leaf(n, j=j):
-                    from alphac.ir.learner import Grad, Read
+                    from alphac.ir.learner import Clock, Read
+                    if isinstance(n, Clock):
+                        return clock[n.kind]
                     if isinstance(n, Read):
                         if lr.state(n.name).group is None:
                             return scalar_env.state[(n.name, n.version)][0]

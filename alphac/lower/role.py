@@ -31,6 +31,7 @@ from alphac.diag import BuildError
 from alphac.dist.identity import COMPONENTS, digests, short
 from alphac.formats import CKPT_RECORD, FRAME_KINDS as KINDS, XC_WORDS, XS_DIGITS
 from alphac.lower import ckpt, gpu as gpu_lowering
+from alphac.lower.learner import clock_call
 from alphac.dist.plan import Plan
 from alphac.dist.structure import Leaf, Role, Star
 
@@ -213,6 +214,8 @@ class RoleLowering:
             ranges = self.updates()
             if lr.loss is not None:     # the count the update's G_p / n reads (mean_n)
                 self.put("learner_mean(load64(g_n));")
+            for line in clock_call(lr, "v"):        # step v's `step` and `epoch`
+                self.put(line)
             self.put("learner_scalars();")
             if self.gpu is not None:
                 for line in gpu_lowering.role_update(lr, self.gpu, ranges):
