@@ -230,3 +230,24 @@ def test_declared_names_hide_step_and_epoch(tmp_path):
                    "update {\n  let epoch = 3\n  n = n + step * epoch\n  step = step\n}\n")
     lr = compile_file(src).learner
     assert not lr.clocked and interp.run(lr, 2)["n"] == (6.0,)
+
+
+def test_a_gpu_owner_under_the_mock_driver_gives_the_golden_bits(schedule, tmp_path):
+    """The GPU owner executable: the host stores step t's clock (learner_clock) into the
+    update kernel's constant bank; the mock GPU runs the kernels on the PTX interpreter."""
+    import os
+    import mockgpu
+    from alphac.build import build_gpu_owner
+    from conftest import require_tool
+    from test_gpu_local import card_for, host_for
+    require_tool("ptxas")
+    why = mockgpu.available()
+    if why:
+        pytest.fail(why) if os.environ.get("CI") else pytest.skip(why)
+    _, lr = schedule
+    built = build_gpu_owner(lr, "x86_64+sm_90", host_for(90))
+    exe = tmp_path / "owner"
+    exe.write_bytes(built.image.elf)
+    exe.chmod(0o755)
+    r = mockgpu.run(exe, ["--steps", str(STEPS)], card=card_for(90), kernels=built.kernels)
+    assert r.errors == [] and (r.returncode, r.stderr) == (0, "") and r.stdout == GOLDEN
