@@ -130,20 +130,24 @@ def test_every_isa_and_level_gives_the_golden_bits_and_resumes(target, schedule,
     assert p.returncode == 0 and p.stdout == GOLDEN, p.stderr
 
 
-def test_the_gpu_owners_kernels_give_the_golden_bits(schedule):
-    """The GPU owner's PTX (loss where on the card, step and epoch as the update kernels'
-    parameters), run by the PTX interpreter through gpu/ptx_host.py."""
+def gpu_owner(lr):
+    """lr's GPU owner kernels on the PTX interpreter (gpu/ptx_host.py)."""
     import sys
     from pathlib import Path
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "gpu"))
     from ptx_host import Owner
     from alphac.ptx.kernels import kernels
     from ptx_interp import InterpDevice
+    return Owner(InterpDevice(), lr, kernels(lr))
+
+
+def test_the_gpu_owners_kernels_give_the_golden_bits(schedule):
+    """The GPU owner's PTX (loss where on the card, step and epoch as the update kernels'
+    parameters), run by the PTX interpreter through gpu/ptx_host.py."""
     _, lr = schedule
-    ks = kernels(lr)
-    upd = next(k for k in ks if k.name == "update_g0")
+    owner = gpu_owner(lr)
+    upd = owner.kernels["update_g0"]
     assert [p.name for p in upd.params if p.name.startswith("clock_")] == ["clock_epoch"]   # m reads it
-    owner = Owner(InterpDevice(), lr, ks)
     for t in range(STEPS):
         owner.step(t)
     assert interp.format_state(lr, owner.read_state()) == GOLDEN
@@ -200,6 +204,9 @@ def test_comparisons_are_ieee_on_every_engine(tmp_path):
     for target in ("x86_64", "x86_64-v4", "aarch64"):
         p = run_exe(build(src, tmp_path / target, target), "--steps", 1, target=target)
         assert p.returncode == 0 and p.stdout == want, (target, p.stderr)
+    owner = gpu_owner(lr)                      # the update kernel's setp, on the PTX interpreter
+    owner.step(0)
+    assert interp.format_state(lr, owner.read_state()) == want
 
 
 @pytest.mark.parametrize("body,code,message", [
