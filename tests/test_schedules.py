@@ -258,3 +258,37 @@ def test_a_gpu_owner_under_the_mock_driver_gives_the_golden_bits(schedule, tmp_p
     exe.chmod(0o755)
     r = mockgpu.run(exe, ["--steps", str(STEPS)], card=card_for(90), kernels=built.kernels)
     assert r.errors == [] and (r.returncode, r.stderr) == (0, "") and r.stdout == GOLDEN
+
+
+WIDE = """learner wide
+data x = [[%s], [%s], [%s], [%s], [%s]]
+data y = [0.5, -0.25, 0.75, -1.0, 0.125]
+param w: f64[21] = 0.1
+state m: f64[21] = 0.0
+batch 2
+loss(i) {
+  let r = dot(w, x[i]) - y[i]
+  where(abs(r) <= 0.5, 0.5 * r^2, 0.5 * abs(r) - 0.125)
+}
+update {
+  let lr_t = 0.3 * where(step < 4, min(1, (step + 1) / 4), max(0.05, exp(-0.3 * epoch)))
+  m = 0.9 * m + grad(w)
+  w = w - lr_t * m
+}
+"""
+
+
+def test_a_schedule_keeps_the_update_loop_in_vectors(tmp_path):
+    """The schedule is computed once before the group's loop, which stays in f64x2/x4/x8
+    (alphac.lower.learner.gen_group), and every level gives the interpreter's bits."""
+    from alphac.lower.learner import learner_source
+    rows = [", ".join(str(round(((7 * s + 3 * k) % 11 - 5) / 8, 3)) for k in range(21)) for s in range(5)]
+    src = tmp_path / "wide.alpha"
+    src.write_text(WIDE % tuple(rows))
+    lr = compile_file(src).learner
+    group = learner_source(lr, lanes=8)[0].split("fn learner_group_0")[1].split("\n}\n")[0]
+    assert "storez(" in group and "rt_math_exp" not in group.split("while")[1]
+    want = interp.format_state(lr, interp.run(lr, 9))
+    for target in ("x86_64", "x86_64-v3", "x86_64-v4", "aarch64"):
+        p = run_exe(build(src, tmp_path / target, target), "--steps", 9, target=target)
+        assert p.returncode == 0 and p.stdout == want, (target, p.stderr)

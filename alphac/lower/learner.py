@@ -1004,6 +1004,7 @@ class LearnerCode:
                 slot = f"st_{a.target}" if not g.shape else f"st_{a.target} + 8 * ({j})"
                 em.put(f"{VOCAB[vec]['store']}({slot}, {v});")
         probe = Values(em, lambda n, jj, s: self.update_leaf(n, jj, {}))
+        probe.scalars.update(pre.scalars)       # a schedule computed before the loop: read as is
         if g.shape and probe.vectorizable([a.node for a in stmts]):
             em.vloop("a", "b", body, {"nf"} | {x for names in pre.scalars.values() for x in names})
         else:
