@@ -451,7 +451,7 @@ class Checker:
             self.err("E0033", e.span, f"the sample index `{e.name}` can only index data, as in `x[{e.name}]`")
             return None
         sym = ctx.lets.get(e.name) or self.syms.get(e.name)
-        if sym is None and e.name in CLOCK:
+        if sym is None and e.name in CLOCK and e.name not in self.later:   # a later one: E0020
             if ctx.kind != "update":
                 self.err("E0071", e.span, f"`{e.name}` outside the update",
                          hint="`step` and `epoch` count the run's steps and epochs: values only in `update`")
