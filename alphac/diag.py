@@ -291,6 +291,16 @@ CODES: dict[str, tuple[str, str]] = {
               "declares (`PARAM_STATE`, such as `W1_exp_avg`) must not be declared by the file."),
     "E0073": ("optimizer defined twice",
               "An optimizer definition's name is already the library's, or the file's."),
+    "E0074": ("comparison out of place",
+              "A comparison (`a < b`, `<=`, `>`, `>=`, `==`, `!=`) is not a number: it is only "
+              "the condition of `where(a < b, x, y)`, which is x where the comparison holds and "
+              "y elsewhere, elementwise. Its condition must be one comparison (nest `where`s for "
+              "more), and comparisons do not chain (`a < b < c`)."),
+    "E0075": ("step or epoch outside the update",
+              "`step` (the run's step, counted from 0 over the whole run, resumes included) and "
+              "`epoch` (step div the batches per epoch) are values only in `update`: the loss is "
+              "the same function at every step. A declaration or `let` named `step` or `epoch` "
+              "hides them."),
     # -- deployments (alphac.dist) ------------------------------------------------------------
     "E0100": ("unknown deployment",
               "`--deployment NAME` names a deployment the file does not declare."),

@@ -131,8 +131,8 @@ class Owner:
                     out.append(float("inf") if total > 0 else float("-inf"))
         return out
 
-    def update(self, G: list[float] | None, n: int) -> None:
-        """The update, given the combined sum G over n samples (None without a loss)."""
+    def update(self, G: list[float] | None, n: int, t: int = 0) -> None:
+        """Step t's update, given the combined sum G over n samples (None without a loss)."""
         if G is not None:
             self.dev.write(self.G, G)
         whole = None                 # the update's reduced scalars read every coordinate
@@ -142,7 +142,7 @@ class Owner:
                      {p.name: tuple(f.div(x, float(n)) for x in G[at[p.name]:at[p.name] + p.size])
                       for p in self.lr.params} if G is not None else {})
         values = host_scalars(self.lr, {s.name: tuple(self.dev.read(self.state[s.name], 1))
-                                        for s in self.lr.scalar_states}, whole)
+                                        for s in self.lr.scalar_states}, whole, t)
         for g in self.lr.groups:
             k = self.kernels[f"update_g{g.index}"]
             self.dev.launch(k, self._args(k, n=n, klo=0, khi=g.size, values=values), g.size)
@@ -152,9 +152,9 @@ class Owner:
     def step(self, t: int = 0) -> None:
         """Step t of the single-owner learner (the owner holds every sample)."""
         if self.lr.loss is None:
-            return self.update(None, self.lr.nsamples or 0)
+            return self.update(None, self.lr.nsamples or 0, t)
         G = self.contribution(0, self.lr.nsamples or 0, t)
-        self.update(G, self.count)
+        self.update(G, self.count, t)
 
     def read_state(self) -> dict[str, tuple[float, ...]]:
         return {s.name: tuple(self.dev.read(self.state[s.name], s.size)) for s in self.lr.states}

@@ -31,6 +31,11 @@ part ways:
 - wide learners (`generate(wide=None)`, about one in 20 of `make fuzz`'s, `WIDTHS`): the
   features 24 to 2,048 wide, so the GPU kernels keep vectors in local memory (the differential
   fuzzer's gpu engine runs those over its PTX budget through ptxas only);
+- schedules and piecewise functions (issue 47, a stream of their own, `Gen.sr`): now and then
+  a scalar of the loss or the update made piecewise, `where(e OP c, e, alt)` with every
+  comparison (`==` and `!=` included, against +0, -0 and other values), and a param's rate or a
+  scalar state's step times a schedule of `step` or `epoch` (a warm-up by `min`, a decay by `exp`
+  or `tanh`, a step change by `where`), so every engine, resume included, runs the clock;
 - names as users write them: now and then up to the language's 128 characters (`fresh`), which
   every checkpoint must record and restore whole;
 - deployments: stars, meshes (a star whose owners reduce-scatter directly; now and then one with
@@ -43,7 +48,8 @@ part ways:
 
 Expressions are tuples: ('num', v) ('name', n) ('pick', n, (k, ...)) ('row', d) ('elt', d, k)
 ('bin', op, a, b) (op includes '@') ('neg', a) ('pow', a, n) ('call', f, (args...)) ('grad', p)
-('int', k) (an integer literal: onehot's length).
+('int', k) (an integer literal: onehot's length) ('cmp', op, a, b) (only as where's condition:
+('call', 'where', (cond, x, y))).
 Everything is drawn from `random.Random(seed)` and streams of its own seeded from it (the
 functions, the matrix operations, minibatches, data in files): a seed is a program, and a seed
 without the matrix operations is the program it was before they existed.
@@ -145,6 +151,8 @@ def expr_text(e: tuple) -> str:
         return str(e[1])
     if k == "stack":
         return "[" + ", ".join(expr_text(a) for a in e[1]) + "]"
+    if k == "cmp":                                   # only where's condition
+        return f"{expr_text(e[2])} {e[1]} {expr_text(e[3])}"
     raise ValueError(k)
 
 
@@ -290,6 +298,36 @@ class Gen:
         self.names = 0
         self.nr = random.Random(seed ^ 0x4A3E)       # name lengths: a stream of its own
         self.tr = random.Random(seed ^ 0x51C05)      # sin and cos: one too (issue 47)
+        self.sr = random.Random(seed ^ 0x5C3ED)      # where and the clock: a stream of their own
+
+    def piecewise(self, e: tuple, other: tuple, rate: float = 0.05) -> tuple:
+        """Sometimes e made piecewise: `where(e OP c, e, alt)` with c a number or `other` and
+        alt a bounded change of e (every comparison, == and != included)."""
+        r = self.sr
+        if r.random() >= rate:
+            return e
+        c = other if r.random() < 0.4 else ("num", r.choice([0.0, -0.0, 0.5, -0.25, 1.0]))
+        alt = r.choice([("bin", "*", ("num", 0.5), e), ("call", "tanh", (e,)), other, ("neg", e)])
+        cond = ("cmp", r.choice(["<", "<=", ">", ">=", "==", "!="]), e, c)
+        return ("call", "where", (cond, e, alt) if r.random() < 0.5 else (cond, alt, e))
+
+    def scheduled(self, e: tuple, rate: float = 0.25) -> tuple:
+        """Sometimes e times a schedule of the update's clock (`step`, `epoch`): a warm-up, a
+        decay, a step change by `where`, in forms that stay in (0, 1]."""
+        r = self.sr
+        if r.random() >= rate:
+            return e
+        clock = ("name", r.choice(["step", "epoch"]))
+        k = r.choice([2.0, 3.0, 5.0])
+        f = r.choice([
+            ("call", "min", (("num", 1.0), ("bin", "/", ("bin", "+", clock, ("num", 1.0)), ("num", k)))),
+            ("call", "exp", (("bin", "*", ("num", -0.125), clock),)),
+            ("call", "where", (("cmp", r.choice(["<", "<=", ">", ">=", "==", "!="]), clock, ("num", k)),
+                               ("num", 1.0), ("num", r.choice([0.5, 0.25])))),
+            ("call", "max", (("num", 0.25), ("bin", "-", ("num", 1.0), ("call", "tanh", (
+                ("bin", "/", clock, ("num", 4.0 * k)),))))),
+        ])
+        return ("bin", "*", e, f)
 
     def wrap(self, e: tuple, other: tuple | None = None, rate: float = 0.15) -> tuple:
         """Sometimes e inside one of the contract's functions (alphac.math), in forms that
@@ -559,7 +597,8 @@ class LossGen:
 
     def scalar(self, depth: int) -> tuple:
         e = self.scalar_plain(depth)
-        return e if e[0] in ("num", "name") else self.g.wrap(e, self.scalar_leaf_other())
+        return e if e[0] in ("num", "name") else self.g.piecewise(
+            self.g.wrap(e, self.scalar_leaf_other()), ("num", 0.25))
 
     def scalar_leaf_other(self) -> tuple:
         """A second operand for max/min, from the functions' own stream."""
@@ -708,7 +747,7 @@ class UpdateGen:
         e = self.bounded_plain(group, shape, depth, scalar_only)
         if e[0] in ("num", "name", "grad"):
             return e
-        return self.g.wrap(e, self.scalar_leaf_other(), rate=0.12)
+        return self.g.piecewise(self.g.wrap(e, self.scalar_leaf_other(), rate=0.12), ("num", 0.5))
 
     def scalar_leaf_other(self) -> tuple:
         r = self.g.fr
@@ -741,12 +780,12 @@ class UpdateGen:
         me = ("name", v.name)
         if v.kind == "scalar":
             return ("bin", r.choice(["*", "+"]), ("bin", "*", me, ("num", r.choice([0.9, 0.999, 0.5]))),
-                    ("bin", "*", ("num", 0.01), self.bounded("", (), 2, scalar_only=True)))
+                    ("bin", "*", self.g.scheduled(("num", 0.01)), self.bounded("", (), 2, scalar_only=True)))
         upd = self.bounded(v.group, v.shape, 3)
         if v.kind == "param":
             if self.has_loss and r.random() < 0.7:
                 upd = ("bin", "+", ("grad", v.name), ("bin", "*", ("num", 0.1), upd))
-            return ("bin", "-", me, ("bin", "*", ("num", self.g.rate()), upd))
+            return ("bin", "-", me, ("bin", "*", self.g.scheduled(("num", self.g.rate())), upd))
         decay = ("num", r.choice([0.9, 0.99, 0.5, 0.0]))
         return ("bin", "+", ("bin", "*", decay, me), ("bin", "*", ("num", r.choice([0.1, 1.0, 0.5])), upd))
 

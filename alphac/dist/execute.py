@@ -247,7 +247,7 @@ class Execution:
             coords = {g: range(lo, hi) for g, (lo, hi) in plan.updates(me.role.index).items()}
             terms = {t.name: me.state.pop(t.name) for t in plan.reduce_terms()}
             try:
-                interp.apply_update_coords(lr, me.state, self.grads(me), coords, terms)
+                interp.apply_update_coords(lr, me.state, self.grads(me), coords, terms, self.t)
             except ValueError as e:
                 raise PlanError(f"{me.role}: {e}") from None
             me.state = mask(plan, me.role.index, me.state)      # keep only what it holds

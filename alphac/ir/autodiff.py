@@ -26,6 +26,7 @@ The order of operations is part of the numerical contract, so it is fixed here:
     t = relu(a)  a += where(a > 0, dt, +0)                         (relu'(0) = 0)
     t = max(a,b) a += where(b > a, +0, dt)      b += where(b > a, dt, +0)   (ties: to a)
     t = min(a,b) a += where(a > b, +0, dt)      b += where(a > b, dt, +0)   (ties: to a)
+    t = where(c, x, y)  x += where(c, dt, +0)   y += where(c, +0, dt)   (c's operands: nothing)
     t = a^n      a += (dt * n) * a^(n-1)          (a^1 is a itself)
     t = dot(a,b) a += dt * b         b += dt * a
     t = sum(a)   a += dt, at every coordinate
@@ -86,9 +87,9 @@ def sub(a: Node, b: Node) -> Node:
     return fold(Elem("sub", a, b, wide(a.shape, b.shape)))
 
 
-def where(a: Node, b: Node, then: Node, other: Node) -> Node:
-    """`then` where a > b, else `other`; the shape of all four's broadcast."""
-    return fold(Where(a, b, then, other, wide(a.shape, b.shape, then.shape, other.shape)))
+def where(a: Node, b: Node, then: Node, other: Node, cmp: str = "gt") -> Node:
+    """`then` where `a cmp b` (a > b by default), else `other`; the shape of all four's broadcast."""
+    return fold(Where(a, b, then, other, wide(a.shape, b.shape, then.shape, other.shape), cmp))
 
 
 def reduce_to(shape: tuple[int, ...], c: Node) -> Node:
@@ -175,6 +176,9 @@ def differentiate(lr: Learner) -> None:
                 give(a, where(a, zero, dt, where(zero, a, neg(dt), zero)))
             elif t.op == "relu":
                 give(a, where(a, zero, dt, zero))
+        elif isinstance(t, Where):
+            give(t.then, where(t.a, t.b, dt, const(0.0), t.cmp))
+            give(t.other, where(t.a, t.b, const(0.0), dt, t.cmp))
         elif isinstance(t, Pow):
             rest = t.a if t.n == 2 else Pow(t.a, t.n - 1, t.a.shape)
             give(t.a, mul(mul(dt, const(float(t.n))), rest))

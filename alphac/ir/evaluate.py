@@ -16,7 +16,7 @@ from typing import Callable
 
 from alphac import math as elementary
 from alphac.math import binary64 as f
-from alphac.ir.learner import (Bcast, Const, DataRow, Dot, Elem, Grad, MatVec, Max, MaxAdj, Node,
+from alphac.ir.learner import (COMPARE, Bcast, Clock, Const, DataRow, Dot, Elem, Grad, MatVec, Max, MaxAdj, Node,
                                OneHot, Outer, Pick, Pow, Read, Stack, Sum, Unary, VecMat, Where,
                                children, postorder)
 
@@ -34,8 +34,10 @@ class Env:
     """What leaves read. Subclass or fill the dicts; `memo` caches shared nodes."""
 
     def __init__(self, state: dict[tuple[str, int], Value] | None = None,
-                 rows: dict[str, Value] | None = None, grads: dict[str, Value] | None = None):
+                 rows: dict[str, Value] | None = None, grads: dict[str, Value] | None = None,
+                 clock: dict[str, float] | None = None):
         self.state = state or {}
+        self.clock = clock or {}          # `step` and `epoch` (Learner.clock), in the update
         self.rows = rows or {}
         self.grads = grads or {}
         self.memo: dict[int, Value] = {}
@@ -83,6 +85,8 @@ def _step(n: Node, env: Env, val: Callable[[Node], Value]) -> Value:
         return env.rows[n.name]
     if isinstance(n, Grad):
         return env.grads[n.param]
+    if isinstance(n, Clock):
+        return (env.clock[n.kind],)
     if isinstance(n, Elem):
         a, b = val(n.a), val(n.b)
         if len(a) > 1 and len(b) > 1:
@@ -96,7 +100,8 @@ def _step(n: Node, env: Env, val: Callable[[Node], Value]) -> Value:
     if isinstance(n, Where):
         size = n.size
         a, b, t, o = (_spread(val(c), size) for c in (n.a, n.b, n.then, n.other))
-        return tuple(t[k] if a[k] > b[k] else o[k] for k in range(size))
+        holds = COMPARE[n.cmp]
+        return tuple(t[k] if holds(a[k], b[k]) else o[k] for k in range(size))
     if isinstance(n, Pow):
         base = val(n.a)
         out = base
@@ -158,7 +163,7 @@ def evaluate(node: Node, env: Env) -> Value:
 
 def is_constant(n: Node) -> bool:
     return all(isinstance(c, Const) for c in children(n)) and not isinstance(
-        n, (Read, DataRow, Grad))
+        n, (Read, DataRow, Grad, Clock))
 
 
 def fold(n: Node) -> Node:
@@ -210,14 +215,14 @@ def _at(n: Node, j: int, leaf, memo: dict[int, float]) -> float:
     v = [memo[id(c)] for c in children(n)]
     if isinstance(n, Const):
         return n.values[j] if n.shape else n.values[0]
-    if isinstance(n, (Read, Grad)):
+    if isinstance(n, (Read, Grad, Clock)):
         return leaf(n)
     if isinstance(n, Elem):
         return BINARY[n.op](v[0], v[1])
     if isinstance(n, Unary):
         return UNARY[n.op](v[0])
     if isinstance(n, Where):
-        return v[2] if v[0] > v[1] else v[3]
+        return v[2] if COMPARE[n.cmp](v[0], v[1]) else v[3]
     if isinstance(n, Pow):
         acc = v[0]
         for _ in range(n.n - 1):

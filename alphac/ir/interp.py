@@ -146,8 +146,9 @@ def mean_gradient(c: Contrib) -> dict[str, tuple[float, ...]]:
     return {p: tuple(f.div(x, nf) for x in v) for p, v in g.items()}
 
 
-def apply_update(lr: Learner, state: State, grads: dict[str, tuple[float, ...]]) -> State:
-    env = Env(state={(k, 0): v for k, v in state.items()}, grads=grads)
+def apply_update(lr: Learner, state: State, grads: dict[str, tuple[float, ...]], t: int = 0) -> State:
+    """The update of step t (its `step` and `epoch`: Learner.clock)."""
+    env = Env(state={(k, 0): v for k, v in state.items()}, grads=grads, clock=lr.clock(t))
     for a in lr.update:
         env.state[(a.target, 1)] = evaluate(a.node, env)
     return {k: env.state.get((k, 1), v) for k, v in state.items()}
@@ -167,7 +168,7 @@ def step(lr: Learner, state: State, t: int = 0) -> State:
     grads = {}
     if lr.loss is not None:
         grads = mean_gradient(owner_contribution(lr, state, step_samples(lr, range(lr.nsamples), t)))
-    return apply_update(lr, state, grads)
+    return apply_update(lr, state, grads, t)
 
 
 def step_loss(lr: Learner, state: State, t: int) -> tuple[float, int]:
@@ -231,22 +232,25 @@ def reduction_terms(lr: Learner, state: dict[str, list], grads: dict[str, list],
 
 
 def apply_update_coords(lr: Learner, state: dict[str, list], grads: dict[str, list],
-                        coords: dict[int, range], terms: dict[str, list] | None = None) -> None:
-    """The update of only the coordinates `coords[group]` (in place), coordinate by coordinate,
-    plus every scalar-state statement. Values outside the ranges may be unknown (None): the
+                        coords: dict[int, range], terms: dict[str, list] | None = None,
+                        t: int = 0) -> None:
+    """The update of step t of only the coordinates `coords[group]` (in place), coordinate by
+    coordinate, plus every scalar-state statement. Values outside the ranges may be unknown (None): the
     per-coordinate proof says they are never read, and a None that is read fails loudly. The
     reduced scalars come first: folded from `terms` (every coordinate's, gathered: `0t<k>`,
     ir.learner.term_states), or computed from what is held whole."""
     from alphac.ir.evaluate import evaluate_at, fold_terms
     old = {k: v for k, v in state.items()}
     new: dict[str, list] = {}
+    clock = lr.clock(t)
     reduced: dict[int, tuple[float, ...]] = {}
     if (terms or any(rng for rng in coords.values())) and update_reductions(lr.update):
-        whole = Env(state={(k, 0): tuple(v) for k, v in old.items()}, grads=grads)
+        whole = Env(state={(k, 0): tuple(v) for k, v in old.items()}, grads=grads, clock=clock)
         for k, n in enumerate(update_reductions(lr.update)):
-            t = (terms or {}).get(f"0t{k}")
-            reduced[id(n)] = (fold_terms(n, t),) if t is not None else evaluate(n, whole)
-    scalar_env = Env(state={(k, 0): tuple(v) for k, v in old.items() if lr.state(k).group is None})
+            tk = (terms or {}).get(f"0t{k}")
+            reduced[id(n)] = (fold_terms(n, tk),) if tk is not None else evaluate(n, whole)
+    scalar_env = Env(state={(k, 0): tuple(v) for k, v in old.items() if lr.state(k).group is None},
+                     clock=clock)
     scalar_env.memo.update(reduced)
     for a in lr.update:
         s = lr.state(a.target)
@@ -260,7 +264,9 @@ def apply_update_coords(lr: Learner, state: dict[str, list], grads: dict[str, li
                     continue
 
                 def leaf(n, j=j):
-                    from alphac.ir.learner import Grad, Read
+                    from alphac.ir.learner import Clock, Read
+                    if isinstance(n, Clock):
+                        return clock[n.kind]
                     if isinstance(n, Read):
                         if lr.state(n.name).group is None:
                             return scalar_env.state[(n.name, n.version)][0]

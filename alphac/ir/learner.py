@@ -93,13 +93,30 @@ class Unary(Node):
 
 @dataclass(eq=False)
 class Where(Node):
-    """`then` where a > b, else `other`, elementwise (an ordered comparison: false when either
-    is NaN). Made by differentiation of max, min, abs and relu; scalars broadcast."""
+    """`then` where `a CMP b` holds, else `other`, elementwise; scalars broadcast. CMP is an
+    IEEE comparison (COMPARE): gt (a > b) and ge (a >= b) are false when either is NaN, eq
+    (a == b) too, and ne (not eq) true. Written `where(c, x, y)` (`a < b` is gt with the
+    operands swapped), and made by differentiation of max, min, abs, relu and where."""
     a: Node
     b: Node
     then: Node
     other: Node
     shape: tuple[int, ...]
+    cmp: str = "gt"
+
+
+# The comparisons of `Where`, on binary64 (IEEE 754: a NaN is unordered, so only `ne` holds).
+COMPARE = {"gt": lambda a, b: a > b, "ge": lambda a, b: a >= b, "eq": lambda a, b: a == b,
+           "ne": lambda a, b: a != b}
+
+
+@dataclass(eq=False)
+class Clock(Node):
+    """`step` or `epoch` (only inside the update): step t of the run, counted from 0 over the
+    whole run, resumes included, and t div the batches per epoch, as binary64 (exact below
+    2^53). Every role computes them alone from the step it is at (`clock`)."""
+    kind: str               # "step" | "epoch"
+    shape: tuple[int, ...] = ()
 
 
 @dataclass(eq=False)
@@ -420,6 +437,16 @@ class Learner:
         return self.exact and self.loss is not None
 
     @property
+    def clocked(self) -> bool:
+        """Whether the update reads `step` or `epoch`."""
+        return any(isinstance(n, Clock) for n in postorder([a.node for a in self.update]))
+
+    def clock(self, t: int) -> dict[str, float]:
+        """`step` and `epoch` at step t, as binary64 (Python's float() and the runtime's i2f
+        both round to nearest: exact below 2^53)."""
+        return {"step": float(t), "epoch": float(t // self.batches)}
+
+    @property
     def identity(self) -> str:
         return hashlib.sha256(canonical(self).encode()).hexdigest()
 
@@ -503,6 +530,10 @@ def canonical(lr: Learner) -> str:
                 extra = n.param
             elif isinstance(n, (Elem, Unary)):
                 extra = n.op
+            elif isinstance(n, Clock):
+                extra = n.kind
+            elif isinstance(n, Where) and n.cmp != "gt":     # gt: as before the comparisons
+                extra = n.cmp
             elif isinstance(n, Pow):
                 extra = str(n.n)
             elif isinstance(n, Pick):

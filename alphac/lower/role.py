@@ -34,6 +34,7 @@ from alphac.diag import BuildError
 from alphac.dist.identity import COMPONENTS, digests, short
 from alphac.formats import CKPT_RECORD, FRAME_KINDS as KINDS, XC_WORDS, XS_DIGITS
 from alphac.lower import ckpt, gpu as gpu_lowering
+from alphac.lower.learner import clock_call
 from alphac.dist.plan import Plan
 from alphac.dist.structure import Leaf, Role, Star
 from alphac.ir.learner import update_reductions
@@ -225,6 +226,8 @@ class RoleLowering:
             ranges = self.updates()
             if lr.loss is not None:     # the count the update's G_p / n reads (mean_n)
                 self.put("learner_mean(load64(g_n));")
+            for line in clock_call(lr, "v"):        # step v's `step` and `epoch`
+                self.put(line)
             if self.plan.reduce_terms():        # every owner: the gathered terms, folded
                 self.put("learner_fold();")
             elif update_reductions(lr.update) and any(self.some(*r) for r in ranges.values()):

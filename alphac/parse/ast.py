@@ -48,6 +48,15 @@ class Binary:
 
 
 @dataclass(frozen=True)
+class Compare:
+    """`a OP b`, OP one of < <= > >= == != (docs/language.md): only the condition of `where`."""
+    op: str
+    left: "Expr"
+    right: "Expr"
+    span: Span
+
+
+@dataclass(frozen=True)
 class Call:
     func: str
     func_span: Span
@@ -68,7 +77,7 @@ class ArrayLit:
     span: Span
 
 
-Expr = Num | Str | Name | Unary | Binary | Call | Index | ArrayLit
+Expr = Num | Str | Name | Unary | Binary | Compare | Call | Index | ArrayLit
 
 
 # -- statements and blocks ----------------------------------------------------------------------

@@ -13,7 +13,8 @@ Grammar (docs/language.md has the full description):
     type   := 'f64' ['[' INT (',' INT)* ']']
     block  := '{' (stmt (NL | ';'))* [expr] '}'
     stmt   := 'let' NAME '=' expr | NAME '=' expr
-    expr   := term (('+' | '-') term)*
+    expr   := sum [('<' | '<=' | '>' | '>=' | '==' | '!=') sum]
+    sum    := term (('+' | '-') term)*
     term   := unary (('*' | '/' | '@') unary)*
     unary  := '-' unary | power
     power  := postfix ['^' postfix]
@@ -297,9 +298,22 @@ class Parser:
                 self.sink.error("E0012", self.tok.span,
                                 f"expression nested more than {self.MAX_DEPTH} levels deep")
                 raise _Bail()
-            return self._parse_expr()
+            return self.parse_comparison()
         finally:
             self.depth -= 1
+
+    def parse_comparison(self) -> ast.Expr:
+        """`sum OP sum`: one comparison at most (they do not chain), below + and -."""
+        left = self._parse_expr()
+        if self.tok.kind == "punct" and self.tok.text in ("<", "<=", ">", ">=", "==", "!="):
+            op = self.advance().text
+            right = self._parse_expr()
+            left = ast.Compare(op, left, right, left.span.to(right.span))
+            if self.tok.kind == "punct" and self.tok.text in ("<", "<=", ">", ">=", "==", "!="):
+                self.sink.error("E0074", self.tok.span, f"a second comparison after `{op}`",
+                                "comparisons do not chain: nest `where`s")
+                raise _Bail()
+        return left
 
     def _parse_expr(self) -> ast.Expr:
         left = self.parse_term()

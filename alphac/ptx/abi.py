@@ -72,6 +72,8 @@ outer_sum_<p> takes its own block size and grid: `Kernel.block`, `Kernel.threads
                              divides, grad(p)[k] = G[off(p) + k] / float(n)
         scalar_<s>_old / scalar_<s>_new  f64  each scalar state version the statements read
                              (the host runs the scalar statements first: `host_scalars`)
+        clock_step, clock_epoch  f64  `step` and `epoch`, where the statements read them
+                             (Param.ref `clock.step`, `clock.epoch`)
         const_<c>  u64  each vector constant the statements read (`Param.values`: upload once)
         tbl_<t>    u64  each constant table the functions of alphac.math read (also uploaded
                         once; grad_samples has them too, after its data)
@@ -272,14 +274,16 @@ def sum_kernels(lr: Learner) -> list[str]:
 
 
 def host_scalars(lr: Learner, state: dict[str, tuple[float, ...]],
-                 whole: tuple[dict, dict] | None = None) -> dict[tuple[str, int], float]:
-    """Every scalar state's (name, version) -> value: what the host passes to update kernels;
-    with `whole` (every state's values, the mean gradients) also each reduced scalar of the
-    update, as (rd<k>, 2), computed first (learner_reduce)."""
-    env = Env(state={(k, 0): v for k, v in state.items()})
-    out = {}
+                 whole: tuple[dict, dict] | None = None, t: int = 0) -> dict[tuple[str, int], float]:
+    """Every scalar state's (name, version) -> value at step t, and `step` and `epoch`
+    (("clock.step", 0), ("clock.epoch", 0)): what the host passes to update kernels; with
+    `whole` (every state's values, the mean gradients) also each reduced scalar of the update,
+    as (rd<k>, 2), computed first (learner_reduce)."""
+    clock = lr.clock(t)
+    env = Env(state={(k, 0): v for k, v in state.items()}, clock=clock)
+    out = {(f"clock.{k}", 0): v for k, v in clock.items()}
     if whole is not None:
-        full = Env(state={(k, 0): v for k, v in whole[0].items()}, grads=whole[1])
+        full = Env(state={(k, 0): v for k, v in whole[0].items()}, grads=whole[1], clock=clock)
         for k, r in enumerate(update_reductions(lr.update)):
             env.memo[id(r)] = evaluate(r, full)
             out[(f"rd{k}", 2)] = env.memo[id(r)][0]

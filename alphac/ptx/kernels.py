@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Callable
 
 from alphac.math import binary64
-from alphac.ir.learner import (Bcast, Const, DataRow, Dot, Elem, Grad, Group, Learner, MatVec,
+from alphac.ir.learner import (Bcast, Clock, Const, DataRow, Dot, Elem, Grad, Group, Learner, MatVec,
                                Max, MaxAdj, Node, OneHot, Outer, Pick, Pow, Read, Stack, Sum,
                                Unary, VecMat, Where, children, postorder, update_reductions)
 from alphac.ptx.abi import (Kernel, Param, batch_kernels, batch_nodes, batch_widths, fused,
@@ -26,6 +26,7 @@ from alphac.ptx.mathfn import PtxSource, table_words_as_floats
 from alphac.ptx.render import PTX_VERSION, Emitter, f64imm
 
 ARITH = {"add", "sub", "mul", "div", "neg", "sqrt"}       # one PTX instruction each
+SETP = {"gt": "gtf64", "ge": "gef64", "eq": "eqf64", "ne": "neuf64"}    # Where's comparisons
 
 
 def math_tables(nodes: list[Node]) -> list:
@@ -76,7 +77,7 @@ class _Lower:
     def step(self, n: Node) -> list[str]:
         em, vals = self.em, {id(c): self.value(c) for c in children(n)}
         v = lambda c: vals[id(c)]                                           # noqa: E731
-        if isinstance(n, (Const, Read, DataRow, Grad)):
+        if isinstance(n, (Const, Read, DataRow, Grad, Clock)):
             return self.leaf(n)
         if isinstance(n, Elem):         # a scalar repeats everywhere, a vector over the rows
             size = max(len(v(n.a)), len(v(n.b)))
@@ -91,7 +92,7 @@ class _Lower:
         if isinstance(n, Where):
             size = max(len(v(c)) for c in (n.a, n.b, n.then, n.other))
             a, b, t, o = (v(c) * (size // len(v(c))) for c in (n.a, n.b, n.then, n.other))
-            return [em.op("selpf", t[k], o[k], em.op("gtf64", a[k], b[k])) for k in range(size)]
+            return [em.op("selpf", t[k], o[k], em.op(SETP[n.cmp], a[k], b[k])) for k in range(size)]
         if isinstance(n, Pow):
             out = base = v(n.a)
             for _ in range(n.n - 1):
@@ -352,7 +353,7 @@ class _Loops:
             return em.op(n.op, a) if n.op in ARITH else self.call(n.op, a)
         if isinstance(n, Where):
             a, b, t, o = (v(c, self.index(c, n, k)) for c in (n.a, n.b, n.then, n.other))
-            return em.op("selpf", t, o, em.op("gtf64", a, b))
+            return em.op("selpf", t, o, em.op(SETP[n.cmp], a, b))
         if isinstance(n, Pow):
             x = out = v(n.a, self.index(n.a, n, k))
             for _ in range(n.n - 1):
@@ -527,6 +528,8 @@ def update(lr: Learner, group: Group, sm: int = 90) -> Kernel:
                if any(r is n for n in postorder([a.node for a in stmts]))]
     params += [Param(f"reduced_{k}", "f64", "scalar", f"rd{k}", 2) for k, _ in reduced]
     nodes = postorder([a.node for a in stmts], {id(r) for _, r in reduced})
+    clocks = sorted({n.kind for n in nodes if isinstance(n, Clock)}, reverse=True)     # step, epoch
+    params += [Param(f"clock_{c}", "f64", "scalar", f"clock.{c}") for c in clocks]
     consts: dict[tuple[int, ...], str] = {}
     for n in nodes:
         if isinstance(n, Const) and n.size > 1:
@@ -563,6 +566,8 @@ def update(lr: Learner, group: Group, sm: int = 90) -> Kernel:
             nf = once("n", lambda: em.op("cvtf", em.op("ldp32", "n")))
             g = once("G" + n.param, lambda: em.op("ld", at("G"), 8 * offsets[n.param]))
             return [em.op("div", g, nf)]
+        if isinstance(n, Clock):                    # the host writes step t's (abi.host_scalars)
+            return [once(f"clock_{n.kind}", lambda: em.op("ldpf", f"clock_{n.kind}"))]
         if lr.state(n.name).group is None:
             name = f"scalar_{n.name}_{('old', 'new')[n.version]}"
             return [once(name, lambda: em.op("ldpf", name))]
@@ -582,7 +587,7 @@ def update(lr: Learner, group: Group, sm: int = 90) -> Kernel:
     return _module(em, lr, f"update_g{group.index}", params, sm, group.index)
 
 
-GPU_NODES = (Const, Read, DataRow, Grad, Elem, Unary, Where, Pow, Dot, Sum, Pick, Bcast, MatVec,
+GPU_NODES = (Const, Read, DataRow, Grad, Clock, Elem, Unary, Where, Pow, Dot, Sum, Pick, Bcast, MatVec,
              VecMat, Outer, Max, MaxAdj, OneHot, Stack)
 
 

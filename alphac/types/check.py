@@ -46,7 +46,10 @@ ELEMENTWISE = {"sqrt": 1, "exp": 1, "log": 1, "log1p": 1, "expm1": 1, "tanh": 1,
                "sin": 1, "cos": 1,
                "relu": 1, "max": 2, "min": 2, "sigmoid": 1, "softplus": 1}
 REDUCTIONS = {"dot": 2, "sum": 1, "outer": 2, "logsumexp": 1, "onehot": 2}
-BUILTINS = {**ELEMENTWISE, **REDUCTIONS, "grad": 1, "load": 1}
+BUILTINS = {**ELEMENTWISE, **REDUCTIONS, "grad": 1, "load": 1, "where": 3}
+CLOCK = ("step", "epoch")          # the update's clock (ir.Clock); a declaration may hide them
+COMPARE = {">": ("gt", False), ">=": ("ge", False), "<": ("gt", True), "<=": ("ge", True),
+           "==": ("eq", False), "!=": ("ne", False)}    # op -> (ir.Where's cmp, operands swapped)
 VARIADIC = {"max": (1, 2)}         # max(v) of a vector is a reduction; max(a, b) elementwise
 MAX_ONEHOT = 1 << 16
 MAX_POW = 8
@@ -87,6 +90,7 @@ class Checker:
         self.loss_decl: ast.LossDecl | None = None
         self.predict_decl: ast.LossDecl | None = None
         self.values = 0                # how many values the declarations so far hold
+        self.clocks: dict[str, ir.Clock] = {}   # `step` and `epoch` in the update
 
     def admit(self, count: int, span: Span, what: str) -> bool:
         """Count `count` more values against MAX_VALUES, before they are allocated."""
@@ -438,6 +442,10 @@ class Checker:
             return ir.Unary("neg", a, a.shape) if a is not None else None
         if isinstance(e, ast.Binary):
             return self.binary(e, ctx)
+        if isinstance(e, ast.Compare):
+            self.err("E0074", e.span, f"a comparison (`{e.op}`) is not a number",
+                     hint="a comparison is only the condition of `where(a < b, x, y)`")
+            return None
         if isinstance(e, ast.Call):
             return self.call(e, ctx)
         if isinstance(e, ast.Index):
@@ -451,6 +459,12 @@ class Checker:
             self.err("E0033", e.span, f"the sample index `{e.name}` can only index data, as in `x[{e.name}]`")
             return None
         sym = ctx.lets.get(e.name) or self.syms.get(e.name)
+        if sym is None and e.name in CLOCK and e.name not in self.later:   # a later one: E0020
+            if ctx.kind != "update":
+                self.err("E0075", e.span, f"`{e.name}` outside the update",
+                         hint="`step` and `epoch` count the run's steps and epochs: values only in `update`")
+                return None
+            return self.clocks.setdefault(e.name, ir.Clock(e.name))    # one node each
         if sym is None:
             if e.name in BUILTINS:
                 self.err("E0042", e.span, f"`{e.name}` is a builtin function; call it")
@@ -563,6 +577,8 @@ class Checker:
             return None
         if e.func == "grad":
             return self.grad(e, ctx)
+        if e.func == "where":
+            return self.where(e, ctx)
         args = [self.expr(a, ctx) for a in e.args]
         if any(a is None for a in args):
             return None
@@ -630,6 +646,26 @@ class Checker:
                      hint="labels belong in the loss")
             return None
         return fold(ir.OneHot(k, (count.ival,)))
+
+    def where(self, e: ast.Call, ctx: Ctx) -> ir.Node | None:
+        """`where(a OP b, x, y)`: x where the comparison holds, else y, elementwise (E0074 for
+        a condition that is not a comparison; E0030 for shapes that are not one shape and
+        scalars)."""
+        c = e.args[0]
+        if not isinstance(c, ast.Compare):
+            self.err("E0074", c.span, "the condition of `where` is not a comparison",
+                     hint="write `where(a < b, x, y)`: one of < <= > >= == != between two values")
+            return None
+        a, b, x, y = (self.expr(v, ctx) for v in (c.left, c.right, e.args[1], e.args[2]))
+        if a is None or b is None or x is None or y is None:
+            return None
+        shape = wide(a.shape, b.shape, x.shape, y.shape)
+        if any(v.shape and v.shape != shape for v in (a, b, x, y)):
+            self.err("E0030", e.span, "`where` of " + ", ".join(type_text(v.shape) for v in (a, b, x, y)),
+                     hint="the comparison's two operands and both values have one shape, or are scalars")
+            return None
+        cmp, swap = COMPARE[c.op]
+        return fold(ir.Where(b, a, x, y, shape, cmp) if swap else ir.Where(a, b, x, y, shape, cmp))
 
     def grad(self, e: ast.Call, ctx: Ctx) -> ir.Node | None:
         arg = e.args[0]
