@@ -193,7 +193,8 @@ class Slicing:
                 self.err("E0032", lo_e.span.to(hi_e.span), f"the range {lo}..{hi} is empty",
                          hint="a range lo..hi holds lo, lo + 1, ..., hi - 1; lo < hi")
                 return False
-            if var in lets or var in self.syms or var in self.builtins or var == ctx.index:
+            if var in lets or var in self.builtins or var == ctx.index or \
+                    var in self.syms and not self.expanding:    # a function's may hide a name
                 self.err("E0021", span, f"`{var}` is declared twice")
                 return False
             if len(items) + hi - lo > MAX_ITEMS:
