@@ -282,3 +282,35 @@ update {{
     assert f"error[{code}]" in first and text in first, err
     where = f"bad.alpha:8:{3 + expr.index(at)}:" if at is not None else "nn.alpha:"
     assert where in first, first
+
+
+FUNCTIONS = """learner functions
+data x = [[1.0, -2.0, 0.5], [0.5, 1.5, -1.0]]
+param w: f64[3] = [0.3, -0.7, 0.11]
+{defs}
+loss(i) = {loss}
+update {{
+  w = w - 0.1 * grad(w)
+}}
+"""
+
+
+def test_a_function_is_its_body_with_its_arguments_computed_once(tmp_path):
+    """`def` expands where it is called: the same bits as the body written out; an argument
+    read twice is one value (one tanh in the IR); a wrong count, a recursion and a clash are
+    refused by name."""
+    from alphac.ir.learner import Unary, postorder
+    (tmp_path / "f.alpha").write_text(FUNCTIONS.format(
+        defs="def sq(v, c) = dot(v, v) * c", loss="sq(tanh(w * x[i]), 2)"))
+    (tmp_path / "g.alpha").write_text(FUNCTIONS.format(
+        defs="", loss="dot(tanh(w * x[i]), tanh(w * x[i])) * 2"))
+    assert alphac("run", tmp_path / "f.alpha", "--steps", 3)[1] == alphac("run", tmp_path / "g.alpha", "--steps", 3)[1]
+    lr = compile_file(tmp_path / "f.alpha").learner
+    assert sum(isinstance(n, Unary) and n.op == "tanh" for n in postorder([lr.loss])) == 1
+    for defs, loss, code in [("def sq(v) = dot(v, v)", "sq(w, w)", "E0042"),
+                             ("def sq(v) = sq(v)", "sq(w)", "E0040"),
+                             ("def w(v) = v", "sum(w)", "E0021"),
+                             ("def sq(v) = v\ndef sq(u) = u", "sum(sq(w))", "E0021")]:
+        (tmp_path / "bad.alpha").write_text(FUNCTIONS.format(defs=defs, loss=loss))
+        rc, _, err = alphac("check", tmp_path / "bad.alpha")
+        assert rc != 0 and f"error[{code}]" in err and "Traceback" not in err, (defs, err)
