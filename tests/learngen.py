@@ -372,6 +372,7 @@ def generate(seed: int, matrices: bool | None = None, npy: bool | None = None,
     drawn = wr.random() < WIDE_RATE
     if drawn if wide is None else wide:
         f = wr.choice(WIDTHS)
+        g.slices = False                             # windows of 1,000: not what wide ones test
     decls = [Decl("data", "x", (n, f), [[g.small(-2, 2) for _ in range(f)] for _ in range(n)]),
              Decl("data", "y", (n,), [g.small(-3, 3) for _ in range(n)])]
     if r.random() < 0.3:
