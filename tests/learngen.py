@@ -448,10 +448,6 @@ class LossGen:
 
     def scalar_leaf(self) -> tuple:
         g, r = self.g, self.g.r
-        vl = [(name, shape) for name, shape in self.lets if len(shape) == 1]
-        if g.slices and vl and g.sl.random() < 0.2:        # a coordinate of a computed vector
-            name, shape = g.sl.choice(vl)
-            return ("pick", name, (g.sl.randrange(shape[0]),))
         choice = r.random()
         vec = [p for p in self.params + self.loss_states if len(p.shape) == 1]
         if choice < 0.25:
@@ -507,9 +503,16 @@ class LossGen:
         return sl.choice(opts) if opts else None
 
     def slice_terms(self, loss: tuple) -> tuple:
-        """loss plus, from the slices' stream, a coordinate of a computed vector (`0.05 *
-        t3[1]^2`) and a window's dot, as in a convolution (`0.05 * dot(w[0:2], x[i, 1:3])^2`)."""
+        """loss plus, from the slices' stream alone (the rest of the program is the one the seed
+        drew before), a coordinate of a computed vector (`0.05 * t3[1]^2`), a window's dot, as
+        in a convolution (`0.05 * dot(w[0:2], x[i, 1:3])^2`), and the sum of a `window`."""
         sl, f = self.g.sl, self.f
+        lengths = sorted({s[0] for _, s in [(p.name, p.shape) for p in self.params] + self.lets
+                          if len(s) == 1} | {f})
+        for _ in range(sl.choice([1, 1, 2])):
+            w = self.window(sl.choice(lengths))
+            if w is not None:
+                loss = ("bin", "+", loss, ("bin", "*", ("num", 0.05), ("pow", ("call", "sum", (w,)), 2)))
         vl = [(name, shape) for name, shape in self.lets if len(shape) == 1]
         if vl and sl.random() < 0.7:
             name, shape = sl.choice(vl)
@@ -527,10 +530,6 @@ class LossGen:
     def vector(self, length: int, depth: int) -> tuple:
         """A vector expression of `length` coordinates."""
         r = self.r
-        if self.g.slices and self.g.sl.random() < 0.3:
-            w = self.window(length)
-            if w is not None:
-                return w
         opts = []
         for v in self.params + self.loss_states:
             if v.shape == (length,):
