@@ -173,11 +173,15 @@ CODES: dict[str, tuple[str, str]] = {
               "The value assigned (or given as an initial value) does not have the declared "
               "shape of its target. A scalar initial value fills every coordinate."),
     "E0032": ("index out of range",
-              "A constant index must be at least 0 and less than the dimension it indexes."),
+              "A constant index must be at least 0 and less than the dimension it indexes; a "
+              "slice `lo:hi` must have 0 <= lo < hi <= the dimension (not empty), and a "
+              "comprehension's range `lo..hi` lo < hi."),
     "E0033": ("bad indexing",
               "Only arrays can be indexed, with at most one index per dimension. An index is "
-              "an integer literal or the sample index of `loss(i)` (or `predict(i)`); the "
-              "sample index may only index data, as its first index."),
+              "a constant integer expression (literals, a comprehension's variable, integral "
+              "constants, len(v), min, max, + - * and / rounding down), a slice `lo:hi` of "
+              "them, or the sample index of `loss(i)` (or `predict(i)`); the sample index may "
+              "only index data, as its first index."),
     "E0034": ("ragged array literal",
               "Every row of an array literal must have the same length."),
     "E0035": ("sample counts disagree",
@@ -186,10 +190,11 @@ CODES: dict[str, tuple[str, str]] = {
     "E0036": ("bad type",
               "A type is `f64` (a scalar) or `f64[D1, D2, ...]` with positive integer "
               "dimensions (at most 2)."),
-    "E0037": ("array literal is not constant",
-              "Array literals (`[a, b, c]`) of constants are folded at compile time. A vector of "
-              "scalar values that are not constant (`[dot(u, v), w[0]]`) is computed where it "
-              "is read (in the loss); a matrix literal's rows must be constant."),
+    "E0037": ("array of matrices",
+              "Array literals (`[a, b, c]`) and comprehensions (`[f(j) for j in 0..4]`) of "
+              "constants are folded at compile time; of computed values, scalars make a vector "
+              "and vectors of one length a matrix (in the loss). Their items cannot be matrices: "
+              "values have at most 2 dimensions."),
     "E0038": ("data outside the loss",
               "Data is per sample; only the loss reads it, through the sample index."),
     "E0039": ("not a constant",

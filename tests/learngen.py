@@ -36,6 +36,10 @@ part ways:
   comparison (`==` and `!=` included, against +0, -0 and other values), and a param's rate or a
   scalar state's step times a schedule of `step` or `epoch` (a warm-up by `min`, a decay by `exp`
   or `tanh`, a step change by `where`), so every engine, resume included, runs the clock;
+- slices and comprehensions (issue 47, `LossGen.window`, in about 3 in 10 programs, from a
+  stream of their own): windows of the data row (`x[i, 1:3]`), of vectors, lets and matrix
+  rows, columns (`W[:, 2]`), rows of computed matrices, `[tanh(x[i, j + 1] * w[j]) for j in
+  0..3]`, and coordinates of computed vectors (`h[1]`);
 - names as users write them: now and then up to the language's 128 characters (`fresh`), which
   every checkpoint must record and restore whole;
 - deployments: stars, meshes (a star whose owners reduce-scatter directly; now and then one with
@@ -153,6 +157,8 @@ def expr_text(e: tuple) -> str:
         return "[" + ", ".join(expr_text(a) for a in e[1]) + "]"
     if k == "cmp":                                   # only where's condition
         return f"{expr_text(e[2])} {e[1]} {expr_text(e[3])}"
+    if k == "comp":
+        return f"[{expr_text(e[1])} for {e[2]} in {e[3]}..{e[4]}]"
     raise ValueError(k)
 
 
@@ -300,6 +306,9 @@ class Gen:
         self.tr = random.Random(seed ^ 0x51C05)      # sin and cos: one too (issue 47)
         self.sr = random.Random(seed ^ 0x5C3ED)      # where and the clock: a stream of their own
 
+        self.sl = random.Random(seed ^ 0x511CE5)     # slices and comprehensions: another one
+        self.slices = self.sl.random() < 0.3
+
     def piecewise(self, e: tuple, other: tuple, rate: float = 0.05) -> tuple:
         """Sometimes e made piecewise: `where(e OP c, e, alt)` with c a number or `other` and
         alt a bounded change of e (every comparison, == and != included)."""
@@ -411,6 +420,7 @@ def generate(seed: int, matrices: bool | None = None, npy: bool | None = None,
     drawn = wr.random() < WIDE_RATE
     if drawn if wide is None else wide:
         f = wr.choice(WIDTHS)
+        g.slices = False                             # windows of 1,000: not what wide ones test
     decls = [Decl("data", "x", (n, f), [[g.small(-2, 2) for _ in range(f)] for _ in range(n)]),
              Decl("data", "y", (n,), [g.small(-3, 3) for _ in range(n)])]
     if r.random() < 0.3:
@@ -558,6 +568,59 @@ class LossGen:
                 return ("name", r.choice(sl))
         return ("num", g.small())
 
+    def window(self, length: int) -> tuple | None:
+        """A vector of `length` from slices (issue 47): a window of the data row, of a longer
+        vector param or let, a column or a row's window of a matrix, a row of a computed matrix,
+        or a comprehension over the data row's coordinates; drawn from the slices' stream."""
+        sl, f, opts = self.g.sl, self.f, []
+
+        def cut(n: int) -> str:
+            a = sl.randrange(n - length + 1)
+            return f"{a}:{a + length}"
+        if f > length:
+            opts.append(("pick", "x", ("i", cut(f))))
+        for v in [(p.name, p.shape) for p in self.params + self.loss_states] + self.lets:
+            name, shape = v
+            if len(shape) == 1 and shape[0] > length:
+                opts.append(("pick", name, (cut(shape[0]),)))
+            if len(shape) == 2 and shape[0] == length:
+                opts.append(("pick", name, (":", sl.randrange(shape[1]))))
+            if len(shape) == 2 and shape[1] >= length:
+                opts.append(("pick", name, (sl.randrange(shape[0]),) + ((cut(shape[1]),) if shape[1] > length else ())))
+        if f >= length:
+            a = sl.randrange(f - length + 1)
+            vec = [p.name for p in self.params + self.loss_states if p.shape == (length,)]
+            other = ("pick", sl.choice(vec), ("j",)) if vec and sl.random() < 0.6 else \
+                ("num", round(sl.uniform(-1, 1), 2))
+            opts.append(("comp", ("call", "tanh", (("bin", "*", ("pick", "x", ("i", f"j + {a}")), other),)),
+                         "j", 0, length))
+        return sl.choice(opts) if opts else None
+
+    def slice_terms(self, loss: tuple) -> tuple:
+        """loss plus, from the slices' stream alone (the rest of the program is the one the seed
+        drew before), a coordinate of a computed vector (`0.05 * t3[1]^2`), a window's dot, as
+        in a convolution (`0.05 * dot(w[0:2], x[i, 1:3])^2`), and the sum of a `window`."""
+        sl, f = self.g.sl, self.f
+        lengths = sorted({s[0] for _, s in [(p.name, p.shape) for p in self.params] + self.lets
+                          if len(s) == 1} | {f})
+        for _ in range(sl.choice([1, 1, 2])):
+            w = self.window(sl.choice(lengths))
+            if w is not None:
+                loss = ("bin", "+", loss, ("bin", "*", ("num", 0.05), ("pow", ("call", "sum", (w,)), 2)))
+        vl = [(name, shape) for name, shape in self.lets if len(shape) == 1]
+        if vl and sl.random() < 0.7:
+            name, shape = sl.choice(vl)
+            term = ("pow", ("pick", name, (sl.randrange(shape[0]),)), 2)
+            loss = ("bin", "+", loss, ("bin", "*", ("num", 0.05), term))
+        vec = [p for p in self.params if len(p.shape) == 1]
+        if vec and sl.random() < 0.8:
+            v = sl.choice(vec)
+            k = sl.randint(1, min(v.shape[0], f))
+            a, b = sl.randrange(v.shape[0] - k + 1), sl.randrange(f - k + 1)
+            term = ("call", "dot", (("pick", v.name, (f"{a}:{a + k}",)), ("pick", "x", ("i", f"{b}:{b + k}"))))
+            loss = ("bin", "+", loss, ("bin", "*", ("num", 0.05), ("pow", term, 2)))
+        return loss
+
     def vector(self, length: int, depth: int) -> tuple:
         """A vector expression of `length` coordinates."""
         r = self.r
@@ -683,6 +746,8 @@ class LossGen:
             prog.loss.append(Stmt("let", name, self.scalar(2)))
             self.lets.append((name, ()))
         loss = ("bin", "*", ("num", r.choice([0.5, 1.0, 0.25])), ("pow", resid, 2))
+        if self.g.slices:
+            loss = self.slice_terms(loss)
         if r.random() < 0.3:
             loss = ("bin", "*", ("pow", resid, 2), ("bin", "+", ("num", 0.5), ("bin", "*", ("num", 0.1), ("pow", ("row", "z" if any(d.name == "z" for d in self.data) else "y"), 2))))
         for s in self.loss_states:

@@ -35,7 +35,12 @@ The order of operations is part of the numerical contract, so it is fixed here:
     t = outer(u, v)   u += dt @ v        v += u @ dt   (dt the matrix adjoint)
     t = max(a)   a += maxadj(a, dt): dt to the coordinate the pairwise rule picks (MaxAdj)
     t = onehot(k, n)  nothing: a label carries no gradient
-    t = [a, b, ...]   a += dt[0], b += dt[1], ...
+    t = [a, b, ...]   a += dt[0], b += dt[1], ...   (rows, for a matrix of vectors)
+    t = a[k]     a's coordinate (row) k += dt, when a is computed (a param's pick is its
+                 gradient's contribution at its offset): the adjoint of a value of which some
+                 contribution is such a pick is built row by row, row k the left fold of the
+                 contributions that reach it in arrival order (a whole contribution gives its
+                 row k, a pick its dt), +0 where none does: no addition of a zero
   a vector operand broadcast over a matrix's rows gets its adjoint's column sums (`ones @ dt`);
   and a contribution to a scalar from a vector-shaped expression is its `sum` (a left fold);
 - while building the adjoint expressions, constant operands are folded in binary64 and `1 * x`
@@ -103,6 +108,25 @@ def reduce_to(shape: tuple[int, ...], c: Node) -> Node:
     return c
 
 
+def pick(a: Node, k: int) -> Node:
+    """Row (coordinate) k of a: an item of a stack itself, else a fixed index."""
+    return a.items[k] if isinstance(a, Stack) else fold(Pick(a, k, a.shape[1:]))
+
+
+def scatter(shape: tuple[int, ...], contribs: list) -> Node:
+    """The adjoint of a value of `shape` from whole contributions (nodes) and picks ((k, dt)):
+    row k the left fold of those reaching it in arrival order, +0 where none does."""
+    rows = []
+    for k in range(shape[0]):
+        terms = [c[1] if isinstance(c, tuple) else pick(c, k) for c in contribs
+                 if not isinstance(c, tuple) or c[0] == k]
+        acc = terms[0] if terms else Const(shape[1:], (0.0,) * (shape[1] if shape[1:] else 1))
+        for c in terms[1:]:
+            acc = add(acc, c)
+        rows.append(acc)
+    return fold(Stack(tuple(rows), shape))
+
+
 def differentiate(lr: Learner) -> None:
     lr.grads = {p.name: [] for p in lr.params}
     if lr.loss is None:
@@ -118,9 +142,12 @@ def differentiate(lr: Learner) -> None:
         contribs = adj.pop(id(t), None)
         if not contribs:
             continue
-        dt = contribs[0]
-        for c in contribs[1:]:
-            dt = add(dt, c)
+        if any(isinstance(c, tuple) for c in contribs):
+            dt = scatter(t.shape, contribs)
+        else:
+            dt = contribs[0]
+            for c in contribs[1:]:
+                dt = add(dt, c)
         if isinstance(t, Read):
             if t.name in lr.grads:
                 lr.grads[t.name].append(Contribution(0, dt))
@@ -132,6 +159,8 @@ def differentiate(lr: Learner) -> None:
                 root = root.a
             if isinstance(root, Read) and root.name in lr.grads:
                 lr.grads[root.name].append(Contribution(offset, dt))
+            elif not isinstance(t.a, (Const, DataRow, Grad, OneHot, MaxAdj, Read)):
+                adj.setdefault(id(t.a), []).append((t.k, dt))
         elif isinstance(t, Elem):
             a, b = t.a, t.b
             if t.op == "add":
@@ -202,4 +231,4 @@ def differentiate(lr: Learner) -> None:
             give(t.a, fold(MaxAdj(t.a, dt, t.a.shape)))
         elif isinstance(t, Stack):
             for k, item in enumerate(t.items):
-                give(item, fold(Pick(dt, k, ())))
+                give(item, pick(dt, k))

@@ -94,7 +94,7 @@ def _step(n: Node, val, state, rows) -> np.ndarray:
     if isinstance(n, Stack):
         items = [val(c) for c in n.items]
         s = max(len(x) for x in items)
-        return np.hstack([np.broadcast_to(x, (s, 1)) for x in items])
+        return np.hstack([np.broadcast_to(x, (s, x.shape[1])) for x in items])
     if isinstance(n, Pow):
         base = out = val(n.a)
         for _ in range(n.n - 1):

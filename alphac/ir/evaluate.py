@@ -93,7 +93,7 @@ def _step(n: Node, env: Env, val: Callable[[Node], Value]) -> Value:
             a, b = _spread(a, n.size), _spread(b, n.size)
         return _broadcast(BINARY[n.op], a, b)
     if isinstance(n, Stack):
-        return tuple(val(x)[0] for x in n.items)
+        return tuple(v for x in n.items for v in val(x))
     if isinstance(n, Unary):
         op = UNARY[n.op]
         return tuple(op(x) for x in val(n.a))

@@ -204,7 +204,8 @@ class OneHot(Node):
 
 @dataclass(eq=False)
 class Stack(Node):
-    """`[a, b, ...]` of scalar values that are not all constant: the vector of them."""
+    """`[a, b, ...]` (or a comprehension) of values that are not all constant: scalars make a
+    vector of them, vectors of one length a matrix whose rows they are."""
     items: tuple[Node, ...]
     shape: tuple[int, ...]
 

@@ -464,11 +464,16 @@ class Values:
                             put(s, c, f"{gen.address(bufs[s], c)} + {ts[s]}")
                 self.vloop(0, cols, term, pairs)
             self.loop(0, rows, row)
-        elif isinstance(n, Stack):
+        elif isinstance(n, Stack):                  # scalars, or the rows of a matrix
             for k, item in enumerate(n.items):
-                v = self.all(item, None)
-                for s in L:
-                    put(s, str(k), v[s])
+                w = max(1, item.size)
+
+                def row(c: str | None, k=k, item=item, w=w) -> None:
+                    v = self.all(item, c)
+                    at = str(k * w + int(c or 0)) if c is None or c.isdigit() else f"{k * w} + {c}"
+                    for s in L:
+                        put(s, at, v[s])
+                row(None) if not item.shape else self.loop(0, w, row)
         elif isinstance(n, MaxAdj):
             dt, first = self.all(n.dt, None), self.all(n.a, "0")
             ms = tuple(em.let(first[s], "m") for s in L)

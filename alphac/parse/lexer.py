@@ -18,7 +18,7 @@ from alphac.diag import Sink, Source, Span
 from alphac.formats import NAME_MAX
 
 KEYWORDS = {"learner", "data", "const", "param", "state", "loss", "predict", "update", "let",
-            "deployment", "strategy", "f64", "batch", "order", "contract", "optimizer"}
+            "deployment", "strategy", "f64", "batch", "order", "contract", "optimizer", "def"}
 DIGITS = "0123456789"
 PUNCT = {"+", "-", "*", "/", "^", "=", "(", ")", "[", "]", "{", "}", ",", ":", ";", ".",
          "..", "@", "<", ">"}

@@ -131,7 +131,7 @@ class _Lower:
             return [em.op("selpf", one, zero, em.op("eqf64", v(n.a)[0], f64imm(float(j))))
                     for j in range(n.size)]
         if isinstance(n, Stack):
-            return [v(x)[0] for x in n.items]
+            return [r for x in n.items for r in v(x)]
         if isinstance(n, Pick):
             a = v(n.a)
             row = max(1, len(a) // n.a.shape[0])
@@ -314,7 +314,7 @@ class _Loops:
             if isinstance(n, Const):
                 self.regvec[id(n)] = [em.op("movf", f64imm(x)) for x in n.values]
             elif isinstance(n, Stack):
-                self.regvec[id(n)] = [self.value(x, None) for x in n.items]
+                self.regvec[id(n)] = self.stacked(n)
             else:
                 self.regvec[id(n)] = [self.compute(n, self.const(j)) for j in range(n.size)]
         elif self.keep(n):
@@ -323,12 +323,17 @@ class _Loops:
                 for k, x in enumerate(n.values):
                     em.op("stl", buf, 8 * k, em.op("movf", f64imm(x)))
             elif isinstance(n, Stack):
-                for k, x in enumerate(n.items):
-                    em.op("stl", buf, 8 * k, self.value(x, None))
+                for k, x in enumerate(self.stacked(n)):
+                    em.op("stl", buf, 8 * k, x)
             else:
                 self.loop(n.size, lambda k: em.op(
                     "stl", em.op("add64", buf, em.op("wide", k, 8)), 0, self.compute(n, k)))
             self.stored[id(n)] = buf
+
+    def stacked(self, n: Stack) -> list[str]:
+        """A stack's coordinates: its scalars, or its rows' coordinates, row after row."""
+        return [self.value(x, None if x.size == 1 else self.const(c))
+                for x in n.items for c in range(x.size)]
 
     def load(self, key: str, k: str | None) -> str:
         em = self.em

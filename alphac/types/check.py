@@ -39,6 +39,7 @@ from alphac.ir.learner import type_text, wide
 from alphac.parse import ast
 from alphac.parse.optim import OptimizerUse
 from alphac.types.optim import expand as expand_optimizers
+from alphac.types.slices import Slicing
 
 # name -> arity. Elementwise functions (alphac.math: exact or correctly rounded), two library
 # compositions of them (COMPOSITIONS), and the reductions.
@@ -74,7 +75,9 @@ class Ctx:
     assigned: set[str] = field(default_factory=set)
 
 
-class Checker:
+class Checker(Slicing):
+    builtins, symbol = None, Symbol           # what alphac.types.slices reads (BUILTINS: below)
+
     def __init__(self, module: ast.Module, sink: Sink, base_dir: Path | None):
         self.module = module
         self.sink = sink
@@ -113,6 +116,7 @@ class Checker:
         losses = [d for d in m.decls if isinstance(d, ast.LossDecl) and d.kind == "loss"]
         predicts = [d for d in m.decls if isinstance(d, ast.LossDecl) and d.kind == "predict"]
         updates = [d for d in m.decls if isinstance(d, ast.UpdateDecl)]
+        self.functions(m.decls)
         for extra in losses[1:] + predicts[1:]:
             self.err("E0059", extra.span, f"a second `{extra.kind}`",
                      hint=f"a learner has at most one {extra.kind}")
@@ -452,6 +456,11 @@ class Checker:
             return self.index(e, ctx)
         if isinstance(e, ast.ArrayLit):
             return self.array(e, ctx)
+        if isinstance(e, ast.Comp):
+            return self.comp(e, ctx)
+        if isinstance(e, ast.Slice):
+            self.err("E0033", e.span, "a slice `lo:hi` is only an index, as in `v[lo:hi]`")
+            return None
         raise TypeError(type(e).__name__)
 
     def name(self, e: ast.Name, ctx: Ctx) -> ir.Node | None:
@@ -554,6 +563,11 @@ class Checker:
         return None
 
     def call(self, e: ast.Call, ctx: Ctx) -> ir.Node | None:
+        if e.func in self.funcs and e.func not in ctx.lets:
+            return self.funcall(e, ctx)
+        if e.func == "len" and len(e.args) in (1, 2):
+            n = self.dimension(e, ctx)
+            return None if n is None else ir.Const((), (float(n),))
         if e.func not in BUILTINS:
             if e.func in self.syms or e.func in ctx.lets:
                 self.err("E0033", e.func_span, f"`{e.func}` is not a function",
@@ -684,14 +698,16 @@ class Checker:
         return ir.Grad(arg.name, sym.shape)
 
     def index(self, e: ast.Index, ctx: Ctx) -> ir.Node | None:
-        if not isinstance(e.base, ast.Name):
-            self.err("E0033", e.base.span, "only declared names can be indexed")
-            return None
-        name = e.base.name
-        sym = ctx.lets.get(name) or self.syms.get(name)
-        if sym is None:
-            self.unknown(name, e.base.span, ctx)
-            return None
+        name = e.base.name if isinstance(e.base, ast.Name) else None
+        sym = ctx.lets.get(name) or self.syms.get(name) if name else None
+        if sym is None or sym.kind != "data":       # any value: a declared name, a let, a result
+            node = self.expr(e.base, ctx)
+            node = node and self.select(node, list(e.indices), ctx, e)
+            if ctx.kind == "update" and node is not None and not isinstance(node, ir.Const):
+                self.err("E0050", e.span, "a fixed index or a slice in the update",
+                         hint="coordinate k may read only coordinate k; write the whole name")
+                return None
+            return node
         idx = list(e.indices)
         if len(idx) > len(sym.shape):
             self.err("E0033", e.span, f"`{name}` has {len(sym.shape)} dimension(s), indexed with {len(idx)}")
@@ -704,30 +720,11 @@ class Checker:
             if not (isinstance(first, ast.Name) and first.name == ctx.index):
                 self.err("E0033", first.span, f"data is indexed by the sample index first: `{name}[{ctx.index}]`")
                 return None
-            node: ir.Node = ir.DataRow(name, sym.shape[1:])
-        else:
-            if sym.kind == "let":
-                self.err("E0033", e.base.span, f"`{name}` is a let; only declared arrays can be indexed")
-                return None
-            node = self.name(e.base, ctx)
-            if node is None:
-                return None
         for ix in idx:
-            if not isinstance(ix, ast.Num) or ix.ival is None:
-                if isinstance(ix, ast.Name) and ix.name == ctx.index:
-                    self.err("E0033", ix.span, "the sample index can only be the first index of data")
-                else:
-                    self.err("E0033", ix.span, "an index must be an integer literal")
+            if isinstance(ix, ast.Name) and ix.name == ctx.index:
+                self.err("E0033", ix.span, "the sample index can only be the first index of data")
                 return None
-            if not 0 <= ix.ival < node.shape[0]:
-                self.err("E0032", ix.span, f"index {ix.ival} is out of range for a dimension of {node.shape[0]}")
-                return None
-            node = fold(ir.Pick(node, ix.ival, node.shape[1:]))
-        if ctx.kind == "update" and not isinstance(node, ir.Const) and idx:
-            self.err("E0050", e.span, f"`{name}` at a fixed index in the update",
-                     hint="coordinate k may read only coordinate k; write the whole name")
-            return None
-        return node
+        return self.select(ir.DataRow(name, sym.shape[1:]), idx, ctx, e)
 
     def array(self, e: ast.ArrayLit, ctx: Ctx) -> ir.Node | None:
         if not e.items:
@@ -737,15 +734,11 @@ class Checker:
         if any(x is None for x in items):
             return None
         if not all(isinstance(x, ir.Const) for x in items):
-            if any(x.shape for x in items):
-                self.err("E0037", e.span, "an array literal of vectors must be constant",
-                         hint="a vector of scalar values may be computed: `[a, b, c]`")
-                return None
             if ctx.kind == "update":
                 self.err("E0050", e.span, "a vector built from values in the update",
                          hint="coordinate k may read only coordinate k of its values")
                 return None
-            return ir.Stack(tuple(items), (len(items),))
+            return self.stacked(items, e.span)
         shape0 = items[0].shape
         for x, src in zip(items, e.items):
             if x.shape != shape0:
@@ -899,6 +892,9 @@ def logsumexp(z: ir.Node) -> ir.Node:
     m = fold(ir.Max(z))
     e = fold(ir.Unary("exp", fold(ir.Elem("sub", z, m, z.shape)), z.shape))
     return fold(ir.Elem("add", m, fold(ir.Unary("log", fold(ir.Sum(e)), ())), ()))
+
+
+Checker.builtins = BUILTINS
 
 
 def check(module: ast.Module, sink: Sink, base_dir: Path | None = None) -> ir.Learner | None:
