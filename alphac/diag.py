@@ -173,12 +173,16 @@ CODES: dict[str, tuple[str, str]] = {
               "The value assigned (or given as an initial value) does not have the declared "
               "shape of its target. A scalar initial value fills every coordinate."),
     "E0032": ("index out of range",
-              "A constant index must be at least 0 and less than the dimension it indexes."),
+              "A constant index must be at least 0 and less than the dimension it indexes; a "
+              "slice `lo:hi` must have 0 <= lo < hi <= the dimension (not empty), and a "
+              "comprehension's range `lo..hi` lo < hi."),
     "E0033": ("bad indexing",
               "Only arrays can be indexed, with at most one index per dimension. An index is "
-              "an integer literal or the sample index of `loss(i)` (or `predict(i)`); the "
-              "sample index may only index data, as its first index. In the loss, one element "
-              "of the sample's data may be a declared array's only index (`E[tok[i]]`, "
+              "a constant integer expression (literals, a comprehension's variable, integral "
+              "constants, len(v), min, max, + - * and / rounding down), a slice `lo:hi` of "
+              "them, or the sample index of `loss(i)` (or `predict(i)`); the sample index may "
+              "only index data, as its first index. In the loss, one element of the sample's "
+              "data may be a declared param's, state's or const's only index (`E[tok[i]]`, "
               "`E[tok[i, 2]]`: an embedding), and a param indexed so is read there no other way."),
     "E0034": ("ragged array literal",
               "Every row of an array literal must have the same length."),
@@ -188,10 +192,11 @@ CODES: dict[str, tuple[str, str]] = {
     "E0036": ("bad type",
               "A type is `f64` (a scalar) or `f64[D1, D2, ...]` with positive integer "
               "dimensions (at most 2)."),
-    "E0037": ("array literal is not constant",
-              "Array literals (`[a, b, c]`) of constants are folded at compile time. A vector of "
-              "scalar values that are not constant (`[dot(u, v), w[0]]`) is computed where it "
-              "is read (in the loss); a matrix literal's rows must be constant."),
+    "E0037": ("array of matrices",
+              "Array literals (`[a, b, c]`) and comprehensions (`[f(j) for j in 0..4]`) of "
+              "constants are folded at compile time; of computed values, scalars make a vector "
+              "and vectors of one length a matrix (in the loss). Their items cannot be matrices: "
+              "values have at most 2 dimensions."),
     "E0038": ("data outside the loss",
               "Data is per sample; only the loss reads it, through the sample index."),
     "E0039": ("not a constant",
@@ -221,9 +226,12 @@ CODES: dict[str, tuple[str, str]] = {
     # -- learner structure --------------------------------------------------------------------
     "E0050": ("update is not per-coordinate",
               "Each coordinate's new value may depend only on that coordinate of the state, its "
-              "mean gradient, constants and scalar state. Reductions and products of non-constants "
-              "(dot, sum, max(v), logsumexp, outer, @, onehot), fixed indices such as w[0], and "
-              "data are not allowed in `update`: a coordinate would read others, held elsewhere."),
+              "mean gradient, constants, scalar state and the update's reduced scalars. Products "
+              "of non-constants (logsumexp, outer, @, onehot), fixed indices such as w[0], and "
+              "data are not allowed in `update`: a coordinate would read others, held elsewhere. "
+              "dot, sum and max(v) are reduced scalars, computed before the statements: their "
+              "operands may read gradients and the state the step starts from, not a value after "
+              "its assignment, and no reduction inside another (docs/language.md)."),
     "E0051": ("coordinates of different shapes meet",
               "A per-coordinate update reads a coordinate value (a param, its gradient, or "
               "state updated from them) whose shape is not the target's. Coordinate k of the "
@@ -290,6 +298,16 @@ CODES: dict[str, tuple[str, str]] = {
               "declares (`PARAM_STATE`, such as `W1_exp_avg`) must not be declared by the file."),
     "E0073": ("optimizer defined twice",
               "An optimizer definition's name is already the library's, or the file's."),
+    "E0074": ("comparison out of place",
+              "A comparison (`a < b`, `<=`, `>`, `>=`, `==`, `!=`) is not a number: it is only "
+              "the condition of `where(a < b, x, y)`, which is x where the comparison holds and "
+              "y elsewhere, elementwise. Its condition must be one comparison (nest `where`s for "
+              "more), and comparisons do not chain (`a < b < c`)."),
+    "E0075": ("step or epoch outside the update",
+              "`step` (the run's step, counted from 0 over the whole run, resumes included) and "
+              "`epoch` (step div the batches per epoch) are values only in `update`: the loss is "
+              "the same function at every step. A declaration or `let` named `step` or `epoch` "
+              "hides them."),
     # -- deployments (alphac.dist) ------------------------------------------------------------
     "E0100": ("unknown deployment",
               "`--deployment NAME` names a deployment the file does not declare."),
@@ -351,6 +369,11 @@ CODES: dict[str, tuple[str, str]] = {
               "the combine tree's order. So the strategy must partition the gradients (`zero2`, "
               "`zero3`, or a strategy of the file's), and the contract must be the ordered one "
               "(under `exact_sum` use a star)."),
+    "E0119": ("a scalar state reads a reduction only one owner can compute",
+              "The update's dot, sum and max(v) of coordinate values are computed before its "
+              "statements from the gradients and the state (docs/language.md). With `deliver` to "
+              "one owner only that owner holds them, while every owner runs the scalar-state "
+              "statements: so no scalar state may read them. Use `deliver all`."),
     # -- GPU owners (alphac.nvdrv, docs/nvdrv.md) -----------------------------------------------
     "E0120": ("GPU memory demand over the card's supply",
               "A GPU owner allocates its arena (code, constant banks, QMDs, push buffers, state, "

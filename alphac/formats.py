@@ -118,7 +118,7 @@ FRAME = Layout("frame header", "FH", 104, _fields(
                            "(docs/runtime.md, \"Membership\"); zero in a HELLO, a CHALLENGE, or without one"),
 ))
 FRAME_KINDS = {"hello": 1, "combine": 2, "deliver": 3, "gather-inputs": 4, "allgather-params": 5,
-               "allgather-state": 6, "publish": 7, "checkpoint": 8, "challenge": 9}
+               "allgather-state": 6, "publish": 7, "checkpoint": 8, "challenge": 9, "reduce": 10}
 IDENTITY_BYTES = 192                      # the six 32-byte identity digests
 HELLO_BYTES = IDENTITY_BYTES + 64         # the identity, the sender's nonce, its proof
 NONCE_BYTES = 32                          # a CHALLENGE's payload: the acceptor's nonce

@@ -19,9 +19,11 @@ from __future__ import annotations
 import struct
 from typing import Protocol, Sequence
 
-from alphac.ir.learner import Learner
+from alphac.ir.learner import Learner, update_reductions
 from alphac.ir.order import step_samples
-from alphac.ptx.abi import Kernel, batch_kernels, batch_widths, host_scalars, param_count, row_layout, sum_kernels
+from alphac.math import binary64 as f
+from alphac.ptx.abi import (Kernel, batch_kernels, batch_widths, host_scalars, param_count, param_layout,
+                            row_layout, sum_kernels)
 
 
 class Device(Protocol):
@@ -129,12 +131,18 @@ class Owner:
                     out.append(float("inf") if total > 0 else float("-inf"))
         return out
 
-    def update(self, G: list[float] | None, n: int) -> None:
-        """The update, given the combined sum G over n samples (None without a loss)."""
+    def update(self, G: list[float] | None, n: int, t: int = 0) -> None:
+        """Step t's update, given the combined sum G over n samples (None without a loss)."""
         if G is not None:
             self.dev.write(self.G, G)
+        whole = None                 # the update's reduced scalars read every coordinate
+        if update_reductions(self.lr.update):
+            at = param_layout(self.lr)
+            whole = ({s.name: tuple(self.dev.read(self.state[s.name], s.size)) for s in self.lr.states},
+                     {p.name: tuple(f.div(x, float(n)) for x in G[at[p.name]:at[p.name] + p.size])
+                      for p in self.lr.params} if G is not None else {})
         values = host_scalars(self.lr, {s.name: tuple(self.dev.read(self.state[s.name], 1))
-                                        for s in self.lr.scalar_states})
+                                        for s in self.lr.scalar_states}, whole, t)
         for g in self.lr.groups:
             k = self.kernels[f"update_g{g.index}"]
             self.dev.launch(k, self._args(k, n=n, klo=0, khi=g.size, values=values), g.size)
@@ -144,9 +152,9 @@ class Owner:
     def step(self, t: int = 0) -> None:
         """Step t of the single-owner learner (the owner holds every sample)."""
         if self.lr.loss is None:
-            return self.update(None, self.lr.nsamples or 0)
+            return self.update(None, self.lr.nsamples or 0, t)
         G = self.contribution(0, self.lr.nsamples or 0, t)
-        self.update(G, self.count)
+        self.update(G, self.count, t)
 
     def read_state(self) -> dict[str, tuple[float, ...]]:
         return {s.name: tuple(self.dev.read(self.state[s.name], s.size)) for s in self.lr.states}

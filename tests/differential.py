@@ -114,7 +114,7 @@ def expected(lr, history) -> str:
                                 for k in range(dep.owners)]
                     combined = evaluate_tree(dep.combine_tree(), contribs)
                 grads = interp.mean_gradient(combined)
-            state = interp.apply_update(lr, state, grads)
+            state = interp.apply_update(lr, state, grads, t - 1)   # step t - 1's clock
     try:
         return interp.format_state(lr, state)
     except Refusal as r:

@@ -25,11 +25,23 @@ part ways:
   out, or now and then a line of the optimizer library: `optimizer adam(...) for W3`,
   `library_optimizer`), and uses the checker must refuse by name
   (`Program.expect`: wrong shapes E0030, a product or reduction in the update E0050, ...);
+- reductions in the update (`reductions`, about 1 program in 4): a global norm over gradients,
+  params and states, and a clip factor that scales some statements, as global-norm clipping
+  is written; and reductions the checker must refuse (E0050);
 - `contract exact_sum` in about 3 in 10 programs with a loss (a stream of its own), whose
   deployments may have up to 12 owners: every one must print the single process's bits;
 - wide learners (`generate(wide=None)`, about one in 20 of `make fuzz`'s, `WIDTHS`): the
   features 24 to 2,048 wide, so the GPU kernels keep vectors in local memory (the differential
   fuzzer's gpu engine runs those over its PTX budget through ptxas only);
+- schedules and piecewise functions (issue 47, a stream of their own, `Gen.sr`): now and then
+  a scalar of the loss or the update made piecewise, `where(e OP c, e, alt)` with every
+  comparison (`==` and `!=` included, against +0, -0 and other values), and a param's rate or a
+  scalar state's step times a schedule of `step` or `epoch` (a warm-up by `min`, a decay by `exp`
+  or `tanh`, a step change by `where`), so every engine, resume included, runs the clock;
+- slices and comprehensions (issue 47, `LossGen.window`, in about 3 in 10 programs, from a
+  stream of their own): windows of the data row (`x[i, 1:3]`), of vectors, lets and matrix
+  rows, columns (`W[:, 2]`), rows of computed matrices, `[tanh(x[i, j + 1] * w[j]) for j in
+  0..3]`, and coordinates of computed vectors (`h[1]`);
 - names as users write them: now and then up to the language's 128 characters (`fresh`), which
   every checkpoint must record and restore whole;
 - deployments: stars, meshes (a star whose owners reduce-scatter directly; now and then one with
@@ -42,7 +54,8 @@ part ways:
 
 Expressions are tuples: ('num', v) ('name', n) ('pick', n, (k, ...)) ('row', d) ('elt', d, k)
 ('bin', op, a, b) (op includes '@') ('neg', a) ('pow', a, n) ('call', f, (args...)) ('grad', p)
-('int', k) (an integer literal: onehot's length).
+('int', k) (an integer literal: onehot's length) ('cmp', op, a, b) (only as where's condition:
+('call', 'where', (cond, x, y))).
 Everything is drawn from `random.Random(seed)` and streams of its own seeded from it (the
 functions, the matrix operations, minibatches, data in files): a seed is a program, and a seed
 without the matrix operations is the program it was before they existed.
@@ -146,6 +159,10 @@ def expr_text(e: tuple) -> str:
         return str(e[1])
     if k == "stack":
         return "[" + ", ".join(expr_text(a) for a in e[1]) + "]"
+    if k == "cmp":                                   # only where's condition
+        return f"{expr_text(e[2])} {e[1]} {expr_text(e[3])}"
+    if k == "comp":
+        return f"[{expr_text(e[1])} for {e[2]} in {e[3]}..{e[4]}]"
     raise ValueError(k)
 
 
@@ -291,6 +308,39 @@ class Gen:
         self.names = 0
         self.nr = random.Random(seed ^ 0x4A3E)       # name lengths: a stream of its own
         self.tr = random.Random(seed ^ 0x51C05)      # sin and cos: one too (issue 47)
+        self.sr = random.Random(seed ^ 0x5C3ED)      # where and the clock: a stream of their own
+
+        self.sl = random.Random(seed ^ 0x511CE5)     # slices and comprehensions: another one
+        self.slices = self.sl.random() < 0.3
+
+    def piecewise(self, e: tuple, other: tuple, rate: float = 0.05) -> tuple:
+        """Sometimes e made piecewise: `where(e OP c, e, alt)` with c a number or `other` and
+        alt a bounded change of e (every comparison, == and != included)."""
+        r = self.sr
+        if r.random() >= rate:
+            return e
+        c = other if r.random() < 0.4 else ("num", r.choice([0.0, -0.0, 0.5, -0.25, 1.0]))
+        alt = r.choice([("bin", "*", ("num", 0.5), e), ("call", "tanh", (e,)), other, ("neg", e)])
+        cond = ("cmp", r.choice(["<", "<=", ">", ">=", "==", "!="]), e, c)
+        return ("call", "where", (cond, e, alt) if r.random() < 0.5 else (cond, alt, e))
+
+    def scheduled(self, e: tuple, rate: float = 0.25) -> tuple:
+        """Sometimes e times a schedule of the update's clock (`step`, `epoch`): a warm-up, a
+        decay, a step change by `where`, in forms that stay in (0, 1]."""
+        r = self.sr
+        if r.random() >= rate:
+            return e
+        clock = ("name", r.choice(["step", "epoch"]))
+        k = r.choice([2.0, 3.0, 5.0])
+        f = r.choice([
+            ("call", "min", (("num", 1.0), ("bin", "/", ("bin", "+", clock, ("num", 1.0)), ("num", k)))),
+            ("call", "exp", (("bin", "*", ("num", -0.125), clock),)),
+            ("call", "where", (("cmp", r.choice(["<", "<=", ">", ">=", "==", "!="]), clock, ("num", k)),
+                               ("num", 1.0), ("num", r.choice([0.5, 0.25])))),
+            ("call", "max", (("num", 0.25), ("bin", "-", ("num", 1.0), ("call", "tanh", (
+                ("bin", "/", clock, ("num", 4.0 * k)),))))),
+        ])
+        return ("bin", "*", e, f)
 
     def wrap(self, e: tuple, other: tuple | None = None, rate: float = 0.15) -> tuple:
         """Sometimes e inside one of the contract's functions (alphac.math), in forms that
@@ -374,6 +424,7 @@ def generate(seed: int, matrices: bool | None = None, npy: bool | None = None,
     drawn = wr.random() < WIDE_RATE
     if drawn if wide is None else wide:
         f = wr.choice(WIDTHS)
+        g.slices = False                             # windows of 1,000: not what wide ones test
     decls = [Decl("data", "x", (n, f), [[g.small(-2, 2) for _ in range(f)] for _ in range(n)]),
              Decl("data", "y", (n,), [g.small(-3, 3) for _ in range(n)])]
     if r.random() < 0.3:
@@ -427,7 +478,9 @@ def generate(seed: int, matrices: bool | None = None, npy: bool | None = None,
               scalars, consts, prog.loss_result is not None).build(prog)
     if mat:
         mat.update(prog)
-        mat.embed(prog)
+    reductions(prog, seed, prog.loss_result is not None)
+    if mat:
+        mat.embed(prog)                              # drawn last: every other draw as it was
     br = random.Random(seed ^ 0xBA7C4)              # minibatches: a stream of their own
     if prog.loss_result is not None and n > 1 and br.random() < 0.35:
         prog.batch = (br.randint(1, n - 1), br.choice([None, br.randrange(1 << 63)]))
@@ -436,6 +489,51 @@ def generate(seed: int, matrices: bool | None = None, npy: bool | None = None,
         prog.contract = "exact_sum"
     load_from_files(prog, seed, npy)
     return prog
+
+
+def reductions(prog: Program, seed: int, has_loss: bool) -> None:
+    """Reductions in the update (issue 47), in about 1 program in 4, from a stream of their
+    own: first, a global norm `sqrt(t1 + t2 ...)` over terms dot(x, x), sum(x * x) and
+    max(abs(x)) of gradients and (read before any assignment: the step's starting) params and
+    states, a clip factor `min(1, C / (norm + 1e-6))` that scales one or two statements, and
+    now and then a scalar state that reads the norm (refused E0119 by a deployment that
+    delivers to one owner). Now and then a reduction the checker must refuse (E0050): one over
+    a value after its assignment, or one inside another's operand."""
+    rr = random.Random(seed ^ 0x6E0A2)
+    coords = [d for d in prog.decls if d.kind in ("param", "state") and d.shape]
+    if not prog.update or not coords or rr.random() >= 0.25:
+        return
+    pool = [("name", d.name) for d in coords]
+    pool += [("grad", d.name) for d in coords if d.kind == "param" and has_loss] * 2
+    terms = []
+    for x in rr.sample(pool, min(len(pool), rr.choice([1, 2, 3]))):
+        k = rr.random()
+        terms.append(("call", "dot", (x, x)) if k < 0.5 else ("call", "sum", (("bin", "*", x, x),))
+                     if k < 0.8 else ("call", "max", (("call", "abs", (x,)),)))
+    total = terms[0]
+    for t in terms[1:]:
+        total = ("bin", "+", total, t)
+    norm, clip = f"norm{seed % 97}", f"clip{seed % 89}"
+    room = ("bin", "+", ("name", norm), ("num", 1e-6))
+    scale = ("bin", "/", ("num", rr.choice([0.05, 0.5, 2.0])), room)
+    first = [Stmt("let", norm, ("call", "sqrt", (total,))),
+             Stmt("let", clip, ("call", "min", (("num", 1.0), scale)))]
+    assigns = [s for s in prog.update if s.kind == "assign"]
+    for s in rr.sample(assigns, min(len(assigns), rr.choice([1, 2]))):
+        s.expr = ("bin", "*", ("name", clip), s.expr)
+    scalars = [d.name for d in prog.decls if d.kind == "state" and not d.shape
+               and any(s.kind == "assign" and s.name == d.name for s in assigns)]
+    if scalars and rr.random() < 0.3:
+        s = next(s for s in assigns if s.name == scalars[0])
+        s.expr = ("bin", "+", s.expr, ("bin", "*", ("num", 0.01), ("name", norm)))
+    prog.update[:0] = first
+    if prog.expect is None and rr.random() < 0.04:
+        x = rr.choice(pool)
+        bad = ("call", "sum", (("bin", "*", x, ("call", "dot", (x, x))),))
+        if x[0] == "name" and x[1] in {s.name for s in assigns} and rr.random() < 0.5:
+            bad = ("call", "dot", (x, x))              # after its assignment: the new value
+        prog.update.append(Stmt("let", f"late{seed % 83}", bad))
+        prog.expect = ("E0050", expr_text(bad))
 
 
 class LossGen:
@@ -476,6 +574,59 @@ class LossGen:
                 return ("name", r.choice(sl))
         return ("num", g.small())
 
+    def window(self, length: int) -> tuple | None:
+        """A vector of `length` from slices (issue 47): a window of the data row, of a longer
+        vector param or let, a column or a row's window of a matrix, a row of a computed matrix,
+        or a comprehension over the data row's coordinates; drawn from the slices' stream."""
+        sl, f, opts = self.g.sl, self.f, []
+
+        def cut(n: int) -> str:
+            a = sl.randrange(n - length + 1)
+            return f"{a}:{a + length}"
+        if f > length:
+            opts.append(("pick", "x", ("i", cut(f))))
+        for v in [(p.name, p.shape) for p in self.params + self.loss_states] + self.lets:
+            name, shape = v
+            if len(shape) == 1 and shape[0] > length:
+                opts.append(("pick", name, (cut(shape[0]),)))
+            if len(shape) == 2 and shape[0] == length:
+                opts.append(("pick", name, (":", sl.randrange(shape[1]))))
+            if len(shape) == 2 and shape[1] >= length:
+                opts.append(("pick", name, (sl.randrange(shape[0]),) + ((cut(shape[1]),) if shape[1] > length else ())))
+        if f >= length:
+            a = sl.randrange(f - length + 1)
+            vec = [p.name for p in self.params + self.loss_states if p.shape == (length,)]
+            other = ("pick", sl.choice(vec), ("j",)) if vec and sl.random() < 0.6 else \
+                ("num", round(sl.uniform(-1, 1), 2))
+            opts.append(("comp", ("call", "tanh", (("bin", "*", ("pick", "x", ("i", f"j + {a}")), other),)),
+                         "j", 0, length))
+        return sl.choice(opts) if opts else None
+
+    def slice_terms(self, loss: tuple) -> tuple:
+        """loss plus, from the slices' stream alone (the rest of the program is the one the seed
+        drew before), a coordinate of a computed vector (`0.05 * t3[1]^2`), a window's dot, as
+        in a convolution (`0.05 * dot(w[0:2], x[i, 1:3])^2`), and the sum of a `window`."""
+        sl, f = self.g.sl, self.f
+        lengths = sorted({s[0] for _, s in [(p.name, p.shape) for p in self.params] + self.lets
+                          if len(s) == 1} | {f})
+        for _ in range(sl.choice([1, 1, 2])):
+            w = self.window(sl.choice(lengths))
+            if w is not None:
+                loss = ("bin", "+", loss, ("bin", "*", ("num", 0.05), ("pow", ("call", "sum", (w,)), 2)))
+        vl = [(name, shape) for name, shape in self.lets if len(shape) == 1]
+        if vl and sl.random() < 0.7:
+            name, shape = sl.choice(vl)
+            term = ("pow", ("pick", name, (sl.randrange(shape[0]),)), 2)
+            loss = ("bin", "+", loss, ("bin", "*", ("num", 0.05), term))
+        vec = [p for p in self.params if len(p.shape) == 1]
+        if vec and sl.random() < 0.8:
+            v = sl.choice(vec)
+            k = sl.randint(1, min(v.shape[0], f))
+            a, b = sl.randrange(v.shape[0] - k + 1), sl.randrange(f - k + 1)
+            term = ("call", "dot", (("pick", v.name, (f"{a}:{a + k}",)), ("pick", "x", ("i", f"{b}:{b + k}"))))
+            loss = ("bin", "+", loss, ("bin", "*", ("num", 0.05), ("pow", term, 2)))
+        return loss
+
     def vector(self, length: int, depth: int) -> tuple:
         """A vector expression of `length` coordinates."""
         r = self.r
@@ -515,7 +666,8 @@ class LossGen:
 
     def scalar(self, depth: int) -> tuple:
         e = self.scalar_plain(depth)
-        return e if e[0] in ("num", "name") else self.g.wrap(e, self.scalar_leaf_other())
+        return e if e[0] in ("num", "name") else self.g.piecewise(
+            self.g.wrap(e, self.scalar_leaf_other()), ("num", 0.25))
 
     def scalar_leaf_other(self) -> tuple:
         """A second operand for max/min, from the functions' own stream."""
@@ -600,6 +752,8 @@ class LossGen:
             prog.loss.append(Stmt("let", name, self.scalar(2)))
             self.lets.append((name, ()))
         loss = ("bin", "*", ("num", r.choice([0.5, 1.0, 0.25])), ("pow", resid, 2))
+        if self.g.slices:
+            loss = self.slice_terms(loss)
         if r.random() < 0.3:
             loss = ("bin", "*", ("pow", resid, 2), ("bin", "+", ("num", 0.5), ("bin", "*", ("num", 0.1), ("pow", ("row", "z" if any(d.name == "z" for d in self.data) else "y"), 2))))
         for s in self.loss_states:
@@ -664,7 +818,7 @@ class UpdateGen:
         e = self.bounded_plain(group, shape, depth, scalar_only)
         if e[0] in ("num", "name", "grad"):
             return e
-        return self.g.wrap(e, self.scalar_leaf_other(), rate=0.12)
+        return self.g.piecewise(self.g.wrap(e, self.scalar_leaf_other(), rate=0.12), ("num", 0.5))
 
     def scalar_leaf_other(self) -> tuple:
         r = self.g.fr
@@ -697,12 +851,12 @@ class UpdateGen:
         me = ("name", v.name)
         if v.kind == "scalar":
             return ("bin", r.choice(["*", "+"]), ("bin", "*", me, ("num", r.choice([0.9, 0.999, 0.5]))),
-                    ("bin", "*", ("num", 0.01), self.bounded("", (), 2, scalar_only=True)))
+                    ("bin", "*", self.g.scheduled(("num", 0.01)), self.bounded("", (), 2, scalar_only=True)))
         upd = self.bounded(v.group, v.shape, 3)
         if v.kind == "param":
             if self.has_loss and r.random() < 0.7:
                 upd = ("bin", "+", ("grad", v.name), ("bin", "*", ("num", 0.1), upd))
-            return ("bin", "-", me, ("bin", "*", ("num", self.g.rate()), upd))
+            return ("bin", "-", me, ("bin", "*", self.g.scheduled(("num", self.g.rate())), upd))
         decay = ("num", r.choice([0.9, 0.99, 0.5, 0.0]))
         return ("bin", "+", ("bin", "*", decay, me), ("bin", "*", ("num", r.choice([0.1, 1.0, 0.5])), upd))
 
@@ -1335,25 +1489,29 @@ class MatGen:
         s.expr = ("bin", "+", s.expr, ("bin", "*", ("num", 0.001), e))
 
     def bad_update(self, s: Stmt) -> tuple | None:
-        """A term of s's shape that reads every coordinate of a coordinate value (E0050)."""
+        """A term of s's shape that reads every coordinate of a coordinate value (E0050): a
+        product, logsumexp, onehot, or (since the update's own reductions are allowed, issue
+        47) a reduction inside another's operand."""
         m = self.m
         shape = self.shape(s.name)
         g = ("grad", s.name)
+        nested = lambda f, x: call(f, ("bin", "*", x, call("sum", x)))     # noqa: E731
         if len(shape) == 1:
             L = shape[0]
             k = m.randrange(5)
             if k == 0:
-                return call(m.choice(["max", "sum", "logsumexp"]), g)
+                f = m.choice(["max", "sum", "logsumexp"])
+                return call(f, g) if f == "logsumexp" else nested(f, g)
             if k == 1:
                 return call("onehot", ("name", self.powers[0]), ("int", L)) if self.powers \
-                    else call("max", ("name", s.name))
+                    else nested("max", ("name", s.name))
             C = self.const((L, L))
             return matmul(g, C) if k == 2 else matmul(C, ("name", s.name) if k == 3 else g)
         R, C = shape
         vecs = [p for p in self.params if p.shape == (C,)]
         if vecs:
             return call("outer", ("name", self.const((R,))[1]), ("grad", m.choice(vecs).name))
-        return call("sum", ("name", s.name))
+        return nested("sum", ("name", s.name))
 
 
 def library_optimizer(o: random.Random, param: str) -> str:

@@ -74,6 +74,8 @@ WORD = {"st.global.u64": lambda old, b: b & M64, "red.global.add.u64": lambda ol
         "red.global.or.b64": lambda old, b: old | b}
 F64["setp.gt.f64"] = lambda a, b: a > b                 # ordered: False when either is NaN
 F64["setp.eq.f64"] = lambda a, b: a == b                # ordered: -0.0 == +0.0, NaN == nothing
+F64["setp.ge.f64"] = lambda a, b: a >= b                # ordered: False when either is NaN
+F64["setp.neu.f64"] = lambda a, b: a != b               # unordered: True when either is NaN
 F64["cvt.rn.f64.s64"] = lambda a: float(signed(a))
 F64["cvt.rzi.u32.f64"] = lambda a: int(a) & M32      # (toward zero; the index is whole)
 F64["selp.f64"] = lambda a, b, p: a if p else b

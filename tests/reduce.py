@@ -39,7 +39,7 @@ def engines_for(sig: set[str]) -> tuple[str, ...]:
 
 def subexpr_paths(e: tuple, path=()):
     yield path
-    if e[0] in ("bin",):
+    if e[0] in ("bin", "cmp"):
         yield from subexpr_paths(e[2], path + (2,))
         yield from subexpr_paths(e[3], path + (3,))
     elif e[0] in ("neg", "pow"):
@@ -69,7 +69,7 @@ def put(e: tuple, path, new: tuple) -> tuple:
 
 
 def operands(e: tuple) -> list[tuple]:
-    if e[0] == "bin":
+    if e[0] in ("bin", "cmp"):
         return [e[2], e[3]]
     if e[0] in ("neg", "pow"):
         return [e[1]]

@@ -100,8 +100,17 @@ def test_exact_sum_and_an_unknown_policy_are_refused_at_start(tmp_path):
     (tmp_path / "x.gpu").write_bytes(built.image.elf)
     (tmp_path / "x.gpu").chmod(0o755)
     r = mockgpu.run(tmp_path / "x.gpu", ["--steps", "3", *SAMPLED], card=card_for(90), kernels=built.kernels)
-    usage(r, "sampled: under contract exact_sum the host's exact sum is the check")
-    assert "--shadow sampled: under contract exact_sum" in r.events and r.allocations == []
+    usage(r, "sampled: under exact_sum or with reductions in the update the host's step is the check")
+    assert "--shadow sampled: under exact_sum" in r.events and r.allocations == []
+    # the update's reduced scalars are the host's, from its G, before the update kernels read them
+    clipped = example("lsq_adam").read_text().replace("  let g = grad(w)\n",
+                                                      "  let g = grad(w) * min(1, 0.5 / sqrt(dot(grad(w), grad(w))))\n")
+    assert "dot(grad(w)" in clipped
+    (tmp_path / "x.alpha").write_text(clipped)
+    built = build_gpu_owner(compile_file(tmp_path / "x.alpha").learner, "x86_64+sm_90", host_for(90))
+    (tmp_path / "x.gpu").write_bytes(built.image.elf)
+    r = mockgpu.run(tmp_path / "x.gpu", ["--steps", "3", *SAMPLED], card=card_for(90), kernels=built.kernels)
+    usage(r, "sampled: under exact_sum or with reductions in the update the host's step is the check")
 
 
 def test_a_malformed_events_file_is_refused_by_name(tmp_path):

@@ -124,6 +124,9 @@ def test_generator_is_deterministic_and_covers_the_features():
     expects = Counter(learngen.generate(s).expect[0] for s in range(400) if learngen.generate(s).expect)
     assert expects["E0030"] and expects["E0041"] and expects["E0050"], expects
     assert learngen.render(learngen.generate(7, matrices=False)).count("@") == 0
+    # slices and comprehensions (issue 47): windows of data rows, columns, coordinates of lets
+    assert re.search(r"x\[i, \d+:\d+\]", text) and re.search(r"\w\[:, \d+\]", text)
+    assert re.search(r"for j in 0\.\.\d+\]", text) and re.search(r"\bt\d+\[\d+\]", text)
     assert "\ncontract exact_sum\n" in text                 # issue 23's contract
     shapes = Counter()
     for s in range(120):

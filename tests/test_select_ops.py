@@ -97,13 +97,18 @@ FGT_CASES = [
     ("fgt(tiny, 0.0)", TINY > 0.0), ("fgt(0.0, tiny)", 0.0 > TINY),
     ("fgt(-0.0, -tiny)", -0.0 > -TINY), ("fgt(-tiny, -0.0)", -TINY > -0.0),
     ("fgt(tiny * 2.0, tiny)", TINY * 2.0 > TINY), ("fgt(tiny, bits2f(1))", TINY > TINY),
+    # fge is Python's float >=: equal operands (-0.0 and +0.0, infinities) hold, a NaN never
+    ("fge(p, q)", P >= Q), ("fge(q, p)", Q >= P), ("fge(p, p)", True), ("fge(0.0, -0.0)", True),
+    ("fge(-0.0, 0.0)", True), ("fge(nan, p)", False), ("fge(p, nan)", False), ("fge(nan, nan)", False),
+    ("fge(inf, inf)", True), ("fge(-inf, q)", -INF >= Q), ("fge(q, -inf)", True),
+    ("fge(tiny, 0.0)", True), ("fge(0.0, tiny)", False), ("fge(inf, nan)", False),
 ]
 CONSTANTS = [0, 1, -1, 4095, 0xFFFF0000, 0x5555555555555555, 0x0000FFFF0000FFFF,
              0xFFFF1234FFFFFFFF, -123456789, 0x8000000000000000, 0x123456789ABCDEF0,
              0x0001000000000000, 0xFFFFFFFFFFFF0000 + 0x1234]
 BRANCHES = [("y < -5", Y < -5), ("x > 4095", X > 4095), ("z == 7", True), ("ult(y, 5)", False),
             ("z != -7", True), ("y >= x", Y >= X), ("z <= 0x100000000", True),
-            ("fgt(r, p)", R > P), ("fgt(q, nan)", Q > NAN),
+            ("fgt(r, p)", R > P), ("fgt(q, nan)", Q > NAN), ("fge(r, r)", True), ("fge(nan, q)", False),
             ("umulh(y, y) == 0", umulh(Y, Y) == 0)]
 FLOAT_CASES = [
     ("p + q", P + Q), ("p - q", P - Q), ("q - p", Q - P), ("p * q", P * Q), ("p / q", P / Q),

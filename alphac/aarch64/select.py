@@ -4,7 +4,7 @@ Requires: a checked `lir.Function` and its `Allocation` (alphac.lower.regalloc w
 `abi.REGFILE`). Guarantees: one `assemble.MI` list per function that implements the LIR exactly:
 every binary64 operation is one `fadd fsub fmul fdiv fsqrt fneg` on its operands in their written
 order (never swapped, never fused: no fmadd/fmsub/fnmadd/fnmsub is ever emitted), `fgt` is
-`fcmp` + `cset gt` (false when unordered), spilled values are reloaded through the scratch
+`fcmp` + `cset gt` and `fge` `fcmp` + `cset ge` (false when unordered), spilled values are reloaded through the scratch
 registers of `abi`, calls and system calls move their arguments by `parallel_moves`, and sp stays
 16-byte aligned at every instruction.
 
@@ -242,7 +242,8 @@ class Selector(SelectorBase):
     def fgt(self, op, d, a) -> None:
         self.emit("fcmp", self.use(a[0], F1), self.use(a[1], F2))
         r = self.defreg(d, S1)
-        self.emit("cset", r, COND["gt"])             # gt: Z = 0 and N = V, false when unordered
+        self.emit("cset", r, COND[op[1:]])           # gt: Z = 0 and N = V; ge: N = V; both
+        # false when unordered (NZCV = 0011)
         self.commit(d, r)
 
     def bits(self, op, d, a) -> None:

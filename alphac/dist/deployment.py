@@ -22,7 +22,7 @@ from importlib import resources
 from alphac.diag import Sink, Source, Span
 from alphac.dist.structure import (MAX_FANOUT, Hierarchy, Leaf, Node, Ranges, Role, Star,
                                    coverage_problem, tree_leaves, tree_text)
-from alphac.ir.learner import Learner
+from alphac.ir.learner import Learner, postorder, update_reductions
 from alphac.targets import gpu_targets, names
 from alphac.parse.deploy import DeploymentDecl, RoleRef, StrategyDecl
 
@@ -138,6 +138,7 @@ class DeploymentChecker:
         deliver = self.deliver(strategy)
         if self.ok and strategy is not None:
             self.mesh_fits(strategy)
+            self.reductions_fit(strategy, deliver)
         placement = self.placement(strategy) if strategy else {}
         targets = self.per_role("target", lambda v, span: self.target_name(v, span))
         memory = self.per_role("memory", lambda v, span: v[0])
@@ -267,6 +268,21 @@ class DeploymentChecker:
         elif self.lr.exact_sums:
             self.err("E0118", it.span, "a mesh combines rounded binary64 sums; this learner's "
                                        "contract is exact_sum", hint="use `topology star(...)`")
+
+    def reductions_fit(self, strategy: Strategy, deliver: int | None) -> None:
+        """The update's reduced scalars (docs/language.md) are computed where they are read:
+        delivered to one owner, only that one holds their operands, so no scalar-state
+        statement (run by every owner) may read them (E0119). Under a partitioned update the
+        plan gathers their terms (docs/distribution.md)."""
+        reds = {id(n) for n in update_reductions(self.lr.update)}
+        if deliver is None or not reds:
+            return
+        scalar = [a.target for a in self.lr.update if self.lr.state(a.target).group is None
+                  and any(id(n) in reds for n in postorder([a.node]))]
+        if scalar:
+            self.err("E0119", self.items["deliver"].span, f"scalar state `{scalar[0]}` reads a "
+                     "reduction of the update, and only the delivered owner holds its operands",
+                     hint="use `deliver all`")
 
     # -- samples and combine ---------------------------------------------------------------------
     def owner_ranges(self, item, total: int, what: str, code: str) -> Ranges | None:

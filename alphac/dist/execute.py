@@ -25,7 +25,7 @@ from alphac.dist.plan import Action, Plan
 from alphac.dist.structure import Leaf, Role, Star
 from alphac.math import binary64 as f
 from alphac.ir import interp
-from alphac.ir.learner import Learner
+from alphac.ir.learner import Learner, update_reductions
 
 
 class PlanError(Exception):
@@ -192,6 +192,13 @@ class Execution:
             out[s.name] = vals
         return out
 
+    def grads(self, me: RoleState) -> dict[str, list]:
+        """The mean gradients of the delivered (G, n) (None where not delivered here)."""
+        if self.lr.loss is None or "deliver" not in me.down:
+            return {}
+        g, n = me.down["deliver"]
+        return {p: [None if v is None else f.div(v, float(n)) for v in vals] for p, vals in g.items()}
+
     # -- local operations ----------------------------------------------------------------------
     def local(self, me: RoleState, a: Action) -> None:
         plan, lr = self.plan, self.lr
@@ -226,15 +233,21 @@ class Execution:
             if me.role == plan.root:              # exact_sum: rounded once, at the root
                 me.combined = interp.rounded(me.combined)
             me.contribs = []
+        elif a.op == "terms":                    # its coordinates' terms of each reduction
+            reds = update_reductions(lr.update)
+            for t in plan.reduce_terms():
+                lo, hi = plan.updates(me.role.index)[t.group]
+                try:
+                    mine = interp.reduction_terms(lr, me.state, self.grads(me), reds[int(t.name[2:])],
+                                                  range(lo, hi))
+                except ValueError as e:
+                    raise PlanError(f"{me.role}: {e}") from None
+                me.state[t.name] = [None] * lo + mine + [None] * (t.size - hi)
         elif a.op == "update":
-            grads = {}
-            if lr.loss is not None and "deliver" in me.down:
-                g, n = me.down["deliver"]
-                nf = float(n)
-                grads = {p: [None if v is None else f.div(v, nf) for v in vals] for p, vals in g.items()}
             coords = {g: range(lo, hi) for g, (lo, hi) in plan.updates(me.role.index).items()}
+            terms = {t.name: me.state.pop(t.name) for t in plan.reduce_terms()}
             try:
-                interp.apply_update_coords(lr, me.state, grads, coords)
+                interp.apply_update_coords(lr, me.state, self.grads(me), coords, terms, self.t)
             except ValueError as e:
                 raise PlanError(f"{me.role}: {e}") from None
             me.state = mask(plan, me.role.index, me.state)      # keep only what it holds

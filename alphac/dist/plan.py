@@ -11,6 +11,8 @@ strategy only says which classes it partitions; `composition` derives the step:
     3.                      transfer contributions up; combine at each combining role
     4.                      transfer the combined (G, n) down: all of it (gradients replicated,
                             or to the one owner of `deliver`), or each owner's slice
+       update partitioned:  the terms of the update's reductions, each owner its coordinates,
+                            gathered to every owner (`reduce`), folded in coordinate order
     5.                      update: every coordinate (replicated) or each owner's slices
     6. update partitioned:  for each replicated class, transfer slices up, replicate down;
        delivered to one:    that owner sends everything the loss reads to every owner
@@ -52,7 +54,7 @@ from alphac.dist.structure import Hierarchy, Role, Star, exchange_rounds
 
 @dataclass(frozen=True)
 class Action:
-    op: str                       # send | recv | compute | combine | update | advance | publish
+    op: str                       # send | recv | compute | combine | terms | update | advance | publish
     peer: Role | None = None
     kind: str = ""                # message kind: the phase it belongs to
     detail: str = ""
@@ -175,9 +177,21 @@ class Plan:
             return {g.index: self.dep.placement[g.index].range(k) for g in lr.groups}
         return {g.index: (0, g.size) for g in lr.groups}
 
+    def reduce_terms(self) -> list:
+        """Under a partitioned update, the terms of the update's reduced scalars (ir.learner.
+        term_states): each owner computes its coordinates', the plan gathers them whole to
+        every owner, and each folds them in coordinate order, so every owner has the single
+        process's bits (docs/distribution.md, "Reductions in the update")."""
+        if not self.dep.strategy.partitioned_update or self.deliver_one is not None:
+            return []
+        from alphac.ir.learner import term_states
+        return term_states(self.lr)
+
     def carries(self, kind: str) -> list:
         """The states a gather or publication message carries, in declaration order."""
         lr = self.lr
+        if kind == "reduce":
+            return self.reduce_terms()
         if kind == "gather-inputs":
             return self.gathered_inputs()
         if kind == "allgather-params":
@@ -230,6 +244,10 @@ class Plan:
             names = ", ".join(x.name for x in self.carries("allgather-params"))
             ops.append(f"transfer  {names} from {d.owner}[{self.deliver_one}], replicate to every owner")
         elif s.partitioned_update:
+            if self.reduce_terms():
+                ops.append(f"compute   the terms of the update's reductions at each owner, its coordinates")
+                ops.append(f"transfer  term slices, {up}; replicate them to every owner  (all-gather)")
+                ops.append("combine   at every owner: each reduction's terms folded left, coordinates ascending")
             ops.append("partition the update: each owner its coordinates (" + s.describe() + ")")
             for cls in self.regathered():
                 ops.append(f"transfer  {cls} slices up, replicate {cls} to every owner  (all-gather)")
@@ -250,6 +268,10 @@ class Plan:
             ops.append(f"transfer  to each owner the others' (G, n) for its coordinates, {rounds}  (reduce-scatter)")
             ops.append(f"combine   at each owner its coordinates, by the tree {d.tree_text()}")
             ops.append(f"transfer  the loss sum and n, {d.owner}[0] -> the center")
+        if self.reduce_terms():
+            ops.append(f"compute   the terms of the update's reductions at each owner, its coordinates")
+            ops.append(f"transfer  each owner's term slices to every other owner, {rounds}  (all-gather)")
+            ops.append("combine   at every owner: each reduction's terms folded left, coordinates ascending")
         ops.append("partition the update: each owner its coordinates (" + d.strategy.describe() + ")")
         for cls in self.regathered():
             ops.append(f"transfer  each owner's {cls} slices to every other owner, {rounds}  (all-gather)")
@@ -321,6 +343,9 @@ class Plan:
                     prog.append(Action("send", self.root, "combine", "the loss sum and n"))
             else:
                 prog.append(Action("recv", Role(self.dep.owner, 0), "combine", "the loss sum and n"))
+        if owner and self.reduce_terms():
+            prog.append(Action("terms", detail="the update's reduction terms, its coordinates"))
+            self._exchange(role, "reduce", "term slices", prog)
         if owner:
             prog.append(Action("update", detail="its coordinates"))
             for cls in self.regathered():
@@ -359,6 +384,11 @@ class Plan:
                         prog.append(Action("send", self.parent(role), "allgather-params", "all"))
             self._down(role, "allgather-params", "all", prog)
         else:
+            if self.reduce_terms():
+                if owner:
+                    prog.append(Action("terms", detail="the update's reduction terms, its coordinates"))
+                self._up(role, "reduce", "term slices", prog)
+                self._down(role, "reduce", "all", prog)
             if owner:
                 scope = "its coordinates" if self.dep.strategy.partitioned_update else "every coordinate"
                 prog.append(Action("update", detail=scope))
@@ -449,6 +479,8 @@ class Plan:
                 if s.kind == "param" and self.has_loss and held:
                     continue                      # the compute buffer is the param itself
                 out[f"{s.name}"] = 8 * n
+            if self.reduce_terms():
+                out["the update's reduction terms"] = 8 * sum(t.size for t in self.reduce_terms())
             return out
         kids = len(self.children(role))
         if self.mesh:
@@ -465,6 +497,8 @@ class Plan:
         if self.part or self.deliver_one is not None or self.regathered():
             out["gathered params/state"] = 8 * sum(s.size for s in lr.states if s.group is not None)
         out["published state"] = 8 * sum(s.size for s in lr.states)
+        if self.reduce_terms() and not self.mesh:
+            out["the update's reduction terms"] = 8 * sum(t.size for t in self.reduce_terms())
         return out
 
     def holds_all(self, kind: str) -> bool:

@@ -26,6 +26,7 @@ The order of operations is part of the numerical contract, so it is fixed here:
     t = relu(a)  a += where(a > 0, dt, +0)                         (relu'(0) = 0)
     t = max(a,b) a += where(b > a, +0, dt)      b += where(b > a, dt, +0)   (ties: to a)
     t = min(a,b) a += where(a > b, +0, dt)      b += where(a > b, dt, +0)   (ties: to a)
+    t = where(c, x, y)  x += where(c, dt, +0)   y += where(c, +0, dt)   (c's operands: nothing)
     t = a^n      a += (dt * n) * a^(n-1)          (a^1 is a itself)
     t = dot(a,b) a += dt * b         b += dt * a
     t = sum(a)   a += dt, at every coordinate
@@ -36,7 +37,12 @@ The order of operations is part of the numerical contract, so it is fixed here:
     t = onehot(k, n)  nothing: a label carries no gradient
     t = E[k]     E += scatter(dt, k): dt at row k, +0 at every other row (a contribution of its
                  own, as a fixed index's is; k, read from data, carries no gradient)
-    t = [a, b, ...]   a += dt[0], b += dt[1], ...
+    t = [a, b, ...]   a += dt[0], b += dt[1], ...   (rows, for a matrix of vectors)
+    t = a[k]     a's coordinate (row) k += dt, when a is computed (a param's pick is its
+                 gradient's contribution at its offset): the adjoint of a value of which some
+                 contribution is such a pick is built row by row, row k the left fold of the
+                 contributions that reach it in arrival order (a whole contribution gives its
+                 row k, a pick its dt), +0 where none does: no addition of a zero
   a vector operand broadcast over a matrix's rows gets its adjoint's column sums (`ones @ dt`);
   and a contribution to a scalar from a vector-shaped expression is its `sum` (a left fold);
 - while building the adjoint expressions, constant operands are folded in binary64 and `1 * x`
@@ -88,9 +94,9 @@ def sub(a: Node, b: Node) -> Node:
     return fold(Elem("sub", a, b, wide(a.shape, b.shape)))
 
 
-def where(a: Node, b: Node, then: Node, other: Node) -> Node:
-    """`then` where a > b, else `other`; the shape of all four's broadcast."""
-    return fold(Where(a, b, then, other, wide(a.shape, b.shape, then.shape, other.shape)))
+def where(a: Node, b: Node, then: Node, other: Node, cmp: str = "gt") -> Node:
+    """`then` where `a cmp b` (a > b by default), else `other`; the shape of all four's broadcast."""
+    return fold(Where(a, b, then, other, wide(a.shape, b.shape, then.shape, other.shape), cmp))
 
 
 def reduce_to(shape: tuple[int, ...], c: Node) -> Node:
@@ -102,6 +108,25 @@ def reduce_to(shape: tuple[int, ...], c: Node) -> Node:
     if len(c.shape) == 2 and len(shape) == 1:
         return fold(VecMat(Const(c.shape[:1], (1.0,) * c.shape[0]), c, shape))
     return c
+
+
+def pick(a: Node, k: int) -> Node:
+    """Row (coordinate) k of a: an item of a stack itself, else a fixed index."""
+    return a.items[k] if isinstance(a, Stack) else fold(Pick(a, k, a.shape[1:]))
+
+
+def scatter(shape: tuple[int, ...], contribs: list) -> Node:
+    """The adjoint of a value of `shape` from whole contributions (nodes) and picks ((k, dt)):
+    row k the left fold of those reaching it in arrival order, +0 where none does."""
+    rows = []
+    for k in range(shape[0]):
+        terms = [c[1] if isinstance(c, tuple) else pick(c, k) for c in contribs
+                 if not isinstance(c, tuple) or c[0] == k]
+        acc = terms[0] if terms else Const(shape[1:], (0.0,) * (shape[1] if shape[1:] else 1))
+        for c in terms[1:]:
+            acc = add(acc, c)
+        rows.append(acc)
+    return fold(Stack(tuple(rows), shape))
 
 
 def differentiate(lr: Learner) -> None:
@@ -119,9 +144,12 @@ def differentiate(lr: Learner) -> None:
         contribs = adj.pop(id(t), None)
         if not contribs:
             continue
-        dt = contribs[0]
-        for c in contribs[1:]:
-            dt = add(dt, c)
+        if any(isinstance(c, tuple) for c in contribs):
+            dt = scatter(t.shape, contribs)
+        else:
+            dt = contribs[0]
+            for c in contribs[1:]:
+                dt = add(dt, c)
         if isinstance(t, Read):
             if t.name in lr.grads:
                 lr.grads[t.name].append(Contribution(0, dt))
@@ -133,6 +161,8 @@ def differentiate(lr: Learner) -> None:
                 root = root.a
             if isinstance(root, Read) and root.name in lr.grads:
                 lr.grads[root.name].append(Contribution(offset, dt))
+            elif not isinstance(t.a, (Const, DataRow, Grad, OneHot, MaxAdj, Read)):
+                adj.setdefault(id(t.a), []).append((t.k, dt))
         elif isinstance(t, Gather):
             if isinstance(t.a, Read) and t.a.name in lr.grads:
                 lr.grads[t.a.name].append(Contribution(0, Scatter(dt, t.k, t.a.shape)))
@@ -180,6 +210,9 @@ def differentiate(lr: Learner) -> None:
                 give(a, where(a, zero, dt, where(zero, a, neg(dt), zero)))
             elif t.op == "relu":
                 give(a, where(a, zero, dt, zero))
+        elif isinstance(t, Where):
+            give(t.then, where(t.a, t.b, dt, const(0.0), t.cmp))
+            give(t.other, where(t.a, t.b, const(0.0), dt, t.cmp))
         elif isinstance(t, Pow):
             rest = t.a if t.n == 2 else Pow(t.a, t.n - 1, t.a.shape)
             give(t.a, mul(mul(dt, const(float(t.n))), rest))
@@ -203,4 +236,4 @@ def differentiate(lr: Learner) -> None:
             give(t.a, fold(MaxAdj(t.a, dt, t.a.shape)))
         elif isinstance(t, Stack):
             for k, item in enumerate(t.items):
-                give(item, fold(Pick(dt, k, ())))
+                give(item, pick(dt, k))

@@ -35,6 +35,7 @@ from alphac.ir.learner import (Bcast, Const, DataRow, Dot, Elem, Gather, MatVec,
 BUDGET = 1 << 22                 # node-value entries held at once (8 bytes each)
 ARITH = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": f.div_array,
          "neg": np.negative, "sqrt": f.sqrt_array}
+CMP = {"gt": np.greater, "ge": np.greater_equal, "eq": np.equal, "ne": np.not_equal}   # IEEE
 _DATA: dict[int, tuple] = {}     # id(values) -> (values, array): data converted once
 
 
@@ -89,11 +90,11 @@ def _step(n: Node, val, state, rows) -> np.ndarray:
         return op(val(n.a)) if op else elementary.evaluate_array(n.op, val(n.a))
     if isinstance(n, Where):
         a, b, t, o = (_rows(val(c), n) for c in (n.a, n.b, n.then, n.other))
-        return np.where(a > b, t, o)
+        return np.where(CMP[n.cmp](a, b), t, o)
     if isinstance(n, Stack):
         items = [val(c) for c in n.items]
         s = max(len(x) for x in items)
-        return np.hstack([np.broadcast_to(x, (s, 1)) for x in items])
+        return np.hstack([np.broadcast_to(x, (s, x.shape[1])) for x in items])
     if isinstance(n, Pow):
         base = out = val(n.a)
         for _ in range(n.n - 1):

@@ -16,8 +16,9 @@ from typing import Callable
 
 from alphac import math as elementary
 from alphac.math import binary64 as f
-from alphac.ir.learner import (Bcast, Const, DataRow, Dot, Elem, Gather, Grad, MatVec, Max, MaxAdj,
-                               Node, OneHot, Scatter, Outer, Pick, Pow, Read, Stack, Sum, Unary, VecMat, Where,
+from alphac.ir.learner import (COMPARE, Bcast, Clock, Const, DataRow, Dot, Elem, Gather, Grad, MatVec, Max,
+                               MaxAdj, Node, OneHot, Outer, Pick, Pow, Read, Scatter, Stack, Sum, Unary,
+                               VecMat, Where,
                                children, postorder)
 
 Value = tuple[float, ...]
@@ -34,8 +35,10 @@ class Env:
     """What leaves read. Subclass or fill the dicts; `memo` caches shared nodes."""
 
     def __init__(self, state: dict[tuple[str, int], Value] | None = None,
-                 rows: dict[str, Value] | None = None, grads: dict[str, Value] | None = None):
+                 rows: dict[str, Value] | None = None, grads: dict[str, Value] | None = None,
+                 clock: dict[str, float] | None = None):
         self.state = state or {}
+        self.clock = clock or {}          # `step` and `epoch` (Learner.clock), in the update
         self.rows = rows or {}
         self.grads = grads or {}
         self.memo: dict[int, Value] = {}
@@ -83,20 +86,23 @@ def _step(n: Node, env: Env, val: Callable[[Node], Value]) -> Value:
         return env.rows[n.name]
     if isinstance(n, Grad):
         return env.grads[n.param]
+    if isinstance(n, Clock):
+        return (env.clock[n.kind],)
     if isinstance(n, Elem):
         a, b = val(n.a), val(n.b)
         if len(a) > 1 and len(b) > 1:
             a, b = _spread(a, n.size), _spread(b, n.size)
         return _broadcast(BINARY[n.op], a, b)
     if isinstance(n, Stack):
-        return tuple(val(x)[0] for x in n.items)
+        return tuple(v for x in n.items for v in val(x))
     if isinstance(n, Unary):
         op = UNARY[n.op]
         return tuple(op(x) for x in val(n.a))
     if isinstance(n, Where):
         size = n.size
         a, b, t, o = (_spread(val(c), size) for c in (n.a, n.b, n.then, n.other))
-        return tuple(t[k] if a[k] > b[k] else o[k] for k in range(size))
+        holds = COMPARE[n.cmp]
+        return tuple(t[k] if holds(a[k], b[k]) else o[k] for k in range(size))
     if isinstance(n, Pow):
         base = val(n.a)
         out = base
@@ -156,7 +162,7 @@ def evaluate(node: Node, env: Env) -> Value:
     memo = env.memo
     if id(node) in memo:
         return memo[id(node)]
-    for n in postorder([node]):
+    for n in postorder([node], memo.keys()):      # a value known is not entered
         if id(n) not in memo:
             memo[id(n)] = _step(n, env, lambda c: memo[id(c)])
     return memo[id(node)]
@@ -164,7 +170,7 @@ def evaluate(node: Node, env: Env) -> Value:
 
 def is_constant(n: Node) -> bool:
     return all(isinstance(c, Const) for c in children(n)) and not isinstance(
-        n, (Read, DataRow, Grad))
+        n, (Read, DataRow, Grad, Clock))
 
 
 def fold(n: Node) -> Node:
@@ -193,19 +199,37 @@ def evaluate_at(node: Node, j: int, leaf, memo: dict[int, float]) -> float:
     return memo[id(node)]
 
 
+def term_at(n: Node, j: int, leaf) -> float:
+    """Reduced scalar n's term at coordinate j: a `dot`'s product, a `sum`'s or `max(v)`'s
+    value (fold_terms folds them)."""
+    if isinstance(n, Dot):
+        return f.mul(evaluate_at(n.a, j, leaf, {}), evaluate_at(n.b, j, leaf, {}))
+    return evaluate_at(n.a, j, leaf, {})
+
+
+def fold_terms(n: Node, terms) -> float:
+    """The left fold of reduced scalar n's terms, in coordinate order: n's value, bit for bit."""
+    if isinstance(n, Max):
+        acc = terms[0]
+        for x in terms[1:]:
+            acc = BINARY["max"](acc, x)
+        return acc
+    return left_fold_add(terms)
+
+
 def _at(n: Node, j: int, leaf, memo: dict[int, float]) -> float:
     """One node's value at j, its operands' values in `memo`."""
     v = [memo[id(c)] for c in children(n)]
     if isinstance(n, Const):
         return n.values[j] if n.shape else n.values[0]
-    if isinstance(n, (Read, Grad)):
+    if isinstance(n, (Read, Grad, Clock)):
         return leaf(n)
     if isinstance(n, Elem):
         return BINARY[n.op](v[0], v[1])
     if isinstance(n, Unary):
         return UNARY[n.op](v[0])
     if isinstance(n, Where):
-        return v[2] if v[0] > v[1] else v[3]
+        return v[2] if COMPARE[n.cmp](v[0], v[1]) else v[3]
     if isinstance(n, Pow):
         acc = v[0]
         for _ in range(n.n - 1):

@@ -36,7 +36,7 @@ import math
 
 from alphac.math import binary64 as f
 from alphac.ir.evaluate import Env, evaluate
-from alphac.ir.learner import Learner, bad_label
+from alphac.ir.learner import Learner, Read, bad_label, update_reductions
 from alphac.refusals import Refusal
 
 State = dict[str, tuple[float, ...]]
@@ -146,8 +146,9 @@ def mean_gradient(c: Contrib) -> dict[str, tuple[float, ...]]:
     return {p: tuple(f.div(x, nf) for x in v) for p, v in g.items()}
 
 
-def apply_update(lr: Learner, state: State, grads: dict[str, tuple[float, ...]]) -> State:
-    env = Env(state={(k, 0): v for k, v in state.items()}, grads=grads)
+def apply_update(lr: Learner, state: State, grads: dict[str, tuple[float, ...]], t: int = 0) -> State:
+    """The update of step t (its `step` and `epoch`: Learner.clock)."""
+    env = Env(state={(k, 0): v for k, v in state.items()}, grads=grads, clock=lr.clock(t))
     for a in lr.update:
         env.state[(a.target, 1)] = evaluate(a.node, env)
     return {k: env.state.get((k, 1), v) for k, v in state.items()}
@@ -167,7 +168,7 @@ def step(lr: Learner, state: State, t: int = 0) -> State:
     grads = {}
     if lr.loss is not None:
         grads = mean_gradient(owner_contribution(lr, state, step_samples(lr, range(lr.nsamples), t)))
-    return apply_update(lr, state, grads)
+    return apply_update(lr, state, grads, t)
 
 
 def step_loss(lr: Learner, state: State, t: int) -> tuple[float, int]:
@@ -217,28 +218,55 @@ def format_state(lr: Learner, state: State) -> str:
     return "\n".join(lines) + "\n"
 
 
+def reduction_terms(lr: Learner, state: dict[str, list], grads: dict[str, list], n, rng) -> list:
+    """Reduced scalar n's terms (evaluate.term_at) at the coordinates `rng`, from the step's
+    starting state and the mean gradients; a value not held here (None) fails loudly."""
+    from alphac.ir.evaluate import term_at
+
+    def read(m, j):
+        v = (state[m.name] if isinstance(m, Read) else grads[m.param])[j if m.shape else 0]
+        if v is None:
+            raise ValueError(f"coordinate {j} of {getattr(m, 'name', m)} is not held here")
+        return v
+    return [term_at(n, j, lambda m, j=j: read(m, j)) for j in rng]
+
+
 def apply_update_coords(lr: Learner, state: dict[str, list], grads: dict[str, list],
-                        coords: dict[int, range]) -> None:
-    """The update of only the coordinates `coords[group]` (in place), coordinate by coordinate,
-    plus every scalar-state statement. Values outside the ranges may be unknown (None): the
-    per-coordinate proof says they are never read, and a None that is read fails loudly."""
-    from alphac.ir.evaluate import evaluate_at
+                        coords: dict[int, range], terms: dict[str, list] | None = None,
+                        t: int = 0) -> None:
+    """The update of step t of only the coordinates `coords[group]` (in place), coordinate by
+    coordinate, plus every scalar-state statement. Values outside the ranges may be unknown (None): the
+    per-coordinate proof says they are never read, and a None that is read fails loudly. The
+    reduced scalars come first: folded from `terms` (every coordinate's, gathered: `0t<k>`,
+    ir.learner.term_states), or computed from what is held whole."""
+    from alphac.ir.evaluate import evaluate_at, fold_terms
     old = {k: v for k, v in state.items()}
     new: dict[str, list] = {}
-    scalar_env = Env(state={(k, 0): tuple(v) for k, v in old.items() if lr.state(k).group is None})
+    clock = lr.clock(t)
+    reduced: dict[int, tuple[float, ...]] = {}
+    if (terms or any(rng for rng in coords.values())) and update_reductions(lr.update):
+        whole = Env(state={(k, 0): tuple(v) for k, v in old.items()}, grads=grads, clock=clock)
+        for k, n in enumerate(update_reductions(lr.update)):
+            tk = (terms or {}).get(f"0t{k}")
+            reduced[id(n)] = (fold_terms(n, tk),) if tk is not None else evaluate(n, whole)
+    scalar_env = Env(state={(k, 0): tuple(v) for k, v in old.items() if lr.state(k).group is None},
+                     clock=clock)
+    scalar_env.memo.update(reduced)
     for a in lr.update:
         s = lr.state(a.target)
         if s.group is None:
             scalar_env.state[(a.target, 1)] = evaluate(a.node, scalar_env)
     for g, rng in coords.items():
         for j in rng:
-            memo: dict[int, float] = {}
+            memo: dict[int, float] = {k: v[0] for k, v in reduced.items()}
             for a in lr.update:
                 if lr.state(a.target).group != g:
                     continue
 
                 def leaf(n, j=j):
-                    from alphac.ir.learner import Grad, Read
+                    from alphac.ir.learner import Clock, Read
+                    if isinstance(n, Clock):
+                        return clock[n.kind]
                     if isinstance(n, Read):
                         if lr.state(n.name).group is None:
                             return scalar_env.state[(n.name, n.version)][0]

@@ -93,13 +93,30 @@ class Unary(Node):
 
 @dataclass(eq=False)
 class Where(Node):
-    """`then` where a > b, else `other`, elementwise (an ordered comparison: false when either
-    is NaN). Made by differentiation of max, min, abs and relu; scalars broadcast."""
+    """`then` where `a CMP b` holds, else `other`, elementwise; scalars broadcast. CMP is an
+    IEEE comparison (COMPARE): gt (a > b) and ge (a >= b) are false when either is NaN, eq
+    (a == b) too, and ne (not eq) true. Written `where(c, x, y)` (`a < b` is gt with the
+    operands swapped), and made by differentiation of max, min, abs, relu and where."""
     a: Node
     b: Node
     then: Node
     other: Node
     shape: tuple[int, ...]
+    cmp: str = "gt"
+
+
+# The comparisons of `Where`, on binary64 (IEEE 754: a NaN is unordered, so only `ne` holds).
+COMPARE = {"gt": lambda a, b: a > b, "ge": lambda a, b: a >= b, "eq": lambda a, b: a == b,
+           "ne": lambda a, b: a != b}
+
+
+@dataclass(eq=False)
+class Clock(Node):
+    """`step` or `epoch` (only inside the update): step t of the run, counted from 0 over the
+    whole run, resumes included, and t div the batches per epoch, as binary64 (exact below
+    2^53). Every role computes them alone from the step it is at (`clock`)."""
+    kind: str               # "step" | "epoch"
+    shape: tuple[int, ...] = ()
 
 
 @dataclass(eq=False)
@@ -207,7 +224,8 @@ class Scatter(Node):
 
 @dataclass(eq=False)
 class Stack(Node):
-    """`[a, b, ...]` of scalar values that are not all constant: the vector of them."""
+    """`[a, b, ...]` (or a comprehension) of values that are not all constant: scalars make a
+    vector of them, vectors of one length a matrix whose rows they are."""
     items: tuple[Node, ...]
     shape: tuple[int, ...]
 
@@ -243,8 +261,9 @@ def children(n: Node) -> tuple[Node, ...]:
     return ()
 
 
-def postorder(roots: list[Node]) -> list[Node]:
-    """Every node reachable from `roots`, children before parents, left to right, once each."""
+def postorder(roots: list[Node], stop: frozenset[int] | set[int] = frozenset()) -> list[Node]:
+    """Every node reachable from `roots`, children before parents, left to right, once each;
+    a node whose id is in `stop` is listed but not entered (the update's reduced scalars)."""
     seen: set[int] = set()
     out: list[Node] = []
     stack: list[tuple[Node, bool]] = [(r, False) for r in reversed(roots)]
@@ -257,9 +276,41 @@ def postorder(roots: list[Node]) -> list[Node]:
             continue
         seen.add(id(n))
         stack.append((n, True))
-        for c in reversed(children(n)):
+        for c in () if id(n) in stop else reversed(children(n)):
             if id(c) not in seen:
                 stack.append((c, False))
+    return out
+
+
+def update_reductions(update: list[Assign]) -> list[Node]:
+    """The update's reduced scalars (docs/language.md, "Reductions in the update"): each
+    `dot`, `sum` or `max(v)` that reads a coordinate value, in the order every engine computes
+    them, before any statement: statement by statement, each statement's in postorder. The
+    checker guarantees they read only the step's starting state, gradients and constants, and
+    no other reduced scalar."""
+    return [n for n in postorder([a.node for a in update]) if isinstance(n, (Dot, Sum, Max))]
+
+
+def reduction_group(lr: "Learner", n: Node) -> int | None:
+    """The coordinate group a reduced scalar folds over (the checker puts its operands' values
+    in one), or None when it reads no coordinate value (scalars and constants alone)."""
+    for m in postorder([n]):
+        name = m.param if isinstance(m, Grad) else m.name if isinstance(m, Read) else None
+        if name is not None and lr.state(name).group is not None:
+            return lr.state(name).group
+    return None
+
+
+def term_states(lr: "Learner") -> list["StateDef"]:
+    """Under a partitioned update, each reduced scalar's terms (the products of a `dot`, the
+    values of a `sum` or `max(v)`) at every coordinate of its group, as a value the plan
+    gathers like a state (`0t<k>`: no Alpha name starts with a digit); each owner computes
+    its coordinates' and folds them all, in order (docs/distribution.md)."""
+    out = []
+    for k, n in enumerate(update_reductions(lr.update)):
+        g = reduction_group(lr, n)
+        if g is not None:
+            out.append(StateDef(f"0t{k}", "terms", lr.groups[g].shape, (), g))
     return out
 
 
@@ -409,6 +460,16 @@ class Learner:
         return self.exact and self.loss is not None
 
     @property
+    def clocked(self) -> bool:
+        """Whether the update reads `step` or `epoch`."""
+        return any(isinstance(n, Clock) for n in postorder([a.node for a in self.update]))
+
+    def clock(self, t: int) -> dict[str, float]:
+        """`step` and `epoch` at step t, as binary64 (Python's float() and the runtime's i2f
+        both round to nearest: exact below 2^53)."""
+        return {"step": float(t), "epoch": float(t // self.batches)}
+
+    @property
     def identity(self) -> str:
         return hashlib.sha256(canonical(self).encode()).hexdigest()
 
@@ -510,6 +571,10 @@ def canonical(lr: Learner) -> str:
                 extra = n.param
             elif isinstance(n, (Elem, Unary)):
                 extra = n.op
+            elif isinstance(n, Clock):
+                extra = n.kind
+            elif isinstance(n, Where) and n.cmp != "gt":     # gt: as before the comparisons
+                extra = n.cmp
             elif isinstance(n, Pow):
                 extra = str(n.n)
             elif isinstance(n, Pick):

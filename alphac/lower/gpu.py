@@ -27,7 +27,8 @@ compared as above; on any other step the card's states adopted.
 """
 from __future__ import annotations
 
-from alphac.ir.learner import Learner
+from alphac.ir.learner import Learner, update_reductions
+from alphac.lower.learner import clock_call
 from alphac.nvdrv import abi
 from alphac.nvdrv.abi import CONSTANTS
 from alphac.nvdrv.conversation import Conversation
@@ -104,14 +105,30 @@ def kick(img: GpuImage, names, wait: bool = False) -> list[str]:
     return [f"gpu_{'submit' if wait else 'kick'}({c.entry:#x});      // {', '.join(c.kernels)}"] if c else []
 
 
+def scalars(lr: Learner) -> list[str]:
+    """The host's scalar statements, after its reduced scalars (learner_reduce) when the
+    update has any."""
+    return ["learner_reduce();"] * bool(update_reductions(lr.update)) + ["learner_scalars();"]
+
+
 def update_params(lr: Learner, img: GpuImage, n: str = "n") -> list[str]:
     """Each update kernel's counts (a minibatch's `n`) and scalar parameters, into its bank."""
     out = []
     for g in lr.groups:
         la = img.launch(f"update_g{g.index}")
         out += [f"store32({va:#x}, {n});" for va in la.counts]
-        out += [f"storef({s.va:#x}, loadf({'sn' if s.version else 'st'}_{s.ref}));" for s in la.scalars]
+        out += [f"storef({s.va:#x}, {scalar_value(s)});" for s in la.scalars]
     return out
+
+
+def scalar_value(s) -> str:
+    """The value the host writes into an update kernel's f64 parameter (an image.Scalar): a
+    scalar state's old or new value, a reduced scalar, or `step` or `epoch` (learner_clock's clock_t)."""
+    if s.ref.startswith("clock."):
+        return "loadf(clock_t)" if s.ref == "clock.step" else "loadf(clock_t + 8)"
+    if s.version == 2:          # a reduced scalar: learner_reduce's host global
+        return f"loadf({s.ref})"
+    return f"loadf({'sn' if s.version else 'st'}_{s.ref})"
 
 
 def step(lr: Learner, img: GpuImage) -> str:
@@ -125,7 +142,7 @@ def step(lr: Learner, img: GpuImage) -> str:
             out.append("learner_exact_round();")
             out += [f"vec_copy({va:#x}, G_{p}, {size});" for p, va, size in g_pieces(lr, img)]
         out.append(f"learner_mean({'n' if lr.batch else n});")
-    out += ["learner_scalars();"] + update_params(lr, img)
+    out += clock_call(lr, "step - 1") + scalars(lr) + update_params(lr, img)
     out += kick(img, grad_kernels(lr) + update_kernels(lr))
     out += [f"learner_group_{g.index}(0, {g.size});" for g in lr.groups] + ["gpu_wait();"] + compare
     out += [f"gpu_compare({img.buffers[f'state_{s.name}']:#x}, st_{s.name}, {s.size}, step);"
@@ -137,7 +154,7 @@ def sampled_step(lr: Learner, img: GpuImage) -> str:
     """`gpu_step_sampled(step, last)` and the chain's message `gpu_chain_msg` (the previous hash,
     the step, G, every state after the step in declaration order: grouped states the card's,
     scalar states the host's); GPU_SAMPLED 0 under exact_sum (the host's sum is the check)."""
-    if lr.exact:
+    if lr.exact or update_reductions(lr.update):    # (reduced scalars read the host's G first)
         return "const GPU_SAMPLED = 0;\nconst GPU_CHAIN_BYTES = 40;\nglobal gpu_chain_msg: [u8; 40];\nfn gpu_step_sampled(step: i64, " \
                "last: i64) {\n    refuse(\"usage\");      // main refuses first: never reached\n}\n"
     n = lr.nsamples or 0
@@ -151,7 +168,8 @@ def sampled_step(lr: Learner, img: GpuImage) -> str:
         out += ["let n = gn;"] if lr.batch else []
     # a scalar state never reads a gradient (types/check.py: one that does is a coordinate
     # state), so the update kernels' parameters need no G: the whole step one submission
-    out += ["learner_scalars();"] + update_params(lr, img) + kick(img, grad_kernels(lr) + update_kernels(lr), wait=True)
+    out += clock_call(lr, "step - 1") + ["learner_scalars();"] + update_params(lr, img) + \
+        kick(img, grad_kernels(lr) + update_kernels(lr), wait=True)
     for p, va, size in pieces:
         out += [f"vec_copy(gpu_chain_msg + {off['G', p]}, {va:#x}, {size});",
                 f"vec_copy(G_{p}, gpu_chain_msg + {off['G', p]}, {size});"]
@@ -343,7 +361,7 @@ def role_update(lr: Learner, img: GpuImage, ranges: dict[int, tuple[int, int]]) 
         la = img.launch(f"update_g{g.index}")
         out += [upload(img, s.name, s.size) for s in lr.states if s.group == g.index]
         out += [f"store32({va:#x}, load64(g_n));" for va in la.counts]     # the step's total
-        out += [f"storef({x.va:#x}, loadf({'sn' if x.version else 'st'}_{x.ref}));" for x in la.scalars]
+        out += [f"storef({x.va:#x}, {scalar_value(x)});" for x in la.scalars]
     out += kick(img, update_kernels(lr)) + [f"learner_group_{g.index}({ranges[g.index][0]}, {ranges[g.index][1]});"
                                             for g in mine] + (["gpu_wait();"] if mine else [])
     for g in mine:

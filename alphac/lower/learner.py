@@ -12,6 +12,10 @@ order (the contract in alphac.ir.autodiff and alphac.ir.interp):
     learner_exact_round()    exact_sum only: G_p and L_sum, each accumulator rounded once
     learner_mean(n)          loss_mean = L_sum / n, and mean_n = n: no pass of its own over G_p,
                              grad(p) = G_p / n is divided where the update reads it (fused)
+    learner_reduce()         the update's reduced scalars (dot, sum, max(v) of coordinate
+                             values), each a left fold over every coordinate, into rd<k>
+    learner_terms_<k>(a, b)  reduction k's terms at coordinates a..b-1, and learner_fold():
+                             each rd<k> from all of them (a partitioned update's, gathered)
     learner_scalars()        the scalar-state statements, into sn_<name> (old values untouched)
     learner_group_<k>(a, b)  the update of coordinate group k for coordinates a..b-1
     learner_commit()         sn_<name> -> the scalar state
@@ -33,16 +37,19 @@ import struct
 
 from alphac.formats import XC_WORDS, XS_DIGITS
 from alphac.math.binary64 import bits
-from alphac.ir.learner import (Bcast, Const, DataRow, Dot, Elem, Gather, Grad, Learner, MatVec, Max,
-                               Scatter, bad_label, label_columns, label_of, label_where,
+from alphac.ir.learner import (Assign, Bcast, Clock, Const, DataRow, Dot, Elem, Gather, Grad, Learner,
+                               MatVec, Max, Scatter, bad_label, label_columns, label_of, label_where,
                                MaxAdj, Node, OneHot, Outer, Pick, Pow, Read, Stack, Sum, Unary,
-                               VecMat, Where, children, postorder)
+                               VecMat, Where, children, postorder, term_states, update_reductions)
 from alphac.math import rt_name
 
 UNROLL = 8
 SAMPLE_LANES = 4      # learner_grad's samples per block (full batch, not exact_sum); 8 with f64x8
 MATVEC_CHAINS = 8     # independent dot chains in one block of W @ b (rows x lane pairs)
 OPS = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
+CMP = {"gt": "fgt({0}, {1}) != 0", "ge": "fge({0}, {1}) != 0",      # Where's comparisons (IEEE:
+       "eq": "fge({0}, {1}) != 0 && fge({1}, {0}) != 0",           # only ne holds with a NaN)
+       "ne": "fge({0}, {1}) == 0 || fge({1}, {0}) == 0"}
 TWO52 = 4503599627370496.0   # k + 2^52 is exact for a checked index k, and its bits are 2^52's plus k
 
 
@@ -465,11 +472,16 @@ class Values:
                             put(s, c, f"{gen.address(bufs[s], c)} + {ts[s]}")
                 self.vloop(0, cols, term, pairs)
             self.loop(0, rows, row)
-        elif isinstance(n, Stack):
+        elif isinstance(n, Stack):                  # scalars, or the rows of a matrix
             for k, item in enumerate(n.items):
-                v = self.all(item, None)
-                for s in L:
-                    put(s, str(k), v[s])
+                w = max(1, item.size)
+
+                def row(c: str | None, k=k, item=item, w=w) -> None:
+                    v = self.all(item, c)
+                    at = str(k * w + int(c or 0)) if c is None or c.isdigit() else f"{k * w} + {c}"
+                    for s in L:
+                        put(s, at, v[s])
+                row(None) if not item.shape else self.loop(0, w, row)
         elif isinstance(n, MaxAdj):
             dt, first = self.all(n.dt, None), self.all(n.a, "0")
             ms = tuple(em.let(first[s], "m") for s in L)
@@ -677,7 +689,7 @@ class Values:
             outs = []
             for s in L:
                 outs.append(em.let(other[s], "w"))
-                em.put(f"if fgt({a[s]}, {b[s]}) != 0 {{ {outs[-1]} = {then[s]}; }}")
+                em.put(f"if {CMP[n.cmp].format(a[s], b[s])} {{ {outs[-1]} = {then[s]}; }}")
             return tuple(outs)
         if isinstance(n, Pow):
             return self.power(self.all(n.a, j), n.n, L)
@@ -708,7 +720,7 @@ class Values:
                 v = self.all(n.a, k)
                 for s in L:
                     em.put(f"{accs[s]} = {rt_name('max')}({accs[s]}, {v[s]});")
-            self.loop(1, n.a.shape[0], scan)
+            self.loop(1, n.a.size, scan)       # a matrix's (the update's): row-major
             return accs
         if isinstance(n, (Dot, Sum)):
             self.prepare([n.a] + ([n.b] if isinstance(n, Dot) else []))
@@ -738,6 +750,8 @@ class LearnerCode:
         self.blobs: dict[str, bytes] = {}
         self.globals: list[str] = []
         self.buffers: list[str] = []
+        # the update's reduced scalars: node id -> its global rd<k> (learner_reduce)
+        self.reduced = {id(n): f"rd{k}" for k, n in enumerate(update_reductions(lr.update))}
 
     def buffer(self, size: int) -> str:
         """A fresh global of `size` binary64 values, for one buffered node."""
@@ -1024,6 +1038,10 @@ class LearnerCode:
         return self.function("learner_mean", "n: i64", em)
 
     def update_leaf(self, n: Node, j: str | None, members_new: dict[str, str]) -> str | None:
+        if id(n) in self.reduced:                     # computed before, by learner_reduce
+            return f"loadf({self.reduced[id(n)]})"
+        if isinstance(n, Clock):                      # learner_clock(t) stored them
+            return "loadf(clock_t)" if n.kind == "step" else "loadf(clock_t + 8)"
         if isinstance(n, Read):
             s = self.lr.state(n.name)
             if s.group is None:                       # scalar state: old value, or its new one
@@ -1037,6 +1055,46 @@ class LearnerCode:
         """`nf`, the step's count, where these statements read a gradient (G_p / nf)."""
         if any(isinstance(n, Grad) for n in postorder([a.node for a in stmts])):
             em.put("let nf = loadf(mean_n);")
+
+    def gen_reduce(self) -> str:
+        """learner_reduce(): each reduced scalar of the update into its rd<k>, in their order
+        (ir.update_reductions), each a left fold over every coordinate, before any statement;
+        learner_terms_<k>(a, b): reduction k's terms at coordinates a..b-1 into st_0t<k> (a
+        dot's products, a sum's or max's values; ir.learner.term_states), and learner_fold():
+        each rd<k> folded from st_0t<k> (under a partitioned update, once the plan has
+        gathered every owner's terms: the same operations in the same order)."""
+        nodes = update_reductions(self.lr.update)
+        if not nodes:                    # (no function: the code of learners without is as it was)
+            return ""
+        terms = {int(t.name[2:]): t for t in term_states(self.lr)}
+        out = ""
+        for k, t in terms.items():
+            n, em = nodes[k], Emitter(self)
+            self.globals.append(f"global st_{t.name}: [f64; {t.size}];")
+            self.mean_n(em, [Assign("", n)])
+            vals = Values(em, lambda m, j, s: self.update_leaf(m, j, {}))
+            vals.prepare([c for c in children(n)])
+
+            def body(j: str, n=n, t=t, vals=vals, em=em) -> None:
+                v = em.let(f"{vals.get(n.a, j)} * {vals.get(n.b, j)}") if isinstance(n, Dot) \
+                    else vals.get(n.a, j)
+                em.put(f"storef({self.slot(f'st_{t.name}', j)}, {v});")
+            vals.loop("a", "b", body)
+            out += self.function(f"learner_terms_{k}", "a: i64, b: i64", em)
+        for fn, folded in (("learner_reduce", {}), ("learner_fold", terms)):
+            em = Emitter(self)
+            self.mean_n(em, [Assign("", n) for k, n in enumerate(nodes) if k not in folded])
+            for k, n in enumerate(nodes):
+                if k in folded:          # the left fold of its terms, coordinates ascending
+                    buf = Read(f"0t{k}", folded[k].shape)
+                    n = Max(buf) if isinstance(n, Max) else Sum(buf)
+                    leaf = (lambda buf: lambda m, j, s: self.address(f"st_{buf.name}", j) if m is buf else None)(buf)
+                else:
+                    leaf = (lambda n: lambda m, j, s: None if m is n else self.update_leaf(m, j, {}))(n)
+                em.put(f"storef({self.reduced[id(nodes[k])]}, {Values(em, leaf).get(n, None)});")
+            out += self.function(fn, "", em)
+        self.globals += [f"global {name}: [f64; 1];" for name in self.reduced.values()]
+        return out
 
     def gen_scalars(self) -> str:
         em = Emitter(self)
@@ -1062,9 +1120,10 @@ class LearnerCode:
         # computed once before the loop rather than at every coordinate
         pre = Values(em, lambda n, jj, s: self.update_leaf(n, jj, {}))
         if g.shape:
-            pre.prepare([n for n in postorder([a.node for a in stmts]) if not n.shape and all(
+            red = set(self.reduced)
+            pre.prepare([n for n in postorder([a.node for a in stmts], red) if not n.shape and all(
                 not m.shape and not (isinstance(m, Read) and self.lr.state(m.name).group == gi)
-                for m in postorder([n]))])
+                for m in postorder([n], red))])
 
         def body(j: str, vec: int = 0) -> None:
             new: dict[str, str] = {}
@@ -1081,6 +1140,7 @@ class LearnerCode:
                 slot = f"st_{a.target}" if not g.shape else f"st_{a.target} + 8 * ({j})"
                 em.put(f"{VOCAB[vec]['store']}({slot}, {v});")
         probe = Values(em, lambda n, jj, s: self.update_leaf(n, jj, {}))
+        probe.scalars.update(pre.scalars)       # a schedule computed before the loop: read as is
         if g.shape and probe.vectorizable([a.node for a in stmts]):
             em.vloop("a", "b", body, {"nf"} | {x for names in pre.scalars.values() for x in names})
         else:
@@ -1094,9 +1154,20 @@ class LearnerCode:
                 em.put(f"storef(st_{s.name}, loadf(sn_{s.name}));")
         return self.function("learner_commit", "", em)
 
+    def gen_clock(self) -> str:
+        """learner_clock(t): `step` and `epoch` of step t (ir.Learner.clock) into clock_t, for
+        the update to read; every program calls it before learner_scalars (learners whose
+        update reads them: `clock_call`)."""
+        em = Emitter(self)
+        em.put("storef(clock_t, i2f(t));")
+        em.put(f"storef(clock_t + 8, i2f(t / {self.lr.batches}));")
+        return self.function("learner_clock", "t: i64", em)
+
     def gen_step(self) -> str:
         """learner_step_at(t): step t of the single process; learner_step(): step 0."""
         em = Emitter(self)
+        for line in clock_call(self.lr, "t"):
+            em.put(line)
         if self.lr.loss is not None and self.lr.batch:
             em.put(f"let n = learner_grad(0, {self.lr.nsamples}, t);")
             if self.lr.exact:
@@ -1107,6 +1178,8 @@ class LearnerCode:
             if self.lr.exact:
                 em.put("learner_exact_round();")
             em.put(f"learner_mean({self.lr.nsamples});")
+        if self.reduced:
+            em.put("learner_reduce();")
         em.put("learner_scalars();")
         for g in self.lr.groups:
             em.put(f"learner_group_{g.index}(0, {g.size});")
@@ -1229,10 +1302,13 @@ class LearnerCode:
             body += self.gen_grad() + self.gen_mean()
             if lr.exact:
                 body += self.gen_round()
-        body += self.gen_scalars()
+        body += self.gen_reduce() + self.gen_scalars()
         for g in lr.groups:
             body += self.gen_group(g.index)
         body += self.gen_commit() + self.gen_step() + self.gen_check_and_print()
+        if lr.clocked:
+            body += self.gen_clock()
+            decls.append("global clock_t: [f64; 2];")     # step, epoch (learner_clock)
         body += self.gen_evaluate()
         decls.append(f"const LEARNER_BATCHES = {lr.batches};")
         decls.append("global loss_mean: [f64; 1];")      # the step's mean loss (learner_mean)
@@ -1247,6 +1323,12 @@ class LearnerCode:
 def scattered(lr: Learner, param: str) -> bool:
     """Whether param's gradient is made of gathered rows (`E[tok[i]]`): Scatter contributions."""
     return any(isinstance(c.node, Scatter) for c in lr.grads.get(param, ()))
+
+
+def clock_call(lr: Learner, t: str) -> list[str]:
+    """The statement that sets the update's `step` and `epoch` to step t's (none when the
+    update reads neither)."""
+    return [f"learner_clock({t});"] if lr.clocked else []
 
 
 def exact_count(lr: Learner) -> int:

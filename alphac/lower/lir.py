@@ -74,6 +74,7 @@ _OPS: dict[str, tuple] = {
     "fadd": ("f", "ff"), "fsub": ("f", "ff"), "fmul": ("f", "ff"), "fdiv": ("f", "ff"),
     "fsqrt": ("f", "f"), "fneg": ("f", "f"),
     "fgt": ("i", "ff"),            # d = (a > b) ? 1 : 0, ordered: 0 when either is a NaN
+    "fge": ("i", "ff"),            # d = (a >= b) ? 1 : 0, ordered: 0 when either is a NaN
     "i2f": ("f", "i"),             # signed integer -> nearest binary64
     "f2bits": ("i", "f"), "bits2f": ("f", "i"),
     "load8": ("i", "iI"), "load16": ("i", "iI"), "load32": ("i", "iI"), "load64": ("i", "iI"),

@@ -9,7 +9,10 @@ what the reference execution (`alphac.dist.execute`) does, message for message:
 - `combine`: the children's (G, n), received into `cb<k>`, added in the tree's order (the first
   child copied, the others added: the combine's identity needs no branch, since an owner without
   samples contributes G = -0.0, the exact additive identity, and n = 0);
-- `update`: the mean of the delivered G, then the scalar statements, each group's coordinates the
+- `terms`: the terms of the update's reductions at the coordinates the owner updates, into
+  st_0t<k>, which the `reduce` gather then fills from every owner (a partitioned update);
+- `update`: the mean of the delivered G, the reduced scalars (folded from the gathered terms, or
+  computed from what it holds whole), then the scalar statements, each group's coordinates the
   owner holds, and the commit;
 - in a mesh, owner to owner: a `combine` frame carries the sender's sums for the receiver's
   coordinates (its slices, packed), the loss sum and n; the receiver packs its own the same
@@ -31,8 +34,10 @@ from alphac.diag import BuildError
 from alphac.dist.identity import COMPONENTS, digests, short
 from alphac.formats import CKPT_RECORD, FRAME_KINDS as KINDS, XC_WORDS, XS_DIGITS
 from alphac.lower import ckpt, gpu as gpu_lowering
+from alphac.lower.learner import clock_call
 from alphac.dist.plan import Plan
 from alphac.dist.structure import Leaf, Role, Star
+from alphac.ir.learner import update_reductions
 
 
 
@@ -209,10 +214,24 @@ class RoleLowering:
             self.put("store64(net_combine_ns, load64(net_combine_ns) + rt_now_ns() - load64(net_mark));")
             if lr.loss is not None and self.role == plan.root and not self.mesh:   # the step's (L, n), exact
                 self.put(f"rt_event_loss(v, loadf(comb + {8 * (P - 1)}), load64(comb + {8 * P}));")
+        elif a.op == "terms":                 # its coordinates' terms of each reduction
+            if lr.loss is not None:
+                self.put("learner_mean(load64(g_n));")
+            ranges = self.updates()
+            for t in self.plan.reduce_terms():
+                lo, hi = ranges[t.group]
+                if self.some(lo, hi):
+                    self.put(f"learner_terms_{t.name[2:]}({lo}, {hi});")
         elif a.op == "update":
             ranges = self.updates()
             if lr.loss is not None:     # the count the update's G_p / n reads (mean_n)
                 self.put("learner_mean(load64(g_n));")
+            for line in clock_call(lr, "v"):        # step v's `step` and `epoch`
+                self.put(line)
+            if self.plan.reduce_terms():        # every owner: the gathered terms, folded
+                self.put("learner_fold();")
+            elif update_reductions(lr.update) and any(self.some(*r) for r in ranges.values()):
+                self.put("learner_reduce();")   # from what it holds whole
             self.put("learner_scalars();")
             if self.gpu is not None:
                 for line in gpu_lowering.role_update(lr, self.gpu, ranges):

@@ -457,10 +457,10 @@ class FnLowerer:
                 self.emit(f, None, *regs)
                 return None, None
             return self.emit(f, self.fn.new("i"), *regs), "i64"
-        if f == "fgt":
+        if f in ("fgt", "fge"):
             need(2)
             a, b = typed(args[0], "f64"), typed(args[1], "f64")
-            return self.emit("fgt", self.fn.new("i"), a, b), "i64"
+            return self.emit(f, self.fn.new("i"), a, b), "i64"
         if f == "ult":
             need(2)
             a = self.reg(typed(args[0], "i64"))

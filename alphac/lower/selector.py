@@ -25,7 +25,7 @@ OP_RULES: dict[str, str] = {
     "neg": "int_unary", "not": "int_unary", "setcc": "setcc",
     **dict.fromkeys(("ror32", "ror64", "bswap32"), "rotate_swap"),
     **dict.fromkeys(("fadd", "fsub", "fmul", "fdiv"), "float_alu"), "fsqrt": "fsqrt", "fneg": "fneg",
-    "fgt": "fgt", "i2f": "i2f", "f2bits": "bits", "bits2f": "bits",
+    "fgt": "fgt", "fge": "fgt", "i2f": "i2f", "f2bits": "bits", "bits2f": "bits",
     **dict.fromkeys(("load8", "load16", "load32", "load64", "fload"), "load"),
     **dict.fromkeys(("store8", "store16", "store32", "store64", "fstore"), "store"),
     "floadx": "load_indexed", "fstorex": "store_indexed",

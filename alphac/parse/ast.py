@@ -48,6 +48,15 @@ class Binary:
 
 
 @dataclass(frozen=True)
+class Compare:
+    """`a OP b`, OP one of < <= > >= == != (docs/language.md): only the condition of `where`."""
+    op: str
+    left: "Expr"
+    right: "Expr"
+    span: Span
+
+
+@dataclass(frozen=True)
 class Call:
     func: str
     func_span: Span
@@ -68,7 +77,24 @@ class ArrayLit:
     span: Span
 
 
-Expr = Num | Str | Name | Unary | Binary | Call | Index | ArrayLit
+@dataclass(frozen=True)
+class Slice:
+    """`lo:hi` as an index (either bound may be left out: the dimension's start or end)."""
+    lo: "Expr | None"
+    hi: "Expr | None"
+    span: Span
+
+
+@dataclass(frozen=True)
+class Comp:
+    """`[body for j in lo..hi for k in lo..hi ...]`: body at every point of the ranges, the first
+    `for` outermost (docs/language.md, Slices and comprehensions)."""
+    body: "Expr"
+    loops: tuple[tuple[str, Span, "Expr", "Expr"], ...]
+    span: Span
+
+
+Expr = Num | Str | Name | Unary | Binary | Compare | Call | Index | ArrayLit | Slice | Comp
 
 
 # -- statements and blocks ----------------------------------------------------------------------
@@ -171,6 +197,16 @@ class ContractDecl:
     """`contract ordered` or `contract exact_sum`: the numerical contract (docs/language.md)."""
     name: str
     name_span: Span
+    span: Span
+
+
+@dataclass(frozen=True)
+class FuncDecl:
+    """`def NAME(a, b, ...) = expr`: a function, expanded where it is called (alphac.types)."""
+    name: str
+    name_span: Span
+    params: tuple[tuple[str, Span], ...]
+    body: Expr
     span: Span
 
 

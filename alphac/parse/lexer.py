@@ -18,10 +18,11 @@ from alphac.diag import Sink, Source, Span
 from alphac.formats import NAME_MAX
 
 KEYWORDS = {"learner", "data", "const", "param", "state", "loss", "predict", "update", "let",
-            "deployment", "strategy", "f64", "batch", "order", "contract", "optimizer"}
+            "deployment", "strategy", "f64", "batch", "order", "contract", "optimizer", "def"}
 DIGITS = "0123456789"
 PUNCT = {"+", "-", "*", "/", "^", "=", "(", ")", "[", "]", "{", "}", ",", ":", ";", ".",
-         "..", "@"}
+         "..", "@", "<", ">"}
+COMPARISONS = ("<=", ">=", "==", "!=")      # two-character punctuation (besides `..`)
 
 
 @dataclass(frozen=True)
@@ -136,8 +137,8 @@ def lex(source: Source, sink: Sink) -> list[Token]:
                 i = j + 1
         else:
             two = text[i:i + 2]
-            if two == "..":
-                out.append(Token("punct", "..", span(i, i + 2)))
+            if two == ".." or two in COMPARISONS:
+                out.append(Token("punct", two, span(i, i + 2)))
                 i += 2
                 continue
             if c in PUNCT:

@@ -8,18 +8,21 @@ Grammar (docs/language.md has the full description):
             | ('param' | 'state') NAME ':' type '=' expr NL
             | ('loss' | 'predict') '(' NAME ')' ('=' expr NL | block)
             | 'update' block
+            | 'def' NAME '(' NAME (',' NAME)* ')' '=' expr NL
             | deployment                               (alphac.parse.deploy)
             | optimizer                                (alphac.parse.optim)
     type   := 'f64' ['[' INT (',' INT)* ']']
     block  := '{' (stmt (NL | ';'))* [expr] '}'
     stmt   := 'let' NAME '=' expr | NAME '=' expr
-    expr   := term (('+' | '-') term)*
+    expr   := sum [('<' | '<=' | '>' | '>=' | '==' | '!=') sum]
+    sum    := term (('+' | '-') term)*
     term   := unary (('*' | '/' | '@') unary)*
     unary  := '-' unary | power
     power  := postfix ['^' postfix]
-    postfix:= primary ('[' expr (',' expr)* ']')*
+    postfix:= primary ('[' index (',' index)* ']')*
+    index  := expr | [expr] ':' [expr]
     primary:= NUM | STR | NAME | NAME '(' [expr (',' expr)*] ')' | '(' expr ')'
-            | '[' [expr (',' expr)*] ']'
+            | '[' [expr (',' expr)*] ']' | '[' expr ('for' NAME 'in' expr '..' expr)+ ']'
 
 Requires: tokens from `lexer.lex`. Guarantees: never raises on any token list; on a syntax
 error it reports E0010/E0011, skips to the next declaration and goes on, so one run reports
@@ -38,7 +41,7 @@ class _Bail(Exception):
 
 
 DECL_KEYWORDS = ("data", "const", "param", "state", "loss", "predict", "update", "batch",
-                 "order", "contract", "deployment", "strategy", "optimizer")
+                 "order", "contract", "deployment", "strategy", "optimizer", "def")
 
 
 class Parser:
@@ -297,9 +300,22 @@ class Parser:
                 self.sink.error("E0012", self.tok.span,
                                 f"expression nested more than {self.MAX_DEPTH} levels deep")
                 raise _Bail()
-            return self._parse_expr()
+            return self.parse_comparison()
         finally:
             self.depth -= 1
+
+    def parse_comparison(self) -> ast.Expr:
+        """`sum OP sum`: one comparison at most (they do not chain), below + and -."""
+        left = self._parse_expr()
+        if self.tok.kind == "punct" and self.tok.text in ("<", "<=", ">", ">=", "==", "!="):
+            op = self.advance().text
+            right = self._parse_expr()
+            left = ast.Compare(op, left, right, left.span.to(right.span))
+            if self.tok.kind == "punct" and self.tok.text in ("<", "<=", ">", ">=", "==", "!="):
+                self.sink.error("E0074", self.tok.span, f"a second comparison after `{op}`",
+                                "comparisons do not chain: nest `where`s")
+                raise _Bail()
+        return left
 
     def _parse_expr(self) -> ast.Expr:
         left = self.parse_term()
@@ -341,12 +357,50 @@ class Parser:
         e = self.parse_primary()
         while self.at("punct", "["):
             self.advance()
-            idx = [self.parse_expr()]
+            idx = [self.parse_index()]
             while self.accept("punct", ","):
-                idx.append(self.parse_expr())
+                idx.append(self.parse_index())
             close = self.expect("punct", "]", what="`]` or `,`")
             e = ast.Index(e, tuple(idx), e.span.to(close.span))
         return e
+
+    def parse_index(self) -> ast.Expr:
+        """One index: an expression, or a slice `lo:hi` (either bound may be left out)."""
+        start = self.tok.span
+        lo = None if self.at("punct", ":") else self.parse_expr()
+        if not self.at("punct", ":"):
+            return lo
+        colon = self.advance()
+        hi = None if self.at("punct", ",") or self.at("punct", "]") else self.parse_expr()
+        return ast.Slice(lo, hi, start.to(hi.span if hi is not None else colon.span))
+
+    def parse_comp(self, open_: Token, body: ast.Expr) -> ast.Comp:
+        """The rest of `[body for j in lo..hi ...]`, after the body."""
+        loops = []
+        while self.at("name", "for"):
+            self.advance()
+            var = self.expect("name", what="the comprehension's variable, as in `for j in 0..4`")
+            self.expect("name", "in", what="`in` and a range, as in `for j in 0..4`")
+            lo = self.parse_expr()
+            self.expect("punct", "..", what="`..` and the range's end, as in `0..4`")
+            loops.append((var.text, var.span, lo, self.parse_expr()))
+        end = self.expect("punct", "]", what="`]` or `for`")
+        return ast.Comp(body, tuple(loops), open_.span.to(end.span))
+
+    def parse_def(self) -> ast.FuncDecl:
+        """`def NAME(a, b, ...) = expr`."""
+        kw = self.advance()
+        name = self.expect("name", what="the function's name after `def`")
+        self.expect("punct", "(", what="`(` and the function's parameters")
+        params = [self.expect("name", what="a parameter name")]
+        while self.accept("punct", ","):
+            params.append(self.expect("name", what="a parameter name"))
+        self.expect("punct", ")", what="`)` or `,`")
+        self.expect("punct", "=", what="`=` and the function's value")
+        body = self.parse_expr()
+        self.end_of_line()
+        return ast.FuncDecl(name.text, name.span, tuple((p.text, p.span) for p in params), body,
+                            kw.span.to(body.span))
 
     def parse_list(self, close: str) -> tuple[list[ast.Expr], Token]:
         items: list[ast.Expr] = []
@@ -381,6 +435,17 @@ class Parser:
             return inner
         if t.is_("punct", "["):
             self.advance()
+            if not self.at("punct", "]"):
+                first = self.parse_expr()
+                if self.at("name", "for"):
+                    return self.parse_comp(t, first)
+                items, end = [first], None
+                if self.accept("punct", ","):
+                    more, end = self.parse_list("]")
+                    items += more
+                else:
+                    end = self.expect("punct", "]", what="`]`, `,` or `for`")
+                return ast.ArrayLit(tuple(items), t.span.to(end.span))
             items, end = self.parse_list("]")
             return ast.ArrayLit(tuple(items), t.span.to(end.span))
         raise self.fail("an expression")
@@ -397,4 +462,5 @@ DECL_PARSERS = {
     "batch": Parser.parse_batch,
     "order": Parser.parse_order,
     "contract": Parser.parse_contract,
+    "def": Parser.parse_def,
 }

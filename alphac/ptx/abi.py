@@ -72,6 +72,8 @@ outer_sum_<p> takes its own block size and grid: `Kernel.block`, `Kernel.threads
                              divides, grad(p)[k] = G[off(p) + k] / float(n)
         scalar_<s>_old / scalar_<s>_new  f64  each scalar state version the statements read
                              (the host runs the scalar statements first: `host_scalars`)
+        clock_step, clock_epoch  f64  `step` and `epoch`, where the statements read them
+                             (Param.ref `clock.step`, `clock.epoch`)
         const_<c>  u64  each vector constant the statements read (`Param.values`: upload once)
         tbl_<t>    u64  each constant table the functions of alphac.math read (also uploaded
                         once; grad_samples has them too, after its data)
@@ -92,7 +94,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from alphac.ir.evaluate import Env, evaluate
-from alphac.ir.learner import DataRow, Learner, MatVec, Node, Outer, Read, VecMat, children, postorder
+from alphac.ir.learner import (DataRow, Learner, MatVec, Node, Outer, Read, VecMat, children, postorder,
+                               update_reductions)
 
 
 @dataclass(frozen=True)
@@ -101,7 +104,8 @@ class Param:
     type: str                        # "u64" (a global pointer) | "u32" | "f64"
     role: str                        # state data gs G n lo hi klo khi scalar const xd xc rows
     ref: str = ""                    # the state or data name (state, data, scalar)
-    version: int = 0                 # scalar: 0 the value before the update, 1 after
+    version: int = 0                 # scalar: 0 the value before the update, 1 after; 2 a
+                                     # reduced scalar of the update (ref: the host's rd<k>)
     values: tuple[float, ...] = ()   # const: the buffer's contents
 
 
@@ -269,13 +273,23 @@ def sum_kernels(lr: Learner) -> list[str]:
     return (["owner_sum"] if row_layout(lr).plain_width else []) + [f"outer_sum_{p}" for p in fused(lr)]
 
 
-def host_scalars(lr: Learner, state: dict[str, tuple[float, ...]]) -> dict[tuple[str, int], float]:
-    """Every scalar state's (name, version) -> value: what the host passes to update kernels."""
-    env = Env(state={(k, 0): v for k, v in state.items()})
+def host_scalars(lr: Learner, state: dict[str, tuple[float, ...]],
+                 whole: tuple[dict, dict] | None = None, t: int = 0) -> dict[tuple[str, int], float]:
+    """Every scalar state's (name, version) -> value at step t, and `step` and `epoch`
+    (("clock.step", 0), ("clock.epoch", 0)): what the host passes to update kernels; with
+    `whole` (every state's values, the mean gradients) also each reduced scalar of the update,
+    as (rd<k>, 2), computed first (learner_reduce)."""
+    clock = lr.clock(t)
+    env = Env(state={(k, 0): v for k, v in state.items()}, clock=clock)
+    out = {(f"clock.{k}", 0): v for k, v in clock.items()}
+    if whole is not None:
+        full = Env(state={(k, 0): v for k, v in whole[0].items()}, grads=whole[1], clock=clock)
+        for k, r in enumerate(update_reductions(lr.update)):
+            env.memo[id(r)] = evaluate(r, full)
+            out[(f"rd{k}", 2)] = env.memo[id(r)][0]
     for a in lr.update:
         if lr.state(a.target).group is None:
             env.state[(a.target, 1)] = evaluate(a.node, env)
-    out = {}
     for s in lr.scalar_states:
         out[(s.name, 0)] = state[s.name][0]
         out[(s.name, 1)] = env.state.get((s.name, 1), state[s.name])[0]

@@ -17,15 +17,16 @@ from __future__ import annotations
 from typing import Callable
 
 from alphac.math import binary64
-from alphac.ir.learner import (Bcast, Const, DataRow, Dot, Elem, Gather, Grad, Group, Learner,
-                               MatVec, Max, MaxAdj, Node, OneHot, Outer, Pick, Pow, Read, Scatter,
-                               Stack, Sum, Unary, VecMat, Where, children, postorder)
+from alphac.ir.learner import (Bcast, Clock, Const, DataRow, Dot, Elem, Gather, Grad, Group, Learner,
+                               MatVec, Max, MaxAdj, Node, OneHot, Outer, Pick, Pow, Read, Scatter, Stack,
+                               Sum, Unary, VecMat, Where, children, postorder, update_reductions)
 from alphac.ptx.abi import (Kernel, Param, batch_kernels, batch_nodes, batch_widths, fused,
                             param_count, param_layout, products, row_layout, sum_kernels)
 from alphac.ptx.mathfn import PtxSource, table_words_as_floats
 from alphac.ptx.render import PTX_VERSION, Emitter, f64imm
 
 ARITH = {"add", "sub", "mul", "div", "neg", "sqrt"}       # one PTX instruction each
+SETP = {"gt": "gtf64", "ge": "gef64", "eq": "eqf64", "ne": "neuf64"}    # Where's comparisons
 
 
 def math_tables(nodes: list[Node]) -> list:
@@ -59,7 +60,7 @@ class _Lower:
         return _IMPL[name](self.math, *(self.math.arg("f", r) for r in regs)).v
 
     def __call__(self, root: Node) -> list[str]:
-        for n in postorder([root]):
+        for n in postorder([root], self.memo.keys()):     # a value known is not entered
             if id(n) not in self.memo:
                 self.memo[id(n)] = self.step(n)
         return self.memo[id(root)]
@@ -76,7 +77,7 @@ class _Lower:
     def step(self, n: Node) -> list[str]:
         em, vals = self.em, {id(c): self.value(c) for c in children(n)}
         v = lambda c: vals[id(c)]                                           # noqa: E731
-        if isinstance(n, (Const, Read, DataRow, Grad)):
+        if isinstance(n, (Const, Read, DataRow, Grad, Clock)):
             return self.leaf(n)
         if isinstance(n, Elem):         # a scalar repeats everywhere, a vector over the rows
             size = max(len(v(n.a)), len(v(n.b)))
@@ -91,7 +92,7 @@ class _Lower:
         if isinstance(n, Where):
             size = max(len(v(c)) for c in (n.a, n.b, n.then, n.other))
             a, b, t, o = (v(c) * (size // len(v(c))) for c in (n.a, n.b, n.then, n.other))
-            return [em.op("selpf", t[k], o[k], em.op("gtf64", a[k], b[k])) for k in range(size)]
+            return [em.op("selpf", t[k], o[k], em.op(SETP[n.cmp], a[k], b[k])) for k in range(size)]
         if isinstance(n, Pow):
             out = base = v(n.a)
             for _ in range(n.n - 1):
@@ -130,7 +131,7 @@ class _Lower:
             return [em.op("selpf", one, zero, em.op("eqf64", v(n.a)[0], f64imm(float(j))))
                     for j in range(n.size)]
         if isinstance(n, Stack):
-            return [v(x)[0] for x in n.items]
+            return [r for x in n.items for r in v(x)]
         if isinstance(n, Pick):
             a = v(n.a)
             row = max(1, len(a) // n.a.shape[0])
@@ -313,7 +314,7 @@ class _Loops:
             if isinstance(n, Const):
                 self.regvec[id(n)] = [em.op("movf", f64imm(x)) for x in n.values]
             elif isinstance(n, Stack):
-                self.regvec[id(n)] = [self.value(x, None) for x in n.items]
+                self.regvec[id(n)] = self.stacked(n)
             else:
                 self.regvec[id(n)] = [self.compute(n, self.const(j)) for j in range(n.size)]
         elif self.keep(n):
@@ -322,12 +323,17 @@ class _Loops:
                 for k, x in enumerate(n.values):
                     em.op("stl", buf, 8 * k, em.op("movf", f64imm(x)))
             elif isinstance(n, Stack):
-                for k, x in enumerate(n.items):
-                    em.op("stl", buf, 8 * k, self.value(x, None))
+                for k, x in enumerate(self.stacked(n)):
+                    em.op("stl", buf, 8 * k, x)
             else:
                 self.loop(n.size, lambda k: em.op(
                     "stl", em.op("add64", buf, em.op("wide", k, 8)), 0, self.compute(n, k)))
             self.stored[id(n)] = buf
+
+    def stacked(self, n: Stack) -> list[str]:
+        """A stack's coordinates: its scalars, or its rows' coordinates, row after row."""
+        return [self.value(x, None if x.size == 1 else self.const(c))
+                for x in n.items for c in range(x.size)]
 
     def load(self, key: str, k: str | None) -> str:
         em = self.em
@@ -352,7 +358,7 @@ class _Loops:
             return em.op(n.op, a) if n.op in ARITH else self.call(n.op, a)
         if isinstance(n, Where):
             a, b, t, o = (v(c, self.index(c, n, k)) for c in (n.a, n.b, n.then, n.other))
-            return em.op("selpf", t, o, em.op("gtf64", a, b))
+            return em.op("selpf", t, o, em.op(SETP[n.cmp], a, b))
         if isinstance(n, Pow):
             x = out = v(n.a, self.index(n.a, n, k))
             for _ in range(n.n - 1):
@@ -532,6 +538,12 @@ def update(lr: Learner, group: Group, sm: int = 90) -> Kernel:
     scalars = sorted({(n.name, n.version) for n in reads if lr.state(n.name).group is None},
                      key=lambda sv: (order[sv[0]], sv[1]))
     params += [Param(f"scalar_{s}_{('old', 'new')[v]}", "f64", "scalar", s, v) for s, v in scalars]
+    reduced = [(k, r) for k, r in enumerate(update_reductions(lr.update))    # the host's rd<k>
+               if any(r is n for n in postorder([a.node for a in stmts]))]
+    params += [Param(f"reduced_{k}", "f64", "scalar", f"rd{k}", 2) for k, _ in reduced]
+    nodes = postorder([a.node for a in stmts], {id(r) for _, r in reduced})
+    clocks = sorted({n.kind for n in nodes if isinstance(n, Clock)}, reverse=True)     # step, epoch
+    params += [Param(f"clock_{c}", "f64", "scalar", f"clock.{c}") for c in clocks]
     consts: dict[tuple[int, ...], str] = {}
     for n in nodes:
         if isinstance(n, Const) and n.size > 1:
@@ -568,6 +580,8 @@ def update(lr: Learner, group: Group, sm: int = 90) -> Kernel:
             nf = once("n", lambda: em.op("cvtf", em.op("ldp32", "n")))
             g = once("G" + n.param, lambda: em.op("ld", at("G"), 8 * offsets[n.param]))
             return [em.op("div", g, nf)]
+        if isinstance(n, Clock):                    # the host writes step t's (abi.host_scalars)
+            return [once(f"clock_{n.kind}", lambda: em.op("ldpf", f"clock_{n.kind}"))]
         if lr.state(n.name).group is None:
             name = f"scalar_{n.name}_{('old', 'new')[n.version]}"
             return [once(name, lambda: em.op("ldpf", name))]
@@ -577,6 +591,7 @@ def update(lr: Learner, group: Group, sm: int = 90) -> Kernel:
         return [once(name, lambda: em.op("ld", at(name), 0))]
 
     lower = _Lower(em, leaf, per_coordinate=True, base=base)
+    lower.memo.update({id(r): [em.op("ldpf", f"reduced_{k}")] for k, r in reduced})
     for a in stmts:
         em.comment(f"line {a.line}: {a.target}")
         (new[a.target],) = lower(a.node)
@@ -586,7 +601,7 @@ def update(lr: Learner, group: Group, sm: int = 90) -> Kernel:
     return _module(em, lr, f"update_g{group.index}", params, sm, group.index)
 
 
-GPU_NODES = (Const, Read, DataRow, Grad, Elem, Unary, Where, Pow, Dot, Sum, Pick, Bcast, MatVec,
+GPU_NODES = (Const, Read, DataRow, Grad, Clock, Elem, Unary, Where, Pow, Dot, Sum, Pick, Bcast, MatVec,
              VecMat, Outer, Max, MaxAdj, OneHot, Stack, Gather, Scatter)
 
 

@@ -87,6 +87,8 @@ INSTR: dict[str, tuple[str | None, str]] = {
     "ne64":   ("p",  "setp.ne.u64 {d}, {a}, {b};"),
     "gtf64":  ("p",  "setp.gt.f64 {d}, {a}, {b};"),         # ordered: false with a NaN
     "eqf64":  ("p",  "setp.eq.f64 {d}, {a}, {b};"),         # ordered: false with a NaN
+    "gef64":  ("p",  "setp.ge.f64 {d}, {a}, {b};"),         # ordered: false with a NaN
+    "neuf64": ("p",  "setp.neu.f64 {d}, {a}, {b};"),        # unordered: true with a NaN
     "selp01": ("rd", "selp.u64 {d}, 1, 0, {a};"),
     "selp64": ("rd", "selp.u64 {d}, {a}, {b}, {c};"),
     "rem64":  ("rd", "rem.u64 {d}, {a}, {b};"),

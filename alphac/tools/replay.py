@@ -70,7 +70,7 @@ def replay_chain(lr: Learner, events: str | Path, upto: int) -> int | None:
         c = owner_contribution(lr, state, step_samples(lr, range(lr.nsamples or 0), t)) \
             if lr.loss is not None else None
         G = rounded(c)[0] if c is not None else {}
-        state = apply_update(lr, state, mean_gradient(c))
+        state = apply_update(lr, state, mean_gradient(c), t)
         values = [v for p in lr.params for v in G.get(p.name, ())] + [v for s in lr.states for v in state[s.name]]
         h = hashlib.sha256(h + struct.pack("<q", t + 1) + struct.pack(f"<{len(values)}d", *values)).digest()
         if h.hex() != hashes[t]:

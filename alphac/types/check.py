@@ -10,8 +10,11 @@ What it decides:
   constant, and must be finite;
 - the learner's structure: data outside the loss (and predict), grad outside the update,
   assignment targets; predict, a scalar or a vector, checked as the loss is;
-- per-coordinate updates: no reduction, fixed index or data inside `update`, and coordinate
-  values (params, their gradients, and state updated from them) meet only at equal shapes. The
+- per-coordinate updates: no product, fixed index or data inside `update`; its reductions
+  (dot, sum, max(v): reduced scalars, computed first) read only gradients, the step's starting
+  state, scalar state and constants, and no other reduction; coordinate values (params, their
+  gradients, and state updated from them) meet only at equal shapes, and one reduction's
+  operands are of one shape and in one group. The
   states that meet form coordinate groups (`Group`); shape-() state that never meets a coordinate
   value is scalar state, replicated on every owner;
 - memory demand: each state's `nbytes` (8 per coordinate); the learner's values in all
@@ -37,6 +40,7 @@ from alphac.ir.learner import type_text, wide
 from alphac.parse import ast
 from alphac.parse.optim import OptimizerUse
 from alphac.types.optim import expand as expand_optimizers
+from alphac.types.slices import Slicing
 
 # name -> arity. Elementwise functions (alphac.math: exact or correctly rounded), two library
 # compositions of them (COMPOSITIONS), and the reductions.
@@ -44,7 +48,10 @@ ELEMENTWISE = {"sqrt": 1, "exp": 1, "log": 1, "log1p": 1, "expm1": 1, "tanh": 1,
                "sin": 1, "cos": 1,
                "relu": 1, "max": 2, "min": 2, "sigmoid": 1, "softplus": 1}
 REDUCTIONS = {"dot": 2, "sum": 1, "outer": 2, "logsumexp": 1, "onehot": 2}
-BUILTINS = {**ELEMENTWISE, **REDUCTIONS, "grad": 1, "load": 1}
+BUILTINS = {**ELEMENTWISE, **REDUCTIONS, "grad": 1, "load": 1, "where": 3}
+CLOCK = ("step", "epoch")          # the update's clock (ir.Clock); a declaration may hide them
+COMPARE = {">": ("gt", False), ">=": ("ge", False), "<": ("gt", True), "<=": ("ge", True),
+           "==": ("eq", False), "!=": ("ne", False)}    # op -> (ir.Where's cmp, operands swapped)
 VARIADIC = {"max": (1, 2)}         # max(v) of a vector is a reduction; max(a, b) elementwise
 MAX_ONEHOT = 1 << 16
 MAX_POW = 8
@@ -69,7 +76,9 @@ class Ctx:
     assigned: set[str] = field(default_factory=set)
 
 
-class Checker:
+class Checker(Slicing):
+    builtins, symbol = None, Symbol           # what alphac.types.slices reads (BUILTINS: below)
+
     def __init__(self, module: ast.Module, sink: Sink, base_dir: Path | None):
         self.module = module
         self.sink = sink
@@ -85,6 +94,7 @@ class Checker:
         self.loss_decl: ast.LossDecl | None = None
         self.predict_decl: ast.LossDecl | None = None
         self.values = 0                # how many values the declarations so far hold
+        self.clocks: dict[str, ir.Clock] = {}   # `step` and `epoch` in the update
 
     def admit(self, count: int, span: Span, what: str) -> bool:
         """Count `count` more values against MAX_VALUES, before they are allocated."""
@@ -107,6 +117,7 @@ class Checker:
         losses = [d for d in m.decls if isinstance(d, ast.LossDecl) and d.kind == "loss"]
         predicts = [d for d in m.decls if isinstance(d, ast.LossDecl) and d.kind == "predict"]
         updates = [d for d in m.decls if isinstance(d, ast.UpdateDecl)]
+        self.functions(m.decls)
         for extra in losses[1:] + predicts[1:]:
             self.err("E0059", extra.span, f"a second `{extra.kind}`",
                      hint=f"a learner has at most one {extra.kind}")
@@ -438,12 +449,21 @@ class Checker:
             return ir.Unary("neg", a, a.shape) if a is not None else None
         if isinstance(e, ast.Binary):
             return self.binary(e, ctx)
+        if isinstance(e, ast.Compare):
+            self.err("E0074", e.span, f"a comparison (`{e.op}`) is not a number",
+                     hint="a comparison is only the condition of `where(a < b, x, y)`")
+            return None
         if isinstance(e, ast.Call):
             return self.call(e, ctx)
         if isinstance(e, ast.Index):
             return self.index(e, ctx)
         if isinstance(e, ast.ArrayLit):
             return self.array(e, ctx)
+        if isinstance(e, ast.Comp):
+            return self.comp(e, ctx)
+        if isinstance(e, ast.Slice):
+            self.err("E0033", e.span, "a slice `lo:hi` is only an index, as in `v[lo:hi]`")
+            return None
         raise TypeError(type(e).__name__)
 
     def name(self, e: ast.Name, ctx: Ctx) -> ir.Node | None:
@@ -451,6 +471,12 @@ class Checker:
             self.err("E0033", e.span, f"the sample index `{e.name}` can only index data, as in `x[{e.name}]`")
             return None
         sym = ctx.lets.get(e.name) or self.syms.get(e.name)
+        if sym is None and e.name in CLOCK and e.name not in self.later:   # a later one: E0020
+            if ctx.kind != "update":
+                self.err("E0075", e.span, f"`{e.name}` outside the update",
+                         hint="`step` and `epoch` count the run's steps and epochs: values only in `update`")
+                return None
+            return self.clocks.setdefault(e.name, ir.Clock(e.name))    # one node each
         if sym is None:
             if e.name in BUILTINS:
                 self.err("E0042", e.span, f"`{e.name}` is a builtin function; call it")
@@ -540,6 +566,11 @@ class Checker:
         return None
 
     def call(self, e: ast.Call, ctx: Ctx) -> ir.Node | None:
+        if e.func in self.funcs and e.func not in ctx.lets:
+            return self.funcall(e, ctx)
+        if e.func == "len" and len(e.args) in (1, 2):
+            n = self.dimension(e, ctx)
+            return None if n is None else ir.Const((), (float(n),))
         if e.func not in BUILTINS:
             if e.func in self.syms or e.func in ctx.lets:
                 self.err("E0033", e.func_span, f"`{e.func}` is not a function",
@@ -563,16 +594,18 @@ class Checker:
             return None
         if e.func == "grad":
             return self.grad(e, ctx)
+        if e.func == "where":
+            return self.where(e, ctx)
         args = [self.expr(a, ctx) for a in e.args]
         if any(a is None for a in args):
             return None
         reduction = e.func in REDUCTIONS or (e.func == "max" and len(args) == 1)
         if ctx.kind == "update" and reduction and not all(isinstance(a, ir.Const) for a in args):
-            self.err("E0050", e.span, f"`{e.func}` in the update reads every coordinate",
-                     hint="reductions belong in the loss; the update works coordinate by coordinate")
-            return None
+            if not self.update_reduction(e, args):
+                return None
         if e.func in ("sum", "max", "logsumexp") and len(args) == 1:
-            if len(args[0].shape) != 1:
+            if len(args[0].shape) != 1 and not (ctx.kind == "update" and e.func != "logsumexp"
+                                                and len(args[0].shape) in (0, 2)):
                 self.err("E0030", e.args[0].span, f"{e.func} takes a vector, given {type_text(args[0].shape)}")
                 return None
             if e.func == "sum":
@@ -590,11 +623,28 @@ class Checker:
                 return None
             return elementwise(e.func, args)
         a, b = args
-        if len(a.shape) != 1 or a.shape != b.shape:
+        if len(a.shape) != 1 and not (ctx.kind == "update" and len(a.shape) in (0, 2)) or a.shape != b.shape:
             self.err("E0030", e.span, f"dot of {type_text(a.shape)} and {type_text(b.shape)}",
                      hint="dot takes two vectors of the same length")
             return None
         return ir.Dot(a, b)
+
+    def update_reduction(self, e: ast.Call, args: list[ir.Node]) -> bool:
+        """`dot`, `sum` or `max(v)` in the update: a reduced scalar, computed before every
+        statement (docs/language.md), so its operands may read the gradients, the step's
+        starting state and constants, coordinate by coordinate, and nothing else (E0050)."""
+        why = None
+        if e.func not in ("dot", "sum", "max"):
+            why = f"`{e.func}` in the update reads every coordinate (its reductions: dot, sum, max(v))"
+        for n in ir.postorder(args):
+            if why is None and isinstance(n, (ir.Dot, ir.Sum, ir.Max)):
+                why = f"a reduction inside `{e.func}`'s operand in the update"
+            elif why is None and isinstance(n, ir.Read) and n.version:
+                why = f"`{e.func}` in the update reads `{n.name}` after its assignment"
+        if why is not None:
+            self.err("E0050", e.span, why, hint="the update's reductions (dot, sum, max(v)) are "
+                     "computed first, from the gradients and the state the step starts from")
+        return why is None
 
     def onehot(self, e: ast.Call, ctx: Ctx) -> ir.Node | None:
         label, count = e.args
@@ -614,6 +664,26 @@ class Checker:
             return None
         return fold(ir.OneHot(k, (count.ival,)))
 
+    def where(self, e: ast.Call, ctx: Ctx) -> ir.Node | None:
+        """`where(a OP b, x, y)`: x where the comparison holds, else y, elementwise (E0074 for
+        a condition that is not a comparison; E0030 for shapes that are not one shape and
+        scalars)."""
+        c = e.args[0]
+        if not isinstance(c, ast.Compare):
+            self.err("E0074", c.span, "the condition of `where` is not a comparison",
+                     hint="write `where(a < b, x, y)`: one of < <= > >= == != between two values")
+            return None
+        a, b, x, y = (self.expr(v, ctx) for v in (c.left, c.right, e.args[1], e.args[2]))
+        if a is None or b is None or x is None or y is None:
+            return None
+        shape = wide(a.shape, b.shape, x.shape, y.shape)
+        if any(v.shape and v.shape != shape for v in (a, b, x, y)):
+            self.err("E0030", e.span, "`where` of " + ", ".join(type_text(v.shape) for v in (a, b, x, y)),
+                     hint="the comparison's two operands and both values have one shape, or are scalars")
+            return None
+        cmp, swap = COMPARE[c.op]
+        return fold(ir.Where(b, a, x, y, shape, cmp) if swap else ir.Where(a, b, x, y, shape, cmp))
+
     def grad(self, e: ast.Call, ctx: Ctx) -> ir.Node | None:
         arg = e.args[0]
         if ctx.kind != "update":
@@ -631,14 +701,23 @@ class Checker:
         return ir.Grad(arg.name, sym.shape)
 
     def index(self, e: ast.Index, ctx: Ctx) -> ir.Node | None:
-        if not isinstance(e.base, ast.Name):
-            self.err("E0033", e.base.span, "only declared names can be indexed")
-            return None
-        name = e.base.name
-        sym = ctx.lets.get(name) or self.syms.get(name)
-        if sym is None:
-            self.unknown(name, e.base.span, ctx)
-            return None
+        name = e.base.name if isinstance(e.base, ast.Name) else None
+        sym = ctx.lets.get(name) or self.syms.get(name) if name else None
+        if ctx.index is not None and e.indices and self.data_element(e.indices[0]):
+            if sym is None or sym.kind not in ("param", "state", "const"):
+                self.err("E0033", e.base.span, "only a declared param, state or const is indexed by "
+                         "data", hint="as in `E[tok[i]]`, an embedding's row")
+                return None
+            node = self.name(e.base, ctx)
+            return node and self.gather(e, name, node, ctx)
+        if sym is None or sym.kind != "data":       # any value: a declared name, a let, a result
+            node = self.expr(e.base, ctx)
+            node = node and self.select(node, list(e.indices), ctx, e)
+            if ctx.kind == "update" and node is not None and not isinstance(node, ir.Const):
+                self.err("E0050", e.span, "a fixed index or a slice in the update",
+                         hint="coordinate k may read only coordinate k; write the whole name")
+                return None
+            return node
         idx = list(e.indices)
         if len(idx) > len(sym.shape):
             self.err("E0033", e.span, f"`{name}` has {len(sym.shape)} dimension(s), indexed with {len(idx)}")
@@ -651,33 +730,16 @@ class Checker:
             if not (isinstance(first, ast.Name) and first.name == ctx.index):
                 self.err("E0033", first.span, f"data is indexed by the sample index first: `{name}[{ctx.index}]`")
                 return None
-            node: ir.Node = ir.DataRow(name, sym.shape[1:])
-        else:
-            if sym.kind == "let":
-                self.err("E0033", e.base.span, f"`{name}` is a let; only declared arrays can be indexed")
-                return None
-            node = self.name(e.base, ctx)
-            if node is None:
-                return None
-            if idx and not isinstance(idx[0], ast.Num) and ctx.index is not None and not (
-                    isinstance(idx[0], ast.Name) and idx[0].name == ctx.index):
-                return self.gather(e, name, node, ctx)
         for ix in idx:
-            if not isinstance(ix, ast.Num) or ix.ival is None:
-                if isinstance(ix, ast.Name) and ix.name == ctx.index:
-                    self.err("E0033", ix.span, "the sample index can only be the first index of data")
-                else:
-                    self.err("E0033", ix.span, "an index must be an integer literal")
+            if isinstance(ix, ast.Name) and ix.name == ctx.index:
+                self.err("E0033", ix.span, "the sample index can only be the first index of data")
                 return None
-            if not 0 <= ix.ival < node.shape[0]:
-                self.err("E0032", ix.span, f"index {ix.ival} is out of range for a dimension of {node.shape[0]}")
-                return None
-            node = fold(ir.Pick(node, ix.ival, node.shape[1:]))
-        if ctx.kind == "update" and not isinstance(node, ir.Const) and idx:
-            self.err("E0050", e.span, f"`{name}` at a fixed index in the update",
-                     hint="coordinate k may read only coordinate k; write the whole name")
-            return None
-        return node
+        return self.select(ir.DataRow(name, sym.shape[1:]), idx, ctx, e)
+
+    def data_element(self, ix: ast.Expr) -> bool:
+        """Whether index `ix` is an element of the sample's data (`tok[i]`, `tok[i, 2]`)."""
+        sym = self.syms.get(ix.base.name) if isinstance(ix, ast.Index) and isinstance(ix.base, ast.Name) else None
+        return sym is not None and sym.kind == "data"
 
     def gather(self, e: ast.Index, name: str, node: ir.Node, ctx: Ctx) -> ir.Node | None:
         """`E[tok[i]]`, `E[tok[i, t]]`: the row of E (a coordinate of a vector) that an element
@@ -718,15 +780,11 @@ class Checker:
         if any(x is None for x in items):
             return None
         if not all(isinstance(x, ir.Const) for x in items):
-            if any(x.shape for x in items):
-                self.err("E0037", e.span, "an array literal of vectors must be constant",
-                         hint="a vector of scalar values may be computed: `[a, b, c]`")
-                return None
             if ctx.kind == "update":
                 self.err("E0050", e.span, "a vector built from values in the update",
                          hint="coordinate k may read only coordinate k of its values")
                 return None
-            return ir.Stack(tuple(items), (len(items),))
+            return self.stacked(items, e.span)
         shape0 = items[0].shape
         for x, src in zip(items, e.items):
             if x.shape != shape0:
@@ -750,9 +808,11 @@ class Checker:
 
         coord = {n for n, s in states.items() if s.kind == "param" or s.shape}
 
-        def leaves(node: ir.Node) -> list[str]:
-            out = []
-            for n in ir.postorder([node]):
+        reduced = {id(n) for n in ir.update_reductions(self.update)}
+
+        def leaves(node: ir.Node, stop: set[int] = reduced) -> list[str]:
+            out = []                 # a reduced scalar is one value, computed before (stop)
+            for n in ir.postorder([node], stop):
                 if isinstance(n, ir.Read) and n.name in states:
                     out.append(n.name)
                 elif isinstance(n, ir.Grad):
@@ -767,6 +827,15 @@ class Checker:
                 if a.target not in coord and any(n in coord for n in names):
                     coord.add(a.target)
                     changed = True
+        for a in self.update:            # one reduction's operands: one group, one partition
+            for r in ir.update_reductions([a]):
+                names = [n for n in leaves(r, set()) if n in coord]
+                for n in names[1:]:
+                    if states[n].shape != states[names[0]].shape:
+                        self.err("E0051", self.assign_span(a), f"a reduction reads coordinate values "
+                                 f"`{names[0]}` and `{n}` of different shapes")
+                    else:
+                        parent[find(n)] = find(names[0])
         for a, names in reads:
             if a.target not in coord:
                 continue
@@ -869,6 +938,9 @@ def logsumexp(z: ir.Node) -> ir.Node:
     m = fold(ir.Max(z))
     e = fold(ir.Unary("exp", fold(ir.Elem("sub", z, m, z.shape)), z.shape))
     return fold(ir.Elem("add", m, fold(ir.Unary("log", fold(ir.Sum(e)), ())), ()))
+
+
+Checker.builtins = BUILTINS
 
 
 def check(module: ast.Module, sink: Sink, base_dir: Path | None = None) -> ir.Learner | None:

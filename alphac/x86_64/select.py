@@ -7,8 +7,8 @@ subsd mulsd divsd sqrtsd`) on its operands in their written order (never swapped
 or with `vex` (the levels) its VEX form (`vaddsd d, a, b`: three operands, so no copy of `a`;
 EVEX where a register is 16-31), which computes the same low lane; every f64x2 operation
 likewise (SSE2's packed double, or VEX.128's); so the levels emit no legacy SSE instruction but
-the hardware SHA-256's, and none runs with dirty upper halves; `fgt` is `ucomisd` + `seta` (false
-when unordered), `umulh` is `mul` (rdx:rax = rax * b), spilled values are reloaded through the
+the hardware SHA-256's, and none runs with dirty upper halves; `fgt` is `ucomisd` + `seta` and `fge`
+`ucomisd` + `setae` (false when unordered), `umulh` is `mul` (rdx:rax = rax * b), spilled values are reloaded through the
 scratch registers of `abi`, calls and system calls move their arguments by `parallel_moves`, and
 the stack stays 16-byte aligned at every call.
 
@@ -258,7 +258,8 @@ class Selector(SelectorBase):
 
     def fgt(self, op, d, a) -> None:
         self.emit("ucomisd", self.use(a[0], F1), self.use(a[1], F2))
-        self.emit("seta", GPR8[S1.num])              # above: CF = ZF = 0, false when unordered
+        self.emit("seta" if op == "fgt" else "setae", GPR8[S1.num])   # above: CF = ZF = 0; above
+        # or equal (fge): CF = 0; both false when unordered (ZF = PF = CF = 1)
         self.emit("movzx", S1, GPR8[S1.num])
         self.commit(d, S1)
 
