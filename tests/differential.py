@@ -365,11 +365,13 @@ def too_large(rep: Report, lr) -> bool:
 
 
 def run_ptx(lr) -> str:
-    """The GPU owner's step (gpu/ptx_host.py) with its kernels run by the PTX interpreter."""
-    from alphac.ir.interp import format_state
+    """The GPU owner's step (gpu/ptx_host.py) with its kernels run by the PTX interpreter, after
+    the labels and indices are checked as the owner's executable checks its rows (data-label)."""
+    from alphac.ir.interp import check_labels, format_state
     from ptx_host import Owner
     from alphac.ptx.kernels import kernels
     from ptx_interp import InterpDevice
+    check_labels(lr)
     owner = Owner(InterpDevice(), lr, kernels(lr))
     for t in range(STEPS):
         owner.step(t)
