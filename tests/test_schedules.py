@@ -280,7 +280,7 @@ update {
 
 def test_a_schedule_keeps_the_update_loop_in_vectors(tmp_path):
     """The schedule is computed once before the group's loop, which stays in f64x2/x4/x8
-    (alphac.lower.learner.gen_group), and every level gives the interpreter's bits."""
+    (alphac.lower.learner.LearnerCode.gen_group), and every level gives the interpreter's bits."""
     from alphac.lower.learner import learner_source
     rows = [", ".join(str(round(((7 * s + 3 * k) % 11 - 5) / 8, 3)) for k in range(21)) for s in range(5)]
     src = tmp_path / "wide.alpha"
