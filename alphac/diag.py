@@ -181,7 +181,9 @@ CODES: dict[str, tuple[str, str]] = {
               "a constant integer expression (literals, a comprehension's variable, integral "
               "constants, len(v), min, max, + - * and / rounding down), a slice `lo:hi` of "
               "them, or the sample index of `loss(i)` (or `predict(i)`); the sample index may "
-              "only index data, as its first index."),
+              "only index data, as its first index. In the loss, one element of the sample's "
+              "data may be a declared param's, state's or const's only index (`E[tok[i]]`, "
+              "`E[tok[i, 2]]`: an embedding), and a param indexed so is read there no other way."),
     "E0034": ("ragged array literal",
               "Every row of an array literal must have the same length."),
     "E0035": ("sample counts disagree",
@@ -401,7 +403,8 @@ CODES: dict[str, tuple[str, str]] = {
     "W0002": ("state never updated",
               "The state keeps its initial value forever; a `const` may say what you mean."),
     "W0004": ("label outside onehot's range",
-              "Data written in the source feeds `onehot(NAME[i], K)` with a value that is not a "
+              "Data written in the source feeds `onehot(NAME[i], K)` (or indexes a K-row `E[NAME[i]]`) "
+              "with a value that is not a "
               "whole number from 0 to K-1 (the first such row is named). Every engine refuses "
               "such labels when it reads the rows (`refused: data-label`, docs/refusals.md), as "
               "it does for labels loaded from a .npy file; PyTorch's cross-entropy refuses them "

@@ -172,8 +172,9 @@ REFUSALS: dict[str, tuple[int, str]] = {
                         "the executable was built against; refused before the first step"),
     "data-hash": (132, "a chunk of a data file that covers the owner's rows does not match the "
                        "digest the build recorded (a changed byte); refused before the first step"),
-    "data-label": (133, "a label that `onehot(NAME[i], K)` reads (a row of NAME, the detail names "
-                        "it) is not a whole number from 0 to K-1, as every engine checks the rows it "
+    "data-label": (133, "a label that `onehot(NAME[i], K)` reads, or an index that `E[NAME[i]]` reads "
+                        "from a K-row E (a row of NAME, the detail names it and E), is not a whole "
+                        "number from 0 to K-1, as every engine checks the rows it "
                         "reads; refused before the first step (the checker warns, W0004, when the "
                         "labels are written in the source)"),
     "non-finite-state": (65, "a value to be published is NaN or infinite; the contract publishes "

@@ -122,15 +122,16 @@ def expected(lr, history) -> str:
 
 
 def labels_out_of_range(lr) -> bool:
-    """Whether a label that `onehot(NAME[i], K)` reads (a data row, or an element of one) is not a
-    whole number from 0 to K-1: the contract refuses the run (`data-label`) before a step."""
-    from alphac.ir.learner import DataRow, OneHot, Pick, postorder
+    """Whether a label that `onehot(NAME[i], K)` reads, or an index `E[NAME[i]]` of an E of K rows
+    (a data row, or an element of one), is not a whole number from 0 to K-1: the contract refuses
+    the run (`data-label`) before a step."""
+    from alphac.ir.learner import DataRow, Gather, OneHot, Pick, postorder
     data = {d.name: d for d in lr.data}
     for n in postorder([x for x in (lr.loss, lr.predict) if x is not None]):
-        a, col = (n.a.a, n.a.k) if isinstance(n, OneHot) and isinstance(n.a, Pick) else \
-            (getattr(n, "a", None), 0)
-        if isinstance(n, OneHot) and isinstance(a, DataRow):
-            d, k = data[a.name], n.shape[0]
+        lab = n.k if isinstance(n, Gather) else getattr(n, "a", None)
+        a, col = (lab.a, lab.k) if isinstance(n, (OneHot, Gather)) and isinstance(lab, Pick) else (lab, 0)
+        if isinstance(n, (OneHot, Gather)) and isinstance(a, DataRow):
+            d, k = data[a.name], (n.a.shape[0] if isinstance(n, Gather) else n.shape[0])
             width = len(d.values) // d.shape[0]
             if any(not (-1 < v < k and v == round(v)) for v in list(d.values)[col::width]):
                 return True
@@ -364,11 +365,13 @@ def too_large(rep: Report, lr) -> bool:
 
 
 def run_ptx(lr) -> str:
-    """The GPU owner's step (gpu/ptx_host.py) with its kernels run by the PTX interpreter."""
-    from alphac.ir.interp import format_state
+    """The GPU owner's step (gpu/ptx_host.py) with its kernels run by the PTX interpreter, after
+    the labels and indices are checked as the owner's executable checks its rows (data-label)."""
+    from alphac.ir.interp import check_labels, format_state
     from ptx_host import Owner
     from alphac.ptx.kernels import kernels
     from ptx_interp import InterpDevice
+    check_labels(lr)
     owner = Owner(InterpDevice(), lr, kernels(lr))
     for t in range(STEPS):
         owner.step(t)

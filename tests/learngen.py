@@ -19,9 +19,11 @@ part ways:
 - the matrix operations (issue 16, `MatGen`, in about half the programs): `A @ v` and `u @ A`
   over params, constants, 2-D states and data rows, `outer` reduced to a scalar, `max(v)`,
   `logsumexp`, `onehot(lab[i], K)` over integer labels (some out of range, negative or
-  fractional), classification losses, layers chained through vector nonlinearities, 2-D params
-  with optimizer states of their own (written out, or now and then a line of the optimizer
-  library: `optimizer adam(...) for W3`, `library_optimizer`), and uses the checker must refuse by name
+  fractional), classification losses, embeddings (`E[tok[i, t]]`, `w[tok[i]]`: rows and
+  coordinates named by token ids read from data, some out of range or fractional), layers
+  chained through vector nonlinearities, 2-D params with optimizer states of their own (written
+  out, or now and then a line of the optimizer library: `optimizer adam(...) for W3`,
+  `library_optimizer`), and uses the checker must refuse by name
   (`Program.expect`: wrong shapes E0030, a product or reduction in the update E0050, ...);
 - reductions in the update (`reductions`, about 1 program in 4): a global norm over gradients,
   params and states, and a clip factor that scales some statements, as global-norm clipping
@@ -141,6 +143,8 @@ def expr_text(e: tuple) -> str:
         return f"{e[1]}[i]"
     if k == "elt":
         return f"{e[1]}[i, {e[2]}]"
+    if k == "at":
+        return f"{e[1]}[{expr_text(e[2])}]"
     if k == "bin":
         return f"({expr_text(e[2])} {e[1]} {expr_text(e[3])})"
     if k == "neg":
@@ -475,6 +479,8 @@ def generate(seed: int, matrices: bool | None = None, npy: bool | None = None,
     if mat:
         mat.update(prog)
     reductions(prog, seed, prog.loss_result is not None)
+    if mat:
+        mat.embed(prog)                              # drawn last: every other draw as it was
     br = random.Random(seed ^ 0xBA7C4)              # minibatches: a stream of their own
     if prog.loss_result is not None and n > 1 and br.random() < 0.35:
         prog.batch = (br.randint(1, n - 1), br.choice([None, br.randrange(1 << 63)]))
@@ -1163,6 +1169,55 @@ class MatGen:
             self.terms.append(h())
         if m.random() < 0.3:
             self.regularizer()
+
+    def embed(self, prog: Program) -> None:
+        """Now and then (a stream of its own, drawn last: every other draw of the seed is as it
+        was) an embedding: rows of a param E named by token ids read from data (`E[tok[i, t]]`,
+        issue 47), summed or multiplied, through tanh, reduced by a dot with a constant or a sum;
+        now and then a constant's row and a vector param's coordinate (`w[tok[i]]`) beside them,
+        added to the loss, and E and w trained by SGD with momentum. Ids repeat within a sample
+        and some rows are never named; now and then one is out of range or fractional (every
+        engine refuses data-label). E and w are read in the loss through these indices alone
+        (types/check.py's gathered_only)."""
+        e = random.Random(self.g.seed ^ 0xE3BED)
+        if prog.loss_result is None or e.random() >= 0.3:
+            return
+        V, D, T = e.choice([2, 3, 5, 9]), e.choice([1, 2, 3, 4, 10]), e.choice([1, 2, 3])
+        toks = [[float(e.randrange(V)) for _ in range(T)] for _ in range(self.n)]
+        if e.random() < 0.1:
+            toks[e.randrange(self.n)][e.randrange(T)] = e.choice([float(V), -1.0, 0.5])
+        values = lambda *shape: [[round(e.uniform(-0.6, 0.6), 2) for _ in range(shape[-1])]
+                                 for _ in range(shape[0])] if len(shape) == 2 else \
+            [round(e.uniform(-0.6, 0.6), 2) for _ in range(shape[0])]
+        self.insert(Decl("data", "tok_e", (self.n, T), toks) if T > 1 else
+                    Decl("data", "tok_e", (self.n,), [t[0] for t in toks]))
+        at = lambda name, t: ("at", name, ("elt", "tok_e", t) if T > 1 else ("row", "tok_e"))
+        self.insert(Decl("param", "E_e", (V, D), values(V, D)))
+        h = at("E_e", 0)
+        for t in range(1, T):
+            h = ("bin", e.choice(["+", "*"]), h, at("E_e", t))
+        if e.random() < 0.3:
+            self.insert(Decl("const", "C_e", (V, D), values(V, D)))
+            h = ("bin", "-", h, at("C_e", e.randrange(T)))
+        h = call("tanh", h) if e.random() < 0.6 else h
+        if e.random() < 0.5:
+            self.insert(Decl("const", "v_e", (D,), values(D)))
+            out = call("dot", h, ("name", "v_e"))
+        else:
+            out = call("sum", h)
+        trained = ["E_e"]
+        if e.random() < 0.5:
+            self.insert(Decl("param", "w_e", (V,), values(V)))
+            out = ("bin", "+", out, ("bin", "*", at("w_e", e.randrange(T)), ("row", "y")))
+            trained.append("w_e")
+        loss = ("bin", "*", ("num", 0.5), ("pow", ("bin", "-", out, ("row", "y")), 2))
+        prog.loss_result = ("bin", "+", prog.loss_result, loss)
+        for p in trained:
+            shape = next(d.shape for d in self.decls if d.name == p)
+            self.insert(Decl("state", f"m_{p}", shape, 0.0))
+            prog.update += [Stmt("assign", f"m_{p}", ("bin", "+", ("bin", "*", ("num", 0.5), ("name", f"m_{p}")),
+                                                       ("grad", p))),
+                            Stmt("assign", p, ("bin", "-", ("name", p), ("bin", "*", ("num", 0.1), ("name", f"m_{p}"))))]
 
     def head_mlp(self) -> tuple:
         """h = act(W1 @ x[i] + b1), ... then an output layer."""

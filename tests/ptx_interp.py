@@ -77,6 +77,7 @@ F64["setp.eq.f64"] = lambda a, b: a == b                # ordered: -0.0 == +0.0,
 F64["setp.ge.f64"] = lambda a, b: a >= b                # ordered: False when either is NaN
 F64["setp.neu.f64"] = lambda a, b: a != b               # unordered: True when either is NaN
 F64["cvt.rn.f64.s64"] = lambda a: float(signed(a))
+F64["cvt.rzi.u32.f64"] = lambda a: int(a) & M32      # (toward zero; the index is whole)
 F64["selp.f64"] = lambda a, b, p: a if p else b
 SREGS = ("%tid.x", "%ntid.x", "%ctaid.x", "%nctaid.x")
 

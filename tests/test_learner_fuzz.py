@@ -116,6 +116,9 @@ def test_generator_is_deterministic_and_covers_the_features():
                    "max((W", "let h", "tanh(((W", "state S", "(1.0 - q", "let old", "data lab"]:
         assert needle in text, needle
     assert re.search(r"\bmax\(\(\w+ @ ", text), "max of a product"
+    # indices read from data (issue 47): rows of a param by ids of 2-D and 1-D data, a coordinate
+    assert re.search(r"\bE\w*\[tok\w*\[i, \d\]\]", text) and re.search(r"\bE\w*\[tok\w*\[i\]\]", text)
+    assert re.search(r"\bw\w*\[tok\w*\[i(, \d)?\]\]", text)
     labels = [v for s in range(120) for d in learngen.generate(s).decls if d.name == "lab" for v in d.value]
     assert {-1.0, 1.5} <= set(labels) and any(v >= 3 for v in labels)
     expects = Counter(learngen.generate(s).expect[0] for s in range(400) if learngen.generate(s).expect)

@@ -35,6 +35,8 @@ The order of operations is part of the numerical contract, so it is fixed here:
     t = outer(u, v)   u += dt @ v        v += u @ dt   (dt the matrix adjoint)
     t = max(a)   a += maxadj(a, dt): dt to the coordinate the pairwise rule picks (MaxAdj)
     t = onehot(k, n)  nothing: a label carries no gradient
+    t = E[k]     E += scatter(dt, k): dt at row k, +0 at every other row (a contribution of its
+                 own, as a fixed index's is; k, read from data, carries no gradient)
     t = [a, b, ...]   a += dt[0], b += dt[1], ...   (rows, for a matrix of vectors)
     t = a[k]     a's coordinate (row) k += dt, when a is computed (a param's pick is its
                  gradient's contribution at its offset): the adjoint of a value of which some
@@ -53,8 +55,8 @@ of the loss DAG (so a value the forward pass computed is reused, not recomputed)
 from __future__ import annotations
 
 from alphac.ir.evaluate import fold
-from alphac.ir.learner import (Bcast, Const, Contribution, DataRow, Dot, Elem, Grad, Learner,
-                               MatVec, Max, MaxAdj, Node, OneHot, Outer, Pick, Pow, Read, Stack,
+from alphac.ir.learner import (Bcast, Const, Contribution, DataRow, Dot, Elem, Gather, Grad, Learner,
+                               MatVec, Scatter, Max, MaxAdj, Node, OneHot, Outer, Pick, Pow, Read, Stack,
                                Sum, Unary, VecMat, Where, postorder, wide)
 
 
@@ -161,6 +163,9 @@ def differentiate(lr: Learner) -> None:
                 lr.grads[root.name].append(Contribution(offset, dt))
             elif not isinstance(t.a, (Const, DataRow, Grad, OneHot, MaxAdj, Read)):
                 adj.setdefault(id(t.a), []).append((t.k, dt))
+        elif isinstance(t, Gather):
+            if isinstance(t.a, Read) and t.a.name in lr.grads:
+                lr.grads[t.a.name].append(Contribution(0, Scatter(dt, t.k, t.a.shape)))
         elif isinstance(t, Elem):
             a, b = t.a, t.b
             if t.op == "add":

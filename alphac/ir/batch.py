@@ -14,7 +14,7 @@ what `alphac.ir.evaluate._step` does for that sample alone:
 - every fold (dot, sum, A @ v, u @ A, max, the contributions to a coordinate) is a Python loop
   over the folded axis, left to right from the first term, with an accumulator array: never
   numpy's reductions (np.sum, np.dot, matmul, einsum reorder or sum pairwise);
-- where, max's winner, onehot and picks are comparisons and copies, as in `_step`.
+- where, max's winner, onehot, picks, gathers and scatters are comparisons and copies, as in `_step`.
 
 `gradient_rows` yields the per-sample gradients (all params, in declaration order, flattened) of
 consecutive chunks of samples, at most `BUDGET` array entries of node values at a time; the
@@ -28,8 +28,8 @@ import numpy as np
 
 from alphac import math as elementary
 from alphac.math import binary64 as f
-from alphac.ir.learner import (Bcast, Const, DataRow, Dot, Elem, MatVec, Max, MaxAdj, Node, OneHot,
-                               Outer, Pick, Pow, Read, Stack, Sum, Unary, VecMat, Where,
+from alphac.ir.learner import (Bcast, Const, DataRow, Dot, Elem, Gather, MatVec, Max, MaxAdj, Node,
+                               OneHot, Outer, Scatter, Pick, Pow, Read, Stack, Sum, Unary, VecMat, Where,
                                postorder)
 
 BUDGET = 1 << 22                 # node-value entries held at once (8 bytes each)
@@ -140,6 +140,15 @@ def _step(n: Node, val, state, rows) -> np.ndarray:
         a = val(n.a)
         row = max(1, a.shape[1] // n.a.shape[0])
         return a[:, n.k * row:(n.k + 1) * row]
+    if isinstance(n, (Gather, Scatter)):     # k checked before a first step (data-label)
+        k, row = val(n.k)[:, 0].astype(np.intp), max(1, n.size // n.shape[0] if isinstance(n, Scatter) else n.size)
+        at = k[:, None] * row + np.arange(row)
+        if isinstance(n, Gather):
+            return val(n.a)[0][at]
+        dt = val(n.dt)
+        out = np.zeros((max(len(k), len(dt)), n.size))
+        np.put_along_axis(out, np.broadcast_to(at, (len(out), row)), np.broadcast_to(dt, (len(out), row)), 1)
+        return out
     if isinstance(n, Bcast):
         x = val(n.a)
         return np.broadcast_to(x, (len(x), n.size))

@@ -16,8 +16,9 @@ from typing import Callable
 
 from alphac import math as elementary
 from alphac.math import binary64 as f
-from alphac.ir.learner import (COMPARE, Bcast, Clock, Const, DataRow, Dot, Elem, Grad, MatVec, Max, MaxAdj, Node,
-                               OneHot, Outer, Pick, Pow, Read, Stack, Sum, Unary, VecMat, Where,
+from alphac.ir.learner import (COMPARE, Bcast, Clock, Const, DataRow, Dot, Elem, Gather, Grad, MatVec, Max,
+                               MaxAdj, Node, OneHot, Outer, Pick, Pow, Read, Scatter, Stack, Sum, Unary,
+                               VecMat, Where,
                                children, postorder)
 
 Value = tuple[float, ...]
@@ -144,6 +145,12 @@ def _step(n: Node, env: Env, val: Callable[[Node], Value]) -> Value:
         a = val(n.a)
         row = max(1, len(a) // n.a.shape[0])
         return a[n.k * row:(n.k + 1) * row]
+    if isinstance(n, Gather):               # k checked before a first step (data-label)
+        k, row = int(val(n.k)[0]), max(1, n.size)
+        return val(n.a)[k * row:(k + 1) * row]
+    if isinstance(n, Scatter):              # dt at row k, +0 elsewhere
+        k, dt = int(val(n.k)[0]), val(n.dt)
+        return (0.0,) * (k * len(dt)) + dt + (0.0,) * (n.size - (k + 1) * len(dt))
     if isinstance(n, Bcast):
         (x,) = val(n.a)
         return (x,) * n.size

@@ -203,6 +203,26 @@ class OneHot(Node):
 
 
 @dataclass(eq=False)
+class Gather(Node):
+    """`E[tok[i]]`: row k of `a` (a declared param, state or const; a coordinate when `a` is a
+    vector), k a scalar read from data that every engine checks, before a first step, to be a
+    whole number from 0 to a.shape[0]-1 (`label_columns`, `data-label`)."""
+    a: Node
+    k: Node
+    shape: tuple[int, ...]
+    name: str = ""          # the declared name of `a`, for the refusal's detail
+
+
+@dataclass(eq=False)
+class Scatter(Node):
+    """Gather's adjoint, made by differentiation only: `dt` at row k, +0 at every other row
+    (the dense value; compiled code writes row k alone, alphac.lower.learner)."""
+    dt: Node
+    k: Node
+    shape: tuple[int, ...]
+
+
+@dataclass(eq=False)
 class Stack(Node):
     """`[a, b, ...]` (or a comprehension) of values that are not all constant: scalars make a
     vector of them, vectors of one length a matrix whose rows they are."""
@@ -234,6 +254,8 @@ def children(n: Node) -> tuple[Node, ...]:
         return (n.a, n.b)
     if isinstance(n, MaxAdj):
         return (n.a, n.dt)
+    if isinstance(n, (Gather, Scatter)):
+        return (n.a if isinstance(n, Gather) else n.dt, n.k)
     if isinstance(n, (Unary, Pow, Sum, Pick, Bcast, Max, OneHot)):
         return (n.a,)
     return ()
@@ -453,39 +475,57 @@ class Learner:
 
 
 # -- labels ------------------------------------------------------------------------------------------
-def label_columns(lr: "Learner") -> dict[tuple[str, int], int]:
-    """(data name, column) -> K for each `onehot(NAME[i], K)` (column 0) or `onehot(NAME[i, c], K)`
-    of the loss and predict: labels that every engine requires to be whole numbers from 0 to K-1
-    when it reads the rows (`data-label`); the smallest K where one column feeds several."""
-    out: dict[tuple[str, int], int] = {}
+def _label_uses(lr: "Learner") -> dict[tuple[str, int], tuple[int, str | None]]:
+    """(data name, column) -> (K, None) for each `onehot(NAME[i], K)` (column 0) or
+    `onehot(NAME[i, c], K)`, (K, "E") for each index `E[NAME[i]]` (`E[NAME[i, c]]`) of an E of K
+    rows, of the loss and predict; the smallest K where one column feeds several."""
+    out: dict[tuple[str, int], tuple[int, str | None]] = {}
     for n in postorder([x for x in (lr.loss, lr.predict) if x is not None]):
-        if isinstance(n, OneHot):
-            a, col = (n.a.a, n.a.k) if isinstance(n.a, Pick) else (n.a, 0)
-            if isinstance(a, DataRow) and len(a.shape) <= 1:
-                out[a.name, col] = min(out.get((a.name, col), n.shape[0]), n.shape[0])
+        if isinstance(n, (OneHot, Gather)):
+            lab = n.k if isinstance(n, Gather) else n.a
+            a, col = (lab.a, lab.k) if isinstance(lab, Pick) else (lab, 0)
+            k, of = (n.a.shape[0], n.name) if isinstance(n, Gather) \
+                else (n.shape[0], None)
+            if isinstance(a, DataRow) and len(a.shape) <= 1 and k < out.get((a.name, col), (k + 1,))[0]:
+                out[a.name, col] = (k, of)
     return out
 
 
-def label_where(d: "DataDef", col: int, k: int) -> tuple[str, str]:
-    """The text around the row number in a `data-label` refusal's detail: (`NAME[`, `]: ...`)."""
+def label_columns(lr: "Learner") -> dict[tuple[str, int], int]:
+    """(data name, column) -> K for each label or index that every engine requires to be a whole
+    number from 0 to K-1 when it reads the rows (`data-label`; _label_uses)."""
+    return {key: k for key, (k, _) in _label_uses(lr).items()}
+
+
+def label_where(d: "DataDef", col: int, k: int, of: str | None = None) -> tuple[str, str]:
+    """The text around the row number in a `data-label` refusal's detail: (`NAME[`, `]: ...`);
+    `of`: the array the column indexes (None: a class of onehot)."""
     at = "]" if len(d.shape) == 1 else f", {col}]"
-    return f"{d.name}[", f"{at}: not a class of onehot(..., {k}), a whole number from 0 to {k - 1}"
+    what = f"a row of {of}" if of is not None else f"a class of onehot(..., {k})"
+    return f"{d.name}[", f"{at}: not {what}, a whole number from 0 to {k - 1}"
 
 
-def bad_label(lr: "Learner", lo: int = 0, hi: int | None = None, only: str | None = None) -> str | None:
+def label_of(lr: "Learner", name: str, col: int) -> str | None:
+    """What column `col` of data `name` indexes (label_where's `of`), or None for a label."""
+    return _label_uses(lr)[name, col][1]
+
+
+def bad_label(lr: "Learner", lo: int = 0, hi: int | None = None, only: str | None = None,
+              indices: bool = False) -> str | None:
     """The `data-label` detail for the first label of rows lo..hi-1 (all, by default) that is not a
     whole number from 0 to K-1 (label_columns; in the data's order, then by column, then by row:
-    the order the executables read them), or None; `only`: of that data array alone."""
+    the order the executables read them), or None; `only`: of that data array alone; `indices`:
+    of the columns that index an array (`E[NAME[i]]`) alone."""
     import numpy as np
     columns = label_columns(lr)
     for d, (name, col) in ((d, key) for d in lr.data for key in sorted(columns) if key[0] == d.name):
-        if only is not None and name != only:
+        if only is not None and name != only or indices and label_of(lr, name, col) is None:
             continue
         k = columns[name, col]
         v = np.asarray(d.values, dtype=np.float64).reshape(d.shape[0], -1)[lo:hi, col]
         bad = ~((v > -1) & (v < k) & (v == np.rint(v)))
         if bad.any():
-            head, tail = label_where(d, col, k)
+            head, tail = label_where(d, col, k, label_of(lr, name, col))
             return f"{head}{lo + int(np.argmax(bad))}{tail}"
     return None
 

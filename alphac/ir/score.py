@@ -13,7 +13,8 @@ progress reporting).
 Each value is the reference interpreter's (`alphac.ir.evaluate.evaluate`, binary64, one
 rounding per operation); the sum and the division are binary64 operations too. Held-out data is
 the learner with its data replaced (`dataclasses.replace(lr, data=..., nsamples=...)`); bad
-held-out data or labels are an `EvalError` that names the array (`alphac eval`'s --data and
+held-out data or labels, and an index (`E[NAME[i]]`) out of range, are an `EvalError` that names
+the array (`alphac eval`'s --data and
 --labels; `alphac build --eval-data` says --eval-data instead, alphac.build.evaluation_for).
 """
 from __future__ import annotations
@@ -24,7 +25,7 @@ from alphac import npy
 from alphac.math import binary64 as f
 from alphac.ir.evaluate import Env, evaluate
 from alphac.ir.interp import State, sample_rows
-from alphac.ir.learner import DataDef, DataRow, Learner, OneHot, postorder, type_text
+from alphac.ir.learner import DataDef, DataRow, Learner, OneHot, bad_label, postorder, type_text
 
 
 def _env(lr: Learner, state: State, i: int) -> Env:
@@ -119,7 +120,11 @@ def held_out(lr: Learner, arrays: list[tuple[str, str]]) -> Learner:
     if n != lr.nsamples and kept:
         raise EvalError(f"--data: {n} held-out samples, but `{kept[0]}` is not replaced and holds "
                         f"the learner's {lr.nsamples}: give a held-out array for every data array")
-    return replace(lr, data=[new.get(d.name, d) for d in lr.data], nsamples=n)
+    out = replace(lr, data=[new.get(d.name, d) for d in lr.data], nsamples=n)
+    why = bad_label(out, indices=True)          # an index out of range names no row to read
+    if why is not None:
+        raise EvalError(f"--data: {why}")
+    return out
 
 
 def labels_for(lr: Learner, name: str | None, file: str) -> str | None:

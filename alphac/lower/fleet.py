@@ -383,14 +383,16 @@ def check_shape(plan: Plan, node: Node) -> None:
 def data_source(lr, lo, hi, rows: int) -> tuple[str, dict[str, bytes]]:
     """learner_data_open() for a member holding samples [lo, hi) (run-time expressions), at
     most `rows` of them: alphac.lower.learner.data_source with every chunk's digest in the
-    program and the member's chunks chosen at start."""
-    from alphac.lower.learner import file_blobs, streamed
+    program and the member's chunks chosen at start, and its rows' labels and indices checked
+    (`data-label`), literal data's too."""
+    from alphac.lower.learner import file_blobs, label_checks, streamed
     blobs: dict[str, bytes] = {}
     decls: list[str] = []
     body: list[str] = []
     for d in lr.data:
         f = d.file
-        if f is None:
+        if f is None:                   # written in the source: its labels and indices checked
+            body += ["        " + line for line in label_checks(lr, d, str(lo), str(hi))]
             continue
         n = d.name
         decls += file_blobs(blobs, "d", n, f, 0, lr.nsamples)
@@ -404,6 +406,7 @@ def data_source(lr, lo, hi, rows: int) -> tuple[str, dict[str, bytes]]:
                  f"        store64(df_{n}, fd_{n});"]
         if not streamed(lr):
             body.append(f"        store64(dp_{n}, dt_{n} - 8 * ({lo}) * {f.cols});")
+        body += ["        " + line for line in label_checks(lr, d, str(lo), str(hi))]
     text = "\n".join(decls) + "\n\nfn learner_data_open() {\n"
     if body:
         text += (f"    if {hi} > {lo} {{\n        let dir = load64(data_dir);\n" + "\n".join(body)

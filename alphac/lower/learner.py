@@ -37,8 +37,8 @@ import struct
 
 from alphac.formats import XC_WORDS, XS_DIGITS
 from alphac.math.binary64 import bits
-from alphac.ir.learner import (Assign, Bcast, Clock, Const, DataRow, Dot, Elem, Grad, Learner, MatVec, Max,
-                               bad_label, label_columns, label_where,
+from alphac.ir.learner import (Assign, Bcast, Clock, Const, DataRow, Dot, Elem, Gather, Grad, Learner,
+                               MatVec, Max, Scatter, bad_label, label_columns, label_of, label_where,
                                MaxAdj, Node, OneHot, Outer, Pick, Pow, Read, Stack, Sum, Unary,
                                VecMat, Where, children, postorder, term_states, update_reductions)
 from alphac.math import rt_name
@@ -50,6 +50,12 @@ OPS = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
 CMP = {"gt": "fgt({0}, {1}) != 0", "ge": "fge({0}, {1}) != 0",      # Where's comparisons (IEEE:
        "eq": "fge({0}, {1}) != 0 && fge({1}, {0}) != 0",           # only ne holds with a NaN)
        "ne": "fge({0}, {1}) == 0 || fge({1}, {0}) == 0"}
+TWO52 = 4503599627370496.0   # k + 2^52 is exact for a checked index k, and its bits are 2^52's plus k
+
+
+def row_index(k: str) -> str:
+    """The checked index in binary64 `k` (a whole number, 0 <= k < 2^51) as an integer."""
+    return f"(f2bits({k} + {flit(TWO52)}) - {bits(TWO52)})"
 
 
 def flit(v: float) -> str:
@@ -402,6 +408,8 @@ class Values:
             return [(n.a, None)]
         if isinstance(n, Pick):
             return [(n.a, self.picked(n, j))]
+        if isinstance(n, Gather):
+            return [(n.k, None)]
         return [(c, self.at(n, c, j)) for c in children(n)]
 
     def at(self, n: Node, c: Node, j: str | None) -> str | None:
@@ -691,6 +699,11 @@ class Values:
             r, c = self.split(j, n.shape[1])
             a, b = self.all(n.a, r), self.all(n.b, c)
             return tuple(em.let(f"{a[s]} * {b[s]}") for s in L)
+        if isinstance(n, Gather):               # row k of a declared name, read in place
+            k, row = self.all(n.k, None), max(1, n.size)
+            base = f"st_{n.a.name}" if isinstance(n.a, Read) else self.em.gen.const_vector(n.a)
+            return tuple(em.let(self.em.gen.address(base, f"{row_index(k[s])} * {row} + {j or 0}"))
+                         for s in L)
         if isinstance(n, OneHot):
             k = self.all(n.a, None)
             outs = []
@@ -799,6 +812,12 @@ class LearnerCode:
             for p in lr.params:
                 em.vloop(0, p.size, lambda j, vec, p=p: em.put(
                     f"{VOCAB[vec]['store']}(G_{p.name} + 8 * ({j}), {em.const(vec, -0.0)});"))
+        for p in lr.params:              # gathered rows: G = -0.0 and no index counted yet
+            if scattered(lr, p.name):
+                em.vloop(0, p.size, lambda j, vec, p=p: em.put(
+                    f"{VOCAB[vec]['store']}(G_{p.name} + 8 * ({j}), {em.const(vec, -0.0)});"))
+                em.vloop(0, p.shape[0], lambda j, vec, p=p: em.put(
+                    f"{VOCAB[vec]['store']}(GN_{p.name} + 8 * ({j}), {em.const(vec, 0.0)});"))
         if lr.exact:                     # exact_sum: fixed-point accumulators (xsum.rt)
             em.put(f"xc_clear_n(XA, XSP, {exact_count(lr)});")
         else:
@@ -842,6 +861,7 @@ class LearnerCode:
         em.put("i = i + 1;")
         em.depth -= 1
         em.put("}")
+        self.scatter_end(em, "n" if batched else "(hi - lo)")
         if batched:
             em.put("return n;")
             return self.function("learner_grad", "lo: i64, hi: i64, t: i64", em, "i64") + \
@@ -863,6 +883,9 @@ class LearnerCode:
                       varying_nodes(roots))
         for p in lr.params:
             contribs = lr.grads[p.name]
+            if scattered(lr, p.name):
+                self.scatter(em, vals, p, lanes)
+                continue
             cuts = sorted({0, p.size} | {c.offset for c in contribs} |
                           {c.offset + c.length for c in contribs})
             for a, b in zip(cuts, cuts[1:]):
@@ -915,6 +938,65 @@ class LearnerCode:
             return
         for loss in vals.all(lr.loss, None):
             em.put(f"storef(L_sum, loadf(L_sum) + {loss});")
+
+    def scatter(self, em: Emitter, vals: "Values", p, lanes: int) -> None:
+        """A gathered param's per-sample gradient (its contributions are Scatters, types/check.py's
+        gathered_only), touching only the rows the sample's indices name: lane by lane (sample
+        order), each row named by index h and by no earlier one gets the left fold of the
+        adjoints of h and of every later index naming it (the dense fold's value, but for the
+        sign of a zero: the +0s of the indices that do not name the row come in scatter_end),
+        added to G_p (exact_sum: into its accumulators); GN_p counts the indices that named it."""
+        nodes = [c.node for c in self.lr.grads[p.name]]
+        row = max(1, p.size // p.shape[0])
+        vals.prepare([x for n in nodes for x in (n.k, n.dt)])
+        for s in range(lanes):
+            ks = [em.let(row_index(vals.all(n.k, None)[s]), "k") for n in nodes]
+            for k in ks:                 # (room: an index from data, checked; stores kept in bounds)
+                em.put(f'storef(room(GN_{p.name}, 8 * {k}, 8, "buffer-bound"), '
+                       f"{self.address(f'GN_{p.name}', k)} + {flit(1.0)});")
+            for h, k in enumerate(ks):
+                if h:
+                    em.put("if " + " && ".join(f"{k} != {x}" for x in ks[:h]) + " {")
+                    em.depth += 1
+                gr = em.let(f"G_{p.name} + {8 * row} * {k}", "gr")
+
+                def body(j: str, h=h, k=k, gr=gr) -> None:
+                    at = lambda n: vals.all(n.dt, j if n.dt.shape else None)[s]
+                    acc = em.let(at(nodes[h]), "gt")
+                    for n, x in zip(nodes[h + 1:], ks[h + 1:]):
+                        term = at(n)
+                        em.put(f"if {k} == {x} {{ {acc} = {acc} + {term}; }}")
+                    em.put(f'storef(room(G_{p.name}, 8 * ({row} * {k} + {j}), 8, "buffer-bound"), '
+                           f"{acc if self.lr.exact else f'{self.address(gr, j)} + {acc}'});")
+                vals.loop(0, row, body)
+                if self.lr.exact:
+                    em.put(f"xc_add_n({exact_at(self.lr, p.name, f'{row} * {k}')}, {gr}, {row});")
+                if h:
+                    em.depth -= 1
+                    em.put("}")
+
+    def scatter_end(self, em: Emitter, n: str) -> None:
+        """After an owner's samples: each row of a gathered param that some index of some sample
+        did not name gets +0 (its count below n times the indices), once: the fold of the +0s
+        each such sample's dense gradient holds there, which changes only a zero's sign (a sum is
+        -0 only when every term is); exact_sum: one +0 term. Once a step, not once a sample."""
+        for p in self.lr.params:
+            if not scattered(self.lr, p.name):
+                continue
+            row, m = max(1, p.size // p.shape[0]), len(self.lr.grads[p.name])
+            need = em.let(f"i2f({n} * {m})", "need")
+
+            def each(r: str, p=p, row=row, need=need) -> None:
+                em.put(f"if fgt({need}, {self.address(f'GN_{p.name}', r)}) != 0 {{")
+                em.depth += 1
+                gr = em.let(f"G_{p.name} + {8 * row} * {r}", "gr")
+                em.loop(0, row, lambda c: em.put(f"storef({self.slot(gr, c)}, " + (
+                    f"{flit(0.0)});" if self.lr.exact else f"{self.address(gr, c)} + {flit(0.0)});")))
+                if self.lr.exact:
+                    em.put(f"xc_add_n({exact_at(self.lr, p.name, f'{row} * {r}')}, {gr}, {row});")
+                em.depth -= 1
+                em.put("}")
+            em.loop(0, p.shape[0], each)
 
     def gen_position(self) -> str:
         """The runtime's copy of alphac.ir.order.position (for `order shuffle(SEED)`)."""
@@ -1208,6 +1290,8 @@ class LearnerCode:
                 decls += [f"global df_{d.name}: [i64; 1];", f"global dp_{d.name}: [i64; 1];"]
         for p in lr.params:
             decls.append(f"global G_{p.name}: [f64; {p.size}];")
+            if scattered(lr, p.name):         # how many indices named each row (learner_grad)
+                decls.append(f"global GN_{p.name}: [f64; {p.shape[0]}];")
         if lr.exact_sums:      # every param's coordinates, the loss; n, spills
             P = exact_count(lr)
             decls.append(f"global XA: [i64; {P * XC_WORDS + 2}];")
@@ -1234,6 +1318,11 @@ class LearnerCode:
         head = (f"// generated by alphac from learner `{lr.name}` ({lr.identity[:16]})\n"
                 + "\n".join(decls + self.globals) + "\n\n")
         return head + body
+
+
+def scattered(lr: Learner, param: str) -> bool:
+    """Whether param's gradient is made of gathered rows (`E[tok[i]]`): Scatter contributions."""
+    return any(isinstance(c.node, Scatter) for c in lr.grads.get(param, ()))
 
 
 def clock_call(lr: Learner, t: str) -> list[str]:
@@ -1320,18 +1409,28 @@ def data_source(lr: Learner, lo: int, hi: int) -> tuple[str, dict[str, bytes]]:
         body.append(f"    store64(df_{n}, fd_{n});")
         if not streamed(lr):
             body.append(f"    store64(dp_{n}, dt_{n} - {8 * lo * f.cols});")
-        for (name, col), k in sorted(label_columns(lr).items()):
-            if name == n:
-                head, tail = label_where(d, col, k)
-                r = f"lr_{n}_{col}"
-                body += [f"    let {r} = {lo};", f"    while {r} < {hi} {{",
-                         f"        data_label(data_row(fd_{n}, {f.offset + col * f.itemsize} + {r} * {f.row_bytes}, "
-                         f'1, {f.kind}, data_one), {r}, {k}, "{head}\\0{tail}");',
-                         f"        {r} = {r} + 1;", "    }"]
+        body += ["    " + line for line in label_checks(lr, d, str(lo), str(hi))]
     if body:
         body.append('    rt_event("data checked");')
     text = "\n".join(decls) + "\n\nfn learner_data_open() {\n" + "\n".join(body) + "\n}\n"
     return text, blobs
+
+
+def label_checks(lr: Learner, d, lo: str, hi: str) -> list[str]:
+    """The statements that check each label and index of data d (label_columns) in rows lo..hi-1
+    (run-time expressions), refusing `data-label` at the first bad one (data.rt's data_label):
+    a loaded file's from the file (fd_NAME open), a literal's from dt_NAME."""
+    out = []
+    for (name, col), k in sorted(label_columns(lr).items()):
+        if name != d.name:
+            continue
+        head, tail = label_where(d, col, k, label_of(lr, name, col))
+        r, f = f"lr_{name}_{col}", d.file
+        at = f"dt_{name} + 8 * ({r} * {d.cols} + {col})" if f is None else \
+            f"data_row(fd_{name}, {f.offset + col * f.itemsize} + {r} * {f.row_bytes}, 1, {f.kind}, data_one)"
+        out += [f"let {r} = {lo};", f"while {r} < {hi} {{",
+                f'    data_label({at}, {r}, {k}, "{head}\\0{tail}");', f"    {r} = {r} + 1;", "}"]
+    return out
 
 
 def old_value_reads(stmts: list) -> list[list[Read]]:

@@ -17,9 +17,9 @@ from __future__ import annotations
 from typing import Callable
 
 from alphac.math import binary64
-from alphac.ir.learner import (Bcast, Clock, Const, DataRow, Dot, Elem, Grad, Group, Learner, MatVec,
-                               Max, MaxAdj, Node, OneHot, Outer, Pick, Pow, Read, Stack, Sum,
-                               Unary, VecMat, Where, children, postorder, update_reductions)
+from alphac.ir.learner import (Bcast, Clock, Const, DataRow, Dot, Elem, Gather, Grad, Group, Learner,
+                               MatVec, Max, MaxAdj, Node, OneHot, Outer, Pick, Pow, Read, Scatter, Stack,
+                               Sum, Unary, VecMat, Where, children, postorder, update_reductions)
 from alphac.ptx.abi import (Kernel, Param, batch_kernels, batch_nodes, batch_widths, fused,
                             param_count, param_layout, products, row_layout, sum_kernels)
 from alphac.ptx.mathfn import PtxSource, table_words_as_floats
@@ -401,6 +401,15 @@ class _Loops:
             return v(n.a, at)
         if isinstance(n, Bcast):
             return v(n.a, self.index(n.a, n, k))
+        if isinstance(n, Gather):       # row idx of a declared name, read where it is
+            row, at = max(1, n.size), em.op("cvtu", v(n.k, None))
+            at = em.op("mul32", at, row) if row > 1 else at
+            return v(n.a, at if k is None else em.op("add32", at, k))
+        if isinstance(n, Scatter):      # dt where coordinate k's row is idx, else +0
+            row = n.size // n.shape[0]
+            r = self.iop("div32", k, row) if row > 1 else k
+            dt = v(n.dt, self.iop("rem32", k, row) if row > 1 else None)
+            return em.op("selpf", dt, self.zero, em.op("eq32", r, em.op("cvtu", v(n.k, None))))
         raise TypeError(f"no PTX for {type(n).__name__}")
 
 
@@ -593,7 +602,7 @@ def update(lr: Learner, group: Group, sm: int = 90) -> Kernel:
 
 
 GPU_NODES = (Const, Read, DataRow, Grad, Clock, Elem, Unary, Where, Pow, Dot, Sum, Pick, Bcast, MatVec,
-             VecMat, Outer, Max, MaxAdj, OneHot, Stack)
+             VecMat, Outer, Max, MaxAdj, OneHot, Stack, Gather, Scatter)
 
 
 def kernels(lr: Learner, sm: int = 90) -> list[Kernel]:

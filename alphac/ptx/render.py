@@ -36,6 +36,7 @@ INSTR: dict[str, tuple[str | None, str]] = {
     "neg":    ("fd", "neg.f64 {d}, {a};"),                  # exact: flips the sign bit
     "movf":   ("fd", "mov.f64 {d}, {a};"),                  # a register or an exact immediate
     "cvtf":   ("fd", "cvt.rn.f64.u32 {d}, {a};"),           # exact below 2^53
+    "cvtu":   ("r",  "cvt.rzi.u32.f64 {d}, {a};"),          # a checked index: a whole number
     # parameters and global memory
     "ldp64":  ("rd", "ld.param.u64 {d}, [{a}];"),
     "ldp32":  ("r",  "ld.param.u32 {d}, [{a}];"),

@@ -244,7 +244,8 @@ def run_roles(runs: list[RoleRun], deadline_ms: int, kill: tuple[str, float] | N
             setattr(run, field, fh.read().decode(errors="replace"))
             fh.close()
         run.stderr += "launcher: killed after the bound\n" if run.role in overdue else ""
-        if ended and run.role != ended and run.exit is not None and run.exit < 0:
+        if ended and run.role != ended and run.exit is not None and \
+                (run.exit < 0 or run.exit == REFUSALS["peer-lost"][0]):  # killed, or lost it first
             run.stderr += f"launcher: ended when {ended} refused at start\n"
     return interrupted
 

@@ -3,8 +3,9 @@
 What it decides:
 - names: one namespace for data, const, param, state and let; declared before use;
 - shapes: () scalar, (n,), (n, m); elementwise operations need equal shapes or a scalar; dot needs
-  two vectors of one length; sum a vector; indices are literals in range, or the sample index as
-  the first index of data;
+  two vectors of one length; sum a vector; indices are literals in range, the sample index as
+  the first index of data, or one element of the sample's data as the only index of a declared
+  array (`E[tok[i]]`: a Gather; a param so indexed in the loss is read there no other way);
 - constants are folded in binary64 (`alphac.ir.evaluate.fold`), wherever all operands are
   constant, and must be finite;
 - the learner's structure: data outside the loss (and predict), grad outside the update,
@@ -137,6 +138,8 @@ class Checker(Slicing):
         if losses:
             self.loss_decl = losses[0]
             self.loss = self.decl_loss(losses[0], nsamples)
+            if self.loss is not None:
+                self.gathered_only(self.loss)
         predict = None
         if predicts:
             self.predict_decl = predicts[0]
@@ -700,6 +703,13 @@ class Checker(Slicing):
     def index(self, e: ast.Index, ctx: Ctx) -> ir.Node | None:
         name = e.base.name if isinstance(e.base, ast.Name) else None
         sym = ctx.lets.get(name) or self.syms.get(name) if name else None
+        if ctx.index is not None and e.indices and self.data_element(e.indices[0]):
+            if sym is None or sym.kind not in ("param", "state", "const"):
+                self.err("E0033", e.base.span, "only a declared param, state or const is indexed by "
+                         "data", hint="as in `E[tok[i]]`, an embedding's row")
+                return None
+            node = self.name(e.base, ctx)
+            return node and self.gather(e, name, node, ctx)
         if sym is None or sym.kind != "data":       # any value: a declared name, a let, a result
             node = self.expr(e.base, ctx)
             node = node and self.select(node, list(e.indices), ctx, e)
@@ -725,6 +735,42 @@ class Checker(Slicing):
                 self.err("E0033", ix.span, "the sample index can only be the first index of data")
                 return None
         return self.select(ir.DataRow(name, sym.shape[1:]), idx, ctx, e)
+
+    def data_element(self, ix: ast.Expr) -> bool:
+        """Whether index `ix` is an element of the sample's data (`tok[i]`, `tok[i, 2]`)."""
+        sym = self.syms.get(ix.base.name) if isinstance(ix, ast.Index) and isinstance(ix.base, ast.Name) else None
+        return sym is not None and sym.kind == "data"
+
+    def gather(self, e: ast.Index, name: str, node: ir.Node, ctx: Ctx) -> ir.Node | None:
+        """`E[tok[i]]`, `E[tok[i, t]]`: the row of E (a coordinate of a vector) that an element
+        of the sample's data names (checked before a first step: ir.label_columns)."""
+        if len(e.indices) > 1:
+            self.err("E0033", e.indices[1].span, f"an index read from data is `{name}`'s only index",
+                     hint=f"write `{name}[tok[i]]`, a row")
+            return None
+        k = self.expr(e.indices[0], ctx)
+        if k is None:
+            return None
+        row = k.a if isinstance(k, ir.Pick) else k
+        if k.shape or not isinstance(row, ir.DataRow) or len(row.shape) > 1:
+            self.err("E0033", e.indices[0].span, "an index must be an integer literal or one "
+                     "element of the sample's data", hint=f"as in `{name}[tok[i]]` or `{name}[tok[i, 2]]`")
+            return None
+        return ir.Gather(node, k, node.shape[1:], name)
+
+    def gathered_only(self, loss: ir.Node) -> None:
+        """A param the loss indexes by data (`E[tok[i]]`) is read there through such indices
+        only, so its gradient is made of rows alone (compiled code writes only those rows)."""
+        nodes = ir.postorder([loss])
+        inner = {id(n.a) for n in nodes if isinstance(n, ir.Gather)}
+        gathered = {n.a.name for n in nodes if isinstance(n, ir.Gather) and isinstance(n.a, ir.Read)}
+        for n in nodes:
+            if isinstance(n, ir.Read) and n.name in gathered and id(n) not in inner and \
+                    self.syms[n.name].kind == "param":
+                self.err("E0033", self.syms[n.name].span, f"param `{n.name}` is indexed by data in "
+                         "the loss and also read otherwise", hint=f"read `{n.name}` only as "
+                         f"`{n.name}[tok[i]]` there, or write `onehot(tok[i], {n.shape[0]}) @ {n.name}`")
+                gathered.discard(n.name)
 
     def array(self, e: ast.ArrayLit, ctx: Ctx) -> ir.Node | None:
         if not e.items:
