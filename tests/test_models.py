@@ -1,5 +1,5 @@
-"""The models of a first deep-learning course as examples (examples/digits_cnn.alpha; README,
-"Models"): each runs on the interpreter and x86-64 with the same bits; its star and ZeRO-3
+"""The models of a first deep-learning course as examples (examples/digits_cnn.alpha,
+examples/seq_attention.alpha; README, "Models"): each runs on the interpreter and x86-64 with the same bits; its star and ZeRO-3
 deployments, launched, publish the single process's bits (the examples declare `contract
 exact_sum`, so no split changes a sum); and its loss curve is PyTorch float64's from the same
 weights (tests/golden/torch_*.json, written by the example's torch script, checked here with or
@@ -17,7 +17,8 @@ import pytest
 from backend import build_deployment, run_exe
 from conftest import EXAMPLES, ROOT, alphac
 
-MODELS = {"digits_cnn": ("digits_cnn_star", "digits_cnn_star_zero3")}
+MODELS = {"digits_cnn": ("digits_cnn_star", "digits_cnn_star_zero3"),
+          "seq_attention": ("seq_attention_star", "seq_attention_star_zero3")}
 ULPS = 1
 STEPS = 5
 
