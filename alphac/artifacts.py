@@ -186,7 +186,12 @@ REFERENCE_GPU_HOST = "examples/h200.gpuhost"
 
 CPU_ONLY = {"fleet_lsq": "a 200,000-role fleet",
             "digits_mlp": "ptxas takes about 50 s on its grad_samples (which spills to local memory: "
-                          "the host description then needs a `topology`)"}
+                          "the host description then needs a `topology`)",
+            "digits_mlp_optim": "digits_mlp's model: the same spilling grad_samples",
+            "digits_cnn": "its grad_samples spills 8,712 bytes a thread (22 s of ptxas; the host "
+                          "description then needs a `topology`)",
+            "seq_attention": "its grad_samples spills 41,792 bytes a thread: about 6 minutes of "
+                             "ptxas a card"}
 
 
 def gpu_examples() -> list[Path]:
