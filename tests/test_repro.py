@@ -311,8 +311,9 @@ MUTANTS = {
 
 
 def real_data(name: str) -> bool:
-    """The examples on real data sets (examples/data/*.npy): digits_mlp and logistic."""
-    return name.startswith(("digits_", "logistic"))
+    """The examples on data sets or weights of examples/data/*.npy: the digits models, logistic
+    and the attention model."""
+    return name.startswith(("digits_", "logistic", "seq_"))
 
 
 def in_mutants(name: str) -> bool:
