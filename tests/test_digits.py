@@ -33,7 +33,7 @@ def test_the_data_are_the_same_bytes_every_time(tmp_path):
     listed = subprocess.run([sys.executable, script, "--list", "--out", DATA], cwd=ROOT,
                             capture_output=True, text=True).stdout.split()
     written = sorted(p.name for p in tmp_path.iterdir())
-    assert [Path(p).name for p in listed] == written and len(written) == 12
+    assert [Path(p).name for p in listed] == written and len(written) == 31
     for name in written:
         assert (tmp_path / name).read_bytes() == (DATA / name).read_bytes(), name
     x, y = np.load(DATA / "digits_x_train.npy"), np.load(DATA / "digits_y_test.npy")
