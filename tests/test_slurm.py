@@ -344,20 +344,21 @@ def test_the_scripts_restart_picks_the_checkpoint_the_runtime_would(tmp_path):
 
 
 def test_a_failed_srun_is_started_again_from_the_newest_checkpoint(cluster, built, tmp_path):
-    """--restarts 1 with periodic checkpoints: owner.2's process killed once it has said step 60;
+    """--restarts 1 with periodic checkpoints: owner.2's process killed once it has said step 600
+    (of 4000: a run long enough that the kill lands before it ends, even on a loaded machine);
     the script runs srun again from the newest complete checkpoint, and the record (one failure,
     the checkpoint resumed, both attempts' streams verified) publishes the uninterrupted bits."""
     runs, ck = tmp_path / "runs", tmp_path / "ck"
-    code, _, err = alphac("slurm", built[STAR], "--steps", 400, "--nodes", 2, "--records", runs,
+    code, _, err = alphac("slurm", built[STAR], "--steps", 4000, "--nodes", 2, "--records", runs,
                           "--deadline-ms", 3000, "--port-base", free_port(), "--checkpoint", ck,
-                          "--checkpoint-every", 40, "--restarts", 1)
+                          "--checkpoint-every", 400, "--restarts", 1)
     assert code == 0, err
     rdir = runs / f"{STAR}-0001"
     killed = []
 
     def kill_owner2():
         events = rdir / "events" / "owner.2.log"
-        until("owner.2 at step 60", lambda: events.exists() and b"\nstep 60 " in events.read_bytes(), 30)
+        until("owner.2 at step 600", lambda: events.exists() and b"\nstep 600 " in events.read_bytes(), 30)
         for pid in os.listdir("/proc"):
             try:
                 cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
@@ -374,9 +375,9 @@ def test_a_failed_srun_is_started_again_from_the_newest_checkpoint(cluster, buil
     assert killed and rc == 0, (out, next(rdir.glob("slurm-*.out")).read_text())
     code, published, err = alphac("slurm-record", rdir)
     assert code == 0, err
-    assert published == oracle.run("lsq_adam", [(400, oracle.REF_SPLIT, oracle.REF_TREE)])
+    assert published == oracle.run("lsq_adam", [(4000, oracle.REF_SPLIT, oracle.REF_TREE)])
     assert alphac("verify-record", rdir / "record.json")[0] == 0
     rec = json.loads((rdir / "record.json").read_text())
     [f] = rec["failures"]
-    assert f["failed"] == ["owner.2"] and f["resumed_from"]["step"] % 40 == 0 and f["resumed_from"]["step"] >= 40
-    assert [e["step"] for e in rec["loss"]] == list(range(1, 401)) and rec["steps"] == 400
+    assert f["failed"] == ["owner.2"] and f["resumed_from"]["step"] % 400 == 0 and f["resumed_from"]["step"] >= 400
+    assert [e["step"] for e in rec["loss"]] == list(range(1, 4001)) and rec["steps"] == 4000
