@@ -847,8 +847,10 @@ def test_a_pod_killed_at_a_step_is_replaced_and_every_pod_resumes(built, tmp_pat
         outputs = cluster.run(range(n), kill=(victim, cluster.claim / "v100" / "MANIFEST"))
         assert outputs[0] == want and all(outputs[i] == "" for i in range(1, n))
         assert cluster.exits[victim][0][0] == -9 and sorted(cluster.replaced) == list(range(n))
-        lost = REFUSALS["peer-lost"][0]
-        assert all(cluster.exits[i][0][0] == lost for i in range(n) if i != victim), cluster.exits
+        # a peer killed between frames is `peer-lost`; one killed while it sent a frame leaves
+        # that frame cut short, `frame-truncated` (75): either is the failure, by name
+        lost = {REFUSALS["peer-lost"][0], REFUSALS["frame-truncated"][0]}
+        assert all(cluster.exits[i][0][0] in lost for i in range(n) if i != victim), cluster.exits
         assert cluster.failed == {i: 1 for i in range(n)}
         assert sorted(p.name for p in cluster.claim.iterdir()) == [f"v{steps - every}", f"v{steps}"]
         shards = [p.name for p in (cluster.claim / f"v{steps}").rglob("*.npy")]    # resumed once:
