@@ -185,8 +185,27 @@ def test_a_signalled_launcher_leaves_no_role_running(build, tmp_path, sig):
         path = tmp_path / "runs" / f"{DEP}-0001" / "record.json"
         rec = json.loads(path.read_text())
         assert rec["interrupted"] == sig.name and not rec["passed"] and rec["published"] == ""
-        assert all(r["signal"] == 9 for r in rec["roles"])
+        assert all(r["signal"] == 9 for r in rec["roles"]), [(r["role"], r["exit"], r["detail"]) for r in rec["roles"]]
         assert EDITED not in verify_record(path) and "the record is not a pass" in verify_record(path)
+
+
+def test_an_interrupt_while_the_roles_start_loses_none_of_them(monkeypatch):
+    """The race a fresh clone's CI hit: SIGINT while a Popen waited for its child's exec lost that
+    role's process object (killed with the group, but never reaped nor recorded: signal None)."""
+    from alphac.tools import supervise
+    real, started = subprocess.Popen, []
+
+    def popen(*a, **k):
+        started.append(real(*a, **k))
+        if len(started) == 2:                       # the handler runs here, inside the start loop
+            os.kill(os.getpid(), signal.SIGINT)
+        return started[-1]
+
+    monkeypatch.setattr(supervise.subprocess, "Popen", popen)
+    runs = [supervise.RoleRun(f"owner.{i}", "x86_64", "", "", ["sleep", "60"]) for i in range(4)]
+    assert supervise.run_roles(runs, 2000, None) == "SIGINT"
+    assert [(r.role, r.exit) for r in runs] == [(f"owner.{i}", -signal.SIGKILL) for i in range(4)]
+    assert all(p.returncode == -signal.SIGKILL for p in started) and len(started) == 4
 
 
 # -- run records that cannot be edited -------------------------------------------------------------

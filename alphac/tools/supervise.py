@@ -136,9 +136,15 @@ class Interrupted(Exception):
     pass
 
 
+_held: list | None = None     # while the roles start: the interrupts that came, raised after
+
+
 def _interrupt(signum, frame):
     for s in INTERRUPTS:                   # once: ending the roles is not itself interrupted
         signal.signal(s, signal.SIG_IGN)
+    if _held is not None:
+        _held.append(signal.Signals(signum).name)
+        return
     raise Interrupted(signal.Signals(signum).name)
 
 
@@ -210,11 +216,21 @@ def run_roles(runs: list[RoleRun], deadline_ms: int, kill: tuple[str, float] | N
                     if signal.getsignal(s) is not signal.SIG_IGN}              # stays ignored (nohup)
     files = [(tempfile.TemporaryFile(), tempfile.TemporaryFile()) for _ in runs]
     interrupted, overdue, ended, injector = None, set(), None, None
+    global _held
     try:
-        for run, (out, err) in zip(runs, files):
-            group = runs[0].proc.pid if runs[0].proc else 0
-            run.proc = subprocess.Popen(run.argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=run.env,
-                                        process_group=group, preexec_fn=partial(_die_with, os.getpid()))
+        # An interrupt raised while a Popen waits for its child's exec would lose that role's
+        # process object (started, in the group, never reaped nor recorded): held until all are.
+        _held = []
+        try:
+            for run, (out, err) in zip(runs, files):
+                group = runs[0].proc.pid if runs[0].proc else 0
+                run.proc = subprocess.Popen(run.argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                                            env=run.env, process_group=group,
+                                            preexec_fn=partial(_die_with, os.getpid()))
+        finally:
+            held, _held = _held, None
+        if held:
+            raise Interrupted(held[0])
         if kill is not None:
             victim, after = kill
             time.sleep(after)
