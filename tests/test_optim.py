@@ -114,6 +114,52 @@ def test_each_optimizer_is_its_hand_written_form_bit_for_bit(use, tmp_path):
     assert got == want and got != run(lib, "--steps", 3)
 
 
+# -- hyperparameters of the update and the gradient scale (issue 47) ---------------------------
+SCHEDULED = """update {
+  let clip = min(0.5 / (sqrt(dot(grad(W), grad(W)) + dot(grad(b), grad(b))) + 1e-6), 1)
+  let lr_t = 0.01 * where(step < 2, (step + 1) / 2, 0.5 * (1 + cos(0.7 * (step - 2))))
+}
+"""
+ZERO3 = """deployment z3 {
+  roles coordinator, owner[2]
+  topology star(coordinator)
+  samples owner[0] = 0..1, owner[1] = 1..4
+  combine (owner[0], owner[1])
+  strategy zero3
+}
+"""
+# the library's use, and the HAND form it must equal with grad(P) * clip and lr_t written in
+SCALED = {"adam(lr = lr_t, betas = (0.3, 0.99), eps = 1e-6, weight_decay = 0.1, grad_scale = clip)":
+          "adam(lr = 0.01, betas = (0.3, 0.99), eps = 1e-6, weight_decay = 0.1)",
+          "sgd(lr = lr_t * 10, momentum = 0.9, nesterov = true, grad_scale = clip)":
+          "sgd(lr = 0.1, momentum = 0.9, nesterov = true)"}
+
+
+@pytest.mark.parametrize("use", sorted(SCALED))
+def test_a_scheduled_rate_and_a_gradient_scale_are_the_update_written_out(use, tmp_path):
+    """`lr = lr_t` and `grad_scale = clip` read the update's lets: the bits of the hand-written
+    form with `grad(P) * clip` for grad(P) and lr_t for the rate, on the interpreter, x86-64 (3
+    steps, a checkpoint, 2 more) and the ZeRO-3 plan."""
+    from alphac.build import build_learner
+    from alphac.driver import compile_file
+    lib, hand = tmp_path / "lib.alpha", tmp_path / "hand.alpha"
+    lib.write_text(BASE.replace("\n", "\ncontract exact_sum\n", 1) + SCHEDULED
+                   + f"optimizer {use} for W, b\n" + ZERO3)
+    rate = re.search(r"lr = ([\d.]+)", SCALED[use])[1]
+    text = hand_written(SCALED[use]).replace("grad(W)", "(grad(W) * clip)").replace(
+        "grad(b)", "(grad(b) * clip)").replace(f"{rate} ", "(lr_t * 10) " if "sgd" in use else "lr_t ")
+    hand.write_text(text.replace("update {\n", SCHEDULED[:-2]).replace("\n", "\ncontract exact_sum\n", 1))
+    want = run(hand, "--steps", 5)
+    assert run(lib, "--steps", 5) == want != run(lib, "--steps", 4)
+    assert run(lib, "--deployment", "z3", "--steps", 5) == want
+    exe = tmp_path / "lib"
+    exe.write_bytes(build_learner(compile_file(lib).learner, "x86_64").elf)
+    exe.chmod(0o755)
+    assert run_exe(exe, "--steps", 3, "--checkpoint", tmp_path / "ck").returncode == 0
+    r = run_exe(exe, "--steps", 2, "--resume", tmp_path / "ck")
+    assert r.returncode == 0 and r.stdout == want, r.stderr
+
+
 # -- the digits MLP ------------------------------------------------------------------------------
 DIGITS = EXAMPLES / "digits_mlp.alpha"
 DIGITS_OPTIM = EXAMPLES / "digits_mlp_optim.alpha"
@@ -313,7 +359,19 @@ MISUSE = [
     ("optimizer adam(betas = 0.9) for W", "E0071", "`betas` is a tuple of 2", None),
     ("optimizer adam(lrr = 0.1) for W", "E0071", "has no hyperparameter `lrr`", None),
     ("optimizer adam(lr = 0.1, lr = 0.2) for W", "E0071", "`lr` is given twice", None),
-    ("optimizer adam(lr = W) for b", "E0039", "`W` is a param, not a constant", None),
+    ("optimizer adam(lr = W) for b", "E0071", "`lr` is a number, not an array", None),
+    # hyperparameters of the update (issue 47): those a compile-time `if` or a state's initial
+    # value reads stay constants; an unknown name is still E0020, at the user's value
+    ("update {\n  let s = min(1, 1 / (1 + step))\n}\noptimizer adam(weight_decay = s) for W",
+     "E0071", "`weight_decay` decides which form the optimizer takes, so it must be a constant", None),
+    ("optimizer sgd(lr = 0.1, momentum = 0.5 * step) for W", "E0071",
+     "`momentum` decides which form the optimizer takes", None),
+    ("optimizer adagrad(initial_accumulator_value = step) for W", "E0071",
+     "`initial_accumulator_value` sets a state's initial value, so it must be a constant", None),
+    ("optimizer adam(lr = lr_t) for W", "E0020", "unknown name `lr_t`", None),
+    ("optimizer adam(grad_scale = (1, 2)) for W", "E0071", "`grad_scale` is a number", None),
+    ("optimizer mine() for W\noptimizer mine(grad_scale = 1) {\n  w = w - grad(w)\n}", "E0071",
+     "`grad_scale` is every optimizer's gradient scale, not a definition's", None),
     ("optimizer sgd(lr = 0.1, nesterov = true) for W", "E0071",
      "Nesterov momentum requires a momentum above 0", None),
     ("optimizer sgd(lr = 0.1, nesterov = 2) for W", "E0071", "must be `true` or `false`", None),
@@ -334,7 +392,8 @@ def test_a_misuse_is_refused_by_name_at_the_users_line(case, tmp_path):
     src = tmp_path / "bad.alpha"
     src.write_text(BASE + text + "\n")
     rc, out, err = alphac("check", src)
-    line = len((BASE + text).splitlines())
+    lines = (BASE + text).splitlines()
+    line = max(k for k, ln in enumerate(lines, 1) if ln.startswith("optimizer"))     # the last
     assert rc != 0 and f"bad.alpha:{line}:" in err and f"error[{code}]" in err and message in err, err
     assert hint is None or hint in err
     assert "optimizers.alpha" not in err and "Traceback" not in err

@@ -39,7 +39,7 @@ from alphac.ir.evaluate import fold
 from alphac.ir.learner import type_text, wide
 from alphac.parse import ast
 from alphac.parse.optim import OptimizerUse
-from alphac.types.optim import expand as expand_optimizers
+from alphac.types.optim import HyperLet, expand as expand_optimizers
 from alphac.types.slices import Slicing
 
 # name -> arity. Elementwise functions (alphac.math: exact or correctly rounded), two library
@@ -372,6 +372,9 @@ class Checker(Slicing):
 
     def let(self, st: ast.Let, ctx: Ctx) -> None:
         node = self.expr(st.value, ctx)
+        if node is not None and node.shape and isinstance(st, HyperLet):
+            self.err("E0071", st.value.span, f"`{st.hyper}` is a number, not an array")
+            node = None
         self.define(st.name, st.name_span,
                     Symbol("let", node.shape if node else (), st.name_span, node=node), ctx.lets)
 

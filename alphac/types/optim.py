@@ -7,8 +7,13 @@ param, in the order the params are listed (`for *`: every param no other use nam
 declaration order), the uses in file order, after the statements of the `update` block. In a
 body, `w` is the param, a `state NAME` becomes the learner's state `PARAM_NAME` (the param's
 shape, or f64), a `let` gets a name no source can spell (`W1.g.2`: a let may be rebound), and a
-hyperparameter becomes its value, folded in binary64 as a const is. `if` folds its condition
-and keeps one branch; `fail` refuses the values. A definition's body is checked where it is used.
+hyperparameter becomes its value, folded in binary64 as a const is; a value that is not a
+constant (`lr = lr_t`, a `let` of the update) is an expression of the update: a scalar `let`
+(`HyperLet`, named `lr.0`) after the update block's statements and before every optimizer's,
+which the body reads. `grad_scale = s`, every optimizer's, makes the body read `grad(w) * s`.
+`if` folds its condition and keeps one branch (a hyperparameter it reads, or a state's initial
+value reads, must be a constant); `fail` refuses the values. A definition's body is checked
+where it is used.
 
 Requires: a `Checker` (alphac.types.check) that has declared the file's consts, data and
 states. Guarantees: the states are declared through the checker (so checkpoints, plans and every
@@ -34,6 +39,13 @@ DOMAINS = {"nonneg": (lambda v: v >= 0, "at least 0"),
            "bool": (lambda v: v in (0.0, 1.0), "`true` or `false`"),
            None: (lambda v: True, "")}
 BOOLS = {"true": 1.0, "false": 0.0}
+GRAD_SCALE = "grad_scale"      # every optimizer's: its body reads grad(w) * grad_scale
+
+
+@dataclasses.dataclass(frozen=True)
+class HyperLet(ast.Let):
+    """A hyperparameter given as an expression of the update: the checker refuses an array."""
+    hyper: str = ""
 
 
 def library(sink: Sink) -> dict[str, OptimizerDef]:
@@ -57,6 +69,7 @@ def expand(ck, module: ast.Module) -> list:
             else:
                 defs[d.name] = d
     stmts: list = []
+    pre: list[HyperLet] = []                    # every use's hyperparameters of the update
     for use, params in assign_params(ck, uses):
         d = defs.get(use.name)
         if d is None:
@@ -65,15 +78,16 @@ def expand(ck, module: ast.Module) -> list:
                    hint=f"did you mean `{close[0]}`?" if close else
                    "the optimizers are " + ", ".join(sorted(defs)))
             continue
-        values = hyper_values(ck, use, d)
+        values = hyper_values(ck, use, d, pre)
         if values is None:
             continue
         for name in params:
             e = Expansion(ck, use, name, values, use.span if d.name in builtin else None)
+            e.late = {h.name: h for h in pre}
             if not e.walk(d.body):
                 break
             stmts += e.out
-    return stmts
+    return pre + stmts
 
 
 def assign_params(ck, uses: list[OptimizerUse]) -> list[tuple[OptimizerUse, list[str]]]:
@@ -106,16 +120,22 @@ def assign_params(ck, uses: list[OptimizerUse]) -> list[tuple[OptimizerUse, list
     return out
 
 
-def hyper_values(ck, use: OptimizerUse, d: OptimizerDef) -> dict | None:
-    """Every hyperparameter's value (a float, or a tuple of them): the use's, else the default
-    (E0071: unknown, repeated, not a constant, of the wrong form, outside its domain)."""
+def hyper_values(ck, use: OptimizerUse, d: OptimizerDef, pre: list) -> dict | None:
+    """Every hyperparameter's value (a float, the Name of a `HyperLet` appended to `pre`, or a
+    tuple of them): the use's, else the default, and `grad_scale` if given (E0071: unknown,
+    repeated, of the wrong form, a constant outside its domain)."""
     given: dict[str, object] = {}
     for h in use.hypers:
         if h.name in given:
             ck.err("E0071", h.name_span, f"`{h.name}` is given twice")
         given[h.name] = h
     known = {h.name: h for h in d.hypers}
-    ok = True
+    ok = GRAD_SCALE not in known
+    if not ok:
+        ck.err("E0071", known[GRAD_SCALE].name_span, f"`{GRAD_SCALE}` is every optimizer's "
+                                                     "gradient scale, not a definition's")
+    if GRAD_SCALE in given:
+        known[GRAD_SCALE] = dataclasses.replace(given[GRAD_SCALE], value=ast.Num(1.0, 1, "1", use.span))
     for h in use.hypers:
         if h.domain is not None:
             ck.err("E0071", h.name_span, f"`{h.name}: {h.domain}`: a domain is a definition's")
@@ -127,12 +147,12 @@ def hyper_values(ck, use: OptimizerUse, d: OptimizerDef) -> dict | None:
     values = {}
     for k, default in known.items():
         h = given.get(k, default)
-        v = fold_value(ck, h, default)
+        v = fold_value(ck, h, default, pre if h is not default else None)
         if v is None:
             ok = False
             continue
         test, says = DOMAINS.get(default.domain, DOMAINS[None])
-        bad = [x for x in (v if isinstance(v, tuple) else (v,)) if not test(x)]
+        bad = [x for x in (v if isinstance(v, tuple) else (v,)) if isinstance(x, float) and not test(x)]
         if bad:
             ck.err("E0071", h.span, f"`{k} = {bad[0]!r}`: {d.name}'s `{k}` must be {says}")
             ok = False
@@ -140,7 +160,8 @@ def hyper_values(ck, use: OptimizerUse, d: OptimizerDef) -> dict | None:
     return values if ok else None
 
 
-def fold_value(ck, h, default) -> float | tuple | None:
+def fold_value(ck, h, default, pre: list | None) -> object:
+    """`h`'s value: constants folded; with `pre`, an item that is not one a `HyperLet` (there)."""
     shape = len(default.value) if isinstance(default.value, tuple) else None
     items = h.value if isinstance(h.value, tuple) else (h.value,)
     if shape != (len(items) if isinstance(h.value, tuple) else None):
@@ -152,7 +173,13 @@ def fold_value(ck, h, default) -> float | tuple | None:
         if isinstance(e, ast.Name) and e.name in BOOLS and default.domain == "bool":
             out.append(BOOLS[e.name])
             continue
+        quiet = len(ck.sink.items)
         c = ck.const_value(e)
+        if c is None and pre is not None:          # not a constant: an expression of the update
+            del ck.sink.items[quiet:]
+            pre.append(HyperLet(f"{h.name}.{len(pre)}", e.span, e, e.span, h.name))
+            out.append(ast.Name(pre[-1].name, e.span))
+            continue
         if c is None:
             return None
         if c.shape:
@@ -169,6 +196,7 @@ class Expansion:
         self.ck, self.use, self.param, self.values, self.span = ck, use, param, values, span
         self.states: dict[str, str] = {}
         self.lets: dict[str, str] = {}
+        self.late: dict[str, HyperLet] = {}     # the hyperparameters of the update, by let name
         self.out: list = []
 
     def at(self, span: Span) -> Span:
@@ -178,13 +206,18 @@ class Expansion:
         """Expand `body`; False after a `fail` (reported)."""
         for st in body:
             if isinstance(st, OptIf):
-                c = self.ck.const_value(self.sub(st.cond))
+                cond = self.sub(st.cond)
+                if not self.constant(cond, "decides which form the optimizer takes"):
+                    return False
+                c = self.ck.const_value(cond)
                 if c is not None and not self.walk(st.then if any(c.values) else st.else_):
                     return False
             elif isinstance(st, OptFail):
                 self.ck.err("E0071", self.use.span, f"optimizer `{self.use.name}`: {st.message}")
                 return False
             elif isinstance(st, OptState):
+                if not self.constant(self.sub(st.init), "sets a state's initial value"):
+                    return False
                 self.state(st)
             elif isinstance(st, ast.Let):
                 name = f"{self.param}.{st.name}.{len(self.out)}"
@@ -196,6 +229,15 @@ class Expansion:
                 self.out.append(ast.Assign(target, self.at(st.name_span), self.sub(st.value),
                                            self.at(st.span)))
         return True
+
+    def constant(self, e, why: str) -> bool:
+        """False, reported (E0071 at the user's value), when `e` reads a hyperparameter of the
+        update."""
+        late = sorted({h.hyper: h for n in names(e) if (h := self.late.get(n))}.items())
+        for k, h in late:
+            self.ck.err("E0071", h.value.span, f"`{k}` {why}, so it must be a constant",
+                        hint=f"give `{self.use.name}` a number or a const for `{k}`")
+        return not late
 
     def state(self, st: OptState) -> None:
         name = f"{self.param}_{st.name}"
@@ -221,8 +263,8 @@ class Expansion:
         span = self.at(e.span)
         if isinstance(e, ast.Name):
             v = self.values.get(e.name)
-            if isinstance(v, float):
-                return ast.Num(v, None, repr(v), span)
+            if isinstance(v, (float, ast.Name)):
+                return hyper_node(v, span)
             name = self.param if e.name == "w" else self.lets.get(e.name) or \
                 self.states.get(e.name, e.name)
             return ast.Name(name, span)
@@ -230,8 +272,11 @@ class Expansion:
                 isinstance(self.values.get(e.base.name), tuple) and len(e.indices) == 1 and \
                 isinstance(e.indices[0], ast.Num) and \
                 e.indices[0].ival in range(len(self.values[e.base.name])):
-            v = self.values[e.base.name][e.indices[0].ival]
-            return ast.Num(v, None, repr(v), span)
+            return hyper_node(self.values[e.base.name][e.indices[0].ival], span)
+        if isinstance(e, ast.Call) and e.func == "grad" and GRAD_SCALE in self.values and \
+                len(e.args) == 1 and getattr(e.args[0], "name", None) == "w":   # grad(w) * it
+            g = ast.Call("grad", self.at(e.func_span), (ast.Name(self.param, span),), span)
+            return ast.Binary("*", g, hyper_node(self.values[GRAD_SCALE], span), span)
         fields = {}
         for f in dataclasses.fields(e):
             x = getattr(e, f.name)
@@ -243,3 +288,17 @@ class Expansion:
                 x = self.sub(x)
             fields[f.name] = x
         return type(e)(**fields)
+
+
+def hyper_node(v, span: Span):
+    """A hyperparameter's value in a body: a constant's number, or the name of its `HyperLet`."""
+    return v if isinstance(v, ast.Name) else ast.Num(v, None, repr(v), span)
+
+
+def names(e) -> set[str]:
+    """Every name `e` reads."""
+    if isinstance(e, ast.Name):
+        return {e.name}
+    parts = [getattr(e, f.name) for f in dataclasses.fields(e) if "span" not in f.name] \
+        if dataclasses.is_dataclass(e) else []
+    return set().union(*(names(a) for x in parts for a in (x if isinstance(x, tuple) else (x,))))
