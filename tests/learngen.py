@@ -1442,12 +1442,13 @@ class MatGen:
         what reads them); now and then a constant reduction (allowed) or a use to refuse."""
         m = self.m
         o = random.Random(self.g.seed ^ 0x0971)     # the library's optimizers: a stream of their own
+        sched = random.Random(self.g.seed ^ 0x4747)  # and their hyperparameters of the update
         blocks = []
         for p in self.params:
             if p in self.free:
                 continue
             if len(p.name) < 100 and o.random() < 0.3:
-                prog.optimizers.append(library_optimizer(o, p.name))
+                prog.optimizers.append(library_optimizer(o, p.name, sched))
             else:
                 blocks.append(self.optimizer(p))
         for k, name in enumerate(self.powers):
@@ -1514,12 +1515,23 @@ class MatGen:
         return nested("sum", ("name", s.name))
 
 
-def library_optimizer(o: random.Random, param: str) -> str:
+SCHEDULES = ["min(1, (step + 1) / 3)", "exp(-0.1 * step)", "where(epoch < 2, 1, 0.5)",
+             "0.5 * (1 + cos(0.3 * step))"]
+
+
+def library_optimizer(o: random.Random, param: str, sched: random.Random | None = None) -> str:
     """`optimizer KIND(...) for PARAM`: one of the library's (alphac/types/optimizers.alpha),
     with hyperparameters that reach its branches (momentum, Nesterov, dampening, weight decay,
-    lerp's weight at 0.5 and above, Adagrad's decay and initial accumulator)."""
+    lerp's weight at 0.5 and above, Adagrad's decay and initial accumulator); from `sched` (a
+    stream of its own, issue 47) now and then a rate scheduled by `step` or `epoch` and a
+    gradient scale, PARAM's clip factor by its gradient's norm."""
     kind = o.choice(["sgd", "adam", "adamw", "rmsprop", "adagrad"])
     h = [f"lr = {o.choice([0.01, 0.05, 0.1, 0.003])}"]
+    if sched is not None and sched.random() < 0.3:
+        h[0] += f" * {sched.choice(SCHEDULES)}"
+    if sched is not None and sched.random() < 0.3:
+        h.append(f"grad_scale = min(1, {sched.choice([0.1, 1.0])} / "
+                 f"(sqrt(dot(grad({param}), grad({param}))) + 1e-6))")
     if kind == "sgd":
         mu = o.choice([0, 0.9, 0.5])
         h.append(f"momentum = {mu}")
