@@ -288,10 +288,12 @@ CODES: dict[str, tuple[str, str]] = {
               "adamw, rmsprop, adagrad: alphac/types/optimizers.alpha) or one the file defines "
               "(docs/language.md, Optimizers)."),
     "E0071": ("bad hyperparameter",
-              "A hyperparameter the optimizer does not have, given twice, not a constant, of the "
-              "wrong form (`betas` is a pair, `(0.9, 0.999)`), or outside its domain (as "
-              "torch.optim refuses it: a negative `lr`, a beta not in [0, 1), Nesterov without "
-              "momentum)."),
+              "A hyperparameter the optimizer does not have, given twice, of the wrong form "
+              "(`betas` is a pair, `(0.9, 0.999)`; a value of the update must be a scalar), a "
+              "constant outside its domain (as torch.optim refuses it: a negative `lr`, a beta "
+              "not in [0, 1), Nesterov without momentum), or a value of the update (`lr_t`) "
+              "where the optimizer needs a constant: one that decides its form (`weight_decay`, "
+              "`momentum`) or a state's initial value; `grad_scale` declared by a definition."),
     "E0072": ("optimizer applied to what is not a param",
               "`for` lists params (`for W1, b1`) or says `*` (every param no other optimizer "
               "names); each param has at most one optimizer, and the states an optimizer "
