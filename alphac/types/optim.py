@@ -83,7 +83,6 @@ def expand(ck, module: ast.Module) -> list:
             continue
         for name in params:
             e = Expansion(ck, use, name, values, use.span if d.name in builtin else None)
-            e.late = {h.name: h for h in pre}
             if not e.walk(d.body):
                 break
             stmts += e.out
@@ -121,8 +120,8 @@ def assign_params(ck, uses: list[OptimizerUse]) -> list[tuple[OptimizerUse, list
 
 
 def hyper_values(ck, use: OptimizerUse, d: OptimizerDef, pre: list) -> dict | None:
-    """Every hyperparameter's value (a float, the Name of a `HyperLet` appended to `pre`, or a
-    tuple of them): the use's, else the default, and `grad_scale` if given (E0071: unknown,
+    """Every hyperparameter's value (a float, a `HyperLet` appended to `pre`, or a tuple of
+    them): the use's, else the default, and `grad_scale` if given (E0071: unknown,
     repeated, of the wrong form, a constant outside its domain)."""
     given: dict[str, object] = {}
     for h in use.hypers:
@@ -178,7 +177,7 @@ def fold_value(ck, h, default, pre: list | None) -> object:
         if c is None and pre is not None:          # not a constant: an expression of the update
             del ck.sink.items[quiet:]
             pre.append(HyperLet(f"{h.name}.{len(pre)}", e.span, e, e.span, h.name))
-            out.append(ast.Name(pre[-1].name, e.span))
+            out.append(pre[-1])
             continue
         if c is None:
             return None
@@ -196,7 +195,6 @@ class Expansion:
         self.ck, self.use, self.param, self.values, self.span = ck, use, param, values, span
         self.states: dict[str, str] = {}
         self.lets: dict[str, str] = {}
-        self.late: dict[str, HyperLet] = {}     # the hyperparameters of the update, by let name
         self.out: list = []
 
     def at(self, span: Span) -> Span:
@@ -233,7 +231,9 @@ class Expansion:
     def constant(self, e, why: str) -> bool:
         """False, reported (E0071 at the user's value), when `e` reads a hyperparameter of the
         update."""
-        late = sorted({h.hyper: h for n in names(e) if (h := self.late.get(n))}.items())
+        read = names(e)
+        late = sorted({h.hyper: h for v in self.values.values() for h in (v if isinstance(v, tuple)
+                       else (v,)) if isinstance(h, HyperLet) and h.name in read}.items())
         for k, h in late:
             self.ck.err("E0071", h.value.span, f"`{k}` {why}, so it must be a constant",
                         hint=f"give `{self.use.name}` a number or a const for `{k}`")
@@ -263,7 +263,7 @@ class Expansion:
         span = self.at(e.span)
         if isinstance(e, ast.Name):
             v = self.values.get(e.name)
-            if isinstance(v, (float, ast.Name)):
+            if isinstance(v, (float, HyperLet)):
                 return hyper_node(v, span)
             name = self.param if e.name == "w" else self.lets.get(e.name) or \
                 self.states.get(e.name, e.name)
@@ -292,7 +292,7 @@ class Expansion:
 
 def hyper_node(v, span: Span):
     """A hyperparameter's value in a body: a constant's number, or the name of its `HyperLet`."""
-    return v if isinstance(v, ast.Name) else ast.Num(v, None, repr(v), span)
+    return ast.Name(v.name, v.value.span) if isinstance(v, HyperLet) else ast.Num(v, None, repr(v), span)
 
 
 def names(e) -> set[str]:
