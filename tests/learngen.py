@@ -23,7 +23,8 @@ part ways:
   coordinates named by token ids read from data, some out of range or fractional), layers
   chained through vector nonlinearities, 2-D params with optimizer states of their own (written
   out, or now and then a line of the optimizer library: `optimizer adam(...) for W3`,
-  `library_optimizer`), and uses the checker must refuse by name
+  `library_optimizer`, whose rate is now and then scheduled by `step` or `epoch` and whose
+  gradient is scaled by `grad_scale`, issue 47), and uses the checker must refuse by name
   (`Program.expect`: wrong shapes E0030, a product or reduction in the update E0050, ...);
 - reductions in the update (`reductions`, about 1 program in 4): a global norm over gradients,
   params and states, and a clip factor that scales some statements, as global-norm clipping
