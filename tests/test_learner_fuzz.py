@@ -128,6 +128,8 @@ def test_generator_is_deterministic_and_covers_the_features():
     assert re.search(r"x\[i, \d+:\d+\]", text) and re.search(r"\w\[:, \d+\]", text)
     assert re.search(r"for j in 0\.\.\d+\]", text) and re.search(r"\bt\d+\[\d+\]", text)
     assert "\ncontract exact_sum\n" in text                 # issue 23's contract
+    # the library's optimizers with a scheduled rate and a gradient scale (issue 47)
+    assert re.search(r"optimizer \w+\(lr = [\d.]+ \* ", text) and "grad_scale = min(1, " in text
     shapes = Counter()
     for s in range(120):
         for d in learngen.generate(s).decls:
