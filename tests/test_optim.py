@@ -1,8 +1,9 @@
 """The optimizer library (alphac/types/optimizers.alpha, docs/language.md "Optimizers"): each
 optimizer gives the bits of its hand-written per-param form and, where torch is installed, of
 torch.optim from the same weights; its state names are stable; a learner it optimizes runs on
-x86-64 with the interpreter's bits, and in a star and under ZeRO-3 with the plan's; its misuses are refused by
-name at the user's line."""
+x86-64 with the interpreter's bits, and in a star and under ZeRO-3 with the plan's; a rate and a
+gradient scale computed by the update (`lr = lr_t, grad_scale = clip`) give the bits of the update
+written out; its misuses are refused by name at the user's line."""
 import json
 import os
 import re
