@@ -40,7 +40,8 @@ from alphac.math.binary64 import bits
 from alphac.ir.learner import (Assign, Bcast, Clock, Const, DataRow, Dot, Elem, Gather, Grad, Learner,
                                MatVec, Max, Scatter, bad_label, label_columns, label_of, label_where,
                                MaxAdj, Node, OneHot, Outer, Pick, Pow, Read, Stack, Sum, Unary,
-                               VecMat, Where, children, postorder, term_states, update_reductions)
+                               VecMat, Where, children, exact_reduction, postorder, term_states,
+                               update_reductions)
 from alphac.math import rt_name
 
 UNROLL = 8
@@ -1081,10 +1082,22 @@ class LearnerCode:
                 em.put(f"storef({self.slot(f'st_{t.name}', j)}, {v});")
             vals.loop("a", "b", body)
             out += self.function(f"learner_terms_{k}", "a: i64, b: i64", em)
+        exact = [k for k in terms if exact_reduction(self.lr, nodes[k])]
         for fn, folded in (("learner_reduce", {}), ("learner_fold", terms)):
             em = Emitter(self)
-            self.mean_n(em, [Assign("", n) for k, n in enumerate(nodes) if k not in folded])
+            self.mean_n(em, [Assign("", n) for k, n in enumerate(nodes) if k not in folded and k not in exact])
             for k, n in enumerate(nodes):
+                if k in exact:           # exact_sum: every term into one accumulator, rounded once
+                    if fn == "learner_reduce":
+                        em.put(f"learner_terms_{k}(0, {terms[k].size});")
+                    em.put("xc_clear_n(XRD, XRDSP, 1);")
+                    em.put(f"let xj{k} = 0;")
+                    em.put(f"while xj{k} < {terms[k].size} {{")
+                    em.put(f"    xc_add_n(XRD, XRDSP, {self.slot(f'st_{terms[k].name}', f'xj{k}')}, 1);")
+                    em.put(f"    xj{k} = xj{k} + 1;")
+                    em.put("}")
+                    em.put(f"storef({self.reduced[id(n)]}, xc_round(XRD, XRDSP));")
+                    continue
                 if k in folded:          # the left fold of its terms, coordinates ascending
                     buf = Read(f"0t{k}", folded[k].shape)
                     n = Max(buf) if isinstance(n, Max) else Sum(buf)
@@ -1094,6 +1107,8 @@ class LearnerCode:
                 em.put(f"storef({self.reduced[id(nodes[k])]}, {Values(em, leaf).get(n, None)});")
             out += self.function(fn, "", em)
         self.globals += [f"global {name}: [f64; 1];" for name in self.reduced.values()]
+        if exact:                        # the exact sums' accumulator (xsum.rt), one at a time
+            self.globals += [f"global XRD: [i64; {XC_WORDS}];", f"global XRDSP: [i64; {XS_DIGITS}];"]
         return out
 
     def gen_scalars(self) -> str:
