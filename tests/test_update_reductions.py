@@ -192,6 +192,9 @@ def test_plan_gathers_the_terms(tmp_path):
     assert "send reduce -> coordinator (term slices)" in out
     code, out, err = alphac("plan", str(src), "--deployment", "star")
     assert code == 0 and "terms" not in out and " reduce " not in out   # held whole by every owner
+    src.write_text(CANCEL)                               # exact_sum: the terms summed exactly
+    out = alphac("plan", str(src), "--deployment", "zero3")[1]
+    assert "(under exact_sum a dot's or sum's exactly, rounded once)" in out, out
 
 
 # a gradient whose coordinates cancel: sum(g) and dot(g, v) fold left to (1e16 + 1) - 1e16 = 0

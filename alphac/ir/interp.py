@@ -12,7 +12,8 @@ A single process is one owner holding every sample. Plans with several owners
 
 Under `contract exact_sum` steps 1 and 2 keep the terms unrounded (`alphac.ir.exact.Terms`):
 each coordinate's sum over every sample of the step is exact and rounded once, before the mean,
-so no split or tree changes a bit.
+so no split or tree changes a bit; so is each `dot` and `sum` over a coordinate group that the
+update reduces (`reduced_value`).
 
 How step 1 is computed: an owner's samples are independent chains of operations, so
 `alphac.ir.batch` evaluates each node of the per-sample gradient DAG for a batch of samples at

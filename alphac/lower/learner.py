@@ -14,6 +14,8 @@ order (the contract in alphac.ir.autodiff and alphac.ir.interp):
                              grad(p) = G_p / n is divided where the update reads it (fused)
     learner_reduce()         the update's reduced scalars (dot, sum, max(v) of coordinate
                              values), each a left fold over every coordinate, into rd<k>
+                             (under exact_sum a dot's or sum's terms, learner_terms_<k>,
+                             added into the accumulator XRD, XRDSP and rounded once)
     learner_terms_<k>(a, b)  reduction k's terms at coordinates a..b-1, and learner_fold():
                              each rd<k> from all of them (a partitioned update's, gathered)
     learner_scalars()        the scalar-state statements, into sn_<name> (old values untouched)
@@ -1063,7 +1065,9 @@ class LearnerCode:
         learner_terms_<k>(a, b): reduction k's terms at coordinates a..b-1 into st_0t<k> (a
         dot's products, a sum's or max's values; ir.learner.term_states), and learner_fold():
         each rd<k> folded from st_0t<k> (under a partitioned update, once the plan has
-        gathered every owner's terms: the same operations in the same order)."""
+        gathered every owner's terms: the same operations in the same order). Under exact_sum
+        a dot or sum over a group (ir.learner.exact_reduction) is, in both, its terms in
+        st_0t<k> added into one exact accumulator (xsum.rt) and rounded once."""
         nodes = update_reductions(self.lr.update)
         if not nodes:                    # (no function: the code of learners without is as it was)
             return ""
