@@ -15,7 +15,8 @@ order (the contract in alphac.ir.autodiff and alphac.ir.interp):
     learner_reduce()         the update's reduced scalars (dot, sum, max(v) of coordinate
                              values), each a left fold over every coordinate, into rd<k>
                              (under exact_sum a dot's or sum's terms, learner_terms_<k>,
-                             added into the accumulator XRD, XRDSP and rounded once)
+                             summed by learner_exact_total(x, n): the n binary64 at x added
+                             into the accumulator XRD, XRDSP, rounded once)
     learner_terms_<k>(a, b)  reduction k's terms at coordinates a..b-1, and learner_fold():
                              each rd<k> from all of them (a partitioned update's, gathered)
     learner_scalars()        the scalar-state statements, into sn_<name> (old values untouched)
@@ -1094,13 +1095,8 @@ class LearnerCode:
                 if k in exact:           # exact_sum: every term into one accumulator, rounded once
                     if fn == "learner_reduce":
                         em.put(f"learner_terms_{k}(0, {terms[k].size});")
-                    em.put("xc_clear_n(XRD, XRDSP, 1);")
-                    em.put(f"let xj{k} = 0;")
-                    em.put(f"while xj{k} < {terms[k].size} {{")
-                    em.put(f"    xc_add_n(XRD, XRDSP, {self.slot(f'st_{terms[k].name}', f'xj{k}')}, 1);")
-                    em.put(f"    xj{k} = xj{k} + 1;")
-                    em.put("}")
-                    em.put(f"storef({self.reduced[id(n)]}, xc_round(XRD, XRDSP));")
+                    em.put(f"storef({self.reduced[id(n)]}, learner_exact_total(st_{terms[k].name}, "
+                           f"{terms[k].size}));")
                     continue
                 if k in folded:          # the left fold of its terms, coordinates ascending
                     buf = Read(f"0t{k}", folded[k].shape)
@@ -1113,6 +1109,9 @@ class LearnerCode:
         self.globals += [f"global {name}: [f64; 1];" for name in self.reduced.values()]
         if exact:                        # the exact sums' accumulator (xsum.rt), one at a time
             self.globals += [f"global XRD: [i64; {XC_WORDS}];", f"global XRDSP: [i64; {XS_DIGITS}];"]
+            out += ("fn learner_exact_total(x: i64, n: i64) -> f64 {\n    xc_clear_n(XRD, XRDSP, 1);\n"
+                    "    let j = 0;\n    while j < n {\n        xc_add_n(XRD, XRDSP, x + 8 * j, 1);\n"
+                    "        j = j + 1;\n    }\n    return xc_round(XRD, XRDSP);\n}\n\n")
         return out
 
     def gen_scalars(self) -> str:
