@@ -13,6 +13,9 @@ global-norm clipping is written as in PyTorch:
   state `gnorm`, which reads the norm: it folds the gathered terms too), ZeRO-3 on a hierarchy, ZeRO-2
   on a mesh, fleets, checkpoints moved between them, and GPU owners under the mock driver;
   and the same under `contract exact_sum`;
+- a gradient whose coordinates cancel (1e16, 1, -1e16): under exact_sum the update's `sum` and
+  `dot` are the exact sums rounded once on every engine, split and GPU owner, under ordered the
+  left fold (the two differ);
 - mutants the checker or the deployment check refuses by name.
 """
 import math
