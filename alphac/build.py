@@ -76,7 +76,7 @@ def program_for(lr: Learner, tgt: Target, main: str = "single", extra: str = "",
     gen, gen_blobs = learner_source(lr, evaluation, tgt.lanes)
     units = [("prelude.rt", list(_parsed(tgt.prelude(), "prelude.rt")), False)]
     mods = rt.modules(main, runtime_items)
-    for extra_mod in (("xsum",) if lr.exact_sums else ()) + uses:    # exact_sum's accumulators,
+    for extra_mod in (("xsum",) if lr.exact_sums or lr.exact_reduced else ()) + uses:    # exact_sum's accumulators,
         mods += [m for m in rt.modules(extra_mod, runtime_items) if m not in mods]   # a GPU role's driver
     units += [(f"{m}.rt", list(runtime_items(m)), True) for m in mods]
     own, marker, math = gen.partition(MATH_MARKER)

@@ -273,7 +273,8 @@ CODES: dict[str, tuple[str, str]] = {
               "`ordered` every sum follows its declared order: each owner's left fold over its "
               "samples, then the combine tree, so the bits depend on the split. Under "
               "`exact_sum` every sum the split or the tree could reorder (the gradient and loss "
-              "sums over samples and owners) is computed exactly and rounded once, so every "
+              "sums over samples and owners, the update's dot and sum) is computed exactly and "
+              "rounded once, so every "
               "owner count, topology and strategy gives the single process's bits "
               "(docs/language.md)."),
     "E0062": ("predict is not a scalar or a vector",

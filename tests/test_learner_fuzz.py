@@ -69,6 +69,23 @@ def test_fuzz_share_every_engine(tmp_path):
     assert counts["gpu roles"] >= 2 * 3         # GPU owners under the mock, in two programs at least
 
 
+# an exact_sum learner whose update reduces (a clipped global norm over dot(grad(w2), grad(w2)),
+# max and dot of states), where the exact sums differ from the ordered folds: the generator draws
+# the two together in about 1 program in 13 (FAST_SEEDS hold 15, FULL_SEEDS none); its
+# deployments are ZeRO-1 on 8 owners and a strategy of its own (the terms gathered and summed
+# exactly), with x86_64-v4 owners (GPU owners: tests/test_update_reductions.py)
+EXACT_REDUCED = 16
+
+
+def test_fuzz_exact_sum_reductions_on_the_compiled_engines(tmp_path):
+    prog = learngen.generate(EXACT_REDUCED)
+    assert prog.contract == "exact_sum" and re.search(r"let norm\d+ = sqrt\(.*dot\(grad", learngen.render(prog))
+    rep = differential.check_program(prog, tmp_path, ("interp", "plan", "ptx", "x86_64", "aarch64", "roles"),
+                                     seed=EXACT_REDUCED)
+    assert rep.status == "agreed", rep.summary()
+    assert {"ptx", "aarch64", "roles:d0", "roles:d1"} <= set(rep.outcomes), sorted(rep.outcomes)
+
+
 # wide learners (learngen.generate(wide=True)): seed 0's 1,000-wide loss keeps a vector in
 # local memory, run by the mock's PTX interpreter; seed 14, a matrix learner (A @ v, outer)
 # whose products run as the batch kernels (issue 41's phases); seed 59, a matrix learner 100 wide over

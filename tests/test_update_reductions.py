@@ -13,9 +13,13 @@ global-norm clipping is written as in PyTorch:
   state `gnorm`, which reads the norm: it folds the gathered terms too), ZeRO-3 on a hierarchy, ZeRO-2
   on a mesh, fleets, checkpoints moved between them, and GPU owners under the mock driver;
   and the same under `contract exact_sum`;
+- a gradient whose coordinates cancel (1e16, 1, -1e16): under exact_sum the update's `sum` and
+  `dot` are the exact sums rounded once on every engine, split and GPU owner, under ordered the
+  left fold (the two differ);
 - mutants the checker or the deployment check refuses by name.
 """
 import math
+import struct
 
 import pytest
 
@@ -191,6 +195,81 @@ def test_plan_gathers_the_terms(tmp_path):
     assert "send reduce -> coordinator (term slices)" in out
     code, out, err = alphac("plan", str(src), "--deployment", "star")
     assert code == 0 and "terms" not in out and " reduce " not in out   # held whole by every owner
+    src.write_text(CANCEL)                               # exact_sum: the terms summed exactly
+    out = alphac("plan", str(src), "--deployment", "zero3")[1]
+    assert "(under exact_sum a dot's or sum's exactly, rounded once)" in out, out
+
+
+# a gradient whose coordinates cancel: sum(g) and dot(g, v) fold left to (1e16 + 1) - 1e16 = 0
+# under `contract ordered` (1e16 + 1 rounds to 1e16), and are exactly 1 (then 2, 4, ...: v
+# doubles) under exact_sum; a split that puts each coordinate at another owner must not matter
+CANCEL = """learner cancel
+contract exact_sum
+data x = [[1e16, 1.0, -1e16], [1e16, 1.0, -1e16], [1e16, 1.0, -1e16]]
+param w: f64[3] = 0.0
+state v: f64[3] = 1.0
+loss(i) = dot(w, x[i])
+update {
+  let g = grad(w)
+  w = w - 0.5 * sum(g)
+  v = v + dot(g, v)
+}
+
+deployment zero3 {
+  roles coordinator, owner[3]
+  topology star(coordinator)
+  samples even
+  strategy zero3
+  partition even
+  target owner[1] = aarch64
+}
+
+deployment zero1_tree {
+  roles owner[3]
+  topology hierarchy(fanout 2)
+  samples even
+  strategy zero1
+  partition even
+}
+"""
+CANCEL_GPU = """
+deployment zero2_gpu {
+  roles coordinator, owner[3]
+  topology star(coordinator)
+  samples even
+  strategy zero2
+  partition even
+  target owner[0] = x86_64+sm_90, owner[2] = x86_64+sm_86
+  gpu owner[0] = "a.gpuhost", owner[2] = "c.gpuhost"
+}
+"""
+
+
+@pytest.mark.parametrize("contract", ["ordered", "exact_sum"])
+def test_exact_sum_reductions_are_exact_on_every_engine(contract, tmp_path):
+    """Under exact_sum the update's `sum` and `dot` are the exact sums of their terms rounded
+    once, on every engine and split (ZeRO-3's terms from three owners, an AArch64 one among
+    them; a hierarchy; GPU owners, whose host computes them); under ordered the left fold."""
+    require_tool("qemu-aarch64")
+    text, files = CANCEL, {}
+    if contract == "ordered":
+        text, engines = text.replace("contract exact_sum\n", ""), ("interp", "plan", "x86_64")
+    else:
+        engines = ("interp", "plan", "ptx", "x86_64", "aarch64", "roles", "gpu")
+        if differential.gpu_here():
+            text += CANCEL_GPU
+            files = {name: differential.gpu_host_text(name).encode() for name in differential.GPU_CARDS}
+    rep = differential.check_text(text, tmp_path, engines, files=files)
+    assert rep.status == "agreed", rep.summary()
+    w, v = (-2.5, 32.0) if contract == "exact_sum" else (0.0, 1.0)    # after 5 steps
+    want = "".join(f"{s}[{k}] {struct.pack('>d', x).hex()}\n" for s, x in (("w", w), ("v", v))
+                   for k in range(3))
+    assert rep.outcomes["interp"] == want, rep.outcomes["interp"]
+    runs = {e.split()[0] for e in rep.outcomes}
+    assert {"plan:zero3", "plan:zero1_tree"} <= runs, runs
+    if contract == "exact_sum":
+        assert {"ptx", "aarch64", "roles:zero3", "roles:zero1_tree"} <= runs, runs
+        assert not files or "roles:zero2_gpu" in runs, runs
 
 
 MUTANTS = [

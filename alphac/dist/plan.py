@@ -247,7 +247,7 @@ class Plan:
             if self.reduce_terms():
                 ops.append(f"compute   the terms of the update's reductions at each owner, its coordinates")
                 ops.append(f"transfer  term slices, {up}; replicate them to every owner  (all-gather)")
-                ops.append("combine   at every owner: each reduction's terms folded left, coordinates ascending")
+                ops.append(self.fold_text())
             ops.append("partition the update: each owner its coordinates (" + s.describe() + ")")
             for cls in self.regathered():
                 ops.append(f"transfer  {cls} slices up, replicate {cls} to every owner  (all-gather)")
@@ -255,6 +255,11 @@ class Plan:
             ops.append("update    every coordinate at every owner (replicated)")
         ops.append("advance   the version")
         return ops
+
+    def fold_text(self) -> str:
+        """How every owner makes the reduced scalars from the gathered terms (ir.interp.reduced_value)."""
+        exact = " (under exact_sum a dot's or sum's exactly, rounded once)" if self.lr.exact_reduced else ""
+        return f"combine   at every owner: each reduction's terms folded left, coordinates ascending{exact}"
 
     def mesh_composition(self) -> list[str]:
         d, ops = self.dep, []
@@ -271,7 +276,7 @@ class Plan:
         if self.reduce_terms():
             ops.append(f"compute   the terms of the update's reductions at each owner, its coordinates")
             ops.append(f"transfer  each owner's term slices to every other owner, {rounds}  (all-gather)")
-            ops.append("combine   at every owner: each reduction's terms folded left, coordinates ascending")
+            ops.append(self.fold_text())
         ops.append("partition the update: each owner its coordinates (" + d.strategy.describe() + ")")
         for cls in self.regathered():
             ops.append(f"transfer  each owner's {cls} slices to every other owner, {rounds}  (all-gather)")

@@ -70,6 +70,11 @@ def round_columns(rows: np.ndarray) -> list[float]:
     return out
 
 
+def exact_total(terms) -> float:
+    """One list's exact sum rounded once, with the contract's special cases (round_columns)."""
+    return round_columns(np.asarray(terms, dtype=np.float64).reshape(-1, 1))[0]
+
+
 class Terms:
     """An exact partial sum: the terms themselves, one row per sample (every param's coordinates
     in declaration order, flattened), not yet rounded."""

@@ -12,7 +12,8 @@ A single process is one owner holding every sample. Plans with several owners
 
 Under `contract exact_sum` steps 1 and 2 keep the terms unrounded (`alphac.ir.exact.Terms`):
 each coordinate's sum over every sample of the step is exact and rounded once, before the mean,
-so no split or tree changes a bit.
+so no split or tree changes a bit; so is each `dot` and `sum` over a coordinate group that the
+update reduces (`reduced_value`).
 
 How step 1 is computed: an owner's samples are independent chains of operations, so
 `alphac.ir.batch` evaluates each node of the per-sample gradient DAG for a batch of samples at
@@ -149,6 +150,8 @@ def mean_gradient(c: Contrib) -> dict[str, tuple[float, ...]]:
 def apply_update(lr: Learner, state: State, grads: dict[str, tuple[float, ...]], t: int = 0) -> State:
     """The update of step t (its `step` and `epoch`: Learner.clock)."""
     env = Env(state={(k, 0): v for k, v in state.items()}, grads=grads, clock=lr.clock(t))
+    for n in update_reductions(lr.update):           # first, each from every coordinate
+        env.memo[id(n)] = (reduced_value(lr, n, env),)
     for a in lr.update:
         env.state[(a.target, 1)] = evaluate(a.node, env)
     return {k: env.state.get((k, 1), v) for k, v in state.items()}
@@ -231,6 +234,22 @@ def reduction_terms(lr: Learner, state: dict[str, list], grads: dict[str, list],
     return [term_at(n, j, lambda m, j=j: read(m, j)) for j in rng]
 
 
+def reduced_value(lr: Learner, n, env: Env, terms: list | None = None) -> float:
+    """Reduced scalar n of the update from its terms at every coordinate (`terms`, gathered;
+    else from env's starting state and mean gradients): under exact_sum a `dot` or `sum` over a
+    coordinate group (ir.learner.exact_reduction) is their exact sum rounded once
+    (alphac.ir.exact), else the left fold in coordinate order (evaluate's own, bit for bit)."""
+    from alphac.ir.evaluate import fold_terms
+    from alphac.ir.learner import exact_reduction, reduction_group
+    if exact_reduction(lr, n):
+        from alphac.ir.exact import exact_total
+        if terms is None:
+            state = {k: v for (k, ver), v in env.state.items() if ver == 0}
+            terms = reduction_terms(lr, state, env.grads, n, range(lr.groups[reduction_group(lr, n)].size))
+        return exact_total(terms)
+    return fold_terms(n, terms) if terms is not None else evaluate(n, env)[0]
+
+
 def apply_update_coords(lr: Learner, state: dict[str, list], grads: dict[str, list],
                         coords: dict[int, range], terms: dict[str, list] | None = None,
                         t: int = 0) -> None:
@@ -239,7 +258,7 @@ def apply_update_coords(lr: Learner, state: dict[str, list], grads: dict[str, li
     per-coordinate proof says they are never read, and a None that is read fails loudly. The
     reduced scalars come first: folded from `terms` (every coordinate's, gathered: `0t<k>`,
     ir.learner.term_states), or computed from what is held whole."""
-    from alphac.ir.evaluate import evaluate_at, fold_terms
+    from alphac.ir.evaluate import evaluate_at
     old = {k: v for k, v in state.items()}
     new: dict[str, list] = {}
     clock = lr.clock(t)
@@ -247,8 +266,7 @@ def apply_update_coords(lr: Learner, state: dict[str, list], grads: dict[str, li
     if (terms or any(rng for rng in coords.values())) and update_reductions(lr.update):
         whole = Env(state={(k, 0): tuple(v) for k, v in old.items()}, grads=grads, clock=clock)
         for k, n in enumerate(update_reductions(lr.update)):
-            tk = (terms or {}).get(f"0t{k}")
-            reduced[id(n)] = (fold_terms(n, tk),) if tk is not None else evaluate(n, whole)
+            reduced[id(n)] = (reduced_value(lr, n, whole, (terms or {}).get(f"0t{k}")),)
     scalar_env = Env(state={(k, 0): tuple(v) for k, v in old.items() if lr.state(k).group is None},
                      clock=clock)
     scalar_env.memo.update(reduced)

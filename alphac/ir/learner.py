@@ -301,6 +301,14 @@ def reduction_group(lr: "Learner", n: Node) -> int | None:
     return None
 
 
+def exact_reduction(lr: "Learner", n: Node) -> bool:
+    """Whether reduced scalar n is an exact sum: under `contract exact_sum`, a `dot` or `sum`
+    over a coordinate group is the exact sum of its terms (each `dot` product rounded once, as
+    in the ordered fold), rounded once, so its terms may be added in any order; `max` is exact
+    already, and a reduction of scalars and constants alone stays the left fold."""
+    return lr.exact and isinstance(n, (Dot, Sum)) and reduction_group(lr, n) is not None
+
+
 def term_states(lr: "Learner") -> list["StateDef"]:
     """Under a partitioned update, each reduced scalar's terms (the products of a `dot`, the
     values of a `sum` or `max(v)`) at every coordinate of its group, as a value the plan
@@ -458,6 +466,11 @@ class Learner:
     def exact_sums(self) -> bool:
         """Under exact_sum, with a loss: there are gradient and loss sums to keep exact."""
         return self.exact and self.loss is not None
+
+    @property
+    def exact_reduced(self) -> bool:
+        """Whether the update has a reduced scalar that is an exact sum (exact_reduction)."""
+        return any(exact_reduction(self, n) for n in update_reductions(self.update))
 
     @property
     def clocked(self) -> bool:

@@ -14,6 +14,9 @@ order (the contract in alphac.ir.autodiff and alphac.ir.interp):
                              grad(p) = G_p / n is divided where the update reads it (fused)
     learner_reduce()         the update's reduced scalars (dot, sum, max(v) of coordinate
                              values), each a left fold over every coordinate, into rd<k>
+                             (under exact_sum a dot's or sum's terms, learner_terms_<k>,
+                             summed by learner_exact_total(x, n): the n binary64 at x added
+                             into the accumulator XRD, XRDSP, rounded once)
     learner_terms_<k>(a, b)  reduction k's terms at coordinates a..b-1, and learner_fold():
                              each rd<k> from all of them (a partitioned update's, gathered)
     learner_scalars()        the scalar-state statements, into sn_<name> (old values untouched)
@@ -40,7 +43,8 @@ from alphac.math.binary64 import bits
 from alphac.ir.learner import (Assign, Bcast, Clock, Const, DataRow, Dot, Elem, Gather, Grad, Learner,
                                MatVec, Max, Scatter, bad_label, label_columns, label_of, label_where,
                                MaxAdj, Node, OneHot, Outer, Pick, Pow, Read, Stack, Sum, Unary,
-                               VecMat, Where, children, postorder, term_states, update_reductions)
+                               VecMat, Where, children, exact_reduction, postorder, term_states,
+                               update_reductions)
 from alphac.math import rt_name
 
 UNROLL = 8
@@ -1062,7 +1066,9 @@ class LearnerCode:
         learner_terms_<k>(a, b): reduction k's terms at coordinates a..b-1 into st_0t<k> (a
         dot's products, a sum's or max's values; ir.learner.term_states), and learner_fold():
         each rd<k> folded from st_0t<k> (under a partitioned update, once the plan has
-        gathered every owner's terms: the same operations in the same order)."""
+        gathered every owner's terms: the same operations in the same order). Under exact_sum
+        a dot or sum over a group (ir.learner.exact_reduction) is, in both, its terms in
+        st_0t<k> added into one exact accumulator (xsum.rt) and rounded once."""
         nodes = update_reductions(self.lr.update)
         if not nodes:                    # (no function: the code of learners without is as it was)
             return ""
@@ -1081,10 +1087,17 @@ class LearnerCode:
                 em.put(f"storef({self.slot(f'st_{t.name}', j)}, {v});")
             vals.loop("a", "b", body)
             out += self.function(f"learner_terms_{k}", "a: i64, b: i64", em)
+        exact = [k for k in terms if exact_reduction(self.lr, nodes[k])]
         for fn, folded in (("learner_reduce", {}), ("learner_fold", terms)):
             em = Emitter(self)
-            self.mean_n(em, [Assign("", n) for k, n in enumerate(nodes) if k not in folded])
+            self.mean_n(em, [Assign("", n) for k, n in enumerate(nodes) if k not in folded and k not in exact])
             for k, n in enumerate(nodes):
+                if k in exact:           # exact_sum: every term into one accumulator, rounded once
+                    if fn == "learner_reduce":
+                        em.put(f"learner_terms_{k}(0, {terms[k].size});")
+                    em.put(f"storef({self.reduced[id(n)]}, learner_exact_total(st_{terms[k].name}, "
+                           f"{terms[k].size}));")
+                    continue
                 if k in folded:          # the left fold of its terms, coordinates ascending
                     buf = Read(f"0t{k}", folded[k].shape)
                     n = Max(buf) if isinstance(n, Max) else Sum(buf)
@@ -1094,6 +1107,11 @@ class LearnerCode:
                 em.put(f"storef({self.reduced[id(nodes[k])]}, {Values(em, leaf).get(n, None)});")
             out += self.function(fn, "", em)
         self.globals += [f"global {name}: [f64; 1];" for name in self.reduced.values()]
+        if exact:                        # the exact sums' accumulator (xsum.rt), one at a time
+            self.globals += [f"global XRD: [i64; {XC_WORDS}];", f"global XRDSP: [i64; {XS_DIGITS}];"]
+            out += ("fn learner_exact_total(x: i64, n: i64) -> f64 {\n    xc_clear_n(XRD, XRDSP, 1);\n"
+                    "    let j = 0;\n    while j < n {\n        xc_add_n(XRD, XRDSP, x + 8 * j, 1);\n"
+                    "        j = j + 1;\n    }\n    return xc_round(XRD, XRDSP);\n}\n\n")
         return out
 
     def gen_scalars(self) -> str:

@@ -94,6 +94,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from alphac.ir.evaluate import Env, evaluate
+from alphac.ir.interp import reduced_value
 from alphac.ir.learner import (DataRow, Learner, MatVec, Node, Outer, Read, VecMat, children, postorder,
                                update_reductions)
 
@@ -285,7 +286,7 @@ def host_scalars(lr: Learner, state: dict[str, tuple[float, ...]],
     if whole is not None:
         full = Env(state={(k, 0): v for k, v in whole[0].items()}, grads=whole[1], clock=clock)
         for k, r in enumerate(update_reductions(lr.update)):
-            env.memo[id(r)] = evaluate(r, full)
+            env.memo[id(r)] = (reduced_value(lr, r, full),)
             out[(f"rd{k}", 2)] = env.memo[id(r)][0]
     for a in lr.update:
         if lr.state(a.target).group is None:
