@@ -191,7 +191,9 @@ CODES: dict[str, tuple[str, str]] = {
               "and all data must agree on it."),
     "E0036": ("bad type",
               "A type is `f64` (a scalar) or `f64[D1, D2, ...]` with positive integer "
-              "dimensions (at most 2)."),
+              "dimensions (at most 2). Data may be declared `i64[...]` instead (indices and "
+              "labels): then it holds whole numbers within 2^53 in magnitude, and a const, "
+              "param or state is never i64."),
     "E0037": ("array of matrices",
               "Array literals (`[a, b, c]`) and comprehensions (`[f(j) for j in 0..4]`) of "
               "constants are folded at compile time; of computed values, scalars make a vector "
@@ -400,6 +402,12 @@ CODES: dict[str, tuple[str, str]] = {
     "E0124": ("unsupported GPU target",
               "A GPU owner is an x86-64 executable for an Ampere (sm_86) or Hopper (sm_90) card: "
               "x86_64+sm_86 or x86_64+sm_90."),
+    "E0125": ("integer data used as a number",
+              "Data declared `i64` (`data tok: i64[N, T] = load(\"tok.npy\")`) holds indices "
+              "and labels: one of its elements is read only as the index of a declared array "
+              "(`E[tok[i, t]]`, `w[tok[i]]`) or as onehot's label (`onehot(tok[i, 0], K)`), "
+              "written so, directly. Any other use (arithmetic, a function, a slice, a whole "
+              "row) is refused; declare the data `f64` to compute with its values."),
     # -- warnings -----------------------------------------------------------------------------
     "W0001": ("param does not reach the loss",
               "The param never appears in the loss, so its gradient is +0.0 on every sample."),

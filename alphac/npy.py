@@ -23,6 +23,8 @@ ending in a newline), then the array's bytes. An executable reads `DTYPES`: litt
 float64, little-endian int64 and uint8, C order, 1 or 2 dimensions, at least one sample. The scan
 also refuses what binary64 would not hold exactly (an int64 beyond 2^53 that rounds) and what a
 learner may not hold (NaN, infinity), reading the file once, chunk by chunk, in bounded memory.
+`not_integer(file)` says why a file cannot be a learner's `i64` data (a float dtype, an integer
+beyond 2^53 in magnitude), or None.
 """
 from __future__ import annotations
 
@@ -56,6 +58,7 @@ class NpyFile:
     shape: tuple[int, ...]
     chunks: tuple[bytes, ...]        # SHA-256 of each CHUNK bytes of the file
     kept: bytes | None = field(default=None, repr=False)   # a small file's bytes, as scanned
+    wide: bool = False               # an integer beyond 2^53 in magnitude (not i64 data)
 
     @property
     def offset(self) -> int:
@@ -192,7 +195,7 @@ def scan(path: str, rel: str | None = None) -> NpyFile:
         want = len(header) + size * math.prod(shape)
         if st.st_size != want:
             raise NpyError(f"has {st.st_size} bytes, but its header describes {want}")
-        chunks, at, kept = [], 0, bytearray() if want <= KEEP else None
+        chunks, at, kept, wide = [], 0, bytearray() if want <= KEEP else None, False
         while at < want:
             block = os.pread(fd, min(CHUNK, want - at), at)
             if len(block) != min(CHUNK, want - at):
@@ -204,6 +207,8 @@ def scan(path: str, rel: str | None = None) -> NpyFile:
             items = np.frombuffer(block, dtype=descr, offset=lo) if lo < len(block) else None
             if items is not None and kind == 0 and not np.isfinite(items).all():
                 raise NpyError("holds a NaN or an infinity")
+            if items is not None and kind == 1:
+                wide = wide or bool(((items > 1 << 53) | (items < -(1 << 53))).any())
             if items is not None and kind == 1 and (np.abs(items) > 1 << 53).any():
                 big = items[np.abs(items) > 1 << 53]
                 if not np.array_equal(big.astype("<f8").astype("<i8"), big):
@@ -212,4 +217,14 @@ def scan(path: str, rel: str | None = None) -> NpyFile:
     finally:
         os.close(fd)
     return NpyFile(path, rel if rel is not None else path, want, header, descr, shape, tuple(chunks),
-                   bytes(kept) if kept is not None else None)
+                   bytes(kept) if kept is not None else None, wide)
+
+
+def not_integer(f: NpyFile) -> str | None:
+    """Why `f` cannot hold `i64` data (docs/language.md: an integer dtype, every value within
+    2^53 in magnitude, which binary64 holds exactly), or None when it can."""
+    if f.kind == 0:
+        return (f"holds {f.descr} values, not integers; i64 data is read from an integer file, "
+                f"{' or '.join(d for d, (k, _) in sorted(DTYPES.items()) if k)} (convert it: "
+                "np.save(path, a.astype('<i8')))")
+    return "holds an integer beyond 2^53 in magnitude; i64 data holds at most 2^53" if f.wide else None

@@ -331,6 +331,7 @@ class DataDef:
     shape: tuple[int, ...]          # (samples, ...)
     literal: tuple[float, ...] | None
     file: "NpyFile | None" = None
+    integer: bool = False           # declared i64: indices and labels (alphac.types.check)
 
     @property
     def origin(self) -> str:

@@ -107,6 +107,8 @@ def held_out(lr: Learner, arrays: list[tuple[str, str]]) -> Learner:
             raise EvalError(f"{where}: `{path}` {e}")
         shape = file.shape
         row = lr.datum(name).row_shape
+        if lr.datum(name).integer and npy.not_integer(file):
+            raise EvalError(f"{where}: `{path}` {npy.not_integer(file)}")
         if shape[1:] != row:
             raise EvalError(f"{where}: `{path}` has rows of {type_text(shape[1:])}; `{name}`'s rows "
                             f"are {type_text(row)}")

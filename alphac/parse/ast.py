@@ -126,6 +126,7 @@ class Block:
 class TypeExpr:
     dims: tuple[int, ...]
     span: Span
+    elem: str = "f64"      # "f64" | "i64" (integer data: indices and labels, alphac.types)
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ Grammar (docs/language.md has the full description):
             | 'def' NAME '(' NAME (',' NAME)* ')' '=' expr NL
             | deployment                               (alphac.parse.deploy)
             | optimizer                                (alphac.parse.optim)
-    type   := 'f64' ['[' INT (',' INT)* ']']
+    type   := ('f64' | 'i64') ['[' INT (',' INT)* ']']      (i64: data's integers, alphac.types)
     block  := '{' (stmt (NL | ';'))* [expr] '}'
     stmt   := 'let' NAME '=' expr | NAME '=' expr
     expr   := sum [('<' | '<=' | '>' | '>=' | '==' | '!=') sum]
@@ -167,7 +167,7 @@ class Parser:
                         "order, contract, deployment, strategy, optimizer)")
 
     def parse_type(self) -> ast.TypeExpr:
-        f = self.expect("kw", "f64", what="a type (`f64` or `f64[N]`)")
+        f = self.accept("name", "i64") or self.expect("kw", "f64", what="a type (`f64` or `f64[N]`)")
         dims: list[int] = []
         end = f.span
         if self.accept("punct", "["):
@@ -181,7 +181,7 @@ class Parser:
             end = self.expect("punct", "]").span
             if len(dims) > 2:
                 self.sink.error("E0036", f.span.to(end), f"{len(dims)} dimensions; at most 2 are supported")
-        return ast.TypeExpr(tuple(dims), f.span.to(end))
+        return ast.TypeExpr(tuple(dims), f.span.to(end), f.text)
 
     def _named_value(self, keyword: str, typed: bool):
         kw = self.advance()

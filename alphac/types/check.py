@@ -6,6 +6,8 @@ What it decides:
   two vectors of one length; sum a vector; indices are literals in range, the sample index as
   the first index of data, or one element of the sample's data as the only index of a declared
   array (`E[tok[i]]`: a Gather; a param so indexed in the loss is read there no other way);
+- integer data (`data tok: i64[...]`, whole numbers within 2^53): its elements are read only as
+  such an index or as onehot's label (E0125 elsewhere), from an integer .npy file (E0060);
 - constants are folded in binary64 (`alphac.ir.evaluate.fold`), wherever all operands are
   constant, and must be finite;
 - the learner's structure: data outside the loss (and predict), grad outside the update,
@@ -95,6 +97,8 @@ class Checker(Slicing):
         self.predict_decl: ast.LossDecl | None = None
         self.values = 0                # how many values the declarations so far hold
         self.clocks: dict[str, ir.Clock] = {}   # `step` and `epoch` in the update
+        self.ints: set[str] = set()    # i64 data, and the ast.Index nodes that may read it:
+        self.int_sites: set[int] = set()   # an index's (E[tok[i]]), a label's (onehot(tok[i], K))
 
     def admit(self, count: int, span: Span, what: str) -> bool:
         """Count `count` more values against MAX_VALUES, before they are allocated."""
@@ -128,6 +132,9 @@ class Checker(Slicing):
             self.err("E0059", m.header.span, f"learner `{m.header.name}` has no `update` block",
                      hint="add `update { ... }` that assigns the state")
         for d in m.decls:
+            if isinstance(d, (ast.ConstDecl, ast.StateDecl)) and d.type and d.type.elem == "i64":
+                self.err("E0036", d.type.span, f"`{d.name}` is declared i64, a type of data only",
+                         hint="indices and labels are data; a const, param or state is f64")
             if isinstance(d, ast.ConstDecl):
                 self.decl_const(d)
             elif isinstance(d, ast.DataDecl):
@@ -210,6 +217,9 @@ class Checker(Slicing):
             ok = False
         if ok and node is not None and not self.admit(node.size, d.value.span, f"`{d.name}`"):
             ok = False
+        if d.type is not None and d.type.elem == "i64":
+            self.ints.add(d.name)
+            ok = ok and self.integer_data(d, file, node)
         if not ok:
             self.broken.add(d.name)
             shape = d.type.dims if d.type else (1,)
@@ -218,6 +228,22 @@ class Checker(Slicing):
                 self.data.append(ir.DataDef(d.name, shape, None, file))
             else:
                 self.data.append(ir.DataDef(d.name, shape, node.values))
+            self.data[-1].integer = d.name in self.ints
+
+    def integer_data(self, d: ast.DataDecl, file, node: ir.Const | None) -> bool:
+        """Whether `data NAME: i64[...]` holds integers: its file's dtype and values
+        (alphac.npy.not_integer, E0060), or its literal's values (E0036)."""
+        from alphac import npy
+        if file is not None:
+            why = npy.not_integer(file)
+            if why:
+                self.err("E0060", d.value.args[0].span, f"`{file.rel}` {why}")
+            return why is None
+        bad = next((v for v in node.values if v != math.floor(v) or abs(v) > 1 << 53), None)
+        if bad is not None:
+            self.err("E0036", d.value.span, f"`{d.name}` is declared i64 but holds {bad!r}, not a "
+                     "whole number within 2^53 in magnitude", hint="declare it f64 to hold numbers")
+        return bad is None
 
     def load_data(self, call: ast.Call):
         """The .npy file of `data NAME = load("file.npy")` (alphac.npy.scan), or None (reported)."""
@@ -654,6 +680,7 @@ class Checker(Slicing):
         if not isinstance(count, ast.Num) or count.ival is None or not 1 <= count.ival <= MAX_ONEHOT:
             self.err("E0041", count.span, f"onehot's length must be an integer literal from 1 to {MAX_ONEHOT}")
             return None
+        self.int_sites.add(id(label))
         k = self.expr(label, ctx)
         if k is None:
             return None
@@ -733,6 +760,12 @@ class Checker(Slicing):
             if not (isinstance(first, ast.Name) and first.name == ctx.index):
                 self.err("E0033", first.span, f"data is indexed by the sample index first: `{name}[{ctx.index}]`")
                 return None
+            if name in self.ints and id(e) not in self.int_sites:
+                el = f"{name}[{ctx.index}{', t' if len(sym.shape) > 1 else ''}]"
+                self.err("E0125", e.span, f"`{name}` is i64 data, read here as a number",
+                         hint=f"an element of `{name}` is an index (`E[{el}]`) or a label "
+                         f"(`onehot({el}, K)`); declare it f64 to compute with it")
+                return None
         for ix in idx:
             if isinstance(ix, ast.Name) and ix.name == ctx.index:
                 self.err("E0033", ix.span, "the sample index can only be the first index of data")
@@ -751,6 +784,7 @@ class Checker(Slicing):
             self.err("E0033", e.indices[1].span, f"an index read from data is `{name}`'s only index",
                      hint=f"write `{name}[tok[i]]`, a row")
             return None
+        self.int_sites.add(id(e.indices[0]))
         k = self.expr(e.indices[0], ctx)
         if k is None:
             return None
