@@ -20,7 +20,8 @@ part ways:
   over params, constants, 2-D states and data rows, `outer` reduced to a scalar, `max(v)`,
   `logsumexp`, `onehot(lab[i], K)` over integer labels (some out of range, negative or
   fractional), classification losses, embeddings (`E[tok[i, t]]`, `w[tok[i]]`: rows and
-  coordinates named by token ids read from data, some out of range or fractional), layers
+  coordinates named by token ids read from data, some out of range or fractional; now and then
+  the ids declared i64 when they are whole and read only as ids, `integers`, a stream of its own), layers
   chained through vector nonlinearities, 2-D params with optimizer states of their own (written
   out, or now and then a line of the optimizer library: `optimizer adam(...) for W3`,
   `library_optimizer`, whose rate is now and then scheduled by `step` or `epoch` and whose
@@ -86,6 +87,7 @@ class Decl:
     file: str = ""                   # data: `load("file")`, a .npy file beside the source holding
     dtype: str = "<f8"               # `value` as this dtype (npy_files); "": a literal
     typed: bool = False              # data: declared with its type (`data x: f64[3, 2] = ...`)
+    integer: bool = False            # data: declared i64 (`data tok_e: i64[4, 2] = ...`): ids
 
 
 @dataclass
@@ -175,16 +177,18 @@ def value_text(v) -> str:
     return num(v)
 
 
-def type_text(shape) -> str:
-    return "f64" if not shape else "f64[" + ", ".join(map(str, shape)) + "]"
+def type_text(shape, elem: str = "f64") -> str:
+    return elem if not shape else elem + "[" + ", ".join(map(str, shape)) + "]"
 
 
 def render(p: Program) -> str:
     out = [f"learner {p.name}"] + ([f"contract {p.contract}"] if p.contract else []) + [""]
     for d in p.decls:
         if d.kind == "data" and d.file:
-            typed = f": {type_text(d.shape)}" if d.typed else ""
+            typed = f": {type_text(d.shape, 'i64' if d.integer else 'f64')}" if d.typed or d.integer else ""
             out.append(f'data {d.name}{typed} = load("{d.file}")')
+        elif d.integer:
+            out.append(f"data {d.name}: {type_text(d.shape, 'i64')} = {value_text(d.value)}")
         elif d.kind in ("data", "const"):
             out.append(f"{d.kind} {d.name} = {value_text(d.value)}")
         else:
@@ -489,7 +493,27 @@ def generate(seed: int, matrices: bool | None = None, npy: bool | None = None,
     if prog.loss_result is not None and cr.random() < 0.3:
         prog.contract = "exact_sum"
     load_from_files(prog, seed, npy)
+    integers(prog, seed)
     return prog
+
+
+def integers(p: Program, seed: int) -> None:
+    """Now and then (a stream of its own, after the rest) the ids, labels `lab` and token ids
+    `tok_e`, declared i64 (issue 47) when they are whole numbers within 2^53 (out of range ones
+    stay: data-label) and read only as ids (an index, onehot's label: a leaf may read `lab[i]`
+    as a number); a file of them is then saved as '<i8' or '|u1' (npy_array), never '<f8'."""
+    import re
+    ir, text = random.Random(seed ^ 0x164D), render(p)
+    for d in (d for d in p.decls if d.kind == "data" and d.name in ("lab", "tok_e")):
+        whole = all(v == math.floor(v) and abs(v) <= 2 ** 53 for row in d.value
+                    for v in (row if isinstance(row, list) else [row]))
+        ids = len(re.findall(rf"(?:onehot\(|\[){d.name}\[i", text)) == text.count(f"{d.name}[i")
+        if ir.random() < 0.4 and whole and ids:
+            d.integer = True
+            if d.file and d.dtype == "<f8" and integral(d.value):
+                d.dtype = "<i8"
+            elif d.file and d.dtype == "<f8":        # -0.0: no integer file holds it, a literal
+                d.file, d.typed = "", False
 
 
 def reductions(prog: Program, seed: int, has_loss: bool) -> None:

@@ -136,6 +136,9 @@ def test_generator_is_deterministic_and_covers_the_features():
     # indices read from data (issue 47): rows of a param by ids of 2-D and 1-D data, a coordinate
     assert re.search(r"\bE\w*\[tok\w*\[i, \d\]\]", text) and re.search(r"\bE\w*\[tok\w*\[i\]\]", text)
     assert re.search(r"\bw\w*\[tok\w*\[i(, \d)?\]\]", text)
+    # integer ids (issue 47): labels and token ids declared i64, written and loaded
+    assert re.search(r"data lab: i64\[\d+\] = \[", text) and re.search(r"data tok_e: i64\[[\d, ]+\] = ", text)
+    assert re.search(r'data \w+: i64\[[\d, ]+\] = load\("', text)
     labels = [v for s in range(120) for d in learngen.generate(s).decls if d.name == "lab" for v in d.value]
     assert {-1.0, 1.5} <= set(labels) and any(v >= 3 for v in labels)
     expects = Counter(learngen.generate(s).expect[0] for s in range(400) if learngen.generate(s).expect)
