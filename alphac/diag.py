@@ -268,7 +268,8 @@ CODES: dict[str, tuple[str, str]] = {
               "`data`, it is read at run time by each owner (docs/data.md): little-endian "
               "float64 `<f8`, int64 `<i8` (values binary64 holds exactly) or uint8 `|u1`, C "
               "order, 1 or 2 dimensions, finite; the root of its chunk digests becomes part of "
-              "the learner's identity. As `const` it is compiled in: any integer or float type "
+              "the learner's identity. Data declared `i64` is read from `<i8` or `|u1` alone, "
+              "each value within 2^53 in magnitude. As `const` it is compiled in: any integer or float type "
               "that binary64 holds exactly, at most 2 dimensions."),
     "E0063": ("bad contract declaration",
               "`contract ordered` (the default) or `contract exact_sum`, at most once. Under "

@@ -6,7 +6,7 @@
 
 digits (1797 8x8 images, 10 classes; examples/digits_mlp.alpha):
     digits_x_train.npy  (1500, 64)  the first 1500 images, pixels / 16 (exact in binary64)
-    digits_y_train.npy  (1500,)     their labels 0..9, as binary64
+    digits_y_train.npy  (1500,)     their labels 0..9, as int64 (`data y: i64[1500]`)
     digits_x_test.npy   (297, 64)   the last 297 images, held out
     digits_y_test.npy   (297,)
     digits_w1.npy (32, 64), digits_b1.npy (32,), digits_w2.npy (10, 32), digits_b2.npy (10,)
@@ -21,6 +21,7 @@ sequences (examples/seq_attention.alpha), drawn from PCG64(SEED + 2)'s raw strea
 its top 3 bits (0..7):
     seq_tok_train.npy (2000, 6), seq_tok_test.npy (500, 6)   6 tokens from a vocabulary of 8
     seq_y_train.npy (2000,), seq_y_test.npy (500,)           the rule: 1 when the first token
+        (ids and labels: int64, as the digits' labels)
         occurs again among the other five, else 0 (1 - (7/8)^5, about 49% of them, are 1)
     seq_emb.npy (8, 8), seq_pos.npy (6, 8)   the token and position embeddings, uniform in
         +-1 (torch's nn.Embedding draws N(0, 1); a uniform draw needs no libm), then
@@ -32,8 +33,9 @@ breast cancer (569 x 30, labels 0/1; for a logistic regression):
         rows' mean and (population) standard deviation, each computed with math.fsum, so
         correctly rounded on any machine
 
-Every file is float64 little-endian, C order, written by this script's own .npy writer (format
-1.0), so the bytes depend on nothing but the data: the same files on every run and machine.
+Every file is float64 little-endian (the labels and token ids int64, `<i8`), C order, written by
+this script's own .npy writer (format 1.0), so the bytes depend on nothing but the data: the
+same files on every run and machine.
 """
 import argparse
 import math
@@ -58,8 +60,9 @@ HERE = Path(__file__).resolve().parent
 def npy(path: Path, a) -> None:
     """A .npy file, format 1.0: the header padded with spaces to a multiple of 64 bytes."""
     import numpy as np
-    a = np.ascontiguousarray(a, dtype="<f8")
-    head = f"{{'descr': '<f8', 'fortran_order': False, 'shape': {tuple(a.shape)!r}, }}"
+    descr = "<i8" if a.dtype.kind in "iu" else "<f8"      # integers: labels and token ids
+    a = np.ascontiguousarray(a, dtype=descr)
+    head = f"{{'descr': '{descr}', 'fortran_order': False, 'shape': {tuple(a.shape)!r}, }}"
     head += " " * (-(10 + len(head) + 1) % 64) + "\n"
     path.write_bytes(b"\x93NUMPY\x01\x00" + len(head).to_bytes(2, "little") + head.encode()
                      + a.tobytes())
@@ -96,7 +99,7 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
 
     d = load_digits()
-    x, y = d.data.astype(np.float64) / 16.0, d.target.astype(np.float64)
+    x, y = d.data.astype(np.float64) / 16.0, d.target.astype(np.int64)
     assert x.shape == (1797, 64)
     files = {"digits_x_train": x[:1500], "digits_y_train": y[:1500],
              "digits_x_test": x[1500:], "digits_y_test": y[1500:]}
@@ -109,8 +112,8 @@ def main() -> None:
         files[f"digits_cnn_{name}"] = uniform(bits, 1.0 / math.sqrt(fan_in), shape)
 
     raw = np.random.PCG64(SEED + 2).random_raw(2500 * 6)
-    tok = (raw >> np.uint64(61)).astype(np.float64).reshape(2500, 6)
-    y = (tok[:, 1:] == tok[:, :1]).any(axis=1).astype(np.float64)
+    tok = (raw >> np.uint64(61)).astype(np.int64).reshape(2500, 6)
+    y = (tok[:, 1:] == tok[:, :1]).any(axis=1).astype(np.int64)
     files |= {"seq_tok_train": tok[:2000], "seq_y_train": y[:2000],
               "seq_tok_test": tok[2000:], "seq_y_test": y[2000:]}
     bits = np.random.PCG64(SEED + 3)
