@@ -216,7 +216,7 @@ CODES: dict[str, tuple[str, str]] = {
               "product u * u * ... * u."),
     "E0042": ("wrong number of arguments",
               "The builtin was called with the wrong number of arguments: sqrt(u), dot(u, v), "
-              "sum(u), grad(param), load(\"file.npy\")."),
+              "sum(u), grad(param), load(\"file.npy\"), f64(tok[i, t]) (one read of i64 data)."),
     "E0043": ("constant is not finite",
               "Folding a constant in binary64 gave infinity or NaN; the contract keeps every "
               "value finite at compile time."),
@@ -408,7 +408,8 @@ CODES: dict[str, tuple[str, str]] = {
               "and labels: one of its elements is read only as the index of a declared array "
               "(`E[tok[i, t]]`, `w[tok[i]]`) or as onehot's label (`onehot(tok[i, 0], K)`), "
               "written so, directly. Any other use (arithmetic, a function, a slice, a whole "
-              "row) is refused; declare the data `f64` to compute with its values."),
+              "row) is refused; to compute with its values, convert them (`f64(tok[i, 0])`, "
+              "`f64(tok[i])`: the same binary64 values) or declare the data `f64`."),
     # -- warnings -----------------------------------------------------------------------------
     "W0001": ("param does not reach the loss",
               "The param never appears in the loss, so its gradient is +0.0 on every sample."),

@@ -500,20 +500,35 @@ def generate(seed: int, matrices: bool | None = None, npy: bool | None = None,
 def integers(p: Program, seed: int) -> None:
     """Now and then (a stream of its own, after the rest) the ids, labels `lab` and token ids
     `tok_e`, declared i64 (issue 47) when they are whole numbers within 2^53 (out of range ones
-    stay: data-label) and read only as ids (an index, onehot's label: a leaf may read `lab[i]`
-    as a number); a file of them is then saved as '<i8' or '|u1' (npy_array), never '<f8'."""
+    stay: data-label); where a leaf reads `lab[i]` as a number, it reads `f64(lab[i])` (unless a
+    mutant's text, `Program.expect`, would change). A file of them is then saved as '<i8' or
+    '|u1' (npy_array), never '<f8'."""
     import re
     ir, text = random.Random(seed ^ 0x164D), render(p)
     for d in (d for d in p.decls if d.kind == "data" and d.name in ("lab", "tok_e")):
         whole = all(v == math.floor(v) and abs(v) <= 2 ** 53 for row in d.value
                     for v in (row if isinstance(row, list) else [row]))
         ids = len(re.findall(rf"(?:onehot\(|\[){d.name}\[i", text)) == text.count(f"{d.name}[i")
-        if ir.random() < 0.4 and whole and ids:
+        if ir.random() < 0.4 and whole and (ids or not p.expect):
             d.integer = True
+            p.loss = [Stmt(s.kind, s.name, converted(s.expr, d.name)) for s in p.loss]
+            p.loss_result = converted(p.loss_result, d.name)
             if d.file and d.dtype == "<f8" and integral(d.value):
                 d.dtype = "<i8"
             elif d.file and d.dtype == "<f8":        # -0.0: no integer file holds it, a literal
                 d.file, d.typed = "", False
+
+
+def converted(e, name: str):
+    """`e` with each read of data `name` as a number (not an index, not onehot's label) written
+    `f64(name[i])`, the conversion of i64 data."""
+    if not isinstance(e, tuple) or e[:1] == ("at",):
+        return e
+    if e[:2] in (("row", name), ("elt", name)):
+        return ("call", "f64", (e,))
+    if e[:2] == ("call", "onehot"):
+        return ("call", "onehot", (e[2][0], *(converted(a, name) for a in e[2][1:])))
+    return tuple(converted(a, name) for a in e)
 
 
 def reductions(prog: Program, seed: int, has_loss: bool) -> None:

@@ -3,8 +3,9 @@
 - declared i64 (from an `<i8` file, a `|u1` file, or written as whole numbers) and used as an
   index and a label, a learner gives the bits of its f64-declared form on the interpreter, an
   x86-64 and an AArch64 executable (the ids are the same binary64 values on every engine);
-- an element of i64 data read as a number (arithmetic, a function, a whole row, a slice) is
-  E0125 at its position; a float file for an i64 declaration, or one with an integer beyond 2^53,
+- converted, `f64(tok[i, 0])`, `f64(tok[i])`, the ids are the numbers of the f64 form; an
+  element of i64 data read as a number unconverted (arithmetic, a function, a whole row, a
+  slice) is E0125 at its position, `f64(...)` of anything else E0042; a float file for an i64 declaration, or one with an integer beyond 2^53,
   is E0060 naming the file and its dtype; `i64` on a param and a fractional literal are E0036;
   a held-out float file for i64 data is refused by `alphac eval` alike;
 - a bad id in an i64 file is refused by name as an f64 one is (`data-label`, exit 133, naming the
@@ -50,6 +51,18 @@ def test_same_bits_as_f64(tmp_path):
             assert run(text, tmp_path, f"i{k}", target) == want[target], (decl, target)
 
 
+def test_conversion_gives_the_numbers(tmp_path):
+    """`f64(tok[i, 0])`, `f64(tok[i])`: the ids as numbers, the bits of the f64 form's `tok[i, 0]`."""
+    use = " + 0.125 * v[1] * {}[i, 0] * sum({}[i])"
+    f64 = LABELLED.replace("0.5 * r^2", "0.5 * r^2" + use.format("tok", "tok"))
+    i64 = declared(LABELLED.replace("0.5 * r^2", "0.5 * r^2" + use.format("f64(tok", "f64(tok")
+                                    .replace("[i, 0]", "[i, 0])").replace("[i])", "[i]))")),
+                   LITERAL.replace("data tok", "data tok: i64[13, 3]"))
+    assert "f64(tok[i, 0]) * sum(f64(tok[i]))" in i64
+    for target in (None, "x86_64"):
+        assert run(i64, tmp_path, "conv", target) == run(f64, tmp_path, "f64", target), target
+
+
 def errors(tmp_path, text: str) -> list[tuple[str, str, str]]:
     """(code, message, the source text it points at) of each error compiling `text`."""
     from alphac.diag import CompileError
@@ -68,6 +81,8 @@ def test_integer_data_used_as_a_number_is_E0125(tmp_path):
         got = errors(tmp_path, i64.replace("0.5 * r^2", f"0.5 * r^2 + {use}"))
         assert [c for c, _, _ in got] == ["E0125"] and got[0][1] == "`tok` is i64 data, read here as a number" \
             and got[0][2].startswith("tok[i"), (use, got)
+    for use in ("f64(y[i])", "f64(0.5)", "f64(tok[i, 0], 1)"):        # f64(...) converts i64 data
+        assert [c for c, _, _ in errors(tmp_path, i64.replace("0.5 * r^2", f"0.5 * r^2 + {use}"))] == ["E0042"], use
     assert errors(tmp_path, i64.replace("0.5 * r^2", "0.5 * r^2 + tok[i, 0] * 0.5"))[0][2] == "tok[i, 0]"
 
 

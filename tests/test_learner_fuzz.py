@@ -139,6 +139,7 @@ def test_generator_is_deterministic_and_covers_the_features():
     # integer ids (issue 47): labels and token ids declared i64, written and loaded
     assert re.search(r"data lab: i64\[\d+\] = \[", text) and re.search(r"data tok_e: i64\[[\d, ]+\] = ", text)
     assert re.search(r'data \w+: i64\[[\d, ]+\] = load\("', text)
+    assert "f64(lab[i])" in text                            # an i64 label read as a number, converted
     labels = [v for s in range(120) for d in learngen.generate(s).decls if d.name == "lab" for v in d.value]
     assert {-1.0, 1.5} <= set(labels) and any(v >= 3 for v in labels)
     expects = Counter(learngen.generate(s).expect[0] for s in range(400) if learngen.generate(s).expect)

@@ -21,7 +21,7 @@ Grammar (docs/language.md has the full description):
     power  := postfix ['^' postfix]
     postfix:= primary ('[' index (',' index)* ']')*
     index  := expr | [expr] ':' [expr]
-    primary:= NUM | STR | NAME | NAME '(' [expr (',' expr)*] ')' | '(' expr ')'
+    primary:= NUM | STR | NAME | (NAME | 'f64') '(' [expr (',' expr)*] ')' | '(' expr ')'
             | '[' [expr (',' expr)*] ']' | '[' expr ('for' NAME 'in' expr '..' expr)+ ']'
 
 Requires: tokens from `lexer.lex`. Guarantees: never raises on any token list; on a syntax
@@ -421,7 +421,7 @@ class Parser:
         if t.kind == "str":
             self.advance()
             return ast.Str(t.value, t.span)
-        if t.kind == "name":
+        if t.kind == "name" or t.is_("kw", "f64") and self.peek().is_("punct", "("):   # f64(tok[i])
             self.advance()
             if self.at("punct", "("):
                 self.advance()

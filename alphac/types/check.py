@@ -7,7 +7,8 @@ What it decides:
   the first index of data, or one element of the sample's data as the only index of a declared
   array (`E[tok[i]]`: a Gather; a param so indexed in the loss is read there no other way);
 - integer data (`data tok: i64[...]`, whole numbers within 2^53): its elements are read only as
-  such an index or as onehot's label (E0125 elsewhere), from an integer .npy file (E0060);
+  such an index, as onehot's label or converted, `f64(tok[i, t])` (E0125 elsewhere), from an
+  integer .npy file (E0060);
 - constants are folded in binary64 (`alphac.ir.evaluate.fold`), wherever all operands are
   constant, and must be finite;
 - the learner's structure: data outside the loss (and predict), grad outside the update,
@@ -600,6 +601,8 @@ class Checker(Slicing):
         if e.func == "len" and len(e.args) in (1, 2):
             n = self.dimension(e, ctx)
             return None if n is None else ir.Const((), (float(n),))
+        if e.func == "f64":
+            return self.conversion(e, ctx)
         if e.func not in BUILTINS:
             if e.func in self.syms or e.func in ctx.lets:
                 self.err("E0033", e.func_span, f"`{e.func}` is not a function",
@@ -674,6 +677,16 @@ class Checker(Slicing):
             self.err("E0050", e.span, why, hint="the update's reductions (dot, sum, max(v)) are "
                      "computed first, from the gradients and the state the step starts from")
         return why is None
+
+    def conversion(self, e: ast.Call, ctx: Ctx) -> ir.Node | None:
+        """`f64(tok[i, t])`: i64 data read as the numbers it holds (the same binary64 values)."""
+        arg = e.args[0] if len(e.args) == 1 else None
+        if not (isinstance(arg, ast.Index) and isinstance(arg.base, ast.Name) and arg.base.name in self.ints):
+            self.err("E0042", e.span, "`f64(...)` converts i64 data read by the sample index",
+                     hint="as in `f64(tok[i, 0])`, for `data tok: i64[N, T]`")
+            return None
+        self.int_sites.add(id(arg))
+        return self.expr(arg, ctx)
 
     def onehot(self, e: ast.Call, ctx: Ctx) -> ir.Node | None:
         label, count = e.args
@@ -764,7 +777,7 @@ class Checker(Slicing):
                 el = f"{name}[{ctx.index}{', t' if len(sym.shape) > 1 else ''}]"
                 self.err("E0125", e.span, f"`{name}` is i64 data, read here as a number",
                          hint=f"an element of `{name}` is an index (`E[{el}]`) or a label "
-                         f"(`onehot({el}, K)`); declare it f64 to compute with it")
+                         f"(`onehot({el}, K)`); to compute with it, convert it: `f64({el})`")
                 return None
         for ix in idx:
             if isinstance(ix, ast.Name) and ix.name == ctx.index:
