@@ -99,7 +99,7 @@ class Checker(Slicing):
         self.values = 0                # how many values the declarations so far hold
         self.clocks: dict[str, ir.Clock] = {}   # `step` and `epoch` in the update
         self.ints: set[str] = set()    # i64 data, and the ast.Index nodes that may read it:
-        self.int_sites: set[int] = set()   # an index's (E[tok[i]]), a label's (onehot(tok[i], K))
+        self.int_sites: dict[int, ast.Expr] = {}   # an index's (E[tok[i]]), a label's, a conversion's
 
     def admit(self, count: int, span: Span, what: str) -> bool:
         """Count `count` more values against MAX_VALUES, before they are allocated."""
@@ -685,7 +685,7 @@ class Checker(Slicing):
             self.err("E0042", e.span, "`f64(...)` converts i64 data read by the sample index",
                      hint="as in `f64(tok[i, 0])`, for `data tok: i64[N, T]`")
             return None
-        self.int_sites.add(id(arg))
+        self.int_sites[id(arg)] = arg        # kept: an id no other node takes
         return self.expr(arg, ctx)
 
     def onehot(self, e: ast.Call, ctx: Ctx) -> ir.Node | None:
@@ -693,7 +693,7 @@ class Checker(Slicing):
         if not isinstance(count, ast.Num) or count.ival is None or not 1 <= count.ival <= MAX_ONEHOT:
             self.err("E0041", count.span, f"onehot's length must be an integer literal from 1 to {MAX_ONEHOT}")
             return None
-        self.int_sites.add(id(label))
+        self.int_sites[id(label)] = label
         k = self.expr(label, ctx)
         if k is None:
             return None
@@ -797,7 +797,7 @@ class Checker(Slicing):
             self.err("E0033", e.indices[1].span, f"an index read from data is `{name}`'s only index",
                      hint=f"write `{name}[tok[i]]`, a row")
             return None
-        self.int_sites.add(id(e.indices[0]))
+        self.int_sites[id(e.indices[0])] = e.indices[0]
         k = self.expr(e.indices[0], ctx)
         if k is None:
             return None
