@@ -168,7 +168,8 @@ def parse_header(head: bytes) -> tuple[bytes, str, tuple[int, ...]]:
         descr = "<f8"
     if not isinstance(descr, str) or descr not in DTYPES:
         raise NpyError(f"has dtype {descr!r}; data is read at run time as "
-                       f"{', '.join(sorted(DTYPES))} (convert it: np.save(path, a.astype('<f8')))")
+                       f"{', '.join(sorted(DTYPES))} (convert it: np.save(path, a.astype('<f8')), "
+                       "or '<i8' for i64 data)")
     if d["fortran_order"] is not False:
         raise NpyError("is in Fortran order; data is read row by row (np.ascontiguousarray)")
     if not isinstance(shape, tuple) or not all(type(s) is int and s >= 0 for s in shape):
