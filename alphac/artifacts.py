@@ -188,10 +188,12 @@ CPU_ONLY = {"fleet_lsq": "a 200,000-role fleet",
             "digits_mlp": "ptxas takes about 50 s on its grad_samples (which spills to local memory: "
                           "the host description then needs a `topology`)",
             "digits_mlp_optim": "digits_mlp's model: the same spilling grad_samples",
-            "digits_cnn": "its grad_samples spills 8,712 bytes a thread (22 s of ptxas; the host "
-                          "description then needs a `topology`)",
-            "seq_attention": "its grad_samples spills 41,792 bytes a thread: about 6 minutes of "
-                             "ptxas a card"}
+            "digits_cnn": "its owner builds (about 9 s of ptxas, 19 KB of stack a thread) but its "
+                          "grad_samples is its scalar graph unrolled (29,771 PTX lines): `make roles` "
+                          "would pass a minute; tests/test_gpu_examples.py builds it",
+            "seq_attention": "its owner builds (about 6 s of ptxas, 3,888 bytes of .local arrays "
+                             "a thread): `make roles` would pass a minute with digits_cnn; "
+                             "tests/test_gpu_examples.py builds it"}
 
 
 def gpu_examples() -> list[Path]:
