@@ -3,10 +3,11 @@
 The builders of what alphac/ptx/abi.py describes (parameters, buffers, what each kernel reads and
 writes). `grad_samples` is written as loops over coordinates and rows (`_Loops`; docs/gpu.md,
 "grad_samples: loops"): scalars in registers, a vector inline where a loop reads it or kept (in
-registers up to IN_REGISTERS coordinates, else in a .local array up to STORE_MAX), every fold a
-loop over its terms ascending from the first term, so its code and registers do not grow with the
-widths. The update kernels (one thread a coordinate) and the math functions' kernels lower each
-node to registers (`_Lower`).
+registers up to IN_REGISTERS coordinates, REGISTERS_MAX in all, else in a .local array up to
+STORE_MAX), every fold a loop over its terms ascending from the first term, so its code and
+registers do not grow with the widths; every loop is marked for ptxas not to unroll. The update
+kernels (one thread a coordinate) and the math functions' kernels lower each node to registers
+(`_Lower`).
 
 Requires: a checked, differentiated `Learner`. Guarantees: every binary64 operation is the one
 `alphac.ir.interp` performs, in its order (tests/test_ptx.py runs the PTX to prove it); the same
@@ -209,8 +210,10 @@ class _Loops:
 
     def keep(self, n: Node) -> bool:
         """Is vector `n` computed once (into registers or a .local array)? `wants`, decided once
-        per node in the order prepare meets them, within LOCAL_MAX coordinates of .local arrays
-        a thread (what must be kept, a constant or a stack, always is)."""
+        per node in the order prepare meets them: in registers when it has at most IN_REGISTERS
+        coordinates and those kept in registers stay within REGISTERS_MAX (a small constant or
+        stack always), else in a .local array within LOCAL_MAX coordinates a thread (what must be
+        kept, a constant or a stack, always is)."""
         if id(n) not in self.kept:
             must = isinstance(n, (Const, Stack))        # these two in registers when small, as before
             regs = must or self.registers + n.size <= REGISTERS_MAX
@@ -323,8 +326,12 @@ class _Loops:
                 self.regvec[id(n)] = self.stacked(n)
             elif self.costly(n):        # a function's code once, in a loop, each value to its register
                 regs = self.regvec[id(n)] = [em.op("movf", self.zero) for _ in range(n.size)]
-                self.loop(n.size, lambda k: [em.op("selpf", x, r, em.op("eq32", k, j), d=r) for x in
-                                             [self.compute(n, k)] for j, r in enumerate(regs)])
+
+                def move(k: str) -> None:
+                    x = self.compute(n, k)
+                    for j, r in enumerate(regs):
+                        em.op("selpf", x, r, em.op("eq32", k, j), d=r)
+                self.loop(n.size, move)
             else:
                 self.regvec[id(n)] = [self.compute(n, self.const(j)) for j in range(n.size)]
         elif self.keep(n):
