@@ -129,7 +129,7 @@ def test_an_owner_that_fails_is_tried_with_low_size_too(tmp_path):
     assert row["gpu_low_and_high"]["stdout"] == row["cpu"]["stdout"]
     text = (out / "local.txt").read_text()
     assert "lsq_wide128: FAIL (refused: gpu-timeout)" in text
-    assert "lsq_wide128 with SHADER_LOCAL_MEMORY_LOW_SIZE = HIGH_SIZE = 1696: PASS" in text
+    assert "lsq_wide128 with SHADER_LOCAL_MEMORY_LOW_SIZE = HIGH_SIZE = 1600: PASS" in text
 
 
 def test_device_all_runs_both_checks_into_at_most_eight_files(tmp_path):

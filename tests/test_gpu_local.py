@@ -2,7 +2,7 @@
 "Local memory").
 
 A least-squares learner whose prediction goes through p = w * x[i], with `w: f64[128]`, keeps p in
-a .local array of grad_samples (gpu/local_check.py's `lsq_source`; 1,696 bytes a thread on sm_90). The owner sets up a local-memory area sized from the host description's topology, and
+a .local array of grad_samples (gpu/local_check.py's `lsq_source`; 1,600 bytes a thread on sm_90). The owner sets up a local-memory area sized from the host description's topology, and
 the mock GPU (tests/mockgpu/gpu.py) runs a spilling kernel only inside an area that holds it:
 the QMD's per-thread size, SET_SHADER_LOCAL_MEMORY_A/B and _NON_THROTTLED_A/B, all of it mapped.
 Guarantees checked:

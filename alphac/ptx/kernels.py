@@ -3,10 +3,11 @@
 The builders of what alphac/ptx/abi.py describes (parameters, buffers, what each kernel reads and
 writes). `grad_samples` is written as loops over coordinates and rows (`_Loops`; docs/gpu.md,
 "grad_samples: loops"): scalars in registers, a vector inline where a loop reads it or kept (in
-registers up to IN_REGISTERS coordinates, else in a .local array up to STORE_MAX), every fold a
-loop over its terms ascending from the first term, so its code and registers do not grow with the
-widths. The update kernels (one thread a coordinate) and the math functions' kernels lower each
-node to registers (`_Lower`).
+registers up to IN_REGISTERS coordinates, REGISTERS_MAX in all, else in a .local array up to
+STORE_MAX), every fold a loop over its terms ascending from the first term, so its code and
+registers do not grow with the widths; every loop is marked for ptxas not to unroll. The update
+kernels (one thread a coordinate) and the math functions' kernels lower each node to registers
+(`_Lower`).
 
 Requires: a checked, differentiated `Learner`. Guarantees: every binary64 operation is the one
 `alphac.ir.interp` performs, in its order (tests/test_ptx.py runs the PTX to prove it); the same
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from alphac.math import binary64
+from alphac.math import ELEMENTARY, binary64
 from alphac.ir.learner import (Bcast, Clock, Const, DataRow, Dot, Elem, Gather, Grad, Group, Learner,
                                MatVec, Max, MaxAdj, Node, OneHot, Outer, Pick, Pow, Read, Scatter, Stack,
                                Sum, Unary, VecMat, Where, children, postorder, update_reductions)
@@ -155,6 +156,7 @@ def _module(em: Emitter, lr: Learner, name: str, params: list[Param], sm: int,
 
 STORE_MAX = 8192  # a vector read more than once is kept in a .local array up to this many coordinates
 IN_REGISTERS = 16  # ... and in registers up to this many (no local memory for small learners)
+REGISTERS_MAX = 64  # the coordinates a thread keeps in registers in all; beyond, in .local arrays
 LOCAL_MAX = 8192   # the .local coordinates a thread keeps in all (64 KiB: the area's size is this
 #                    times every resident thread of the card, 17 GB on an H200); beyond, recomputed
 
@@ -182,6 +184,7 @@ class _Loops:
         self.zero = em.op("movf", f64imm(0.0))
         self.kept: dict[int, bool] = {}          # node -> keep()'s decision
         self.local = 0                          # the .local coordinates kept so far
+        self.registers, self.inregs = 0, {}     # ... and those in registers; node -> in registers?
         uses: dict[int, int] = {}
         many: set[int] = set()                  # read several times per coordinate of a reader
         nodes, live = postorder(roots), {id(r) for r in roots}
@@ -207,12 +210,17 @@ class _Loops:
 
     def keep(self, n: Node) -> bool:
         """Is vector `n` computed once (into registers or a .local array)? `wants`, decided once
-        per node in the order prepare meets them, within LOCAL_MAX coordinates of .local arrays
-        a thread (what must be kept, a constant or a stack, always is)."""
+        per node in the order prepare meets them: in registers when it has at most IN_REGISTERS
+        coordinates and those kept in registers stay within REGISTERS_MAX (a small constant or
+        stack always), else in a .local array within LOCAL_MAX coordinates a thread (what must be
+        kept, a constant or a stack, always is)."""
         if id(n) not in self.kept:
-            must = isinstance(n, (Const, Stack))
-            want = self.wants(n) and (must or n.size <= IN_REGISTERS or self.local + n.size <= LOCAL_MAX)
-            self.local += n.size if want and n.size > IN_REGISTERS else 0
+            must = isinstance(n, (Const, Stack))        # these two in registers when small, as before
+            regs = must or self.registers + n.size <= REGISTERS_MAX
+            want = self.wants(n) and (must or n.size <= IN_REGISTERS and regs or self.local + n.size <= LOCAL_MAX)
+            self.inregs[id(n)] = want and n.size <= IN_REGISTERS and regs
+            self.registers += n.size if self.inregs[id(n)] else 0
+            self.local += n.size if want and not self.inregs[id(n)] else 0
             self.kept[id(n)] = want
         return self.kept[id(n)]
 
@@ -250,6 +258,7 @@ class _Loops:
             return
         top, end = em.fresh_label(), em.fresh_label()
         em.label(top)
+        em.op("nounroll")               # unrolled, a long body spills and takes ptxas minutes
         em.op("braif", em.op("ge", k, count), end)
         body(k)
         em.op("add32", k, 1, d=k)
@@ -310,11 +319,19 @@ class _Loops:
                 em.op("movf", self.call("max", m, x), d=m)
             self.loop(n.a.size, step, 1)
             self.winner[id(n)] = (win, self.value(n.dt, None))
-        elif self.keep(n) and n.size <= IN_REGISTERS:
+        elif self.keep(n) and self.inregs[id(n)]:
             if isinstance(n, Const):
                 self.regvec[id(n)] = [em.op("movf", f64imm(x)) for x in n.values]
             elif isinstance(n, Stack):
                 self.regvec[id(n)] = self.stacked(n)
+            elif self.costly(n):        # a function's code once, in a loop, each value to its register
+                regs = self.regvec[id(n)] = [em.op("movf", self.zero) for _ in range(n.size)]
+
+                def move(k: str) -> None:
+                    x = self.compute(n, k)
+                    for j, r in enumerate(regs):
+                        em.op("selpf", x, r, em.op("eq32", k, j), d=r)
+                self.loop(n.size, move)
             else:
                 self.regvec[id(n)] = [self.compute(n, self.const(j)) for j in range(n.size)]
         elif self.keep(n):
@@ -329,6 +346,13 @@ class _Loops:
                 self.loop(n.size, lambda k: em.op(
                     "stl", em.op("add64", buf, em.op("wide", k, 8)), 0, self.compute(n, k)))
             self.stored[id(n)] = buf
+
+    def costly(self, n: Node) -> bool:
+        """Does computing `n` inline write one of alphac.math's elementary functions?"""
+        if any(id(n) in d for d in (self.loaded, self.scalar, self.stored, self.regvec)):
+            return False
+        return isinstance(n, (Unary, Elem)) and n.op in ELEMENTARY or \
+            isinstance(n, (Unary, Elem, Where, Bcast)) and any(self.costly(c) for c in children(n))
 
     def stacked(self, n: Stack) -> list[str]:
         """A stack's coordinates: its scalars, or its rows' coordinates, row after row."""

@@ -104,6 +104,7 @@ INSTR: dict[str, tuple[str | None, str]] = {
     "braif":  (None, "@{a} bra {b};"),
     "braifnot": (None, "@!{a} bra {b};"),
     "bra":    (None, "bra.uni {a};"),
+    "nounroll": (None, ".pragma \"nounroll\";"),
     "ret":    (None, "ret;"),
 }
 
