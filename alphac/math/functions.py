@@ -876,33 +876,43 @@ def _pow_accurate(m, axb, y, sign):
         inside))[0]
 
 
+def _pow_signs(m, xb, yb):
+    """(|x|, |y|, y an integer, the result's sign bit, x < 0, y < 0) from the bits."""
+    ax, ay = xb & ABS, yb & ABS
+    yint, yodd = _pow_yclass(m, ay)
+    xneg = xb >> 63
+    return ax, ay, yint, (xneg & yodd) << 63, xneg, yb >> 63
+
+
+def _pow_rest(m, xb, yb):
+    """pow's special cases and its accurate path, bits in and out (RtSource writes it once as a
+    subroutine, so that the fast path's code stays small)."""
+    x, y = m.float_(xb), m.float_(yb)
+    ax, ay, yint, sign, xneg, yneg = _pow_signs(m, xb, yb)
+    inf = m.float_(m.i(INF) | sign)
+    zero = m.float_(sign)
+
+    def finite():
+        return m.cond(xneg & (yint ^ 1), lambda: (m.float_(m.i(NAN)),), lambda: m.cond(
+            ax.eq(ONE), lambda: (m.float_(m.i(ONE) | sign),),
+            lambda: (_pow_accurate(m, ax, y, sign),)))
+    return (m.cond(ay.eq(0) | xb.eq(ONE), lambda: (m.f(1.0),), lambda: m.cond(
+        is_nan(m, x) | is_nan(m, y), lambda: (x + y,), lambda: m.cond(
+            ay.eq(INF), lambda: m.cond(ax.eq(ONE), lambda: (m.f(1.0),), lambda: m.cond(
+                m.i(ONE).ult(ax) ^ yneg, lambda: (m.f(float("inf")),), lambda: (m.f(0.0),))),
+            lambda: m.cond(ax.eq(0), lambda: m.cond(yneg, lambda: (inf,), lambda: (zero,)),
+                           lambda: m.cond(ax.eq(INF), lambda: m.cond(
+                               yneg, lambda: (zero,), lambda: (inf,)), finite)))))[0].bits(),)
+
+
 def pow(m, x, y):
     """x^y (C99 / IEEE 754 pow): pow(x, +-0) = 1 and pow(1, y) = 1 even for NaN; a NaN otherwise
     gives NaN; pow(-1, +-inf) = 1; y = +-inf by |x| against 1; x = +-0 or +-inf by y's sign,
     with x's sign where y is an odd integer; x < 0 with a non-integer finite y is NaN, with an
     integer y (-1)^y |x|^y."""
     xb, yb = x.bits(), y.bits()
-    ax, ay = xb & ABS, yb & ABS
-    yint, yodd = _pow_yclass(m, ay)
-    xneg = xb >> 63
-    sign = (xneg & yodd) << 63
-    yneg = yb >> 63
+    ax, ay, yint, sign, xneg, _ = _pow_signs(m, xb, yb)
     go = m.i(0x000FFFFFFFFFFFFF).ult(ax) & ax.ult(INF) & (ax.eq(ONE) ^ 1) & \
         m.i(0).ult(ay) & ay.ult(INF) & (yint | (xneg ^ 1))
-    inf = m.float_(m.i(INF) | sign)
-    zero = m.float_(sign)
-
-    def rest():
-        return m.cond(ay.eq(0) | xb.eq(ONE), lambda: (m.f(1.0),), lambda: m.cond(
-            is_nan(m, x) | is_nan(m, y), lambda: (x + y,), lambda: m.cond(
-                ay.eq(INF), lambda: m.cond(ax.eq(ONE), lambda: (m.f(1.0),), lambda: m.cond(
-                    m.i(ONE).ult(ax) ^ yneg, lambda: (m.f(float("inf")),), lambda: (m.f(0.0),))),
-                lambda: m.cond(ax.eq(0), lambda: m.cond(yneg, lambda: (inf,), lambda: (zero,)),
-                               lambda: m.cond(ax.eq(INF), lambda: m.cond(
-                                   yneg, lambda: (zero,), lambda: (inf,)), finite)))))[0]
-
-    def finite():
-        return m.cond(xneg & (yint ^ 1), lambda: (m.float_(m.i(NAN)),), lambda: m.cond(
-            ax.eq(ONE), lambda: (m.float_(m.i(ONE) | sign),),
-            lambda: (_pow_accurate(m, ax, y, sign),)))
-    return first_fast(m, go, lambda: _pow_fast(m, ax, y, sign), rest)
+    return first_fast(m, go, lambda: _pow_fast(m, ax, y, sign),
+                      lambda: m.float_(m.outline("pow_rest", _pow_rest, (xb, yb), 1)[0]))
