@@ -615,3 +615,31 @@ def test_pow_fast_path_error_within_its_bound(monkeypatch):
             worst = max(worst, float(abs(mpfr(h) + mpfr(l) - exact) / (mpfr(err) / 2)))
             n += 1
     assert n > 250 and worst < 1.0, (n, worst)
+
+
+def test_pow_accurate_path_error_within_its_bound(monkeypatch):
+    """The accurate path's 192-bit value (what `to_double` rounds) against a 500-bit x^y: below
+    2^-167 relatively (_pow_accurate's bound) for x within 2^-1 of 1 (where |y| is largest), over
+    every binade, and within 2^-20 of 1, with z = y log x up to the overflow and underflow
+    thresholds (the near-one branch for the last)."""
+    seen, real = [], F.to_double
+
+    def spy(m, sign, a, s):
+        seen.append(((a[0].v << 128) | (a[1].v << 64) | a[2].v, s.v - (s.v >> 63 << 64)))
+        return real(m, sign, a, s)
+    monkeypatch.setattr(F, "to_double", spy)
+    monkeypatch.setattr(dd, "MODE", "accurate")
+    from alphac.math.dsl import Eval
+    rng, n = np.random.default_rng(5), 150
+    xs = np.concatenate([1 + rng.choice([-1, 1], n) * np.exp2(rng.uniform(-9.5, -1, n)),
+                         np.exp2(rng.uniform(-1000, 1000, n)), 1 + rng.uniform(-2 ** -20, 2 ** -20, n)])
+    zs = np.concatenate([rng.uniform(-745, 709, 2 * n), rng.uniform(-1e-3, 1e-3, n)])
+    m, worst = Eval(), -1000.0
+    with gmpy2.context(precision=500, emin=-100000, emax=100000):
+        for x, y in zip(xs.tolist(), (zs / np.log(xs)).tolist()):
+            seen.clear()
+            F.pow(m, m.f(x), m.f(y))
+            exact = mpfr(x) ** mpfr(y)
+            rel = abs(mpfr(seen[-1][0]) * mpfr(2) ** seen[-1][1] - exact) / exact
+            worst = max(worst, float(gmpy2.log2(rel)) if rel else -1000.0)
+    assert worst < -167, worst

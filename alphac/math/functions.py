@@ -7,7 +7,7 @@ Exact operations (IEEE 754-2019 semantics, docs/language.md):
 Correctly rounded (the binary64 nearest the exact value, ties to even), for every binary64:
     exp, log, log1p, expm1, tanh, sin, cos
     pow(x, y): the same strategy on log and exp (docs/math.md "pow" says how far its
-    accurate path's 2^-158 is a proof and how far evidence), exact and midpoint cases snapped
+    accurate path's 2^-167 is a proof and how far evidence), exact and midpoint cases snapped
 
 Each correctly rounded function is Ziv's strategy in two steps. Special values and ranges
 where the result is known exactly are decided first. Then a fast path computes the value as a
@@ -332,7 +332,7 @@ def exp(m, x):
 NAN = 0x7FF8000000000000                 # the NaN the functions make (x86 would make 0xfff8...)
 
 
-def log_core(m, e, Y):
+def log_core(m, e, Y, fine=False):
     """log(y) for y = (Y / 2^191) * 2^e, Y a 192-bit number with its top bit at 2^191, y != 1,
     as (sign, N, s): log(y) = (-1)^sign N 2^s (1 + eps), |eps| < 2^-135.
 
@@ -378,7 +378,19 @@ def log_core(m, e, Y):
     def by_itself():                                        # log1p(t): T normalized first
         lz = mp.clz(m, T)
         return (tsign,) + mp.mul(m, mp.shl(m, T, lz), A) + (m.i(-191) - lz,)
-    out = m.cond(alone, by_itself, summed)
+
+    def summed_fine():                                      # e = 0 or -1: |log y| < 1, so the
+        E = m.cond(e.eq(0), lambda: mp.zero(m),             # sum fits at 2^-191 (< 6 units)
+                   lambda: mp.neg(m, mp.shr_const(m, const192(m, "LN2"), 1)))
+        P1 = m.cond(t_nonneg, lambda: L1, lambda: mp.neg(m, L1))
+        S, _ = mp.add(m, mp.add(m, E, mp.shr_const(m, limbs(m, "LOG_TAB", j), 1))[0], P1)
+        neg = m.i(0).ult(S[0] & SIGN)
+        mag = m.cond(neg, lambda: mp.neg(m, S), lambda: S)
+        return (m.cond(neg, lambda: (m.i(SIGN),), lambda: (m.i(0),))[0],) + mag + (m.i(-191),)
+    if fine:                                                # pow's: 2^-188 absolute near 1
+        out = m.cond(alone, by_itself, lambda: m.cond(e.eq(0) | e.eq(-1), summed_fine, summed))
+    else:
+        out = m.cond(alone, by_itself, summed)
     return out[0], out[1:4], out[4]
 
 
@@ -796,7 +808,7 @@ def _snap(m, Q, s):
     """(Q'..., s'): Q 2^s moved onto the nearest 54-bit number (a binary64 or a midpoint between
     two) when within 2^-140 of it relatively, else unchanged. x^y is such a number only for the
     inputs `pow` sends here (Lauter and Lefevre: y an integer in [2, 34] or n 2^F, F >= -5,
-    n <= 34, or x a power of two), and the accurate path's 2^-158 puts it inside that window;
+    n <= 34, or x a power of two), and the accurate path's 2^-167 puts it inside that window;
     no rounding test can decide a midpoint, so the value is snapped onto it and rounds to even."""
     lz = mp.clz(m, Q)
     b = mp.shl(m, Q, lz)                                     # the top bit at 2^191
@@ -816,18 +828,20 @@ def _snap(m, Q, s):
 def _pow_accurate(m, axb, y, sign):
     """|x|^y for a positive finite |x| != 1 and a finite nonzero y, rounded once, sign `sign`.
 
-    log|x| = (-1)^a N 2^s from log_core: absolute error below 2^-178 where |log x| >= 2^-9 (so
-    |y| < 2^19 wherever |z| < 1024), relative 2^-184 elsewhere. z = y log|x| = T 2^(s - n + E_y
-    + 64), T the top 192 bits of N's normalized value times y's 53-bit integer (floored,
-    2^-179 relative): z's relative error is below 2^-168 (2^-178 / 2^-9 and 2^-179). |z| <
-    2^-56 rounds to 1, |z| >= 1024 to 0 or inf. For |z| < 2^-9, x^y = 1 + (e^z - 1), e^z - 1
-    by expm1's series in z's normalized 192 bits (2^-183): the sum at 2^-191 with the dropped
-    bits as a sticky last bit, so the error is below |z| 2^-167 (2^-218 for the listed worst
-    cases near 1, which need 2^-207). Elsewhere z is taken at 2^-176 (Z, floored) into exp's
-    192-bit evaluation (2^-184): below 2^-158 (|z| 2^-168 + 2^-175). For the inputs whose x^y
-    can be exact or a midpoint, the value is snapped first (_snap)."""
+    log|x| = (-1)^a N 2^s from log_core: relative error below 2^-184 near 1 (x in [1 - 2^-9,
+    1 + 2^-8)), below 6 2^-191 / 2^-9 < 2^-179.4 elsewhere in [1/2, 2) (its `fine` sum), and
+    below 2^-178 / ln 2 < 2^-177.4 beyond. z = y log|x| = T 2^(s - n + E_y + 64), T the top 192
+    bits of N's normalized value times y's 53-bit integer (floored, 2^-179 relative): z's
+    relative error is below 2^-176.9. |z| < 2^-56 rounds to 1, |z| >= 1024 to 0 or inf. For
+    |z| < 2^-9, x^y = 1 + (e^z - 1), e^z - 1 by expm1's series in z's normalized 192 bits
+    (2^-183): the sum at 2^-191 with the dropped bits as a sticky last bit, so the error is
+    below |z| 2^-176 (2^-227 for the listed worst cases near 1, which need 2^-207). Elsewhere z
+    is taken at 2^-176 (Z, floored) into exp's 192-bit evaluation (2^-184): for |z| < 746
+    (beyond, the result is 0 or inf far from any boundary) below 746 2^-176.9 + 2^-176 + 2^-184
+    < 2^-167 relative (measured: 2^-170.0 over 3,000 pairs; before the fine sum, 2^-162.4).
+    For the inputs whose x^y can be exact or a midpoint, the value is snapped first (_snap)."""
     e, X = _decompose(m, axb)
-    lsign, N, s = log_core(m, e, X)
+    lsign, N, s = log_core(m, e, X, fine=True)
     yb = y.bits()
     yf = (yb >> 52) & 0x7FF
     my, ey = m.cond(yf.eq(0), lambda: (yb & MANT, m.i(-1074)),
