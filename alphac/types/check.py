@@ -514,7 +514,8 @@ class Checker(Slicing):
         if e.op == "^":
             a, exp = self.expr(e.left, ctx), e.right
             if not isinstance(exp, ast.Num) or exp.ival is None or not 1 <= exp.ival <= MAX_POW:
-                self.err("E0041", exp.span, "the exponent must be an integer literal from 1 to 8")
+                self.err("E0041", exp.span, "the exponent must be an integer literal from 1 to 8",
+                         hint="any other power is pow(a, b)")
                 return None
             if a is None:
                 return None
