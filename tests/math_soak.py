@@ -2,8 +2,8 @@
 against MPFR, until COUNT per function (default a billion), printing the count checked and the
 count misrounded as it goes. The inputs are tests/test_math.py's random mix (a quarter uniform
 bit patterns, half uniform over the function's interesting range, a quarter log-uniform near
-zero; pow's pairs: test_math.pow_random_pairs), in blocks of a million from consecutive seeds; blocks run in parallel on every core. A
-misrounded input is printed with its result and MPFR's, and the exit status is 1.
+zero; pow's pairs: test_math.pow_random_pairs), in blocks of a million from consecutive seeds;
+blocks run in parallel on every core. A misrounded input is printed with its result and MPFR's, and the exit status is 1.
 
     python tests/math_soak.py [--count N] [--seed S] [--jobs J] [FUNCTION ...]
 """

@@ -227,8 +227,9 @@ def _log1p_poly(m, th, tl):
 
 
 def _log_dd(m, xb, extra):
-    """(h, l, err): log(x) = h + l within err/2, for x = xb's positive normal binary64, plus `extra` (a binary64 below 2^-52
-    |log x| added to the low part, for log1p).
+    """(h, l, err): log(x) = h + l within err/2 (err at least twice the bound), for x = xb's
+    positive normal binary64, plus `extra` (a binary64 below 2^-52 |log x| added to the low
+    part, for log1p). _log_fast is its rounding test; pow reads the double-double itself.
 
     x = 2^e c, c in [1, 2); j = c's first 8 fraction bits, r_j = I_j / 2^16: c r_j - 1 = t,
     |t| < 2^-8, exactly t_h + t_l (c = c_h + c_l, c_h its first 26 bits, c_h r_j, c_l r_j exact,
