@@ -208,12 +208,12 @@ CODES: dict[str, tuple[str, str]] = {
     "E0040": ("operation not in the numerical contract",
               "The contract holds the correctly rounded binary64 operations + - * / sqrt, the "
               "exact max, min, abs and relu, the correctly rounded exp, log, log1p, expm1, "
-              "tanh, sin and cos (the same bits on every target: docs/language.md), the "
+              "tanh, sin, cos and pow (the same bits on every target: docs/language.md), the "
               "compositions sigmoid and softplus, and the reductions dot and sum (left folds). "
-              "Anything else, such as atan or pow, is not an operation of Alpha (yet)."),
+              "Anything else, such as atan, is not an operation of Alpha (yet)."),
     "E0041": ("unsupported exponent",
               "`^` takes a positive integer literal exponent (at most 8); `u^n` means the left "
-              "product u * u * ... * u."),
+              "product u * u * ... * u. Any other power is `pow(u, v)`, correctly rounded."),
     "E0042": ("wrong number of arguments",
               "The builtin was called with the wrong number of arguments: sqrt(u), dot(u, v), "
               "sum(u), grad(param), load(\"file.npy\"), f64(tok[i, t]) (one read of i64 data)."),

@@ -35,13 +35,14 @@ from alphac.tools.mathexe import build                      # noqa: E402
 N = 8192
 RANGES = {"exp": (-700.0, 700.0), "log": (1e-3, 1e3), "log1p": (-0.9, 100.0),
           "expm1": (-30.0, 30.0), "tanh": (-10.0, 10.0), "sin": (-10.0, 10.0), "cos": (-10.0, 10.0)}
+PAIRS = {"pow": ((1e-2, 1e2), (-10.0, 10.0))}             # two arguments: x's range, y's range
 
 C_MAIN = r"""
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
-double %(fn)s(double);
-static double in[%(n)d], out[%(n)d];
+double %(fn)s(%(params)s);
+static double in[%(arity)d * %(n)d], out[%(n)d];
 int main(int argc, char **argv) {
     long repeat = argc > 1 ? atol(argv[1]) : 1;
     size_t got = 0;
@@ -50,9 +51,9 @@ int main(int argc, char **argv) {
         if (k <= 0) break;
         got += k;
     }
-    size_t n = got / 8;
+    size_t n = got / (8 * %(arity)d);
     for (long r = 0; r < repeat; r++)
-        for (size_t i = 0; i < n; i++) out[i] = %(fn)s(in[i]);
+        for (size_t i = 0; i < n; i++) out[i] = %(call)s;
     fwrite(out, 8, n, stdout);
     return 0;
 }
@@ -77,7 +78,10 @@ def ns_per_call(cmd, data, k):
 
 def c_program(tmp: Path, name: str, fn: str, extra: list[str], flags: list[str]) -> list[str] | None:
     src = tmp / f"{fn}_main.c"
-    src.write_text(C_MAIN % {"fn": fn, "n": N})
+    two = name in PAIRS
+    src.write_text(C_MAIN % {"fn": fn, "n": N, "arity": 2 if two else 1,
+                             "params": "double, double" if two else "double",
+                             "call": f"{fn}(in[2 * i], in[2 * i + 1])" if two else f"{fn}(in[i])"})
     exe = tmp / f"{fn}.exe"
     r = subprocess.run(["gcc", "-O2", *flags, str(src), *extra, "-o", str(exe), "-lm"],
                        capture_output=True, text=True)
@@ -92,7 +96,7 @@ def main() -> None:
     ap.add_argument("--core-math", help="a CORE-MATH checkout (its src/binary64 is compiled)")
     ap.add_argument("--repeat", type=int, default=200, help="K, the extra passes timed")
     ap.add_argument("--quick", action="store_true", help="one pass: a smoke run (CI)")
-    ap.add_argument("functions", nargs="*", help="default: every correctly rounded function")
+    ap.add_argument("functions", nargs="*", help="default: every correctly rounded function, pow too")
     args = ap.parse_args()
     if args.quick:
         args.repeat = 1
@@ -102,15 +106,20 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        for name in args.functions or ELEMENTARY:
-            data = rng.uniform(*RANGES[name], N).astype("<f8").tobytes()
+        for name in args.functions or ELEMENTARY + tuple(PAIRS):
+            if name in PAIRS:
+                (xl, xh), (yl, yh) = PAIRS[name]
+                data = np.stack([rng.uniform(xl, xh, N), rng.uniform(yl, yh, N)], 1).astype("<f8").tobytes()
+            else:
+                data = rng.uniform(*RANGES[name], N).astype("<f8").tobytes()
             ours = tmp / f"alphac_{name}"
             ours.write_bytes(build(name, "x86_64"))
             os.chmod(ours, 0o755)
             t_ours, r_ours = ns_per_call([str(ours)], data, args.repeat)
             libm = c_program(tmp, name, name, [], [])
             t_libm, r_libm = ns_per_call(libm, data, args.repeat)
-            row = [name, f"{RANGES[name][0]:g}..{RANGES[name][1]:g}", f"{t_ours:.1f}",
+            span = " ".join(f"{lo:g}..{hi:g}" for lo, hi in PAIRS.get(name, (RANGES.get(name),)))
+            row = [name, span, f"{t_ours:.1f}",
                    f"{t_libm:.1f}", f"{t_ours / t_libm:.2f}x", str(int((r_ours != r_libm).sum()))]
             cm = Path(args.core_math or "") / "src/binary64" / name / f"{name}.c"
             if args.core_math and cm.exists():

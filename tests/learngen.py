@@ -313,6 +313,7 @@ class Gen:
         self.names = 0
         self.nr = random.Random(seed ^ 0x4A3E)       # name lengths: a stream of its own
         self.tr = random.Random(seed ^ 0x51C05)      # sin and cos: one too (issue 47)
+        self.pw = random.Random(seed ^ 0x90E7)       # pow: one too (issue 47)
         self.sr = random.Random(seed ^ 0x5C3ED)      # where and the clock: a stream of their own
 
         self.sl = random.Random(seed ^ 0x511CE5)     # slices and comprehensions: another one
@@ -348,6 +349,20 @@ class Gen:
         return ("bin", "*", e, f)
 
     def wrap(self, e: tuple, other: tuple | None = None, rate: float = 0.15) -> tuple:
+        """wrap_plain's e, now and then the exponent or the base of a `pow` on a positive base
+        (`c + b^2`, c >= 0.5) and a bounded exponent (issue 47): its own stream, drawn after the
+        rest, so a program that draws no pow is the one it was before."""
+        out = self.wrap_plain(e, other, rate)
+        r = self.pw
+        if r.random() >= 0.01:
+            return out
+        base = ("bin", "+", ("num", r.choice([0.5, 1.0, 2.0])), ("pow", other or out, 2))
+        expo = r.choice([("num", r.choice([0.5, -1.5, 2.5, 1.0 / 3, 3.0])), ("call", "tanh", (out,))])
+        if expo[0] == "num":
+            base = ("bin", "+", ("num", r.choice([0.5, 1.0, 2.0])), ("pow", out, 2))
+        return ("call", "pow", (base, expo))
+
+    def wrap_plain(self, e: tuple, other: tuple | None = None, rate: float = 0.15) -> tuple:
         """Sometimes e inside one of the contract's functions (alphac.math), in forms that
         stay finite: the bounded ones, the exact ones, exp and log of safe arguments."""
         if self.tr.random() < 0.02:                  # sin, cos around what the rest draws

@@ -1,12 +1,12 @@
 """The gradients of the matrix operations (issue 16) against an oracle written by hand.
 
-For eight small learners (a matrix-vector least squares, `u @ A`, `outer` reduced to a scalar,
+For nine small learners (a matrix-vector least squares, `u @ A`, `outer` reduced to a scalar,
 `max(v)` with ties, softmax cross-entropy through `logsumexp` and `onehot` with labels out of
 range, a two-layer tanh MLP with biases, a scalar param scaling a matrix that `@` reduces: the
-sum of a 2-D contribution, sin and cos) each per-sample gradient is derived here by hand, in
+sum of a 2-D contribution, sin and cos, pow) each per-sample gradient is derived here by hand, in
 plain Python floats, in the order alphac/ir/autodiff.py documents (the reversed post-order of
 the loss DAG, each node's adjoint the left fold of its contributions in arrival order, and the
-rules for `@`, `outer`, `max`, `onehot`, sin and cos); exp, tanh, sin and cos are MPFR's
+rules for `@`, `outer`, `max`, `onehot`, sin, cos and pow); exp, tanh, sin, cos, log and pow are MPFR's
 (gmpy2), correctly rounded as the contract says. Nothing here calls alphac's differentiation or evaluation: alphac is only
 compiled and run.
 
@@ -344,8 +344,39 @@ class SinCos(Learner):
         return 0.5 * float(r @ r)
 
 
+def cr_pow(x: float, y: float) -> float:
+    """The correctly rounded x^y (MPFR's pow at 53 bits, binary64's range)."""
+    with gmpy2.context(precision=53, emin=-1073, emax=1024, subnormalize=True):
+        return float(gmpy2.mpfr(x) ** gmpy2.mpfr(y))
+
+
+class Pow(Learner):
+    """r = pow(a, w * x) - t; 0.5 * dot(r, r) (issue 47): with p = pow(a, e), e = w * x, the
+    base gets dr * (e * pow(a, e - 1)) and the exponent dr * (p * log(a)) (autodiff's order),
+    then w gets de * x; pow and log are MPFR's, the bases stay above 1."""
+    name = "pow"
+    loss = "let r = pow(a, w * x[i]) - t[i]\n0.5 * dot(r, r)"
+
+    def __init__(self):
+        self.data = {"x": values(4, 3), "t": values(4, 3)}
+        self.init = {"a": values(3, lo=1.0, hi=2.0), "w": values(3, lo=-0.5, hi=0.5)}
+
+    def grad(self, st, i):
+        x, t = self.data["x"][i], self.data["t"][i]
+        e = [w * v for w, v in zip(st["w"], x)]
+        p = [cr_pow(a, b) for a, b in zip(st["a"], e)]
+        dr = [0.5 * v + 0.5 * v for v in [q - c for q, c in zip(p, t)]]
+        da = [d * (b * cr_pow(a, b - 1.0)) for d, a, b in zip(dr, st["a"], e)]
+        de = [d * (q * cr("log", a)) for d, q, a in zip(dr, p, st["a"])]
+        return {"a": da, "w": [d * v for d, v in zip(de, x)]}
+
+    def np_loss(self, st, i):
+        r = np.power(st["a"], st["w"] * np.array(self.data["x"][i])) - np.array(self.data["t"][i])
+        return 0.5 * float(r @ r)
+
+
 LEARNERS = [MatVecLsq(), VecMatLsq(), OuterSum(), MaxRelu(), SoftmaxXent(), TanhMLP(), ScaledMatVec(),
-            SinCos()]
+            SinCos(), Pow()]
 ids = [lr.name for lr in LEARNERS]
 
 

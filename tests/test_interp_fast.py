@@ -65,7 +65,7 @@ def test_function_on_arrays_is_eval_lane_by_lane(name, mode):
     assert M.evaluate_array(name, x[:0]).shape == (0,)
 
 
-@pytest.mark.parametrize("name", ["max", "min"])
+@pytest.mark.parametrize("name", ["max", "min", "pow"])
 def test_binary_function_on_arrays(name, mode):
     x = inputs("exp")
     a, b = np.repeat(x[:24], 24), np.tile(x[:24], 24)           # every pair of the first 24

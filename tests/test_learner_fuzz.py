@@ -124,7 +124,8 @@ def test_generator_is_deterministic_and_covers_the_features():
     text = "".join(learngen.render(learngen.generate(s)) for s in range(120))
     for needle in ["let old", "grad(", "dot(", "sum(", "sqrt(", "^2", "^3", "loss(i)", "x[i, ",
                    "f64[", ", ", "state p", "state ref", "tanh(", "sigmoid(", "relu(", "abs(",
-                   "softplus(", "max(", "min(", "exp(", "log1p(", "log(", "expm1(", "sin(", "cos("]:
+                   "softplus(", "max(", "min(", "exp(", "log1p(", "log(", "expm1(", "sin(", "cos(",
+                   "pow("]:
         assert needle in text, needle
     # the matrix operations (issue 16): products on params and data rows, outer reduced,
     # max(v), logsumexp, onehot over labels, chains of layers, 2-D states the loss reads,

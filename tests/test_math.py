@@ -15,7 +15,11 @@ never reaches published state). For each of exp, log, log1p, expm1, tanh, sin, c
     accepts the kernel), 1,000 through the reference interpreter's evaluator;
   * the fast paths' error bounds: the measured error of each double-double stays below the
     bound its docstring derives (half the err the rounding test is given);
-  * every constant table word against MPFR.
+  * every constant table word against MPFR;
+  * pow(x, y) likewise (its section below): CORE-MATH's listed worst cases, the exact and
+    midpoint cases (which no rounding test decides), C99's special cases by a table written
+    here, and random pairs (near 1, near overflow and underflow, negative bases); the mutants
+    without the rounding test and without the midpoint snap are caught.
 
 max, min, abs and relu are exact: their bits against the definitions of docs/language.md on
 every engine, over all pairs of special values and random ones.
@@ -165,13 +169,13 @@ def _workdir() -> Path:
 @lru_cache(maxsize=None)
 def executable(name: str, isa: str, mode: str = "test") -> Path:
     from alphac.tools.mathexe import build
-    saved = dd.MODE
-    dd.MODE = mode
+    saved = dd.MODE, F.SNAP
+    dd.MODE, F.SNAP = ("test", False) if mode == "nosnap" else (mode, True)
     _function_source.cache_clear()
     try:
         elf = build(name, isa)
     finally:
-        dd.MODE = saved
+        dd.MODE, F.SNAP = saved
         _function_source.cache_clear()
     path = _workdir() / f"{name}.{mode}.{isa}"
     path.write_bytes(elf)
@@ -430,3 +434,212 @@ def test_exact_functions(name, engine):
     nan = (want & ~SIGN) > np.uint64(0x7FF0000000000000)
     assert np.array_equal(got[~nan], want[~nan])      # signed zeros included: exact bits
     assert ((got[nan] & ~SIGN) > np.uint64(0x7FF0000000000000)).all()
+
+
+# -- pow ----------------------------------------------------------------------------------------------
+# CORE-MATH's src/binary64/pow/pow.wc: its hardest listed pairs (102 to 153 identical bits after
+# the round bit: the accurate path's near-one branch must hold 2^-207)
+POW_WORST = [("0x1.ffffffffffffcp-1", "0x1.fffffffffffffp-2"), ("0x1.ffffffffffffcp-1", "-0x1.ffffffffffffdp-2"),
+             ("0x1.ffffffffffffp-1", "-0x1.ffffffffffff6p-3"), ("0x1.ffffffffffff8p-1", "-0x1.ffffffffffffbp-3")]
+INF, NAN = float("inf"), float("nan")
+# C99 F.9.4.4, written out: (x, y, the result's bits)
+POW_TABLE = [(NAN, 0.0, 1.0), (NAN, -0.0, 1.0), (INF, 0.0, 1.0), (1.0, NAN, 1.0), (1.0, -INF, 1.0),
+             (-1.0, INF, 1.0), (-1.0, -INF, 1.0), (0.5, INF, 0.0), (0.5, -INF, INF), (-3.0, INF, INF),
+             (-3.0, -INF, 0.0), (0.0, -3.0, INF), (-0.0, -3.0, -INF), (-0.0, -2.0, INF),
+             (-0.0, -0.5, INF), (-0.0, -INF, INF), (0.0, 3.0, 0.0), (-0.0, 3.0, -0.0), (-0.0, 2.0, 0.0),
+             (-0.0, 0.5, 0.0), (-INF, -3.0, -0.0), (-INF, -2.0, 0.0), (-INF, 3.0, -INF),
+             (-INF, 2.5, INF), (INF, -1.0, 0.0), (INF, 0.5, INF), (-2.0, 3.0, -8.0), (-2.0, -1.0, -0.5),
+             (-1.0, 2.0 ** 53 + 2, 1.0), (-1.0, 3.0, -1.0), (-8.0, 1.0 / 3, NAN), (-INF, 0.5, INF),
+             (NAN, 1.0, NAN), (2.0, NAN, NAN), (2.0, 1024.0, INF), (-2.0, 1025.0, -INF),
+             (2.0, -1074.0, 5e-324), (2.0, -1075.0, 0.0), (-2.0, -1075.0, -0.0), (4.0, 0.5, 2.0),
+             (9.0, 1.5, 27.0), (2.0, 10.0, 1024.0), (1e-310, 1.0, 1e-310), (-1e-310, 1.0, -1e-310)]
+
+
+def pow_exact_pairs() -> list[tuple[float, float]]:
+    """Pairs whose x^y is a binary64 or a midpoint between two, or within 2^-83 of a midpoint
+    without being one (the fast path cannot decide them): m^k (m odd, k = 2..34), t^2 to
+    the 3/2 and t^4 to the 3/4 and 5/4, powers of two to y with E y an integer (2^-1075: the
+    midpoint under the smallest subnormal), and subnormal and near-one midpoints."""
+    out = [(2.0, -1075.0), (0.5, 1075.0), (2.0 ** -43, 25.0), (2.0 ** 0.0, 3.0), (4.0, -537.5),
+           (2.0 ** -50, 21.5), (3.0 * 2.0 ** -215, 5.0), (3.0 * 2.0 ** -215, 5.0), (1 - 2.0 ** -27, 2.0),
+           (1 + 2.0 ** -27, 2.0), (2.0 ** 27 - 1, 2.0), (2.0 ** 18 - 1, 3.0), (2.0 ** 512, 2.0)]
+    for k in range(2, 35):
+        top = int(2 ** (54 / k)) + 1
+        for mm in sorted({3, 5, 7, top - 2 - top % 2 + 1, top - 4 - top % 2 + 1}):
+            if mm > 1:
+                out += [(float(mm), float(k)), (float(mm) * 2.0 ** -40, float(k)), (-float(mm), float(k))]
+    for t in (3, 5, 7, 11, 2 ** 18 - 1, 262139, 99999, 131071):
+        out += [(float(t * t), 1.5), (float(t * t) * 2.0 ** -600, 1.5), (float(t) ** 4, 0.75)]
+    for t in (3, 5, 7, 2 ** 10 + 1, 1023):
+        out += [(float(t) ** 4, 1.25), (float(t * t), 0.5), (float(t) ** 4, 0.25), (float(t) ** 2, 2.5)]
+    for c in range(1, 1 << 12, 26):          # near misses: (2^106 + c 2^54)^(1/2) is within
+        x = float((1 << 106) + (c << 54))      # c^2 2^-107 of the midpoint 2^53 + c
+        out += [(x, 0.5), (x * 2.0 ** -200, 0.5), (x * 2.0 ** 800, 0.5), (x * 2.0 ** -1000, 0.5)]
+    return out
+
+
+def pow_random_pairs(n: int, seed: int = 15) -> np.ndarray:
+    """n pairs (x, y) as 2n bit patterns: a fifth uniform bit patterns; x log-uniform over every
+    binade with y = z / log x for z uniform on (-746, 711) (overflow, underflow and subnormal
+    results); x near 1 (1 + u, |u| from 2^-53 to 2^-5) with such y; moderate x and y; negative x
+    with integer y; z within 1 of the overflow and underflow thresholds."""
+    rng = np.random.default_rng(seed)
+    q = n // 5
+    x1 = np.exp2(rng.uniform(-1074, 1024, q))
+    u = np.exp2(rng.uniform(-53, -5, q)) * rng.choice([-1.0, 1.0], q)
+    x2 = 1 + u
+    x3 = np.exp(rng.uniform(-30, 30, q))
+    z = np.concatenate([rng.uniform(-746, 711, q), rng.uniform(-40, 40, q),
+                        np.where(rng.random(q) < 0.5, rng.uniform(709, 710, q), rng.uniform(-746, -744, q))])
+    xs = np.concatenate([x1, x2, x3 * rng.choice([-1.0, 1.0], q)])
+    ys = z / np.log(np.abs(xs))
+    ys[2 * q:] = np.where(xs[2 * q:] < 0, np.round(rng.uniform(-40, 40, q)), ys[2 * q:])
+    ys[2 * q:] = np.where((xs[2 * q:] > 0) & (rng.random(q) < 0.5), rng.uniform(-20, 20, q), ys[2 * q:])
+    rest = n - 3 * q
+    bits = rng.integers(0, 1 << 64, (rest, 2), dtype=np.uint64)
+    pairs = np.concatenate([np.stack([xs, ys], 1).view(np.uint64), bits])
+    return pairs.reshape(-1)
+
+
+def pow_oracle(xs: np.ndarray) -> np.ndarray:
+    v = xs.view(np.float64).tolist()
+    with gmpy2.context(context()):
+        return np.array([b64(float(mpfr(v[i]) ** mpfr(v[i + 1]))) for i in range(0, len(v), 2)],
+                        dtype=np.uint64)
+
+
+def pow_cases(what: str, n: int = 100_000) -> tuple[np.ndarray, np.ndarray]:
+    pairs = {"worst": lambda: [(float.fromhex(a), float.fromhex(b)) for a, b in POW_WORST] + pow_exact_pairs(),
+             "special": lambda: [(x, y) for x, y, _ in POW_TABLE] +
+             [(a, b) for a in SPECIAL for b in SPECIAL + [3.0, -3.0, 0.5, 2.5, 1e300]]}
+    if what == "random":
+        xs = pow_random_pairs(n)
+    else:
+        xs = np.array([b64(v) for p in pairs[what]() for v in p], dtype=np.uint64)
+    return xs, pow_oracle(xs)
+
+
+def pow_report(xs, got, want, limit=5):
+    bad = misrounded(got, want)
+    return [f"pow({f64(int(xs[2 * i])).hex()}, {f64(int(xs[2 * i + 1])).hex()}) = "
+            f"{f64(int(got[i])).hex()}, want {f64(int(want[i])).hex()}" for i in bad[:limit]], len(bad)
+
+
+@lru_cache(maxsize=None)
+def pow_all(n: int) -> tuple[np.ndarray, np.ndarray]:
+    parts = [pow_cases("special"), pow_cases("worst"), pow_cases("random", n)]
+    return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
+
+
+def pow_engine(engine: str, xs: np.ndarray, mode: str = "test") -> np.ndarray:
+    if engine == "ptx":
+        return ptx_run("pow", xs)
+    if engine == "evaluator":
+        v = xs.view(np.float64).tolist()
+        return np.array([b64(evaluate("pow", v[i], v[i + 1])) for i in range(0, len(v), 2)],
+                        dtype=np.uint64)
+    return run("pow", engine, xs, mode)
+
+
+def test_pow_table_of_special_cases():
+    """C99's special cases as written in POW_TABLE, bit for bit (signed zeros; NaN any NaN), and
+    MPFR agrees with the table."""
+    xs = np.array([b64(v) for x, y, _ in POW_TABLE for v in (x, y)], dtype=np.uint64)
+    want = np.array([b64(w) for _, _, w in POW_TABLE], dtype=np.uint64)
+    assert pow_report(xs, pow_oracle(xs), want)[1] == 0
+    for engine in ("evaluator", "x86_64", "aarch64", "ptx"):
+        wrong, count = pow_report(xs, pow_engine(engine, xs), want)
+        assert count == 0, (engine, wrong)
+
+
+@pytest.mark.parametrize("what", ["special", "worst", "random"])
+def test_pow_x86_64_against_mpfr(what):
+    xs, want = pow_cases(what)
+    wrong, count = pow_report(xs, run("pow", "x86_64", xs), want)
+    assert count == 0, wrong
+
+
+def test_pow_accurate_path_alone():
+    xs, want = pow_all(20_000)
+    wrong, count = pow_report(xs, run("pow", "x86_64", xs, mode="accurate"), want)
+    assert count == 0, wrong
+
+
+@pytest.mark.parametrize("mode", ["raw", "nosnap"])
+def test_pow_mutants_are_caught(mode):
+    """Without the rounding test, or without snapping exact midpoints, pow misrounds."""
+    xs, want = pow_all(20_000)
+    assert pow_report(xs, run("pow", "x86_64", xs, mode=mode), want)[1] > 0
+
+
+@pytest.mark.parametrize("engine,n", [("aarch64", 20_000), ("ptx", 300), ("evaluator", 300)])
+def test_pow_engines_against_mpfr(engine, n):
+    """The specials, and n worst, exact or near-miss pairs and n random ones (sampled evenly:
+    as many as the engine's speed allows)."""
+    s, w, r = pow_cases("special"), pow_cases("worst"), pow_cases("random")
+
+    def take(c):
+        step = max(len(c[1]) // n, 1)
+        pairs = np.arange(0, len(c[1]), step)
+        return np.stack([c[0][2 * pairs], c[0][2 * pairs + 1]], 1).reshape(-1), c[1][pairs]
+    (wx, ww), (rx, rw) = take(w), take(r)
+    xs, want = np.concatenate([s[0], wx, rx]), np.concatenate([s[1], ww, rw])
+    wrong, count = pow_report(xs, pow_engine(engine, xs), want)
+    assert count == 0, wrong
+
+
+def test_pow_fast_path_error_within_its_bound(monkeypatch):
+    """pow's double-double e^z (before the scaling by 2^(k >> 8)) against a 300-bit value:
+    |error| below err/2, err computed per input (_pow_fast)."""
+    from alphac.math.dsl import Eval
+    seen, real = [], dd.rounded
+
+    def spy(m, h, l, err):
+        seen.append((h.v, l.v, err.v))
+        return real(m, h, l, err)
+    monkeypatch.setattr(F, "rounded", spy)
+    v = pow_random_pairs(1500, seed=7).view(np.float64).tolist()
+    m, worst, n = Eval(), 0.0, 0
+    with gmpy2.context(precision=300):
+        for x, y in zip(v[0::2], v[1::2]):
+            seen.clear()
+            F.pow(m, m.f(x), m.f(y))
+            if not seen:
+                continue
+            h, l, err = seen[-1]
+            z = mpfr(y) * gmpy2.log(abs(mpfr(x)))
+            k = int((float(z) * F.INV_LN2_256 + F.MAGIC) - F.MAGIC)
+            exact = gmpy2.exp(z) / gmpy2.exp2(k >> 8)
+            if not 2.0 ** -60 < abs(float(z)) < 708:
+                continue
+            worst = max(worst, float(abs(mpfr(h) + mpfr(l) - exact) / (mpfr(err) / 2)))
+            n += 1
+    assert n > 250 and worst < 1.0, (n, worst)
+
+
+def test_pow_accurate_path_error_within_its_bound(monkeypatch):
+    """The accurate path's 192-bit value (what `to_double` rounds) against a 500-bit x^y: below
+    2^-167 relatively (_pow_accurate's bound) for x within 2^-1 of 1 (where |y| is largest), over
+    every binade, and within 2^-20 of 1, with z = y log x up to the overflow and underflow
+    thresholds (the near-one branch for the last)."""
+    seen, real = [], F.to_double
+
+    def spy(m, sign, a, s):
+        seen.append(((a[0].v << 128) | (a[1].v << 64) | a[2].v, s.v - (s.v >> 63 << 64)))
+        return real(m, sign, a, s)
+    monkeypatch.setattr(F, "to_double", spy)
+    monkeypatch.setattr(dd, "MODE", "accurate")
+    from alphac.math.dsl import Eval
+    rng, n = np.random.default_rng(5), 150
+    xs = np.concatenate([1 + rng.choice([-1, 1], n) * np.exp2(rng.uniform(-9.5, -1, n)),
+                         np.exp2(rng.uniform(-1000, 1000, n)), 1 + rng.uniform(-2 ** -20, 2 ** -20, n)])
+    zs = np.concatenate([rng.uniform(-745, 709, 2 * n), rng.uniform(-1e-3, 1e-3, n)])
+    m, worst = Eval(), -1000.0
+    with gmpy2.context(precision=500, emin=-100000, emax=100000):
+        for x, y in zip(xs.tolist(), (zs / np.log(xs)).tolist()):
+            seen.clear()
+            F.pow(m, m.f(x), m.f(y))
+            exact = mpfr(x) ** mpfr(y)
+            rel = abs(mpfr(seen[-1][0]) * mpfr(2) ** seen[-1][1] - exact) / exact
+            worst = max(worst, float(gmpy2.log2(rel)) if rel else -1000.0)
+    assert worst < -167, worst

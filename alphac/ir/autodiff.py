@@ -26,6 +26,8 @@ The order of operations is part of the numerical contract, so it is fixed here:
     t = relu(a)  a += where(a > 0, dt, +0)                         (relu'(0) = 0)
     t = max(a,b) a += where(b > a, +0, dt)      b += where(b > a, dt, +0)   (ties: to a)
     t = min(a,b) a += where(a > b, +0, dt)      b += where(a > b, dt, +0)   (ties: to a)
+    t = pow(a,b) a += dt * (b * pow(a, b - 1))  b += dt * (t * log(a))   (no case at a = 0:
+                 log(0) = -inf, so b's is NaN there where torch masks it to 0)
     t = where(c, x, y)  x += where(c, dt, +0)   y += where(c, +0, dt)   (c's operands: nothing)
     t = a^n      a += (dt * n) * a^(n-1)          (a^1 is a itself)
     t = dot(a,b) a += dt * b         b += dt * a
@@ -186,6 +188,9 @@ def differentiate(lr: Learner) -> None:
             elif t.op == "min":
                 give(a, where(a, b, const(0.0), dt))
                 give(b, where(a, b, dt, const(0.0)))
+            elif t.op == "pow":
+                give(a, mul(dt, mul(b, fold(Elem("pow", a, sub(b, const(1.0)), t.shape)))))
+                give(b, mul(dt, mul(t, fold(Unary("log", a, a.shape)))))
         elif isinstance(t, Unary):
             a, zero, one = t.a, const(0.0), const(1.0)
             if t.op == "neg":

@@ -78,7 +78,7 @@ class Grad(Node):
 
 @dataclass(eq=False)
 class Elem(Node):
-    op: str                 # add | sub | mul | div | max | min ; a scalar operand broadcasts
+    op: str                 # add | sub | mul | div | max | min | pow ; a scalar operand broadcasts
     a: Node
     b: Node
     shape: tuple[int, ...]

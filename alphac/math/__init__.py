@@ -1,5 +1,5 @@
 """The contract's functions beyond + - * / sqrt: exact max, min, abs, relu, and correctly rounded
-exp, log, log1p, expm1, tanh, sin, cos, each written once (alphac/math/functions.py) and rendered for
+exp, log, log1p, expm1, tanh, sin, cos, pow, each written once (alphac/math/functions.py) and rendered for
 every place that computes them:
 
     evaluate(name, *args)    the reference interpreter's value (alphac.math.dsl.Eval)
@@ -21,11 +21,12 @@ from alphac.math import functions
 from alphac.math.dsl import Eval, RtSource
 
 FUNCTIONS: dict[str, int] = {"exp": 1, "log": 1, "log1p": 1, "expm1": 1, "tanh": 1, "sin": 1, "cos": 1,
-                             "abs": 1, "relu": 1, "max": 2, "min": 2}
+                             "abs": 1, "relu": 1, "max": 2, "min": 2, "pow": 2}
 _IMPL = {"exp": functions.exp, "log": functions.log, "log1p": functions.log1p,
          "expm1": functions.expm1, "tanh": functions.tanh, "sin": functions.sin,
          "cos": functions.cos, "abs": functions.fabs,
-         "relu": functions.relu, "max": functions.fmax, "min": functions.fmin}
+         "relu": functions.relu, "max": functions.fmax, "min": functions.fmin,
+         "pow": functions.pow}
 ELEMENTARY = ("exp", "log", "log1p", "expm1", "tanh", "sin", "cos")       # correctly rounded, not exact
 
 

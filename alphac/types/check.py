@@ -48,7 +48,7 @@ from alphac.types.slices import Slicing
 # name -> arity. Elementwise functions (alphac.math: exact or correctly rounded), two library
 # compositions of them (COMPOSITIONS), and the reductions.
 ELEMENTWISE = {"sqrt": 1, "exp": 1, "log": 1, "log1p": 1, "expm1": 1, "tanh": 1, "abs": 1,
-               "sin": 1, "cos": 1,
+               "sin": 1, "cos": 1, "pow": 2,
                "relu": 1, "max": 2, "min": 2, "sigmoid": 1, "softplus": 1}
 REDUCTIONS = {"dot": 2, "sum": 1, "outer": 2, "logsumexp": 1, "onehot": 2}
 BUILTINS = {**ELEMENTWISE, **REDUCTIONS, "grad": 1, "load": 1, "where": 3}
@@ -541,7 +541,8 @@ class Checker(Slicing):
         if e.op == "^":
             a, exp = self.expr(e.left, ctx), e.right
             if not isinstance(exp, ast.Num) or exp.ival is None or not 1 <= exp.ival <= MAX_POW:
-                self.err("E0041", exp.span, "the exponent must be an integer literal from 1 to 8")
+                self.err("E0041", exp.span, "the exponent must be an integer literal from 1 to 8",
+                         hint="any other power is pow(a, b)")
                 return None
             if a is None:
                 return None
