@@ -40,7 +40,7 @@ def shortened(example: str, where: Path) -> Path:
         a = np.load(ROOT / "examples" / "data" / name)
         np.save(where / "data" / name, a[:ROWS] if kind == "data" else a)
     src = where / f"{example}.alpha"
-    src.write_text(text)
+    src.write_text(re.sub(r"^(data \w+: [fi]64)\[\d+", rf"\1[{ROWS}", text, flags=re.M))
     return src
 
 

@@ -177,7 +177,8 @@ class Checker(Slicing):
 
     def check_type(self, t: ast.TypeExpr | None, shape: tuple[int, ...], span: Span, what: str) -> bool:
         if t is not None and t.dims != shape:
-            self.err("E0031", span, f"{what} has shape {type_text(shape)}, but its type says {type_text(t.dims)}")
+            says = type_text(shape).replace("f64", t.elem), type_text(t.dims).replace("f64", t.elem)
+            self.err("E0031", span, f"{what} has shape {says[0]}, but its type says {says[1]}")
             return False
         return True
 
