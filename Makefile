@@ -47,9 +47,16 @@ $(DATA_NPY) &: examples/data/make_data.py | $(BASE)
 
 data: $(DATA_NPY)
 
-# the suite; it runs reproducible/check.py once (tests/test_repro.py::test_check_passes_on_this_tree)
+# the suite; it runs reproducible/check.py once (tests/test_repro.py::test_check_passes_on_this_tree).
+# Two pytest processes at once, the test files dealt between them by weight (tests/conftest.py,
+# --shard); the second's output is printed after the first's, and either failing fails the target
 test: $(STAMP) data
-	$(WITH_PTXAS) $(BIN)/python -m pytest
+	@$(WITH_PTXAS) log=$$(mktemp); \
+	$(BIN)/python -m pytest -p no:cacheprovider --shard 1/2 >$$log 2>&1 & two=$$!; \
+	trap 'kill $$two 2>/dev/null; rm -f $$log' EXIT; \
+	$(BIN)/python -m pytest -p no:cacheprovider --shard 0/2; one=$$?; \
+	wait $$two; other=$$?; echo "==== the second half of the suite (--shard 1/2) ===="; cat $$log; \
+	echo "make test: shard 0/2 exit $$one, shard 1/2 exit $$other"; test $$one = 0 && test $$other = 0
 
 # every artifact, built twice under varied conditions, byte for byte (docs/reproducible.md)
 repro: $(STAMP) data
