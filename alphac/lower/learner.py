@@ -224,6 +224,26 @@ def varying_nodes(roots: list[Node]) -> set[int]:
     return out
 
 
+def twins(roots: list[Node]) -> dict[int, int]:
+    """Each node of a DAG -> the first node (in postorder) of the same kind, fields and operands'
+    twins (constants by their bits): the same binary64 operations on the same values, so the
+    same bits, computed once (a conv's windows: each channel's copy of a window of X, each
+    window's copy of the kernel)."""
+    same: dict[int, int] = {}
+    first: dict[tuple, int] = {}
+
+    def part(v):
+        if isinstance(v, Node):
+            return same[id(v)]
+        if isinstance(v, tuple):
+            return tuple(map(part, v))
+        return (type(v), bits(v) if isinstance(v, float) else v)
+    for n in postorder(roots):
+        key = (type(n),) + tuple(part(getattr(n, f)) for f in n.__dataclass_fields__)
+        same[id(n)] = first.setdefault(key, id(n))
+    return same
+
+
 class Values:
     """Computes nodes into `let`s. `scalars` memoizes shape-() nodes for the whole body;
     coordinate values are memoized per coordinate expression `j`. Nodes in `buffered`
@@ -248,16 +268,21 @@ class Values:
         self.buffers: dict[int, tuple[str, ...]] = {}     # node id -> its buffer per lane
         self.rc: dict[str, tuple[str, str]] = {}  # a 2-D loop's flat coordinate -> (row, col)
         self.filling: int | None = None
+        self.same: dict[int, int] = {}    # a node's id -> its first structural twin's (`twins`)
         self.vec = 0              # in a vloop's vector body: shaped nodes are in this many lanes at j..
         self.mean_n = "nf"        # the update's: the `let` of the step's count, grad(p) = G_p / it
+
+    def key(self, n: Node) -> int:
+        """n's memo and buffer key: the id of the first node computing the same value."""
+        return self.same.get(id(n), id(n))
 
     def width(self, n: Node) -> range:
         """The lanes n is computed for: all, or only lane 0 when it is the same in every lane."""
         return range(self.lanes if id(n) in self.varying else 1)
 
     def leaf(self, n: Node, j: str | None, s: int = 0) -> str | None:
-        if id(n) in self.buffers:
-            return self.em.gen.address(self.buffers[id(n)][s], j)
+        if self.key(n) in self.buffers:
+            return self.em.gen.address(self.buffers[self.key(n)][s], j)
         return self._leaf(n, j, s)
 
     def split(self, j: str, cols: int) -> tuple[str, str]:
@@ -305,7 +330,7 @@ class Values:
         seen, todo = set(), list(roots)
         while todo:
             n = todo.pop()
-            if id(n) in seen or id(n) in self.buffers or (not n.shape and id(n) in self.scalars):
+            if id(n) in seen or self.key(n) in self.buffers or (not n.shape and self.key(n) in self.scalars):
                 continue
             seen.add(id(n))
             if not (isinstance(n, (Const, Read, DataRow, Grad, Pick, Bcast, Pow))
@@ -395,13 +420,13 @@ class Values:
         return memo[key]
 
     def slot(self, n: Node, j: str | None) -> tuple[dict, object]:
-        return (self.scalars, id(n)) if not n.shape else (self.coord, (id(n), j, self.vec))
+        return (self.scalars, self.key(n)) if not n.shape else (self.coord, (self.key(n), j, self.vec))
 
     def operands(self, n: Node, j: str | None) -> list[tuple[Node, str | None]]:
         """What `compute(n, j)` reads before it emits n (a reduction reads inside its loop)."""
         if self.leaf(n, j) is not None or isinstance(n, (Const, Dot, Sum, Max)):
             return []
-        if id(n) in self.buffered and id(n) != self.filling:
+        if id(n) in self.buffered and self.key(n) != self.filling:
             raise AssertionError(f"{type(n).__name__} read before its buffer is prepared")
         if isinstance(n, Outer):
             return []
@@ -435,7 +460,7 @@ class Values:
         for sub in postorder(nodes):
             if not sub.shape:
                 self.all(sub, None)
-            elif id(sub) in self.buffered and id(sub) not in self.buffers:
+            elif id(sub) in self.buffered and self.key(sub) not in self.buffers:
                 self.fill(sub)
 
     def fold(self, accs: tuple[str, ...], terms, lanes: range) -> None:
@@ -448,7 +473,7 @@ class Values:
         L = self.width(n)
         bufs = tuple(gen.buffer(n.size) for _ in L)
         put = lambda s, j, v: em.put(f"storef({gen.slot(bufs[s], j)}, {v});")
-        self.filling = id(n)
+        self.filling = self.key(n)
         if isinstance(n, MatVec):
             self.matvec(n, bufs, L)
         elif isinstance(n, VecMat) and self.row_pointer(n.b, "0", probe=True):
@@ -510,7 +535,7 @@ class Values:
                     else:
                         put(s, j, v[s])
             self.vloop(0, n.size, each, len(n.shape) == 1 and self.vectorizable([n]))
-        self.buffers[id(n)] = bufs * self.lanes if len(bufs) == 1 else bufs
+        self.buffers[self.key(n)] = bufs * self.lanes if len(bufs) == 1 else bufs
 
     def matvec(self, n: MatVec, bufs: tuple[str, ...], L: range) -> None:
         """W @ b into bufs, rows in blocks: each block's dots (every row of it, every lane) are
@@ -883,6 +908,7 @@ class LearnerCode:
         roots = [c.node for p in lr.params for c in lr.grads[p.name]] + [lr.loss]
         vals = Values(em, lambda n, j, s: self.loss_leaf(n, j, s), buffered_nodes(roots), lanes,
                       varying_nodes(roots))
+        vals.same = twins(roots)
         for p in lr.params:
             contribs = lr.grads[p.name]
             if scattered(lr, p.name):
@@ -924,7 +950,7 @@ class LearnerCode:
                     def row(r: str, body=body, cols=cols, pairs=pairs, nodes=nodes, p=p) -> None:
                         if pairs:                # an outer product's row value, once a row
                             for n in postorder(nodes):
-                                if isinstance(n, Outer) and id(n) not in vals.buffers:
+                                if isinstance(n, Outer) and vals.key(n) not in vals.buffers:
                                     vals.all(n.a, r)
                         g = em.let(self.slot(f"G_{p.name}", f"{r} * {cols}"), "gr")  # the row's sums
                         vals.vloop(0, cols, lambda c: body(vals.flat(r, c, cols), row=(g, c)), pairs)
