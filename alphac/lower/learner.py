@@ -269,6 +269,7 @@ class Values:
         self.rc: dict[str, tuple[str, str]] = {}  # a 2-D loop's flat coordinate -> (row, col)
         self.filling: int | None = None
         self.same: dict[int, int] = {}    # a node's id -> its first structural twin's (`twins`)
+        self.prepared: set[int] = set()  # the nodes `prepare` has listed
         self.vec = 0              # in a vloop's vector body: shaped nodes are in this many lanes at j..
         self.mean_n = "nf"        # the update's: the `let` of the step's count, grad(p) = G_p / it
 
@@ -456,8 +457,11 @@ class Values:
 
     def prepare(self, nodes: list[Node]) -> None:
         """Compute, here and now, every scalar a loop over these vector nodes will read, so that
-        no scalar's `let` is born inside a loop body and read after it."""
-        for sub in postorder(nodes):
+        no scalar's `let` is born inside a loop body and read after it. A node an earlier call
+        listed is not entered again: everything below it was prepared then (no pass a call over
+        a windowed learner's large DAG)."""
+        for sub in postorder(nodes, self.prepared):
+            self.prepared.add(id(sub))
             if not sub.shape:
                 self.all(sub, None)
             elif id(sub) in self.buffered and self.key(sub) not in self.buffers:
