@@ -331,7 +331,8 @@ class Values:
         seen, todo = set(), list(roots)
         while todo:
             n = todo.pop()
-            if id(n) in seen or self.key(n) in self.buffers or (not n.shape and self.key(n) in self.scalars):
+            k = self.key(n)
+            if id(n) in seen or k in self.buffers or (not n.shape and k in self.scalars):
                 continue
             seen.add(id(n))
             if not (isinstance(n, (Const, Read, DataRow, Grad, Pick, Bcast, Pow))
@@ -421,7 +422,8 @@ class Values:
         return memo[key]
 
     def slot(self, n: Node, j: str | None) -> tuple[dict, object]:
-        return (self.scalars, self.key(n)) if not n.shape else (self.coord, (self.key(n), j, self.vec))
+        k = self.key(n)
+        return (self.scalars, k) if not n.shape else (self.coord, (k, j, self.vec))
 
     def operands(self, n: Node, j: str | None) -> list[tuple[Node, str | None]]:
         """What `compute(n, j)` reads before it emits n (a reduction reads inside its loop)."""
@@ -1357,7 +1359,8 @@ def large_body(lr: Learner) -> bool:
     lane of a block (twice: the first block and the rest) and once for the rest, would be nine
     copies (seventeen with f64x8) of a body that a windowed learner's unrolled windows make
     large; one sample at a time emits it once, with the same operations in the same order."""
-    return len(postorder([c.node for p in lr.params for c in lr.grads[p.name]] + [lr.loss])) > BLOCK_NODES
+    roots = [c.node for p in lr.params for c in lr.grads[p.name]] + [lr.loss]
+    return len(postorder(roots)) > BLOCK_NODES
 
 
 def scattered(lr: Learner, param: str) -> bool:
