@@ -335,6 +335,7 @@ class InterpDevice:
 
     def __init__(self, mutate=None):
         self.mem, self.mutate, self.launches = Memory(), mutate or {}, []
+        self.programs: dict[str, Ptx] = {}      # a kernel's text -> it parsed and compiled, once
 
     def alloc(self, values):
         return self.mem.alloc(values)
@@ -347,7 +348,8 @@ class InterpDevice:
         return self.mem.read(addr, count)
 
     def launch(self, kernel, args, threads):
-        prog = Ptx(self.mutate.get(kernel.name, lambda t: t)(kernel.ptx))
+        text = self.mutate.get(kernel.name, lambda t: t)(kernel.ptx)
+        prog = self.programs.get(text) or self.programs.setdefault(text, Ptx(text))
         assert prog.params == [(p.type, p.name) for p in kernel.params]
         for p, v in zip(kernel.params, args):
             assert isinstance(v, float if p.type == "f64" else int), p

@@ -240,6 +240,56 @@ def test_a_small_conv_on_digits_on_every_engine(tmp_path):
     assert rec["published"] == alphac("run", src, "--deployment", "conv_star", "--steps", 3)[1]
 
 
+def grad_text(lr, lanes: int = 2) -> str:
+    """learner_grad in the runtime-language source of `lr` for a target of `lanes`."""
+    from alphac.lower.learner import learner_source
+    text = learner_source(lr, lanes=lanes)[0]
+    start = text.index("fn learner_grad(")
+    return text[start:text.index("\nfn ", start)]
+
+
+def grad_lines(lr, lanes: int) -> int:
+    return grad_text(lr, lanes).count("\n")
+
+
+STRIDE1 = (("conv2d(X, K, 2, 1)", "conv2d(X, K, 1, 0)"), ("W @ h + b", "W @ h[0:4] + b"))
+
+
+def stride1_source() -> str:
+    """The small conv at stride 1, no padding: 36 windows of the 8x8 image."""
+    src = conv_digits_source()
+    for old, new in STRIDE1:
+        src = src.replace(old, new)
+    return src
+
+
+def test_a_windowed_learners_sample_blocks_do_not_copy_its_windows(tmp_path):
+    """A stride-1 conv (36 windows unrolled) under `ordered`: its learner_grad is one copy of the
+    per-sample body, as under exact_sum, not one a lane of each block (nine copies, seventeen
+    with f64x8: 6x exact_sum's lines and more before issue 47 item 4); and its executable prints the
+    interpreter's bits."""
+    src = stride1_source()
+    ordered = learner(tmp_path, src, "ordered")
+    exact = learner(tmp_path, src.replace("\nparam K", "\ncontract exact_sum\nparam K", 1), "exact")
+    assert len(ordered.loss.shape) == 0 and exact.exact and not ordered.exact
+    for lanes in (2, 8):               # (ints: pytest's message would print the learners)
+        lines = grad_lines(ordered, lanes), grad_lines(exact, lanes)
+        assert lines[0] < 1.2 * lines[1], (lanes, lines)
+    want = alphac("run", tmp_path / "ordered.alpha", "--steps", 2)[1]
+    assert run_exe(ordered, "x86_64", tmp_path, 2) == want
+
+
+def test_a_windows_copies_of_the_kernel_are_computed_once(tmp_path):
+    """Each window of conv2d builds its own node for the kernel's taps (and each channel its own
+    window of the image); the code computes such twins once a sample: K[0, 0] is loaded once, not
+    once a window (36 before issue 47 item 4). The bits are the interpreter's (above, and every
+    test of the examples)."""
+    lr = learner(tmp_path, stride1_source())
+    for lanes in (2, 8):
+        loads = grad_text(lr, lanes).count("loadf(st_K + 0)")
+        assert loads == 1, (lanes, loads)
+
+
 # -- refusals ----------------------------------------------------------------------------------------
 BAD = [  # (the loss's expression, code, where the caret points, a piece of the message)
     ("sum(x[i, 2:7])", "E0032", "2:7", "slice 2:7 is out of range"),

@@ -49,6 +49,7 @@ from alphac.math import rt_name
 
 UNROLL = 8
 SAMPLE_LANES = 4      # learner_grad's samples per block (full batch, not exact_sum); 8 with f64x8
+BLOCK_NODES = 500     # a per-sample DAG above this many nodes (windows unrolled) is not blocked
 MATVEC_CHAINS = 8     # independent dot chains in one block of W @ b (rows x lane pairs)
 OPS = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
 CMP = {"gt": "fgt({0}, {1}) != 0", "ge": "fge({0}, {1}) != 0",      # Where's comparisons (IEEE:
@@ -227,6 +228,26 @@ def varying_nodes(roots: list[Node]) -> set[int]:
     return out
 
 
+def twins(roots: list[Node]) -> dict[int, int]:
+    """Each node of a DAG -> the first node (in postorder) of the same kind, fields and operands'
+    twins (constants by their bits): the same binary64 operations on the same values, so the
+    same bits, computed once (a conv's windows: each channel's copy of a window of X, each
+    window's copy of the kernel)."""
+    same: dict[int, int] = {}
+    first: dict[tuple, int] = {}
+
+    def part(v):
+        if isinstance(v, Node):
+            return same[id(v)]
+        if isinstance(v, tuple):
+            return tuple(map(part, v))
+        return (type(v), bits(v) if isinstance(v, float) else v)
+    for n in postorder(roots):
+        key = (type(n),) + tuple(part(getattr(n, f)) for f in n.__dataclass_fields__)
+        same[id(n)] = first.setdefault(key, id(n))
+    return same
+
+
 class Values:
     """Computes nodes into `let`s. `scalars` memoizes shape-() nodes for the whole body;
     coordinate values are memoized per coordinate expression `j`. Nodes in `buffered`
@@ -251,16 +272,22 @@ class Values:
         self.buffers: dict[int, tuple[str, ...]] = {}     # node id -> its buffer per lane
         self.rc: dict[str, tuple[str, str]] = {}  # a 2-D loop's flat coordinate -> (row, col)
         self.filling: int | None = None
+        self.same: dict[int, int] = {}    # a node's id -> its first structural twin's (`twins`)
+        self.prepared: set[int] = set()  # the nodes `prepare` has listed
         self.vec = 0              # in a vloop's vector body: shaped nodes are in this many lanes at j..
         self.mean_n = "nf"        # the update's: the `let` of the step's count, grad(p) = G_p / it
+
+    def key(self, n: Node) -> int:
+        """n's memo and buffer key: the id of the first node computing the same value."""
+        return self.same.get(id(n), id(n))
 
     def width(self, n: Node) -> range:
         """The lanes n is computed for: all, or only lane 0 when it is the same in every lane."""
         return range(self.lanes if id(n) in self.varying else 1)
 
     def leaf(self, n: Node, j: str | None, s: int = 0) -> str | None:
-        if id(n) in self.buffers:
-            return self.em.gen.address(self.buffers[id(n)][s], j)
+        if self.key(n) in self.buffers:
+            return self.em.gen.address(self.buffers[self.key(n)][s], j)
         return self._leaf(n, j, s)
 
     def split(self, j: str, cols: int) -> tuple[str, str]:
@@ -308,7 +335,8 @@ class Values:
         seen, todo = set(), list(roots)
         while todo:
             n = todo.pop()
-            if id(n) in seen or id(n) in self.buffers or (not n.shape and id(n) in self.scalars):
+            k = self.key(n)
+            if id(n) in seen or k in self.buffers or (not n.shape and k in self.scalars):
                 continue
             seen.add(id(n))
             if not (isinstance(n, (Const, Read, DataRow, Grad, Pick, Bcast, Pow))
@@ -398,13 +426,14 @@ class Values:
         return memo[key]
 
     def slot(self, n: Node, j: str | None) -> tuple[dict, object]:
-        return (self.scalars, id(n)) if not n.shape else (self.coord, (id(n), j, self.vec))
+        k = self.key(n)
+        return (self.scalars, k) if not n.shape else (self.coord, (k, j, self.vec))
 
     def operands(self, n: Node, j: str | None) -> list[tuple[Node, str | None]]:
         """What `compute(n, j)` reads before it emits n (a reduction reads inside its loop)."""
         if self.leaf(n, j) is not None or isinstance(n, (Const, Dot, Sum, Max)):
             return []
-        if id(n) in self.buffered and id(n) != self.filling:
+        if id(n) in self.buffered and self.key(n) != self.filling:
             raise AssertionError(f"{type(n).__name__} read before its buffer is prepared")
         if isinstance(n, Outer):
             return []
@@ -434,11 +463,14 @@ class Values:
 
     def prepare(self, nodes: list[Node]) -> None:
         """Compute, here and now, every scalar a loop over these vector nodes will read, so that
-        no scalar's `let` is born inside a loop body and read after it."""
-        for sub in postorder(nodes):
+        no scalar's `let` is born inside a loop body and read after it. A node an earlier call
+        listed is not entered again: everything below it was prepared then (no pass a call over
+        a windowed learner's large DAG)."""
+        for sub in postorder(nodes, self.prepared):
+            self.prepared.add(id(sub))
             if not sub.shape:
                 self.all(sub, None)
-            elif id(sub) in self.buffered and id(sub) not in self.buffers:
+            elif id(sub) in self.buffered and self.key(sub) not in self.buffers:
                 self.fill(sub)
 
     def fold(self, accs: tuple[str, ...], terms, lanes: range) -> None:
@@ -451,7 +483,7 @@ class Values:
         L = self.width(n)
         bufs = tuple(gen.buffer(n.size) for _ in L)
         put = lambda s, j, v: em.put(f"storef({gen.slot(bufs[s], j)}, {v});")
-        self.filling = id(n)
+        self.filling = self.key(n)
         if isinstance(n, MatVec):
             self.matvec(n, bufs, L)
         elif isinstance(n, VecMat) and self.row_pointer(n.b, "0", probe=True):
@@ -513,7 +545,7 @@ class Values:
                     else:
                         put(s, j, v[s])
             self.vloop(0, n.size, each, len(n.shape) == 1 and self.vectorizable([n]))
-        self.buffers[id(n)] = bufs * self.lanes if len(bufs) == 1 else bufs
+        self.buffers[self.key(n)] = bufs * self.lanes if len(bufs) == 1 else bufs
 
     def matvec(self, n: MatVec, bufs: tuple[str, ...], L: range) -> None:
         """W @ b into bufs, rows in blocks: each block's dots (every row of it, every lane) are
@@ -810,7 +842,8 @@ class LearnerCode:
         em = Emitter(self)
         em.put(f"#line {lr.loss_line}")
         batched = bool(lr.batch)
-        lanes = 1 if lr.exact or batched else 2 * SAMPLE_LANES if self.lanes == 8 else SAMPLE_LANES
+        lanes = 1 if lr.exact or batched or large_body(lr) else \
+            2 * SAMPLE_LANES if self.lanes == 8 else SAMPLE_LANES
 
         def clear() -> None:             # G = -0.0, the sum of no sample
             for p in lr.params:
@@ -885,6 +918,7 @@ class LearnerCode:
         roots = [c.node for p in lr.params for c in lr.grads[p.name]] + [lr.loss]
         vals = Values(em, lambda n, j, s: self.loss_leaf(n, j, s), buffered_nodes(roots), lanes,
                       varying_nodes(roots))
+        vals.same = twins(roots)
         for p in lr.params:
             contribs = lr.grads[p.name]
             if scattered(lr, p.name):
@@ -926,7 +960,7 @@ class LearnerCode:
                     def row(r: str, body=body, cols=cols, pairs=pairs, nodes=nodes, p=p) -> None:
                         if pairs:                # an outer product's row value, once a row
                             for n in postorder(nodes):
-                                if isinstance(n, Outer) and id(n) not in vals.buffers:
+                                if isinstance(n, Outer) and vals.key(n) not in vals.buffers:
                                     vals.all(n.a, r)
                         g = em.let(self.slot(f"G_{p.name}", f"{r} * {cols}"), "gr")  # the row's sums
                         vals.vloop(0, cols, lambda c: body(vals.flat(r, c, cols), row=(g, c)), pairs)
@@ -1336,6 +1370,15 @@ class LearnerCode:
         head = (f"// generated by alphac from learner `{lr.name}` ({lr.identity[:16]})\n"
                 + "\n".join(decls + self.globals) + "\n\n")
         return head + body
+
+
+def large_body(lr: Learner) -> bool:
+    """Whether the per-sample DAG has more than BLOCK_NODES nodes: its code, emitted once per
+    lane of a block (twice: the first block and the rest) and once for the rest, would be nine
+    copies (seventeen with f64x8) of a body that a windowed learner's unrolled windows make
+    large; one sample at a time emits it once, with the same operations in the same order."""
+    roots = [c.node for p in lr.params for c in lr.grads[p.name]] + [lr.loss]
+    return len(postorder(roots)) > BLOCK_NODES
 
 
 def scattered(lr: Learner, param: str) -> bool:
