@@ -7,9 +7,9 @@ the `lanes` binary64 at p replaced by the function's values. The function's fast
 alphac/math/functions.py) is rendered by `LaneSource`, a backend of the staging language whose
 binary64 values are vectors (every `+ - * /` one vector operation, each lane exactly the scalar
 operation) and whose integers are one scalar per lane (the exponent and table-index arithmetic);
-`bits`, `float` and table loads at a lane's index pass through the 64-byte scratch
-`rt_math_lanes`. Operations on constants are folded (Eval's own table), so the tables' constant
-words become vector constants. The fast path must be straight-line (no `cond`). Then each lane
+`bits`, `float`, table loads at a lane's index and `cond` (both branches computed, each lane's
+result chosen by its condition) pass through the 128-byte scratch `rt_math_lanes`. Operations on constants are folded (Eval's own table), so the tables' constant
+words become vector constants. Then each lane
 whose condition holds and whose rounding test passed takes the vector's value; every other lane
 (special values, the ranges the fast path does not take, failed rounding tests) calls the scalar
 `rt_math_<name>` on its input. So every lane's bits are the scalar function's bits by
@@ -26,7 +26,9 @@ import struct
 from alphac.math import functions as F
 from alphac.math.dsl import EVAL_OPS, M64, OPS, RT_OPS, Backend, Table, Val
 
-FAST = {"exp": (lambda m, x: (x.bits() & F.ABS).ult(F.FAST_EXP_MAX), F._exp_fast)}
+FAST = {"exp": (lambda m, x: (x.bits() & F.ABS).ult(F.FAST_EXP_MAX), F._exp_fast),
+        "tanh": (lambda m, x: F._tanh_go(m, x.bits() & F.ABS),
+                 lambda m, x: F._tanh_signed(m, x.bits() & F.ABS, x.bits() & F.SIGN))}
 VOCAB = {4: ("loadw", "storew"), 8: ("loadz", "storez")}
 SCRATCH = "rt_math_lanes"
 
@@ -110,8 +112,27 @@ class LaneSource(Backend):
         return self.from_lanes([f"loadf(rt_math_{table.name} + 8 * ({index.v[k]}))"
                                 for k in range(self.w)], "storef")
 
-    def cond(self, c, then, else_):
-        raise TypeError("a lane rendering needs a straight-line fast path (no cond)")
+    def cond(self, c: Val, then, else_) -> tuple:
+        """Both branches on every lane (a fast path's branches only compute: no stores, no
+        calls), then each lane's result chosen by its condition."""
+        if isinstance(c.v, int):
+            return then() if c.v else else_()
+        a, b = then(), else_()
+        out = []
+        for x, y in zip(a, b):
+            if x.kind == "f":
+                self.lines.append(f"    {self.vstore}({SCRATCH} + {8 * self.w}, {self.vector(y)});")
+                self.lines.append(f"    {self.vstore}({SCRATCH}, {self.vector(x)});")
+                for k in range(self.w):
+                    self.lines.append(f"    if {c.v[k]} == 0 {{ store64({SCRATCH} + {8 * k}, "
+                                      f"load64({SCRATCH} + {8 * (self.w + k)})); }}")
+                out.append(Val(self, "f", self.let(f"{self.vload}({SCRATCH})")))
+            else:
+                picked = tuple(self.let(self.lane(y, k)) for k in range(self.w))
+                for k in range(self.w):
+                    self.lines.append(f"    if {c.v[k]} != 0 {{ {picked[k]} = {self.lane(x, k)}; }}")
+                out.append(Val(self, "i", picked))
+        return tuple(out)
 
 
 def lane_name(name: str, lanes: int) -> str:
@@ -134,4 +155,4 @@ def lane_source(name: str, lanes: int) -> str:
                    f" else {{ storef(p + {8 * k}, rt_math_{name}(loadf(p + {8 * k}))); }}")
     out.append("}")
     data = [f"data {t}: [i64; {lanes}] = [{', '.join([_lit(b)] * lanes)}];" for t, b in sorted(m.consts.items())]
-    return "\n".join(data + [f"global {SCRATCH}: [i64; 8];"] + out) + "\n"
+    return "\n".join(data + [f"global {SCRATCH}: [i64; 16];"] + out) + "\n"
