@@ -52,6 +52,7 @@ class LaneSource(Backend):
         self.lines: list[str] = []
         self.n = 0
         self.consts: dict[str, int] = {}          # vector constant table -> the bits it repeats
+        self.lanes_of: dict[str, tuple] = {}      # a vector's `bits`, lane by lane
 
     def let(self, expr: str) -> str:
         self.n += 1
@@ -84,9 +85,11 @@ class LaneSource(Backend):
         if all(isinstance(v.v, (int, float)) for v in a):       # folded, as Eval computes it
             r = EVAL_OPS[name](*(v.v for v in a))
             return self.f(r) if kind == "f" else self.i(r)
-        if name == "bits":
-            self.lines.append(f"    {self.vstore}({SCRATCH}, {self.vector(a[0])});")
-            return Val(self, "i", tuple(self.let(f"load64({SCRATCH} + {8 * k})") for k in range(self.w)))
+        if name == "bits":                       # once per vector (its lets are never reassigned)
+            if a[0].v not in self.lanes_of:
+                self.lines.append(f"    {self.vstore}({SCRATCH}, {self.vector(a[0])});")
+                self.lanes_of[a[0].v] = tuple(self.let(f"load64({SCRATCH} + {8 * k})") for k in range(self.w))
+            return Val(self, "i", self.lanes_of[a[0].v])
         if name in ("float", "i2f"):
             wrap = "{}" if name == "float" else "i2f({})"
             return self.from_lanes([wrap.format(self.lane(a[0], k)) for k in range(self.w)],
