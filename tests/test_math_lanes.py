@@ -100,3 +100,30 @@ def test_lane_source_refuses_a_binary64_comparison():
     x = lanes.Val(m, "f", "u0")
     with pytest.raises(TypeError, match="no lane form"):
         x.fgt(m.f(1.0))
+
+
+# A learner whose tanh and exp run over vectors of 15 coordinates (8 + 4 + 2 + 1 at x86_64-v4;
+# 4 + 4 + 4 + 2 + 1 at v3) with coordinates the fast path does not take (0, -0, 2^-1074, 1e-9,
+# +-25, exp beyond 708) between ones it does: every compiled level must give the baseline's bits.
+LEARNER = """learner lanes
+data x = [[0.5, -1.25, 2.0], [1.5, 0.25, -0.75], [-2.0, 3.0, 0.125]]
+const c = [0.0, -0.0, 4.9e-324, 1e-9, 25.0, 0.3, -25.0, 0.9, -0.45, 1.1, 0.99, -0.02, 7.5, -3.25, 0.6]
+param W: f64[15, 3] = 0.125
+param b: f64[15] = 0.0
+state u: f64[15] = 0.5
+loss(i) {
+  let h = tanh(W @ x[i] + b + c)
+  dot(h, h) + sum(exp(h * 2.0))
+}
+update {
+  W = W - 0.5 * grad(W)
+  b = b - 0.25 * grad(b)
+  u = tanh(exp(c * 800.0 + u * 0.5)) + tanh(u * c)
+}
+"""
+
+
+def test_learner_levels_agree(tmp_path):
+    import differential
+    rep = differential.check_text(LEARNER, tmp_path, ("interp", "x86_64", "x86_64-v3", "x86_64-v4"))
+    assert rep.status == "agreed", rep.summary() or rep.code

@@ -51,7 +51,7 @@ class LaneSource(Backend):
         self.vload, self.vstore = VOCAB[lanes]
         self.lines: list[str] = []
         self.n = 0
-        self.consts: dict[str, int] = {}          # vector constant table -> the bits it repeats
+        self.consts: dict[str, tuple] = {}        # vector constant table -> (lanes, the bits)
         self.lanes_of: dict[str, tuple] = {}      # a vector's `bits`, lane by lane
 
     def let(self, expr: str) -> str:
@@ -69,7 +69,7 @@ class LaneSource(Backend):
         if isinstance(a.v, str):
             return a.v
         name = f"rt_math_k{self.w}_{_bits(a.v):016x}"
-        self.consts[name] = _bits(a.v)
+        self.consts[name] = (self.w, _bits(a.v))
         return f"{self.vload}({name})"
 
     def lane(self, a: Val, k: int) -> str:
@@ -142,8 +142,8 @@ def lane_name(name: str, lanes: int) -> str:
     return f"rt_math_{name}_w{lanes}"
 
 
-def lane_source(name: str, lanes: int) -> str:
-    """`fn rt_math_<name>_w<lanes>`, its vector constants and the scratch (module doc)."""
+def _lane_fn(name: str, lanes: int) -> tuple[list[str], dict[str, tuple]]:
+    """`fn rt_math_<name>_w<lanes>`'s lines and the vector constants it reads (module doc)."""
     go, fast = FAST[name]
     m = LaneSource(lanes)
     x = Val(m, "f", m.let(f"{m.vload}(p)"))
@@ -156,6 +156,17 @@ def lane_source(name: str, lanes: int) -> str:
     for k in range(lanes):
         out.append(f"    if {m.lane(take, k)} != 0 {{ storef(p + {8 * k}, loadf({SCRATCH} + {8 * k})); }}"
                    f" else {{ storef(p + {8 * k}, rt_math_{name}(loadf(p + {8 * k}))); }}")
-    out.append("}")
-    data = [f"data {t}: [i64; {lanes}] = [{', '.join([_lit(b)] * lanes)}];" for t, b in sorted(m.consts.items())]
-    return "\n".join(data + [f"global {SCRATCH}: [i64; 16];"] + out) + "\n"
+    return out + ["}"], m.consts
+
+
+def lane_source(names, widest: int) -> str:
+    """The vector functions of `names` at 4 lanes, and at 8 too where `widest` is 8, with their
+    vector constants, the scratch and `rt_math_arg` (64 bytes: where a caller puts the lanes)."""
+    fns, consts = [], {}
+    for name in sorted(set(names)):
+        for lanes in (4, 8)[:widest // 4]:
+            lines, used = _lane_fn(name, lanes)
+            fns += lines
+            consts.update(used)
+    data = [f"data {t}: [i64; {w}] = [{', '.join([_lit(b)] * w)}];" for t, (w, b) in sorted(consts.items())]
+    return "\n".join(data + [f"global {SCRATCH}: [i64; 16];", "global rt_math_arg: [f64; 8];"] + fns) + "\n"

@@ -74,7 +74,7 @@ def source(name: str, lanes: int = 0) -> str:
     args = ", ".join(f"loadf(p + {8 * i})" for i in range(arity))
     vec = LANES.format(w=lanes, load=VOCAB[lanes][0], store=VOCAB[lanes][1],
                        fn=lane_name(name, lanes)) if lanes else ""
-    return rt_source([name]) + (lane_source(name, lanes) if lanes else "") + MAIN.format(
+    return rt_source([name]) + (lane_source([name], lanes) if lanes else "") + MAIN.format(
         chunk=CHUNK, width=8 * arity, call=f"{rt_name(name)}({args})", lanes=vec)
 
 
