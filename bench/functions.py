@@ -8,7 +8,9 @@ gets); the C ones are built here with gcc -O2 (libm: -lm; CORE-MATH: its src/bin
 with -march=native so that it has its FMA). ns/call = (time(R = 1 + K) - time(R = 1)) / (K n),
 the best of 5 runs each, so start-up and I/O cancel. The last columns are the ratio to glibc and
 how many of the n results differ from ours in their bits (ours are correctly rounded: a
-difference is the other library's misrounding).
+difference is the other library's misrounding). For the functions alphac.math.lanes renders,
+the vector ones too (x86_64-v3's 4 lanes, v4's 8, where this CPU runs them): ns per element,
+and their results must be the scalar's, bit for bit.
 
     python bench/functions.py [--core-math PATH] [--repeat K] [FUNCTION ...]
 """
@@ -31,6 +33,8 @@ sys.path.insert(0, str(ROOT))
 
 from alphac.math import ELEMENTARY                          # noqa: E402
 from alphac.tools.mathexe import build                      # noqa: E402
+from alphac.math.lanes import FAST as LANE_FAST              # noqa: E402
+from alphac.targets import host_runs                         # noqa: E402
 
 N = 8192
 RANGES = {"exp": (-700.0, 700.0), "log": (1e-3, 1e3), "log1p": (-0.9, 100.0),
@@ -121,6 +125,16 @@ def main() -> None:
             span = " ".join(f"{lo:g}..{hi:g}" for lo, hi in PAIRS.get(name, (RANGES.get(name),)))
             row = [name, span, f"{t_ours:.1f}",
                    f"{t_libm:.1f}", f"{t_ours / t_libm:.2f}x", str(int((r_ours != r_libm).sum()))]
+            for level, lanes in (("x86_64-v3", 4), ("x86_64-v4", 8)):     # alphac.math.lanes
+                if name not in LANE_FAST or not host_runs(level):
+                    row.append("-")
+                    continue
+                vec = tmp / f"alphac_{name}_w{lanes}"
+                vec.write_bytes(build(name, level, lanes))
+                os.chmod(vec, 0o755)
+                t_vec, r_vec = ns_per_call([str(vec)], data, args.repeat)
+                assert (r_vec == r_ours).all(), f"{name}: the {lanes}-lane results differ from the scalar's"
+                row.append(f"{t_vec:.1f} ({t_vec / t_libm:.2f}x)")
             cm = Path(args.core_math or "") / "src/binary64" / name / f"{name}.c"
             if args.core_math and cm.exists():
                 exe = c_program(tmp, name, f"cr_{name}", [str(cm)], ["-march=native", f"-I{cm.parent}"])
@@ -129,8 +143,9 @@ def main() -> None:
                     row += [f"{t_cm:.1f}", str(int((r_ours != r_cm).sum()))]
             rows.append(row)
             print(f"  {name} done", file=sys.stderr)
-    head = ["function", "inputs", "alphac ns", "glibc ns", "ours/glibc", "differ (glibc)"]
-    if any(len(r) > 6 for r in rows):
+    head = ["function", "inputs", "alphac ns", "glibc ns", "ours/glibc", "differ (glibc)",
+            "v3 4 lanes ns (/glibc)", "v4 8 lanes ns (/glibc)"]
+    if any(len(r) > 8 for r in rows):
         head += ["CORE-MATH ns", "differ (CORE-MATH)"]
     rows = [r + [""] * (len(head) - len(r)) for r in rows]
     widths = [max(len(str(x)) for x in col) for col in zip(head, *rows)]

@@ -46,6 +46,7 @@ from alphac.ir.learner import (Assign, Bcast, Clock, Const, DataRow, Dot, Elem, 
                                VecMat, Where, children, exact_reduction, postorder, term_states,
                                update_reductions)
 from alphac.math import rt_name
+from alphac.math.lanes import FAST as LANE_FAST, lane_name, lane_source
 
 UNROLL = 8
 SAMPLE_LANES = 4      # learner_grad's samples per block (full batch, not exact_sum); 8 with f64x8
@@ -341,7 +342,8 @@ class Values:
             seen.add(id(n))
             if not (isinstance(n, (Const, Read, DataRow, Grad, Pick, Bcast, Pow))
                     or (isinstance(n, Elem) and n.op in OPS) or (rows and isinstance(n, Outer))
-                    or (isinstance(n, Unary) and n.op in ("neg", "sqrt"))):
+                    or (isinstance(n, Unary) and n.op in ("neg", "sqrt"))
+                    or (isinstance(n, Unary) and n.op in LANE_FAST and self.em.gen.lanes >= 4)):
                 return False
             if not rows and n.shape and any(c.shape and len(c.shape) < len(n.shape)
                                             for c in children(n)):
@@ -387,6 +389,8 @@ class Values:
         if isinstance(n, Elem):
             a, b = operand(n.a, self.at(n, n.a, j)), operand(n.b, self.at(n, n.b, j))
             return tuple(em.let(f"{a[s]} {OPS[n.op]} {b[s]}") for s in L)
+        if isinstance(n, Unary) and n.op in LANE_FAST:
+            return self.lane_call(n.op, operand(n.a, j), L)
         if isinstance(n, Unary):
             a = operand(n.a, j)
             return tuple(em.let(f"-{a[s]}" if n.op == "neg" else f"{VOCAB[self.vec]['sqrt']}({a[s]})")
@@ -401,6 +405,19 @@ class Values:
             a, b = tuple(self.splat(x) for x in row), self.all(n.b, c)
             return tuple(em.let(f"{a[s]} * {b[s]}") for s in L)
         raise AssertionError(f"{type(n).__name__} is not computed in pairs")
+
+    def lane_call(self, op: str, a: tuple[str, ...], L) -> tuple[str, ...]:
+        """op (an alphac.math.lanes function) on each of a's vectors: f64x4 and f64x8 through
+        rt_math_<op>_w4/_w8 at rt_math_arg, an f64x2 lane by lane (the same bits either way)."""
+        em, out = self.em, []
+        for s in L:
+            if self.vec == 2:
+                out.append(em.let(f"pack({rt_name(op)}(lane({a[s]}, 0)), {rt_name(op)}(lane({a[s]}, 1)))"))
+                continue
+            em.put(f"{VOCAB[self.vec]['store']}(rt_math_arg, {a[s]});")
+            em.put(f"{lane_name(op, self.vec)}(rt_math_arg);")
+            out.append(em.let(f"{VOCAB[self.vec]['load']}(rt_math_arg)"))
+        return tuple(out)
 
     def get(self, n: Node, j: str | None) -> str:
         """The `let` of n (at coordinate j) in lane 0."""
@@ -1519,4 +1536,6 @@ def learner_source(lr: Learner, evaluation: tuple[Learner, str | None] | None = 
     g = LearnerCode(lr, evaluation, lanes)
     text = g.generate()
     used = g.math_functions()
+    if lanes >= 4 and "rt_math_arg" in text:     # a vloop called a vector function
+        text += "\n" + lane_source(sorted(set(used) & set(LANE_FAST)), lanes)
     return (text + "\n" + rt_source(used) if used else text), g.blobs

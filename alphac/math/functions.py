@@ -578,6 +578,15 @@ def _tanh_fast(m, y):
     return rounded(m, qh, ql, qh * (m.f(2.0) * (err / eh) + m.f(TWO[-98])))
 
 
+def _tanh_go(m, ax):
+    return m.i(0x3E2FFFFFFFFFFFFF).ult(ax) & ax.ult(0x403319999999999A)     # 2^-28 <= |x| <= 19.1
+
+
+def _tanh_signed(m, ax, sign):
+    ok, v = _tanh_fast(m, m.float_(ax) * m.f(2.0))
+    return ok, m.float_(v.bits() | sign)
+
+
 def tanh(m, x):
     """tanh |x| = (e^y - 1) / (e^y + 1), y = 2|x|, both exact from e^y = Q 2^s (1 is 2^-s,
     inside Q's bits for y < 38.2); the quotient by a Newton reciprocal."""
@@ -586,8 +595,7 @@ def tanh(m, x):
     sign = xb & SIGN
 
     def fast():
-        ok, v = _tanh_fast(m, m.float_(ax) * m.f(2.0))
-        return ok, m.float_(v.bits() | sign)
+        return _tanh_signed(m, ax, sign)
 
     def accurate():
         y = m.float_(ax) * m.f(2.0)
@@ -600,8 +608,7 @@ def tanh(m, x):
         q = mp.mul(m, mp.shl(m, num, lzn), w)              # num/den / 4, normalized parts
         return (to_double(m, sign, q, lzd - lzn - 190),)
     one = m.float_(m.i(0x3FF0000000000000) | sign)
-    go = m.i(0x3E2FFFFFFFFFFFFF).ult(ax) & ax.ult(0x403319999999999A)     # 2^-28 <= |x| <= 19.1
-    return first_fast(m, go, fast, lambda: m.cond(
+    return first_fast(m, _tanh_go(m, ax), fast, lambda: m.cond(
         m.i(INF - 1).ult(ax), lambda: m.cond(ax.eq(INF), lambda: (one,), lambda: (x + x,)),
         lambda: m.cond(ax.ult(0x3E30000000000000), lambda: (x,), lambda: m.cond(   # < 2^-28
             m.i(0x4033199999999999).ult(ax), lambda: (one,), accurate)))[0])           # > 19.1

@@ -41,7 +41,7 @@ fn main(argc: i64, argv: i64) -> i64 {{
         let calls = udiv(n, {width});
         let r = 0;
         while r < repeat {{
-            let k = 0;
+            let k = 0;{lanes}
             while k < calls {{
                 let p = math_in + {width} * k;
                 storef(math_out + 8 * k, {call});
@@ -57,19 +57,32 @@ fn main(argc: i64, argv: i64) -> i64 {{
 """
 
 
-def source(name: str) -> str:
+LANES = """
+            while k + {w} <= calls {{
+                {store}(math_out + 8 * k, {load}(math_in + 8 * k));
+                {fn}(math_out + 8 * k);
+                k = k + {w};
+            }}"""
+
+
+def source(name: str, lanes: int = 0) -> str:
+    """The filter's program; with `lanes` (4, 8) the inputs go through the vector function
+    alphac.math.lanes writes, `lanes` at a time (the last few, if any, through the scalar one)."""
     from alphac.math import FUNCTIONS, rt_name, rt_source
+    from alphac.math.lanes import VOCAB, lane_name, lane_source
     arity = FUNCTIONS[name]
     args = ", ".join(f"loadf(p + {8 * i})" for i in range(arity))
-    return rt_source([name]) + MAIN.format(chunk=CHUNK, width=8 * arity,
-                                           call=f"{rt_name(name)}({args})")
+    vec = LANES.format(w=lanes, load=VOCAB[lanes][0], store=VOCAB[lanes][1],
+                       fn=lane_name(name, lanes)) if lanes else ""
+    return rt_source([name]) + (lane_source([name], lanes) if lanes else "") + MAIN.format(
+        chunk=CHUNK, width=8 * arity, call=f"{rt_name(name)}({args})", lanes=vec)
 
 
-def build(name: str, isa: str) -> bytes:
+def build(name: str, isa: str, lanes: int = 0) -> bytes:
     from alphac.build import link_program, runtime_closure, target
     from alphac.lower import rt
     from alphac.lower.rt_lower import lower_program
     tgt = target(isa)
     items = rt.parse(tgt.prelude(), "prelude.rt") + runtime_closure("core")
-    own = rt.parse(source(name), f"math_{name}.rt")       # generated: its loops size its buffers
+    own = rt.parse(source(name, lanes), f"math_{name}.rt")       # generated: its loops size its buffers
     return link_program(lower_program(items + own, {}, generated=frozenset(map(id, own))), tgt)[0]

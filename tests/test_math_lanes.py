@@ -1,0 +1,129 @@
+"""The vector functions (alphac.math.lanes) give, lane by lane, the scalar function's bits.
+
+Each is run through an x86_64-v3 (4 lanes) and an x86_64-v4 (8 lanes) filter executable
+(alphac.tools.mathexe) and compared bit for bit with the scalar x86-64 executable, itself
+checked against MPFR by tests/test_math.py: on CORE-MATH's worst cases and the special values
+(inputs whose rounding test fails or which the fast path does not take), each placed in every
+lane position among random inputs the fast path decides, and on random inputs. The mutant whose
+lanes keep the fast path's value without the rounding test must disagree.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from alphac.math import dd, lanes
+from alphac.targets import LEVELS
+from alphac.tools import mathexe
+from tests.test_math import _workdir, random_inputs, run, special_inputs, worst_inputs
+
+LEVEL = {4: "x86_64-v3", 8: "x86_64-v4"}
+NAMES = sorted(lanes.FAST)
+EASY = {"exp": (-700.0, 700.0), "tanh": (-19.0, 19.0)}       # inputs the fast path takes
+
+
+def runner(width: int) -> list[str]:
+    flags = set(Path("/proc/cpuinfo").read_text().split()) if Path("/proc/cpuinfo").exists() else set()
+    level = LEVELS[LEVEL[width]]
+    if set(level.flags) <= flags:
+        return []
+    if level.emulator is None:
+        pytest.skip(f"{LEVEL[width]} executables need {level.extension}")
+    return list(level.emulator)
+
+
+@lru_cache(maxsize=None)
+def executable(name: str, width: int, mode: str = "test") -> Path:
+    real = lanes.lane_source
+
+    def lane_source(*a):                 # only the vector function is the mutant
+        saved, dd.MODE = dd.MODE, mode
+        try:
+            return real(*a)
+        finally:
+            dd.MODE = saved
+    lanes.lane_source = lane_source
+    try:
+        elf = mathexe.build(name, LEVEL[width], width)
+    finally:
+        lanes.lane_source = real
+    path = _workdir() / f"{name}.w{width}.{mode}"
+    path.write_bytes(elf)
+    os.chmod(path, 0o755)
+    return path
+
+
+def run_lanes(name: str, width: int, xs: np.ndarray, mode: str = "test") -> np.ndarray:
+    r = subprocess.run(runner(width) + [str(executable(name, width, mode))],
+                       input=xs.astype("<u8").tobytes(), capture_output=True, timeout=600)
+    assert r.returncode == 0 and r.stderr == b"", (r.returncode, r.stderr[-500:])
+    return np.frombuffer(r.stdout, dtype="<u8").astype(np.uint64)
+
+
+def arranged(name: str, width: int) -> np.ndarray:
+    """Each hard input (worst case, special value) in each lane position p of a group whose
+    other lanes are random inputs of the fast path's range; then the hard ones in a row."""
+    hard = np.concatenate([worst_inputs(name), special_inputs(name)])
+    easy = np.random.default_rng(7).uniform(*EASY[name], len(hard) * (width - 1)).view(np.uint64)
+    parts = []
+    for p in range(width):
+        g = np.empty((len(hard), width), dtype=np.uint64)
+        g[:, [q for q in range(width) if q != p]] = easy.reshape(len(hard), width - 1)
+        g[:, p] = hard
+        parts.append(g.ravel())
+    return np.concatenate(parts + [hard, random_inputs(name, 200_003)])
+
+
+@pytest.mark.parametrize("width", [4, 8])
+@pytest.mark.parametrize("name", NAMES)
+def test_lanes_equal_scalar(name, width):
+    xs = arranged(name, width)
+    got, want = run_lanes(name, width, xs), run(name, "x86_64", xs)
+    bad = np.nonzero(got != want)[0]
+    assert len(bad) == 0, [(hex(xs[i]), hex(got[i]), hex(want[i])) for i in bad[:5]]
+
+
+@pytest.mark.parametrize("width", [4, 8])
+@pytest.mark.parametrize("name", NAMES)
+def test_lanes_without_rounding_test_are_caught(name, width):
+    xs = worst_inputs(name)
+    assert np.count_nonzero(run_lanes(name, width, xs, "raw") != run(name, "x86_64", xs)) > 0
+
+
+def test_lane_source_refuses_a_binary64_comparison():
+    m = lanes.LaneSource(4)
+    x = lanes.Val(m, "f", "u0")
+    with pytest.raises(TypeError, match="no lane form"):
+        x.fgt(m.f(1.0))
+
+
+# A learner whose tanh and exp run over vectors of 15 coordinates (8 + 4 + 2 + 1 at x86_64-v4;
+# 4 + 4 + 4 + 2 + 1 at v3) with coordinates the fast path does not take (0, -0, 2^-1074, 1e-9,
+# +-25, exp beyond 708) between ones it does: every compiled level must give the baseline's bits.
+LEARNER = """learner lanes
+data x = [[0.5, -1.25, 2.0], [1.5, 0.25, -0.75], [-2.0, 3.0, 0.125]]
+const c = [0.0, -0.0, 4.9e-324, 1e-9, 25.0, 0.3, -25.0, 0.9, -0.45, 1.1, 0.99, -0.02, 7.5, -3.25, 0.6]
+param W: f64[15, 3] = 0.125
+param b: f64[15] = 0.0
+state u: f64[15] = 0.5
+loss(i) {
+  let h = tanh(W @ x[i] + b + c)
+  dot(h, h) + sum(exp(h * 2.0))
+}
+update {
+  W = W - 0.5 * grad(W)
+  b = b - 0.25 * grad(b)
+  u = tanh(exp(c * 800.0 + u * 0.5)) + tanh(u * c)
+}
+"""
+
+
+def test_learner_levels_agree(tmp_path):
+    import differential
+    rep = differential.check_text(LEARNER, tmp_path, ("interp", "x86_64", "x86_64-v3", "x86_64-v4"))
+    assert rep.status == "agreed", rep.summary() or rep.code
