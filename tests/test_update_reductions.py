@@ -232,17 +232,7 @@ deployment zero1_tree {
   partition even
 }
 """
-CANCEL_GPU = """
-deployment zero2_gpu {
-  roles coordinator, owner[3]
-  topology star(coordinator)
-  samples even
-  strategy zero2
-  partition even
-  target owner[0] = x86_64+sm_90, owner[2] = x86_64+sm_86
-  gpu owner[0] = "a.gpuhost", owner[2] = "c.gpuhost"
-}
-"""
+CANCEL_GPU = GPU.replace("zero3", "zero2")            # deployment zero2_gpu, strategy zero2
 
 
 @pytest.mark.parametrize("contract", ["ordered", "exact_sum"])
