@@ -5,6 +5,7 @@ and a checkpoint resumes on any layout as the uninterrupted run.
 The oracle is the tests' own (tests/oracle.py, `exact=True`): the reference learners' gradients
 written by hand, each coordinate's sum over samples a `fractions.Fraction`, rounded once. Stars
 and hierarchies of 1 to 16 owners with uneven, seeded splits are generated here."""
+import math
 import random
 import re
 import shutil
@@ -369,7 +370,7 @@ def test_blocked_exact_sums_take_adversarial_terms(tmp_path):
     loops, then xc_add_lanes; the rest of the samples one by one) on terms built to break a fast
     path: cancellation across blocks, 1e300 with 1e-300, subnormals, a sum a binary64 fold would
     overflow, ties, zero signs, windows that re-base. Every target prints the Fraction oracle's
-    bits after 2 steps (f64x2, f64x4, f64x8 blocks and AArch64)."""
+    bits after 2 steps (f64x2, f64x4, f64x8 blocks and AArch64), -0.0 and +0.0 apart."""
     import numpy as np
 
     import differential
@@ -380,8 +381,8 @@ def test_blocked_exact_sums_take_adversarial_terms(tmp_path):
     np.save(tmp_path / "x.npy", np.array(cols).T.copy())
     src = tmp_path / "blocks.alpha"
     src.write_text(f"learner blocks\ncontract exact_sum\ndata x = load(\"x.npy\")\n"
-                   f"param w: f64[{len(cols)}] = 0.0\nloss(i) = dot(w, x[i])\n"
-                   "update {\n  w = w - 0.5 * grad(w)\n}\n")
+                   f"param w: f64[{len(cols)}] = -0.0\nloss(i) = dot(w, x[i])\n"
+                   "update {\n  w = grad(w) + 0.5 * w\n}\n")     # a zero sum's sign shows
     lr = compile_deployments(src)[0].learner
     state = interp.initial_state(lr)
     for _ in range(2):
@@ -389,6 +390,7 @@ def test_blocked_exact_sums_take_adversarial_terms(tmp_path):
             differential.exact_contribution(lr, state, range(13))))
     want = interp.format_state(lr, state)
     assert interp.format_state(lr, interp.run(lr, 2)) == want
+    assert [math.copysign(1.0, v) for v in state["w"][6:8]] == [-1.0, 1.0]
     for target in ("x86_64", "x86_64-v3", "x86_64-v4", "aarch64"):
         if target.startswith("x86_64-") and not host_runs(target):
             continue
