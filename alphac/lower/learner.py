@@ -7,8 +7,8 @@ order (the contract in alphac.ir.autodiff and alphac.ir.interp):
     learner_grad(lo, hi)     G_p = sum over samples lo..hi-1 of the per-sample gradient of p,
                              a left fold from -0.0 (the exact additive identity, so it equals
                              the fold that starts from the first sample)
-                             (under exact_sum: each sample's terms into G_p, then xc_add_n
-                             into the accumulators XA, XSP)
+                             (under exact_sum: a block's terms, by the same vector loops, into
+                             XB_p lane by lane, then xc_add_lanes into the accumulators XA, XSP)
     learner_exact_round()    exact_sum only: G_p and L_sum, each accumulator rounded once
     learner_mean(n)          loss_mean = L_sum / n, and mean_n = n: no pass of its own over G_p,
                              grad(p) = G_p / n is divided where the update reads it (fused)
