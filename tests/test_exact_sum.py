@@ -361,6 +361,7 @@ def adversarial_columns() -> list[list[float]]:
         [1.5, -1.5] * 6 + [-0.0],                                                      # an exact zero: +0.0
         [-big, 2.0 ** 20, big, -(2.0 ** 20)] * 3 + [2.0 ** -1000],                   # re-based windows
         [(-1.0) ** k * (k + 1) * 2.0 ** (9 * k) for k in range(13)],                   # growing, alternating
+        [-(2.0 ** 100), 2.0 ** 100, -3 * 2.0 ** 142] + [0.0] * 10,                     # negative, top digit only
     ]
     return cols
 
