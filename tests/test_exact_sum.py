@@ -5,6 +5,7 @@ and a checkpoint resumes on any layout as the uninterrupted run.
 The oracle is the tests' own (tests/oracle.py, `exact=True`): the reference learners' gradients
 written by hand, each coordinate's sum over samples a `fractions.Fraction`, rounded once. Stars
 and hierarchies of 1 to 16 owners with uneven, seeded splits are generated here."""
+import math
 import random
 import re
 import shutil
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import oracle
-from backend import build_deployment
+from backend import build_deployment, run_exe
 from conftest import EXAMPLES, alphac, exact_sum_variant, require_tool
 
 LEARNERS = ("lsq_adam", "lsq_momentum", "two_coordinate", "scalar_regression")
@@ -341,3 +342,60 @@ def test_sums_that_spill_travel_and_clear_between_steps(tmp_path):
     for dep in ("s3", "t3"):
         rec = launch(build_deployment(src, dep, tmp_path / "roles"), tmp_path, steps=4)
         assert rec["published"] == want, dep
+
+
+def adversarial_columns() -> list[list[float]]:
+    """13 samples' terms for each coordinate of `blocks` (its gradient is the data itself):
+    learner_grad takes them in blocks of 4 (8 with f64x8) and a rest one by one, each block's
+    terms of a coordinate added in one visit of its accumulator (xc_add_lanes)."""
+    big, tiny, sub, mx = 2.0 ** 70, 2.0 ** -80, 5e-324, 1.7976931348623157e308
+    cols = [
+        [big, 3.0, 1.0, 2.0, -big, 0.25, 2.0 ** -30, -3.0, 1.0, 1.0, -1.0, -2.0, 0.5],  # cancels across blocks
+        [1e300, 1e-300, -1e300, 2.5] + [0.0] * 8 + [1e-300],                          # 1e300 and 1e-300: spills
+        [sub, sub, -1e-310, 3 * sub, 1e-310] + [sub] * 8,                              # subnormals, a subnormal sum
+        [mx, mx, -mx, 0.0] + [0.0] * 9,                                                # overflows a binary64 fold
+        [1.0, 2.0 ** -53] + [0.0] * 10 + [tiny],                                       # a tie broken by the last term
+        [1.0, 2.0 ** -53] + [0.0] * 11,                                                # an exact tie: to even
+        [-0.0] * 13,                                                                   # -0.0 only from -0.0s
+        [-0.0] * 12 + [0.0],
+        [1.5, -1.5] * 6 + [-0.0],                                                      # an exact zero: +0.0
+        [-big, 2.0 ** 20, big, -(2.0 ** 20)] * 3 + [2.0 ** -1000],                   # re-based windows
+        [(-1.0) ** k * (k + 1) * 2.0 ** (9 * k) for k in range(13)],                   # growing, alternating
+        [-(2.0 ** 100), 2.0 ** 100, -3 * 2.0 ** 142] + [0.0] * 10,                     # negative, top digit only
+    ]
+    return cols
+
+
+def test_blocked_exact_sums_take_adversarial_terms(tmp_path):
+    """The blocked path of learner_grad under exact_sum (a block's terms computed by the vector
+    loops, then xc_add_lanes; the rest of the samples one by one) on terms built to break a fast
+    path: cancellation across blocks, 1e300 with 1e-300, subnormals, a sum a binary64 fold would
+    overflow, ties, zero signs, windows that re-base. Every target prints the Fraction oracle's
+    bits after 2 steps (f64x2, f64x4, f64x8 blocks and AArch64), -0.0 and +0.0 apart."""
+    import numpy as np
+
+    import differential
+    from alphac.driver import compile_deployments
+    from alphac.ir import interp
+    from alphac.targets import host_runs
+    cols = adversarial_columns()
+    np.save(tmp_path / "x.npy", np.array(cols).T.copy())
+    src = tmp_path / "blocks.alpha"
+    src.write_text(f"learner blocks\ncontract exact_sum\ndata x = load(\"x.npy\")\n"
+                   f"param w: f64[{len(cols)}] = -0.0\nloss(i) = dot(w, x[i])\n"
+                   "update {\n  w = grad(w) + 0.5 * w\n}\n")     # a zero sum's sign shows
+    lr = compile_deployments(src)[0].learner
+    state = interp.initial_state(lr)
+    for _ in range(2):
+        state = interp.apply_update(lr, state, interp.mean_gradient(
+            differential.exact_contribution(lr, state, range(13))))
+    want = interp.format_state(lr, state)
+    assert interp.format_state(lr, interp.run(lr, 2)) == want
+    assert [math.copysign(1.0, v) for v in state["w"][6:8]] == [-1.0, 1.0]
+    for target in ("x86_64", "x86_64-v3", "x86_64-v4", "aarch64"):
+        if target.startswith("x86_64-") and not host_runs(target):
+            continue
+        exe = tmp_path / f"blocks-{target}"
+        alphac("build", src, "--target", target, "-o", exe)
+        r = run_exe(exe, "--steps", 2, target="aarch64" if target == "aarch64" else "x86_64")
+        assert (r.stdout, r.stderr) == (want, ""), target

@@ -7,8 +7,8 @@ order (the contract in alphac.ir.autodiff and alphac.ir.interp):
     learner_grad(lo, hi)     G_p = sum over samples lo..hi-1 of the per-sample gradient of p,
                              a left fold from -0.0 (the exact additive identity, so it equals
                              the fold that starts from the first sample)
-                             (under exact_sum: each sample's terms into G_p, then xc_add_n
-                             into the accumulators XA, XSP)
+                             (under exact_sum: a block's terms, by the same vector loops, into
+                             XB_p lane by lane, then xc_add_lanes into the accumulators XA, XSP)
     learner_exact_round()    exact_sum only: G_p and L_sum, each accumulator rounded once
     learner_mean(n)          loss_mean = L_sum / n, and mean_n = n: no pass of its own over G_p,
                              grad(p) = G_p / n is divided where the update reads it (fused)
@@ -859,8 +859,9 @@ class LearnerCode:
         em = Emitter(self)
         em.put(f"#line {lr.loss_line}")
         batched = bool(lr.batch)
-        lanes = 1 if lr.exact or batched or large_body(lr) else \
+        lanes = 1 if batched or large_body(lr) else \
             2 * SAMPLE_LANES if self.lanes == 8 else SAMPLE_LANES
+        self.grad_lanes = lanes          # exact_sum: the lanes of XB_p and XT
 
         def clear() -> None:             # G = -0.0, the sum of no sample
             for p in lr.params:
@@ -956,9 +957,10 @@ class LearnerCode:
                         for t in terms[1:]:
                             g = em.let(f"{g} + {t[s]}")
                         gs.append(g)
-                    slot = self.slot(*row) if row else self.slot(f"G_{p.name}", j)
-                    if lr.exact:             # the sample's terms, added by xc_add_n below
-                        em.put(f"storef({slot}, {gs[0]});")
+                    slot = self.slot(*row) if row else self.slot(f"{'XB' if lr.exact else 'G'}_{p.name}", j)
+                    if lr.exact:             # lane s's terms in XB_p's lane s, added below
+                        for s, g in enumerate(gs):
+                            em.put(f"{st}({slot}{f' + {8 * p.size * s}' if s else ''}, {g});")
                         return
                     if lanes == 1:
                         em.put(f"{st}({slot}, {ld}({slot}) + {gs[0]});")
@@ -972,24 +974,26 @@ class LearnerCode:
                 cols = p.shape[1] if len(p.shape) == 2 else 0
                 if cols and a % cols == 0 and b % cols == 0 and \
                         any(len(c.node.shape) == 2 for c in covering):
-                    pairs = not lr.exact and vals.vectorizable(nodes, rows=True)
+                    pairs = vals.vectorizable(nodes, rows=True)
 
                     def row(r: str, body=body, cols=cols, pairs=pairs, nodes=nodes, p=p) -> None:
                         if pairs:                # an outer product's row value, once a row
                             for n in postorder(nodes):
                                 if isinstance(n, Outer) and vals.key(n) not in vals.buffers:
                                     vals.all(n.a, r)
-                        g = em.let(self.slot(f"G_{p.name}", f"{r} * {cols}"), "gr")  # the row's sums
+                        g = em.let(self.slot(f"{'XB' if lr.exact else 'G'}_{p.name}", f"{r} * {cols}"),
+                                   "gr")         # the row's sums (exact_sum: terms)
                         vals.vloop(0, cols, lambda c: body(vals.flat(r, c, cols), row=(g, c)), pairs)
                     vals.loop(a // cols, b // cols, row)
                 else:
-                    vals.vloop(a, b, body, not lr.exact and vals.vectorizable(nodes))
-            if lr.exact:                     # the terms in G_p, each into its accumulator
-                em.put(f"xc_add_n({exact_at(lr, p.name, '0')}, G_{p.name}, {p.size});")
+                    vals.vloop(a, b, body, vals.vectorizable(nodes))
+            if lr.exact:                     # the terms in XB_p, each into its accumulator
+                em.put(f"xc_add_lanes({exact_at(lr, p.name, '0')}, XB_{p.name}, {p.size}, {lanes});")
         vals.prepare([lr.loss])              # the sample's loss, summed like a gradient
         if lr.exact:
-            em.put(f"storef(XT, {vals.get(lr.loss, None)});")
-            em.put(f"xc_add_n({exact_at(lr, None, '0')}, XT, 1);")
+            for s, loss in enumerate(vals.all(lr.loss, None)):
+                em.put(f"storef(XT + {8 * s}, {loss});")
+            em.put(f"xc_add_lanes({exact_at(lr, None, '0')}, XT, 1, {lanes});")
             return
         for loss in vals.all(lr.loss, None):
             em.put(f"storef(L_sum, loadf(L_sum) + {loss});")
@@ -1365,10 +1369,13 @@ class LearnerCode:
             P = exact_count(lr)
             decls.append(f"global XA: [i64; {P * XC_WORDS + 2}];")
             decls.append(f"global XSP: [i64; {P * XS_DIGITS}];")   # touched only where a sum spills
-            decls.append("global XT: [f64; 1];")                    # a sample's loss term
         body = ""
         if lr.loss is not None:
             body += self.gen_grad() + self.gen_mean()
+            if lr.exact:                  # a block's terms, lane-major (learner_grad)
+                decls += [f"global XB_{p.name}: [f64; {self.grad_lanes * p.size}];"
+                          for p in lr.params if not scattered(lr, p.name)]
+                decls.append(f"global XT: [f64; {self.grad_lanes}];")
             if lr.exact:
                 body += self.gen_round()
         body += self.gen_reduce() + self.gen_scalars()
