@@ -312,22 +312,30 @@ deployment t3 {
 """
 
 
+def exact_oracle(src: Path, steps: int, rows: int):
+    """(learner, state) of src after `steps` steps over its first `rows` samples, each step's
+    sums exact by Python's fractions (tests/differential.py), never by xsum."""
+    import differential
+    from alphac.driver import compile_deployments
+    from alphac.ir import interp
+    lr = compile_deployments(src)[0].learner
+    state = interp.initial_state(lr)
+    for _ in range(steps):
+        state = interp.apply_update(lr, state, interp.mean_gradient(
+            differential.exact_contribution(lr, state, range(rows))))
+    return lr, state
+
+
 def test_sums_that_spill_travel_and_clear_between_steps(tmp_path):
     """Every owner's sum spans 400 decimal orders of magnitude (1e200 and 1e-200 are 41 digits
     apart, a window holds 5), so every accumulator spills and
     its digits travel in the second combine frame, through the star's center and up the
     hierarchy's aggregators, step after step: the bits are the Fraction oracle's (5.5 + 1e-200
     + 1e-300 rounds to 5.5; an ordered fold loses the 3.0 or the 2.5 to 1e200)."""
-    import differential
-    from alphac.driver import compile_deployments
     from alphac.ir import interp
     src = tmp_path / "spread.alpha"
     src.write_text(SPREAD)
-    lr = compile_deployments(src)[0].learner
-    state = interp.initial_state(lr)
-    for _ in range(4):
-        state = interp.apply_update(lr, state, interp.mean_gradient(
-            differential.exact_contribution(lr, state, range(6))))
+    lr, state = exact_oracle(src, 4, 6)
     want = interp.format_state(lr, state)
     ordered = tmp_path / "ordered.alpha"
     ordered.write_text(SPREAD.replace("contract exact_sum\n", ""))
@@ -374,8 +382,6 @@ def test_blocked_exact_sums_take_adversarial_terms(tmp_path):
     bits after 2 steps (f64x2, f64x4, f64x8 blocks and AArch64), -0.0 and +0.0 apart."""
     import numpy as np
 
-    import differential
-    from alphac.driver import compile_deployments
     from alphac.ir import interp
     from alphac.targets import host_runs
     cols = adversarial_columns()
@@ -384,11 +390,7 @@ def test_blocked_exact_sums_take_adversarial_terms(tmp_path):
     src.write_text(f"learner blocks\ncontract exact_sum\ndata x = load(\"x.npy\")\n"
                    f"param w: f64[{len(cols)}] = -0.0\nloss(i) = dot(w, x[i])\n"
                    "update {\n  w = grad(w) + 0.5 * w\n}\n")     # a zero sum's sign shows
-    lr = compile_deployments(src)[0].learner
-    state = interp.initial_state(lr)
-    for _ in range(2):
-        state = interp.apply_update(lr, state, interp.mean_gradient(
-            differential.exact_contribution(lr, state, range(13))))
+    lr, state = exact_oracle(src, 2, 13)
     want = interp.format_state(lr, state)
     assert interp.format_state(lr, interp.run(lr, 2)) == want
     assert [math.copysign(1.0, v) for v in state["w"][6:8]] == [-1.0, 1.0]
