@@ -332,6 +332,7 @@ def test_sums_that_spill_travel_and_clear_between_steps(tmp_path):
     its digits travel in the second combine frame, through the star's center and up the
     hierarchy's aggregators, step after step: the bits are the Fraction oracle's (5.5 + 1e-200
     + 1e-300 rounds to 5.5; an ordered fold loses the 3.0 or the 2.5 to 1e200)."""
+    from alphac.driver import compile_deployments
     from alphac.ir import interp
     src = tmp_path / "spread.alpha"
     src.write_text(SPREAD)
