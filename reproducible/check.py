@@ -34,7 +34,8 @@ What it does
 
 Exit codes: 0 every artifact identical; 1 a difference (reported); 2 a build failed or the
 check could not run. Options: --keep (keep the temporary trees), --tree DIR (check another
-copy of the project).
+copy of the project), --copy-a DIR (after a pass, build A's artifacts and manifest copied to DIR:
+what `alphac build-all` writes, which tests/test_repro.py reads instead of building it again).
 """
 from __future__ import annotations
 
@@ -382,6 +383,8 @@ def main(argv=None) -> int:
                                              "conditions and compare (see the docstring).")
     ap.add_argument("--tree", type=Path, default=ROOT, help="project to check (default: this one)")
     ap.add_argument("--keep", action="store_true", help="keep the temporary build trees")
+    ap.add_argument("--copy-a", type=Path, metavar="DIR",
+                    help="after a pass, copy build A's artifacts and MANIFEST.json to DIR (new)")
     args = ap.parse_args(argv)
     tree = args.tree.resolve()
     files, how = source_files(tree)
@@ -402,6 +405,8 @@ def main(argv=None) -> int:
             say(*lines, f"FAIL: build A and build B differ ({n} artifacts compared)")
             return 1
         say(f"OK: {n} artifacts and MANIFEST.json are identical in both builds")
+        if args.copy_a is not None:
+            shutil.copytree(a.cwd / OUT, args.copy_a, symlinks=True)
         return 0
     finally:
         for cmd in cleanup:

@@ -23,7 +23,7 @@ LEARNER_NAMES = ["scalar_regression", "two_coordinate", "independent_state", "ls
 # with `--shard K/2`: the test files dealt heaviest first, each to the shard with the least
 # weight so far, a file's weight its seconds below (the slow ones, measured on a 2-core host)
 # or 0.25 s a test. Every file runs whole in one shard (its module fixtures built once).
-SECONDS = {"test_learner_fuzz.py": 280, "test_repro.py": 135, "test_update_reductions.py": 55,
+SECONDS = {"test_learner_fuzz.py": 280, "test_repro.py": 200, "test_update_reductions.py": 55,
            "test_ptx.py": 55, "test_math.py": 65, "test_slices.py": 15, "test_gpu_examples.py": 25,
            "test_math_lanes.py": 20, "test_models.py": 32,
            "test_wheel.py": 28, "test_bench.py": 23, "test_tiled.py": 15, "test_slurm.py": 15,
