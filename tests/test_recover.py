@@ -146,9 +146,13 @@ def test_a_launch_checkpoints_periodically_and_resumes_in_global_steps(example_r
 
 
 # -- fault injection -----------------------------------------------------------------------------------
-FAILED_AS = {   # HOW -> (the victim's exit, the refusal the coordinator gives)
-    "kill": (-9, "peer-lost"), "stop": (-9, "peer-lost"), "close": (72, "peer-lost"),
-    "corrupt": (72, "frame-bad-header")}
+# HOW -> (the victim's exit, the refusals the coordinator may give). A role writes a frame in
+# more than one write, so a fault between two of them leaves the coordinator a cut frame:
+# `frame-truncated` is then the failure by name as much as `peer-lost` (a fresh clone's CI saw
+# the coordinator refuse `frame-truncated` after `close`).
+CUT = {"peer-lost", "frame-truncated"}
+FAILED_AS = {"kill": (-9, CUT), "stop": (-9, CUT), "close": (72, CUT),
+             "corrupt": (72, {"frame-bad-header"})}
 
 
 @pytest.mark.parametrize("how", sorted(FAILED_AS))
@@ -161,7 +165,7 @@ def test_each_fault_fails_the_run_by_name(how, example_roles, tmp_path):
     roles = {r["role"]: r for r in rec["roles"]}
     assert not rec["passed"] and rec["faults"] == [{"role": "owner.2", "step": 50, "how": how, "done": True}]
     assert roles["owner.2"]["exit"] == FAILED_AS[how][0]
-    assert roles["coordinator"]["refused"] == FAILED_AS[how][1]
+    assert roles["coordinator"]["refused"] in FAILED_AS[how][1]
     assert all(r["refused"] == "peer-lost" for n, r in roles.items() if n not in ("owner.2", "coordinator"))
     assert 50 <= roles["owner.2"]["timing"]["steps"] < 400
 
