@@ -120,8 +120,8 @@ from conftest import ROOT
 # per-sample body lowered one sample at a time, structural twins computed once), then vector
 # exp and tanh (math +147: math/lanes.py, the staging language rendered over 4 and 8 lanes;
 # lower +18: the lane calls in the wide levels' loops; tools +11: mathexe's vector filter) and
-# exact_sum's blocked terms (runtime +94: xsum.rt's xc_add_lanes and xc_round_window; lower +7)
-BUDGETS = {"parse": 1160, "types": 1420, "ir": 1612, "dist": 1602, "lower": 4972, "runtime": 3779,
+# exact_sum's blocked terms (runtime +94: xsum.rt's xc_add_lanes and xc_round_window; lower +9)
+BUDGETS = {"parse": 1160, "types": 1420, "ir": 1612, "dist": 1602, "lower": 4974, "runtime": 3779,
            "x86_64": 1123, "aarch64": 1051, "elf": 480, "ptx": 1793, "nvdrv": 1337, "tools": 3057,
            "math": 1868, "": 3306}
 

@@ -51,6 +51,7 @@ from alphac.math.lanes import FAST as LANE_FAST, lane_name, lane_source
 UNROLL = 8
 SAMPLE_LANES = 4      # learner_grad's samples per block (full batch, not exact_sum); 8 with f64x8
 BLOCK_NODES = 500     # a per-sample DAG above this many nodes (windows unrolled) is not blocked
+EXACT_BLOCK_NODES = 150   # nor, under exact_sum, above this many (seq_attention's 204: 27 s at v4)
 MATVEC_CHAINS = 8     # independent dot chains in one block of W @ b (rows x lane pairs)
 OPS = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
 CMP = {"gt": "fgt({0}, {1}) != 0", "ge": "fge({0}, {1}) != 0",      # Where's comparisons (IEEE:
@@ -1400,9 +1401,10 @@ def large_body(lr: Learner) -> bool:
     """Whether the per-sample DAG has more than BLOCK_NODES nodes: its code, emitted once per
     lane of a block (twice: the first block and the rest) and once for the rest, would be nine
     copies (seventeen with f64x8) of a body that a windowed learner's unrolled windows make
-    large; one sample at a time emits it once, with the same operations in the same order."""
+    large (under exact_sum, whose blocks also keep every term lane by lane, sooner); one sample
+    at a time emits it once, with the same operations in the same order."""
     roots = [c.node for p in lr.params for c in lr.grads[p.name]] + [lr.loss]
-    return len(postorder(roots)) > BLOCK_NODES
+    return len(postorder(roots)) > (EXACT_BLOCK_NODES if lr.exact else BLOCK_NODES)
 
 
 def scattered(lr: Learner, param: str) -> bool:
