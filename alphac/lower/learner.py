@@ -1166,8 +1166,8 @@ class LearnerCode:
         if exact:                        # the exact sums' accumulator (xsum.rt), one at a time
             self.globals += [f"global XRD: [i64; {XC_WORDS}];", f"global XRDSP: [i64; {XS_DIGITS}];"]
             out += ("fn learner_exact_total(x: i64, n: i64) -> f64 {\n    xc_clear_n(XRD, XRDSP, 1);\n"
-                    "    let j = 0;\n    while j < n {\n        xc_add_n(XRD, XRDSP, x + 8 * j, 1);\n"
-                    "        j = j + 1;\n    }\n    return xc_round(XRD, XRDSP);\n}\n\n")
+                    "    xc_add_lanes(XRD, XRDSP, x, 1, n);\n"        # one coordinate, n terms in a row
+                    "    return xc_round(XRD, XRDSP);\n}\n\n")
         return out
 
     def gen_scalars(self) -> str:
