@@ -815,7 +815,7 @@ def test_periodic_checkpoints_go_to_a_claim_every_pod_mounts(built, tmp_path):
         assert code != 0 and ("--checkpoint-claim" in err) and not (tmp_path / "bad").exists()
 
 
-@pytest.mark.parametrize("dep,victim", [("lsq_adam_star", 2), ("lsq_adam_tree", 1)])
+@pytest.mark.parametrize("dep,victim", [("lsq_adam_star", 2), ("lsq_adam_tree", 1), ("lsq_adam_mesh", 2)])
 def test_a_pod_killed_at_a_step_is_replaced_and_every_pod_resumes(built, tmp_path, dep, victim):
     """`--restarts 1`: a pod killed after the run's checkpoint of step 100 (an owner of a star; an
     aggregator of a hierarchy, whose owners lose their parent) fails; every other pod refuses
