@@ -124,6 +124,11 @@ HELLO_BYTES = IDENTITY_BYTES + 64         # the identity, the sender's nonce, it
 NONCE_BYTES = 32                          # a CHALLENGE's payload: the acceptor's nonce
 
 # -- checkpoint manifests (DESIGN.md contract 6) ---------------------------------------------------
+# A learner's constants, data and state hold at most MAX_VALUES binary64 values (alphac.types.check
+# counts them; a checkpoint's shard is refused beyond it), and a .npy file's header is at most
+# NPY_HEADER bytes (numpy's own bound is 10,000).
+MAX_VALUES = 1 << 20
+NPY_HEADER = 1 << 16
 CKPT_MAGIC = b"ALPHCKPT"
 CKPT_FORMAT = 2                           # 2: room for names of NAME_MAX bytes (1: 31, 71)
 # The longest name the language takes (alphac.parse.lexer, E0005), a state's or a role's; a role

@@ -275,12 +275,12 @@ def test_shrink_is_refused_by_name_under_the_ordered_contract(example_roles, tmp
 def test_a_shrink_the_compiler_refuses_restarts_on_the_same_roles(exact_built, monkeypatch):
     """When the smaller deployment cannot be built (GPU owners, a deployment the compiler refuses),
     the run goes on with the same roles and the record says why."""
-    import alphac.tools.launch as launcher
+    import alphac.tools.shrink as shrinker               # the launcher imports it when it shrinks
     from alphac.refusals import Refusal
 
     def refused(*args):
         raise Refusal("launch-input", "--shrink: not built here")
-    monkeypatch.setattr(launcher, "shrink_build", refused)
+    monkeypatch.setattr(shrinker, "build", refused)
     rec = launch(exact_built / "lsq_adam_star", exact_built, steps=STEPS, checkpoint=exact_built / "ck",
                  checkpoint_every=EVERY, restarts=1, shrink=True, fail=["owner.3@100"])
     [f] = rec["failures"]

@@ -24,10 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from alphac.formats import (CKPT_FORMAT, CKPT_HEADER, CKPT_MAGIC, CKPT_RECORD, CKPT_SHARD, CKPT_SUB,
-                            CKPT_TRAILER)
+                            CKPT_TRAILER, MAX_VALUES, NPY_HEADER)
 
 from alphac.files import read_regular
-from alphac.types.check import MAX_VALUES, NPY_HEADER
 from alphac.encode import json_text
 
 HDR, REC = CKPT_HEADER.size, CKPT_RECORD.size

@@ -22,7 +22,6 @@ from alphac.targets import LEVELS, below, emulator, host_runs, names
 from alphac.tools.ckpt import CheckpointError, newest, read_manifest
 from alphac.tools.record import (events_key, stream_events, stream_lines, make_record, new_record_dir, record_key, reserve_record,
                                  run_key, seal, space_needed, write_record)
-from alphac.tools.shrink import build as shrink_build, check_source
 from alphac.tools.supervise import HOWS, Fault, Progress, RoleRun, run_roles
 from alphac.tools.table import artifact_key, load_build
 
@@ -175,8 +174,9 @@ def launch(dep_dir: str | Path, steps: int = 5, deadline_ms: int = 10000,
     resume, start = resume_point(resume)
     end = start + steps
     table, manifest, mpath, hashes = load_build(dep_dir)
-    if shrink:                          # refused by name before anything starts
-        src, plan = check_source(table, manifest)
+    if shrink:                          # refused by name before anything starts; imported here:
+        from alphac.tools.shrink import build as shrink_build, check_source   # the compiler's
+        src, plan = check_source(table, manifest)                             # modules, only then
     if targets:                        # run other builds of the roles (e.g. every owner swapped)
         for r in table["roles"]:
             r["target"] = targets.get(r["role"], r["target"])

@@ -37,6 +37,7 @@ from pathlib import Path
 
 from alphac.diag import Sink, Span
 from alphac.files import read_regular
+from alphac.formats import MAX_VALUES, NPY_HEADER
 from alphac.ir import learner as ir
 from alphac.ir.evaluate import fold
 from alphac.ir.learner import type_text, wide
@@ -58,8 +59,6 @@ COMPARE = {">": ("gt", False), ">=": ("ge", False), "<": ("gt", True), "<=": ("g
 VARIADIC = {"max": (1, 2)}         # max(v) of a vector is a reduction; max(a, b) elementwise
 MAX_ONEHOT = 1 << 16
 MAX_POW = 8
-MAX_VALUES = 1 << 20               # constants, data and state of one learner: 8 MiB of binary64
-NPY_HEADER = 1 << 16               # a .npy file's header, at most (numpy's own bound is 10,000 bytes)
 
 
 @dataclass
