@@ -163,3 +163,15 @@ def test_build_all_shows_progress_when_asked(tmp_path, monkeypatch):
     assert steps == [(k, n) for k in range(1, n + 1)] and n > 1, err
     code, out, err = alphac("build-all", "--out", "c")            # stderr is not a terminal
     assert code == 0 and "build-all: [" not in err
+
+
+def test_the_launcher_does_not_import_the_compiler():
+    """`alphac launch` starts roles that are already built: importing the launcher must not load
+    the compiler's front end, its math library or the shrink rule (about 130 ms before this test),
+    only what a run needs; `--shrink` imports the rule when it is asked for."""
+    import subprocess
+    import sys
+    code = ("import sys, alphac.tools.launch; print(sorted(m for m in sys.modules if m.startswith("
+            "('alphac.types', 'alphac.math', 'alphac.ir', 'alphac.parse', 'alphac.tools.shrink'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert out.stdout.strip() == "[]"
