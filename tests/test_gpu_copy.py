@@ -73,7 +73,7 @@ def test_a_host_that_reads_the_copies_before_its_wait_is_caught(monkeypatch, tmp
     need_mock()
     path, built = build(tmp_path)
     ok = mockgpu.run(path, ("--steps", "2"), card=card_for(90), kernels=built.kernels, latency=3)
-    assert (ok.returncode, ok.errors) == (0, []) and len(ok.copies) == 2 * 6       # G and five states
+    assert (ok.returncode, ok.errors) == (0, []) and len(ok.copies) == 1 + 2 * 6   # the upload; G and five states
     from alphac.lower import gpu as gpu_lowering
     step = gpu_lowering.step
     monkeypatch.setattr(gpu_lowering, "step", lambda lr, img: step(lr, img).replace("    gpu_wait();\n", "").replace(
@@ -157,3 +157,15 @@ def test_the_mock_refuses_a_copy_it_does_not_model_by_name(words, error):
     gpu, ch, sys_, errors = card()
     gpu.pushbuf(ch, words())
     assert errors == [error] and bytes(sys_.mm[:64]) == bytes(64)
+
+
+def test_the_image_and_the_rows_reach_the_card_only_by_the_setup_copy(monkeypatch, tmp_path):
+    """The host writes the launch image and the data rows to `staging` (system memory), never
+    through BAR1: without the setup push buffer's copy, the card's arena holds no push buffer."""
+    need_mock()
+    real = image_mod.setup_pushbuf
+    monkeypatch.setattr(image_mod, "setup_pushbuf", lambda arch, sem, va=0, per_tpc=0, upload=None:
+                        real(arch, sem, va, per_tpc))
+    path, built = build(tmp_path)
+    r = mockgpu.run(path, ("--steps", "1"), card=card_for(90), kernels=built.kernels, timeout=30)
+    assert r.launches == [] and r.copies == [] and r.errors[:1] == ["push buffer: unknown opcode 0 in 0x00000000"]

@@ -102,14 +102,18 @@ def test_owner_prints_the_oracle_bits(name, sm):
     events = [split_event(line) for line in r.events.split("\n")[1:-1]]
     mem = [f"memory {a.name} {a.size}" for a in built.gpu.allocations
            if a.where in ("vidmem", "sysmem", "sysmem-cached", "vidmem-gpu")]
-    assert [what for what, _ in events] == ["shadow full", "identity", "uvm", *mem, "memory", "channel", "uploaded",
+    assert [what for what, _ in events] == ["shadow full", "identity", "uvm", *mem, "memory", "channel", "image", "rows",
+                                            "uploaded",
                                             *(f"step {k}" for k in range(1, 6)), "done"]
     assert r.events.endswith("\n") and [t for _, t in events] == sorted(t for _, t in events)
-    assert sum(size for _, size in r.allocations) == built.gpu.demand + image_mod.SYSMEM_SIZE + \
-        built.gpu.alloc("results").size
+    assert sum(size for _, size in r.allocations) == built.gpu.demand + \
+        sum(a.size for a in built.gpu.allocations if a.where.startswith("sysmem"))
     # each step's results copied to system memory by the copy engine, in the step's one submission
     chain = built.gpu.chains[tuple(built.gpu.chains)[-1]]
-    assert chain.copies and r.copies == list(chain.copies) * 5
+    assert chain.copies and r.copies[1:] == list(chain.copies) * 5
+    # and before them, at start-up, the image and the rows from system memory in one copy
+    g = built.gpu
+    assert r.copies[0][:2] == (g.alloc("staging").va, g.alloc("arena").va) and r.copies[0][2] >= len(g.image)
     assert {built.gpu.results[k] for k in built.gpu.results} >= {dst for _, dst, _ in chain.copies}
 
 

@@ -48,7 +48,7 @@ def constants(img: GpuImage, conv: Conversation, table: bytes) -> dict[str, int]
         "NV_CALL_WORDS": len(table) // 8,
         "NV_SLOT_TOKEN": conv.slots["token"],
         "GPU_IMAGE_BYTES": len(img.image),
-        "GPU_ARENA": img.alloc("arena").va,
+        "GPU_STAGING": img.alloc("staging").va,
         "GPU_SEMAPHORE": img.semaphore_va,
         "GPU_RELEASED": SEM_RELEASED,
         "GPU_RING": img.ring_va,
@@ -298,24 +298,25 @@ fn gpu_exact_check(step: i64) {{
 
 
 def rows_source(lr: Learner, img: GpuImage, lo: int, hi: int) -> str:
-    """`gpu_rows()`: the owner's data rows lo..hi-1 written to the card (the host read and
-    checked them; a minibatch learner's are read from their files here, a row at a time)."""
+    """`gpu_rows()`: the owner's data rows lo..hi-1 written to `staging`, which the setup push
+    buffer copies to the card (the host read and checked them; a minibatch learner's are read
+    from their files here, a row at a time)."""
     from alphac.lower.learner import row_address, streamed
     body = []
     if hi > lo and lr.data:
         body += [f"    let i = {lo};", f"    while i < {hi} {{"]
-        body += [f"        vec_copy({img.buffers[f'rows_{d.name}']:#x} + {8 * d.cols} * (i - {lo}), "
+        body += [f"        vec_copy({img.staged(f'rows_{d.name}'):#x} + {8 * d.cols} * (i - {lo}), "
                  f"{row_address(d, 'i', streamed(lr))}, {d.cols});" for d in lr.data]
         body += ["        i = i + 1;", "    }"]
     return "fn gpu_rows() {\n" + "\n".join(body) + "\n}\n"
 
 
 def role_start(lr: Learner, img: GpuImage, lo: int, hi: int) -> str:
-    """`role_device_start()`: the image checked, the conversation, the upload, the channel set
-    up, the role's rows written to the card."""
+    """`role_device_start()`: the image checked, the conversation, the image and the role's rows
+    written to `staging`, the channel set up and they copied to the card."""
     body = ["    rt_event(gpu_owner_name);", "    gpu_check_image();", "    nv_converse(0);",
-            "    gpu_upload();", "    gpu_submit(GPU_SETUP_ENTRY);", "    gpu_rows();",
-            '    rt_event("uploaded");']
+            "    gpu_upload();", '    rt_event("image");', "    gpu_rows();", '    rt_event("rows");',
+            "    gpu_submit(GPU_SETUP_ENTRY);", '    rt_event("uploaded");']
     return "fn role_device_start() {\n" + "\n".join(body) + "\n}\n" + rows_source(lr, img, lo, hi)
 
 

@@ -14,6 +14,10 @@ the target's `abi.Arch` and the host, `plan()` fixes, at compile time, everythin
                                                 copy engine copies out of the arena at the end of
                                                 a chain (G, xd, xc, the states), the only card
                                                 results the host reads
+    staging     after it        64 KiB units    system memory the host maps cached: the host
+                                                writes the launch image and the data rows there
+                                                at the arena's offsets, the setup push buffer
+                                                (read from here) copies them into the arena
     channel     after it        64 MiB          a VA range UVM reserves for the channel (unmapped)
     usermode    after it        64 KiB          the usermode page (the doorbell at 0x90)
     local       after it        see below       video memory mapped for the GPU only: the
@@ -206,6 +210,10 @@ class GpuImage:
     def demand(self) -> int:
         return sum(a.size for a in self.allocations if a.where in ("vidmem", "vidmem-gpu"))
 
+    def staged(self, name: str) -> int:
+        """Where the host writes buffer `name` at start-up: its place in `staging`."""
+        return self.alloc("staging").va + self.buffers[name] - ARENA_VA
+
     @property
     def semaphore_va(self) -> int:
         return self.alloc("sysmem").va + SEMAPHORE_OFFSET
@@ -249,8 +257,10 @@ def semaphore_release(arch: abi.Arch, va: int) -> list[int]:
 SETUP_DWORDS, SETUP_LOCAL_DWORDS = 10 + 6, 7
 
 
-def setup_pushbuf(arch: abi.Arch, sem_va: int, local_va: int = 0, per_tpc: int = 0) -> list[int]:
-    """SET_OBJECT, the two windows, the local-memory area when there is one, the release."""
+def setup_pushbuf(arch: abi.Arch, sem_va: int, local_va: int = 0, per_tpc: int = 0, upload=None) -> list[int]:
+    """SET_OBJECT, the two windows, the local-memory area when there is one, the release; with
+    `upload` (staging va, arena va, bytes) the copy engine's copy of the image and the rows into
+    the arena before its release (the GPU reads this push buffer from `staging`)."""
     c = arch.compute_methods
     m = METHODS[c]
     local = []
@@ -268,7 +278,9 @@ def setup_pushbuf(arch: abi.Arch, sem_va: int, local_va: int = 0, per_tpc: int =
             method(SUBCH_COMPUTE, m["SET_SHADER_LOCAL_MEMORY_WINDOW_A"], 2), LOCAL_WINDOW >> 32,
             LOCAL_WINDOW & 0xffffffff,
             method(SUBCH_COMPUTE, m["SET_SHADER_SHARED_MEMORY_WINDOW_A"], 2), SHARED_WINDOW[arch.sm] >> 32,
-            SHARED_WINDOW[arch.sm] & 0xffffffff] + local + semaphore_release(arch, sem_va)
+            SHARED_WINDOW[arch.sm] & 0xffffffff] + local + (
+                host_wfi(arch) + copy_out(arch, *upload) + copy_release(arch, sem_va) if upload else
+                semaphore_release(arch, sem_va))
 
 
 def wait_for_idle(arch: abi.Arch) -> list[int]:
@@ -540,7 +552,6 @@ def plan(od: OwnerData, built: list, sm: int, share: Share | None = None,
     # the copies out
     pb_off = {c: put(bytes(4 * (8 * len(launched(c)) - 2 + 6 + copies_dwords(
         [(0, 0, out_sizes[k]) for k in outs(launched(c))]))), 256) for c in od.chains if launched(c)}
-    setup_off = put(bytes(4 * (SETUP_DWORDS + (SETUP_LOCAL_DWORDS if stack else 0))), 256)
 
     buffers: dict[str, int] = {}
     for name, init in od.states:
@@ -549,8 +560,13 @@ def plan(od: OwnerData, built: list, sm: int, share: Share | None = None,
         for p in b.kernel.params:
             if p.role == "const":
                 buffers[f"{b.kernel.name}.{p.name}"] = put(struct.pack(f"<{len(p.values)}d", *p.values), 256)
-    image_end = round_up(len(arena), 8)
     rows = share.hi - share.lo
+    # the setup push buffer, last: it ends with the copy of the image and the rows from `staging`
+    rows_bytes = sum(round_up(8 * max(1, rows * cols), 256) for _, cols in od.data)
+    setup_dwords = SETUP_DWORDS + (SETUP_LOCAL_DWORDS if stack else 0)
+    pieces = -(-(len(arena) + 4 * setup_dwords + 2048 + rows_bytes) // COPY_PIECE)
+    setup_off = put(bytes(4 * (setup_dwords + copies_dwords([(0, 0, pieces * COPY_PIECE)]))), 256)
+    image_end = round_up(len(arena), 8)
     end = round_up(image_end, 256)
     for name, cols in od.data:          # written by the host at start-up: past the image
         buffers[f"rows_{name}"] = end
@@ -572,8 +588,10 @@ def plan(od: OwnerData, built: list, sm: int, share: Share | None = None,
 
     va = ARENA_VA
     allocs = []
+    upload_end = round_up(image_end, 256) + rows_bytes     # the image and the rows, from `staging`
     table = [("arena", arena_size, "vidmem"), ("gpfifo", GPFIFO_AREA, "vidmem"),
              ("sysmem", SYSMEM_SIZE, "sysmem"), ("results", round_up(max(at, 1), SYSMEM_SIZE), "sysmem-cached"),
+             ("staging", round_up(upload_end, SYSMEM_SIZE), "sysmem-cached"),
              ("channel", CHANNEL_RANGE, "reserved"), ("usermode", USERMODE_SIZE, "usermode")]
     per_tpc = local_per_tpc(per_thread, topology) if stack else 0
     if stack:
@@ -635,11 +653,12 @@ def plan(od: OwnerData, built: list, sm: int, share: Share | None = None,
         chains[c] = Chain(launched(c), ARENA_VA + off, tuple(pb), gpfifo_entry(arch, ARENA_VA + off, len(pb)),
                           copies)
     local_va = allocs[-1].va if stack else 0
-    setup = setup_pushbuf(arch, sem_va, local_va, per_tpc)
+    staging = allocs[4].va
+    setup = setup_pushbuf(arch, sem_va, local_va, per_tpc, (staging, ARENA_VA, upload_end))
     arena[setup_off:setup_off + 4 * len(setup)] = struct.pack(f"<{len(setup)}I", *setup)
     image = bytes(arena[:image_end]) + bytes(image_end - len(arena))
     return GpuImage(sm, arch, tuple(allocs), tuple(launches), tuple(setup),
-                    gpfifo_entry(arch, ARENA_VA + setup_off, len(setup)), vas, image,
+                    gpfifo_entry(arch, staging + setup_off, len(setup)), vas, image,
                     hashlib.sha256(image).digest(), per_thread, per_tpc, topology if stack else None,
                     {c: chains.get(c) for c in od.chains}, results)
 
