@@ -111,6 +111,13 @@ def test_a_card_without_the_copy_class_is_refused_by_name():
     identity_only(r, built)
     r, _ = run("lsq_adam", 90, args=("--probe-identity",), card=card_for(90, copy_class=False))
     assert "class c8b5 absent\n" in r.stdout
+    # listed, but its allocation refused: `nvidia-call`, the call and the driver's status named
+    r, built = run("lsq_adam", 90, card=card_for(90, copy_refused=True))
+    refused(r, "nvidia-call")
+    at = next(i for i, c in enumerate(built.conversation.calls) if c.what == "NV_ESC_RM_ALLOC HOPPER_DMA_COPY_A")
+    from alphac.tools.record import split_event
+    assert [split_event(e)[0] for e in r.events.split("\n")[-4:-1]] == \
+        [f"nvidia call {at}", f"status {abi.STATUS_CODES['NV_ERR_INSUFFICIENT_RESOURCES']}", "refused: nvidia-call"]
 
 
 # -- the mock's copy engine, directly ----------------------------------------------------------

@@ -55,6 +55,7 @@ class Card:
     topology: tuple | None = None       # GR_GET_INFO's (GPCs, TPCs/GPC, SMs/TPC, warps/SM)
     boost_denied: bool = False          # PERF_BOOST answered NV_ERR_INSUFFICIENT_PERMISSIONS
     copy_class: bool = True             # False: the class list has no DMA copy class
+    copy_refused: bool = False          # the copy object's RM_ALLOC answered NV_ERR_INSUFFICIENT_RESOURCES
 
     def __post_init__(self):
         if self.topology is None:       # the chips' LITTER values: GH100 8x9x2, 64 warps; GA102
@@ -415,6 +416,9 @@ class Driver:
         elif kind == "compute":
             self.objects[v["hObjectParent"]].channel.compute = cls
         elif kind == "copy":
+            if self.card.copy_refused:              # a driver out of copy engines: not a mock error
+                v["status"] = ERR["NV_ERR_INSUFFICIENT_RESOURCES"]
+                return None
             self.objects[v["hObjectParent"]].channel.copy = cls
         v["hObjectNew"] = self.new_handle(obj)
         v["status"] = OK
