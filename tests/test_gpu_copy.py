@@ -62,7 +62,8 @@ def test_every_chain_ends_with_its_copies_and_the_copy_engines_release():
 
 def test_a_copy_longer_than_a_launch_is_split():
     pb = image_mod.copy_out(ARCH, 0x10_0000_0000, 0x20_0000_0000, 3 << 30)
-    lengths = [pb[i + 1] for i, w in enumerate(pb) if w == image_mod.method(4, abi.METHODS["NVC8B5"]["LINE_LENGTH_IN"], 1)]
+    header = image_mod.method(4, abi.METHODS["NVC8B5"]["LINE_LENGTH_IN"], 1)
+    lengths = [pb[i + 1] for i, w in enumerate(pb) if w == header]
     assert lengths == [1 << 31, 1 << 30] and image_mod.copies_dwords([(0, 0, 3 << 30)]) == 2 + len(pb)
 
 

@@ -102,8 +102,8 @@ def test_owner_prints_the_oracle_bits(name, sm):
     events = [split_event(line) for line in r.events.split("\n")[1:-1]]
     mem = [f"memory {a.name} {a.size}" for a in built.gpu.allocations
            if a.where in ("vidmem", "sysmem", "sysmem-cached", "vidmem-gpu")]
-    assert [what for what, _ in events] == ["shadow full", "identity", "uvm", *mem, "memory", "channel", "image", "rows",
-                                            "uploaded",
+    assert [what for what, _ in events] == ["shadow full", "identity", "uvm", *mem, "memory", "channel", "image",
+                                            "rows", "uploaded",
                                             *(f"step {k}" for k in range(1, 6)), "done"]
     assert r.events.endswith("\n") and [t for _, t in events] == sorted(t for _, t in events)
     assert sum(size for _, size in r.allocations) == built.gpu.demand + \

@@ -26,8 +26,9 @@ the target's `abi.Arch` and the host, `plan()` fixes, at compile time, everythin
 Every address is chosen here (UVM maps each allocation at the same address for the CPU and the
 GPU), so the QMDs, constant banks and push buffers are complete at compile time; at run time the
 owner writes only the scalar-state parameters into a constant bank, the semaphore, one GPFIFO
-entry, GPPut and the doorbell, and it reads the card's results only from `results`. The *launch image* is the arena's initial bytes (code to the end of
-the constants); the executable carries it with its SHA-256 and checks that before uploading.
+entry, GPPut and the doorbell, and it reads the card's results only from `results`. The *launch
+image* is the arena's initial bytes (code to the end of the constants); the executable carries it
+with its SHA-256, checks that, and writes it to `staging`, whence the setup push buffer copies it.
 
 Memory demand (what admission checks against the card's declared memory, E0120) is the video
 memory allocated: the arena, the GPFIFO area and the local-memory area, in 2 MiB units.
@@ -292,7 +293,8 @@ def host_wfi(arch: abi.Arch) -> list[int]:
     """The host's WFI (scope all): what follows, on any engine of the channel, starts after every
     earlier launch ended; what orders the copy engine after the kernels."""
     h = arch.host_methods
-    return [method(SUBCH_HOST, METHODS[h]["WFI"], 1), pack_bitfields({f"{h}_WFI_SCOPE": CONSTANTS[f"{h}_WFI_SCOPE_ALL"]})]
+    return [method(SUBCH_HOST, METHODS[h]["WFI"], 1),
+            pack_bitfields({f"{h}_WFI_SCOPE": CONSTANTS[f"{h}_WFI_SCOPE_ALL"]})]
 
 
 def copy_dma(arch: abi.Arch, **fields) -> int:

@@ -374,7 +374,7 @@ class Gpu:
                     v("DST_MEMORY_LAYOUT", "PITCH"), "MULTI_LINE_ENABLE": v("MULTI_LINE_ENABLE", "FALSE"),
                     "SRC_TYPE": v("SRC_TYPE", "VIRTUAL"), "DST_TYPE": v("DST_TYPE", "VIRTUAL")}
             other = [k for k, w in want.items() if f(k) != w]
-            if other or transfer not in (v("DATA_TRANSFER_TYPE", "PIPELINED"), v("DATA_TRANSFER_TYPE", "NON_PIPELINED")):
+            if other or transfer not in (v("DATA_TRANSFER_TYPE", t) for t in ("PIPELINED", "NON_PIPELINED")):
                 self.errors.append(f"LAUNCH_DMA {data:#x}: {', '.join(other) or 'DATA_TRANSFER_TYPE'} is not a "
                                    "linear copy between virtual addresses")
                 return
