@@ -117,7 +117,8 @@ def test_a_spilling_owner_prints_the_interpreters_bits(work, sm):
     assert r.stdout == want
     assert [la[0] for la in r.launches].count("grad_samples") == STEPS
     assert ("NV1_MEMORY_USER", area.size) in r.allocations
-    assert sum(size for _, size in r.allocations) == g.demand + image_mod.SYSMEM_SIZE
+    assert sum(size for _, size in r.allocations) == g.demand + sum(a.size for a in g.allocations
+                                                                    if a.where.startswith("sysmem"))
     assert r.device_calls() == built.conversation.expected_trace()
 
 
@@ -179,7 +180,8 @@ def local_error(r, what: str):
 
 def test_the_local_memory_setup_left_out_fails(work, monkeypatch):
     real = image_mod.setup_pushbuf
-    monkeypatch.setattr(image_mod, "setup_pushbuf", lambda arch, sem, va=0, per_tpc=0: real(arch, sem))
+    monkeypatch.setattr(image_mod, "setup_pushbuf",
+                        lambda arch, sem, va=0, per_tpc=0, upload=None: real(arch, sem, upload=upload))
     r, _ = run(work, 90, tag=".nosetup")
     local_error(r, "no local-memory area is set up")
 

@@ -100,11 +100,21 @@ def test_owner_prints_the_oracle_bits(name, sm):
     assert r.submissions == 1 + 5       # the setup, then one a step (before the chains: 1 + 5 x 3)
     from alphac.tools.record import split_event
     events = [split_event(line) for line in r.events.split("\n")[1:-1]]
-    mem = [f"memory {a.name} {a.size}" for a in built.gpu.allocations if a.where in ("vidmem", "sysmem", "vidmem-gpu")]
-    assert [what for what, _ in events] == ["shadow full", "identity", "uvm", *mem, "memory", "channel", "uploaded",
+    mem = [f"memory {a.name} {a.size}" for a in built.gpu.allocations
+           if a.where in ("vidmem", "sysmem", "sysmem-cached", "vidmem-gpu")]
+    assert [what for what, _ in events] == ["shadow full", "identity", "uvm", *mem, "memory", "channel", "image",
+                                            "rows", "uploaded",
                                             *(f"step {k}" for k in range(1, 6)), "done"]
     assert r.events.endswith("\n") and [t for _, t in events] == sorted(t for _, t in events)
-    assert sum(size for _, size in r.allocations) == built.gpu.demand + image_mod.SYSMEM_SIZE
+    assert sum(size for _, size in r.allocations) == built.gpu.demand + \
+        sum(a.size for a in built.gpu.allocations if a.where.startswith("sysmem"))
+    # each step's results copied to system memory by the copy engine, in the step's one submission
+    chain = built.gpu.chains[tuple(built.gpu.chains)[-1]]
+    assert chain.copies and r.copies[1:] == list(chain.copies) * 5
+    # and before them, at start-up, the image and the rows from system memory in one copy
+    g = built.gpu
+    assert r.copies[0][:2] == (g.alloc("staging").va, g.alloc("arena").va) and r.copies[0][2] >= len(g.image)
+    assert {built.gpu.results[k] for k in built.gpu.results} >= {dst for _, dst, _ in chain.copies}
 
 
 def test_an_owner_of_a_learner_with_the_functions_prints_the_interpreters_bits():
@@ -187,7 +197,7 @@ def test_probe_identity_prints_what_the_driver_says():
     assert r.errors == [] and r.returncode == 0 and r.allocations == []
     assert r.stdout.split("\n") == [
         "driver 580.159.04", "uuid GPU-00010203-0405-0607-0809-0a0b0c0d0e0f", "product NVIDIA H200",
-        "class cbc0 present", "class c86f present", "class c661 present",
+        "class cbc0 present", "class c86f present", "class c661 present", "class c8b5 present",
         f"memory-kib {143771 << 10}", "gpcs 8", "tpcs-per-gpc 9", "sms-per-tpc 2", "warps-per-sm 64", ""]
     assert not any(t[0] == "openat" and t[1] == "/dev/nvidia-uvm" for t in r.trace)
 
@@ -419,6 +429,7 @@ def test_identity_comes_before_any_allocation():
     checks = [x.what for x in before if x.op in (conv_mod.EXPECT, conv_mod.FIND)]
     assert checks == ["expect driver", "card /dev/nvidia0", "expect uuid", "expect product",
                       "class HOPPER_COMPUTE_A", "class HOPPER_CHANNEL_GPFIFO_A", "class HOPPER_USERMODE_A",
+                      "class HOPPER_DMA_COPY_A",
                       "expect memory-kib", "expect gpcs", "expect tpcs-per-gpc", "expect sms-per-tpc",
                       "expect warps-per-sm"]
 
@@ -451,7 +462,7 @@ def test_qmds_and_push_buffers_decode_to_the_plan(sm):
         pb, pcas = list(c.pushbuf), image_mod.method(1, methods["SEND_PCAS_A"], 1)
         assert [pb[i + 1] for i, w in enumerate(pb) if w == pcas] == [g.launch(k).qmd_va >> 8 for k in c.kernels]
         assert pb.count(image_mod.method(1, methods["WAIT_FOR_IDLE"], 1)) == len(c.kernels) - 1
-        assert pb[-6:] == image_mod.semaphore_release(arch, g.semaphore_va)
+        assert pb[-6:] == image_mod.copy_release(arch, g.semaphore_va)     # after the copies out
     assert g.image[:len(g.image)] and len(g.image) % 8 == 0
     import hashlib
     assert hashlib.sha256(g.image).digest() == g.sha256

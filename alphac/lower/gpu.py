@@ -14,6 +14,8 @@ SHA-256, and `gpu_step(step)`:
     (abi.batch_kernels), grad_samples, owner_sum,
     outer_sum_<p> (learners with a loss; under exact_sum xsum_clear, grad_samples, xsum_add,
     xsum_fold: exact sums), every update_g<N>; meanwhile learner_group_<N> on the CPU
+    (the chain ends with the copy engine copying G, or the accumulators, and the states to
+    system memory: image.GpuImage.results, where the host reads every result of the card)
     one wait; G compared bit for bit (exact_sum: the card's accumulators, gpu_exact_check),
     then every member of every group
     learner_commit
@@ -46,7 +48,7 @@ def constants(img: GpuImage, conv: Conversation, table: bytes) -> dict[str, int]
         "NV_CALL_WORDS": len(table) // 8,
         "NV_SLOT_TOKEN": conv.slots["token"],
         "GPU_IMAGE_BYTES": len(img.image),
-        "GPU_ARENA": img.alloc("arena").va,
+        "GPU_STAGING": img.alloc("staging").va,
         "GPU_SEMAPHORE": img.semaphore_va,
         "GPU_RELEASED": SEM_RELEASED,
         "GPU_RING": img.ring_va,
@@ -70,10 +72,12 @@ def loss_reads(lr: Learner) -> list:
     return [s for s in lr.states if s.name in read]
 
 
-def g_pieces(lr: Learner, img: GpuImage) -> list[tuple[str, int, int]]:
-    """(param, the card's address of its part of G, its size), in declaration order."""
+def g_pieces(lr: Learner, img: GpuImage, read: bool = False) -> list[tuple[str, int, int]]:
+    """(param, the card's address of its part of G, its size), in declaration order; `read`:
+    where the host reads it, the copy engine's copy in system memory (image.GpuImage.results)."""
     offs = param_layout(lr)
-    return [(p.name, img.buffers["G"] + 8 * offs[p.name], p.size) for p in lr.params]
+    base = img.results["G"] if read else img.buffers["G"]
+    return [(p.name, base + 8 * offs[p.name], p.size) for p in lr.params]
 
 
 def upload(img: GpuImage, name: str, size: int) -> str:
@@ -145,7 +149,7 @@ def step(lr: Learner, img: GpuImage) -> str:
     out += clock_call(lr, "step - 1") + scalars(lr) + update_params(lr, img)
     out += kick(img, grad_kernels(lr) + update_kernels(lr))
     out += [f"learner_group_{g.index}(0, {g.size});" for g in lr.groups] + ["gpu_wait();"] + compare
-    out += [f"gpu_compare({img.buffers[f'state_{s.name}']:#x}, st_{s.name}, {s.size}, step);"
+    out += [f"gpu_compare({img.results[f'state_{s.name}']:#x}, st_{s.name}, {s.size}, step);"
             for g in lr.groups for s in lr.states if s.group == g.index]
     return "fn gpu_step(step: i64) {\n" + "\n".join("    " + x for x in out + ["learner_commit();"]) + "\n}\n\n"
 
@@ -158,7 +162,7 @@ def sampled_step(lr: Learner, img: GpuImage) -> str:
         return "const GPU_SAMPLED = 0;\nconst GPU_CHAIN_BYTES = 40;\nglobal gpu_chain_msg: [u8; 40];\nfn gpu_step_sampled(step: i64, " \
                "last: i64) {\n    refuse(\"usage\");      // main refuses first: never reached\n}\n"
     n = lr.nsamples or 0
-    pieces = g_pieces(lr, img) if lr.loss is not None else []
+    pieces = g_pieces(lr, img, read=True) if lr.loss is not None else []
     at, off = 40, {}                 # each piece's offset in the message: the card's read once
     for key, size in [(("G", p), size) for p, _, size in pieces] + [(s.name, s.size) for s in lr.states]:
         off[key], at = at, at + 8 * size
@@ -177,13 +181,13 @@ def sampled_step(lr: Learner, img: GpuImage) -> str:
         out.append(f"learner_mean({'n' if lr.batch else n});")
     out += ["vec_copy(gpu_chain_msg, gpu_chain_h, 4);", "store64(gpu_chain_msg + 32, step);"]
     assigned = {a.target for a in lr.update}
-    out += [f"vec_copy(gpu_chain_msg + {off[s.name]}, " + (f"{img.buffers[f'state_{s.name}']:#x}" if s.group is not None
+    out += [f"vec_copy(gpu_chain_msg + {off[s.name]}, " + (f"{img.results[f'state_{s.name}']:#x}" if s.group is not None
             else f"{'sn' if s.name in assigned else 'st'}_{s.name}") + f", {s.size});" for s in lr.states]
     out += ["if gpu_chain(step, last) {      // proven: the host's step, compared"]
     host = grad_lines(lr, img, 0, n, "step - 1", "step", [], card=False) if lr.loss is not None else []
     for g in lr.groups:
         host.append(f"learner_group_{g.index}(0, {g.size});")
-        host += [f"gpu_compare({img.buffers[f'state_{s.name}']:#x}, st_{s.name}, {s.size}, step);"
+        host += [f"gpu_compare({img.results[f'state_{s.name}']:#x}, st_{s.name}, {s.size}, step);"
                  for s in lr.states if s.group == g.index]
     out += ["    " + x for x in host] + ['    rt_event_num("proven ", step);', "} else {"]
     out += [f"    vec_copy(st_{s.name}, gpu_chain_msg + {off[s.name]}, {s.size});"
@@ -245,7 +249,7 @@ def exact_source(lr: Learner, img: GpuImage) -> str:
     if not lr.exact_sums:
         return ""
     from alphac.formats import XC_SPILLED, XC_WORDS, XS_DIGITS, XS_FLAGS, XS_WORDS
-    P, xd, xc = param_count(lr), img.buffers["xd"], img.buffers["xc"]
+    P, xd, xc = param_count(lr), img.results["xd"], img.results["xc"]
     special = XS_FLAGS["pinf"] | XS_FLAGS["ninf"] | XS_FLAGS["nan"]      # a non-finite sum
     return f"""global XK: [i64; {P * XC_WORDS}];
 global XKSP: [i64; {P * XS_DIGITS}];
@@ -294,24 +298,25 @@ fn gpu_exact_check(step: i64) {{
 
 
 def rows_source(lr: Learner, img: GpuImage, lo: int, hi: int) -> str:
-    """`gpu_rows()`: the owner's data rows lo..hi-1 written to the card (the host read and
-    checked them; a minibatch learner's are read from their files here, a row at a time)."""
+    """`gpu_rows()`: the owner's data rows lo..hi-1 written to `staging`, which the setup push
+    buffer copies to the card (the host read and checked them; a minibatch learner's are read
+    from their files here, a row at a time)."""
     from alphac.lower.learner import row_address, streamed
     body = []
     if hi > lo and lr.data:
         body += [f"    let i = {lo};", f"    while i < {hi} {{"]
-        body += [f"        vec_copy({img.buffers[f'rows_{d.name}']:#x} + {8 * d.cols} * (i - {lo}), "
+        body += [f"        vec_copy({img.staged(f'rows_{d.name}'):#x} + {8 * d.cols} * (i - {lo}), "
                  f"{row_address(d, 'i', streamed(lr))}, {d.cols});" for d in lr.data]
         body += ["        i = i + 1;", "    }"]
     return "fn gpu_rows() {\n" + "\n".join(body) + "\n}\n"
 
 
 def role_start(lr: Learner, img: GpuImage, lo: int, hi: int) -> str:
-    """`role_device_start()`: the image checked, the conversation, the upload, the channel set
-    up, the role's rows written to the card."""
+    """`role_device_start()`: the image checked, the conversation, the image and the role's rows
+    written to `staging`, the channel set up and they copied to the card."""
     body = ["    rt_event(gpu_owner_name);", "    gpu_check_image();", "    nv_converse(0);",
-            "    gpu_upload();", "    gpu_submit(GPU_SETUP_ENTRY);", "    gpu_rows();",
-            '    rt_event("uploaded");']
+            "    gpu_upload();", '    rt_event("image");', "    gpu_rows();", '    rt_event("rows");',
+            "    gpu_submit(GPU_SETUP_ENTRY);", '    rt_event("uploaded");']
     return "fn role_device_start() {\n" + "\n".join(body) + "\n}\n" + rows_source(lr, img, lo, hi)
 
 
@@ -324,7 +329,7 @@ def grad_parts(lr: Learner, img: GpuImage, lo: int, hi: int, t: str, at: str, st
     `at`; exact_sum: the card's exact sums against the host's)."""
     card = [upload(img, s.name, s.size) for s in states]
     compare = ([f"gpu_exact_check({at});"] if lr.exact else
-               [f"gpu_compare({va:#x}, G_{p}, {size}, {at});" for p, va, size in g_pieces(lr, img)])
+               [f"gpu_compare({va:#x}, G_{p}, {size}, {at});" for p, va, size in g_pieces(lr, img, read=True)])
     if not lr.batch:
         return card, [f"learner_grad({lo}, {hi});"], compare
     card += [f"let gn = gpu_batch({lo}, {hi}, {t});"]
@@ -366,6 +371,6 @@ def role_update(lr: Learner, img: GpuImage, ranges: dict[int, tuple[int, int]]) 
                                             for g in mine] + (["gpu_wait();"] if mine else [])
     for g in mine:
         lo, hi = ranges[g.index]
-        out += [f"gpu_compare({img.buffers[f'state_{s.name}'] + 8 * lo:#x}, st_{s.name} + {8 * lo}, "
+        out += [f"gpu_compare({img.results[f'state_{s.name}'] + 8 * lo:#x}, st_{s.name} + {8 * lo}, "
                 f"{hi - lo}, v + 1);" for s in lr.states if s.group == g.index]
     return out

@@ -14,16 +14,18 @@ is allocated.
     3  CARD_INFO: find the card of /dev/nvidia<minor>    -> nvidia-plan-host if absent
     4  its device instance; open /dev/nvidia<minor>, register it; allocate device, subdevice
     5  ask the UUID                                      -> device-uuid on a difference
-    6  ask the product name, the class list, the memory  -> nvidia-plan-host
+    6  ask the product name, the class list (the compute, channel, usermode and copy classes),
+       the memory                                        -> nvidia-plan-host
        and the topology (GR_GET_INFO)                    -> gpu-topology when the local-memory
                                                             area was sized for less
        ---- identity checked: nothing has been allocated yet but the objects that ask ----
        the SM clock's boost (PERF_BOOST, as libcuda asks it; declining it is not a refusal)
     7  UVM: open, initialize; usermode page (mapped: the doorbell); VA space; register the GPU
-    8  memory: sysmem (notifier, semaphore), the GPFIFO area, the arena; each mapped for the CPU
+    8  memory: sysmem (notifier, semaphore), results (the copies out, mapped cached), the GPFIFO
+       area, the arena; each mapped for the CPU
        (RM_MAP_MEMORY on a fresh fd, then mmap at the planned address) and for the GPU (UVM);
        then the local-memory area when a kernel spills, for the GPU only (not contiguous)
-    9  channel group, context share, GPFIFO channel, compute object, work-submit token,
+    9  channel group, context share, GPFIFO channel, compute and copy objects, work-submit token,
        UVM channel registration, schedule
 
 The calls are encoded into a table of 64-bit words (`encode`) that the runtime interprets
@@ -318,9 +320,11 @@ class Conversation:
                      | n("NVOS32_ALLOC_FLAGS_MAP_NOT_REQUIRED") | n("NVOS32_ALLOC_FLAGS_IGNORE_BANK_PLACEMENT")
                      | n("NVOS32_ALLOC_FLAGS_MEMORY_HANDLE_PROVIDED"))
             cls, kind, align = "NV1_MEMORY_USER", n("NVOS32_TYPE_IMAGE"), 2 << 20
-        else:
+        else:       # sysmem-cached (the copies' results): cached, as pinned host memory is [inferred]
             attr = abi.pack_bitfields({"NVOS32_ATTR_PHYSICALITY": n("NVOS32_ATTR_PHYSICALITY_ALLOW_NONCONTIGUOUS"),
-                                       "NVOS32_ATTR_LOCATION": n("NVOS32_ATTR_LOCATION_PCI")})
+                                       "NVOS32_ATTR_LOCATION": n("NVOS32_ATTR_LOCATION_PCI"),
+                                       **({"NVOS32_ATTR_COHERENCY": n("NVOS32_ATTR_COHERENCY_CACHED")}
+                                          if where == "sysmem-cached" else {})})
             attr2 = abi.pack_bitfields({"NVOS32_ATTR2_ZBC": n("NVOS32_ATTR2_ZBC_PREFER_NO_ZBC"),
                                         "NVOS32_ATTR2_GPU_CACHEABLE": n("NVOS32_ATTR2_GPU_CACHEABLE_NO")})
             flags = (n("NVOS32_ALLOC_FLAGS_IGNORE_BANK_PLACEMENT") | n("NVOS32_ALLOC_FLAGS_MEMORY_HANDLE_PROVIDED")
@@ -330,9 +334,12 @@ class Conversation:
                    {"type": kind, "attr": attr, "attr2": attr2, "flags": flags, "format": MEMORY_FORMAT,
                     "size": size, "alignment": align, "offset": 0, "limit": size - 1},
                    [("owner", SLOT, "h_root")])
-        caching = abi.pack_bitfields({"NVOS33_FLAGS_CACHING_TYPE": n("NVOS33_FLAGS_CACHING_TYPE_DEFAULT")})
+        # tinygrad maps host memory with flags 0: CACHED
+        caching = abi.pack_bitfields({"NVOS33_FLAGS_CACHING_TYPE": n("NVOS33_FLAGS_CACHING_TYPE_CACHED"
+                                                                     if where == "sysmem-cached" else
+                                                                     "NVOS33_FLAGS_CACHING_TYPE_DEFAULT")})
         if where != "vidmem-gpu":
-            self.map_cpu(name, va, size, where == "sysmem", caching)
+            self.map_cpu(name, va, size, where.startswith("sysmem"), caching)
         self.map_gpu(name, va, size)
 
     # -- the conversation --------------------------------------------------------------------
@@ -369,7 +376,7 @@ class Conversation:
                     REFUSE_HOST, "product")
         cl = self.control("h_device", "NV0080_CTRL_CMD_GPU_GET_CLASSLIST_V2")
         cls_off, cls_size = cl.at("classList")
-        for cls in (arch.compute, arch.gpfifo, arch.usermode):
+        for cls in (arch.compute, arch.gpfifo, arch.usermode, arch.dma_copy):
             self.find(cls_off, cls_size // 4, 4, 0, CLASSES[cls], -1, None, f"class {cls}")
         fb = self.control("h_subdevice", "NV2080_CTRL_CMD_FB_GET_INFO_V2",
                           {"fbInfoListSize": 1,
@@ -417,7 +424,7 @@ class Conversation:
                   ("hClient", SLOT, "h_root"), ("hVaSpace", SLOT, "h_vaspace")])
         self.mark("uvm")            # start-up's parts, each an event (issue 42: where the time goes)
         for a in img.allocations:
-            if a.where in ("vidmem", "sysmem", "vidmem-gpu"):
+            if a.where in ("vidmem", "sysmem", "sysmem-cached", "vidmem-gpu"):
                 self.memory(f"h_{a.name}", a.where, a.size, a.va)
                 self.mark(f"memory {a.name} {a.size}")
         self.mark("memory")
@@ -435,6 +442,7 @@ class Conversation:
                    [("hObjectError", SLOT, "h_sysmem"), ("hObjectBuffer", SLOT, "h_gpfifo"),
                     ("hContextShare", SLOT, "h_ctxshare"), ("hUserdMemory[0]", SLOT, "h_gpfifo")])
         self.alloc(arch.compute, "h_channel", "h_compute")
+        self.alloc(arch.dma_copy, "h_channel", "h_copy")      # the copies out, beside it (as libcuda)
         self.control("h_channel", "NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN",
                      {"workSubmitToken": 0xffffffff}, saves=[("workSubmitToken", "token", "zero")])
         ch = img.alloc("channel")

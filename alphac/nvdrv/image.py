@@ -10,6 +10,14 @@ the target's `abi.Arch` and the host, `plan()` fixes, at compile time, everythin
     gpfifo      after it        2 MiB           video memory: the GPFIFO ring, then USERD
     sysmem      after it        64 KiB          system memory: the channel's error notifier, the
                                                 completion semaphore
+    results     after it        64 KiB units    system memory the host maps cached: what the
+                                                copy engine copies out of the arena at the end of
+                                                a chain (G, xd, xc, the states), the only card
+                                                results the host reads
+    staging     after it        64 KiB units    system memory the host maps cached: the host
+                                                writes the launch image and the data rows there
+                                                at the arena's offsets, the setup push buffer
+                                                (read from here) copies them into the arena
     channel     after it        64 MiB          a VA range UVM reserves for the channel (unmapped)
     usermode    after it        64 KiB          the usermode page (the doorbell at 0x90)
     local       after it        see below       video memory mapped for the GPU only: the
@@ -18,8 +26,9 @@ the target's `abi.Arch` and the host, `plan()` fixes, at compile time, everythin
 Every address is chosen here (UVM maps each allocation at the same address for the CPU and the
 GPU), so the QMDs, constant banks and push buffers are complete at compile time; at run time the
 owner writes only the scalar-state parameters into a constant bank, the semaphore, one GPFIFO
-entry, GPPut and the doorbell. The *launch image* is the arena's initial bytes (code to the end of
-the constants); the executable carries it with its SHA-256 and checks that before uploading.
+entry, GPPut and the doorbell, and it reads the card's results only from `results`. The *launch
+image* is the arena's initial bytes (code to the end of the constants); the executable carries it
+with its SHA-256, checks that, and writes it to `staging`, whence the setup push buffer copies it.
 
 Memory demand (what admission checks against the card's declared memory, E0120) is the video
 memory allocated: the arena, the GPFIFO area and the local-memory area, in 2 MiB units.
@@ -48,6 +57,14 @@ Facts and their sources (docs/nvdrv.md has the full list and what is still unkno
     writes the same prefix below Blackwell) [inferred: unconfirmed on an H200].
   - Push buffer: SEND_PCAS_A = QMD >> 8, SEND_SIGNALING_PCAS2_B = PREFETCH_SCHEDULE, then the host
     semaphore release with wait-for-idle; GPFIFO entry with LEVEL = SUBROUTINE [read: tinygrad].
+  - Copies out (docs/nvdrv.md "Results through the copy engine"): the copy object on subchannel 4
+    [read: tinygrad NVCopyQueue], on the compute channel as libcuda allocates it (HOPPER_DMA_COPY_A
+    beside HOPPER_COMPUTE_A, docs/nvdrv.md); after a chain's last launch the host's WFI, then per
+    buffer OFFSET_IN/OUT, LINE_LENGTH_IN and LAUNCH_DMA NON_PIPELINED, pitch to pitch, virtual
+    addresses, flush [read: tinygrad copy()], in pieces of 2^31 bytes at most [read: tinygrad];
+    then the copy class's one-word semaphore release with flush [read: tinygrad signal()] in place
+    of the host's: the one wait covers the copies. That the host WFI orders the copy engine after
+    the compute engine on one channel is [inferred: unconfirmed on an H200].
 
 Requires: every kernel's cubin for `arch.sm`. Guarantees: the same inputs give the same bytes.
 """
@@ -126,7 +143,7 @@ class Allocation:
     va: int
     size: int
     where: str                     # "vidmem" | "vidmem-gpu" (not mapped for the CPU) | "sysmem" |
-                                   # "usermode" | "reserved"
+                                   # "sysmem-cached" (mapped cached) | "usermode" | "reserved"
 
 
 @dataclass(frozen=True)
@@ -160,6 +177,7 @@ class Chain:
     pushbuf_va: int
     pushbuf: tuple[int, ...]       # dwords
     entry: int                     # the GPFIFO entry that runs the push buffer
+    copies: tuple[tuple[int, int, int], ...] = ()  # (arena va, results va, bytes) after the launches
 
 
 @dataclass(frozen=True)
@@ -178,6 +196,7 @@ class GpuImage:
     topology: Topology | None = None   # what the area was sized for (checked at start-up)
     chains: dict = field(default_factory=dict)    # OwnerData.chains' names -> Chain, or None: the
                                                    # share launches none of them
+    results: dict = field(default_factory=dict)   # buffer name -> its copy's address in `results`
 
     def alloc(self, name: str) -> Allocation:
         return next(a for a in self.allocations if a.name == name)
@@ -191,6 +210,10 @@ class GpuImage:
     @property
     def demand(self) -> int:
         return sum(a.size for a in self.allocations if a.where in ("vidmem", "vidmem-gpu"))
+
+    def staged(self, name: str) -> int:
+        """Where the host writes buffer `name` at start-up: its place in `staging`."""
+        return self.alloc("staging").va + self.buffers[name] - ARENA_VA
 
     @property
     def semaphore_va(self) -> int:
@@ -217,7 +240,8 @@ def method(subchannel: int, offset: int, count: int) -> int:
                            "NVC56F_DMA_INCR_ADDRESS": offset >> 2})
 
 
-SUBCH_HOST, SUBCH_COMPUTE = 0, 1
+SUBCH_HOST, SUBCH_COMPUTE, SUBCH_COPY = 0, 1, 4      # tinygrad's subchannels
+COPY_PIECE = 1 << 31               # the bytes one LAUNCH_DMA copies at most (tinygrad's step)
 
 
 def semaphore_release(arch: abi.Arch, va: int) -> list[int]:
@@ -231,11 +255,13 @@ def semaphore_release(arch: abi.Arch, va: int) -> list[int]:
             SEM_RELEASED, 0, execute]
 
 
-SETUP_DWORDS, SETUP_LOCAL_DWORDS = 8 + 6, 7
+SETUP_DWORDS, SETUP_LOCAL_DWORDS = 10 + 6, 7
 
 
-def setup_pushbuf(arch: abi.Arch, sem_va: int, local_va: int = 0, per_tpc: int = 0) -> list[int]:
-    """SET_OBJECT, the two windows, the local-memory area when there is one, the release."""
+def setup_pushbuf(arch: abi.Arch, sem_va: int, local_va: int = 0, per_tpc: int = 0, upload=None) -> list[int]:
+    """SET_OBJECT, the two windows, the local-memory area when there is one, the release; with
+    `upload` (staging va, arena va, bytes) the copy engine's copy of the image and the rows into
+    the arena before its release (the GPU reads this push buffer from `staging`)."""
     c = arch.compute_methods
     m = METHODS[c]
     local = []
@@ -249,10 +275,13 @@ def setup_pushbuf(arch: abi.Arch, sem_va: int, local_va: int = 0, per_tpc: int =
                  pack_bitfields({f"{c}_SET_SHADER_LOCAL_MEMORY_NON_THROTTLED_C_MAX_SM_COUNT": MAX_SM_COUNT})]
     return [method(SUBCH_COMPUTE, m["SET_OBJECT"], 1),
             pack_bitfields({f"{c}_SET_OBJECT_CLASS_ID": abi.CLASSES[arch.compute]}),
+            method(SUBCH_COPY, METHODS[arch.host_methods]["SET_OBJECT"], 1), abi.CLASSES[arch.dma_copy],
             method(SUBCH_COMPUTE, m["SET_SHADER_LOCAL_MEMORY_WINDOW_A"], 2), LOCAL_WINDOW >> 32,
             LOCAL_WINDOW & 0xffffffff,
             method(SUBCH_COMPUTE, m["SET_SHADER_SHARED_MEMORY_WINDOW_A"], 2), SHARED_WINDOW[arch.sm] >> 32,
-            SHARED_WINDOW[arch.sm] & 0xffffffff] + local + semaphore_release(arch, sem_va)
+            SHARED_WINDOW[arch.sm] & 0xffffffff] + local + (
+                host_wfi(arch) + copy_out(arch, *upload) + copy_release(arch, sem_va) if upload else
+                semaphore_release(arch, sem_va))
 
 
 def wait_for_idle(arch: abi.Arch) -> list[int]:
@@ -260,8 +289,53 @@ def wait_for_idle(arch: abi.Arch) -> list[int]:
     return [method(SUBCH_COMPUTE, METHODS[arch.compute_methods]["WAIT_FOR_IDLE"], 1), 0]
 
 
-def launch_pushbuf(arch: abi.Arch, qmd_vas, sem_va: int) -> list[int]:
-    """The launches of `qmd_vas` in order, WAIT_FOR_IDLE between consecutive ones, the release."""
+def host_wfi(arch: abi.Arch) -> list[int]:
+    """The host's WFI (scope all): what follows, on any engine of the channel, starts after every
+    earlier launch ended; what orders the copy engine after the kernels."""
+    h = arch.host_methods
+    return [method(SUBCH_HOST, METHODS[h]["WFI"], 1),
+            pack_bitfields({f"{h}_WFI_SCOPE": CONSTANTS[f"{h}_WFI_SCOPE_ALL"]})]
+
+
+def copy_dma(arch: abi.Arch, **fields) -> int:
+    """A copy class LAUNCH_DMA word from its fields' value names (data_transfer_type="NONE")."""
+    b = arch.copy_methods
+    return pack_bitfields({f"{b}_LAUNCH_DMA_{k.upper()}": CONSTANTS[f"{b}_LAUNCH_DMA_{k.upper()}_{v}"]
+                           for k, v in fields.items()})
+
+
+def copy_out(arch: abi.Arch, src: int, dst: int, n: int) -> list[int]:
+    """n bytes from src to dst (GPU virtual addresses) by the copy engine, in pieces of COPY_PIECE."""
+    m = METHODS[arch.copy_methods]
+    launch = copy_dma(arch, data_transfer_type="NON_PIPELINED", flush_enable="TRUE", src_memory_layout="PITCH",
+                      dst_memory_layout="PITCH", multi_line_enable="FALSE", src_type="VIRTUAL", dst_type="VIRTUAL")
+    out = []
+    for off in range(0, n, COPY_PIECE):
+        a, b = src + off, dst + off
+        out += [method(SUBCH_COPY, m["OFFSET_IN_UPPER"], 4), a >> 32, a & 0xffffffff, b >> 32, b & 0xffffffff,
+                method(SUBCH_COPY, m["LINE_LENGTH_IN"], 1), min(n - off, COPY_PIECE),
+                method(SUBCH_COPY, m["LAUNCH_DMA"], 1), launch]
+    return out
+
+
+def copy_release(arch: abi.Arch, va: int) -> list[int]:
+    """The copy engine's one-word semaphore release, after its copies' data is flushed."""
+    m = METHODS[arch.copy_methods]
+    return [method(SUBCH_COPY, m["SET_SEMAPHORE_A"], 3), va >> 32, va & 0xffffffff, SEM_RELEASED,
+            method(SUBCH_COPY, m["LAUNCH_DMA"], 1),
+            copy_dma(arch, data_transfer_type="NONE", flush_enable="TRUE",
+                     semaphore_type="RELEASE_ONE_WORD_SEMAPHORE")]
+
+
+def copies_dwords(copies) -> int:
+    """The dwords the copies after a chain's launches take (the host WFI, the copies, the release
+    in place of the host's)."""
+    return 2 + sum(9 * -(-n // COPY_PIECE) for _, _, n in copies) if copies else 0
+
+
+def launch_pushbuf(arch: abi.Arch, qmd_vas, sem_va: int, copies=()) -> list[int]:
+    """The launches of `qmd_vas` in order, WAIT_FOR_IDLE between consecutive ones, the release;
+    with `copies` ((src, dst, bytes)), the host's WFI, the copies and the copy engine's release."""
     c = arch.compute_methods
     m = METHODS[c]
     invalidate = pack_bitfields({f"{c}_INVALIDATE_SHADER_CACHES_NO_WFI_INSTRUCTION": 1,
@@ -274,7 +348,12 @@ def launch_pushbuf(arch: abi.Arch, qmd_vas, sem_va: int) -> list[int]:
             method(SUBCH_COMPUTE, m["SEND_PCAS_A"], 1), qmd_va >> 8,
             method(SUBCH_COMPUTE, m["SEND_SIGNALING_PCAS2_B"], 1),
             CONSTANTS[f"{c}_SEND_SIGNALING_PCAS2_B_PCAS_ACTION_PREFETCH_SCHEDULE"]]
-    return out + semaphore_release(arch, sem_va)
+    if not copies:
+        return out + semaphore_release(arch, sem_va)
+    out += host_wfi(arch)
+    for src, dst, n in copies:
+        out += copy_out(arch, src, dst, n)
+    return out + copy_release(arch, sem_va)
 
 
 def gpfifo_entry(arch: abi.Arch, va: int, dwords: int) -> int:
@@ -459,9 +538,22 @@ def plan(od: OwnerData, built: list, sm: int, share: Share | None = None,
 
     def launched(chain) -> tuple[str, ...]:   # an update kernel with no coordinates is left out
         return tuple(k for k in chain if k not in empty)
-    # per launch invalidate, PCAS A, PCAS2 B (2 dwords each), a wait-for-idle between; the release
-    pb_off = {c: put(bytes(4 * (8 * len(launched(c)) - 2 + 6)), 256) for c in od.chains if launched(c)}
-    setup_off = put(bytes(4 * (SETUP_DWORDS + (SETUP_LOCAL_DWORDS if stack else 0))), 256)
+    P = od.params
+    exact_sum = any(p.role == "xd" for b in built for p in b.kernel.params)
+    out_sizes = {"G": 8 * P, **({"xd": 8 * XS_WORDS * P, "xc": 8 * XC_WORDS * P} if exact_sum else {}),
+                 **{f"state_{name}": 8 * len(init) for name, init in od.states}}
+    results, at = {}, 0                 # each buffer's offset in the results allocation
+    for name in out_sizes:
+        results[name], at = at, round_up(at + out_sizes[name], 256)
+
+    def outs(chain) -> list[str]:       # what the host reads after the chain: what its kernels write
+        upd = [k for k in chain if k.startswith("update_g")]
+        grad = (["xd", "xc"] if exact_sum else ["G"]) if len(upd) < len(chain) else []
+        return [k for k in grad + [k for k in results if k.startswith("state_") and upd] if out_sizes[k]]
+    # per launch invalidate, PCAS A, PCAS2 B (2 dwords each), a wait-for-idle between; the release;
+    # the copies out
+    pb_off = {c: put(bytes(4 * (8 * len(launched(c)) - 2 + 6 + copies_dwords(
+        [(0, 0, out_sizes[k]) for k in outs(launched(c))]))), 256) for c in od.chains if launched(c)}
 
     buffers: dict[str, int] = {}
     for name, init in od.states:
@@ -470,8 +562,13 @@ def plan(od: OwnerData, built: list, sm: int, share: Share | None = None,
         for p in b.kernel.params:
             if p.role == "const":
                 buffers[f"{b.kernel.name}.{p.name}"] = put(struct.pack(f"<{len(p.values)}d", *p.values), 256)
+    rows = share.hi - share.lo
+    # the setup push buffer, last: it ends with the copy of the image and the rows from `staging`
+    rows_bytes = sum(round_up(8 * max(1, rows * cols), 256) for _, cols in od.data)
+    setup_dwords = SETUP_DWORDS + (SETUP_LOCAL_DWORDS if stack else 0)
+    pieces = -(-(len(arena) + 4 * setup_dwords + 2048 + rows_bytes) // COPY_PIECE)
+    setup_off = put(bytes(4 * (setup_dwords + copies_dwords([(0, 0, pieces * COPY_PIECE)]))), 256)
     image_end = round_up(len(arena), 8)
-    P, rows = od.params, share.hi - share.lo
     end = round_up(image_end, 256)
     for name, cols in od.data:          # written by the host at start-up: past the image
         buffers[f"rows_{name}"] = end
@@ -486,16 +583,18 @@ def plan(od: OwnerData, built: list, sm: int, share: Share | None = None,
     g_off = round_up(gs_off + 8 * max(1, (od.row or P) * share.rows), 256)
     end = round_up(g_off + 8 * max(1, P), 256)
     exact = {}                          # exact_sum: the card's dense and compact accumulators
-    if any(p.role == "xd" for b in built for p in b.kernel.params):
+    if exact_sum:
         exact = {"xd": end, "xc": end + 8 * XS_WORDS * P}
         end = round_up(exact["xc"] + 8 * XC_WORDS * P, 256)
     arena_size = round_up(end, HUGE)
 
     va = ARENA_VA
     allocs = []
+    upload_end = round_up(image_end, 256) + rows_bytes     # the image and the rows, from `staging`
     table = [("arena", arena_size, "vidmem"), ("gpfifo", GPFIFO_AREA, "vidmem"),
-             ("sysmem", SYSMEM_SIZE, "sysmem"), ("channel", CHANNEL_RANGE, "reserved"),
-             ("usermode", USERMODE_SIZE, "usermode")]
+             ("sysmem", SYSMEM_SIZE, "sysmem"), ("results", round_up(max(at, 1), SYSMEM_SIZE), "sysmem-cached"),
+             ("staging", round_up(upload_end, SYSMEM_SIZE), "sysmem-cached"),
+             ("channel", CHANNEL_RANGE, "reserved"), ("usermode", USERMODE_SIZE, "usermode")]
     per_tpc = local_per_tpc(per_thread, topology) if stack else 0
     if stack:
         table.append(("local", round_up(local_area_size(per_thread, topology), HUGE), "vidmem-gpu"))
@@ -508,6 +607,7 @@ def plan(od: OwnerData, built: list, sm: int, share: Share | None = None,
         vas[f"data_{name}"] = vas[f"rows_{name}"] - 8 * share.lo * cols
     vas["gs"], vas["G"] = ARENA_VA + gs_off, ARENA_VA + g_off
     vas.update({k: ARENA_VA + v for k, v in exact.items()})
+    results = {k: allocs[3].va + v for k, v in results.items()}
 
     launches = []
     for b in built:
@@ -549,15 +649,18 @@ def plan(od: OwnerData, built: list, sm: int, share: Share | None = None,
         launches.append(la)
     chains = {}
     for c, off in pb_off.items():
-        pb = launch_pushbuf(arch, [ARENA_VA + qmd_off[k] for k in launched(c)], sem_va)
+        copies = tuple((vas[k], results[k], out_sizes[k]) for k in outs(launched(c)))
+        pb = launch_pushbuf(arch, [ARENA_VA + qmd_off[k] for k in launched(c)], sem_va, copies)
         arena[off:off + 4 * len(pb)] = struct.pack(f"<{len(pb)}I", *pb)
-        chains[c] = Chain(launched(c), ARENA_VA + off, tuple(pb), gpfifo_entry(arch, ARENA_VA + off, len(pb)))
+        chains[c] = Chain(launched(c), ARENA_VA + off, tuple(pb), gpfifo_entry(arch, ARENA_VA + off, len(pb)),
+                          copies)
     local_va = allocs[-1].va if stack else 0
-    setup = setup_pushbuf(arch, sem_va, local_va, per_tpc)
+    staging = allocs[4].va
+    setup = setup_pushbuf(arch, sem_va, local_va, per_tpc, (staging, ARENA_VA, upload_end))
     arena[setup_off:setup_off + 4 * len(setup)] = struct.pack(f"<{len(setup)}I", *setup)
     image = bytes(arena[:image_end]) + bytes(image_end - len(arena))
     return GpuImage(sm, arch, tuple(allocs), tuple(launches), tuple(setup),
-                    gpfifo_entry(arch, ARENA_VA + setup_off, len(setup)), vas, image,
+                    gpfifo_entry(arch, staging + setup_off, len(setup)), vas, image,
                     hashlib.sha256(image).digest(), per_thread, per_tpc, topology if stack else None,
-                    {c: chains.get(c) for c in od.chains})
+                    {c: chains.get(c) for c in od.chains}, results)
 

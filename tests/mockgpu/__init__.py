@@ -48,6 +48,7 @@ class MockResult:
     strace: list[str] | None
     boosted: bool = False           # the driver granted the SM clock's boost (PERF_BOOST)
     submissions: int = 0            # doorbells rung: the setup's, then each step's
+    copies: list = None             # the copy engine's copies, (src, dst, bytes) in order
 
     def device_calls(self) -> list[tuple]:
         """The trace's calls on the driver's files, in conversation.expected_trace()'s form."""
@@ -175,7 +176,7 @@ def run(exe: str | Path, args=(), card: Card | None = None, kernels=(), present:
                               ev.read_text() if ev.exists() else "", drv.trace, drv.errors,
                               drv.gpu.launches, drv.allocations,
                               st.read_text().splitlines() if strace and st.exists() else None,
-                              drv.boosted, drv.submissions)
+                              drv.boosted, drv.submissions, drv.gpu.copies)
         finally:
             drv.close()
             out.close()

@@ -54,6 +54,8 @@ class Card:
     device_instance: int = 0
     topology: tuple | None = None       # GR_GET_INFO's (GPCs, TPCs/GPC, SMs/TPC, warps/SM)
     boost_denied: bool = False          # PERF_BOOST answered NV_ERR_INSUFFICIENT_PERMISSIONS
+    copy_class: bool = True             # False: the class list has no DMA copy class
+    copy_refused: bool = False          # the copy object's RM_ALLOC answered NV_ERR_INSUFFICIENT_RESOURCES
 
     def __post_init__(self):
         if self.topology is None:       # the chips' LITTER values: GH100 8x9x2, 64 warps; GA102
@@ -65,7 +67,7 @@ class Card:
 
     def classes(self) -> list[int]:
         a = self.arch
-        names = list(GENERIC_CLASSES) + [a.compute, a.gpfifo, a.dma_copy, a.usermode]
+        names = list(GENERIC_CLASSES) + [a.compute, a.gpfifo, a.usermode] + [a.dma_copy] * self.copy_class
         if self.sm == 90:
             names.append("AMPERE_CHANNEL_GPFIFO_A")     # GH100 lists both GPFIFO classes
         return sorted({CLASSES[n] for n in names if n != "NV01_ROOT_CLIENT"})
@@ -97,7 +99,7 @@ class View:
 
 @dataclass
 class Obj:
-    kind: str                    # client device subdevice usermode vaspace memory chgrp ctxshare channel compute
+    kind: str                    # client device subdevice usermode vaspace memory chgrp ctxshare channel compute copy
     cls: int
     parent: int
     alloc: Alloc | None = None
@@ -339,6 +341,7 @@ class Driver:
             "FERMI_CONTEXT_SHARE_A": ("chgrp", "NV_CTXSHARE_ALLOCATION_PARAMETERS", "ctxshare"),
             a.gpfifo: ("chgrp", "NV_CHANNEL_ALLOC_PARAMS", "channel"),
             a.compute: ("channel", None, "compute"),
+            a.dma_copy: ("channel", None, "copy"),
         }
 
     def rm_alloc(self, v: View, mem) -> None:
@@ -412,6 +415,11 @@ class Driver:
             self.channels.append(obj.channel)
         elif kind == "compute":
             self.objects[v["hObjectParent"]].channel.compute = cls
+        elif kind == "copy":
+            if self.card.copy_refused:              # a driver out of copy engines: not a mock error
+                v["status"] = ERR["NV_ERR_INSUFFICIENT_RESOURCES"]
+                return None
+            self.objects[v["hObjectParent"]].channel.copy = cls
         v["hObjectNew"] = self.new_handle(obj)
         v["status"] = OK
 

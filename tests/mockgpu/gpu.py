@@ -11,13 +11,20 @@ SEND_SIGNALING_PCAS2_B launches the QMD at SEND_PCAS_A << 8: decoded with unpack
 kernel found by the SHA-256 of the code at its program address, its parameters read from
 constant bank 0 at the offsets of the kernel's launch image, and the kernel run by the PTX
 interpreter (tests/ptx_interp.py) over this memory. The host semaphore release writes its
-payload. Anything the mock does not know is an error the test reports.
+payload. The copy object on subchannel 4 (abi.METHODS of the arch's copy class) copies a linear
+range at LAUNCH_DMA and releases its one-word semaphore (`dma`: every other LAUNCH_DMA field, an
+empty, overlapping or unmapped range, a release without flush, refused by name). Anything the
+mock does not know is an error the test reports.
 
 Ordering. Launches on a channel may overlap until a wait-for-idle: the compute class's
 WAIT_FOR_IDLE, or a host semaphore release with RELEASE_WFI. The mock runs them one after the
 other, so it records each launch's loads and stores (8-byte words, `Accesses`) and reports a
 launch that reads or writes a word another launch since the last wait-for-idle wrote, or writes
-one it read: a chain of launches that leaves a dependency unordered is an error.
+one it read: a chain of launches that leaves a dependency unordered is an error. The copy engine
+is another engine: the compute WAIT_FOR_IDLE does not order it, the host's WFI (or a release with
+RELEASE_WFI) does, so a copy that reads a word a launch wrote since the last of those is an error.
+With the driver's `latency` the whole channel, copies included, runs only calls after the
+doorbell, so a host that reads the copies before its wait reads what was there before.
 
 Local memory. The PTX alphac emits has no local space; ptxas spills in the SASS (the cubin's
 MIN_STACK_SIZE, `Image.local`), so the mock models what the SASS does with it: each thread's
@@ -163,6 +170,8 @@ class Channel:
         self.handle, self.token, self.ring_va, self.entries = handle, token, ring_va, entries
         self.userd, self.userd_off, self.group = userd, userd_off, group
         self.compute: int | None = None               # the compute class allocated on it
+        self.copy: int | None = None                  # the DMA copy class allocated on it
+        self.unfenced: dict[int, str] = {}            # since the last host WFI: word -> the launch that wrote it
         self.get = 0
         self.subch: dict[int, int] = {}               # subchannel -> bound class
         self.regs: dict[str, int] = {}                # method name -> last data
@@ -183,6 +192,8 @@ class Gpu:
         self.once: dict[str, tuple[int, Ptx]] = {}          # kernel -> (its launch N, the program it runs then)
         self.launches: list[tuple[str, int, int, dict]] = []
         self.host = {v: k for k, v in METHODS[arch.host_methods].items()}
+        self.copy_names = {v: k for k, v in METHODS[arch.copy_methods].items()}
+        self.copies: list[tuple[int, int, int]] = []         # (src, dst, bytes) of each copy done
         self.compute = {v: k for k, v in METHODS[arch.compute_methods].items()}
         self.qmd_layout = abi.QMD_LAYOUTS[arch.qmd]
 
@@ -226,9 +237,10 @@ class Gpu:
 
     def method(self, ch: Channel, sub: int, addr: int, data: int) -> None:
         if addr == 0:                                  # SET_OBJECT on every class
-            if sub == 1 and data != ch.compute:
-                self.errors.append(f"SET_OBJECT {data:#x} on subchannel 1: the channel's compute "
-                                   f"object is {ch.compute}")
+            for want, what in ((1, "compute"), (4, "copy")):
+                if sub == want and data != getattr(ch, what):
+                    self.errors.append(f"SET_OBJECT {data:#x} on subchannel {sub}: the channel's {what} "
+                                       f"object is {getattr(ch, what)}")
             ch.subch[sub] = data
             return
         if sub == 0:
@@ -240,8 +252,12 @@ class Gpu:
             if name == "SEM_EXECUTE":
                 self.semaphore(ch, data)
                 if bits(data, f"{self.arch.host_methods}_SEM_EXECUTE_RELEASE_WFI"):
-                    ch.written, ch.read = {}, {}
+                    ch.written, ch.read, ch.unfenced = {}, {}, {}
+            elif name == "WFI":                        # every engine of the channel idle
+                ch.written, ch.read, ch.unfenced = {}, {}, {}
             return
+        if sub == 4:
+            return self.copy_method(ch, addr, data)
         if ch.subch.get(sub) != ch.compute or sub != 1:
             self.errors.append(f"method {addr:#x} on subchannel {sub} with no compute object bound")
             return
@@ -315,6 +331,75 @@ class Gpu:
             self.memory.write(va, struct.pack("<II", payload, ch.regs.get("host.SEM_PAYLOAD_HI", 0)))
         else:
             self.memory.write(va, struct.pack("<I", payload))
+
+    # -- the copy engine ---------------------------------------------------------------------------
+    def copy_method(self, ch: Channel, addr: int, data: int) -> None:
+        if ch.copy is None or ch.subch.get(4) != ch.copy:
+            self.errors.append(f"method {addr:#x} on subchannel 4 with no copy object bound")
+            return
+        name = self.copy_names.get(addr)
+        if name is None:
+            self.errors.append(f"copy method {addr:#x} unknown to {self.arch.copy_methods}")
+            return
+        ch.regs["copy." + name] = data
+        if name == "LAUNCH_DMA":
+            self.dma(ch, data)
+
+    def dma(self, ch: Channel, data: int) -> None:
+        """A LAUNCH_DMA: a linear copy (pitch to pitch, virtual addresses, one line) and/or the copy
+        engine's one-word semaphore release; any other field set is an error, as is a copy of
+        words a launch wrote since the last host WFI (the copy engine does not wait for the
+        compute engine), one outside the GPU's mappings, or a release without flush."""
+        b = self.arch.copy_methods
+        f = lambda k: bits(data, f"{b}_LAUNCH_DMA_{k}")                          # noqa: E731
+        v = lambda k, val: CONSTANTS[f"{b}_LAUNCH_DMA_{k}_{val}"]                # noqa: E731
+        r = lambda k: ch.regs.get("copy." + k, 0)                                 # noqa: E731
+        known = 0
+        for k in ("DATA_TRANSFER_TYPE", "FLUSH_ENABLE", "SEMAPHORE_TYPE", "INTERRUPT_TYPE", "SRC_MEMORY_LAYOUT",
+                  "DST_MEMORY_LAYOUT", "MULTI_LINE_ENABLE", "REMAP_ENABLE", "FORCE_RMWDISABLE", "SRC_TYPE",
+                  "DST_TYPE", "SEMAPHORE_REDUCTION_ENABLE", "SEMAPHORE_PAYLOAD_SIZE", "FLUSH_TYPE"):
+            hi, lo = BITFIELDS[f"{b}_LAUNCH_DMA_{k}"]
+            known |= ((1 << (hi - lo + 1)) - 1) << lo
+        bad = [k for k in ("INTERRUPT_TYPE", "REMAP_ENABLE", "FORCE_RMWDISABLE", "SEMAPHORE_REDUCTION_ENABLE",
+                           "SEMAPHORE_PAYLOAD_SIZE") if f(k)]
+        if data & ~known or bad:
+            self.errors.append(f"LAUNCH_DMA {data:#x}: {', '.join(bad) or hex(data & ~known)} not modelled")
+            return
+        transfer = f("DATA_TRANSFER_TYPE")
+        if transfer != v("DATA_TRANSFER_TYPE", "NONE"):
+            src = r("OFFSET_IN_UPPER") << 32 | r("OFFSET_IN_LOWER")
+            dst = r("OFFSET_OUT_UPPER") << 32 | r("OFFSET_OUT_LOWER")
+            n = r("LINE_LENGTH_IN")
+            want = {"SRC_MEMORY_LAYOUT": v("SRC_MEMORY_LAYOUT", "PITCH"), "DST_MEMORY_LAYOUT":
+                    v("DST_MEMORY_LAYOUT", "PITCH"), "MULTI_LINE_ENABLE": v("MULTI_LINE_ENABLE", "FALSE"),
+                    "SRC_TYPE": v("SRC_TYPE", "VIRTUAL"), "DST_TYPE": v("DST_TYPE", "VIRTUAL")}
+            other = [k for k, w in want.items() if f(k) != w]
+            if other or transfer not in (v("DATA_TRANSFER_TYPE", t) for t in ("PIPELINED", "NON_PIPELINED")):
+                self.errors.append(f"LAUNCH_DMA {data:#x}: {', '.join(other) or 'DATA_TRANSFER_TYPE'} is not a "
+                                   "linear copy between virtual addresses")
+                return
+            if n == 0 or (src < dst + n and dst < src + n):
+                self.errors.append(f"a copy of {n} bytes from {src:#x} to {dst:#x}: empty or overlapping")
+                return
+            try:
+                self.memory.where(dst, n)
+                got = self.memory.read(src, n)
+            except KeyError as e:
+                self.errors.append(f"a copy of {n} bytes from {src:#x} to {dst:#x}: {e.args[0]}")
+                return
+            for va in sorted(set(range(src - src % 8, src + n, 8)) & ch.unfenced.keys())[:1]:
+                self.errors.append(f"a copy reads {va:#x}, which {ch.unfenced[va]} wrote with no host WFI "
+                                   "between them")
+            self.memory.write(dst, got)
+            self.copies.append((src, dst, n))
+        sem = f("SEMAPHORE_TYPE")
+        if sem != v("SEMAPHORE_TYPE", "NONE"):
+            if sem != v("SEMAPHORE_TYPE", "RELEASE_ONE_WORD_SEMAPHORE") or not f("FLUSH_ENABLE"):
+                self.errors.append(f"LAUNCH_DMA {data:#x}: a release that is not one word with flush (the "
+                                   "copies' data may land after it)")
+                return
+            va = r("SET_SEMAPHORE_A") << 32 | r("SET_SEMAPHORE_B")
+            self.memory.write(va, struct.pack("<I", r("SET_SEMAPHORE_PAYLOAD")))
 
     # -- a launch --------------------------------------------------------------------------------
     def launch(self, ch: Channel, qmd_va: int) -> None:
@@ -411,5 +496,6 @@ class Gpu:
             self.errors.append(f"{k.name} {'writes' if va in seen.stores else 'reads'} {va:#x}, which {other} "
                                f"{'wrote' if va in ch.written else 'read'} with no wait-for-idle between them")
         ch.written.update(dict.fromkeys(seen.stores, k.name))
+        ch.unfenced.update(dict.fromkeys(seen.stores, k.name))
         ch.read.update(dict.fromkeys(seen.loads, k.name))
         self.launches.append((k.name, grid, block, args))

@@ -69,11 +69,13 @@
 #include "ctrl/ctrla06c.h"
 #include "ctrl/ctrla06f/ctrla06fgpfifo.h"
 
-/* open-gpu-doc: the full Hopper compute class and the QMD layouts.  The QMD headers
+/* open-gpu-doc: the full Hopper compute and copy classes and the QMD layouts (the kernel
+ * tree's clc8b5.h is an excerpt without LINE_COUNT, PITCH_IN/OUT or NOP).  The QMD headers
  * write each field as MW(high:low); consumers define MW themselves.  With MW(x) = x,
  * (1 ? FIELD) is the high bit and (0 ? FIELD) the low bit. */
 #define MW(x) x
 #include "compute/clcbc0.h"
+#include "dma-copy/clc8b5.h"
 #include "compute/clc7c0qmd.h"
 #include "compute/clcbc0qmd.h"
 
