@@ -8,6 +8,11 @@ reference interpreter):
 - `lsq 100k`: one owner's step of the least-squares learner with momentum, 100,000 coordinates,
   8 samples (bench/distributed.py's big learner): 8 dots of 100,000, the gradient, the update.
   Bound by memory bandwidth, as numpy's is.
+- `data 100k x 100`: bench/data.py's learner (`w: f64[100]`, loss (dot(w, x[i]) - y[i])^2 / 2,
+  a plain step) over 100,000 samples of 100 coordinates loaded at run time (`load("x.npy")`,
+  80 MB: beyond the caches), one owner: every step reads all the rows (issue 43: "data beyond
+  the cache"). numpy does the step as two matrix-vector products (x @ w, then r @ x), so it reads
+  the 80 MB twice; the executable once, a block of samples at a time.
 - `matvec`: a learner whose loss is ||W x_i||^2 / 2 over 256 samples, W 64 x 256, so its step is
   matrix products (W x_i for every sample, then outer products for the gradient). numpy does the
   same flops as two dgemm calls (W @ X^T, then (W X^T) X); its rate is the BLAS's.
@@ -22,7 +27,9 @@ counts only the cycles the process got, so it is steadier than the wall time, an
 ratios use beside the wall ones); the rate in GFLOP/s of the arithmetic the step does (multiplies
 and adds of the products, counted the same way for every side); the throughput ratios, alphac to
 numpy and alphac to the C: the median of the per-round ratios of wall times, and for the C also
-the ratio of the median CPU times.
+the ratio of the median CPU times. numpy's CPU time is this process's (user + system, from
+getrusage) over its steps, and its ratio the ratio of the median CPU times; the header names
+numpy's BLAS, its kernels and its threads (threadpoolctl; without it, it says so).
 
 The same-bits C anchor (lsq rows; issue 43): the step written in C with exactly alphac's
 operations in alphac's order (each dot a left fold over the coordinates, the gradient sum a left
@@ -92,6 +99,39 @@ def lsq_source(tmp: Path, n: int = 100_000, samples: int = 8) -> tuple[Path, dic
         nonlocal w, v
         w, v = np.zeros(n), np.zeros(n)
     return src, {"step": step, "reset": reset, "flops": 4 * samples * n + 4 * n, "c": (samples, n)}
+
+
+def data_source(tmp: Path, rows: int = 100_000) -> tuple[Path, dict]:
+    """bench/data.py's learner and files (100 coordinates a sample), in a folder of their own."""
+    from data import SOURCE, write
+    d = tmp / "data"
+    d.mkdir(exist_ok=True)
+    write(d, rows, 1)
+    src = d / "big.alpha"
+    src.write_text(SOURCE.format(owners=1))
+    x, y = np.load(d / "x.npy"), np.load(d / "y.npy")
+    w = np.zeros(100)
+
+    def step():
+        nonlocal w
+        r = x @ w - y
+        w = w - 0.01 * ((r @ x) / rows)
+
+    def reset():
+        nonlocal w
+        w = np.zeros(100)
+    return src, {"step": step, "reset": reset, "flops": 4 * rows * 100}
+
+
+def blas() -> str:
+    """numpy's BLAS and its threads, as threadpoolctl reports them (or that it cannot)."""
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return "numpy's BLAS unknown (threadpoolctl is not installed; OPENBLAS_NUM_THREADS=1 set)"
+    pools = [f"{p.get('internal_api')} {p.get('version')} ({p.get('architecture', '?')} kernels), "
+             f"{p.get('num_threads')} thread(s)" for p in threadpool_info() if p.get("user_api") == "blas"]
+    return "numpy's BLAS: " + ("; ".join(pools) or "none loaded")
 
 
 def matvec_source(tmp: Path, rows: int = 64, cols: int = 256, samples: int = 256) -> tuple[Path, dict]:
@@ -203,20 +243,22 @@ def median_spread(xs: list[float]) -> tuple[float, float, float]:
     return (s[mid] if len(s) % 2 else (s[mid - 1] + s[mid]) / 2), s[0], s[-1]
 
 
-def numpy_run(ref: dict, steps: int) -> float:
-    """numpy's time per step over `steps` steps from the initial state (as the executable's)."""
+def numpy_run(ref: dict, steps: int) -> tuple[float, float]:
+    """numpy's wall and CPU time (user + system of this process) per step over `steps` steps
+    from the initial state (as the executable's)."""
     ref["reset"]()
-    step, t = ref["step"], time.perf_counter()
+    step, before, t = ref["step"], resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
     for _ in range(steps):
         step()
-    return (time.perf_counter() - t) / steps
+    wall, after = time.perf_counter() - t, resource.getrusage(resource.RUSAGE_SELF)
+    return wall / steps, ((after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)) / steps
 
 
 def interleaved(sides: dict[str, list[str]], ref: dict, steps: int, cwd: Path) -> dict:
     """Per round (ROUNDS of them), numpy's N steps, then each side's (the C anchor's, the
     executables') wall and CPU time a step, so that every side sees the host as it is then (this
-    VM's neighbours move a single run up to 1.7x). Returns {"numpy": [wall...], side: [(wall,
-    cpu)...]}, a list entry per round."""
+    VM's neighbours move a single run up to 1.7x). Returns {"numpy": [(wall, cpu)...], side:
+    [(wall, cpu)...]}, a list entry per round."""
     numpy_run(ref, 1)
     out: dict = {"numpy": [], **{k: [] for k in sides}}
     for _ in range(ROUNDS):
@@ -306,19 +348,21 @@ def main() -> None:
         if level in targets and not host_runs(level):
             print(f"{level} not timed: this CPU has no {what} (its executables would refuse cpu-level)\n")
             targets.remove(level)
-    workloads = [("lsq 100k", lsq_source, {}), ("matvec 64x256, 256 samples", matvec_source, {})]
+    workloads = [("lsq 100k", lsq_source, {}), ("data 100k x 100 (80 MB)", data_source, {}),
+                 ("matvec 64x256, 256 samples", matvec_source, {})]
     if args.large:
         workloads.append(("matvec 512x1024, 64 samples", matvec_source,
                           {"rows": 512, "cols": 1024, "samples": 64}))
     if args.quick:
         args.steps, ROUNDS = 3, 1
-        workloads = [("lsq 1k", lsq_source, {"n": 1000}),
+        workloads = [("lsq 1k", lsq_source, {"n": 1000}), ("data 2k x 100", data_source, {"rows": 2000}),
                      ("matvec 8x16, 8 samples", matvec_source, {"rows": 8, "cols": 16, "samples": 8})]
     rows, built_c = [], ""
     with tempfile.TemporaryDirectory() as t:
         tmp = Path(t)
         for name, make, size in workloads:
             src, ref = make(tmp, **size)
+            here = src.parent                        # where its data files are
             lr = compile_file(src).learner
             sides = {}
             for target in targets:
@@ -326,29 +370,29 @@ def main() -> None:
                 exe.write_bytes(build_learner(lr, target).elf)
                 os.chmod(exe, 0o755)
                 sides[target] = [str(exe), "--steps"]
-            same = {t: bits_agree(src, Path(cmd[0]), tmp) for t, cmd in sides.items()}
+            same = {t: bits_agree(src, Path(cmd[0]), here) for t, cmd in sides.items()}
             anchor = c_anchor(tmp, *ref["c"]) if "c" in ref else "-"
             c_same = {}
             if isinstance(anchor, list):
                 built_c = f"C: {subprocess.run(['gcc', '--version'], capture_output=True, text=True).stdout.splitlines()[0]} {' '.join(CFLAGS)}"
                 c_same = {t: printed(anchor, tmp) == printed(cmd, tmp) for t, cmd in sides.items()}
                 sides["C"] = anchor
-            m = interleaved(sides, ref, args.steps, tmp)
+            m = interleaved(sides, ref, args.steps, here)
             for target in targets:
                 rows.append((name, target, m, ref["flops"], anchor, c_same.get(target, "-"), same[target]))
     print(f"generated code against numpy {np.__version__} and the same-bits C, one thread, in one run: "
           f"{ROUNDS} rounds of {args.steps} steps after {WARMUP} warm-up ones, each round timing numpy, "
-          f"the C, then every executable; {built_c or 'no C built'}\n")
+          f"the C, then every executable; {built_c or 'no C built'}; {blas()}\n")
     print("| workload | target | alphac ms/step | wall spread | alphac CPU ms/step | alphac GFLOP/s | "
-          "numpy ms/step | C ms/step (wall; CPU) | alphac to C (wall; CPU) | alphac to numpy, wall | "
+          "numpy ms/step (wall; CPU) | C ms/step (wall; CPU) | alphac to C (wall; CPU) | alphac to numpy (wall; CPU) | "
           "C bits = alphac | alphac bits = interpreter |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     ms = lambda x: f"{x * 1e3:.3f}"                                     # noqa: E731
     for name, target, m, flops, anchor, c_same, same in rows:
         wall, lo, hi = median_spread([w for w, _ in m[target]])
         cpu = median_spread([c for _, c in m[target]])[0]
-        npy = median_spread(m["numpy"])[0]
-        to_np = median_spread([b / a for b, (a, _) in zip(m["numpy"], m[target]) if a > 0] or [0])[0]
+        npy, npc = (median_spread([x[k] for x in m["numpy"]])[0] for k in (0, 1))
+        to_np = median_spread([b / a for (b, _), (a, _) in zip(m["numpy"], m[target]) if a > 0] or [0])[0]
         if isinstance(anchor, list):
             cw, cc = median_spread([w for w, _ in m["C"]])[0], median_spread([c for _, c in m["C"]])[0]
             to_c = median_spread([b / a for (b, _), (a, _) in zip(m["C"], m[target]) if a > 0] or [0])[0]
@@ -356,7 +400,8 @@ def main() -> None:
         else:
             c_cells = f"{anchor} | -"
         print(f"| {name} | {target} | {ms(wall)} | {ms(lo)}..{ms(hi)} | {ms(cpu)} | "
-              f"{flops / wall / 1e9 if wall else 0:.2f} | {ms(npy)} | {c_cells} | {to_np:.2f}x | "
+              f"{flops / wall / 1e9 if wall else 0:.2f} | {ms(npy)}; {ms(npc)} | {c_cells} | {to_np:.2f}x; "
+              f"{npc / cpu if cpu else 0:.2f}x | "
               f"{c_same} | {same} |")
 
 

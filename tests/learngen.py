@@ -34,7 +34,9 @@ part ways:
   deployments may have up to 12 owners: every one must print the single process's bits;
 - wide learners (`generate(wide=None)`, about one in 20 of `make fuzz`'s, `WIDTHS`): the
   features 24 to 2,048 wide, so the GPU kernels keep vectors in local memory (the differential
-  fuzzer's gpu engine runs those over its PTX budget through ptxas only);
+  fuzzer's gpu engine runs those over its PTX budget through ptxas only); half of those
+  `make fuzz` draws (not those `wide=True` forces) with 12 to 24 samples, so that a block has a block 4 KiB on, whose rows, loaded from a file, a
+  full-batch executable prefetches;
 - schedules and piecewise functions (issue 47, a stream of their own, `Gen.sr`): now and then
   a scalar of the loss or the update made piecewise, `where(e OP c, e, alt)` with every
   comparison (`==` and `!=` included, against +0, -0 and other values), and a param's rate or a
@@ -445,6 +447,8 @@ def generate(seed: int, matrices: bool | None = None, npy: bool | None = None,
     if drawn if wide is None else wide:
         f = wr.choice(WIDTHS)
         g.slices = False                             # windows of 1,000: not what wide ones test
+        if wide is None and wr.random() < 0.5:       # blocks with a block 4 KiB on: run-time
+            n = wr.randint(12, 24)                   # rows prefetched (docs/codegen.md)
     decls = [Decl("data", "x", (n, f), [[g.small(-2, 2) for _ in range(f)] for _ in range(n)]),
              Decl("data", "y", (n,), [g.small(-3, 3) for _ in range(n)])]
     if r.random() < 0.3:

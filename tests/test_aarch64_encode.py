@@ -268,7 +268,7 @@ def parse(asm):
             v = int(tok[1:], 0)
             label = mnemonic in LABELLED or mnemonic.startswith("b.") or mnemonic == "ldr"
             ops.append(Label(v) if label else Imm(v))
-        elif tok == "sy":                                                   # dmb sy: in the row
+        elif tok in ("sy", "pldl1keep"):                     # dmb sy, prfm pldl1keep: in the row
             continue
         elif tok.startswith("["):
             inner = _split(tok.rstrip("!").strip("[]"))

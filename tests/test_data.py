@@ -480,3 +480,58 @@ def test_an_owners_peak_memory_is_its_share(tmp_path):
         os.chdir(ROOT)
         for f in ("x.npy", "y.npy"):
             (tmp_path / f).unlink(missing_ok=True)
+
+
+WIDE_ROWS = """learner wide
+data x = load("x.npy")
+data y = load("y.npy")
+param w: f64[100] = 0.0
+{batch}
+loss(i) = 0.5 * (dot(w, x[i]) - y[i])^2
+update {{
+  w = w - 0.01 * grad(w)
+}}
+"""
+
+
+def test_run_time_rows_are_prefetched_a_block_ahead_and_the_bits_are_the_interpreters(tmp_path):
+    """A block of samples prefetches the rows of the block AHEAD bytes or more on, spread over its
+    first static loop, a line at a time (docs/codegen.md): the stride times the trip count is the
+    block. Where that block is not the owner's (the last blocks), the block prefetches its own
+    rows, in cache: never past the owner's rows. A minibatch learner (its rows read one at a
+    time) prefetches nothing, nor does one whose samples make no block beyond the first. Every
+    level's state is the interpreter's, bit for bit."""
+    import re
+    from alphac.lower.learner import AHEAD, learner_source
+    from alphac.targets import host_runs
+    rng = np.random.default_rng(3)
+    np.save(tmp_path / "x.npy", rng.standard_normal((203, 100)))
+    np.save(tmp_path / "y.npy", rng.standard_normal(203))
+    np.save(tmp_path / "x11.npy", rng.standard_normal((11, 100)))
+    (tmp_path / "few.alpha").write_text(WIDE_ROWS.format(batch="").replace('"x.npy"', '"x11.npy"')
+                                        .replace('"y.npy"', '"x11.npy"').replace("y[i]", "y[i, 0]"))
+    few = compile_file(tmp_path / "few.alpha").learner     # 11 samples: no block AHEAD on
+    assert "prefetch" not in learner_source(few, lanes=8)[0] + learner_source(few, lanes=4)[0]
+    for batch in ("", "batch 64"):
+        (tmp_path / "wide.alpha").write_text(WIDE_ROWS.format(batch=batch))
+        lr = compile_file(tmp_path / "wide.alpha").learner
+        for lanes in (2, 4, 8):
+            grad = learner_source(lr, lanes=lanes)[0].split("fn learner_grad")[1].split("\n}\n")[0]
+            found = re.findall(r"let (pf\d+) = row_x;\n\s*if i \+ (\d+) <= hi \{ \1 = row_x \+ (\d+); \}\n"
+                               r"\s*let (j\d+) = 0;\n\s*while \4 < (\d+) \{.*?prefetch\(\1\);\n\s*\1 = \1 \+ (\d+);",
+                               grad, re.S)
+            if batch:
+                assert "prefetch" not in grad
+                continue
+            block = 8 * 100 * (8 if lanes == 8 else 4)
+            assert len(found) == 2, grad              # the owner's first block, then the others
+            for _, owned, ahead, _, trips, stride in found:   # the block ahead, when the owner's
+                assert int(ahead) % block == 0 and AHEAD <= int(ahead) < AHEAD + block
+                assert int(owned) == (int(ahead) + block) // 800 and int(stride) * int(trips) == block
+        want = interp.format_state(lr, interp.run(lr, 3))
+        for target in ("x86_64", "x86_64-v3", "x86_64-v4", "aarch64"):
+            if target != "aarch64" and not host_runs(target):
+                continue
+            exe = build(tmp_path / "wide.alpha", tmp_path / f"wide.{target}", target)
+            p = run_exe(exe, "--steps", 3, target=target, timeout=120)
+            assert p.returncode == 0 and p.stdout == want, (batch, target, p.stderr)

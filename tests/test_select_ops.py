@@ -4,7 +4,8 @@ One runtime-language program (built here, with the real core runtime) prints one
 line: integer and binary64 operations on values the compiler cannot fold (umulh with the top bits
 set, fgt on NaNs, infinities, signed zeros and subnormals), every immediate shape (bitmask,
 movz/movn/movk, add/sub imm12 and lsl #12, negative compares), every load/store width at offsets
-that take each addressing form, calls whose arguments form move cycles, functions with an odd
+that take each addressing form, prefetches at those offsets and at unmapped addresses (a hint
+never faults), calls whose arguments form move cycles, functions with an odd
 number of callee-saved registers, and one with hundreds of values live across calls (spills,
 slot-to-slot moves, umulh, fgt, ror32 and bswap32 on spilled operands, a frame over 4 KiB). The
 expected lines are computed in Python (the SHA-256 operations are run against hashlib by
@@ -170,6 +171,7 @@ STORES = [("store64", 0, "x"), ("store32", 9, "y"), ("store16", 15, "x"), ("stor
 LOADS = [(s.replace("store", "load"), off) for s, off, _ in STORES] + [
     ("load64", 8), ("load32", 12), ("load16", 1), ("load8", 10), ("load64", -8)]
 NSPILL = 300
+PREFETCHES = [0, 8, 12, -8, 255, -256, 32760, 32768, 65000]   # every form of prfm's address
 
 
 def spill_source() -> tuple[str, int]:
@@ -302,6 +304,9 @@ def program() -> tuple[str, str]:
         body.append(f"    {op}(b + {off}, {v});" if off >= 0 else f"    {op}(b - {-off}, {v});")
         n = width[op[5:]]
         mem[BASE + off:BASE + off + n] = value[v][:n]
+    for off in PREFETCHES:         # hints: the loads below read what the stores wrote
+        body.append(f"    prefetch(b + {off});" if off >= 0 else f"    prefetch(b - {-off});")
+    body += ["    prefetch(b + 8 * (z + 100));", "    prefetch(0);", "    prefetch(x);"]   # x: unmapped
     for op, off in LOADS:
         addr = f"b + {off}" if off >= 0 else f"b - {-off}"
         body.append(f"    out(f2bits(loadf({addr})));" if op == "loadf" else f"    out({op}({addr}));")

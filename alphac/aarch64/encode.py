@@ -318,6 +318,8 @@ def text(mnemonic, *operands):
     ops = ", ".join(_op_text(k, op) for k, op in zip(row.kinds, operands))
     if row.mnemonic == "dmb":                  # the row is `dmb sy`: its option is in the word
         return "dmb sy"
+    if row.mnemonic in ("prfm", "prfum"):      # so is a prefetch's (pldl1keep)
+        return f"{row.mnemonic} pldl1keep, {ops}"
     return f"{row.mnemonic} {ops}" if ops else row.mnemonic
 
 

@@ -164,6 +164,10 @@ _ROWS = [
     ("svc",  "u16",             0xd4000001, "imm16"),
     ("brk",  "u16",             0xd4200000, "imm16"),
     ("dmb",  "",                0xd5033fbf, ""),           # dmb sy
+    # prefetch for a load into L1, kept (prfop PLDL1KEEP, 0, in Rt): scaled, unscaled, register
+    ("prfm", "Mu12.8",          0xf9800000, "Rn:imm12"),
+    ("prfum", "Ms9",            0xf8800000, "Rn:imm9"),
+    ("prfm", "Mreg.8",          0xf8a06800, "Rn:Rm:S"),
     ("adrp", "x page21",        0x90000000, "Rd immlo:immhi"),
     # floating point, double precision (deliberately no fused multiply-add)
     ("fadd", "d d d",           0x1e602800, "Rd Rn Rm"),

@@ -37,7 +37,7 @@ SHIFT = {"shl": "lsl", "shr": "lsr", "sar": "asr"}
 LDST = {"load8": ("ldrb", "ldurb", 1), "load16": ("ldrh", "ldurh", 2), "load32": ("ldr", "ldur", 4),
         "load64": ("ldr", "ldur", 8), "fload": ("ldr", "ldur", 8),
         "store8": ("strb", "sturb", 1), "store16": ("strh", "sturh", 2), "store32": ("str", "stur", 4),
-        "store64": ("str", "stur", 8), "fstore": ("str", "stur", 8)}
+        "store64": ("str", "stur", 8), "fstore": ("str", "stur", 8), "prefetch": ("prfm", "prfum", 8)}
 S1, S2, S3 = (REGS[r] for r in abi.SCRATCH)        # x16, x17, x15
 F1, F2 = (REGS[r] for r in abi.FSCRATCH)           # d31, d30
 X29, X30 = REGS["x29"], REGS["x30"]
@@ -381,6 +381,9 @@ class Selector(SelectorBase):
 
     def fence(self, op, d, a) -> None:
         self.emit("dmb")
+
+    def prefetch(self, op, d, a) -> None:
+        self.emit(*self.mem("prefetch", a[0], a[1]))
 
     def cpu_has_sha256(self, op, d, a) -> None:
         x, r = self.use(a[0], S1), self.defreg(d, S1)

@@ -49,6 +49,7 @@ from alphac.math import rt_name
 from alphac.math.lanes import FAST as LANE_FAST, lane_name, lane_source
 
 UNROLL = 8
+AHEAD = 4096         # a block prefetches the rows of the block at least this many bytes on
 SAMPLE_LANES = 4      # learner_grad's samples per block (full batch, not exact_sum); 8 with f64x8
 BLOCK_NODES = 500     # a per-sample DAG above this many nodes (windows unrolled) is not blocked
 EXACT_BLOCK_NODES = 150   # nor, under exact_sum, above this many (seq_attention's 204: 27 s at v4)
@@ -92,6 +93,8 @@ class Emitter:
         self.hoist: tuple[int, int, set[str]] | None = None   # a vloop's (line, depth, outside)
         self.hoisted: dict[str, str] = {}
         self.vw = gen.lanes               # a vloop's lanes: the target's widest vector
+        self.ahead: list[tuple[str, int, int, str]] = []   # the next static loop's prefetches:
+        # (a block's first row, its bytes, the distance, the test that the row there is the owner's)
 
     def splat(self, name: str, width: int) -> str:
         """name in `width` lanes: computed once before the vloop being emitted when `name` was
@@ -129,11 +132,21 @@ class Emitter:
             for j in range(lo, hi):
                 body(str(j))
             return
+        ahead = self.ahead if isinstance(lo, int) and isinstance(hi, int) else []
+        self.ahead = [] if ahead else self.ahead
+        pfs = []
+        for row, size, dist, owned in ahead:   # past the owner's rows: its own block, in cache
+            pfs.append((self.let(row, "pf"), -(-size // (hi - lo))))
+            self.put(f"if {owned} {{ {pfs[-1][0]} = {row} + {dist}; }}")
         j = self.fresh("j")
         self.put(f"let {j} = {lo};")
         self.put(f"while {j} < {hi} {{")
         self.depth += 1
         body(j)
+        for pf, stride in pfs:           # spread over the loop: a line at a time, in order
+            for k in range(0, stride, 64):
+                self.put(f"prefetch({pf}{f' + {k}' if k else ''});")
+            self.put(f"{pf} = {pf} + {stride};")
         self.put(f"{j} = {j} + 1;")
         self.depth -= 1
         self.put("}")
@@ -934,6 +947,17 @@ class LearnerCode:
             for s in range(lanes):
                 row = row_address(d, f"(i + {s})" if s else "i", streamed(lr))
                 em.put(f"let row_{d.name}{f'_{s}' if s else ''} = {row};")
+        # Run-time rows of a line or more (a block's rows are contiguous): the first static loop
+        # of the block prefetches, spread over its iterations, the block k >= AHEAD / size blocks
+        # on where the owner has it (else its own block again), where any owner can (a hint: it
+        # never faults and changes no value)
+        em.ahead = []
+        for d in lr.data:
+            size = lanes * 8 * d.cols
+            k = -(-AHEAD // size)
+            if d.file is not None and d.cols >= 8 and lanes > 1 and not streamed(lr) and \
+                    lr.nsamples >= (k + 1) * lanes:
+                em.ahead.append((f"row_{d.name}", size, k * size, f"i + {(k + 1) * lanes} <= hi"))
         roots = [c.node for p in lr.params for c in lr.grads[p.name]] + [lr.loss]
         vals = Values(em, lambda n, j, s: self.loss_leaf(n, j, s), buffered_nodes(roots), lanes,
                       varying_nodes(roots))

@@ -115,6 +115,8 @@ _OPS: dict[str, tuple] = {
                                         # VL, and the OS saves the opmask and zmm state)
     "call": ("?", "n*", True),     # d (i, f or none) = fn(args...)
     "syscall": ("i", "*", True),   # d = syscall(nr, args...)
+    "prefetch": (None, "iI"),      # a hint: the cache line at base + offset is read soon (x86-64
+                                   # prefetcht0, AArch64 prfm pldl1keep); never faults, changes nothing
     "fence": (None, ""),           # a full memory barrier: every access before it is visible
                                    # (to devices too) before any after it
     # The CPU's SHA-256 instructions (x86-64 SHA-NI, the AArch64 SHA2 extension). cpu_has_sha256:

@@ -39,7 +39,8 @@ bits, bytes reversed; both zero-extend their 32-bit result), `cpu_has_sha256(hwc
 and `polyval_hw(s, key, p, n)` (its carry-less multiply, for POLYVAL: alphac.lower.lir), `cpu_has_avx2()`,
 `cpu_has_avx512()`,
 `fgt` and `fge` (binary64 > and >=, as an i64: 0 when either operand is a NaN), `fence()` (a full memory barrier:
-stores before it reach memory, and devices, before any access after it), `refuse("NAME")`
+stores before it reach memory, and devices, before any access after it), `prefetch(a)` (a hint
+that the line at a is read soon: no value changes, and it never faults, whatever a is), `refuse("NAME")`
 (alphac.refusals), and the bounded appends `put(G, at, src, n, "NAME")`, `put_dec`, `put_byte`,
 `room(G, at, n, "NAME")` and `sizeof(G)` (G a global's name). Every write into a global buffer is
 proven in bounds or made through them, and a function that writes through a parameter declares
@@ -421,6 +422,7 @@ def parse(text: str, name: str) -> list[tuple]:
 BUILTINS = frozenset({"load8", "load16", "load32", "load64", "loadf", "store8", "store16",
                       "store32", "store64", "storef", "syscall", "i2f", "f2bits", "bits2f", "sqrt",
                       "udiv", "urem", "sar", "ult", "umulh", "ror32", "ror64", "bswap32", "fgt", "fge", "fence",
+                      "prefetch",
                       "refuse", "cpu_has_sha256", "sha256_hw", "cpu_has_clmul", "polyval_hw",
                       "loadv", "storev", "splat", "lane", "sqrtv", "pack", "cpu_has_avx2",
                       "cpu_has_avx512", "loadz", "storez", "splatz", "sqrtz",

@@ -465,6 +465,10 @@ class FnLowerer:
             need(2)
             a = self.reg(typed(args[0], "i64"))
             return self.emit("setcc", self.fn.new("i"), "ult", a, typed(args[1], "i64")), "i64"
+        if f == "prefetch":
+            need(1)
+            self.emit("prefetch", None, *self.address(args[0]))
+            return None, None
         if f == "fence":
             need(0)
             self.emit("fence", None)

@@ -228,6 +228,7 @@ TABLE: tuple[Row, ...] = (
     _row('syscall', '', '', '0F 05'),
     _row('ud2', '', '', '0F 0B'),
     _row('mfence', '', '', '0F AE F0'),
+    _row('prefetcht0', 'm8', 'm', '0F 18 /1'),
     # -- SSE2 scalar double
     _row('movsd', 'xmm, xm64', 'rm', 'F2 0F 10 /r'),
     _row('movsd', 'm64, xmm', 'mr', 'F2 0F 11 /r'),

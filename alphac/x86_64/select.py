@@ -457,6 +457,10 @@ class Selector(SelectorBase):
     def fence(self, op, d, a) -> None:
         self.emit("mfence")
 
+    def prefetch(self, op, d, a) -> None:
+        m = self.mem(a[0], a[1], S2)
+        self.emit("prefetcht0", Mem(m.base, disp=m.disp, size=8))
+
     def seq(self, *ins) -> None:
         """Machine instructions in order: (mnemonic, operands...), (jcc, label) or a Label."""
         for i in ins:
