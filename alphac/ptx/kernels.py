@@ -517,25 +517,72 @@ def grad_samples(lr: Learner, sm: int = 90) -> Kernel:
     return _module(em, lr, "grad_samples", params, sm)
 
 
+SUM_BATCH = 16      # owner_sum: the terms a thread loads ahead, into registers, of each fold
+
+
 def owner_sum(lr: Learner, sm: int = 90) -> Kernel:
+    """One thread a plain column c: acc = gs[c], then acc += gs[i*W + c] for i = 1 .. n-1, one
+    add.rn each, in that order (the ordered contract's fold). The adds are the only serial part:
+    the terms are loaded B = SUM_BATCH at a time into registers, and while one batch is added
+    the next is in flight (two banks, X and Y, in turn: loads of one, then adds of the other);
+    the last n - 1 mod B terms are one batch of loads, each behind a branch on the count, then
+    their adds behind the same branches. So a fold of n terms waits for about (n - 1) / B + 2
+    loads, not n - 1; no loop is unrolled by ptxas (`nounroll`)."""
     em = Emitter()
     params = [Param("gs", "u64", "gs"), Param("G", "u64", "G"), Param("n", "u32", "n")]
     base = _pointers(em, params)
     n = em.op("ldp32", "n")
     lay = row_layout(lr)
+    stride = 8 * lay.width
+    B = max(1, min(SUM_BATCH, (1 << 31) // stride))    # its byte offsets below 2^31
     c = em.thread_index()
     em.op("braif", em.op("ge", c, lay.plain_width), "$done")
     em.op("braif", em.op("ge", em.op("mov32", 0), n), "$done")
     off = em.op("wide", c, 8)
     src = em.op("add64", base["gs"], off)
-    acc = em.op("ld", src, 0)
+    acc = em.op("ld", src, 0)                           # the first term starts the fold
+    em.op("add64", src, stride, d=src)
     i = em.op("mov32", 1)
+    X, Y = ([em.reg("fd") for _ in range(B)] for _ in (0, 1))
+
+    def full(otherwise: str) -> None:                   # a whole batch left, else `otherwise`
+        em.op("braifnot", em.op("ge", em.op("sub32", n, i), B), otherwise)
+
+    def load(bank: list[str]) -> None:
+        for j, x in enumerate(bank):
+            em.op("ld", src, j * stride, d=x)
+        em.op("add64", src, B * stride, d=src)
+        em.op("add32", i, B, d=i)
+
+    def add(bank: list[str]) -> None:
+        for x in bank:
+            em.op("add", acc, x, d=acc)
+    full("$tail")
+    load(X)
     em.label("$loop")
-    em.op("braif", em.op("ge", i, n), "$store")
-    em.op("add64", src, 8 * lay.width, d=src)
-    em.op("add", acc, em.op("ld", src, 0), d=acc)
-    em.op("add32", i, 1, d=i)
+    em.op("nounroll")
+    full("$lastx")
+    load(Y)
+    add(X)
+    full("$lasty")
+    load(X)
+    add(Y)
     em.op("bra", "$loop")
+    em.label("$lasty")
+    add(Y)
+    em.op("bra", "$tail")
+    em.label("$lastx")
+    add(X)
+    em.label("$tail")                                   # fewer than B terms left
+    left = em.op("sub32", n, i)
+    more = [em.op("ge", left, j + 1) for j in range(B - 1)]
+    for j, p in enumerate(more):
+        em.op("braifnot", p, "$loaded")
+        em.op("ld", src, j * stride, d=X[j])
+    em.label("$loaded")
+    for j, p in enumerate(more):
+        em.op("braifnot", p, "$store")
+        em.op("add", acc, X[j], d=acc)
     em.label("$store")
     shifts = [(col, at - col) for _, col, at, _ in lay.plain if at != col]
     if shifts:          # G's coordinate is the column plus the shift of the last plain param
