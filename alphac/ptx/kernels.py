@@ -517,7 +517,7 @@ def grad_samples(lr: Learner, sm: int = 90) -> Kernel:
     return _module(em, lr, "grad_samples", params, sm)
 
 
-SUM_BATCH = 16      # owner_sum: the terms a thread loads ahead, into registers, of each fold
+SUM_BATCH = 32      # owner_sum: the terms a thread loads ahead, into registers, of each fold
 
 
 def owner_sum(lr: Learner, sm: int = 90) -> Kernel:
