@@ -726,6 +726,47 @@ def test_owner_sum_is_the_left_fold_from_the_first_sample_and_its_mutants_differ
         assert any(owner_sums(text, W, columns, n) != [fold(c, n) for c in range(W)] for n in counts[3:]), mutant
 
 
+REDUCED = example("lsq_adam").read_text().split("# -- deployments")[0].replace(
+    "  let g = grad(w)\n", "  let g = grad(w) * min(1, 0.5 / sqrt(dot(grad(w), grad(w)))) + 0.001 * sum(m) + 0.001 * max(-1 - v)\n")
+
+
+def test_the_cards_reduced_scalars_have_the_interpreters_bits_and_their_mutants_differ(tmp_path):
+    """`reduce` folds the update's reduced scalars over the group on the card (a dot of the
+    gradients, a sum and a max(v) of the state), the update kernels read them from rd: the
+    interpreter's bits, step by step; its folds started from +0, or run from the last coordinate
+    down, give other bits; a reduction of constants alone stays the host's parameter."""
+    from alphac.ptx.abi import card_reductions
+    (tmp_path / "r.alpha").write_text(REDUCED)
+    lr = compile_file(tmp_path / "r.alpha").learner
+    ks = kernels(lr)
+    assert [k.name for k in ks] == ["grad_samples", "owner_sum", "reduce", "update_g0"]
+    assert card_reductions(lr) == {0: 0, 1: 1, 2: 2} and ks[2].threads == 3
+    assert "rd" in [p.name for p in ks[3].params] and not any(p.name.startswith("reduced_") for p in ks[3].params)
+
+    def first_difference(mutate=None):
+        owner, want = Owner(InterpDevice(mutate), lr, kernels(lr)), interp.initial_state(lr)
+        for s in range(1, 5):
+            owner.step(s - 1)
+            want = interp.step(lr, want, s - 1)
+            if state_bits(owner.read_state()) != state_bits(want):
+                return s
+        return None
+    assert first_difference() is None
+    text = ks[2].ptx
+    firsts = list(re.finditer(r"setp\.eq\.u32 (%p\d+), %r\d+, 0;\n\tselp\.f64 (%fd\d+), %fd\d+, (%fd\d+), \1;", text))
+    assert len(firsts) == 3                 # each fold's first term starts it
+    m = firsts[2]                           # max(-1 - v)'s started from +0 instead
+    from_zero = text[:m.start()] + f"mov.f64 {m[2]}, {m[3]};" + text[m.end():]
+    at = re.search(r"mul\.wide\.u32 (%rd\d+), (%r\d+), 8;", text)     # the dot's coordinate j
+    down = text.replace(at[0], f"sub.u32 %r99, 4, {at[2]};\n\tmul.wide.u32 {at[1]}, %r99, 8;", 1)
+    for mutant in (from_zero, down):
+        assert mutant != text and first_difference({"reduce": lambda t, m=mutant: m}) is not None
+    consts = REDUCED.replace("+ 0.001 * sum(m) + 0.001 * max(-1 - v)", "+ sum(p1 * [1.0, 2.0])")
+    (tmp_path / "c.alpha").write_text(consts)
+    lc = compile_file(tmp_path / "c.alpha").learner
+    assert card_reductions(lc) == {0: 0} and "reduced_1" in [p.name for p in kernels(lc)[-1].params]
+
+
 # -- the vendor check script ----------------------------------------------------------------------
 def test_vendor_check_without_libcuda_exits_2(tmp_path):
     script = ROOT / "gpu" / "vendor_check.py"
