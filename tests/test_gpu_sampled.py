@@ -130,26 +130,26 @@ def clipped(tmp_path, text=CLIPPED, args=("--steps", "6"), **kw):
 
 
 def test_reduced_scalars_of_the_update_on_the_card_one_submission_a_step(tmp_path):
-    """The update's `dot(grad(w), grad(w))` is computed by the card's `reduce` between the sums
-    and the updates (abi.card_reductions), so both policies run a step as one submission, with
-    the interpreter's bits; a `reduce` that adds a term twice is refused at step 1 (proven), under
-    either policy. A scalar state reading such a reduction keeps `--shadow sampled` refused."""
+    """The update's `dot(grad(w), grad(w))`: under `sampled` the card's `reduce` computes it
+    between the sums and the updates (abi.card_reductions), under `full` the host writes its own
+    into rd; either way a step is one submission with the interpreter's bits, and a `reduce` that
+    adds a term twice is refused at step 1 (proven). A scalar state reading such a reduction
+    keeps `--shadow sampled` refused (the test above)."""
     need_mock()
     from alphac.ir.interp import format_state, run as interp_run
-    for args in (("--steps", "6"), ("--steps", "6", *SAMPLED)):
+    for args, launched in ((("--steps", "6"), []), (("--steps", "6", *SAMPLED), ["reduce"])):
         r, lr = clipped(tmp_path, args=args, draws=b"\x01")
         assert (r.returncode, r.stderr, r.errors) == (0, "", [])
         assert r.stdout == format_state(lr, interp_run(lr, 6)) and r.submissions == 1 + 6
-        assert [la[0] for la in r.launches[:4]] == ["grad_samples", "owner_sum", "reduce", "update_g0"]
+        assert [la[0] for la in r.launches[:4]] == ["grad_samples", "owner_sum", *launched, "update_g0", "grad_samples"][:4]
 
     def twice(ptx):                 # each term after the first added twice
         add = re.search(r"\tadd\.rn\.f64 (%fd\d+), %fd\d+, (%fd\d+);\n\tsetp\.eq\.u32", ptx)
         line = add[0].split("\n")[0]
         return ptx.replace(line, f"{line}\n\tadd.rn.f64 {add[1]}, {add[1]}, {add[2]};", 1)
-    for args in (("--steps", "6"), ("--steps", "6", *SAMPLED)):
-        r, _ = clipped(tmp_path, args=args, mutate={"reduce": twice})
-        refused(r, "gpu-shadow-mismatch")
-        assert "mismatch at step 1" in r.events
+    r, _ = clipped(tmp_path, args=("--steps", "6", *SAMPLED), mutate={"reduce": twice})
+    refused(r, "gpu-shadow-mismatch")
+    assert "mismatch at step 1" in r.events
 
 
 def test_a_malformed_events_file_is_refused_by_name(tmp_path):

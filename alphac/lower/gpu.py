@@ -10,20 +10,20 @@ SHA-256, and `gpu_step(step)`:
                                             written to the card, which the updates read)
     learner_mean, learner_reduce,           the reduced scalars and the scalar statements, on
     learner_scalars                         the host's own G
-    per group (and reduce): scalar parameters into the kernel's constant bank
+    per group: scalar parameters into the kernel's constant bank, reduced scalars into rd
     one submission (`chains`: one push buffer) on the GPU: the batch kernels
     (abi.batch_kernels), grad_samples, owner_sum,
     outer_sum_<p> (learners with a loss; under exact_sum xsum_clear, grad_samples, xsum_add,
-    xsum_fold: exact sums), `reduce` (the update's reduced scalars over a group: the card's,
-    abi.card_reductions), every update_g<N>; meanwhile learner_group_<N> on the CPU
+    xsum_fold: exact sums), every update_g<N>; meanwhile learner_group_<N> on the CPU
     one wait; G compared bit for bit (exact_sum: the card's accumulators, gpu_exact_check),
-    then every member of every group, then the card's reduced scalars
+    then every member of every group
     learner_commit
 
 so the state the executable prints is the shadow's, which equals the GPU's after every step.
 `gpu_step_sampled(step, last)` is the same step under `--shadow sampled` (docs/gpu.md "Shadow
 policies"): every kernel first, in one submission (no scalar statement reads the card's
-reduced scalars: else the policy is refused at start), G
+reduced scalars, which `reduce` computes before the updates: else the policy is refused at
+start), G
 read back from the card for the host's mean, the card's results hashed into the chain (gpu.rt
 gpu_chain), then, on a step drawn to be proven, the host's step from its pre-step state
 compared as above; on any other step the card's states adopted.
@@ -96,17 +96,23 @@ def update_kernels(lr: Learner) -> list[str]:
 
 
 def reduce_kernels(lr: Learner) -> list[str]:
-    """`reduce`, where the card computes reduced scalars of the update (abi.card_reductions): a
-    single owner's step launches it before the updates; a deployment's GPU role, which may not
-    hold a whole group, writes the host's into rd instead (role_update)."""
+    """`reduce`, where the card computes reduced scalars of the update (abi.card_reductions): the
+    sampled step launches it before the updates; the full step, whose host computes them anyway
+    from its own G, and a deployment's GPU role, which may not hold a whole group, write the
+    host's into rd instead (`host_reduced`): `reduce` folds on one thread a reduction."""
     return ["reduce"] if card_reductions(lr) else []
+
+
+def host_reduced(lr: Learner, img: GpuImage) -> list[str]:
+    """The host's reduced scalars rd<k> written into the card's rd, for the update kernels."""
+    return [f"storef({img.buffers['rd'] + 8 * at:#x}, loadf(rd{k}));" for k, at in card_reductions(lr).items()]
 
 
 def chains(lr: Learner) -> tuple[tuple[str, ...], ...]:
     """The kernel sequences an owner submits, each one push buffer (image.plan lays them out):
-    the gradient kernels, the updates, and a whole step (with `reduce` between them)."""
+    the gradient kernels, the updates, and a whole step (the sampled one with `reduce`)."""
     grad, red, upd = tuple(grad_kernels(lr)), tuple(reduce_kernels(lr)), tuple(update_kernels(lr))
-    return tuple(dict.fromkeys(c for c in (grad, upd, grad + red + upd) if c))
+    return tuple(dict.fromkeys(c for c in (grad, upd, grad + upd, grad + red + upd) if c))
 
 
 def kick(img: GpuImage, names, wait: bool = False) -> list[str]:
@@ -154,9 +160,8 @@ def step(lr: Learner, img: GpuImage) -> str:
             out += [f"vec_copy({va:#x}, G_{p}, {size});" for p, va, size in g_pieces(lr, img)]
         out.append(f"learner_mean({'n' if lr.batch else n});")
     out += clock_call(lr, "step - 1") + scalars(lr) + update_params(lr, img)
-    out += kick(img, grad_kernels(lr) + reduce_kernels(lr) + update_kernels(lr))
+    out += host_reduced(lr, img) + kick(img, grad_kernels(lr) + update_kernels(lr))
     out += [f"learner_group_{g.index}(0, {g.size});" for g in lr.groups] + ["gpu_wait();"] + compare
-    out += reduced_compare(lr, img)
     out += [f"gpu_compare({img.buffers[f'state_{s.name}']:#x}, st_{s.name}, {s.size}, step);"
             for g in lr.groups for s in lr.states if s.group == g.index]
     return "fn gpu_step(step: i64) {\n" + "\n".join("    " + x for x in out + ["learner_commit();"]) + "\n}\n\n"
@@ -384,7 +389,7 @@ def role_update(lr: Learner, img: GpuImage, ranges: dict[int, tuple[int, int]]) 
     if lr.loss is not None:
         out += [f"vec_copy({va:#x}, G_{p}, {size});" for p, va, size in g_pieces(lr, img)]
     mine = [g for g in lr.groups if ranges.get(g.index, (0, 0))[1] > ranges.get(g.index, (0, 0))[0]]
-    out += [f"storef({img.buffers['rd'] + 8 * at:#x}, loadf(rd{k}));" for k, at in card_reductions(lr).items()] * bool(mine)
+    out += host_reduced(lr, img) * bool(mine)
     for g in mine:
         la = img.launch(f"update_g{g.index}")
         out += [upload(img, s.name, s.size) for s in lr.states if s.group == g.index]

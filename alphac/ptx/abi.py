@@ -81,7 +81,8 @@ outer_sum_<p> takes its own block size and grid: `Kernel.block`, `Kernel.threads
                              (the host runs the scalar statements first: `host_scalars`)
         reduced_<k> f64 / rd u64  each reduced scalar of the update the statements read: the
                              host's rd<k> (`host_scalars`), or word `card_reductions[k]` of
-                             rd, which `reduce` wrote (or the host: a deployment's GPU role)
+                             rd, which `reduce` wrote (a sampled step) or the host (a full
+                             step, whose host has them from its own G; a deployment's role)
         clock_step, clock_epoch  f64  `step` and `epoch`, where the statements read them
                              (Param.ref `clock.step`, `clock.epoch`)
         const_<c>  u64  each vector constant the statements read (`Param.values`: upload once)
