@@ -143,10 +143,10 @@ def test_reduced_scalars_of_the_update_on_the_card_one_submission_a_step(tmp_pat
         assert r.stdout == format_state(lr, interp_run(lr, 6)) and r.submissions == 1 + 6
         assert [la[0] for la in r.launches[:4]] == ["grad_samples", "owner_sum", *launched, "update_g0", "grad_samples"][:4]
 
-    def twice(ptx):                 # each term after the first added twice
-        add = re.search(r"\tadd\.rn\.f64 (%fd\d+), %fd\d+, (%fd\d+);\n\tsetp\.eq\.u32", ptx)
-        line = add[0].split("\n")[0]
-        return ptx.replace(line, f"{line}\n\tadd.rn.f64 {add[1]}, {add[1]}, {add[2]};", 1)
+    def twice(ptx):                 # a round's second term added twice
+        add = re.search(r"bra \$L\d+;\n\tadd\.rn\.f64 (%fd\d+), \1, (%fd\d+);", ptx)
+        line = add[0].split("\n")[1]
+        return ptx.replace(line, f"{line}\n{line}", 1)
     r, _ = clipped(tmp_path, args=("--steps", "6", *SAMPLED), mutate={"reduce": twice})
     refused(r, "gpu-shadow-mismatch")
     assert "mismatch at step 1" in r.events

@@ -692,11 +692,17 @@ def update(lr: Learner, group: Group, sm: int = 90) -> Kernel:
     return _module(em, lr, f"update_g{group.index}", params, sm, group.index)
 
 
+REDUCE_AHEAD = 8    # reduce: the terms a round computes (their loads issued) before it folds them
+
+
 def reduce(lr: Learner, sm: int = 90) -> Kernel:
     """`reduce`: thread t computes the card's reduced scalar t (abi.card_reductions, in their
     order) into rd[t]: the left fold over the group's coordinates j ascending of its terms (a
     dot's products, a sum's values, max(v)'s values folded by max), the first term the start,
-    each term lowered as update_g<N> lowers coordinate j (the step's starting state, G / n)."""
+    each term lowered as update_g<N> lowers coordinate j (the step's starting state, G / n). A
+    round computes the terms of j .. j + REDUCE_AHEAD - 1 first (past the group: the last
+    coordinate's, read, never folded), then folds those in the group in order, so a round waits
+    for its loads once."""
     em = Emitter()
     todo = [update_reductions(lr.update)[k] for k in card_reductions(lr)]
     nodes = postorder(todo)
@@ -716,11 +722,23 @@ def reduce(lr: Learner, sm: int = 90) -> Kernel:
         em.label(top)
         em.op("nounroll")
         em.op("braif", em.op("ge", j, size), end)
-        lower = _Lower(em, _Coordinate(lr, em, base, em.op("wide", j, 8), consts, {}).leaf, True, base)
-        term = em.op("mul", *(lower(c)[0] for c in (r.a, r.b))) if isinstance(r, Dot) else lower(r.a)[0]
-        fold = lower.call("max", acc, term) if isinstance(r, Max) else em.op("add", acc, term)
-        em.op("selpf", term, fold, em.op("eq32", j, 0), d=acc)     # the first term starts it
-        em.op("add32", j, 1, d=j)
+        terms = []
+        for u in range(min(REDUCE_AHEAD, size)):
+            at = em.op("add32", j, u) if u else j
+            at = em.op("selp32", size - 1, at, em.op("ge", at, size)) if u else at
+            lower = _Lower(em, _Coordinate(lr, em, base, em.op("wide", at, 8), consts, {}).leaf, True, base)
+            terms.append(em.op("mul", *(lower(c)[0] for c in (r.a, r.b))) if isinstance(r, Dot) else lower(r.a)[0])
+        for u, term in enumerate(terms):
+            if u:
+                em.op("braif", em.op("ge", em.op("add32", j, u), size), end)
+            if u == 0:                  # the first term starts the fold
+                fold = lower.call("max", acc, term) if isinstance(r, Max) else em.op("add", acc, term)
+                em.op("selpf", term, fold, em.op("eq32", j, 0), d=acc)
+            elif isinstance(r, Max):
+                em.op("movf", lower.call("max", acc, term), d=acc)
+            else:
+                em.op("add", acc, term, d=acc)
+        em.op("add32", j, len(terms), d=j)
         em.op("bra", top)
         em.label(end)
         em.op("st", base["rd"], 8 * pos, acc)
