@@ -6,7 +6,8 @@ has the ABI): upload the state, data and vector constants once; per step, launch
 products and `grad_samples` over the owner's samples, the sum kernels (`abi.sum_kernels`; under
 exact_sum the exact sums' kernels, alphac/ptx/xsum.py, and their accumulators rounded), combine
 (the caller's combine tree, on the host), run the scalar-state statements on the host
-(`host_scalars`), then launch each group's `update_g<N>` over its coordinates. A `Device` is
+(`host_scalars`), then launch `reduce` (the update's reduced scalars the card computes,
+`abi.card_reductions`) and each group's `update_g<N>` over its coordinates. A `Device` is
 anything that can allocate, copy and launch: the PTX interpreter in tests/ptx_interp.py, or CUDA's
 driver API in gpu/vendor_check.py.
 
@@ -22,8 +23,8 @@ from typing import Protocol, Sequence
 from alphac.ir.learner import Learner, update_reductions
 from alphac.ir.order import step_samples
 from alphac.math import binary64 as f
-from alphac.ptx.abi import (Kernel, batch_kernels, batch_widths, host_scalars, param_count, param_layout,
-                            row_layout, sum_kernels)
+from alphac.ptx.abi import (Kernel, batch_kernels, batch_widths, card_reductions, host_scalars, param_count,
+                            param_layout, row_layout, sum_kernels)
 
 
 class Device(Protocol):
@@ -50,6 +51,7 @@ class Owner:
             self.xd, self.xc = dev.alloc([0.0] * (XS_WORDS * self.P)), dev.alloc([0.0] * (XC_WORDS * self.P))
         self.mv = {str(k): dev.alloc([0.0] * max(1, r * (lr.nsamples or 0)))
                    for k, r in enumerate(batch_widths(lr))}
+        self.rd = dev.alloc([0.0] * max(1, len(card_reductions(lr))))     # written by `reduce`
         self.consts = {(k.name, p.name): dev.alloc(p.values)
                        for k in kernels for p in k.params if p.role == "const"}
 
@@ -60,7 +62,7 @@ class Owner:
                 out.append(self.state[p.ref])
             elif p.role == "data":
                 out.append(self.data[p.ref])
-            elif p.role in ("gs", "G", "idx"):
+            elif p.role in ("gs", "G", "idx", "rd"):
                 out.append(getattr(self, p.role))
             elif p.role == "mv":
                 out.append(self.mv[p.ref])
@@ -143,6 +145,9 @@ class Owner:
                       for p in self.lr.params} if G is not None else {})
         values = host_scalars(self.lr, {s.name: tuple(self.dev.read(self.state[s.name], 1))
                                         for s in self.lr.scalar_states}, whole, t)
+        if "reduce" in self.kernels:    # the card's reduced scalars, before the updates read them
+            k = self.kernels["reduce"]
+            self.dev.launch(k, self._args(k, n=n, values=values), k.threads)
         for g in self.lr.groups:
             k = self.kernels[f"update_g{g.index}"]
             self.dev.launch(k, self._args(k, n=n, klo=0, khi=g.size, values=values), g.size)

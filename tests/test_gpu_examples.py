@@ -67,6 +67,36 @@ def test_the_example_as_a_gpu_owner_prints_the_interpreters_bits(tmp_path, examp
                     kernels=built.kernels, timeout=600)
     assert (r.returncode, r.errors, r.stderr) == (0, [], "")
     assert r.stdout == format_state(lr, run(lr, STEPS))
+    # under exact_sum the clipping's norm is an exact sum: the host's, from its own G, in its
+    # shadow (docs/gpu.md "Scalar states"), and the step stays one submission
+    assert r.submissions == 1 + STEPS and "reduce" not in [la[0] for la in r.launches]
+
+
+def test_the_ordered_attention_example_under_sampled_has_its_clipping_norm_on_the_card(tmp_path):
+    """examples/seq_attention.alpha without `contract exact_sum`: its `adam(lr = lr_t, grad_scale =
+    clip)` reads the global norm's dots of the gradients, which `--shadow sampled` has the card's
+    `reduce` compute (abi.card_reductions) in the step's one submission: the interpreter's bits
+    (both steps proven, the first two)."""
+    from alphac.build import build_gpu_owner
+    from alphac.ptx.abi import card_reductions
+    require_tool("ptxas")
+    why = mockgpu.available()
+    if why:
+        pytest.fail(why) if os.environ.get("CI") else pytest.skip(why)
+    src = shortened("seq_attention", tmp_path)
+    src.write_text(src.read_text().replace("contract exact_sum ", "# ordered "))
+    lr = compile_file(str(src)).learner
+    assert not lr.exact and len(card_reductions(lr)) >= 2
+    host = host_mod.load(str(ROOT / "examples" / "h200.gpuhost"))
+    built = build_gpu_owner(lr, "x86_64+sm_90", host)
+    exe = tmp_path / "seq.gpu"
+    exe.write_bytes(built.image.elf)
+    exe.chmod(0o755)
+    r = mockgpu.run(exe, ["--steps", str(STEPS), "--shadow", "sampled"], card=Card(
+        uuid=host.uuid, name=host.product, driver=host.driver, sm=90), kernels=built.kernels, timeout=600)
+    assert (r.returncode, r.errors, r.stderr) == (0, [], "")
+    assert r.stdout == format_state(lr, run(lr, STEPS))
+    assert r.submissions == 1 + STEPS and [la[0] for la in r.launches].count("reduce") == STEPS
 
 
 def test_an_elementary_function_of_a_small_kept_vector_is_written_once(tmp_path):

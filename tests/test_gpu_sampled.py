@@ -8,6 +8,8 @@ bit on a proven step is refused gpu-shadow-mismatch there, after its hash was wr
 lies on a step left unproven finishes, and `verify-record --replay` names that step; exact_sum
 and an unknown policy are refused at start; a malformed events file is refused by name.
 """
+import re
+
 import pytest
 
 import oracle
@@ -100,17 +102,54 @@ def test_exact_sum_and_an_unknown_policy_are_refused_at_start(tmp_path):
     (tmp_path / "x.gpu").write_bytes(built.image.elf)
     (tmp_path / "x.gpu").chmod(0o755)
     r = mockgpu.run(tmp_path / "x.gpu", ["--steps", "3", *SAMPLED], card=card_for(90), kernels=built.kernels)
-    usage(r, "sampled: under exact_sum or with reductions in the update the host's step is the check")
+    usage(r, WHY)
     assert "--shadow sampled: under exact_sum" in r.events and r.allocations == []
-    # the update's reduced scalars are the host's, from its G, before the update kernels read them
-    clipped = example("lsq_adam").read_text().replace("  let g = grad(w)\n",
-                                                      "  let g = grad(w) * min(1, 0.5 / sqrt(dot(grad(w), grad(w))))\n")
-    assert "dot(grad(w)" in clipped
-    (tmp_path / "x.alpha").write_text(clipped)
-    built = build_gpu_owner(compile_file(tmp_path / "x.alpha").learner, "x86_64+sm_90", host_for(90))
+    # a scalar state that reads a reduced scalar of the gradients: the host would need the card's G
+    scalar = example("lsq_adam").read_text().replace("  p2 = p2 * b2\n", "  p2 = p2 * b2 + 0 * dot(grad(w), grad(w))\n")
+    assert "0 * dot(grad(w)" in scalar
+    r, _ = clipped(tmp_path, scalar, ("--steps", "3", *SAMPLED))
+    usage(r, WHY)
+
+
+WHY = "sampled: under exact_sum or a scalar state reading a reduction the host's step is the check"
+CLIPPED = example("lsq_adam").read_text().replace(
+    "  let g = grad(w)\n", "  let g = grad(w) * min(1, 0.5 / sqrt(dot(grad(w), grad(w))))\n")
+
+
+def clipped(tmp_path, text=CLIPPED, args=("--steps", "6"), **kw):
+    """A GPU owner of `text` (by default lsq_adam clipped by its gradient's norm) under the mock."""
+    import mockgpu
+    from alphac.build import build_gpu_owner
+    from test_nvdrv_owner import host_for
+    (tmp_path / "x.alpha").write_text(text)
+    lr = compile_file(tmp_path / "x.alpha").learner
+    built = build_gpu_owner(lr, "x86_64+sm_90", host_for(90))
     (tmp_path / "x.gpu").write_bytes(built.image.elf)
-    r = mockgpu.run(tmp_path / "x.gpu", ["--steps", "3", *SAMPLED], card=card_for(90), kernels=built.kernels)
-    usage(r, "sampled: under exact_sum or with reductions in the update the host's step is the check")
+    (tmp_path / "x.gpu").chmod(0o755)
+    return mockgpu.run(tmp_path / "x.gpu", args, card=card_for(90), kernels=built.kernels, **kw), lr
+
+
+def test_reduced_scalars_of_the_update_on_the_card_one_submission_a_step(tmp_path):
+    """The update's `dot(grad(w), grad(w))`: under `sampled` the card's `reduce` computes it
+    between the sums and the updates (abi.card_reductions), under `full` the host writes its own
+    into rd; either way a step is one submission with the interpreter's bits, and a `reduce` that
+    adds a term twice is refused at step 1 (proven). A scalar state reading such a reduction
+    keeps `--shadow sampled` refused (the test above)."""
+    need_mock()
+    from alphac.ir.interp import format_state, run as interp_run
+    for args, launched in ((("--steps", "6"), []), (("--steps", "6", *SAMPLED), ["reduce"])):
+        r, lr = clipped(tmp_path, args=args, draws=b"\x01")
+        assert (r.returncode, r.stderr, r.errors) == (0, "", [])
+        assert r.stdout == format_state(lr, interp_run(lr, 6)) and r.submissions == 1 + 6
+        assert [la[0] for la in r.launches[:4]] == ["grad_samples", "owner_sum", *launched, "update_g0", "grad_samples"][:4]
+
+    def twice(ptx):                 # a round's second term added twice
+        add = re.search(r"bra \$L\d+;\n\tadd\.rn\.f64 (%fd\d+), \1, (%fd\d+);", ptx)
+        line = add[0].split("\n")[1]
+        return ptx.replace(line, f"{line}\n{line}", 1)
+    r, _ = clipped(tmp_path, args=("--steps", "6", *SAMPLED), mutate={"reduce": twice})
+    refused(r, "gpu-shadow-mismatch")
+    assert "mismatch at step 1" in r.events
 
 
 def test_a_malformed_events_file_is_refused_by_name(tmp_path):

@@ -41,7 +41,7 @@ from alphac.ptx import ptxas
 from alphac.ptx.cubin import CubinError, cubin_info, read_cubin
 from ptx_host import Owner
 from alphac.ir.learner import postorder
-from alphac.ptx.abi import param_count
+from alphac.ptx.abi import param_count, row_layout
 from alphac.ptx.kernels import kernels
 from alphac.ptx.render import PARAM_TYPES
 
@@ -664,19 +664,107 @@ def test_interpreter_catches_a_fold_loop_run_backwards():
     assert run_on_interpreter("lsq_adam", mutate=mutant) is not None
 
 
-def test_interpreter_catches_a_fold_from_plus_zero_not_first_term():
-    """owner_sum starting from +0.0 turns an all -0.0 column into +0.0: caught on a -0.0 case."""
-    lr = learner("scalar_regression")
+def sum_plus_zero_first(ptx):
+    """owner_sum's fold started from +0: +0 + the first term (a -0 column becomes +0)."""
+    return re.sub(r"(\tld\.global\.f64 (%fd\d+), \[%rd\d+\+0\];)",
+                  r"\1\n\tadd.rn.f64 \2, 0d0000000000000000, \2;", ptx, count=1)
+
+
+def sum_batch_reversed(ptx):
+    """owner_sum's first batch of adds (a whole batch, in the loop) in the opposite order."""
+    lines = ptx.split("\n")
+    add = re.compile(r"\tadd\.rn\.f64 (%fd\d+), \1, %fd\d+;")
+    i = next(i for i, x in enumerate(lines) if add.fullmatch(x) and add.fullmatch(lines[i + 1]))
+    j = next(j for j in range(i, len(lines)) if not add.fullmatch(lines[j]))
+    lines[i:j] = lines[i:j][::-1]
+    return "\n".join(lines)
+
+
+def sum_tail_swapped(ptx):
+    """owner_sum's last terms (fewer than a batch) with the first two loaded swapped."""
+    head, mark, tail = ptx.partition("$tail:")
+    loads = re.findall(r"ld\.global\.f64 %fd\d+, \[%rd\d+\+\d+\];", tail)[:2]
+    a, b = (re.search(r"\[.*\]", x)[0] for x in loads)
+    return head + mark + tail.replace(loads[0], loads[0].replace(a, "\0"), 1).replace(
+        loads[1], loads[1].replace(b, a), 1).replace("\0", b, 1)
+
+
+def owner_sums(text, W, columns, n):
+    """G from owner_sum's PTX `text` over n rows of width W, column c's terms columns[c](i)."""
+    mem = Memory()
+    gs = mem.alloc([columns[c](i) if c < len(columns) else 0.0 for i in range(n) for c in range(W)] or [0.0])
+    G = mem.alloc([1.0] * W)
+    Ptx(text).launch(mem, {"gs": gs, "G": G, "n": n}, W)
+    return [bits(x) for x in mem.read(G, W)]
+
+
+def test_owner_sum_is_the_left_fold_from_the_first_sample_and_its_mutants_differ():
+    """owner_sum loads its terms ahead in batches but adds them in order, from the first term:
+    the bits of the left fold for every count around the batch (n = 0 writes nothing), and each
+    mutant (started from +0, a batch's adds reversed, two of the last terms swapped) differs."""
+    from alphac.ptx.kernels import SUM_BATCH
+    lr = learner("lsq_adam")
+    W = row_layout(lr).width
     k = [k for k in kernels(lr) if k.name == "owner_sum"][0]
-    ok = k.ptx
-    bad = ok.replace("\tld.global.f64 %fd1, [%rd6+0];", "\tld.global.f64 %fd9, [%rd6+0];\n"
-                     "\tmov.f64 %fd1, 0d0000000000000000;\n\tadd.rn.f64 %fd1, %fd1, %fd9;")
-    assert bad != ok
-    for text, n, want in ((ok, 3, bits(-0.0)), (bad, 3, bits(0.0)), (ok, 0, bits(1.0))):
-        mem = Memory()
-        gs, G = mem.alloc([-0.0, -0.0, -0.0]), mem.alloc([1.0])
-        Ptx(text).launch(mem, {"gs": gs, "G": G, "n": n}, param_count(lr))
-        assert bits(mem.read(G, 1)[0]) == want             # n = 0 writes nothing
+    big = [1.0, 2.0 ** 53, -(2.0 ** 53), 2.0 ** -60, 3.0, -1.0]
+    columns = [lambda i: -0.0, lambda i: big[i % 6], lambda i: big[(i * 5 + 1) % 6],
+               lambda i: (1.0 if i == 0 else 2.0 ** -53) * (-1) ** (i // 3), lambda i: float(i)]
+
+    def fold(c, n):
+        acc = columns[c](0)
+        for i in range(1, n):
+            acc += columns[c](i)
+        return bits(acc)
+    counts = [0, 1, 2, 3, SUM_BATCH, SUM_BATCH + 1, SUM_BATCH + 4, 2 * SUM_BATCH + 1, 3 * SUM_BATCH + 7, 100]
+    for n in counts:
+        want = [fold(c, n) if n else bits(1.0) for c in range(W)]
+        assert owner_sums(k.ptx, W, columns, n) == want, n
+    assert bits(-0.0) == fold(0, 3)
+    for mutant in (sum_plus_zero_first, sum_batch_reversed, sum_tail_swapped):
+        text = mutant(k.ptx)
+        assert text != k.ptx
+        assert any(owner_sums(text, W, columns, n) != [fold(c, n) for c in range(W)] for n in counts[3:]), mutant
+
+
+REDUCED = example("lsq_adam").read_text().split("# -- deployments")[0].replace(
+    "  let g = grad(w)\n", "  let g = grad(w) * min(1, 0.5 / sqrt(dot(grad(w), grad(w)))) + 0.001 * sum(m) + 0.001 * max(-1 - v)\n")
+
+
+def test_the_cards_reduced_scalars_have_the_interpreters_bits_and_their_mutants_differ(tmp_path):
+    """`reduce` folds the update's reduced scalars over the group on the card (a dot of the
+    gradients, a sum and a max(v) of the state), the update kernels read them from rd: the
+    interpreter's bits, step by step; its folds started from +0, or run from the last coordinate
+    down, give other bits; a reduction of constants alone stays the host's parameter."""
+    from alphac.ptx.abi import card_reductions
+    (tmp_path / "r.alpha").write_text(REDUCED)
+    lr = compile_file(tmp_path / "r.alpha").learner
+    ks = kernels(lr)
+    assert [k.name for k in ks] == ["grad_samples", "owner_sum", "reduce", "update_g0"]
+    assert card_reductions(lr) == {0: 0, 1: 1, 2: 2} and ks[2].threads == 3
+    assert "rd" in [p.name for p in ks[3].params] and not any(p.name.startswith("reduced_") for p in ks[3].params)
+
+    def first_difference(mutate=None):
+        owner, want = Owner(InterpDevice(mutate), lr, kernels(lr)), interp.initial_state(lr)
+        for s in range(1, 5):
+            owner.step(s - 1)
+            want = interp.step(lr, want, s - 1)
+            if state_bits(owner.read_state()) != state_bits(want):
+                return s
+        return None
+    assert first_difference() is None
+    text = ks[2].ptx
+    firsts = list(re.finditer(r"setp\.eq\.u32 (%p\d+), %r\d+, 0;\n\tselp\.f64 (%fd\d+), %fd\d+, (%fd\d+), \1;", text))
+    assert len(firsts) == 3                 # each fold's first term starts it
+    m = firsts[2]                           # max(-1 - v)'s started from +0 instead
+    from_zero = text[:m.start()] + f"mov.f64 {m[2]}, {m[3]};" + text[m.end():]
+    at = re.search(r"mul\.wide\.u32 (%rd\d+), (%r\d+), 8;", text)     # the dot's coordinate j
+    down = text.replace(at[0], f"sub.u32 %r99, 4, {at[2]};\n\tmul.wide.u32 {at[1]}, %r99, 8;", 1)
+    for mutant in (from_zero, down):
+        assert mutant != text and first_difference({"reduce": lambda t, m=mutant: m}) is not None
+    consts = REDUCED.replace("+ 0.001 * sum(m) + 0.001 * max(-1 - v)", "+ sum(p1 * [1.0, 2.0])")
+    (tmp_path / "c.alpha").write_text(consts)
+    lc = compile_file(tmp_path / "c.alpha").learner
+    assert card_reductions(lc) == {0: 0} and "reduced_1" in [p.name for p in kernels(lc)[-1].params]
 
 
 # -- the vendor check script ----------------------------------------------------------------------

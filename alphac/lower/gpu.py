@@ -8,8 +8,9 @@ SHA-256, and `gpu_step(step)`:
 
     learner_grad on the CPU                 the host shadow's G (exact_sum: rounded once and
                                             written to the card, which the updates read)
-    learner_mean, learner_scalars           the scalar statements, on the host's own G
-    per group: scalar parameters into the update kernel's constant bank
+    learner_mean, learner_reduce,           the reduced scalars and the scalar statements, on
+    learner_scalars                         the host's own G
+    per group: scalar parameters into the kernel's constant bank, reduced scalars into rd
     one submission (`chains`: one push buffer) on the GPU: the batch kernels
     (abi.batch_kernels), grad_samples, owner_sum,
     outer_sum_<p> (learners with a loss; under exact_sum xsum_clear, grad_samples, xsum_add,
@@ -22,7 +23,9 @@ SHA-256, and `gpu_step(step)`:
 
 so the state the executable prints is the shadow's, which equals the GPU's after every step.
 `gpu_step_sampled(step, last)` is the same step under `--shadow sampled` (docs/gpu.md "Shadow
-policies"): every kernel first, in one submission (a scalar statement reads no gradient), G
+policies"): every kernel first, in one submission (no scalar statement reads the card's
+reduced scalars, which `reduce` computes before the updates: else the policy is refused at
+start), G
 read back from the card for the host's mean, the card's results hashed into the chain (gpu.rt
 gpu_chain), then, on a step drawn to be proven, the host's step from its pre-step state
 compared as above; on any other step the card's states adopted.
@@ -35,7 +38,7 @@ from alphac.nvdrv import abi
 from alphac.nvdrv.abi import CONSTANTS
 from alphac.nvdrv.conversation import Conversation
 from alphac.nvdrv.image import GPFIFO_ENTRIES, SEM_RELEASED, GpuImage
-from alphac.ptx.abi import batch_kernels, param_count, param_layout, sum_kernels
+from alphac.ptx.abi import batch_kernels, card_reductions, param_count, param_layout, sum_kernels
 
 # The completion wait (runtime/nvdrv.rt gpu_wait): its bound by the clock (10^6 polls of a 10 us
 # nanosleep took about 90 s); spinning for SPIN_NS before sleeping between polls, with one clock
@@ -96,11 +99,24 @@ def update_kernels(lr: Learner) -> list[str]:
     return [f"update_g{g.index}" for g in lr.groups]
 
 
+def reduce_kernels(lr: Learner) -> list[str]:
+    """`reduce`, where the card computes reduced scalars of the update (abi.card_reductions): the
+    sampled step launches it before the updates; the full step, whose host computes them anyway
+    from its own G, and a deployment's GPU role, which may not hold a whole group, write the
+    host's into rd instead (`host_reduced`): `reduce` folds on one thread a reduction."""
+    return ["reduce"] if card_reductions(lr) else []
+
+
+def host_reduced(lr: Learner, img: GpuImage) -> list[str]:
+    """The host's reduced scalars rd<k> written into the card's rd, for the update kernels."""
+    return [f"storef({img.buffers['rd'] + 8 * at:#x}, loadf(rd{k}));" for k, at in card_reductions(lr).items()]
+
+
 def chains(lr: Learner) -> tuple[tuple[str, ...], ...]:
     """The kernel sequences an owner submits, each one push buffer (image.plan lays them out):
-    the gradient kernels, the updates, and both (a whole step)."""
-    grad, upd = tuple(grad_kernels(lr)), tuple(update_kernels(lr))
-    return tuple(dict.fromkeys(c for c in (grad, upd, grad + upd) if c))
+    the gradient kernels, the updates, and a whole step (the sampled one with `reduce`)."""
+    grad, red, upd = tuple(grad_kernels(lr)), tuple(reduce_kernels(lr)), tuple(update_kernels(lr))
+    return tuple(dict.fromkeys(c for c in (grad, upd, grad + upd, grad + red + upd) if c))
 
 
 def kick(img: GpuImage, names, wait: bool = False) -> list[str]:
@@ -116,10 +132,11 @@ def scalars(lr: Learner) -> list[str]:
 
 
 def update_params(lr: Learner, img: GpuImage, n: str = "n") -> list[str]:
-    """Each update kernel's counts (a minibatch's `n`) and scalar parameters, into its bank."""
+    """Each update kernel's (and `reduce`'s) counts (a minibatch's `n`) and scalar parameters,
+    into its bank."""
     out = []
-    for g in lr.groups:
-        la = img.launch(f"update_g{g.index}")
+    for name in reduce_kernels(lr) + update_kernels(lr):
+        la = img.launch(name)
         out += [f"store32({va:#x}, {n});" for va in la.counts]
         out += [f"storef({s.va:#x}, {scalar_value(s)});" for s in la.scalars]
     return out
@@ -147,18 +164,31 @@ def step(lr: Learner, img: GpuImage) -> str:
             out += [f"vec_copy({va:#x}, G_{p}, {size});" for p, va, size in g_pieces(lr, img)]
         out.append(f"learner_mean({'n' if lr.batch else n});")
     out += clock_call(lr, "step - 1") + scalars(lr) + update_params(lr, img)
-    out += kick(img, grad_kernels(lr) + update_kernels(lr))
+    out += host_reduced(lr, img) + kick(img, grad_kernels(lr) + update_kernels(lr))
     out += [f"learner_group_{g.index}(0, {g.size});" for g in lr.groups] + ["gpu_wait();"] + compare
     out += [f"gpu_compare({img.results[f'state_{s.name}']:#x}, st_{s.name}, {s.size}, step);"
             for g in lr.groups for s in lr.states if s.group == g.index]
     return "fn gpu_step(step: i64) {\n" + "\n".join("    " + x for x in out + ["learner_commit();"]) + "\n}\n\n"
 
 
+def reduced_compare(lr: Learner, img: GpuImage) -> list[str]:
+    """The card's reduced scalars (rd, written by `reduce`) compared with the host's rd<k>."""
+    return [f"gpu_compare({img.buffers['rd'] + 8 * at:#x}, rd{k}, 1, step);" for k, at in card_reductions(lr).items()]
+
+
+def host_reads_card_reductions(lr: Learner) -> bool:
+    """Does a scalar statement read a reduced scalar the card computes? (Then the host needs
+    the step's G before the updates: the sampled step, one submission, cannot.)"""
+    from alphac.ir.learner import postorder
+    card = {id(n) for k, n in enumerate(update_reductions(lr.update)) if k in card_reductions(lr)}
+    return any(id(n) in card for a in lr.update if lr.state(a.target).group is None for n in postorder([a.node]))
+
+
 def sampled_step(lr: Learner, img: GpuImage) -> str:
     """`gpu_step_sampled(step, last)` and the chain's message `gpu_chain_msg` (the previous hash,
     the step, G, every state after the step in declaration order: grouped states the card's,
     scalar states the host's); GPU_SAMPLED 0 under exact_sum (the host's sum is the check)."""
-    if lr.exact or update_reductions(lr.update):    # (reduced scalars read the host's G first)
+    if lr.exact or host_reads_card_reductions(lr):  # (the host's scalars would read the card's G)
         return "const GPU_SAMPLED = 0;\nconst GPU_CHAIN_BYTES = 40;\nglobal gpu_chain_msg: [u8; 40];\nfn gpu_step_sampled(step: i64, " \
                "last: i64) {\n    refuse(\"usage\");      // main refuses first: never reached\n}\n"
     n = lr.nsamples or 0
@@ -172,13 +202,14 @@ def sampled_step(lr: Learner, img: GpuImage) -> str:
         out += ["let n = gn;"] if lr.batch else []
     # a scalar state never reads a gradient (types/check.py: one that does is a coordinate
     # state), so the update kernels' parameters need no G: the whole step one submission
-    out += clock_call(lr, "step - 1") + ["learner_scalars();"] + update_params(lr, img) + \
-        kick(img, grad_kernels(lr) + update_kernels(lr), wait=True)
+    out += clock_call(lr, "step - 1") + scalars(lr) + update_params(lr, img) + \
+        kick(img, grad_kernels(lr) + reduce_kernels(lr) + update_kernels(lr), wait=True)
     for p, va, size in pieces:
         out += [f"vec_copy(gpu_chain_msg + {off['G', p]}, {va:#x}, {size});",
                 f"vec_copy(G_{p}, gpu_chain_msg + {off['G', p]}, {size});"]
     if lr.loss is not None:
         out.append(f"learner_mean({'n' if lr.batch else n});")
+    out += ["learner_reduce();"] * bool(card_reductions(lr))    # from the card's G: the host's step's
     out += ["vec_copy(gpu_chain_msg, gpu_chain_h, 4);", "store64(gpu_chain_msg + 32, step);"]
     assigned = {a.target for a in lr.update}
     out += [f"vec_copy(gpu_chain_msg + {off[s.name]}, " + (f"{img.results[f'state_{s.name}']:#x}" if s.group is not None
@@ -189,6 +220,7 @@ def sampled_step(lr: Learner, img: GpuImage) -> str:
         host.append(f"learner_group_{g.index}(0, {g.size});")
         host += [f"gpu_compare({img.results[f'state_{s.name}']:#x}, st_{s.name}, {s.size}, step);"
                  for s in lr.states if s.group == g.index]
+    host += reduced_compare(lr, img)
     out += ["    " + x for x in host] + ['    rt_event_num("proven ", step);', "} else {"]
     out += [f"    vec_copy(st_{s.name}, gpu_chain_msg + {off[s.name]}, {s.size});"
             for s in lr.states if s.group is not None] + ["}", "learner_commit();"]
@@ -362,6 +394,7 @@ def role_update(lr: Learner, img: GpuImage, ranges: dict[int, tuple[int, int]]) 
     if lr.loss is not None:
         out += [f"vec_copy({va:#x}, G_{p}, {size});" for p, va, size in g_pieces(lr, img)]
     mine = [g for g in lr.groups if ranges.get(g.index, (0, 0))[1] > ranges.get(g.index, (0, 0))[0]]
+    out += host_reduced(lr, img) * bool(mine)
     for g in mine:
         la = img.launch(f"update_g{g.index}")
         out += [upload(img, s.name, s.size) for s in lr.states if s.group == g.index]

@@ -582,10 +582,13 @@ def plan(od: OwnerData, built: list, sm: int, share: Share | None = None,
     gs_off = end
     g_off = round_up(gs_off + 8 * max(1, (od.row or P) * share.rows), 256)
     end = round_up(g_off + 8 * max(1, P), 256)
-    exact = {}                          # exact_sum: the card's dense and compact accumulators
+    exact = {}                          # exact_sum: the card's dense and compact accumulators; rd
     if exact_sum:
         exact = {"xd": end, "xc": end + 8 * XS_WORDS * P}
         end = round_up(exact["xc"] + 8 * XC_WORDS * P, 256)
+    rd = [b.kernel.threads for b in built if b.kernel.name == "reduce"]   # the card's reduced scalars
+    if rd:
+        exact["rd"], end = end, round_up(end + 8 * rd[0], 256)
     arena_size = round_up(end, HUGE)
 
     va = ARENA_VA
@@ -623,7 +626,7 @@ def plan(od: OwnerData, built: list, sm: int, share: Share | None = None,
         klo, khi = share.updates[k.group] if k.group is not None else (0, 0)
         statics = {"lo": share.lo, "hi": share.hi, "klo": klo, "khi": khi, "count": 0,
                    "rows": 0 if share.batch else rows,
-                   "n": 0 if share.batch else rows if k.group is None else share.total}
+                   "n": 0 if share.batch else rows if k.group is None and k.name != "reduce" else share.total}
         for p, kp in zip(k.params, im.params):
             at = im.param_base + kp.offset
             if p.type == "u64":

@@ -65,6 +65,13 @@ outer_sum_<p> takes its own block size and grid: `Kernel.block`, `Kernel.threads
     xsum_fold     one thread per coordinate j in [0, P)
         xd u64, xc u64 (out: P compact accumulators of XC_WORDS words, xsum.rt's format)
       xc[j] the sum's window, or XC_SPILLED and the sum in xd's digits of j, normalized
+    reduce        one thread per reduced scalar of the update the card computes
+                  (`card_reductions`: over a coordinate group, not an exact sum), before the updates
+        state_<s> u64 (every group member they read), then as update_g<N>'s: G, n, scalar_<s>_old,
+        clock_<c>, const_<c>, tbl_<t>; rd u64 (out: one word each, in their order)
+      rd[t] = the left fold over the group's coordinates j ascending of the terms at j (a dot's
+      mul.rn products, a sum's values; max(v)'s folded by the max of alphac.math), the first term
+      the start: `interp.reduced_value`'s bits.
     update_g<N>   one thread per coordinate k in [klo, khi) of coordinate group N
         state_<s>  u64  for every member of the group the statements read or assign (decl. order)
         G, n       u64, u32  only if the update reads a gradient: the combined sum G (P coords,
@@ -72,6 +79,10 @@ outer_sum_<p> takes its own block size and grid: `Kernel.block`, `Kernel.threads
                              divides, grad(p)[k] = G[off(p) + k] / float(n)
         scalar_<s>_old / scalar_<s>_new  f64  each scalar state version the statements read
                              (the host runs the scalar statements first: `host_scalars`)
+        reduced_<k> f64 / rd u64  each reduced scalar of the update the statements read: the
+                             host's rd<k> (`host_scalars`), or word `card_reductions[k]` of
+                             rd, which `reduce` wrote (a sampled step) or the host (a full
+                             step, whose host has them from its own G; a deployment's role)
         clock_step, clock_epoch  f64  `step` and `epoch`, where the statements read them
                              (Param.ref `clock.step`, `clock.epoch`)
         const_<c>  u64  each vector constant the statements read (`Param.values`: upload once)
@@ -95,8 +106,8 @@ from dataclasses import dataclass, field
 
 from alphac.ir.evaluate import Env, evaluate
 from alphac.ir.interp import reduced_value
-from alphac.ir.learner import (DataRow, Learner, MatVec, Node, Outer, Read, VecMat, children, postorder,
-                               update_reductions)
+from alphac.ir.learner import (DataRow, Learner, MatVec, Node, Outer, Read, VecMat, children, exact_reduction,
+                               postorder, reduction_group, update_reductions)
 
 
 @dataclass(frozen=True)
@@ -272,6 +283,18 @@ def sum_kernels(lr: Learner) -> list[str]:
     if lr.loss is None or lr.exact:
         return []
     return (["owner_sum"] if row_layout(lr).plain_width else []) + [f"outer_sum_{p}" for p in fused(lr)]
+
+
+def card_reductions(lr: Learner) -> dict[int, int]:
+    """The update's reduced scalars `reduce` computes on the card: index k (in
+    `update_reductions`) -> its word in rd. Those over a coordinate group that are not exact sums
+    (`exact_reduction`: under exact_sum the host's exact sum stays the check); a reduction of
+    scalars and constants alone stays the host's, which costs nothing."""
+    out: dict[int, int] = {}
+    for k, n in enumerate(update_reductions(lr.update)):
+        if reduction_group(lr, n) is not None and not exact_reduction(lr, n):
+            out[k] = len(out)
+    return out
 
 
 def host_scalars(lr: Learner, state: dict[str, tuple[float, ...]],

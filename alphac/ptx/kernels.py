@@ -20,9 +20,10 @@ from typing import Callable
 from alphac.math import ELEMENTARY, binary64
 from alphac.ir.learner import (Bcast, Clock, Const, DataRow, Dot, Elem, Gather, Grad, Group, Learner,
                                MatVec, Max, MaxAdj, Node, OneHot, Outer, Pick, Pow, Read, Scatter, Stack,
-                               Sum, Unary, VecMat, Where, children, postorder, update_reductions)
-from alphac.ptx.abi import (Kernel, Param, batch_kernels, batch_nodes, batch_widths, fused,
-                            param_count, param_layout, products, row_layout, sum_kernels)
+                               Sum, Unary, VecMat, Where, children, postorder, reduction_group,
+                               update_reductions)
+from alphac.ptx.abi import (Kernel, Param, batch_kernels, batch_nodes, batch_widths, card_reductions,
+                            fused, param_count, param_layout, products, row_layout, sum_kernels)
 from alphac.ptx.mathfn import PtxSource, table_words_as_floats
 from alphac.ptx.render import PTX_VERSION, Emitter, f64imm
 
@@ -517,25 +518,72 @@ def grad_samples(lr: Learner, sm: int = 90) -> Kernel:
     return _module(em, lr, "grad_samples", params, sm)
 
 
+SUM_BATCH = 32      # owner_sum: the terms a thread loads ahead, into registers, of each fold
+
+
 def owner_sum(lr: Learner, sm: int = 90) -> Kernel:
+    """One thread a plain column c: acc = gs[c], then acc += gs[i*W + c] for i = 1 .. n-1, one
+    add.rn each, in that order (the ordered contract's fold). The adds are the only serial part:
+    the terms are loaded B = SUM_BATCH at a time into registers, and while one batch is added
+    the next is in flight (two banks, X and Y, in turn: loads of one, then adds of the other);
+    the last n - 1 mod B terms are one batch of loads, each behind a branch on the count, then
+    their adds behind the same branches. So a fold of n terms waits for about (n - 1) / B + 2
+    loads, not n - 1; no loop is unrolled by ptxas (`nounroll`)."""
     em = Emitter()
     params = [Param("gs", "u64", "gs"), Param("G", "u64", "G"), Param("n", "u32", "n")]
     base = _pointers(em, params)
     n = em.op("ldp32", "n")
     lay = row_layout(lr)
+    stride = 8 * lay.width
+    B = max(1, min(SUM_BATCH, (1 << 31) // stride))    # its byte offsets below 2^31
     c = em.thread_index()
     em.op("braif", em.op("ge", c, lay.plain_width), "$done")
     em.op("braif", em.op("ge", em.op("mov32", 0), n), "$done")
     off = em.op("wide", c, 8)
     src = em.op("add64", base["gs"], off)
-    acc = em.op("ld", src, 0)
+    acc = em.op("ld", src, 0)                           # the first term starts the fold
+    em.op("add64", src, stride, d=src)
     i = em.op("mov32", 1)
+    X, Y = ([em.reg("fd") for _ in range(B)] for _ in (0, 1))
+
+    def full(otherwise: str) -> None:                   # a whole batch left, else `otherwise`
+        em.op("braifnot", em.op("ge", em.op("sub32", n, i), B), otherwise)
+
+    def load(bank: list[str]) -> None:
+        for j, x in enumerate(bank):
+            em.op("ld", src, j * stride, d=x)
+        em.op("add64", src, B * stride, d=src)
+        em.op("add32", i, B, d=i)
+
+    def add(bank: list[str]) -> None:
+        for x in bank:
+            em.op("add", acc, x, d=acc)
+    full("$tail")
+    load(X)
     em.label("$loop")
-    em.op("braif", em.op("ge", i, n), "$store")
-    em.op("add64", src, 8 * lay.width, d=src)
-    em.op("add", acc, em.op("ld", src, 0), d=acc)
-    em.op("add32", i, 1, d=i)
+    em.op("nounroll")
+    full("$lastx")
+    load(Y)
+    add(X)
+    full("$lasty")
+    load(X)
+    add(Y)
     em.op("bra", "$loop")
+    em.label("$lasty")
+    add(Y)
+    em.op("bra", "$tail")
+    em.label("$lastx")
+    add(X)
+    em.label("$tail")                                   # fewer than B terms left
+    left = em.op("sub32", n, i)
+    more = [em.op("ge", left, j + 1) for j in range(B - 1)]
+    for j, p in enumerate(more):
+        em.op("braifnot", p, "$loaded")
+        em.op("ld", src, j * stride, d=X[j])
+    em.label("$loaded")
+    for j, p in enumerate(more):
+        em.op("braifnot", p, "$store")
+        em.op("add", acc, X[j], d=acc)
     em.label("$store")
     shifts = [(col, at - col) for _, col, at, _ in lay.plain if at != col]
     if shifts:          # G's coordinate is the column plus the shift of the last plain param
@@ -548,24 +596,16 @@ def owner_sum(lr: Learner, sm: int = 90) -> Kernel:
     return Kernel(k.name, sm, k.params, k.ptx, threads=lay.plain_width)
 
 
-def update(lr: Learner, group: Group, sm: int = 90) -> Kernel:
-    em = Emitter()
-    stmts = [a for a in lr.update if lr.state(a.target).group == group.index]
-    nodes = postorder([a.node for a in stmts])
-    reads = [n for n in nodes if isinstance(n, Read)]
-    touched = {a.target for a in stmts} | {n.name for n in reads}
-    params = [Param(f"state_{s.name}", "u64", "state", s.name)
-              for s in lr.states if s.group == group.index and s.name in touched]
-    if any(isinstance(n, Grad) for n in nodes):
-        params += [Param("G", "u64", "G"), Param("n", "u32", "n")]
+def _value_params(lr: Learner, everything: list[Node], nodes: list[Node],
+                  reduced: list[Param]) -> tuple[list[Param], dict[tuple[int, ...], str]]:
+    """What a coordinate's values of `nodes` read besides the group's states, in this order: G
+    and n (a gradient anywhere in `everything`), each scalar state version read, `reduced`, the
+    clocks, each vector constant (and its name by its values' bits), the math tables."""
+    params = [Param("G", "u64", "G"), Param("n", "u32", "n")] if any(isinstance(n, Grad) for n in everything) else []
     order = {s.name: i for i, s in enumerate(lr.states)}
-    scalars = sorted({(n.name, n.version) for n in reads if lr.state(n.name).group is None},
+    scalars = sorted({(n.name, n.version) for n in everything if isinstance(n, Read) and lr.state(n.name).group is None},
                      key=lambda sv: (order[sv[0]], sv[1]))
-    params += [Param(f"scalar_{s}_{('old', 'new')[v]}", "f64", "scalar", s, v) for s, v in scalars]
-    reduced = [(k, r) for k, r in enumerate(update_reductions(lr.update))    # the host's rd<k>
-               if any(r is n for n in postorder([a.node for a in stmts]))]
-    params += [Param(f"reduced_{k}", "f64", "scalar", f"rd{k}", 2) for k, _ in reduced]
-    nodes = postorder([a.node for a in stmts], {id(r) for _, r in reduced})
+    params += [Param(f"scalar_{s}_{('old', 'new')[v]}", "f64", "scalar", s, v) for s, v in scalars] + reduced
     clocks = sorted({n.kind for n in nodes if isinstance(n, Clock)}, reverse=True)     # step, epoch
     params += [Param(f"clock_{c}", "f64", "scalar", f"clock.{c}") for c in clocks]
     consts: dict[tuple[int, ...], str] = {}
@@ -575,54 +615,136 @@ def update(lr: Learner, group: Group, sm: int = 90) -> Kernel:
             if key not in consts:
                 consts[key] = f"const_{len(consts)}"
                 params.append(Param(consts[key], "u64", "const", values=n.values))
-    params += table_params(nodes)
-    params += [Param("klo", "u32", "klo"), Param("khi", "u32", "khi")]
+    return params + table_params(nodes), consts
+
+
+class _Coordinate:
+    """The leaves of a coordinate's values (update_g<N>, reduce): coordinate k's word of a
+    buffer (`kb` its byte offset), each loaded once; `new`: members already assigned."""
+
+    def __init__(self, lr: Learner, em: Emitter, base: dict[str, str], kb: str,
+                 consts: dict[tuple[int, ...], str], new: dict[str, str]):
+        self.lr, self.em, self.base, self.kb, self.consts, self.new = lr, em, base, kb, consts, new
+        self.cache: dict[str, str] = {}
+        self.offsets = param_layout(lr)
+
+    def once(self, key: str, make: Callable[[], str]) -> str:
+        if key not in self.cache:
+            self.cache[key] = make()
+        return self.cache[key]
+
+    def at(self, name: str) -> str:                 # the address of coordinate k of a buffer
+        return self.once("&" + name, lambda: self.em.op("add64", self.base[name], self.kb))
+
+    def leaf(self, n: Node) -> list[str]:
+        em, once, at = self.em, self.once, self.at
+        if isinstance(n, Const):
+            if n.size == 1:
+                return [em.op("movf", f64imm(n.values[0]))]
+            name = self.consts[tuple(binary64.bits(x) for x in n.values)]
+            return [once(name, lambda: em.op("ld", at(name), 0))]
+        if isinstance(n, Grad):
+            nf = once("n", lambda: em.op("cvtf", em.op("ldp32", "n")))
+            g = once("G" + n.param, lambda: em.op("ld", at("G"), 8 * self.offsets[n.param]))
+            return [em.op("div", g, nf)]
+        if isinstance(n, Clock):                    # the host writes step t's (abi.host_scalars)
+            return [once(f"clock_{n.kind}", lambda: em.op("ldpf", f"clock_{n.kind}"))]
+        if self.lr.state(n.name).group is None:
+            name = f"scalar_{n.name}_{('old', 'new')[n.version]}"
+            return [once(name, lambda: em.op("ldpf", name))]
+        if n.version == 1:
+            return [self.new[n.name]]
+        name = f"state_{n.name}"
+        return [once(name, lambda: em.op("ld", at(name), 0))]
+
+
+def update(lr: Learner, group: Group, sm: int = 90) -> Kernel:
+    em = Emitter()
+    stmts = [a for a in lr.update if lr.state(a.target).group == group.index]
+    nodes = postorder([a.node for a in stmts])
+    reads = [n for n in nodes if isinstance(n, Read)]
+    touched = {a.target for a in stmts} | {n.name for n in reads}
+    params = [Param(f"state_{s.name}", "u64", "state", s.name)
+              for s in lr.states if s.group == group.index and s.name in touched]
+    card = card_reductions(lr)
+    reduced = [(k, r) for k, r in enumerate(update_reductions(lr.update))    # the host's rd<k>
+               if any(r is n for n in postorder([a.node for a in stmts]))]  # or the card's rd
+    host = [Param(f"reduced_{k}", "f64", "scalar", f"rd{k}", 2) for k, _ in reduced if k not in card]
+    host += [Param("rd", "u64", "rd")] if any(k in card for k, _ in reduced) else []
+    stopped = postorder([a.node for a in stmts], {id(r) for _, r in reduced})
+    more, consts = _value_params(lr, nodes, stopped, host)
+    params += more + [Param("klo", "u32", "klo"), Param("khi", "u32", "khi")]
     base = _pointers(em, params)
     klo, khi = em.op("ldp32", "klo"), em.op("ldp32", "khi")
     k = em.op("add32", klo, em.thread_index())
     em.op("braif", em.op("ge", k, khi), "$done")
-    kb = em.op("wide", k, 8)
-    cache: dict[str, str] = {}
-
-    def once(key: str, make: Callable[[], str]) -> str:
-        if key not in cache:
-            cache[key] = make()
-        return cache[key]
-
-    def at(name: str) -> str:                       # the address of coordinate k of a buffer
-        return once("&" + name, lambda: em.op("add64", base[name], kb))
-
-    offsets, new = param_layout(lr), {}
-
-    def leaf(n: Node) -> list[str]:
-        if isinstance(n, Const):
-            if n.size == 1:
-                return [em.op("movf", f64imm(n.values[0]))]
-            name = consts[tuple(binary64.bits(x) for x in n.values)]
-            return [once(name, lambda: em.op("ld", at(name), 0))]
-        if isinstance(n, Grad):
-            nf = once("n", lambda: em.op("cvtf", em.op("ldp32", "n")))
-            g = once("G" + n.param, lambda: em.op("ld", at("G"), 8 * offsets[n.param]))
-            return [em.op("div", g, nf)]
-        if isinstance(n, Clock):                    # the host writes step t's (abi.host_scalars)
-            return [once(f"clock_{n.kind}", lambda: em.op("ldpf", f"clock_{n.kind}"))]
-        if lr.state(n.name).group is None:
-            name = f"scalar_{n.name}_{('old', 'new')[n.version]}"
-            return [once(name, lambda: em.op("ldpf", name))]
-        if n.version == 1:
-            return [new[n.name]]
-        name = f"state_{n.name}"
-        return [once(name, lambda: em.op("ld", at(name), 0))]
-
-    lower = _Lower(em, leaf, per_coordinate=True, base=base)
-    lower.memo.update({id(r): [em.op("ldpf", f"reduced_{k}")] for k, r in reduced})
+    new: dict[str, str] = {}
+    co = _Coordinate(lr, em, base, em.op("wide", k, 8), consts, new)
+    lower = _Lower(em, co.leaf, per_coordinate=True, base=base)
+    lower.memo.update({id(r): [em.op("ld", base["rd"], 8 * card[k]) if k in card else em.op("ldpf", f"reduced_{k}")]
+                       for k, r in reduced})
     for a in stmts:
         em.comment(f"line {a.line}: {a.target}")
         (new[a.target],) = lower(a.node)
     for s in lr.states:
         if s.name in new:
-            em.op("st", at(f"state_{s.name}"), 0, new[s.name])
+            em.op("st", co.at(f"state_{s.name}"), 0, new[s.name])
     return _module(em, lr, f"update_g{group.index}", params, sm, group.index)
+
+
+REDUCE_AHEAD = 8    # reduce: the terms a round computes (their loads issued) before it folds them
+
+
+def reduce(lr: Learner, sm: int = 90) -> Kernel:
+    """`reduce`: thread t computes the card's reduced scalar t (abi.card_reductions, in their
+    order) into rd[t]: the left fold over the group's coordinates j ascending of its terms (a
+    dot's products, a sum's values, max(v)'s values folded by max), the first term the start,
+    each term lowered as update_g<N> lowers coordinate j (the step's starting state, G / n). A
+    round computes the terms of j .. j + REDUCE_AHEAD - 1 first (past the group: the last
+    coordinate's, read, never folded), then folds those in the group in order, so a round waits
+    for its loads once."""
+    em = Emitter()
+    todo = [update_reductions(lr.update)[k] for k in card_reductions(lr)]
+    nodes = postorder(todo)
+    read = {n.name for n in nodes if isinstance(n, Read)}
+    params = [Param(f"state_{s.name}", "u64", "state", s.name) for s in lr.states
+              if s.group is not None and s.name in read]
+    more, consts = _value_params(lr, nodes, nodes, [])
+    params += more + [Param("rd", "u64", "rd")]
+    base = _pointers(em, params)
+    t = em.thread_index()
+    for pos, r in enumerate(todo):
+        em.comment(f"rd[{pos}]")
+        skip = em.fresh_label()
+        em.op("braifnot", em.op("eq32", t, pos), skip)
+        size, acc, j = lr.groups[reduction_group(lr, r)].size, em.op("movf", f64imm(0.0)), em.op("mov32", 0)
+        top, end = em.fresh_label(), em.fresh_label()
+        em.label(top)
+        em.op("nounroll")
+        em.op("braif", em.op("ge", j, size), end)
+        terms = []
+        for u in range(min(REDUCE_AHEAD, size)):
+            at = em.op("add32", j, u) if u else j
+            at = em.op("selp32", size - 1, at, em.op("ge", at, size)) if u else at
+            lower = _Lower(em, _Coordinate(lr, em, base, em.op("wide", at, 8), consts, {}).leaf, True, base)
+            terms.append(em.op("mul", *(lower(c)[0] for c in (r.a, r.b))) if isinstance(r, Dot) else lower(r.a)[0])
+        for u, term in enumerate(terms):
+            if u:
+                em.op("braif", em.op("ge", em.op("add32", j, u), size), end)
+            if u == 0:                  # the first term starts the fold
+                fold = lower.call("max", acc, term) if isinstance(r, Max) else em.op("add", acc, term)
+                em.op("selpf", term, fold, em.op("eq32", j, 0), d=acc)
+            elif isinstance(r, Max):
+                em.op("movf", lower.call("max", acc, term), d=acc)
+            else:
+                em.op("add", acc, term, d=acc)
+        em.op("add32", j, len(terms), d=j)
+        em.op("bra", top)
+        em.label(end)
+        em.op("st", base["rd"], 8 * pos, acc)
+        em.label(skip)
+    k = _module(em, lr, "reduce", params, sm)
+    return Kernel(k.name, sm, k.params, k.ptx, threads=len(todo))
 
 
 GPU_NODES = (Const, Read, DataRow, Grad, Clock, Elem, Unary, Where, Pow, Dot, Sum, Pick, Bcast, MatVec,
@@ -633,7 +755,7 @@ def kernels(lr: Learner, sm: int = 90) -> list[Kernel]:
     """The owner's kernels: grad_samples, the batched products' matvec<k> (launched before it),
     owner_sum and the fused params' outer_sum_<p> (with a loss; under `contract exact_sum`
     neither the products nor these sums but the exact sums' kernels of alphac/ptx/xsum.py), then
-    one update per group. A
+    `reduce` (the update's reduced scalars the card computes, if any), then one update per group. A
     learner with an operation these kernels do not have is refused with BuildError before
     anything is generated."""
     from alphac.diag import BuildError
@@ -650,7 +772,7 @@ def kernels(lr: Learner, sm: int = 90) -> list[Kernel]:
     batched = [vectors(lr, int(name[7:]), sm) if name.startswith("vectors") else
                product(lr, int(name[6:]), sm) for name in batch_kernels(lr)]
     out = [grad_samples(lr, sm)] + batched + sums if lr.loss is not None else []
-    return out + [update(lr, g, sm) for g in lr.groups]
+    return out + [reduce(lr, sm)] * bool(card_reductions(lr)) + [update(lr, g, sm) for g in lr.groups]
 
 
 def module(lr: Learner, sm: int = 90) -> str:
