@@ -113,6 +113,7 @@ bench: $(STAMP) data
 	$(BIN)/python bench/distributed.py
 	$(BIN)/python bench/interp.py
 	$(BIN)/python bench/digits.py
+	$(BIN)/python bench/mlp.py $(if $(TORCH_PYTHON),--torch-python $(TORCH_PYTHON))
 	$(BIN)/python bench/data.py
 	$(BIN)/python bench/exact_sum.py
 

@@ -10,7 +10,8 @@ from conftest import ROOT, require_tool
 
 HEADERS = {"learners.py": "| learner | compile ms |", "functions.py": "function",
            "fleet.py": "| deployment | check time s |", "distributed.py": "| system | learner |",
-           "interp.py": "| learner | samples |", "digits.py": "| system | ms a step, median | spread |",
+           "interp.py": "| learner | samples |",
+           "mlp.py": "| model | system | CPU ms a step, median |", "digits.py": "| system | ms a step, median | spread |",
            "sha256.py": "| system | message bytes |", "data.py": "| measure | alphac |",
            "exact_sum.py": "| learner | contract |", "codegen.py": "| workload | target | alphac ms/step |",
            "bits_before_after.py": "| learner | ISA | output identical |"}

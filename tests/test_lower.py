@@ -1,4 +1,5 @@
 """The shared lowering layer: parallel moves, the allocator's guarantees, the runtime language."""
+import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
@@ -175,6 +176,26 @@ fn rt_start(sp: i64) -> i64 {
     for name in ("stored", "called", "moved", "first", "twice"):
         assert "fload" in ops[name] and not any(op.endswith(("m", "mx")) for op in ops[name]), name
 
+
+
+def test_relu_and_where_select_their_bits_without_a_branch(tmp_path):
+    """A relu's value and a where's (relu's derivative, here) are chosen by a mask of the
+    comparison's bits, not by a branch, which on relu's data goes each way about half the time
+    (issue 43: a fifth of a 64-256-256-10 relu MLP's step); the bits are the contract's
+    (tests/test_digits.py, test_learner_fuzz.py and bench/mlp.py check them against the
+    interpreter)."""
+    from alphac import api
+    rng = np.random.default_rng(3)
+    np.save(tmp_path / "x.npy", rng.standard_normal((16, 4)))
+    src = tmp_path / "r.alpha"
+    src.write_text('learner r\ndata x = load("x.npy")\nparam W: f64[3, 4] = 0.5\n'
+                   'loss(i) { let h = relu(W @ x[i]) ; sum(h * h) }\nupdate { W = W - 0.1 * grad(W) }\n')
+    compiled = api.compile(src)
+    for target in ("x86_64", "aarch64"):
+        text = api.emit(compiled, src, api.build(compiled, src, target), "rt")
+        grad = text.split("fn learner_grad(")[1].split("\nfn ")[0]
+        assert "fge(bits2f(0x0000000000000000)" in grad and "rt_math_relu" not in grad, target
+        assert "if fgt(" not in grad and "0 - fgt(" in grad, target
 
 
 def test_a_shared_function_is_lowered_again_where_what_it_reads_differs():

@@ -58,6 +58,10 @@ def cases(n: int, splat: str, sqrt: str) -> list:
         (f"{splat}(q) * wa", lanes(lambda a: Q * a, wa)),
         (f"{splat}(loadf(seeds + {24 * n})) - wc", lanes(lambda c: Q - c, wc)),   # a broadcast from memory
         (f"{splat}(loadf(seeds + 8 * (z - 4))) + wb", lanes(lambda b: P + b, wb)),   # indexed (z = 4)
+        # a product with a broadcast from memory (x86_64-v4: `vmulpd zmm, zmm, m64{1to8}`), the
+        # splat first or second, at an offset or indexed
+        (f"{splat}(loadf(seeds + {24 * n})) * wc", lanes(lambda c: Q * c, wc)),
+        (f"wb * {splat}(loadf(seeds + 8 * (z - 4)))", lanes(lambda b: b * P, wb)),
         ("(wa + wc) * (wa - wc) / wb", lanes(lambda a, c, b: (a + c) * (a - c) / b, wa, wc, wb)),
     ]
 
@@ -160,6 +164,21 @@ def test_every_wide_operation(tmp_path, level, build_as):
     assert len(got) == len(want)
     wrong = [(i, g, f"{w:016x}") for i, (g, w) in enumerate(zip(got, want)) if g != f"{w:016x}"]
     assert not wrong, wrong
+
+
+def test_x86_64_v4_multiplies_by_a_broadcast_from_memory():
+    """A splat of a binary64 load read once, by a product, is that product's memory operand at
+    x86_64-v4 (AVX-512's embedded broadcast: one instruction, not a vbroadcastsd and a vmulpd),
+    at an offset and indexed, the splat first or second (the cases above, lane by lane)."""
+    import io
+    import capstone
+    from elftools.elf.elffile import ELFFile
+    elf = build("x86_64-v4", program("x86_64-v4")[0])
+    text = ELFFile(io.BytesIO(elf)).get_section_by_name(".text").data()
+    folded = [f"{i.mnemonic} {i.op_str}" for i in capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64).disasm(text, 0)
+              if i.op_str.endswith("{1to8}")]
+    assert [f.split(", ")[2].split(" [")[1].count("*8") for f in folded] == [0, 1], folded
+    assert all(f.startswith("vmulpd zmm") for f in folded), folded
 
 
 @pytest.mark.parametrize("isa, level", [("x86_64", "x86_64-v3"), ("aarch64", "x86_64-v3"),

@@ -36,6 +36,7 @@ Keystone/capstone quirks this file works around (each checked by the code below)
 """
 from __future__ import annotations
 
+from dataclasses import replace
 import pathlib
 import re
 import sys
@@ -92,6 +93,7 @@ KINDS: dict[str, st.SearchStrategy] = {
     'zmm': _regs(ZMM), 'zm512': _regs(ZMM) | _mem(512),
     **{f'rm{n}': _regs(regs) | _mem(n) for n, regs in ((8, GPR8), (16, GPR16), (32, GPR32), (64, GPR64))},
     'xm64': _regs(XMM) | _mem(64),
+    'b64': _mem(64).map(lambda m: replace(m, bcst=True)),
     'one': st.just(Imm(1)),
     'imm8': _ints(0, 255).map(Imm), 'simm8': _ints(-2**7, 2**7 - 1).map(Imm),
     'simm32': _ints(-2**31, 2**31 - 1).map(Imm), 'uimm32': _ints(0, 2**32 - 1).map(Imm),
@@ -195,9 +197,9 @@ _BRANCHES = {r.mnem for r in TABLE if any(k.startswith('rel') for k in r.ops)}
 
 
 def _parse_operand(s: str, mnemonic: str, length: int):
-    m = re.fullmatch(r'(?:(\w+) ptr )?\[(.*)\]', s)
+    m = re.fullmatch(r'(?:(\w+) ptr )?\[(.*)\](\{1to8\})?', s)
     if m:
-        kw = dict(size=_PTR[m[1]] if m[1] else 64)
+        kw = dict(size=_PTR[m[1]] if m[1] else 64, bcst=bool(m[3]))
         for sign, term in re.findall(r'([+-]?)\s*([\w*]+)', m[2]):
             if term == 'rip':
                 kw['rip'] = True
@@ -380,6 +382,7 @@ _SAMPLES['zm512'] = [ZMM[1], ZMM[12], ZMM[28], Mem(r12, rcx, 8, 0x40, size=512),
                      Mem(rip=True, disp=-0x20, size=512)]
 _SAMPLES['xm64'] = [xmm0, REGS['xmm12'], REGS['xmm29'], Mem(rbx, rcx, 2, 0x10), Mem(rip=True, disp=-0x20),
                     Mem(r13, disp=0x3f8), Mem(rsp, disp=-0x404)]
+_SAMPLES['b64'] = [replace(m, bcst=True) for m in _SAMPLES['xm64'] if isinstance(m, Mem)]
 
 # The classic ModRM/SIB traps, shown as loads, stores and SSE operands.
 _TRAPS = [Mem(rax), Mem(rsp), Mem(r12), Mem(rbp), Mem(r13), Mem(rbp, disp=0x7F), Mem(rbp, disp=0x80),

@@ -6,7 +6,11 @@ in which a `fload`/`floadx` whose result is read once, as the second operand of 
 `fadd fsub fmul fdiv` later in its block, is gone, and that operation reads the memory itself
 (`faddm`..., `faddmx`...: the same IEEE operation on the same two values, in their order), and
 one read once by a `wsplat` or `zsplat` is that splat's (`wsplatm`, `wsplatmx`, `zsplatm`...: a
-broadcast from memory). A load
+broadcast from memory), and a `zsplatm`/`zsplatmx` read once, by a `zmul`, is that product's
+(`zmulm`, `zmulmx`: x86_64-v4's embedded broadcast, `vmulpd zmm, zmm, qword ptr [...]{1to8}`;
+as the memory operand is the second source, `s * v` becomes `v * s`: IEEE multiplication
+commutes, bit for bit, but for which NaN's payload a product of two NaNs keeps, and a NaN's bits
+are not the contract's, docs/language.md). A load
 moves down only past instructions that write no memory (no store, call, system call or fence)
 and redefine neither its base nor its index, so it reads the same bytes where it now is.
 
@@ -47,6 +51,15 @@ def fold_loads(fn: Function) -> Function:
                 out[ld[0]] = None
                 op = inst.op + "m" + ("x" if ld[1].op == "floadx" else "")
                 out.append(Inst(op, inst.dst, ld[1].args, inst.origin))
+                if op.startswith("z") and uses[inst.dst] == 1 and defs[inst.dst] == 1:
+                    pending[inst.dst] = (len(out) - 1, out[-1])
+                continue
+            sp = [k for k, v in enumerate(inst.args[:2]) if v in pending and pending[v][1].op[1:6] == "splat"] \
+                if inst.op == "zmul" and inst.args[0] != inst.args[1] else []
+            if sp:                         # a splat read once, by a product: its memory operand
+                at, s = pending.pop(inst.args[sp[-1]])
+                out[at] = None
+                out.append(Inst("zmulm" + s.op[7:], inst.dst, (inst.args[1 - sp[-1]],) + s.args, inst.origin))
                 continue
             ld = pending.pop(inst.args[1], None) if inst.op in FOLDED and inst.args[0] != inst.args[1] \
                 else None
@@ -67,7 +80,7 @@ def fold_loads(fn: Function) -> Function:
 
 
 SINKS = frozenset(f"{c}{op}" for c in "wz" for op in ("load", "loadx", "add", "sub", "mul", "div", "sqrt",
-                                                        "neg", "splatm", "splatmx"))
+                                                        "neg", "splatm", "splatmx")) | {"zmulm", "zmulmx"}
 
 
 def sink_wide(fn: Function) -> Function:

@@ -55,9 +55,10 @@ BLOCK_NODES = 500     # a per-sample DAG above this many nodes (windows unrolled
 EXACT_BLOCK_NODES = 150   # nor, under exact_sum, above this many (seq_attention's 204: 27 s at v4)
 MATVEC_CHAINS = 8     # independent dot chains in one block of W @ b (rows x lane pairs)
 OPS = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
-CMP = {"gt": "fgt({0}, {1}) != 0", "ge": "fge({0}, {1}) != 0",      # Where's comparisons (IEEE:
-       "eq": "fge({0}, {1}) != 0 && fge({1}, {0}) != 0",           # only ne holds with a NaN)
-       "ne": "fge({0}, {1}) == 0 || fge({1}, {0}) == 0"}
+# Where's comparisons as a 0 or 1 (IEEE: only ne holds with a NaN), the mask of a branchless
+# select (Values.compute)
+CMP_BIT = {"gt": "fgt({0}, {1})", "ge": "fge({0}, {1})", "eq": "(fge({0}, {1}) & fge({1}, {0}))",
+           "ne": "(1 - (fge({0}, {1}) & fge({1}, {0})))"}
 TWO52 = 4503599627370496.0   # k + 2^52 is exact for a checked index k, and its bits are 2^52's plus k
 
 
@@ -750,13 +751,15 @@ class Values:
             a = self.all(n.a, j)
             if n.op in ("neg", "sqrt"):
                 return tuple(em.let(f"-{a[s]}" if n.op == "neg" else f"sqrt({a[s]})") for s in L)
+            if n.op == "relu":          # a where a > 0 or a NaN (not a <= 0), else +0: no branch
+                return tuple(em.let(f"bits2f(f2bits({a[s]}) & (fge({flit(0.0)}, {a[s]}) - 1))") for s in L)
             return tuple(em.let(f"{rt_name(n.op)}({a[s]})") for s in L)
-        if isinstance(n, Where):
+        if isinstance(n, Where):        # the chosen value's bits, selected by a mask: no branch,
             a, b, then, other = (self.all(c, self.at(n, c, j)) for c in (n.a, n.b, n.then, n.other))
-            outs = []
+            outs = []                   # whose direction relu's data would mispredict half the time
             for s in L:
-                outs.append(em.let(other[s], "w"))
-                em.put(f"if {CMP[n.cmp].format(a[s], b[s])} {{ {outs[-1]} = {then[s]}; }}")
+                m = em.let(f"0 - {CMP_BIT[n.cmp].format(a[s], b[s])}", "m")
+                outs.append(em.let(f"bits2f((f2bits({then[s]}) & {m}) | (f2bits({other[s]}) & ({m} ^ -1)))", "w"))
             return tuple(outs)
         if isinstance(n, Pow):
             return self.power(self.all(n.a, j), n.n, L)

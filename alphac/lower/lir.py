@@ -110,6 +110,8 @@ _OPS: dict[str, tuple] = {
     "zadd": ("z", "zz"), "zsub": ("z", "zz"), "zmul": ("z", "zz"), "zdiv": ("z", "zz"),
     "zsqrt": ("z", "z"), "zneg": ("z", "z"), "zmov": ("z", "z"), "zsplat": ("z", "f"),
     "zsplatm": ("z", "iI"), "zsplatmx": ("z", "ii"),
+    "zmulm": ("z", "ziI"), "zmulmx": ("z", "zii"),       # d = a * zsplatm(...) in one instruction
+                                                         # (the splat folded in: alphac.lower.fold)
     "cpu_has_avx2": ("i", "", True),   # d = 1 when the CPU and the OS run AVX2 (0 on AArch64)
     "cpu_has_avx512": ("i", "", True),  # d = 1 when they run x86_64-v4's AVX-512 (F, BW, CD, DQ,
                                         # VL, and the OS saves the opmask and zmm state)

@@ -43,7 +43,7 @@ OP_RULES: dict[str, str] = {
        ("wstore", "wide_store"), ("wstorex", "wide_store"), ("wadd", "wide_alu"), ("wsub", "wide_alu"),
        ("wmul", "wide_alu"), ("wdiv", "wide_alu"), ("wmov", "wide_copy"), ("wsqrt", "wide_unary"),
        ("wneg", "wide_unary"), ("wsplat", "wide_splat"), ("wsplatm", "wide_splat"), ("wsplatmx", "wide_splat"))},
-    "cpu_has_avx512": "cpu_has_avx512",
+    "zmulm": "wide_mul_splat", "zmulmx": "wide_mul_splat", "cpu_has_avx512": "cpu_has_avx512",
     "call": "call", "syscall": "syscall", "fence": "fence", "prefetch": "prefetch",
     "cpu_has_sha256": "cpu_has_sha256", "sha256_hw": "sha256_hw",
     "cpu_has_clmul": "cpu_has_clmul", "polyval_hw": "polyval_hw",

@@ -37,6 +37,8 @@ class Mem:
 
     With neither base nor index nor rip, the address is the absolute sign-extended disp32.
     `size` is the access width in bits where the instruction needs one (8/16/32/64/128/256/512).
+    `bcst`: an EVEX embedded broadcast (`qword ptr [...]{1to8}`, operand kind b64): the one
+    binary64 at the address, read into every lane.
     """
     base: Reg | None = None
     index: Reg | None = None
@@ -44,6 +46,7 @@ class Mem:
     disp: int = 0
     rip: bool = False
     size: int = 64
+    bcst: bool = False
 
     def __post_init__(self) -> None:
         for r in (self.base, self.index):
@@ -104,6 +107,8 @@ def accepts(kind: str, op: object) -> bool:
             return op.kind in ('r64', 'r32')
         return op.kind == kind or kind == 'rm' + op.kind[1:] or (kind == 'xm64' and op.kind == 'xmm') \
             or (kind == 'ym256' and op.kind == 'ymm') or (kind == 'zm512' and op.kind == 'zmm')
+    if isinstance(op, Mem) and op.bcst:
+        return kind == 'b64' and op.size == 64
     if isinstance(op, Mem):
         return kind in ('m', f'm{op.size}', f'rm{op.size}') or (kind == 'xm64' and op.size == 64) \
             or (kind == 'ym256' and op.size == 256) or (kind == 'zm512' and op.size == 512)
@@ -181,8 +186,9 @@ def _emit(row: Row, ops: tuple) -> Encoded:
         rex |= xb
     if row.evex:                          # EVEX: R X B R' 0 0 mm; W vvvv 1 pp; z L'L b V' aaa
         length, pp, mp, w = row.vex       # (R X B R' vvvv V' inverted; no mask, no broadcast)
-        head = bytes([0x62, (~rex & 7) << 5 | (~reg >> 4 & 1) << 4 | mp,
-                      w << 7 | (~vvvv & 15) << 3 | 4 | pp, length << 5 | (~vvvv >> 4 & 1) << 3]) + opc
+        bcst = isinstance(rm, Mem) and rm.bcst            # EVEX.b: the m64 broadcast to every lane
+        head = bytes([0x62, (~rex & 7) << 5 | (~reg >> 4 & 1) << 4 | mp, w << 7 | (~vvvv & 15) << 3 | 4 | pp,
+                      length << 5 | bcst << 4 | (~vvvv >> 4 & 1) << 3]) + opc
     elif row.vex:
         length, pp, mp, w = row.vex
         rxb, tail2 = (~rex & 7) << 5, (~vvvv & 15) << 3 | length << 2 | pp
@@ -234,7 +240,8 @@ def intel(mnemonic: str, *operands: Reg | Mem | Imm | Rel, addr: int = 0) -> str
         if isinstance(op, Reg):
             out.append(GPR32[op.num].name if kind == 'r64z' else op.name)
         elif isinstance(op, Mem):
-            out.append(_address(op) if kind == 'm' else f'{_PTR[op.size]} ptr {_address(op)}')
+            out.append(_address(op) if kind == 'm' else f'{_PTR[op.size]} ptr {_address(op)}'
+                       + ('{1to8}' if op.bcst else ''))
         elif isinstance(op, Imm):
             out.append(_num(op.value))
         else:

@@ -85,6 +85,7 @@ def negate(cc: str) -> str:
 #   xm64                  an xmm register, or 64-bit memory
 #   ym256                 a ymm register, or 256-bit memory
 #   zm512                 a zmm register, or 512-bit memory
+#   b64                   64-bit memory broadcast to every lane (Mem.bcst: EVEX.b, `{1to8}`)
 #   one                   the immediate 1 (implicit in the opcode)
 #   imm8                  immediate 0..255            simm8   -2**7..2**7-1
 #   simm32  -2**31..2**31-1   uimm32  0..2**32-1      imm64   -2**63..2**64-1
@@ -98,9 +99,9 @@ def negate(cc: str) -> str:
 # an opcode extension) or '/r', then ib/id/io (imm 1/4/8 bytes) or cb/cd (rel 1/4 bytes).
 # A VEX row starts `VEX.L.pp.map.W` (VEX.256.66.0F38.W0): the vector length (LIG, a scalar's:
 # 128), the implied prefix, the opcode map and W (WIG: W0); its opcode bytes follow the map. An
-# EVEX row (`EVEX.512.66.0F.W1`, AVX-512) is the same fields, no mask, no broadcast, no embedded
-# rounding; its disp8 counts in units of the memory operand's size (disp8*N, N = 64 for m512,
-# 8 for m64), and it alone names the vector registers 16-31 (the encoder refuses them elsewhere).
+# EVEX row (`EVEX.512.66.0F.W1`, AVX-512) is the same fields, no mask, no embedded rounding, a
+# broadcast only where an operand is b64 (EVEX.b); its disp8 counts in units of the memory
+# operand's size (disp8*N, N = 64 for m512, 8 for m64 and b64), and it alone names the vector registers 16-31 (the encoder refuses them elsewhere).
 # ---------------------------------------------------------------------------------------
 
 class Row(NamedTuple):
@@ -297,4 +298,6 @@ TABLE: tuple[Row, ...] = (
     _row('vsqrtpd', 'zmm, zm512', 'rm', 'EVEX.512.66.0F.W1 51 /r'),
     _row('vpxorq', 'zmm, zmm, zm512', 'rvm', 'EVEX.512.66.0F.W1 EF /r'),
     _row('vbroadcastsd', 'zmm, xm64', 'rm', 'EVEX.512.66.0F38.W1 19 /r'),
+    # a product with a binary64 from memory in every lane (a splat folded in: alphac.lower.fold)
+    _row('vmulpd', 'zmm, zmm, b64', 'rvm', 'EVEX.512.66.0F.W1 59 /r'),
 )

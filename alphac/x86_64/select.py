@@ -412,6 +412,14 @@ class Selector(SelectorBase):
         self.emit("vbroadcastsd", r, self.where(a[0]) if op[1:] == "splat" else self.vmem(op, a, 64))
         self.commit(d, r)
 
+    def wide_mul_splat(self, op, d, a) -> None:
+        """d = a * (m, ..., m), m the binary64 at the address: AVX-512's embedded broadcast
+        (`vmulpd zmm, zmm, qword ptr [...]{1to8}`), each lane the vmulpd of the splat's."""
+        r = self.defreg(d, self._scratch(d)[0])
+        m = self.vmem(op, a[1:], 64)
+        self.emit("vmulpd", r, self.use(a[0], self._scratch(d)[0]), Mem(m.base, m.index, m.scale, m.disp, size=64, bcst=True))
+        self.commit(d, r)
+
     def wide_end(self, op, d, a) -> None:
         self.emit("vzeroupper")
 
