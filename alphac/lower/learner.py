@@ -876,6 +876,7 @@ class LearnerCode:
                     f"{VOCAB[vec]['store']}(GN_{p.name} + 8 * ({j}), {em.const(vec, 0.0)});"))
         if lr.exact:                     # exact_sum: fixed-point accumulators (xsum.rt)
             em.put(f"xc_clear_n(XA, XSP, {exact_count(lr)});")
+            em.put(f"xe_clear_n(XE, {2 * exact_count(lr)});")   # the expansions (xsum.rt)
         else:
             em.put(f"storef(L_sum, {flit(-0.0)});")
             if lanes == 1:
@@ -917,6 +918,9 @@ class LearnerCode:
         em.put("i = i + 1;")
         em.depth -= 1
         em.put("}")
+        for p in lr.params if lr.exact else ():   # the expansions into the accumulators
+            if not scattered(lr, p.name):
+                em.put(f"xe_flush_n({exact_at(lr, p.name, '0')}, {expansion_at(lr, p.name)}, {p.size});")
         self.scatter_end(em, "n" if batched else "(hi - lo)")
         if batched:
             em.put("return n;")
@@ -989,7 +993,8 @@ class LearnerCode:
                 else:
                     vals.vloop(a, b, body, vals.vectorizable(nodes))
             if lr.exact:                     # the terms in XB_p, each into its accumulator
-                em.put(f"xc_add_lanes({exact_at(lr, p.name, '0')}, XB_{p.name}, {p.size}, {lanes});")
+                em.put(f"xe_add_lanes({exact_at(lr, p.name, '0')}, {expansion_at(lr, p.name)}, "
+                       f"XB_{p.name}, {p.size}, {lanes});")
         vals.prepare([lr.loss])              # the sample's loss, summed like a gradient
         if lr.exact:
             for s, loss in enumerate(vals.all(lr.loss, None)):
@@ -1370,6 +1375,8 @@ class LearnerCode:
             P = exact_count(lr)
             decls.append(f"global XA: [i64; {P * XC_WORDS + 2}];")
             decls.append(f"global XSP: [i64; {P * XS_DIGITS}];")   # touched only where a sum spills
+            if lr.exact and lr.loss is not None:   # learner_grad's expansions (xsum.rt: s, lo)
+                decls.append(f"global XE: [f64; {2 * P}];")
         body = ""
         if lr.loss is not None:
             body += self.gen_grad() + self.gen_mean()
@@ -1423,13 +1430,24 @@ def exact_count(lr: Learner) -> int:
     return sum(p.size for p in lr.params) + 1
 
 
-def exact_at(lr: Learner, param: str | None, j: str) -> str:
-    """exact_sum: `acc, spill` of coordinate j of `param` (None: the loss sum) in XA and XSP."""
+def exact_first(lr: Learner, param: str | None) -> int:
+    """exact_sum: the index of `param`'s first coordinate (None: the loss sum) among the sums."""
     k = 0
     for p in lr.params:
         if p.name == param:
             break
         k += p.size
+    return k
+
+
+def expansion_at(lr: Learner, param: str) -> str:
+    """exact_sum: `param`'s expansions in XE (xsum.rt's xe_add_lanes: its s words, then its lo)."""
+    return f"XE + {16 * exact_first(lr, param)}"
+
+
+def exact_at(lr: Learner, param: str | None, j: str) -> str:
+    """exact_sum: `acc, spill` of coordinate j of `param` (None: the loss sum) in XA and XSP."""
+    k = exact_first(lr, param)
     idx = str(k + int(j)) if j.isdigit() else (f"{k} + ({j})" if k else f"({j})")
     if j.isdigit():
         return f"XA + {8 * XC_WORDS * int(idx)}, XSP + {8 * XS_DIGITS * int(idx)}"
