@@ -918,9 +918,6 @@ class LearnerCode:
         em.put("i = i + 1;")
         em.depth -= 1
         em.put("}")
-        for p in lr.params if lr.exact else ():   # the expansions into the accumulators
-            if not scattered(lr, p.name):
-                em.put(f"xe_flush_n({exact_at(lr, p.name, '0')}, {expansion_at(lr, p.name)}, {p.size});")
         self.scatter_end(em, "n" if batched else "(hi - lo)")
         if batched:
             em.put("return n;")
@@ -1089,11 +1086,17 @@ class LearnerCode:
 
     def gen_round(self) -> str:
         """exact_sum: learner_exact_round() rounds the accumulators once into G and L_sum."""
-        em = Emitter(self)
+        em, flush = Emitter(self), Emitter(self)
         for p in self.lr.params:
-            em.put(f"xc_round_into(G_{p.name}, {exact_at(self.lr, p.name, '0')}, {p.size});")
+            if scattered(self.lr, p.name):
+                em.put(f"xc_round_into(G_{p.name}, {exact_at(self.lr, p.name, '0')}, {p.size});")
+                continue
+            at = f"{exact_at(self.lr, p.name, '0')}, {expansion_at(self.lr, p.name)}, {p.size}"
+            em.put(f"xe_round_into(G_{p.name}, {at});")
+            flush.put(f"xe_flush_n({at});")
         em.put(f"storef(L_sum, xc_round({exact_at(self.lr, None, '0')}));")
-        return self.function("learner_exact_round", "", em)
+        return self.function("learner_exact_round", "", em) + \
+            self.function("learner_exact_flush", "", flush)
 
     def gen_mean(self) -> str:
         em = Emitter(self)
