@@ -875,8 +875,13 @@ class LearnerCode:
                 em.vloop(0, p.shape[0], lambda j, vec, p=p: em.put(
                     f"{VOCAB[vec]['store']}(GN_{p.name} + 8 * ({j}), {em.const(vec, 0.0)});"))
         if lr.exact:                     # exact_sum: fixed-point accumulators (xsum.rt)
-            em.put(f"xc_clear_n(XA, XSP, {exact_count(lr)});")
-            em.put(f"xe_clear_n(XE, {2 * exact_count(lr)});")   # the expansions (xsum.rt)
+            P = exact_count(lr)          # the params' accumulators only where written (xsum.rt)
+            if any(scattered(lr, p.name) for p in lr.params):
+                em.put(f"xc_clear_n(XA, XSP, {P});")
+            else:
+                em.put(f"xe_clear_acc(XA, XSP, {P - 1});")
+                em.put(f"xc_clear_n({exact_at(lr, None, '0')}, 1);")
+            em.put(f"xe_clear_n(XE, {2 * P});")   # the expansions
         else:
             em.put(f"storef(L_sum, {flit(-0.0)});")
             if lanes == 1:
