@@ -8,8 +8,10 @@ order (the contract in alphac.ir.autodiff and alphac.ir.interp):
                              a left fold from -0.0 (the exact additive identity, so it equals
                              the fold that starts from the first sample)
                              (under exact_sum: a block's terms, by the same vector loops, into
-                             XB_p lane by lane, then xc_add_lanes into the accumulators XA, XSP)
-    learner_exact_round()    exact_sum only: G_p and L_sum, each accumulator rounded once
+                             XB_p lane by lane, then xe_add_lanes into the expansions XE,
+                             falling back to the accumulators XA, XSP: alphac/runtime/xsum.rt)
+    learner_exact_round()    exact_sum only: G_p and L_sum, each exact sum rounded once
+    learner_exact_flush()    exact_sum only: the expansions into XA (a role's frame)
     learner_mean(n)          loss_mean = L_sum / n, and mean_n = n: no pass of its own over G_p,
                              grad(p) = G_p / n is divided where the update reads it (fused)
     learner_reduce()         the update's reduced scalars (dot, sum, max(v) of coordinate
