@@ -371,8 +371,55 @@ def adversarial_columns() -> list[list[float]]:
         [-big, 2.0 ** 20, big, -(2.0 ** 20)] * 3 + [2.0 ** -1000],                   # re-based windows
         [(-1.0) ** k * (k + 1) * 2.0 ** (9 * k) for k in range(13)],                   # growing, alternating
         [-(2.0 ** 100), 2.0 ** 100, -3 * 2.0 ** 142] + [0.0] * 10,                     # negative, top digit only
+        [1.0, 2.0 ** -53, sub] + [0.0] * 10,          # an expansion's lo + 2^-1074 inexact: breaks the tie
+        [-1.0, -(2.0 ** -53), -sub] + [0.0] * 10,     # the same, negative (a pair of expansions)
     ]
     return cols
+
+
+def blocks_learner(tmp_path: Path) -> tuple[Path, str]:
+    """The learner whose gradient columns are adversarial_columns(), and the oracle's 2 steps."""
+    import numpy as np
+
+    from alphac.ir import interp
+    cols = adversarial_columns()
+    np.save(tmp_path / "x.npy", np.array(cols).T.copy())
+    src = tmp_path / "blocks.alpha"
+    src.write_text(f"learner blocks\ncontract exact_sum\ndata x = load(\"x.npy\")\n"
+                   f"param w: f64[{len(cols)}] = -0.0\nloss(i) = dot(w, x[i])\n"
+                   "update {\n  w = grad(w) + 0.5 * w\n}\n")     # a zero sum's sign shows
+    lr, state = exact_oracle(src, 2, 13)
+    assert [math.copysign(1.0, v) for v in state["w"][6:8]] == [-1.0, 1.0]
+    return src, interp.format_state(lr, state)
+
+
+# xsum.rt's expansions (xe_add_lanes) broken: each must change some column's bits
+EXPANSION_MUTANTS = {
+    "the 2Sum error not kept": ("            lo = u;\n", ""),
+    "the exactness check dropped": ("            bad = bad + f * f;\n", ""),
+    "the check's scale one binade short (2^536)": ("0x6570000000000000", "0x6170000000000000"),
+    "the fallback's lanes swapped": ("x + 8 + 8 * j, 1, lanes, stride)", "x + 8 * j, 1, lanes, stride)"),
+    "the accumulators taken for empty (xe_dirty ignored)": ("let clean = load64(xe_dirty) == 0;",
+                                                              "let clean = 1;"),
+}
+
+
+@pytest.mark.parametrize("mutant", sorted(EXPANSION_MUTANTS))
+def test_broken_expansions_are_caught(mutant, tmp_path, monkeypatch):
+    """Each mutant of the expansions' fast path (built into the baseline x86-64 executable, 4
+    lanes a block) prints other bits than the oracle's on the adversarial columns, or is refused."""
+    import alphac.build as build_module
+    from alphac.runtime import source
+    old, new = EXPANSION_MUTANTS[mutant]
+    text = source("xsum")
+    assert text.count(old) == 1, mutant
+    monkeypatch.setattr(build_module, "source",
+                        lambda name: text.replace(old, new) if name == "xsum" else source(name))
+    src, want = blocks_learner(tmp_path)
+    exe = tmp_path / "blocks-mutant"
+    assert alphac("build", src, "-o", exe)[0] == 0
+    r = run_exe(exe, "--steps", 2, target="x86_64")
+    assert (r.returncode, r.stdout) != (0, want), mutant      # other bits, or a refusal
 
 
 def test_blocked_exact_sums_take_adversarial_terms(tmp_path):
@@ -381,20 +428,12 @@ def test_blocked_exact_sums_take_adversarial_terms(tmp_path):
     path: cancellation across blocks, 1e300 with 1e-300, subnormals, a sum a binary64 fold would
     overflow, ties, zero signs, windows that re-base. Every target prints the Fraction oracle's
     bits after 2 steps (f64x2, f64x4, f64x8 blocks and AArch64), -0.0 and +0.0 apart."""
-    import numpy as np
-
+    from alphac.driver import compile_file
     from alphac.ir import interp
     from alphac.targets import host_runs
-    cols = adversarial_columns()
-    np.save(tmp_path / "x.npy", np.array(cols).T.copy())
-    src = tmp_path / "blocks.alpha"
-    src.write_text(f"learner blocks\ncontract exact_sum\ndata x = load(\"x.npy\")\n"
-                   f"param w: f64[{len(cols)}] = -0.0\nloss(i) = dot(w, x[i])\n"
-                   "update {\n  w = grad(w) + 0.5 * w\n}\n")     # a zero sum's sign shows
-    lr, state = exact_oracle(src, 2, 13)
-    want = interp.format_state(lr, state)
+    src, want = blocks_learner(tmp_path)
+    lr = compile_file(src).learner
     assert interp.format_state(lr, interp.run(lr, 2)) == want
-    assert [math.copysign(1.0, v) for v in state["w"][6:8]] == [-1.0, 1.0]
     for target in ("x86_64", "x86_64-v3", "x86_64-v4", "aarch64"):
         if target.startswith("x86_64-") and not host_runs(target):
             continue

@@ -362,12 +362,13 @@ def grad_parts(lr: Learner, img: GpuImage, lo: int, hi: int, t: str, at: str, st
     card = [upload(img, s.name, s.size) for s in states]
     compare = ([f"gpu_exact_check({at});"] if lr.exact else
                [f"gpu_compare({va:#x}, G_{p}, {size}, {at});" for p, va, size in g_pieces(lr, img, read=True)])
+    flush = ["learner_exact_flush();"] if lr.exact else []     # XA complete (xsum.rt's expansions)
     if not lr.batch:
-        return card, [f"learner_grad({lo}, {hi});"], compare
+        return card, [f"learner_grad({lo}, {hi});"] + flush, compare
     card += [f"let gn = gpu_batch({lo}, {hi}, {t});"]
     card += [f"store32({va:#x}, gn);" for x in grad_kernels(lr) for va in img.launch(x).counts]
     host = [f"let {mine} = learner_grad({lo}, {hi}, {t});",
-            f'if {mine} != {card_n} {{ refuse("gpu-shadow-mismatch"); }}']
+            f'if {mine} != {card_n} {{ refuse("gpu-shadow-mismatch"); }}'] + flush
     return card, host, ["if n > 0 {"] + ["    " + x for x in compare] + ["}"]
 
 

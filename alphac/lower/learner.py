@@ -8,8 +8,10 @@ order (the contract in alphac.ir.autodiff and alphac.ir.interp):
                              a left fold from -0.0 (the exact additive identity, so it equals
                              the fold that starts from the first sample)
                              (under exact_sum: a block's terms, by the same vector loops, into
-                             XB_p lane by lane, then xc_add_lanes into the accumulators XA, XSP)
-    learner_exact_round()    exact_sum only: G_p and L_sum, each accumulator rounded once
+                             XB_p lane by lane, then xe_add_lanes into the expansions XE,
+                             falling back to the accumulators XA, XSP: alphac/runtime/xsum.rt)
+    learner_exact_round()    exact_sum only: G_p and L_sum, each exact sum rounded once
+    learner_exact_flush()    exact_sum only: the expansions into XA (a role's frame)
     learner_mean(n)          loss_mean = L_sum / n, and mean_n = n: no pass of its own over G_p,
                              grad(p) = G_p / n is divided where the update reads it (fused)
     learner_reduce()         the update's reduced scalars (dot, sum, max(v) of coordinate
@@ -50,6 +52,7 @@ from alphac.math.lanes import FAST as LANE_FAST, lane_name, lane_source
 
 UNROLL = 8
 AHEAD = 4096         # a block prefetches the rows of the block at least this many bytes on
+EXPANSION_MIN = 4     # exact_sum: a call of learner_grad with fewer samples adds them without expansions
 SAMPLE_LANES = 4      # learner_grad's samples per block (full batch, not exact_sum); 8 with f64x8
 BLOCK_NODES = 500     # a per-sample DAG above this many nodes (windows unrolled) is not blocked
 EXACT_BLOCK_NODES = 150   # nor, under exact_sum, above this many (seq_attention's 204: 27 s at v4)
@@ -891,7 +894,13 @@ class LearnerCode:
                 em.vloop(0, p.shape[0], lambda j, vec, p=p: em.put(
                     f"{VOCAB[vec]['store']}(GN_{p.name} + 8 * ({j}), {em.const(vec, 0.0)});"))
         if lr.exact:                     # exact_sum: fixed-point accumulators (xsum.rt)
-            em.put(f"xc_clear_n(XA, XSP, {exact_count(lr)});")
+            P = exact_count(lr)          # the params' accumulators only where written (xsum.rt)
+            if any(scattered(lr, p.name) for p in lr.params):
+                em.put(f"xc_clear_n(XA, XSP, {P});")
+            else:
+                em.put(f"xe_clear_acc(XA, XSP, {P - 1});")
+                em.put(f"xc_clear_n({exact_at(lr, None, '0')}, 1);")
+            em.put(f"xe_clear_n(XE, {2 * P});")   # the expansions
         else:
             em.put(f"storef(L_sum, {flit(-0.0)});")
             if lanes == 1:
@@ -1016,7 +1025,9 @@ class LearnerCode:
                 else:
                     vals.vloop(a, b, body, vals.vectorizable(nodes))
             if lr.exact:                     # the terms in XB_p, each into its accumulator
-                em.put(f"xc_add_lanes({exact_at(lr, p.name, '0')}, XB_{p.name}, {p.size}, {lanes});")
+                at = f"{exact_at(lr, p.name, '0')}, {expansion_at(lr, p.name)}, XB_{p.name}, {p.size}"
+                em.put(f"xe_add_lanes({at}, {lanes});" if lanes > 1 else   # few samples: no expansions
+                       f"xe_add_sample({at}, hi - lo < {EXPANSION_MIN});")
         vals.prepare([lr.loss])              # the sample's loss, summed like a gradient
         if lr.exact:
             for s, loss in enumerate(vals.all(lr.loss, None)):
@@ -1111,11 +1122,17 @@ class LearnerCode:
 
     def gen_round(self) -> str:
         """exact_sum: learner_exact_round() rounds the accumulators once into G and L_sum."""
-        em = Emitter(self)
+        em, flush = Emitter(self), Emitter(self)
         for p in self.lr.params:
-            em.put(f"xc_round_into(G_{p.name}, {exact_at(self.lr, p.name, '0')}, {p.size});")
+            if scattered(self.lr, p.name):
+                em.put(f"xc_round_into(G_{p.name}, {exact_at(self.lr, p.name, '0')}, {p.size});")
+                continue
+            at = f"{exact_at(self.lr, p.name, '0')}, {expansion_at(self.lr, p.name)}, {p.size}"
+            em.put(f"xe_round_into(G_{p.name}, {at});")
+            flush.put(f"xe_flush_n({at});")
         em.put(f"storef(L_sum, xc_round({exact_at(self.lr, None, '0')}));")
-        return self.function("learner_exact_round", "", em)
+        return self.function("learner_exact_round", "", em) + \
+            self.function("learner_exact_flush", "", flush)
 
     def gen_mean(self) -> str:
         em = Emitter(self)
@@ -1397,6 +1414,8 @@ class LearnerCode:
             P = exact_count(lr)
             decls.append(f"global XA: [i64; {P * XC_WORDS + 2}];")
             decls.append(f"global XSP: [i64; {P * XS_DIGITS}];")   # touched only where a sum spills
+            if lr.exact and lr.loss is not None:   # learner_grad's expansions (xsum.rt: s, lo)
+                decls.append(f"global XE: [f64; {2 * P}];")
         body = ""
         if lr.loss is not None:
             body += self.gen_grad() + self.gen_mean()
@@ -1450,13 +1469,24 @@ def exact_count(lr: Learner) -> int:
     return sum(p.size for p in lr.params) + 1
 
 
-def exact_at(lr: Learner, param: str | None, j: str) -> str:
-    """exact_sum: `acc, spill` of coordinate j of `param` (None: the loss sum) in XA and XSP."""
+def exact_first(lr: Learner, param: str | None) -> int:
+    """exact_sum: the index of `param`'s first coordinate (None: the loss sum) among the sums."""
     k = 0
     for p in lr.params:
         if p.name == param:
             break
         k += p.size
+    return k
+
+
+def expansion_at(lr: Learner, param: str) -> str:
+    """exact_sum: `param`'s expansions in XE (xsum.rt's xe_add_lanes: its s words, then its lo)."""
+    return f"XE + {16 * exact_first(lr, param)}"
+
+
+def exact_at(lr: Learner, param: str | None, j: str) -> str:
+    """exact_sum: `acc, spill` of coordinate j of `param` (None: the loss sum) in XA and XSP."""
+    k = exact_first(lr, param)
     idx = str(k + int(j)) if j.isdigit() else (f"{k} + ({j})" if k else f"({j})")
     if j.isdigit():
         return f"XA + {8 * XC_WORDS * int(idx)}, XSP + {8 * XS_DIGITS * int(idx)}"

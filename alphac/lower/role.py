@@ -198,6 +198,8 @@ class RoleLowering:
                 self.put(f"learner_grad({lo}, {hi});")
             n = 'n' if lr.batch else hi - lo
             if self.exact:                # learner_grad's accumulators are the frame (XA)
+                if self.gpu is None or hi <= lo:      # (grad_lines flushes the host's)
+                    self.put("learner_exact_flush();")
                 self.put(f"store64(XA + {8 * self.PX}, {n});")
                 return
             for p in self.params:
