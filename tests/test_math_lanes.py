@@ -127,3 +127,62 @@ def test_learner_levels_agree(tmp_path):
     import differential
     rep = differential.check_text(LEARNER, tmp_path, ("interp", "x86_64", "x86_64-v3", "x86_64-v4"))
     assert rep.status == "agreed", rep.summary() or rep.code
+
+
+# The integer lane builtins (qadd ... qshr: alphac.lower.rt) the vector functions are written
+# with, each on random 64-bit lanes (the carries, the sign bit, shifts 0, 1, 63) against Python.
+QCASES = {"qadd(a, b)": lambda a, b: a + b, "qsub(a, b)": lambda a, b: a - b,
+          "qand(a, b)": lambda a, b: a & b, "qor(a, b)": lambda a, b: a | b,
+          "qxor(a, b)": lambda a, b: a ^ b, "qshl(a, 0)": lambda a, b: a,
+          "qshl(a, 1)": lambda a, b: a << 1, "qshl(a, 63)": lambda a, b: a << 63,
+          "qshr(a, 1)": lambda a, b: a >> 1, "qshr(a, 63)": lambda a, b: a >> 63,
+          "qshr(qsub(a, b), 17)": lambda a, b: ((a - b) & M) >> 17}
+M = (1 << 64) - 1
+
+
+@pytest.mark.parametrize("width", [4, 8])
+def test_integer_lane_builtins(width, tmp_path):
+    from alphac.build import link_program, runtime_closure, target
+    from alphac.lower import rt
+    from alphac.lower.rt_lower import lower_program
+    load, store = lanes.VOCAB[width]
+    rng = np.random.default_rng(width)
+    a, b = (rng.integers(0, 1 << 63, width, dtype=np.uint64) * np.uint64(2) + rng.integers(0, 2, width, dtype=np.uint64)
+            for _ in range(2))
+    a[0], b[0] = M, 1                                    # a carry out of every bit
+    body = [f"    let a = {load}(inp);", f"    let b = {load}(inp + {8 * width});"]
+    for k, e in enumerate(QCASES):
+        body.append(f"    {store}(out + {8 * width * k}, {e});")
+    src = (f"var inp: [i64; {2 * width}] = [{', '.join(str(int(v) - (1 << 64) if v >> 63 else int(v)) for v in [*a, *b])}];\n"
+           f"global out: [i64; {width * len(QCASES)}];\nfn main(argc: i64, argv: i64) -> i64 {{\n"
+           + "\n".join(body) + f"\n    wide_end();\n    syscall(SYS_write, 1, out, {8 * width * len(QCASES)});\n    return 0;\n}}\n")
+    tgt = target(LEVEL[width])
+    own = rt.parse(src, "q.rt")
+    elf = link_program(lower_program(rt.parse(tgt.prelude(), "prelude.rt") + runtime_closure("core") + own, {},
+                                     generated=frozenset(map(id, own))), tgt)[0]
+    exe = tmp_path / "q"
+    exe.write_bytes(elf)
+    exe.chmod(0o755)
+    r = subprocess.run(runner(width) + [str(exe)], capture_output=True, timeout=60)
+    got = np.frombuffer(r.stdout, dtype="<u8").reshape(len(QCASES), width)
+    want = [[f(int(x), int(y)) & M for x, y in zip(a, b)] for f in QCASES.values()]
+    assert [[int(v) for v in row] for row in got] == want
+
+
+@pytest.mark.parametrize("text, message", [
+    ("let v = qadd(1.0, 2.0);", "wants f64x4 or f64x8"),
+    ("let v = qshl(loadw(inp), argc);", "needs a constant K in 0..63"),
+    ("let v = qshr(loadw(inp), 64);", "needs a constant K in 0..63"),
+    ("let v = qand(loadw(inp), splatw(1.0)) + qxor(loadw(inp), loadw(inp));", None)])
+def test_integer_lane_builtins_refuse_bad_operands(text, message):
+    from alphac.build import runtime_closure, target
+    from alphac.lower import rt
+    from alphac.lower.rt_lower import lower_program
+    tgt = target("x86_64-v3")
+    src = f"var inp: [i64; 4] = [1, 2, 3, 4];\nfn main(argc: i64, argv: i64) -> i64 {{\n    {text}\n    return 0;\n}}\n"
+    items = rt.parse(tgt.prelude(), "prelude.rt") + runtime_closure("core") + rt.parse(src, "q.rt")
+    if message is None:
+        lower_program(items, {})
+        return
+    with pytest.raises(rt.RtError, match=message):
+        lower_program(items, {})

@@ -110,6 +110,10 @@ _OPS: dict[str, tuple] = {
     "zadd": ("z", "zz"), "zsub": ("z", "zz"), "zmul": ("z", "zz"), "zdiv": ("z", "zz"),
     "zsqrt": ("z", "z"), "zneg": ("z", "z"), "zmov": ("z", "z"), "zsplat": ("z", "f"),
     "zsplatm": ("z", "iI"), "zsplatmx": ("z", "ii"),
+    # the lanes' 64 bits as integers (AVX2, AVX-512F; alphac.math.lanes): + - & | ^ modulo 2^64,
+    # and the logical shifts by a constant k in 0..63
+    **{c + op: (c, c + c) for c in "wz" for op in ("qadd", "qsub", "qand", "qor", "qxor")},
+    **{c + op: (c, c + "k") for c in "wz" for op in ("qshl", "qshr")},
     "cpu_has_avx2": ("i", "", True),   # d = 1 when the CPU and the OS run AVX2 (0 on AArch64)
     "cpu_has_avx512": ("i", "", True),  # d = 1 when they run x86_64-v4's AVX-512 (F, BW, CD, DQ,
                                         # VL, and the OS saves the opmask and zmm state)

@@ -31,6 +31,7 @@ MOVE = {"i": "mov", "f": "fmov", "v": "vmov", "w": "wmov", "z": "zmov"}
 VECTOR = ("loadv", "storev", "splat", "lane", "sqrtv", "pack")
 WIDE = ("loadw", "storew", "splatw", "sqrtw", "wide_end")      # f64x4: a target with CPU_AVX2 = 1
 WIDER = ("loadz", "storez", "splatz", "sqrtz")                   # f64x8: with CPU_AVX512 = 1
+QOPS = ("qadd", "qsub", "qand", "qor", "qxor", "qshl", "qshr")    # their lanes' bits as integers
 LOADS = {"load8": "load8", "load16": "load16", "load32": "load32", "load64": "load64", "loadf": "fload"}
 STORES = {"store8": "store8", "store16": "store16", "store32": "store32", "store64": "store64",
           "storef": "fstore"}
@@ -142,7 +143,8 @@ class Module:
             init = init + bytes(count * width - len(init))
         if count is None:
             raise RtError(f"global `{name}` needs a size")
-        return Global(name, section, count * width, init, 16 if width >= 8 or count * width >= 16 else width)
+        size = count * width        # 64 bytes and up: on a cache line's start (an f64x8 splits none)
+        return Global(name, section, size, init, 64 if size >= 64 else 16 if width >= 8 or size >= 16 else width)
 
     def float_const(self, e: tuple) -> float:
         if e[0] == "float":
@@ -367,6 +369,24 @@ class FnLowerer:
             return self.emit("zsplat", self.fn.new("z"), typed(args[0], "f64")), "f64x8"
         return self.emit("zsqrt", self.fn.new("z"), typed(args[0], "f64x8")), "f64x8"
 
+    def lanes_int(self, f: str, args: list[tuple], need):
+        """qadd(a, b), qsub, qand, qor, qxor (each lane's 64 bits as integers, modulo 2^64) and
+        qshl(a, K), qshr(a, K) (logical, K a constant 0..63), a and b both f64x4 or both f64x8."""
+        need(2)
+        a, t = self.expr(args[0])
+        if t not in ("f64x4", "f64x8"):
+            raise self.err(f"`{f}` wants f64x4 or f64x8, given {t}")
+        if f in ("qshl", "qshr"):
+            k = self.mod.fold(args[1])
+            if k is None or not 0 <= k < 64:
+                raise self.err(f"`{f}(v, K)` needs a constant K in 0..63")
+            b = Imm(k)
+        else:
+            b, tb = self.expr(args[1])
+            if tb != t:
+                raise self.err(f"`{f}` of {t} and {tb}")
+        return self.emit(CLS[t] + f, self.fn.new(CLS[t]), a, b), t
+
     def indexed(self, e: tuple) -> tuple[VReg, VReg] | None:
         """`base + 8 * index` (or `base + index * 8`) with a computed index, as the two
         registers of an indexed binary64 access (both lowered); None, lowering nothing, for any
@@ -398,6 +418,8 @@ class FnLowerer:
             return self.wide(f, args, need, typed)
         if f in WIDER:
             return self.wider(f, args, need, typed)
+        if f in QOPS:
+            return self.lanes_int(f, args, need)
         ix = self.indexed(args[0]) if f in ("loadf", "storef") and args else None
         if ix is not None:
             need(1 if f == "loadf" else 2)

@@ -175,6 +175,8 @@ _SHIFT = {'shl': 4, 'shr': 5, 'sar': 7}
 _SSE_ARITH = {'addsd': 0x58, 'mulsd': 0x59, 'subsd': 0x5C, 'divsd': 0x5E, 'sqrtsd': 0x51}
 BITS = {'xmm': 128, 'ymm': 256}                      # a VEX register's width
 XM = {'xmm': 'xmm', 'ymm': 'ym256'}                  # its second source (f64x2's: a register)
+_QALU = {'vpaddq': 'D4', 'vpsubq': 'FB', 'vpandq': 'DB', 'vporq': 'EB', 'vpxorq': 'EF'}
+_QSHIFT = {'vpsllq': 6, 'vpsrlq': 2}                 # by an immediate: 73 /6 ib, 73 /2 ib
 
 TABLE: tuple[Row, ...] = (
     # -- moves: registers and memory
@@ -296,4 +298,16 @@ TABLE: tuple[Row, ...] = (
     _row('vsqrtpd', 'zmm, zm512', 'rm', 'EVEX.512.66.0F.W1 51 /r'),
     _row('vpxorq', 'zmm, zmm, zm512', 'rvm', 'EVEX.512.66.0F.W1 EF /r'),
     _row('vbroadcastsd', 'zmm, xm64', 'rm', 'EVEX.512.66.0F38.W1 19 /r'),
+    # -- AVX2 and AVX-512F on 64-bit integer lanes (the bits of f64x4 and f64x8 lanes, for the
+    # vector elementary functions: alphac.math.lanes): ymm's VEX row (vpand, vpor, vpxor by
+    # their VEX names) and its EVEX twin (registers 16-31), zmm's EVEX row
+    *(r for mn, op in _QALU.items() for r in (
+        _row(mn, 'ymm, ymm, ym256', 'rvm', f'VEX.256.66.0F.WIG {op} /r', name=mn.removesuffix('q')
+             if mn in ('vpandq', 'vporq', 'vpxorq') else mn),
+        _row(mn, 'ymm, ymm, ym256', 'rvm', f'EVEX.256.66.0F.W1 {op} /r'),
+        *((_row(mn, 'zmm, zmm, zm512', 'rvm', f'EVEX.512.66.0F.W1 {op} /r'),) if mn != 'vpxorq' else ()))),
+    *(r for mn, d in _QSHIFT.items() for r in (
+        _row(mn, 'ymm, ymm, imm8', 'vmi', f'VEX.256.66.0F.WIG 73 /{d} ib'),
+        _row(mn, 'ymm, ymm, imm8', 'vmi', f'EVEX.256.66.0F.W1 73 /{d} ib'),
+        _row(mn, 'zmm, zmm, imm8', 'vmi', f'EVEX.512.66.0F.W1 73 /{d} ib'))),
 )

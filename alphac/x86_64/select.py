@@ -33,6 +33,8 @@ ALU = {"add": "add", "sub": "sub", "and": "and", "or": "or", "xor": "xor"}
 FALU = {"fadd": "addsd", "fsub": "subsd", "fmul": "mulsd", "fdiv": "divsd"}
 VALU = {"vadd": "addpd", "vsub": "subpd", "vmul": "mulpd", "vdiv": "divpd"}
 WALU = {"wadd": "vaddpd", "wsub": "vsubpd", "wmul": "vmulpd", "wdiv": "vdivpd"}
+QALU = {"add": "vpaddq", "sub": "vpsubq", "and": "vpandq", "or": "vporq", "xor": "vpxorq",
+        "shl": "vpsllq", "shr": "vpsrlq"}                 # a wide class's lanes as integers
 SPILL = {"f": "movsd", "v": "movupd", "w": "vmovupd", "z": "vmovupd"}   # a class's reload and store
 BITS = {"v": 128, "w": 256, "z": 512}                       # a vector class's width
 SHIFT = {"shl": "shl", "shr": "shr", "sar": "sar"}
@@ -389,6 +391,14 @@ class Selector(SelectorBase):
         slot."""
         r = self.defreg(d, self._scratch(d)[0])
         self.emit(WALU["w" + op[1:]], r, self.use(a[0], self._scratch(d)[0]), self.where(a[1]))
+        self.commit(d, r)
+
+    def wide_int(self, op, d, a) -> None:
+        """d = a op b (or a shifted by the constant b) on the lanes' 64 bits as integers: one
+        AVX2 or AVX-512F instruction, b from its register or its slot."""
+        r = self.defreg(d, self._scratch(d)[0])
+        b = XImm(a[1].value) if op[2:] in ("shl", "shr") else self.where(a[1])
+        self.emit(QALU[op[2:]], r, self.use(a[0], self._scratch(d)[0]), b)
         self.commit(d, r)
 
     def wide_unary(self, op, d, a) -> None:
