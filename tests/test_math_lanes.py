@@ -4,8 +4,9 @@ Each is run through an x86_64-v3 (4 lanes) and an x86_64-v4 (8 lanes) filter exe
 (alphac.tools.mathexe) and compared bit for bit with the scalar x86-64 executable, itself
 checked against MPFR by tests/test_math.py: on CORE-MATH's worst cases and the special values
 (inputs whose rounding test fails or which the fast path does not take), each placed in every
-lane position among random inputs the fast path decides, and on random inputs. The mutant whose
-lanes keep the fast path's value without the rounding test must disagree.
+lane position among random inputs the fast path decides, and on random inputs. The mutants whose
+lanes keep the fast path's value without the rounding test, or take the fast path outside its
+range, must disagree.
 """
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ from tests.test_math import _workdir, random_inputs, run, special_inputs, worst_
 
 LEVEL = {4: "x86_64-v3", 8: "x86_64-v4"}
 NAMES = sorted(lanes.FAST)
-EASY = {"exp": (-700.0, 700.0), "tanh": (-19.0, 19.0)}       # inputs the fast path takes
+EASY = {"exp": (-700.0, 700.0), "tanh": (-19.0, 19.0), "log": (1e-3, 1e3),      # inputs the
+        "log1p": (-0.9, 100.0), "expm1": (-30.0, 30.0)}                          # fast path takes
 
 
 def runner(width: int) -> list[str]:
@@ -42,11 +44,14 @@ def executable(name: str, width: int, mode: str = "test") -> Path:
     real = lanes.lane_source
 
     def lane_source(*a):                 # only the vector function is the mutant
-        saved, dd.MODE = dd.MODE, mode
+        saved, dd.MODE = dd.MODE, "test" if mode == "norange" else mode
+        fast = lanes.FAST[name]
+        if mode == "norange":            # every lane takes the fast path, in its range or not
+            lanes.FAST[name] = (lambda m, x: m.i(1), fast[1])
         try:
             return real(*a)
         finally:
-            dd.MODE = saved
+            dd.MODE, lanes.FAST[name] = saved, fast
     lanes.lane_source = lane_source
     try:
         elf = mathexe.build(name, LEVEL[width], width)
@@ -95,6 +100,13 @@ def test_lanes_without_rounding_test_are_caught(name, width):
     assert np.count_nonzero(run_lanes(name, width, xs, "raw") != run(name, "x86_64", xs)) > 0
 
 
+@pytest.mark.parametrize("width", [4, 8])
+@pytest.mark.parametrize("name", NAMES)
+def test_lanes_outside_the_range_are_caught(name, width):
+    xs = special_inputs(name)
+    assert np.count_nonzero(run_lanes(name, width, xs, "norange") != run(name, "x86_64", xs)) > 0
+
+
 def test_lane_source_refuses_a_binary64_comparison():
     m = lanes.LaneSource(4)
     x = lanes.Val(m, "f", "u0")
@@ -102,7 +114,7 @@ def test_lane_source_refuses_a_binary64_comparison():
         x.fgt(m.f(1.0))
 
 
-# A learner whose tanh and exp run over vectors of 15 coordinates (8 + 4 + 2 + 1 at x86_64-v4;
+# A learner whose tanh, exp, log, log1p and expm1 run over vectors of 15 coordinates (8 + 4 + 2 + 1 at x86_64-v4;
 # 4 + 4 + 4 + 2 + 1 at v3) with coordinates the fast path does not take (0, -0, 2^-1074, 1e-9,
 # +-25, exp beyond 708) between ones it does: every compiled level must give the baseline's bits.
 LEARNER = """learner lanes
@@ -111,14 +123,18 @@ const c = [0.0, -0.0, 4.9e-324, 1e-9, 25.0, 0.3, -25.0, 0.9, -0.45, 1.1, 0.99, -
 param W: f64[15, 3] = 0.125
 param b: f64[15] = 0.0
 state u: f64[15] = 0.5
+state v: f64[15] = 1.0
+state w: f64[15] = 0.0
 loss(i) {
   let h = tanh(W @ x[i] + b + c)
-  dot(h, h) + sum(exp(h * 2.0))
+  dot(h, h) + sum(exp(h * 2.0)) + sum(log1p(h * h)) + sum(expm1(h * 0.5))
 }
 update {
   W = W - 0.5 * grad(W)
   b = b - 0.25 * grad(b)
   u = tanh(exp(c * 800.0 + u * 0.5)) + tanh(u * c)
+  v = log(c * c + v * v) * 0.125 + log1p(c * 0.01 + v * 0.5) + expm1(u * c * 0.1)
+  w = log(c * c * 1e-300 + 5e-324 + u * 0.0) + log1p(c * 1e-20 + u * 0.0) + expm1(0.0 - c * c * 3.0 + u * 0.0) + w
 }
 """
 
