@@ -28,7 +28,7 @@ for a learner uses them for pairs of coordinates), or, where the target's prelud
 `CPU_AVX2 = 1` (x86_64-v3), `f64x4` (`+ - * /` and unary `-` on four lanes; `loadw`, `storew`, `splatw`, `sqrtw` and
 `wide_end()`, after which no f64x4 is live: alphac.lower.rt_lower), and where it also has
 `CPU_AVX512 = 1` (x86_64-v4), `f64x8` (the same on eight lanes: `loadz`, `storez`, `splatz`,
-`sqrtz`; `wide_end()` ends them too); on both, `qadd`, `qsub`, `qand`, `qor`, `qxor` (each
+`sqrtz`, and `gatherz(a, v)`: lane k the binary64 at a + 8 v_k; `wide_end()` ends them too); on both, `qadd`, `qsub`, `qand`, `qor`, `qxor` (each
 lane's 64 bits as integers, modulo 2^64) and `qshl(v, K)`, `qshr(v, K)` (logical, K a constant
 in 0..63). A global's name is its address. Memory is
 reached through `load8/16/32/64`, `loadf`, `store8/16/32/64`, `storef` (little-endian, unsigned
@@ -427,7 +427,7 @@ BUILTINS = frozenset({"load8", "load16", "load32", "load64", "loadf", "store8", 
                       "loadv", "storev", "splat", "lane", "sqrtv", "pack", "cpu_has_avx2",
                       "cpu_has_avx512", "loadz", "storez", "splatz", "sqrtz",
                       "loadw", "storew", "splatw", "sqrtw", "wide_end",
-                      "qadd", "qsub", "qand", "qor", "qxor", "qshl", "qshr",
+                      "qadd", "qsub", "qand", "qor", "qxor", "qshl", "qshr", "gatherz",
                       "put", "put_dec", "put_byte", "room", "sizeof"})
 
 

@@ -30,7 +30,7 @@ TYPE_OF = {c: t for t, c in CLS.items()}
 MOVE = {"i": "mov", "f": "fmov", "v": "vmov", "w": "wmov", "z": "zmov"}
 VECTOR = ("loadv", "storev", "splat", "lane", "sqrtv", "pack")
 WIDE = ("loadw", "storew", "splatw", "sqrtw", "wide_end")      # f64x4: a target with CPU_AVX2 = 1
-WIDER = ("loadz", "storez", "splatz", "sqrtz")                   # f64x8: with CPU_AVX512 = 1
+WIDER = ("loadz", "storez", "splatz", "sqrtz", "gatherz")        # f64x8: with CPU_AVX512 = 1
 QOPS = ("qadd", "qsub", "qand", "qor", "qxor", "qshl", "qshr")    # their lanes' bits as integers
 LOADS = {"load8": "load8", "load16": "load16", "load32": "load32", "load64": "load64", "loadf": "fload"}
 STORES = {"store8": "store8", "store16": "store16", "store32": "store32", "store64": "store64",
@@ -359,10 +359,14 @@ class FnLowerer:
     def wider(self, f: str, args: list[tuple], need, typed):
         """The f64x8 builtins, where the prelude says CPU_AVX512 = 1 (x86_64-v4, whose
         executables refuse `cpu-level` without AVX-512): loadz(a), storez(a, z) (64 bytes at a,
-        any alignment; lane 0 at a), splatz(x), sqrtz(z); wide_end() ends them too."""
+        any alignment; lane 0 at a), splatz(x), sqrtz(z), gatherz(a, v) (lane k: the binary64 at
+        a + 8 v_k, v_k lane k's 64 bits as an integer); wide_end() ends them too."""
         if "CPU_AVX512" not in self.mod.consts or self.mod.const("CPU_AVX512") != 1:
             raise self.err(f"`{f}` needs f64x8, which only the x86_64-v4 target has")
-        need(2 if f == "storez" else 1)
+        need(2 if f in ("storez", "gatherz") else 1)
+        if f == "gatherz":
+            base = self.reg(typed(args[0], "i64"))
+            return self.emit("zgather", self.fn.new("z"), base, typed(args[1], "f64x8")), "f64x8"
         if f in ("loadz", "storez"):
             return self.vector_memory("z", f == "loadz", args, typed, "f64x8")
         if f == "splatz":

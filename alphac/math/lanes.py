@@ -5,16 +5,19 @@ runtime language, from the same fast-path text as the scalar function.
 the `lanes` binary64 at p replaced by the function's values. The function's fast path
 (`FAST[name]`: the condition under which it applies and the path itself, both from
 alphac/math/functions.py) is rendered by `LaneSource`, a backend of the staging language whose
-binary64 values are vectors (every `+ - * /` one vector operation, each lane exactly the scalar
-operation) and whose integers are one scalar per lane (the exponent and table-index arithmetic);
-`bits`, `float`, table loads at a lane's index and `cond` (both branches computed, each lane's
-result chosen by its condition) pass through the 128-byte scratch `rt_math_lanes`. Operations on constants are folded (Eval's own table), so the tables' constant
-words become vector constants. Then each lane
-whose condition holds and whose rounding test passed takes the vector's value; every other lane
-(special values, the ranges the fast path does not take, failed rounding tests) calls the scalar
-`rt_math_<name>` on its input. So every lane's bits are the scalar function's bits by
-construction: the same operations in the same order where the fast path decides, the scalar
-function itself elsewhere (tests/test_math_lanes.py checks it lane by lane).
+values, binary64 and integer alike, are vectors (f64x4, f64x8): every `+ - * /` one vector
+operation, each lane exactly the scalar operation; the integer operations on the lanes' 64 bits
+in vector registers (qadd ... qshr: alphac.lower.rt), with sar, multiplication by a constant,
+eq, ult and slt made of them (`bits` and `float` are the vector itself; i2f is 2^52 1.5 + i
+minus 2^52 1.5, kept only in lanes where |i| < 2^51); a table word at each lane's index by
+AVX-512F's gather at 8 lanes, through the scratch `rt_math_lanes` at 4; `cond` computes both
+branches and picks each lane's bits. Operations on constants are folded (Eval's own table);
+a vector constant is read once, where first used. Then each lane whose condition holds and
+whose rounding test passed takes the vector's value; every other lane (special values, the
+ranges the fast path does not take, failed rounding tests) calls the scalar `rt_math_<name>`
+on its input. So every lane's bits are the scalar function's bits by construction: the same
+operations in the same order where the fast path decides, the scalar function itself elsewhere
+(tests/test_math_lanes.py checks it lane by lane).
 
 Requires: the scalar `rt_math_<name>` and its tables in the same program (alphac.math.rt_source),
 a target with CPU_AVX2 (lanes = 4) or CPU_AVX512 (lanes = 8). Guarantees: the text, nothing run.
@@ -148,6 +151,8 @@ class LaneSource(Backend):
         i + c read as i's, the table's address c words on), each lane's word loaded and stored
         (at 0), the vector read back."""
         at, off = self.offset.get(index.v, (index.v, 0))
+        if self.w == 8:                          # x86_64-v4: AVX-512F's gather
+            return Val(self, kind, self.let(f"gatherz(rt_math_{table.name} + {8 * off}, {at})"))
         s = self.let(SCRATCH)
         if self.lanes_of.get("index") != at:
             self.lanes_of["index"] = at

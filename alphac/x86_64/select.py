@@ -401,6 +401,19 @@ class Selector(SelectorBase):
         self.emit(QALU[op[2:]], r, self.use(a[0], self._scratch(d)[0]), b)
         self.commit(d, r)
 
+    def wide_gather(self, op, d, a) -> None:
+        """kxnorw sets k1's bits (no value lives in an opmask register), vgatherqpd loads each
+        lane from base + 8 * its index (clearing k1): into d's register unless that is the
+        index's (a gather's destination must not be), else into zmm15."""
+        s1, s2 = self._scratch(d)
+        idx = self.use(a[1], s2)
+        r = self.defreg(d, s1)
+        r = s1 if r == idx else r
+        k1 = REGS["k1"]
+        self.emit("kxnorw", k1, k1, k1)
+        self.emit("vgatherqpd", r, k1, Mem(self.use(a[0], S1), idx, 8, size=512))
+        self.commit(d, r)
+
     def wide_unary(self, op, d, a) -> None:
         """vsqrtpd; or the sign bits flipped by vxorpd (f64x4) or vpxorq (f64x8: AVX-512F's
         xor) with (-0.0, ...) built in ymm14/zmm14 (VEX or EVEX throughout: no SSE instruction
