@@ -111,6 +111,8 @@ _OPS: dict[str, tuple] = {
     "zsqrt": ("z", "z"), "zneg": ("z", "z"), "zmov": ("z", "z"), "zsplat": ("z", "f"),
     "zsplatm": ("z", "iI"), "zsplatmx": ("z", "ii"),
     "zgather": ("z", "iz"),        # lane k = the binary64 at a + 8 b_k (b_k: lane k's 64 bits)
+    "wgather": ("w", "iw"), "wgatherk": ("w", "iw"),     # the same on 4 lanes: AVX2's form (its
+                                   # mask a vector register), AVX-512VL's (an opmask: x86_64-v4)
     # the lanes' 64 bits as integers (AVX2, AVX-512F; alphac.math.lanes): + - & | ^ modulo 2^64,
     # and the logical shifts by a constant k in 0..63
     **{c + op: (c, c + c) for c in "wz" for op in ("qadd", "qsub", "qand", "qor", "qxor")},

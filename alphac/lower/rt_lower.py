@@ -29,7 +29,7 @@ CLS = {"i64": "i", "f64": "f", "f64x2": "v", "f64x4": "w", "f64x8": "z"}  # a va
 TYPE_OF = {c: t for t, c in CLS.items()}
 MOVE = {"i": "mov", "f": "fmov", "v": "vmov", "w": "wmov", "z": "zmov"}
 VECTOR = ("loadv", "storev", "splat", "lane", "sqrtv", "pack")
-WIDE = ("loadw", "storew", "splatw", "sqrtw", "wide_end")      # f64x4: a target with CPU_AVX2 = 1
+WIDE = ("loadw", "storew", "splatw", "sqrtw", "wide_end", "gatherw")   # f64x4: with CPU_AVX2 = 1
 WIDER = ("loadz", "storez", "splatz", "sqrtz", "gatherz")        # f64x8: with CPU_AVX512 = 1
 QOPS = ("qadd", "qsub", "qand", "qor", "qxor", "qshl", "qshr")    # their lanes' bits as integers
 LOADS = {"load8": "load8", "load16": "load16", "load32": "load32", "load64": "load64", "loadf": "fload"}
@@ -342,11 +342,16 @@ class FnLowerer:
     def wide(self, f: str, args: list[tuple], need, typed):
         """The f64x4 builtins, where the target's prelude says CPU_AVX2 = 1 (x86_64-v3; its
         executables refuse `cpu-level` on a CPU without AVX2): loadw(a), storew(a, w) (32 bytes
-        at a, any alignment; lane 0 at a), splatw(x), sqrtw(w), wide_end() (no f64x4 is live: the
-        SSE code after it runs without a transition)."""
+        at a, any alignment; lane 0 at a), splatw(x), sqrtw(w), gatherw(a, v) (lane k: the
+        binary64 at a + 8 v_k), wide_end() (no f64x4 is live: the SSE code after it runs without
+        a transition)."""
         if "CPU_AVX2" not in self.mod.consts or self.mod.const("CPU_AVX2") != 1:
             raise self.err(f"`{f}` needs f64x4, which only the x86_64-v3 target has")
-        need({"storew": 2, "wide_end": 0}.get(f, 1))
+        need({"storew": 2, "wide_end": 0, "gatherw": 2}.get(f, 1))
+        if f == "gatherw":                      # (x86_64-v4: AVX-512VL's form, its opmask)
+            op = "wgatherk" if "CPU_AVX512" in self.mod.consts and self.mod.const("CPU_AVX512") == 1 else "wgather"
+            base = self.reg(typed(args[0], "i64"))
+            return self.emit(op, self.fn.new("w"), base, typed(args[1], "f64x4")), "f64x4"
         if f in ("loadw", "storew"):
             return self.vector_memory("w", f == "loadw", args, typed, "f64x4")
         if f == "splatw":

@@ -44,7 +44,7 @@ OP_RULES: dict[str, str] = {
        ("wmul", "wide_alu"), ("wdiv", "wide_alu"), ("wmov", "wide_copy"), ("wsqrt", "wide_unary"),
        ("wneg", "wide_unary"), ("wsplat", "wide_splat"), ("wsplatm", "wide_splat"), ("wsplatmx", "wide_splat"))},
     "cpu_has_avx512": "cpu_has_avx512",
-    "zgather": "wide_gather",
+    "zgather": "wide_gather", "wgatherk": "wide_gather", "wgather": "avx2_gather",
     **{c + "q" + op: "wide_int" for c in "wz" for op in ("add", "sub", "and", "or", "xor", "shl", "shr")},
     "call": "call", "syscall": "syscall", "fence": "fence",
     "cpu_has_sha256": "cpu_has_sha256", "sha256_hw": "sha256_hw",

@@ -151,8 +151,8 @@ class LaneSource(Backend):
         i + c read as i's, the table's address c words on), each lane's word loaded and stored
         (at 0), the vector read back."""
         at, off = self.offset.get(index.v, (index.v, 0))
-        if self.w == 8:                          # x86_64-v4: AVX-512F's gather
-            return Val(self, kind, self.let(f"gatherz(rt_math_{table.name} + {8 * off}, {at})"))
+        if self.w in (4, 8):                     # AVX2's and AVX-512F's gathers
+            return Val(self, kind, self.let(f"gather{self.vload[-1]}(rt_math_{table.name} + {8 * off}, {at})"))
         s = self.let(SCRATCH)
         if self.lanes_of.get("index") != at:
             self.lanes_of["index"] = at

@@ -26,6 +26,8 @@ from functools import lru_cache
 
 from alphac.x86_64.isa import GPR32, TABLE, Reg, Row
 
+BITS = {'ymm': 256, 'zmm': 512}             # a VSIB index's width: its memory operand's size
+
 
 class EncodeError(ValueError):
     """An instruction or operand that has no encoding."""
@@ -48,7 +50,7 @@ class Mem:
     def __post_init__(self) -> None:
         for r in (self.base, self.index):
             if r is not None and (not isinstance(r, Reg) or r.kind != 'r64') and \
-                    not (r is self.index and isinstance(r, Reg) and r.kind == 'zmm'):   # VSIB: a gather's
+                    not (r is self.index and isinstance(r, Reg) and r.kind in ('ymm', 'zmm')):   # VSIB
                 raise EncodeError(f'address register must be a 64-bit GPR, not {r!r}')
         if self.index is not None and self.index.kind == 'r64' and self.index.num == 4:
             raise EncodeError('rsp cannot be an index register')
@@ -106,8 +108,8 @@ def accepts(kind: str, op: object) -> bool:
         return op.kind == kind or kind == 'rm' + op.kind[1:] or (kind == 'xm64' and op.kind == 'xmm') \
             or (kind == 'ym256' and op.kind == 'ymm') or (kind == 'zm512' and op.kind == 'zmm')
     if isinstance(op, Mem):
-        if op.index is not None and op.index.kind == 'zmm':          # a vector of indexes (VSIB)
-            return kind == 'vm64z' and op.size == 512 and op.base is not None
+        if op.index is not None and op.index.kind in ('ymm', 'zmm'):     # a vector of indexes (VSIB)
+            return kind == 'vm64' + op.index.kind[0] and op.size == BITS[op.index.kind] and op.base is not None
         return kind in ('m', f'm{op.size}', f'rm{op.size}') or (kind == 'xm64' and op.size == 64) \
             or (kind == 'ym256' and op.size == 256) or (kind == 'zm512' and op.size == 512)
     if isinstance(op, Imm):
@@ -123,7 +125,8 @@ def select(mnemonic: str, *operands: object) -> Row:
     rows = _BY_NAME.get(mnemonic)
     if rows is None:
         raise EncodeError(f'unknown mnemonic {mnemonic!r}')
-    low = all(not isinstance(o, Reg) or o.num < 16 for o in operands)
+    low = all(not isinstance(o, Reg) or o.num < 16 for o in operands) and \
+        all(o.index.num < 16 for o in operands if isinstance(o, Mem) and o.index is not None)
     fits = [row for row in rows if len(row.ops) == len(operands) and all(map(accepts, row.ops, operands))
             and (low or row.evex)]
     if fits:            # VEX rows of one form (a register copy): the shortest, as keystone; VEX first
@@ -182,7 +185,7 @@ def _emit(row: Row, ops: tuple) -> Encoded:
             tail = (value & (1 << 8 * row.imm) - 1).to_bytes(row.imm, 'little')
     modrm, rip_at = b'', None
     if rm is not None:
-        vsib = isinstance(rm, Mem) and rm.index is not None and rm.index.kind == 'zmm'
+        vsib = isinstance(rm, Mem) and rm.index is not None and rm.index.kind in ('ymm', 'zmm')
         xb, modrm, rip_at = _modrm(reg & 7, rm, (8 if vsib else rm.size // 8) if row.evex and isinstance(rm, Mem) else 0)
         rex |= xb
         vvvv |= rm.index.num & 16 if vsib else 0           # V' holds the index's bit 4

@@ -87,7 +87,8 @@ def negate(cc: str) -> str:
 #   ym256                 a ymm register, or 256-bit memory
 #   zm512                 a zmm register, or 512-bit memory
 #   k                     an opmask register k0-k7
-#   vm64z                 [base + zmm*scale + disp] (VSIB: 8 addresses; printed zmmword, disp8*8)
+#   vm64z vm64y           [base + zmm*scale + disp] (VSIB: 8 addresses; printed zmmword, disp8*8),
+#                         [base + ymm*scale + disp] (4 addresses; ymmword)
 #   one                   the immediate 1 (implicit in the opcode)
 #   imm8                  immediate 0..255            simm8   -2**7..2**7-1
 #   simm32  -2**31..2**31-1   uimm32  0..2**32-1      imm64   -2**63..2**64-1
@@ -318,4 +319,9 @@ TABLE: tuple[Row, ...] = (
     # are set (cleared as each lane arrives); kxnorw k, k, k sets them all
     _row('kxnorw', 'k, k, k', 'rvm', 'VEX.256.NP.0F.W0 46 /r'),
     _row('vgatherqpd', 'zmm, k, vm64z', 'ram', 'EVEX.512.66.0F38.W1 93 /r'),
+    _row('vgatherqpd', 'ymm, k, vm64y', 'ram', 'EVEX.256.66.0F38.W1 93 /r'),
+    # AVX2's (x86_64-v3): the mask a register whose sign bits say which lanes (all ones from
+    # vpcmpeqq r, r, r), cleared; destination, index and mask three distinct registers
+    _row('vgatherqpd', 'ymm, vm64y, ymm', 'rmv', 'VEX.256.66.0F38.W1 93 /r'),
+    _row('vpcmpeqq', 'ymm, ymm, ym256', 'rvm', 'VEX.256.66.0F38.WIG 29 /r'),
 )

@@ -411,8 +411,32 @@ class Selector(SelectorBase):
         r = s1 if r == idx else r
         k1 = REGS["k1"]
         self.emit("kxnorw", k1, k1, k1)
-        self.emit("vgatherqpd", r, k1, Mem(self.use(a[0], S1), idx, 8, size=512))
+        self.emit("vgatherqpd", r, k1, Mem(self.use(a[0], S1), idx, 8, size=BITS[d.cls]))
         self.commit(d, r)
+
+    def avx2_gather(self, op, d, a) -> None:
+        """AVX2's vgatherqpd: destination, index and mask (all ones, from vpcmpeqq, in ymm15)
+        three distinct registers: d's own with the index in its register (or copied to ymm14),
+        or ymm14 with the index in its register; where both are in slots, ymm13, kept below rsp
+        (the red zone) meanwhile."""
+        s1, s2 = self._scratch(d)
+        base = self.use(a[0], S1)
+        r, idx = self.defreg(d, None), self.where(a[1])
+        saved = None
+        if r is not None:
+            if isinstance(idx, Mem) or idx == r:
+                self.emit("vmovupd" if isinstance(idx, Mem) else "vmovapd", s2, idx)
+                idx = s2
+        elif not isinstance(idx, Mem):
+            r = s2
+        else:
+            idx, r, saved = self.use(a[1], s2), REGS["ymm13"], Mem(RSP, disp=-32, size=256)
+            self.emit("vmovupd", saved, r)
+        self.emit("vpcmpeqq", s1, s1, s1)
+        self.emit("vgatherqpd", r, Mem(base, idx, 8, size=256), s1)
+        self.commit(d, r)
+        if saved is not None:
+            self.emit("vmovupd", r, saved)
 
     def wide_unary(self, op, d, a) -> None:
         """vsqrtpd; or the sign bits flipped by vxorpd (f64x4) or vpxorq (f64x8: AVX-512F's
