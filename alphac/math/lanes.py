@@ -41,6 +41,7 @@ FAST = {"exp": (lambda m, x: (x.bits() & F.ABS).ult(F.FAST_EXP_MAX), F._exp_fast
                   lambda m, x: F.rounded(m, *F._expm1_fast(m, x)))}
 VOCAB = {4: ("loadw", "storew"), 8: ("loadz", "storez")}
 SCRATCH = "rt_math_lanes"
+BRANCH = 40          # a cond whose branches are this long runs each only where a lane takes it
 
 
 def _bits(x: float) -> int:
@@ -172,15 +173,54 @@ class LaneSource(Backend):
             return self.f(struct.unpack("<d", struct.pack("<Q", self.load(table, index).v))[0])
         return self.gather(table, index, "loadf", "storef", "f")
 
+    def branch(self, body) -> tuple[list[str], tuple]:
+        """body()'s lines apart and its values (the constants it reads first are its own)."""
+        saved, guards = (self.lines, dict(self.named), dict(self.offset)), len(self.guards)
+        self.lines = []
+        out = body()
+        ok = self.i(1)                           # its guards, a value of its own (see cond)
+        for g in self.guards[guards:]:
+            ok = ok & g
+        del self.guards[guards:]
+        out = tuple(out) + (ok,)
+        lines, self.lines = self.lines, saved[0]
+        self.named, self.offset = saved[1], saved[2]
+        return lines, out
+
     def cond(self, c: Val, then, else_) -> tuple:
-        """Both branches on every lane (a fast path's branches only compute: no stores, no
-        calls), then each lane's result chosen by its condition: y ^ ((x ^ y) & -c)."""
+        """Both branches (a fast path's branches only compute: no stores, no calls), then each
+        lane's result chosen by its condition: y ^ ((x ^ y) & -c). Where both branches are long
+        (BRANCH lines), each runs only if some lane takes it (the lanes of c read through the
+        scratch), its values in variables declared before. A branch's guards (i2f's) are a value
+        it returns, chosen like the others."""
         if isinstance(c.v, int):
             return then() if c.v else else_()
-        a, b = then(), else_()
+        (la, a), (lb, b) = self.branch(then), self.branch(else_)
+        if min(len(la), len(lb)) < BRANCH:
+            self.lines += la + lb
+        else:
+            a, b = self.guarded(c, la, a, lb, b)
         mask = self.i(0) - c
-        return tuple(Val(self, x.kind, self.q("qxor", y, self.q("qand", self.q("qxor", x, y), mask)).v)
-                     for x, y in zip(a, b))
+        out = tuple(Val(self, x.kind, self.q("qxor", y, self.q("qand", self.q("qxor", x, y), mask)).v)
+                    if (x.v, x.kind) != (y.v, y.kind) else x for x, y in zip(a, b))
+        if out[-1].v != 1:
+            self.guards.append(out[-1])          # the taken branch's guards
+        return out[:-1]
+
+    def guarded(self, c: Val, la, a, lb, b) -> tuple[tuple, tuple]:
+        s = self.let(SCRATCH)
+        self.lines.append(f"    {self.vstore}({s} + {8 * self.w}, {c.v});")
+        lanes = [f"load64({s} + {8 * (self.w + k)})" for k in range(self.w)]
+        out = []
+        for test, lines, vals in ((" | ".join(lanes) + ") != 0", la, a), (" & ".join(lanes) + ") == 0", lb, b)):
+            names = [self.let(c.v) for _ in vals]                  # (any vector: the type)
+            texts = [self.vector(v) for v in vals]                 # (a constant's read: outside)
+            self.lines.append(f"    if ({test} {{")
+            self.lines += ["    " + line for line in lines]
+            self.lines += [f"        {n} = {t};" for n, t in zip(names, texts)]
+            self.lines.append("    }")
+            out.append(tuple(Val(self, v.kind, n) for n, v in zip(names, vals)))
+        return out[0], out[1]
 
 
 def lane_name(name: str, lanes: int) -> str:
