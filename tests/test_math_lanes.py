@@ -217,13 +217,14 @@ def test_gathers_under_register_pressure(width, tmp_path):
     tab = rng.uniform(-2, 2, 64)
     body = [f"    let i{j} = {load}(ix + {8 * width * j});\n    {store}(copy + {8 * width * j}, i{j});"
             for j in range(k)]                   # (read early: live, and so spilled, until gathered)
-    body += [f"    let v{j} = {load}(vals + {8 * width * j});" for j in range(k)]
+    body += [f"    let v{j} = {load}(vals + {8 * width * j});\n    {store}(copy + {8 * width * (k + j)}, v{j});"
+             for j in range(k)]
     body += [f"    let g{j} = gather{load[-1]}(tab, i{j});" for j in range(k)]
     body += [f"    {store}(out + {8 * width * j}, g{j} * v{j} + g{(j + 1) % k});" for j in range(k)]
     src = (f"var ix: [i64; {k * width}] = [{', '.join(str(int(v)) for v in ix.ravel())}];\n"
            f"var vals: [f64; {k * width}] = [{', '.join(repr(float(v)) for v in vals.ravel())}];\n"
            f"var tab: [f64; 64] = [{', '.join(repr(float(v)) for v in tab)}];\nglobal out: [f64; {k * width}];\n"
-           f"global copy: [f64; {k * width}];\n"
+           f"global copy: [f64; {2 * k * width}];\n"
            "fn main(argc: i64, argv: i64) -> i64 {\n" + "\n".join(body) +
            f"\n    wide_end();\n    syscall(SYS_write, 1, out, {8 * k * width});\n    return 0;\n}}\n")
     from alphac.lower import rt
