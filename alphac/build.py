@@ -152,7 +152,8 @@ def link_program(prog: Program, tgt: Target) -> tuple[bytes, Text, dict[str, int
             blob += g.init if sec != ".bss" else bytes(g.size)
         if blob:
             data = bytes(blob) if sec != ".bss" else b""
-            sections.append(Section(sec, data, size=len(blob)))
+            sections.append(Section(sec, data, size=len(blob),
+                                    align=max(g.align for g in prog.globals if g.section == sec)))
     relocs = [Reloc(".text", off, kind, sym, addend) for off, kind, sym, addend in text.relocs]
     elf = link(tgt, sections, symbols, relocs, "_start", tgt.apply_reloc)
     return elf, text, layout(tgt, sections)

@@ -6,7 +6,10 @@ Every contender is the same filter program: read 8192 binary64 inputs, call the 
 each R times, write the results. Ours is alphac.tools.mathexe (the code a learner's executable
 gets); the C ones are built here with gcc -O2 (libm: -lm; CORE-MATH: its src/binary64/<f>/<f>.c,
 with -march=native so that it has its FMA). ns/call = (time(R = 1 + K) - time(R = 1)) / (K n),
-the best of 5 runs each, so start-up and I/O cancel. The last columns are the ratio to glibc and
+time being the child's CPU time (user + system, from getrusage), so start-up and I/O cancel and
+a loaded machine's waits do not count; the contenders of a function run interleaved, one pass
+each a round, `--rounds` rounds, and each figure is the median over the rounds with its spread
+(min-max) after it; a ratio is the median of the rounds' ratios. The last columns are the ratio to glibc and
 how many of the n results differ from ours in their bits (ours are correctly rounded: a
 difference is the other library's misrounding). For the functions alphac.math.lanes renders,
 the vector ones too (x86_64-v3's 4 lanes, v4's 8, where this CPU runs them): ns per element,
@@ -19,11 +22,12 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import resource
+import statistics
 import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -64,20 +68,32 @@ int main(int argc, char **argv) {
 """
 
 
-def best_time(cmd, data, repeat):
-    best = float("inf")
-    for _ in range(5):
-        t = time.perf_counter()
-        r = subprocess.run(cmd + [str(repeat)], input=data, capture_output=True)
-        best = min(best, time.perf_counter() - t)
-        assert r.returncode == 0, r.stderr
-    return best, r.stdout
+def cpu_time(cmd, data, repeat):
+    """The child's user + system seconds, and its output."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    r = subprocess.run(cmd + [str(repeat)], input=data, capture_output=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    assert r.returncode == 0, r.stderr
+    return after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, r.stdout
 
 
-def ns_per_call(cmd, data, k):
-    t1, out = best_time(cmd, data, 1)
-    tk, _ = best_time(cmd, data, 1 + k)
-    return (tk - t1) / (k * N) * 1e9, np.frombuffer(out, dtype="<u8")
+def interleaved(cmds: dict, data, k, rounds):
+    """{name: (ns per call in each round, the outputs)}: one pass of each command a round."""
+    got = {name: ([], None) for name in cmds}
+    for _ in range(rounds):
+        for name, cmd in cmds.items():
+            t1, out = cpu_time(cmd, data, 1)
+            tk, _ = cpu_time(cmd, data, 1 + k)
+            got[name] = (got[name][0] + [(tk - t1) / (k * N) * 1e9], np.frombuffer(out, dtype="<u8"))
+    return got
+
+
+def figure(xs) -> str:
+    return f"{statistics.median(xs):.1f} [{min(xs):.1f}-{max(xs):.1f}]"
+
+
+def ratio(xs, ys) -> str:
+    return f"{statistics.median([x / y for x, y in zip(xs, ys)]):.2f}x"
 
 
 def c_program(tmp: Path, name: str, fn: str, extra: list[str], flags: list[str]) -> list[str] | None:
@@ -99,11 +115,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--core-math", help="a CORE-MATH checkout (its src/binary64 is compiled)")
     ap.add_argument("--repeat", type=int, default=200, help="K, the extra passes timed")
+    ap.add_argument("--rounds", type=int, default=7, help="interleaved rounds (median, spread)")
     ap.add_argument("--quick", action="store_true", help="one pass: a smoke run (CI)")
     ap.add_argument("functions", nargs="*", help="default: every correctly rounded function, pow too")
     args = ap.parse_args()
     if args.quick:
-        args.repeat = 1
+        args.repeat, args.rounds = 1, 1
     if platform.machine() not in ("x86_64", "AMD64") or not shutil.which("gcc"):
         sys.exit("bench/functions.py needs an x86-64 host with gcc")
     rng = np.random.default_rng(1)
@@ -116,31 +133,32 @@ def main() -> None:
                 data = np.stack([rng.uniform(xl, xh, N), rng.uniform(yl, yh, N)], 1).astype("<f8").tobytes()
             else:
                 data = rng.uniform(*RANGES[name], N).astype("<f8").tobytes()
-            ours = tmp / f"alphac_{name}"
-            ours.write_bytes(build(name, "x86_64"))
-            os.chmod(ours, 0o755)
-            t_ours, r_ours = ns_per_call([str(ours)], data, args.repeat)
-            libm = c_program(tmp, name, name, [], [])
-            t_libm, r_libm = ns_per_call(libm, data, args.repeat)
-            span = " ".join(f"{lo:g}..{hi:g}" for lo, hi in PAIRS.get(name, (RANGES.get(name),)))
-            row = [name, span, f"{t_ours:.1f}",
-                   f"{t_libm:.1f}", f"{t_ours / t_libm:.2f}x", str(int((r_ours != r_libm).sum()))]
-            for level, lanes in (("x86_64-v3", 4), ("x86_64-v4", 8)):     # alphac.math.lanes
-                if name not in LANE_FAST or not host_runs(level):
-                    row.append("-")
-                    continue
-                vec = tmp / f"alphac_{name}_w{lanes}"
-                vec.write_bytes(build(name, level, lanes))
-                os.chmod(vec, 0o755)
-                t_vec, r_vec = ns_per_call([str(vec)], data, args.repeat)
-                assert (r_vec == r_ours).all(), f"{name}: the {lanes}-lane results differ from the scalar's"
-                row.append(f"{t_vec:.1f} ({t_vec / t_libm:.2f}x)")
+            cmds = {"ours": [str(tmp / f"alphac_{name}")], "libm": c_program(tmp, name, name, [], [])}
+            (tmp / f"alphac_{name}").write_bytes(build(name, "x86_64"))
+            lanes = [(level, w) for level, w in (("x86_64-v3", 4), ("x86_64-v4", 8))     # alphac.math.lanes
+                     if name in LANE_FAST and host_runs(level)]
+            for level, w in lanes:
+                cmds[level] = [str(tmp / f"alphac_{name}_w{w}")]
+                (tmp / f"alphac_{name}_w{w}").write_bytes(build(name, level, w))
             cm = Path(args.core_math or "") / "src/binary64" / name / f"{name}.c"
             if args.core_math and cm.exists():
                 exe = c_program(tmp, name, f"cr_{name}", [str(cm)], ["-march=native", f"-I{cm.parent}"])
                 if exe:
-                    t_cm, r_cm = ns_per_call(exe, data, args.repeat)
-                    row += [f"{t_cm:.1f}", str(int((r_ours != r_cm).sum()))]
+                    cmds["core-math"] = exe
+            for c in cmds.values():
+                os.chmod(c[0], 0o755)
+            t = interleaved(cmds, data, args.repeat, args.rounds)
+            span = " ".join(f"{lo:g}..{hi:g}" for lo, hi in PAIRS.get(name, (RANGES.get(name),)))
+            (ours, r_ours), (libm, r_libm) = t["ours"], t["libm"]
+            row = [name, span, figure(ours), figure(libm), ratio(ours, libm), str(int((r_ours != r_libm).sum()))]
+            for level, w in (("x86_64-v3", 4), ("x86_64-v4", 8)):
+                if level not in t:
+                    row.append("-")
+                    continue
+                assert (t[level][1] == r_ours).all(), f"{name}: the {w}-lane results differ from the scalar's"
+                row.append(f"{figure(t[level][0])} ({ratio(t[level][0], libm)})")
+            if "core-math" in t:
+                row += [figure(t["core-math"][0]), str(int((r_ours != t["core-math"][1]).sum()))]
             rows.append(row)
             print(f"  {name} done", file=sys.stderr)
     head = ["function", "inputs", "alphac ns", "glibc ns", "ours/glibc", "differ (glibc)",
@@ -149,7 +167,8 @@ def main() -> None:
         head += ["CORE-MATH ns", "differ (CORE-MATH)"]
     rows = [r + [""] * (len(head) - len(r)) for r in rows]
     widths = [max(len(str(x)) for x in col) for col in zip(head, *rows)]
-    print(f"ns per call, n = {N} inputs uniform over the range, K = {args.repeat} passes")
+    print(f"ns per call (CPU time), n = {N} inputs uniform over the range, K = {args.repeat} passes, "
+          f"median [min-max] of {args.rounds} interleaved rounds")
     for r in [head] + rows:
         print("  ".join(str(x).rjust(w) for x, w in zip(r, widths)))
 

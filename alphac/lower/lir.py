@@ -112,6 +112,13 @@ _OPS: dict[str, tuple] = {
     "zsplatm": ("z", "iI"), "zsplatmx": ("z", "ii"),
     "zmulm": ("z", "ziI"), "zmulmx": ("z", "zii"),       # d = a * zsplatm(...) in one instruction
                                                          # (the splat folded in: alphac.lower.fold)
+    "zgather": ("z", "iz"),        # lane k = the binary64 at a + 8 b_k (b_k: lane k's 64 bits)
+    "wgather": ("w", "iw"), "wgatherk": ("w", "iw"),     # the same on 4 lanes: AVX2's form (its
+                                   # mask a vector register), AVX-512VL's (an opmask: x86_64-v4)
+    # the lanes' 64 bits as integers (AVX2, AVX-512F; alphac.math.lanes): + - & | ^ modulo 2^64,
+    # and the logical shifts by a constant k in 0..63
+    **{c + op: (c, c + c) for c in "wz" for op in ("qadd", "qsub", "qand", "qor", "qxor")},
+    **{c + op: (c, c + "k") for c in "wz" for op in ("qshl", "qshr")},
     "cpu_has_avx2": ("i", "", True),   # d = 1 when the CPU and the OS run AVX2 (0 on AArch64)
     "cpu_has_avx512": ("i", "", True),  # d = 1 when they run x86_64-v4's AVX-512 (F, BW, CD, DQ,
                                         # VL, and the OS saves the opmask and zmm state)

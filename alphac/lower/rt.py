@@ -25,10 +25,12 @@ Values are `i64` (integers and addresses), `f64` or `f64x2` (two binary64 lanes:
 unary `-` act on each lane exactly as on an f64; `loadv(a)`/`storev(a, v)` move the 16 bytes at
 a, lane 0 at a; `splat(x)` is (x, x), `pack(x, y)` is (x, y); `lane(v, K)` is lane K; `sqrtv(v)`; the code generated
 for a learner uses them for pairs of coordinates), or, where the target's prelude has
-`CPU_AVX2 = 1` (x86_64-v3), `f64x4` (`+ - * /` and unary `-` on four lanes; `loadw`, `storew`, `splatw`, `sqrtw` and
+`CPU_AVX2 = 1` (x86_64-v3), `f64x4` (`+ - * /` and unary `-` on four lanes; `loadw`, `storew`, `splatw`, `sqrtw`, `gatherw` and
 `wide_end()`, after which no f64x4 is live: alphac.lower.rt_lower), and where it also has
 `CPU_AVX512 = 1` (x86_64-v4), `f64x8` (the same on eight lanes: `loadz`, `storez`, `splatz`,
-`sqrtz`; `wide_end()` ends them too). A global's name is its address. Memory is
+`sqrtz`, and `gatherz(a, v)`: lane k the binary64 at a + 8 v_k; `wide_end()` ends them too); on both, `qadd`, `qsub`, `qand`, `qor`, `qxor` (each
+lane's 64 bits as integers, modulo 2^64) and `qshl(v, K)`, `qshr(v, K)` (logical, K a constant
+in 0..63). A global's name is its address. Memory is
 reached through `load8/16/32/64`, `loadf`, `store8/16/32/64`, `storef` (little-endian, unsigned
 narrow loads). Other builtins: `syscall(nr, ...)`, `i2f`, `f2bits`, `bits2f`, `sqrt`, `udiv`,
 `urem`, `sar`, `ult` (unsigned <), `umulh` (the high 64 bits of the unsigned 128-bit product),
@@ -427,6 +429,7 @@ BUILTINS = frozenset({"load8", "load16", "load32", "load64", "loadf", "store8", 
                       "loadv", "storev", "splat", "lane", "sqrtv", "pack", "cpu_has_avx2",
                       "cpu_has_avx512", "loadz", "storez", "splatz", "sqrtz",
                       "loadw", "storew", "splatw", "sqrtw", "wide_end",
+                      "qadd", "qsub", "qand", "qor", "qxor", "qshl", "qshr", "gatherz", "gatherw",
                       "put", "put_dec", "put_byte", "room", "sizeof"})
 
 

@@ -29,8 +29,9 @@ CLS = {"i64": "i", "f64": "f", "f64x2": "v", "f64x4": "w", "f64x8": "z"}  # a va
 TYPE_OF = {c: t for t, c in CLS.items()}
 MOVE = {"i": "mov", "f": "fmov", "v": "vmov", "w": "wmov", "z": "zmov"}
 VECTOR = ("loadv", "storev", "splat", "lane", "sqrtv", "pack")
-WIDE = ("loadw", "storew", "splatw", "sqrtw", "wide_end")      # f64x4: a target with CPU_AVX2 = 1
-WIDER = ("loadz", "storez", "splatz", "sqrtz")                   # f64x8: with CPU_AVX512 = 1
+WIDE = ("loadw", "storew", "splatw", "sqrtw", "wide_end", "gatherw")   # f64x4: with CPU_AVX2 = 1
+WIDER = ("loadz", "storez", "splatz", "sqrtz", "gatherz")        # f64x8: with CPU_AVX512 = 1
+QOPS = ("qadd", "qsub", "qand", "qor", "qxor", "qshl", "qshr")    # their lanes' bits as integers
 LOADS = {"load8": "load8", "load16": "load16", "load32": "load32", "load64": "load64", "loadf": "fload"}
 STORES = {"store8": "store8", "store16": "store16", "store32": "store32", "store64": "store64",
           "storef": "fstore"}
@@ -142,7 +143,8 @@ class Module:
             init = init + bytes(count * width - len(init))
         if count is None:
             raise RtError(f"global `{name}` needs a size")
-        return Global(name, section, count * width, init, 16 if width >= 8 or count * width >= 16 else width)
+        size = count * width        # 64 bytes and up: on a cache line's start (an f64x8 splits none)
+        return Global(name, section, size, init, 64 if size >= 64 else 16 if width >= 8 or size >= 16 else width)
 
     def float_const(self, e: tuple) -> float:
         if e[0] == "float":
@@ -340,11 +342,16 @@ class FnLowerer:
     def wide(self, f: str, args: list[tuple], need, typed):
         """The f64x4 builtins, where the target's prelude says CPU_AVX2 = 1 (x86_64-v3; its
         executables refuse `cpu-level` on a CPU without AVX2): loadw(a), storew(a, w) (32 bytes
-        at a, any alignment; lane 0 at a), splatw(x), sqrtw(w), wide_end() (no f64x4 is live: the
-        SSE code after it runs without a transition)."""
+        at a, any alignment; lane 0 at a), splatw(x), sqrtw(w), gatherw(a, v) (lane k: the
+        binary64 at a + 8 v_k), wide_end() (no f64x4 is live: the SSE code after it runs without
+        a transition)."""
         if "CPU_AVX2" not in self.mod.consts or self.mod.const("CPU_AVX2") != 1:
             raise self.err(f"`{f}` needs f64x4, which only the x86_64-v3 target has")
-        need({"storew": 2, "wide_end": 0}.get(f, 1))
+        need({"storew": 2, "wide_end": 0, "gatherw": 2}.get(f, 1))
+        if f == "gatherw":                      # (x86_64-v4: AVX-512VL's form, its opmask)
+            op = "wgatherk" if "CPU_AVX512" in self.mod.consts and self.mod.const("CPU_AVX512") == 1 else "wgather"
+            base = self.reg(typed(args[0], "i64"))
+            return self.emit(op, self.fn.new("w"), base, typed(args[1], "f64x4")), "f64x4"
         if f in ("loadw", "storew"):
             return self.vector_memory("w", f == "loadw", args, typed, "f64x4")
         if f == "splatw":
@@ -357,15 +364,37 @@ class FnLowerer:
     def wider(self, f: str, args: list[tuple], need, typed):
         """The f64x8 builtins, where the prelude says CPU_AVX512 = 1 (x86_64-v4, whose
         executables refuse `cpu-level` without AVX-512): loadz(a), storez(a, z) (64 bytes at a,
-        any alignment; lane 0 at a), splatz(x), sqrtz(z); wide_end() ends them too."""
+        any alignment; lane 0 at a), splatz(x), sqrtz(z), gatherz(a, v) (lane k: the binary64 at
+        a + 8 v_k, v_k lane k's 64 bits as an integer); wide_end() ends them too."""
         if "CPU_AVX512" not in self.mod.consts or self.mod.const("CPU_AVX512") != 1:
             raise self.err(f"`{f}` needs f64x8, which only the x86_64-v4 target has")
-        need(2 if f == "storez" else 1)
+        need(2 if f in ("storez", "gatherz") else 1)
+        if f == "gatherz":
+            base = self.reg(typed(args[0], "i64"))
+            return self.emit("zgather", self.fn.new("z"), base, typed(args[1], "f64x8")), "f64x8"
         if f in ("loadz", "storez"):
             return self.vector_memory("z", f == "loadz", args, typed, "f64x8")
         if f == "splatz":
             return self.emit("zsplat", self.fn.new("z"), typed(args[0], "f64")), "f64x8"
         return self.emit("zsqrt", self.fn.new("z"), typed(args[0], "f64x8")), "f64x8"
+
+    def lanes_int(self, f: str, args: list[tuple], need):
+        """qadd(a, b), qsub, qand, qor, qxor (each lane's 64 bits as integers, modulo 2^64) and
+        qshl(a, K), qshr(a, K) (logical, K a constant 0..63), a and b both f64x4 or both f64x8."""
+        need(2)
+        a, t = self.expr(args[0])
+        if t not in ("f64x4", "f64x8"):
+            raise self.err(f"`{f}` wants f64x4 or f64x8, given {t}")
+        if f in ("qshl", "qshr"):
+            k = self.mod.fold(args[1])
+            if k is None or not 0 <= k < 64:
+                raise self.err(f"`{f}(v, K)` needs a constant K in 0..63")
+            b = Imm(k)
+        else:
+            b, tb = self.expr(args[1])
+            if tb != t:
+                raise self.err(f"`{f}` of {t} and {tb}")
+        return self.emit(CLS[t] + f, self.fn.new(CLS[t]), a, b), t
 
     def indexed(self, e: tuple) -> tuple[VReg, VReg] | None:
         """`base + 8 * index` (or `base + index * 8`) with a computed index, as the two
@@ -398,6 +427,8 @@ class FnLowerer:
             return self.wide(f, args, need, typed)
         if f in WIDER:
             return self.wider(f, args, need, typed)
+        if f in QOPS:
+            return self.lanes_int(f, args, need)
         ix = self.indexed(args[0]) if f in ("loadf", "storef") and args else None
         if ix is not None:
             need(1 if f == "loadf" else 2)

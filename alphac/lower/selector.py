@@ -44,6 +44,8 @@ OP_RULES: dict[str, str] = {
        ("wmul", "wide_alu"), ("wdiv", "wide_alu"), ("wmov", "wide_copy"), ("wsqrt", "wide_unary"),
        ("wneg", "wide_unary"), ("wsplat", "wide_splat"), ("wsplatm", "wide_splat"), ("wsplatmx", "wide_splat"))},
     "zmulm": "wide_mul_splat", "zmulmx": "wide_mul_splat", "cpu_has_avx512": "cpu_has_avx512",
+    "zgather": "wide_gather", "wgatherk": "wide_gather", "wgather": "avx2_gather",
+    **{c + "q" + op: "wide_int" for c in "wz" for op in ("add", "sub", "and", "or", "xor", "shl", "shr")},
     "call": "call", "syscall": "syscall", "fence": "fence", "prefetch": "prefetch",
     "cpu_has_sha256": "cpu_has_sha256", "sha256_hw": "sha256_hw",
     "cpu_has_clmul": "cpu_has_clmul", "polyval_hw": "polyval_hw",

@@ -410,17 +410,36 @@ def _decompose(m, xb):
     return e, (top, m.i(0), m.i(0))
 
 
+def _log_go(m, xb):
+    return m.i(0x000FFFFFFFFFFFFF).ult(xb) & xb.ult(INF)                   # positive normal
+
+
 def log(m, x):
     xb = x.bits()
 
     def positive():
         return m.cond(xb.eq(0x3FF0000000000000), lambda: (m.f(0.0),), lambda: m.cond(
             xb.eq(INF), lambda: (x,), lambda: (to_double(m, *log_core(m, *_decompose(m, xb))),)))
-    normal = m.i(0x000FFFFFFFFFFFFF).ult(xb) & xb.ult(INF)                 # positive normal
-    return first_fast(m, normal, lambda: _log_fast(m, xb, m.f(0.0)), lambda: m.cond(
+    return first_fast(m, _log_go(m, xb), lambda: _log_fast(m, xb, m.f(0.0)), lambda: m.cond(
         is_nan(m, x), lambda: (x + x,), lambda: m.cond(
             (xb & ABS).eq(0), lambda: (m.f(float("-inf")),), lambda: m.cond(
                 m.i(0).ult(xb & SIGN), lambda: (m.float_(m.i(NAN)),), positive)))[0])
+
+
+def _log1p_go(m, xb, ax):                                   # 2^-54 <= |x|, -1 < x < inf
+    return m.i(0x3C8FFFFFFFFFFFFF).ult(ax) & (xb.ult(INF) | (m.i(SIGN).ult(xb) &
+                                                             xb.ult(0xBFF0000000000000)))
+
+
+def _log1p_fast(m, x, ax):
+    def near_zero():                                        # |x| < 2^-8: log1p(t), t = x
+        ph, pl = _log1p_poly(m, x, m.f(0.0))
+        return rounded(m, ph, pl, _fabs(m, ph) * m.f(TWO[-65]))
+
+    def one_plus():                                         # log(y_h) + y_l / y_h, y = 1 + x
+        yh, yl = two_sum(m.f(1.0), x)
+        return _log_fast(m, yh.bits(), yl / yh)
+    return m.cond(ax.ult(0x3F70000000000000), near_zero, one_plus)
 
 
 def log1p(m, x):
@@ -451,21 +470,9 @@ def log1p(m, x):
         r = m.cond(negative | ax.ult(0x3FF0000000000000), small, large)
         return to_double(m, *log_core(m, r[0], r[1:4]))
 
-    def near_zero():                                        # |x| < 2^-8: log1p(t), t = x
-        ph, pl = _log1p_poly(m, x, m.f(0.0))
-        return rounded(m, ph, pl, _fabs(m, ph) * m.f(TWO[-65]))
-
-    def one_plus():                                         # log(y_h) + y_l / y_h, y = 1 + x
-        yh, yl = two_sum(m.f(1.0), x)
-        return _log_fast(m, yh.bits(), yl / yh)
-
-    def fast():
-        return m.cond(ax.ult(0x3F70000000000000), near_zero, one_plus)
     minus_one = xb.eq(0xBFF0000000000000)
     below = m.i(0xBFF0000000000000).ult(xb)                 # x < -1, -inf included
-    go = m.i(0x3C8FFFFFFFFFFFFF).ult(ax) & (xb.ult(INF) | (m.i(SIGN).ult(xb) &   # -1 < x < inf
-                                                           xb.ult(0xBFF0000000000000)))
-    return first_fast(m, go, fast, lambda: m.cond(is_nan(m, x), lambda: (x + x,), lambda: m.cond(
+    return first_fast(m, _log1p_go(m, xb, ax), lambda: _log1p_fast(m, x, ax), lambda: m.cond(is_nan(m, x), lambda: (x + x,), lambda: m.cond(
         ax.ult(0x3C90000000000000), lambda: (x,), lambda: m.cond(     # |x| < 2^-54: x
             xb.eq(INF), lambda: (x,), lambda: m.cond(
                 minus_one, lambda: (m.f(float("-inf")),), lambda: m.cond(
@@ -521,6 +528,11 @@ def _expm1_half_b(m, T, negative):
     return m.cond(op, lambda: series(mp.sub), lambda: series(mp.add))
 
 
+def _expm1_go(m, xb, ax):                                   # -40 < x < 708, 2^-54 <= |x|
+    return m.i(0x3C8FFFFFFFFFFFFF).ult(ax) & ax.ult(FAST_EXP_MAX) & \
+        (xb.ult(SIGN) | ax.ult(0x4044000000000000))
+
+
 def expm1(m, x):
     xb = x.bits()
     ax = xb & ABS
@@ -536,9 +548,7 @@ def expm1(m, x):
         return m.cond(
             ax.ult(0x3F60000000000000), lambda: (to_double(m, *_expm1_series(m, x, negative)),),
             lambda: (to_double(m, *_exp_minus_one(m, x, negative)),))
-    go = m.i(0x3C8FFFFFFFFFFFFF).ult(ax) & ax.ult(FAST_EXP_MAX) & \
-        (xb.ult(SIGN) | ax.ult(0x4044000000000000))                       # -40 < x < 708
-    return first_fast(m, go, lambda: rounded(m, *_expm1_fast(m, x)), lambda: m.cond(
+    return first_fast(m, _expm1_go(m, xb, ax), lambda: rounded(m, *_expm1_fast(m, x)), lambda: m.cond(
         m.i(INF - 1).ult(ax), lambda: m.cond(ax.eq(INF), lambda: m.cond(
             negative, lambda: (m.f(-1.0),), lambda: (x,)), lambda: (x + x,)), finite)[0])
 

@@ -5,32 +5,43 @@ runtime language, from the same fast-path text as the scalar function.
 the `lanes` binary64 at p replaced by the function's values. The function's fast path
 (`FAST[name]`: the condition under which it applies and the path itself, both from
 alphac/math/functions.py) is rendered by `LaneSource`, a backend of the staging language whose
-binary64 values are vectors (every `+ - * /` one vector operation, each lane exactly the scalar
-operation) and whose integers are one scalar per lane (the exponent and table-index arithmetic);
-`bits`, `float`, table loads at a lane's index and `cond` (both branches computed, each lane's
-result chosen by its condition) pass through the 128-byte scratch `rt_math_lanes`. Operations on constants are folded (Eval's own table), so the tables' constant
-words become vector constants. Then each lane
-whose condition holds and whose rounding test passed takes the vector's value; every other lane
-(special values, the ranges the fast path does not take, failed rounding tests) calls the scalar
-`rt_math_<name>` on its input. So every lane's bits are the scalar function's bits by
-construction: the same operations in the same order where the fast path decides, the scalar
-function itself elsewhere (tests/test_math_lanes.py checks it lane by lane).
+values, binary64 and integer alike, are vectors (f64x4, f64x8): every `+ - * /` one vector
+operation, each lane exactly the scalar operation; the integer operations on the lanes' 64 bits
+in vector registers (qadd ... qshr: alphac.lower.rt), with sar, multiplication by a constant,
+eq, ult and slt made of them (`bits` and `float` are the vector itself; i2f is 2^52 1.5 + i
+minus 2^52 1.5, kept only in lanes where |i| < 2^51); a table word at each lane's index by
+AVX-512F's gather at 8 lanes, through the scratch `rt_math_lanes` at 4; `cond` computes both
+branches and picks each lane's bits. Operations on constants are folded (Eval's own table);
+a vector constant is read once, where first used. Then each lane whose condition holds and
+whose rounding test passed takes the vector's value; every other lane (special values, the
+ranges the fast path does not take, failed rounding tests) calls the scalar `rt_math_<name>`
+on its input. So every lane's bits are the scalar function's bits by construction: the same
+operations in the same order where the fast path decides, the scalar function itself elsewhere
+(tests/test_math_lanes.py checks it lane by lane).
 
 Requires: the scalar `rt_math_<name>` and its tables in the same program (alphac.math.rt_source),
 a target with CPU_AVX2 (lanes = 4) or CPU_AVX512 (lanes = 8). Guarantees: the text, nothing run.
 """
 from __future__ import annotations
 
+import re
 import struct
 
 from alphac.math import functions as F
 from alphac.math.dsl import EVAL_OPS, M64, OPS, RT_OPS, Backend, Table, Val
+from alphac.math.functions import MAGIC, SIGN
 
 FAST = {"exp": (lambda m, x: (x.bits() & F.ABS).ult(F.FAST_EXP_MAX), F._exp_fast),
         "tanh": (lambda m, x: F._tanh_go(m, x.bits() & F.ABS),
-                 lambda m, x: F._tanh_signed(m, x.bits() & F.ABS, x.bits() & F.SIGN))}
+                 lambda m, x: F._tanh_signed(m, x.bits() & F.ABS, x.bits() & F.SIGN)),
+        "log": (lambda m, x: F._log_go(m, x.bits()), lambda m, x: F._log_fast(m, x.bits(), m.f(0.0))),
+        "log1p": (lambda m, x: F._log1p_go(m, x.bits(), x.bits() & F.ABS),
+                  lambda m, x: F._log1p_fast(m, x, x.bits() & F.ABS)),
+        "expm1": (lambda m, x: F._expm1_go(m, x.bits(), x.bits() & F.ABS),
+                  lambda m, x: F.rounded(m, *F._expm1_fast(m, x)))}
 VOCAB = {4: ("loadw", "storew"), 8: ("loadz", "storez")}
 SCRATCH = "rt_math_lanes"
+BRANCH = 40          # a cond whose branches are this long runs each only where a lane takes it
 
 
 def _bits(x: float) -> int:
@@ -43,20 +54,30 @@ def _lit(v: int) -> str:
 
 
 class LaneSource(Backend):
-    """Values: a binary64 is a Python float (a constant) or a vector `let`; an integer is a
-    Python int (a constant) or a tuple of one scalar `let` per lane."""
+    """Values: a constant is a Python float or int; any other value, binary64 or integer, is a
+    vector `let` (f64x4 or f64x8: the integer ops read and write the lanes' 64 bits, so `bits`
+    and `float` are the same vector). `guards`: 0/1 vectors that must hold in a lane for its
+    value to stand (i2f's range)."""
 
     def __init__(self, lanes: int):
         self.w = lanes
         self.vload, self.vstore = VOCAB[lanes]
         self.lines: list[str] = []
+        self.named: dict[str, str] = {}           # the constants' `let`s
         self.n = 0
         self.consts: dict[str, tuple] = {}        # vector constant table -> (lanes, the bits)
-        self.lanes_of: dict[str, tuple] = {}      # a vector's `bits`, lane by lane
+        self.lanes_of: dict[str, str] = {}        # "index": the vector now at scratch + 128
+        self.offset: dict[str, tuple] = {}        # a vector -> (the vector, c) it is c plus
+        self.guards: list[Val] = []
 
-    def let(self, expr: str) -> str:
+    def let(self, expr: str, once: bool = False) -> str:
+        """A new `let` of expr; with `once`, the first one's (a constant read where first used)."""
+        if once and expr in self.named:
+            return self.named[expr]
         self.n += 1
         self.lines.append(f"    let u{self.n} = {expr};")
+        if once:
+            self.named[expr] = f"u{self.n}"
         return f"u{self.n}"
 
     def f(self, x: float) -> Val:
@@ -68,78 +89,156 @@ class LaneSource(Backend):
     def vector(self, a: Val) -> str:
         if isinstance(a.v, str):
             return a.v
-        name = f"rt_math_k{self.w}_{_bits(a.v):016x}"
-        self.consts[name] = (self.w, _bits(a.v))
-        return f"{self.vload}({name})"
+        bits = _bits(a.v) if isinstance(a.v, float) else a.v & M64
+        name = f"rt_math_k{self.w}_{bits:016x}"
+        self.consts[name] = (self.w, bits)
+        return self.let(f"{self.vload}({name})", once=True)
 
-    def lane(self, a: Val, k: int) -> str:
-        return _lit(a.v) if isinstance(a.v, int) else a.v[k]
-
-    def from_lanes(self, exprs: list[str], store: str) -> Val:
-        for k, e in enumerate(exprs):
-            self.lines.append(f"    {store}({SCRATCH} + {8 * k}, {e});")
-        return Val(self, "f", self.let(f"{self.vload}({SCRATCH})"))
+    def q(self, name: str, *a) -> Val:
+        """One integer operation on the lanes (qadd ... qshr: alphac.lower.rt)."""
+        if name in ("qadd", "qand", "qor", "qxor") and not isinstance(a[0].v, str):
+            a = a[::-1]                          # the constant second: read from its slot
+        args = [self.vector(v) if isinstance(v, Val) else str(v) for v in a]
+        return Val(self, "i", self.let(f"{name}({', '.join(args)})"))
 
     def op(self, name: str, *a: Val) -> Val:
         kind = OPS[name].result
         if all(isinstance(v.v, (int, float)) for v in a):       # folded, as Eval computes it
             r = EVAL_OPS[name](*(v.v for v in a))
             return self.f(r) if kind == "f" else self.i(r)
-        if name == "bits":                       # once per vector (its lets are never reassigned)
-            if a[0].v not in self.lanes_of:
-                self.lines.append(f"    {self.vstore}({SCRATCH}, {self.vector(a[0])});")
-                self.lanes_of[a[0].v] = tuple(self.let(f"load64({SCRATCH} + {8 * k})") for k in range(self.w))
-            return Val(self, "i", self.lanes_of[a[0].v])
-        if name in ("float", "i2f"):
-            wrap = "{}" if name == "float" else "i2f({})"
-            return self.from_lanes([wrap.format(self.lane(a[0], k)) for k in range(self.w)],
-                                   "store64" if name == "float" else "storef")
+        if name in ("bits", "float"):                           # the same 64 bits
+            return Val(self, kind, a[0].v)
+        if name == "i2f":             # 2^52 1.5 + i, exact for |i| < 2^51 (a guard); minus 2^52 1.5
+            self.guards.append((a[0] + (1 << 51)).ult(1 << 52))
+            return self.float_(a[0] + _bits(MAGIC)) - self.f(MAGIC)
+        if name in ("fadd", "fmul") and not isinstance(a[0].v, str):
+            a = a[::-1]                          # (exact either way: the same IEEE operation)
         if OPS[name].args[0] == "f" and kind == "f":
             text = "sqrt{}({})".format("w" if self.w == 4 else "z", self.vector(a[0])) \
                 if name == "fsqrt" else RT_OPS[name].format(*(self.vector(v) for v in a))
             return Val(self, "f", self.let(text))
         if OPS[name].args[0] == "f":
             raise TypeError(f"{name}: no lane form (compare binary64 through `bits`)")
-        return Val(self, "i", tuple(self.let("(" + RT_OPS[name].format(*(self.lane(v, k) for v in a)) + ")")
-                                    for k in range(self.w)))
+        x, y = a
+        if name in ("add", "sub", "and", "or", "xor"):
+            if name == "and" and 0 in (x.v, y.v):
+                return self.i(0)
+            if name in ("add", "sub", "or", "xor") and y.v == 0:
+                return x
+            r = self.q("q" + name, x, y)
+            if name == "add" and isinstance(y.v, int):
+                self.offset[r.v] = (x.v, y.v)
+            return r
+        if name in ("shl", "shr", "sar", "mul") and not isinstance(y.v, int):
+            raise TypeError(f"{name}: no lane form by a lane-varying amount")
+        if name in ("shl", "shr"):
+            return self.q("q" + name, x, y.v) if y.v else x
+        if name == "sar":                        # ((x ^ 2^63) >> n) - 2^(63 - n)
+            return self.q("qshr", x ^ SIGN, y.v) - (SIGN >> y.v) if y.v else x
+        if name == "mul":                        # a constant: the sum of x's shifts by its bits
+            terms = [x << k for k in range(64) if y.v >> k & 1]
+            return sum(terms[1:], terms[0]) if terms else self.i(0)
+        if name == "eq":                         # d = x ^ y: 1 - (d | -d) >> 63
+            d = x ^ y
+            return ((d | (self.i(0) - d)) >> 63) ^ 1
+        if name == "ult":                        # the borrow of x - y (Hacker's Delight 2-12)
+            return (((x ^ M64) & y) | ((x ^ y ^ M64) & (x - y))) >> 63
+        if name == "slt":
+            return (x ^ SIGN).ult(y ^ SIGN)
+        raise TypeError(f"{name}: no lane form")
+
+    def gather(self, table: Table, index, load: str, store: str, kind: str) -> Val:
+        """Each lane's table word through the scratch: the index vector stored once (at 128;
+        i + c read as i's, the table's address c words on), each lane's word loaded and stored
+        (at 0), the vector read back."""
+        at, off = self.offset.get(index.v, (index.v, 0))
+        if self.w in (4, 8):                     # AVX2's and AVX-512F's gathers
+            return Val(self, kind, self.let(f"gather{self.vload[-1]}(rt_math_{table.name} + {8 * off}, {at})"))
+        s = self.let(SCRATCH)
+        if self.lanes_of.get("index") != at:
+            self.lanes_of["index"] = at
+            self.lines.append(f"    {self.vstore}({s} + 128, {at});")
+        base = self.let(f"rt_math_{table.name} + {8 * off}")
+        for k in range(self.w):
+            self.lines.append(f"    {store}({s} + {8 * k}, {load}({base} + 8 * load64({s} + {128 + 8 * k})));")
+        return Val(self, kind, self.let(f"{self.vload}({s})"))
 
     def load(self, table: Table, index) -> Val:
         if isinstance(index, int) or isinstance(index.v, int):
             return self.i(table.words[index if isinstance(index, int) else index.v])
-        return Val(self, "i", tuple(self.let(f"load64(rt_math_{table.name} + 8 * ({index.v[k]}))")
-                                    for k in range(self.w)))
+        return self.gather(table, index, "load64", "store64", "i")
 
     def loadf(self, table: Table, index) -> Val:
         if isinstance(index, int) or isinstance(index.v, int):
             return self.f(struct.unpack("<d", struct.pack("<Q", self.load(table, index).v))[0])
-        return self.from_lanes([f"loadf(rt_math_{table.name} + 8 * ({index.v[k]}))"
-                                for k in range(self.w)], "storef")
+        return self.gather(table, index, "loadf", "storef", "f")
+
+    def branch(self, body) -> tuple[list[str], tuple]:
+        """body()'s lines apart and its values (the constants it reads first are its own)."""
+        saved, guards = (self.lines, dict(self.named), dict(self.offset)), len(self.guards)
+        self.lines = []
+        out = body()
+        ok = self.i(1)                           # its guards, a value of its own (see cond)
+        for g in self.guards[guards:]:
+            ok = ok & g
+        del self.guards[guards:]
+        out = tuple(out) + (ok,)
+        lines, self.lines = self.lines, saved[0]
+        self.named, self.offset = saved[1], saved[2]
+        return lines, out
 
     def cond(self, c: Val, then, else_) -> tuple:
-        """Both branches on every lane (a fast path's branches only compute: no stores, no
-        calls), then each lane's result chosen by its condition."""
+        """Both branches (a fast path's branches only compute: no stores, no calls), then each
+        lane's result chosen by its condition: y ^ ((x ^ y) & -c). Where both branches are long
+        (BRANCH lines), each runs only if some lane takes it (the lanes of c read through the
+        scratch), its values in variables declared before. A branch's guards (i2f's) are a value
+        it returns, chosen like the others."""
         if isinstance(c.v, int):
             return then() if c.v else else_()
-        a, b = then(), else_()
+        (la, a), (lb, b) = self.branch(then), self.branch(else_)
+        if min(len(la), len(lb)) < BRANCH:
+            self.lines += la + lb
+        else:
+            a, b = self.guarded(c, la, a, lb, b)
+        mask = self.i(0) - c
+        out = tuple(Val(self, x.kind, self.q("qxor", y, self.q("qand", self.q("qxor", x, y), mask)).v)
+                    if (x.v, x.kind) != (y.v, y.kind) else x for x, y in zip(a, b))
+        if out[-1].v != 1:
+            self.guards.append(out[-1])          # the taken branch's guards
+        return out[:-1]
+
+    def guarded(self, c: Val, la, a, lb, b) -> tuple[tuple, tuple]:
+        s = self.let(SCRATCH)
+        self.lines.append(f"    {self.vstore}({s} + {8 * self.w}, {c.v});")
+        lanes = [f"load64({s} + {8 * (self.w + k)})" for k in range(self.w)]
         out = []
-        for x, y in zip(a, b):
-            if x.kind == "f":
-                self.lines.append(f"    {self.vstore}({SCRATCH} + {8 * self.w}, {self.vector(y)});")
-                self.lines.append(f"    {self.vstore}({SCRATCH}, {self.vector(x)});")
-                for k in range(self.w):
-                    self.lines.append(f"    if {c.v[k]} == 0 {{ store64({SCRATCH} + {8 * k}, "
-                                      f"load64({SCRATCH} + {8 * (self.w + k)})); }}")
-                out.append(Val(self, "f", self.let(f"{self.vload}({SCRATCH})")))
-            else:
-                picked = tuple(self.let(self.lane(y, k)) for k in range(self.w))
-                for k in range(self.w):
-                    self.lines.append(f"    if {c.v[k]} != 0 {{ {picked[k]} = {self.lane(x, k)}; }}")
-                out.append(Val(self, "i", picked))
-        return tuple(out)
+        for test, lines, vals in ((" | ".join(lanes) + ") != 0", la, a), (" & ".join(lanes) + ") == 0", lb, b)):
+            names = [self.let(c.v) for _ in vals]                  # (any vector: the type)
+            texts = [self.vector(v) for v in vals]                 # (a constant's read: outside)
+            self.lines.append(f"    if ({test} {{")
+            self.lines += ["    " + line for line in lines]
+            self.lines += [f"        {n} = {t};" for n, t in zip(names, texts)]
+            self.lines.append("    }")
+            out.append(tuple(Val(self, v.kind, n) for n, v in zip(names, vals)))
+        return out[0], out[1]
 
 
 def lane_name(name: str, lanes: int) -> str:
     return f"rt_math_{name}_w{lanes}"
+
+
+def _live(lines: list[str], results: list[Val]) -> list[str]:
+    """The lines without the `let`s nothing reads (every `let` here is pure: an operation or a
+    load; an index's `i + c` whose lanes are read as i's, say)."""
+    used, kept = {r.v for r in results if isinstance(r.v, str)}, []
+    for line in reversed(lines):
+        words = set(re.findall(r"\bu\d+\b", line))
+        head = re.match(r"    let (u\d+) = ", line)
+        if head and head.group(1) not in used:
+            continue
+        used |= words
+        kept.append(line)
+    return kept[::-1]
 
 
 def _lane_fn(name: str, lanes: int) -> tuple[list[str], dict[str, tuple]]:
@@ -149,12 +248,16 @@ def _lane_fn(name: str, lanes: int) -> tuple[list[str], dict[str, tuple]]:
     x = Val(m, "f", m.let(f"{m.vload}(p)"))
     take = go(m, x)
     ok, v = fast(m, x)
-    take = take & ok
-    out = [f"fn {lane_name(name, lanes)}(p: i64 writes {8 * lanes}) {{"] + m.lines
+    for g in [ok] + m.guards:
+        take = take & g
+    out = [f"fn {lane_name(name, lanes)}(p: i64 writes {8 * lanes}) {{"] + _live(m.lines, [v, take])
     out.append(f"    {m.vstore}({SCRATCH}, {m.vector(v)});")
+    out.append(f"    {m.vstore}({SCRATCH} + {8 * lanes}, {m.vector(take)});")
     out.append("    wide_end();")
+    every = " & ".join(f"load64({SCRATCH} + {8 * (lanes + k)})" for k in range(lanes))
+    out.append(f"    if ({every}) != 0 {{ {m.vstore}(p, {m.vload}({SCRATCH})); wide_end(); return; }}")
     for k in range(lanes):
-        out.append(f"    if {m.lane(take, k)} != 0 {{ storef(p + {8 * k}, loadf({SCRATCH} + {8 * k})); }}"
+        out.append(f"    if load64({SCRATCH} + {8 * (lanes + k)}) != 0 {{ storef(p + {8 * k}, loadf({SCRATCH} + {8 * k})); }}"
                    f" else {{ storef(p + {8 * k}, rt_math_{name}(loadf(p + {8 * k}))); }}")
     return out + ["}"], m.consts
 
@@ -169,4 +272,4 @@ def lane_source(names, widest: int) -> str:
             fns += lines
             consts.update(used)
     data = [f"data {t}: [i64; {w}] = [{', '.join([_lit(b)] * w)}];" for t, (w, b) in sorted(consts.items())]
-    return "\n".join(data + [f"global {SCRATCH}: [i64; 16];", "global rt_math_arg: [f64; 8];"] + fns) + "\n"
+    return "\n".join(data + [f"global {SCRATCH}: [i64; 24];", "global rt_math_arg: [f64; 8];"] + fns) + "\n"

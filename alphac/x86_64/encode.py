@@ -26,6 +26,8 @@ from functools import lru_cache
 
 from alphac.x86_64.isa import GPR32, TABLE, Reg, Row
 
+BITS = {'ymm': 256, 'zmm': 512}             # a VSIB index's width: its memory operand's size
+
 
 class EncodeError(ValueError):
     """An instruction or operand that has no encoding."""
@@ -50,9 +52,10 @@ class Mem:
 
     def __post_init__(self) -> None:
         for r in (self.base, self.index):
-            if r is not None and (not isinstance(r, Reg) or r.kind != 'r64'):
+            if r is not None and (not isinstance(r, Reg) or r.kind != 'r64') and \
+                    not (r is self.index and isinstance(r, Reg) and r.kind in ('ymm', 'zmm')):   # VSIB
                 raise EncodeError(f'address register must be a 64-bit GPR, not {r!r}')
-        if self.index is not None and self.index.num == 4:
+        if self.index is not None and self.index.kind == 'r64' and self.index.num == 4:
             raise EncodeError('rsp cannot be an index register')
         if self.scale not in (1, 2, 4, 8):
             raise EncodeError(f'scale must be 1, 2, 4 or 8, not {self.scale}')
@@ -110,6 +113,8 @@ def accepts(kind: str, op: object) -> bool:
     if isinstance(op, Mem) and op.bcst:
         return kind == 'b64' and op.size == 64
     if isinstance(op, Mem):
+        if op.index is not None and op.index.kind in ('ymm', 'zmm'):     # a vector of indexes (VSIB)
+            return kind == 'vm64' + op.index.kind[0] and op.size == BITS[op.index.kind] and op.base is not None
         return kind in ('m', f'm{op.size}', f'rm{op.size}') or (kind == 'xm64' and op.size == 64) \
             or (kind == 'ym256' and op.size == 256) or (kind == 'zm512' and op.size == 512)
     if isinstance(op, Imm):
@@ -125,7 +130,8 @@ def select(mnemonic: str, *operands: object) -> Row:
     rows = _BY_NAME.get(mnemonic)
     if rows is None:
         raise EncodeError(f'unknown mnemonic {mnemonic!r}')
-    low = all(not isinstance(o, Reg) or o.num < 16 for o in operands)
+    low = all(not isinstance(o, Reg) or o.num < 16 for o in operands) and \
+        all(o.index.num < 16 for o in operands if isinstance(o, Mem) and o.index is not None)
     fits = [row for row in rows if len(row.ops) == len(operands) and all(map(accepts, row.ops, operands))
             and (low or row.evex)]
     if fits:            # VEX rows of one form (a register copy): the shortest, as keystone; VEX first
@@ -144,7 +150,7 @@ def _modrm(reg: int, rm: Reg | Mem, n: int = 0) -> tuple[int, bytes, int | None]
         return 0, bytes([reg << 3 | 5]) + disp32, 1
     ss = {1: 0, 2: 1, 4: 2, 8: 3}[rm.scale]
     idx = rm.index.num if rm.index else 4               # index 100 = none
-    rex = (idx >> 3) << 1
+    rex = (idx >> 3 & 1) << 1                           # (bit 4 of a VSIB index: EVEX.V')
     if rm.base is None:                                 # SIB base 101 with mod=00: disp32, no base
         return rex, bytes([reg << 3 | 4, ss << 6 | (idx & 7) << 3 | 5]) + disp32, None
     b = rm.base.num & 7
@@ -165,7 +171,7 @@ def _modrm(reg: int, rm: Reg | Mem, n: int = 0) -> tuple[int, bytes, int | None]
 def _emit(row: Row, ops: tuple) -> Encoded:
     rex = 8 if row.w else 0                             # REX bits: W=8 R=4 X=2 B=1
     force_rex = any(isinstance(o, Reg) and o.kind == 'r8' and 4 <= o.num < 8 for o in ops)
-    opc, reg, rm, tail, vvvv = bytearray(row.opc), row.ext or 0, None, b'', 0
+    opc, reg, rm, tail, vvvv, aaa = bytearray(row.opc), row.ext or 0, None, b'', 0, 0
     for role, op in zip(row.enc, ops):
         if role == 'r':
             reg = op.num
@@ -177,18 +183,22 @@ def _emit(row: Row, ops: tuple) -> Encoded:
             rm = op
         elif role == 'v':
             vvvv = op.num
+        elif role == 'a':                 # an EVEX row's opmask
+            aaa = op.num
         elif role in 'id':
             value = op.value if role == 'i' else op.disp
             tail = (value & (1 << 8 * row.imm) - 1).to_bytes(row.imm, 'little')
     modrm, rip_at = b'', None
     if rm is not None:
-        xb, modrm, rip_at = _modrm(reg & 7, rm, rm.size // 8 if row.evex and isinstance(rm, Mem) else 0)
+        vsib = isinstance(rm, Mem) and rm.index is not None and rm.index.kind in ('ymm', 'zmm')
+        xb, modrm, rip_at = _modrm(reg & 7, rm, (8 if vsib else rm.size // 8) if row.evex and isinstance(rm, Mem) else 0)
         rex |= xb
+        vvvv |= rm.index.num & 16 if vsib else 0           # V' holds the index's bit 4
     if row.evex:                          # EVEX: R X B R' 0 0 mm; W vvvv 1 pp; z L'L b V' aaa
         length, pp, mp, w = row.vex       # (R X B R' vvvv V' inverted; no mask, no broadcast)
         bcst = isinstance(rm, Mem) and rm.bcst            # EVEX.b: the m64 broadcast to every lane
         head = bytes([0x62, (~rex & 7) << 5 | (~reg >> 4 & 1) << 4 | mp, w << 7 | (~vvvv & 15) << 3 | 4 | pp,
-                      length << 5 | bcst << 4 | (~vvvv >> 4 & 1) << 3]) + opc
+                      length << 5 | bcst << 4 | (~vvvv >> 4 & 1) << 3 | aaa]) + opc
     elif row.vex:
         length, pp, mp, w = row.vex
         rxb, tail2 = (~rex & 7) << 5, (~vvvv & 15) << 3 | length << 2 | pp
@@ -237,7 +247,9 @@ def intel(mnemonic: str, *operands: Reg | Mem | Imm | Rel, addr: int = 0) -> str
     row = select(mnemonic, *operands)
     out = []
     for kind, op in zip(row.ops, operands):
-        if isinstance(op, Reg):
+        if kind == 'k' and row.evex:
+            out[-1] += f' {{{op.name}}}'                # the opmask, after the register it guards
+        elif isinstance(op, Reg):
             out.append(GPR32[op.num].name if kind == 'r64z' else op.name)
         elif isinstance(op, Mem):
             out.append(_address(op) if kind == 'm' else f'{_PTR[op.size]} ptr {_address(op)}'

@@ -46,6 +46,7 @@ GPR8 = _regs('r8', 'al cl dl bl spl bpl sil dil ' + _hi('b'))
 XMM = _regs('xmm', ' '.join(f'xmm{i}' for i in range(32)))
 YMM = _regs('ymm', ' '.join(f'ymm{i}' for i in range(32)))     # xmm{i} widened to 32 bytes (AVX)
 ZMM = _regs('zmm', ' '.join(f'zmm{i}' for i in range(32)))     # and to 64 bytes (AVX-512)
+KREG = _regs('k', 'k0 k1 k2 k3 k4 k5 k6 k7')                    # AVX-512's opmask registers
 
 rax, rcx, rdx, rbx, rsp, rbp, rsi, rdi, r8, r9, r10, r11, r12, r13, r14, r15 = GPR64
 (eax, ecx, edx, ebx, esp, ebp, esi, edi,
@@ -57,7 +58,7 @@ rax, rcx, rdx, rbx, rsp, rbp, rsi, rdi, r8, r9, r10, r11, r12, r13, r14, r15 = G
 (xmm0, xmm1, xmm2, xmm3, xmm4, xmm5, xmm6, xmm7,
  xmm8, xmm9, xmm10, xmm11, xmm12, xmm13, xmm14, xmm15) = XMM[:16]
 
-REGS: dict[str, Reg] = {r.name: r for r in GPR64 + GPR32 + GPR16 + GPR8 + XMM + YMM + ZMM}
+REGS: dict[str, Reg] = {r.name: r for r in GPR64 + GPR32 + GPR16 + GPR8 + XMM + YMM + ZMM + KREG}
 
 # Condition codes: the low nibble of Jcc (70+cc, 0F 80+cc), SETcc (0F 90+cc), CMOVcc (0F 40+cc).
 CC: dict[str, int] = {
@@ -86,13 +87,17 @@ def negate(cc: str) -> str:
 #   ym256                 a ymm register, or 256-bit memory
 #   zm512                 a zmm register, or 512-bit memory
 #   b64                   64-bit memory broadcast to every lane (Mem.bcst: EVEX.b, `{1to8}`)
+#   k                     an opmask register k0-k7
+#   vm64z vm64y           [base + zmm*scale + disp] (VSIB: 8 addresses; printed zmmword, disp8*8),
+#                         [base + ymm*scale + disp] (4 addresses; ymmword)
 #   one                   the immediate 1 (implicit in the opcode)
 #   imm8                  immediate 0..255            simm8   -2**7..2**7-1
 #   simm32  -2**31..2**31-1   uimm32  0..2**32-1      imm64   -2**63..2**64-1
 #   rel8 rel32            Rel branch displacement of that size
 #
 # Roles (one letter per operand): r = ModRM.reg, m = ModRM.rm, o = added to the last
-# opcode byte, i = immediate, d = PC-relative displacement, v = VEX.vvvv, - = implicit.
+# opcode byte, i = immediate, d = PC-relative displacement, v = VEX.vvvv, a = EVEX.aaa (the
+# opmask), - = implicit.
 #
 # Code, in the Intel manual's notation: optional mandatory prefix (66/F2/F3, emitted before
 # REX), REX.W, opcode bytes ('+r' = register in the low 3 bits), '/digit' (ModRM.reg holds
@@ -155,7 +160,7 @@ def _row(mnem: str, ops: str, enc: str, code: str, name: str | None = None) -> R
     assert ('r' in enc) == ('/r' in code.split() and ext is None), (mnem, ops)
     sized = [IMM_KINDS[k] for k, e in zip(kinds, enc) if e in 'id']
     assert sized == ([imm] if imm else []), (mnem, ops)
-    assert (vex is not None) == mnem.startswith('v') and ('v' not in enc or vex), (mnem, ops)
+    assert (vex is not None) == mnem.startswith(('v', 'k')) and ('v' not in enc or vex), (mnem, ops)
     return Row(mnem, kinds, enc, bytes(pfx), w, bytes(opc), ext, imm, name or mnem, vex,
                code.startswith('EVEX.'))
 
@@ -176,6 +181,8 @@ _SHIFT = {'shl': 4, 'shr': 5, 'sar': 7}
 _SSE_ARITH = {'addsd': 0x58, 'mulsd': 0x59, 'subsd': 0x5C, 'divsd': 0x5E, 'sqrtsd': 0x51}
 BITS = {'xmm': 128, 'ymm': 256}                      # a VEX register's width
 XM = {'xmm': 'xmm', 'ymm': 'ym256'}                  # its second source (f64x2's: a register)
+_QALU = {'vpaddq': 'D4', 'vpsubq': 'FB', 'vpandq': 'DB', 'vporq': 'EB', 'vpxorq': 'EF'}
+_QSHIFT = {'vpsllq': 6, 'vpsrlq': 2}                 # by an immediate: 73 /6 ib, 73 /2 ib
 
 TABLE: tuple[Row, ...] = (
     # -- moves: registers and memory
@@ -300,4 +307,25 @@ TABLE: tuple[Row, ...] = (
     _row('vbroadcastsd', 'zmm, xm64', 'rm', 'EVEX.512.66.0F38.W1 19 /r'),
     # a product with a binary64 from memory in every lane (a splat folded in: alphac.lower.fold)
     _row('vmulpd', 'zmm, zmm, b64', 'rvm', 'EVEX.512.66.0F.W1 59 /r'),
+    # -- AVX2 and AVX-512F on 64-bit integer lanes (the bits of f64x4 and f64x8 lanes, for the
+    # vector elementary functions: alphac.math.lanes): ymm's VEX row (vpand, vpor, vpxor by
+    # their VEX names) and its EVEX twin (registers 16-31), zmm's EVEX row
+    *(r for mn, op in _QALU.items() for r in (
+        _row(mn, 'ymm, ymm, ym256', 'rvm', f'VEX.256.66.0F.WIG {op} /r', name=mn.removesuffix('q')
+             if mn in ('vpandq', 'vporq', 'vpxorq') else mn),
+        _row(mn, 'ymm, ymm, ym256', 'rvm', f'EVEX.256.66.0F.W1 {op} /r'),
+        *((_row(mn, 'zmm, zmm, zm512', 'rvm', f'EVEX.512.66.0F.W1 {op} /r'),) if mn != 'vpxorq' else ()))),
+    *(r for mn, d in _QSHIFT.items() for r in (
+        _row(mn, 'ymm, ymm, imm8', 'vmi', f'VEX.256.66.0F.WIG 73 /{d} ib'),
+        _row(mn, 'ymm, ymm, imm8', 'vmi', f'EVEX.256.66.0F.W1 73 /{d} ib'),
+        _row(mn, 'zmm, zmm, imm8', 'vmi', f'EVEX.512.66.0F.W1 73 /{d} ib'))),
+    # -- AVX-512F's gather (x86_64-v4): zmm's lanes from base + 8 * each index lane, where k's bits
+    # are set (cleared as each lane arrives); kxnorw k, k, k sets them all
+    _row('kxnorw', 'k, k, k', 'rvm', 'VEX.256.NP.0F.W0 46 /r'),
+    _row('vgatherqpd', 'zmm, k, vm64z', 'ram', 'EVEX.512.66.0F38.W1 93 /r'),
+    _row('vgatherqpd', 'ymm, k, vm64y', 'ram', 'EVEX.256.66.0F38.W1 93 /r'),
+    # AVX2's (x86_64-v3): the mask a register whose sign bits say which lanes (all ones from
+    # vpcmpeqq r, r, r), cleared; destination, index and mask three distinct registers
+    _row('vgatherqpd', 'ymm, vm64y, ymm', 'rmv', 'VEX.256.66.0F38.W1 93 /r'),
+    _row('vpcmpeqq', 'ymm, ymm, ym256', 'rvm', 'VEX.256.66.0F38.WIG 29 /r'),
 )

@@ -33,6 +33,8 @@ ALU = {"add": "add", "sub": "sub", "and": "and", "or": "or", "xor": "xor"}
 FALU = {"fadd": "addsd", "fsub": "subsd", "fmul": "mulsd", "fdiv": "divsd"}
 VALU = {"vadd": "addpd", "vsub": "subpd", "vmul": "mulpd", "vdiv": "divpd"}
 WALU = {"wadd": "vaddpd", "wsub": "vsubpd", "wmul": "vmulpd", "wdiv": "vdivpd"}
+QALU = {"add": "vpaddq", "sub": "vpsubq", "and": "vpandq", "or": "vporq", "xor": "vpxorq",
+        "shl": "vpsllq", "shr": "vpsrlq"}                 # a wide class's lanes as integers
 SPILL = {"f": "movsd", "v": "movupd", "w": "vmovupd", "z": "vmovupd"}   # a class's reload and store
 BITS = {"v": 128, "w": 256, "z": 512}                       # a vector class's width
 SHIFT = {"shl": "shl", "shr": "shr", "sar": "sar"}
@@ -390,6 +392,51 @@ class Selector(SelectorBase):
         r = self.defreg(d, self._scratch(d)[0])
         self.emit(WALU["w" + op[1:]], r, self.use(a[0], self._scratch(d)[0]), self.where(a[1]))
         self.commit(d, r)
+
+    def wide_int(self, op, d, a) -> None:
+        """d = a op b (or a shifted by the constant b) on the lanes' 64 bits as integers: one
+        AVX2 or AVX-512F instruction, b from its register or its slot."""
+        r = self.defreg(d, self._scratch(d)[0])
+        b = XImm(a[1].value) if op[2:] in ("shl", "shr") else self.where(a[1])
+        self.emit(QALU[op[2:]], r, self.use(a[0], self._scratch(d)[0]), b)
+        self.commit(d, r)
+
+    def wide_gather(self, op, d, a) -> None:
+        """kxnorw sets k1's bits (no value lives in an opmask register), vgatherqpd loads each
+        lane from base + 8 * its index (clearing k1): into d's register unless that is the
+        index's (a gather's destination must not be), else into zmm15."""
+        s1, s2 = self._scratch(d)
+        idx = self.use(a[1], s2)
+        r = self.defreg(d, s1)
+        r = s1 if r == idx else r
+        k1 = REGS["k1"]
+        self.emit("kxnorw", k1, k1, k1)
+        self.emit("vgatherqpd", r, k1, Mem(self.use(a[0], S1), idx, 8, size=BITS[d.cls]))
+        self.commit(d, r)
+
+    def avx2_gather(self, op, d, a) -> None:
+        """AVX2's vgatherqpd: destination, index and mask (all ones, from vpcmpeqq, in ymm15)
+        three distinct registers: d's own with the index in its register (or copied to ymm14),
+        or ymm14 with the index in its register; where both are in slots, ymm13, kept below rsp
+        (the red zone) meanwhile."""
+        s1, s2 = self._scratch(d)
+        base = self.use(a[0], S1)
+        r, idx = self.defreg(d, None), self.where(a[1])
+        saved = None
+        if r is not None:
+            if isinstance(idx, Mem) or idx == r:
+                self.emit("vmovupd" if isinstance(idx, Mem) else "vmovapd", s2, idx)
+                idx = s2
+        elif not isinstance(idx, Mem):
+            r = s2
+        else:
+            idx, r, saved = self.use(a[1], s2), REGS["ymm13"], Mem(RSP, disp=-32, size=256)
+            self.emit("vmovupd", saved, r)
+        self.emit("vpcmpeqq", s1, s1, s1)
+        self.emit("vgatherqpd", r, Mem(base, idx, 8, size=256), s1)
+        self.commit(d, r)
+        if saved is not None:
+            self.emit("vmovupd", r, saved)
 
     def wide_unary(self, op, d, a) -> None:
         """vsqrtpd; or the sign bits flipped by vxorpd (f64x4) or vpxorq (f64x8: AVX-512F's
