@@ -360,7 +360,8 @@ def too_large(rep: Report, lr) -> bool:
     widest = max([p.size for p in lr.params] + [d.cols for d in lr.data] + [1])
     lines = {k.name: k.ptx.count("\n") for k in kernels(lr)}      # owner_sum's text: a batch's
     lines["owner_sum"] = -(-lines.get("owner_sum", 0) // SUM_BATCH)     # terms, run once a batch
-    cost = sum(lines.values()) * max(1, lr.nsamples or 0) * max(1, widest // 64)
+    once = lines.pop("reduce", 0)              # one thread a reduction, whatever the samples
+    cost = (sum(lines.values()) * max(1, lr.nsamples or 0) + once) * max(1, widest // 64)
     if cost > PTX_BUDGET:
         rep.skipped.append(f"ptx, gpu: {cost} kernel lines x samples, over {PTX_BUDGET}")
     return cost > PTX_BUDGET
@@ -428,10 +429,12 @@ def gpu_built(rep: Report, lr) -> None:
                 return f"refused: E0120: {e.diagnostics[0].message}"
             img, errors, mem = built.gpu, [], GpuMemory()
             for a in img.allocations:
-                mem.map(a.va, a.size, type("Pages", (), {"mm": bytearray(a.size if a.where == "sysmem" else 0)})())
+                mem.map(a.va, a.size, type("Pages", (), {"mm": bytearray(a.size if a.where.startswith("sysmem")
+                                                                         else 0)})())
             gpu = Gpu(img.arch, [], mem, errors, host.topology.values)
             ch = Channel(0, 0, 0, 0, None, 0, None)
-            ch.compute = abi.CLASSES[img.arch.compute]    # the compute object the setup binds
+            ch.compute = abi.CLASSES[img.arch.compute]    # the compute and copy objects the setup binds
+            ch.copy = abi.CLASSES[img.arch.dma_copy]
             gpu.pushbuf(ch, img.setup_pushbuf)
             stacks = []
             for b, la in zip(built.kernels, img.launches):
