@@ -11,7 +11,7 @@ order (the contract in alphac.ir.autodiff and alphac.ir.interp):
                              XB_p lane by lane, then xe_add_lanes into the expansions XE,
                              falling back to the accumulators XA, XSP: alphac/runtime/xsum.rt)
     learner_exact_round()    exact_sum only: G_p and L_sum, each exact sum rounded once
-    learner_exact_flush()    exact_sum only: the expansions into XA (a role's frame)
+    learner_exact_flush()    exact_sum only: the expansions into XA (a GPU owner's host)
     learner_mean(n)          loss_mean = L_sum / n, and mean_n = n: no pass of its own over G_p,
                              grad(p) = G_p / n is divided where the update reads it (fused)
     learner_reduce()         the update's reduced scalars (dot, sum, max(v) of coordinate
@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import struct
 
-from alphac.formats import XC_WORDS, XS_DIGITS
+from alphac.formats import XC_WORDS, XF_TAIL, XS_DIGITS
 from alphac.math.binary64 import bits
 from alphac.ir.learner import (Assign, Bcast, Clock, Const, DataRow, Dot, Elem, Gather, Grad, Learner,
                                MatVec, Max, Scatter, bad_label, label_columns, label_of, label_where,
@@ -1410,12 +1410,12 @@ class LearnerCode:
             decls.append(f"global G_{p.name}: [f64; {p.size}];")
             if scattered(lr, p.name):         # how many indices named each row (learner_grad)
                 decls.append(f"global GN_{p.name}: [f64; {p.shape[0]}];")
-        if lr.exact_sums:      # every param's coordinates, the loss; n, spills
+        if lr.exact_sums:      # every param's coordinates, the loss
             P = exact_count(lr)
-            decls.append(f"global XA: [i64; {P * XC_WORDS + 2}];")
+            decls.append(f"global XA: [i64; {P * XC_WORDS}];")
             decls.append(f"global XSP: [i64; {P * XS_DIGITS}];")   # touched only where a sum spills
-            if lr.exact and lr.loss is not None:   # learner_grad's expansions (xsum.rt: s, lo)
-                decls.append(f"global XE: [f64; {2 * P}];")
+            if lr.exact and lr.loss is not None:   # learner_grad's expansions (xsum.rt: s, lo),
+                decls.append(f"global XE: [f64; {2 * P + XF_TAIL}];")   # a role's frame (XF_*)
         body = ""
         if lr.loss is not None:
             body += self.gen_grad() + self.gen_mean()
