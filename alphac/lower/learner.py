@@ -52,7 +52,6 @@ from alphac.math.lanes import FAST as LANE_FAST, lane_name, lane_source
 
 UNROLL = 8
 AHEAD = 4096         # a block prefetches the rows of the block at least this many bytes on
-EXPANSION_MIN = 4     # exact_sum: a call of learner_grad with fewer samples adds them without expansions
 SAMPLE_LANES = 4      # learner_grad's samples per block (full batch, not exact_sum); 8 with f64x8
 BLOCK_NODES = 500     # a per-sample DAG above this many nodes (windows unrolled) is not blocked
 EXACT_BLOCK_NODES = 150   # nor, under exact_sum, above this many (seq_attention's 204: 27 s at v4)
@@ -1026,8 +1025,7 @@ class LearnerCode:
                     vals.vloop(a, b, body, vals.vectorizable(nodes))
             if lr.exact:                     # the terms in XB_p, each into its accumulator
                 at = f"{exact_at(lr, p.name, '0')}, {expansion_at(lr, p.name)}, XB_{p.name}, {p.size}"
-                em.put(f"xe_add_lanes({at}, {lanes});" if lanes > 1 else   # few samples: no expansions
-                       f"xe_add_sample({at}, hi - lo < {EXPANSION_MIN});")
+                em.put(f"xe_add_lanes({at}, {lanes});")
         vals.prepare([lr.loss])              # the sample's loss, summed like a gradient
         if lr.exact:
             for s, loss in enumerate(vals.all(lr.loss, None)):
