@@ -399,12 +399,14 @@ def adversarial_columns() -> list[list[float]]:
         [1.0, 2.0 ** -53, sub] + [0.0] * 10,          # an expansion's lo + 2^-1074 inexact: breaks the tie
         [-1.0, -(2.0 ** -53), -sub] + [0.0] * 10,     # the same, negative (a pair of expansions)
         # across OWNERS' samples 0..4, 4..8, 8..13, each owner's expansion exact: the combine's
-        [1.0, 0.0, 0.0, 0.0, 2.0 ** -53, 0.0, 0.0, 0.0, sub] + [0.0] * 4,   # inexact at the parent
         [1.0, 2.0 ** -53, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 2.0 ** -53] + [0.0] * 4,   # a child's lo counts
         [big, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, -big] + [0.0] * 4,         # cancels across owners
         [mx, 0.0, 0.0, 0.0, mx, 0.0, 0.0, 0.0, -mx] + [0.0] * 4,           # MAX + MAX - MAX
         [-0.0] * 8 + [0.0] + [-0.0] * 4,                                     # +0.0 from one owner
+        # the last, odd coordinate: xe_add_lanes' one-lane path (the loss sum's)
+        [1.0, 0.0, 0.0, 0.0, 2.0 ** -53, 0.0, 0.0, 0.0, sub] + [0.0] * 4,   # inexact at the parent
     ]
+    assert len(cols) % 2 == 1
     return cols
 
 
@@ -446,6 +448,8 @@ EXPANSION_MUTANTS = {
     "the fallback's lanes swapped": ("x + 8 + 8 * j, 1, lanes, stride)", "x + 8 * j, 1, lanes, stride)"),
     "the accumulators taken for empty (xe_dirty ignored)": ("let clean = load64(xe_dirty) == 0;",
                                                               "let clean = 1;"),
+    "the one-lane path's check dropped": ("            bad1 = bad1 + f1 * f1;\n", ""),
+    "the one-lane path's error not kept": ("            lo1 = u1;\n", ""),
 }
 
 
@@ -499,6 +503,7 @@ def role_mutant(old: str, new: str, unchecked: bool = False):
     real = role_module.role_source
     fn = _re.search(r"fn xe_add_lanes\(.*?\n}\n", source("xsum"), _re.S).group(0)
     copy = fn.replace("fn xe_add_lanes(", "fn xe_add_unchecked(").replace("bad = bad + f * f;", "")
+    copy = copy.replace("bad1 = bad1 + f1 * f1;", "")
 
     def mutated(plan, role, gpu=None):
         text, blobs = real(plan, role, gpu)

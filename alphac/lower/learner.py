@@ -897,8 +897,7 @@ class LearnerCode:
             if any(scattered(lr, p.name) for p in lr.params):
                 em.put(f"xc_clear_n(XA, XSP, {P});")
             else:
-                em.put(f"xe_clear_acc(XA, XSP, {P - 1});")
-                em.put(f"xc_clear_n({exact_at(lr, None, '0')}, 1);")
+                em.put(f"xe_clear_acc(XA, XSP, {P});")
             em.put(f"xe_clear_n(XE, {2 * P});")   # the expansions
         else:
             em.put(f"storef(L_sum, {flit(-0.0)});")
@@ -1030,7 +1029,7 @@ class LearnerCode:
         if lr.exact:
             for s, loss in enumerate(vals.all(lr.loss, None)):
                 em.put(f"storef(XT + {8 * s}, {loss});")
-            em.put(f"xc_add_lanes({exact_at(lr, None, '0')}, XT, 1, {lanes});")
+            em.put(f"xe_add_lanes({exact_at(lr, None, '0')}, {expansion_at(lr, None)}, XT, 1, {lanes});")
             return
         for loss in vals.all(lr.loss, None):
             em.put(f"storef(L_sum, loadf(L_sum) + {loss});")
@@ -1128,7 +1127,7 @@ class LearnerCode:
             at = f"{exact_at(self.lr, p.name, '0')}, {expansion_at(self.lr, p.name)}, {p.size}"
             em.put(f"xe_round_into(G_{p.name}, {at});")
             flush.put(f"xe_flush_n({at});")
-        em.put(f"storef(L_sum, xc_round({exact_at(self.lr, None, '0')}));")
+        em.put(f"xe_round_into(L_sum, {exact_at(self.lr, None, '0')}, {expansion_at(self.lr, None)}, 1);")
         return self.function("learner_exact_round", "", em) + \
             self.function("learner_exact_flush", "", flush)
 
@@ -1477,8 +1476,9 @@ def exact_first(lr: Learner, param: str | None) -> int:
     return k
 
 
-def expansion_at(lr: Learner, param: str) -> str:
-    """exact_sum: `param`'s expansions in XE (xsum.rt's xe_add_lanes: its s words, then its lo)."""
+def expansion_at(lr: Learner, param: str | None) -> str:
+    """exact_sum: `param`'s (None: the loss sum's) expansions in XE (xsum.rt's xe_add_lanes: its
+    s words, then its lo)."""
     return f"XE + {16 * exact_first(lr, param)}"
 
 

@@ -332,8 +332,8 @@ class RoleLowering:
                 return self.send(peer, kind, f"{self.mesh_top} + {8 * S}", 2)
         if kind == "combine" and self.exact:
             acc, sp, e = self.acc
-            # below the loss sum only a fallback writes (xe_dirty), or a scattered gradient
-            scan = "0" if self.owner and self.scattered() else f"{P - 1} * (load64(xe_dirty) == 0)"
+            # only a fallback writes an accumulator (xe_dirty), or a scattered gradient
+            scan = "0" if self.owner and self.scattered() else f"{P} * (load64(xe_dirty) == 0)"
             self.put(f"let recs = xr_pack({acc}, {scan}, {P}, xrec);")
             self.put("let spills = 0;")
             self.put(f"if recs > 0 {{ spills = xc_pack_spills({acc}, {sp}, {P}, xspill); }}")
@@ -459,7 +459,7 @@ class RoleLowering:
         self.put("store64(xe_dirty, 0);")
         self.put(f"xe_clear_n(xecomb, {2 * P});")
         self.put(f"store64(xecomb + {16 * P}, 0);")
-        sums = [(self.poff[p.name], p.size) for p in self.params]
+        sums = [(self.poff[p.name], p.size) for p in self.params] + [(P - 1, 1)]   # and the loss
         for k in range(len(self.children)):
             with self.kid(k):
                 for f, size in sums:
@@ -475,7 +475,6 @@ class RoleLowering:
             for f, size in sums:
                 self.put(f"xe_round_into(comb + {8 * f}, xcomb + {z * f}, xcsp + {8 * XS_DIGITS * f}, "
                          f"xecomb + {16 * f}, {size});")
-            self.put(f"storef(comb + {8 * (P - 1)}, xc_round(xcomb + {z * (P - 1)}, xcsp + {8 * XS_DIGITS * (P - 1)}));")
             self.put(f"store64(comb + {8 * P}, load64(xecomb + {16 * P}));")
 
     # -- checkpoints -----------------------------------------------------------------------------
