@@ -224,32 +224,37 @@ def test_the_digits_mlp_on_any_layout(tmp_path):
 def hostile_cases(P: int, rng) -> dict[str, tuple[list[int], list[list[int]], str]]:
     """Owner 0's combine frames (formats.XF_*): the first frame's words (the sums' expansions,
     n, the record count, the spill count) and the later frames' words, each with the refusal the
-    center must give (peer-lost: well formed, it waits for the others, which leave)."""
-    from alphac.formats import XC_MAX_BASE, XC_RECORD_WORDS, XF_TAIL
-    neg0 = 1 << 63
+    center must give (peer-lost: well formed, it waits for the others, which leave; None: any
+    of those refusals, by name)."""
+    from alphac.formats import XC_MAX_BASE, XC_RECORD_WORDS, XF_RECORD_WORDS, XF_TAIL
+    assert XF_TAIL == 3
+
     def head(recs=0, spills=0):
-        return [neg0] * (2 * P) + [1, recs, spills][:XF_TAIL]
-    win = 8 | (3 << 8)                                    # a window at base 2, its digits zero
+        return [1 << 63] * (2 * P) + [1, recs, spills]          # -0.0 expansions, n = 1
+
+    def rec(j, header, *digits):
+        return [j, header, *digits] + [0] * (XF_RECORD_WORDS - 2 - len(digits))
+    win = 8 | (3 << 8)                                    # a window at base 2
     bad = "frame-bad-accumulator"
     cases = {
         "good": (head(), [], "peer-lost"),
-        "a good record": (head(1), [[P - 1, win, 5, 0, 0, 0, 0]], "peer-lost"),
+        "a good record": (head(1), [rec(P - 1, win, 5)], "peer-lost"),
         "records past the sums": (head(P + 1), [], bad),
-        "a negative record count": (head(-1 & (2**64 - 1)), [], bad),
+        "a negative record count": (head(2**64 - 1), [], bad),
         "spills past the records": (head(0, 1), [], bad),
-        "an index out of range": (head(1), [[P, win, 5, 0, 0, 0, 0]], bad),
-        "a negative index": (head(1), [[2**64 - 1, win, 5, 0, 0, 0, 0]], bad),
-        "indices not increasing": (head(2), [[1, win, 5, 0, 0, 0, 0, 1, win, 5, 0, 0, 0, 0]], bad),
-        "an empty record": (head(1), [[0, 0, 0, 0, 0, 0, 0]], bad),
-        "an undefined bit": (head(1), [[0, 1 << 20, 0, 0, 0, 0, 0]], bad),
-        "a base out of range": (head(1), [[0, 8 | ((XC_MAX_BASE + 2) << 8), 0, 0, 0, 0, 0]], bad),
-        "a truncated record": (head(2), [[0, win, 5, 0, 0, 0, 0]], "frame-truncated"),
-        "a spill record for a windowed sum": (head(1, 1), [[0, win, 5, 0, 0, 0, 0],
-                                                          [0] * XC_RECORD_WORDS], bad),
+        "an index out of range": (head(1), [rec(P, win, 5)], bad),
+        "a negative index": (head(1), [rec(2**64 - 1, win, 5)], bad),
+        "indices not increasing": (head(2), [rec(1, win, 5) + rec(1, win, 5)], bad),
+        "an empty record": (head(1), [rec(0, 0)], bad),
+        "an undefined bit": (head(1), [rec(0, 1 << 20)], bad),
+        "a base out of range": (head(1), [rec(0, 8 | ((XC_MAX_BASE + 2) << 8))], bad),
+        "a truncated record": (head(2), [rec(0, win, 5)], "frame-truncated"),
+        "a spill record for a windowed sum": (head(1, 1), [rec(0, win, 5), [0] * XC_RECORD_WORDS], bad),
     }
     for i in range(4):                                     # random counts and records
         recs = rng.choice([rng.randint(0, 2 * P), rng.getrandbits(64)])
-        words = [rng.choice([rng.getrandbits(64), rng.randint(0, P)]) for _ in range(7 * min(recs, 3))]
+        words = [rng.choice([rng.getrandbits(64), rng.randint(0, P)])
+                 for _ in range(XF_RECORD_WORDS * min(recs, 3))]
         cases[f"random {i}"] = (head(recs, rng.randint(0, 3)), [words] if words else [], None)
     return cases
 
