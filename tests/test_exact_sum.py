@@ -549,3 +549,56 @@ def test_adversarial_sums_across_owners(tmp_path, monkeypatch):
             out = build_deployment(src, "blocks_star", tmp_path / name.replace(" ", "_"))
             rec = run(out, records=tmp_path / "runs", steps=2)
         assert not rec["passed"] or rec["published"] != want, name
+
+
+def test_an_owners_frame_is_its_expansions_alone(tmp_path):
+    """Owner 1 of the lsq_adam star (samples 1..3), its coordinator played here: its combine frame
+    is the sums' expansions, n and two zero counts (formats.XF_*: 16 bytes a sum, no record, no
+    second frame), and each sum's s + lo is exactly the Fraction sum of its samples' terms (the
+    loss sum's too), from the interpreter's per-sample gradients and losses."""
+    import socket
+    import struct
+    from fractions import Fraction
+
+    import frames
+    from alphac.dist.identity import digests
+    from alphac.dist.structure import Role
+    from alphac.driver import compile_deployments
+    from alphac.formats import XF_TAIL
+    from alphac.ir import interp
+    from alphac.lower.role import code_of
+    src = write(tmp_path, "lsq_adam")
+    compiled, plans = compile_deployments(src)
+    lr, plan = compiled.learner, plans["lsq_adam_star"]
+    roles = build_deployment(src, "lsq_adam_star", tmp_path / "roles")
+    P, ident = sum(p.size for p in lr.params) + 1, digests(plan.dep)
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(1)
+        p = subprocess.Popen([str(roles / "owner.1"), "--steps", "1", "--deadline-ms", "2000", "--parent",
+                              f"127.0.0.1:{srv.getsockname()[1]}"], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+        try:
+            srv.settimeout(5)
+            conn, _ = srv.accept()
+            who, answer, _ = frames.accept(conn, code_of(plan, Role("coordinator")), ident, 1)
+            conn.sendall(answer)
+            h = frames.decode_header(frames.recv_exact(conn, frames.HEADER))
+            payload = frames.recv_exact(conn, h["length"])
+            conn.close()
+        finally:
+            p.kill()
+            p.wait()
+    assert (h["kind"], h["length"]) == (2, 8 * (2 * P + XF_TAIL))
+    words = struct.unpack(f"<{2 * P}d3q", payload)
+    assert words[2 * P:] == (2, 0, 0)                     # n = 2 samples, no record, no spill
+    from alphac.ir.batch import loss_rows
+    state = interp.initial_state(lr)
+    terms = [interp.per_sample_gradient(lr, state, i) for i in range(1, 3)]
+    want = [sum(Fraction(t[p_.name][j]) for t in terms) for p_ in lr.params for j in range(p_.size)]
+    want.append(sum(Fraction(v) for rows in loss_rows(lr, state, range(1, 3)) for v in rows.tolist()))
+    got, at = [], 0                         # each param's s words, then its lo words; the loss's
+    for size in [p_.size for p_ in lr.params] + [1]:
+        got += [Fraction(words[at + j]) + Fraction(words[at + size + j]) for j in range(size)]
+        at += 2 * size
+    assert got == want
