@@ -12,6 +12,7 @@ against `Layout.doc_rows()`. So a format changes in this file and nowhere else.
     CONV_*       the driver conversation's record header, opcodes, patch, expectation and
                  refusal kinds (alphac/nvdrv/conversation.py writes it, nvdrv.rt reads it)
     XS_*, XC_*   the exact binary64 sum accumulators of the `exact_sum` contract (xsum.rt)
+    XF_*         its combine frames' payload: expansions, written accumulators, spills
     EVENTS_LABEL the label of the event streams' MACs (core.rt), a string constant of the prelude
 
 Requires nothing. Guarantees: offsets are checked at import (fields in order, no overlap,
@@ -98,10 +99,11 @@ def _fields(*rows: tuple[str, int, str, str]) -> tuple[Field, ...]:
 
 # -- frames between roles (DESIGN.md contract 5) --------------------------------------------------
 FRAME_MAGIC = 0x48504C41                  # "ALPH"
-FRAME_FORMAT = 4                          # 2: sum64 in four chains; 3: the MAC; 4: over POLYVAL
+FRAME_FORMAT = 5                          # 2: sum64 in four chains; 3: the MAC; 4: over POLYVAL;
+                                          # 5: exact_sum's compact combine frames (XF_*)
 FRAME = Layout("frame header", "FH", 104, _fields(
     ("magic", 0, "u32", 'the bytes "ALPH"'),
-    ("format", 4, "u16", "the frame format, 4"),
+    ("format", 4, "u16", "the frame format, 5"),
     ("kind", 6, "u16", "the message kind (FRAME_KINDS)"),
     ("sender", 8, "u32", "the sender's role code: (its index node << 24) + its index"),
     ("length", 12, "u32", "payload bytes; the receiver knows exactly how many it expects"),
@@ -199,6 +201,15 @@ XC_SPILLED = 16
 XC_BASE_SHIFT = 8
 XC_MAX_BASE = XS_DIGITS - XC_DIGITS
 XC_RECORD_WORDS = 1 + XS_DIGITS
+# An exact_sum combine (format 5) is up to three frames. The first: each of the P sums' expansion
+# (xsum.rt, "Expansions": a param's s words, then its lo words, params in order, then the loss
+# sum's pair), then XF_TAIL words: n, the record count R (at most P) and the spill count S (at
+# most R). Then, when R > 0, a frame of R records of XF_RECORD_WORDS words: the coordinate's index
+# (increasing, below P), then its compact accumulator (XC_WORDS words, its header not zero): the
+# coordinates whose accumulators were written; a sum is its expansion's plus its record's. Then,
+# when S > 0, a frame of S spill records (XC_RECORD_WORDS words each, as above).
+XF_TAIL = 3
+XF_RECORD_WORDS = 1 + XC_WORDS
 
 # the events' MAC chains: the runtime's (core.rt, through the prelude) and the record's seals
 EVENTS_LABEL = "alphac-events-v2"
@@ -230,7 +241,8 @@ def constants() -> dict[str, int]:
                NV_ITEM_WORDS=CONV_ITEM_WORDS, XS_WORDS=XS_WORDS, XS_DIGITS=XS_DIGITS,
                XC_DIGITS=XC_DIGITS, XC_WORDS=XC_WORDS, XC_SPILLED=XC_SPILLED,
                XC_BASE_SHIFT=XC_BASE_SHIFT, XC_MAX_BASE=XC_MAX_BASE,
-               XC_RECORD_WORDS=XC_RECORD_WORDS, PV_GROUP=PV_GROUP)
+               XC_RECORD_WORDS=XC_RECORD_WORDS, XF_TAIL=XF_TAIL, XF_RECORD_WORDS=XF_RECORD_WORDS,
+               PV_GROUP=PV_GROUP)
     out.update((k + "_BYTES", len(v)) for k, v in STRINGS.items())
     for name, code in FRAME_KINDS.items():
         out["KIND_" + name.upper().replace("-", "_")] = code

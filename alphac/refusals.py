@@ -72,8 +72,10 @@ REFUSALS: dict[str, tuple[int, str]] = {
     "frame-unknown-role": (77, "a frame comes from a role that is not the expected peer (a "
                                "role that is not one of the receiver's children or peers)"),
     "frame-bad-accumulator": (79, "a combine frame's exact sums (`contract exact_sum`) are not in "
-                              "the accumulator format: a header with an undefined bit or a base out "
-                              "of range, or spill records that do not match the spilled headers"),
+                              "its format: a record count past the sums or a spill count past the "
+                              "records, a record's index out of range or order, a record's header "
+                              "zero, with an undefined bit or a base out of range, or spill records "
+                              "that do not match the spilled headers"),
     "frame-out-of-order": (78, "a frame has the wrong kind or is for another step"),
     "peer-learner": (80, "a peer was built for another learner"),
     "peer-rate": (81, "a peer was built with other constants (a learning rate, say)"),

@@ -221,13 +221,51 @@ def test_the_digits_mlp_on_any_layout(tmp_path):
     assert r.stdout == want, r.stderr
 
 
-@pytest.mark.parametrize("case", ["undefined-bit", "base-out-of-range", "too-many-spills",
-                                  "record-without-spill", "good"])
-def test_a_malformed_accumulator_is_refused_by_name(case, tmp_path):
-    """The center of an exact star, its four owners played here: owner 0's combine frame with a
-    bad header, a spill count past the sums, or a spill record for a sum not marked spilled is
-    refused `frame-bad-accumulator` before any other use; well-formed empty sums pass (the
-    center then waits for the others, and sees them leave: peer-lost)."""
+def hostile_cases(P: int, rng) -> dict[str, tuple[list[int], list[list[int]], str]]:
+    """Owner 0's combine frames (formats.XF_*): the first frame's words (the sums' expansions,
+    n, the record count, the spill count) and the later frames' words, each with the refusal the
+    center must give (peer-lost: well formed, it waits for the others, which leave; None: any
+    of those refusals, by name)."""
+    from alphac.formats import XC_MAX_BASE, XC_RECORD_WORDS, XF_RECORD_WORDS, XF_TAIL
+    assert XF_TAIL == 3
+
+    def head(recs=0, spills=0):
+        return [1 << 63] * (2 * P) + [1, recs, spills]          # -0.0 expansions, n = 1
+
+    def rec(j, header, *digits):
+        return [j, header, *digits] + [0] * (XF_RECORD_WORDS - 2 - len(digits))
+    win = 8 | (3 << 8)                                    # a window at base 2
+    bad = "frame-bad-accumulator"
+    cases = {
+        "good": (head(), [], "peer-lost"),
+        "a good record": (head(1), [rec(P - 1, win, 5)], "peer-lost"),
+        "records past the sums": (head(P + 1), [], bad),
+        "a negative record count": (head(2**64 - 1), [], bad),
+        "spills past the records": (head(0, 1), [], bad),
+        "an index out of range": (head(1), [rec(P, win, 5)], bad),
+        "a negative index": (head(1), [rec(2**64 - 1, win, 5)], bad),
+        "indices not increasing": (head(2), [rec(1, win, 5) + rec(1, win, 5)], bad),
+        "an empty record": (head(1), [rec(0, 0)], bad),
+        "an undefined bit": (head(1), [rec(0, 1 << 20)], bad),
+        "a base out of range": (head(1), [rec(0, 8 | ((XC_MAX_BASE + 2) << 8))], bad),
+        "a truncated record": (head(2), [rec(0, win, 5)], "frame-truncated"),
+        "a spill record for a windowed sum": (head(1, 1), [rec(0, win, 5), [0] * XC_RECORD_WORDS], bad),
+    }
+    for i in range(4):                                     # random counts and records
+        recs = rng.choice([rng.randint(0, 2 * P), rng.getrandbits(64)])
+        words = [rng.choice([rng.getrandbits(64), rng.randint(0, P)])
+                 for _ in range(XF_RECORD_WORDS * min(recs, 3))]
+        cases[f"random {i}"] = (head(recs, rng.randint(0, 3)), [words] if words else [], None)
+    return cases
+
+
+def test_a_hostile_combine_frame_is_refused_by_name(tmp_path):
+    """The center of an exact star, its four owners played here: owner 0's combine frames with a
+    count past the payload or the sums, a record's index out of range or out of order, a
+    malformed or empty record header, a truncated record, a spill record for a sum not marked
+    spilled are each refused by name before any other use; well-formed frames pass (the center
+    then waits for the others, and sees them leave: peer-lost); random counts and records give
+    one of those refusals, never a crash."""
     import socket
     import struct
     import time
@@ -237,7 +275,6 @@ def test_a_malformed_accumulator_is_refused_by_name(case, tmp_path):
     from alphac.dist.identity import digests
     from alphac.dist.structure import Role
     from alphac.driver import compile_deployments
-    from alphac.formats import XC_MAX_BASE, XC_RECORD_WORDS, XC_SPILLED, XC_WORDS
     from alphac.lower.role import code_of
     from alphac.refusals import REFUSALS
     plan = compile_deployments(write(tmp_path, "lsq_adam"))[1]["lsq_adam_star"]
@@ -245,50 +282,43 @@ def test_a_malformed_accumulator_is_refused_by_name(case, tmp_path):
     exe.write_bytes(build_role(plan, Role("coordinator"), "x86_64").elf)
     exe.chmod(0o755)
     ident, P = digests(plan.dep), 6                       # w's 5 sums and the loss sum
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    p = subprocess.Popen([str(exe), "--steps", "1", "--deadline-ms", "2000", "--listen",
-                          f"127.0.0.1:{port}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    conns = []
-    try:
-        for k in range(4):
-            t0 = time.monotonic()
-            while True:
-                try:
-                    conns.append(socket.create_connection(("127.0.0.1", port), timeout=5))
-                    break
-                except OSError:
-                    assert time.monotonic() - t0 < 5
-                    time.sleep(0.02)
-            code = code_of(plan, Role("owner", k))
-            frames.connect(conns[k], code, code_of(plan, Role("coordinator")), ident, 1)
-        words = [0] * (P * XC_WORDS) + [1, 0]             # empty sums, n = 1, no spills
-        extra = b""
-        if case == "undefined-bit":
-            words[0] = 1 << 20
-        elif case == "base-out-of-range":
-            words[0] = 8 | ((XC_MAX_BASE + 2) << 8)
-        elif case == "too-many-spills":
-            words[-1] = P + 1
-        elif case == "record-without-spill":
-            words[-1] = 1
-            extra = frames.encode(2, code_of(plan, Role("owner", 0)),
-                                  struct.pack(f"<{XC_RECORD_WORDS}q", 0, *[0] * (XC_RECORD_WORDS - 1)), ident)
-        assert XC_SPILLED == 16
-        conns[0].sendall(frames.encode(2, code_of(plan, Role("owner", 0)),
-                                       struct.pack(f"<{len(words)}q", *words), ident) + extra)
-        if case == "good":
-            for c in conns[1:]:
+    names = {REFUSALS[n][0]: n for n in ("peer-lost", "frame-bad-accumulator", "frame-truncated")}
+    for case, (first, later, name) in hostile_cases(P, random.Random(43)).items():
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        p = subprocess.Popen([str(exe), "--steps", "1", "--deadline-ms", "2000", "--listen",
+                              f"127.0.0.1:{port}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        conns = []
+        try:
+            for k in range(4):
+                t0 = time.monotonic()
+                while True:
+                    try:
+                        conns.append(socket.create_connection(("127.0.0.1", port), timeout=5))
+                        break
+                    except OSError:
+                        assert time.monotonic() - t0 < 5
+                        time.sleep(0.02)
+                code = code_of(plan, Role("owner", k))
+                frames.connect(conns[k], code, code_of(plan, Role("coordinator")), ident, 1)
+            me = code_of(plan, Role("owner", 0))
+            data = b"".join(frames.encode(2, me, struct.pack(f"<{len(w)}Q", *w), ident)
+                            for w in [first] + later)
+            conns[0].sendall(data)
+            if name == "peer-lost" or name is None:        # (a random one may wait for more)
+                for c in conns[1 if name else 0:]:
+                    c.close()
+            out, err = p.communicate(timeout=10)
+        finally:
+            for c in conns:
                 c.close()
-        out, err = p.communicate(timeout=10)
-    finally:
-        for c in conns:
-            c.close()
-        if p.poll() is None:
-            p.kill()
-    name = "peer-lost" if case == "good" else "frame-bad-accumulator"
-    assert (p.returncode, out, err) == (REFUSALS[name][0], "", f"refused: {name}\n")
+            if p.poll() is None:
+                p.kill()
+        if name is None:                                   # any of the refusals, by name
+            assert p.returncode in names and (out, err) == ("", f"refused: {names[p.returncode]}\n"), case
+        else:
+            assert (p.returncode, out, err) == (REFUSALS[name][0], "", f"refused: {name}\n"), case
 
 
 SPREAD = """learner spread
@@ -373,11 +403,33 @@ def adversarial_columns() -> list[list[float]]:
         [-(2.0 ** 100), 2.0 ** 100, -3 * 2.0 ** 142] + [0.0] * 10,                     # negative, top digit only
         [1.0, 2.0 ** -53, sub] + [0.0] * 10,          # an expansion's lo + 2^-1074 inexact: breaks the tie
         [-1.0, -(2.0 ** -53), -sub] + [0.0] * 10,     # the same, negative (a pair of expansions)
+        # across OWNERS' samples 0..4, 4..8, 8..13, each owner's expansion exact: the combine's
+        [1.0, 2.0 ** -53, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 2.0 ** -53] + [0.0] * 4,   # a child's lo counts
+        [big, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, -big] + [0.0] * 4,         # cancels across owners
+        [mx, 0.0, 0.0, 0.0, mx, 0.0, 0.0, 0.0, -mx] + [0.0] * 4,           # MAX + MAX - MAX
+        [-0.0] * 8 + [0.0] + [-0.0] * 4,                                     # +0.0 from one owner
+        # the last, odd coordinate: xe_add_lanes' one-lane path (the loss sum's)
+        [1.0, 0.0, 0.0, 0.0, 2.0 ** -53, 0.0, 0.0, 0.0, sub] + [0.0] * 4,   # inexact at the parent
     ]
+    assert len(cols) % 2 == 1
     return cols
 
 
-def blocks_learner(tmp_path: Path) -> tuple[Path, str]:
+OWNERS = """
+deployment blocks_star {
+  roles coordinator, owner[3]
+  topology star(coordinator)
+  samples owner[0] = 0..4, owner[1] = 4..8, owner[2] = 8..13
+}
+deployment blocks_tree {
+  roles owner[5]
+  topology hierarchy(fanout 2)
+  samples owner[0] = 0..4, owner[1] = 4..8, owner[2] = 8..10, owner[3] = 10..13, owner[4] = 13..13
+}
+"""
+
+
+def blocks_learner(tmp_path: Path, extra: str = "") -> tuple[Path, str]:
     """The learner whose gradient columns are adversarial_columns(), and the oracle's 2 steps."""
     import numpy as np
 
@@ -387,7 +439,7 @@ def blocks_learner(tmp_path: Path) -> tuple[Path, str]:
     src = tmp_path / "blocks.alpha"
     src.write_text(f"learner blocks\ncontract exact_sum\ndata x = load(\"x.npy\")\n"
                    f"param w: f64[{len(cols)}] = -0.0\nloss(i) = dot(w, x[i])\n"
-                   "update {\n  w = grad(w) + 0.5 * w\n}\n")     # a zero sum's sign shows
+                   "update {\n  w = grad(w) + 0.5 * w\n}\n" + extra)     # a zero sum's sign shows
     lr, state = exact_oracle(src, 2, 13)
     assert [math.copysign(1.0, v) for v in state["w"][6:8]] == [-1.0, 1.0]
     return src, interp.format_state(lr, state)
@@ -401,6 +453,8 @@ EXPANSION_MUTANTS = {
     "the fallback's lanes swapped": ("x + 8 + 8 * j, 1, lanes, stride)", "x + 8 * j, 1, lanes, stride)"),
     "the accumulators taken for empty (xe_dirty ignored)": ("let clean = load64(xe_dirty) == 0;",
                                                               "let clean = 1;"),
+    "the one-lane path's check dropped": ("            bad1 = bad1 + f1 * f1;\n", ""),
+    "the one-lane path's error not kept": ("            lo1 = u1;\n", ""),
 }
 
 
@@ -441,3 +495,110 @@ def test_blocked_exact_sums_take_adversarial_terms(tmp_path):
         alphac("build", src, "--target", target, "-o", exe)
         r = run_exe(exe, "--steps", 2, target="aarch64" if target == "aarch64" else "x86_64")
         assert (r.stdout, r.stderr) == (want, ""), target
+
+
+def role_mutant(old: str, new: str, unchecked: bool = False):
+    """role_source with `old` replaced by `new` in the combining roles' lines that hold it (at
+    least one) that call xe_add_lanes; `unchecked`: their
+    xe_add_lanes a copy without the exactness check (an inexact combine taken for exact)."""
+    import re as _re
+
+    from alphac.lower import role as role_module
+    from alphac.runtime import source
+    real = role_module.role_source
+    fn = _re.search(r"fn xe_add_lanes\(.*?\n}\n", source("xsum"), _re.S).group(0)
+    copy = fn.replace("fn xe_add_lanes(", "fn xe_add_unchecked(").replace("bad = bad + f * f;", "")
+    copy = copy.replace("bad1 = bad1 + f1 * f1;", "")
+
+    def mutated(plan, role, gpu=None):
+        text, blobs = real(plan, role, gpu)
+        if "xe_add_lanes(xcomb" in text:
+            lines = text.split("\n")
+            hit = [i for i, ln in enumerate(lines) if old in ln and "xe_add_lanes(xcomb" in ln]
+            assert hit
+            for i in hit:
+                lines[i] = lines[i].replace(old, new)
+            text = "\n".join(lines)
+            if unchecked:
+                text = text.replace("xe_add_lanes(xcomb", "xe_add_unchecked(xcomb") + "\n" + copy
+        return text, blobs
+    return mutated
+
+
+COMBINE_MUTANTS = {
+    "the parent drops a child's lo": (", 2);", ", 1);", False),
+    "the parent takes an inexact combine for exact": ("xe_add_lanes(xcomb", "xe_add_lanes(xcomb", True),
+}
+
+
+def test_adversarial_sums_across_owners(tmp_path, monkeypatch):
+    """The adversarial columns over a 3-owner star and a 5-owner hierarchy (its aggregators pass
+    their children's expansions and records up): the launched roles publish the Fraction
+    oracle's bits, each owner's expansion exact and the parents' combines not, cancellation,
+    MAX + MAX - MAX and a +0.0 across owners; each mutant of the parent's combine, on the star,
+    publishes other bits (or fails)."""
+    from alphac.lower import role as role_module
+    src, want = blocks_learner(tmp_path, OWNERS)
+    for dep in ("blocks_star", "blocks_tree"):
+        rec = launch(build_deployment(src, dep, tmp_path / "roles"), tmp_path, steps=2)
+        assert rec["published"] == want, dep
+    from alphac.tools.launch import launch as run
+    for name, (old, new, unchecked) in sorted(COMBINE_MUTANTS.items()):
+        with monkeypatch.context() as m:
+            m.setattr(role_module, "role_source", role_mutant(old, new, unchecked))
+            out = build_deployment(src, "blocks_star", tmp_path / name.replace(" ", "_"))
+            rec = run(out, records=tmp_path / "runs", steps=2)
+        assert not rec["passed"] or rec["published"] != want, name
+
+
+def test_an_owners_frame_is_its_expansions_alone(tmp_path):
+    """Owner 1 of the lsq_adam star (samples 1..3), its coordinator played here: its combine frame
+    is the sums' expansions, n and two zero counts (formats.XF_*: 16 bytes a sum, no record, no
+    second frame), and each sum's s + lo is exactly the Fraction sum of its samples' terms (the
+    loss sum's too), from the interpreter's per-sample gradients and losses."""
+    import socket
+    import struct
+    from fractions import Fraction
+
+    import frames
+    from alphac.dist.identity import digests
+    from alphac.dist.structure import Role
+    from alphac.driver import compile_deployments
+    from alphac.formats import XF_TAIL
+    from alphac.ir import interp
+    from alphac.lower.role import code_of
+    src = write(tmp_path, "lsq_adam")
+    compiled, plans = compile_deployments(src)
+    lr, plan = compiled.learner, plans["lsq_adam_star"]
+    roles = build_deployment(src, "lsq_adam_star", tmp_path / "roles")
+    P, ident = sum(p.size for p in lr.params) + 1, digests(plan.dep)
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(1)
+        p = subprocess.Popen([str(roles / "owner.1"), "--steps", "1", "--deadline-ms", "2000", "--parent",
+                              f"127.0.0.1:{srv.getsockname()[1]}"], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+        try:
+            srv.settimeout(5)
+            conn, _ = srv.accept()
+            who, answer, _ = frames.accept(conn, code_of(plan, Role("coordinator")), ident, 1)
+            conn.sendall(answer)
+            h = frames.decode_header(frames.recv_exact(conn, frames.HEADER))
+            payload = frames.recv_exact(conn, h["length"])
+            conn.close()
+        finally:
+            p.kill()
+            p.wait()
+    assert (h["kind"], h["length"]) == (2, 8 * (2 * P + XF_TAIL))
+    words = struct.unpack(f"<{2 * P}d3q", payload)
+    assert words[2 * P:] == (2, 0, 0)                     # n = 2 samples, no record, no spill
+    from alphac.ir.batch import loss_rows
+    state = interp.initial_state(lr)
+    terms = [interp.per_sample_gradient(lr, state, i) for i in range(1, 3)]
+    want = [sum(Fraction(t[p_.name][j]) for t in terms) for p_ in lr.params for j in range(p_.size)]
+    want.append(sum(Fraction(v) for rows in loss_rows(lr, state, range(1, 3)) for v in rows.tolist()))
+    got, at = [], 0                         # each param's s words, then its lo words; the loss's
+    for size in [p_.size for p_ in lr.params] + [1]:
+        got += [Fraction(words[at + j]) + Fraction(words[at + size + j]) for j in range(size)]
+        at += 2 * size
+    assert got == want

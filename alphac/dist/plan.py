@@ -42,7 +42,7 @@ executable declares for them); `admit` refuses a role one byte over its declared
 """
 from __future__ import annotations
 
-from alphac.formats import XC_WORDS, XS_DIGITS
+from alphac.formats import XC_WORDS, XF_RECORD_WORDS, XF_TAIL, XS_DIGITS
 from alphac.npy import CHUNK
 
 from dataclasses import dataclass
@@ -469,10 +469,11 @@ class Plan:
                 if self.mesh:
                     out["the other owners' (G, n) for its coordinates"] = \
                         (dep.owners - 1) * (8 * self.slice_total(k) + 16)
-                if lr.exact:                # exact_sum: accumulators, spill regions and records
-                    out["exact accumulators (G, L), n, spills"] = 8 * XC_WORDS * (ptotal + 1) + 16
-                    out["exact spill regions and records (touched where sums spill)"] = \
-                        8 * (2 * XS_DIGITS + 1) * (ptotal + 1)
+                if lr.exact:                # exact_sum: expansions, accumulators, spills, records
+                    out["exact expansions and accumulators (G, L), n, counts"] = \
+                        8 * (2 + XC_WORDS) * (ptotal + 1) + 8 * XF_TAIL
+                    out["exact spill regions and records (touched where written)"] = \
+                        8 * (2 * XS_DIGITS + 1 + XF_RECORD_WORDS) * (ptotal + 1)
             for s in lr.states:
                 if s.group is None:
                     out.setdefault("scalar state (old, new)", 0)
@@ -492,10 +493,11 @@ class Plan:
             if self.has_loss:
                 out["the loss sum and n"] = 16
         elif self.has_loss and lr.exact:
-            per = 8 * (XC_WORDS + XS_DIGITS) * (ptotal + 1) + 16   # accumulators and spill regions
-            out["children's exact (G, L, n)"] = kids * per
-            out["combined exact (G, L, n), spill records, rounded (G, n)"] = \
-                per + 8 * (XS_DIGITS + 1) * (ptotal + 1) + 8 * ptotal + 16
+            # expansions, accumulators, spill regions, n and counts; a child's records too
+            per = 8 * (2 + XC_WORDS + XS_DIGITS) * (ptotal + 1) + 8 * XF_TAIL
+            out["children's exact (G, L, n)"] = kids * (per + 8 * XF_RECORD_WORDS * (ptotal + 1) + 8)
+            out["combined exact (G, L, n), spill and accumulator records, rounded (G, n)"] = \
+                per + 8 * (XS_DIGITS + 1 + XF_RECORD_WORDS) * (ptotal + 1) + 8 * ptotal + 16
         elif self.has_loss:
             out["children's (G, n)"] = kids * (8 * ptotal + 8)
             out["combined (G, n)"] = 8 * ptotal + 8

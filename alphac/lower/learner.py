@@ -11,7 +11,7 @@ order (the contract in alphac.ir.autodiff and alphac.ir.interp):
                              XB_p lane by lane, then xe_add_lanes into the expansions XE,
                              falling back to the accumulators XA, XSP: alphac/runtime/xsum.rt)
     learner_exact_round()    exact_sum only: G_p and L_sum, each exact sum rounded once
-    learner_exact_flush()    exact_sum only: the expansions into XA (a role's frame)
+    learner_exact_flush()    exact_sum only: the expansions into XA (a GPU owner's host)
     learner_mean(n)          loss_mean = L_sum / n, and mean_n = n: no pass of its own over G_p,
                              grad(p) = G_p / n is divided where the update reads it (fused)
     learner_reduce()         the update's reduced scalars (dot, sum, max(v) of coordinate
@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import struct
 
-from alphac.formats import XC_WORDS, XS_DIGITS
+from alphac.formats import XC_WORDS, XF_TAIL, XS_DIGITS
 from alphac.math.binary64 import bits
 from alphac.ir.learner import (Assign, Bcast, Clock, Const, DataRow, Dot, Elem, Gather, Grad, Learner,
                                MatVec, Max, Scatter, bad_label, label_columns, label_of, label_where,
@@ -52,7 +52,6 @@ from alphac.math.lanes import FAST as LANE_FAST, lane_name, lane_source
 
 UNROLL = 8
 AHEAD = 4096         # a block prefetches the rows of the block at least this many bytes on
-EXPANSION_MIN = 4     # exact_sum: a call of learner_grad with fewer samples adds them without expansions
 SAMPLE_LANES = 4      # learner_grad's samples per block (full batch, not exact_sum); 8 with f64x8
 BLOCK_NODES = 500     # a per-sample DAG above this many nodes (windows unrolled) is not blocked
 EXACT_BLOCK_NODES = 150   # nor, under exact_sum, above this many (seq_attention's 204: 27 s at v4)
@@ -898,8 +897,7 @@ class LearnerCode:
             if any(scattered(lr, p.name) for p in lr.params):
                 em.put(f"xc_clear_n(XA, XSP, {P});")
             else:
-                em.put(f"xe_clear_acc(XA, XSP, {P - 1});")
-                em.put(f"xc_clear_n({exact_at(lr, None, '0')}, 1);")
+                em.put(f"xe_clear_acc(XA, XSP, {P});")
             em.put(f"xe_clear_n(XE, {2 * P});")   # the expansions
         else:
             em.put(f"storef(L_sum, {flit(-0.0)});")
@@ -1026,13 +1024,12 @@ class LearnerCode:
                     vals.vloop(a, b, body, vals.vectorizable(nodes))
             if lr.exact:                     # the terms in XB_p, each into its accumulator
                 at = f"{exact_at(lr, p.name, '0')}, {expansion_at(lr, p.name)}, XB_{p.name}, {p.size}"
-                em.put(f"xe_add_lanes({at}, {lanes});" if lanes > 1 else   # few samples: no expansions
-                       f"xe_add_sample({at}, hi - lo < {EXPANSION_MIN});")
+                em.put(f"xe_add_lanes({at}, {lanes});")
         vals.prepare([lr.loss])              # the sample's loss, summed like a gradient
         if lr.exact:
             for s, loss in enumerate(vals.all(lr.loss, None)):
                 em.put(f"storef(XT + {8 * s}, {loss});")
-            em.put(f"xc_add_lanes({exact_at(lr, None, '0')}, XT, 1, {lanes});")
+            em.put(f"xe_add_lanes({exact_at(lr, None, '0')}, {expansion_at(lr, None)}, XT, 1, {lanes});")
             return
         for loss in vals.all(lr.loss, None):
             em.put(f"storef(L_sum, loadf(L_sum) + {loss});")
@@ -1130,7 +1127,7 @@ class LearnerCode:
             at = f"{exact_at(self.lr, p.name, '0')}, {expansion_at(self.lr, p.name)}, {p.size}"
             em.put(f"xe_round_into(G_{p.name}, {at});")
             flush.put(f"xe_flush_n({at});")
-        em.put(f"storef(L_sum, xc_round({exact_at(self.lr, None, '0')}));")
+        em.put(f"xe_round_into(L_sum, {exact_at(self.lr, None, '0')}, {expansion_at(self.lr, None)}, 1);")
         return self.function("learner_exact_round", "", em) + \
             self.function("learner_exact_flush", "", flush)
 
@@ -1410,12 +1407,12 @@ class LearnerCode:
             decls.append(f"global G_{p.name}: [f64; {p.size}];")
             if scattered(lr, p.name):         # how many indices named each row (learner_grad)
                 decls.append(f"global GN_{p.name}: [f64; {p.shape[0]}];")
-        if lr.exact_sums:      # every param's coordinates, the loss; n, spills
+        if lr.exact_sums:      # every param's coordinates, the loss
             P = exact_count(lr)
-            decls.append(f"global XA: [i64; {P * XC_WORDS + 2}];")
+            decls.append(f"global XA: [i64; {P * XC_WORDS}];")
             decls.append(f"global XSP: [i64; {P * XS_DIGITS}];")   # touched only where a sum spills
-            if lr.exact and lr.loss is not None:   # learner_grad's expansions (xsum.rt: s, lo)
-                decls.append(f"global XE: [f64; {2 * P}];")
+            if lr.exact and lr.loss is not None:   # learner_grad's expansions (xsum.rt: s, lo),
+                decls.append(f"global XE: [f64; {2 * P + XF_TAIL}];")   # a role's frame (XF_*)
         body = ""
         if lr.loss is not None:
             body += self.gen_grad() + self.gen_mean()
@@ -1479,8 +1476,9 @@ def exact_first(lr: Learner, param: str | None) -> int:
     return k
 
 
-def expansion_at(lr: Learner, param: str) -> str:
-    """exact_sum: `param`'s expansions in XE (xsum.rt's xe_add_lanes: its s words, then its lo)."""
+def expansion_at(lr: Learner, param: str | None) -> str:
+    """exact_sum: `param`'s (None: the loss sum's) expansions in XE (xsum.rt's xe_add_lanes: its
+    s words, then its lo)."""
     return f"XE + {16 * exact_first(lr, param)}"
 
 

@@ -32,9 +32,9 @@ from __future__ import annotations
 
 from alphac.diag import BuildError
 from alphac.dist.identity import COMPONENTS, digests, short
-from alphac.formats import CKPT_RECORD, FRAME_KINDS as KINDS, XC_WORDS, XS_DIGITS
+from alphac.formats import CKPT_RECORD, FRAME_KINDS as KINDS, XC_WORDS, XF_RECORD_WORDS, XF_TAIL, XS_DIGITS
 from alphac.lower import ckpt, gpu as gpu_lowering
-from alphac.lower.learner import clock_call
+from alphac.lower.learner import clock_call, scattered
 from alphac.dist.plan import Plan
 from alphac.dist.structure import Leaf, Role, Star
 from alphac.ir.learner import update_reductions
@@ -70,11 +70,12 @@ class RoleLowering:
             self.poff[p.name] = off
             off += p.size
         self.P = off + (1 if self.lr.loss is not None else 0)   # the loss sum follows G
-        # exact_sum: (G, L, n) travel unrounded: P compact accumulators (XC_WORDS words each),
-        # n and the spill count in one frame, then the spilled sums' records in a second
+        # exact_sum: (G, L, n) travel unrounded (formats.XF_*): each sum's expansion, n and the
+        # counts in one frame, the written accumulators' records in a second, spills in a third
         self.exact = self.lr.exact_sums
         self.PX = self.P * XC_WORDS
-        self.acc = ("XA", "XSP") if self.owner else ("xcomb", "xcsp")   # what this role sends up
+        self.XW = 2 * self.P + XF_TAIL
+        self.acc = ("XA", "XSP", "XE") if self.owner else ("xcomb", "xcsp", "xecomb")   # what it sends up
         if self.exact and self.owner and self.children:
             raise BuildError(f"{role}: an owner that combines is not built under exact_sum")
         self.lines: list[str] = []
@@ -197,10 +198,8 @@ class RoleLowering:
             else:
                 self.put(f"learner_grad({lo}, {hi});")
             n = 'n' if lr.batch else hi - lo
-            if self.exact:                # learner_grad's accumulators are the frame (XA)
-                if self.gpu is None or hi <= lo:      # (grad_lines flushes the host's)
-                    self.put("learner_exact_flush();")
-                self.put(f"store64(XA + {8 * self.PX}, {n});")
+            if self.exact:                # learner_grad's expansions and accumulators are the frame
+                self.put(f"store64(XE + {16 * P}, {n});")   # (grad_lines flushes the host's into XA)
                 return
             for p in self.params:
                 self.put(f"vec_copy(comb + {8 * self.poff[p.name]}, G_{p.name}, {p.size});")
@@ -332,10 +331,17 @@ class RoleLowering:
                 S = self.block_words - 2
                 return self.send(peer, kind, f"{self.mesh_top} + {8 * S}", 2)
         if kind == "combine" and self.exact:
-            acc, sp = self.acc
-            self.put(f"let spills = xc_pack_spills({acc}, {sp}, {P}, xspill);")
-            self.put(f"store64({acc} + {8 * (self.PX + 1)}, spills);")
-            self.send(peer, kind, acc, self.PX + 2)
+            acc, sp, e = self.acc
+            # only a fallback writes an accumulator (xe_dirty), or a scattered gradient
+            scan = "0" if self.owner and self.scattered() else f"{P} * (load64(xe_dirty) == 0)"
+            self.put(f"let recs = xr_pack({acc}, {scan}, {P}, xrec);")
+            self.put("let spills = 0;")
+            self.put(f"if recs > 0 {{ spills = xc_pack_spills({acc}, {sp}, {P}, xspill); }}")
+            self.put(f"store64({e} + {8 * (2 * P + 1)}, recs);")
+            self.put(f"store64({e} + {8 * (2 * P + 2)}, spills);")
+            self.send(peer, kind, e, self.XW)
+            self.put(f"if recs > 0 {{ frame_send({self.fd(peer)}, {KINDS[kind]}, v, xrec, "
+                     f"{8 * XF_RECORD_WORDS} * recs); }}")
             self.put(f"if spills > 0 {{ frame_send({self.fd(peer)}, {KINDS[kind]}, v, xspill, "
                      f"{8 * (XS_DIGITS + 1)} * spills); }}")
         elif kind == "combine":
@@ -361,17 +367,23 @@ class RoleLowering:
             return
         if kind == "combine" and self.exact:
             k = self.children.index(peer)
-            self.recv(peer, kind, f"xcb{k}", self.PX + 2)
-            # a received header's base drives addresses: checked before any use
-            self.put(f"if xc_check_n(xcb{k}, {P}) == 0 {{ refuse(\"frame-bad-accumulator\"); }}")
-            self.put(f"let spills{k} = load64(xcb{k} + {8 * (self.PX + 1)});")
-            self.put(f"if ult({P}, spills{k}) {{ refuse(\"frame-bad-accumulator\"); }}")
+            self.recv(peer, kind, f"xcb{k}", self.XW)
+            # the counts drive lengths and a record's index and header addresses: checked first
+            self.put(f"let recs{k} = load64(xcb{k} + {8 * (2 * P + 1)});")
+            self.put(f"let spills{k} = load64(xcb{k} + {8 * (2 * P + 2)});")
+            self.put(f"if ult({P}, recs{k}) || ult(recs{k}, spills{k}) {{ refuse(\"frame-bad-accumulator\"); }}")
+            self.put(f"if recs{k} > 0 {{")
+            n = f"{8 * XF_RECORD_WORDS} * recs{k}"
+            self.put(f"    frame_recv({self.fd(peer)}, {self.code(peer)}, {KINDS[kind]}, v, "
+                     f"room(xrec{k}, 8, {n}, \"frame-bad-accumulator\"), {n});")
+            self.put(f"    if xr_unpack(xca{k}, {P}, xrec{k} + 8, recs{k}) == 0 {{ refuse(\"frame-bad-accumulator\"); }}")
+            self.put("}")
             self.put(f"if spills{k} > 0 {{")
             n = f"{8 * (XS_DIGITS + 1)} * spills{k}"
             self.put(f"    frame_recv({self.fd(peer)}, {self.code(peer)}, {KINDS[kind]}, v, "
                      f"room(xspill, 0, {n}, \"frame-bad-accumulator\"), {n});")
             self.put("}")
-            self.put(f"if xc_unpack_spills(xcb{k}, xcbsp{k}, {P}, xspill, spills{k}) == 0 "
+            self.put(f"if xc_unpack_spills(xca{k}, xcasp{k}, {P}, xspill, spills{k}) == 0 "
                      f"{{ refuse(\"frame-bad-accumulator\"); }}")
         elif kind == "combine":
             self.recv(peer, kind, f"cb{self.children.index(peer)}", P + 1)
@@ -433,23 +445,37 @@ class RoleLowering:
             return dst
         return emit(self.plan.dep.combine_tree())
 
+    def scattered(self) -> bool:
+        return any(scattered(self.lr, p.name) for p in self.params)
+
     def combine_exact(self) -> None:
-        """exact_sum: the children's accumulators added into xcomb in child order (integer
-        additions: any order gives the same sums, so no tree is followed), their n added; a
-        child's spill regions zeroed after use. The root rounds each sum once into comb, which
-        the delivery and the loss event read."""
-        P, PX = self.P, self.PX
-        self.put(f"xc_clear_n(xcomb, xcsp, {P});")
-        self.put(f"store64(xcomb + {8 * PX}, 0);")
+        """exact_sum: the children's expansions added into xecomb as two terms a coordinate by
+        xsum.rt's 2Sum lanes (an inexact lane falls back to xcomb), their records' accumulators
+        merged into xcomb (xe_dirty: xcomb written), their n added, in child order (any order
+        gives the same sums, so no tree is followed). The root rounds each sum once into comb
+        (xe_round_into), which the delivery and the loss event read."""
+        P, z = self.P, 8 * XC_WORDS
+        self.put(f"if load64(xe_dirty) != 0 {{ xc_clear_n(xcomb, xcsp, {P}); }}")
+        self.put("store64(xe_dirty, 0);")
+        self.put(f"xe_clear_n(xecomb, {2 * P});")
+        self.put(f"store64(xecomb + {16 * P}, 0);")
+        sums = [(self.poff[p.name], p.size) for p in self.params] + [(P - 1, 1)]   # and the loss
         for k in range(len(self.children)):
             with self.kid(k):
-                self.put(f"xc_merge_n(xcomb, xcsp, xcb{k}, xcbsp{k}, {P});")
-                self.put(f"store64(xcomb + {8 * PX}, load64(xcomb + {8 * PX}) + load64(xcb{k} + {8 * PX}));")
-                # its spill regions zeroed for the next step (its words the next frame overwrites)
-                self.put(f"if load64(xcb{k} + {8 * (PX + 1)}) > 0 {{ xc_clear_n(xcb{k}, xcbsp{k}, {P}); }}")
+                for f, size in sums:
+                    self.put(f"xe_add_lanes(xcomb + {z * f}, xcsp + {8 * XS_DIGITS * f}, xecomb + {16 * f}, "
+                             f"xcb{k} + {16 * f}, {size}, 2);")
+                self.put(f"if load64(xcb{k} + {8 * (2 * P + 1)}) > 0 {{")    # (its count: xr_merge's)
+                self.put("    store64(xe_dirty, 1);")
+                self.put(f"    store64(xrec{k}, load64(xcb{k} + {8 * (2 * P + 1)}));")
+                self.put(f"    xr_merge(xcomb, xcsp, xca{k}, xcasp{k}, {P}, xrec{k});")
+                self.put("}")
+                self.put(f"store64(xecomb + {16 * P}, load64(xecomb + {16 * P}) + load64(xcb{k} + {16 * P}));")
         if self.role == self.plan.root:
-            self.put(f"xc_round_into(comb, xcomb, xcsp, {P});")
-            self.put(f"store64(comb + {8 * P}, load64(xcomb + {8 * PX}));")
+            for f, size in sums:
+                self.put(f"xe_round_into(comb + {8 * f}, xcomb + {z * f}, xcsp + {8 * XS_DIGITS * f}, "
+                         f"xecomb + {16 * f}, {size});")
+            self.put(f"store64(comb + {8 * P}, load64(xecomb + {16 * P}));")
 
     # -- checkpoints -----------------------------------------------------------------------------
     def holdings(self, k: int | None = None) -> list[tuple[str, int, int]]:
@@ -539,12 +565,15 @@ class RoleLowering:
                  f"global msg: [f64; {self.msg_words}];",
                  f"global comb: [f64; {self.P + 1}];",
                  "global g_n: [i64; 1];"]
-        if self.exact:              # spill regions and records: .bss, touched only where sums spill
-            head += [f"global xspill: [i64; {self.P * (XS_DIGITS + 1)}];"]
+        if self.exact:              # spill regions and records: .bss, touched only where written
+            rec = f"[i64; {self.P * XF_RECORD_WORDS}]"
+            head += [f"global xspill: [i64; {self.P * (XS_DIGITS + 1)}];", f"global xrec: {rec};"]
             if kids:
-                head += [f"global xcomb: [i64; {self.PX + 2}];", f"global xcsp: [i64; {self.P * XS_DIGITS}];"]
-            head += [f"global xcb{k}: [i64; {self.PX + 2}];" for k in range(len(kids))]
-            head += [f"global xcbsp{k}: [i64; {self.P * XS_DIGITS}];" for k in range(len(kids))]
+                head += [f"global xcomb: [i64; {self.PX}];", f"global xcsp: [i64; {self.P * XS_DIGITS}];",
+                         f"global xecomb: [f64; {self.XW}];"]
+            for k in range(len(kids)):      # a child's frame, its records, their accumulators
+                head += [f"global xcb{k}: [f64; {self.XW}];", f"global xrec{k}: [i64; {1 + self.P * XF_RECORD_WORDS}];",
+                         f"global xca{k}: [i64; {self.PX}];", f"global xcasp{k}: [i64; {self.P * XS_DIGITS}];"]
         elif not self.mesh:
             head += [f"global cb{k}: [f64; {self.P + 1}];" for k in range(len(kids))]
         head += self.mesh_declarations()
