@@ -3,6 +3,7 @@ of coordinates in f64x2 (SSE2 packed double, NEON .2d) give the interpreter's bi
 for sizes that leave remainders (odd coordinate counts, a last block of fewer samples, a 2-D
 gradient whose rows are odd), and the generated code really takes those shapes where it may,
 and does not where it must not (a call of the elementary-function library: max, tanh)."""
+import math
 import os
 import re
 
@@ -12,6 +13,8 @@ from alphac.build import build_learner
 from alphac.driver import compile_file
 from alphac.ir import interp
 from alphac.lower.learner import SAMPLE_LANES, learner_source
+from alphac.lower.target import target as target_record
+from alphac.targets import host_runs
 from backend import run_exe
 
 # 7 samples: a block of 4, then 3 one at a time. w has 21 coordinates (10 pairs and one), W is
@@ -161,3 +164,42 @@ def test_fewer_samples_than_a_block_equal_the_interpreter(target, tmp_path):
     os.chmod(exe, 0o755)
     p = run_exe(exe, "--steps", "6", target=target)
     assert p.returncode == 0 and p.stdout == interp.format_state(lr, interp.run(lr, 6))
+
+
+# A 2-D gradient's rows two at a time (GRAD_ROWS, issue 43): 19 samples (blocks of 8 or 4, then
+# the rest one at a time), W 5 x 11 (two pairs of rows, then the last row alone; a row's columns
+# in 8, 4, 2 and 1), values whose every sum rounds, and the state keeps grad(W): a sum that
+# takes a block's samples out of order shows in the bits.
+GU = [[round(math.sin(1 + 7 * i + 3 * k), 6) for k in range(11)] for i in range(19)]
+GW = [[round(0.3 * math.cos(2 + r + 5 * c), 6) for c in range(11)] for r in range(5)]
+ROWS2 = f"""learner rows
+data u = {GU}
+data y = {[round(math.sin(3 * i), 6) for i in range(19)]}
+const W0 = {GW}
+param W: f64[5, 11] = W0
+state g: f64[5, 11] = 0.0
+loss(i) {{
+  let h = W @ u[i]
+  0.5 * (dot(h, h) * 0.3 - y[i])^2
+}}
+update {{
+  g = grad(W)
+  W = W - 0.01 * g
+}}
+"""
+
+
+@pytest.mark.parametrize("target", ["x86_64", "x86_64-v3", "x86_64-v4", "aarch64"])
+def test_gradient_rows_in_pairs_keep_sample_order(target, tmp_path):
+    if target.startswith("x86_64-") and not host_runs(target):
+        pytest.skip(f"this host does not run {target}")
+    src = tmp_path / "rows.alpha"
+    src.write_text(ROWS2)
+    lr = compile_file(src).learner
+    grad = functions(learner_source(lr, lanes=target_record(target).lanes)[0])["learner_grad"]
+    assert re.search(r"let gr\d+ = G_W \+ 8 \* \(r\d+ \* 11\);\n\s*let gr\d+ = G_W \+ 8 \* \(r\d+ \* 11\);", grad)
+    exe = tmp_path / f"rows.{target}"
+    exe.write_bytes(build_learner(lr, target).elf)
+    os.chmod(exe, 0o755)
+    p = run_exe(exe, "--steps", "4", target=target)
+    assert p.returncode == 0 and p.stdout == interp.format_state(lr, interp.run(lr, 4))

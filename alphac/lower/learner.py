@@ -53,6 +53,7 @@ from alphac.math.lanes import FAST as LANE_FAST, lane_name, lane_source
 UNROLL = 8
 AHEAD = 4096         # a block prefetches the rows of the block at least this many bytes on
 SAMPLE_LANES = 4      # learner_grad's samples per block (full batch, not exact_sum); 8 with f64x8
+GRAD_ROWS = 2        # a 2-D gradient's rows summed at a time, sharing each load of a column vector
 BLOCK_NODES = 500     # a per-sample DAG above this many nodes (windows unrolled) is not blocked
 EXACT_BLOCK_NODES = 150   # nor, under exact_sum, above this many (seq_attention's 204: 27 s at v4)
 MATVEC_CHAINS = 8     # independent dot chains in one block of W @ b (rows x lane pairs)
@@ -982,28 +983,38 @@ class LearnerCode:
             for a, b in zip(cuts, cuts[1:]):
                 covering = [c for c in contribs if c.offset <= a and b <= c.offset + c.length]
 
-                def body(j: str, covering=covering, p=p, a=a, row=None) -> None:
-                    terms = [vals.all(c.node, None if not c.node.shape else _sub(j, c.offset))
-                             for c in covering]
-                    gs, ld, st = [], VOCAB[vals.vec]["load"], VOCAB[vals.vec]["store"]
+                def body(j: str, covering=covering, p=p, a=a, row=None, more=()) -> None:
+                    # `more`: further rows' (j, row) of a 2-D gradient, at the same columns: their
+                    # terms share each load of the columns' vectors; each coordinate's fold alone
+                    ld, st = VOCAB[vals.vec]["load"], VOCAB[vals.vec]["store"]
                     zero = em.const(vals.vec, 0.0)
-                    for s in range(lanes):
-                        g = terms[0][s] if terms else em.let(zero, "zero")
-                        for t in terms[1:]:
-                            g = em.let(f"{g} + {t[s]}")
-                        gs.append(g)
-                    slot = self.slot(*row) if row else self.slot(f"{'XB' if lr.exact else 'G'}_{p.name}", j)
-                    if lr.exact:             # lane s's terms in XB_p's lane s, added below
-                        for s, g in enumerate(gs):
-                            em.put(f"{st}({slot}{f' + {8 * p.size * s}' if s else ''}, {g});")
+                    slots, gss = [], []
+                    for jj, rw in ((j, row), *more):
+                        terms = [vals.all(c.node, None if not c.node.shape else _sub(jj, c.offset))
+                                 for c in covering]
+                        gs = []
+                        for s in range(lanes):
+                            g = terms[0][s] if terms else em.let(zero, "zero")
+                            for t in terms[1:]:
+                                g = em.let(f"{g} + {t[s]}")
+                            gs.append(g)
+                        gss.append(gs)
+                        slots.append(self.slot(*rw) if rw else self.slot(f"{'XB' if lr.exact else 'G'}_{p.name}", jj))
+                    for slot, gs in zip(slots, gss):
+                        if lr.exact:         # lane s's terms in XB_p's lane s, added below
+                            for s, g in enumerate(gs):
+                                em.put(f"{st}({slot}{f' + {8 * p.size * s}' if s else ''}, {g});")
+                        elif lanes == 1:
+                            em.put(f"{st}({slot}, {ld}({slot}) + {gs[0]});")
+                    if lr.exact or lanes == 1:
                         return
-                    if lanes == 1:
-                        em.put(f"{st}({slot}, {ld}({slot}) + {gs[0]});")
-                        return
-                    acc = em.let(f"{gs[0]} + {gs[1]}" if first else f"{ld}({slot}) + {gs[0]}", "gs")
-                    for g in gs[1 + first:]:
-                        em.put(f"{acc} = {acc} + {g};")
-                    em.put(f"{st}({slot}, {acc});")
+                    accs = [em.let(f"{gs[0]} + {gs[1]}" if first else f"{ld}({slot}) + {gs[0]}", "gs")
+                            for slot, gs in zip(slots, gss)]
+                    for s in range(1 + first, lanes):    # sample order in each coordinate's sum
+                        for acc, gs in zip(accs, gss):
+                            em.put(f"{acc} = {acc} + {gs[s]};")
+                    for slot, acc in zip(slots, accs):
+                        em.put(f"{st}({slot}, {acc});")
                 nodes = [c.node for c in covering]
                 vals.prepare(nodes)
                 cols = p.shape[1] if len(p.shape) == 2 else 0
@@ -1011,15 +1022,26 @@ class LearnerCode:
                         any(len(c.node.shape) == 2 for c in covering):
                     pairs = vals.vectorizable(nodes, rows=True)
 
-                    def row(r: str, body=body, cols=cols, pairs=pairs, nodes=nodes, p=p) -> None:
+                    def rows(rs: list[str], body=body, cols=cols, pairs=pairs, nodes=nodes, p=p) -> None:
                         if pairs:                # an outer product's row value, once a row
-                            for n in postorder(nodes):
-                                if isinstance(n, Outer) and vals.key(n) not in vals.buffers:
-                                    vals.all(n.a, r)
-                        g = em.let(self.slot(f"{'XB' if lr.exact else 'G'}_{p.name}", f"{r} * {cols}"),
-                                   "gr")         # the row's sums (exact_sum: terms)
-                        vals.vloop(0, cols, lambda c: body(vals.flat(r, c, cols), row=(g, c)), pairs)
-                    vals.loop(a // cols, b // cols, row)
+                            for r in rs:
+                                for n in postorder(nodes):
+                                    if isinstance(n, Outer) and vals.key(n) not in vals.buffers:
+                                        vals.all(n.a, r)
+                        gr = [em.let(self.slot(f"{'XB' if lr.exact else 'G'}_{p.name}", f"{r} * {cols}"),
+                                     "gr") for r in rs]   # the rows' sums (exact_sum: terms)
+                        vals.vloop(0, cols, lambda c: body(
+                            vals.flat(rs[0], c, cols), row=(gr[0], c),
+                            more=[(vals.flat(r, c, cols), (g, c)) for r, g in zip(rs[1:], gr[1:])]), pairs)
+                    lo, hi = a // cols, b // cols
+                    k = GRAD_ROWS if pairs and not lr.exact else 1
+                    if k > 1:                    # k rows at a time, then the rest one by one
+                        def block(q: str, rows=rows, lo=lo, k=k) -> None:
+                            r0 = em.let(f"{lo} + {k} * {q}", "r")
+                            rows([r0] + [em.let(f"{r0} + {m}", "r") for m in range(1, k)])
+                        vals.loop(0, (hi - lo) // k, block)
+                        lo += (hi - lo) // k * k
+                    vals.loop(lo, hi, lambda r, rows=rows: rows([r]))
                 else:
                     vals.vloop(a, b, body, vals.vectorizable(nodes))
             if lr.exact:                     # the terms in XB_p, each into its accumulator
