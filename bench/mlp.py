@@ -1,10 +1,12 @@
 """Benchmark: real MLPs on one CPU thread, alphac's executables against PyTorch float64 (issue 43).
 
-Two models on the digits data (examples/data, the first 1,500 images, softmax cross-entropy,
-full-batch Adam lr 0.01 in torch's order, as examples/digits_mlp.alpha): the digits MLP
-64-32-10 tanh (the initial values of examples/data/digits_*.npy: examples/digits_mlp.alpha's
-learner) and 64-256-256-10 relu (initial values drawn here, seed 43, uniform in +-1/sqrt(fan_in)
-as torch's nn.Linear draws them). Each learner is generated as Alpha source in a temporary
+Three models, softmax cross-entropy, full-batch Adam lr 0.01 in torch's order, as
+examples/digits_mlp.alpha: on the digits data (examples/data, the 1,500 training images) the
+digits MLP 64-32-10 tanh (the initial values of examples/data/digits_*.npy:
+examples/digits_mlp.alpha's learner) and 64-256-256-10 relu; and 784-256-10 tanh (bench/gpu.py's
+`mlp`: an MNIST-sized layer whose W1, 1.6 MB, is beyond a core's L2) on 256 samples drawn here
+(seed 43: pixels uniform in [0, 1), labels 0..9). Initial values but the digits MLP's are drawn
+here, seed 43, uniform in +-1/sqrt(fan_in) as torch's nn.Linear draws them. Each learner is generated as Alpha source in a temporary
 directory beside its initial values; PyTorch builds the same network from the same values
 (nn.Linear, torch.optim.Adam, one thread, float64, eager autograd).
 
@@ -23,7 +25,7 @@ interpreter's byte for byte (`bits = interpreter`), and each system's training l
 epochs (numpy float64 over the 1,500 images, from its parameters). Without torch its rows say
 so. Needs the data (`make data`).
 
-    python bench/mlp.py [--models digits,wide] [--steps N] [--warmup W] [--rounds R]
+    python bench/mlp.py [--models digits,wide,mnist] [--steps N] [--warmup W] [--rounds R]
                         [--epochs E] [--check-steps C] [--torch-python PATH] [--quick]
 """
 from __future__ import annotations
@@ -40,7 +42,9 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "examples" / "data"
-MODELS = {"digits": ((64, 32, 10), "tanh"), "wide": ((64, 256, 256, 10), "relu")}
+MODELS = {"digits": ((64, 32, 10), "tanh"), "wide": ((64, 256, 256, 10), "relu"),
+          "mnist": ((784, 256, 10), "tanh")}
+DRAWN = {"mnist": 256}     # a model on drawn samples: how many (the others: the digits data)
 ADAM = {"lr": 0.01, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8}
 
 
@@ -62,12 +66,20 @@ def initial_values(key: str) -> list[tuple[np.ndarray, np.ndarray]]:
     return out
 
 
+def dataset(key: str) -> tuple[np.ndarray, np.ndarray]:
+    """(x, y) the model trains on: the digits images, or seed 43's drawn samples."""
+    if key not in DRAWN:
+        return np.load(DATA / "digits_x_train.npy"), np.load(DATA / "digits_y_train.npy")
+    rng = np.random.default_rng(43)
+    x = rng.uniform(0.0, 1.0, (DRAWN[key], MODELS[key][0][0]))
+    return x, rng.integers(0, MODELS[key][0][-1], DRAWN[key]).astype(np.float64)
+
+
 def source(key: str) -> str:
     """The learner: `act` after every layer but the last, Adam in torch's order."""
     sizes, act = MODELS[key]
     n = len(sizes) - 1
-    text = ["learner mlp", 'data x = load("data/digits_x_train.npy")',
-            'data y = load("data/digits_y_train.npy")']
+    text = ["learner mlp", 'data x = load("data/x.npy")', 'data y = load("data/y.npy")']
     text += [f"const {k} = {v!r}" for k, v in ADAM.items()]
     text += ["const c1 = 1 - beta1", "const c2 = 1 - beta2"]
     for l in range(1, n + 1):
@@ -89,7 +101,10 @@ def source(key: str) -> str:
 
 def write_learner(key: str, into: Path) -> Path:
     into.mkdir()
-    (into / "data").symlink_to(DATA)
+    (into / "data").mkdir()
+    x, y = dataset(key)
+    np.save(into / "data" / "x.npy", x)
+    np.save(into / "data" / "y.npy", y)
     (into / "init").mkdir()
     for l, (w, b) in enumerate(initial_values(key), 1):
         np.save(into / "init" / f"W{l}.npy", w)
@@ -115,10 +130,10 @@ def read_state(text: str, key: str) -> list[np.ndarray]:
 
 
 def training_loss(key: str, params: list[np.ndarray]) -> float:
-    """Mean softmax cross-entropy over the 1,500 training images, numpy float64."""
+    """Mean softmax cross-entropy over the training samples, numpy float64."""
     act = {"tanh": np.tanh, "relu": lambda a: np.maximum(a, 0.0)}[MODELS[key][1]]
-    h = np.load(DATA / "digits_x_train.npy")
-    y = np.load(DATA / "digits_y_train.npy").astype(int)
+    h, y = dataset(key)
+    y = y.astype(int)
     for l in range(0, len(params), 2):
         h = h @ params[l].T + params[l + 1]
         if l + 2 < len(params):
@@ -145,8 +160,8 @@ def torch_worker(key: str, warmup: int, steps: int, save: str | None) -> None:
     net = torch.nn.Sequential(*layers)
     opt = torch.optim.Adam(net.parameters(), lr=ADAM["lr"], betas=(ADAM["beta1"], ADAM["beta2"]),
                            eps=ADAM["eps"])
-    x = torch.from_numpy(np.load(DATA / "digits_x_train.npy"))
-    y = torch.from_numpy(np.load(DATA / "digits_y_train.npy")).long()
+    xs, ys = dataset(key)
+    x, y = torch.from_numpy(xs), torch.from_numpy(ys).long()
 
     def train(n: int) -> None:
         for _ in range(n):
@@ -261,7 +276,7 @@ def main() -> None:
     from alphac.targets import host_runs
     levels = [t for t in ("x86_64", "x86_64-v3", "x86_64-v4") if host_runs(t)]
     py, version = torch_python(args.torch_python)
-    print(f"Full-batch Adam on 1,500 digits images, one thread each: CPU (user + system) and wall "
+    print(f"Full-batch Adam (1,500 digits images; 784-256-10: 256 drawn samples), one thread each: CPU (user + system) and wall "
           f"time a step over {args.steps} steps after {args.warmup}, median and spread of "
           f"{args.rounds} interleaved rounds; ratio = PyTorch's CPU median / alphac's (goal 1.2); "
           f"loss after {args.epochs} epochs; alphac's state after {args.check_steps} steps = the "

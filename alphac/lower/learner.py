@@ -57,6 +57,9 @@ GRAD_ROWS = 2        # a 2-D gradient's rows summed at a time, sharing each load
 BLOCK_NODES = 500     # a per-sample DAG above this many nodes (windows unrolled) is not blocked
 EXACT_BLOCK_NODES = 150   # nor, under exact_sum, above this many (seq_attention's 204: 27 s at v4)
 MATVEC_CHAINS = 8     # independent dot chains in one block of W @ b (rows x lane pairs)
+TILE_GRAD_BYTES = 1 << 19   # a 2-D gradient sum larger than this (it and W beyond a 1 MiB L2) is
+TILE_ROWS_BYTES = 1 << 23   # tiled (tiled_grads), where its row vectors of every sample fit this
+TILE_VECS = 4         # a tiled gradient's block: 2 rows x this many vectors of columns, in registers
 OPS = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
 # Where's comparisons as a 0 or 1 (IEEE: only ne holds with a NaN), the mask of a branchless
 # select (Values.compute)
@@ -882,6 +885,7 @@ class LearnerCode:
         lanes = 1 if batched or large_body(lr) else \
             2 * SAMPLE_LANES if self.lanes == 8 else SAMPLE_LANES
         self.grad_lanes = lanes          # exact_sum: the lanes of XB_p and XT
+        self.tiled = tiled_grads(lr) if lanes > 1 else {}
 
         def clear() -> None:             # G = -0.0, the sum of no sample
             for p in lr.params:
@@ -941,6 +945,9 @@ class LearnerCode:
         em.put("i = i + 1;")
         em.depth -= 1
         em.put("}")
+        for p in lr.params:
+            if p.name in self.tiled:
+                self.tile_sum(em, p)
         self.scatter_end(em, "n" if batched else "(hi - lo)")
         if batched:
             em.put("return n;")
@@ -977,6 +984,9 @@ class LearnerCode:
             contribs = lr.grads[p.name]
             if scattered(lr, p.name):
                 self.scatter(em, vals, p, lanes)
+                continue
+            if p.name in self.tiled:
+                self.tile_rows(em, vals, p, lanes)
                 continue
             cuts = sorted({0, p.size} | {c.offset for c in contribs} |
                           {c.offset + c.length for c in contribs})
@@ -1055,6 +1065,63 @@ class LearnerCode:
             return
         for loss in vals.all(lr.loss, None):
             em.put(f"storef(L_sum, loadf(L_sum) + {loss});")
+
+    def tile_rows(self, em: Emitter, vals: "Values", p, lanes: int) -> None:
+        """A tiled gradient (tiled_grads), in the block of samples i..i+lanes-1: each sample's
+        row vector (the outer product's left side) into TR_p, row-major over the samples, for
+        tile_sum; nothing is added to G_p here."""
+        outer, _ = self.tiled[p.name]
+        vals.prepare([outer])
+        vals.loop(0, p.shape[0], lambda r: [
+            em.put(f"storef(TR_{p.name} + 8 * ({r} * {self.lr.nsamples} + i - lo + {s}), {a});")
+            for s, a in enumerate(vals.all(outer.a, r)[:lanes])])
+
+    def tile_sum(self, em: Emitter, p) -> None:
+        """A tiled gradient's sums, after every sample: G_p[r, c] = -0.0 + t_lo + ... + t_hi-1,
+        t_s = TR_p's row r of sample s times x_s[c], one rounded product and a left fold in
+        sample order (the bits of the blocks' fold: -0.0 + t is t). Blocks of 2 rows x
+        TILE_VECS vectors of columns hold their sums in registers while the samples stream, in
+        tiles of columns, so a tile of every sample's x (256 samples x 32 columns: 64 KiB) stays
+        in L2 across the rows and G_p is written once."""
+        rows, cols = p.shape
+        _, d = self.tiled[p.name]
+        w, S = em.vw, self.lr.nsamples
+        ld, st = VOCAB[w]["load"], VOCAB[w]["store"]
+
+        def block(rs: list[str], c0: str, width: int, k: int) -> None:
+            v = VOCAB[width] if width else VOCAB[0]
+            trs = [em.let(f"TR_{p.name} + 8 * ({r} * {S} - lo)", "tr") for r in rs]
+            accs = [[em.let(em.const(width, -0.0), "acc") for _ in range(k)] for _ in rs]
+
+            def sample(s: str) -> None:      # at f64x8 a broadcast from memory a product
+                xr = em.let(row_address(d, s, False), "xr")
+                a = [f"loadf({tr} + 8 * ({s}))" for tr in trs]
+                sp = a if width == 8 else [em.let(f"{v['splat']}({x})" if width else x, "a") for x in a]
+                for q in range(k):
+                    xv = em.let(f"{v['load']}({xr} + 8 * ({c0} + {q * max(width, 1)}))", "x")
+                    for acc, sa in zip(accs, sp):
+                        term = f"splatz({sa}) * {xv}" if width == 8 else f"{sa} * {xv}"
+                        em.put(f"{acc[q]} = {acc[q]} + {term};")
+            em.loop("lo", "hi", sample)
+            for r, acc in zip(rs, accs):
+                for q in range(k):
+                    em.put(f"{v['store']}(G_{p.name} + 8 * ({r} * {cols} + {c0} + {q * max(width, 1)}), {acc[q]});")
+            if width >= 4:
+                em.put("wide_end();")
+
+        def group(c0: str, width: int, k: int) -> None:    # every row, k vectors at c0
+            em.loop(0, rows // 2, lambda q: block(
+                [r := em.let(f"2 * {q}", "r"), em.let(f"{r} + 1", "r")], c0, width, k))
+            if rows % 2:
+                block([str(rows - 1)], c0, width, k)
+        span = TILE_VECS * w
+        em.loop(0, cols // span, lambda t: group(em.let(f"{t} * {span}", "c"), w, TILE_VECS))
+        c0 = cols // span * span
+        for width in (w, 4, 2, 0):          # the last columns: fewer vectors, then narrower
+            k = (cols - c0) // max(width, 1) if width == w else int(cols - c0 >= max(width, 1))
+            if width <= w and k:
+                group(str(c0), width, k)
+                c0 += k * max(width, 1)
 
     def scatter(self, em: Emitter, vals: "Values", p, lanes: int) -> None:
         """A gathered param's per-sample gradient (its contributions are Scatters, types/check.py's
@@ -1438,6 +1505,8 @@ class LearnerCode:
         body = ""
         if lr.loss is not None:
             body += self.gen_grad() + self.gen_mean()
+            decls += [f"global TR_{p.name}: [f64; {p.shape[0] * lr.nsamples}];"   # tile_rows
+                      for p in lr.params if p.name in self.tiled]
             if lr.exact:                  # a block's terms, lane-major (learner_grad)
                 decls += [f"global XB_{p.name}: [f64; {self.grad_lanes * p.size}];"
                           for p in lr.params if not scattered(lr, p.name)]
@@ -1470,6 +1539,28 @@ def large_body(lr: Learner) -> bool:
     at a time emits it once, with the same operations in the same order."""
     roots = [c.node for p in lr.params for c in lr.grads[p.name]] + [lr.loss]
     return len(postorder(roots)) > (EXACT_BLOCK_NODES if lr.exact else BLOCK_NODES)
+
+
+def tiled_grads(lr: Learner) -> dict[str, tuple[Outer, object]]:
+    """The params whose gradient sums are tiled (learner_grad's tile_rows, tile_sum): the rule,
+    decided from the shapes when compiled. A full-batch learner's (blocks of samples, not
+    exact_sum) 2-D param p whose one contribution is `outer(a, x[i])`, x a data row read in
+    place, of more than TILE_GRAD_BYTES (G_p and W beyond a 1 MiB L2: each block of samples
+    would read and write all of G_p from L3), where a's values for every sample take at most
+    TILE_ROWS_BYTES: {name: (that outer product, x's data)}."""
+    if lr.batch or lr.exact or not lr.nsamples or large_body(lr):
+        return {}
+    out = {}
+    for p in lr.params:
+        cs = lr.grads.get(p.name, ())
+        if len(p.shape) != 2 or 8 * p.size <= TILE_GRAD_BYTES or len(cs) != 1 or \
+                8 * p.shape[0] * lr.nsamples > TILE_ROWS_BYTES:
+            continue
+        n = cs[0].node
+        if isinstance(n, Outer) and isinstance(n.b, DataRow) and cs[0].offset == 0 and \
+                cs[0].length == p.size and n.shape == p.shape:
+            out[p.name] = (n, next(d for d in lr.data if d.name == n.b.name))
+    return out
 
 
 def scattered(lr: Learner, param: str) -> bool:
