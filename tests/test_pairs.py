@@ -206,30 +206,61 @@ def test_gradient_rows_in_pairs_keep_sample_order(target, tmp_path):
 
 
 # A 2-D gradient beyond L2 summed after the samples in tiles (tiled_grads, issue 43), with the
-# size rule lowered to take a small one: W 5 x 77 (two row pairs and a last row; columns in
-# whole tiles of 4 vectors at every level, then 8, 4, 2 and 1), 19 samples (blocks, then 3 one
-# at a time), the state keeping grad(W): a tile sum that takes the samples out of order, or
-# reads a sample's row value or x from the wrong place, shows in the bits.
+# size rule lowered to take a small one: W 5 x 77 (a row block and the last rows alone; columns
+# in whole tiles of 4 vectors, then 8, 4, 2 and 1), 19 samples (blocks, then 3 one at a time),
+# the state keeping grad(W): a tile sum that takes the samples out of order, or reads a
+# sample's row value or x from the wrong place, shows in the bits. x86_64 and AArch64 are not
+# tiled (the rule), and keep the interpreter's bits too.
 TU = [[round(math.sin(1 + 7 * i + 3 * k), 6) for k in range(77)] for i in range(19)]
 TW = [[round(0.3 * math.cos(2 + r + 5 * c), 6) for c in range(77)] for r in range(5)]
 TILED = ROWS2.replace(f"data u = {GU}", f"data u = {TU}").replace(f"const W0 = {GW}", f"const W0 = {TW}") \
     .replace("f64[5, 11]", "f64[5, 77]").replace("learner rows", "learner tiled")
+TILED_STAR = """
+deployment tiled_star {
+  roles coordinator, owner[3]
+  topology star(coordinator)
+  samples owner[0] = 0..5, owner[1] = 5..13, owner[2] = 13..19
+}
+"""
+
+
+def tiled_learner(tmp_path, monkeypatch, text=TILED):
+    import alphac.lower.learner as gen
+    src = tmp_path / "tiled.alpha"
+    src.write_text(text)
+    lr = compile_file(src).learner
+    assert not gen.tiled_grads(lr, 8)            # 3 KB: below the rule, as it is
+    monkeypatch.setattr(gen, "TILE_GRAD_BYTES", 0)
+    return src, lr
 
 
 @pytest.mark.parametrize("target", ["x86_64", "x86_64-v3", "x86_64-v4", "aarch64"])
 def test_tiled_gradient_keeps_sample_order(target, tmp_path, monkeypatch):
     if target.startswith("x86_64-") and not host_runs(target):
         pytest.skip(f"this host does not run {target}")
-    import alphac.lower.learner as gen
-    src = tmp_path / "tiled.alpha"
-    src.write_text(TILED)
-    lr = compile_file(src).learner
-    assert not gen.tiled_grads(lr)               # 3 KB: below the rule, as it is
-    monkeypatch.setattr(gen, "TILE_GRAD_BYTES", 0)
+    _, lr = tiled_learner(tmp_path, monkeypatch)
     grad = functions(learner_source(lr, lanes=target_record(target).lanes)[0])["learner_grad"]
-    assert "storef(TR_W + 8 * (" in grad and "G_W + 8 * (" in grad and not re.search(r"let gr\d+ = G_W", grad)
+    tiled = "storef(TR_W + 8 * (" in grad and not re.search(r"let gr\d+ = G_W", grad)
+    assert tiled == target.startswith("x86_64-")
     exe = tmp_path / f"tiled.{target}"
     exe.write_bytes(build_learner(lr, target).elf)
     os.chmod(exe, 0o755)
     p = run_exe(exe, "--steps", "4", target=target)
     assert p.returncode == 0 and p.stdout == interp.format_state(lr, interp.run(lr, 4))
+
+
+@pytest.mark.parametrize("target", ["x86_64-v3", "x86_64-v4"])
+def test_tiled_gradient_on_owners_of_some_rows(target, tmp_path, monkeypatch):
+    """Owners of rows 0..5 (at x86_64-v4 fewer than a block: G zero-filled, then tiled), 5..13
+    and 13..19 (lo > 0: TR_W counts from the owner's first row), launched: the interpreter's bits."""
+    if not host_runs(target):
+        pytest.skip(f"this host does not run {target}")
+    from alphac.dist.execute import run_plan
+    from alphac.driver import compile_deployments
+    from alphac.tools.launch import launch
+    from backend import build_deployment
+    src, lr = tiled_learner(tmp_path, monkeypatch, TILED + TILED_STAR)
+    dep = build_deployment(src, "tiled_star", tmp_path / "roles", target_of=lambda role, t: target)
+    rec = launch(dep, records=tmp_path / "runs", steps=4)
+    plan = compile_deployments(src)[1]["tiled_star"]
+    assert rec["passed"] and rec["published"] == interp.format_state(lr, run_plan(lr, plan, 4))

@@ -885,7 +885,7 @@ class LearnerCode:
         lanes = 1 if batched or large_body(lr) else \
             2 * SAMPLE_LANES if self.lanes == 8 else SAMPLE_LANES
         self.grad_lanes = lanes          # exact_sum: the lanes of XB_p and XT
-        self.tiled = tiled_grads(lr) if lanes > 1 else {}
+        self.tiled = tiled_grads(lr, self.lanes) if lanes > 1 else {}
 
         def clear() -> None:             # G = -0.0, the sum of no sample
             for p in lr.params:
@@ -1109,11 +1109,14 @@ class LearnerCode:
             if width >= 4:
                 em.put("wide_end();")
 
+        R = 4 if w == 8 else 2               # rows a block: 16 or 8 sums in registers
+
         def group(c0: str, width: int, k: int) -> None:    # every row, k vectors at c0
-            em.loop(0, rows // 2, lambda q: block(
-                [r := em.let(f"2 * {q}", "r"), em.let(f"{r} + 1", "r")], c0, width, k))
-            if rows % 2:
-                block([str(rows - 1)], c0, width, k)
+            em.loop(0, rows // R, lambda q: block(
+                [r := em.let(f"{R} * {q}", "r")] + [em.let(f"{r} + {m}", "r") for m in range(1, R)],
+                c0, width, k))
+            for r in range(rows // R * R, rows):
+                block([str(r)], c0, width, k)
         span = TILE_VECS * w
         em.loop(0, cols // span, lambda t: group(em.let(f"{t} * {span}", "c"), w, TILE_VECS))
         c0 = cols // span * span
@@ -1541,14 +1544,15 @@ def large_body(lr: Learner) -> bool:
     return len(postorder(roots)) > (EXACT_BLOCK_NODES if lr.exact else BLOCK_NODES)
 
 
-def tiled_grads(lr: Learner) -> dict[str, tuple[Outer, object]]:
+def tiled_grads(lr: Learner, lanes: int) -> dict[str, tuple[Outer, object]]:
     """The params whose gradient sums are tiled (learner_grad's tile_rows, tile_sum): the rule,
-    decided from the shapes when compiled. A full-batch learner's (blocks of samples, not
-    exact_sum) 2-D param p whose one contribution is `outer(a, x[i])`, x a data row read in
-    place, of more than TILE_GRAD_BYTES (G_p and W beyond a 1 MiB L2: each block of samples
-    would read and write all of G_p from L3), where a's values for every sample take at most
-    TILE_ROWS_BYTES: {name: (that outer product, x's data)}."""
-    if lr.batch or lr.exact or not lr.nsamples or large_body(lr):
+    decided from the shapes and the level when compiled. At a level of f64x4 or f64x8 (`lanes`:
+    the widest vector; x86_64 and AArch64's f64x2 measured no faster tiled), a full-batch
+    learner's (blocks of samples, not exact_sum) 2-D param p whose one contribution is
+    `outer(a, x[i])`, x a data row read in place, of more than TILE_GRAD_BYTES (G_p and W beyond
+    a 1 MiB L2: each block of samples would read and write all of G_p from L3), where a's values
+    for every sample take at most TILE_ROWS_BYTES: {name: (that outer product, x's data)}."""
+    if lanes < 4 or lr.batch or lr.exact or not lr.nsamples or large_body(lr):
         return {}
     out = {}
     for p in lr.params:
