@@ -313,8 +313,10 @@ def _exp_fixed(m, X, x):
     return q, k.sar(8) + 2 - 192
 
 
-def exp(m, x):
-    xb = x.bits()
+def _exp_rest(m, xb):
+    """exp's special values and its accurate path, bits in and out (RtSource writes it once as
+    a subroutine: the fast path's function then saves no registers and spills nothing)."""
+    x = m.float_(xb)
     ax = xb & ABS
 
     def finite():
@@ -323,10 +325,15 @@ def exp(m, x):
             lambda: m.cond(ax.ult(0x3C90000000000000), lambda: (m.f(1.0),),  # |x| < 2^-54
                            lambda: (to_double(m, m.i(0), *exp_core(m, x)),)))
     special = m.i(INF - 1).ult(ax)                                          # inf or NaN
-    return first_fast(m, ax.ult(FAST_EXP_MAX), lambda: _exp_fast(m, x), lambda: m.cond(
-        special, lambda: m.cond(ax.eq(INF), lambda: m.cond(
-            m.i(0).ult(xb & SIGN), lambda: (m.f(0.0),), lambda: (x,)), lambda: (x + x,)),
-        finite)[0])
+    return (m.cond(special, lambda: m.cond(ax.eq(INF), lambda: m.cond(
+        m.i(0).ult(xb & SIGN), lambda: (m.f(0.0),), lambda: (x,)), lambda: (x + x,)),
+        finite)[0].bits(),)
+
+
+def exp(m, x):
+    xb = x.bits()
+    return first_fast(m, (xb & ABS).ult(FAST_EXP_MAX), lambda: _exp_fast(m, x),
+                      lambda: m.float_(m.outline("exp_rest", _exp_rest, (xb,), 1)[0]))
 
 
 # -- log, log1p ---------------------------------------------------------------------------------
