@@ -138,6 +138,13 @@ def first_fast(m, go, fast, rest):
     return m.cond(ok, lambda: (v,), lambda: (rest(),))[0]
 
 
+def outlined(m, name, rest, xb):
+    """rest(m, x) for x = xb's binary64 (a function's special values and accurate path), which
+    RtSource writes once as the subroutine `rt_math_<name>`: the fast path's own function then
+    saves no registers and spills nothing around it."""
+    return m.float_(m.outline(name, lambda sub, b: (rest(sub, sub.float_(b)).bits(),), (xb,), 1)[0])
+
+
 def _horner(m, t, coefs):
     acc = m.f(coefs[-1])
     for c in reversed(coefs[:-1]):
@@ -188,10 +195,10 @@ def _pow2(m, e):
     return m.float_((e + 1023) << 52)
 
 
-def _exp_fast(m, x):
-    """exp's own fast path, for 2^-54 <= |x| < 708: shorter than _exp_reduce and _exp_scaled
-    (which expm1 and pow need at 2^-79), for an error below 2^-69.1 relative (about 55
-    binary64 operations; the rounding test then sends about one input in 2^14 on).
+def _exp_lean(m, x):
+    """(k, v_h, v_t, l): e^x = 2^(k >> 8) (v_h + (v_t + l)) within 2^-69.1 relative, for
+    2^-54 <= |x| < 708, v_h + v_t = t_h + u_h exactly; shorter than _exp_reduce and
+    _exp_scaled (which pow and expm1 near 0 need at 2^-79): about 50 binary64 operations.
 
     k, kf, r1 and x = k ln2/256 + r as in _exp_reduce; (r_h, r_l) = two_sum(r1, -k C2), then
     r_l - k C3 without renormalizing: |r_h| < 2^-9.47, |r_l| < 2^-60.2, r = r_h + r_l within
@@ -205,7 +212,7 @@ def _exp_fast(m, x):
     2^-71.9 each (partial sums below 2^-18.9): in all under 6.5 2^-71.9 = 2^-69.2 absolute, on a
     value above 0.997: 2^-69.1 relative. The low part reaches 2^-18.9 |v_h|, above the 2^-40
     alphac.math.dd asks for, but what its proof uses holds: 2^-53 (|l| + err) < err/2 for
-    err = v_h 2^-67 (at least twice the bound, v_h > 0.997)."""
+    err >= v_h 2^-68.1 (twice the bound, v_h > 0.997)."""
     t = x * m.f(INV_LN2_256) + m.f(MAGIC)
     k = t.bits() - m.i(0x4338000000000000)                 # MAGIC's bits
     kf = t - m.f(MAGIC)
@@ -222,8 +229,37 @@ def _exp_fast(m, x):
     th, tl, thh = (m.loadf(TABLES["EXP_T"], at + i) for i in range(3))
     uh, ul = two_prod_split(th, thh, th - thh, rh, *split(rh))
     vh, vt = fast_two_sum(th, uh)
-    ok, v = rounded(m, vh, vt + (ul + (th * w + tl * (m.f(1.0) + rh))), vh * m.f(TWO[-67]))
+    return k, vh, vt, ul + (th * w + tl * (m.f(1.0) + rh))
+
+
+def _exp_fast(m, x):
+    """exp's fast path: _exp_lean's value, the rounding test at err = v_h 2^-67 (twice the
+    bound and more; about one input in 2^14 goes on to the accurate path)."""
+    k, vh, vt, lo = _exp_lean(m, x)
+    ok, v = rounded(m, vh, vt + lo, vh * m.f(TWO[-67]))
     return ok, v * _pow2(m, k.sar(8))                   # exact: the result is normal
+
+
+def _expm1_lean(m, x):
+    """(h, l, err) for e^x - 1, 1/4 <= |x| < 708 (k != 0): Y = 2^E v from _exp_lean (2^-69.1 Y
+    absolute; 2^E exact on v_h, Y > e^-40), minus one by
+    two_sum, the low part's rounding below 2^-104 (|Y - 1| + Y): err = 2^-67 (Y + |Y - 1|),
+    at least twice the bound. Relative to |Y - 1| (at least 0.22 Y for |x| >= 1/4) err is
+    below 2^-64.5, so about one input in 2^11.5 near |x| = 1/4 fails the test, one in 2^13
+    beyond 1. The sum is renormalized (|l| <= 2^-53 |h|), as _tanh_fast's quotient needs."""
+    k, vh, vt, lo = _exp_lean(m, x)
+    scale = _pow2(m, k.sar(8))                          # yh exact; yl within 2^-1074
+    yh, yl = vh * scale, (vt + lo) * scale
+    ah, bl = two_sum(yh, m.f(-1.0))
+    h, l = fast_two_sum(ah, bl + yl)                    # exact: |ah| > 2^18 |bl + yl|
+    return h, l, (yh + _fabs(m, ah)) * m.f(TWO[-67])
+
+
+def _expm1_dd(m, x, ax):
+    """expm1's double-double (h, l, err) for the fast path's range: _expm1_lean from |x| >= 1/4
+    on, _expm1_fast (2^-79, for the cancellation near 0) below."""
+    return m.cond(m.i(0x3FCFFFFFFFFFFFFF).ult(ax), lambda: _expm1_lean(m, x),
+                  lambda: _expm1_fast(m, x))
 
 
 def _expm1_fast(m, x):
@@ -344,10 +380,8 @@ def _exp_fixed(m, X, x):
     return q, k.sar(8) + 2 - 192
 
 
-def _exp_rest(m, xb):
-    """exp's special values and its accurate path, bits in and out (RtSource writes it once as
-    a subroutine: the fast path's function then saves no registers and spills nothing)."""
-    x = m.float_(xb)
+def _exp_rest(m, x):
+    xb = x.bits()
     ax = xb & ABS
 
     def finite():
@@ -356,15 +390,15 @@ def _exp_rest(m, xb):
             lambda: m.cond(ax.ult(0x3C90000000000000), lambda: (m.f(1.0),),  # |x| < 2^-54
                            lambda: (to_double(m, m.i(0), *exp_core(m, x)),)))
     special = m.i(INF - 1).ult(ax)                                          # inf or NaN
-    return (m.cond(special, lambda: m.cond(ax.eq(INF), lambda: m.cond(
+    return m.cond(special, lambda: m.cond(ax.eq(INF), lambda: m.cond(
         m.i(0).ult(xb & SIGN), lambda: (m.f(0.0),), lambda: (x,)), lambda: (x + x,)),
-        finite)[0].bits(),)
+        finite)[0]
 
 
 def exp(m, x):
     xb = x.bits()
     return first_fast(m, (xb & ABS).ult(FAST_EXP_MAX), lambda: _exp_fast(m, x),
-                      lambda: m.float_(m.outline("exp_rest", _exp_rest, (xb,), 1)[0]))
+                      lambda: outlined(m, "exp_rest", _exp_rest, xb))
 
 
 # -- log, log1p ---------------------------------------------------------------------------------
@@ -571,7 +605,7 @@ def _expm1_go(m, xb, ax):                                   # -40 < x < 708, 2^-
         (xb.ult(SIGN) | ax.ult(0x4044000000000000))
 
 
-def expm1(m, x):
+def _expm1_rest(m, x):
     xb = x.bits()
     ax = xb & ABS
     negative = m.i(0).ult(xb & SIGN)
@@ -586,9 +620,15 @@ def expm1(m, x):
         return m.cond(
             ax.ult(0x3F60000000000000), lambda: (to_double(m, *_expm1_series(m, x, negative)),),
             lambda: (to_double(m, *_exp_minus_one(m, x, negative)),))
-    return first_fast(m, _expm1_go(m, xb, ax), lambda: rounded(m, *_expm1_fast(m, x)), lambda: m.cond(
-        m.i(INF - 1).ult(ax), lambda: m.cond(ax.eq(INF), lambda: m.cond(
-            negative, lambda: (m.f(-1.0),), lambda: (x,)), lambda: (x + x,)), finite)[0])
+    return m.cond(m.i(INF - 1).ult(ax), lambda: m.cond(ax.eq(INF), lambda: m.cond(
+        negative, lambda: (m.f(-1.0),), lambda: (x,)), lambda: (x + x,)), finite)[0]
+
+
+def expm1(m, x):
+    xb = x.bits()
+    ax = xb & ABS
+    return first_fast(m, _expm1_go(m, xb, ax), lambda: rounded(m, *_expm1_dd(m, x, ax)),
+                      lambda: outlined(m, "expm1_rest", _expm1_rest, xb))
 
 
 def _reciprocal(m, d):
@@ -611,13 +651,16 @@ def _reciprocal(m, d):
     return w
 
 
-def _tanh_fast(m, y):
-    """tanh(y/2) = E / (E + 2), E = e^y - 1 from _expm1_fast (relative bound rho = err/E_h,
-    err already twice the bound), 2^-27 <= y <= 38.2. D = E + 2 by two_sum has at most E's
+def _tanh_fast(m, y, lean=True):
+    """tanh(y/2) = E / (E + 2), E = e^y - 1 from _expm1_dd (with `lean` off, _expm1_fast alone:
+    the lanes', where a cond runs both branches; either way the correct rounding where the test
+    passes), relative bound rho = err/E_h (err already twice the bound; E_l below 2^-42 E_h,
+    which is why _expm1_lean renormalizes: its raw low part reaches 2^-19 Y),
+    2^-27 <= y <= 38.2. D = E + 2 by two_sum has at most E's
     absolute error, so relative below rho/2 too; the quotient q_h = fl(E_h/D_h), the remainder
     E - q_h D exactly up to 2^-104 E (E_h - fl(q_h D_h) is exact by Sterbenz), q_l = rem/D_h:
     below 2^-100. tanh's bound is rho/2 + rho/2 + 2^-100; err = q_h (2 rho + 2^-98)."""
-    eh, el, err = _expm1_fast(m, y)
+    eh, el, err = _expm1_dd(m, y, y.bits()) if lean else _expm1_fast(m, y)
     dh, dt = two_sum(m.f(2.0), eh)
     dl = dt + el
     qh = eh / dh
@@ -630,20 +673,17 @@ def _tanh_go(m, ax):
     return m.i(0x3E2FFFFFFFFFFFFF).ult(ax) & ax.ult(0x403319999999999A)     # 2^-28 <= |x| <= 19.1
 
 
-def _tanh_signed(m, ax, sign):
-    ok, v = _tanh_fast(m, m.float_(ax) * m.f(2.0))
+def _tanh_signed(m, ax, sign, lean=True):
+    ok, v = _tanh_fast(m, m.float_(ax) * m.f(2.0), lean)
     return ok, m.float_(v.bits() | sign)
 
 
-def tanh(m, x):
+def _tanh_rest(m, x):
     """tanh |x| = (e^y - 1) / (e^y + 1), y = 2|x|, both exact from e^y = Q 2^s (1 is 2^-s,
     inside Q's bits for y < 38.2); the quotient by a Newton reciprocal."""
     xb = x.bits()
     ax = xb & ABS
     sign = xb & SIGN
-
-    def fast():
-        return _tanh_signed(m, ax, sign)
 
     def accurate():
         y = m.float_(ax) * m.f(2.0)
@@ -656,10 +696,17 @@ def tanh(m, x):
         q = mp.mul(m, mp.shl(m, num, lzn), w)              # num/den / 4, normalized parts
         return (to_double(m, sign, q, lzd - lzn - 190),)
     one = m.float_(m.i(0x3FF0000000000000) | sign)
-    return first_fast(m, _tanh_go(m, ax), fast, lambda: m.cond(
+    return m.cond(
         m.i(INF - 1).ult(ax), lambda: m.cond(ax.eq(INF), lambda: (one,), lambda: (x + x,)),
         lambda: m.cond(ax.ult(0x3E30000000000000), lambda: (x,), lambda: m.cond(   # < 2^-28
-            m.i(0x4033199999999999).ult(ax), lambda: (one,), accurate)))[0])           # > 19.1
+            m.i(0x4033199999999999).ult(ax), lambda: (one,), accurate)))[0]            # > 19.1
+
+
+def tanh(m, x):
+    xb = x.bits()
+    ax = xb & ABS
+    return first_fast(m, _tanh_go(m, ax), lambda: _tanh_signed(m, ax, xb & SIGN),
+                      lambda: outlined(m, "tanh_rest", _tanh_rest, xb))
 
 
 # -- sin, cos ----------------------------------------------------------------------------------------
