@@ -656,17 +656,22 @@ def _tanh_fast(m, y, lean=True):
     the lanes', where a cond runs both branches; either way the correct rounding where the test
     passes), relative bound rho = err/E_h (err already twice the bound; E_l below 2^-42 E_h,
     which is why _expm1_lean renormalizes: its raw low part reaches 2^-19 Y),
-    2^-27 <= y <= 38.2. D = E + 2 by two_sum has at most E's
-    absolute error, so relative below rho/2 too; the quotient q_h = fl(E_h/D_h), the remainder
-    E - q_h D exactly up to 2^-104 E (E_h - fl(q_h D_h) is exact by Sterbenz), q_l = rem/D_h:
-    below 2^-100. tanh's bound is rho/2 + rho/2 + 2^-100; err = q_h (2 rho + 2^-98)."""
+    2^-27 <= y <= 38.2. D = E + 2 by two_sum has at most E's absolute error, so relative below
+    rho/2 too. One division: i = fl(1/D_h), q_h = fl(E_h i) (within 2^-51.9 of E_h/D_h); the
+    remainder E - q_h D exactly up to 2^-104 E (E_h - fl(q_h D_h) is exact by Sterbenz,
+    q_h D_h by Dekker), q_l = rem i, |q_l| < 2^-41 q (E_l): the rounding of rem + E_l (2^-95 q),
+    q_l's and i's (2^-52 |q_l|) and D_l against D_h (|D_l| < 2^-51.7 D: 2^-93.7 q): below
+    2^-93 q. tanh's bound is rho/2 + rho/2 + 2^-93; err = (err_E i) (2 + 2^-47) + q_h 2^-91 is
+    at least twice it: err_E i (2 + 2^-47) is at least 2 rho q_h, q_h/E_h being within 2^-51.9
+    of 1/D_h and i within 2^-53."""
     eh, el, err = _expm1_dd(m, y, y.bits()) if lean else _expm1_fast(m, y)
     dh, dt = two_sum(m.f(2.0), eh)
     dl = dt + el
-    qh = eh / dh
+    inv = m.f(1.0) / dh
+    qh = eh * inv
     uh, ul = two_prod(qh, dh)
-    ql = ((((eh - uh) - ul) + el) - qh * dl) / dh
-    return rounded(m, qh, ql, qh * (m.f(2.0) * (err / eh) + m.f(TWO[-98])))
+    ql = ((((eh - uh) - ul) + el) - qh * dl) * inv
+    return rounded(m, qh, ql, (err * inv) * m.f(2.0 + 2.0 ** -47) + qh * m.f(2.0 ** -91))
 
 
 def _tanh_go(m, ax):
