@@ -246,13 +246,13 @@ def _expm1_lean(m, x):
     two_sum, the low part's rounding below 2^-104 (|Y - 1| + Y): err = 2^-67 (Y + |Y - 1|),
     at least twice the bound. Relative to |Y - 1| (at least 0.22 Y for |x| >= 1/4) err is
     below 2^-64.5, so about one input in 2^11.5 near |x| = 1/4 fails the test, one in 2^13
-    beyond 1. The sum is renormalized (|l| <= 2^-53 |h|), as _tanh_fast's quotient needs."""
+    beyond 1. The low part reaches 2^-18.9 Y (dd's proof holds, as in exp's; _tanh_fast
+    renormalizes it)."""
     k, vh, vt, lo = _exp_lean(m, x)
     scale = _pow2(m, k.sar(8))                          # yh exact; yl within 2^-1074
     yh, yl = vh * scale, (vt + lo) * scale
     ah, bl = two_sum(yh, m.f(-1.0))
-    h, l = fast_two_sum(ah, bl + yl)                    # exact: |ah| > 2^18 |bl + yl|
-    return h, l, (yh + _fabs(m, ah)) * m.f(TWO[-67])
+    return ah, bl + yl, (yh + _fabs(m, ah)) * m.f(TWO[-67])
 
 
 def _expm1_dd(m, x, ax):
@@ -654,8 +654,8 @@ def _reciprocal(m, d):
 def _tanh_fast(m, y, lean=True):
     """tanh(y/2) = E / (E + 2), E = e^y - 1 from _expm1_dd (with `lean` off, _expm1_fast alone:
     the lanes', where a cond runs both branches; either way the correct rounding where the test
-    passes), relative bound rho = err/E_h (err already twice the bound; E_l below 2^-42 E_h,
-    which is why _expm1_lean renormalizes: its raw low part reaches 2^-19 Y),
+    passes), relative bound rho = err/E_h (err already twice the bound; E_l below 2^-42 E_h:
+    _expm1_lean's low part, up to 2^-18.9 Y, is renormalized here first),
     2^-27 <= y <= 38.2. D = E + 2 by two_sum has at most E's absolute error, so relative below
     rho/2 too. One division: i = fl(1/D_h), q_h = fl(E_h i) (within 2^-51.9 of E_h/D_h); the
     remainder E - q_h D exactly up to 2^-104 E (E_h - fl(q_h D_h) is exact by Sterbenz,
@@ -664,7 +664,11 @@ def _tanh_fast(m, y, lean=True):
     2^-93 q. tanh's bound is rho/2 + rho/2 + 2^-93; err = (err_E i) (2 + 2^-47) + q_h 2^-91 is
     at least twice it: err_E i (2 + 2^-47) is at least 2 rho q_h, q_h/E_h being within 2^-51.9
     of 1/D_h and i within 2^-53."""
-    eh, el, err = _expm1_dd(m, y, y.bits()) if lean else _expm1_fast(m, y)
+    if lean:
+        eh, el, err = _expm1_dd(m, y, y.bits())
+        eh, el = fast_two_sum(eh, el)                   # exact: |E_l| < 2^-16 |E_h|
+    else:
+        eh, el, err = _expm1_fast(m, y)
     dh, dt = two_sum(m.f(2.0), eh)
     dl = dt + el
     inv = m.f(1.0) / dh
