@@ -242,12 +242,12 @@ def _exp_fast(m, x):
 
 def _expm1_lean(m, x):
     """(h, l, err) for e^x - 1, 1/4 <= |x| < 708 (k != 0): Y = 2^E v from _exp_lean (2^-69.1 Y
-    absolute; 2^E exact on v_h, Y > e^-40), minus one by
-    two_sum, the low part's rounding below 2^-104 (|Y - 1| + Y): err = 2^-67 (Y + |Y - 1|),
-    at least twice the bound. Relative to |Y - 1| (at least 0.22 Y for |x| >= 1/4) err is
-    below 2^-64.5, so about one input in 2^11.5 near |x| = 1/4 fails the test, one in 2^13
-    beyond 1. The low part reaches 2^-18.9 Y (dd's proof holds, as in exp's; _tanh_fast
-    renormalizes it)."""
+    absolute; 2^E exact on v_h, Y > e^-40), minus one by two_sum; the low part b_l + y_l (y_l up
+    to 2^-18.9 Y) rounds within 2^-71.9 Y + 2^-106 |Y - 1|: below 2^-68.9 Y + 2^-106 |Y - 1| in
+    all, and err = 2^-67 (Y + |Y - 1|) is at least twice it. Relative to |Y - 1| (at least
+    0.22 Y for |x| >= 1/4) err is below 2^-64.5, so about one input in 2^11.5 near |x| = 1/4
+    fails the test, one in 2^13 beyond 1. The low part reaches 2^-18.9 Y (dd's proof holds, as
+    in exp's; _tanh_fast renormalizes it)."""
     k, vh, vt, lo = _exp_lean(m, x)
     scale = _pow2(m, k.sar(8))                          # yh exact; yl within 2^-1074
     yh, yl = vh * scale, (vt + lo) * scale
