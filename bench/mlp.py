@@ -256,7 +256,7 @@ def main() -> None:
         key, warmup, steps, *save = sys.argv[2:]
         return torch_worker(key, int(warmup), int(steps), save[0] if save else None)
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--models", default="digits,wide", help="of: " + ", ".join(MODELS))
+    ap.add_argument("--models", default="digits,wide,mnist", help="of: " + ", ".join(MODELS))
     ap.add_argument("--steps", type=int, default=20, help="timed steps a round")
     ap.add_argument("--warmup", type=int, default=3, help="untimed steps before them")
     ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds")
