@@ -59,7 +59,7 @@ EXACT_BLOCK_NODES = 150   # nor, under exact_sum, above this many (seq_attention
 MATVEC_CHAINS = 8     # independent dot chains in one block of W @ b (rows x lane pairs)
 TILE_GRAD_BYTES = 1 << 19   # a 2-D gradient sum larger than this (it and W beyond a 1 MiB L2) is
 TILE_ROWS_BYTES = 1 << 23   # tiled (tiled_grads), where its row vectors of every sample fit this
-TILE_VECS = 4         # a tiled gradient's block: 2 rows x this many vectors of columns, in registers
+TILE_VECS = 4         # a tiled gradient's block: 4 rows x this many vectors of columns, in registers
 OPS = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
 # Where's comparisons as a 0 or 1 (IEEE: only ne holds with a NaN), the mask of a branchless
 # select (Values.compute)
@@ -1079,7 +1079,7 @@ class LearnerCode:
     def tile_sum(self, em: Emitter, p) -> None:
         """A tiled gradient's sums, after every sample: G_p[r, c] = -0.0 + t_lo + ... + t_hi-1,
         t_s = TR_p's row r of sample s times x_s[c], one rounded product and a left fold in
-        sample order (the bits of the blocks' fold: -0.0 + t is t). Blocks of 2 rows x
+        sample order (the bits of the blocks' fold: -0.0 + t is t). Blocks of 4 rows x
         TILE_VECS vectors of columns hold their sums in registers while the samples stream, in
         tiles of columns, so a tile of every sample's x (256 samples x 32 columns: 64 KiB) stays
         in L2 across the rows and G_p is written once."""
@@ -1109,7 +1109,7 @@ class LearnerCode:
             if width >= 4:
                 em.put("wide_end();")
 
-        R = 4 if w == 8 else 2               # rows a block: 16 or 8 sums in registers
+        R = 4                                # rows a block: 16 sums in registers
 
         def group(c0: str, width: int, k: int) -> None:    # every row, k vectors at c0
             em.loop(0, rows // R, lambda q: block(
@@ -1546,13 +1546,13 @@ def large_body(lr: Learner) -> bool:
 
 def tiled_grads(lr: Learner, lanes: int) -> dict[str, tuple[Outer, object]]:
     """The params whose gradient sums are tiled (learner_grad's tile_rows, tile_sum): the rule,
-    decided from the shapes and the level when compiled. At a level of f64x4 or f64x8 (`lanes`:
-    the widest vector; x86_64 and AArch64's f64x2 measured no faster tiled), a full-batch
+    decided from the shapes and the level when compiled. At a level of f64x8 (`lanes`: the widest
+    vector; x86_64-v3's f64x4 and x86_64's f64x2 measured no faster tiled), a full-batch
     learner's (blocks of samples, not exact_sum) 2-D param p whose one contribution is
     `outer(a, x[i])`, x a data row read in place, of more than TILE_GRAD_BYTES (G_p and W beyond
     a 1 MiB L2: each block of samples would read and write all of G_p from L3), where a's values
     for every sample take at most TILE_ROWS_BYTES: {name: (that outer product, x's data)}."""
-    if lanes < 4 or lr.batch or lr.exact or not lr.nsamples or large_body(lr):
+    if lanes < 8 or lr.batch or lr.exact or not lr.nsamples or large_body(lr):
         return {}
     out = {}
     for p in lr.params:
