@@ -151,6 +151,7 @@ QCASES = {"qadd(a, b)": lambda a, b: a + b, "qsub(a, b)": lambda a, b: a - b,
           "qand(a, b)": lambda a, b: a & b, "qor(a, b)": lambda a, b: a | b,
           "qxor(a, b)": lambda a, b: a ^ b, "qshl(a, 0)": lambda a, b: a,
           "qshl(a, 1)": lambda a, b: a << 1, "qshl(a, 63)": lambda a, b: a << 63,
+          "qshr(a, 0)": lambda a, b: a,
           "qshr(a, 1)": lambda a, b: a >> 1, "qshr(a, 63)": lambda a, b: a >> 63,
           "qshr(qsub(a, b), 17)": lambda a, b: ((a - b) & M) >> 17}
 M = (1 << 64) - 1
@@ -241,7 +242,8 @@ def test_gathers_under_register_pressure(width, tmp_path):
         exe = tmp_path / f"g{level}"
         exe.write_bytes(elf)
         exe.chmod(0o755)
-        r = subprocess.run(runner({v: w for w, v in LEVEL.items()}[level]) + [str(exe)], capture_output=True, timeout=60)
+        width_of = {v: w for w, v in LEVEL.items()}
+        r = subprocess.run(runner(width_of[level]) + [str(exe)], capture_output=True, timeout=60)
         g = tab[ix]
         want = g * vals + np.roll(g, -1, axis=0)
         assert r.stdout == want.astype("<f8").tobytes(), level
