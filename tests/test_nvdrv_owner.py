@@ -339,8 +339,8 @@ def test_a_gpu_that_computes_another_bit_is_refused():
     r, _ = run("independent_state", 90, mutate={"update_g0": off_by_one})
     refused(r, "gpu-shadow-mismatch")
     assert "mismatch at step 1" in r.events and len(r.launches) == 1
-    def last_terms_off(ptx):        # owner_sum's first add of its last terms (fewer than a batch)
-        head, mark, tail = ptx.partition("$loaded:")
+    def last_terms_off(ptx):        # owner_sum's first add of its last terms (fewer than a stage)
+        head, mark, tail = ptx.partition("$last:")
         return head + mark + off_by_one(tail)
     r, _ = run("lsq_adam", 86, mutate={"owner_sum": last_terms_off})     # G differs: refused at step 1
     refused(r, "gpu-shadow-mismatch")
