@@ -131,6 +131,11 @@ CODE_ALIGN, QMD_ALIGN, CBANK_ALIGN = 256, 256, 256
 CODE_TAIL = 0x1000                 # room past the last instruction for the prefetcher
 BLOCK = 128                        # threads per CTA at most
 SEM_RELEASED = 1                   # the payload the release writes; the owner clears it first
+MEMORY_KINDS = ("vidmem", "vidmem-gpu", "sysmem-cached")
+# Buffers the host writes each step and the card only reads (`reduce` aside, which writes rd on
+# the card, where the host compares it): the card reads them from `staging`, system memory, as
+# it reads the constant banks, so the host never writes video memory through BAR1 for them.
+MIRRORED = ("idx", "rd")
 
 
 def round_up(v: int, a: int) -> int:
@@ -142,8 +147,10 @@ class Allocation:
     name: str
     va: int
     size: int
-    where: str                     # "vidmem" | "vidmem-gpu" (not mapped for the CPU) | "sysmem" |
+    where: str                     # "vidmem" | "vidmem-gpu" (not mapped for the CPU) |
                                    # "sysmem-cached" (mapped cached) | "usermode" | "reserved"
+    within: str = ""               # a part of that allocation (not allocated by itself)
+    cpu: int = 0                   # the bytes mapped for the CPU from its start (0: all of it)
 
 
 @dataclass(frozen=True)
@@ -208,8 +215,14 @@ class GpuImage:
         return self.chains[tuple(kernels)]
 
     @property
+    def memories(self) -> tuple[Allocation, ...]:
+        """The allocations the driver makes (one video-memory, one system-memory, and the
+        local-memory area when a kernel spills), each mapped once; the others are parts of them."""
+        return tuple(a for a in self.allocations if not a.within and a.where in MEMORY_KINDS)
+
+    @property
     def demand(self) -> int:
-        return sum(a.size for a in self.allocations if a.where in ("vidmem", "vidmem-gpu"))
+        return sum(a.size for a in self.memories if a.where in ("vidmem", "vidmem-gpu"))
 
     def staged(self, name: str) -> int:
         """Where the host writes buffer `name` at start-up: its place in `staging`."""
@@ -563,6 +576,14 @@ def plan(od: OwnerData, built: list, sm: int, share: Share | None = None,
             if p.role == "const":
                 buffers[f"{b.kernel.name}.{p.name}"] = put(struct.pack(f"<{len(p.values)}d", *p.values), 256)
     rows = share.hi - share.lo
+    # what the host writes each step and the card only reads (a minibatch's samples, the host's
+    # reduced scalars: `reduce` writes the same words on the card) lies in the image, so that
+    # the card reads it, as the constant banks, from its copy in `staging` (MIRRORED)
+    if share.batch:
+        buffers["idx"] = put(bytes(8 * max(1, share.rows)), 256)
+    rd = [b.kernel.threads for b in built if b.kernel.name == "reduce"]   # the card's reduced scalars
+    if rd:
+        buffers["rd"] = put(bytes(8 * rd[0]), 256)
     # the setup push buffer, last: it ends with the copy of the image and the rows from `staging`
     rows_bytes = sum(round_up(8 * max(1, rows * cols), 256) for _, cols in od.data)
     setup_dwords = SETUP_DWORDS + (SETUP_LOCAL_DWORDS if stack else 0)
@@ -573,9 +594,6 @@ def plan(od: OwnerData, built: list, sm: int, share: Share | None = None,
     for name, cols in od.data:          # written by the host at start-up: past the image
         buffers[f"rows_{name}"] = end
         end = round_up(end + 8 * max(1, rows * cols), 256)
-    if share.batch:                     # the step's samples, written by the host each step
-        buffers["idx"] = end
-        end = round_up(end + 8 * max(1, share.rows), 256)
     for k, width in enumerate(od.products):     # written by the batch kernels each step
         buffers[f"mv{k}"] = end
         end = round_up(end + 8 * max(1, width * share.rows), 256)
@@ -586,31 +604,38 @@ def plan(od: OwnerData, built: list, sm: int, share: Share | None = None,
     if exact_sum:
         exact = {"xd": end, "xc": end + 8 * XS_WORDS * P}
         end = round_up(exact["xc"] + 8 * XC_WORDS * P, 256)
-    rd = [b.kernel.threads for b in built if b.kernel.name == "reduce"]   # the card's reduced scalars
-    if rd:
-        exact["rd"], end = end, round_up(end + 8 * rd[0], 256)
     arena_size = round_up(end, HUGE)
 
-    va = ARENA_VA
-    allocs = []
     upload_end = round_up(image_end, 256) + rows_bytes     # the image and the rows, from `staging`
-    table = [("arena", arena_size, "vidmem"), ("gpfifo", GPFIFO_AREA, "vidmem"),
-             ("sysmem", SYSMEM_SIZE, "sysmem"), ("results", round_up(max(at, 1), SYSMEM_SIZE), "sysmem-cached"),
-             ("staging", round_up(upload_end, SYSMEM_SIZE), "sysmem-cached"),
-             ("channel", CHANNEL_RANGE, "reserved"), ("usermode", USERMODE_SIZE, "usermode")]
+    # Two allocations (start-up's cost is per allocation: issue 42): one of video memory, the
+    # GPFIFO area (the ring, USERD) then the arena, and one of system memory, mapped cached: the
+    # error notifier and the semaphore, the results, the staging copy; each mapped once.
+    parts = {"vidmem": [("gpfifo", GPFIFO_AREA), ("arena", arena_size)],
+             "host": [("sysmem", SYSMEM_SIZE), ("results", round_up(max(at, 1), SYSMEM_SIZE)),
+                      ("staging", round_up(upload_end, SYSMEM_SIZE))]}
+    table = [("vidmem", "vidmem"), ("host", "sysmem-cached"), ("channel", CHANNEL_RANGE, "reserved"),
+             ("usermode", USERMODE_SIZE, "usermode")]
     per_tpc = local_per_tpc(per_thread, topology) if stack else 0
     if stack:
         table.append(("local", round_up(local_area_size(per_thread, topology), HUGE), "vidmem-gpu"))
-    for name, size, where in table:
+    allocs, va = [], ARENA_VA - GPFIFO_AREA             # so the arena starts at ARENA_VA
+    for name, *rest in table:
+        size, where = (sum(n for _, n in parts[name]), rest[0]) if name in parts else rest
         allocs.append(Allocation(name, va, size, where))
+        at_part = va
+        for part, n in parts.get(name, ()):
+            allocs.append(Allocation(part, at_part, n, where, name))
+            at_part += n
         va = round_up(va + size, HUGE)
-    sem_va = allocs[2].va + SEMAPHORE_OFFSET
-    vas = {k: ARENA_VA + v for k, v in buffers.items()}
+    by_name = {a.name: a for a in allocs}
+    sem_va = by_name["sysmem"].va + SEMAPHORE_OFFSET
+    staging = by_name["staging"].va
+    vas = {k: (staging if k in MIRRORED else ARENA_VA) + v for k, v in buffers.items()}
     for name, cols in od.data:          # kernels index rows by the global sample number
         vas[f"data_{name}"] = vas[f"rows_{name}"] - 8 * share.lo * cols
     vas["gs"], vas["G"] = ARENA_VA + gs_off, ARENA_VA + g_off
     vas.update({k: ARENA_VA + v for k, v in exact.items()})
-    results = {k: allocs[3].va + v for k, v in results.items()}
+    results = {k: by_name["results"].va + v for k, v in results.items()}
 
     launches = []
     for b in built:
@@ -636,11 +661,11 @@ def plan(od: OwnerData, built: list, sm: int, share: Share | None = None,
             elif p.type == "u32":
                 struct.pack_into("<I", cbank, at, statics[p.role])
                 if share.batch and p.role in ("count", "n", "rows"):
-                    counts.append(ARENA_VA + cbank_off[k.name] + at)
+                    counts.append(staging + cbank_off[k.name] + at)
             else:
-                scalars.append(Scalar(p.ref, p.version, ARENA_VA + cbank_off[k.name] + at))
+                scalars.append(Scalar(p.ref, p.version, staging + cbank_off[k.name] + at))
         code_va = ARENA_VA + code_off[k.name]
-        cbank_va = ARENA_VA + cbank_off[k.name]
+        cbank_va = staging + cbank_off[k.name]          # read by the card from system memory
         qmd_va = ARENA_VA + qmd_off[k.name]
         la = Launch(k.name, threads, block, grid, code_va, im.code_sha256, qmd_va, b"", cbank_va,
                     bytes(cbank), tuple(scalars), tuple(counts))
@@ -657,8 +682,7 @@ def plan(od: OwnerData, built: list, sm: int, share: Share | None = None,
         arena[off:off + 4 * len(pb)] = struct.pack(f"<{len(pb)}I", *pb)
         chains[c] = Chain(launched(c), ARENA_VA + off, tuple(pb), gpfifo_entry(arch, ARENA_VA + off, len(pb)),
                           copies)
-    local_va = allocs[-1].va if stack else 0
-    staging = allocs[4].va
+    local_va = by_name["local"].va if stack else 0
     setup = setup_pushbuf(arch, sem_va, local_va, per_tpc, (staging, ARENA_VA, upload_end))
     arena[setup_off:setup_off + 4 * len(setup)] = struct.pack(f"<{len(setup)}I", *setup)
     image = bytes(arena[:image_end]) + bytes(image_end - len(arena))
