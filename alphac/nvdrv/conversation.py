@@ -21,10 +21,11 @@ is allocated.
        ---- identity checked: nothing has been allocated yet but the objects that ask ----
        the SM clock's boost (PERF_BOOST, as libcuda asks it; declining it is not a refusal)
     7  UVM: open, initialize; usermode page (mapped: the doorbell); VA space; register the GPU
-    8  memory: sysmem (notifier, semaphore), results (the copies out, mapped cached), the GPFIFO
-       area, the arena; each mapped for the CPU
-       (RM_MAP_MEMORY on a fresh fd, then mmap at the planned address) and for the GPU (UVM);
-       then the local-memory area when a kernel spills, for the GPU only (not contiguous)
+    8  memory (image.GpuImage.memories): two allocations, sub-allocated by the plan: video
+       memory (the GPFIFO area, the arena) and system memory mapped cached (notifier and
+       semaphore, results, staging); each mapped once for the CPU (RM_MAP_MEMORY on a fresh fd,
+       then mmap at the planned address) and once for the GPU (UVM); then the local-memory
+       area when a kernel spills, for the GPU only (not contiguous)
     9  channel group, context share, GPFIFO channel, compute and copy objects, work-submit token,
        UVM channel registration, schedule
 
@@ -320,11 +321,11 @@ class Conversation:
                      | n("NVOS32_ALLOC_FLAGS_MAP_NOT_REQUIRED") | n("NVOS32_ALLOC_FLAGS_IGNORE_BANK_PLACEMENT")
                      | n("NVOS32_ALLOC_FLAGS_MEMORY_HANDLE_PROVIDED"))
             cls, kind, align = "NV1_MEMORY_USER", n("NVOS32_TYPE_IMAGE"), 2 << 20
-        else:       # sysmem-cached (the copies' results): cached, as pinned host memory is [inferred]
+        else:       # sysmem-cached, all of it: cached, as pinned host memory is [inferred] (an
+                    # uncached one costs the driver a page-attribute change a page: nv-vm.c)
             attr = abi.pack_bitfields({"NVOS32_ATTR_PHYSICALITY": n("NVOS32_ATTR_PHYSICALITY_ALLOW_NONCONTIGUOUS"),
                                        "NVOS32_ATTR_LOCATION": n("NVOS32_ATTR_LOCATION_PCI"),
-                                       **({"NVOS32_ATTR_COHERENCY": n("NVOS32_ATTR_COHERENCY_CACHED")}
-                                          if where == "sysmem-cached" else {})})
+                                       "NVOS32_ATTR_COHERENCY": n("NVOS32_ATTR_COHERENCY_CACHED")})
             attr2 = abi.pack_bitfields({"NVOS32_ATTR2_ZBC": n("NVOS32_ATTR2_ZBC_PREFER_NO_ZBC"),
                                         "NVOS32_ATTR2_GPU_CACHEABLE": n("NVOS32_ATTR2_GPU_CACHEABLE_NO")})
             flags = (n("NVOS32_ALLOC_FLAGS_IGNORE_BANK_PLACEMENT") | n("NVOS32_ALLOC_FLAGS_MEMORY_HANDLE_PROVIDED")

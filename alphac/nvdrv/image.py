@@ -4,20 +4,24 @@ Given the owner's kernels (`alphac.ptx.build`: each kernel's ABI and its cubin's
 the target's `abi.Arch` and the host, `plan()` fixes, at compile time, everything a launch needs:
 
     allocation  va              size            what
-    arena       ARENA_VA        k * 2 MiB       video memory: code, constant banks, QMDs, push
-                                                buffers, state, data, constants, gs, G (and
-                                                under exact_sum the accumulators xd, xc)
-    gpfifo      after it        2 MiB           video memory: the GPFIFO ring, then USERD
-    sysmem      after it        64 KiB          system memory: the channel's error notifier, the
-                                                completion semaphore
-    results     after it        64 KiB units    system memory the host maps cached: what the
-                                                copy engine copies out of the arena at the end of
-                                                a chain (G, xd, xc, the states), the only card
-                                                results the host reads
-    staging     after it        64 KiB units    system memory the host maps cached: the host
-                                                writes the launch image and the data rows there
-                                                at the arena's offsets, the setup push buffer
-                                                (read from here) copies them into the arena
+    vidmem      ARENA_VA-2 MiB  2 MiB + arena   video memory, one allocation (start-up pays per
+                                                allocation: issue 42), in two parts:
+      gpfifo    its start       2 MiB             the GPFIFO ring, then USERD
+      arena     ARENA_VA        k * 2 MiB         code, constant banks, QMDs, push buffers,
+                                                  state, data, constants, gs, G (and under
+                                                  exact_sum the accumulators xd, xc)
+    host        after it        64 KiB units    system memory the host maps cached, one
+                                                allocation in three parts:
+      sysmem    its start       64 KiB            the channel's error notifier, the semaphore
+      results   after it        64 KiB units      what the copy engine copies out of the arena
+                                                  at the end of a chain (G, xd, xc, the
+                                                  states), the only card results the host reads
+      staging   after it        64 KiB units      the host writes the launch image and the data
+                                                  rows there at the arena's offsets, the setup
+                                                  push buffer (read from here) copies them into
+                                                  the arena; the card reads the constant banks,
+                                                  idx and rd from here (MIRRORED), so the host
+                                                  writes a step's scalars to system memory
     channel     after it        64 MiB          a VA range UVM reserves for the channel (unmapped)
     usermode    after it        64 KiB          the usermode page (the doorbell at 0x90)
     local       after it        see below       video memory mapped for the GPU only: the
@@ -25,13 +29,14 @@ the target's `abi.Arch` and the host, `plan()` fixes, at compile time, everythin
 
 Every address is chosen here (UVM maps each allocation at the same address for the CPU and the
 GPU), so the QMDs, constant banks and push buffers are complete at compile time; at run time the
-owner writes only the scalar-state parameters into a constant bank, the semaphore, one GPFIFO
-entry, GPPut and the doorbell, and it reads the card's results only from `results`. The *launch
+owner writes only the scalar-state parameters into a constant bank (in `staging`), the
+semaphore, one GPFIFO entry, GPPut and the doorbell, and it reads the card's results only from
+`results`. The *launch
 image* is the arena's initial bytes (code to the end of the constants); the executable carries it
 with its SHA-256, checks that, and writes it to `staging`, whence the setup push buffer copies it.
 
 Memory demand (what admission checks against the card's declared memory, E0120) is the video
-memory allocated: the arena, the GPFIFO area and the local-memory area, in 2 MiB units.
+memory allocated: the arena with the GPFIFO area, and the local-memory area, in 2 MiB units.
 
 Local memory (a kernel ptxas spilled: `Image.local` > 0; docs/nvdrv.md, "Local memory"): per
 thread the stack + 0x240 (the ABI's bytes above STACK_TOP) rounded to 32, in every QMD's
