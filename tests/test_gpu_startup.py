@@ -16,7 +16,7 @@ import re
 import pytest
 
 from alphac.driver import compile_file
-from conftest import example
+from conftest import example, exact_sum_variant
 from test_gpu_sampled import CLIPPED
 from test_nvdrv_owner import card_for, host_for, need_mock, owner
 
@@ -44,19 +44,26 @@ def test_start_up_allocates_two_memories_each_mapped_once():
     assert len(part) == 15, built.conversation.listing()   # 8 for video memory, 7 for system (37 with five)
 
 
-@pytest.mark.parametrize("which", ["lsq_adam", "logistic", "clipped"])
+SOURCES = {"clipped": CLIPPED,            # rd: the host's reduced scalar
+           # a scalar state the loss reads: the host writes it before the gradient kernels
+           "scaled": example("lsq_adam").read_text().replace("  0.5 * r^2\n", "  0.5 * p1 * r^2\n"),
+           "exact": exact_sum_variant(example("lsq_adam").read_text())}   # the host's rounded G
+
+
+@pytest.mark.parametrize("which", ["lsq_adam", "logistic", "clipped", "scaled", "exact"])
 def test_the_host_stores_no_scalar_or_index_into_video_memory(tmp_path, which):
     from alphac.build import build_gpu_owner
     from alphac.lower.gpu import gpu_owner_source
-    if which == "clipped":
-        (tmp_path / "x.alpha").write_text(CLIPPED)
+    if which in SOURCES:
+        assert SOURCES[which] != example("lsq_adam").read_text()
+        (tmp_path / "x.alpha").write_text(SOURCES[which])
         src = tmp_path / "x.alpha"
     else:
         src = example(which)
     lr = compile_file(src).learner
     built = build_gpu_owner(lr, "x86_64+sm_90", host_for(90))
     text, _ = gpu_owner_source(lr, built.gpu, built.conversation)
-    stores = [int(a, 16) for a in re.findall(r"\bstore(?:32|64|f)\((0x[0-9a-f]+)", text)]
+    stores = [int(a, 16) for a in re.findall(r"\b(?:store(?:32|64|f)|vec_copy)\((0x[0-9a-f]+)", text)]
     assert stores, "the owner writes no parameter at all"
     video = [a for a in built.gpu.memories if a.where.startswith("vidmem")]
     host = [a for a in built.gpu.memories if a.where.startswith("sysmem")]
@@ -64,3 +71,11 @@ def test_the_host_stores_no_scalar_or_index_into_video_memory(tmp_path, which):
     assert all(any(m.va <= s < m.va + m.size for m in host) for s in stores)
     for la in built.gpu.launches:                       # the card reads the banks from system memory
         assert any(m.va <= la.cbank_va < m.va + m.size for m in host)
+    if which in ("scaled", "exact"):                    # and computes the interpreter's bits so
+        need_mock()
+        (tmp_path / "x.gpu").write_bytes(built.image.elf)
+        (tmp_path / "x.gpu").chmod(0o755)
+        r = mockgpu.run(tmp_path / "x.gpu", ("--steps", "4"), card=card_for(90), kernels=built.kernels)
+        assert r.errors == [] and (r.returncode, r.stderr) == (0, ""), (r.errors, r.stderr)
+        from alphac.ir.interp import format_state, run as interp_run
+        assert r.stdout == format_state(lr, interp_run(lr, 4))

@@ -140,6 +140,8 @@ MEMORY_KINDS = ("vidmem", "vidmem-gpu", "sysmem-cached")
 # Buffers the host writes each step and the card only reads (`reduce` aside, which writes rd on
 # the card, where the host compares it): the card reads them from `staging`, system memory, as
 # it reads the constant banks, so the host never writes video memory through BAR1 for them.
+# Besides these, every state no update kernel writes (a scalar state) and, under exact_sum, G
+# (the host's rounded sum: no kernel writes it there) are read so (plan: `mirrored`).
 MIRRORED = ("idx", "rd")
 
 
@@ -564,10 +566,15 @@ def plan(od: OwnerData, built: list, sm: int, share: Share | None = None,
     for name in out_sizes:
         results[name], at = at, round_up(at + out_sizes[name], 256)
 
+    written = {f"state_{p.ref}" for b in built if b.kernel.name.startswith("update_g")
+               for p in b.kernel.params if p.role == "state"}
+    mirrored = {*MIRRORED, *({"G"} if exact_sum else ()),
+                *(f"state_{name}" for name, _ in od.states if f"state_{name}" not in written)}
+
     def outs(chain) -> list[str]:       # what the host reads after the chain: what its kernels write
         upd = [k for k in chain if k.startswith("update_g")]
         grad = (["xd", "xc"] if exact_sum else ["G"]) if len(upd) < len(chain) else []
-        return [k for k in grad + [k for k in results if k.startswith("state_") and upd] if out_sizes[k]]
+        return [k for k in grad + [k for k in results if k in written and upd] if out_sizes[k]]
     # per launch invalidate, PCAS A, PCAS2 B (2 dwords each), a wait-for-idle between; the release;
     # the copies out
     pb_off = {c: put(bytes(4 * (8 * len(launched(c)) - 2 + 6 + copies_dwords(
@@ -589,6 +596,8 @@ def plan(od: OwnerData, built: list, sm: int, share: Share | None = None,
     rd = [b.kernel.threads for b in built if b.kernel.name == "reduce"]   # the card's reduced scalars
     if rd:
         buffers["rd"] = put(bytes(8 * rd[0]), 256)
+    if exact_sum:
+        buffers["G"] = put(bytes(8 * max(1, P)), 256)
     # the setup push buffer, last: it ends with the copy of the image and the rows from `staging`
     rows_bytes = sum(round_up(8 * max(1, rows * cols), 256) for _, cols in od.data)
     setup_dwords = SETUP_DWORDS + (SETUP_LOCAL_DWORDS if stack else 0)
@@ -604,7 +613,7 @@ def plan(od: OwnerData, built: list, sm: int, share: Share | None = None,
         end = round_up(end + 8 * max(1, width * share.rows), 256)
     gs_off = end
     g_off = round_up(gs_off + 8 * max(1, (od.row or P) * share.rows), 256)
-    end = round_up(g_off + 8 * max(1, P), 256)
+    end = g_off if exact_sum else round_up(g_off + 8 * max(1, P), 256)
     exact = {}                          # exact_sum: the card's dense and compact accumulators; rd
     if exact_sum:
         exact = {"xd": end, "xc": end + 8 * XS_WORDS * P}
@@ -635,10 +644,11 @@ def plan(od: OwnerData, built: list, sm: int, share: Share | None = None,
     by_name = {a.name: a for a in allocs}
     sem_va = by_name["sysmem"].va + SEMAPHORE_OFFSET
     staging = by_name["staging"].va
-    vas = {k: (staging if k in MIRRORED else ARENA_VA) + v for k, v in buffers.items()}
+    vas = {k: (staging if k in mirrored else ARENA_VA) + v for k, v in buffers.items()}
     for name, cols in od.data:          # kernels index rows by the global sample number
         vas[f"data_{name}"] = vas[f"rows_{name}"] - 8 * share.lo * cols
-    vas["gs"], vas["G"] = ARENA_VA + gs_off, ARENA_VA + g_off
+    vas["gs"] = ARENA_VA + gs_off
+    vas.setdefault("G", ARENA_VA + g_off)
     vas.update({k: ARENA_VA + v for k, v in exact.items()})
     results = {k: by_name["results"].va + v for k, v in results.items()}
 
