@@ -38,6 +38,8 @@ def test_start_up_allocates_two_memories_each_mapped_once():
     calls = r.device_calls()
     maps = [c for c in calls if c[0] == "mmap"]
     assert len(maps) == 3                               # the usermode page and the two memories
+    vid = built.gpu.alloc("vidmem")                    # of video memory only the ring and USERD
+    assert [m[2] for m in maps if m[1] == vid.va] == [built.gpu.alloc("gpfifo").size] < [vid.size]
     ioctls = [c[2] for c in calls if c[0] == "ioctl"]
     assert ioctls.count(0x21) == ioctls.count(0x49) == 2    # UVM_MAP_EXTERNAL_ALLOCATION, _CREATE_EXTERNAL_RANGE
     part = [c for c in between(built.conversation.calls, "uvm", "memory") if c.op != 7]

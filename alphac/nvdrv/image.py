@@ -521,10 +521,12 @@ def _threads(od: OwnerData, kernel, share: Share) -> int:
 
 
 def plan(od: OwnerData, built: list, sm: int, share: Share | None = None,
-         topology: Topology | None = None) -> GpuImage:
+         topology: Topology | None = None, host_arena: bool = False) -> GpuImage:
     """The owner's memory plan and launch image for every kernel in `built` (alphac.ptx.build),
     for `share` (default: the whole learner); `topology` (the host description's) sizes the
-    local-memory area when a kernel spills, and is required then (BuildError without it)."""
+    local-memory area when a kernel spills, and is required then (BuildError without it).
+    `host_arena`: the host writes into the arena (a deployment role's states and combined G), so
+    all of the video memory is mapped for the CPU; else only the GPFIFO area is."""
     share = share or Share.whole(od)
     stack = max((b.image.local for b in built), default=0)
     per_thread = local_per_thread(stack)
@@ -635,7 +637,8 @@ def plan(od: OwnerData, built: list, sm: int, share: Share | None = None,
     allocs, va = [], ARENA_VA - GPFIFO_AREA             # so the arena starts at ARENA_VA
     for name, *rest in table:
         size, where = (sum(n for _, n in parts[name]), rest[0]) if name in parts else rest
-        allocs.append(Allocation(name, va, size, where))
+        cpu = GPFIFO_AREA if name == "vidmem" and not host_arena else 0
+        allocs.append(Allocation(name, va, size, where, cpu=cpu))
         at_part = va
         for part, n in parts.get(name, ()):
             allocs.append(Allocation(part, at_part, n, where, name))
