@@ -68,7 +68,11 @@ Facts and their sources (docs/nvdrv.md has the full list and what is still unkno
     buffer OFFSET_IN/OUT, LINE_LENGTH_IN and LAUNCH_DMA NON_PIPELINED, pitch to pitch, virtual
     addresses, flush [read: tinygrad copy()], in pieces of 2^31 bytes at most [read: tinygrad];
     then the copy class's one-word semaphore release with flush [read: tinygrad signal()] in place
-    of the host's: the one wait covers the copies. That the host WFI orders the copy engine after
+    of the host's: the one wait covers the copies.
+  - Memory (docs/nvdrv.md "Memory"): two allocations with parts, the semaphore and the notifier
+    in cached system memory, the constant banks and MIRRORED buffers read by the SMs from
+    `staging`, the video memory mapped for the CPU only over the GPFIFO area [inferred:
+    unconfirmed on an H200]. That the host WFI orders the copy engine after
     the compute engine on one channel is [inferred: unconfirmed on an H200].
 
 Requires: every kernel's cubin for `arch.sm`. Guarantees: the same inputs give the same bytes.
