@@ -4,12 +4,15 @@ a GPU owner's start-up goes", docs/nvdrv.md "Memory").
 Requires what tests/test_nvdrv_owner.py requires (ptxas, the mock). Guarantees checked:
   * between the `identity` and `memory` events the owner allocates two memories, one of video
     memory and one of system memory, each mapped once for the CPU and once for the GPU, and
-    nothing else: the driver calls there are counted and bounded;
-  * the scalars, counts, sample indices and reduced scalars the host writes each step go to
-    system memory the card reads (its constant banks and idx/rd in `staging`), never to video
-    memory through BAR1: every constant address the step's generated code stores a word to lies
-    in system memory, for an Adam owner (scalar parameters), a minibatch owner (idx, counts)
-    and a clipped one (rd); each still prints the interpreter's bits (the other tests).
+    nothing else: the driver calls there are counted (15); of the video memory the CPU maps
+    only the GPFIFO area;
+  * the scalars, counts, sample indices, reduced scalars, scalar states and exact_sum's rounded
+    G the host writes each step go to system memory the card reads (its constant banks and the
+    mirrored buffers in `staging`), never to video memory through BAR1: every constant address
+    the step's generated code stores to (store32/64/f, vec_copy) lies in system memory, for an
+    Adam owner (scalar parameters), a minibatch owner (idx, counts), a clipped one (rd), one
+    whose loss reads a scalar state and an exact_sum one; the last two print the interpreter's
+    bits under the mock (the others' bits: tests/test_nvdrv_owner.py, test_gpu_sampled.py).
 """
 import re
 
