@@ -216,27 +216,43 @@ def _fabs(m, a):
 
 def _log1p_poly(m, th, tl):
     """log1p(t) as a double-double, t = t_h + t_l exactly, |t| < 2^-8: t - t^2/2 + t^3 q(t),
-    q = 1/3 - t/4 + ... + t^6/9 at t_h. Truncation t^10/10 < 2^-75.3 |t|; q's rounding and the
-    two products (2^-51.3 relative) times |t^3 q| <= 2^-17.6 |t|; t_h for t in q (2^-69 |t|);
-    the low part's four roundings (partial sums below 2^-17 |t|, 2^-68 |t|): below
-    2^-66.9 |t|, so below 2^-66 |log1p(t)|."""
-    sh, sl = square(th)
-    c = (sh * th) * _horner(m, th, LOG_POLY)
-    a, b = fast_two_sum(th, -(sh * m.f(0.5)))
-    return fast_two_sum(a, (b + (tl - (sl * m.f(0.5) + th * tl))) + c)
+    t^2 = u^2 + v, u t_h's first 26 bits (u^2 exact), v = fl((t_h - u) fl(t_h + u)) (t_h - u
+    exact; two roundings: within 2^-77 t_h^2); q = 1/3 - t/4 + ... + t^6/9 at t_h, by Estrin's
+    scheme (pairs c_k + c_(k+1) t, then t^2 and t^4 = (t^2)^2: a chain of five operations where
+    Horner's has fourteen). Truncation
+    t^10/10 < 2^-75.3 |t|; q's rounding (the coefficients' and nine operations': below 2^-50.7
+    relative, every term after 1/3 being below 2^-9.6 of it) and the two products (2^-50.3 in
+    all) times |t^3 q| <= 2^-17.6 |t|; t_h for t in q (2^-69 |t|); the low part's four
+    roundings (partial sums below 2^-17 |t|, 2^-68 |t|): below 2^-66.5 |t|, so below
+    2^-66 |log1p(t)|."""
+    u = m.float_(th.bits() & -(1 << 27))                   # t_h's first 26 bits: u^2 exact
+    v = (th - u) * (th + u)                                 # t_h^2 - u^2 within 2^-77 t_h^2
+    sh = th * th
+    c0, c1, c2, c3, c4, c5, c6 = (m.f(k) for k in LOG_POLY)
+    q = (c0 + th * c1 + sh * (c2 + th * c3)) + (sh * sh) * ((c4 + th * c5) + sh * c6)
+    c = (sh * th) * q
+    a, b = fast_two_sum(th, (u * u) * m.f(-0.5))
+    return fast_two_sum(a, (b + (tl - (v * m.f(0.5) + th * tl))) + c)
+
+
+ALONE = (0x3FEFF00000000000, 0x200000000000)   # x in [1 - 2^-9, 1 + 2^-8): xb - [0] below [1]
+LOG_ERR = TWO[-72] + 2.0 ** -91                # 2^-72 + 2^-101 |log x|, |log x| < 745 < 2^9.6
 
 
 def _log_dd(m, xb, extra):
     """(h, l, err): log(x) = h + l within err/2 (err at least twice the bound), for x = xb's
-    positive normal binary64, plus `extra` (a binary64 below 2^-52 |log x| added to the low
-    part, for log1p). _log_fast is its rounding test; pow reads the double-double itself.
+    positive normal binary64, plus `extra` (None, or a binary64 below 2^-52 |log x| added to
+    the low part, for log1p). _log_fast is its rounding test; pow reads the double-double itself.
 
     x = 2^e c, c in [1, 2); j = c's first 8 fraction bits, r_j = I_j / 2^16: c r_j - 1 = t,
     |t| < 2^-8, exactly t_h + t_l (c = c_h + c_l, c_h its first 26 bits, c_h r_j, c_l r_j exact,
-    c_h r_j - 1 exact by Sterbenz). log x = e ln2 + log(1/r_j) + log1p(t). Where e = 0, j = 0
-    or e = -1, j = 255 the first two cancel exactly (LOG_L[255] is LN2_HL itself) and the
-    result is log1p(t) (relative 2^-66). Elsewhere |log x| > 2^-9 and the absolute error is
-    below 2^-74 (log1p) + 2^-84.8 (e L, e < 2^11) + 2^-96 (tables) + 2^-103 |log x| (sums)."""
+    c_h r_j - 1 exact by Sterbenz). log x = e ln2 + log(1/r_j) + log1p(t). e H + LOG_L[j]'s
+    high word is Dekker's fast sum (exact: e H is exact, H of 42 bits, and |e H| >= ln 2 - 2^-42
+    > |log(1/r_j)| unless e = 0). Where e = 0, j = 0 or e = -1, j = 255 (x in [1 - 2^-9,
+    1 + 2^-8): ALONE, one unsigned comparison) the first two cancel exactly (LOG_L[255] is
+    LN2_HL itself) and the result is log1p(t) (relative 2^-66). Elsewhere |log x| > 2^-9 and
+    the absolute error is below 2^-74 (log1p) + 2^-84.8 (e L, e < 2^11) + 2^-96 (tables) +
+    2^-103 |log x| (sums): err is the constant LOG_ERR, at least 2^-72 + 2^-101 |log x|."""
     e = ((xb >> 52) & 0x7FF) - 1023
     j = (xb >> 44) & 255
     cb = (xb & MANT) | 0x3FF0000000000000
@@ -248,13 +264,12 @@ def _log_dd(m, xb, extra):
     ph, pl = _log1p_poly(m, th, tl)
     ef = m.i2f(e)
     at = j * 2
-    h1, h2 = two_sum(ef * m.loadf(TABLES["LN2_HL"], 0), m.loadf(TABLES["LOG_L"], at))
+    h1, h2 = fast_two_sum(ef * m.loadf(TABLES["LN2_HL"], 0), m.loadf(TABLES["LOG_L"], at))
     s1, s2 = two_sum(h1, ph)
-    lo = s2 + (h2 + (pl + ((m.loadf(TABLES["LOG_L"], at + 1)
-                            + ef * m.loadf(TABLES["LN2_HL"], 1)) + extra)))
-    alone = (e.eq(0) & j.eq(0)) | (e.eq(-1) & j.eq(255))
-    err = m.cond(alone, lambda: (_fabs(m, s1) * m.f(TWO[-65]),),
-                 lambda: (m.f(TWO[-72]) + _fabs(m, s1) * m.f(TWO[-101]),))[0]
+    low = m.loadf(TABLES["LOG_L"], at + 1) + ef * m.loadf(TABLES["LN2_HL"], 1)
+    lo = s2 + (h2 + (pl + (low if extra is None else low + extra)))
+    err = m.cond((xb - ALONE[0]).ult(ALONE[1]), lambda: (_fabs(m, s1) * m.f(TWO[-65]),),
+                 lambda: (m.f(LOG_ERR),))[0]
     return s1, lo, err
 
 
@@ -414,16 +429,23 @@ def _log_go(m, xb):
     return m.i(0x000FFFFFFFFFFFFF).ult(xb) & xb.ult(INF)                   # positive normal
 
 
-def log(m, x):
-    xb = x.bits()
+def _log_rest(m, xb):
+    """log's special values and accurate path, of x's bits (its bits: `outline`d, so that the
+    fast path's function is small)."""
+    x = m.float_(xb)
 
     def positive():
         return m.cond(xb.eq(0x3FF0000000000000), lambda: (m.f(0.0),), lambda: m.cond(
             xb.eq(INF), lambda: (x,), lambda: (to_double(m, *log_core(m, *_decompose(m, xb))),)))
-    return first_fast(m, _log_go(m, xb), lambda: _log_fast(m, xb, m.f(0.0)), lambda: m.cond(
-        is_nan(m, x), lambda: (x + x,), lambda: m.cond(
-            (xb & ABS).eq(0), lambda: (m.f(float("-inf")),), lambda: m.cond(
-                m.i(0).ult(xb & SIGN), lambda: (m.float_(m.i(NAN)),), positive)))[0])
+    return (m.cond(is_nan(m, x), lambda: (x + x,), lambda: m.cond(
+        (xb & ABS).eq(0), lambda: (m.f(float("-inf")),), lambda: m.cond(
+            m.i(0).ult(xb & SIGN), lambda: (m.float_(m.i(NAN)),), positive)))[0].bits(),)
+
+
+def log(m, x):
+    xb = x.bits()
+    return first_fast(m, _log_go(m, xb), lambda: _log_fast(m, xb, None),
+                      lambda: m.float_(m.outline("log_rest", _log_rest, (xb,), 1)[0]))
 
 
 def _log1p_go(m, xb, ax):                                   # 2^-54 <= |x|, -1 < x < inf
@@ -442,8 +464,9 @@ def _log1p_fast(m, x, ax):
     return m.cond(ax.ult(0x3F70000000000000), near_zero, one_plus)
 
 
-def log1p(m, x):
-    xb = x.bits()
+def _log1p_rest(m, xb):
+    """log1p's special values and accurate path, of x's bits (its bits: `outline`d)."""
+    x = m.float_(xb)
     ax = xb & ABS
     negative = m.i(0).ult(xb & SIGN)
 
@@ -472,11 +495,18 @@ def log1p(m, x):
 
     minus_one = xb.eq(0xBFF0000000000000)
     below = m.i(0xBFF0000000000000).ult(xb)                 # x < -1, -inf included
-    return first_fast(m, _log1p_go(m, xb, ax), lambda: _log1p_fast(m, x, ax), lambda: m.cond(is_nan(m, x), lambda: (x + x,), lambda: m.cond(
+    return (m.cond(is_nan(m, x), lambda: (x + x,), lambda: m.cond(
         ax.ult(0x3C90000000000000), lambda: (x,), lambda: m.cond(     # |x| < 2^-54: x
             xb.eq(INF), lambda: (x,), lambda: m.cond(
                 minus_one, lambda: (m.f(float("-inf")),), lambda: m.cond(
-                    below, lambda: (m.float_(m.i(NAN)),), lambda: (accurate(),))))))[0])
+                    below, lambda: (m.float_(m.i(NAN)),), lambda: (accurate(),))))))[0].bits(),)
+
+
+def log1p(m, x):
+    xb = x.bits()
+    ax = xb & ABS
+    return first_fast(m, _log1p_go(m, xb, ax), lambda: _log1p_fast(m, x, ax),
+                      lambda: m.float_(m.outline("log1p_rest", _log1p_rest, (xb,), 1)[0]))
 
 
 # -- expm1, tanh -----------------------------------------------------------------------------------
