@@ -235,7 +235,6 @@ def _log1p_poly(m, th, tl):
     return fast_two_sum(a, (b + (tl - (v * m.f(0.5) + th * tl))) + c)
 
 
-ALONE = (0x3FEFF00000000000, 0x200000000000)   # x in [1 - 2^-9, 1 + 2^-8): xb - [0] below [1]
 LOG_ERR = TWO[-72] + 2.0 ** -91                # 2^-72 + 2^-101 |log x|, |log x| < 745 < 2^9.6
 
 
@@ -246,14 +245,15 @@ def _log_dd(m, xb, extra):
 
     x = 2^e c, c in [1, 2); j = c's first 8 fraction bits, r_j = I_j / 2^16: c r_j - 1 = t,
     |t| < 2^-8, exactly t_h + t_l (c = c_h + c_l, c_h its first 26 bits, c_h r_j, c_l r_j exact,
-    c_h r_j - 1 exact by Sterbenz). log x = e ln2 + log(1/r_j) + log1p(t). e H + LOG_L[j]'s
-    high word is Dekker's fast sum (exact: e H is exact, H of 42 bits, and |e H| >= ln 2 - 2^-42
-    > |log(1/r_j)| unless e = 0). Where e = 0, j = 0 or e = -1, j = 255 (x in [1 - 2^-9,
-    1 + 2^-8): ALONE, one unsigned comparison) the first two cancel exactly (LOG_L[255] is
-    LN2_HL itself) and the result is log1p(t) (relative 2^-66). Elsewhere |log x| > 2^-9 and
-    the absolute error is below 2^-74 (log1p) + 2^-84.8 (e L, e < 2^11) + 2^-96 (tables) +
-    2^-103 |log x| (sums): err is the constant LOG_ERR, at least 2^-72 + 2^-101 |log x|."""
-    e = ((xb >> 52) & 0x7FF) - 1023
+    c_h r_j - 1 exact by Sterbenz); e as a binary64 is 2^52 + x's exponent field (bits 0x433
+    and the field) minus 2^52 + 1023, exactly. log x = e ln2 + log(1/r_j) + log1p(t).
+    e H + LOG_L[j]'s high word is Dekker's fast sum (exact: e H is exact, H of 42 bits, and
+    |e H| >= ln 2 - 2^-42 > |log(1/r_j)| unless e = 0). Where e = 0, j = 0 or e = -1, j = 255
+    (x in [1 - 2^-9, 1 + 2^-8)) the first two cancel exactly (LOG_L[255] is LN2_HL itself:
+    their sum h_1 is 0 there and nowhere else, tests/test_math.py checks the table) and the
+    result is log1p(t) (relative 2^-66). Elsewhere |log x| > 2^-9 and the absolute error is
+    below 2^-74 (log1p) + 2^-84.8 (e L, e < 2^11) + 2^-96 (tables) + 2^-103 |log x| (sums):
+    err is the constant LOG_ERR, at least 2^-72 + 2^-101 |log x|."""
     j = (xb >> 44) & 255
     cb = (xb & MANT) | 0x3FF0000000000000
     c = m.float_(cb)
@@ -262,13 +262,13 @@ def _log_dd(m, xb, extra):
     cl = c - ch
     th, tl = two_sum(ch * r - m.f(1.0), cl * r)
     ph, pl = _log1p_poly(m, th, tl)
-    ef = m.i2f(e)
+    ef = m.float_((xb >> 52) | 0x4330000000000000) - m.f(2.0 ** 52 + 1023)   # e, exactly
     at = j * 2
     h1, h2 = fast_two_sum(ef * m.loadf(TABLES["LN2_HL"], 0), m.loadf(TABLES["LOG_L"], at))
     s1, s2 = two_sum(h1, ph)
     low = m.loadf(TABLES["LOG_L"], at + 1) + ef * m.loadf(TABLES["LN2_HL"], 1)
     lo = s2 + (h2 + (pl + (low if extra is None else low + extra)))
-    err = m.cond((xb - ALONE[0]).ult(ALONE[1]), lambda: (_fabs(m, s1) * m.f(TWO[-65]),),
+    err = m.cond(h1.bits().eq(0), lambda: (_fabs(m, s1) * m.f(TWO[-65]),),
                  lambda: (m.f(LOG_ERR),))[0]
     return s1, lo, err
 
@@ -426,7 +426,14 @@ def _decompose(m, xb):
 
 
 def _log_go(m, xb):
-    return m.i(0x000FFFFFFFFFFFFF).ult(xb) & xb.ult(INF)                   # positive normal
+    return (xb - IMPLICIT).ult(INF - IMPLICIT)                            # positive normal
+
+
+def _log_go_lanes(m, xb):
+    """_log_go without an unsigned comparison (alphac.math.lanes makes those of five
+    operations): both xb - 2^52 and xb + 2^52 have their sign bit clear exactly where x is a
+    positive normal (zero and subnormals wrap below, infinities and NaNs above)."""
+    return (((xb - IMPLICIT) | (xb + IMPLICIT)) >> 63) ^ 1
 
 
 def _log_rest(m, xb):
@@ -444,13 +451,19 @@ def _log_rest(m, xb):
 
 def log(m, x):
     xb = x.bits()
-    return first_fast(m, _log_go(m, xb), lambda: _log_fast(m, xb, None),
-                      lambda: m.float_(m.outline("log_rest", _log_rest, (xb,), 1)[0]))
+    return m.first(_log_go(m, xb), lambda: _log_fast(m, xb, None),
+                   lambda: m.float_(m.outline("log_rest", _log_rest, (xb,), 1)[0]))
 
 
 def _log1p_go(m, xb, ax):                                   # 2^-54 <= |x|, -1 < x < inf
-    return m.i(0x3C8FFFFFFFFFFFFF).ult(ax) & (xb.ult(INF) | (m.i(SIGN).ult(xb) &
-                                                             xb.ult(0xBFF0000000000000)))
+    return (ax - 0x3C90000000000000).ult(INF - 0x3C90000000000000) & xb.ult(0xBFF0000000000000)
+
+
+def _log1p_go_lanes(m, xb, ax):
+    """_log1p_go without an unsigned comparison (as _log_go_lanes): the sign bits of
+    |x| - 2^-54 (|x| below it), |x| + 2^52 (inf, NaN) and x & (|x| + 2^62 + 2^52) (x <= -1)."""
+    return (((ax - 0x3C90000000000000) | (ax + IMPLICIT) | (xb & (ax + 0x4010000000000000)))
+            >> 63) ^ 1
 
 
 def _log1p_fast(m, x, ax):
@@ -505,8 +518,8 @@ def _log1p_rest(m, xb):
 def log1p(m, x):
     xb = x.bits()
     ax = xb & ABS
-    return first_fast(m, _log1p_go(m, xb, ax), lambda: _log1p_fast(m, x, ax),
-                      lambda: m.float_(m.outline("log1p_rest", _log1p_rest, (xb,), 1)[0]))
+    return m.first(_log1p_go(m, xb, ax), lambda: _log1p_fast(m, x, ax),
+                   lambda: m.float_(m.outline("log1p_rest", _log1p_rest, (xb,), 1)[0]))
 
 
 # -- expm1, tanh -----------------------------------------------------------------------------------
