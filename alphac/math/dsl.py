@@ -3,7 +3,8 @@
 An algorithm (alphac/math/functions.py) is a Python function of a backend `m` and `Val`s: it
 calls `m.f(x)` and `m.i(v)` for constants, uses operators on values, and `m.cond(c, then,
 else_)` for control flow (each branch a function returning a tuple of values of the same
-kinds; `m.first(go, fast, rest)` is Ziv's two steps, which RtSource writes as an early return). The same algorithm text then runs four ways (two backends here, two in their modules):
+kinds; `m.first(go, fast, rest)` is Ziv's two steps, which RtSource writes as an early
+return). The same algorithm text then runs four ways (two backends here, two in their modules):
 
     Eval      computes now, in Python: binary64 through alphac.math.binary64, integers as
               unsigned 64-bit; the reference interpreter's elementary functions
