@@ -13,9 +13,10 @@ each a round, `--rounds` rounds, and each figure is the median over the rounds w
 how many of the n results differ from ours in their bits (ours are correctly rounded: a
 difference is the other library's misrounding). For the functions alphac.math.lanes renders,
 the vector ones too (x86_64-v3's 4 lanes, v4's 8, where this CPU runs them): ns per element,
-and their results must be the scalar's, bit for bit.
+and their results must be the scalar's, bit for bit; with --levels, the scalar function built
+at v3 and v4 too (its code at those levels: VEX's three-operand forms), the same bits.
 
-    python bench/functions.py [--core-math PATH] [--repeat K] [FUNCTION ...]
+    python bench/functions.py [--core-math PATH] [--repeat K] [--levels] [FUNCTION ...]
 """
 from __future__ import annotations
 
@@ -117,6 +118,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=200, help="K, the extra passes timed")
     ap.add_argument("--rounds", type=int, default=7, help="interleaved rounds (median, spread)")
     ap.add_argument("--quick", action="store_true", help="one pass: a smoke run (CI)")
+    ap.add_argument("--levels", action="store_true",
+                    help="the scalar function built at x86_64-v3 and v4 too (VEX's three-operand forms)")
     ap.add_argument("functions", nargs="*", help="default: every correctly rounded function, pow too")
     args = ap.parse_args()
     if args.quick:
@@ -140,6 +143,9 @@ def main() -> None:
             for level, w in lanes:
                 cmds[level] = [str(tmp / f"alphac_{name}_w{w}")]
                 (tmp / f"alphac_{name}_w{w}").write_bytes(build(name, level, w))
+            for level in [lv for lv in ("x86_64-v3", "x86_64-v4") if args.levels and host_runs(lv)]:
+                cmds[f"{level} scalar"] = [str(tmp / f"alphac_{name}_{level}")]
+                (tmp / f"alphac_{name}_{level}").write_bytes(build(name, level))
             cm = Path(args.core_math or "") / "src/binary64" / name / f"{name}.c"
             if args.core_math and cm.exists():
                 exe = c_program(tmp, name, f"cr_{name}", [str(cm)], ["-march=native", f"-I{cm.parent}"])
@@ -157,13 +163,19 @@ def main() -> None:
                     continue
                 assert (t[level][1] == r_ours).all(), f"{name}: the {w}-lane results differ from the scalar's"
                 row.append(f"{figure(t[level][0])} ({ratio(t[level][0], libm)})")
+            for level in ("x86_64-v3", "x86_64-v4") if args.levels else ():
+                got = t.get(f"{level} scalar")
+                assert got is None or (got[1] == r_ours).all(), f"{name}: {level}'s scalar results differ"
+                row.append(f"{figure(got[0])} ({ratio(got[0], libm)})" if got else "-")
             if "core-math" in t:
                 row += [figure(t["core-math"][0]), str(int((r_ours != t["core-math"][1]).sum()))]
             rows.append(row)
             print(f"  {name} done", file=sys.stderr)
     head = ["function", "inputs", "alphac ns", "glibc ns", "ours/glibc", "differ (glibc)",
             "v3 4 lanes ns (/glibc)", "v4 8 lanes ns (/glibc)"]
-    if any(len(r) > 8 for r in rows):
+    if args.levels:
+        head += ["v3 scalar ns (/glibc)", "v4 scalar ns (/glibc)"]
+    if args.core_math:
         head += ["CORE-MATH ns", "differ (CORE-MATH)"]
     rows = [r + [""] * (len(head) - len(r)) for r in rows]
     widths = [max(len(str(x)) for x in col) for col in zip(head, *rows)]

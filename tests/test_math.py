@@ -220,6 +220,31 @@ def test_fast_path_without_rounding_test_is_caught(name):
     assert count > 0
 
 
+@pytest.mark.parametrize("name,tight", [("exp", -72), ("expm1", -74), ("tanh", -74)])
+def test_lean_rounding_test_too_tight_is_caught(name, tight, monkeypatch):
+    """exp's lean fast path (and expm1's and tanh's use of it) given err = 2^tight instead of
+    its 2^-67 (a bound 32 or 128 times smaller than the one derived, below the errors it
+    makes): the worst cases catch the misroundings, so the list can see the bound go wrong
+    (exp's errors measured reach about 2^-71.2: at 2^-70 none of its listed cases misrounds;
+    expm1's and tanh's are caught from 2^-74 on)."""
+    from alphac.tools.mathexe import build
+    monkeypatch.setitem(F.TWO, -67, 2.0 ** tight)
+    _function_source.cache_clear()
+    try:
+        elf = build(name, "x86_64")
+    finally:
+        monkeypatch.undo()
+        _function_source.cache_clear()
+    path = _workdir() / f"{name}.tight.x86_64"
+    path.write_bytes(elf)
+    path.chmod(0o755)
+    xs, want = cases(name, "worst")
+    r = subprocess.run(runner("x86_64") + [str(path)], input=xs.astype("<u8").tobytes(),
+                       capture_output=True, timeout=600)
+    assert r.returncode == 0
+    assert report(name, xs, np.frombuffer(r.stdout, dtype="<u8").astype(np.uint64), want)[1] > 0
+
+
 def mixed(name: str, n: int) -> tuple[np.ndarray, np.ndarray]:
     """n inputs: the special ones, then worst and random alternately."""
     s, w, r = cases(name, "special"), cases(name, "worst"), cases(name, "random")

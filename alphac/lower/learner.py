@@ -361,7 +361,7 @@ class Values:
             if not (isinstance(n, (Const, Read, DataRow, Grad, Pick, Bcast, Pow))
                     or (isinstance(n, Elem) and n.op in OPS) or (rows and isinstance(n, Outer))
                     or (isinstance(n, Unary) and n.op in ("neg", "sqrt"))
-                    or (isinstance(n, Unary) and n.op in LANE_FAST and self.em.gen.lanes >= 4)):
+                    or (isinstance(n, Unary) and n.op in LANE_FAST and (self.em.gen.lanes >= 4 or self.em.gen.neon))):
                 return False
             if not rows and n.shape and any(c.shape and len(c.shape) < len(n.shape)
                                             for c in children(n)):
@@ -426,10 +426,11 @@ class Values:
 
     def lane_call(self, op: str, a: tuple[str, ...], L) -> tuple[str, ...]:
         """op (an alphac.math.lanes function) on each of a's vectors: f64x4 and f64x8 through
-        rt_math_<op>_w4/_w8 at rt_math_arg, an f64x2 lane by lane (the same bits either way)."""
+        rt_math_<op>_w4/_w8 at rt_math_arg (_w2 with NEON), an f64x2 otherwise lane by lane (the
+        same bits either way)."""
         em, out = self.em, []
         for s in L:
-            if self.vec == 2:
+            if self.vec == 2 and not em.gen.neon:
                 out.append(em.let(f"pack({rt_name(op)}(lane({a[s]}, 0)), {rt_name(op)}(lane({a[s]}, 1)))"))
                 continue
             em.put(f"{VOCAB[self.vec]['store']}(rt_math_arg, {a[s]});")
@@ -813,9 +814,10 @@ class Values:
 
 class LearnerCode:
     def __init__(self, lr: Learner, evaluation: tuple[Learner, str | None] | None = None,
-                 lanes: int = 2):
+                 lanes: int = 2, neon: bool = False):
         self.lr = lr
         self.lanes = lanes               # the widest vector: 2, 4 (f64x4: x86_64-v3), 8 (x86_64-v4)
+        self.neon = neon                 # f64x2's integer lanes (CPU_NEON): the _w2 vector functions
         self.wide = lanes >= 4           # f64x4 in the matrix products
         self.evaluation = evaluation     # (the learner on held-out data, its labels' name)
         self.counter = 0
@@ -1613,15 +1615,16 @@ def _sub(j: str, offset: int) -> str:
 
 
 def learner_source(lr: Learner, evaluation: tuple[Learner, str | None] | None = None,
-                   lanes: int = 2) -> tuple[str, dict[str, bytes]]:
+                   lanes: int = 2, neon: bool = False) -> tuple[str, dict[str, bytes]]:
     """The learner's runtime-language source (with the alphac.math functions it calls), and
     the bytes of its `extern` globals; with `evaluation` (the learner on held-out data and its
     labels' name), learner_evaluate scores the state on those samples; `lanes`: the target's
-    widest binary64 vector (2; 4: f64x4, x86_64-v3; 8: f64x8, x86_64-v4)."""
+    widest binary64 vector (2; 4: f64x4, x86_64-v3; 8: f64x8, x86_64-v4); `neon`: the target's
+    prelude says CPU_NEON = 1 (AArch64: the 2-lane vector functions)."""
     from alphac.math import rt_source
-    g = LearnerCode(lr, evaluation, lanes)
+    g = LearnerCode(lr, evaluation, lanes, neon)
     text = g.generate()
     used = g.math_functions()
-    if lanes >= 4 and "rt_math_arg" in text:     # a vloop called a vector function
+    if (lanes >= 4 or neon) and "rt_math_arg" in text:     # a vloop called a vector function
         text += "\n" + lane_source(sorted(set(used) & set(LANE_FAST)), lanes)
     return (text + "\n" + rt_source(used) if used else text), g.blobs

@@ -128,7 +128,7 @@ def to_double(m, sign, a: tuple, s):
 EXP_POLY = (1 / 6, 1 / 24, 1 / 120, 1 / 720, 1 / 5040)
 LOG_POLY = (1 / 3, -1 / 4, 1 / 5, -1 / 6, 1 / 7, -1 / 8, 1 / 9)
 FAST_EXP_MAX = 0x4086200000000000        # 708: e^x stays normal, 2^(k >> 8) too
-TWO = {n: 2.0 ** n for n in (-65, -68, -72, -75, -76, -98, -101)}
+TWO = {n: 2.0 ** n for n in (-65, -67, -68, -72, -75, -76, -98, -101)}
 
 
 def first_fast(m, go, fast, rest):
@@ -136,6 +136,13 @@ def first_fast(m, go, fast, rest):
     the accurate path, written once)."""
     ok, v = m.cond(go, fast, lambda: (m.i(0), m.f(0.0)))
     return m.cond(ok, lambda: (v,), lambda: (rest(),))[0]
+
+
+def outlined(m, name, rest, xb):
+    """rest(m, x) for x = xb's binary64 (a function's special values and accurate path), which
+    RtSource writes once as the subroutine `rt_math_<name>`: the fast path's own function then
+    saves no registers and spills nothing around it."""
+    return m.float_(m.outline(name, lambda sub, b: (rest(sub, sub.float_(b)).bits(),), (xb,), 1)[0])
 
 
 def _horner(m, t, coefs):
@@ -188,11 +195,71 @@ def _pow2(m, e):
     return m.float_((e + 1023) << 52)
 
 
+def _exp_lean(m, x):
+    """(k, v_h, v_t, l): e^x = 2^(k >> 8) (v_h + (v_t + l)) within 2^-69.1 relative, for
+    2^-54 <= |x| < 708, v_h + v_t = t_h + u_h exactly; shorter than _exp_reduce and
+    _exp_scaled (which pow and expm1 near 0 need at 2^-79): about 50 binary64 operations.
+
+    k, kf, r1 and x = k ln2/256 + r as in _exp_reduce; (r_h, r_l) = two_sum(r1, -k C2), then
+    r_l - k C3 without renormalizing: |r_h| < 2^-9.47, |r_l| < 2^-60.2, r = r_h + r_l within
+    2^-111. e^r - 1 = r_h + w, w = r_h^2/2 + r_h^3 P(r_h) + r_l (1 + r_h) up to r_l r_h^2/2 <
+    2^-80.1; P = 1/6 + ... + r^3/720 truncates below 2^-78.6. Computed: s = fl(r_h^2) (2^-71.94
+    absolute, 2^-72.94 in s/2); the r^3 term to 2^-50.7 relative of 2^-30.99 (2^-81.7); w's last
+    addition 2^-72.93; so w within 2^-71.9, |w| < 2^-19.93. With T = t_h + t_l = 2^(j/256)
+    (j = k & 255, 2^-104 of T): T (1 + r_h + w) = t_h + t_h r_h + (t_h w + t_l (1 + r_h)) up to
+    t_l w < 2^-72.93; t_h r_h = u_h + u_l by Dekker's product (t_h's split from the table),
+    t_h + u_h = v_h + v_t exactly (fast_two_sum), and the low part's four roundings below
+    2^-71.9 each (partial sums below 2^-18.9): in all under 6.5 2^-71.9 = 2^-69.2 absolute, on a
+    value above 0.997: 2^-69.1 relative. The low part reaches 2^-18.9 |v_h|, above the 2^-40
+    alphac.math.dd asks for, but what its proof uses holds: 2^-53 (|l| + err) < err/2 for
+    err >= v_h 2^-68.1 (twice the bound, v_h > 0.997)."""
+    t = x * m.f(INV_LN2_256) + m.f(MAGIC)
+    k = t.bits() - m.i(0x4338000000000000)                 # MAGIC's bits
+    kf = t - m.f(MAGIC)
+    c = TABLES["EXP_C"]
+    r1 = x - kf * m.loadf(c, 0)
+    u = kf * m.loadf(c, 1)
+    rh = r1 - u                                         # two_sum(r1, -u), its negation folded
+    bb = rh - r1
+    rl = ((r1 - (rh - bb)) - (u + bb)) - kf * m.loadf(c, 2)
+    s = rh * rh
+    q = (s * rh) * _horner(m, rh, EXP_POLY[:4])
+    w = s * m.f(0.5) + (q + (rl + rh * rl))
+    at = (k & 255) * 3
+    th, tl, thh = (m.loadf(TABLES["EXP_T"], at + i) for i in range(3))
+    uh, ul = two_prod_split(th, thh, th - thh, rh, *split(rh))
+    vh, vt = fast_two_sum(th, uh)
+    return k, vh, vt, ul + (th * w + tl * (m.f(1.0) + rh))
+
+
 def _exp_fast(m, x):
-    k, ph, pl = _exp_reduce(m, x)
-    vh, vl = _exp_scaled(m, k, ph, pl)
-    ok, v = rounded(m, vh, vl, vh * m.f(TWO[-76]))
+    """exp's fast path: _exp_lean's value, the rounding test at err = v_h 2^-67 (twice the
+    bound and more; about one input in 2^14 goes on to the accurate path)."""
+    k, vh, vt, lo = _exp_lean(m, x)
+    ok, v = rounded(m, vh, vt + lo, vh * m.f(TWO[-67]))
     return ok, v * _pow2(m, k.sar(8))                   # exact: the result is normal
+
+
+def _expm1_lean(m, x):
+    """(h, l, err) for e^x - 1, 1/4 <= |x| < 708 (k != 0): Y = 2^E v from _exp_lean (2^-69.1 Y
+    absolute; 2^E exact on v_h, Y > e^-40), minus one by two_sum; the low part b_l + y_l (y_l up
+    to 2^-18.9 Y) rounds within 2^-71.9 Y + 2^-106 |Y - 1|: below 2^-68.9 Y + 2^-106 |Y - 1| in
+    all, and err = 2^-67 (Y + |Y - 1|) is at least twice it. Relative to |Y - 1| (at least
+    0.22 Y for |x| >= 1/4) err is below 2^-64.5, so about one input in 2^11.5 near |x| = 1/4
+    fails the test, one in 2^13 beyond 1. The low part reaches 2^-18.9 Y (dd's proof holds, as
+    in exp's; _tanh_fast renormalizes it)."""
+    k, vh, vt, lo = _exp_lean(m, x)
+    scale = _pow2(m, k.sar(8))                          # yh exact; yl within 2^-1074
+    yh, yl = vh * scale, (vt + lo) * scale
+    ah, bl = two_sum(yh, m.f(-1.0))
+    return ah, bl + yl, (yh + _fabs(m, ah)) * m.f(TWO[-67])
+
+
+def _expm1_dd(m, x, ax):
+    """expm1's double-double (h, l, err) for the fast path's range: _expm1_lean from |x| >= 1/4
+    on, _expm1_fast (2^-79, for the cancellation near 0) below."""
+    return m.cond(m.i(0x3FCFFFFFFFFFFFFF).ult(ax), lambda: _expm1_lean(m, x),
+                  lambda: _expm1_fast(m, x))
 
 
 def _expm1_fast(m, x):
@@ -219,12 +286,11 @@ def _log1p_poly(m, th, tl):
     t^2 = u^2 + v, u t_h's first 26 bits (u^2 exact), v = fl((t_h - u) fl(t_h + u)) (t_h - u
     exact; two roundings: within 2^-77 t_h^2); q = 1/3 - t/4 + ... + t^6/9 at t_h, by Estrin's
     scheme (pairs c_k + c_(k+1) t, then t^2 and t^4 = (t^2)^2: a chain of five operations where
-    Horner's has fourteen). Truncation
-    t^10/10 < 2^-75.3 |t|; q's rounding (the coefficients' and nine operations': below 2^-50.7
-    relative, every term after 1/3 being below 2^-9.6 of it) and the two products (2^-50.3 in
-    all) times |t^3 q| <= 2^-17.6 |t|; t_h for t in q (2^-69 |t|); the low part's four
-    roundings (partial sums below 2^-17 |t|, 2^-68 |t|): below 2^-66.5 |t|, so below
-    2^-66 |log1p(t)|."""
+    Horner's has fourteen). Truncation t^10/10 < 2^-75.3 |t|; q's rounding (the coefficients'
+    and nine operations': below 2^-50.7 relative, every term after 1/3 being below 2^-9.6 of
+    it) and the two products (2^-50.3 in all) times |t^3 q| <= 2^-17.6 |t|; t_h for t in q
+    (2^-69 |t|); the low part's four roundings (partial sums below 2^-17 |t|, 2^-68 |t|):
+    below 2^-66.5 |t|, so below 2^-66 |log1p(t)|."""
     u = m.float_(th.bits() & -(1 << 27))                   # t_h's first 26 bits: u^2 exact
     v = (th - u) * (th + u)                                 # t_h^2 - u^2 within 2^-77 t_h^2
     sh = th * th
@@ -328,7 +394,7 @@ def _exp_fixed(m, X, x):
     return q, k.sar(8) + 2 - 192
 
 
-def exp(m, x):
+def _exp_rest(m, x):
     xb = x.bits()
     ax = xb & ABS
 
@@ -338,10 +404,15 @@ def exp(m, x):
             lambda: m.cond(ax.ult(0x3C90000000000000), lambda: (m.f(1.0),),  # |x| < 2^-54
                            lambda: (to_double(m, m.i(0), *exp_core(m, x)),)))
     special = m.i(INF - 1).ult(ax)                                          # inf or NaN
-    return first_fast(m, ax.ult(FAST_EXP_MAX), lambda: _exp_fast(m, x), lambda: m.cond(
-        special, lambda: m.cond(ax.eq(INF), lambda: m.cond(
-            m.i(0).ult(xb & SIGN), lambda: (m.f(0.0),), lambda: (x,)), lambda: (x + x,)),
-        finite)[0])
+    return m.cond(special, lambda: m.cond(ax.eq(INF), lambda: m.cond(
+        m.i(0).ult(xb & SIGN), lambda: (m.f(0.0),), lambda: (x,)), lambda: (x + x,)),
+        finite)[0]
+
+
+def exp(m, x):
+    xb = x.bits()
+    return first_fast(m, (xb & ABS).ult(FAST_EXP_MAX), lambda: _exp_fast(m, x),
+                      lambda: outlined(m, "exp_rest", _exp_rest, xb))
 
 
 # -- log, log1p ---------------------------------------------------------------------------------
@@ -436,23 +507,22 @@ def _log_go_lanes(m, xb):
     return (((xb - IMPLICIT) | (xb + IMPLICIT)) >> 63) ^ 1
 
 
-def _log_rest(m, xb):
-    """log's special values and accurate path, of x's bits (its bits: `outline`d, so that the
-    fast path's function is small)."""
-    x = m.float_(xb)
+def _log_rest(m, x):
+    """log's special values and accurate path (`outlined`)."""
+    xb = x.bits()
 
     def positive():
         return m.cond(xb.eq(0x3FF0000000000000), lambda: (m.f(0.0),), lambda: m.cond(
             xb.eq(INF), lambda: (x,), lambda: (to_double(m, *log_core(m, *_decompose(m, xb))),)))
-    return (m.cond(is_nan(m, x), lambda: (x + x,), lambda: m.cond(
+    return m.cond(is_nan(m, x), lambda: (x + x,), lambda: m.cond(
         (xb & ABS).eq(0), lambda: (m.f(float("-inf")),), lambda: m.cond(
-            m.i(0).ult(xb & SIGN), lambda: (m.float_(m.i(NAN)),), positive)))[0].bits(),)
+            m.i(0).ult(xb & SIGN), lambda: (m.float_(m.i(NAN)),), positive)))[0]
 
 
 def log(m, x):
     xb = x.bits()
     return m.first(_log_go(m, xb), lambda: _log_fast(m, xb, None),
-                   lambda: m.float_(m.outline("log_rest", _log_rest, (xb,), 1)[0]))
+                   lambda: outlined(m, "log_rest", _log_rest, xb))
 
 
 def _log1p_go(m, xb, ax):                                   # 2^-54 <= |x|, -1 < x < inf
@@ -477,9 +547,9 @@ def _log1p_fast(m, x, ax):
     return m.cond(ax.ult(0x3F70000000000000), near_zero, one_plus)
 
 
-def _log1p_rest(m, xb):
-    """log1p's special values and accurate path, of x's bits (its bits: `outline`d)."""
-    x = m.float_(xb)
+def _log1p_rest(m, x):
+    """log1p's special values and accurate path (`outlined`)."""
+    xb = x.bits()
     ax = xb & ABS
     negative = m.i(0).ult(xb & SIGN)
 
@@ -508,18 +578,18 @@ def _log1p_rest(m, xb):
 
     minus_one = xb.eq(0xBFF0000000000000)
     below = m.i(0xBFF0000000000000).ult(xb)                 # x < -1, -inf included
-    return (m.cond(is_nan(m, x), lambda: (x + x,), lambda: m.cond(
+    return m.cond(is_nan(m, x), lambda: (x + x,), lambda: m.cond(
         ax.ult(0x3C90000000000000), lambda: (x,), lambda: m.cond(     # |x| < 2^-54: x
             xb.eq(INF), lambda: (x,), lambda: m.cond(
                 minus_one, lambda: (m.f(float("-inf")),), lambda: m.cond(
-                    below, lambda: (m.float_(m.i(NAN)),), lambda: (accurate(),))))))[0].bits(),)
+                    below, lambda: (m.float_(m.i(NAN)),), lambda: (accurate(),))))))[0]
 
 
 def log1p(m, x):
     xb = x.bits()
     ax = xb & ABS
     return m.first(_log1p_go(m, xb, ax), lambda: _log1p_fast(m, x, ax),
-                   lambda: m.float_(m.outline("log1p_rest", _log1p_rest, (xb,), 1)[0]))
+                   lambda: outlined(m, "log1p_rest", _log1p_rest, xb))
 
 
 # -- expm1, tanh -----------------------------------------------------------------------------------
@@ -576,7 +646,7 @@ def _expm1_go(m, xb, ax):                                   # -40 < x < 708, 2^-
         (xb.ult(SIGN) | ax.ult(0x4044000000000000))
 
 
-def expm1(m, x):
+def _expm1_rest(m, x):
     xb = x.bits()
     ax = xb & ABS
     negative = m.i(0).ult(xb & SIGN)
@@ -591,9 +661,15 @@ def expm1(m, x):
         return m.cond(
             ax.ult(0x3F60000000000000), lambda: (to_double(m, *_expm1_series(m, x, negative)),),
             lambda: (to_double(m, *_exp_minus_one(m, x, negative)),))
-    return first_fast(m, _expm1_go(m, xb, ax), lambda: rounded(m, *_expm1_fast(m, x)), lambda: m.cond(
-        m.i(INF - 1).ult(ax), lambda: m.cond(ax.eq(INF), lambda: m.cond(
-            negative, lambda: (m.f(-1.0),), lambda: (x,)), lambda: (x + x,)), finite)[0])
+    return m.cond(m.i(INF - 1).ult(ax), lambda: m.cond(ax.eq(INF), lambda: m.cond(
+        negative, lambda: (m.f(-1.0),), lambda: (x,)), lambda: (x + x,)), finite)[0]
+
+
+def expm1(m, x):
+    xb = x.bits()
+    ax = xb & ABS
+    return first_fast(m, _expm1_go(m, xb, ax), lambda: rounded(m, *_expm1_dd(m, x, ax)),
+                      lambda: outlined(m, "expm1_rest", _expm1_rest, xb))
 
 
 def _reciprocal(m, d):
@@ -616,39 +692,48 @@ def _reciprocal(m, d):
     return w
 
 
-def _tanh_fast(m, y):
-    """tanh(y/2) = E / (E + 2), E = e^y - 1 from _expm1_fast (relative bound rho = err/E_h,
-    err already twice the bound), 2^-27 <= y <= 38.2. D = E + 2 by two_sum has at most E's
-    absolute error, so relative below rho/2 too; the quotient q_h = fl(E_h/D_h), the remainder
-    E - q_h D exactly up to 2^-104 E (E_h - fl(q_h D_h) is exact by Sterbenz), q_l = rem/D_h:
-    below 2^-100. tanh's bound is rho/2 + rho/2 + 2^-100; err = q_h (2 rho + 2^-98)."""
-    eh, el, err = _expm1_fast(m, y)
+def _tanh_fast(m, y, lean=True):
+    """tanh(y/2) = E / (E + 2), E = e^y - 1 from _expm1_dd (with `lean` off, _expm1_fast alone:
+    the lanes', where a cond runs both branches; either way the correct rounding where the test
+    passes), relative bound rho = err/E_h (err already twice the bound; E_l below 2^-42 E_h:
+    _expm1_lean's low part, up to 2^-18.9 Y, is renormalized here first),
+    2^-27 <= y <= 38.2. D = E + 2 by two_sum has at most E's absolute error, so relative below
+    rho/2 too. One division: i = fl(1/D_h), q_h = fl(E_h i) (within 2^-51.9 of E_h/D_h); the
+    remainder E - q_h D exactly up to 2^-104 E (E_h - fl(q_h D_h) is exact by Sterbenz,
+    q_h D_h by Dekker), q_l = rem i, |q_l| < 2^-41 q (E_l): the rounding of rem + E_l (2^-95 q),
+    q_l's and i's (2^-52 |q_l|) and D_l against D_h (|D_l| < 2^-51.7 D: 2^-93.7 q): below
+    2^-93 q. tanh's bound is rho/2 + rho/2 + 2^-93; err = (err_E i) (2 + 2^-47) + q_h 2^-91 is
+    at least twice it: err_E i (2 + 2^-47) is at least 2 rho q_h, q_h/E_h being within 2^-51.9
+    of 1/D_h and i within 2^-53."""
+    if lean:
+        eh, el, err = _expm1_dd(m, y, y.bits())
+        eh, el = fast_two_sum(eh, el)                   # exact: |E_l| < 2^-16 |E_h|
+    else:
+        eh, el, err = _expm1_fast(m, y)
     dh, dt = two_sum(m.f(2.0), eh)
     dl = dt + el
-    qh = eh / dh
+    inv = m.f(1.0) / dh
+    qh = eh * inv
     uh, ul = two_prod(qh, dh)
-    ql = ((((eh - uh) - ul) + el) - qh * dl) / dh
-    return rounded(m, qh, ql, qh * (m.f(2.0) * (err / eh) + m.f(TWO[-98])))
+    ql = ((((eh - uh) - ul) + el) - qh * dl) * inv
+    return rounded(m, qh, ql, (err * inv) * m.f(2.0 + 2.0 ** -47) + qh * m.f(2.0 ** -91))
 
 
 def _tanh_go(m, ax):
     return m.i(0x3E2FFFFFFFFFFFFF).ult(ax) & ax.ult(0x403319999999999A)     # 2^-28 <= |x| <= 19.1
 
 
-def _tanh_signed(m, ax, sign):
-    ok, v = _tanh_fast(m, m.float_(ax) * m.f(2.0))
+def _tanh_signed(m, ax, sign, lean=True):
+    ok, v = _tanh_fast(m, m.float_(ax) * m.f(2.0), lean)
     return ok, m.float_(v.bits() | sign)
 
 
-def tanh(m, x):
+def _tanh_rest(m, x):
     """tanh |x| = (e^y - 1) / (e^y + 1), y = 2|x|, both exact from e^y = Q 2^s (1 is 2^-s,
     inside Q's bits for y < 38.2); the quotient by a Newton reciprocal."""
     xb = x.bits()
     ax = xb & ABS
     sign = xb & SIGN
-
-    def fast():
-        return _tanh_signed(m, ax, sign)
 
     def accurate():
         y = m.float_(ax) * m.f(2.0)
@@ -661,10 +746,17 @@ def tanh(m, x):
         q = mp.mul(m, mp.shl(m, num, lzn), w)              # num/den / 4, normalized parts
         return (to_double(m, sign, q, lzd - lzn - 190),)
     one = m.float_(m.i(0x3FF0000000000000) | sign)
-    return first_fast(m, _tanh_go(m, ax), fast, lambda: m.cond(
+    return m.cond(
         m.i(INF - 1).ult(ax), lambda: m.cond(ax.eq(INF), lambda: (one,), lambda: (x + x,)),
         lambda: m.cond(ax.ult(0x3E30000000000000), lambda: (x,), lambda: m.cond(   # < 2^-28
-            m.i(0x4033199999999999).ult(ax), lambda: (one,), accurate)))[0])           # > 19.1
+            m.i(0x4033199999999999).ult(ax), lambda: (one,), accurate)))[0]            # > 19.1
+
+
+def tanh(m, x):
+    xb = x.bits()
+    ax = xb & ABS
+    return first_fast(m, _tanh_go(m, ax), lambda: _tanh_signed(m, ax, xb & SIGN),
+                      lambda: outlined(m, "tanh_rest", _tanh_rest, xb))
 
 
 # -- sin, cos ----------------------------------------------------------------------------------------
