@@ -107,6 +107,22 @@ def test_lanes_outside_the_range_are_caught(name, width):
     assert np.count_nonzero(run_lanes(name, width, xs, "norange") != run(name, "x86_64", xs)) > 0
 
 
+@pytest.mark.parametrize("name", ["log", "log1p"])
+def test_lane_ranges_are_the_scalar_ranges(name):
+    """log's and log1p's lanes test their range without unsigned comparisons
+    (functions._log_go_lanes, _log1p_go_lanes): the same predicate as the scalar function's,
+    on every boundary (each side, either sign) and on random bit patterns."""
+    from alphac.math import functions as F
+    from alphac.math.dsl import Eval
+    m = Eval()
+    scalar = {"log": lambda x: F._log_go(m, x), "log1p": lambda x: F._log1p_go(m, x, x & F.ABS)}
+    edges = [0, 1 << 52, 0x3C90000000000000, 0x3FF0000000000000, 0x7FF0000000000000, 1 << 63]
+    bits = [(b + d) % (1 << 64) | s for b in edges for d in (-1, 0, 1) for s in (0, 1 << 63)]
+    bits += np.random.default_rng(5).integers(0, 1 << 64, 20000, dtype=np.uint64).tolist()
+    for b in bits:
+        assert lanes.FAST[name][0](m, m.float_(m.i(b))).v == scalar[name](m.i(b)).v, hex(b)
+
+
 def test_lane_source_refuses_a_binary64_comparison():
     m = lanes.LaneSource(4)
     x = lanes.Val(m, "f", "u0")
