@@ -225,6 +225,9 @@ STRINGS = {"EVENTS_LABEL": EVENTS_LABEL, "HELLO_LABEL": HELLO_LABEL,   # the run
 # POLYVAL (polyval.rt): the blocks the CPU's carry-less multiply (polyval_hw, each selector)
 # folds a reduction; the runtime's key table holds H^1 .. H^PV_GROUP, then p's constant
 PV_GROUP = 8
+# a frame's payload in parts (net.rt's frame_part): at most this many, sent from and received into
+# where they lie; role.py packs a message of more into one buffer
+FRAME_PARTS = 16
 
 LAYOUTS = (FRAME, CKPT_HEADER, CKPT_RECORD)
 
@@ -242,7 +245,7 @@ def constants() -> dict[str, int]:
                XC_DIGITS=XC_DIGITS, XC_WORDS=XC_WORDS, XC_SPILLED=XC_SPILLED,
                XC_BASE_SHIFT=XC_BASE_SHIFT, XC_MAX_BASE=XC_MAX_BASE,
                XC_RECORD_WORDS=XC_RECORD_WORDS, XF_TAIL=XF_TAIL, XF_RECORD_WORDS=XF_RECORD_WORDS,
-               PV_GROUP=PV_GROUP)
+               PV_GROUP=PV_GROUP, FRAME_PARTS=FRAME_PARTS)
     out.update((k + "_BYTES", len(v)) for k, v in STRINGS.items())
     for name, code in FRAME_KINDS.items():
         out["KIND_" + name.upper().replace("-", "_")] = code
