@@ -99,11 +99,12 @@ def _fields(*rows: tuple[str, int, str, str]) -> tuple[Field, ...]:
 
 # -- frames between roles (DESIGN.md contract 5) --------------------------------------------------
 FRAME_MAGIC = 0x48504C41                  # "ALPH"
-FRAME_FORMAT = 5                          # 2: sum64 in four chains; 3: the MAC; 4: over POLYVAL;
-                                          # 5: exact_sum's compact combine frames (XF_*)
+FRAME_FORMAT = 6                          # 2: sum64 in four chains; 3: the MAC; 4: over POLYVAL;
+                                          # 5: exact_sum's compact combine frames (XF_*); 6: the
+                                          # payload summed first, the header from its sum
 FRAME = Layout("frame header", "FH", 104, _fields(
     ("magic", 0, "u32", 'the bytes "ALPH"'),
-    ("format", 4, "u16", "the frame format, 5"),
+    ("format", 4, "u16", "the frame format, 6"),
     ("kind", 6, "u16", "the message kind (FRAME_KINDS)"),
     ("sender", 8, "u32", "the sender's role code: (its index node << 24) + its index"),
     ("length", 12, "u32", "payload bytes; the receiver knows exactly how many it expects"),

@@ -33,7 +33,7 @@ fn main(argc: i64, argv: i64) -> i64 {{
 """
 
 
-SUM64 = {"sum64", "sum64_begin", "sum64_chunks", "sum64_end", "net_ch"}
+SUM64 = {"sum64", "sum64_begin", "sum64_chunks", "sum64_end", "net_chains"}
 
 
 def inputs(seed: int = 2026):
