@@ -73,7 +73,7 @@ def program_for(lr: Learner, tgt: Target, main: str = "single", extra: str = "",
     """LIR for an executable: the prelude, the runtime files its main file (`single.rt`,
     `role.rt`, `gpu.rt`) uses, the generated learner code and `extra` (the role's or the GPU
     owner's generated code), checked as modules (alphac.lower.rt.check_modules)."""
-    gen, gen_blobs = learner_source(lr, evaluation, tgt.lanes)
+    gen, gen_blobs = learner_source(lr, evaluation, tgt.lanes, dict(tgt.constants).get("CPU_NEON") == 1)
     units = [("prelude.rt", list(_parsed(tgt.prelude(), "prelude.rt")), False)]
     mods = rt.modules(main, runtime_items)
     for extra_mod in (("xsum",) if lr.exact_sums or lr.exact_reduced else ()) + uses:    # exact_sum's accumulators,
@@ -289,7 +289,7 @@ def gpu_role_image(plan, role, target_name: str, host, ptxas_path: str | None = 
     ranges = plan.updates(role.index)
     share = image.Share(lo, hi, plan.lr.nsamples or 0,
                         tuple(ranges.get(g.index, (0, 0)) for g in plan.lr.groups), plan.lr.batch or 0)
-    gpu = image.plan(owner_data(plan.lr), built, sm, share, host.topology)
+    gpu = image.plan(owner_data(plan.lr), built, sm, share, host.topology, host_arena=True)
     return gpu, conversation.conversation(host, gpu), built
 
 

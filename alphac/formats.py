@@ -99,11 +99,12 @@ def _fields(*rows: tuple[str, int, str, str]) -> tuple[Field, ...]:
 
 # -- frames between roles (DESIGN.md contract 5) --------------------------------------------------
 FRAME_MAGIC = 0x48504C41                  # "ALPH"
-FRAME_FORMAT = 5                          # 2: sum64 in four chains; 3: the MAC; 4: over POLYVAL;
-                                          # 5: exact_sum's compact combine frames (XF_*)
+FRAME_FORMAT = 6                          # 2: sum64 in four chains; 3: the MAC; 4: over POLYVAL;
+                                          # 5: exact_sum's compact combine frames (XF_*); 6: the
+                                          # payload summed first, the header from its sum
 FRAME = Layout("frame header", "FH", 104, _fields(
     ("magic", 0, "u32", 'the bytes "ALPH"'),
-    ("format", 4, "u16", "the frame format, 5"),
+    ("format", 4, "u16", "the frame format, 6"),
     ("kind", 6, "u16", "the message kind (FRAME_KINDS)"),
     ("sender", 8, "u32", "the sender's role code: (its index node << 24) + its index"),
     ("length", 12, "u32", "payload bytes; the receiver knows exactly how many it expects"),
@@ -225,6 +226,9 @@ STRINGS = {"EVENTS_LABEL": EVENTS_LABEL, "HELLO_LABEL": HELLO_LABEL,   # the run
 # POLYVAL (polyval.rt): the blocks the CPU's carry-less multiply (polyval_hw, each selector)
 # folds a reduction; the runtime's key table holds H^1 .. H^PV_GROUP, then p's constant
 PV_GROUP = 8
+# a frame's payload in parts (net.rt's frame_part): at most this many, sent from and received into
+# where they lie; role.py packs a message of more into one buffer
+FRAME_PARTS = 16
 
 LAYOUTS = (FRAME, CKPT_HEADER, CKPT_RECORD)
 
@@ -242,7 +246,7 @@ def constants() -> dict[str, int]:
                XC_DIGITS=XC_DIGITS, XC_WORDS=XC_WORDS, XC_SPILLED=XC_SPILLED,
                XC_BASE_SHIFT=XC_BASE_SHIFT, XC_MAX_BASE=XC_MAX_BASE,
                XC_RECORD_WORDS=XC_RECORD_WORDS, XF_TAIL=XF_TAIL, XF_RECORD_WORDS=XF_RECORD_WORDS,
-               PV_GROUP=PV_GROUP)
+               PV_GROUP=PV_GROUP, FRAME_PARTS=FRAME_PARTS)
     out.update((k + "_BYTES", len(v)) for k, v in STRINGS.items())
     for name, code in FRAME_KINDS.items():
         out["KIND_" + name.upper().replace("-", "_")] = code

@@ -22,7 +22,9 @@ with and without a run key in R interleaved rounds (the order alternating), the 
 root's own (its events: `connected` to its last step, so start-up is not in it), the median of
 each side, their difference; the difference of the medians of all roles' CPU time (user and
 system, getrusage of the launcher's children: start-up is the same on both sides), divided by
-the steps, which the machine's other load disturbs less; and whether both publish the same bits.
+the steps, which the machine's other load disturbs less; whether both publish the same bits; and
+each side's CPU time per step, all roles: the median of its runs less the median of its 0-step
+runs (the start-up), divided by the steps.
 
 `--quick` (what CI runs, so that the benchmark cannot silently break) times lsq_adam only, for a
 few steps: its figures are not the ones to quote.
@@ -153,22 +155,25 @@ def auth_row(src: Path, name: str, dep: str, steps: int, rounds: int, tmp: Path)
     from alphac.tools.launch import launch
     out = tmp / f"build-auth-{dep}"
     build(src, out, [dep])
-    per_step, cpu, bits = {True: [], False: []}, {True: [], False: []}, set()
+    per_step, bits = {True: [], False: []}, set()
+    cpu = {(a, n): [] for a in (True, False) for n in (0, steps)}
     for k in range(rounds):
         for auth in ((True, False) if k % 2 == 0 else (False, True)):
-            t0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-            rec = launch(out / dep, steps=steps, records=out / "runs", deadline_ms=60000, data=src.parent,
-                         authenticate=auth)
-            t1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-            assert rec["passed"], rec["roles"]
-            root = next(r for r in rec["roles"] if r["role"] == "coordinator")      # the star's root
-            per_step[auth].append(root["timing"]["steps_ms"] / steps)
-            cpu[auth].append(sum(getattr(t1, f) - getattr(t0, f) for f in ("ru_utime", "ru_stime")) * 1e3)
-            bits.add(rec["published"])
+            for n in (steps, 0):            # a 0-step run: the start-up's CPU time, taken off
+                t0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+                rec = launch(out / dep, steps=n, records=out / "runs", deadline_ms=60000, data=src.parent,
+                             authenticate=auth)
+                t1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+                assert rec["passed"], rec["roles"]
+                cpu[auth, n].append(sum(getattr(t1, f) - getattr(t0, f) for f in ("ru_utime", "ru_stime")) * 1e3)
+                if n:
+                    root = next(r for r in rec["roles"] if r["role"] == "coordinator")      # the star's root
+                    per_step[auth].append(root["timing"]["steps_ms"] / steps)
+                    bits.add(rec["published"])
     off, on = (statistics.median(per_step[a]) for a in (False, True))
-    cpu_off, cpu_on = (statistics.median(cpu[a]) for a in (False, True))
-    return (name, dep, steps, rounds, off, on, (on - off) * 1e3, (cpu_on - cpu_off) / steps * 1e3,
-            len(bits) == 1)
+    cpu_off, cpu_on = ((statistics.median(cpu[a, steps]) - statistics.median(cpu[a, 0])) / steps * 1e3
+                       for a in (False, True))
+    return (name, dep, steps, rounds, off, on, (on - off) * 1e3, cpu_on - cpu_off, len(bits) == 1, cpu_off, cpu_on)
 
 
 def auth_table(steps: int, rounds: int) -> None:
@@ -182,10 +187,12 @@ def auth_table(steps: int, rounds: int) -> None:
         (tmp / "big").mkdir()
         rows.append(auth_row(big_learner(tmp / "big", mesh=False), "lsq 100k", "big_4", steps, rounds, tmp))
     print("| learner | deployment | steps | rounds | ms per step without a key (median) | with a key | "
-          "the MACs' cost per step (us) | their CPU time per step, all roles (us) | same bits |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "the MACs' cost per step (us) | their CPU time per step, all roles (us) | same bits | "
+          "CPU time per step, all roles, without a key (us, median) | with a key |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r[0]} | {r[1]} | {r[2]} | {r[3]} | {r[4]:.4f} | {r[5]:.4f} | {r[6]:.1f} | {r[7]:.1f} | {r[8]} |")
+        print(f"| {r[0]} | {r[1]} | {r[2]} | {r[3]} | {r[4]:.4f} | {r[5]:.4f} | {r[6]:.1f} | {r[7]:.1f} | {r[8]} "
+              f"| {r[9]:.1f} | {r[10]:.1f} |")
 
 
 # -- torch ----------------------------------------------------------------------------------------

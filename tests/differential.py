@@ -356,10 +356,10 @@ def too_large(rep: Report, lr) -> bool:
     """Whether lr's kernels are over PTX_BUDGET for the PTX interpreter (noted in the report):
     their lines, times the samples, times the widest param or data row over 64 (the kernels'
     loops run over the widths, so their length does not grow with them)."""
-    from alphac.ptx.kernels import SUM_BATCH, kernels
+    from alphac.ptx.kernels import SUM_LOADERS, SUM_STAGE, kernels
     widest = max([p.size for p in lr.params] + [d.cols for d in lr.data] + [1])
-    lines = {k.name: k.ptx.count("\n") for k in kernels(lr)}      # owner_sum's text: a batch's
-    lines["owner_sum"] = -(-lines.get("owner_sum", 0) // SUM_BATCH)     # terms, run once a batch
+    lines = {k.name: k.ptx.count("\n") for k in kernels(lr)}      # owner_sum's text: a stage's
+    lines["owner_sum"] = -(-lines.get("owner_sum", 0) * (1 + SUM_LOADERS) // SUM_STAGE)  # terms, by its warps
     once = lines.pop("reduce", 0)              # one thread a reduction, whatever the samples
     cost = (sum(lines.values()) * max(1, lr.nsamples or 0) + once) * max(1, widest // 64)
     if cost > PTX_BUDGET:
@@ -428,7 +428,7 @@ def gpu_built(rep: Report, lr) -> None:
                     raise
                 return f"refused: E0120: {e.diagnostics[0].message}"
             img, errors, mem = built.gpu, [], GpuMemory()
-            for a in img.allocations:
+            for a in img.memories:
                 mem.map(a.va, a.size, type("Pages", (), {"mm": bytearray(a.size if a.where.startswith("sysmem")
                                                                          else 0)})())
             gpu = Gpu(img.arch, [], mem, errors, host.topology.values)

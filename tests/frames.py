@@ -5,7 +5,7 @@ executables as a peer would.
 The checksum `sum64` mixes eight-byte words as `h = rotl(h ^ w, 29) * K` in four chains: chain j
 (starting at h ^ j) takes word j of each 32-byte chunk; the words left and then the tail
 (zero-padded) go into chain 0, which then takes chains 1, 2, 3 in turn, then the length: over the
-header (checksum field zero) and then the payload. It is written here from that description, not
+payload from 0, then over the header (checksum field zero) from the payload's sum. It is written here from that description, not
 from net.rt's code; so are the set-up of a connection (CHALLENGE, HELLO, HELLO) and the frames'
 MACs under a run key (docs/runtime.md, "Membership"): `accept` and `connect` play either end
 (with the zero key, a role started without ALPHAC_RUN_KEY), `Session.mac` seals a frame.
@@ -63,7 +63,7 @@ def encode(kind: int, sender: int, payload: bytes, identity: dict[str, bytes], v
         fields["mac"] = session.mac(FRAME.pack(**fields), payload)
     head = FRAME.pack(**fields)
     if checksum is None:
-        checksum = sum64(payload, sum64(head))
+        checksum = sum64(head, sum64(payload))
     return FRAME.pack(**fields, checksum=checksum) + payload
 
 
@@ -138,7 +138,7 @@ def accept(conn, me: int, identity: dict[str, bytes], steps: int, key: bytes = Z
     head = recv_exact(conn, HEADER)
     body, h = recv_exact(conn, HELLO_BYTES), decode_header(head)
     zeroed = FRAME.pack(**{**FRAME.unpack(head), "checksum": 0})
-    assert h["checksum"] == sum64(body, sum64(zeroed)) and h["kind"] == KINDS["hello"], "twins disagree"
+    assert h["checksum"] == sum64(zeroed, sum64(body)) and h["kind"] == KINDS["hello"], "twins disagree"
     who, nonces = h["sender"], nonce_a + body[-64:-32]
     answer = hello(me, identity, steps, nonce_a, kdf(key, HELLO_LABEL, nonces, me, who, steps, 0))
     return who, answer, lambda: Session(key, nonces, me, who, me, who)

@@ -118,7 +118,7 @@ def ints(lo, hi, scale=1):
 
 
 REGISTERS = {"x": X + (xzr,), "xsp": X + (sp,), "sp": (sp,), "w": W + (wzr,), "w2": W + (wzr,), "x2": X + (xzr,), "d": D,
-             "q": V, "v4s": V, "v16b": V, "v16b2": V, "v2d": V, "vd0": V, "vd1": V, "v1q": V, "v1d": V}
+             "q": V, "v4s": V, "v16b": V, "v16b2": V, "v2d": V, "vd0": V, "vd1": V, "v1q": V, "v1d": V, "vl1": V}
 BASE = st.sampled_from(X + (sp,))
 
 
@@ -139,6 +139,7 @@ STRATEGIES = {
     "shr6": lambda n: ints(0, 63).map(Imm),
     "u16": lambda n: ints(0, 0xFFFF).map(Imm), "u5": lambda n: ints(0, 31).map(Imm),
     "u6": lambda n: ints(0, 63).map(Imm), "u4": lambda n: ints(0, 15).map(Imm),
+    "ushr6": lambda n: ints(1, 64).map(Imm), "M0": lambda n: st.builds(Mem, BASE),
     "cond": lambda n: st.sampled_from(list(COND.values())),
     "ncond": lambda n: st.sampled_from([c for c in COND.values() if c != AL]),
     "rel26": lambda n: ints(-(1 << 25), (1 << 25) - 1, 4).map(Label),
@@ -258,6 +259,8 @@ def _split(ops):
 def parse(asm):
     """Assembler text (as ``text`` prints it) -> (mnemonic, operands)."""
     mnemonic, _, rest = asm.partition(" ")
+    if mnemonic == "add" and rest.endswith(".2d"):       # the row named add.2d
+        mnemonic = "add.2d"
     toks, ops = _split(rest), []
     for tok in toks:
         if tok.startswith("lsl #"):
@@ -278,8 +281,8 @@ def parse(asm):
             else:
                 off = int(inner[1][1:], 0) if len(inner) > 1 else 0
                 ops.append(Mem(base, off, "pre" if tok.endswith("!") else "offset"))
-        elif re.fullmatch(r"q\d+|v\d+\.(4s|16b|2d|1q|1d|d\[[01]\])", tok):  # q3, v3.4s, v3.d[1]: v3
-            ops.append(REGS["v" + tok.split(".")[0].lstrip("qv")])
+        elif re.fullmatch(r"q\d+|v\d+\.(4s|16b|2d|1q|1d|d\[[01]\])|\{v\d+\.d\}\[1\]", tok):  # q3, v3.4s, v3.d[1],
+            ops.append(REGS["v" + tok.split(".")[0].lstrip("{qv")])                       # {v3.d}[1]: v3
         else:
             ops.append(REGS.get(tok) or COND[tok])
     return mnemonic, tuple(ops)
@@ -307,13 +310,14 @@ SAMPLES = {
     "x": [x0, x30, xzr, REGS["x9"]], "xsp": [sp, x1, x29], "sp": [sp],
     "w": [w0, REGS["w30"], wzr], "w2": [REGS["w7"], wzr, REGS["w30"]],
     "x2": [REGS["x7"], xzr, x30],
-    **dict.fromkeys(("q", "v4s", "v16b", "v16b2", "v2d", "vd0", "vd1", "v1q", "v1d"), [V[0], V[31], V[17], V[8]]), "d": [d0, REGS["d31"], REGS["d17"]],
+    **dict.fromkeys(("q", "v4s", "v16b", "v16b2", "v2d", "vd0", "vd1", "v1q", "v1d", "vl1"), [V[0], V[31], V[17], V[8]]), "d": [d0, REGS["d31"], REGS["d17"]],
     "aimm": [Imm(16), Imm(4095), Imm(1, 12), Imm(0)],
     "limm": [Imm(0xFF), Imm(0x5555555555555555), Imm(0xFFFFFFFFFFFFFFFE), Imm(0x00FF00FF00FF00FF)],
     "mimm": [Imm(0), Imm(0xFFFF, 48), Imm(0x1234, 16), Imm(1, 32)],
     "lsl6": [Imm(3), Imm(63), Imm(1)], "shr6": [Imm(3), Imm(63), Imm(0)],
     "u16": [Imm(0), Imm(0xFFFF), Imm(0x1234)], "u5": [Imm(7), Imm(31), Imm(0)],
     "u6": [Imm(35), Imm(63), Imm(1)], "u4": [Imm(8), Imm(15), Imm(0)],
+    "ushr6": [Imm(1), Imm(64), Imm(52)], "M0": [Mem(sp), Mem(x1), Mem(x29)],
     "cond": [EQ, AL, COND["hs"], LT, COND["lo"]], "ncond": [EQ, COND["le"], COND["cc"], COND["hi"]],
     "rel26": [Label(1024), Label(-(1 << 27)), Label((1 << 27) - 4)],
     "rel19": [Label(8), Label(-(1 << 20)), Label((1 << 20) - 4)],

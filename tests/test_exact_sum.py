@@ -458,22 +458,101 @@ EXPANSION_MUTANTS = {
 }
 
 
+LOSS_SUM_LINE = "step 1 loss 34359738368.000015\n"    # (2^37 + 2^-14) / 4, 6 decimals
+
+
+def loss_sum_learner(tmp_path: Path) -> Path:
+    """A learner whose printed mean loss shows its loss sum's lo (xe_add_lanes' one-lane path, a
+    block of 4 terms): 2^37, then 2^-16 three times, each a tie s keeps (2^37), lo gathering
+    3 * 2^-16; the exact sum rounds to 2^37 + 2^-14, s alone to 2^37 (LOSS_SUM_LINE's last digits)."""
+    import numpy as np
+    np.save(tmp_path / "y.npy", np.array([2.0 ** 37] + [2.0 ** -16] * 3))
+    src = tmp_path / "losses.alpha"
+    src.write_text('learner losses\ncontract exact_sum\ndata y = load("y.npy")\nparam w: f64 = 0.0\n'
+                   "loss(i) = y[i] + w\nupdate {\n  w = w - 0.5 * grad(w)\n}\n")
+    return src
+
+
+def mutant_prints(tmp_path: Path, losses: bool = True) -> tuple:
+    """What the blocks learner prints after 2 steps and (`losses`) the loss learner's loss line
+    after 1, built (with whatever is patched) into baseline x86-64 executables: 4 lanes a block."""
+    src, exe, lexe = blocks_learner(tmp_path)[0], tmp_path / "blocks-mutant", tmp_path / "losses"
+    assert alphac("build", src, "-o", exe)[0] == 0
+    r = run_exe(exe, "--steps", 2, target="x86_64")
+    if not losses:
+        return r.returncode, r.stdout
+    assert alphac("build", loss_sum_learner(tmp_path), "-o", lexe)[0] == 0
+    q = run_exe(lexe, "--steps", 1, "--loss-every", 1, target="x86_64")
+    return r.returncode, r.stdout, q.returncode, q.stderr
+
+
 @pytest.mark.parametrize("mutant", sorted(EXPANSION_MUTANTS))
 def test_broken_expansions_are_caught(mutant, tmp_path, monkeypatch):
-    """Each mutant of the expansions' fast path (built into the baseline x86-64 executable, 4
-    lanes a block) prints other bits than the oracle's on the adversarial columns, or is refused."""
+    """Each mutant of the expansions (xsum.rt: what xe_add_listed, the loss sum and the combines
+    run) prints other bits than the oracle's on the adversarial columns, or another loss sum, or
+    is refused; unmutated, both print the oracle's."""
     import alphac.build as build_module
     from alphac.runtime import source
     old, new = EXPANSION_MUTANTS[mutant]
     text = source("xsum")
     assert text.count(old) == 1, mutant
+    want = (0, blocks_learner(tmp_path)[1], 0, LOSS_SUM_LINE)
+    if mutant == sorted(EXPANSION_MUTANTS)[0]:
+        assert mutant_prints(tmp_path) == want
     monkeypatch.setattr(build_module, "source",
                         lambda name: text.replace(old, new) if name == "xsum" else source(name))
-    src, want = blocks_learner(tmp_path)
-    exe = tmp_path / "blocks-mutant"
-    assert alphac("build", src, "-o", exe)[0] == 0
-    r = run_exe(exe, "--steps", 2, target="x86_64")
-    assert (r.returncode, r.stdout) != (0, want), mutant      # other bits, or a refusal
+    assert mutant_prints(tmp_path) != want, mutant      # other bits, or a refusal
+
+
+# learner_grad's fused expansions (lower/learner.py, fused_expansion) broken: patterns of the
+# generated code, each must change some column's bits
+FUSED_MUTANTS = {
+    "the vector check dropped": (r"if f2bits\(lane\(bad\d+, 0\) \+ lane\(bad\d+, 1\)\) == 0 \{",
+                                 "if 0 == 0 {"),
+    "the one-coordinate check dropped": (r"if f2bits\(bad\d+\) == 0 \{", "if 0 == 0 {"),
+    "only the last lane's error checked": (r"let (bad\d+) = bad\d+ \+ (f\d+) \* f\d+;", r"let \1 = \2 * \2;"),
+    "the 2Sum error not kept": (r"storev\((el\d+|gl\d+) \+ 8 \* \((\w+)\), u\d+\);",
+                                r"storev(\1 + 8 * (\2), splat(bits2f(0x8000000000000000)));"),
+    "the first block's lo from +0.0": (r"let (nz\d+) = bits2f\(0x8000000000000000\);", r"let \1 = bits2f(0);"),
+    "an inexact vector recorded as one coordinate": (r"(16 \* \(\w+\)) \+ 2\);", r"\1 + 0);"),
+}
+
+
+@pytest.mark.parametrize("mutant", sorted(FUSED_MUTANTS))
+def test_broken_fused_expansions_are_caught(mutant, tmp_path, monkeypatch):
+    """Each mutant of the code learner_grad runs under exact_sum (its terms into the expansions in
+    registers, the vector check, the first block's start, the record of an inexact vector)
+    prints other bits than the oracle's on the adversarial columns, or is refused."""
+    import re as _re
+
+    import numpy as np
+
+    import alphac.build as build_module
+    from alphac.driver import compile_file
+    from alphac.ir import interp
+    real = build_module.learner_source
+    pattern, repl = FUSED_MUTANTS[mutant]
+    hits = []
+
+    def mutated(*args, **kw):
+        text, blobs = real(*args, **kw)
+        text, n = _re.subn(pattern, repl, text)
+        hits.append(n)
+        return text, blobs
+    signs = tmp_path / "signs"         # no fallback (xe_sum_pairs): a -0.0 sum's sign shows
+    signs.mkdir()
+    np.save(signs / "x.npy", np.array([[-0.0] + [0.5] * 10] * 8))     # 11: pairs and one
+    (signs / "signs.alpha").write_text(
+        'learner signs\ncontract exact_sum\ndata x = load("x.npy")\nparam w: f64[11] = -0.0\n'
+        "loss(i) = dot(w, x[i])\nupdate {\n  w = grad(w) + 0.5 * w\n}\n")
+    lr = compile_file(signs / "signs.alpha").learner
+    want = (0, blocks_learner(tmp_path)[1], 0, interp.format_state(lr, interp.run(lr, 2)))
+    assert want[3].startswith("w[0] 8000000000000000\n")
+    monkeypatch.setattr(build_module, "learner_source", mutated)
+    assert alphac("build", signs / "signs.alpha", "-o", signs / "exe")[0] == 0
+    r = run_exe(signs / "exe", "--steps", 2, target="x86_64")
+    assert mutant_prints(tmp_path, losses=False) + (r.returncode, r.stdout) != want, mutant
+    assert hits[0] > 0 and hits[1] > 0, mutant
 
 
 def test_blocked_exact_sums_take_adversarial_terms(tmp_path):

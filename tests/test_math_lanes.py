@@ -1,7 +1,8 @@
 """The vector functions (alphac.math.lanes) give, lane by lane, the scalar function's bits.
 
-Each is run through an x86_64-v3 (4 lanes) and an x86_64-v4 (8 lanes) filter executable
-(alphac.tools.mathexe) and compared bit for bit with the scalar x86-64 executable, itself
+Each is run through an AArch64 (2 lanes: NEON, under qemu-aarch64 on other hosts), an x86_64-v3
+(4 lanes) and an x86_64-v4 (8 lanes) filter executable (alphac.tools.mathexe) and compared bit
+for bit with the scalar x86-64 executable, itself
 checked against MPFR by tests/test_math.py: on CORE-MATH's worst cases and the special values
 (inputs whose rounding test fails or which the fast path does not take), each placed in every
 lane position among random inputs the fast path decides, and on random inputs. The mutants whose
@@ -19,24 +20,23 @@ import numpy as np
 import pytest
 
 from alphac.math import dd, lanes
-from alphac.targets import LEVELS
+from alphac.targets import LEVELS, emulator, host_runs
 from alphac.tools import mathexe
 from tests.test_math import _workdir, random_inputs, run, special_inputs, worst_inputs
 
-LEVEL = {4: "x86_64-v3", 8: "x86_64-v4"}
+LEVEL = {2: "aarch64", 4: "x86_64-v3", 8: "x86_64-v4"}
+WIDTHS = sorted(LEVEL)
 NAMES = sorted(lanes.FAST)
 EASY = {"exp": (-700.0, 700.0), "tanh": (-19.0, 19.0), "log": (1e-3, 1e3),      # inputs the
         "log1p": (-0.9, 100.0), "expm1": (-30.0, 30.0)}                          # fast path takes
 
 
 def runner(width: int) -> list[str]:
-    flags = set(Path("/proc/cpuinfo").read_text().split()) if Path("/proc/cpuinfo").exists() else set()
-    level = LEVELS[LEVEL[width]]
-    if set(level.flags) <= flags:
+    if host_runs(LEVEL[width]):
         return []
-    if level.emulator is None:
-        pytest.skip(f"{LEVEL[width]} executables need {level.extension}")
-    return list(level.emulator)
+    if emulator(LEVEL[width]) is None:
+        pytest.skip(f"{LEVEL[width]} executables need {LEVELS[LEVEL[width]].extension}")
+    return list(emulator(LEVEL[width]))
 
 
 @lru_cache(maxsize=None)
@@ -81,10 +81,10 @@ def arranged(name: str, width: int) -> np.ndarray:
         g[:, [q for q in range(width) if q != p]] = easy.reshape(len(hard), width - 1)
         g[:, p] = hard
         parts.append(g.ravel())
-    return np.concatenate(parts + [hard, random_inputs(name, 200_003)])
+    return np.concatenate(parts + [hard, random_inputs(name, 200_003 if width > 2 else 20_003)])   # (qemu: fewer)
 
 
-@pytest.mark.parametrize("width", [4, 8])
+@pytest.mark.parametrize("width", WIDTHS)
 @pytest.mark.parametrize("name", NAMES)
 def test_lanes_equal_scalar(name, width):
     xs = arranged(name, width)
@@ -93,18 +93,34 @@ def test_lanes_equal_scalar(name, width):
     assert len(bad) == 0, [(hex(xs[i]), hex(got[i]), hex(want[i])) for i in bad[:5]]
 
 
-@pytest.mark.parametrize("width", [4, 8])
+@pytest.mark.parametrize("width", WIDTHS)
 @pytest.mark.parametrize("name", NAMES)
 def test_lanes_without_rounding_test_are_caught(name, width):
-    xs = worst_inputs(name)
+    xs = worst_inputs(name)[::1 if width > 2 else 7]              # (qemu: every 7th)
     assert np.count_nonzero(run_lanes(name, width, xs, "raw") != run(name, "x86_64", xs)) > 0
 
 
-@pytest.mark.parametrize("width", [4, 8])
+@pytest.mark.parametrize("width", WIDTHS)
 @pytest.mark.parametrize("name", NAMES)
 def test_lanes_outside_the_range_are_caught(name, width):
     xs = special_inputs(name)
     assert np.count_nonzero(run_lanes(name, width, xs, "norange") != run(name, "x86_64", xs)) > 0
+
+
+@pytest.mark.parametrize("name", ["log", "log1p"])
+def test_lane_ranges_are_the_scalar_ranges(name):
+    """log's and log1p's lanes test their range without unsigned comparisons
+    (functions._log_go_lanes, _log1p_go_lanes): the same predicate as the scalar function's,
+    on every boundary (each side, either sign) and on random bit patterns."""
+    from alphac.math import functions as F
+    from alphac.math.dsl import Eval
+    m = Eval()
+    scalar = {"log": lambda x: F._log_go(m, x), "log1p": lambda x: F._log1p_go(m, x, x & F.ABS)}
+    edges = [0, 1 << 52, 0x3C90000000000000, 0x3FF0000000000000, 0x7FF0000000000000, 1 << 63]
+    bits = [(b + d) % (1 << 64) | s for b in edges for d in (-1, 0, 1) for s in (0, 1 << 63)]
+    bits += np.random.default_rng(5).integers(0, 1 << 64, 20000, dtype=np.uint64).tolist()
+    for b in bits:
+        assert lanes.FAST[name][0](m, m.float_(m.i(b))).v == scalar[name](m.i(b)).v, hex(b)
 
 
 def test_lane_source_refuses_a_binary64_comparison():
@@ -115,7 +131,7 @@ def test_lane_source_refuses_a_binary64_comparison():
 
 
 # A learner whose tanh, exp, log, log1p and expm1 run over vectors of 15 coordinates (8 + 4 + 2 + 1 at x86_64-v4;
-# 4 + 4 + 4 + 2 + 1 at v3) with coordinates the fast path does not take (0, -0, 2^-1074, 1e-9,
+# 4 + 4 + 4 + 2 + 1 at v3; 7 * 2 + 1 on AArch64) with coordinates the fast path does not take (0, -0, 2^-1074, 1e-9,
 # +-25, exp beyond 708) between ones it does: every compiled level must give the baseline's bits.
 LEARNER = """learner lanes
 data x = [[0.5, -1.25, 2.0], [1.5, 0.25, -0.75], [-2.0, 3.0, 0.125]]
@@ -141,7 +157,7 @@ update {
 
 def test_learner_levels_agree(tmp_path):
     import differential
-    rep = differential.check_text(LEARNER, tmp_path, ("interp", "x86_64", "x86_64-v3", "x86_64-v4"))
+    rep = differential.check_text(LEARNER, tmp_path, ("interp", "x86_64", "x86_64-v3", "x86_64-v4", "aarch64"))
     assert rep.status == "agreed", rep.summary() or rep.code
 
 
@@ -151,12 +167,14 @@ QCASES = {"qadd(a, b)": lambda a, b: a + b, "qsub(a, b)": lambda a, b: a - b,
           "qand(a, b)": lambda a, b: a & b, "qor(a, b)": lambda a, b: a | b,
           "qxor(a, b)": lambda a, b: a ^ b, "qshl(a, 0)": lambda a, b: a,
           "qshl(a, 1)": lambda a, b: a << 1, "qshl(a, 63)": lambda a, b: a << 63,
+          "qshr(a, 0)": lambda a, b: a,
           "qshr(a, 1)": lambda a, b: a >> 1, "qshr(a, 63)": lambda a, b: a >> 63,
           "qshr(qsub(a, b), 17)": lambda a, b: ((a - b) & M) >> 17}
 M = (1 << 64) - 1
+END = {2: "", 4: "wide_end();", 8: "wide_end();"}         # (f64x2 needs no transition)
 
 
-@pytest.mark.parametrize("width", [4, 8])
+@pytest.mark.parametrize("width", WIDTHS)
 def test_integer_lane_builtins(width, tmp_path):
     from alphac.build import link_program, runtime_closure, target
     from alphac.lower import rt
@@ -171,7 +189,7 @@ def test_integer_lane_builtins(width, tmp_path):
         body.append(f"    {store}(out + {8 * width * k}, {e});")
     src = (f"var inp: [i64; {2 * width}] = [{', '.join(str(int(v) - (1 << 64) if v >> 63 else int(v)) for v in [*a, *b])}];\n"
            f"global out: [i64; {width * len(QCASES)}];\nfn main(argc: i64, argv: i64) -> i64 {{\n"
-           + "\n".join(body) + f"\n    wide_end();\n    syscall(SYS_write, 1, out, {8 * width * len(QCASES)});\n    return 0;\n}}\n")
+           + "\n".join(body) + f"\n    {END[width]}\n    syscall(SYS_write, 1, out, {8 * width * len(QCASES)});\n    return 0;\n}}\n")
     tgt = target(LEVEL[width])
     own = rt.parse(src, "q.rt")
     elf = link_program(lower_program(rt.parse(tgt.prelude(), "prelude.rt") + runtime_closure("core") + own, {},
@@ -189,7 +207,9 @@ def test_integer_lane_builtins(width, tmp_path):
     ("let v = qadd(1.0, 2.0);", "wants f64x4 or f64x8"),
     ("let v = qshl(loadw(inp), argc);", "needs a constant K in 0..63"),
     ("let v = qshr(loadw(inp), 64);", "needs a constant K in 0..63"),
-    ("let v = qand(loadw(inp), splatw(1.0)) + qxor(loadw(inp), loadw(inp));", None)])
+    ("let v = qand(loadw(inp), splatw(1.0)) + qxor(loadw(inp), loadw(inp));", None),
+    ("let v = qadd(loadv(inp), loadv(inp));", "on f64x2 needs NEON"),     # (x86-64: no f64x2 q ops)
+    ("let v = gatherv(inp, loadv(inp));", "on f64x2 needs NEON")])
 def test_integer_lane_builtins_refuse_bad_operands(text, message):
     from alphac.build import runtime_closure, target
     from alphac.lower import rt
@@ -204,11 +224,12 @@ def test_integer_lane_builtins_refuse_bad_operands(text, message):
         lower_program(items, {})
 
 
-@pytest.mark.parametrize("width", [4, 8])
+@pytest.mark.parametrize("width", WIDTHS)
 def test_gathers_under_register_pressure(width, tmp_path):
-    """gatherw/gatherz with 48 vectors live (index, value and gathered ones spilled: AVX2's
-    every case of destination, index and mask registers, the red zone's included) against
-    Python; the x86_64-v4 executable runs the 4-lane gather in AVX-512VL's form."""
+    """gatherv/gatherw/gatherz with 48 vectors live (index, value and gathered ones spilled: AVX2's
+    every case of destination, index and mask registers, the red zone's included; NEON's
+    destination the index's register or not) against Python; the x86_64-v4 executable runs the
+    4-lane gather in AVX-512VL's form."""
     from alphac.build import link_program, runtime_closure, target
     load, store = lanes.VOCAB[width]
     k, rng = 16, np.random.default_rng(width)
@@ -226,10 +247,10 @@ def test_gathers_under_register_pressure(width, tmp_path):
            f"var tab: [f64; 64] = [{', '.join(repr(float(v)) for v in tab)}];\nglobal out: [f64; {k * width}];\n"
            f"global copy: [f64; {2 * k * width}];\n"
            "fn main(argc: i64, argv: i64) -> i64 {\n" + "\n".join(body) +
-           f"\n    wide_end();\n    syscall(SYS_write, 1, out, {8 * k * width});\n    return 0;\n}}\n")
+           f"\n    {END[width]}\n    syscall(SYS_write, 1, out, {8 * k * width});\n    return 0;\n}}\n")
     from alphac.lower import rt
     from alphac.lower.rt_lower import lower_program
-    for level in {4: ("x86_64-v3", "x86_64-v4"), 8: ("x86_64-v4",)}[width]:
+    for level in {2: ("aarch64",), 4: ("x86_64-v3", "x86_64-v4"), 8: ("x86_64-v4",)}[width]:
         tgt = target(level)
         own = rt.parse(src, "g.rt")
         elf = link_program(lower_program(rt.parse(tgt.prelude(), "prelude.rt") + runtime_closure("core") + own,
@@ -237,7 +258,20 @@ def test_gathers_under_register_pressure(width, tmp_path):
         exe = tmp_path / f"g{level}"
         exe.write_bytes(elf)
         exe.chmod(0o755)
-        r = subprocess.run(runner(8 if level == "x86_64-v4" else 4) + [str(exe)], capture_output=True, timeout=60)
+        width_of = {v: w for w, v in LEVEL.items()}
+        r = subprocess.run(runner(width_of[level]) + [str(exe)], capture_output=True, timeout=60)
         g = tab[ix]
         want = g * vals + np.roll(g, -1, axis=0)
         assert r.stdout == want.astype("<f8").tobytes(), level
+
+
+def test_aarch64_learner_calls_the_2_lane_functions(tmp_path):
+    """AArch64's vector loops call rt_math_<f>_w2 for the five functions (CPU_NEON; x86-64's
+    baseline, without NEON's integer lanes, calls the scalar function per lane)."""
+    from alphac.build import build_learner
+    from alphac.driver import compile_file
+    src = tmp_path / "lanes.alpha"
+    src.write_text(LEARNER)
+    lr = compile_file(src).learner
+    text = build_learner(lr, "aarch64", None).rt_source
+    assert all(f"{lanes.lane_name(f, 2)}(rt_math_arg);" in text for f in NAMES)

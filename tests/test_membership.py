@@ -196,7 +196,7 @@ def flip(bit, fix):
         if fix:
             head = FRAME.unpack(f[:HEADER])
             zero = FRAME.pack(**{**head, "checksum": 0})
-            f[:HEADER] = FRAME.pack(**{**head, "checksum": frames.sum64(bytes(f[HEADER:]), frames.sum64(zero))})
+            f[:HEADER] = FRAME.pack(**{**head, "checksum": frames.sum64(zero, frames.sum64(bytes(f[HEADER:])))})
         return bytes(f)
     return edit
 

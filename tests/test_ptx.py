@@ -681,49 +681,86 @@ def sum_batch_reversed(ptx):
 
 
 def sum_tail_swapped(ptx):
-    """owner_sum's last terms (fewer than a batch) with the first two loaded swapped."""
-    head, mark, tail = ptx.partition("$tail:")
-    loads = re.findall(r"ld\.global\.f64 %fd\d+, \[%rd\d+\+\d+\];", tail)[:2]
+    """owner_sum's last terms (fewer than a stage) with the first two read swapped."""
+    head, mark, tail = ptx.partition("$last:")
+    loads = re.findall(r"ld\.shared\.f64 %fd\d+, \[%rd\d+\+\d+\];", tail)[:2]
     a, b = (re.search(r"\[.*\]", x)[0] for x in loads)
     return head + mark + tail.replace(loads[0], loads[0].replace(a, "\0"), 1).replace(
         loads[1], loads[1].replace(b, a), 1).replace("\0", b, 1)
 
 
-def owner_sums(text, W, columns, n):
-    """G from owner_sum's PTX `text` over n rows of width W, column c's terms columns[c](i)."""
+def sum_stage_skipped(ptx):
+    """owner_sum's loaders writing every stage into the first (their swap of stages removed)."""
+    head, mark, tail = ptx.partition("// a loader: the next terms into the other stage\n")
+    swap = re.search(r"\txor\.b64 .*\n", tail)[0]
+    return head + mark + tail.replace(swap, "", 1)
+
+
+def owner_sums(text, W, columns, n, k):
+    """G from owner_sum's PTX `text` (launched as kernel k) over n rows of width W, column c's
+    terms columns[c](i)."""
     mem = Memory()
-    gs = mem.alloc([columns[c](i) if c < len(columns) else 0.0 for i in range(n) for c in range(W)] or [0.0])
+    gs = mem.alloc([columns[c % len(columns)](i + c) for i in range(n) for c in range(W)] or [0.0])
     G = mem.alloc([1.0] * W)
-    Ptx(text).launch(mem, {"gs": gs, "G": G, "n": n}, W)
+    Ptx(text).launch(mem, {"gs": gs, "G": G, "n": n}, k.threads, block=k.block)
     return [bits(x) for x in mem.read(G, W)]
 
 
-def test_owner_sum_is_the_left_fold_from_the_first_sample_and_its_mutants_differ():
-    """owner_sum loads its terms ahead in batches but adds them in order, from the first term:
-    the bits of the left fold for every count around the batch (n = 0 writes nothing), and each
-    mutant (started from +0, a batch's adds reversed, two of the last terms swapped) differs."""
-    from alphac.ptx.kernels import SUM_BATCH
-    lr = learner("lsq_adam")
+WIDE = """learner wide
+data x = [{row}, {row}]
+data y = [1.0, 2.0]
+param w: f64[70] = 0.0
+loss(i) {{
+  let r = dot(w, x[i]) - y[i]
+  0.5 * r * r
+}}
+update {{
+  w = w - 0.1 * grad(w)
+}}
+""".format(row=[1.0] * 70)
+
+
+@pytest.mark.parametrize("wide", [False, True])
+def test_owner_sum_is_the_left_fold_from_the_first_sample_and_its_mutants_differ(wide, tmp_path):
+    """owner_sum stages its terms in shared memory but adds them in order, from the first term:
+    the bits of the left fold for every count around a stage (n = 0 writes nothing), for 5
+    columns (one block, most lanes idle) and 70 (three blocks); each mutant (started from +0, a
+    stage's adds reversed, two of the last terms swapped, the loaders never changing stage)
+    differs."""
+    from alphac.ptx.kernels import SUM_COLS, SUM_STAGE
+    if wide:
+        (tmp_path / "wide.alpha").write_text(WIDE)
+        lr = compile_file(tmp_path / "wide.alpha").learner
+    else:
+        lr = learner("lsq_adam")
     W = row_layout(lr).width
     k = [k for k in kernels(lr) if k.name == "owner_sum"][0]
+    assert k.threads == k.block * -(-W // SUM_COLS) and "bar.sync 0;" in k.ptx
     big = [1.0, 2.0 ** 53, -(2.0 ** 53), 2.0 ** -60, 3.0, -1.0]
     columns = [lambda i: -0.0, lambda i: big[i % 6], lambda i: big[(i * 5 + 1) % 6],
-               lambda i: (1.0 if i == 0 else 2.0 ** -53) * (-1) ** (i // 3), lambda i: float(i)]
+               lambda i: (1.0 if i % 7 == 0 else 2.0 ** -53) * (-1) ** (i // 3), lambda i: float(i)]
 
     def fold(c, n):
-        acc = columns[c](0)
+        acc = columns[c % 5](c)
         for i in range(1, n):
-            acc += columns[c](i)
+            acc += columns[c % 5](i + c)
         return bits(acc)
-    counts = [0, 1, 2, 3, SUM_BATCH, SUM_BATCH + 1, SUM_BATCH + 4, 2 * SUM_BATCH + 1, 3 * SUM_BATCH + 7, 100]
+    S = SUM_STAGE
+    counts = [0, 1, 2, 3, S, S + 1, S + 4, 2 * S + 1, 3 * S + 7] if not wide else [1, 2, S + 1, 2 * S + 3]
     for n in counts:
         want = [fold(c, n) if n else bits(1.0) for c in range(W)]
-        assert owner_sums(k.ptx, W, columns, n) == want, n
+        assert owner_sums(k.ptx, W, columns, n, k) == want, n
     assert bits(-0.0) == fold(0, 3)
-    for mutant in (sum_plus_zero_first, sum_batch_reversed, sum_tail_swapped):
+
+    def differs(text, n):           # other bits, or a race the interpreter sees (KeyError)
+        try:
+            return owner_sums(text, W, columns, n, k) != [fold(c, n) for c in range(W)]
+        except KeyError as e:
+            return "race" in str(e)
+    for mutant in (sum_plus_zero_first, sum_batch_reversed, sum_tail_swapped, sum_stage_skipped):
         text = mutant(k.ptx)
         assert text != k.ptx
-        assert any(owner_sums(text, W, columns, n) != [fold(c, n) for c in range(W)] for n in counts[3:]), mutant
+        assert any(differs(text, n) for n in counts[3:]), mutant
 
 
 REDUCED = example("lsq_adam").read_text().split("# -- deployments")[0].replace(

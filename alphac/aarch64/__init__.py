@@ -54,5 +54,5 @@ TARGET = Target(
     capstone=("CS_ARCH_ARM64", "CS_MODE_ARM"),
     elf_machine=EM_AARCH64,
     page_size=0x10000,               # 64 KiB, so that kernels with 64K pages load it
-    constants=(("O_DIRECTORY", 0x4000),)
+    constants=(("O_DIRECTORY", 0x4000), ("CPU_NEON", 1)),   # NEON: the q builtins on f64x2
 )

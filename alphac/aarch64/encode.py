@@ -183,7 +183,9 @@ KINDS = {
     "q": _reg("v", False), "v4s": _reg("v", False), "v16b": _reg("v", False),
     "v2d": _reg("v", False), "vd0": _reg("v", False), "vd1": _reg("v", False),
     "v1q": _reg("v", False), "v1d": _reg("v", False), "u4": lambda op, _: (_imm(op, 0, 15),),
-    "v16b2": lambda op, _: _reg("v", False)(op, _) * 2,
+    "v16b2": lambda op, _: _reg("v", False)(op, _) * 2, "vl1": _reg("v", False),
+    "ushr6": lambda op, _: ((64 - _imm(op, 1, 64)) % 64,),
+    "M0": lambda op, _: _mem("offset", 0, 0, False)(op, _)[:1],
     "sp": _sp,
     "aimm": _aimm,
     "limm": _limm,
@@ -293,6 +295,8 @@ def _op_text(kind, op):
     if isinstance(op, Reg) and op.cls == "v":
         if name in ("vd0", "vd1"):
             return f"{op.name}.d[{name[2]}]"
+        if name == "vl1":
+            return f"{{{op.name}.d}}[1]"
         return f"q{op.num}" if name == "q" else f"{op.name}.{name[1:].rstrip('2') if name != 'v2d' else '2d'}"
     if isinstance(op, (Reg, Cond)):
         return op.name
@@ -320,7 +324,8 @@ def text(mnemonic, *operands):
         return "dmb sy"
     if row.mnemonic in ("prfm", "prfum"):      # so is a prefetch's (pldl1keep)
         return f"{row.mnemonic} pldl1keep, {ops}"
-    return f"{row.mnemonic} {ops}" if ops else row.mnemonic
+    mnemonic = row.mnemonic.removesuffix(".2d")       # add.2d: add's 64-bit lanes (isa.ROWS)
+    return f"{mnemonic} {ops}" if ops else mnemonic
 
 
 # --- relocation patching --------------------------------------------------------------------

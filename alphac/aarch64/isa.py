@@ -24,6 +24,8 @@ Operand kinds (what an operand of that kind may be; ``.N`` is the access size in
   mimm    Imm(0..65535, lsl=0|16|32|48)          -> hw:imm16 (move wide)
   lsl6    Imm(0..63), a left-shift amount        -> immr:imms of ubfm
   shr6    Imm(0..63), a right-shift amount       -> immr of ubfm/sbfm
+  ushr6   Imm(1..64), ushr's shift               -> immr (64 - shift, mod 64)
+  vl1     v0..v31, written {v0.d}[1] (ld1's lane); M0: Mem(base, 0) -> Rn
   u16     Imm(0..65535)                          -> imm16 (svc, brk); u5: Imm(0..31); u6: Imm(0..63)
   cond    a condition code; ncond: its inverse (cset), al not allowed
   rel26, rel19   Label(byte displacement, multiple of 4) -> imm26 / imm19
@@ -192,6 +194,16 @@ _ROWS = [
     ("dup",  "v2d vd0",         0x4e080400, "Rd Rn"),           # both lanes = lane 0 of vn
     ("dup",  "d vd1",           0x5e180400, "Rd Rn"),           # (mov dd, vn.d[1])
     ("ins",  "vd1 vd0",         0x6e180400, "Rd Rn"),           # lane 1 of vd = lane 0 of vn
+    # the lanes' 64 bits as integers (alphac.math.lanes' 2-lane functions): + - modulo 2^64,
+    # & | ^, shifts by a constant; lane 1 to an x register, and one loaded into lane 1
+    ("add.2d", "v2d v2d v2d",   0x4ee08400, "Rd Rn Rm"),        # (add.4s's operands: named apart)
+    ("sub",  "v2d v2d v2d",     0x6ee08400, "Rd Rn Rm"),
+    ("and",  "v16b v16b v16b",  0x4e201c00, "Rd Rn Rm"),
+    ("orr",  "v16b v16b v16b",  0x4ea01c00, "Rd Rn Rm"),
+    ("shl",  "v2d v2d u6",      0x4f405400, "Rd Rn immr"),
+    ("ushr", "v2d v2d ushr6",   0x6f400400, "Rd Rn immr"),
+    ("mov",  "x vd1",           0x4e183c00, "Rd Rn"),           # umov xd, vn.d[1] (lane 0: fmov)
+    ("ld1",  "vl1 M0",          0x4d408400, "Rt Rn"),           # ld1 {vt.d}[1], [xn]
     # Advanced SIMD on 4 x u32 and the SHA2 extension: the hardware SHA-256 (sha256_hw)
     ("ldr",  "q Mu12.16",       0x3dc00000, "Rt Rn:imm12"),
     ("ldp",  "q q Ms7.16",      0xad400000, "Rt Rt2 Rn:imm7"),

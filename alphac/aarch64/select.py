@@ -30,6 +30,8 @@ from alphac.lower.selector import SelectorBase, rules
 CC = {"eq": "eq", "ne": "ne", "lt": "lt", "le": "le", "gt": "gt", "ge": "ge",
       "ult": "lo", "ule": "ls", "ugt": "hi", "uge": "hs"}
 ALU = {"add": "add", "sub": "sub", "and": "and", "or": "orr", "xor": "eor", "mul": "mul"}
+QALU = {"vqadd": "add.2d", "vqsub": "sub", "vqand": "and", "vqor": "orr", "vqxor": "eor",
+        "vqshl": "shl", "vqshr": "ushr"}                # f64x2's lanes as integers (NEON)
 VALU = {"vadd": "fadd", "vsub": "fsub", "vmul": "fmul", "vdiv": "fdiv", "vsqrt": "fsqrt", "vneg": "fneg"}
 FALU = {"fadd": "fadd", "fsub": "fsub", "fmul": "fmul", "fdiv": "fdiv", "fsqrt": "fsqrt", "fneg": "fneg"}
 SHIFT = {"shl": "lsl", "shr": "lsr", "sar": "asr"}
@@ -367,6 +369,34 @@ class Selector(SelectorBase):
         elif r.num != x.num:
             self.emit("fmov", r, D[x.num])
         self.commit(d, r)
+
+    def vec_int(self, op, d, a) -> None:
+        """d = a op b (or a shifted by the constant b) on the lanes' 64 bits as integers: one
+        NEON instruction (a logical shift by 0: a copy)."""
+        x = self.vuse(a[0], F1)
+        r = V[self.defreg(d, F1).num]
+        if op in ("vqshl", "vqshr"):
+            if a[1].value or op == "vqshl":
+                self.emit(QALU[op], r, x, AImm(a[1].value))
+            elif r != x:
+                self.emit("mov", r, x)
+        else:
+            self.emit(QALU[op], r, x, self.vuse(a[1], F2))
+        self.vcommit(d, r)
+
+    def vec_gather(self, op, d, a) -> None:
+        """Lane k of d = the binary64 at base + 8 * (lane k of the index): both indices to x16
+        and x15 first, then lane 0 by ldr (clearing lane 1) and lane 1 by ld1 (NEON has no
+        gather)."""
+        idx = self.vuse(a[1], F2)
+        self.emit("fmov", S1, D[idx.num])
+        self.emit("mov", S3, idx)                            # umov x15, v.d[1]
+        base, r = self.use(a[0], S2), V[self.defreg(d, F1).num]
+        self.emit("ldr", D[r.num], MemReg(base, S1, shift=True))
+        self.emit("lsl", S3, S3, AImm(3))
+        self.emit("add", S3, base, S3)
+        self.emit("ld1", r, Mem(S3, 0))
+        self.vcommit(d, r)
 
     def call(self, op, d, a) -> None:
         self.arg_moves(list(a[1:]), incoming=False)

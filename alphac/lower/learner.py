@@ -7,9 +7,10 @@ order (the contract in alphac.ir.autodiff and alphac.ir.interp):
     learner_grad(lo, hi)     G_p = sum over samples lo..hi-1 of the per-sample gradient of p,
                              a left fold from -0.0 (the exact additive identity, so it equals
                              the fold that starts from the first sample)
-                             (under exact_sum: a block's terms, by the same vector loops, into
-                             XB_p lane by lane, then xe_add_lanes into the expansions XE,
-                             falling back to the accumulators XA, XSP: alphac/runtime/xsum.rt)
+                             (under exact_sum: a block's terms, in the same vector loops, by
+                             2Sum into the expansions XE in registers, each vector checked
+                             exact; one that is not goes through XB_p to xe_add_lanes, falling
+                             back to the accumulators XA, XSP: alphac/runtime/xsum.rt)
     learner_exact_round()    exact_sum only: G_p and L_sum, each exact sum rounded once
     learner_exact_flush()    exact_sum only: the expansions into XA (a GPU owner's host)
     learner_mean(n)          loss_mean = L_sum / n, and mean_n = n: no pass of its own over G_p,
@@ -364,7 +365,7 @@ class Values:
             if not (isinstance(n, (Const, Read, DataRow, Grad, Pick, Bcast, Pow))
                     or (isinstance(n, Elem) and n.op in OPS) or (rows and isinstance(n, Outer))
                     or (isinstance(n, Unary) and n.op in ("neg", "sqrt"))
-                    or (isinstance(n, Unary) and n.op in LANE_FAST and self.em.gen.lanes >= 4)):
+                    or (isinstance(n, Unary) and n.op in LANE_FAST and (self.em.gen.lanes >= 4 or self.em.gen.neon))):
                 return False
             if not rows and n.shape and any(c.shape and len(c.shape) < len(n.shape)
                                             for c in children(n)):
@@ -429,10 +430,11 @@ class Values:
 
     def lane_call(self, op: str, a: tuple[str, ...], L) -> tuple[str, ...]:
         """op (an alphac.math.lanes function) on each of a's vectors: f64x4 and f64x8 through
-        rt_math_<op>_w4/_w8 at rt_math_arg, an f64x2 lane by lane (the same bits either way)."""
+        rt_math_<op>_w4/_w8 at rt_math_arg (_w2 with NEON), an f64x2 otherwise lane by lane (the
+        same bits either way)."""
         em, out = self.em, []
         for s in L:
-            if self.vec == 2:
+            if self.vec == 2 and not em.gen.neon:
                 out.append(em.let(f"pack({rt_name(op)}(lane({a[s]}, 0)), {rt_name(op)}(lane({a[s]}, 1)))"))
                 continue
             em.put(f"{VOCAB[self.vec]['store']}(rt_math_arg, {a[s]});")
@@ -816,9 +818,10 @@ class Values:
 
 class LearnerCode:
     def __init__(self, lr: Learner, evaluation: tuple[Learner, str | None] | None = None,
-                 lanes: int = 2):
+                 lanes: int = 2, neon: bool = False):
         self.lr = lr
         self.lanes = lanes               # the widest vector: 2, 4 (f64x4: x86_64-v3), 8 (x86_64-v4)
+        self.neon = neon                 # f64x2's integer lanes (CPU_NEON): the _w2 vector functions
         self.wide = lanes >= 4           # f64x4 in the matrix products
         self.evaluation = evaluation     # (the learner on held-out data, its labels' name)
         self.counter = 0
@@ -903,7 +906,13 @@ class LearnerCode:
                 em.put(f"xc_clear_n(XA, XSP, {P});")
             else:
                 em.put(f"xe_clear_acc(XA, XSP, {P});")
-            em.put(f"xe_clear_n(XE, {2 * P});")   # the expansions
+            if lanes == 1:
+                em.put(f"xe_clear_n(XE, {2 * P});")   # the expansions
+            else:                        # the blocks' first writes the params' (fused_expansion)
+                for p in lr.params:
+                    if scattered(lr, p.name):
+                        em.put(f"xe_clear_n({expansion_at(lr, p.name)}, {2 * p.size});")
+                em.put(f"xe_clear_n({expansion_at(lr, None)}, 2);")
         else:
             em.put(f"storef(L_sum, {flit(-0.0)});")
             if lanes == 1:
@@ -928,7 +937,12 @@ class LearnerCode:
             em.depth -= 1
             em.put("} else {")
             em.depth += 1
-            clear()
+            if lr.exact:
+                for p in lr.params:
+                    if not scattered(lr, p.name):
+                        em.put(f"xe_clear_n({expansion_at(lr, p.name)}, {2 * p.size});")
+            else:
+                clear()
             em.depth -= 1
             em.put("}")
         em.put("while i < hi {")
@@ -990,6 +1004,10 @@ class LearnerCode:
                 continue
             cuts = sorted({0, p.size} | {c.offset for c in contribs} |
                           {c.offset + c.length for c in contribs})
+            if lr.exact:                     # p's expansions, its vectors found inexact, 2^600
+                ep = em.let(expansion_at(lr, p.name), "ep")
+                ex = {"s": ep, "lo": em.let(f"{ep} + {8 * p.size}", "el"), "nf": em.let("0", "nf"),
+                      "scale": em.let(flit(2.0 ** 600), "sc"), "zero": em.let(flit(-0.0), "nz"), "rows": {}}
             for a, b in zip(cuts, cuts[1:]):
                 covering = [c for c in contribs if c.offset <= a and b <= c.offset + c.length]
 
@@ -1009,12 +1027,14 @@ class LearnerCode:
                                 g = em.let(f"{g} + {t[s]}")
                             gs.append(g)
                         gss.append(gs)
-                        slots.append(self.slot(*rw) if rw else self.slot(f"{'XB' if lr.exact else 'G'}_{p.name}", jj))
+                        slots.append(self.slot(*rw) if rw else self.slot(ex["s"] if lr.exact else f"G_{p.name}", jj))
+                    if lr.exact:             # each coordinate's terms into its (s, lo) in registers
+                        for slot, gs, (jj, rw) in zip(slots, gss, ((j, row), *more)):
+                            lo_slot = self.slot(ex["rows"][rw[0]], rw[1]) if rw else self.slot(ex["lo"], jj)
+                            self.fused_expansion(em, vals.vec, p, (slot, lo_slot), jj, gs, ex, first)
+                        return
                     for slot, gs in zip(slots, gss):
-                        if lr.exact:         # lane s's terms in XB_p's lane s, added below
-                            for s, g in enumerate(gs):
-                                em.put(f"{st}({slot}{f' + {8 * p.size * s}' if s else ''}, {g});")
-                        elif lanes == 1:
+                        if lanes == 1:
                             em.put(f"{st}({slot}, {ld}({slot}) + {gs[0]});")
                     if lr.exact or lanes == 1:
                         return
@@ -1038,8 +1058,11 @@ class LearnerCode:
                                 for n in postorder(nodes):
                                     if isinstance(n, Outer) and vals.key(n) not in vals.buffers:
                                         vals.all(n.a, r)
-                        gr = [em.let(self.slot(f"{'XB' if lr.exact else 'G'}_{p.name}", f"{r} * {cols}"),
-                                     "gr") for r in rs]   # the rows' sums (exact_sum: terms)
+                        gr = [em.let(self.slot(ex["s"] if lr.exact else f"G_{p.name}", f"{r} * {cols}"),
+                                     "gr") for r in rs]   # the rows' sums (exact_sum: s words)
+                        if lr.exact:             # and lo words
+                            ex["rows"].update((g, em.let(self.slot(ex["lo"], f"{r} * {cols}"), "gl"))
+                                              for g, r in zip(gr, rs))
                         vals.vloop(0, cols, lambda c: body(
                             vals.flat(rs[0], c, cols), row=(gr[0], c),
                             more=[(vals.flat(r, c, cols), (g, c)) for r, g in zip(rs[1:], gr[1:])]), pairs)
@@ -1054,9 +1077,13 @@ class LearnerCode:
                     vals.loop(lo, hi, lambda r, rows=rows: rows([r]))
                 else:
                     vals.vloop(a, b, body, vals.vectorizable(nodes))
-            if lr.exact:                     # the terms in XB_p, each into its accumulator
-                at = f"{exact_at(lr, p.name, '0')}, {expansion_at(lr, p.name)}, XB_{p.name}, {p.size}"
-                em.put(f"xe_add_lanes({at}, {lanes});")
+            if lr.exact:                     # the vectors found inexact, again by xe_add_lanes
+                at = f"{exact_at(lr, p.name, '0')}, {ex['s']}, XB_{p.name}, {p.size}"
+                em.put(f"if {ex['nf']} != 0 {{")
+                em.put(f"    store64(XFAIL, {lanes});")
+                em.put(f"    store64(XFAIL + 8, {ex['nf']});")
+                em.put(f"    xe_add_listed({at}, XFAIL);")
+                em.put("}")
         vals.prepare([lr.loss])              # the sample's loss, summed like a gradient
         if lr.exact:
             for s, loss in enumerate(vals.all(lr.loss, None)):
@@ -1086,7 +1113,6 @@ class LearnerCode:
         rows, cols = p.shape
         _, d = self.tiled[p.name]
         w, S = em.vw, self.lr.nsamples
-        ld, st = VOCAB[w]["load"], VOCAB[w]["store"]
 
         def block(rs: list[str], c0: str, width: int, k: int) -> None:
             v = VOCAB[width] if width else VOCAB[0]
@@ -1125,6 +1151,68 @@ class LearnerCode:
             if width <= w and k:
                 group(str(c0), width, k)
                 c0 += k * max(width, 1)
+
+    def fused_expansion(self, em: Emitter, vec: int, p, slots: tuple[str, str], j: str,
+                        gs: list[str], ex: dict, first: bool) -> None:
+        """exact_sum: the block's terms gs (lane by lane, sample order) of coordinates j.. (vec
+        lanes; 0: one) of p into their expansions (s, lo at `slots`, in p's XE), by xsum.rt's
+        xe_add_lanes steps, in registers: 2Sum (s, d), then d into lo by 2Sum, whose error f
+        must be zero (a NaN or an infinity shows in f too); f times 2^600 squared and summed
+        into `bad` (f64x4 and f64x8: f's bits or-ed, the sign shifted out). A vector whose `bad`
+        is zero in every lane stores s and lo; any other keeps them as before the block, stores
+        its terms in XB_p and records 16 j + vec in XFAIL (its count ex["nf"]), for
+        xe_add_listed. The first block starts from s = t0, lo = -0.0 (what xe_add_lanes' first
+        step from (-0.0, -0.0) gives for a finite t0; a non-finite one makes the next step's f a
+        NaN), so no pass clears XE before it; its first step's 2Sum into lo = -0.0 is -d, exact,
+        so its f is not computed (a NaN in d reaches lo, and the next step's f)."""
+        V = VOCAB[vec]
+        slot, lo_slot = slots
+        gs = [g if g.isidentifier() else em.let(g, "g") for g in gs]
+        if vec and em.hoist is not None:     # 2^600 and -0.0 splat before the vloop
+            em.hoist[2].update((ex["scale"], ex["zero"]))
+        zero = em.splat(ex["zero"], vec) if vec else ex["zero"]
+        if first:
+            s, lo, rest = gs[0], zero, gs[1:]
+        else:
+            s, lo, rest = em.let(f"{V['load']}({slot})", "es"), em.let(f"{V['load']}({lo_slot})", "el"), gs
+        bits = vec >= 4                       # qor, qshl: f64x4, f64x8
+        scale = None if bits else em.splat(ex["scale"], vec) if vec else ex["scale"]
+        bad = None
+        for k, g in enumerate(rest):
+            t = em.let(f"{s} + {g}", "t")
+            tv = em.let(f"{t} - {s}", "tv")
+            d = em.let(f"(({t} - {tv}) - {s}) + ({tv} - {g})", "d")   # minus the error
+            u = em.let(f"{lo} - {d}", "u")
+            if not (first and k == 0 and len(rest) > 1):
+                uv = em.let(f"{u} - {lo}", "uv")
+                f = em.let(f"({lo} - ({u} - {uv})) - ({d} + {uv})" if bits else
+                           f"(({lo} - ({u} - {uv})) - ({d} + {uv})) * {scale}", "f")
+                if bits:
+                    bad = em.let(f if bad is None else f"qor({bad}, {f})", "bad")
+                else:
+                    bad = em.let(f"{f} * {f}" if bad is None else f"{bad} + {f} * {f}", "bad")
+            s, lo = t, u
+        if vec == 0:
+            test = f"f2bits({bad})"
+        elif vec == 2:
+            test = f"f2bits(lane({bad}, 0) + lane({bad}, 1))"    # +0.0 + +0.0 only when both
+        else:                                 # the lanes' bits through memory (no lane extract)
+            em.put(f"{V['store']}(XCHK, qshl({bad}, 1));")
+            test = "(" + " | ".join(f"load64(XCHK + {8 * k})" for k in range(vec)) + ")"
+        em.put(f"if {test} == 0 {{")
+        em.put(f"    {V['store']}({slot}, {s});")
+        em.put(f"    {V['store']}({lo_slot}, {lo});")
+        em.put("} else {")
+        em.depth += 1
+        if first:                             # as before the block: the sum of no term
+            em.put(f"{V['store']}({slot}, {zero});")
+            em.put(f"{V['store']}({lo_slot}, {zero});")
+        for k, g in enumerate(gs):
+            em.put(f"{V['store']}({self.slot(f'XB_{p.name}', j)}{f' + {8 * p.size * k}' if k else ''}, {g});")
+        em.put(f'store64(room(XFAIL, 16 + 8 * {ex["nf"]}, 8, "buffer-bound"), 16 * ({j}) + {vec});')
+        em.put(f"{ex['nf']} = {ex['nf']} + 1;")
+        em.depth -= 1
+        em.put("}")
 
     def scatter(self, em: Emitter, vals: "Values", p, lanes: int) -> None:
         """A gathered param's per-sample gradient (its contributions are Scatters, types/check.py's
@@ -1514,6 +1602,8 @@ class LearnerCode:
                 decls += [f"global XB_{p.name}: [f64; {self.grad_lanes * p.size}];"
                           for p in lr.params if not scattered(lr, p.name)]
                 decls.append(f"global XT: [f64; {self.grad_lanes}];")
+                decls.append(f"global XFAIL: [i64; {2 + max(p.size for p in lr.params)}];")   # (fused_expansion)
+                decls.append("global XCHK: [f64; 8];")
             if lr.exact:
                 body += self.gen_round()
         body += self.gen_reduce() + self.gen_scalars()
@@ -1708,15 +1798,16 @@ def _sub(j: str, offset: int) -> str:
 
 
 def learner_source(lr: Learner, evaluation: tuple[Learner, str | None] | None = None,
-                   lanes: int = 2) -> tuple[str, dict[str, bytes]]:
+                   lanes: int = 2, neon: bool = False) -> tuple[str, dict[str, bytes]]:
     """The learner's runtime-language source (with the alphac.math functions it calls), and
     the bytes of its `extern` globals; with `evaluation` (the learner on held-out data and its
     labels' name), learner_evaluate scores the state on those samples; `lanes`: the target's
-    widest binary64 vector (2; 4: f64x4, x86_64-v3; 8: f64x8, x86_64-v4)."""
+    widest binary64 vector (2; 4: f64x4, x86_64-v3; 8: f64x8, x86_64-v4); `neon`: the target's
+    prelude says CPU_NEON = 1 (AArch64: the 2-lane vector functions)."""
     from alphac.math import rt_source
-    g = LearnerCode(lr, evaluation, lanes)
+    g = LearnerCode(lr, evaluation, lanes, neon)
     text = g.generate()
     used = g.math_functions()
-    if lanes >= 4 and "rt_math_arg" in text:     # a vloop called a vector function
+    if (lanes >= 4 or neon) and "rt_math_arg" in text:     # a vloop called a vector function
         text += "\n" + lane_source(sorted(set(used) & set(LANE_FAST)), lanes)
     return (text + "\n" + rt_source(used) if used else text), g.blobs

@@ -119,6 +119,10 @@ _OPS: dict[str, tuple] = {
     # and the logical shifts by a constant k in 0..63
     **{c + op: (c, c + c) for c in "wz" for op in ("qadd", "qsub", "qand", "qor", "qxor")},
     **{c + op: (c, c + "k") for c in "wz" for op in ("qshl", "qshr")},
+    # the same on f64x2 (AArch64's NEON: CPU_NEON = 1), and its per-lane table read: lane k =
+    # the binary64 at a + 8 b_k
+    **{"v" + op: ("v", "vv") for op in ("qadd", "qsub", "qand", "qor", "qxor")},
+    **{"v" + op: ("v", "vk") for op in ("qshl", "qshr")}, "vgather": ("v", "iv"),
     "cpu_has_avx2": ("i", "", True),   # d = 1 when the CPU and the OS run AVX2 (0 on AArch64)
     "cpu_has_avx512": ("i", "", True),  # d = 1 when they run x86_64-v4's AVX-512 (F, BW, CD, DQ,
                                         # VL, and the OS saves the opmask and zmm state)
@@ -143,6 +147,7 @@ _OPS: dict[str, tuple] = {
 }
 OPS: dict[str, Op] = {name: Op(*row) for name, row in _OPS.items()}
 WIDE = frozenset(op for op in OPS if op[0] in "wz")   # the ops only x86-64's selector has
+NEON = frozenset(op for op in OPS if op.startswith(("vq", "vgather")))   # only AArch64's has
 TERMINATORS = {"jmp": "n", "br": "ciInn", "ret": "?", "trap": ""}
 CONDS = ("eq", "ne", "lt", "le", "gt", "ge", "ult", "ule", "ugt", "uge")
 NEGATE = {"eq": "ne", "ne": "eq", "lt": "ge", "ge": "lt", "le": "gt", "gt": "le",

@@ -126,7 +126,7 @@ REUSE_FIRST = frozenset({"add", "sub", "mul", "and", "or", "xor", "shl", "shr", 
                          "vadd", "vsub", "vmul", "vdiv", "vsqrt", "vneg", "vsplat",
                          "wadd", "wsub", "wmul", "wdiv", "wsqrt", "wneg", "wsplat",
                          "zadd", "zsub", "zmul", "zdiv", "zsqrt", "zneg", "zsplat",
-                         *(c + "q" + op for c in "wz" for op in ("add", "sub", "and", "or", "xor", "shl", "shr")),
+                         *(c + "q" + op for c in "vwz" for op in ("add", "sub", "and", "or", "xor", "shl", "shr")),
                          *(f"f{op}m{x}" for op in ("add", "sub", "mul", "div") for x in ("", "x"))})
 # (vsplat, whose operand is of class f, takes it only from a register: classes f and v share the
 # registers, never a spill slot of one width)

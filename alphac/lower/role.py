@@ -6,9 +6,10 @@ Requires: a checked `Plan` and one of its roles. Guarantees: the generated `role
 what the reference execution (`alphac.dist.execute`) does, message for message:
 
 - `compute`: `learner_grad` over the owner's samples;
-- `combine`: the children's (G, n), received into `cb<k>`, added in the tree's order (the first
-  child copied, the others added: the combine's identity needs no branch, since an owner without
-  samples contributes G = -0.0, the exact additive identity, and n = 0);
+- `combine`: the children's (G, n), received into `cb<k>` (the tree's first leaf into `comb`,
+  where the sum is), added in the tree's order, each inner node into its first child's buffer
+  (the combine's identity needs no branch, since an owner without samples contributes G = -0.0,
+  the exact additive identity, and n = 0);
 - `terms`: the terms of the update's reductions at the coordinates the owner updates, into
   st_0t<k>, which the `reduce` gather then fills from every owner (a partitioned update);
 - `update`: the mean of the delivered G, the reduced scalars (folded from the gathered terms, or
@@ -26,13 +27,15 @@ what the reference execution (`alphac.dist.execute`) does, message for message:
   state arrays, and the root publishes with the learner's own printer.
 
 Message payloads are fixed by the plan: every receive knows its exact length (the bound a frame
-is checked against) and its sender's role code.
+is checked against) and its sender's role code. A payload is sent from where its parts lie and
+received where they are used (net.rt's frame_part: an owner's G_p, a state's coordinates), not
+copied through a buffer, but for more than FRAME_PARTS parts.
 """
 from __future__ import annotations
 
 from alphac.diag import BuildError
 from alphac.dist.identity import COMPONENTS, digests, short
-from alphac.formats import CKPT_RECORD, FRAME_KINDS as KINDS, XC_WORDS, XF_RECORD_WORDS, XF_TAIL, XS_DIGITS
+from alphac.formats import CKPT_RECORD, FRAME_KINDS as KINDS, FRAME_PARTS, XC_WORDS, XF_RECORD_WORDS, XF_TAIL, XS_DIGITS
 from alphac.lower import ckpt, gpu as gpu_lowering
 from alphac.lower.learner import clock_call, scattered
 from alphac.dist.plan import Plan
@@ -51,6 +54,20 @@ def code_of(plan: Plan, role: Role) -> int:
 
 
 REC = CKPT_RECORD.size
+
+
+def in_place(parts) -> bool:
+    """Whether a frame's parts travel from and to where they lie (a system call each) rather than
+    copied through msg: at most FRAME_PARTS, and two (a gradient and its tail) or 4 KiB each on
+    average (a copy of less costs less than a call)."""
+    sizes = [p[1] for p in parts]
+    return len(sizes) <= 2 or (len(sizes) <= FRAME_PARTS and all(isinstance(w, int) for w in sizes)
+                               and 8 * sum(sizes) >= 4096 * len(sizes))
+
+
+def _bytes(words):
+    """8 * words, for an int or a run-time value (fleet.Sym)."""
+    return 8 * words if isinstance(words, int) else words * 8
 
 
 class RoleLowering:
@@ -80,6 +97,11 @@ class RoleLowering:
             raise BuildError(f"{role}: an owner that combines is not built under exact_sum")
         self.lines: list[str] = []
         self.msg_words = 1
+        # an owner that combines nothing sends its G_p from where the learner wrote them and
+        # receives the delivery into them: comb holds only its tail (the loss sum and n)
+        self.direct = self.owner and not self.children and not self.exact
+        self.S = self.P - (1 if self.lr.loss is not None else 0)     # comb's G words
+        self.last_parts = None
 
     # -- what moves ----------------------------------------------------------------------------
     def members(self, kind: str):
@@ -177,12 +199,60 @@ class RoleLowering:
             self.need(words)
         self.put(f"frame_recv({self.fd(peer)}, {self.code(peer)}, {KINDS[kind]}, v, {buf}, {8 * words});")
 
-    def pack_states(self, states) -> int:
-        at = 0
-        for s in states:
-            self.put(f"vec_copy(msg + {8 * at}, st_{s.name}, {s.size});")
-            at += s.size
-        return at
+    def send_parts(self, peer: Role, kind: str, parts) -> None:
+        """One frame of `parts` ((address, words), in order), each sent from where it lies (net.rt:
+        frame_part), or copied one after another into msg first (`in_place`)."""
+        parts = [(a, w) for a, w in parts if self.some(0, w)] or [("msg", 0)]
+        if not in_place(parts):
+            at = 0
+            for a, w in parts:
+                self.put(f"vec_copy(msg + {_bytes(at)}, {a}, {w});")
+                at = at + w
+            parts = [("msg", at)]
+        if len(parts) == 1:
+            return self.send(peer, kind, *parts[0])
+        tail = f", {KINDS[kind]}, v);"
+        again = self.last_parts == parts and bool(self.lines) and self.lines[-1].startswith(("    frame_sendv(", "    frame_resendv(")) \
+            and self.lines[-1].endswith(tail)       # the same parts just sent: their MAC's digest kept
+        if not again:
+            self.put("frame_parts();")
+            self.lines += [f"    frame_part({a}, {_bytes(w)});" for a, w in parts]
+        self.last_parts = parts
+        self.put(f"frame_{'resendv' if again else 'sendv'}({self.fd(peer)}{tail}")
+
+    def recv_parts(self, peer: Role, kind: str, parts) -> None:
+        """One frame received in `parts` ((address, words); address None: words not kept, received
+        into msg at their offset), each where it is used, or (`in_place`) into msg, then copied
+        out."""
+        parts = [(a, w) for a, w in parts if self.some(0, w)]
+        at, where = 0, []
+        for a, w in parts:
+            if a is None:
+                self.need(at + w)
+                a = f"msg + {_bytes(at)}"
+            where.append((a, w, at))
+            at = at + w
+        if len(where) < 2:
+            return self.recv(peer, kind, *(where[0][:2] if where else ("msg", 0)))
+        if not in_place(where):
+            self.recv(peer, kind, "msg", at)
+            for a, w, off in where:
+                if a != f"msg + {_bytes(off)}":
+                    self.put(f"vec_copy({a}, msg + {_bytes(off)}, {w});")
+            return
+        fd = self.fd(peer)
+        self.put(f"frame_recv_head({fd}, {_bytes(at)});")
+        self.lines += [f"    frame_recv_part({fd}, {a}, {_bytes(w)});" for a, w, _ in where]
+        self.put(f"frame_recv_end({fd}, {self.code(peer)}, {KINDS[kind]}, v);")
+
+    def g_parts(self, slices):
+        """The G_p pieces (name, lo, hi), where they lie."""
+        return [(self.in_g(name, lo), hi - lo) for name, lo, hi in slices]
+
+    @property
+    def tail(self):
+        """comb's words after G (the loss sum, n), where they lie."""
+        return (f"comb + {8 * self.S}", self.P + 1 - self.S)
 
     def action(self, a) -> None:
         plan, lr = self.plan, self.lr
@@ -201,7 +271,7 @@ class RoleLowering:
             if self.exact:                # learner_grad's expansions and accumulators are the frame
                 self.put(f"store64(XE + {16 * P}, {n});")   # (grad_lines flushes the host's into XA)
                 return
-            for p in self.params:
+            for p in self.params if not self.direct else ():
                 self.put(f"vec_copy(comb + {8 * self.poff[p.name]}, G_{p.name}, {p.size});")
             self.put(f"store64(comb + {8 * P}, {n});")
             if lr.loss is not None:
@@ -284,7 +354,7 @@ class RoleLowering:
     def pack_block(self, dst: str, j: int) -> int:
         """Owner j's coordinates of this owner's (G, L, n) from comb into dst: its slices, then
         L and n; the words."""
-        at = self.pack(dst, self.slices(j), self.in_comb)
+        at = self.pack(dst, self.slices(j), self.in_g if self.direct else self.in_comb)
         self.put(f"vec_copy({dst} + {8 * at}, comb + {8 * (self.P - 1)}, 2);")
         return at + 2
 
@@ -294,20 +364,20 @@ class RoleLowering:
 
     def mesh_send(self, a) -> None:
         j = a.peer.index
+        if a.kind == "combine" and self.direct:
+            return self.send_parts(a.peer, a.kind, self.g_parts(self.slices(j)) + [(f"comb + {8 * (self.P - 1)}", 2)])
         if a.kind == "combine":
-            words = self.pack_block("msg", j)
-        else:
-            words = self.pack("msg", self.gather_pieces(self.k, a.kind), self.in_state)
-        self.send(a.peer, a.kind, "msg", words)
+            return self.send(a.peer, a.kind, "msg", self.pack_block("msg", j))
+        self.send_parts(a.peer, a.kind, [(self.in_state(name, lo), hi - lo)
+                                         for name, lo, hi in self.gather_pieces(self.k, a.kind)])
 
     def mesh_recv(self, a) -> None:
         j = a.peer.index
         if a.kind == "combine":
             self.recv(a.peer, a.kind, f"mb{j}", self.block_words)
             return
-        pieces = self.gather_pieces(j, a.kind)
-        self.recv(a.peer, a.kind, "msg", sum(hi - lo for _, lo, hi in pieces))
-        self.unpack("msg", pieces, self.in_state)
+        self.recv_parts(a.peer, a.kind, [(self.in_state(name, lo), hi - lo)
+                                         for name, lo, hi in self.gather_pieces(j, a.kind)])
 
     @property
     def block_words(self) -> int:
@@ -344,18 +414,19 @@ class RoleLowering:
                      f"{8 * XF_RECORD_WORDS} * recs); }}")
             self.put(f"if spills > 0 {{ frame_send({self.fd(peer)}, {KINDS[kind]}, v, xspill, "
                      f"{8 * (XS_DIGITS + 1)} * spills); }}")
+        elif kind == "combine" and self.direct:
+            self.send_parts(peer, kind, self.g_parts((p.name, 0, p.size) for p in self.params) + [self.tail])
         elif kind == "combine":
             self.send(peer, kind, "comb", P + 1)
         elif kind == "deliver":
             if self.plan.is_owner(peer) and "gradients" in self.plan.part:
-                at = self.pack("msg", self.slices(self.index_of(peer)), self.in_comb)
-                self.put(f"store64(msg + {8 * at}, load64(comb + {8 * P}));")
-                self.send(peer, kind, "msg", at + 1)
+                self.send_parts(peer, kind, [(self.in_comb(name, lo), hi - lo)
+                                             for name, lo, hi in self.slices(self.index_of(peer))]
+                                + [(f"comb + {8 * P}", 1)])
             else:
                 self.send(peer, kind, "comb", P + 1)
         else:
-            words = self.pack_states(self.members(kind))
-            self.send(peer, kind, "msg", words)
+            self.send_parts(peer, kind, [(f"st_{s.name}", s.size) for s in self.members(kind)])
 
     def recv_action(self, a) -> None:
         P, peer, kind = self.P, a.peer, a.kind
@@ -386,12 +457,18 @@ class RoleLowering:
             self.put(f"if xc_unpack_spills(xca{k}, xcasp{k}, {P}, xspill, spills{k}) == 0 "
                      f"{{ refuse(\"frame-bad-accumulator\"); }}")
         elif kind == "combine":
-            self.recv(peer, kind, f"cb{self.children.index(peer)}", P + 1)
+            self.recv(peer, kind, self.leaf_buf(self.children.index(peer)), P + 1)
         elif kind == "deliver":
             if not self.owner:
                 self.recv(peer, kind, "comb", P + 1)
                 return
-            if "gradients" in self.plan.part:
+            if self.direct:         # straight into G_p (this owner's slices when partitioned)
+                if "gradients" in self.plan.part:       # its slices and n
+                    self.recv_parts(peer, kind, self.g_parts(self.slices(self.k)) + [(f"comb + {8 * P}", 1)])
+                else:
+                    self.recv_parts(peer, kind, self.g_parts((p.name, 0, p.size) for p in self.params) + [self.tail])
+                self.put(f"store64(g_n, load64(comb + {8 * P}));")
+            elif "gradients" in self.plan.part:
                 pieces = self.slices(self.k)
                 self.recv(peer, kind, "msg", sum(hi - lo for _, lo, hi in pieces) + 1)
                 at = self.unpack("msg", pieces, self.in_g)
@@ -403,15 +480,15 @@ class RoleLowering:
                 self.put(f"store64(g_n, load64(comb + {8 * P}));")
         else:
             states = self.members(kind)
-            words = sum(s.size for s in states)
-            self.recv(peer, kind, "msg", words)
-            at = 0
-            up = peer != self.parent
+            self.need(sum(s.size for s in states))
+            parts = []              # what the child's subtree holds into st_s, the rest into msg
             for s in states:
-                ranges = self.held(peer, s, kind) if up else [(0, s.size)]
-                for lo, hi in ranges:
-                    self.put(f"vec_copy(st_{s.name} + {8 * lo}, msg + {8 * (at + lo)}, {hi - lo});")
-                at += s.size
+                at = 0
+                for lo, hi in self.held(peer, s, kind) if peer != self.parent else [(0, s.size)]:
+                    parts += [(None, lo - at), (self.in_state(s.name, lo), hi - lo)]
+                    at = hi
+                parts.append((None, s.size - at))
+            self.recv_parts(peer, kind, parts)
 
     def combine(self) -> None:
         if self.exact:
@@ -419,30 +496,41 @@ class RoleLowering:
         P = self.P
         n = P + 1
         if isinstance(self.plan.topo, Star):
-            self.put(f"vec_copy(comb, {self.tree_sum('cb', P)}, {n});")
+            top = self.tree_sum("cb", P)
+            if top != "comb":
+                self.put(f"vec_copy(comb, {top}, {n});")
         else:
-            self.put(f"vec_copy(comb, cb0, {n});")
+            if self.leaf_buf(0) != "comb":
+                self.put(f"vec_copy(comb, cb0, {n});")
             for k in range(1, len(self.children)):
                 with self.kid(k):
                     self.put(f"combine_into(comb, cb{k}, {P});")
 
+    def first_leaf(self) -> int:
+        """The child whose contribution a combine starts from: the tree's first leaf in a star."""
+        if not isinstance(self.plan.topo, Star):
+            return 0
+        t = self.plan.dep.combine_tree()
+        while not isinstance(t, Leaf):
+            t = t.children[0]
+        return t.owner
+
+    def leaf_buf(self, k: int) -> str:
+        """Where child k's (G, n) is received: a role that combines but computes nothing receives
+        the first into comb, where the combine's result is (tree_sum adds in place)."""
+        return "comb" if k == self.first_leaf() and not self.owner and not self.mesh else f"cb{k}"
+
     def tree_sum(self, leaf: str, sums: int) -> str:
         """The combine tree over the buffers LEAF<k> (owner k's `sums` binary64 sums, then n):
-        each inner node a buffer of its own, its first child copied, the others added in
-        order; the root's buffer."""
-        temps = [0]
-
+        each inner node's value is its first child's buffer, the others added into it in order
+        (each leaf's buffer is read once, so it is used in place); the root's buffer."""
         def emit(t) -> str:
             if isinstance(t, Leaf):
-                return f"{leaf}{t.owner}"
+                return self.leaf_buf(t.owner) if leaf == "cb" else f"{leaf}{t.owner}"
             parts = [emit(c) for c in t.children]
-            temps[0] += 1
-            dst = f"ct_{temps[0]}"
-            self.extra.append(f"global {dst}: [f64; {sums + 1}];")
-            self.put(f"vec_copy({dst}, {parts[0]}, {sums + 1});")
             for p in parts[1:]:
-                self.put(f"combine_into({dst}, {p}, {sums});")
-            return dst
+                self.put(f"combine_into({parts[0]}, {p}, {sums});")
+            return parts[0]
         return emit(self.plan.dep.combine_tree())
 
     def scattered(self) -> bool:

@@ -378,12 +378,28 @@ class FnLowerer:
             return self.emit("zsplat", self.fn.new("z"), typed(args[0], "f64")), "f64x8"
         return self.emit("zsqrt", self.fn.new("z"), typed(args[0], "f64x8")), "f64x8"
 
+    def neon(self, f: str) -> bool:
+        """Whether the prelude says CPU_NEON = 1 (AArch64: the q builtins and gatherv on f64x2)."""
+        if "CPU_NEON" not in self.mod.consts or self.mod.const("CPU_NEON") != 1:
+            raise self.err(f"`{f}` on f64x2 needs NEON, which only the aarch64 target has")
+        return True
+
+    def gatherv(self, args: list[tuple], need, typed):
+        """gatherv(a, v): lane k the binary64 at a + 8 v_k (v_k lane k's 64 bits), on NEON."""
+        need(2)
+        self.neon("gatherv")
+        base = self.reg(typed(args[0], "i64"))
+        return self.emit("vgather", self.fn.new("v"), base, typed(args[1], "f64x2")), "f64x2"
+
     def lanes_int(self, f: str, args: list[tuple], need):
         """qadd(a, b), qsub, qand, qor, qxor (each lane's 64 bits as integers, modulo 2^64) and
-        qshl(a, K), qshr(a, K) (logical, K a constant 0..63), a and b both f64x4 or both f64x8."""
+        qshl(a, K), qshr(a, K) (logical, K a constant 0..63), a and b both f64x4 or both f64x8 (or
+        both f64x2, with NEON)."""
         need(2)
         a, t = self.expr(args[0])
-        if t not in ("f64x4", "f64x8"):
+        if t == "f64x2" and self.neon(f):
+            pass
+        elif t not in ("f64x4", "f64x8"):
             raise self.err(f"`{f}` wants f64x4 or f64x8, given {t}")
         if f in ("qshl", "qshr"):
             k = self.mod.fold(args[1])
@@ -429,6 +445,8 @@ class FnLowerer:
             return self.wider(f, args, need, typed)
         if f in QOPS:
             return self.lanes_int(f, args, need)
+        if f == "gatherv":
+            return self.gatherv(args, need, typed)
         ix = self.indexed(args[0]) if f in ("loadf", "storef") and args else None
         if ix is not None:
             need(1 if f == "loadf" else 2)
@@ -747,9 +765,10 @@ _LOWERED = IdMemo(5000)              # (the runtime has about 150 functions per 
 def _fingerprint(mod: Module, item: tuple) -> tuple:
     """What lowering fn `item` reads from the program around it: for every name its body
     mentions (locals too: a name may be a global before its `let`), the constant's value, that a
-    global is there, or the function's signature; and CPU_AVX2, CPU_AVX512 (the wide builtins)."""
+    global is there, or the function's signature; and CPU_AVX2, CPU_AVX512, CPU_NEON (the wide
+    builtins)."""
     out = []
-    for n in item_names(item)[0] + ("CPU_AVX2", "CPU_AVX512"):
+    for n in item_names(item)[0] + ("CPU_AVX2", "CPU_AVX512", "CPU_NEON"):
         if n in mod.consts and mod.consts[n][0] == "str":
             out.append((n, "s", mod.consts[n][1]))
         elif n in mod.consts:

@@ -46,6 +46,7 @@ OP_RULES: dict[str, str] = {
     "zmulm": "wide_mul_splat", "zmulmx": "wide_mul_splat", "cpu_has_avx512": "cpu_has_avx512",
     "zgather": "wide_gather", "wgatherk": "wide_gather", "wgather": "avx2_gather",
     **{c + "q" + op: "wide_int" for c in "wz" for op in ("add", "sub", "and", "or", "xor", "shl", "shr")},
+    **{"vq" + op: "vec_int" for op in ("add", "sub", "and", "or", "xor", "shl", "shr")}, "vgather": "vec_gather",
     "call": "call", "syscall": "syscall", "fence": "fence", "prefetch": "prefetch",
     "cpu_has_sha256": "cpu_has_sha256", "sha256_hw": "sha256_hw",
     "cpu_has_clmul": "cpu_has_clmul", "polyval_hw": "polyval_hw",
@@ -54,7 +55,8 @@ OP_RULES: dict[str, str] = {
 
 def rules(selector: type) -> dict:
     """An ISA's rule table: each operation's method of `selector` (an ISA without f64x4 has no
-    rule for the ops of lir.WIDE; the runtime language refuses f64x4 on it first)."""
+    rule for the ops of lir.WIDE, one without NEON none for lir.NEON's; the runtime language
+    refuses them on it first)."""
     return {op: getattr(selector, name) for op, name in OP_RULES.items() if hasattr(selector, name)}
 
 

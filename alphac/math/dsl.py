@@ -3,7 +3,8 @@
 An algorithm (alphac/math/functions.py) is a Python function of a backend `m` and `Val`s: it
 calls `m.f(x)` and `m.i(v)` for constants, uses operators on values, and `m.cond(c, then,
 else_)` for control flow (each branch a function returning a tuple of values of the same
-kinds). The same algorithm text then runs four ways (two backends here, two in their modules):
+kinds; `m.first(go, fast, rest)` is Ziv's two steps, which RtSource writes as an early
+return). The same algorithm text then runs four ways (two backends here, two in their modules):
 
     Eval      computes now, in Python: binary64 through alphac.math.binary64, integers as
               unsigned 64-bit; the reference interpreter's elementary functions
@@ -166,6 +167,12 @@ class Backend:
     def outline(self, name: str, body: Callable, args: tuple, nout: int) -> tuple:
         return body(self, *args)
 
+    def first(self, go: Val, fast: Callable[[], tuple], rest: Callable[[], Val]) -> Val:
+        """fast() -> (ok, value) where `go`; its value where ok, else rest() (a function's
+        special values and accurate path, written once)."""
+        ok, v = self.cond(go, fast, lambda: (self.i(0), self.f(0.0)))
+        return self.cond(ok, lambda: (v,), lambda: (rest(),))[0]
+
 
 class Eval(Backend):
     """Runs an algorithm now. `ops` counts the operations executed (for the benchmarks)."""
@@ -212,6 +219,7 @@ RT_OPS: dict[str, str] = {"fadd": "{0} + {1}", "fsub": "{0} - {1}", "fmul": "{0}
 
 class RtSource(Backend):
     """Writes an algorithm as runtime-language statements (straight-line lets, if/else)."""
+    returns = True                               # `first` may return (not in an outlined body)
 
     def __init__(self, prefix: str):
         self.prefix = prefix
@@ -276,6 +284,7 @@ class RtSource(Backend):
         fn = f"{self.prefix}{name}"
         if fn not in self.helpers:
             sub = RtSource(self.prefix)
+            sub.returns = False
             params = [f"x{k}" for k in range(len(args))]
             out = body(sub, *(sub.arg("i", p) for p in params))
             assert len(out) == nout <= 4 and all(v.kind == "i" for v in out)
@@ -286,6 +295,19 @@ class RtSource(Backend):
             self.tables.update(sub.tables)
         self.put(f"{fn}({', '.join(v.v for v in args)});")
         return tuple(self.let("i", f"load64({self.prefix}out + {8 * k})") for k in range(nout))
+
+    def first(self, go: Val, fast: Callable[[], tuple], rest: Callable[[], Val]) -> Val:
+        """Backend's, with the fast path's value returned from the function where its test
+        passes, so that the path taken nearly always carries no merge of values."""
+        if not self.returns:
+            return super().first(go, fast, rest)
+        self.put(f"if {self.conds.get(go.v, f'{go.v} != 0')} {{")
+        self.depth += 1
+        ok, v = fast()
+        self.put(f"if {self.conds.get(ok.v, f'{ok.v} != 0')} {{ return {v.v}; }}")
+        self.depth -= 1
+        self.put("}")
+        return rest()
 
     def cond(self, c: Val, then: Callable[[], tuple], else_: Callable[[], tuple]) -> tuple:
         head = len(self.lines)

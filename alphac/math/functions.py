@@ -25,6 +25,8 @@ Requires: a backend (alphac.math.dsl). Guarantees: the same bits under every bac
 """
 from __future__ import annotations
 
+import struct
+
 from alphac.math import mp
 from alphac.math.dd import (fast_two_sum, rounded, split, square, two_prod, two_prod_split,
                             two_sum)
@@ -43,10 +45,23 @@ def _tables() -> dict[str, Table]:
     for group in (exp_tables(), log_tables(), fast_tables(), trig_tables()):
         for name, values in group.items():
             out[name] = Table(name.lower(), tuple(values))
+    out["LOG_K"] = Table("log_k", tuple(struct.unpack("<Q", struct.pack("<d", k))[0] for k in LOG_K))
     return out
 
 
+# log's fast path reads its binary64 constants from a table (LOG_K, by index: `_k`), not as
+# immediates: at the x86-64 baseline an immediate binary64 is movabs + movq (port 5), a table
+# word one memory operand (13.3 -> 11.3 ns a call for the polynomial's seven); the lanes and
+# the evaluators fold a load at a constant index into the constant itself.
+LOG_POLY = (1 / 3, -1 / 4, 1 / 5, -1 / 6, 1 / 7, -1 / 8, 1 / 9)
+LOG_ERR = 2.0 ** -72 + 2.0 ** -91              # 2^-72 + 2^-101 |log x|, |log x| < 745 < 2^9.6
+LOG_K = LOG_POLY + (-0.5, 0.5, 1.0, 2.0 ** 52 + 1023, LOG_ERR, 2.0 ** -65)
 TABLES = _tables()
+
+
+def _k(m, value: float):
+    """LOG_K's word equal to `value`, read from the table."""
+    return m.loadf(TABLES["LOG_K"], LOG_K.index(value))
 
 
 def limbs(m, table: str, k) -> tuple:
@@ -126,7 +141,6 @@ def to_double(m, sign, a: tuple, s):
 # Error bounds are relative to the value unless marked absolute; each `rounded` call passes at
 # least twice the bound derived here (alphac.math.dd states the test's requirements).
 EXP_POLY = (1 / 6, 1 / 24, 1 / 120, 1 / 720, 1 / 5040)
-LOG_POLY = (1 / 3, -1 / 4, 1 / 5, -1 / 6, 1 / 7, -1 / 8, 1 / 9)
 FAST_EXP_MAX = 0x4086200000000000        # 708: e^x stays normal, 2^(k >> 8) too
 TWO = {n: 2.0 ** n for n in (-65, -67, -68, -72, -75, -76, -98, -101)}
 
@@ -283,45 +297,58 @@ def _fabs(m, a):
 
 def _log1p_poly(m, th, tl):
     """log1p(t) as a double-double, t = t_h + t_l exactly, |t| < 2^-8: t - t^2/2 + t^3 q(t),
-    q = 1/3 - t/4 + ... + t^6/9 at t_h. Truncation t^10/10 < 2^-75.3 |t|; q's rounding and the
-    two products (2^-51.3 relative) times |t^3 q| <= 2^-17.6 |t|; t_h for t in q (2^-69 |t|);
-    the low part's four roundings (partial sums below 2^-17 |t|, 2^-68 |t|): below
-    2^-66.9 |t|, so below 2^-66 |log1p(t)|."""
-    sh, sl = square(th)
-    c = (sh * th) * _horner(m, th, LOG_POLY)
-    a, b = fast_two_sum(th, -(sh * m.f(0.5)))
-    return fast_two_sum(a, (b + (tl - (sl * m.f(0.5) + th * tl))) + c)
+    t^2 = u^2 + v, u t_h's first 26 bits (u^2 exact), v = fl((t_h - u) fl(t_h + u)) (t_h - u
+    exact; two roundings: within 2^-77 t_h^2); q = 1/3 - t/4 + ... + t^6/9 at t_h, by Estrin's
+    scheme (pairs c_k + c_(k+1) t, then t^2 and t^4 = (t^2)^2: a chain of five operations where
+    Horner's has fourteen). Truncation t^10/10 < 2^-75.3 |t|; q's rounding (the coefficients'
+    and nine operations': below 2^-50.7 relative, every term after 1/3 being below 2^-9.6 of
+    it) and the two products (2^-50.3 in all) times |t^3 q| <= 2^-17.6 |t|; t_h for t in q
+    (2^-69 |t|); the low part's four roundings (partial sums below 2^-17 |t|, 2^-68 |t|):
+    below 2^-66.5 |t|, so below 2^-66 |log1p(t)|."""
+    u = m.float_(th.bits() & -(1 << 27))                   # t_h's first 26 bits: u^2 exact
+    v = (th - u) * (th + u)                                 # t_h^2 - u^2 within 2^-77 t_h^2
+    sh = th * th
+    c0, c1, c2, c3, c4, c5, c6 = (_k(m, k) for k in LOG_POLY)
+    q = (c0 + th * c1 + sh * (c2 + th * c3)) + (sh * sh) * ((c4 + th * c5) + sh * c6)
+    c = (sh * th) * q
+    a, b = fast_two_sum(th, (u * u) * _k(m, -0.5))
+    return fast_two_sum(a, (b + (tl - (v * _k(m, 0.5) + th * tl))) + c)
+
+
 
 
 def _log_dd(m, xb, extra):
     """(h, l, err): log(x) = h + l within err/2 (err at least twice the bound), for x = xb's
-    positive normal binary64, plus `extra` (a binary64 below 2^-52 |log x| added to the low
-    part, for log1p). _log_fast is its rounding test; pow reads the double-double itself.
+    positive normal binary64, plus `extra` (None, or a binary64 below 2^-52 |log x| added to
+    the low part, for log1p). _log_fast is its rounding test; pow reads the double-double itself.
 
     x = 2^e c, c in [1, 2); j = c's first 8 fraction bits, r_j = I_j / 2^16: c r_j - 1 = t,
     |t| < 2^-8, exactly t_h + t_l (c = c_h + c_l, c_h its first 26 bits, c_h r_j, c_l r_j exact,
-    c_h r_j - 1 exact by Sterbenz). log x = e ln2 + log(1/r_j) + log1p(t). Where e = 0, j = 0
-    or e = -1, j = 255 the first two cancel exactly (LOG_L[255] is LN2_HL itself) and the
+    c_h r_j - 1 exact by Sterbenz); e as a binary64 is 2^52 + x's exponent field (bits 0x433
+    and the field) minus 2^52 + 1023, exactly. log x = e ln2 + log(1/r_j) + log1p(t).
+    e H + LOG_L[j]'s high word is Dekker's fast sum (exact: e H is exact, H of 42 bits, and
+    |e H| >= ln 2 - 2^-42 > |log(1/r_j)| unless e = 0). Where e = 0, j = 0 or e = -1, j = 255
+    (x in [1 - 2^-9, 1 + 2^-8)) the first two cancel exactly (LOG_L[255] is LN2_HL itself:
+    their sum h_1 is 0 there and nowhere else, tests/test_math.py checks the table) and the
     result is log1p(t) (relative 2^-66). Elsewhere |log x| > 2^-9 and the absolute error is
-    below 2^-74 (log1p) + 2^-84.8 (e L, e < 2^11) + 2^-96 (tables) + 2^-103 |log x| (sums)."""
-    e = ((xb >> 52) & 0x7FF) - 1023
+    below 2^-74 (log1p) + 2^-84.8 (e L, e < 2^11) + 2^-96 (tables) + 2^-103 |log x| (sums):
+    err is the constant LOG_ERR, at least 2^-72 + 2^-101 |log x|."""
     j = (xb >> 44) & 255
     cb = (xb & MANT) | 0x3FF0000000000000
     c = m.float_(cb)
     r = m.loadf(TABLES["LOG_R"], j)
     ch = m.float_(cb & -(1 << 27))                          # c's first 26 bits: c_h r_j exact
     cl = c - ch
-    th, tl = two_sum(ch * r - m.f(1.0), cl * r)
+    th, tl = two_sum(ch * r - _k(m, 1.0), cl * r)
     ph, pl = _log1p_poly(m, th, tl)
-    ef = m.i2f(e)
+    ef = m.float_((xb >> 52) | 0x4330000000000000) - _k(m, 2.0 ** 52 + 1023)   # e, exactly
     at = j * 2
-    h1, h2 = two_sum(ef * m.loadf(TABLES["LN2_HL"], 0), m.loadf(TABLES["LOG_L"], at))
+    h1, h2 = fast_two_sum(ef * m.loadf(TABLES["LN2_HL"], 0), m.loadf(TABLES["LOG_L"], at))
     s1, s2 = two_sum(h1, ph)
-    lo = s2 + (h2 + (pl + ((m.loadf(TABLES["LOG_L"], at + 1)
-                            + ef * m.loadf(TABLES["LN2_HL"], 1)) + extra)))
-    alone = (e.eq(0) & j.eq(0)) | (e.eq(-1) & j.eq(255))
-    err = m.cond(alone, lambda: (_fabs(m, s1) * m.f(TWO[-65]),),
-                 lambda: (m.f(TWO[-72]) + _fabs(m, s1) * m.f(TWO[-101]),))[0]
+    low = m.loadf(TABLES["LOG_L"], at + 1) + ef * m.loadf(TABLES["LN2_HL"], 1)
+    lo = s2 + (h2 + (pl + (low if extra is None else low + extra)))
+    err = m.cond(h1.bits().eq(0), lambda: (_fabs(m, s1) * _k(m, 2.0 ** -65),),
+                 lambda: (_k(m, LOG_ERR),))[0]
     return s1, lo, err
 
 
@@ -483,30 +510,49 @@ def _decompose(m, xb):
 
 
 def _log_go(m, xb):
-    return m.i(0x000FFFFFFFFFFFFF).ult(xb) & xb.ult(INF)                   # positive normal
+    return (xb - IMPLICIT).ult(INF - IMPLICIT)                            # positive normal
 
 
-def log(m, x):
+def _log_go_lanes(m, xb):
+    """_log_go without an unsigned comparison (alphac.math.lanes makes those of five
+    operations): both xb - 2^52 and xb + 2^52 have their sign bit clear exactly where x is a
+    positive normal (zero and subnormals wrap below, infinities and NaNs above)."""
+    return (((xb - IMPLICIT) | (xb + IMPLICIT)) >> 63) ^ 1
+
+
+def _log_rest(m, x):
+    """log's special values and accurate path (`outlined`)."""
     xb = x.bits()
 
     def positive():
         return m.cond(xb.eq(0x3FF0000000000000), lambda: (m.f(0.0),), lambda: m.cond(
             xb.eq(INF), lambda: (x,), lambda: (to_double(m, *log_core(m, *_decompose(m, xb))),)))
-    return first_fast(m, _log_go(m, xb), lambda: _log_fast(m, xb, m.f(0.0)), lambda: m.cond(
-        is_nan(m, x), lambda: (x + x,), lambda: m.cond(
-            (xb & ABS).eq(0), lambda: (m.f(float("-inf")),), lambda: m.cond(
-                m.i(0).ult(xb & SIGN), lambda: (m.float_(m.i(NAN)),), positive)))[0])
+    return m.cond(is_nan(m, x), lambda: (x + x,), lambda: m.cond(
+        (xb & ABS).eq(0), lambda: (m.f(float("-inf")),), lambda: m.cond(
+            m.i(0).ult(xb & SIGN), lambda: (m.float_(m.i(NAN)),), positive)))[0]
+
+
+def log(m, x):
+    xb = x.bits()
+    return m.first(_log_go(m, xb), lambda: _log_fast(m, xb, None),
+                   lambda: outlined(m, "log_rest", _log_rest, xb))
 
 
 def _log1p_go(m, xb, ax):                                   # 2^-54 <= |x|, -1 < x < inf
-    return m.i(0x3C8FFFFFFFFFFFFF).ult(ax) & (xb.ult(INF) | (m.i(SIGN).ult(xb) &
-                                                             xb.ult(0xBFF0000000000000)))
+    return (ax - 0x3C90000000000000).ult(INF - 0x3C90000000000000) & xb.ult(0xBFF0000000000000)
+
+
+def _log1p_go_lanes(m, xb, ax):
+    """_log1p_go without an unsigned comparison (as _log_go_lanes): the sign bits of
+    |x| - 2^-54 (|x| below it), |x| + 2^52 (inf, NaN) and x & (|x| + 2^62 + 2^52) (x <= -1)."""
+    return (((ax - 0x3C90000000000000) | (ax + IMPLICIT) | (xb & (ax + 0x4010000000000000)))
+            >> 63) ^ 1
 
 
 def _log1p_fast(m, x, ax):
     def near_zero():                                        # |x| < 2^-8: log1p(t), t = x
         ph, pl = _log1p_poly(m, x, m.f(0.0))
-        return rounded(m, ph, pl, _fabs(m, ph) * m.f(TWO[-65]))
+        return rounded(m, ph, pl, _fabs(m, ph) * _k(m, 2.0 ** -65))
 
     def one_plus():                                         # log(y_h) + y_l / y_h, y = 1 + x
         yh, yl = two_sum(m.f(1.0), x)
@@ -514,7 +560,8 @@ def _log1p_fast(m, x, ax):
     return m.cond(ax.ult(0x3F70000000000000), near_zero, one_plus)
 
 
-def log1p(m, x):
+def _log1p_rest(m, x):
+    """log1p's special values and accurate path (`outlined`)."""
     xb = x.bits()
     ax = xb & ABS
     negative = m.i(0).ult(xb & SIGN)
@@ -544,11 +591,18 @@ def log1p(m, x):
 
     minus_one = xb.eq(0xBFF0000000000000)
     below = m.i(0xBFF0000000000000).ult(xb)                 # x < -1, -inf included
-    return first_fast(m, _log1p_go(m, xb, ax), lambda: _log1p_fast(m, x, ax), lambda: m.cond(is_nan(m, x), lambda: (x + x,), lambda: m.cond(
+    return m.cond(is_nan(m, x), lambda: (x + x,), lambda: m.cond(
         ax.ult(0x3C90000000000000), lambda: (x,), lambda: m.cond(     # |x| < 2^-54: x
             xb.eq(INF), lambda: (x,), lambda: m.cond(
                 minus_one, lambda: (m.f(float("-inf")),), lambda: m.cond(
-                    below, lambda: (m.float_(m.i(NAN)),), lambda: (accurate(),))))))[0])
+                    below, lambda: (m.float_(m.i(NAN)),), lambda: (accurate(),))))))[0]
+
+
+def log1p(m, x):
+    xb = x.bits()
+    ax = xb & ABS
+    return m.first(_log1p_go(m, xb, ax), lambda: _log1p_fast(m, x, ax),
+                   lambda: outlined(m, "log1p_rest", _log1p_rest, xb))
 
 
 # -- expm1, tanh -----------------------------------------------------------------------------------

@@ -1,16 +1,17 @@
-"""The contract's functions over 4 or 8 binary64 lanes (x86_64-v3's f64x4, v4's f64x8), in the
-runtime language, from the same fast-path text as the scalar function.
+"""The contract's functions over 2, 4 or 8 binary64 lanes (AArch64's f64x2, x86_64-v3's f64x4,
+v4's f64x8), in the runtime language, from the same fast-path text as the scalar function.
 
-`lane_source(name, lanes)` writes `fn rt_math_<name>_w4(p: i64 writes 32)` (or `_w8`, 64 bytes):
+`lane_source(name, lanes)` writes `fn rt_math_<name>_w4(p: i64 writes 32)` (or `_w2`, 16 bytes,
+`_w8`, 64 bytes):
 the `lanes` binary64 at p replaced by the function's values. The function's fast path
 (`FAST[name]`: the condition under which it applies and the path itself, both from
 alphac/math/functions.py) is rendered by `LaneSource`, a backend of the staging language whose
-values, binary64 and integer alike, are vectors (f64x4, f64x8): every `+ - * /` one vector
+values, binary64 and integer alike, are vectors (f64x2, f64x4, f64x8): every `+ - * /` one vector
 operation, each lane exactly the scalar operation; the integer operations on the lanes' 64 bits
 in vector registers (qadd ... qshr: alphac.lower.rt), with sar, multiplication by a constant,
 eq, ult and slt made of them (`bits` and `float` are the vector itself; i2f is 2^52 1.5 + i
 minus 2^52 1.5, kept only in lanes where |i| < 2^51); a table word at each lane's index by
-AVX-512F's gather at 8 lanes, through the scratch `rt_math_lanes` at 4; `cond` computes both
+NEON's two lane loads at 2 lanes, AVX2's gather at 4, AVX-512F's at 8; `cond` computes both
 branches and picks each lane's bits. Operations on constants are folded (Eval's own table);
 a vector constant is read once, where first used. Then each lane whose condition holds and
 whose rounding test passed takes the vector's value; every other lane (special values, the
@@ -22,7 +23,7 @@ the scalar takes exp's lean one (|x| >= 1/8), and a rounding test that passes le
 correct rounding to either.
 
 Requires: the scalar `rt_math_<name>` and its tables in the same program (alphac.math.rt_source),
-a target with CPU_AVX2 (lanes = 4) or CPU_AVX512 (lanes = 8). Guarantees: the text, nothing run.
+a target with CPU_NEON (lanes = 2), CPU_AVX2 (lanes = 4) or CPU_AVX512 (lanes = 8). Guarantees: the text, nothing run.
 """
 from __future__ import annotations
 
@@ -36,12 +37,12 @@ from alphac.math.functions import MAGIC, SIGN
 FAST = {"exp": (lambda m, x: (x.bits() & F.ABS).ult(F.FAST_EXP_MAX), F._exp_fast),
         "tanh": (lambda m, x: F._tanh_go(m, x.bits() & F.ABS),
                  lambda m, x: F._tanh_signed(m, x.bits() & F.ABS, x.bits() & F.SIGN, lean=False)),
-        "log": (lambda m, x: F._log_go(m, x.bits()), lambda m, x: F._log_fast(m, x.bits(), m.f(0.0))),
-        "log1p": (lambda m, x: F._log1p_go(m, x.bits(), x.bits() & F.ABS),
+        "log": (lambda m, x: F._log_go_lanes(m, x.bits()), lambda m, x: F._log_fast(m, x.bits(), None)),
+        "log1p": (lambda m, x: F._log1p_go_lanes(m, x.bits(), x.bits() & F.ABS),
                   lambda m, x: F._log1p_fast(m, x, x.bits() & F.ABS)),
         "expm1": (lambda m, x: F._expm1_go(m, x.bits(), x.bits() & F.ABS),
                   lambda m, x: F.rounded(m, *F._expm1_fast(m, x)))}
-VOCAB = {4: ("loadw", "storew"), 8: ("loadz", "storez")}
+VOCAB = {2: ("loadv", "storev"), 4: ("loadw", "storew"), 8: ("loadz", "storez")}
 SCRATCH = "rt_math_lanes"
 BRANCH = 40          # a cond whose branches are this long runs each only where a lane takes it
 
@@ -68,7 +69,6 @@ class LaneSource(Backend):
         self.named: dict[str, str] = {}           # the constants' `let`s
         self.n = 0
         self.consts: dict[str, tuple] = {}        # vector constant table -> (lanes, the bits)
-        self.lanes_of: dict[str, str] = {}        # "index": the vector now at scratch + 128
         self.offset: dict[str, tuple] = {}        # a vector -> (the vector, c) it is c plus
         self.guards: list[Val] = []
 
@@ -116,7 +116,7 @@ class LaneSource(Backend):
         if name in ("fadd", "fmul") and not isinstance(a[0].v, str):
             a = a[::-1]                          # (exact either way: the same IEEE operation)
         if OPS[name].args[0] == "f" and kind == "f":
-            text = "sqrt{}({})".format("w" if self.w == 4 else "z", self.vector(a[0])) \
+            text = "sqrt{}({})".format(self.vload[-1], self.vector(a[0])) \
                 if name == "fsqrt" else RT_OPS[name].format(*(self.vector(v) for v in a))
             return Val(self, "f", self.let(text))
         if OPS[name].args[0] == "f":
@@ -149,31 +149,21 @@ class LaneSource(Backend):
             return (x ^ SIGN).ult(y ^ SIGN)
         raise TypeError(f"{name}: no lane form")
 
-    def gather(self, table: Table, index, load: str, store: str, kind: str) -> Val:
-        """Each lane's table word through the scratch: the index vector stored once (at 128;
-        i + c read as i's, the table's address c words on), each lane's word loaded and stored
-        (at 0), the vector read back."""
+    def gather(self, table: Table, index, kind: str) -> Val:
+        """Each lane's table word: gatherv, gatherw or gatherz (NEON's lane loads, AVX2's and
+        AVX-512F's gathers); i + c read as i's, the table's address c words on."""
         at, off = self.offset.get(index.v, (index.v, 0))
-        if self.w in (4, 8):                     # AVX2's and AVX-512F's gathers
-            return Val(self, kind, self.let(f"gather{self.vload[-1]}(rt_math_{table.name} + {8 * off}, {at})"))
-        s = self.let(SCRATCH)
-        if self.lanes_of.get("index") != at:
-            self.lanes_of["index"] = at
-            self.lines.append(f"    {self.vstore}({s} + 128, {at});")
-        base = self.let(f"rt_math_{table.name} + {8 * off}")
-        for k in range(self.w):
-            self.lines.append(f"    {store}({s} + {8 * k}, {load}({base} + 8 * load64({s} + {128 + 8 * k})));")
-        return Val(self, kind, self.let(f"{self.vload}({s})"))
+        return Val(self, kind, self.let(f"gather{self.vload[-1]}(rt_math_{table.name} + {8 * off}, {at})"))
 
     def load(self, table: Table, index) -> Val:
         if isinstance(index, int) or isinstance(index.v, int):
             return self.i(table.words[index if isinstance(index, int) else index.v])
-        return self.gather(table, index, "load64", "store64", "i")
+        return self.gather(table, index, "i")
 
     def loadf(self, table: Table, index) -> Val:
         if isinstance(index, int) or isinstance(index.v, int):
             return self.f(struct.unpack("<d", struct.pack("<Q", self.load(table, index).v))[0])
-        return self.gather(table, index, "loadf", "storef", "f")
+        return self.gather(table, index, "f")
 
     def branch(self, body) -> tuple[list[str], tuple]:
         """body()'s lines apart and its values (the constants it reads first are its own)."""
@@ -255,9 +245,11 @@ def _lane_fn(name: str, lanes: int) -> tuple[list[str], dict[str, tuple]]:
     out = [f"fn {lane_name(name, lanes)}(p: i64 writes {8 * lanes}) {{"] + _live(m.lines, [v, take])
     out.append(f"    {m.vstore}({SCRATCH}, {m.vector(v)});")
     out.append(f"    {m.vstore}({SCRATCH} + {8 * lanes}, {m.vector(take)});")
-    out.append("    wide_end();")
+    end = " wide_end();" if lanes > 2 else ""            # (f64x2 needs no transition)
+    if end:
+        out.append(f"   {end}")
     every = " & ".join(f"load64({SCRATCH} + {8 * (lanes + k)})" for k in range(lanes))
-    out.append(f"    if ({every}) != 0 {{ {m.vstore}(p, {m.vload}({SCRATCH})); wide_end(); return; }}")
+    out.append(f"    if ({every}) != 0 {{ {m.vstore}(p, {m.vload}({SCRATCH}));{end} return; }}")
     for k in range(lanes):
         out.append(f"    if load64({SCRATCH} + {8 * (lanes + k)}) != 0 {{ storef(p + {8 * k}, loadf({SCRATCH} + {8 * k})); }}"
                    f" else {{ storef(p + {8 * k}, rt_math_{name}(loadf(p + {8 * k}))); }}")
@@ -265,13 +257,14 @@ def _lane_fn(name: str, lanes: int) -> tuple[list[str], dict[str, tuple]]:
 
 
 def lane_source(names, widest: int) -> str:
-    """The vector functions of `names` at 4 lanes, and at 8 too where `widest` is 8, with their
-    vector constants, the scratch and `rt_math_arg` (64 bytes: where a caller puts the lanes)."""
+    """The vector functions of `names` at 2 lanes where `widest` is 2 (AArch64's NEON), at 4,
+    and at 8 too where `widest` is 8, with their vector constants, the scratch and
+    `rt_math_arg` (64 bytes: where a caller puts the lanes)."""
     fns, consts = [], {}
     for name in sorted(set(names)):
-        for lanes in (4, 8)[:widest // 4]:
+        for lanes in (2,) if widest == 2 else (4, 8)[:widest // 4]:
             lines, used = _lane_fn(name, lanes)
             fns += lines
             consts.update(used)
     data = [f"data {t}: [i64; {w}] = [{', '.join([_lit(b)] * w)}];" for t, (w, b) in sorted(consts.items())]
-    return "\n".join(data + [f"global {SCRATCH}: [i64; 24];", "global rt_math_arg: [f64; 8];"] + fns) + "\n"
+    return "\n".join(data + [f"global {SCRATCH}: [i64; 16];", "global rt_math_arg: [f64; 8];"] + fns) + "\n"

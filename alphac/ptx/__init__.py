@@ -4,7 +4,7 @@
     abi.py      the kernel ABI: each kernel's parameters, buffers, what it reads and writes
                 (`Param`, `Kernel`, the param layout in `gs` and `G`, `host_scalars`)
     kernels.py  learner IR -> the owner kernels `grad_samples` and `vectors<j>` (loops over
-                coordinates and rows), `owner_sum` (its terms loaded ahead), `reduce` (the
+                coordinates and rows), `owner_sum` (its terms staged in shared memory), `reduce` (the
                 update's reduced scalars on the card), `update_g<N>`, as `abi.Kernel`s
     xsum.py     exact_sum's exact sums on the card: `xsum_clear`, `xsum_add`, `xsum_fold`
     tiled.py    the tiled kernels (shared memory, bar.sync): `outer_sum_<p>`, a fused weight

@@ -41,7 +41,9 @@ outer_sum_<p> takes its own block size and grid: `Kernel.block`, `Kernel.threads
       mul.rn(W, v) then add.rn, over c ascending from the first term; vecmat: mv<k>[t*C + c] =
       (u_t[0]*W[0,c] + u_t[1]*W[1,c]) + ...: its VecMat, mul.rn(u, W), over r ascending; v_t,
       u_t sample i's data row (lo + t, or idx[t]) or row t of mv<vin>.
-    owner_sum     one thread per plain column c in [0, P') (no kernel when P' = 0)
+    owner_sum     a block (`Kernel.block`, 160 threads) per 32 plain columns of [0, P'), its
+                  first warp folding one column a lane, the others staging the terms in shared
+                  memory; `Kernel.threads` and `Kernel.block` fix the launch (no kernel when P' = 0)
         gs u64, G u64 (out: G[j], j the coordinate of column c), n u32 (the owner's sample
         count, n >= 1; n = 0 writes nothing)
       G[j] = ((gs[c] + gs[W + c]) + gs[2W + c]) + ...: the left fold from the first sample.

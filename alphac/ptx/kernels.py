@@ -518,82 +518,151 @@ def grad_samples(lr: Learner, sm: int = 90) -> Kernel:
     return _module(em, lr, "grad_samples", params, sm)
 
 
-SUM_BATCH = 32      # owner_sum: the terms a thread loads ahead, into registers, of each fold
+SUM_COLS = 32       # owner_sum: the plain columns a block folds, one lane of its folding warp each
+SUM_LOADERS = 4     # ... the warps of a block that stage the terms in shared memory for it
+SUM_STAGE = 96      # ... the samples a stage holds (two stages: 2 x 96 x 32 x 8 B = 48 KiB, the
+#                     most a block declares: a stage's adds, 96 x 8 cycles, cover a load's latency)
+SUM_GROUP = 16      # ... the terms the folder reads from a stage ahead of their adds
 
 
 def owner_sum(lr: Learner, sm: int = 90) -> Kernel:
-    """One thread a plain column c: acc = gs[c], then acc += gs[i*W + c] for i = 1 .. n-1, one
-    add.rn each, in that order (the ordered contract's fold). The adds are the only serial part:
-    the terms are loaded B = SUM_BATCH at a time into registers, and while one batch is added
-    the next is in flight (two banks, X and Y, in turn: loads of one, then adds of the other);
-    the last n - 1 mod B terms are one batch of loads, each behind a branch on the count, then
-    their adds behind the same branches. So a fold of n terms waits for about (n - 1) / B + 2
-    loads, not n - 1; no loop is unrolled by ptxas (`nounroll`)."""
+    """A block a SUM_COLS columns c0 .. c0 + 31: lane l of warp 0 folds column c = c0 + l,
+    acc = gs[c], then acc += gs[i*W + c] for i = 1 .. n-1, one add.rn each, in that order (the
+    ordered contract's fold); its SUM_LOADERS other warps only load. The adds are the only
+    serial part, so the terms reach them through shared memory: samples 1 .. n-1 in stages of
+    S = SUM_STAGE, loader warp w lane l loading column c of the stage's samples w, w + 4, ...
+    (a warp's load is one sample's 32 consecutive words: coalesced), all of a thread's loads
+    issued before its stores, each load and store behind a branch on the count (a stage past
+    the last sample stops there). Two stages, in turn: while the folding warp adds one (reading
+    its words SUM_GROUP at a time into two banks of registers, a group's reads issued before
+    the adds of the group before), the loaders fill the other, and a `bar.sync` ends each
+    round; every thread of a block reaches every barrier (the rounds are the block's, a spare
+    block leaves before the first). So a fold waits for the memory once a stage (the S adds of
+    one cover the loads of the next), not once a term; lanes past the plain columns load and
+    fold nothing. The adds are the old ones in the old order: the bits do not change."""
     em = Emitter()
     params = [Param("gs", "u64", "gs"), Param("G", "u64", "G"), Param("n", "u32", "n")]
     base = _pointers(em, params)
-    n = em.op("ldp32", "n")
     lay = row_layout(lr)
-    stride = 8 * lay.width
-    B = max(1, min(SUM_BATCH, (1 << 31) // stride))    # its byte offsets below 2^31
-    c = em.thread_index()
-    em.op("braif", em.op("ge", c, lay.plain_width), "$done")
-    em.op("braif", em.op("ge", em.op("mov32", 0), n), "$done")
-    off = em.op("wide", c, 8)
-    src = em.op("add64", base["gs"], off)
-    acc = em.op("ld", src, 0)                           # the first term starts the fold
-    em.op("add64", src, stride, d=src)
-    i = em.op("mov32", 1)
-    X, Y = ([em.reg("fd") for _ in range(B)] for _ in (0, 1))
+    stride, S, L = 8 * lay.width, SUM_STAGE, SUM_LOADERS
+    n, tid, blk = em.op("ldp32", "n"), em.op("sreg", "tid.x"), em.op("sreg", "ctaid.x")
+    c0 = em.op("mul32", blk, SUM_COLS)
+    em.op("braif", em.op("ge", c0, lay.plain_width), "$done")       # a spare block
+    em.op("braif", em.op("ge", em.op("mov32", 0), n), "$done")       # n = 0 writes nothing
+    lane, warp = em.op("rem32", tid, SUM_COLS), em.op("div32", tid, SUM_COLS)
+    c = em.op("add32", c0, lane)
+    idle = em.op("ge", c, lay.plain_width)                           # a lane past the columns
+    folder = em.op("eq32", warp, 0)
+    col = em.op("add64", base["gs"], em.op("wide", c, 8))
+    m, t0 = em.op("sub32", n, 1), em.op("mov32", 0)                 # the terms after the first
+    stages = [em.op("addrs", em.shared(S * SUM_COLS)) for _ in (0, 1)]
+    slot = em.op("wide", em.op("selp32", lane, em.op("sub32", tid, SUM_COLS), folder), 8)
+    me = em.op("add64", stages[0], slot)                # the folder's stage read, a loader's write
+    flip = em.op("xor64", me, em.op("add64", stages[1], slot))       # me ^ flip: the other stage
+    acc, X = em.reg("fd"), [em.reg("fd") for _ in range(max(S // L, 2 * SUM_GROUP))]
+    first = em.fresh_label()
+    em.op("braifnot", folder, first)
+    em.op("braif", idle, first)
+    em.op("ld", col, 0, d=acc)                          # the first term starts the fold
+    em.label(first)
 
-    def full(otherwise: str) -> None:                   # a whole batch left, else `otherwise`
-        em.op("braifnot", em.op("ge", em.op("sub32", n, i), B), otherwise)
+    def stage(t: str) -> None:
+        """A loader: terms t .. t + S - 1 (samples 1 + t ..) of column c into stage `me`: its
+        S / L loads, then their stores; in the last stage, each behind a branch on the count."""
+        loaded, stored, guarded = em.fresh_label(), em.fresh_label(), em.fresh_label()
+        em.op("braif", idle, stored)
+        s = em.op("add32", em.op("add32", t, 1), em.op("sub32", warp, 1))
+        at = em.op("add64", col, em.op("wide", s, stride))
+        em.op("braif", em.op("ge", em.op("add32", s, S - L), n), guarded)
+        for last in (False, True):
+            past = []
+            for q in range(S // L):
+                if last:
+                    past.append(em.op("ge", em.op("add32", s, L * q) if q else s, n))
+                    em.op("braif", past[q], loaded)
+                em.op("ld", em.op("add64", at, q * L * stride) if q else at, 0, d=X[q])
+            if last:
+                em.label(loaded)
+            for q in range(S // L):
+                if last:
+                    em.op("braif", past[q], stored)
+                em.op("sts", me, 8 * q * L * SUM_COLS, X[q])
+            if not last:
+                em.op("bra", stored)
+                em.label(guarded)
+        em.label(stored)
 
-    def load(bank: list[str]) -> None:
-        for j, x in enumerate(bank):
-            em.op("ld", src, j * stride, d=x)
-        em.op("add64", src, B * stride, d=src)
-        em.op("add32", i, B, d=i)
+    def fold(left: str | None) -> None:
+        """The folder: the stage's terms added in order, each group's reads issued among the
+        adds of the group before (a read after each add); with `left`, only the first `left`
+        (each read and add behind a branch, a group's reads before the adds before)."""
+        banks, more, G = (X[:SUM_GROUP], X[SUM_GROUP:2 * SUM_GROUP]), [], SUM_GROUP
+        read = [em.fresh_label() for _ in range(S // G)]
 
-    def add(bank: list[str]) -> None:
-        for x in bank:
-            em.op("add", acc, x, d=acc)
-    full("$tail")
-    load(X)
-    em.label("$loop")
+        def reads(g: int, e: int | None = None) -> None:
+            for e in range(G) if e is None else (e,):
+                j = g * G + e
+                if left is not None:
+                    more.append(em.op("ge", left, j + 1))
+                    em.op("braifnot", more[j], read[g])
+                em.op("lds", me, 8 * j * SUM_COLS, d=banks[g % 2][e])
+            if left is not None:
+                em.label(read[g])
+        reads(0)
+        for g in range(S // G):
+            if left is not None and g + 1 < S // G:
+                reads(g + 1)
+            for e, x in enumerate(banks[g % 2]):
+                if left is not None:
+                    em.op("braifnot", more[g * G + e], "$swap")
+                em.op("add", acc, x, d=acc)
+                if left is None and g + 1 < S // G:
+                    reads(g + 1, e)
+    em.op("braif", em.op("eq32", m, 0), "$store")
+    em.comment("the loaders stage the first terms")
+    em.op("braif", folder, "$staged")
+    stage(t0)
+    em.label("$staged")
+    em.op("bar")
+    em.label("$round")
     em.op("nounroll")
-    full("$lastx")
-    load(Y)
-    add(X)
-    full("$lasty")
-    load(X)
-    add(Y)
-    em.op("bra", "$loop")
-    em.label("$lasty")
-    add(Y)
-    em.op("bra", "$tail")
-    em.label("$lastx")
-    add(X)
-    em.label("$tail")                                   # fewer than B terms left
-    left = em.op("sub32", n, i)
-    more = [em.op("ge", left, j + 1) for j in range(B - 1)]
-    for j, p in enumerate(more):
-        em.op("braifnot", p, "$loaded")
-        em.op("ld", src, j * stride, d=X[j])
-    em.label("$loaded")
-    for j, p in enumerate(more):
-        em.op("braifnot", p, "$store")
-        em.op("add", acc, X[j], d=acc)
+    t1 = em.op("add32", t0, S)
+    em.op("braif", folder, "$fold")
+    em.comment("a loader: the next terms into the other stage")
+    em.op("braif", em.op("ge", t1, m), "$sync")
+    em.op("xor64", me, flip, d=me)
+    stage(t1)
+    em.op("bra", "$sync")
+    em.label("$fold")
+    em.comment("the folder: this stage's terms, in order")
+    left = em.op("sub32", m, t0)
+    em.op("braif", idle, "$swap")
+    em.op("braifnot", em.op("ge", left, S), "$last")
+    fold(None)
+    em.op("bra", "$swap")
+    em.label("$last")                                   # fewer than S terms left
+    fold(left)
+    em.label("$swap")
+    em.op("xor64", me, flip, d=me)
+    em.label("$sync")
+    em.op("bar")
+    em.op("mov32", t1, d=t0)
+    em.op("braifnot", em.op("ge", t0, m), "$round")
     em.label("$store")
-    shifts = [(col, at - col) for _, col, at, _ in lay.plain if at != col]
+    em.op("braifnot", folder, "$done")
+    em.op("braif", idle, "$done")
+    off = em.op("wide", c, 8)
+    shifts = [(cc, at - cc) for _, cc, at, _ in lay.plain if at != cc]
     if shifts:          # G's coordinate is the column plus the shift of the last plain param
         shift = em.op("mov32", 0)       # starting at or before it (fused params leave gaps)
-        for col, d in shifts:
-            em.op("selp32", d, shift, em.op("ge", c, col), d=shift)
+        for at_col, d in shifts:
+            em.op("selp32", d, shift, em.op("ge", c, at_col), d=shift)
         off = em.op("wide", em.op("add32", c, shift), 8)
     em.op("st", em.op("add64", base["G"], off), 0, acc)
     k = _module(em, lr, "owner_sum", params, sm)
-    return Kernel(k.name, sm, k.params, k.ptx, threads=lay.plain_width)
+    blocks = -(-lay.plain_width // SUM_COLS)
+    block = SUM_COLS * (1 + L)
+    return Kernel(k.name, sm, k.params, k.ptx, threads=block * blocks, block=block)
 
 
 def _value_params(lr: Learner, everything: list[Node], nodes: list[Node],
