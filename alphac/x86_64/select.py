@@ -192,9 +192,8 @@ class Selector(SelectorBase):
         r = self.defreg(d, F1)
         if a[0].value == 0:
             self.lanes_op("xorpd", r, r)
-        else:
-            self.emit("mov", S2, XImm(a[0].value))
-            self.emit("movq", r, S2)
+        else:                                # one load from the pool, not movabs + movq (port 5)
+            self.emit("movsd", r, Mem(rip=True, size=64), sym=pool_symbol(a[0].value))
         self.commit(d, r)
 
     def addr(self, op, d, a) -> None:
@@ -261,8 +260,7 @@ class Selector(SelectorBase):
         self.commit(d, r)
 
     def fneg(self, op, d, a) -> None:
-        self.emit("mov", S2, XImm(-(1 << 63)))
-        self.emit("movq", F2, S2)
+        self.emit("movsd", F2, Mem(rip=True, size=64), sym=pool_symbol(1 << 63))   # the sign bit
         self.op3("xorpd", d, a[0], F2)
 
     def fgt(self, op, d, a) -> None:
