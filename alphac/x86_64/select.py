@@ -10,7 +10,8 @@ likewise (SSE2's packed double, or VEX.128's); so the levels emit no legacy SSE 
 the hardware SHA-256's, and none runs with dirty upper halves; `fgt` is `ucomisd` + `seta` and `fge`
 `ucomisd` + `setae` (false when unordered), a binary64 constant that alphac.lower.fold.pool_constants
 left as an operation's second operand is that instruction's RIP-relative memory operand into the
-executable's constant pool (alphac.lower.assemble.constant_pool), `umulh` is `mul` (rdx:rax = rax * b), spilled values are reloaded through the
+executable's constant pool (alphac.lower.assemble.constant_pool) and any other (but +0.0, `xorpd`)
+one `movsd` from it, `umulh` is `mul` (rdx:rax = rax * b), spilled values are reloaded through the
 scratch registers of `abi`, calls and system calls move their arguments by `parallel_moves`, and
 the stack stays 16-byte aligned at every call.
 
