@@ -20,11 +20,11 @@ from alphac.ir.learner import Learner
 from alphac.ir.score import EvalError, held_out, labels_for
 from alphac.lower.learner import learner_source
 from alphac.lower import rt
-from alphac.lower.assemble import Text, assemble
+from alphac.lower.assemble import Text, assemble, constant_pool
 from alphac.lower.memo import IdMemo
 from alphac.lower.lir import Program
 from alphac.math import MARKER as MATH_MARKER
-from alphac.lower.fold import fold_loads, sink_wide
+from alphac.lower.fold import fold_loads, pool_constants, sink_wide
 from alphac.lower.regalloc import allocate
 from alphac.lower.rt_lower import lower_program
 from alphac.lower.target import Target, UnknownTarget, target as target_record
@@ -126,7 +126,7 @@ def selected(fn, tgt: Target) -> list:
         if len(_SELECTED) > 20000:
             _SELECTED.clear()
         if tgt.fold_loads:
-            fn = fold_loads(fn)
+            fn = pool_constants(fold_loads(fn))
         if tgt.wide:
             fn = sink_wide(fn)
         hit = _SELECTED[key] = tgt.select(fn, allocate(fn, tgt.regfile))
@@ -150,10 +150,16 @@ def link_program(prog: Program, tgt: Target) -> tuple[bytes, Text, dict[str, int
                 blob.append(0)
             symbols.append(Symbol(g.name, sec, len(blob), g.size, "object"))
             blob += g.init if sec != ".bss" else bytes(g.size)
+        pool, pooled = constant_pool(text.relocs) if sec == ".rodata" else ([], b"")
+        if pool:                            # the binary64 constants the code reads (assemble)
+            while len(blob) % 16:
+                blob.append(0)
+            symbols += [Symbol(name, sec, len(blob) + off, 8, "object") for name, off in pool]
+            blob += pooled
         if blob:
             data = bytes(blob) if sec != ".bss" else b""
             sections.append(Section(sec, data, size=len(blob),
-                                    align=max(g.align for g in prog.globals if g.section == sec)))
+                                    align=max([16 if pool else 1] + [g.align for g in prog.globals if g.section == sec])))
     relocs = [Reloc(".text", off, kind, sym, addend) for off, kind, sym, addend in text.relocs]
     elf = link(tgt, sections, symbols, relocs, "_start", tgt.apply_reloc)
     return elf, text, layout(tgt, sections)

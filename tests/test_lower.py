@@ -177,6 +177,63 @@ fn rt_start(sp: i64) -> i64 {
         assert "fload" in ops[name] and not any(op.endswith(("m", "mx")) for op in ops[name]), name
 
 
+def test_constants_pool_only_as_a_second_operand_read_in_their_block():
+    """alphac.lower.fold.pool_constants: a binary64 constant read only in its own block, only as
+    an arithmetic's or compare's second operand, becomes that operand's Imm (the pool's word);
+    one read first, in another block (hoisted out of a loop), by another operation, or +0.0
+    stays an fconst."""
+    from alphac.lower.fold import pool_constants
+    src = """fn pooled(p: f64) -> f64 { let q = (p * 3.0) + 0.5; if fgt(q, 2.5) == 1 { return q; } return q / 3.0; }
+fn first(p: f64) -> f64 { return 3.0 - p; }
+fn other(p: f64) -> f64 { let c = 1.5; storef(0, c); return p * c; }
+fn zero(p: f64) -> f64 { return p + 0.0; }
+fn looped(p: f64, n: i64) -> f64 { let c = 1.5; let s = p; let i = 0; while i < n { s = s * c; i = i + 1; } return s; }
+fn rt_start(sp: i64) -> i64 { return f2bits(pooled(1.0) + first(1.0) + other(1.0) + zero(1.0) + looped(1.0, sp)); }
+"""
+    prog = lower_program(rt.parse(src, "t.rt"))
+    got = {f.name: pool_constants(f) for f in prog.functions}
+    insts = {n: [i for b in f.blocks for i in b.insts] for n, f in got.items()}
+    pooled = [i for i in insts["pooled"] if any(isinstance(a, lir.Imm) for a in i.args[1:2])]
+    assert not [i for i in insts["pooled"] if i.op == "fconst"]
+    assert sorted(i.op for i in pooled) == ["fadd", "fdiv", "fgt", "fmul"]
+    for name in ("first", "other", "zero", "looped"):
+        assert [i for i in insts[name] if i.op == "fconst"], name
+        assert not [i for i in insts[name] if i.op in ("fadd", "fsub", "fmul", "fdiv", "fgt") and isinstance(i.args[1], lir.Imm)], name
+    prog.functions = list(got.values())
+    prog.check()                                    # lir.OPS's `F`: the pooled operand's kind
+
+
+def test_the_constant_pool_is_sorted_aligned_and_what_the_code_reads():
+    """alphac.lower.assemble.constant_pool: every x86-64 level's executable has each pooled
+    binary64 once, in increasing order of its bits, 8 bytes apart from a 16-byte boundary, and
+    every RIP-relative operand of the code that names one (capstone's decoding) reads its bits."""
+    import capstone
+    from alphac.elf.reader import Elf
+    from alphac.lower.assemble import POOL
+    from alphac.tools.mathexe import build
+    cs = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64)
+    cs.detail = True
+    for isa in ("x86_64", "x86_64-v3", "x86_64-v4"):
+        blob = build("exp", isa)
+        assert blob == build("exp", isa)
+        elf = Elf(blob)
+        syms = [sym for sec in elf.sections if sec.name == ".symtab" for sym in elf.symbols(sec)]
+        pool = sorted((s.value, s.name) for s in syms if s.name.startswith(POOL))
+        assert pool and pool[0][0] % 16 == 0 and [n for _, n in pool] == sorted({n for _, n in pool})
+        assert [a - pool[0][0] for a, _ in pool] == [8 * k for k in range(len(pool))]
+        ro, text = elf.section(".rodata"), elf.section(".text")
+        word = lambda a: int.from_bytes(elf.data(ro)[a - ro.addr:a - ro.addr + 8], "little")   # noqa: E731
+        assert all(word(a) == int(n[len(POOL):], 16) for a, n in pool)
+        at, reads = dict(pool), 0
+        for ins in cs.disasm(elf.data(text), text.addr):
+            for op in ins.operands:
+                if op.type == capstone.x86.X86_OP_MEM and op.mem.base == capstone.x86.X86_REG_RIP:
+                    target = ins.address + ins.size + op.mem.disp
+                    if pool[0][0] <= target <= pool[-1][0]:
+                        assert target in at, (isa, ins.mnemonic, ins.op_str)
+                        reads += 1
+        assert reads >= len(pool), isa
+
 
 def test_relu_and_where_select_their_bits_without_a_branch(tmp_path):
     """A relu's value and a where's (relu's derivative, here) are chosen by a mask of the

@@ -198,6 +198,22 @@ def test_table_is_fully_covered():
     assert not missing, f'rows without a golden line: {missing}'
 
 
+
+@pytest.mark.parametrize('mnemonic', ['addsd', 'subsd', 'mulsd', 'divsd', 'ucomisd', 'movsd'])
+def test_constant_pool_operands_against_oracles(mnemonic):
+    """The constant pool's RIP-relative forms (alphac.lower.fold.pool_constants, x86_64.select),
+    each way the selector writes them: SSE2 at the baseline, VEX at the levels, EVEX where a
+    register is 16-31."""
+    two = mnemonic in ('ucomisd', 'movsd')
+    for disp in (0, -0x2e1b, 2**31 - 1, -2**31):
+        m = Mem(disp=disp, rip=True, size=64)
+        for r in ('xmm0', 'xmm15'):
+            check_oracles(mnemonic, (REGS[r], m), ADDR)
+        for a, b in (('xmm0', 'xmm15'), ('xmm16', 'xmm31'), ('xmm3', 'xmm20'), ('xmm31', 'xmm1')):
+            ops = (REGS[a], m) if two else (REGS[a], REGS[b], m)
+            assert select('v' + mnemonic, *ops).evex == (a in ('xmm16', 'xmm31') or (b == 'xmm20' and not two))
+            check_oracles('v' + mnemonic, ops, ADDR)
+
 # ---- 2. golden file ---------------------------------------------------------------------
 
 _PTR = {'byte': 8, 'word': 16, 'dword': 32, 'qword': 64, 'xmmword': 128, 'ymmword': 256, 'zmmword': 512}

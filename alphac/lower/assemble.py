@@ -10,6 +10,12 @@ two passes over each function suffice: one to place its labels, one to encode wi
 displacements. A function's code does not depend on where it is placed, except for its calls to
 other functions: each function is laid out once per process, and the calls are encoded last.
 
+The constant pool: an instruction that reads a binary64 constant from memory (x86-64, after
+alphac.lower.fold.pool_constants) addresses `pool_symbol(bits)`; `constant_pool(relocs)` lays out
+the executable's pool from the relocations that name such symbols: each distinct constant once,
+in increasing order of its bits, 8 bytes each from a 16-byte-aligned start (the ELF writer
+places it in .rodata, alphac.build.link_program).
+
 Guarantees: deterministic; `Text.lines` maps code offsets to the Alpha source lines the
 instructions came from (for `--emit asm`); `Text.funcs` gives each function's extent.
 """
@@ -46,6 +52,20 @@ class Text:
     relocs: list[tuple[int, str, str, int]]          # (offset, kind, symbol, addend)
     funcs: list[tuple[str, int, int]]                # (name, offset, size)
     lines: list[tuple[int, str, int]] = field(default_factory=list)   # (offset, function, line)
+
+
+POOL = "f64."                                        # a pooled constant's symbol: POOL + 16 hex digits
+
+
+def pool_symbol(bits: int) -> str:
+    return f"{POOL}{bits & ((1 << 64) - 1):016x}"
+
+
+def constant_pool(relocs: list[tuple[int, str, str, int]]) -> tuple[list[tuple[str, int]], bytes]:
+    """The pool of the constants `relocs` address: (symbol, offset) each, and the bytes."""
+    names = sorted({sym for _, _, sym, _ in relocs if sym.startswith(POOL)})
+    return ([(n, 8 * k) for k, n in enumerate(names)],
+            b"".join(int(n[len(POOL):], 16).to_bytes(8, "little") for n in names))
 
 
 Encoder = Callable[[MI, int, dict[str, int]], tuple[bytes, list[tuple[int, str, str, int]]]]

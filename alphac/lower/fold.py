@@ -21,6 +21,14 @@ the first instruction that reads its result or redefines one of its operands, an
 an instruction that writes memory, calls or ends the wide registers (`wend`); what moves still
 reads the same values (and bytes), so the function computes exactly what it did, with shorter
 lives: a sum's terms are computed as the sum takes them.
+
+`pool_constants(fn)`, for ISAs whose binary64 instructions read a RIP-relative constant (x86-64):
+an `fconst` (not +0.0, which is `xorpd r, r`) whose result is defined once and read only in its
+own block, each time as the second operand of `fadd fsub fmul fdiv fgt fge` (never the first: the
+operands keep their order), is gone, and each of those operations takes the constant's bits as an
+`Imm` there (lir.OPS's `F`): the selector reads it from the executable's constant pool
+(alphac.lower.assemble.constant_pool), one memory operand in place of `mov` + `movq`. A constant
+read in another block (one hoisted out of a loop) stays in its register, as the allocator keeps it.
 """
 from __future__ import annotations
 
@@ -76,6 +84,29 @@ def fold_loads(fn: Function) -> Function:
                 pending[inst.dst] = (len(out), inst)
             out.append(inst)
         blocks.append(Block(b.label, [i for i in out if i is not None], b.term))
+    return replace(fn, blocks=blocks)
+
+
+POOLED = frozenset(("fadd", "fsub", "fmul", "fdiv", "fgt", "fge"))
+
+
+def pool_constants(fn: Function) -> Function:
+    where: dict = {}                       # an fconst's result -> (its block, its bits)
+    defs = Counter(i.dst for b in fn.blocks for i in b.insts if i.dst is not None)
+    for b in fn.blocks:
+        for i in b.insts:
+            if i.op == "fconst" and i.args[0].value and defs[i.dst] == 1:
+                where[i.dst] = (b.label, i.args[0])
+    for b in fn.blocks:
+        for i in b.insts + [b.term]:
+            for k, v in enumerate(i.args):
+                if v in where and (where[v][0] != b.label or i.op not in POOLED or k != 1 or i.args[0] == v):
+                    del where[v]
+    if not where:
+        return fn
+    blocks = [Block(b.label, [replace(i, args=(i.args[0], where[i.args[1]][1])) if i.op in POOLED
+                              and i.args[1] in where else i for i in b.insts
+                              if not (i.op == "fconst" and i.dst in where)], b.term) for b in fn.blocks]
     return replace(fn, blocks=blocks)
 
 

@@ -53,7 +53,8 @@ class Op(NamedTuple):
 
 
 # op -> Op. Signature letters: i/f/v/w = a register of that class; I = an i register or an Imm;
-# k = an Imm; s = Sym; n = a name (function/label); c = a condition; * = any number of i/f
+# k = an Imm; F = an f register, or (x86-64, after alphac.lower.fold.pool_constants) an Imm: the
+# bits of a binary64 read from the constant pool; s = Sym; n = a name (function/label); c = a condition; * = any number of i/f
 # registers (call and syscall arguments). Both selectors have a rule for every op (tests/test_select_ops.py),
 # and the register allocator reads `clobbers`.
 _OPS: dict[str, tuple] = {
@@ -71,10 +72,10 @@ _OPS: dict[str, tuple] = {
     "ror32": ("i", "ik"),          # d = the low 32 bits of a rotated right by k (1..31), zero-extended
     "bswap32": ("i", "i"),         # d = the low 32 bits of a with their 4 bytes reversed, zero-extended
     "setcc": ("i", "ciI"),         # d = (a cc b) ? 1 : 0
-    "fadd": ("f", "ff"), "fsub": ("f", "ff"), "fmul": ("f", "ff"), "fdiv": ("f", "ff"),
+    "fadd": ("f", "fF"), "fsub": ("f", "fF"), "fmul": ("f", "fF"), "fdiv": ("f", "fF"),
     "fsqrt": ("f", "f"), "fneg": ("f", "f"),
-    "fgt": ("i", "ff"),            # d = (a > b) ? 1 : 0, ordered: 0 when either is a NaN
-    "fge": ("i", "ff"),            # d = (a >= b) ? 1 : 0, ordered: 0 when either is a NaN
+    "fgt": ("i", "fF"),            # d = (a > b) ? 1 : 0, ordered: 0 when either is a NaN
+    "fge": ("i", "fF"),            # d = (a >= b) ? 1 : 0, ordered: 0 when either is a NaN
     "i2f": ("f", "i"),             # signed integer -> nearest binary64
     "f2bits": ("i", "f"), "bits2f": ("f", "i"),
     "load8": ("i", "iI"), "load16": ("i", "iI"), "load32": ("i", "iI"), "load64": ("i", "iI"),
@@ -254,6 +255,7 @@ _OPERAND = {
     "z": lambda a, labels, names, syms: isinstance(a, VReg) and a.cls == "z",
     "I": lambda a, labels, names, syms: isinstance(a, Imm) or (isinstance(a, VReg) and a.cls == "i"),
     "k": lambda a, labels, names, syms: isinstance(a, Imm),
+    "F": lambda a, labels, names, syms: isinstance(a, Imm) or (isinstance(a, VReg) and a.cls == "f"),
     "s": lambda a, labels, names, syms: isinstance(a, Sym) and a.name in syms,
     "c": lambda a, labels, names, syms: a in CONDS,
     "n": lambda a, labels, names, syms: isinstance(a, str) and (a in labels or a in names),

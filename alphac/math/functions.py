@@ -25,8 +25,6 @@ Requires: a backend (alphac.math.dsl). Guarantees: the same bits under every bac
 """
 from __future__ import annotations
 
-import struct
-
 from alphac.math import mp
 from alphac.math.dd import (fast_two_sum, rounded, split, square, two_prod, two_prod_split,
                             two_sum)
@@ -45,23 +43,12 @@ def _tables() -> dict[str, Table]:
     for group in (exp_tables(), log_tables(), fast_tables(), trig_tables()):
         for name, values in group.items():
             out[name] = Table(name.lower(), tuple(values))
-    out["LOG_K"] = Table("log_k", tuple(struct.unpack("<Q", struct.pack("<d", k))[0] for k in LOG_K))
     return out
 
 
-# log's fast path reads its binary64 constants from a table (LOG_K, by index: `_k`), not as
-# immediates: at the x86-64 baseline an immediate binary64 is movabs + movq (port 5), a table
-# word one memory operand (13.3 -> 11.3 ns a call for the polynomial's seven); the lanes and
-# the evaluators fold a load at a constant index into the constant itself.
 LOG_POLY = (1 / 3, -1 / 4, 1 / 5, -1 / 6, 1 / 7, -1 / 8, 1 / 9)
 LOG_ERR = 2.0 ** -72 + 2.0 ** -91              # 2^-72 + 2^-101 |log x|, |log x| < 745 < 2^9.6
-LOG_K = LOG_POLY + (-0.5, 0.5, 1.0, 2.0 ** 52 + 1023, LOG_ERR, 2.0 ** -65)
 TABLES = _tables()
-
-
-def _k(m, value: float):
-    """LOG_K's word equal to `value`, read from the table."""
-    return m.loadf(TABLES["LOG_K"], LOG_K.index(value))
 
 
 def limbs(m, table: str, k) -> tuple:
@@ -308,11 +295,11 @@ def _log1p_poly(m, th, tl):
     u = m.float_(th.bits() & -(1 << 27))                   # t_h's first 26 bits: u^2 exact
     v = (th - u) * (th + u)                                 # t_h^2 - u^2 within 2^-77 t_h^2
     sh = th * th
-    c0, c1, c2, c3, c4, c5, c6 = (_k(m, k) for k in LOG_POLY)
+    c0, c1, c2, c3, c4, c5, c6 = (m.f(k) for k in LOG_POLY)
     q = (c0 + th * c1 + sh * (c2 + th * c3)) + (sh * sh) * ((c4 + th * c5) + sh * c6)
     c = (sh * th) * q
-    a, b = fast_two_sum(th, (u * u) * _k(m, -0.5))
-    return fast_two_sum(a, (b + (tl - (v * _k(m, 0.5) + th * tl))) + c)
+    a, b = fast_two_sum(th, (u * u) * m.f(-0.5))
+    return fast_two_sum(a, (b + (tl - (v * m.f(0.5) + th * tl))) + c)
 
 
 
@@ -339,16 +326,16 @@ def _log_dd(m, xb, extra):
     r = m.loadf(TABLES["LOG_R"], j)
     ch = m.float_(cb & -(1 << 27))                          # c's first 26 bits: c_h r_j exact
     cl = c - ch
-    th, tl = two_sum(ch * r - _k(m, 1.0), cl * r)
+    th, tl = two_sum(ch * r - m.f(1.0), cl * r)
     ph, pl = _log1p_poly(m, th, tl)
-    ef = m.float_((xb >> 52) | 0x4330000000000000) - _k(m, 2.0 ** 52 + 1023)   # e, exactly
+    ef = m.float_((xb >> 52) | 0x4330000000000000) - m.f(2.0 ** 52 + 1023)   # e, exactly
     at = j * 2
     h1, h2 = fast_two_sum(ef * m.loadf(TABLES["LN2_HL"], 0), m.loadf(TABLES["LOG_L"], at))
     s1, s2 = two_sum(h1, ph)
     low = m.loadf(TABLES["LOG_L"], at + 1) + ef * m.loadf(TABLES["LN2_HL"], 1)
     lo = s2 + (h2 + (pl + (low if extra is None else low + extra)))
-    err = m.cond(h1.bits().eq(0), lambda: (_fabs(m, s1) * _k(m, 2.0 ** -65),),
-                 lambda: (_k(m, LOG_ERR),))[0]
+    err = m.cond(h1.bits().eq(0), lambda: (_fabs(m, s1) * m.f(2.0 ** -65),),
+                 lambda: (m.f(LOG_ERR),))[0]
     return s1, lo, err
 
 
@@ -552,7 +539,7 @@ def _log1p_go_lanes(m, xb, ax):
 def _log1p_fast(m, x, ax):
     def near_zero():                                        # |x| < 2^-8: log1p(t), t = x
         ph, pl = _log1p_poly(m, x, m.f(0.0))
-        return rounded(m, ph, pl, _fabs(m, ph) * _k(m, 2.0 ** -65))
+        return rounded(m, ph, pl, _fabs(m, ph) * m.f(2.0 ** -65))
 
     def one_plus():                                         # log(y_h) + y_l / y_h, y = 1 + x
         yh, yl = two_sum(m.f(1.0), x)

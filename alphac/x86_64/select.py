@@ -8,7 +8,10 @@ or with `vex` (the levels) its VEX form (`vaddsd d, a, b`: three operands, so no
 EVEX where a register is 16-31), which computes the same low lane; every f64x2 operation
 likewise (SSE2's packed double, or VEX.128's); so the levels emit no legacy SSE instruction but
 the hardware SHA-256's, and none runs with dirty upper halves; `fgt` is `ucomisd` + `seta` and `fge`
-`ucomisd` + `setae` (false when unordered), `umulh` is `mul` (rdx:rax = rax * b), spilled values are reloaded through the
+`ucomisd` + `setae` (false when unordered), a binary64 constant that alphac.lower.fold.pool_constants
+left as an operation's second operand is that instruction's RIP-relative memory operand into the
+executable's constant pool (alphac.lower.assemble.constant_pool) and any other (but +0.0, `xorpd`)
+one `movsd` from it, `umulh` is `mul` (rdx:rax = rax * b), spilled values are reloaded through the
 scratch registers of `abi`, calls and system calls move their arguments by `parallel_moves`, and
 the stack stays 16-byte aligned at every call.
 
@@ -18,7 +21,7 @@ slots (slot k at [rsp + 8k]).
 from __future__ import annotations
 
 from alphac.formats import PV_GROUP
-from alphac.lower.assemble import MI, Label
+from alphac.lower.assemble import MI, Label, pool_symbol
 from alphac.lower.lir import Function, Imm, Inst, VReg
 from alphac.lower.regalloc import Allocation, parallel_moves
 from alphac.lower.selector import SelectorBase, rules
@@ -69,19 +72,24 @@ class Selector(SelectorBase):
         super().emit("v" + mnemonic if self.vex and mnemonic in SAME_IN_VEX else mnemonic, *ops,
                      target=target, sym=sym)
 
-    def op3(self, mn: str, d: VReg, a: VReg, y) -> None:
-        """d = a mn y (y: a register or memory operand, placed): with `vex`, one three-operand
-        v<mn> reading a where it is; else a copied into d's register (F1 if y is there) and the
-        SSE2 two-operand mn."""
+    def op3(self, mn: str, d: VReg, a: VReg, y, sym: str | None = None) -> None:
+        """d = a mn y (y: a register or memory operand, placed; `sym`: the pooled constant it
+        addresses): with `vex`, one three-operand v<mn> reading a where it is; else a copied
+        into d's register (F1 if y is there) and the SSE2 two-operand mn."""
         r = self.defreg(d, F1)
         if self.vex:
-            self.emit("v" + mn, r, self.use(a, F1 if y == r else r), y)
+            self.emit("v" + mn, r, self.use(a, F1 if y == r else r), y, sym=sym)
         else:
             if y == r and self.where(a) != r:
                 r = F1                           # keep operand order: compute a op b in scratch
             self.vec_into(r, a) if a.cls == "v" else self.move(r, self.where(a))
-            self.emit(mn, r, y)
+            self.emit(mn, r, y, sym=sym)
         self.commit(d, r)
+
+    def fsrc(self, b) -> tuple:
+        """A binary64 second operand: (where b is, None), or for a pooled constant (an Imm:
+        alphac.lower.fold.pool_constants) its RIP-relative memory operand and pool symbol."""
+        return (Mem(rip=True, size=64), pool_symbol(b.value)) if isinstance(b, Imm) else (self.where(b), None)
 
     def lanes_op(self, mn: str, r, x) -> None:
         """r = x mn x (unpcklpd: a splat; unpckhpd: lane 1; xorpd: zero), x a register."""
@@ -185,9 +193,8 @@ class Selector(SelectorBase):
         r = self.defreg(d, F1)
         if a[0].value == 0:
             self.lanes_op("xorpd", r, r)
-        else:
-            self.emit("mov", S2, XImm(a[0].value))
-            self.emit("movq", r, S2)
+        else:                                # one load from the pool, not movabs + movq (port 5)
+            self.emit("movsd", r, Mem(rip=True, size=64), sym=pool_symbol(a[0].value))
         self.commit(d, r)
 
     def addr(self, op, d, a) -> None:
@@ -254,12 +261,12 @@ class Selector(SelectorBase):
         self.commit(d, r)
 
     def fneg(self, op, d, a) -> None:
-        self.emit("mov", S2, XImm(-(1 << 63)))
-        self.emit("movq", F2, S2)
+        self.emit("movsd", F2, Mem(rip=True, size=64), sym=pool_symbol(1 << 63))   # the sign bit
         self.op3("xorpd", d, a[0], F2)
 
     def fgt(self, op, d, a) -> None:
-        self.emit("ucomisd", self.use(a[0], F1), self.use(a[1], F2))
+        y, sym = self.fsrc(a[1])
+        self.emit("ucomisd", self.use(a[0], F1), self.use(a[1], F2) if sym is None else y, sym=sym)
         self.emit("seta" if op == "fgt" else "setae", GPR8[S1.num])   # above: CF = ZF = 0; above
         # or equal (fge): CF = 0; both false when unordered (ZF = PF = CF = 1)
         self.emit("movzx", S1, GPR8[S1.num])
@@ -655,8 +662,8 @@ class Selector(SelectorBase):
         self.emit("mov", rcx, S2)
         self.commit(d, S1)
 
-    def falu(self, mnem: str, d: VReg, a: VReg, b: VReg) -> None:
-        self.op3(mnem, d, a, self.where(b))
+    def falu(self, mnem: str, d: VReg, a: VReg, b) -> None:
+        self.op3(mnem, d, a, *self.fsrc(b))
 
     # -- terminators -------------------------------------------------------------------------
     def term(self, t: Inst, nxt: str | None) -> None:
