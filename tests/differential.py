@@ -60,10 +60,11 @@ GPU_CARDS = {"a.gpuhost": ("GPU-5a1e7c3d-0b2f-4c6e-8a9d-1f2e3d4c5b6a", "NVIDIA H
              "c.gpuhost": ("GPU-11111111-2222-3333-4444-555555555555", "NVIDIA GeForce RTX 3090", 86, 1)}
 FAST = ("interp", "plan")
 STEPS, FIRST = 5, 3
-PTX_BUDGET = 50_000     # kernel lines x samples x (the widest param or row / 64): larger
+PTX_BUDGET = 55_000     # kernel lines x samples x (the widest param or row / 64): larger
                         # learners are too slow for the PTX interpreter (the ptx engine skips
                         # them; the gpu engine builds their owners through ptxas only:
-                        # gpu_built; `make fuzz` says how many)
+                        # gpu_built; `make fuzz` says how many). 55,000 since tanh's PTX text
+                        # grew by its lean path (EXACT_REDUCED's three tanh: 49,657 -> 51,445)
 
 
 @dataclass
