@@ -37,7 +37,7 @@ from alphac.math.functions import MAGIC, SIGN
 FAST = {"exp": (lambda m, x: (x.bits() & F.ABS).ult(F.FAST_EXP_MAX), F._exp_fast),
         "tanh": (lambda m, x: F._tanh_go(m, x.bits() & F.ABS),
                  lambda m, x: F._tanh_signed(m, x.bits() & F.ABS, x.bits() & F.SIGN, lean=False)),
-        "log": (lambda m, x: F._log_go_lanes(m, x.bits()), lambda m, x: F._log_fast(m, x.bits(), None)),
+        "log": (lambda m, x: F._log_go_lanes(m, x.bits()), lambda m, x: F._log_lean(m, x.bits())),
         "log1p": (lambda m, x: F._log1p_go_lanes(m, x.bits(), x.bits() & F.ABS),
                   lambda m, x: F._log1p_fast(m, x, x.bits() & F.ABS)),
         "expm1": (lambda m, x: F._expm1_go(m, x.bits(), x.bits() & F.ABS),
