@@ -30,6 +30,7 @@ import struct
 import subprocess
 import sys
 from functools import lru_cache
+from fractions import Fraction
 from pathlib import Path
 
 import gmpy2
@@ -220,15 +221,21 @@ def test_fast_path_without_rounding_test_is_caught(name):
     assert count > 0
 
 
-@pytest.mark.parametrize("name,tight", [("exp", -72), ("expm1", -74), ("tanh", -74)])
-def test_lean_rounding_test_too_tight_is_caught(name, tight, monkeypatch):
+@pytest.mark.parametrize("name,key,tight", [("exp", -67, -72), ("expm1", -67, -74), ("tanh", -67, -74),
+                                            ("log", -64, -74), ("log", "LOG_ERR", -78)])
+def test_lean_rounding_test_too_tight_is_caught(name, key, tight, monkeypatch):
     """exp's lean fast path (and expm1's and tanh's use of it) given err = 2^tight instead of
     its 2^-67 (a bound 32 or 128 times smaller than the one derived, below the errors it
     makes): the worst cases catch the misroundings, so the list can see the bound go wrong
     (exp's errors measured reach about 2^-71.2: at 2^-70 none of its listed cases misrounds;
-    expm1's and tanh's are caught from 2^-74 on)."""
+    expm1's and tanh's are caught from 2^-74 on). log's lean path likewise, near 1 (|s_1| 2^-74
+    for its 2^-64: 5 listed cases misround; from 2^-72 on, 1) and elsewhere (2^-78 for
+    LOG_ERR's 2^-72: 32; from 2^-76 on, 10)."""
     from alphac.tools.mathexe import build
-    monkeypatch.setitem(F.TWO, -67, 2.0 ** tight)
+    if key == "LOG_ERR":
+        monkeypatch.setattr(F, "LOG_ERR", 2.0 ** tight)
+    else:
+        monkeypatch.setitem(F.TWO, key, 2.0 ** tight)
     _function_source.cache_clear()
     try:
         elf = build(name, "x86_64")
@@ -422,6 +429,12 @@ def test_log_fast_sum_cancels_only_near_one():
     h1 = e * H + L[None, :]
     assert (np.abs(e * H) >= np.abs(L[None, :]))[e[:, 0] != 0].all()
     assert sorted(zip(*np.nonzero(h1 == 0))) == [(1021, 255), (1022, 0)]
+    R = np.array(F.TABLES["LOG_R"].words, dtype=np.uint64).view(np.float64)
+    for j in range(256):                            # _log_lean's s_1: |h_1| > |a| for e = 0, -1
+        r = Fraction(float(R[j]))
+        t = max(abs(Fraction(256 + j + d, 256) * r - 1) for d in (0, 1))
+        for row in (1022, 1021):
+            assert h1[row, j] == 0 or abs(Fraction(float(h1[row, j]))) > t * (1 + t)
 
 
 def test_trig_tables_against_mpfr():
