@@ -222,7 +222,8 @@ def test_fast_path_without_rounding_test_is_caught(name):
 
 
 @pytest.mark.parametrize("name,key,tight", [("exp", -67, -72), ("expm1", -67, -74), ("tanh", -67, -74),
-                                            ("log", -64, -74), ("log", "LOG_ERR", -78)])
+                                            ("log", -64, -74), ("log", "LOG_ERR", -78),
+                                            ("log1p", -64, -70), ("log1p", "LOG_ERR", -78)])
 def test_lean_rounding_test_too_tight_is_caught(name, key, tight, monkeypatch):
     """exp's lean fast path (and expm1's and tanh's use of it) given err = 2^tight instead of
     its 2^-67 (a bound 32 or 128 times smaller than the one derived, below the errors it
@@ -230,7 +231,8 @@ def test_lean_rounding_test_too_tight_is_caught(name, key, tight, monkeypatch):
     (exp's errors measured reach about 2^-71.2: at 2^-70 none of its listed cases misrounds;
     expm1's and tanh's are caught from 2^-74 on). log's lean path likewise, near 1 (|s_1| 2^-74
     for its 2^-64: 5 listed cases misround; from 2^-72 on, 1) and elsewhere (2^-78 for
-    LOG_ERR's 2^-72: 32; from 2^-76 on, 10)."""
+    LOG_ERR's 2^-72: 32; from 2^-76 on, 10); log1p's near 0 (2^-70: 34) and elsewhere (2^-78:
+    19)."""
     from alphac.tools.mathexe import build
     if key == "LOG_ERR":
         monkeypatch.setattr(F, "LOG_ERR", 2.0 ** tight)

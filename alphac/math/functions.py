@@ -307,7 +307,7 @@ def _log1p_poly(m, th, tl):
 def _log_dd(m, xb, extra):
     """(h, l, err): log(x) = h + l within err/2 (err at least twice the bound), for x = xb's
     positive normal binary64, plus `extra` (None, or a binary64 below 2^-52 |log x| added to
-    the low part, for log1p). _log_fast is its rounding test; pow reads the double-double itself.
+    the low part). pow reads it (log and log1p take _log_lean, with three steps fewer).
 
     x = 2^e c, c in [1, 2); j = c's first 8 fraction bits, r_j = I_j / 2^16: c r_j - 1 = t,
     |t| < 2^-8, exactly t_h + t_l (c = c_h + c_l, c_h its first 26 bits, c_h r_j, c_l r_j exact,
@@ -344,12 +344,21 @@ def _log_reduce(m, xb):
     return th, tl, ef, j * 2
 
 
-def _log_fast(m, xb, extra):
-    return rounded(m, *_log_dd(m, xb, extra))
+def _log1p_lean(m, th, tl):
+    """(a, rest): log1p(t) = a + rest within 2^-65.8 |t|, t = t_h + t_l exactly, |t| < 2^-8:
+    _log1p_poly's terms with q stopped at t^5/8 and no final renormalization (_log_lean)."""
+    u = m.float_(th.bits() & -(1 << 27))                   # t_h's first 26 bits: u^2 exact
+    v = (th - u) * (th + u)                                 # t_h^2 - u^2 within 2^-77 t_h^2
+    sh = th * th
+    c0, c1, c2, c3, c4, c5 = (m.f(k) for k in LOG_POLY[:6])
+    q = (c0 + th * c1 + sh * (c2 + th * c3)) + (sh * sh) * (c4 + th * c5)
+    a, b = fast_two_sum(th, (u * u) * m.f(-0.5))
+    return a, (b + (tl - (v * m.f(0.5) + th * tl))) + (sh * th) * q
 
 
-def _log_lean(m, xb):
-    """log's own fast path (the scalar and its lanes; pow and log1p keep _log_dd): _log_dd's
+def _log_lean(m, xb, extra=None):
+    """log's own fast path (the scalar and its lanes; pow keeps _log_dd), and log1p's with
+    `extra` as in _log_dd (its one_plus: |log x| > 2^-9 there, so err = LOG_ERR): _log_dd's
     reduction and sums with three steps fewer, 8 binary64 operations in all. (1) q stops at
     t^5/8 (degree 8): the truncation t^9/9 reaches 2^-67.2 |t| at |t| = 2^-8, so log1p(t)'s
     bound is 2^-66.5 |t| + 2^-67.2 |t| < 2^-65.8 |t|. (2) log1p(t)'s double-double is left
@@ -365,16 +374,11 @@ def _log_lean(m, xb):
     2^-9; 2^-17.6 |h| near 1), above alphac.math.dd's 2^-40, but what its proof uses holds:
     2^-53 (|l| + err) < err/2."""
     th, tl, ef, at = _log_reduce(m, xb)
-    u = m.float_(th.bits() & -(1 << 27))                   # t_h's first 26 bits: u^2 exact
-    v = (th - u) * (th + u)                                 # t_h^2 - u^2 within 2^-77 t_h^2
-    sh = th * th
-    c0, c1, c2, c3, c4, c5 = (m.f(k) for k in LOG_POLY[:6])
-    q = (c0 + th * c1 + sh * (c2 + th * c3)) + (sh * sh) * (c4 + th * c5)
-    a, b = fast_two_sum(th, (u * u) * m.f(-0.5))
-    rest = (b + (tl - (v * m.f(0.5) + th * tl))) + (sh * th) * q
+    a, rest = _log1p_lean(m, th, tl)
     h1, h2 = fast_two_sum(ef * m.loadf(TABLES["LN2_HL"], 0), m.loadf(TABLES["LOG_L"], at))
     s1, s2 = fast_two_sum(h1, a)
     low = m.loadf(TABLES["LOG_L"], at + 1) + ef * m.loadf(TABLES["LN2_HL"], 1)
+    low = low if extra is None else low + extra
     err = m.cond(h1.bits().eq(0), lambda: (_fabs(m, s1) * m.f(TWO[-64]),),
                  lambda: (m.f(LOG_ERR),))[0]
     return rounded(m, s1, s2 + (h2 + (rest + low)), err)
@@ -575,12 +579,12 @@ def _log1p_go_lanes(m, xb, ax):
 
 def _log1p_fast(m, x, ax):
     def near_zero():                                        # |x| < 2^-8: log1p(t), t = x
-        ph, pl = _log1p_poly(m, x, m.f(0.0))
-        return rounded(m, ph, pl, _fabs(m, ph) * m.f(2.0 ** -65))
+        a, rest = _log1p_lean(m, x, m.f(0.0))
+        return rounded(m, a, rest, _fabs(m, a) * m.f(TWO[-64]))
 
     def one_plus():                                         # log(y_h) + y_l / y_h, y = 1 + x
         yh, yl = two_sum(m.f(1.0), x)
-        return _log_fast(m, yh.bits(), yl / yh)
+        return _log_lean(m, yh.bits(), yl / yh)
     return m.cond(ax.ult(0x3F70000000000000), near_zero, one_plus)
 
 
