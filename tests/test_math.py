@@ -368,7 +368,7 @@ def test_fast_path_error_within_its_bound(name, monkeypatch):
 def test_log_bounds_catch_a_smaller_err(name, near_one, scale, monkeypatch):
     """The mutant of a loosened bound: log's and log1p's err times `scale` is caught (some
     error measured exceeds half of it), where the bound is relative (log near 1, log1p near 0:
-    the |s_1| 2^-65 of _log_dd and _log1p_fast, within 2^6 of the errors) and where it is
+    the |s_1| 2^-64 of _log_lean and _log1p_fast, within 2^6 of the errors) and where it is
     absolute (LOG_ERR, over the worst cases away from there: within 2^9, its log1p(t) part
     being 2^-66 |t| at |t| = 2^-8 and the rest's worst cases summed)."""
     if near_one:
