@@ -313,6 +313,56 @@ def test_a_chain_without_its_wait_for_idle_is_caught_by_the_mock(monkeypatch, tm
                         "between them"]
 
 
+SHORT = {"target-32k": lambda size, cfg, most, shared: (size, 9, most),       # the old fixed sm_86 carve-out
+         "no-reserve": lambda size, cfg, most, shared: (max(0x400, image_mod.round_up(shared, 0x100)), cfg, most)}
+
+
+@pytest.mark.parametrize("sm,short,error", [
+    (86, "target-32k", "MIN_SM_CONFIG_SHARED_MEM_SIZE 9 (32 KiB) is not a carve-out of sm_86 that holds the block's "
+                       "50176 bytes of shared memory"),
+    (86, "no-reserve", "shared memory 49152 < 49152 + 1024 reserved"),
+    (90, "target-32k", "MIN_SM_CONFIG_SHARED_MEM_SIZE 9 (32 KiB) is not a carve-out of sm_90 that holds the block's "
+                       "50176 bytes of shared memory")], ids=["sm_86-target-32k", "sm_86-no-reserve", "sm_90-target-32k"])
+def test_owner_sums_carve_out_holds_its_block_and_the_mock_checks_it(sm, short, error, monkeypatch, tmp_path):
+    """owner_sum declares 48 KiB of static shared memory (sm_86's cubin; sm_90's adds the reserved
+    1 KiB itself), so its block needs 49 KiB and the 64 KiB carve-out on both: the QMD says so,
+    and the mock names a launch whose carve-out or SHARED_MEMORY_SIZE is short."""
+    need_mock()
+    from alphac.build import build_gpu_owner
+    lr = compile_file(example("lsq_adam")).learner
+    built = build_gpu_owner(lr, f"x86_64+sm_{sm}", host_for(sm))
+    la = next(la for la in built.gpu.launches if la.kernel == "owner_sum")
+    q = unpack_qmd(abi.QMD_LAYOUTS[abi.ARCHES[f"sm_{sm}"].qmd], la.qmd)
+    assert [q[f] for f in ("SHARED_MEMORY_SIZE", "MIN_SM_CONFIG_SHARED_MEM_SIZE", "TARGET_SM_CONFIG_SHARED_MEM_SIZE",
+                           "MAX_SM_CONFIG_SHARED_MEM_SIZE")] == [49 << 10, 64 // 4 + 1, 64 // 4 + 1, {86: 0x1a, 90: 25}[sm]]
+    config = image_mod.shared_config
+    monkeypatch.setattr(image_mod, "shared_config", lambda arch, kernel, shared:
+                        SHORT[short](*config(arch, kernel, shared), shared))
+    bad = build_gpu_owner(lr, f"x86_64+sm_{sm}", host_for(sm))
+    (tmp_path / "o").write_bytes(bad.image.elf)
+    (tmp_path / "o").chmod(0o755)
+    r = mockgpu.run(tmp_path / "o", ("--steps", "1"), card=card_for(sm), kernels=bad.kernels)
+    assert r.errors[0] == "owner_sum: " + error
+    assert all(e.startswith("owner_sum: ") and "_SM_CONFIG_" in e for e in r.errors[1:])
+
+
+@pytest.mark.parametrize("sm,kib,reserve", [(86, 100, 0x400), (90, 96, 0)])
+def test_a_kernel_over_the_largest_carve_out_is_refused_by_name(sm, kib, reserve):
+    """The carve-out comes from one table (image.CARVEOUTS): a block up to the largest step (99 KiB
+    declared on sm_86, the per-block bound CUDA gives, and the 1 KiB reserve) is configured, one byte
+    more is a BuildError naming the kernel (ptxas itself refuses static shared memory over 48 KiB:
+    the bound guards the table)."""
+    from alphac.diag import BuildError
+    arch = abi.ARCHES[f"sm_{sm}"]
+    la = image_mod.Launch("big", 32, 32, 1, 1 << 36, "", 0, b"", 1 << 36, b"", ())
+    f = image_mod.qmd_fields(arch, la, 16, (kib << 10) - reserve, 0x400, 0x200)
+    assert f["SHARED_MEMORY_SIZE"] == kib << 10
+    assert f["TARGET_SM_CONFIG_SHARED_MEM_SIZE"] == f["MAX_SM_CONFIG_SHARED_MEM_SIZE"] == kib // 4 + 1
+    with pytest.raises(BuildError, match=f"^kernel big needs {(kib << 10) + 0x100} bytes of shared memory a block "
+                                         f"on sm_{sm} .* largest carve-out, {kib} KiB$"):
+        image_mod.qmd_fields(arch, la, 16, (kib << 10) - reserve + 1, 0x400, 0x200)
+
+
 def test_an_exact_sum_owner_runs_its_step_in_one_submission(tmp_path):
     """Under exact_sum the host writes its own G, rounded once, to the card before the chain
     (xsum_clear, grad_samples, xsum_add, xsum_fold, update_g0), then checks the card's sums."""

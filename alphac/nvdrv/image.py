@@ -366,12 +366,43 @@ def gpfifo_entry(arch: abi.Arch, va: int, dwords: int) -> int:
 
 
 # -- QMDs --------------------------------------------------------------------------------------
-def _sm_config(size: int) -> int:
-    """Mesa NAK's gv100_sm_config_smem_size: the shared-memory carve-out, (KiB rounded) / 4 + 1."""
-    for kib in (8, 16, 32, 64):
-        if size <= kib << 10:
-            return (kib << 10) // 4096 + 1
-    return (96 << 10) // 4096 + 1
+@dataclass(frozen=True)
+class Carveout:
+    """A block's shared memory on one architecture (docs/nvdrv.md, "Shared memory"): `reserve`, the
+    bytes each block holds for the system beyond the cubin's `.nv.shared.K`; `steps`, the carve-outs
+    (KiB of the SM's L1 given to shared memory) MIN/TARGET_SM_CONFIG_SHARED_MEM_SIZE may name,
+    ascending; MAX names the last."""
+    reserve: int
+    steps: tuple[int, ...]
+
+
+# sm_86: 1 KiB a block reserved for the system, outside .nv.shared.K (CUDA C++ Programming Guide,
+# compute capability 8.x; tinygrad ops_nv.py: SHARED_MEMORY_SIZE = 0x400 + the section), MIN = TARGET
+# = the smallest of 32, 64, 100 KiB holding the block, MAX 100 KiB (tinygrad, tested on Ampere/Ada).
+# sm_90: ptxas puts the reserved 1 KiB in .nv.shared.K itself; Mesa NAK's gv100_sm_config_smem_size
+# steps, the largest (96 KiB) what the H200 ran (2026-12-04; qualify's sm-config-228k tries 228).
+CARVEOUTS: dict[str, Carveout] = {"sm_86": Carveout(0x400, (32, 64, 100)),
+                                  "sm_90": Carveout(0, (8, 16, 32, 64, 96))}
+
+
+def sm_config(kib: int) -> int:
+    """A carve-out as the QMD's SM_CONFIG fields hold it: KiB / 4 + 1 (Mesa NAK, tinygrad)."""
+    return kib // 4 + 1
+
+
+def shared_config(sm: str, kernel: str, shared: int) -> tuple[int, int, int]:
+    """(SHARED_MEMORY_SIZE, MIN = TARGET, MAX) for a kernel whose cubin declares `shared` bytes: the
+    block's bytes (the reserve added, in 256-byte units, at least 1 KiB) and the smallest carve-out
+    that holds them. BuildError naming the kernel when none does."""
+    c = CARVEOUTS[sm]
+    size = max(0x400, round_up(shared + c.reserve, 0x100))
+    fits = [kib for kib in c.steps if size <= kib << 10]
+    if not fits:
+        from alphac.diag import BuildError
+        raise BuildError(f"kernel {kernel} needs {size} bytes of shared memory a block on {sm} "
+                         f"({shared} declared + {c.reserve} reserved), more than its largest carve-out, "
+                         f"{c.steps[-1]} KiB")
+    return size, sm_config(fits[0]), sm_config(c.steps[-1])
 
 
 # Qualification only (docs/nvdrv.md, "Qualification"): QMD fields by name, set over qmd_fields'
@@ -389,7 +420,7 @@ def _qmd_choices(arch: abi.Arch, la: Launch, registers: int, shared: int, code_s
                  cbank_size: int, local: int = 0) -> dict[str, int]:
     layout = abi.QMD_LAYOUTS[arch.qmd]
     v = layout.values
-    shared_size = max(0x400, round_up(shared, 0x100))
+    shared_size, sm_cfg, sm_max = shared_config(arch.sm, la.kernel, shared)
     common = {
         "QMD_GROUP_ID": 0x3f,
         "INVALIDATE_TEXTURE_HEADER_CACHE": v["INVALIDATE_TEXTURE_HEADER_CACHE_TRUE"],
@@ -399,7 +430,8 @@ def _qmd_choices(arch: abi.Arch, la: Launch, registers: int, shared: int, code_s
         "API_VISIBLE_CALL_LIMIT": v["API_VISIBLE_CALL_LIMIT_NO_CHECK"],
         "CWD_MEMBAR_TYPE": v["CWD_MEMBAR_TYPE_L1_SYSMEMBAR"],
         "BARRIER_COUNT": 1,
-        "SHARED_MEMORY_SIZE": shared_size,
+        "SHARED_MEMORY_SIZE": shared_size, "MIN_SM_CONFIG_SHARED_MEM_SIZE": sm_cfg,
+        "TARGET_SM_CONFIG_SHARED_MEM_SIZE": sm_cfg, "MAX_SM_CONFIG_SHARED_MEM_SIZE": sm_max,
         "SHADER_LOCAL_MEMORY_HIGH_SIZE": local,
         "SHADER_LOCAL_MEMORY_LOW_SIZE": 0,
         "CTA_THREAD_DIMENSION0": la.block, "CTA_THREAD_DIMENSION1": 1, "CTA_THREAD_DIMENSION2": 1,
@@ -417,8 +449,6 @@ def _qmd_choices(arch: abi.Arch, la: Launch, registers: int, shared: int, code_s
         return common | {
             "QMD_MAJOR_VERSION": 3, "QMD_VERSION": 0, "SM_GLOBAL_CACHING_ENABLE": 1,
             "SAMPLER_INDEX": v["SAMPLER_INDEX_VIA_HEADER_INDEX"],
-            "MIN_SM_CONFIG_SHARED_MEM_SIZE": 9, "TARGET_SM_CONFIG_SHARED_MEM_SIZE": 9,
-            "MAX_SM_CONFIG_SHARED_MEM_SIZE": 0x1a,
             "REGISTER_COUNT_V": registers,
             "CTA_RASTER_WIDTH": la.grid, "CTA_RASTER_HEIGHT": 1, "CTA_RASTER_DEPTH": 1,
             "CONSTANT_BUFFER_ADDR_LOWER(0)": la.cbank_va & 0xffffffff,
@@ -427,9 +457,6 @@ def _qmd_choices(arch: abi.Arch, la: Launch, registers: int, shared: int, code_s
     return common | {
         "QMD_MAJOR_VERSION": 4, "QMD_MINOR_VERSION": 0, "QMD_TYPE": v["QMD_TYPE_GRID_CTA"],
         "SAMPLER_INDEX": v["SAMPLER_INDEX_INDEPENDENTLY"],
-        "MIN_SM_CONFIG_SHARED_MEM_SIZE": _sm_config(shared_size),
-        "TARGET_SM_CONFIG_SHARED_MEM_SIZE": _sm_config(shared_size),
-        "MAX_SM_CONFIG_SHARED_MEM_SIZE": _sm_config(228 << 10),
         "REGISTER_COUNT": registers,
         "GRID_WIDTH": la.grid, "GRID_HEIGHT": 1, "GRID_DEPTH": 1,
         "CONSTANT_BUFFER_ADDR_LOWER_SHIFTED6(0)": (la.cbank_va >> 6) & 0xffffffff,

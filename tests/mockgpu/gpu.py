@@ -49,8 +49,28 @@ import struct
 
 from alphac.nvdrv import abi
 from alphac.nvdrv.abi import BITFIELDS, CONSTANTS, METHODS
+from alphac.nvdrv.image import CARVEOUTS, sm_config
 from nvdrv_decode import decode_entry, unpack_qmd
 from ptx_interp import Ptx
+
+
+def shared_errors(sm: str, kernel: str, shared: int, q: dict) -> list[str]:
+    """What is wrong with a QMD's shared memory for a kernel whose cubin declares `shared` bytes:
+    SHARED_MEMORY_SIZE below them plus the architecture's reserve, a MIN or TARGET carve-out that is
+    not one of the architecture's (image.CARVEOUTS) or does not hold SHARED_MEMORY_SIZE, or MIN >
+    TARGET > MAX out of order (a block that does not fit its carve-out fails to launch on a card)."""
+    c, size = CARVEOUTS[sm], q["SHARED_MEMORY_SIZE"]
+    out = [f"{kernel}: shared memory {size} < {shared} + {c.reserve} reserved"] if size < shared + c.reserve else []
+    kib = {sm_config(k): k for k in c.steps}
+    for f in ("MIN", "TARGET"):
+        v = q[f"{f}_SM_CONFIG_SHARED_MEM_SIZE"]
+        if v not in kib or kib[v] << 10 < size:
+            out.append(f"{kernel}: {f}_SM_CONFIG_SHARED_MEM_SIZE {v} ({kib.get(v, '?')} KiB) is not a carve-out "
+                       f"of {sm} that holds the block's {size} bytes of shared memory")
+    if not q["MIN_SM_CONFIG_SHARED_MEM_SIZE"] <= q["TARGET_SM_CONFIG_SHARED_MEM_SIZE"] <= \
+            q["MAX_SM_CONFIG_SHARED_MEM_SIZE"]:
+        out.append(f"{kernel}: the SM_CONFIG_SHARED_MEM_SIZE fields are not MIN <= TARGET <= MAX")
+    return out
 
 
 def bits(word: int, name: str) -> int:
@@ -428,8 +448,7 @@ class Gpu:
         regs = q["REGISTER_COUNT_V" if v3 else "REGISTER_COUNT"]
         if regs != im.registers:
             self.errors.append(f"{k.name}: QMD gives {regs} registers, the kernel needs {im.registers}")
-        if q["SHARED_MEMORY_SIZE"] < im.shared:
-            self.errors.append(f"{k.name}: shared memory {q['SHARED_MEMORY_SIZE']} < {im.shared}")
+        self.errors += shared_errors(self.arch.sm, k.name, im.shared, q)
         if q["CONSTANT_BUFFER_VALID(0)"] != 1:
             self.errors.append(f"{k.name}: constant bank 0 not valid")
         if v3:
