@@ -44,8 +44,8 @@ on sm_90 inferred].
 
 Facts and their sources (docs/nvdrv.md has the full list and what is still unknown on Hopper):
   - QMD fields for Ampere V03 as tinygrad's ops_nv.py sets them (group id 0x3f, caching,
-    invalidations, API call limit, sampler index, L1 sysmembar, shared-memory configuration
-    9/9/0x1a, barrier count 1, prefetch, SASS version), constant bank 0 prefix: dwords 0-2 the
+    invalidations, API call limit, sampler index, L1 sysmembar, barrier count 1, prefetch, SASS
+    version), constant bank 0 prefix: dwords 0-2 the
     block dims and 3-5 the grid dims (what %ntid and %nctaid read: tinygrad 166670a2f2 "nv: fill
     grid/block sizes" writes `*local_size, *global_size` there), dwords 6-11 the shared window,
     the local window and 0xfffdc0 [read: tinygrad].
@@ -55,6 +55,10 @@ Facts and their sources (docs/nvdrv.md has the full list and what is still unkno
     aligned [read: NVK]; QMD_TYPE GRID_CTA, the invalidations, the membar, group id, SASS version
     0x90 and the rest of the constant-bank prefix are the Ampere choices carried over (tinygrad
     writes the same prefix below Blackwell) [inferred: unconfirmed on an H200].
+  - Shared memory (`CARVEOUTS`, `shared_config`; docs/nvdrv.md "Shared memory"): SHARED_MEMORY_SIZE
+    the kernel's `.nv.shared.K` plus what a block reserves outside it (1 KiB on sm_86: tinygrad,
+    the CUDA guide), MIN = TARGET the smallest carve-out holding that, KiB / 4 + 1 [read: NAK,
+    tinygrad]; a block over the largest carve-out is a BuildError naming the kernel.
   - Push buffer: SEND_PCAS_A = QMD >> 8, SEND_SIGNALING_PCAS2_B = PREFETCH_SCHEDULE, then the host
     semaphore release with wait-for-idle; GPFIFO entry with LEVEL = SUBROUTINE [read: tinygrad].
   - Copies out (docs/nvdrv.md "Results through the copy engine"): the copy object on subchannel 4
@@ -368,12 +372,9 @@ def gpfifo_entry(arch: abi.Arch, va: int, dwords: int) -> int:
 # -- QMDs --------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Carveout:
-    """A block's shared memory on one architecture (docs/nvdrv.md, "Shared memory"): `reserve`, the
-    bytes each block holds for the system beyond the cubin's `.nv.shared.K`; `steps`, the carve-outs
-    (KiB of the SM's L1 given to shared memory) MIN/TARGET_SM_CONFIG_SHARED_MEM_SIZE may name,
-    ascending; MAX names the last."""
-    reserve: int
-    steps: tuple[int, ...]
+    """A block's shared memory on one architecture (docs/nvdrv.md, "Shared memory")."""
+    reserve: int                # bytes a block holds for the system beyond the cubin's .nv.shared.K
+    steps: tuple[int, ...]      # the carve-outs (KiB) MIN/TARGET may name, ascending; MAX names the last
 
 
 # sm_86: 1 KiB a block reserved for the system, outside .nv.shared.K (CUDA C++ Programming Guide,

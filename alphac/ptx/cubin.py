@@ -24,7 +24,8 @@ output by tests/test_ptx.py, which compares with `ptxas -v`):
 
 `LaunchImage.shared` is the size of `.nv.shared.K`, what a launch must provide: on sm_90 it
 includes a 1 KiB system-reserved window (`.nv.reservedSmem.offset0`) before the kernel's own
-data, so it is 1024 more than the "bytes smem" `ptxas -v` prints (0 when the kernel has none).
+data, so it is 1024 more than the "bytes smem" `ptxas -v` prints (0 when the kernel has none);
+on sm_86 it is what `ptxas -v` prints (the launch adds the reserve: alphac.nvdrv.image.CARVEOUTS).
 A launch image binds constant bank 0 only: a cubin with another bank (`.nv.constantN.K`, what
 ptxas emits unless `--disable-optimizer-constants`) is refused, as is `KPARAM_INFO_V2` (0x45),
 which is not guessed. The register count comes from REGCOUNT: on sm_90, ptxas 13.0 leaves the

@@ -26,6 +26,11 @@ RELEASE_WFI) does, so a copy that reads a word a launch wrote since the last of 
 With the driver's `latency` the whole channel, copies included, runs only calls after the
 doorbell, so a host that reads the copies before its wait reads what was there before.
 
+Shared memory. A launch's SHARED_MEMORY_SIZE must hold its kernel's `.nv.shared.K` plus the bytes
+the architecture reserves a block outside it, and its MIN and TARGET carve-outs must each be one of
+the architecture's and hold SHARED_MEMORY_SIZE, MIN <= TARGET <= MAX (`shared_errors`; the reserve
+and the carve-outs are alphac.nvdrv.image.CARVEOUTS, docs/nvdrv.md "Shared memory").
+
 Local memory. The PTX alphac emits has no local space; ptxas spills in the SASS (the cubin's
 MIN_STACK_SIZE, `Image.local`), so the mock models what the SASS does with it: each thread's
 stack lives below the top of its 16 MiB local window, from the stack top the SASS loads from
