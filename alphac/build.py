@@ -295,7 +295,7 @@ def gpu_role_image(plan, role, target_name: str, host, ptxas_path: str | None = 
     ranges = plan.updates(role.index)
     share = image.Share(lo, hi, plan.lr.nsamples or 0,
                         tuple(ranges.get(g.index, (0, 0)) for g in plan.lr.groups), plan.lr.batch or 0)
-    gpu = image.plan(owner_data(plan.lr), built, sm, share, host.topology)
+    gpu = image.plan(owner_data(plan.lr), built, sm, share, host.topology, host_arena=True)
     return gpu, conversation.conversation(host, gpu), built
 
 
