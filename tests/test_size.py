@@ -138,10 +138,10 @@ from conftest import ROOT
 # (lower +88: fused_expansion; runtime +51: xe_add_listed, xe_sum_pairs), frames in place
 # (runtime +149: frame parts, the split sum64, one-pass digest; lower +80: role.py's parts and
 # in-place combine; the top level +4: format 6), the tiled gradient beyond L2 (lower +86),
-# owner_sum staged in shared memory (ptx +71), log's own lean fast path for log, its lanes and
-# log1p (math +37)
+# owner_sum staged in shared memory (ptx +71), the owner's two allocations (nvdrv +45), log's
+# own lean fast path for log, its lanes and log1p (math +37)
 BUDGETS = {"parse": 1160, "types": 1420, "ir": 1612, "dist": 1604, "lower": 5497, "runtime": 4207,
-           "x86_64": 1233, "aarch64": 1104, "elf": 480, "ptx": 1996, "nvdrv": 1439, "tools": 3057,
+           "x86_64": 1233, "aarch64": 1104, "elf": 480, "ptx": 1996, "nvdrv": 1484, "tools": 3057,
            "math": 2133, "": 3339}
 
 
