@@ -566,14 +566,16 @@ def plan(od: OwnerData, built: list, sm: int, share: Share | None = None,
         return tuple(k for k in chain if k not in empty)
     P = od.params
     exact_sum = any(p.role == "xd" for b in built for p in b.kernel.params)
+    # the states the card writes: an update kernel's; any other (a scalar state, or a grouped one
+    # no statement assigns, whose update kernel takes none) has no result: the host's is the state
+    written = {f"state_{p.ref}" for b in built if b.kernel.name.startswith("update_g")
+               for p in b.kernel.params if p.role == "state"}
     out_sizes = {"G": 8 * P, **({"xd": 8 * XS_WORDS * P, "xc": 8 * XC_WORDS * P} if exact_sum else {}),
-                 **{f"state_{name}": 8 * len(init) for name, init in od.states}}
+                 **{f"state_{name}": 8 * len(init) for name, init in od.states if f"state_{name}" in written}}
     results, at = {}, 0                 # each buffer's offset in the results allocation
     for name in out_sizes:
         results[name], at = at, round_up(at + out_sizes[name], 256)
 
-    written = {f"state_{p.ref}" for b in built if b.kernel.name.startswith("update_g")
-               for p in b.kernel.params if p.role == "state"}
     mirrored = {*MIRRORED, *({"G"} if exact_sum else ()),
                 *(f"state_{name}" for name, _ in od.states if f"state_{name}" not in written)}
 
