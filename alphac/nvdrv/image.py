@@ -15,7 +15,8 @@ the target's `abi.Arch` and the host, `plan()` fixes, at compile time, everythin
       sysmem    its start       64 KiB            the channel's error notifier, the semaphore
       results   after it        64 KiB units      what the copy engine copies out of the arena
                                                   at the end of a chain (G, xd, xc, the
-                                                  states), the only card results the host reads
+                                                  states an update kernel takes), the only
+                                                  card results the host reads
       staging   after it        64 KiB units      the host writes the launch image and the data
                                                   rows there at the arena's offsets, the setup
                                                   push buffer (read from here) copies them into
