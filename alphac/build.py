@@ -295,7 +295,7 @@ def gpu_role_image(plan, role, target_name: str, host, ptxas_path: str | None = 
     ranges = plan.updates(role.index)
     share = image.Share(lo, hi, plan.lr.nsamples or 0,
                         tuple(ranges.get(g.index, (0, 0)) for g in plan.lr.groups), plan.lr.batch or 0)
-    gpu = image.plan(owner_data(plan.lr), built, sm, share, host.topology)
+    gpu = image.plan(owner_data(plan.lr), built, sm, share, host.topology, host_arena=True)
     return gpu, conversation.conversation(host, gpu), built
 
 
@@ -394,7 +394,10 @@ def build_gpu_owner(lr: Learner, target_name: str, host, ptxas_path: str | None 
     built, tool = gpu_kernels(lr, sm, ptxas_path)
     gpu = image.plan(owner_data(lr), built, sm, topology=host.topology)
     if gpu.demand > host.memory:
-        parts = ", ".join(f"{a.name} {a.size}" for a in gpu.allocations if a.where in ("vidmem", "vidmem-gpu"))
+        def part(m):                    # "vidmem 4194304 = gpfifo 2097152 + arena 2097152"
+            inner = [f"{a.name} {a.size}" for a in gpu.allocations if a.within == m.name]
+            return f"{m.name} {m.size}" + (" = " + " + ".join(inner) if inner else "")
+        parts = "; ".join(part(m) for m in gpu.memories if m.where in ("vidmem", "vidmem-gpu"))
         raise _gpu_error("E0120", f"the GPU owner needs {gpu.demand} bytes of the card's memory "
                          f"({parts}); the host declares {host.memory}",
                          "the demand is what the plan allocates on the card; a card that "

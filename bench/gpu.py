@@ -67,6 +67,22 @@ def learner_source(name: str, size: dict, where: Path) -> Path:
     return path
 
 
+START_MARKS = ("identity", "uvm", "memory", "channel", "uploaded")
+
+
+def start_parts(events: Path) -> dict[str, float]:
+    """The milliseconds between consecutive START_MARKS in a GPU owner's events file (the
+    `memory NAME BYTES` events between uvm and memory are inside uvm->memory); {} without it."""
+    from alphac.tools.record import split_event
+    at = {}
+    if events.exists():
+        for line in events.read_text().splitlines():
+            what, ns = split_event(line)
+            if what in START_MARKS and ns is not None:
+                at[what] = ns
+    return {f"{a}->{b}": (at[b] - at[a]) / 1e6 for a, b in zip(START_MARKS, START_MARKS[1:]) if a in at and b in at}
+
+
 def run_span(runner, exe: Path, steps: int, built, more=()) -> tuple[float, int, str]:
     """(seconds, exit code, stdout) of one whole run of `steps` steps (`more`: other options)."""
     t0 = time.perf_counter()
@@ -185,6 +201,7 @@ def bench(args, runner) -> int:
             path.write_bytes(elf)
             path.chmod(0o755)
         times = {k: [] for k in ("gpu", "sampled", "cpu", "start", "torch", "graph")}
+        parts = []                      # each round's start-up parts (start_parts)
         outputs, w, n = {}, args.warmup, args.steps
         for _ in range(args.rounds):
             for kind, (path, built, _, more) in exes.items():
@@ -192,7 +209,9 @@ def bench(args, runner) -> int:
                 short_s, rc0, _ = run_span(runner, path, w, built, more)
                 outputs[kind] = (rc, rc0, text)
                 times[kind].append((long_s - short_s) / n)
-            times["start"].append(run_span(runner, exes["gpu"][0], 0, gpu)[0])
+            events = out / "bin" / f"{lr.name}.start.events"
+            times["start"].append(run_span(runner, exes["gpu"][0], 0, gpu, ("--events", str(events)))[0])
+            parts.append(start_parts(events))
             if torch is not None:
                 times["torch"].append(torch_time(name, size, out / "bin", torch, device, w, n, False) / n)
                 if device == "cuda" and name not in graph_failed:
@@ -203,7 +222,8 @@ def bench(args, runner) -> int:
         same = all(outputs[k][:2] == (0, 0) and outputs[k][2] == outputs["cpu"][2] for k in outputs)
         ok = ok and same
         rows.append({"learner": title, "gpu": times["gpu"], "sampled": times["sampled"], "cpu": times["cpu"],
-                     "start": times["start"],
+                     "start": times["start"], "start_parts": {k: [p[k] for p in parts if k in p]
+                                                              for k in sorted(set().union(*parts))},
                      "torch": times["torch"], "graph": times["graph"], "bits": same,
                      "build_s": round(build_s, 2)})
     where = "against the mock: times mean nothing" if args.runner else f"sm_{sm}, {host.product}"
@@ -216,6 +236,9 @@ def bench(args, runner) -> int:
     for r in rows:
         print(f"| {r['learner']} | {ms(r['gpu'])} | {ms(r['sampled'])} | {ms(r['cpu'])} | {ms(r['torch'])} | "
               f"{ms(r['graph'])} | {ms(r['start'])} | {'yes' if r['bits'] else 'NO'} |")
+    for r in rows:                      # where start-up goes (issue 42): the owner's own events
+        print(f"# {r['learner']}: start-up parts, ms: " + ", ".join(
+            f"{k} {ms([v / 1e3 for v in vs])}" for k, vs in r["start_parts"].items()))
     for name, why_not in sorted(graph_failed.items()):
         print(f"# {name}: no CUDA graph: {why_not}")
     (out / "bench-gpu.json").write_text(json.dumps({"sm": sm, "level": level, "rows": rows}, indent=1,

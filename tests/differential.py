@@ -429,7 +429,7 @@ def gpu_built(rep: Report, lr) -> None:
                     raise
                 return f"refused: E0120: {e.diagnostics[0].message}"
             img, errors, mem = built.gpu, [], GpuMemory()
-            for a in img.allocations:
+            for a in img.memories:
                 mem.map(a.va, a.size, type("Pages", (), {"mm": bytearray(a.size if a.where.startswith("sysmem")
                                                                          else 0)})())
             gpu = Gpu(img.arch, [], mem, errors, host.topology.values)

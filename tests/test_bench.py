@@ -60,3 +60,7 @@ def test_gpu_benchmark_against_the_mock(tmp_path, runner, code, bits):
     assert all(l.endswith(f"| {bits} |") for l in rows), r.stdout
     # the sampled shadow where the contract allows it: not under exact_sum (the least squares)
     assert [l.split(" | ")[2] == "-" for l in rows] == [True, False][:2 - lying], r.stdout
+    # where start-up goes, from the owner's own events (issue 42): every part, every learner
+    parts = [l for l in r.stdout.splitlines() if "start-up parts, ms:" in l]
+    assert len(parts) == len(rows) and all(k in l for l in parts for k in (
+        "identity->uvm", "uvm->memory", "memory->channel", "channel->uploaded")), r.stdout

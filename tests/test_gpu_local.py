@@ -117,7 +117,7 @@ def test_a_spilling_owner_prints_the_interpreters_bits(work, sm):
     assert r.stdout == want
     assert [la[0] for la in r.launches].count("grad_samples") == STEPS
     assert ("NV1_MEMORY_USER", area.size) in r.allocations
-    assert sum(size for _, size in r.allocations) == g.demand + sum(a.size for a in g.allocations
+    assert sum(size for _, size in r.allocations) == g.demand + sum(a.size for a in g.memories
                                                                     if a.where.startswith("sysmem"))
     assert r.device_calls() == built.conversation.expected_trace()
 

@@ -12,6 +12,9 @@ process opens its own. Guarantees checked:
   * a checkpoint written by the GPU pair resumes on CPU owners and on another GPU pair (another
     product, other minors), one written by CPU owners on that pair: the uninterrupted bits;
   * a card that computes another bit is refused by its owner, and nothing is published;
+  * a state in a coordinate group that no statement assigns (the card never writes it) is the
+    host's alone: a single owner (both shadows) and a hierarchy's GPU owners, one holding no
+    sample, print the interpreter's bits;
   * a classifier (A @ v, relu, logsumexp, onehot) whose rows are read from .npy files at run
     time trains on an sm_90 and an sm_86 owner, resumes on CPU owners, and `alphac eval` of its
     checkpoint equals the uninterrupted run's;
@@ -447,6 +450,65 @@ def test_a_loss_that_reads_a_scalar_state_the_host_computes(work, tmp_path):
     rec = launch(tmp_path / "dep", steps=4, records=tmp_path / "runs",
                  gpu_wrapper=wrapper_for(work, plans["cards"].lr, tmp_path))
     assert rec["passed"] and rec["published"] == format_state(lr, run_plan(lr, plans["cards"], 4))
+
+
+IDLE = """\
+learner idle
+data x = [[1.0, 2.0], [0.5, -1.0], [2.0, 0.25]]
+data y = [1.0, -0.5, 2.0]
+param w: f64[2] = 0.0
+state m: f64[2] = 0.0
+state idle: f64[2] = -0.03
+loss(i) {
+  0.5 * (dot(w, x[i]) - y[i])^2
+}
+update {
+  m = 0.9 * m + grad(w)
+  w = w - 0.1 * m
+}
+deployment tree {
+  roles owner[3]
+  topology hierarchy(fanout 2)
+  samples owner[0] = 0..0, owner[1] = 0..1, owner[2] = 1..3
+  target owner[0] = x86_64+sm_90, owner[2] = x86_64+sm_86
+  gpu owner[0] = "a.gpuhost", owner[2] = "c.gpuhost"
+}
+"""
+
+
+def test_a_grouped_state_no_statement_assigns_is_the_hosts_alone(work, tmp_path):
+    """`idle` is in a coordinate group whose update kernel takes no state, so the card never
+    writes it and the plan copies none back (no result): the host compares, and adopts, only
+    what the card writes. A single owner (full and sampled shadows) and a hierarchy whose GPU
+    owners hold no sample (sm_90) and two (sm_86) print the interpreter's bits (before the fix:
+    every one refused gpu-shadow-mismatch at step 1, comparing a result never copied; the
+    differential fuzzer's seed 1206007, whose GPU owners happened to hold no samples)."""
+    from alphac.build import build_gpu_owner
+    from alphac.driver import compile_file
+    from alphac.ir.interp import run
+    d, _, _ = work
+    (d / "idle.alpha").write_text(IDLE)
+    lr = compile_file(d / "idle.alpha").learner
+    host = host_mod.load(d / "a.gpuhost")
+    built = build_gpu_owner(lr, "x86_64+sm_90", host)
+    assert "state_idle" not in built.gpu.results and "state_m" in built.gpu.results
+    exe = tmp_path / "idle.gpu"
+    exe.write_bytes(built.image.elf)
+    exe.chmod(0o755)
+    for shadow in ((), ("--shadow", "sampled")):
+        r = mockgpu.run(exe, ["--steps", "4", *shadow], card=Card(uuid=host.uuid), kernels=built.kernels,
+                        draws=b"\x01")
+        assert (r.returncode, r.errors, r.stderr) == (0, [], ""), (shadow, r.events)
+        assert r.stdout == format_state(lr, run(lr, 4)), shadow
+    from alphac.artifacts import build_deployment
+    from alphac.tools.launch import launch
+    _, plans = compile_deployments("idle.alpha")
+    build_deployment("idle.alpha", "tree", tmp_path / "dep")
+    rec = launch(tmp_path / "dep", steps=4, records=tmp_path / "runs",
+                 gpu_wrapper=wrapper_for(work, plans["tree"].lr, tmp_path))
+    assert {r["role"]: r["exit"] for r in rec["roles"]} == dict.fromkeys(
+        ["root", "agg1.0", "agg1.1", "owner.0", "owner.1", "owner.2"], 0)
+    assert rec["passed"] and rec["published"] == format_state(lr, run_plan(lr, plans["tree"], 4))
 
 
 MINIBATCH = """\

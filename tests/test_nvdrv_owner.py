@@ -100,14 +100,14 @@ def test_owner_prints_the_oracle_bits(name, sm):
     assert r.submissions == 1 + 5       # the setup, then one a step (before the chains: 1 + 5 x 3)
     from alphac.tools.record import split_event
     events = [split_event(line) for line in r.events.split("\n")[1:-1]]
-    mem = [f"memory {a.name} {a.size}" for a in built.gpu.allocations
-           if a.where in ("vidmem", "sysmem", "sysmem-cached", "vidmem-gpu")]
+    mem = [f"memory {a.name} {a.size}" for a in built.gpu.memories]
+    assert [a.where for a in built.gpu.memories] == ["vidmem", "sysmem-cached"]   # one of each, mapped once
     assert [what for what, _ in events] == ["shadow full", "identity", "uvm", *mem, "memory", "channel", "image",
                                             "rows", "uploaded",
                                             *(f"step {k}" for k in range(1, 6)), "done"]
     assert r.events.endswith("\n") and [t for _, t in events] == sorted(t for _, t in events)
     assert sum(size for _, size in r.allocations) == built.gpu.demand + \
-        sum(a.size for a in built.gpu.allocations if a.where.startswith("sysmem"))
+        sum(a.size for a in built.gpu.memories if a.where.startswith("sysmem"))
     # each step's results copied to system memory by the copy engine, in the step's one submission
     chain = built.gpu.chains[tuple(built.gpu.chains)[-1]]
     assert chain.copies and r.copies[1:] == list(chain.copies) * 5

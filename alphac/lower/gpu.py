@@ -83,6 +83,12 @@ def g_pieces(lr: Learner, img: GpuImage, read: bool = False) -> list[tuple[str, 
     return [(p.name, base + 8 * offs[p.name], p.size) for p in lr.params]
 
 
+def from_card(img: GpuImage, s) -> bool:
+    """Does the card write state `s` (its update kernel's result, copied out: image.plan's
+    `results`)? A scalar state, or a grouped one no statement assigns, is the host's alone."""
+    return s.group is not None and f"state_{s.name}" in img.results
+
+
 def upload(img: GpuImage, name: str, size: int) -> str:
     return f"vec_copy({img.buffers[f'state_{name}']:#x}, st_{name}, {size});"
 
@@ -167,7 +173,7 @@ def step(lr: Learner, img: GpuImage) -> str:
     out += host_reduced(lr, img) + kick(img, grad_kernels(lr) + update_kernels(lr))
     out += [f"learner_group_{g.index}(0, {g.size});" for g in lr.groups] + ["gpu_wait();"] + compare
     out += [f"gpu_compare({img.results[f'state_{s.name}']:#x}, st_{s.name}, {s.size}, step);"
-            for g in lr.groups for s in lr.states if s.group == g.index]
+            for g in lr.groups for s in lr.states if s.group == g.index and from_card(img, s)]
     return "fn gpu_step(step: i64) {\n" + "\n".join("    " + x for x in out + ["learner_commit();"]) + "\n}\n\n"
 
 
@@ -212,18 +218,18 @@ def sampled_step(lr: Learner, img: GpuImage) -> str:
     out += ["learner_reduce();"] * bool(card_reductions(lr))    # from the card's G: the host's step's
     out += ["vec_copy(gpu_chain_msg, gpu_chain_h, 4);", "store64(gpu_chain_msg + 32, step);"]
     assigned = {a.target for a in lr.update}
-    out += [f"vec_copy(gpu_chain_msg + {off[s.name]}, " + (f"{img.results[f'state_{s.name}']:#x}" if s.group is not None
+    out += [f"vec_copy(gpu_chain_msg + {off[s.name]}, " + (f"{img.results[f'state_{s.name}']:#x}" if from_card(img, s)
             else f"{'sn' if s.name in assigned else 'st'}_{s.name}") + f", {s.size});" for s in lr.states]
     out += ["if gpu_chain(step, last) {      // proven: the host's step, compared"]
     host = grad_lines(lr, img, 0, n, "step - 1", "step", [], card=False) if lr.loss is not None else []
     for g in lr.groups:
         host.append(f"learner_group_{g.index}(0, {g.size});")
         host += [f"gpu_compare({img.results[f'state_{s.name}']:#x}, st_{s.name}, {s.size}, step);"
-                 for s in lr.states if s.group == g.index]
+                 for s in lr.states if s.group == g.index and from_card(img, s)]
     host += reduced_compare(lr, img)
     out += ["    " + x for x in host] + ['    rt_event_num("proven ", step);', "} else {"]
     out += [f"    vec_copy(st_{s.name}, gpu_chain_msg + {off[s.name]}, {s.size});"
-            for s in lr.states if s.group is not None] + ["}", "learner_commit();"]
+            for s in lr.states if from_card(img, s)] + ["}", "learner_commit();"]
     return (f"const GPU_SAMPLED = 1;\nconst GPU_CHAIN_BYTES = {at};\nglobal gpu_chain_msg: [u8; {at}];\n" + out[0] + "\n"
             + "\n".join("    " + x for x in out[1:]) + "\n}\n")
 
@@ -406,5 +412,5 @@ def role_update(lr: Learner, img: GpuImage, ranges: dict[int, tuple[int, int]]) 
     for g in mine:
         lo, hi = ranges[g.index]
         out += [f"gpu_compare({img.results[f'state_{s.name}'] + 8 * lo:#x}, st_{s.name} + {8 * lo}, "
-                f"{hi - lo}, v + 1);" for s in lr.states if s.group == g.index]
+                f"{hi - lo}, v + 1);" for s in lr.states if s.group == g.index and from_card(img, s)]
     return out

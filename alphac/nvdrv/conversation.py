@@ -21,10 +21,11 @@ is allocated.
        ---- identity checked: nothing has been allocated yet but the objects that ask ----
        the SM clock's boost (PERF_BOOST, as libcuda asks it; declining it is not a refusal)
     7  UVM: open, initialize; usermode page (mapped: the doorbell); VA space; register the GPU
-    8  memory: sysmem (notifier, semaphore), results (the copies out, mapped cached), the GPFIFO
-       area, the arena; each mapped for the CPU
-       (RM_MAP_MEMORY on a fresh fd, then mmap at the planned address) and for the GPU (UVM);
-       then the local-memory area when a kernel spills, for the GPU only (not contiguous)
+    8  memory (image.GpuImage.memories): two allocations, sub-allocated by the plan: video
+       memory (the GPFIFO area, the arena) and system memory mapped cached (notifier and
+       semaphore, results, staging); each mapped once for the CPU (RM_MAP_MEMORY on a fresh fd,
+       then mmap at the planned address) and once for the GPU (UVM); then the local-memory
+       area when a kernel spills, for the GPU only (not contiguous)
     9  channel group, context share, GPFIFO channel, compute and copy objects, work-submit token,
        UVM channel registration, schedule
 
@@ -305,7 +306,7 @@ class Conversation:
                  [("perGpuAttributes[0].gpuUuid", COPY, self.uuid_at), ("rmCtrlFd", SLOT, "fd_ctl"),
                   ("hClient", SLOT, "h_root"), ("hMemory", SLOT, memory)])
 
-    def memory(self, name: str, where: str, size: int, va: int) -> None:
+    def memory(self, name: str, where: str, size: int, va: int, cpu: int = 0) -> None:
         n = lambda k: CONSTANTS[k]                               # noqa: E731
         if where in ("vidmem", "vidmem-gpu"):
             # the local-memory area (vidmem-gpu) is GBs, so not contiguous (tinygrad's _gpu_alloc
@@ -320,11 +321,11 @@ class Conversation:
                      | n("NVOS32_ALLOC_FLAGS_MAP_NOT_REQUIRED") | n("NVOS32_ALLOC_FLAGS_IGNORE_BANK_PLACEMENT")
                      | n("NVOS32_ALLOC_FLAGS_MEMORY_HANDLE_PROVIDED"))
             cls, kind, align = "NV1_MEMORY_USER", n("NVOS32_TYPE_IMAGE"), 2 << 20
-        else:       # sysmem-cached (the copies' results): cached, as pinned host memory is [inferred]
+        else:       # sysmem-cached, all of it: cached, as pinned host memory is [inferred] (an
+                    # uncached one costs the driver a page-attribute change a page: nv-vm.c)
             attr = abi.pack_bitfields({"NVOS32_ATTR_PHYSICALITY": n("NVOS32_ATTR_PHYSICALITY_ALLOW_NONCONTIGUOUS"),
                                        "NVOS32_ATTR_LOCATION": n("NVOS32_ATTR_LOCATION_PCI"),
-                                       **({"NVOS32_ATTR_COHERENCY": n("NVOS32_ATTR_COHERENCY_CACHED")}
-                                          if where == "sysmem-cached" else {})})
+                                       "NVOS32_ATTR_COHERENCY": n("NVOS32_ATTR_COHERENCY_CACHED")})
             attr2 = abi.pack_bitfields({"NVOS32_ATTR2_ZBC": n("NVOS32_ATTR2_ZBC_PREFER_NO_ZBC"),
                                         "NVOS32_ATTR2_GPU_CACHEABLE": n("NVOS32_ATTR2_GPU_CACHEABLE_NO")})
             flags = (n("NVOS32_ALLOC_FLAGS_IGNORE_BANK_PLACEMENT") | n("NVOS32_ALLOC_FLAGS_MEMORY_HANDLE_PROVIDED")
@@ -339,7 +340,7 @@ class Conversation:
                                                                      if where == "sysmem-cached" else
                                                                      "NVOS33_FLAGS_CACHING_TYPE_DEFAULT")})
         if where != "vidmem-gpu":
-            self.map_cpu(name, va, size, where.startswith("sysmem"), caching)
+            self.map_cpu(name, va, cpu or size, where.startswith("sysmem"), caching)
         self.map_gpu(name, va, size)
 
     # -- the conversation --------------------------------------------------------------------
@@ -423,10 +424,9 @@ class Conversation:
                  [("gpuUuid", COPY, self.uuid_at), ("rmCtrlFd", SLOT, "fd_ctl"),
                   ("hClient", SLOT, "h_root"), ("hVaSpace", SLOT, "h_vaspace")])
         self.mark("uvm")            # start-up's parts, each an event (issue 42: where the time goes)
-        for a in img.allocations:
-            if a.where in ("vidmem", "sysmem", "sysmem-cached", "vidmem-gpu"):
-                self.memory(f"h_{a.name}", a.where, a.size, a.va)
-                self.mark(f"memory {a.name} {a.size}")
+        for a in img.memories:
+            self.memory(f"h_{a.name}", a.where, a.size, a.va, a.cpu)
+            self.mark(f"memory {a.name} {a.size}")
         self.mark("memory")
         self.alloc("KEPLER_CHANNEL_GROUP_A", "h_device", "h_chgrp", "NV_CHANNEL_GROUP_ALLOCATION_PARAMETERS",
                    {"engineType": CONSTANTS["NV2080_ENGINE_TYPE_GRAPHICS"]})
@@ -434,13 +434,14 @@ class Conversation:
                    {"flags": abi.pack_bitfields({"NV_CTXSHARE_ALLOCATION_FLAGS_SUBCONTEXT":
                                                  CONSTANTS["NV_CTXSHARE_ALLOCATION_FLAGS_SUBCONTEXT_ASYNC"]})},
                    [("hVASpace", SLOT, "h_vaspace")])
-        gp = img.alloc("gpfifo")
+        gp, err = img.alloc("gpfifo"), img.alloc("sysmem")       # parts of the two allocations
+        vid = img.alloc(gp.within)
         entry = CONSTANTS["NVC56F_GP_ENTRY__SIZE"]
         self.alloc(arch.gpfifo, "h_chgrp", "h_channel", "NV_CHANNEL_ALLOC_PARAMS",
                    {"gpFifoOffset": gp.va, "gpFifoEntries": GPFIFO_ENTRIES,
-                    "userdOffset[0]": GPFIFO_ENTRIES * entry},
-                   [("hObjectError", SLOT, "h_sysmem"), ("hObjectBuffer", SLOT, "h_gpfifo"),
-                    ("hContextShare", SLOT, "h_ctxshare"), ("hUserdMemory[0]", SLOT, "h_gpfifo")])
+                    "userdOffset[0]": gp.va - vid.va + GPFIFO_ENTRIES * entry},
+                   [("hObjectError", SLOT, f"h_{err.within}"), ("hObjectBuffer", SLOT, f"h_{vid.name}"),
+                    ("hContextShare", SLOT, "h_ctxshare"), ("hUserdMemory[0]", SLOT, f"h_{vid.name}")])
         self.alloc(arch.compute, "h_channel", "h_compute")
         self.alloc(arch.dma_copy, "h_channel", "h_copy")      # the copies out, beside it (as libcuda)
         self.control("h_channel", "NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN",

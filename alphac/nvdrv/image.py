@@ -4,20 +4,25 @@ Given the owner's kernels (`alphac.ptx.build`: each kernel's ABI and its cubin's
 the target's `abi.Arch` and the host, `plan()` fixes, at compile time, everything a launch needs:
 
     allocation  va              size            what
-    arena       ARENA_VA        k * 2 MiB       video memory: code, constant banks, QMDs, push
-                                                buffers, state, data, constants, gs, G (and
-                                                under exact_sum the accumulators xd, xc)
-    gpfifo      after it        2 MiB           video memory: the GPFIFO ring, then USERD
-    sysmem      after it        64 KiB          system memory: the channel's error notifier, the
-                                                completion semaphore
-    results     after it        64 KiB units    system memory the host maps cached: what the
-                                                copy engine copies out of the arena at the end of
-                                                a chain (G, xd, xc, the states), the only card
-                                                results the host reads
-    staging     after it        64 KiB units    system memory the host maps cached: the host
-                                                writes the launch image and the data rows there
-                                                at the arena's offsets, the setup push buffer
-                                                (read from here) copies them into the arena
+    vidmem      ARENA_VA-2 MiB  2 MiB + arena   video memory, one allocation (start-up pays per
+                                                allocation: issue 42), in two parts:
+      gpfifo    its start       2 MiB             the GPFIFO ring, then USERD
+      arena     ARENA_VA        k * 2 MiB         code, constant banks, QMDs, push buffers,
+                                                  state, data, constants, gs, G (and under
+                                                  exact_sum the accumulators xd, xc)
+    host        after it        64 KiB units    system memory the host maps cached, one
+                                                allocation in three parts:
+      sysmem    its start       64 KiB            the channel's error notifier, the semaphore
+      results   after it        64 KiB units      what the copy engine copies out of the arena
+                                                  at the end of a chain (G, xd, xc, the
+                                                  states an update kernel takes), the only
+                                                  card results the host reads
+      staging   after it        64 KiB units      the host writes the launch image and the data
+                                                  rows there at the arena's offsets, the setup
+                                                  push buffer (read from here) copies them into
+                                                  the arena; the card reads the constant banks,
+                                                  idx and rd from here (MIRRORED), so the host
+                                                  writes a step's scalars to system memory
     channel     after it        64 MiB          a VA range UVM reserves for the channel (unmapped)
     usermode    after it        64 KiB          the usermode page (the doorbell at 0x90)
     local       after it        see below       video memory mapped for the GPU only: the
@@ -25,13 +30,14 @@ the target's `abi.Arch` and the host, `plan()` fixes, at compile time, everythin
 
 Every address is chosen here (UVM maps each allocation at the same address for the CPU and the
 GPU), so the QMDs, constant banks and push buffers are complete at compile time; at run time the
-owner writes only the scalar-state parameters into a constant bank, the semaphore, one GPFIFO
-entry, GPPut and the doorbell, and it reads the card's results only from `results`. The *launch
+owner writes only the scalar-state parameters into a constant bank (in `staging`), the
+semaphore, one GPFIFO entry, GPPut and the doorbell, and it reads the card's results only from
+`results`. The *launch
 image* is the arena's initial bytes (code to the end of the constants); the executable carries it
 with its SHA-256, checks that, and writes it to `staging`, whence the setup push buffer copies it.
 
 Memory demand (what admission checks against the card's declared memory, E0120) is the video
-memory allocated: the arena, the GPFIFO area and the local-memory area, in 2 MiB units.
+memory allocated: the arena with the GPFIFO area, and the local-memory area, in 2 MiB units.
 
 Local memory (a kernel ptxas spilled: `Image.local` > 0; docs/nvdrv.md, "Local memory"): per
 thread the stack + 0x240 (the ABI's bytes above STACK_TOP) rounded to 32, in every QMD's
@@ -67,7 +73,11 @@ Facts and their sources (docs/nvdrv.md has the full list and what is still unkno
     buffer OFFSET_IN/OUT, LINE_LENGTH_IN and LAUNCH_DMA NON_PIPELINED, pitch to pitch, virtual
     addresses, flush [read: tinygrad copy()], in pieces of 2^31 bytes at most [read: tinygrad];
     then the copy class's one-word semaphore release with flush [read: tinygrad signal()] in place
-    of the host's: the one wait covers the copies. That the host WFI orders the copy engine after
+    of the host's: the one wait covers the copies.
+  - Memory (docs/nvdrv.md "Memory"): two allocations with parts, the semaphore and the notifier
+    in cached system memory, the constant banks and MIRRORED buffers read by the SMs from
+    `staging`, the video memory mapped for the CPU only over the GPFIFO area [inferred:
+    unconfirmed on an H200]. That the host WFI orders the copy engine after
     the compute engine on one channel is [inferred: unconfirmed on an H200].
 
 Requires: every kernel's cubin for `arch.sm`. Guarantees: the same inputs give the same bytes.
@@ -135,6 +145,13 @@ CODE_ALIGN, QMD_ALIGN, CBANK_ALIGN = 256, 256, 256
 CODE_TAIL = 0x1000                 # room past the last instruction for the prefetcher
 BLOCK = 128                        # threads per CTA at most
 SEM_RELEASED = 1                   # the payload the release writes; the owner clears it first
+MEMORY_KINDS = ("vidmem", "vidmem-gpu", "sysmem-cached")
+# Buffers the host writes each step and the card only reads (`reduce` aside, which writes rd on
+# the card, where the host compares it): the card reads them from `staging`, system memory, as
+# it reads the constant banks, so the host never writes video memory through BAR1 for them.
+# Besides these, every state no update kernel writes (a scalar state) and, under exact_sum, G
+# (the host's rounded sum: no kernel writes it there) are read so (plan: `mirrored`).
+MIRRORED = ("idx", "rd")
 
 
 def round_up(v: int, a: int) -> int:
@@ -146,8 +163,10 @@ class Allocation:
     name: str
     va: int
     size: int
-    where: str                     # "vidmem" | "vidmem-gpu" (not mapped for the CPU) | "sysmem" |
+    where: str                     # "vidmem" | "vidmem-gpu" (not mapped for the CPU) |
                                    # "sysmem-cached" (mapped cached) | "usermode" | "reserved"
+    within: str = ""               # a part of that allocation (not allocated by itself)
+    cpu: int = 0                   # the bytes mapped for the CPU from its start (0: all of it)
 
 
 @dataclass(frozen=True)
@@ -212,8 +231,14 @@ class GpuImage:
         return self.chains[tuple(kernels)]
 
     @property
+    def memories(self) -> tuple[Allocation, ...]:
+        """The allocations the driver makes (one video-memory, one system-memory, and the
+        local-memory area when a kernel spills), each mapped once; the others are parts of them."""
+        return tuple(a for a in self.allocations if not a.within and a.where in MEMORY_KINDS)
+
+    @property
     def demand(self) -> int:
-        return sum(a.size for a in self.allocations if a.where in ("vidmem", "vidmem-gpu"))
+        return sum(a.size for a in self.memories if a.where in ("vidmem", "vidmem-gpu"))
 
     def staged(self, name: str) -> int:
         """Where the host writes buffer `name` at start-up: its place in `staging`."""
@@ -529,10 +554,12 @@ def _threads(od: OwnerData, kernel, share: Share) -> int:
 
 
 def plan(od: OwnerData, built: list, sm: int, share: Share | None = None,
-         topology: Topology | None = None) -> GpuImage:
+         topology: Topology | None = None, host_arena: bool = False) -> GpuImage:
     """The owner's memory plan and launch image for every kernel in `built` (alphac.ptx.build),
     for `share` (default: the whole learner); `topology` (the host description's) sizes the
-    local-memory area when a kernel spills, and is required then (BuildError without it)."""
+    local-memory area when a kernel spills, and is required then (BuildError without it).
+    `host_arena`: the host writes into the arena (a deployment role's states and combined G), so
+    all of the video memory is mapped for the CPU; else only the GPFIFO area is."""
     share = share or Share.whole(od)
     stack = max((b.image.local for b in built), default=0)
     per_thread = local_per_thread(stack)
@@ -568,16 +595,23 @@ def plan(od: OwnerData, built: list, sm: int, share: Share | None = None,
         return tuple(k for k in chain if k not in empty)
     P = od.params
     exact_sum = any(p.role == "xd" for b in built for p in b.kernel.params)
+    # the states the card writes: an update kernel's; any other (a scalar state, or a grouped one
+    # no statement assigns, whose update kernel takes none) has no result: the host's is the state
+    written = {f"state_{p.ref}" for b in built if b.kernel.name.startswith("update_g")
+               for p in b.kernel.params if p.role == "state"}
     out_sizes = {"G": 8 * P, **({"xd": 8 * XS_WORDS * P, "xc": 8 * XC_WORDS * P} if exact_sum else {}),
-                 **{f"state_{name}": 8 * len(init) for name, init in od.states}}
+                 **{f"state_{name}": 8 * len(init) for name, init in od.states if f"state_{name}" in written}}
     results, at = {}, 0                 # each buffer's offset in the results allocation
     for name in out_sizes:
         results[name], at = at, round_up(at + out_sizes[name], 256)
 
+    mirrored = {*MIRRORED, *({"G"} if exact_sum else ()),
+                *(f"state_{name}" for name, _ in od.states if f"state_{name}" not in written)}
+
     def outs(chain) -> list[str]:       # what the host reads after the chain: what its kernels write
         upd = [k for k in chain if k.startswith("update_g")]
         grad = (["xd", "xc"] if exact_sum else ["G"]) if len(upd) < len(chain) else []
-        return [k for k in grad + [k for k in results if k.startswith("state_") and upd] if out_sizes[k]]
+        return [k for k in grad + [k for k in results if k in written and upd] if out_sizes[k]]
     # per launch invalidate, PCAS A, PCAS2 B (2 dwords each), a wait-for-idle between; the release;
     # the copies out
     pb_off = {c: put(bytes(4 * (8 * len(launched(c)) - 2 + 6 + copies_dwords(
@@ -591,6 +625,16 @@ def plan(od: OwnerData, built: list, sm: int, share: Share | None = None,
             if p.role == "const":
                 buffers[f"{b.kernel.name}.{p.name}"] = put(struct.pack(f"<{len(p.values)}d", *p.values), 256)
     rows = share.hi - share.lo
+    # what the host writes each step and the card only reads (a minibatch's samples, the host's
+    # reduced scalars: `reduce` writes the same words on the card) lies in the image, so that
+    # the card reads it, as the constant banks, from its copy in `staging` (MIRRORED)
+    if share.batch:
+        buffers["idx"] = put(bytes(8 * max(1, share.rows)), 256)
+    rd = [b.kernel.threads for b in built if b.kernel.name == "reduce"]   # the card's reduced scalars
+    if rd:
+        buffers["rd"] = put(bytes(8 * rd[0]), 256)
+    if exact_sum:
+        buffers["G"] = put(bytes(8 * max(1, P)), 256)
     # the setup push buffer, last: it ends with the copy of the image and the rows from `staging`
     rows_bytes = sum(round_up(8 * max(1, rows * cols), 256) for _, cols in od.data)
     setup_dwords = SETUP_DWORDS + (SETUP_LOCAL_DWORDS if stack else 0)
@@ -601,44 +645,50 @@ def plan(od: OwnerData, built: list, sm: int, share: Share | None = None,
     for name, cols in od.data:          # written by the host at start-up: past the image
         buffers[f"rows_{name}"] = end
         end = round_up(end + 8 * max(1, rows * cols), 256)
-    if share.batch:                     # the step's samples, written by the host each step
-        buffers["idx"] = end
-        end = round_up(end + 8 * max(1, share.rows), 256)
     for k, width in enumerate(od.products):     # written by the batch kernels each step
         buffers[f"mv{k}"] = end
         end = round_up(end + 8 * max(1, width * share.rows), 256)
     gs_off = end
     g_off = round_up(gs_off + 8 * max(1, (od.row or P) * share.rows), 256)
-    end = round_up(g_off + 8 * max(1, P), 256)
+    end = g_off if exact_sum else round_up(g_off + 8 * max(1, P), 256)
     exact = {}                          # exact_sum: the card's dense and compact accumulators; rd
     if exact_sum:
         exact = {"xd": end, "xc": end + 8 * XS_WORDS * P}
         end = round_up(exact["xc"] + 8 * XC_WORDS * P, 256)
-    rd = [b.kernel.threads for b in built if b.kernel.name == "reduce"]   # the card's reduced scalars
-    if rd:
-        exact["rd"], end = end, round_up(end + 8 * rd[0], 256)
     arena_size = round_up(end, HUGE)
 
-    va = ARENA_VA
-    allocs = []
     upload_end = round_up(image_end, 256) + rows_bytes     # the image and the rows, from `staging`
-    table = [("arena", arena_size, "vidmem"), ("gpfifo", GPFIFO_AREA, "vidmem"),
-             ("sysmem", SYSMEM_SIZE, "sysmem"), ("results", round_up(max(at, 1), SYSMEM_SIZE), "sysmem-cached"),
-             ("staging", round_up(upload_end, SYSMEM_SIZE), "sysmem-cached"),
-             ("channel", CHANNEL_RANGE, "reserved"), ("usermode", USERMODE_SIZE, "usermode")]
+    # Two allocations (start-up's cost is per allocation: issue 42): one of video memory, the
+    # GPFIFO area (the ring, USERD) then the arena, and one of system memory, mapped cached: the
+    # error notifier and the semaphore, the results, the staging copy; each mapped once.
+    parts = {"vidmem": [("gpfifo", GPFIFO_AREA), ("arena", arena_size)],
+             "host": [("sysmem", SYSMEM_SIZE), ("results", round_up(max(at, 1), SYSMEM_SIZE)),
+                      ("staging", round_up(upload_end, SYSMEM_SIZE))]}
+    table = [("vidmem", "vidmem"), ("host", "sysmem-cached"), ("channel", CHANNEL_RANGE, "reserved"),
+             ("usermode", USERMODE_SIZE, "usermode")]
     per_tpc = local_per_tpc(per_thread, topology) if stack else 0
     if stack:
         table.append(("local", round_up(local_area_size(per_thread, topology), HUGE), "vidmem-gpu"))
-    for name, size, where in table:
-        allocs.append(Allocation(name, va, size, where))
+    allocs, va = [], ARENA_VA - GPFIFO_AREA             # so the arena starts at ARENA_VA
+    for name, *rest in table:
+        size, where = (sum(n for _, n in parts[name]), rest[0]) if name in parts else rest
+        cpu = GPFIFO_AREA if name == "vidmem" and not host_arena else 0
+        allocs.append(Allocation(name, va, size, where, cpu=cpu))
+        at_part = va
+        for part, n in parts.get(name, ()):
+            allocs.append(Allocation(part, at_part, n, where, name))
+            at_part += n
         va = round_up(va + size, HUGE)
-    sem_va = allocs[2].va + SEMAPHORE_OFFSET
-    vas = {k: ARENA_VA + v for k, v in buffers.items()}
+    by_name = {a.name: a for a in allocs}
+    sem_va = by_name["sysmem"].va + SEMAPHORE_OFFSET
+    staging = by_name["staging"].va
+    vas = {k: (staging if k in mirrored else ARENA_VA) + v for k, v in buffers.items()}
     for name, cols in od.data:          # kernels index rows by the global sample number
         vas[f"data_{name}"] = vas[f"rows_{name}"] - 8 * share.lo * cols
-    vas["gs"], vas["G"] = ARENA_VA + gs_off, ARENA_VA + g_off
+    vas["gs"] = ARENA_VA + gs_off
+    vas.setdefault("G", ARENA_VA + g_off)
     vas.update({k: ARENA_VA + v for k, v in exact.items()})
-    results = {k: allocs[3].va + v for k, v in results.items()}
+    results = {k: by_name["results"].va + v for k, v in results.items()}
 
     launches = []
     for b in built:
@@ -664,11 +714,11 @@ def plan(od: OwnerData, built: list, sm: int, share: Share | None = None,
             elif p.type == "u32":
                 struct.pack_into("<I", cbank, at, statics[p.role])
                 if share.batch and p.role in ("count", "n", "rows"):
-                    counts.append(ARENA_VA + cbank_off[k.name] + at)
+                    counts.append(staging + cbank_off[k.name] + at)
             else:
-                scalars.append(Scalar(p.ref, p.version, ARENA_VA + cbank_off[k.name] + at))
+                scalars.append(Scalar(p.ref, p.version, staging + cbank_off[k.name] + at))
         code_va = ARENA_VA + code_off[k.name]
-        cbank_va = ARENA_VA + cbank_off[k.name]
+        cbank_va = staging + cbank_off[k.name]          # read by the card from system memory
         qmd_va = ARENA_VA + qmd_off[k.name]
         la = Launch(k.name, threads, block, grid, code_va, im.code_sha256, qmd_va, b"", cbank_va,
                     bytes(cbank), tuple(scalars), tuple(counts))
@@ -685,8 +735,7 @@ def plan(od: OwnerData, built: list, sm: int, share: Share | None = None,
         arena[off:off + 4 * len(pb)] = struct.pack(f"<{len(pb)}I", *pb)
         chains[c] = Chain(launched(c), ARENA_VA + off, tuple(pb), gpfifo_entry(arch, ARENA_VA + off, len(pb)),
                           copies)
-    local_va = allocs[-1].va if stack else 0
-    staging = allocs[4].va
+    local_va = by_name["local"].va if stack else 0
     setup = setup_pushbuf(arch, sem_va, local_va, per_tpc, (staging, ARENA_VA, upload_end))
     arena[setup_off:setup_off + 4 * len(setup)] = struct.pack(f"<{len(setup)}I", *setup)
     image = bytes(arena[:image_end]) + bytes(image_end - len(arena))
