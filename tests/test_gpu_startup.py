@@ -84,3 +84,62 @@ def test_the_host_stores_no_scalar_or_index_into_video_memory(tmp_path, which):
         assert r.errors == [] and (r.returncode, r.stderr) == (0, ""), (r.errors, r.stderr)
         from alphac.ir.interp import format_state, run as interp_run
         assert r.stdout == format_state(lr, interp_run(lr, 4))
+
+
+# Each start-up part a card's events file times (docs/nvdrv.md "Where start-up goes"): the mark
+# and the driver calls since the mark before it (for `gpu-open`, its last two).
+PARTS = [("gpu-open", ["/dev/nvidia0", "NV_ESC_REGISTER_FD"]),
+         ("device", ["NV_ESC_RM_ALLOC NV01_DEVICE_0", "NV_ESC_RM_ALLOC NV20_SUBDEVICE_0"]),
+         ("identity", None),
+         ("boost", ["NV_ESC_RM_CONTROL NV2080_CTRL_CMD_PERF_BOOST"]),
+         ("uvm-open", ["/dev/nvidia-uvm", "/dev/nvidia-uvm", "UVM_INITIALIZE", "UVM_MM_INITIALIZE"]),
+         ("usermode", ["NV_ESC_RM_ALLOC HOPPER_USERMODE_A", "/dev/nvidia0", "NV_ESC_REGISTER_FD",
+                       "NV_ESC_RM_MAP_MEMORY h_usermode", "mmap h_usermode", "close"]),
+         ("vaspace", ["NV_ESC_RM_ALLOC FERMI_VASPACE_A"]),
+         ("uvm-register", ["UVM_REGISTER_GPU"]),
+         ("uvm", ["UVM_REGISTER_GPU_VASPACE"]),
+         ("alloc vidmem", ["NV_ESC_RM_ALLOC NV1_MEMORY_USER"]),
+         ("memory vidmem", ["/dev/nvidia0", "NV_ESC_REGISTER_FD", "NV_ESC_RM_MAP_MEMORY h_vidmem", "mmap h_vidmem",
+                            "close", "UVM_CREATE_EXTERNAL_RANGE", "UVM_MAP_EXTERNAL_ALLOCATION"]),
+         ("alloc host", ["NV_ESC_RM_ALLOC NV01_MEMORY_SYSTEM"]),
+         ("memory host", ["/dev/nvidiactl", "NV_ESC_RM_MAP_MEMORY h_host", "mmap h_host", "close",
+                          "UVM_CREATE_EXTERNAL_RANGE", "UVM_MAP_EXTERNAL_ALLOCATION"]),
+         ("memory", []),
+         ("gpfifo", ["NV_ESC_RM_ALLOC KEPLER_CHANNEL_GROUP_A", "NV_ESC_RM_ALLOC FERMI_CONTEXT_SHARE_A",
+                     "NV_ESC_RM_ALLOC HOPPER_CHANNEL_GPFIFO_A"]),
+         ("objects", ["NV_ESC_RM_ALLOC HOPPER_COMPUTE_A", "NV_ESC_RM_ALLOC HOPPER_DMA_COPY_A"]),
+         ("channel", None)]
+
+
+def test_start_up_events_bracket_each_candidate_call():
+    """Issue 42: where the H200's 176 ms between `identity` and `memory` went. Each call the
+    driver source says may take long has an event on each side, so a card's events file names
+    its milliseconds: the GPU file's first open (nv_open_device: the adapter's start when nothing
+    holds it), the device, the boost, UVM's files, the vaspace, UVM_REGISTER_GPU (UVM's state for
+    the GPU, made when no other process has it registered), each memory's RM allocation apart from
+    its mappings (a scrub would be in the allocation), the channel apart from its objects; and
+    the owner writes them in that order, each with its time, under the mock."""
+    from alphac.build import build_gpu_owner
+    lr = compile_file(example("lsq_adam")).learner
+    built = build_gpu_owner(lr, "x86_64+sm_90", host_for(90))
+    seen, part = [], []
+    for c in built.conversation.calls:
+        if c.op == 7:
+            seen.append((c.what, part))
+            part = []
+        elif c.op in (1, 2, 3, 4):
+            part.append(c.what)
+    sizes = {f"memory {a.name}": f"memory {a.name} {a.size}" for a in built.gpu.memories}
+    assert [w for w, _ in seen] == [sizes.get(w, w) for w, _ in PARTS]
+    for (what, calls), (_, want) in zip(seen, PARTS):
+        if want is not None:
+            got = calls[-len(want):] if what == "gpu-open" else calls
+            assert got == want, (what, calls)
+    need_mock()
+    path, _ = owner("lsq_adam", 90)
+    r = mockgpu.run(path, ("--steps", "0"), card=card_for(90), kernels=built.kernels)
+    assert r.errors == [] and r.returncode == 0, (r.errors, r.stderr)
+    from alphac.tools.record import split_event
+    events = [split_event(line) for line in r.events.split("\n")[1:-1]]
+    marks = [(w, t) for w, t in events if w in built.conversation.marks()]
+    assert [w for w, _ in marks] == built.conversation.marks() and all(t is not None for _, t in marks)

@@ -49,7 +49,8 @@ Saves run after it: slot = the u32/u64 at region offset src + slots[base-slot].
     op 6 EXPECT a0 kind (1 16 bytes, 2 string, 3 u32 >= value, 4 u32 <= value), a1 answer,
                 a2 expected (offset, or the value), a3 refusal (1 device-uuid, 2 nvidia-plan-host,
                 3 gpu-topology), a4 label
-    op 7 MARK   a0 label, a1 1 when the identity checks end
+    op 7 MARK   a0 label, a1 1 when the identity checks end: an event (`marks()`) after each
+                part of start-up whose time a card's events file should show (issue 42)
 
 `expected_trace()` is the system-call sequence the table makes: the mock driver and the strace
 test compare what the executable does with it.
@@ -335,6 +336,7 @@ class Conversation:
                    {"type": kind, "attr": attr, "attr2": attr2, "flags": flags, "format": MEMORY_FORMAT,
                     "size": size, "alignment": align, "offset": 0, "limit": size - 1},
                    [("owner", SLOT, "h_root")])
+        self.mark(f"alloc {name.removeprefix('h_')}")     # the RM's allocation alone, then its mappings
         # tinygrad maps host memory with flags 0: CACHED
         caching = abi.pack_bitfields({"NVOS33_FLAGS_CACHING_TYPE": n("NVOS33_FLAGS_CACHING_TYPE_CACHED"
                                                                      if where == "sysmem-cached" else
@@ -360,10 +362,13 @@ class Conversation:
         self.control("h_root", "NV0000_CTRL_CMD_GPU_GET_ID_INFO_V2", patches=[("gpuId", SLOT, "gpu_id")],
                      saves=[("deviceInstance", "dev_inst", "zero")])
         self.open_device("fd_dev")
+        self.mark("gpu-open")       # the first open of the GPU's file: nv_open_device (docs/nvdrv.md
+                                    # "Where start-up goes": each mark an event, issue 42)
         self.alloc("NV01_DEVICE_0", "h_root", "h_device", "NV0080_ALLOC_PARAMETERS",
                    {"vaMode": CONSTANTS["NV_DEVICE_ALLOCATION_VAMODE_MULTIPLE_VASPACES"]},
                    [("deviceId", SLOT, "dev_inst"), ("hClientShare", SLOT, "h_root")])
         self.alloc("NV20_SUBDEVICE_0", "h_device", "h_subdevice", "NV2080_ALLOC_PARAMETERS", {"subDeviceId": 0})
+        self.mark("device")
         gid = self.control("h_subdevice", "NV2080_CTRL_CMD_GPU_GET_GID_INFO",
                            {"flags": abi.pack_bitfields({
                                "NV2080_GPU_CMD_GPU_GET_GID_FLAGS_FORMAT": CONSTANTS["NV2080_GPU_CMD_GPU_GET_GID_FLAGS_FORMAT_BINARY"],
@@ -405,25 +410,30 @@ class Conversation:
         self.control("h_subdevice", "NV2080_CTRL_CMD_PERF_BOOST",
                      {"flags": abi.pack_bitfields(boost),
                       "duration": CONSTANTS["NV2080_CTRL_PERF_BOOST_DURATION_INFINITE"]}, status=None)
+        self.mark("boost")
 
         self.open("/dev/nvidia-uvm", "fd_uvm")
         self.open("/dev/nvidia-uvm", "fd_uvm2")
         self.uvm("UVM_INITIALIZE", {"flags": 0})
         # tinygrad: "this error is okay, CUDA hits it too": the status is not checked.
         self.uvm("UVM_MM_INITIALIZE", {}, [("uvmFd", SLOT, "fd_uvm")], fd="fd_uvm2", status=None)
+        self.mark("uvm-open")
         um = img.alloc("usermode")
         self.alloc(arch.usermode, "h_subdevice", "h_usermode")
         self.map_cpu("h_usermode", um.va, um.size, False,
                      abi.pack_bitfields({"NVOS33_FLAGS_ACCESS": CONSTANTS["NVOS33_FLAGS_ACCESS_WRITE_ONLY"]}))
+        self.mark("usermode")
         self.alloc("FERMI_VASPACE_A", "h_device", "h_vaspace", "NV_VASPACE_ALLOCATION_PARAMETERS",
                    {"vaBase": 0x1000, "vaSize": 0x1fffffb000000,
                     "flags": CONSTANTS["NV_VASPACE_ALLOCATION_FLAGS_ENABLE_PAGE_FAULTING"]
                     | CONSTANTS["NV_VASPACE_ALLOCATION_FLAGS_IS_EXTERNALLY_OWNED"]})
+        self.mark("vaspace")
         self.uvm("UVM_REGISTER_GPU", {"rmCtrlFd": -1}, [("gpu_uuid", COPY, self.uuid_at)])
+        self.mark("uvm-register")   # UVM's own state for the GPU when no process holds it (add_gpu)
         self.uvm("UVM_REGISTER_GPU_VASPACE", {},
                  [("gpuUuid", COPY, self.uuid_at), ("rmCtrlFd", SLOT, "fd_ctl"),
                   ("hClient", SLOT, "h_root"), ("hVaSpace", SLOT, "h_vaspace")])
-        self.mark("uvm")            # start-up's parts, each an event (issue 42: where the time goes)
+        self.mark("uvm")
         for a in img.memories:
             self.memory(f"h_{a.name}", a.where, a.size, a.va, a.cpu)
             self.mark(f"memory {a.name} {a.size}")
@@ -442,8 +452,10 @@ class Conversation:
                     "userdOffset[0]": gp.va - vid.va + GPFIFO_ENTRIES * entry},
                    [("hObjectError", SLOT, f"h_{err.within}"), ("hObjectBuffer", SLOT, f"h_{vid.name}"),
                     ("hContextShare", SLOT, "h_ctxshare"), ("hUserdMemory[0]", SLOT, f"h_{vid.name}")])
+        self.mark("gpfifo")
         self.alloc(arch.compute, "h_channel", "h_compute")
         self.alloc(arch.dma_copy, "h_channel", "h_copy")      # the copies out, beside it (as libcuda)
+        self.mark("objects")
         self.control("h_channel", "NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN",
                      {"workSubmitToken": 0xffffffff}, saves=[("workSubmitToken", "token", "zero")])
         ch = img.alloc("channel")
@@ -484,6 +496,11 @@ class Conversation:
             elif c.op == MARK and c.args[1] and until_identity:
                 break
         return out
+
+    def marks(self) -> list[str]:
+        """The events the table writes, in order (MARK's labels): start-up's parts, which
+        bench/gpu.py times one after the other (docs/nvdrv.md "Where start-up goes")."""
+        return [c.what for c in self.calls if c.op == MARK]
 
     def listing(self) -> str:
         """One line per call: what `alphac build --emit calls` prints and docs/nvdrv.md shows."""
