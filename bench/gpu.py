@@ -10,7 +10,10 @@ For each, the same span is timed on every side, the set-up apart and warm-up exc
   * alphac's GPU owner (with the full host shadow, and with `--shadow sampled` where the contract
     allows it: docs/gpu.md "Shadow policies") and CPU executable: a step by difference, a run of
     W + N steps minus a run of W steps, over N (start-up, reading the data and the first W steps
-    cancel); the GPU owner's start-up is a whole `--steps 0` run;
+    cancel); the GPU owner's start-up is a whole `--steps 0` run, its parts from its events file:
+    alone (`cold`), then with this process holding the GPU's files open (`fds`), then holding
+    them and a UVM registration of the GPU (`uvm`; gpu/holder.py), R times in turn, all before
+    this process touches CUDA (a context of torch's would hold the GPU for every later run);
   * PyTorch float64 on the card (eager: autograd and torch.optim.Adam; and the step captured in a
     CUDA graph, Adam `capturable`), N steps after W untimed ones, synchronized at both ends; the
     model, data and optimizer made before.
@@ -35,6 +38,7 @@ import json
 import sys
 import tempfile
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -67,20 +71,71 @@ def learner_source(name: str, size: dict, where: Path) -> Path:
     return path
 
 
+# Start-up's spans as 2026-12-04's card run reported them; its parts are finer: every event the
+# conversation writes (Conversation.marks(): docs/nvdrv.md "Where start-up goes"), then gpu.rt's
+# three after it (the image and the rows written, the setup submission done).
 START_MARKS = ("identity", "uvm", "memory", "channel", "uploaded")
+AFTER_CONVERSATION = ("image", "rows", "uploaded")
+HOLD = ("cold", "fds", "uvm")       # start-up alone, and with the GPU held (gpu/holder.py LEVELS)
 
 
-def start_parts(events: Path) -> dict[str, float]:
-    """The milliseconds between consecutive START_MARKS in a GPU owner's events file (the
-    `memory NAME BYTES` events between uvm and memory are inside uvm->memory); {} without it."""
+def start_parts(events: Path, marks=START_MARKS) -> dict[str, float]:
+    """The milliseconds between consecutive `marks` in a GPU owner's events file, each named
+    "A->B"; {} without the file."""
     from alphac.tools.record import split_event
     at = {}
     if events.exists():
         for line in events.read_text().splitlines():
             what, ns = split_event(line)
-            if what in START_MARKS and ns is not None:
+            if what in marks and ns is not None:
                 at[what] = ns
-    return {f"{a}->{b}": (at[b] - at[a]) / 1e6 for a, b in zip(START_MARKS, START_MARKS[1:]) if a in at and b in at}
+    return {f"{a}->{b}": (at[b] - at[a]) / 1e6 for a, b in zip(marks, marks[1:]) if a in at and b in at}
+
+
+def start_ups(args, runner, host, exes: dict, gpu, events: Path) -> dict:
+    """Each of HOLD in turn, `args.rounds` times, a whole `--steps 0` run of the GPU owner with its
+    events: its seconds, its spans (START_MARKS) and its parts (every mark), or why a hold was not
+    made (gpu/holder.py's HoldFailed; then that kind is not tried again). Run before this process
+    touches CUDA: a context here would hold the GPU for every run after it."""
+    from holder import HoldFailed, held
+    marks = (*gpu.conversation.marks(), *AFTER_CONVERSATION)
+    res = {k: {"start": [], "spans": [], "parts": [], "why": ""} for k in HOLD}
+    for _ in range(args.rounds):
+        for kind in HOLD:
+            r = res[kind]
+            if r["why"]:
+                continue
+            ev = events.with_suffix(f".{kind}.events")
+            try:
+                with (held(host.uuid, host.minor, kind) if kind != "cold" else nullcontext()):
+                    r["start"].append(run_span(runner, exes["gpu"][0], 0, gpu, ("--events", str(ev)))[0])
+            except HoldFailed as e:
+                r["why"] = str(e)
+                continue
+            r["spans"].append(start_parts(ev))
+            r["parts"].append(start_parts(ev, marks))
+    return {k: {"start": r["start"], "why": r["why"], "spans": merged(r["spans"]), "parts": merged(r["parts"])}
+            for k, r in res.items()}
+
+
+def print_start_ups(title: str, starts: dict) -> None:
+    """Where start-up goes (issue 42), from the owner's own events: a line of spans and one of
+    parts for each kind of HOLD (or why it was not measured), flushed: a later deadline keeps them."""
+    for kind, s in starts.items():
+        said = {"cold": "", "fds": ", the GPU's files held open",
+                "uvm": ", the GPU held open and registered with UVM"}[kind]
+        if s["why"]:
+            print(f"# {title}: start-up{said}: not measured: {s['why']}", flush=True)
+            continue
+        for what, whole in (("spans", f"whole run {ms(s['start'])}, "), ("parts", "")):
+            print(f"# {title}: start-up {what}{said}, ms: {whole}" + ", ".join(
+                f"{k} {ms([v / 1e3 for v in vs])}" for k, vs in s[what].items()), flush=True)
+
+
+def merged(rounds: list[dict[str, float]]) -> dict[str, list[float]]:
+    """Each key's values over the rounds, in the first round's order."""
+    keys = list(dict.fromkeys(k for r in rounds for k in r))
+    return {k: [r[k] for r in rounds if k in r] for k in keys}
 
 
 def run_span(runner, exe: Path, steps: int, built, more=()) -> tuple[float, int, str]:
@@ -180,9 +235,7 @@ def bench(args, runner) -> int:
         print(f"bench/gpu.py: {e.args[1]}", file=sys.stderr)
         return e.args[0]
     level = next(t for t in ("x86_64-v4", "x86_64-v3", "x86_64") if host_runs(t))
-    torch, why = torch_or_why()
-    device = "cuda" if torch is not None and not why else "cpu"
-    rows, ok, graph_failed = [], True, {}
+    made = {}
     for name in args.learners:
         title, full, quick = LEARNERS[name]
         size = quick if args.quick else full
@@ -200,8 +253,17 @@ def bench(args, runner) -> int:
         for path, _, elf, _ in exes.values():
             path.write_bytes(elf)
             path.chmod(0o755)
-        times = {k: [] for k in ("gpu", "sampled", "cpu", "start", "torch", "graph")}
-        parts = []                      # each round's start-up parts (start_parts)
+        made[name] = (title, size, lr, gpu, exes, build_s)
+    starts = {}                 # every start-up first (torch's CUDA would hold the GPU), said at once
+    for name, (title, _, lr, gpu, exes, _) in made.items():
+        starts[name] = start_ups(args, runner, host, exes, gpu, out / "bin" / f"{lr.name}.start")
+        print_start_ups(title, starts[name])
+    torch, why = torch_or_why()
+    device = "cuda" if torch is not None and not why else "cpu"
+    rows, ok, graph_failed = [], True, {}
+    for name in args.learners:
+        title, size, lr, gpu, exes, build_s = made[name]
+        times = {k: [] for k in ("gpu", "sampled", "cpu", "torch", "graph")}
         outputs, w, n = {}, args.warmup, args.steps
         for _ in range(args.rounds):
             for kind, (path, built, _, more) in exes.items():
@@ -209,9 +271,6 @@ def bench(args, runner) -> int:
                 short_s, rc0, _ = run_span(runner, path, w, built, more)
                 outputs[kind] = (rc, rc0, text)
                 times[kind].append((long_s - short_s) / n)
-            events = out / "bin" / f"{lr.name}.start.events"
-            times["start"].append(run_span(runner, exes["gpu"][0], 0, gpu, ("--events", str(events)))[0])
-            parts.append(start_parts(events))
             if torch is not None:
                 times["torch"].append(torch_time(name, size, out / "bin", torch, device, w, n, False) / n)
                 if device == "cuda" and name not in graph_failed:
@@ -222,8 +281,7 @@ def bench(args, runner) -> int:
         same = all(outputs[k][:2] == (0, 0) and outputs[k][2] == outputs["cpu"][2] for k in outputs)
         ok = ok and same
         rows.append({"learner": title, "gpu": times["gpu"], "sampled": times["sampled"], "cpu": times["cpu"],
-                     "start": times["start"], "start_parts": {k: [p[k] for p in parts if k in p]
-                                                              for k in sorted(set().union(*parts))},
+                     "start": starts[name]["cold"]["start"], "start_ups": starts[name],
                      "torch": times["torch"], "graph": times["graph"], "bits": same,
                      "build_s": round(build_s, 2)})
     where = "against the mock: times mean nothing" if args.runner else f"sm_{sm}, {host.product}"
@@ -236,9 +294,6 @@ def bench(args, runner) -> int:
     for r in rows:
         print(f"| {r['learner']} | {ms(r['gpu'])} | {ms(r['sampled'])} | {ms(r['cpu'])} | {ms(r['torch'])} | "
               f"{ms(r['graph'])} | {ms(r['start'])} | {'yes' if r['bits'] else 'NO'} |")
-    for r in rows:                      # where start-up goes (issue 42): the owner's own events
-        print(f"# {r['learner']}: start-up parts, ms: " + ", ".join(
-            f"{k} {ms([v / 1e3 for v in vs])}" for k, vs in r["start_parts"].items()))
     for name, why_not in sorted(graph_failed.items()):
         print(f"# {name}: no CUDA graph: {why_not}")
     (out / "bench-gpu.json").write_text(json.dumps({"sm": sm, "level": level, "rows": rows}, indent=1,

@@ -3,6 +3,7 @@ bench` crashed while the docs quoted its numbers). The figures of a short run ar
 benchmarks measure, tests do not time."""
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -60,7 +61,16 @@ def test_gpu_benchmark_against_the_mock(tmp_path, runner, code, bits):
     assert all(l.endswith(f"| {bits} |") for l in rows), r.stdout
     # the sampled shadow where the contract allows it: not under exact_sum (the least squares)
     assert [l.split(" | ")[2] == "-" for l in rows] == [True, False][:2 - lying], r.stdout
-    # where start-up goes, from the owner's own events (issue 42): every part, every learner
-    parts = [l for l in r.stdout.splitlines() if "start-up parts, ms:" in l]
-    assert len(parts) == len(rows) and all(k in l for l in parts for k in (
+    # where start-up goes, from the owner's own events (issue 42): every span and every part
+    # (each event the conversation writes: docs/nvdrv.md "Where start-up goes"), every learner
+    lines = r.stdout.splitlines()
+    spans = [l for l in lines if "start-up spans, ms:" in l]
+    parts = [l for l in lines if "start-up parts, ms:" in l]
+    assert len(spans) == len(parts) == len(rows) and all(k in l for l in spans for k in (
         "identity->uvm", "uvm->memory", "memory->channel", "channel->uploaded")), r.stdout
+    assert all(k in l for l in parts for k in ("gpu-open->device", "identity->boost", "vaspace->uvm-register",
+                                               "uvm-register->uvm", "memory->gpfifo", "rows->uploaded")), r.stdout
+    # and with the GPU held by this process (gpu/holder.py): not here, where no driver is, said so
+    held = [l for l in lines if "start-up, the GPU" in l and "held" in l]
+    assert Path("/dev/nvidiactl").exists() or len(held) == 2 * len(rows) and all(
+        l.endswith("not measured: cannot open /dev/nvidiactl: No such file or directory") for l in held), r.stdout

@@ -17,7 +17,11 @@
     holds no channel parameters (libcuda's paramsSize is 0) and the decoder says so; the sniffer
     logs an RM_ALLOC's parameters sized by class; the sniffer and decoder together find a ring
     through its CPU and GPU mappings, tag each entry with its launch, and find the QMD, its
-    constant bank and the local-memory setup; the trace's spilling kernel needs local memory.
+    constant bank and the local-memory setup; the trace's spilling kernel needs local memory;
+  * gpu/holder.py (bench/gpu.py's start-up with the GPU held, issue 42) holds the files open for
+    its block and closes them after, makes at `uvm` the conversation's own UVM calls (the same
+    requests, the card's UUID, rmCtrlFd -1) and nothing else, and names a missing file or a
+    call the driver refuses, closing what it opened.
 """
 import importlib.util
 import json
@@ -504,3 +508,53 @@ def test_trace_inner_run_with_a_fake_libcuda(tmp_path, spill):
     text = t.report(tmp_path)
     assert "libcuda launch spill_local: 128 threads" in text and "alphac QMD (update_g0): SHADER_LOCAL_MEMORY" in text
     assert "## no QMD of libcuda's for update_g0 in the trace" in text
+
+
+def test_holder_holds_the_files_and_makes_the_owners_uvm_calls(tmp_path):
+    holder = script("holder")
+    from alphac.build import build_gpu_owner
+    from alphac.driver import compile_file
+    from alphac.nvdrv.conversation import IOCTL, locate
+    from test_nvdrv_owner import host_for
+    at = {f: locate("UVM_REGISTER_GPU_PARAMS", f)[0] for f in ("gpu_uuid", "rmCtrlFd", "rmStatus")}
+    host = host_for(90)
+    for name in ("nvidiactl", "nvidia0", "nvidia-uvm"):
+        (tmp_path / name).write_bytes(b"")
+
+    def opened():
+        paths = []
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                paths.append(os.readlink(f"/proc/self/fd/{fd}"))
+            except OSError:             # listdir's own
+                pass
+        return sorted(p for p in paths if p.startswith(str(tmp_path)))
+    with holder.held(host.uuid, 0, "fds", dev=str(tmp_path)):
+        assert opened() == [str(tmp_path / "nvidia0"), str(tmp_path / "nvidiactl")]
+    assert opened() == []
+    calls = []
+
+    def ioctl(fd, request, arg, mutate, status=0):
+        calls.append((os.readlink(f"/proc/self/fd/{fd}"), request, bytes(arg)))
+        if len(calls) == 3:
+            arg[at["rmStatus"]:at["rmStatus"] + 4] = status.to_bytes(4, "little")
+    with holder.held(host.uuid, 0, "uvm", dev=str(tmp_path), ioctl=ioctl):
+        assert len(opened()) == 4
+    assert opened() == []
+    conv = build_gpu_owner(compile_file(ROOT / "examples" / "lsq_adam.alpha").learner, "x86_64+sm_90", host).conversation
+    owners = [c.args[1] for c in conv.calls if c.op == IOCTL and c.what.startswith("UVM_")][:3]
+    assert [r for _, r, _ in calls] == owners          # UVM_INITIALIZE, UVM_MM_INITIALIZE, UVM_REGISTER_GPU
+    assert all(p == str(tmp_path / "nvidia-uvm") for p, _, _ in calls)
+    register = calls[2][2]
+    assert register[at["gpu_uuid"]:at["gpu_uuid"] + 16] == host.uuid
+    assert int.from_bytes(register[at["rmCtrlFd"]:at["rmCtrlFd"] + 4], "little", signed=True) == -1
+    calls.clear()
+    with pytest.raises(holder.HoldFailed, match="UVM_REGISTER_GPU: status 0x56"):
+        with holder.held(host.uuid, 0, "uvm", dev=str(tmp_path), ioctl=lambda *a: ioctl(*a, status=0x56)):
+            pass
+    assert opened() == []
+    (tmp_path / "nvidia-uvm").unlink()
+    with pytest.raises(holder.HoldFailed, match="cannot open .*nvidia-uvm: No such file"):
+        with holder.held(host.uuid, 0, "uvm", dev=str(tmp_path)):
+            pass
+    assert opened() == []
