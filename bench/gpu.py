@@ -71,17 +71,19 @@ def learner_source(name: str, size: dict, where: Path) -> Path:
     return path
 
 
-# Start-up's spans as 2026-12-04's card run reported them; its parts are finer: every event the
+# Start-up's spans as 2026-12-04's card run reported them; its parts are finer: gpu.rt's events
+# before the conversation (the data read at run time is checked first), every event the
 # conversation writes (Conversation.marks(): docs/nvdrv.md "Where start-up goes"), then gpu.rt's
 # three after it (the image and the rows written, the setup submission done).
 START_MARKS = ("identity", "uvm", "memory", "channel", "uploaded")
+BEFORE_CONVERSATION = ("shadow full", "data checked")
 AFTER_CONVERSATION = ("image", "rows", "uploaded")
 HOLD = ("cold", "fds", "uvm")       # start-up alone, and with the GPU held (gpu/holder.py LEVELS)
 
 
 def start_parts(events: Path, marks=START_MARKS) -> dict[str, float]:
-    """The milliseconds between consecutive `marks` in a GPU owner's events file, each named
-    "A->B"; {} without the file."""
+    """The milliseconds between consecutive `marks` in a GPU owner's events file (of those it
+    has), each named "A->B"; {} without the file."""
     from alphac.tools.record import split_event
     at = {}
     if events.exists():
@@ -89,7 +91,8 @@ def start_parts(events: Path, marks=START_MARKS) -> dict[str, float]:
             what, ns = split_event(line)
             if what in marks and ns is not None:
                 at[what] = ns
-    return {f"{a}->{b}": (at[b] - at[a]) / 1e6 for a, b in zip(marks, marks[1:]) if a in at and b in at}
+    seen = [m for m in marks if m in at]
+    return {f"{a}->{b}": (at[b] - at[a]) / 1e6 for a, b in zip(seen, seen[1:])}
 
 
 def start_ups(args, runner, host, exes: dict, gpu, events: Path) -> dict:
@@ -98,7 +101,7 @@ def start_ups(args, runner, host, exes: dict, gpu, events: Path) -> dict:
     made (gpu/holder.py's HoldFailed; then that kind is not tried again). Run before this process
     touches CUDA: a context here would hold the GPU for every run after it."""
     from holder import HoldFailed, held
-    marks = (*gpu.conversation.marks(), *AFTER_CONVERSATION)
+    marks = (*BEFORE_CONVERSATION, *gpu.conversation.marks(), *AFTER_CONVERSATION)
     res = {k: {"start": [], "spans": [], "parts": [], "why": ""} for k in HOLD}
     for _ in range(args.rounds):
         for kind in HOLD:

@@ -68,7 +68,7 @@ def test_gpu_benchmark_against_the_mock(tmp_path, runner, code, bits):
     parts = [l for l in lines if "start-up parts, ms:" in l]
     assert len(spans) == len(parts) == len(rows) and all(k in l for l in spans for k in (
         "identity->uvm", "uvm->memory", "memory->channel", "channel->uploaded")), r.stdout
-    assert all(k in l for l in parts for k in ("gpu-open->device", "identity->boost", "vaspace->uvm-register",
+    assert all(k in l for l in parts for k in ("data checked->gpu-open", "gpu-open->device", "identity->boost", "vaspace->uvm-register",
                                                "uvm-register->uvm", "memory->gpfifo", "rows->uploaded")), r.stdout
     # and with the GPU held by this process (gpu/holder.py): not here, where no driver is, said so
     held = [l for l in lines if "start-up, the GPU" in l and "held" in l]
