@@ -139,13 +139,28 @@ def logged(e: dict, key: str) -> bytes | None:
     return None if v is None or v in ("unreadable", "fault") else bytes.fromhex(v)
 
 
+def took(e: dict) -> str:
+    """" (12.3 ms)" for an ioctl the sniffer timed at 1 ms or more (its "ns"), else ""."""
+    return f" ({e['ns'] / 1e6:.1f} ms)" if e.get("ns", 0) >= 1_000_000 else ""
+
+
+def slowest(log: list[dict], n: int = 12) -> list[str]:
+    """The n slowest timed ioctls, slowest first, and the sum of all: where libcuda's start-up
+    goes (issue 42: its UVM_REGISTER_GPU beside alphac's `uvm-register` event)."""
+    timed = sorted((e for e in log if e["call"] == "ioctl" and "ns" in e), key=lambda e: (-e["ns"], e["seq"]))
+    if not timed:
+        return []
+    total = sum(e["ns"] for e in timed) / 1e6
+    return ["", f"## the slowest ioctls ({len(timed)} timed, {total:.1f} ms in all)"] + [describe(e) for e in timed[:n]]
+
+
 def describe(e: dict) -> str:
     """One line for one logged call, named by the ABI tables."""
     if e["call"] != "ioctl":
         extra = f" {e['addr']:#x}+{e['len']:#x} -> {e['result']:#x}" if e["call"] == "mmap" else ""
         return f"{e['seq']:5d} {e['call']:<6} {e['path']} fd {e['fd']}{extra}"
     req, out = e["req"], logged(e, "out") or b""
-    head = f"{e['seq']:5d} ioctl  {e['path']} {req:#010x} ret {e['ret']}" + \
+    head = f"{e['seq']:5d} ioctl  {e['path']} {req:#010x} ret {e['ret']}" + took(e) + \
         "".join(f" ({k} {e[k + '_fault']} at {e[k + '_addr']:#x})" for k in ("in", "out") if e.get(k) == "fault")
     if "uvm" in e["path"]:
         name = UVM_NAME.get(req, "UVM?")
@@ -720,6 +735,7 @@ def report(out: Path) -> str:
     log = load_log(out / "sniff.jsonl")
     lines = ["# what libcuda said to the driver (gpu/cuda_ioctl_trace.py)", ""]
     lines += [describe(e) for e in log]
+    lines += slowest(log)
     lines += channel_lines(log)
     ch_path = out / "channels.json"
     if not ch_path.exists():

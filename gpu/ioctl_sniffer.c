@@ -4,7 +4,8 @@
  * that makes one tiny CUDA launch. For every open of a file whose path starts with
  * $SNIFF_PREFIX (default /dev/nvidia) it remembers the fd; for every ioctl and mmap on such an
  * fd it writes one JSON line to $SNIFF_LOG: the fd's path, the request, and the argument's bytes
- * before and after the call. The argument's size is _IOC_SIZE(request) for nvidia.ko ('F'
+ * before and after the call; an ioctl's line also says how long the real call took ("ns",
+ * CLOCK_MONOTONIC read on each side of it: where libcuda's start-up goes, issue 42). The argument's size is _IOC_SIZE(request) for nvidia.ko ('F'
  * ioctls) and, for nvidia-uvm.ko's bare numbers, the size $SNIFF_UVM_SIZES gives
  * ("cmd:size,cmd:size", from alphac/nvdrv/abi.py). RM_ALLOC and RM_CONTROL carry a pointer to a
  * second structure: its offset and size field offsets come in $SNIFF_NESTED
@@ -48,6 +49,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/types.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MAX_FD 4096
@@ -325,9 +327,13 @@ int ioctl(int fd, unsigned long req, ...) {
         fprintf(r.f, ",\"nested_addr\":%lu,\"nested_by\":\"%s\"", (unsigned long)nested, nested_by);
         hex(r.f, "nested_in", nested, nested_bytes);
     }
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     int ret = real_ioctl(fd, req, arg);
     int e = errno;
-    fprintf(r.f, ",\"ret\":%d,\"errno\":%d", ret, ret < 0 ? e : 0);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    fprintf(r.f, ",\"ret\":%d,\"errno\":%d,\"ns\":%lld", ret, ret < 0 ? e : 0,
+            (long long)(t1.tv_sec - t0.tv_sec) * 1000000000LL + (t1.tv_nsec - t0.tv_nsec));
     hex(r.f, "out", (uintptr_t)arg, size);
     if (nested) hex(r.f, "nested_out", nested, nested_bytes);
     fputs("}\n", r.f);

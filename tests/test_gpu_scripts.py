@@ -4,9 +4,10 @@
     executable under tests/mockgpu instead of directly): identity from a /proc tree, the probe,
     the host description from the driver's answers, the builds, the runs, the comparisons, the
     run record (checked by alphac.tools.record.verify_record); without a driver it exits 2;
-  * gpu/ioctl_sniffer.c builds with gcc -Wall -Werror and logs an ioctl (bytes before and after)
-    when preloaded into a process that makes one on a file it watches; gpu/cuda_ioctl_trace.py
-    names that call from the ABI tables, and exits 2 without libcuda;
+  * gpu/ioctl_sniffer.c builds with gcc -Wall -Werror and logs an ioctl (bytes before and after,
+    and how long it took; the report names the slowest) when preloaded into a process that
+    makes one on a file it watches; gpu/cuda_ioctl_trace.py names that call from the ABI tables,
+    and exits 2 without libcuda;
   * the sniffer's fault guard: reading a PROT_NONE page (SIGSEGV) or a mapping past its file's
     end (SIGBUS), directly or as an ioctl's argument, is logged as a fault and the process goes
     on (with Python's faulthandler installed after the sniffer, too);
@@ -151,6 +152,12 @@ def test_sniffer_builds_and_logs_an_ioctl(tmp_path):
     assert (call["ret"], call["errno"]) == (-1, 25)
     assert "NV_ESC_RM_ALLOC" in t.describe(call)
     assert any(e["call"] == "open" and e["path"] == "/dev/null" for e in log)
+    # each ioctl timed (issue 42: where libcuda's start-up goes), a slow one named in the report
+    assert isinstance(call["ns"], int) and 0 <= call["ns"] < 10**9
+    slow = dict(call, seq=7, ns=123_400_000)
+    assert "(123.4 ms)" in t.describe(slow) and " ms)" not in t.describe(dict(call, ns=999_999))
+    assert t.slowest([dict(call, ns=600_000), slow]) == [
+        "", "## the slowest ioctls (2 timed, 124.0 ms in all)", t.describe(slow), t.describe(dict(call, ns=600_000))]
 
 
 def test_cuda_trace_without_libcuda_exits_2(tmp_path):
