@@ -145,7 +145,8 @@ def cmd_build(args) -> int:
         raise BuildError("--emit calls needs a GPU target (x86_64+sm_90)")
     built = api.build(compiled, args.file, target, args.eval_data, args.labels, args.gpu_host,
                       {"uuid": args.gpu_uuid, "product": args.gpu_product, "memory": args.gpu_memory,
-                       "driver": args.driver, "minor": args.gpu_minor, "topology": args.gpu_topology},
+                       "driver": args.driver, "minor": args.gpu_minor, "topology": args.gpu_topology,
+                       "map": args.gpu_map},
                       args.ptxas)
     if args.emit is not None:
         return _emitted(api.emit(compiled, args.file, built, args.emit), args.output)

@@ -173,8 +173,8 @@ CONV_HEADER_WORDS = 10                    # op, a0..a6, npatch, nsave
 CONV_ITEM_WORDS = 4                       # a patch (dst, size, kind, value) or a save
 CONV_OPS = {"open": 1, "ioctl": 2, "mmap": 3, "close": 4, "find": 5, "expect": 6, "mark": 7}
 CONV_PATCHES = {"slot": 1, "addr": 2, "copy": 3}
-CONV_EXPECTS = {"bytes": 1, "string": 2, "ge": 3, "le": 4}
-CONV_REFUSALS = {"device-uuid": 1, "nvidia-plan-host": 2, "gpu-topology": 3}
+CONV_EXPECTS = {"bytes": 1, "string": 2, "ge": 3, "le": 4, "eq64": 5}   # eq64: a u64 == the value
+CONV_REFUSALS = {"device-uuid": 1, "nvidia-plan-host": 2, "gpu-topology": 3, "nvidia-call": 4}
 
 # -- the exact sum accumulators (alphac/runtime/xsum.rt) -----------------------------------------
 # Digit k (0..XS_DIGITS - 1) of an exact sum has weight 2**(32 * k - 1074); digits are signed

@@ -21,13 +21,15 @@ is allocated.
        ---- identity checked: nothing has been allocated yet but the objects that ask ----
        the SM clock's boost (PERF_BOOST, as libcuda asks it; declining it is not a refusal)
     7  UVM: open, initialize; usermode page (mapped: the doorbell); VA space; register the GPU
+       (`map rm`, host.py: no UVM; the VA space the RM's own, a virtual range per allocation)
     8  memory (image.GpuImage.memories): two allocations, sub-allocated by the plan: video
        memory (the GPFIFO area, the arena) and system memory mapped cached (notifier and
        semaphore, results, staging); each mapped once for the CPU (RM_MAP_MEMORY on a fresh fd,
-       then mmap at the planned address) and once for the GPU (UVM); then the local-memory
-       area when a kernel spills, for the GPU only (not contiguous)
+       then mmap at the planned address) and once for the GPU (UVM; `map rm`: RM_MAP_MEMORY_DMA
+       at the planned address, the answer's address checked -> nvidia-call); then the
+       local-memory area when a kernel spills, for the GPU only (not contiguous)
     9  channel group, context share, GPFIFO channel, compute and copy objects, work-submit token,
-       UVM channel registration, schedule
+       UVM channel registration (not under `map rm`), schedule
 
 The calls are encoded into a table of 64-bit words (`encode`) that the runtime interprets
 (`alphac/runtime/nvdrv.rt`, `nv_converse`), over a writable region holding every structure
@@ -46,9 +48,9 @@ Saves run after it: slot = the u32/u64 at region offset src + slots[base-slot].
     op 4 CLOSE  a0 fd slot
     op 5 FIND   a0 array, a1 count, a2 stride, a3 key offset, a4 key, a5 valid offset (-1),
                 a6 out slot (index * stride; -1 none)     refuse nvidia-plan-host if absent
-    op 6 EXPECT a0 kind (1 16 bytes, 2 string, 3 u32 >= value, 4 u32 <= value), a1 answer,
-                a2 expected (offset, or the value), a3 refusal (1 device-uuid, 2 nvidia-plan-host,
-                3 gpu-topology), a4 label
+    op 6 EXPECT a0 kind (1 16 bytes, 2 string, 3 u32 >= value, 4 u32 <= value, 5 u64 == value),
+                a1 answer, a2 expected (offset, or the value), a3 refusal (1 device-uuid,
+                2 nvidia-plan-host, 3 gpu-topology, 4 nvidia-call), a4 label
     op 7 MARK   a0 label, a1 1 when the identity checks end: an event (`marks()`) after each
                 part of start-up whose time a card's events file should show (issue 42)
 
@@ -81,7 +83,7 @@ SLOT, ADDR, COPY = CONV_PATCHES["slot"], CONV_PATCHES["addr"], CONV_PATCHES["cop
 REFUSE_UUID, REFUSE_HOST = CONV_REFUSALS["device-uuid"], CONV_REFUSALS["nvidia-plan-host"]
 REFUSE_TOPOLOGY = CONV_REFUSALS["gpu-topology"]
 EXPECT_BYTES, EXPECT_STRING, EXPECT_GE = CONV_EXPECTS["bytes"], CONV_EXPECTS["string"], CONV_EXPECTS["ge"]
-EXPECT_LE = CONV_EXPECTS["le"]
+EXPECT_LE, EXPECT_EQ64, REFUSE_CALL = CONV_EXPECTS["le"], CONV_EXPECTS["eq64"], CONV_REFUSALS["nvidia-call"]
 # GR_GET_INFO's indices for the card's topology, in host.TOPOLOGY_NAMES' order (tinygrad's
 # _query_gpu_info asks the same four: LITTER_ values where they exist)
 GR_INDICES = ("NV2080_CTRL_GR_INFO_INDEX_LITTER_NUM_GPCS", "NV2080_CTRL_GR_INFO_INDEX_LITTER_NUM_TPC_PER_GPC",
@@ -298,6 +300,30 @@ class Conversation:
                                what=f"mmap {memory}", fd=fd))
         self.close(fd)
 
+    def virtual(self, name: str, va: int, size: int) -> None:
+        """`map rm`: the range [va, va + size) of the RM's VA space, NV01_MEMORY_VIRTUAL under the
+        device (nvkms-rm.c AllocGpuVASpace; virt_mem_range.c vmrangeConstruct: offset, limit)."""
+        self.alloc("NV01_MEMORY_VIRTUAL", "h_device", f"h_virt_{name}", "NV_MEMORY_VIRTUAL_ALLOCATION_PARAMS",
+                   {"offset": va, "limit": va + size - 1}, [("hVASpace", SLOT, "h_vaspace")])
+
+    def map_dma(self, memory: str, va: int, size: int, where: str) -> None:
+        """`map rm`: RM_MAP_MEMORY_DMA (NVOS46) of the whole allocation into its virtual range at
+        `va` (DMA_OFFSET_FIXED: an absolute address, dma.c dmaAllocMap), 2 MiB pages for video
+        memory (allocated in them), 4 KiB for system memory; the address answered must be `va`."""
+        n = CONSTANTS
+        system = where.startswith("sysmem")
+        flags = abi.pack_bitfields({
+            "NVOS46_FLAGS_DMA_OFFSET_FIXED": n["NVOS46_FLAGS_DMA_OFFSET_FIXED_TRUE"],
+            "NVOS46_FLAGS_PAGE_SIZE": n["NVOS46_FLAGS_PAGE_SIZE_4KB" if system else "NVOS46_FLAGS_PAGE_SIZE_HUGE"],
+            "NVOS46_FLAGS_CACHE_SNOOP": n["NVOS46_FLAGS_CACHE_SNOOP_ENABLE" if system else
+                                          "NVOS46_FLAGS_CACHE_SNOOP_DISABLE"]})
+        short = memory.removeprefix("h_")
+        arg = self.nv("fd_ctl", "NV_ESC_RM_MAP_MEMORY_DMA(NVOS46_PARAMETERS)",
+                      {"offset": 0, "length": size, "flags": flags, "dmaOffset": va}, short,
+                      patches=[("hClient", SLOT, "h_root"), ("hDevice", SLOT, "h_device"),
+                               ("hDma", SLOT, f"h_virt_{short}"), ("hMemory", SLOT, memory)])
+        self.expect(EXPECT_EQ64, arg.at("dmaOffset")[0], va, REFUSE_CALL, f"map {short}")
+
     def map_gpu(self, memory: str, va: int, size: int) -> None:
         """The allocation at the same address for the GPU: a UVM external range, then a mapping."""
         self.uvm("UVM_CREATE_EXTERNAL_RANGE", {"base": va, "length": size})
@@ -343,12 +369,16 @@ class Conversation:
                                                                      "NVOS33_FLAGS_CACHING_TYPE_DEFAULT")})
         if where != "vidmem-gpu":
             self.map_cpu(name, va, cpu or size, where.startswith("sysmem"), caching)
-        self.map_gpu(name, va, size)
+        if self.rm:
+            self.map_dma(name, va, size, where)
+        else:
+            self.map_gpu(name, va, size)
 
     # -- the conversation --------------------------------------------------------------------
     def build(self) -> None:
         host, img, arch = self.host, self.img, self.arch
         st = STRUCTS
+        self.rm = host.gpu_map == "rm"      # no UVM at all (docs/nvdrv.md "Mapping with the RM alone")
         self.open("/dev/nvidiactl", "fd_ctl")
         self.alloc("NV01_ROOT_CLIENT", "zero", "h_root")
         ver = self.control("h_root", "NV0000_CTRL_CMD_SYSTEM_GET_BUILD_VERSION_V2")
@@ -412,28 +442,46 @@ class Conversation:
                       "duration": CONSTANTS["NV2080_CTRL_PERF_BOOST_DURATION_INFINITE"]}, status=None)
         self.mark("boost")
 
-        self.open("/dev/nvidia-uvm", "fd_uvm")
-        self.open("/dev/nvidia-uvm", "fd_uvm2")
-        self.uvm("UVM_INITIALIZE", {"flags": 0})
-        # tinygrad: "this error is okay, CUDA hits it too": the status is not checked.
-        self.uvm("UVM_MM_INITIALIZE", {}, [("uvmFd", SLOT, "fd_uvm")], fd="fd_uvm2", status=None)
-        self.mark("uvm-open")
+        if not self.rm:
+            self.open("/dev/nvidia-uvm", "fd_uvm")
+            self.open("/dev/nvidia-uvm", "fd_uvm2")
+            self.uvm("UVM_INITIALIZE", {"flags": 0})
+            # tinygrad: "this error is okay, CUDA hits it too": the status is not checked.
+            self.uvm("UVM_MM_INITIALIZE", {}, [("uvmFd", SLOT, "fd_uvm")], fd="fd_uvm2", status=None)
+            self.mark("uvm-open")
         um = img.alloc("usermode")
         self.alloc(arch.usermode, "h_subdevice", "h_usermode")
         self.map_cpu("h_usermode", um.va, um.size, False,
                      abi.pack_bitfields({"NVOS33_FLAGS_ACCESS": CONSTANTS["NVOS33_FLAGS_ACCESS_WRITE_ONLY"]}))
         self.mark("usermode")
+        # UVM's VA space: externally owned (UVM writes its page tables) and fault-capable; the
+        # RM's own (`map rm`): neither flag, the RM writes the page tables (vaspace_api.c)
+        uvm_flags = ("NV_VASPACE_ALLOCATION_FLAGS_ENABLE_PAGE_FAULTING", "NV_VASPACE_ALLOCATION_FLAGS_IS_EXTERNALLY_OWNED")
         self.alloc("FERMI_VASPACE_A", "h_device", "h_vaspace", "NV_VASPACE_ALLOCATION_PARAMETERS",
                    {"vaBase": 0x1000, "vaSize": 0x1fffffb000000,
-                    "flags": CONSTANTS["NV_VASPACE_ALLOCATION_FLAGS_ENABLE_PAGE_FAULTING"]
-                    | CONSTANTS["NV_VASPACE_ALLOCATION_FLAGS_IS_EXTERNALLY_OWNED"]})
+                    "flags": 0 if self.rm else CONSTANTS[uvm_flags[0]] | CONSTANTS[uvm_flags[1]]})
         self.mark("vaspace")
+        if self.rm:
+            self.rm_tail()
+            return
         self.uvm("UVM_REGISTER_GPU", {"rmCtrlFd": -1}, [("gpu_uuid", COPY, self.uuid_at)])
         self.mark("uvm-register")   # UVM's own state for the GPU when no process holds it (add_gpu)
         self.uvm("UVM_REGISTER_GPU_VASPACE", {},
                  [("gpuUuid", COPY, self.uuid_at), ("rmCtrlFd", SLOT, "fd_ctl"),
                   ("hClient", SLOT, "h_root"), ("hVaSpace", SLOT, "h_vaspace")])
         self.mark("uvm")
+        self.memories_and_channel()
+
+    def rm_tail(self) -> None:
+        """`map rm` after the VA space: a virtual range per allocation (the `map` event where
+        UVM's registration stood), then the memories and the channel as under UVM."""
+        for a in self.img.memories:
+            self.virtual(a.name, a.va, a.size)
+        self.mark("map")
+        self.memories_and_channel()
+
+    def memories_and_channel(self) -> None:
+        img, arch = self.img, self.arch
         for a in img.memories:
             self.memory(f"h_{a.name}", a.where, a.size, a.va, a.cpu)
             self.mark(f"memory {a.name} {a.size}")
@@ -459,9 +507,10 @@ class Conversation:
         self.control("h_channel", "NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN",
                      {"workSubmitToken": 0xffffffff}, saves=[("workSubmitToken", "token", "zero")])
         ch = img.alloc("channel")
-        self.uvm("UVM_REGISTER_CHANNEL", {"base": ch.va, "length": CHANNEL_RANGE},
-                 [("gpuUuid", COPY, self.uuid_at), ("rmCtrlFd", SLOT, "fd_ctl"), ("hClient", SLOT, "h_root"),
-                  ("hChannel", SLOT, "h_channel")])
+        if not self.rm:     # the RM's own VA space needs no registration (nvidia-push's channels)
+            self.uvm("UVM_REGISTER_CHANNEL", {"base": ch.va, "length": CHANNEL_RANGE},
+                     [("gpuUuid", COPY, self.uuid_at), ("rmCtrlFd", SLOT, "fd_ctl"), ("hClient", SLOT, "h_root"),
+                      ("hChannel", SLOT, "h_channel")])
         self.control("h_chgrp", "NVA06C_CTRL_CMD_GPFIFO_SCHEDULE", {"bEnable": 1})
         self.mark("channel")
 

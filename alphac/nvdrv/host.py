@@ -15,13 +15,18 @@ A host description is a small text file, one `key value` per line, `#` comments:
     minor    0                                           # /dev/nvidia<minor> (default 0)
     topology 8 9 2 64                                    # GPCs, TPCs per GPC, SMs per TPC,
                                                          # warps per SM (optional)
+    map      uvm                                         # how the GPU maps the memory: uvm
+                                                         # (default) or rm (optional)
 
 or the same as build options (`--gpu-uuid`, `--gpu-product`, `--gpu-memory`, `--driver`,
-`--gpu-minor`, `--gpu-topology`), which override the file's lines. `gpu/qualify.py` writes one
+`--gpu-minor`, `--gpu-topology`, `--gpu-map`), which override the file's lines. `gpu/qualify.py` writes one
 from the machine.
 
 `topology`: GR_GET_INFO's LITTER_NUM_GPCS, LITTER_NUM_TPC_PER_GPC, LITTER_NUM_SM_PER_TPC and
 MAX_WARPS_PER_SM (`--probe-identity` prints them); it sizes a spilling owner's local memory (image.py).
+
+`map`: how the owner maps its memory for the GPU (conversation.py, docs/nvdrv.md "Mapping with the
+RM alone"): `uvm` through nvidia-uvm.ko (what ran on the H200), `rm` with the RM alone (no UVM file).
 
 Requires nothing. Guarantees: a `GpuHost` with every field valid, or `HostError` naming the
 field and what is wrong with it.
@@ -35,7 +40,8 @@ from pathlib import Path
 from alphac.files import read_regular
 
 UNITS = {"": 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
-KEYS = ("uuid", "product", "memory", "driver", "minor", "topology")
+KEYS = ("uuid", "product", "memory", "driver", "minor", "topology", "map")
+GPU_MAPS = ("uvm", "rm")
 TOPOLOGY_NAMES = ("gpcs", "tpcs-per-gpc", "sms-per-tpc", "warps-per-sm")
 _UUID = re.compile(r"GPU-([0-9a-fA-F]{8})-([0-9a-fA-F]{4})-([0-9a-fA-F]{4})-([0-9a-fA-F]{4})-([0-9a-fA-F]{12})")
 _DRIVER = re.compile(r"[0-9]+(\.[0-9]+){1,3}")
@@ -84,6 +90,7 @@ class GpuHost:
     driver: str            # the driver version, e.g. "580.159.04"
     minor: int = 0         # the card's device file /dev/nvidia<minor>
     topology: Topology | None = None   # GR_GET_INFO's shape of the card, when described
+    gpu_map: str = "uvm"   # "uvm" | "rm": how the GPU maps the memory (GPU_MAPS)
 
     @property
     def uuid_text(self) -> str:
@@ -92,12 +99,14 @@ class GpuHost:
     def describe(self) -> str:
         return (f"uuid {self.uuid_text}\nproduct {self.product}\nmemory {self.memory}\n"
                 f"driver {self.driver}\nminor {self.minor}\n"
-                + (f"topology {self.topology.text()}\n" if self.topology else ""))
+                + (f"topology {self.topology.text()}\n" if self.topology else "")
+                + (f"map {self.gpu_map}\n" if self.gpu_map != "uvm" else ""))
 
     def as_dict(self) -> dict:
         return {"uuid": self.uuid_text, "product": self.product, "memory": self.memory,
                 "driver": self.driver, "minor": self.minor} | \
-            ({"topology": self.topology.text()} if self.topology else {})
+            ({"topology": self.topology.text()} if self.topology else {}) | \
+            ({"map": self.gpu_map} if self.gpu_map != "uvm" else {})
 
 
 def parse_uuid(text: str) -> bytes:
@@ -142,10 +151,14 @@ def make(fields: dict[str, str | int]) -> GpuHost:
     minor = str(fields.get("minor", 0)).strip()
     if not minor.isdigit() or int(minor) > 254:
         raise HostError(f"minor `{minor}` is not a device minor number (0..254)")
+    gpu_map = str(fields.get("map", "uvm")).strip()
+    if gpu_map not in GPU_MAPS:
+        raise HostError(f"map `{gpu_map}` is not one of {', '.join(GPU_MAPS)}")
     return GpuHost(parse_uuid(str(fields["uuid"])),
                    _check_text("product", str(fields["product"]).strip(), NAME_MAX),
                    parse_memory(fields["memory"]), driver, int(minor),
-                   parse_topology(fields["topology"]) if fields.get("topology") not in (None, "") else None)
+                   parse_topology(fields["topology"]) if fields.get("topology") not in (None, "") else None,
+                   gpu_map)
 
 
 def read_fields(text: str) -> dict[str, str]:

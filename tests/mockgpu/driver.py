@@ -10,6 +10,9 @@ UUIDs must be ones the driver gave. It answers as the driver does: handles, the 
 (UUID, name, driver version, classes, memory), CARD_INFO, the work-submit token; memory is real
 pages (a memfd per allocation; RM_MAP_MEMORY puts that memfd in place of the fresh device fd, so
 the executable's mmap maps it); a rung doorbell runs the channel on the mock GPU (gpu.py).
+The GPU maps memory through UVM (UVM_MAP_EXTERNAL_ALLOCATION) or, under `map rm`, through the RM
+alone: NV01_MEMORY_VIRTUAL ranges in a VA space that is not UVM's, and RM_MAP_MEMORY_DMA into
+them (`rm_map_dma`: the checks virtual_mem.c, dma.c and gpu_vaspace.c make, docs/nvdrv.md).
 
 Everything it cannot match is appended to `errors` and refused (EINVAL, or an RM status), and the
 test fails on a non-empty list.
@@ -56,6 +59,7 @@ class Card:
     boost_denied: bool = False          # PERF_BOOST answered NV_ERR_INSUFFICIENT_PERMISSIONS
     copy_class: bool = True             # False: the class list has no DMA copy class
     copy_refused: bool = False          # the copy object's RM_ALLOC answered NV_ERR_INSUFFICIENT_RESOURCES
+    dma_moved: bool = False             # RM_MAP_MEMORY_DMA maps a page past the fixed address asked
 
     def __post_init__(self):
         if self.topology is None:       # the chips' LITTER values: GH100 8x9x2, 64 warps; GA102
@@ -106,6 +110,9 @@ class Obj:
     where: str = ""              # memory: vidmem | sysmem
     channel: Channel | None = None
     scheduled: bool = False
+    flags: int = 0               # vaspace: its NV_VASPACE_ALLOCATION_FLAGS
+    vas: int = 0                 # virtual, ctxshare: its VA space
+    va: tuple = ()               # virtual: (first, last) address of its range
 
 
 @dataclass
@@ -312,6 +319,8 @@ class Driver:
             self.rm_control(v, mem)
         elif esc == "NV_ESC_RM_MAP_MEMORY":
             self.rm_map(v, fd, n, listener)
+        elif esc == "NV_ESC_RM_MAP_MEMORY_DMA":
+            self.rm_map_dma(v)
         else:
             return self.fail(f"{esc} is not modelled")
         mem.write(argp, bytes(v.buf))
@@ -335,6 +344,7 @@ class Driver:
             "NV20_SUBDEVICE_0": ("device", "NV2080_ALLOC_PARAMETERS", "subdevice"),
             a.usermode: ("subdevice", None, "usermode"),
             "FERMI_VASPACE_A": ("device", "NV_VASPACE_ALLOCATION_PARAMETERS", "vaspace"),
+            "NV01_MEMORY_VIRTUAL": ("device", "NV_MEMORY_VIRTUAL_ALLOCATION_PARAMS", "virtual"),
             "NV1_MEMORY_USER": ("device", "NV_MEMORY_ALLOCATION_PARAMS", "memory"),
             "NV01_MEMORY_SYSTEM": ("device", "NV_MEMORY_ALLOCATION_PARAMS", "memory"),
             "KEPLER_CHANNEL_GROUP_A": ("device", "NV_CHANNEL_GROUP_ALLOCATION_PARAMETERS", "chgrp"),
@@ -391,9 +401,19 @@ class Driver:
                 self.vram += size
             obj.alloc = Alloc(self.next_handle, obj.where, size)
             self.allocations.append((name, size))
+        elif kind == "vaspace":
+            obj.flags = p["flags"]
+        elif kind == "virtual":         # virt_mem_range.c vmrangeConstruct: [offset, limit] of hVASpace
+            vas = self.objects.get(p["hVASpace"])
+            if vas is None or vas.kind != "vaspace" or vas.parent != v["hObjectParent"]:
+                return status("NV_ERR_INVALID_OBJECT_HANDLE", "hVASpace is not a VA space of this device")
+            if not p["offset"] <= p["limit"] or p["limit"] == 0:
+                return status("NV_ERR_INVALID_LIMIT", f"range {p['offset']:#x}..{p['limit']:#x}")
+            obj.vas, obj.va = p["hVASpace"], (p["offset"], p["limit"])
         elif kind == "ctxshare":
             if self.kind_of(p["hVASpace"]) != "vaspace":
                 return status("NV_ERR_INVALID_OBJECT_HANDLE", "hVASpace")
+            obj.vas = p["hVASpace"]
         elif kind == "chgrp":
             if p["engineType"] != CONSTANTS["NV2080_ENGINE_TYPE_GRAPHICS"]:
                 return status("NV_ERR_INVALID_ARGUMENT", "engineType")
@@ -409,6 +429,11 @@ class Driver:
                 return status("NV_ERR_INVALID_ADDRESS", f"GPFIFO ring {ring:#x} is not mapped for the GPU")
             if ring_alloc is not buf or entries & (entries - 1) or p["userdOffset[0]"] + 512 > userd.size:
                 return status("NV_ERR_INVALID_ARGUMENT", "ring, entries or USERD offset")
+            if not any(a is userd and o <= p["userdOffset[0]"] < o + n for _, n, a, o in self.memory.spans()):
+                return status("NV_ERR_INVALID_ADDRESS", "USERD is not mapped for the GPU")
+            vas = self.objects[self.objects[p["hContextShare"]].vas]
+            if vas.flags & CONSTANTS["NV_VASPACE_ALLOCATION_FLAGS_IS_EXTERNALLY_OWNED"] and not self.uvm_vaspace:
+                return status("NV_ERR_INVALID_STATE", "the VA space is UVM's and UVM does not know it")
             handle = self.next_handle
             obj.channel = Channel(handle, 0x100 + len(self.channels), ring, entries, userd,
                                   p["userdOffset[0]"], v["hObjectParent"])
@@ -527,6 +552,48 @@ class Driver:
         st.bound, st.map_length = obj.alloc, length
         v["params.pLinearAddress"] = 0
         v["params.status"] = OK
+
+    def rm_map_dma(self, v: View) -> None:
+        """NVOS46 into a virtual range: the handles of one device, the memory's bytes, a VA space
+        the RM manages (gpu_vaspace.c: none on an externally owned one), a page size the memory
+        has (4 KiB for system memory), the address aligned to it and inside the range."""
+        def status(code: str, why: str) -> None:
+            self.errors.append(f"RM_MAP_MEMORY_DMA: {why}")
+            v["status"] = ERR[code]
+        dev, virt, m = (self.objects.get(v[h]) for h in ("hDevice", "hDma", "hMemory"))
+        if v["hClient"] != self.client or dev is None or dev.kind != "device":
+            return status("NV_ERR_INVALID_OBJECT_HANDLE", "hClient / hDevice")
+        if virt is None or virt.kind != "virtual" or virt.parent != v["hDevice"]:
+            return status("NV_ERR_INVALID_OBJECT_HANDLE", "hDma is not a virtual range of this device")
+        if m is None or m.kind != "memory" or m.parent != v["hDevice"]:
+            return status("NV_ERR_INVALID_OBJECT_HANDLE", "hMemory is not memory of this device")
+        uvm = CONSTANTS["NV_VASPACE_ALLOCATION_FLAGS_IS_EXTERNALLY_OWNED"] | \
+            CONSTANTS["NV_VASPACE_ALLOCATION_FLAGS_ENABLE_PAGE_FAULTING"]
+        if self.objects[virt.vas].flags & uvm:
+            return status("NV_ERR_NOT_SUPPORTED", "the VA space is flagged for UVM (externally owned or faulting)")
+        offset, length, flags = v["offset"], v["length"], v["flags"]
+        if not length or offset + length > m.alloc.size:
+            return status("NV_ERR_INVALID_BASE", f"offset {offset:#x} + length {length:#x} outside the memory")
+        f = {k: flags >> abi.BITFIELDS[k][1] & ((2 << abi.BITFIELDS[k][0] - abi.BITFIELDS[k][1]) - 1)
+             for k in ("NVOS46_FLAGS_PAGE_SIZE", "NVOS46_FLAGS_DMA_OFFSET_FIXED")}
+        sizes = {CONSTANTS["NVOS46_FLAGS_PAGE_SIZE_4KB"]: 4 << 10, CONSTANTS["NVOS46_FLAGS_PAGE_SIZE_BIG"]: 64 << 10,
+                 CONSTANTS["NVOS46_FLAGS_PAGE_SIZE_HUGE"]: 2 << 20}
+        page = sizes.get(f["NVOS46_FLAGS_PAGE_SIZE"])
+        if page is None or (m.where == "sysmem" and page != 4 << 10):
+            return status("NV_ERR_INVALID_ARGUMENT", f"page size {f['NVOS46_FLAGS_PAGE_SIZE']} for {m.where}")
+        lo, hi = virt.va
+        va = v["dmaOffset"] if f["NVOS46_FLAGS_DMA_OFFSET_FIXED"] else lo + v["dmaOffset"]   # dma.c
+        if va % page or not (lo <= va and va + length - 1 <= hi):
+            return status("NV_ERR_INVALID_OFFSET", f"{va:#x}+{length:#x} outside the virtual range "
+                          f"{lo:#x}..{hi:#x} or not aligned to {page:#x}")
+        if any(b < va + length and va < b + n for b, n, _, _ in self.memory.spans()):
+            return status("NV_ERR_INVALID_ADDRESS", f"{va:#x} is already mapped")
+        if self.cpu_maps.get(m.alloc.handle, va) != va:
+            return status("NV_ERR_INVALID_ADDRESS", "the GPU address differs from the CPU mapping's")
+        va += page * self.card.dma_moved
+        self.memory.map(va, length, m.alloc, offset)
+        v["dmaOffset"] = va
+        v["status"] = OK
 
     def uvm(self, name: str, v: View, st: Fd, fd: int) -> int:
         def status(code: str, why: str) -> int:

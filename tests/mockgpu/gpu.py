@@ -104,18 +104,22 @@ class Alloc:
 
 
 class GpuMemory:
-    """The GPU's virtual address space: (base, length, Alloc) mappings from UVM."""
+    """The GPU's virtual address space: (base, length, Alloc, offset in it) mappings from UVM or
+    the RM's RM_MAP_MEMORY_DMA."""
 
     def __init__(self):
-        self.maps: list[tuple[int, int, Alloc]] = []
+        self.maps: list[tuple[int, int, Alloc, int]] = []
 
-    def map(self, base: int, length: int, alloc: Alloc) -> None:
-        self.maps.append((base, length, alloc))
+    def map(self, base: int, length: int, alloc: Alloc, offset: int = 0) -> None:
+        self.maps.append((base, length, alloc, offset))
+
+    def spans(self) -> list[tuple[int, int, Alloc, int]]:
+        return list(self.maps)
 
     def where(self, va: int, n: int) -> tuple[Alloc, int]:
-        for base, length, alloc in self.maps:
+        for base, length, alloc, offset in self.maps:
             if base <= va and va + n <= base + length:
-                return alloc, va - base
+                return alloc, va - base + offset
         raise KeyError(f"GPU fault at {va:#x} (+{n}): no mapping")
 
     def read(self, va: int, n: int) -> bytes:
