@@ -8,6 +8,8 @@ process opens its own. Guarantees checked:
   * two GPU owners with unequal shares in a star, each on its card, print the interpreter's bits
     after five steps, with an empty mock error list and the planned kernels launched;
   * a mixed star of an sm_90 owner, a CPU owner and an sm_86 owner under ZeRO-3 does too, and
+    so does a star of a CPU owner and a GPU owner whose card description says `map rm` (no UVM
+    file opened: docs/nvdrv.md "Mapping with the RM alone"), and
     a hierarchy whose root owner (an aggregator) and a leaf owner are GPU owners;
   * a checkpoint written by the GPU pair resumes on CPU owners and on another GPU pair (another
     product, other minors), one written by CPU owners on that pair: the uninterrupted bits;
@@ -67,6 +69,14 @@ deployment other_gpus {{
   gpu owner[0] = "c.gpuhost", owner[1] = "d.gpuhost"
 }}
 
+deployment rm_star {{
+  roles coordinator, owner[2]
+  topology star(coordinator)
+  {SPLIT}
+  target owner[1] = x86_64+sm_90
+  gpu owner[1] = "arm.gpuhost"
+}}
+
 deployment cpus {{
   roles coordinator, owner[2]
   topology star(coordinator)
@@ -110,6 +120,7 @@ def work(tmp_path_factory):
     (d / "lsq.alpha").write_text(Path(example("lsq_adam")).read_text() + DEPLOYMENTS)
     for key in CARDS:
         (d / f"{key}.gpuhost").write_text(host_text(key))
+    (d / "arm.gpuhost").write_text(host_text("a") + "map rm\n")
     for name in ("h200.gpuhost", "h200-1.gpuhost"):      # the example's own deployment's cards
         (d / name).write_bytes((ROOT / "examples" / name).read_bytes())
     old = os.getcwd()
@@ -187,6 +198,14 @@ def test_gpu_owners_with_cpu_owners_in_a_star_under_zero3_and_in_a_hierarchy(wor
     assert {r: log["card"] for r, log in rec["logs"].items()} == cards
     for log in rec["logs"].values():
         assert log["errors"] == [] and log["launches"].count("update_g0") == 5
+
+
+def test_an_rm_mapped_gpu_owner_beside_a_cpu_owner(work):
+    rec = launched(work, "rm_star", 5)
+    assert rec["passed"] and rec["published"] == reference(work, "rm_star", 5)
+    log = rec["logs"]["owner.1"]
+    assert log["errors"] == [] and log["card"] == 0 and log["launches"].count("update_g0") == 5
+    assert log["opened"] == ["/dev/nvidia0", "/dev/nvidiactl"]
 
 
 def test_checkpoints_move_between_gpu_and_cpu_owners(work, tmp_path):
