@@ -14,6 +14,10 @@ For each, the same span is timed on every side, the set-up apart and warm-up exc
     alone (`cold`), then with this process holding the GPU's files open (`fds`), then holding
     them and a UVM registration of the GPU (`uvm`; gpu/holder.py), R times in turn, all before
     this process touches CUDA (a context of torch's would hold the GPU for every later run);
+    then, after those are printed, the same owner built with `--gpu-map rm` (no UVM: docs/nvdrv.md
+    "Mapping with the RM alone"), alone, R times, and one run of W + N steps whose bits are
+    compared with the CPU executable's after the table; its failure is said, never fatal (each
+    run bounded: RM_RUN_TIMEOUT seconds);
   * PyTorch float64 on the card (eager: autograd and torch.optim.Adam; and the step captured in a
     CUDA graph, Adam `capturable`), N steps after W untimed ones, synchronized at both ends; the
     model, data and optimizer made before.
@@ -79,6 +83,7 @@ START_MARKS = ("identity", "uvm", "memory", "channel", "uploaded")
 BEFORE_CONVERSATION = ("shadow full", "data checked")
 AFTER_CONVERSATION = ("image", "rows", "uploaded")
 HOLD = ("cold", "fds", "uvm")       # start-up alone, and with the GPU held (gpu/holder.py LEVELS)
+RM_RUN_TIMEOUT = 15                 # seconds a `--gpu-map rm` run may take (the device time is short)
 
 
 def start_parts(events: Path, marks=START_MARKS) -> dict[str, float]:
@@ -133,6 +138,45 @@ def print_start_ups(title: str, starts: dict) -> None:
         for what, whole in (("spans", f"whole run {ms(s['start'])}, "), ("parts", "")):
             print(f"# {title}: start-up {what}{said}, ms: {whole}" + ", ".join(
                 f"{k} {ms([v / 1e3 for v in vs])}" for k, vs in s[what].items()), flush=True)
+
+
+def rm_start_ups(args, runner, host, lr, sm: int, where: Path) -> dict:
+    """The owner built with `--gpu-map rm`: R `--steps 0` runs alone (its seconds and parts), then
+    one of W + N steps (its exit and output); every failure caught and said in "why"."""
+    import dataclasses
+    from alphac.build import build_gpu_owner
+    r = {"start": [], "parts": [], "why": "", "run": None}
+    try:
+        gpu = build_gpu_owner(lr, f"x86_64+sm_{sm}", dataclasses.replace(host, gpu_map="rm"))
+        exe = where / f"{lr.name}.sm_{sm}.rm"
+        exe.write_bytes(gpu.image.elf)
+        exe.chmod(0o755)
+        marks = (*BEFORE_CONVERSATION, *gpu.conversation.marks(), *AFTER_CONVERSATION)
+        ev = where / f"{lr.name}.start.rm.events"
+        for _ in range(args.rounds):
+            t0 = time.perf_counter()
+            rc, _, err = runner(exe, ["--steps", "0", "--events", str(ev)], gpu)
+            if rc != 0:
+                r["why"] = f"exit {rc}: {err.strip()[-300:]}"
+                return r
+            r["start"].append(time.perf_counter() - t0)
+            r["parts"].append(start_parts(ev, marks))
+        rc, out, err = runner(exe, ["--steps", str(args.warmup + args.steps)], gpu)
+        r["run"] = (rc, out)
+        if rc != 0:
+            r["why"] = f"exit {rc} after {args.warmup + args.steps} steps: {err.strip()[-300:]}"
+    except Exception as e:          # noqa: BLE001  an option under trial: said, never fatal
+        r["why"] = f"{type(e).__name__}: {e}"[:300]
+    return r
+
+
+def print_rm(title: str, r: dict) -> None:
+    if r["start"]:
+        parts = merged(r["parts"])
+        print(f"# {title}: start-up parts, map rm, ms: whole run {ms(r['start'])}, " + ", ".join(
+            f"{k} {ms([v / 1e3 for v in vs])}" for k, vs in parts.items()), flush=True)
+    if r["why"]:
+        print(f"# {title}: map rm FAILED: {r['why']}", flush=True)
 
 
 def merged(rounds: list[dict[str, float]]) -> dict[str, list[float]]:
@@ -261,6 +305,11 @@ def bench(args, runner) -> int:
     for name, (title, _, lr, gpu, exes, _) in made.items():
         starts[name] = start_ups(args, runner, host, exes, gpu, out / "bin" / f"{lr.name}.start")
         print_start_ups(title, starts[name])
+    rms = {}                    # then the owners mapped by the RM alone: after the default's lines
+    timed = (lambda exe, a, built: run_exe(exe, a, built, RM_RUN_TIMEOUT)) if runner is run_exe else runner
+    for name, (title, _, lr, _, _, _) in made.items():
+        rms[name] = rm_start_ups(args, timed, host, lr, sm, out / "bin")
+        print_rm(title, rms[name])
     torch, why = torch_or_why()
     device = "cuda" if torch is not None and not why else "cpu"
     rows, ok, graph_failed = [], True, {}
@@ -286,7 +335,8 @@ def bench(args, runner) -> int:
         rows.append({"learner": title, "gpu": times["gpu"], "sampled": times["sampled"], "cpu": times["cpu"],
                      "start": starts[name]["cold"]["start"], "start_ups": starts[name],
                      "torch": times["torch"], "graph": times["graph"], "bits": same,
-                     "build_s": round(build_s, 2)})
+                     "build_s": round(build_s, 2), "rm": {**{k: v for k, v in rms[name].items() if k != "run"},
+                                                "bits": rms[name]["run"] == (0, outputs["cpu"][2])}})
     where = "against the mock: times mean nothing" if args.runner else f"sm_{sm}, {host.product}"
     print(f"# GPU owner beside the CPU executable ({level}) and PyTorch float64 ({where}); "
           f"{args.rounds} rounds of {args.warmup} + {args.steps} steps; ms a step, median (spread)")
@@ -299,6 +349,8 @@ def bench(args, runner) -> int:
               f"{ms(r['graph'])} | {ms(r['start'])} | {'yes' if r['bits'] else 'NO'} |")
     for name, why_not in sorted(graph_failed.items()):
         print(f"# {name}: no CUDA graph: {why_not}")
+    for r in rows:              # the RM-mapped owners' bits: said, not the exit code (an option on trial)
+        print(f"# {r['learner']}: map rm, bits = CPU: {'yes' if r['rm']['bits'] else 'NO'}")
     (out / "bench-gpu.json").write_text(json.dumps({"sm": sm, "level": level, "rows": rows}, indent=1,
                                                    sort_keys=True) + "\n")
     return 0 if ok else 1

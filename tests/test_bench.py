@@ -39,6 +39,30 @@ def lying_runner(exe, args, built):
     return rc, out, err
 
 
+def rm_failing_runner(exe, args, built):
+    """mock_runner, but an owner built with --gpu-map rm exits as a refused driver call would."""
+    from test_device_check_local import mock_runner
+    if str(exe).endswith(".rm"):
+        return 131, "", "refused: nvidia-call\n"
+    return mock_runner(exe, args, built)
+
+
+def test_a_failing_rm_mapped_owner_is_said_and_the_benchmark_goes_on(tmp_path):
+    from test_device_check_local import need_mock
+    from test_gpu_scripts import fake_proc
+    need_mock()
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "gpu.py"), "--quick", "--learners", "lsq", "--runner",
+                        str(ROOT / "tests" / "test_bench.py") + ":rm_failing_runner",
+                        "--proc", str(fake_proc(tmp_path)), "--out", str(tmp_path / "out")],
+                       capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert r.returncode == 0, (r.stdout, r.stderr[-2000:])
+    lines = r.stdout.splitlines()
+    failed = [l for l in lines if "map rm FAILED: exit 131: refused: nvidia-call" in l]
+    assert len(failed) == 1 and lines.index(failed[0]) > max(
+        i for i, l in enumerate(lines) if "start-up parts, ms:" in l), r.stdout
+    assert lines[-1].endswith("map rm, bits = CPU: NO") and "| least squares 8 x 64, exact_sum, Adam |" in r.stdout
+
+
 @pytest.mark.parametrize("runner,code,bits", [("test_device_check_local.py:mock_runner", 0, "yes"),
                                               ("test_bench.py:lying_runner", 1, "NO")])
 def test_gpu_benchmark_against_the_mock(tmp_path, runner, code, bits):
@@ -70,6 +94,11 @@ def test_gpu_benchmark_against_the_mock(tmp_path, runner, code, bits):
         "identity->uvm", "uvm->memory", "memory->channel", "channel->uploaded")), r.stdout
     assert all(k in l for l in parts for k in ("data checked->gpu-open", "gpu-open->device", "identity->boost", "vaspace->uvm-register",
                                                "uvm-register->uvm", "memory->gpfifo", "rows->uploaded")), r.stdout
+    # the owner mapped by the RM alone (--gpu-map rm), after the default's lines: its parts, its bits
+    rm = [l for l in lines if "start-up parts, map rm, ms:" in l]
+    assert len(rm) == len(rows) and all("vaspace->map" in l and "uvm" not in l for l in rm), r.stdout
+    assert lines.index(rm[0]) > max(lines.index(l) for l in parts) and "map rm FAILED" not in r.stdout
+    assert [l.endswith(f"map rm, bits = CPU: {bits}") for l in lines if "map rm, bits" in l] == [True] * len(rows)
     # and with the GPU held by this process (gpu/holder.py): not here, where no driver is, said so
     held = [l for l in lines if "start-up, the GPU" in l and "held" in l]
     assert Path("/dev/nvidiactl").exists() or len(held) == 2 * len(rows) and all(
