@@ -9,7 +9,8 @@
 # gpu/device-check-local.sh (GPU owners whose kernels spill, against the CPU executable's bits)
 # into WORK/local, then bench/gpu.py (the GPU owner beside the CPU executable and PyTorch on the
 # card, with the bits compared; first each owner's start-up by part, alone and with the GPU held
-# by the benchmark's own process, gpu/holder.py: issue 42) into WORK/bench, each under its own
+# by the benchmark's own process, gpu/holder.py, then the same owner mapped by the RM alone,
+# --gpu-map rm, whose failure is said and not fatal: issue 42) into WORK/bench, each under its own
 # deadline, then leaves in $OUT:
 #   summary.txt   the three stages' summaries and exit codes, and the seconds each took
 #   results.tgz   everything they wrote (WORK/check, WORK/local, WORK/bench; the executables too)
