@@ -161,7 +161,8 @@ REFUSALS: dict[str, tuple[int, str]] = {
                          "it was built for (the deployment's `gpu` item, `--gpu-host`); "
                          "`nvidia-smi` lists the cards there"),
     "nvidia-call": (125, "the NVIDIA driver refused a call of the conversation (an ioctl failed or "
-                         "answered a non-zero status; the events file names the call)"),
+                         "answered a non-zero status; the events file names the call), or, under --gpu-map rm, "
+                         "mapped memory elsewhere than the plan's address (the event map NAME)"),
     "nvidia-map": (126, "a GPU owner could not map driver memory at the address its plan fixes"),
     "gpu-timeout": (127, "a launch did not complete (its semaphore was not released) within 4 s of "
                          "CLOCK_MONOTONIC; the events file holds GPGet and GPPut (from USERD), the "
