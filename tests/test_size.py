@@ -141,8 +141,9 @@ from conftest import ROOT
 # owner_sum staged in shared memory (ptx +71), log's own lean fast path for log, its lanes and
 # log1p (math +37). This session's: the carve-out from each kernel's shared size (nvdrv +22,
 # ptx +1), the owner's two allocations with only the card's states copied back (nvdrv +48,
-# lower +6, the top level +3), start-up events around each candidate call (nvdrv +16), the RM-only mapping `--gpu-map rm` (nvdrv
-# +57, runtime +2: a 64-bit equality check, the top level +4)
+# lower +6, the top level +3), start-up events around each candidate call (nvdrv +16), the
+# RM-only mapping `--gpu-map rm` (nvdrv +57, runtime +2: a 64-bit equality check, the top
+# level +4)
 BUDGETS = {"parse": 1160, "types": 1420, "ir": 1612, "dist": 1604, "lower": 5503, "runtime": 4209,
            "x86_64": 1233, "aarch64": 1104, "elf": 480, "ptx": 1997, "nvdrv": 1582, "tools": 3057,
            "math": 2133, "": 3343}
