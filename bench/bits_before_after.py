@@ -8,10 +8,11 @@ strategies (which an earlier compiler may not read, and a single process does no
 REV's compiler cannot read, is listed, not compared: compare it by hand, REV's source on REV);
 it also reports each build's executable size and the x86-64 time of the N steps.
 
-    python bench/bits_before_after.py [REV] [--steps N] [--quick] [--targets x86_64,x86_64-v4,...]
+    python bench/bits_before_after.py [REV] [--steps N] [--quick] [--exact] [--targets x86_64,...]
 
 REV defaults to HEAD (the working tree's changes against the last commit). `--quick` (what the
-tests run) compares two small learners for 5 steps.
+tests run) compares two small learners for 5 steps; `--exact` compares each learner's
+`contract exact_sum` variant (the contract line inserted after `learner NAME`) instead.
 """
 from __future__ import annotations
 
@@ -42,12 +43,15 @@ def build(tree: Path, src: Path, isa: str, out: Path) -> None:
     out.chmod(0o755)
 
 
-def learner_only(src: Path, into: Path) -> Path:
-    """src without its deployments and strategies, in `into` beside a link to the data it loads."""
+def learner_only(src: Path, into: Path, exact: bool = False) -> Path:
+    """src without its deployments and strategies (with `exact`, under `contract exact_sum`), in
+    `into` beside a link to the data it loads."""
     into.mkdir(exist_ok=True)
     if not (into / "data").exists():
         (into / "data").symlink_to(src.parent / "data")
     text = re.sub(r"^(deployment|strategy) \w+ \{.*?^\}\n", "", src.read_text(), flags=re.M | re.S)
+    if exact:
+        text = re.sub(r"^(learner \w+)$", r"\1\ncontract exact_sum", text, count=1, flags=re.M)
     out = into / src.name
     out.write_text(text)
     return out
@@ -67,6 +71,7 @@ def main() -> int:
                     help="the earlier commit, e.g. the one before an optimization (default HEAD)")
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--quick", action="store_true", help="two small learners, 5 steps")
+    ap.add_argument("--exact", action="store_true", help="each learner under `contract exact_sum`")
     ap.add_argument("--targets", default="x86_64,x86_64-v3,x86_64-v4,aarch64",
                     help="comma-separated (default: all; a level this CPU lacks is left out, and said so)")
     args = ap.parse_args()
@@ -91,7 +96,7 @@ def main() -> int:
                        check=True)
         try:
             for full in sources:
-                src = learner_only(full, tmp / "src")
+                src = learner_only(full, tmp / "src", args.exact)
                 for isa in targets:
                     a, b = tmp / f"{src.stem}.{isa}.old", tmp / f"{src.stem}.{isa}.new"
                     try:
@@ -107,7 +112,8 @@ def main() -> int:
                                  ta, tb))
         finally:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(old)], check=True)
-    print(f"examples/*.alpha, {args.steps} steps, built by {args.rev[:12]} and by the working tree\n")
+    print(f"examples/*.alpha{' (exact_sum)' * args.exact}, {args.steps} steps, built by {args.rev[:12]} "
+          "and by the working tree\n")
     print("| learner | ISA | output identical | output bytes | size before | size after | "
           "run s before | run s after |")
     print("|---|---|---|---|---|---|---|---|")

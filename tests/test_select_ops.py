@@ -138,6 +138,12 @@ VEC_CASES = [
     ("pack(q, r) * va", (Q * P, R * Q)), ("pack(lane(vc, 1), lane(va, 0)) - vb", (TINY - R, P - NAN)),
     ("(va + vc) * (va - vc) / vb", lanes(lambda a, c, b: (a + c) * (a - c) / b, VA, VC, VB)),
 ]
+# f64x2's lanes as 64-bit integers (the q builtins: SSE2, VEX, EVEX on xmm16-31, NEON)
+Q_CASES = [("qadd(va, vb)", (VA, VB), lambda a, b: a + b), ("qsub(vc, va)", (VC, VA), lambda a, b: a - b),
+           ("qand(va, vb)", (VA, VB), lambda a, b: a & b), ("qor(vb, vc)", (VB, VC), lambda a, b: a | b),
+           ("qxor(va, vc)", (VA, VC), lambda a, b: a ^ b), ("qshl(vb, 1)", (VB,), lambda a: a << 1),
+           ("qshr(vc, 63)", (VC,), lambda a: a >> 63),
+           ("qshr(qsub(va, vb), 11)", (VA, VB), lambda a, b: U(a - b) >> 11)]
 VSTORES = [0, 8, 24, -16, 4104, 65520, 60008]      # b + off: scaled, unscaled and far offsets
 NVEC = 24
 
@@ -274,6 +280,9 @@ def program() -> tuple[str, str]:
     for e, v in VEC_CASES:
         body.append(f"    let t = {e};\n    out(f2bits(lane(t, 0)));\n    out(f2bits(lane(t, 1)));")
         want += [bits(v[0]), bits(v[1])]
+    for e, vs, f in Q_CASES:
+        body.append(f"    let t = {e};\n    out(f2bits(lane(t, 0)));\n    out(f2bits(lane(t, 1)));")
+        want += [U(f(*(bits(v[k]) for v in vs))) for k in (0, 1)]
     body.append("    out(f2bits(vpress_sum(p, q)));")
     want.append(bits(vpress(P, Q)))
     body.append("    let vb_base = vbuf + 300;")

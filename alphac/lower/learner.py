@@ -1157,8 +1157,8 @@ class LearnerCode:
         """exact_sum: the block's terms gs (lane by lane, sample order) of coordinates j.. (vec
         lanes; 0: one) of p into their expansions (s, lo at `slots`, in p's XE), by xsum.rt's
         xe_add_lanes steps, in registers: 2Sum (s, d), then d into lo by 2Sum, whose error f
-        must be zero (a NaN or an infinity shows in f too); f times 2^600 squared and summed
-        into `bad` (f64x4 and f64x8: f's bits or-ed, the sign shifted out). A vector whose `bad`
+        must be zero (a NaN or an infinity shows in f too): a vector's f bits or-ed into `bad`,
+        the sign shifted out (one coordinate's: f times 2^600 squared and summed). A vector whose `bad`
         is zero in every lane stores s and lo; any other keeps them as before the block, stores
         its terms in XB_p and records 16 j + vec in XFAIL (its count ex["nf"]), for
         xe_add_listed. The first block starts from s = t0, lo = -0.0 (what xe_add_lanes' first
@@ -1175,7 +1175,7 @@ class LearnerCode:
             s, lo, rest = gs[0], zero, gs[1:]
         else:
             s, lo, rest = em.let(f"{V['load']}({slot})", "es"), em.let(f"{V['load']}({lo_slot})", "el"), gs
-        bits = vec >= 4                       # qor, qshl: f64x4, f64x8
+        bits = vec >= 2                       # qor, qshl: the lanes' bits
         scale = None if bits else em.splat(ex["scale"], vec) if vec else ex["scale"]
         bad = None
         for k, g in enumerate(rest):
@@ -1195,7 +1195,8 @@ class LearnerCode:
         if vec == 0:
             test = f"f2bits({bad})"
         elif vec == 2:
-            test = f"f2bits(lane({bad}, 0) + lane({bad}, 1))"    # +0.0 + +0.0 only when both
+            q = em.let(f"qshl({bad}, 1)", "q")
+            test = f"(f2bits(lane({q}, 0)) | f2bits(lane({q}, 1)))"
         else:                                 # the lanes' bits through memory (no lane extract)
             em.put(f"{V['store']}(XCHK, qshl({bad}, 1));")
             test = "(" + " | ".join(f"load64(XCHK + {8 * k})" for k in range(vec)) + ")"

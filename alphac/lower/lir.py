@@ -120,8 +120,8 @@ _OPS: dict[str, tuple] = {
     # and the logical shifts by a constant k in 0..63
     **{c + op: (c, c + c) for c in "wz" for op in ("qadd", "qsub", "qand", "qor", "qxor")},
     **{c + op: (c, c + "k") for c in "wz" for op in ("qshl", "qshr")},
-    # the same on f64x2 (AArch64's NEON: CPU_NEON = 1), and its per-lane table read: lane k =
-    # the binary64 at a + 8 b_k
+    # the same on f64x2 (SSE2 on x86-64, NEON on AArch64), and NEON's per-lane table read
+    # (CPU_NEON = 1): lane k = the binary64 at a + 8 b_k
     **{"v" + op: ("v", "vv") for op in ("qadd", "qsub", "qand", "qor", "qxor")},
     **{"v" + op: ("v", "vk") for op in ("qshl", "qshr")}, "vgather": ("v", "iv"),
     "cpu_has_avx2": ("i", "", True),   # d = 1 when the CPU and the OS run AVX2 (0 on AArch64)
@@ -148,7 +148,7 @@ _OPS: dict[str, tuple] = {
 }
 OPS: dict[str, Op] = {name: Op(*row) for name, row in _OPS.items()}
 WIDE = frozenset(op for op in OPS if op[0] in "wz")   # the ops only x86-64's selector has
-NEON = frozenset(op for op in OPS if op.startswith(("vq", "vgather")))   # only AArch64's has
+NEON = frozenset(op for op in OPS if op.startswith("vgather"))   # only AArch64's has
 TERMINATORS = {"jmp": "n", "br": "ciInn", "ret": "?", "trap": ""}
 CONDS = ("eq", "ne", "lt", "le", "gt", "ge", "ult", "ule", "ugt", "uge")
 NEGATE = {"eq": "ne", "ne": "eq", "lt": "ge", "ge": "lt", "le": "gt", "gt": "le",

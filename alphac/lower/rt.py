@@ -28,10 +28,11 @@ for a learner uses them for pairs of coordinates), or, where the target's prelud
 `CPU_AVX2 = 1` (x86_64-v3), `f64x4` (`+ - * /` and unary `-` on four lanes; `loadw`, `storew`, `splatw`, `sqrtw`, `gatherw` and
 `wide_end()`, after which no f64x4 is live: alphac.lower.rt_lower), and where it also has
 `CPU_AVX512 = 1` (x86_64-v4), `f64x8` (the same on eight lanes: `loadz`, `storez`, `splatz`,
-`sqrtz`, and `gatherz(a, v)`: lane k the binary64 at a + 8 v_k; `wide_end()` ends them too); on both, `qadd`, `qsub`, `qand`, `qor`, `qxor` (each
+`sqrtz`, and `gatherz(a, v)`: lane k the binary64 at a + 8 v_k; `wide_end()` ends them too); on
+f64x2, f64x4 and f64x8, `qadd`, `qsub`, `qand`, `qor`, `qxor` (each
 lane's 64 bits as integers, modulo 2^64) and `qshl(v, K)`, `qshr(v, K)` (logical, K a constant
-in 0..63); where the prelude has `CPU_NEON = 1` (AArch64), the same
-q builtins on f64x2 and `gatherv(a, v)` (lane k the binary64 at a + 8 v_k). A global's name is its address. Memory is
+in 0..63); where the prelude has `CPU_NEON = 1` (AArch64),
+`gatherv(a, v)` (lane k the binary64 at a + 8 v_k). A global's name is its address. Memory is
 reached through `load8/16/32/64`, `loadf`, `store8/16/32/64`, `storef` (little-endian, unsigned
 narrow loads). Other builtins: `syscall(nr, ...)`, `i2f`, `f2bits`, `bits2f`, `sqrt`, `udiv`,
 `urem`, `sar`, `ult` (unsigned <), `umulh` (the high 64 bits of the unsigned 128-bit product),

@@ -393,14 +393,11 @@ class FnLowerer:
 
     def lanes_int(self, f: str, args: list[tuple], need):
         """qadd(a, b), qsub, qand, qor, qxor (each lane's 64 bits as integers, modulo 2^64) and
-        qshl(a, K), qshr(a, K) (logical, K a constant 0..63), a and b both f64x4 or both f64x8 (or
-        both f64x2, with NEON)."""
+        qshl(a, K), qshr(a, K) (logical, K a constant 0..63), a and b all f64x2, f64x4 or f64x8."""
         need(2)
         a, t = self.expr(args[0])
-        if t == "f64x2" and self.neon(f):
-            pass
-        elif t not in ("f64x4", "f64x8"):
-            raise self.err(f"`{f}` wants f64x4 or f64x8, given {t}")
+        if t not in ("f64x2", "f64x4", "f64x8"):
+            raise self.err(f"`{f}` wants f64x2, f64x4 or f64x8, given {t}")
         if f in ("qshl", "qshr"):
             k = self.mod.fold(args[1])
             if k is None or not 0 <= k < 64:

@@ -253,6 +253,10 @@ TABLE: tuple[Row, ...] = (
     *(_row(mn[:-2] + 'pd', 'xmm, xmm', 'rm', f'66 0F {op:02X} /r') for mn, op in _SSE_ARITH.items()),
     _row('unpcklpd', 'xmm, xmm', 'rm', '66 0F 14 /r'),
     _row('unpckhpd', 'xmm, xmm', 'rm', '66 0F 15 /r'),
+    # SSE2 on the two lanes' 64 bits as integers (the q builtins on f64x2; pxor is below)
+    *(_row(mn, 'xmm, xmm', 'rm', f'66 0F {op} /r') for mn, op in
+      (('paddq', 'D4'), ('psubq', 'FB'), ('pand', 'DB'), ('por', 'EB'))),
+    *(_row(mn, 'xmm, imm8', 'mi', f'66 0F 73 /{d} ib') for mn, d in (('psllq', 6), ('psrlq', 2))),
     # -- SSE2/SSSE3/SSE4.1 on 4 x u32, and the SHA extensions: the hardware SHA-256 (sha256_hw)
     _row('movdqu', 'xmm, m128', 'rm', 'F3 0F 6F /r'),
     _row('movdqu', 'm128, xmm', 'mr', 'F3 0F 7F /r'),
@@ -319,6 +323,14 @@ TABLE: tuple[Row, ...] = (
         _row(mn, 'ymm, ymm, imm8', 'vmi', f'VEX.256.66.0F.WIG 73 /{d} ib'),
         _row(mn, 'ymm, ymm, imm8', 'vmi', f'EVEX.256.66.0F.W1 73 /{d} ib'),
         _row(mn, 'zmm, zmm, imm8', 'vmi', f'EVEX.512.66.0F.W1 73 /{d} ib'))),
+    # the same on xmm (the q builtins on f64x2 at x86_64-v3 and v4; SSE2's at the baseline)
+    *(r for mn, op in _QALU.items() for r in (
+        _row(mn, 'xmm, xmm, xmm', 'rvm', f'VEX.128.66.0F.WIG {op} /r', name=mn.removesuffix('q')
+             if mn in ('vpandq', 'vporq', 'vpxorq') else mn),
+        _row(mn, 'xmm, xmm, xmm', 'rvm', f'EVEX.128.66.0F.W1 {op} /r'))),
+    *(r for mn, d in _QSHIFT.items() for r in (
+        _row(mn, 'xmm, xmm, imm8', 'vmi', f'VEX.128.66.0F.WIG 73 /{d} ib'),
+        _row(mn, 'xmm, xmm, imm8', 'vmi', f'EVEX.128.66.0F.W1 73 /{d} ib'))),
     # -- AVX-512F's gather (x86_64-v4): zmm's lanes from base + 8 * each index lane, where k's bits
     # are set (cleared as each lane arrives); kxnorw k, k, k sets them all
     _row('kxnorw', 'k, k, k', 'rvm', 'VEX.256.NP.0F.W0 46 /r'),

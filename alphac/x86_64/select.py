@@ -38,6 +38,8 @@ VALU = {"vadd": "addpd", "vsub": "subpd", "vmul": "mulpd", "vdiv": "divpd"}
 WALU = {"wadd": "vaddpd", "wsub": "vsubpd", "wmul": "vmulpd", "wdiv": "vdivpd"}
 QALU = {"add": "vpaddq", "sub": "vpsubq", "and": "vpandq", "or": "vporq", "xor": "vpxorq",
         "shl": "vpsllq", "shr": "vpsrlq"}                 # a wide class's lanes as integers
+VQ = {"add": "paddq", "sub": "psubq", "and": "pand", "or": "por", "xor": "pxor",
+      "shl": "psllq", "shr": "psrlq"}                    # f64x2's, in SSE2 (QALU's on xmm with vex)
 SPILL = {"f": "movsd", "v": "movupd", "w": "vmovupd", "z": "vmovupd"}   # a class's reload and store
 BITS = {"v": 128, "w": 256, "z": 512}                       # a vector class's width
 SHIFT = {"shl": "shl", "shr": "shr", "sar": "sar"}
@@ -346,6 +348,16 @@ class Selector(SelectorBase):
 
     def vec_alu(self, op, d, a) -> None:
         self.op3(VALU[op], d, a[0], self.use(a[1], F2))
+
+    def vec_int(self, op, d, a) -> None:
+        """d = a op b (or a shifted by the constant b) on f64x2's lanes as integers: SSE2's
+        two-operand form (as op3), or with `vex` the three-operand one on xmm."""
+        b = XImm(a[1].value) if op[2:] in ("shl", "shr") else self.use(a[1], F2)
+        if not self.vex:
+            return self.op3(VQ[op[2:]], d, a[0], b)
+        r = self.defreg(d, F1)
+        self.emit(QALU[op[2:]], r, self.use(a[0], F1), b)
+        self.commit(d, r)
 
     def vec_unary(self, op, d, a) -> None:
         if op == "vsqrt":
