@@ -25,6 +25,8 @@ Requires: a backend (alphac.math.dsl). Guarantees: the same bits under every bac
 """
 from __future__ import annotations
 
+import struct
+
 from alphac.math import mp
 from alphac.math.dd import (fast_two_sum, rounded, split, square, two_prod, two_prod_split,
                             two_sum)
@@ -49,6 +51,7 @@ def _tables() -> dict[str, Table]:
 LOG_POLY = (1 / 3, -1 / 4, 1 / 5, -1 / 6, 1 / 7, -1 / 8, 1 / 9)
 LOG_ERR = 2.0 ** -72 + 2.0 ** -91              # 2^-72 + 2^-101 |log x|, |log x| < 745 < 2^9.6
 TABLES = _tables()
+LN2_HL = tuple(struct.unpack("<d", struct.pack("<Q", w))[0] for w in TABLES["LN2_HL"].words)
 
 
 def limbs(m, table: str, k) -> tuple:
@@ -313,8 +316,8 @@ def _log_dd(m, xb, extra):
     |t| < 2^-8, exactly t_h + t_l (c = c_h + c_l, c_h its first 26 bits, c_h r_j, c_l r_j exact,
     c_h r_j - 1 exact by Sterbenz); e as a binary64 is 2^52 + x's exponent field (bits 0x433
     and the field) minus 2^52 + 1023, exactly. log x = e ln2 + log(1/r_j) + log1p(t).
-    e H + LOG_L[j]'s high word is Dekker's fast sum (exact: e H is exact, H of 42 bits, and
-    |e H| >= ln 2 - 2^-42 > |log(1/r_j)| unless e = 0). Where e = 0, j = 0 or e = -1, j = 255
+    h_1 = e H + LOG_L[j]'s high word is exact (both multiples of 2^-42, H of 42 bits, and
+    |h_1| < 2^10). Where e = 0, j = 0 or e = -1, j = 255
     (x in [1 - 2^-9, 1 + 2^-8)) the first two cancel exactly (LOG_L[255] is LN2_HL itself:
     their sum h_1 is 0 there and nowhere else, tests/test_math.py checks the table) and the
     result is log1p(t) (relative 2^-66). Elsewhere |log x| > 2^-9 and the absolute error is
@@ -322,26 +325,29 @@ def _log_dd(m, xb, extra):
     err is the constant LOG_ERR, at least 2^-72 + 2^-101 |log x|."""
     th, tl, ef, at = _log_reduce(m, xb)
     ph, pl = _log1p_poly(m, th, tl)
-    h1, h2 = fast_two_sum(ef * m.loadf(TABLES["LN2_HL"], 0), m.loadf(TABLES["LOG_L"], at))
+    h1 = ef * m.f(LN2_HL[0]) + m.loadf(TABLES["LOG_L"], at)
     s1, s2 = two_sum(h1, ph)
-    low = m.loadf(TABLES["LOG_L"], at + 1) + ef * m.loadf(TABLES["LN2_HL"], 1)
-    lo = s2 + (h2 + (pl + (low if extra is None else low + extra)))
+    low = m.loadf(TABLES["LOG_L"], at + 1) + ef * m.f(LN2_HL[1])
+    lo = s2 + (pl + (low if extra is None else low + extra))
     err = m.cond(h1.bits().eq(0), lambda: (_fabs(m, s1) * m.f(2.0 ** -65),),
                  lambda: (m.f(LOG_ERR),))[0]
     return s1, lo, err
 
 
-def _log_reduce(m, xb):
-    """(t_h, t_l, e, 2j) of _log_dd's reduction (its docstring), which _log_lean shares."""
+def _log_parts(m, xb):
+    """(c, c_h, r_j, e, 2j) of _log_dd's reduction (its docstring), which _log_lean shares."""
     j = (xb >> 44) & 255
     cb = (xb & MANT) | 0x3FF0000000000000
-    c = m.float_(cb)
-    r = m.loadf(TABLES["LOG_R"], j)
     ch = m.float_(cb & -(1 << 27))                          # c's first 26 bits: c_h r_j exact
-    cl = c - ch
-    th, tl = two_sum(ch * r - m.f(1.0), cl * r)
     ef = m.float_((xb >> 52) | 0x4330000000000000) - m.f(2.0 ** 52 + 1023)   # e, exactly
-    return th, tl, ef, j * 2
+    return m.float_(cb), ch, m.loadf(TABLES["LOG_R"], j), ef, j * 2
+
+
+def _log_reduce(m, xb):
+    """(t_h, t_l, e, 2j) of _log_dd's reduction (its docstring)."""
+    c, ch, r, ef, at = _log_parts(m, xb)
+    th, tl = two_sum(ch * r - m.f(1.0), (c - ch) * r)
+    return th, tl, ef, at
 
 
 def _log1p_lean(m, th, tl):
@@ -359,29 +365,39 @@ def _log1p_lean(m, th, tl):
 def _log_lean(m, xb, extra=None):
     """log's own fast path (the scalar and its lanes; pow keeps _log_dd), and log1p's with
     `extra` as in _log_dd (its one_plus: |log x| > 2^-9 there, so err = LOG_ERR): _log_dd's
-    reduction and sums with three steps fewer, 8 binary64 operations in all. (1) q stops at
-    t^5/8 (degree 8): the truncation t^9/9 reaches 2^-67.2 |t| at |t| = 2^-8, so log1p(t)'s
-    bound is 2^-66.5 |t| + 2^-67.2 |t| < 2^-65.8 |t|. (2) log1p(t)'s double-double is left
-    unrenormalized: a = fl(t_h - u^2/2) (its fast sum exact as in _log1p_poly) and the rest
-    (b, t_l's terms and t^3 q, below 2^-25.4) join the low part. (3) s_1 = h_1 + a by Dekker's
-    fast sum: exact where h_1 = 0, and elsewhere |h_1| exceeds every |a| of its interval
-    (tests/test_math.py checks each (e, j) with e in {0, -1}; |e| >= 1 otherwise gives
-    |h_1| > 0.69). The low part rest + low + h_2 + s_2 now has partial sums up to 2^-25.4 (not
-    2^-53 |h|): three roundings of 2^-78.4 each. Near 1 (h_1 = 0: h_2 = s_2 = low = 0, those
-    sums exact) the bound is 2^-65.8 |t| < 2^-65.7 |log x|, and err = |s_1| 2^-64 covers it;
-    elsewhere (|log x| > 2^-9) 2^-73.8 (log1p) + 3 2^-78.4 + 2^-84.8 + 2^-96 + 2^-103 |log x|
-    < 2^-73.5 + 2^-103 |log x|, within LOG_ERR / 2. The low part reaches 2^-16.4 |h| (|h| >
-    2^-9; 2^-17.6 |h| near 1), above alphac.math.dd's 2^-40, but what its proof uses holds:
-    2^-53 (|l| + err) < err/2."""
-    th, tl, ef, at = _log_reduce(m, xb)
-    a, rest = _log1p_lean(m, th, tl)
-    h1, h2 = fast_two_sum(ef * m.loadf(TABLES["LN2_HL"], 0), m.loadf(TABLES["LOG_L"], at))
-    s1, s2 = fast_two_sum(h1, a)
-    low = m.loadf(TABLES["LOG_L"], at + 1) + ef * m.loadf(TABLES["LN2_HL"], 1)
-    low = low if extra is None else low + extra
+    table and reduction with a shorter dependent chain. (1) t = c r_j - 1 = a + b exactly,
+    a = fl(c r_j) - 1 (Sterbenz), b = (c_h r_j - fl(c r_j)) + c_l r_j (each step exact: c_l
+    r_j has 44 bits, the sum 15), |b| <= 2^-53, and b = 0 where r_j is 1 or 1/2 (x near 1):
+    log1p(t) = log1p(a) + b (1 - a + a^2) within 2^-77 (no two-sum waits on t). (2) a^2 = u^2
+    + v, u = a rounded to a multiple of 2^-34 by adding and subtracting 1.5 2^18 (26 bits, no
+    trip through the integer registers), v = (a - u) fl(a + u) within 2^-94. (3) q stops at
+    t^5/8 (degree 8), at a: log1p(a) within 2^-66.5 |a| + 2^-67.2 |a| (truncation t^9/9) <
+    2^-65.8 |a|. (4) s = h_1 + a, then s_1 = s - u^2/2, by Dekker's fast sums: exact where
+    h_1 = 0, and elsewhere |h_1| exceeds every |a| of its interval (tests/test_math.py checks
+    each (e, j) with e in {0, -1}; |e| >= 1 otherwise gives |h_1| > 0.69), and |s| > 2^-9.1
+    exceeds u^2/2. The low part's partial sums reach 2^-25.4: three roundings of 2^-78.4. Near
+    1 (h_1 = 0: b = e_1 = low = 0) the bound is 2^-65.8 |t| < 2^-65.7 |log x|, and err = |s_1|
+    2^-64 covers it; elsewhere (|log x| > 2^-9) 2^-73.8 + 2^-77 + 2^-79 (q at a, not t) + 3
+    2^-78.4 + 2^-84.8 + 2^-96 + 2^-103 |log x| < 2^-73.4 + 2^-103 |log x|, within LOG_ERR / 2.
+    The low part reaches 2^-16.4 |h| (|h| > 2^-9; 2^-17.6 |h| near 1), above
+    alphac.math.dd's 2^-40, but what its proof uses holds: 2^-53 (|l| + err) < err/2."""
+    c, ch, r, ef, at = _log_parts(m, xb)
+    p = c * r
+    a = p - m.f(1.0)
+    b = (ch * r - p) + (c - ch) * r
+    u = (p + m.f(1.5 * 2.0 ** 18)) - m.f(1.5 * 2.0 ** 18 + 1.0)
+    sh = a * a
+    rest = b * ((m.f(1.0) - a) + sh) - ((a - u) * (a + u)) * m.f(0.5)
+    h1 = ef * m.f(LN2_HL[0]) + m.loadf(TABLES["LOG_L"], at)
+    low = m.loadf(TABLES["LOG_L"], at + 1) + ef * m.f(LN2_HL[1])
+    s, e1 = fast_two_sum(h1, a)
+    s1, s2 = fast_two_sum(s, (u * u) * m.f(-0.5))
+    rest = rest + (e1 + (low if extra is None else low + extra))
+    c0, c1, c2, c3, c4, c5 = (m.f(k) for k in LOG_POLY[:6])
+    q = (c0 + a * c1 + sh * (c2 + a * c3)) + (sh * sh) * (c4 + a * c5)
     err = m.cond(h1.bits().eq(0), lambda: (_fabs(m, s1) * m.f(TWO[-64]),),
                  lambda: (m.f(LOG_ERR),))[0]
-    return rounded(m, s1, s2 + (h2 + (rest + low)), err)
+    return rounded(m, s1, (rest + s2) + (sh * a) * q, err)
 
 
 # -- exp ------------------------------------------------------------------------------------------
