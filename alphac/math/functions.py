@@ -51,7 +51,8 @@ def _tables() -> dict[str, Table]:
 LOG_POLY = (1 / 3, -1 / 4, 1 / 5, -1 / 6, 1 / 7, -1 / 8, 1 / 9)
 LOG_ERR = 2.0 ** -72 + 2.0 ** -91              # 2^-72 + 2^-101 |log x|, |log x| < 745 < 2^9.6
 TABLES = _tables()
-LN2_HL = tuple(struct.unpack("<d", struct.pack("<Q", w))[0] for w in TABLES["LN2_HL"].words)
+LN2_HL, EXP_C = (tuple(struct.unpack("<d", struct.pack("<Q", w))[0] for w in TABLES[name].words)
+                  for name in ("LN2_HL", "EXP_C"))      # read as pool constants, not table words
 
 
 def limbs(m, table: str, k) -> tuple:
@@ -135,13 +136,6 @@ FAST_EXP_MAX = 0x4086200000000000        # 708: e^x stays normal, 2^(k >> 8) too
 TWO = {n: 2.0 ** n for n in (-64, -65, -67, -68, -72, -75, -76, -98, -101)}
 
 
-def first_fast(m, go, fast, rest):
-    """fast() -> (ok, value) where `go`; its value where ok, else rest() (the special values and
-    the accurate path, written once)."""
-    ok, v = m.cond(go, fast, lambda: (m.i(0), m.f(0.0)))
-    return m.cond(ok, lambda: (v,), lambda: (rest(),))[0]
-
-
 def outlined(m, name, rest, xb):
     """rest(m, x) for x = xb's binary64 (a function's special values and accurate path), which
     RtSource writes once as the subroutine `rt_math_<name>`: the fast path's own function then
@@ -173,10 +167,10 @@ def _exp_reduce(m, x, xl=None):
     t = x * m.f(INV_LN2_256) + m.f(MAGIC)
     k = t.bits() - m.f(MAGIC).bits()
     kf = t - m.f(MAGIC)
-    c = TABLES["EXP_C"]
-    r1 = x - kf * m.loadf(c, 0)
-    rh, rl = two_sum(r1, -(kf * m.loadf(c, 1)))
-    rh, rl = fast_two_sum(rh, (rl if xl is None else rl + xl) - kf * m.loadf(c, 2))
+    c = EXP_C
+    r1 = x - kf * m.f(c[0])
+    rh, rl = two_sum(r1, -(kf * m.f(c[1])))
+    rh, rl = fast_two_sum(rh, (rl if xl is None else rl + xl) - kf * m.f(c[2]))
     sh, sl = square(rh)
     q = (sh * rh) * _horner(m, rh, EXP_POLY)
     a, b = fast_two_sum(rh, sh * m.f(0.5))
@@ -200,47 +194,50 @@ def _pow2(m, e):
 
 
 def _exp_lean(m, x):
-    """(k, v_h, v_t, l): e^x = 2^(k >> 8) (v_h + (v_t + l)) within 2^-69.1 relative, for
-    2^-54 <= |x| < 708, v_h + v_t = t_h + u_h exactly; shorter than _exp_reduce and
-    _exp_scaled (which pow and expm1 near 0 need at 2^-79): about 50 binary64 operations.
+    """(k, v_h, l): e^x = 2^(k >> 8) (v_h + l) within 2^-69.1 relative, for 2^-54 <= |x| <
+    708; shorter than _exp_reduce and _exp_scaled (which pow and expm1 near 0 need at 2^-79):
+    about 50 binary64 operations.
 
     k, kf, r1 and x = k ln2/256 + r as in _exp_reduce; (r_h, r_l) = two_sum(r1, -k C2), then
     r_l - k C3 without renormalizing: |r_h| < 2^-9.47, |r_l| < 2^-60.2, r = r_h + r_l within
     2^-111. e^r - 1 = r_h + w, w = r_h^2/2 + r_h^3 P(r_h) + r_l (1 + r_h) up to r_l r_h^2/2 <
     2^-80.1; P = 1/6 + ... + r^3/720 truncates below 2^-78.6. Computed: s = fl(r_h^2) (2^-71.94
-    absolute, 2^-72.94 in s/2); the r^3 term to 2^-50.7 relative of 2^-30.99 (2^-81.7); w's last
+    absolute, 2^-72.94 in s/2); the r^3 term (P by Estrin's scheme, (1/6 + r/24) + s (1/120 +
+    r/720): a chain of four operations) to 2^-50.7 relative of 2^-30.99 (2^-81.7); w's last
     addition 2^-72.93; so w within 2^-71.9, |w| < 2^-19.93. With T = t_h + t_l = 2^(j/256)
     (j = k & 255, 2^-104 of T): T (1 + r_h + w) = t_h + t_h r_h + (t_h w + t_l (1 + r_h)) up to
     t_l w < 2^-72.93; t_h r_h = u_h + u_l by Dekker's product (t_h's split from the table),
-    t_h + u_h = v_h + v_t exactly (fast_two_sum), and the low part's four roundings below
-    2^-71.9 each (partial sums below 2^-18.9): in all under 6.5 2^-71.9 = 2^-69.2 absolute, on a
+    t_h + u_h = v_h + v_t exactly (fast_two_sum), and the low part l = (v_t + (u_l + t_l (1 +
+    r_h))) + t_h w (t_h w, the latest, added last) with four roundings below 2^-71.9 each
+    (partial sums below 2^-18.9): in all under 6.5 2^-71.9 = 2^-69.2 absolute, on a
     value above 0.997: 2^-69.1 relative. The low part reaches 2^-18.9 |v_h|, above the 2^-40
     alphac.math.dd asks for, but what its proof uses holds: 2^-53 (|l| + err) < err/2 for
     err >= v_h 2^-68.1 (twice the bound, v_h > 0.997)."""
     t = x * m.f(INV_LN2_256) + m.f(MAGIC)
     k = t.bits() - m.i(0x4338000000000000)                 # MAGIC's bits
     kf = t - m.f(MAGIC)
-    c = TABLES["EXP_C"]
-    r1 = x - kf * m.loadf(c, 0)
-    u = kf * m.loadf(c, 1)
+    c = EXP_C
+    r1 = x - kf * m.f(c[0])
+    u = kf * m.f(c[1])
     rh = r1 - u                                         # two_sum(r1, -u), its negation folded
     bb = rh - r1
-    rl = ((r1 - (rh - bb)) - (u + bb)) - kf * m.loadf(c, 2)
+    rl = ((r1 - (rh - bb)) - (u + bb)) - kf * m.f(c[2])
     s = rh * rh
-    q = (s * rh) * _horner(m, rh, EXP_POLY[:4])
+    c0, c1, c2, c3 = (m.f(p) for p in EXP_POLY[:4])
+    q = (s * rh) * ((c0 + rh * c1) + s * (c2 + rh * c3))
     w = s * m.f(0.5) + (q + (rl + rh * rl))
     at = (k & 255) * 3
     th, tl, thh = (m.loadf(TABLES["EXP_T"], at + i) for i in range(3))
     uh, ul = two_prod_split(th, thh, th - thh, rh, *split(rh))
     vh, vt = fast_two_sum(th, uh)
-    return k, vh, vt, ul + (th * w + tl * (m.f(1.0) + rh))
+    return k, vh, (vt + (ul + tl * (m.f(1.0) + rh))) + th * w
 
 
 def _exp_fast(m, x):
     """exp's fast path: _exp_lean's value, the rounding test at err = v_h 2^-67 (twice the
     bound and more; about one input in 2^14 goes on to the accurate path)."""
-    k, vh, vt, lo = _exp_lean(m, x)
-    ok, v = rounded(m, vh, vt + lo, vh * m.f(TWO[-67]))
+    k, vh, lo = _exp_lean(m, x)
+    ok, v = rounded(m, vh, lo, vh * m.f(TWO[-67]))
     return ok, v * _pow2(m, k.sar(8))                   # exact: the result is normal
 
 
@@ -251,10 +248,10 @@ def _expm1_lean(m, x):
     all, and err = 2^-67 (Y + |Y - 1|) is at least twice it. Relative to |Y - 1| (at least
     0.22 Y for |x| >= 1/4) err is below 2^-64.5, so about one input in 2^11.5 near |x| = 1/4
     fails the test, one in 2^13 beyond 1. The low part reaches 2^-18.9 Y (dd's proof holds, as
-    in exp's; _tanh_fast renormalizes it)."""
-    k, vh, vt, lo = _exp_lean(m, x)
+    in exp's)."""
+    k, vh, lo = _exp_lean(m, x)
     scale = _pow2(m, k.sar(8))                          # yh exact; yl within 2^-1074
-    yh, yl = vh * scale, (vt + lo) * scale
+    yh, yl = vh * scale, lo * scale
     ah, bl = two_sum(yh, m.f(-1.0))
     return ah, bl + yl, (yh + _fabs(m, ah)) * m.f(TWO[-67])
 
@@ -468,7 +465,7 @@ def _exp_rest(m, x):
 
 def exp(m, x):
     xb = x.bits()
-    return first_fast(m, (xb & ABS).ult(FAST_EXP_MAX), lambda: _exp_fast(m, x),
+    return m.first((xb & ABS).ult(FAST_EXP_MAX), lambda: _exp_fast(m, x),
                       lambda: outlined(m, "exp_rest", _exp_rest, xb))
 
 
@@ -725,7 +722,7 @@ def _expm1_rest(m, x):
 def expm1(m, x):
     xb = x.bits()
     ax = xb & ABS
-    return first_fast(m, _expm1_go(m, xb, ax), lambda: rounded(m, *_expm1_dd(m, x, ax)),
+    return m.first(_expm1_go(m, xb, ax), lambda: rounded(m, *_expm1_dd(m, x, ax)),
                       lambda: outlined(m, "expm1_rest", _expm1_rest, xb))
 
 
@@ -750,30 +747,45 @@ def _reciprocal(m, d):
 
 
 def _tanh_fast(m, y, lean=True):
-    """tanh(y/2) = E / (E + 2), E = e^y - 1 from _expm1_dd (with `lean` off, _expm1_fast alone:
-    the lanes', where a cond runs both branches; either way the correct rounding where the test
-    passes), relative bound rho = err/E_h (err already twice the bound; E_l below 2^-42 E_h:
-    _expm1_lean's low part, up to 2^-18.9 Y, is renormalized here first),
-    2^-27 <= y <= 38.2. D = E + 2 by two_sum has at most E's absolute error, so relative below
-    rho/2 too. One division: i = fl(1/D_h), q_h = fl(E_h i) (within 2^-51.9 of E_h/D_h); the
-    remainder E - q_h D exactly up to 2^-104 E (E_h - fl(q_h D_h) is exact by Sterbenz,
-    q_h D_h by Dekker), q_l = rem i, |q_l| < 2^-41 q (E_l): the rounding of rem + E_l (2^-95 q),
-    q_l's and i's (2^-52 |q_l|) and D_l against D_h (|D_l| < 2^-51.7 D: 2^-93.7 q): below
-    2^-93 q. tanh's bound is rho/2 + rho/2 + 2^-93; err = (err_E i) (2 + 2^-47) + q_h 2^-91 is
-    at least twice it: err_E i (2 + 2^-47) is at least 2 rho q_h, q_h/E_h being within 2^-51.9
-    of 1/D_h and i within 2^-53."""
-    if lean:
-        eh, el, err = _expm1_dd(m, y, y.bits())
-        eh, el = fast_two_sum(eh, el)                   # exact: |E_l| < 2^-16 |E_h|
-    else:
+    """tanh(y/2) = E / D, 2^-27 <= y <= 38.2, E = e^y - 1 and D = e^y + 1 as double-doubles
+    with a relative bound rho = err/E_h on E (err already twice the bound), E_l below 2^-42 E_h,
+    and D's absolute error at most E's (so relative below rho/2 too). For y >= 1/4 both come
+    from exp's lean Y = 2^E V (_exp_lean, 2^-69.1 Y), in units of 2^E (the quotient is the
+    same; no scaling): V renormalized by the fast sum, then V - 2^-E and V + 2^-E by the fast
+    sum (V >= 2^-E: Y >= 1.28), their low parts under 2^-50 of them; err = 2^-67 (Y + |Y - 1|)
+    as _expm1_lean's. Below 1/4 (and with `lean` off: the lanes', where a cond runs both
+    branches; either way the correct rounding where the test passes), E from _expm1_fast and D
+    = 2 + E by two_sum. One division: i = fl(1/D_h), q_h = fl(E_h i) (within 2^-51.9 of
+    E_h/D_h); the remainder E_h - q_h D_h as (((E_h - a_h b_h) - a_h b_l) - a_l b_h) - a_l b_l
+    from Veltkamp's splits of q_h and D_h, every step exact but the last (the first by
+    Sterbenz, the next two multiples of 2^(e_q + e_D - 77) below 2^(e_q + e_D - 24)), so within
+    2^-104 E; q_l = (rem + (E_l - q_h D_l)) i, |q_l| < 2^-41 q: its roundings (2^-95 q), q_l's
+    and i's (2^-52 |q_l|) and D_l against D_h (|D_l| < 2^-51.7 D: 2^-93.7 q): below 2^-93 q.
+    tanh's bound is rho/2 + rho/2 + 2^-93; err = (err_E i) (2 + 2^-47) + q_h 2^-91 is at least
+    twice it: err_E i (2 + 2^-47) is at least 2 rho q_h, q_h/E_h being within 2^-51.9 of 1/D_h
+    and i within 2^-53. The quotient is written in each branch, so no values merge."""
+    def near_zero():
         eh, el, err = _expm1_fast(m, y)
-    dh, dt = two_sum(m.f(2.0), eh)
-    dl = dt + el
-    inv = m.f(1.0) / dh
-    qh = eh * inv
-    uh, ul = two_prod(qh, dh)
-    ql = ((((eh - uh) - ul) + el) - qh * dl) * inv
-    return rounded(m, qh, ql, (err * inv) * m.f(2.0 + 2.0 ** -47) + qh * m.f(2.0 ** -91))
+        dh, dt = two_sum(m.f(2.0), eh)
+        return eh, el, dh, dt + el, err
+
+    def from_exp():                                     # y >= 1/4: Y = e^y >= 1.28
+        k, vh, lo = _exp_lean(m, y)
+        c = m.float_((m.i(1023) - k.sar(8)) << 52)      # 2^-E: N and D in units of 2^E
+        yh, yl = fast_two_sum(vh, lo)
+        nh, (dh, db) = yh - c, fast_two_sum(yh, c)      # Y - 1 by the fast sum, -c folded in
+        nb = (yh - nh) - c
+        return nh, nb + yl, dh, db + yl, (yh + nh) * m.f(TWO[-67])
+    def quotient(eh, el, dh, dl, err):                  # in each branch: no values merged
+        inv = m.f(1.0) / dh
+        qh = eh * inv
+        (ah, al), (bh, bl) = split(qh), split(dh)
+        ql = (((((eh - ah * bh) - ah * bl) - al * bh) - al * bl) + (el - qh * dl)) * inv
+        return rounded(m, qh, ql, (err * inv) * m.f(2.0 + 2.0 ** -47) + qh * m.f(2.0 ** -91))
+    if not lean:
+        return quotient(*near_zero())
+    return m.cond(m.i(0x3FCFFFFFFFFFFFFF).ult(y.bits()), lambda: quotient(*from_exp()),
+                  lambda: quotient(*near_zero()))
 
 
 def _tanh_go(m, ax):
@@ -812,7 +824,7 @@ def _tanh_rest(m, x):
 def tanh(m, x):
     xb = x.bits()
     ax = xb & ABS
-    return first_fast(m, _tanh_go(m, ax), lambda: _tanh_signed(m, ax, xb & SIGN),
+    return m.first(_tanh_go(m, ax), lambda: _tanh_signed(m, ax, xb & SIGN),
                       lambda: outlined(m, "tanh_rest", _tanh_rest, xb))
 
 
@@ -958,7 +970,7 @@ def _trig(m, x, is_sin):
     tiny = 0x3E50000000000000 if is_sin else 0x3E40000000000000    # 2^-26, 2^-27
     go = m.i(tiny - 1).ult(ax) & ax.ult(FAST_TRIG_MAX)
     small = (x,) if is_sin else (m.f(1.0),)        # sin x = x (x^3/6 < 2^-54.5 |x|), cos x = 1
-    return first_fast(m, go, lambda: _trig_fast(m, x, 0 if is_sin else 32), lambda: m.cond(
+    return m.first(go, lambda: _trig_fast(m, x, 0 if is_sin else 32), lambda: m.cond(
         m.i(INF - 1).ult(ax), lambda: m.cond(ax.eq(INF), lambda: (m.float_(m.i(NAN)),),
                                              lambda: (x + x,)),
         lambda: m.cond(ax.ult(tiny), lambda: small, lambda: (_trig_accurate(m, x, is_sin),)))[0])
@@ -1138,5 +1150,5 @@ def pow(m, x, y):
     ax, ay, yint, sign, xneg, _ = _pow_signs(m, xb, yb)
     go = m.i(0x000FFFFFFFFFFFFF).ult(ax) & ax.ult(INF) & (ax.eq(ONE) ^ 1) & \
         m.i(0).ult(ay) & ay.ult(INF) & (yint | (xneg ^ 1))
-    return first_fast(m, go, lambda: _pow_fast(m, ax, y, sign),
+    return m.first(go, lambda: _pow_fast(m, ax, y, sign),
                       lambda: m.float_(m.outline("pow_rest", _pow_rest, (xb, yb), 1)[0]))
