@@ -379,17 +379,18 @@ def _log_lean(m, xb, extra=None):
     The low part reaches 2^-16.4 |h| (|h| > 2^-9; 2^-17.6 |h| near 1), above
     alphac.math.dd's 2^-40, but what its proof uses holds: 2^-53 (|l| + err) < err/2."""
     c, ch, r, ef, at = _log_parts(m, xb)
+    h1 = ef * m.f(LN2_HL[0]) + m.loadf(TABLES["LOG_L"], at)
+    low = m.loadf(TABLES["LOG_L"], at + 1) + ef * m.f(LN2_HL[1])
+    low = low if extra is None else low + extra
     p = c * r
     a = p - m.f(1.0)
     b = (ch * r - p) + (c - ch) * r
     u = (p + m.f(1.5 * 2.0 ** 18)) - m.f(1.5 * 2.0 ** 18 + 1.0)
     sh = a * a
-    rest = b * ((m.f(1.0) - a) + sh) - ((a - u) * (a + u)) * m.f(0.5)
-    h1 = ef * m.f(LN2_HL[0]) + m.loadf(TABLES["LOG_L"], at)
-    low = m.loadf(TABLES["LOG_L"], at + 1) + ef * m.f(LN2_HL[1])
+    rest = (b + b * (sh - a)) - ((a - u) * (a + u)) * m.f(0.5)
     s, e1 = fast_two_sum(h1, a)
     s1, s2 = fast_two_sum(s, (u * u) * m.f(-0.5))
-    rest = rest + (e1 + (low if extra is None else low + extra))
+    rest = rest + (e1 + low)
     c0, c1, c2, c3, c4, c5 = (m.f(k) for k in LOG_POLY[:6])
     q = (c0 + a * c1 + sh * (c2 + a * c3)) + (sh * sh) * (c4 + a * c5)
     err = m.cond(h1.bits().eq(0), lambda: (_fabs(m, s1) * m.f(TWO[-64]),),
