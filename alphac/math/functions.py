@@ -367,7 +367,8 @@ def _log_lean(m, xb, extra=None):
     r_j has 44 bits, the sum 15), |b| <= 2^-53, and b = 0 where r_j is 1 or 1/2 (x near 1):
     log1p(t) = log1p(a) + b (1 - a + a^2) within 2^-77 (no two-sum waits on t). (2) a^2 = u^2
     + v, u = a rounded to a multiple of 2^-34 by adding and subtracting 1.5 2^18 (26 bits, no
-    trip through the integer registers), v = (a - u) fl(a + u) within 2^-94. (3) q stops at
+    trip through the integer registers; in the lanes, where bits cost nothing, a's first 26
+    bits by a mask), v = (a - u) fl(a + u) within 2^-94 (2^-85 |a|). (3) q stops at
     t^5/8 (degree 8), at a: log1p(a) within 2^-66.5 |a| + 2^-67.2 |a| (truncation t^9/9) <
     2^-65.8 |a|. (4) s = h_1 + a, then s_1 = s - u^2/2, by Dekker's fast sums: exact where
     h_1 = 0, and elsewhere |h_1| exceeds every |a| of its interval (tests/test_math.py checks
@@ -385,7 +386,8 @@ def _log_lean(m, xb, extra=None):
     p = c * r
     a = p - m.f(1.0)
     b = (ch * r - p) + (c - ch) * r
-    u = (p + m.f(1.5 * 2.0 ** 18)) - m.f(1.5 * 2.0 ** 18 + 1.0)
+    u = m.float_(a.bits() & -(1 << 27)) if m.free_bits else (   # a's first 26 bits, or
+        (p + m.f(1.5 * 2.0 ** 18)) - m.f(1.5 * 2.0 ** 18 + 1.0))  # a on 2^-34's grid
     sh = a * a
     rest = (b + b * (sh - a)) - ((a - u) * (a + u)) * m.f(0.5)
     s, e1 = fast_two_sum(h1, a)
