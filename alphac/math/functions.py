@@ -752,11 +752,13 @@ def _reciprocal(m, d):
 def _tanh_fast(m, y, lean=True):
     """tanh(y/2) = E / D, 2^-27 <= y <= 38.2, E = e^y - 1 and D = e^y + 1 as double-doubles
     with a relative bound rho = err/E_h on E (err already twice the bound), E_l below 2^-42 E_h,
-    and D's absolute error at most E's (so relative below rho/2 too). For y >= 1/4 both come
+    and D's absolute error at most E's (so relative below rho/2 too). For y >= 2^-6 both come
     from exp's lean Y = 2^E V (_exp_lean, 2^-69.1 Y), in units of 2^E (the quotient is the
     same; no scaling): V renormalized by the fast sum, then V - 2^-E and V + 2^-E by the fast
-    sum (V >= 2^-E: Y >= 1.28), their low parts under 2^-50 of them; err = 2^-67 (Y + |Y - 1|)
-    as _expm1_lean's. Below 1/4 (and with `lean` off: the lanes', where a cond runs both
+    sum (V >= 2^-E: Y > 1.015), their low parts under 2^-46 of them; err = 2^-67 (Y + |Y - 1|)
+    as _expm1_lean's, 2^-61 of E near y = 2^-6, where one input in 130 goes on to the accurate
+    path (x in [2^-5, 2^-3): one in 700; from 1/8 on, one in 2,000), still cheaper than expm1's
+    2^-79 path. Below 2^-6 (and with `lean` off: the lanes', where a cond runs both
     branches; either way the correct rounding where the test passes), E from _expm1_fast and D
     = 2 + E by two_sum. One division: i = fl(1/D_h), q_h = fl(E_h i) (within 2^-51.9 of
     E_h/D_h); the remainder E_h - q_h D_h as (((E_h - a_h b_h) - a_h b_l) - a_l b_h) - a_l b_l
@@ -772,7 +774,7 @@ def _tanh_fast(m, y, lean=True):
         dh, dt = two_sum(m.f(2.0), eh)
         return eh, el, dh, dt + el, err
 
-    def from_exp():                                     # y >= 1/4: Y = e^y >= 1.28
+    def from_exp():                                     # y >= 2^-6: Y = e^y > 1.015
         k, vh, lo = _exp_lean(m, y)
         c = m.float_((m.i(1023) - k.sar(8)) << 52)      # 2^-E: N and D in units of 2^E
         yh, yl = fast_two_sum(vh, lo)
@@ -787,7 +789,7 @@ def _tanh_fast(m, y, lean=True):
         return rounded(m, qh, ql, (err * inv) * m.f(2.0 + 2.0 ** -47) + qh * m.f(2.0 ** -91))
     if not lean:
         return quotient(*near_zero())
-    return m.cond(m.i(0x3FCFFFFFFFFFFFFF).ult(y.bits()), lambda: quotient(*from_exp()),
+    return m.cond(m.i(0x3F8FFFFFFFFFFFFF).ult(y.bits()), lambda: quotient(*from_exp()),  # 2^-6
                   lambda: quotient(*near_zero()))
 
 
