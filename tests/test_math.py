@@ -222,6 +222,7 @@ def test_fast_path_without_rounding_test_is_caught(name):
 
 
 @pytest.mark.parametrize("name,key,tight", [("exp", -67, -72), ("expm1", -67, -74), ("tanh", -67, -74),
+                                            ("tanh", -64, -68),
                                             ("log", -64, -74), ("log", "LOG_ERR", -78),
                                             ("log1p", -64, -70), ("log1p", "LOG_ERR", -78)])
 def test_lean_rounding_test_too_tight_is_caught(name, key, tight, monkeypatch):
@@ -229,7 +230,8 @@ def test_lean_rounding_test_too_tight_is_caught(name, key, tight, monkeypatch):
     its 2^-67 (a bound 32 or 128 times smaller than the one derived, below the errors it
     makes): the worst cases catch the misroundings, so the list can see the bound go wrong
     (exp's errors measured reach about 2^-71.2: at 2^-70 none of its listed cases misrounds;
-    expm1's and tanh's are caught from 2^-74 on). log's lean path likewise, near 1 (|s_1| 2^-74
+    expm1's and tanh's are caught from 2^-74 on; tanh's below |x| = 2^-7, _tanh_small, at 2^-68
+    for its 2^-64: 18, 2^-67: none). log's lean path likewise, near 1 (|s_1| 2^-74
     for its 2^-64: 5 listed cases misround; from 2^-72 on, 1) and elsewhere (2^-78 for
     LOG_ERR's 2^-72: 30; from 2^-76 on, 10); log1p's near 0 (2^-70: 34) and elsewhere (2^-78:
     18)."""

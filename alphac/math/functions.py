@@ -758,9 +758,9 @@ def _tanh_fast(m, y, lean=True):
     sum (V >= 2^-E: Y > 1.015), their low parts under 2^-46 of them; err = 2^-67 (Y + |Y - 1|)
     as _expm1_lean's, 2^-61 of E near y = 2^-6, where one input in 130 goes on to the accurate
     path (x in [2^-5, 2^-3): one in 700; from 1/8 on, one in 2,000), still cheaper than expm1's
-    2^-79 path. Below 2^-6 (and with `lean` off: the lanes', where a cond runs both
+    2^-79 path; below 2^-6, _tanh_small. With `lean` off (the lanes', where a cond runs both
     branches; either way the correct rounding where the test passes), E from _expm1_fast and D
-    = 2 + E by two_sum. One division: i = fl(1/D_h), q_h = fl(E_h i) (within 2^-51.9 of
+    = 2 + E by two_sum throughout. One division: i = fl(1/D_h), q_h = fl(E_h i) (within 2^-51.9 of
     E_h/D_h); the remainder E_h - q_h D_h as (((E_h - a_h b_h) - a_h b_l) - a_l b_h) - a_l b_l
     from Veltkamp's splits of q_h and D_h, every step exact but the last (the first by
     Sterbenz, the next two multiples of 2^(e_q + e_D - 77) below 2^(e_q + e_D - 24)), so within
@@ -790,7 +790,21 @@ def _tanh_fast(m, y, lean=True):
     if not lean:
         return quotient(*near_zero())
     return m.cond(m.i(0x3F8FFFFFFFFFFFFF).ult(y.bits()), lambda: quotient(*from_exp()),  # 2^-6
-                  lambda: quotient(*near_zero()))
+                  lambda: _tanh_small(m, y * m.f(0.5)))
+
+
+TANH_POLY = (-1 / 3, 2 / 15, -17 / 315, 62 / 2835)
+
+
+def _tanh_small(m, x):
+    """tanh's fast path for 2^-28 <= x < 2^-7: x + c, c = x^3 P(x^2), P = -1/3 + 2/15 s - 17/315
+    s^2 + 62/2835 s^3 (truncation 0.0089 x^11 < 2^-76.8 x), in binary64: s = fl(x^2), fl(x s),
+    P by Horner's scheme at s (its last addition and -1/3's representation 2^-52.2 relative,
+    the rest below 2^-66 of P), the product: c within 2^-50.5 |c| <= 2^-66.1 x (|c| < 2^-15.58
+    x). err = 2^-64 x is at least twice the bound (about one input in 2^10.5 goes on); the low
+    part c is up to 2^-15.6 x, above alphac.math.dd's 2^-40, but 2^-53 (|c| + err) < err/2."""
+    s = x * x
+    return rounded(m, x, (x * s) * _horner(m, s, TANH_POLY), x * m.f(TWO[-64]))
 
 
 def _tanh_go(m, ax):
