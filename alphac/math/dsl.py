@@ -154,6 +154,7 @@ EVAL_OPS: dict[str, Callable] = {
 class Backend:
     """What every backend shares: the operations written as `op`, and `outline` (a subroutine
     the algorithm names: inline unless the backend writes it once and calls it)."""
+    free_bits = False           # bits/float cost nothing (vector lanes): split by a mask there
 
     def sqrt(self, a: Val) -> Val:
         return self.op("fsqrt", a)

@@ -25,6 +25,8 @@ Requires: a backend (alphac.math.dsl). Guarantees: the same bits under every bac
 """
 from __future__ import annotations
 
+import struct
+
 from alphac.math import mp
 from alphac.math.dd import (fast_two_sum, rounded, split, square, two_prod, two_prod_split,
                             two_sum)
@@ -49,6 +51,8 @@ def _tables() -> dict[str, Table]:
 LOG_POLY = (1 / 3, -1 / 4, 1 / 5, -1 / 6, 1 / 7, -1 / 8, 1 / 9)
 LOG_ERR = 2.0 ** -72 + 2.0 ** -91              # 2^-72 + 2^-101 |log x|, |log x| < 745 < 2^9.6
 TABLES = _tables()
+LN2_HL, EXP_C = (tuple(struct.unpack("<d", struct.pack("<Q", w))[0] for w in TABLES[name].words)
+                  for name in ("LN2_HL", "EXP_C"))      # read as pool constants, not table words
 
 
 def limbs(m, table: str, k) -> tuple:
@@ -132,13 +136,6 @@ FAST_EXP_MAX = 0x4086200000000000        # 708: e^x stays normal, 2^(k >> 8) too
 TWO = {n: 2.0 ** n for n in (-64, -65, -67, -68, -72, -75, -76, -98, -101)}
 
 
-def first_fast(m, go, fast, rest):
-    """fast() -> (ok, value) where `go`; its value where ok, else rest() (the special values and
-    the accurate path, written once)."""
-    ok, v = m.cond(go, fast, lambda: (m.i(0), m.f(0.0)))
-    return m.cond(ok, lambda: (v,), lambda: (rest(),))[0]
-
-
 def outlined(m, name, rest, xb):
     """rest(m, x) for x = xb's binary64 (a function's special values and accurate path), which
     RtSource writes once as the subroutine `rt_math_<name>`: the fast path's own function then
@@ -170,10 +167,10 @@ def _exp_reduce(m, x, xl=None):
     t = x * m.f(INV_LN2_256) + m.f(MAGIC)
     k = t.bits() - m.f(MAGIC).bits()
     kf = t - m.f(MAGIC)
-    c = TABLES["EXP_C"]
-    r1 = x - kf * m.loadf(c, 0)
-    rh, rl = two_sum(r1, -(kf * m.loadf(c, 1)))
-    rh, rl = fast_two_sum(rh, (rl if xl is None else rl + xl) - kf * m.loadf(c, 2))
+    c = EXP_C
+    r1 = x - kf * m.f(c[0])
+    rh, rl = two_sum(r1, -(kf * m.f(c[1])))
+    rh, rl = fast_two_sum(rh, (rl if xl is None else rl + xl) - kf * m.f(c[2]))
     sh, sl = square(rh)
     q = (sh * rh) * _horner(m, rh, EXP_POLY)
     a, b = fast_two_sum(rh, sh * m.f(0.5))
@@ -197,47 +194,50 @@ def _pow2(m, e):
 
 
 def _exp_lean(m, x):
-    """(k, v_h, v_t, l): e^x = 2^(k >> 8) (v_h + (v_t + l)) within 2^-69.1 relative, for
-    2^-54 <= |x| < 708, v_h + v_t = t_h + u_h exactly; shorter than _exp_reduce and
-    _exp_scaled (which pow and expm1 near 0 need at 2^-79): about 50 binary64 operations.
+    """(k, v_h, l): e^x = 2^(k >> 8) (v_h + l) within 2^-69.1 relative, for 2^-54 <= |x| <
+    708; shorter than _exp_reduce and _exp_scaled (which pow and expm1 near 0 need at 2^-79):
+    about 50 binary64 operations.
 
     k, kf, r1 and x = k ln2/256 + r as in _exp_reduce; (r_h, r_l) = two_sum(r1, -k C2), then
     r_l - k C3 without renormalizing: |r_h| < 2^-9.47, |r_l| < 2^-60.2, r = r_h + r_l within
     2^-111. e^r - 1 = r_h + w, w = r_h^2/2 + r_h^3 P(r_h) + r_l (1 + r_h) up to r_l r_h^2/2 <
     2^-80.1; P = 1/6 + ... + r^3/720 truncates below 2^-78.6. Computed: s = fl(r_h^2) (2^-71.94
-    absolute, 2^-72.94 in s/2); the r^3 term to 2^-50.7 relative of 2^-30.99 (2^-81.7); w's last
+    absolute, 2^-72.94 in s/2); the r^3 term (P by Estrin's scheme, (1/6 + r/24) + s (1/120 +
+    r/720): a chain of four operations) to 2^-50.7 relative of 2^-30.99 (2^-81.7); w's last
     addition 2^-72.93; so w within 2^-71.9, |w| < 2^-19.93. With T = t_h + t_l = 2^(j/256)
     (j = k & 255, 2^-104 of T): T (1 + r_h + w) = t_h + t_h r_h + (t_h w + t_l (1 + r_h)) up to
     t_l w < 2^-72.93; t_h r_h = u_h + u_l by Dekker's product (t_h's split from the table),
-    t_h + u_h = v_h + v_t exactly (fast_two_sum), and the low part's four roundings below
-    2^-71.9 each (partial sums below 2^-18.9): in all under 6.5 2^-71.9 = 2^-69.2 absolute, on a
+    t_h + u_h = v_h + v_t exactly (fast_two_sum), and the low part l = (v_t + (u_l + t_l (1 +
+    r_h))) + t_h w (t_h w, the latest, added last) with four roundings below 2^-71.9 each
+    (partial sums below 2^-18.9): in all under 6.5 2^-71.9 = 2^-69.2 absolute, on a
     value above 0.997: 2^-69.1 relative. The low part reaches 2^-18.9 |v_h|, above the 2^-40
     alphac.math.dd asks for, but what its proof uses holds: 2^-53 (|l| + err) < err/2 for
     err >= v_h 2^-68.1 (twice the bound, v_h > 0.997)."""
     t = x * m.f(INV_LN2_256) + m.f(MAGIC)
     k = t.bits() - m.i(0x4338000000000000)                 # MAGIC's bits
     kf = t - m.f(MAGIC)
-    c = TABLES["EXP_C"]
-    r1 = x - kf * m.loadf(c, 0)
-    u = kf * m.loadf(c, 1)
+    c = EXP_C
+    r1 = x - kf * m.f(c[0])
+    u = kf * m.f(c[1])
     rh = r1 - u                                         # two_sum(r1, -u), its negation folded
     bb = rh - r1
-    rl = ((r1 - (rh - bb)) - (u + bb)) - kf * m.loadf(c, 2)
+    rl = ((r1 - (rh - bb)) - (u + bb)) - kf * m.f(c[2])
     s = rh * rh
-    q = (s * rh) * _horner(m, rh, EXP_POLY[:4])
+    c0, c1, c2, c3 = (m.f(p) for p in EXP_POLY[:4])
+    q = (s * rh) * ((c0 + rh * c1) + s * (c2 + rh * c3))
     w = s * m.f(0.5) + (q + (rl + rh * rl))
     at = (k & 255) * 3
     th, tl, thh = (m.loadf(TABLES["EXP_T"], at + i) for i in range(3))
     uh, ul = two_prod_split(th, thh, th - thh, rh, *split(rh))
     vh, vt = fast_two_sum(th, uh)
-    return k, vh, vt, ul + (th * w + tl * (m.f(1.0) + rh))
+    return k, vh, (vt + (ul + tl * (m.f(1.0) + rh))) + th * w
 
 
 def _exp_fast(m, x):
     """exp's fast path: _exp_lean's value, the rounding test at err = v_h 2^-67 (twice the
     bound and more; about one input in 2^14 goes on to the accurate path)."""
-    k, vh, vt, lo = _exp_lean(m, x)
-    ok, v = rounded(m, vh, vt + lo, vh * m.f(TWO[-67]))
+    k, vh, lo = _exp_lean(m, x)
+    ok, v = rounded(m, vh, lo, vh * m.f(TWO[-67]))
     return ok, v * _pow2(m, k.sar(8))                   # exact: the result is normal
 
 
@@ -248,10 +248,10 @@ def _expm1_lean(m, x):
     all, and err = 2^-67 (Y + |Y - 1|) is at least twice it. Relative to |Y - 1| (at least
     0.22 Y for |x| >= 1/4) err is below 2^-64.5, so about one input in 2^11.5 near |x| = 1/4
     fails the test, one in 2^13 beyond 1. The low part reaches 2^-18.9 Y (dd's proof holds, as
-    in exp's; _tanh_fast renormalizes it)."""
-    k, vh, vt, lo = _exp_lean(m, x)
+    in exp's)."""
+    k, vh, lo = _exp_lean(m, x)
     scale = _pow2(m, k.sar(8))                          # yh exact; yl within 2^-1074
-    yh, yl = vh * scale, (vt + lo) * scale
+    yh, yl = vh * scale, lo * scale
     ah, bl = two_sum(yh, m.f(-1.0))
     return ah, bl + yl, (yh + _fabs(m, ah)) * m.f(TWO[-67])
 
@@ -313,8 +313,8 @@ def _log_dd(m, xb, extra):
     |t| < 2^-8, exactly t_h + t_l (c = c_h + c_l, c_h its first 26 bits, c_h r_j, c_l r_j exact,
     c_h r_j - 1 exact by Sterbenz); e as a binary64 is 2^52 + x's exponent field (bits 0x433
     and the field) minus 2^52 + 1023, exactly. log x = e ln2 + log(1/r_j) + log1p(t).
-    e H + LOG_L[j]'s high word is Dekker's fast sum (exact: e H is exact, H of 42 bits, and
-    |e H| >= ln 2 - 2^-42 > |log(1/r_j)| unless e = 0). Where e = 0, j = 0 or e = -1, j = 255
+    h_1 = e H + LOG_L[j]'s high word is exact (both multiples of 2^-42, H of 42 bits, and
+    |h_1| < 2^10). Where e = 0, j = 0 or e = -1, j = 255
     (x in [1 - 2^-9, 1 + 2^-8)) the first two cancel exactly (LOG_L[255] is LN2_HL itself:
     their sum h_1 is 0 there and nowhere else, tests/test_math.py checks the table) and the
     result is log1p(t) (relative 2^-66). Elsewhere |log x| > 2^-9 and the absolute error is
@@ -322,26 +322,29 @@ def _log_dd(m, xb, extra):
     err is the constant LOG_ERR, at least 2^-72 + 2^-101 |log x|."""
     th, tl, ef, at = _log_reduce(m, xb)
     ph, pl = _log1p_poly(m, th, tl)
-    h1, h2 = fast_two_sum(ef * m.loadf(TABLES["LN2_HL"], 0), m.loadf(TABLES["LOG_L"], at))
+    h1 = ef * m.f(LN2_HL[0]) + m.loadf(TABLES["LOG_L"], at)
     s1, s2 = two_sum(h1, ph)
-    low = m.loadf(TABLES["LOG_L"], at + 1) + ef * m.loadf(TABLES["LN2_HL"], 1)
-    lo = s2 + (h2 + (pl + (low if extra is None else low + extra)))
+    low = m.loadf(TABLES["LOG_L"], at + 1) + ef * m.f(LN2_HL[1])
+    lo = s2 + (pl + (low if extra is None else low + extra))
     err = m.cond(h1.bits().eq(0), lambda: (_fabs(m, s1) * m.f(2.0 ** -65),),
                  lambda: (m.f(LOG_ERR),))[0]
     return s1, lo, err
 
 
-def _log_reduce(m, xb):
-    """(t_h, t_l, e, 2j) of _log_dd's reduction (its docstring), which _log_lean shares."""
+def _log_parts(m, xb):
+    """(c, c_h, r_j, e, 2j) of _log_dd's reduction (its docstring), which _log_lean shares."""
     j = (xb >> 44) & 255
     cb = (xb & MANT) | 0x3FF0000000000000
-    c = m.float_(cb)
-    r = m.loadf(TABLES["LOG_R"], j)
     ch = m.float_(cb & -(1 << 27))                          # c's first 26 bits: c_h r_j exact
-    cl = c - ch
-    th, tl = two_sum(ch * r - m.f(1.0), cl * r)
     ef = m.float_((xb >> 52) | 0x4330000000000000) - m.f(2.0 ** 52 + 1023)   # e, exactly
-    return th, tl, ef, j * 2
+    return m.float_(cb), ch, m.loadf(TABLES["LOG_R"], j), ef, j * 2
+
+
+def _log_reduce(m, xb):
+    """(t_h, t_l, e, 2j) of _log_dd's reduction (its docstring)."""
+    c, ch, r, ef, at = _log_parts(m, xb)
+    th, tl = two_sum(ch * r - m.f(1.0), (c - ch) * r)
+    return th, tl, ef, at
 
 
 def _log1p_lean(m, th, tl):
@@ -359,29 +362,42 @@ def _log1p_lean(m, th, tl):
 def _log_lean(m, xb, extra=None):
     """log's own fast path (the scalar and its lanes; pow keeps _log_dd), and log1p's with
     `extra` as in _log_dd (its one_plus: |log x| > 2^-9 there, so err = LOG_ERR): _log_dd's
-    reduction and sums with three steps fewer, 8 binary64 operations in all. (1) q stops at
-    t^5/8 (degree 8): the truncation t^9/9 reaches 2^-67.2 |t| at |t| = 2^-8, so log1p(t)'s
-    bound is 2^-66.5 |t| + 2^-67.2 |t| < 2^-65.8 |t|. (2) log1p(t)'s double-double is left
-    unrenormalized: a = fl(t_h - u^2/2) (its fast sum exact as in _log1p_poly) and the rest
-    (b, t_l's terms and t^3 q, below 2^-25.4) join the low part. (3) s_1 = h_1 + a by Dekker's
-    fast sum: exact where h_1 = 0, and elsewhere |h_1| exceeds every |a| of its interval
-    (tests/test_math.py checks each (e, j) with e in {0, -1}; |e| >= 1 otherwise gives
-    |h_1| > 0.69). The low part rest + low + h_2 + s_2 now has partial sums up to 2^-25.4 (not
-    2^-53 |h|): three roundings of 2^-78.4 each. Near 1 (h_1 = 0: h_2 = s_2 = low = 0, those
-    sums exact) the bound is 2^-65.8 |t| < 2^-65.7 |log x|, and err = |s_1| 2^-64 covers it;
-    elsewhere (|log x| > 2^-9) 2^-73.8 (log1p) + 3 2^-78.4 + 2^-84.8 + 2^-96 + 2^-103 |log x|
-    < 2^-73.5 + 2^-103 |log x|, within LOG_ERR / 2. The low part reaches 2^-16.4 |h| (|h| >
-    2^-9; 2^-17.6 |h| near 1), above alphac.math.dd's 2^-40, but what its proof uses holds:
-    2^-53 (|l| + err) < err/2."""
-    th, tl, ef, at = _log_reduce(m, xb)
-    a, rest = _log1p_lean(m, th, tl)
-    h1, h2 = fast_two_sum(ef * m.loadf(TABLES["LN2_HL"], 0), m.loadf(TABLES["LOG_L"], at))
-    s1, s2 = fast_two_sum(h1, a)
-    low = m.loadf(TABLES["LOG_L"], at + 1) + ef * m.loadf(TABLES["LN2_HL"], 1)
+    table and reduction with a shorter dependent chain. (1) t = c r_j - 1 = a + b exactly,
+    a = fl(c r_j) - 1 (Sterbenz), b = (c_h r_j - fl(c r_j)) + c_l r_j (each step exact: c_l
+    r_j has 44 bits, the sum 15), |b| <= 2^-53, and b = 0 where r_j is 1 or 1/2 (x near 1):
+    log1p(t) = log1p(a) + b (1 - a + a^2) within 2^-77 (no two-sum waits on t). (2) a^2 = u^2
+    + v, u = a rounded to a multiple of 2^-34 by adding and subtracting 1.5 2^18 (26 bits, no
+    trip through the integer registers; in the lanes, where bits cost nothing, a's first 26
+    bits by a mask), v = (a - u) fl(a + u) within 2^-94 (2^-85 |a|). (3) q stops at
+    t^5/8 (degree 8), at a: log1p(a) within 2^-66.5 |a| + 2^-67.2 |a| (truncation t^9/9) <
+    2^-65.8 |a|. (4) s = h_1 + a, then s_1 = s - u^2/2, by Dekker's fast sums: exact where
+    h_1 = 0, and elsewhere |h_1| exceeds every |a| of its interval (tests/test_math.py checks
+    each (e, j) with e in {0, -1}; |e| >= 1 otherwise gives |h_1| > 0.69), and |s| > 2^-9.1
+    exceeds u^2/2. The low part's partial sums reach 2^-25.4: three roundings of 2^-78.4. Near
+    1 (h_1 = 0: b = e_1 = low = 0) the bound is 2^-65.8 |t| < 2^-65.7 |log x|, and err = |s_1|
+    2^-64 covers it; elsewhere (|log x| > 2^-9) 2^-73.8 + 2^-77 + 2^-79 (q at a, not t) + 3
+    2^-78.4 + 2^-84.8 + 2^-96 + 2^-103 |log x| < 2^-73.4 + 2^-103 |log x|, within LOG_ERR / 2.
+    The low part reaches 2^-16.4 |h| (|h| > 2^-9; 2^-17.6 |h| near 1), above
+    alphac.math.dd's 2^-40, but what its proof uses holds: 2^-53 (|l| + err) < err/2."""
+    c, ch, r, ef, at = _log_parts(m, xb)
+    h1 = ef * m.f(LN2_HL[0]) + m.loadf(TABLES["LOG_L"], at)
+    low = m.loadf(TABLES["LOG_L"], at + 1) + ef * m.f(LN2_HL[1])
     low = low if extra is None else low + extra
+    p = c * r
+    a = p - m.f(1.0)
+    b = (ch * r - p) + (c - ch) * r
+    u = m.float_(a.bits() & -(1 << 27)) if m.free_bits else (   # a's first 26 bits, or
+        (p + m.f(1.5 * 2.0 ** 18)) - m.f(1.5 * 2.0 ** 18 + 1.0))  # a on 2^-34's grid
+    sh = a * a
+    rest = (b + b * (sh - a)) - ((a - u) * (a + u)) * m.f(0.5)
+    s, e1 = fast_two_sum(h1, a)
+    s1, s2 = fast_two_sum(s, (u * u) * m.f(-0.5))
+    rest = rest + (e1 + low)
+    c0, c1, c2, c3, c4, c5 = (m.f(k) for k in LOG_POLY[:6])
+    q = (c0 + a * c1 + sh * (c2 + a * c3)) + (sh * sh) * (c4 + a * c5)
     err = m.cond(h1.bits().eq(0), lambda: (_fabs(m, s1) * m.f(TWO[-64]),),
                  lambda: (m.f(LOG_ERR),))[0]
-    return rounded(m, s1, s2 + (h2 + (rest + low)), err)
+    return rounded(m, s1, (rest + s2) + (sh * a) * q, err)
 
 
 # -- exp ------------------------------------------------------------------------------------------
@@ -452,7 +468,7 @@ def _exp_rest(m, x):
 
 def exp(m, x):
     xb = x.bits()
-    return first_fast(m, (xb & ABS).ult(FAST_EXP_MAX), lambda: _exp_fast(m, x),
+    return m.first((xb & ABS).ult(FAST_EXP_MAX), lambda: _exp_fast(m, x),
                       lambda: outlined(m, "exp_rest", _exp_rest, xb))
 
 
@@ -709,7 +725,7 @@ def _expm1_rest(m, x):
 def expm1(m, x):
     xb = x.bits()
     ax = xb & ABS
-    return first_fast(m, _expm1_go(m, xb, ax), lambda: rounded(m, *_expm1_dd(m, x, ax)),
+    return m.first(_expm1_go(m, xb, ax), lambda: rounded(m, *_expm1_dd(m, x, ax)),
                       lambda: outlined(m, "expm1_rest", _expm1_rest, xb))
 
 
@@ -734,30 +750,61 @@ def _reciprocal(m, d):
 
 
 def _tanh_fast(m, y, lean=True):
-    """tanh(y/2) = E / (E + 2), E = e^y - 1 from _expm1_dd (with `lean` off, _expm1_fast alone:
-    the lanes', where a cond runs both branches; either way the correct rounding where the test
-    passes), relative bound rho = err/E_h (err already twice the bound; E_l below 2^-42 E_h:
-    _expm1_lean's low part, up to 2^-18.9 Y, is renormalized here first),
-    2^-27 <= y <= 38.2. D = E + 2 by two_sum has at most E's absolute error, so relative below
-    rho/2 too. One division: i = fl(1/D_h), q_h = fl(E_h i) (within 2^-51.9 of E_h/D_h); the
-    remainder E - q_h D exactly up to 2^-104 E (E_h - fl(q_h D_h) is exact by Sterbenz,
-    q_h D_h by Dekker), q_l = rem i, |q_l| < 2^-41 q (E_l): the rounding of rem + E_l (2^-95 q),
-    q_l's and i's (2^-52 |q_l|) and D_l against D_h (|D_l| < 2^-51.7 D: 2^-93.7 q): below
-    2^-93 q. tanh's bound is rho/2 + rho/2 + 2^-93; err = (err_E i) (2 + 2^-47) + q_h 2^-91 is
-    at least twice it: err_E i (2 + 2^-47) is at least 2 rho q_h, q_h/E_h being within 2^-51.9
-    of 1/D_h and i within 2^-53."""
-    if lean:
-        eh, el, err = _expm1_dd(m, y, y.bits())
-        eh, el = fast_two_sum(eh, el)                   # exact: |E_l| < 2^-16 |E_h|
-    else:
+    """tanh(y/2) = E / D, 2^-27 <= y <= 38.2, E = e^y - 1 and D = e^y + 1 as double-doubles
+    with a relative bound rho = err/E_h on E (err already twice the bound), E_l below 2^-42 E_h,
+    and D's absolute error at most E's (so relative below rho/2 too). For y >= 2^-6 both come
+    from exp's lean Y = 2^E V (_exp_lean, 2^-69.1 Y), in units of 2^E (the quotient is the
+    same; no scaling): V renormalized by the fast sum, then V - 2^-E and V + 2^-E by the fast
+    sum (V >= 2^-E: Y > 1.015), their low parts under 2^-46 of them; err = 2^-67 (Y + |Y - 1|)
+    as _expm1_lean's, 2^-61 of E near y = 2^-6, where one input in 130 goes on to the accurate
+    path (x in [2^-5, 2^-3): one in 700; from 1/8 on, one in 2,000), still cheaper than expm1's
+    2^-79 path; below 2^-6, _tanh_small. With `lean` off (the lanes', where a cond runs both
+    branches; either way the correct rounding where the test passes), E from _expm1_fast and D
+    = 2 + E by two_sum throughout. One division: i = fl(1/D_h), q_h = fl(E_h i) (within 2^-51.9 of
+    E_h/D_h); the remainder E_h - q_h D_h as (((E_h - a_h b_h) - a_h b_l) - a_l b_h) - a_l b_l
+    from Veltkamp's splits of q_h and D_h, every step exact but the last (the first by
+    Sterbenz, the next two multiples of 2^(e_q + e_D - 77) below 2^(e_q + e_D - 24)), so within
+    2^-104 E; q_l = (rem + (E_l - q_h D_l)) i, |q_l| < 2^-41 q: its roundings (2^-95 q), q_l's
+    and i's (2^-52 |q_l|) and D_l against D_h (|D_l| < 2^-51.7 D: 2^-93.7 q): below 2^-93 q.
+    tanh's bound is rho/2 + rho/2 + 2^-93; err = (err_E i) (2 + 2^-47) + q_h 2^-91 is at least
+    twice it: err_E i (2 + 2^-47) is at least 2 rho q_h, q_h/E_h being within 2^-51.9 of 1/D_h
+    and i within 2^-53. The quotient is written in each branch, so no values merge."""
+    def near_zero():
         eh, el, err = _expm1_fast(m, y)
-    dh, dt = two_sum(m.f(2.0), eh)
-    dl = dt + el
-    inv = m.f(1.0) / dh
-    qh = eh * inv
-    uh, ul = two_prod(qh, dh)
-    ql = ((((eh - uh) - ul) + el) - qh * dl) * inv
-    return rounded(m, qh, ql, (err * inv) * m.f(2.0 + 2.0 ** -47) + qh * m.f(2.0 ** -91))
+        dh, dt = two_sum(m.f(2.0), eh)
+        return eh, el, dh, dt + el, err
+
+    def from_exp():                                     # y >= 2^-6: Y = e^y > 1.015
+        k, vh, lo = _exp_lean(m, y)
+        c = m.float_((m.i(1023) - k.sar(8)) << 52)      # 2^-E: N and D in units of 2^E
+        yh, yl = fast_two_sum(vh, lo)
+        nh, (dh, db) = yh - c, fast_two_sum(yh, c)      # Y - 1 by the fast sum, -c folded in
+        nb = (yh - nh) - c
+        return nh, nb + yl, dh, db + yl, (yh + nh) * m.f(TWO[-67])
+    def quotient(eh, el, dh, dl, err):                  # in each branch: no values merged
+        inv = m.f(1.0) / dh
+        qh = eh * inv
+        (ah, al), (bh, bl) = split(qh), split(dh)
+        ql = (((((eh - ah * bh) - ah * bl) - al * bh) - al * bl) + (el - qh * dl)) * inv
+        return rounded(m, qh, ql, (err * inv) * m.f(2.0 + 2.0 ** -47) + qh * m.f(2.0 ** -91))
+    if not lean:
+        return quotient(*near_zero())
+    return m.cond(m.i(0x3F8FFFFFFFFFFFFF).ult(y.bits()), lambda: quotient(*from_exp()),  # 2^-6
+                  lambda: _tanh_small(m, y * m.f(0.5)))
+
+
+TANH_POLY = (-1 / 3, 2 / 15, -17 / 315, 62 / 2835)
+
+
+def _tanh_small(m, x):
+    """tanh's fast path for 2^-28 <= x < 2^-7: x + c, c = x^3 P(x^2), P = -1/3 + 2/15 s - 17/315
+    s^2 + 62/2835 s^3 (truncation 0.0089 x^11 < 2^-76.8 x), in binary64: s = fl(x^2), fl(x s),
+    P by Horner's scheme at s (its last addition and -1/3's representation 2^-52.2 relative,
+    the rest below 2^-66 of P), the product: c within 2^-50.5 |c| <= 2^-66.1 x (|c| < 2^-15.58
+    x). err = 2^-64 x is at least twice the bound (about one input in 2^10.5 goes on); the low
+    part c is up to 2^-15.6 x, above alphac.math.dd's 2^-40, but 2^-53 (|c| + err) < err/2."""
+    s = x * x
+    return rounded(m, x, (x * s) * _horner(m, s, TANH_POLY), x * m.f(TWO[-64]))
 
 
 def _tanh_go(m, ax):
@@ -796,7 +843,7 @@ def _tanh_rest(m, x):
 def tanh(m, x):
     xb = x.bits()
     ax = xb & ABS
-    return first_fast(m, _tanh_go(m, ax), lambda: _tanh_signed(m, ax, xb & SIGN),
+    return m.first(_tanh_go(m, ax), lambda: _tanh_signed(m, ax, xb & SIGN),
                       lambda: outlined(m, "tanh_rest", _tanh_rest, xb))
 
 
@@ -942,7 +989,7 @@ def _trig(m, x, is_sin):
     tiny = 0x3E50000000000000 if is_sin else 0x3E40000000000000    # 2^-26, 2^-27
     go = m.i(tiny - 1).ult(ax) & ax.ult(FAST_TRIG_MAX)
     small = (x,) if is_sin else (m.f(1.0),)        # sin x = x (x^3/6 < 2^-54.5 |x|), cos x = 1
-    return first_fast(m, go, lambda: _trig_fast(m, x, 0 if is_sin else 32), lambda: m.cond(
+    return m.first(go, lambda: _trig_fast(m, x, 0 if is_sin else 32), lambda: m.cond(
         m.i(INF - 1).ult(ax), lambda: m.cond(ax.eq(INF), lambda: (m.float_(m.i(NAN)),),
                                              lambda: (x + x,)),
         lambda: m.cond(ax.ult(tiny), lambda: small, lambda: (_trig_accurate(m, x, is_sin),)))[0])
@@ -1122,5 +1169,5 @@ def pow(m, x, y):
     ax, ay, yint, sign, xneg, _ = _pow_signs(m, xb, yb)
     go = m.i(0x000FFFFFFFFFFFFF).ult(ax) & ax.ult(INF) & (ax.eq(ONE) ^ 1) & \
         m.i(0).ult(ay) & ay.ult(INF) & (yint | (xneg ^ 1))
-    return first_fast(m, go, lambda: _pow_fast(m, ax, y, sign),
+    return m.first(go, lambda: _pow_fast(m, ax, y, sign),
                       lambda: m.float_(m.outline("pow_rest", _pow_rest, (xb, yb), 1)[0]))

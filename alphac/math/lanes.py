@@ -61,6 +61,7 @@ class LaneSource(Backend):
     vector `let` (f64x4 or f64x8: the integer ops read and write the lanes' 64 bits, so `bits`
     and `float` are the same vector). `guards`: 0/1 vectors that must hold in a lane for its
     value to stand (i2f's range)."""
+    free_bits = True
 
     def __init__(self, lanes: int):
         self.w = lanes

@@ -21,8 +21,9 @@ rounded):
                  split (three words per j), j = 0..255
     EXP_C        ln 2 / 256 as C1 + C2 + C3, C1 and C2 of 35 significant bits each
     LOG_R[j]     I_j / 2^16 (exact: 17 bits)
-    LOG_L[j]     log(2^16 / I_j) as a double-double (LOG_L[255] is LN2_HL: ln 2 the way e ln 2
-                 is taken, so log(x) for x just below 1 cancels exactly)
+    LOG_L[j]     log(2^16 / I_j) as hi + lo, hi the nearest multiple of 2^-42 (e H + hi is
+                 exact) (LOG_L[255] is LN2_HL: ln 2 the way e ln 2 is taken, so log(x) for x
+                 just below 1 cancels exactly)
     LN2_HL       ln 2 as H + L, H of 42 significant bits
 
 sin and cos (tables of their own, so that exp's and log's stay as they are):
@@ -190,6 +191,12 @@ def veltkamp_head(x: float) -> float:
     return c - (c - x)
 
 
+def dd42(v: int) -> tuple[int, int]:
+    """hi + lo of v / 2^GUARD (0 <= v < 2^GUARD): hi a multiple of 2^-42, lo the nearest rest."""
+    h = (v + (1 << (GUARD - 43))) >> (GUARD - 42) << (GUARD - 42)
+    return f64_word(_nearest(h)), f64_word(_nearest(v - h))
+
+
 def head(v: int, nbits: int) -> int:
     """v rounded to nbits significant bits (v > 0, fixed point)."""
     drop = max(v.bit_length() - nbits, 0)
@@ -210,7 +217,7 @@ def fast_tables() -> dict[str, tuple[int, ...]]:
     for j in range(256):
         i = log_inverse(j)
         log_r.append(f64_word(i / (1 << 16)))
-        log_l += dd(log_fixed(1 << 16, i)) if i != 1 << 16 else (0, 0)
+        log_l += dd42(log_fixed(1 << 16, i)) if i != 1 << 16 else (0, 0)
     h = head(ln2(), 42)
     ln2_hl = (f64_word(_nearest(h)), f64_word(_nearest(ln2() - h)))
     log_l[510:512] = ln2_hl                   # log(2^16/2^15) exactly as e ln2 reads it
