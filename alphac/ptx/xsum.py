@@ -39,6 +39,7 @@ from alphac.ptx.abi import Kernel, Param, param_count
 from alphac.ptx.render import Emitter
 
 NNZ = XS_FLAGS["not-neg-zero"]
+INF = 0x7FF0000000000000
 LOW32 = 0xFFFFFFFF
 
 
@@ -152,6 +153,104 @@ def xsum_fold(lr: Learner, sm: int = 90) -> Kernel:
     return _kernel(em, lr, "xsum_fold", params, sm)
 
 
+def xsum_round(lr: Learner, sm: int = 90) -> Kernel:
+    """One thread per coordinate j: G[j] = the exact sum in xd's words of j rounded once to
+    binary64, the bits of xsum.rt's `xs_round_digits(flags, digits, 0, XS_DIGITS)` (to nearest,
+    ties to even; NaN when a NaN or both infinities were added, else an infinity added; a
+    magnitude of at least 2^1024 - 2^970 an infinity; the empty sum -0.0 unless not-neg-zero).
+    The digits may be in carry-save form (xsum_add's, fold or not): they are rewritten in place as
+    the sum's magnitude in 32-bit digits (xd is cleared before the next step's adds), the carry
+    out of digit 65 being the sign (the bound: a sum below 2^1054)."""
+    em, P = Emitter(), param_count(lr)
+    params = [Param("xd", "u64", "xd"), Param("G", "u64", "G")]
+    base, j = _start(em, params, P)
+    rec = em.op("add64", base["xd"], em.op("wide", j, 8 * XS_WORDS))
+    out = em.op("add64", base["G"], em.op("wide", j, 8))
+    flags = em.op("and64", em.op("ldu64", rec, 0), 0xF)
+    signbit = em.op("shl64", em.op("movi64", 1), 63)
+    special = em.op("and64", flags, 7)
+    em.op("braif", em.op("eq64", special, 0), "$finite")
+    em.comment("a NaN, or +inf and -inf: the NaN; one infinity alone: it")
+    r = em.op("selp64", INF, 0x7FF8000000000000, em.op("eq64", special, XS_FLAGS["pinf"]))
+    em.op("selp64", em.op("or64", signbit, INF), r, em.op("eq64", special, XS_FLAGS["ninf"]), d=r)
+    em.op("stu64", out, 0, r)
+    em.op("bra", "$done")
+    em.label("$finite")
+    em.comment("the digits to 32-bit two's complement digits (xs_round_digits' first loop)")
+    k, c = em.op("movi64", 0), em.op("movi64", 0)
+    em.label("$twos")
+    at = em.op("add64", rec, em.op("shl64", k, 3))
+    v = em.op("add64", em.op("ldu64", at, 8), c)
+    em.op("stu64", at, 8, em.op("and64", v, LOW32))
+    em.op("sar64", v, 32, d=c)
+    em.op("add64", k, 1, d=k)
+    em.op("braif", em.op("ltu64", k, XS_DIGITS), "$twos")
+    em.comment("negated if negative (d ^ mask, plus the carry); t: the top nonzero digit, or -1")
+    neg = em.op("lts64", c, 0)
+    sign = em.op("selp64", signbit, 0, neg)
+    mask = em.op("selp64", LOW32, 0, neg)
+    em.op("selp01", neg, d=c)
+    t = em.op("movi64", -1)
+    em.op("mov64", 0, d=k)
+    em.label("$magnitude")
+    at = em.op("add64", rec, em.op("shl64", k, 3))
+    v = em.op("add64", em.op("xor64", em.op("ldu64", at, 8), mask), c)
+    w = em.op("and64", v, LOW32)
+    em.op("stu64", at, 8, w)
+    em.op("shr64", v, 32, d=c)
+    em.op("selp64", k, t, em.op("ne64", w, 0), d=t)
+    em.op("add64", k, 1, d=k)
+    em.op("braif", em.op("ltu64", k, XS_DIGITS), "$magnitude")
+    em.op("braifnot", em.op("lts64", t, 0), "$nonzero")
+    em.comment("zero: +0.0 when a value other than -0.0 was added, else -0.0")
+    em.op("stu64", out, 0, em.op("selp64", 0, signbit, em.op("ne64", em.op("and64", flags, NNZ), 0)))
+    em.op("bra", "$done")
+    em.label("$nonzero")
+    top = em.op("add64", em.op("add64", rec, 8), em.op("shl64", t, 3))
+    dd, lz = em.op("ldu64", top, 0), em.op("movi64", 0)
+    em.comment("lz: the top digit's leading zeros in 32 bits; its top bit of weight 2^(at - 1074)")
+    for sh in (16, 8, 4, 2):
+        z = em.op("eq64", em.op("shr64", dd, 32 - sh), 0)
+        em.op("selp64", em.op("shl64", dd, sh), dd, z, d=dd)
+        em.op("selp64", em.op("add64", lz, sh), lz, z, d=lz)
+    em.op("add64", lz, em.op("selp01", em.op("eq64", em.op("shr64", dd, 31), 0)), d=lz)
+    top_at = em.op("sub64", em.op("add64", em.op("shl64", t, 5), 31), lz)
+    em.op("braifnot", em.op("ltu64", top_at, 53), "$normal")
+    em.comment("below 2^-1021: exact, digits 1 and 0 are the encoding")
+    low = em.op("or64", em.op("shl64", em.op("ldu64", rec, 16), 32), em.op("ldu64", rec, 8))
+    em.op("stu64", out, 0, em.op("or64", sign, low))
+    em.op("bra", "$done")
+    em.label("$normal")
+    em.op("braif", em.op("ltu64", top_at, 2098), "$round")
+    em.op("stu64", out, 0, em.op("or64", sign, INF))
+    em.op("bra", "$done")
+    em.label("$round")
+    em.comment("the top 64 bits from digits t, t - 1, t - 2 (t = 1: none, 0), the sticky bit below")
+    lz32 = em.op("cvt32", lz)
+    below = em.op("selp64", em.op("ldu64", em.op("sub64", top, 16), 0), 0, em.op("ne64", t, 1))
+    win = em.op("or64", em.op("shl64", em.op("ldu64", top, 0), em.op("add32", lz32, 32)),
+                em.op("shl64", em.op("ldu64", em.op("sub64", top, 8), 0), lz32))
+    win = em.op("or64", win, em.op("shr64", below, em.op("sub32", 32, lz32)))
+    sticky = em.op("and64", em.op("shl64", below, lz32), LOW32)
+    q, last = em.op("movi64", 0), em.op("sub64", t, 2)
+    em.label("$sticky")
+    em.op("braifnot", em.op("lts64", q, last), "$even")
+    em.op("or64", sticky, em.op("ldu64", em.op("add64", rec, em.op("shl64", q, 3)), 8), d=sticky)
+    em.op("add64", q, 1, d=q)
+    em.op("bra", "$sticky")
+    em.label("$even")
+    em.comment("to nearest, ties to even; a carry out of the mantissa bumps the exponent")
+    mant, rest = em.op("shr64", win, 11), em.op("and64", win, 0x7FF)
+    up = em.op("sub64", 1, em.op("selp01", em.op("ltu64", rest, 0x401)))
+    tie = em.op("and64", em.op("selp01", em.op("eq64", rest, 0x400)),
+                em.op("selp01", em.op("ne64", em.op("or64", sticky, em.op("and64", mant, 1)), 0)))
+    mant = em.op("add64", mant, em.op("or64", up, tie))
+    bits = em.op("add64", em.op("shl64", em.op("sub64", top_at, 52), 52), mant)
+    em.op("stu64", out, 0, em.op("or64", sign, bits))
+    return _kernel(em, lr, "xsum_round", params, sm)
+
+
 def kernels(lr: Learner, sm: int = 90) -> list[Kernel]:
-    """The exact sums' kernels, in launch order around grad_samples: clear, (rows), add, fold."""
-    return [xsum_clear(lr, sm), xsum_add(lr, sm), xsum_fold(lr, sm)]
+    """The exact sums' kernels, in launch order around grad_samples: clear, (rows), add, fold;
+    then round (a sampled step's, in place of fold: alphac/lower/gpu.py)."""
+    return [xsum_clear(lr, sm), xsum_add(lr, sm), xsum_fold(lr, sm), xsum_round(lr, sm)]
