@@ -28,7 +28,8 @@ reduced scalars, which `reduce` computes before the updates: else the policy is 
 start), G
 read back from the card for the host's mean, the card's results hashed into the chain (gpu.rt
 gpu_chain), then, on a step drawn to be proven, the host's step from its pre-step state
-compared as above; on any other step the card's states adopted.
+compared as above (exact_sum: G rounded on the card by xsum_round, against the host's own
+exact sums rounded); on any other step the card's states adopted.
 """
 from __future__ import annotations
 

@@ -67,6 +67,8 @@ outer_sum_<p> takes its own block size and grid: `Kernel.block`, `Kernel.threads
     xsum_fold     one thread per coordinate j in [0, P)
         xd u64, xc u64 (out: P compact accumulators of XC_WORDS words, xsum.rt's format)
       xc[j] the sum's window, or XC_SPILLED and the sum in xd's digits of j, normalized
+    xsum_round    one thread per coordinate j in [0, P); a sampled step's, in place of xsum_fold
+        xd u64, G u64 (out: G[j], the sum rounded once; xd's digits of j rewritten)
     reduce        one thread per reduced scalar of the update the card computes
                   (`card_reductions`: over a coordinate group, not an exact sum), before the updates
         state_<s> u64 (every group member they read), then as update_g<N>'s: G, n, scalar_<s>_old,

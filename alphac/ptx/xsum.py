@@ -20,10 +20,12 @@ digit leaves 64 bits and no carry is lost before `xsum_fold` resolves them.
                 says: no nonzero digit: the flags alone; nonzero digits lo..hi within XC_DIGITS:
                 a window of base min(lo, XC_MAX_BASE); else XC_SPILLED, the window zero, and the
                 sum is the coordinate's normalized digits, left in its dense words
+    xsum_round  one thread per coordinate, in place of xsum_fold in a `--shadow sampled` step:
+                G[j], the sum rounded once (xsum.rt's xs_round_digits), which the updates read
 
 So the host reads P * XC_WORDS words and the dense digits of the spilled coordinates only (not
 the P * rows words of the rows), and checks them against its own exact sums (alphac/lower/gpu.py
-`gpu_exact_check`). The parameters (alphac/ptx/abi.py): `xd` the dense words, `xc` the compact
+`gpu_exact_check`); under `--shadow sampled` it reads G alone (P words). The parameters (alphac/ptx/abi.py): `xd` the dense words, `xc` the compact
 ones, `gs` the rows, `rows` (u32) the sample count.
 
 Requires: a learner with a loss under exact_sum. Guarantees: the same learner and target give
