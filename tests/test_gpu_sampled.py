@@ -6,10 +6,10 @@ policy, chain every step and say which were proven (the first two, the last, tho
 drew: the mock answers getrandom, after the step's chain event); a card that computes another
 bit on a proven step is refused gpu-shadow-mismatch there, after its hash was written; one that
 lies on a step left unproven finishes, and `verify-record --replay` names that step; under
-exact_sum G is the card's (xsum_round), its bits the interpreter's exact sums, a wrong rounding
-refused on a proven step and found by replay on another; an exact reduction of the update, a
-scalar state reading a reduction and an unknown policy are refused at start; a malformed events
-file is refused by name.
+exact_sum G is the card's (xsum_round), and so are the update's exact dots (`reduce`), their bits
+the interpreter's exact sums, a wrong rounding or term refused on a proven step and found by
+replay on another; a scalar state reading a reduction and an unknown policy are refused at
+start; a malformed events file is refused by name.
 """
 import re
 
@@ -90,25 +90,24 @@ def test_a_lie_on_an_unproven_step_is_found_by_replay(tmp_path):
     assert rc == 0 and "steps 1..3 are the interpreter's" in out
 
 
-def test_an_exact_reduction_and_an_unknown_policy_are_refused_at_start(tmp_path):
+def test_a_scalar_state_reading_a_reduction_and_an_unknown_policy_are_refused_at_start(tmp_path):
     need_mock()
     def usage(r, why):                  # the usage line, then the refusal naming --shadow
         assert (r.errors, r.returncode, r.stdout) == ([], 64, "") and r.stderr.startswith("usage: ")
         assert r.stderr.splitlines()[-1] == f"refused: usage (--shadow: {why})", r.stderr
     r, _ = run("lsq_adam", 90, args=("--shadow", "some"))
     usage(r, "full or sampled")
-    # under exact_sum the clipping's dot(grad(w), grad(w)) is an exact sum the card does not compute
-    r, _ = clipped(tmp_path, exact_sum_variant(CLIPPED), ("--steps", "3", *SAMPLED))
-    usage(r, WHY)
-    assert f"--shadow {WHY}" in r.events and r.allocations == []
     # a scalar state that reads a reduced scalar of the gradients: the host would need the card's G
     scalar = example("lsq_adam").read_text().replace("  p2 = p2 * b2\n", "  p2 = p2 * b2 + 0 * dot(grad(w), grad(w))\n")
     assert "0 * dot(grad(w)" in scalar
     r, _ = clipped(tmp_path, scalar, ("--steps", "3", *SAMPLED))
     usage(r, WHY)
+    assert f"--shadow {WHY}" in r.events and r.allocations == []
+    r, _ = clipped(tmp_path, exact_sum_variant(scalar), ("--steps", "3", *SAMPLED))    # exact_sum too
+    usage(r, WHY)
 
 
-WHY = "sampled: an exact reduction, or a scalar state's, of the gradients"
+WHY = "sampled: a scalar state reads a reduction of the gradients"
 CLIPPED = example("lsq_adam").read_text().replace(
     "  let g = grad(w)\n", "  let g = grad(w) * min(1, 0.5 / sqrt(dot(grad(w), grad(w))))\n")
 
@@ -177,7 +176,9 @@ EXACT = {"lsq": lambda: exact_sum_variant(example("lsq_adam").read_text()),
          # terms that cancel (1e16, 1, -1e16: a left fold gives 0, the exact sum 1) and spill
          "cancel": lambda: "learner cancel\ncontract exact_sum\n"
                            "data x = [1e16, 1.0, -1e16, 1e200, 1e-200, -1e200, 3.0, -0.5]\n"
-                           "param w: f64 = 0.0\nloss(i) = w * x[i] + w * w\nupdate {\n  w = w - 0.1 * grad(w)\n}\n"}
+                           "param w: f64 = 0.0\nloss(i) = w * x[i] + w * w\nupdate {\n  w = w - 0.1 * grad(w)\n}\n",
+         # the update's clipping norm dot(grad(w), grad(w)): an exact sum, the card's `reduce`
+         "clip": lambda: exact_sum_variant(CLIPPED)}
 SAMPLED_EXACT = ["xsum_clear", "grad_samples", "xsum_add", "xsum_round"]
 # the card's rounding one ulp off (its last add: the exponent and the mantissa)
 ROUND_ULP = lambda ptx: re.sub(r"(shl\.b64 %rd\d+, %rd\d+, 52;\n\tadd\.s64 (%rd\d+), [^\n]*\n)",
@@ -186,17 +187,19 @@ ROUND_ULP = lambda ptx: re.sub(r"(shl\.b64 %rd\d+, %rd\d+, 52;\n\tadd\.s64 (%rd\
 
 @pytest.mark.parametrize("name", sorted(EXACT))
 def test_exact_sum_sampled_g_is_the_cards_with_the_interpreters_bits(name, tmp_path):
-    """Least squares, a classifier (A @ v, relu, logsumexp) and sums that cancel and spill under
-    `contract exact_sum` as single GPU owners under --shadow sampled: G rounded once on the card
-    (xsum_round, no xsum_fold: the host reads G and the states, not the accumulators), one
-    submission a step, the interpreter's exact bits, the full policy's output; the chain replays."""
+    """Least squares, a classifier (A @ v, relu, logsumexp), sums that cancel and spill, and
+    least squares clipped by its gradient's norm under `contract exact_sum` as single GPU owners
+    under --shadow sampled: G rounded once on the card (xsum_round, no xsum_fold: the host reads
+    G and the states, not the accumulators), the norm's exact dot too (`reduce`), one submission a
+    step, the interpreter's exact bits, the full policy's output; the chain replays."""
     need_mock()
     from alphac.ir.interp import format_state, run as interp_run
     r, lr = clipped(tmp_path, EXACT[name](), ("--steps", "6", *SAMPLED), draws=b"\x01")
     assert (r.returncode, r.stderr, r.errors) == (0, "", [])
     assert r.stdout == format_state(lr, interp_run(lr, 6)) == clipped(tmp_path, EXACT[name]())[0].stdout
     ups = [f"update_g{g.index}" for g in lr.groups]
-    assert [la[0] for la in r.launches] == (SAMPLED_EXACT + ups) * 6 and r.submissions == 1 + 6
+    red = ["reduce"] * (name == "clip")
+    assert [la[0] for la in r.launches] == (SAMPLED_EXACT + red + ups) * 6 and r.submissions == 1 + 6
     assert said(r, "proven") == [1, 2, 6]
     from alphac.tools.replay import replay_chain
     assert replay_chain(lr, write_events(tmp_path, r), 6) is None
@@ -218,3 +221,16 @@ def test_exact_sum_a_rounding_one_ulp_off_is_refused_when_proven_and_found_by_re
     events = write_events(tmp_path, r)
     rc, out, err = alphac("verify-record", events, "--replay", "6", "--learner", tmp_path / "x.alpha")
     assert (rc, out) == (3, "") and "step 4's hash is not the interpreter's" in err
+
+
+def test_exact_sum_a_reduce_term_one_ulp_off_is_refused_when_proven(tmp_path):
+    """The clipping's exact dot on the card with one term's significand one more (the add of
+    xsum.py's add_term in `reduce`): refused on a proven step, at step 2 (at step 1 that term's
+    ulp is lost in the sum's rounding: the dot's bits are the host's), after its hash."""
+    need_mock()
+    ulp = lambda ptx: re.sub(r"(shl\.b64 (%rd\d+), %rd\d+, 52;\n\tor\.b64 (%rd\d+), %rd\d+, \2;)",
+                             r"\1\n\tadd.s64 \3, \3, 1;", ptx, count=1)
+    assert ulp(ROUND_ULP("x")) == "x"
+    r, _ = clipped(tmp_path, EXACT["clip"](), ("--steps", "6", *SAMPLED), mutate={"reduce": ulp})
+    refused(r, "gpu-shadow-mismatch")
+    assert said(r, "chain") == [1, 2] and said(r, "proven") == [1] and "mismatch at step 2" in r.events

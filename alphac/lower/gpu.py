@@ -195,12 +195,9 @@ def reduced_compare(lr: Learner, img: GpuImage) -> list[str]:
 
 def sampled_refused(lr: Learner) -> bool:
     """Is `--shadow sampled` refused at start? When a scalar state reads a reduced scalar the card
-    computes (host_reads_card_reductions), and under exact_sum when the update reads an exact
-    reduction over a coordinate group (`dot(grad(w), grad(w))`: an exact sum the card does not
-    compute; the host's, from its G, would come after the one submission)."""
-    from alphac.ir.learner import exact_reduction, reduction_group
-    return host_reads_card_reductions(lr) or any(
-        reduction_group(lr, n) is not None and exact_reduction(lr, n) for n in update_reductions(lr.update))
+    computes (host_reads_card_reductions). Every other learner runs it, exact_sum's included: G
+    rounded on the card (xsum_round), its exact dots and sums too (`reduce`, abi.card_reductions)."""
+    return host_reads_card_reductions(lr)
 
 
 def host_reads_card_reductions(lr: Learner) -> bool:

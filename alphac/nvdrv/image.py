@@ -656,6 +656,9 @@ def plan(od: OwnerData, built: list, sm: int, share: Share | None = None,
     if exact_sum:
         exact = {"xd": end, "xc": end + 8 * XS_WORDS * P}
         end = round_up(exact["xc"] + 8 * XC_WORDS * P, 256)
+    xr = [b.kernel.threads for b in built if any(p.role == "xr" for p in b.kernel.params)]
+    if xr:                              # `reduce`'s exact accumulators (exact_sum's dot, sum)
+        exact["xr"], end = end, round_up(end + 8 * XS_WORDS * xr[0], 256)
     arena_size = round_up(end, HUGE)
 
     upload_end = round_up(image_end, 256) + rows_bytes     # the image and the rows, from `staging`
