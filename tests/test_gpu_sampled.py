@@ -200,6 +200,9 @@ def test_exact_sum_sampled_g_is_the_cards_with_the_interpreters_bits(name, tmp_p
     ups = [f"update_g{g.index}" for g in lr.groups]
     red = ["reduce"] * (name == "clip")
     assert [la[0] for la in r.launches] == (SAMPLED_EXACT + red + ups) * 6 and r.submissions == 1 + 6
+    from alphac.ptx.abi import param_count          # read back a step: G and the card's states
+    card = sum(s.size for s in lr.states if s.group is not None and s.name in {a.target for a in lr.update})
+    assert sum(c[2] for c in r.copies[1:]) == 6 * 8 * (param_count(lr) + card)    # (after the setup's)
     assert said(r, "proven") == [1, 2, 6]
     from alphac.tools.replay import replay_chain
     assert replay_chain(lr, write_events(tmp_path, r), 6) is None
