@@ -7,8 +7,8 @@ The learners (issue 42), each trained with Adam:
 (gpu/local_check.py's generators write the first two, their data as .npy files beside them.)
 
 For each, the same span is timed on every side, the set-up apart and warm-up excluded:
-  * alphac's GPU owner (with the full host shadow, and with `--shadow sampled` where the contract
-    allows it: docs/gpu.md "Shadow policies") and CPU executable: a step by difference, a run of
+  * alphac's GPU owner (with the full host shadow, and with `--shadow sampled` where the owner
+    allows it, exact_sum's least squares included: docs/gpu.md "Shadow policies") and CPU executable: a step by difference, a run of
     W + N steps minus a run of W steps, over N (start-up, reading the data and the first W steps
     cancel); the GPU owner's start-up is a whole `--steps 0` run, its parts from its events file:
     alone (`cold`), then with this process holding the GPU's files open (`fds`), then holding
@@ -273,6 +273,7 @@ def ms(xs: list[float]) -> str:
 def bench(args, runner) -> int:
     from alphac.build import build_gpu_owner, build_learner
     from alphac.driver import compile_file
+    from alphac.lower.gpu import sampled_refused
     from alphac.targets import host_runs
     out = Path(args.out or tempfile.mkdtemp(prefix="alphac-bench-gpu-"))
     (out / "bin").mkdir(parents=True, exist_ok=True)
@@ -295,7 +296,7 @@ def bench(args, runner) -> int:
         gpu_exe = out / "bin" / f"{lr.name}.sm_{sm}"
         exes = {"gpu": (gpu_exe, gpu, gpu.image.elf, ()),
                 "cpu": (out / "bin" / f"{lr.name}.{level}", None, build_learner(lr, level).elf, ())}
-        if not lr.exact:        # the sampled shadow (exact_sum's host sums are its check: refused)
+        if not sampled_refused(lr):     # the sampled shadow, where the owner allows it
             exes["sampled"] = (gpu_exe, gpu, gpu.image.elf, ("--shadow", "sampled"))
         for path, _, elf, _ in exes.values():
             path.write_bytes(elf)

@@ -52,6 +52,8 @@ class Owner:
         self.mv = {str(k): dev.alloc([0.0] * max(1, r * (lr.nsamples or 0)))
                    for k, r in enumerate(batch_widths(lr))}
         self.rd = dev.alloc([0.0] * max(1, len(card_reductions(lr))))     # written by `reduce`
+        from alphac.formats import XS_WORDS             # its exact sums' accumulators (exact_sum)
+        self.xr = dev.alloc([0.0] * (XS_WORDS * max(1, len(card_reductions(lr)))))
         self.consts = {(k.name, p.name): dev.alloc(p.values)
                        for k in kernels for p in k.params if p.role == "const"}
 
@@ -62,7 +64,7 @@ class Owner:
                 out.append(self.state[p.ref])
             elif p.role == "data":
                 out.append(self.data[p.ref])
-            elif p.role in ("gs", "G", "idx", "rd"):
+            elif p.role in ("gs", "G", "idx", "rd", "xr"):
                 out.append(getattr(self, p.role))
             elif p.role == "mv":
                 out.append(self.mv[p.ref])

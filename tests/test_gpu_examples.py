@@ -67,9 +67,14 @@ def test_the_example_as_a_gpu_owner_prints_the_interpreters_bits(tmp_path, examp
                     kernels=built.kernels, timeout=600)
     assert (r.returncode, r.errors, r.stderr) == (0, [], "")
     assert r.stdout == format_state(lr, run(lr, STEPS))
-    # under exact_sum the clipping's norm is an exact sum: the host's, from its own G, in its
-    # shadow (docs/gpu.md "Scalar states"), and the step stays one submission
+    # under exact_sum the clipping's norm is an exact sum: under --shadow full the host's, from
+    # its own G, in its shadow (docs/gpu.md "The ABI"), and the step stays one submission
     assert r.submissions == 1 + STEPS and "reduce" not in [la[0] for la in r.launches]
+    # under --shadow sampled the card computes them: `reduce` adds each norm's terms exactly
+    r = mockgpu.run(exe, ["--steps", str(STEPS), "--shadow", "sampled"], card=Card(
+        uuid=host.uuid, name=host.product, driver=host.driver, sm=90), kernels=built.kernels, timeout=600)
+    assert (r.returncode, r.errors, r.stderr) == (0, [], "") and r.stdout == format_state(lr, run(lr, STEPS))
+    assert r.submissions == 1 + STEPS and [la[0] for la in r.launches].count("reduce") == STEPS
 
 
 def test_the_ordered_attention_example_under_sampled_has_its_clipping_norm_on_the_card(tmp_path):

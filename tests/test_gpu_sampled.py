@@ -5,8 +5,11 @@ sampled policy prints the interpreter's bits, the full policy's output; the even
 policy, chain every step and say which were proven (the first two, the last, those getrandom
 drew: the mock answers getrandom, after the step's chain event); a card that computes another
 bit on a proven step is refused gpu-shadow-mismatch there, after its hash was written; one that
-lies on a step left unproven finishes, and `verify-record --replay` names that step; exact_sum
-and an unknown policy are refused at start; a malformed events file is refused by name.
+lies on a step left unproven finishes, and `verify-record --replay` names that step; under
+exact_sum G is the card's (xsum_round), and so are the update's exact dots (`reduce`), their bits
+the interpreter's exact sums, a wrong rounding or term refused on a proven step and found by
+replay on another; a scalar state reading a reduction and an unknown policy are refused at
+start; a malformed events file is refused by name.
 """
 import re
 
@@ -87,31 +90,24 @@ def test_a_lie_on_an_unproven_step_is_found_by_replay(tmp_path):
     assert rc == 0 and "steps 1..3 are the interpreter's" in out
 
 
-def test_exact_sum_and_an_unknown_policy_are_refused_at_start(tmp_path):
+def test_a_scalar_state_reading_a_reduction_and_an_unknown_policy_are_refused_at_start(tmp_path):
     need_mock()
-    import mockgpu
-    from alphac.build import build_gpu_owner
-    from test_nvdrv_owner import host_for
     def usage(r, why):                  # the usage line, then the refusal naming --shadow
         assert (r.errors, r.returncode, r.stdout) == ([], 64, "") and r.stderr.startswith("usage: ")
         assert r.stderr.splitlines()[-1] == f"refused: usage (--shadow: {why})", r.stderr
     r, _ = run("lsq_adam", 90, args=("--shadow", "some"))
     usage(r, "full or sampled")
-    (tmp_path / "x.alpha").write_text(exact_sum_variant(example("lsq_adam").read_text()))
-    built = build_gpu_owner(compile_file(tmp_path / "x.alpha").learner, "x86_64+sm_90", host_for(90))
-    (tmp_path / "x.gpu").write_bytes(built.image.elf)
-    (tmp_path / "x.gpu").chmod(0o755)
-    r = mockgpu.run(tmp_path / "x.gpu", ["--steps", "3", *SAMPLED], card=card_for(90), kernels=built.kernels)
-    usage(r, WHY)
-    assert "--shadow sampled: under exact_sum" in r.events and r.allocations == []
     # a scalar state that reads a reduced scalar of the gradients: the host would need the card's G
     scalar = example("lsq_adam").read_text().replace("  p2 = p2 * b2\n", "  p2 = p2 * b2 + 0 * dot(grad(w), grad(w))\n")
     assert "0 * dot(grad(w)" in scalar
     r, _ = clipped(tmp_path, scalar, ("--steps", "3", *SAMPLED))
     usage(r, WHY)
+    assert f"--shadow {WHY}" in r.events and r.allocations == []
+    r, _ = clipped(tmp_path, exact_sum_variant(scalar), ("--steps", "3", *SAMPLED))    # exact_sum too
+    usage(r, WHY)
 
 
-WHY = "sampled: under exact_sum or a scalar state reading a reduction the host's step is the check"
+WHY = "sampled: a scalar state reads a reduction of the gradients"
 CLIPPED = example("lsq_adam").read_text().replace(
     "  let g = grad(w)\n", "  let g = grad(w) * min(1, 0.5 / sqrt(dot(grad(w), grad(w))))\n")
 
@@ -172,3 +168,72 @@ def test_a_malformed_events_file_is_refused_by_name(tmp_path):
     assert rc == 2 and "go together" in err
     assert exit_code("record-malformed") > 0
 
+
+
+# exact_sum under --shadow sampled: the card's G (xsum_round) ------------------------------------
+EXACT = {"lsq": lambda: exact_sum_variant(example("lsq_adam").read_text()),
+         "cls": lambda: exact_sum_variant(oracle.CLASSIFIER.replace("tanh(", "relu(")),
+         # terms that cancel (1e16, 1, -1e16: a left fold gives 0, the exact sum 1) and spill
+         "cancel": lambda: "learner cancel\ncontract exact_sum\n"
+                           "data x = [1e16, 1.0, -1e16, 1e200, 1e-200, -1e200, 3.0, -0.5]\n"
+                           "param w: f64 = 0.0\nloss(i) = w * x[i] + w * w\nupdate {\n  w = w - 0.1 * grad(w)\n}\n",
+         # the update's clipping norm dot(grad(w), grad(w)): an exact sum, the card's `reduce`
+         "clip": lambda: exact_sum_variant(CLIPPED)}
+SAMPLED_EXACT = ["xsum_clear", "grad_samples", "xsum_add", "xsum_round"]
+# the card's rounding one ulp off (its last add: the exponent and the mantissa)
+ROUND_ULP = lambda ptx: re.sub(r"(shl\.b64 %rd\d+, %rd\d+, 52;\n\tadd\.s64 (%rd\d+), [^\n]*\n)",
+                               r"\1\tadd.s64 \2, \2, 1;\n", ptx, count=1)
+
+
+@pytest.mark.parametrize("name", sorted(EXACT))
+def test_exact_sum_sampled_g_is_the_cards_with_the_interpreters_bits(name, tmp_path):
+    """Least squares, a classifier (A @ v, relu, logsumexp), sums that cancel and spill, and
+    least squares clipped by its gradient's norm under `contract exact_sum` as single GPU owners
+    under --shadow sampled: G rounded once on the card (xsum_round, no xsum_fold: the host reads
+    G and the states, not the accumulators), the norm's exact dot too (`reduce`), one submission a
+    step, the interpreter's exact bits, the full policy's output; the chain replays."""
+    need_mock()
+    from alphac.ir.interp import format_state, run as interp_run
+    r, lr = clipped(tmp_path, EXACT[name](), ("--steps", "6", *SAMPLED), draws=b"\x01")
+    assert (r.returncode, r.stderr, r.errors) == (0, "", [])
+    assert r.stdout == format_state(lr, interp_run(lr, 6)) == clipped(tmp_path, EXACT[name]())[0].stdout
+    ups = [f"update_g{g.index}" for g in lr.groups]
+    red = ["reduce"] * (name == "clip")
+    assert [la[0] for la in r.launches] == (SAMPLED_EXACT + red + ups) * 6 and r.submissions == 1 + 6
+    from alphac.ptx.abi import param_count          # read back a step: G and the card's states
+    card = sum(s.size for s in lr.states if s.group is not None and s.name in {a.target for a in lr.update})
+    assert sum(c[2] for c in r.copies[1:]) == 6 * 8 * (param_count(lr) + card)    # (after the setup's)
+    assert said(r, "proven") == [1, 2, 6]
+    from alphac.tools.replay import replay_chain
+    assert replay_chain(lr, write_events(tmp_path, r), 6) is None
+    if name == "cancel":               # the ordered contract's fold gives other bits here
+        (tmp_path / "o.alpha").write_text(EXACT[name]().replace("contract exact_sum\n", ""))
+        ordered = compile_file(tmp_path / "o.alpha").learner
+        assert format_state(ordered, interp_run(ordered, 6)) != r.stdout
+
+
+def test_exact_sum_a_rounding_one_ulp_off_is_refused_when_proven_and_found_by_replay(tmp_path):
+    need_mock()
+    text = EXACT["lsq"]()
+    r, _ = clipped(tmp_path, text, ("--steps", "6", *SAMPLED), mutate={"xsum_round": ROUND_ULP})
+    refused(r, "gpu-shadow-mismatch")
+    assert said(r, "chain") == [1] and "mismatch at step 1" in r.events and said(r, "proven") == []
+    r, lr = clipped(tmp_path, text, ("--steps", "6", *SAMPLED), draws=b"\x01",
+                    mutate={"xsum_round": (ROUND_ULP, 4)})          # step 4 only: not proven
+    assert (r.returncode, r.errors) == (0, []) and said(r, "proven") == [1, 2, 6]
+    events = write_events(tmp_path, r)
+    rc, out, err = alphac("verify-record", events, "--replay", "6", "--learner", tmp_path / "x.alpha")
+    assert (rc, out) == (3, "") and "step 4's hash is not the interpreter's" in err
+
+
+def test_exact_sum_a_reduce_term_one_ulp_off_is_refused_when_proven(tmp_path):
+    """The clipping's exact dot on the card with one term's significand one more (the add of
+    xsum.py's add_term in `reduce`): refused on a proven step, at step 2 (at step 1 that term's
+    ulp is lost in the sum's rounding: the dot's bits are the host's), after its hash."""
+    need_mock()
+    ulp = lambda ptx: re.sub(r"(shl\.b64 (%rd\d+), %rd\d+, 52;\n\tor\.b64 (%rd\d+), %rd\d+, \2;)",
+                             r"\1\n\tadd.s64 \3, \3, 1;", ptx, count=1)
+    assert ulp(ROUND_ULP("x")) == "x"
+    r, _ = clipped(tmp_path, EXACT["clip"](), ("--steps", "6", *SAMPLED), mutate={"reduce": ulp})
+    refused(r, "gpu-shadow-mismatch")
+    assert said(r, "chain") == [1, 2] and said(r, "proven") == [1] and "mismatch at step 2" in r.events

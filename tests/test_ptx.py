@@ -580,7 +580,7 @@ def test_exact_sum_has_no_owner_sum_and_the_cards_exact_sums_of_the_rows(tmp_pat
     (tmp_path / "l.alpha").write_text(MLP.replace("learner mlp\n", "learner mlp\ncontract exact_sum\n"))
     lr = compile_file(tmp_path / "l.alpha").learner
     ks = kernels(lr)
-    assert [k.name for k in ks][:5] == ["grad_samples", "xsum_clear", "xsum_add", "xsum_fold", "update_g0"]
+    assert [k.name for k in ks][:6] == ["grad_samples", "xsum_clear", "xsum_add", "xsum_fold", "xsum_round", "update_g0"]
     owner = Owner(InterpDevice(), lr, ks)
     for t in range(3):
         owner.step(t)

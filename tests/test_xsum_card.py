@@ -3,7 +3,10 @@ terms of every kind (normal, subnormal, signed zeros, infinities, NaNs, sums tha
 that spill), xsum_clear, xsum_add and xsum_fold leave in each coordinate's compact accumulator
 (and, spilled, its dense digits) exactly the rational sum of its finite terms and the flags
 xsum.rt would set, in the runtime's format (alphac/formats.py); the dense words do not depend on
-the order in which the terms are added; and each kernel assembles with ptxas."""
+the order in which the terms are added; xsum_round gives each sum rounded once (the bits of
+xsum.rt's rounding: the rational sum correctly rounded, the flags' specials and zero signs), from
+the folded digits or straight from the adds' carry-save ones; and each kernel assembles with
+ptxas."""
 import random
 import struct
 from fractions import Fraction
@@ -56,7 +59,7 @@ def card_sums(rows: list[list[float]], order=None):
     gs = dev.alloc([x for i in order for x in rows[i]])
     xd = dev.alloc([word(0x5A5A5A5A5A5A5A5A)] * (XS_WORDS * P))      # garbage: cleared first
     xc = dev.alloc([0.0] * (XC_WORDS * P))
-    clear, add, fold = xsum.kernels(lr)
+    clear, add, fold = xsum.kernels(lr)[:3]
     dev.launch(clear, [xd], P)
     dev.launch(add, [gs, xd, len(rows)], len(rows) * P)
     dense_before_fold = [bits(v) for v in dev.read(xd, XS_WORDS * P)]
@@ -132,3 +135,67 @@ def test_the_kernels_assemble(sm):
     for k in xsum.kernels(Width(5), sm):
         im = read_cubin(assemble(k.ptx, sm, find_ptxas()))[k.name]
         assert im.local == 0, k.name
+
+
+def rounded(terms) -> int:
+    """The contract's exact sum of `terms` rounded once, as bits: the rational sum of the finite
+    ones correctly rounded (Python's int division), an overflow an infinity; the flags' NaN and
+    infinities; a zero sum -0.0 when every term was -0.0."""
+    f = flags_of(terms)
+    if f & XS_FLAGS["nan"] or f & 3 == 3:
+        return 0x7FF8000000000000
+    if f & 3:
+        return bits(float("inf") if f & XS_FLAGS["pinf"] else float("-inf"))
+    s = sum((Fraction(x) for x in terms), Fraction(0))
+    if s == 0:
+        return 0 if f & XS_FLAGS["not-neg-zero"] else 1 << 63
+    try:
+        return bits(s.numerator / s.denominator)
+    except OverflowError:
+        return bits(float("inf") if s > 0 else float("-inf"))
+
+
+def card_rounded(rows, fold=True) -> list[int]:
+    """G after clear, add, (fold,) round: each coordinate's bits."""
+    P = len(rows[0])
+    dev, lr = InterpDevice(), Width(P)
+    gs = dev.alloc([x for row in rows for x in row])
+    xd = dev.alloc([word(0x5A5A5A5A5A5A5A5A)] * (XS_WORDS * P))
+    xc, G = dev.alloc([0.0] * (XC_WORDS * P)), dev.alloc([1.5] * P)
+    clear, add, fold, rnd = xsum.kernels(lr)
+    dev.launch(clear, [xd], P)
+    dev.launch(add, [gs, xd, len(rows)], len(rows) * P)
+    if fold:
+        dev.launch(fold, [xd, xc], P)
+    dev.launch(rnd, [xd, G], P)
+    return [bits(v) for v in dev.read(G, P)]
+
+
+TIE, ULP = 2.0 ** -53, 2.0 ** -52
+ROUNDING = [[1e16, 1.0, -1e16], [1e16, -1.0, -1e16, 3.0], [-1e16, 1.0, 1e16, -1e16],   # cancellation
+            [1.0, TIE], [1.0 + ULP, TIE], [1.0, TIE, 5e-324], [-1.0, -TIE, -5e-324],   # ties, sticky
+            [1.7e308, 1.7e308], [-1.7e308, -1.7e308, 1.0], [1.7976931348623157e308, 2.0 ** 970],
+            [1.7976931348623157e308, 2.0 ** 970 - 2.0 ** 917],                            # overflow
+            [5e-324, 5e-324, -2.2e-308], [2.2250738585072014e-308, -5e-324],            # subnormals
+            [2.0 ** -1015, 2.0 ** -1068], [-(2.0 ** -1015), -(2.0 ** -1068), 5e-324],  # ties near them
+            [-0.0, -0.0], [-0.0, 0.0], [1.0, -1.0], [-1.0, 1.0, -0.0],                  # zero signs
+            [float("inf"), 1.0], [float("-inf"), -0.0], [float("inf"), float("-inf")],
+            [float("nan"), 1.0], [2.0 ** 900, -(2.0 ** -1000), -(2.0 ** 900)],           # a spill
+            [3.0 * 2.0 ** 1000, -(2.0 ** 1023), 2.0 ** -1074, -(2.0 ** 1023)]]
+
+
+def test_the_card_rounds_each_exact_sum_once_as_the_runtime_does():
+    """G on the card (sampled steps under exact_sum read it): for sums that cancel (1e16, 1,
+    -1e16), ties and sticky bits, overflows to infinity and just below, subnormals, every zero
+    sign, the specials and spilled sums, and random columns of every kind, xsum_round's bits
+    are the rational sum rounded once, from folded digits and from carry-save ones alike."""
+    r = random.Random(42)
+    cols = [list(c) for c in ROUNDING] + [terms(r, 4) for _ in range(24)]
+    n = max(map(len, cols))
+    cols = [c + [-0.0] * (n - len(c)) for c in cols]           # -0.0 adds nothing, not even a flag
+    rows = [[c[i] for c in cols] for i in range(n)]
+    want = [rounded(c) for c in cols]
+    assert want[0] == bits(1.0) and want[3] == bits(1.0) and want[5] == bits(1.0 + ULP)
+    for fold in (True, False):
+        got = card_rounded(rows, fold)
+        assert [j for j in range(len(cols)) if got[j] != want[j]] == [], fold

@@ -28,7 +28,8 @@ reduced scalars, which `reduce` computes before the updates: else the policy is 
 start), G
 read back from the card for the host's mean, the card's results hashed into the chain (gpu.rt
 gpu_chain), then, on a step drawn to be proven, the host's step from its pre-step state
-compared as above; on any other step the card's states adopted.
+compared as above (exact_sum: G rounded on the card by xsum_round, against the host's own
+exact sums rounded); on any other step the card's states adopted.
 """
 from __future__ import annotations
 
@@ -118,11 +119,21 @@ def host_reduced(lr: Learner, img: GpuImage) -> list[str]:
     return [f"storef({img.buffers['rd'] + 8 * at:#x}, loadf(rd{k}));" for k, at in card_reductions(lr).items()]
 
 
+def sampled_kernels(lr: Learner) -> list[str]:
+    """A sampled step's one submission: the gradient kernels (under exact_sum xsum_round, G rounded
+    on the card, in place of xsum_fold: the host reads G, not the accumulators), `reduce`, the
+    updates."""
+    grad = grad_kernels(lr)
+    if lr.exact and grad:
+        grad = grad[:-1] + ["xsum_round"]
+    return grad + reduce_kernels(lr) + update_kernels(lr)
+
+
 def chains(lr: Learner) -> tuple[tuple[str, ...], ...]:
     """The kernel sequences an owner submits, each one push buffer (image.plan lays them out):
-    the gradient kernels, the updates, and a whole step (the sampled one with `reduce`)."""
-    grad, red, upd = tuple(grad_kernels(lr)), tuple(reduce_kernels(lr)), tuple(update_kernels(lr))
-    return tuple(dict.fromkeys(c for c in (grad, upd, grad + upd, grad + red + upd) if c))
+    the gradient kernels, the updates, and a whole step (the sampled one: sampled_kernels)."""
+    grad, upd = tuple(grad_kernels(lr)), tuple(update_kernels(lr))
+    return tuple(dict.fromkeys(c for c in (grad, upd, grad + upd, tuple(sampled_kernels(lr))) if c))
 
 
 def kick(img: GpuImage, names, wait: bool = False) -> list[str]:
@@ -182,6 +193,13 @@ def reduced_compare(lr: Learner, img: GpuImage) -> list[str]:
     return [f"gpu_compare({img.buffers['rd'] + 8 * at:#x}, rd{k}, 1, step);" for k, at in card_reductions(lr).items()]
 
 
+def sampled_refused(lr: Learner) -> bool:
+    """Is `--shadow sampled` refused at start? When a scalar state reads a reduced scalar the card
+    computes (host_reads_card_reductions). Every other learner runs it, exact_sum's included: G
+    rounded on the card (xsum_round), its exact dots and sums too (`reduce`, abi.card_reductions)."""
+    return host_reads_card_reductions(lr)
+
+
 def host_reads_card_reductions(lr: Learner) -> bool:
     """Does a scalar statement read a reduced scalar the card computes? (Then the host needs
     the step's G before the updates: the sampled step, one submission, cannot.)"""
@@ -193,8 +211,10 @@ def host_reads_card_reductions(lr: Learner) -> bool:
 def sampled_step(lr: Learner, img: GpuImage) -> str:
     """`gpu_step_sampled(step, last)` and the chain's message `gpu_chain_msg` (the previous hash,
     the step, G, every state after the step in declaration order: grouped states the card's,
-    scalar states the host's); GPU_SAMPLED 0 under exact_sum (the host's sum is the check)."""
-    if lr.exact or host_reads_card_reductions(lr):  # (the host's scalars would read the card's G)
+    scalar states the host's); GPU_SAMPLED 0 where it is refused (sampled_refused). Under
+    exact_sum G is the card's xsum_round; a proven step's host rounds its own exact sums and
+    compares G bit for bit (not the accumulators, which the sampled step does not read)."""
+    if sampled_refused(lr):  # (the host's update would read the card's G before it is back)
         return "const GPU_SAMPLED = 0;\nconst GPU_CHAIN_BYTES = 40;\nglobal gpu_chain_msg: [u8; 40];\nfn gpu_step_sampled(step: i64, " \
                "last: i64) {\n    refuse(\"usage\");      // main refuses first: never reached\n}\n"
     n = lr.nsamples or 0
@@ -209,7 +229,7 @@ def sampled_step(lr: Learner, img: GpuImage) -> str:
     # a scalar state never reads a gradient (types/check.py: one that does is a coordinate
     # state), so the update kernels' parameters need no G: the whole step one submission
     out += clock_call(lr, "step - 1") + scalars(lr) + update_params(lr, img) + \
-        kick(img, grad_kernels(lr) + reduce_kernels(lr) + update_kernels(lr), wait=True)
+        kick(img, sampled_kernels(lr), wait=True)
     for p, va, size in pieces:
         out += [f"vec_copy(gpu_chain_msg + {off['G', p]}, {va:#x}, {size});",
                 f"vec_copy(G_{p}, gpu_chain_msg + {off['G', p]}, {size});"]
@@ -222,6 +242,10 @@ def sampled_step(lr: Learner, img: GpuImage) -> str:
             else f"{'sn' if s.name in assigned else 'st'}_{s.name}") + f", {s.size});" for s in lr.states]
     out += ["if gpu_chain(step, last) {      // proven: the host's step, compared"]
     host = grad_lines(lr, img, 0, n, "step - 1", "step", [], card=False) if lr.loss is not None else []
+    if lr.exact and host:           # its own exact sums rounded, G compared (the card's in the message)
+        _, host, _ = grad_parts(lr, img, 0, n, "step - 1", "step", [], "hn", "n")
+        cmp = [f"gpu_compare(gpu_chain_msg + {off['G', p]}, G_{p}, {size}, step);" for p, _, size in pieces]
+        host += ["learner_exact_round();"] + (["if n > 0 {"] + ["    " + x for x in cmp] + ["}"] if lr.batch else cmp)
     for g in lr.groups:
         host.append(f"learner_group_{g.index}(0, {g.size});")
         host += [f"gpu_compare({img.results[f'state_{s.name}']:#x}, st_{s.name}, {s.size}, step);"

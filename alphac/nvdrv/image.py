@@ -150,7 +150,8 @@ MEMORY_KINDS = ("vidmem", "vidmem-gpu", "sysmem-cached")
 # the card, where the host compares it): the card reads them from `staging`, system memory, as
 # it reads the constant banks, so the host never writes video memory through BAR1 for them.
 # Besides these, every state no update kernel writes (a scalar state) and, under exact_sum, G
-# (the host's rounded sum: no kernel writes it there) are read so (plan: `mirrored`).
+# (the host's rounded sum under --shadow full; a sampled step's xsum_round writes it there, and
+# the copy engine copies it out) are read so (plan: `mirrored`).
 MIRRORED = ("idx", "rd")
 
 
@@ -547,7 +548,7 @@ def _threads(od: OwnerData, kernel, share: Share) -> int:
         return share.rows
     if kernel.name == "xsum_add":           # one a term (alphac/ptx/xsum.py)
         return share.rows * od.params
-    if kernel.name in ("owner_sum", "xsum_clear", "xsum_fold"):
+    if kernel.name in ("owner_sum", "xsum_clear", "xsum_fold", "xsum_round"):
         return od.params
     klo, khi = share.updates[kernel.group]
     return khi - klo
@@ -610,7 +611,7 @@ def plan(od: OwnerData, built: list, sm: int, share: Share | None = None,
 
     def outs(chain) -> list[str]:       # what the host reads after the chain: what its kernels write
         upd = [k for k in chain if k.startswith("update_g")]
-        grad = (["xd", "xc"] if exact_sum else ["G"]) if len(upd) < len(chain) else []
+        grad = (["xd", "xc"] if exact_sum and "xsum_round" not in chain else ["G"]) if len(upd) < len(chain) else []
         return [k for k in grad + [k for k in results if k in written and upd] if out_sizes[k]]
     # per launch invalidate, PCAS A, PCAS2 B (2 dwords each), a wait-for-idle between; the release;
     # the copies out
@@ -655,6 +656,9 @@ def plan(od: OwnerData, built: list, sm: int, share: Share | None = None,
     if exact_sum:
         exact = {"xd": end, "xc": end + 8 * XS_WORDS * P}
         end = round_up(exact["xc"] + 8 * XC_WORDS * P, 256)
+    xr = [b.kernel.threads for b in built if any(p.role == "xr" for p in b.kernel.params)]
+    if xr:                              # `reduce`'s exact accumulators (exact_sum's dot, sum)
+        exact["xr"], end = end, round_up(end + 8 * XS_WORDS * xr[0], 256)
     arena_size = round_up(end, HUGE)
 
     upload_end = round_up(image_end, 256) + rows_bytes     # the image and the rows, from `staging`

@@ -6,7 +6,7 @@
     kernels.py  learner IR -> the owner kernels `grad_samples` and `vectors<j>` (loops over
                 coordinates and rows), `owner_sum` (its terms staged in shared memory), `reduce` (the
                 update's reduced scalars on the card), `update_g<N>`, as `abi.Kernel`s
-    xsum.py     exact_sum's exact sums on the card: `xsum_clear`, `xsum_add`, `xsum_fold`
+    xsum.py     exact_sum's exact sums on the card: `xsum_clear`, `xsum_add`, `xsum_fold`, `xsum_round`
     tiled.py    the tiled kernels (shared memory, bar.sync): `outer_sum_<p>`, a fused weight
                 gradient's owner sum from the factors grad_samples writes; `matvec<k>` and
                 `vecmat<k>`, a param matrix times the step's vectors (data rows or

@@ -67,13 +67,17 @@ outer_sum_<p> takes its own block size and grid: `Kernel.block`, `Kernel.threads
     xsum_fold     one thread per coordinate j in [0, P)
         xd u64, xc u64 (out: P compact accumulators of XC_WORDS words, xsum.rt's format)
       xc[j] the sum's window, or XC_SPILLED and the sum in xd's digits of j, normalized
+    xsum_round    one thread per coordinate j in [0, P); a sampled step's, in place of xsum_fold
+        xd u64, G u64 (out: G[j], the sum rounded once; xd's digits of j rewritten)
     reduce        one thread per reduced scalar of the update the card computes
-                  (`card_reductions`: over a coordinate group, not an exact sum), before the updates
+                  (`card_reductions`: over a coordinate group), before the updates
         state_<s> u64 (every group member they read), then as update_g<N>'s: G, n, scalar_<s>_old,
-        clock_<c>, const_<c>, tbl_<t>; rd u64 (out: one word each, in their order)
+        clock_<c>, const_<c>, tbl_<t>; rd u64 (out: one word each, in their order); xr u64 (under
+        exact_sum, a dense accumulator of XS_WORDS words a reduction)
       rd[t] = the left fold over the group's coordinates j ascending of the terms at j (a dot's
       mul.rn products, a sum's values; max(v)'s folded by the max of alphac.math), the first term
-      the start: `interp.reduced_value`'s bits.
+      the start: `interp.reduced_value`'s bits; an exact reduction (exact_sum's dot or sum): its
+      terms added exactly into xr's words of t and rounded once (xsum.py's add_term, round_to).
     update_g<N>   one thread per coordinate k in [klo, khi) of coordinate group N
         state_<s>  u64  for every member of the group the statements read or assign (decl. order)
         G, n       u64, u32  only if the update reads a gradient: the combined sum G (P coords,
@@ -108,7 +112,7 @@ from dataclasses import dataclass, field
 
 from alphac.ir.evaluate import Env, evaluate
 from alphac.ir.interp import reduced_value
-from alphac.ir.learner import (DataRow, Learner, MatVec, Node, Outer, Read, VecMat, children, exact_reduction,
+from alphac.ir.learner import (DataRow, Learner, MatVec, Node, Outer, Read, VecMat, children,
                                postorder, reduction_group, update_reductions)
 
 
@@ -289,12 +293,12 @@ def sum_kernels(lr: Learner) -> list[str]:
 
 def card_reductions(lr: Learner) -> dict[int, int]:
     """The update's reduced scalars `reduce` computes on the card: index k (in
-    `update_reductions`) -> its word in rd. Those over a coordinate group that are not exact sums
-    (`exact_reduction`: under exact_sum the host's exact sum stays the check); a reduction of
-    scalars and constants alone stays the host's, which costs nothing."""
+    `update_reductions`) -> its word in rd. Those over a coordinate group (an exact sum under
+    exact_sum, `exact_reduction`: added exactly in `xr`, rounded once); a reduction of scalars and
+    constants alone stays the host's, which costs nothing."""
     out: dict[int, int] = {}
     for k, n in enumerate(update_reductions(lr.update)):
-        if reduction_group(lr, n) is not None and not exact_reduction(lr, n):
+        if reduction_group(lr, n) is not None:
             out[k] = len(out)
     return out
 

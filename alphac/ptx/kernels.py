@@ -20,10 +20,11 @@ from typing import Callable
 from alphac.math import ELEMENTARY, binary64
 from alphac.ir.learner import (Bcast, Clock, Const, DataRow, Dot, Elem, Gather, Grad, Group, Learner,
                                MatVec, Max, MaxAdj, Node, OneHot, Outer, Pick, Pow, Read, Scatter, Stack,
-                               Sum, Unary, VecMat, Where, children, postorder, reduction_group,
-                               update_reductions)
+                               Sum, Unary, VecMat, Where, children, exact_reduction, postorder,
+                               reduction_group, update_reductions)
 from alphac.ptx.abi import (Kernel, Param, batch_kernels, batch_nodes, batch_widths, card_reductions,
                             fused, param_count, param_layout, products, row_layout, sum_kernels)
+from alphac.ptx import xsum
 from alphac.ptx.mathfn import PtxSource, table_words_as_floats
 from alphac.ptx.render import PTX_VERSION, Emitter, f64imm
 
@@ -779,7 +780,8 @@ def reduce(lr: Learner, sm: int = 90) -> Kernel:
     params = [Param(f"state_{s.name}", "u64", "state", s.name) for s in lr.states
               if s.group is not None and s.name in read]
     more, consts = _value_params(lr, nodes, nodes, [])
-    params += more + [Param("rd", "u64", "rd")]
+    exact = [exact_reduction(lr, r) for r in todo]     # added exactly in xr, rounded once
+    params += more + [Param("rd", "u64", "rd")] + [Param("xr", "u64", "xr")] * any(exact)
     base = _pointers(em, params)
     t = em.thread_index()
     for pos, r in enumerate(todo):
@@ -787,6 +789,7 @@ def reduce(lr: Learner, sm: int = 90) -> Kernel:
         skip = em.fresh_label()
         em.op("braifnot", em.op("eq32", t, pos), skip)
         size, acc, j = lr.groups[reduction_group(lr, r)].size, em.op("movf", f64imm(0.0)), em.op("mov32", 0)
+        rec = xsum.clear(em, base["xr"], pos) if exact[pos] else None
         top, end = em.fresh_label(), em.fresh_label()
         em.label(top)
         em.op("nounroll")
@@ -800,7 +803,11 @@ def reduce(lr: Learner, sm: int = 90) -> Kernel:
         for u, term in enumerate(terms):
             if u:
                 em.op("braif", em.op("ge", em.op("add32", j, u), size), end)
-            if u == 0:                  # the first term starts the fold
+            if rec is not None:         # any order: the exact sum
+                added = em.fresh_label()
+                xsum.add_term(em, rec, em.op("f2b", term), added)
+                em.label(added)
+            elif u == 0:                # the first term starts the fold
                 fold = lower.call("max", acc, term) if isinstance(r, Max) else em.op("add", acc, term)
                 em.op("selpf", term, fold, em.op("eq32", j, 0), d=acc)
             elif isinstance(r, Max):
@@ -810,7 +817,10 @@ def reduce(lr: Learner, sm: int = 90) -> Kernel:
         em.op("add32", j, len(terms), d=j)
         em.op("bra", top)
         em.label(end)
-        em.op("st", base["rd"], 8 * pos, acc)
+        if rec is not None:
+            xsum.round_to(em, rec, em.op("add64", base["rd"], 8 * pos), skip)
+        else:
+            em.op("st", base["rd"], 8 * pos, acc)
         em.label(skip)
     k = _module(em, lr, "reduce", params, sm)
     return Kernel(k.name, sm, k.params, k.ptx, threads=len(todo))
@@ -834,7 +844,6 @@ def kernels(lr: Learner, sm: int = 90) -> list[Kernel]:
     if missing:
         raise BuildError(f"learner `{lr.name}` uses operations the GPU owner kernels do not "
                          f"have yet ({', '.join(missing)}); build it for x86_64 or aarch64")
-    from alphac.ptx import xsum
     from alphac.ptx.tiled import outer_sum, product
     sums = xsum.kernels(lr, sm) if lr.exact else \
         [owner_sum(lr, sm) if k == "owner_sum" else outer_sum(lr, k[len("outer_sum_"):], sm) for k in sum_kernels(lr)]
