@@ -514,6 +514,8 @@ class OwnerData:
     row: int = 0
     products: tuple[int, ...] = ()  # each batch buffer mv<k>'s row width (abi.batch_widths)
     chains: tuple[tuple[str, ...], ...] = ()    # the kernels submitted together (lower.gpu.chains)
+    digest: tuple[int, ...] = ()    # the sampled shadow's tree digest (alphac/ptx/digest.py): its
+                                    # message's words, the levels' digest words, the host's words
 
 
 @dataclass(frozen=True)
@@ -600,18 +602,20 @@ def plan(od: OwnerData, built: list, sm: int, share: Share | None = None,
     written = {f"state_{p.ref}" for b in built if b.kernel.name.startswith("update_g")
                for p in b.kernel.params if p.role == "state"}
     out_sizes = {"G": 8 * P, **({"xd": 8 * XS_WORDS * P, "xc": 8 * XC_WORDS * P} if exact_sum else {}),
-                 **{f"state_{name}": 8 * len(init) for name, init in od.states if f"state_{name}" in written}}
+                 **{f"state_{name}": 8 * len(init) for name, init in od.states if f"state_{name}" in written},
+                 **({"dout": 32} if od.digest else {})}
     results, at = {}, 0                 # each buffer's offset in the results allocation
     for name in out_sizes:
         results[name], at = at, round_up(at + out_sizes[name], 256)
 
-    mirrored = {*MIRRORED, *({"G"} if exact_sum else ()),
+    mirrored = {*MIRRORED, *({"G"} if exact_sum else ()), *({"dhost"} if od.digest else ()),
                 *(f"state_{name}" for name, _ in od.states if f"state_{name}" not in written)}
 
     def outs(chain) -> list[str]:       # what the host reads after the chain: what its kernels write
         upd = [k for k in chain if k.startswith("update_g")]
         grad = (["xd", "xc"] if exact_sum else ["G"]) if len(upd) < len(chain) else []
-        return [k for k in grad + [k for k in results if k in written and upd] if out_sizes[k]]
+        dig = ["dout"] if any(k.startswith("digest_") for k in chain) else []
+        return [k for k in grad + [k for k in results if k in written and upd] + dig if out_sizes[k]]
     # per launch invalidate, PCAS A, PCAS2 B (2 dwords each), a wait-for-idle between; the release;
     # the copies out
     pb_off = {c: put(bytes(4 * (8 * len(launched(c)) - 2 + 6 + copies_dwords(
@@ -635,6 +639,8 @@ def plan(od: OwnerData, built: list, sm: int, share: Share | None = None,
         buffers["rd"] = put(bytes(8 * rd[0]), 256)
     if exact_sum:
         buffers["G"] = put(bytes(8 * max(1, P)), 256)
+    if od.digest:                       # the host's states in the digest's message
+        buffers["dhost"] = put(bytes(8 * max(1, od.digest[2])), 256)
     # the setup push buffer, last: it ends with the copy of the image and the rows from `staging`
     rows_bytes = sum(round_up(8 * max(1, rows * cols), 256) for _, cols in od.data)
     setup_dwords = SETUP_DWORDS + (SETUP_LOCAL_DWORDS if stack else 0)
@@ -651,10 +657,14 @@ def plan(od: OwnerData, built: list, sm: int, share: Share | None = None,
     gs_off = end
     g_off = round_up(gs_off + 8 * max(1, (od.row or P) * share.rows), 256)
     end = g_off if exact_sum else round_up(g_off + 8 * max(1, P), 256)
-    exact = {}                          # exact_sum: the card's dense and compact accumulators; rd
+    exact = {}                          # exact_sum: the card's dense and compact accumulators; the digest's
     if exact_sum:
         exact = {"xd": end, "xc": end + 8 * XS_WORDS * P}
         end = round_up(exact["xc"] + 8 * XC_WORDS * P, 256)
+    if od.digest:                       # the message, the levels' digests, the root
+        exact.update(dmsg=end, dg=round_up(end + 8 * max(1, od.digest[0]), 256))
+        exact["dout"] = round_up(exact["dg"] + 8 * od.digest[1], 256)
+        end = round_up(exact["dout"] + 32, 256)
     arena_size = round_up(end, HUGE)
 
     upload_end = round_up(image_end, 256) + rows_bytes     # the image and the rows, from `staging`

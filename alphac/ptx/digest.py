@@ -183,3 +183,53 @@ def kernels(L: int, sm: int = 90) -> list[Kernel]:
                                                              f"tree digest of {L} bytes: level {r}"),
                           threads=count))
     return out
+
+
+
+def message(lr) -> list[tuple[str, int]]:
+    """The message's pieces in order, (name, words): "G" (with a loss: every param's part, in
+    declaration order) then every state in declaration order: the one definition of its layout
+    (alphac/lower/gpu.py writes the host's, replay the interpreter's)."""
+    from alphac.ptx.abi import param_count
+    return ([("G", param_count(lr))] if lr.loss is not None else []) + [(s.name, s.size) for s in lr.states]
+
+
+def host_words(lr) -> dict[str, int]:
+    """The states the host holds (scalar states), each one's first word in `dhost`."""
+    out, at = {}, 0
+    for s in lr.states:
+        if s.group is None:
+            out[s.name], at = at, at + s.size
+    return out
+
+
+def owner_kernels(lr, sm: int = 90) -> list[Kernel]:
+    """The sampled owner's digest: `digest_gather` (G from the card's G, a grouped state from its
+    buffer, a scalar state from `dhost`, where the host writes it before the step's submission),
+    then `kernels` of the message's length."""
+    host, pieces = host_words(lr), []
+    for name, n in message(lr):
+        p = Param("G", "u64", "G") if name == "G" else Param("dhost", "u64", "dhost") if name in host \
+            else Param(f"state_{name}", "u64", "state", name)
+        pieces.append((p, host.get(name, 0), n))
+    return [gather(pieces, sm)] + kernels(8 * sum(n for _, n in message(lr)), sm)
+
+
+def gather(pieces: list[tuple[Param, int, int]], sm: int = 90) -> Kernel:
+    """`digest_gather`: the message, contiguous, into `msg`: one thread a word w, read from the
+    piece (a buffer parameter, its first word there, its words; in message order) holding w."""
+    em, total = Emitter(), sum(n for _, _, n in pieces)
+    params = [Param("msg", "u64", "dmsg")] + list({p.name: p for p, _, _ in pieces}.values())
+    base = {p.name: em.op("global", em.op("ldp64", p.name)) for p in params}
+    w = em.thread_index()
+    em.op("braif", em.op("ge", w, total), "$done")
+    at, start = em.op("movi64", 0), 0
+    for p, first, n in pieces:
+        mine = em.op("add64", base[p.name], em.op("wide", em.op("add32", em.op("sub32", w, start), first), 8))
+        em.op("selp64", mine, at, em.op("ge", w, start), d=at)
+        start += n
+    em.op("stu64", em.op("add64", base["msg"], em.op("wide", w, 8)), 0, em.op("ldu64", at, 0))
+    em.label("$done")
+    em.op("ret")
+    text = em.module("digest_gather", [(p.name, p.type) for p in params], sm, f"the message: {total} words")
+    return Kernel("digest_gather", sm, tuple(params), text, threads=total)
