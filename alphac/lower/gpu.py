@@ -25,10 +25,10 @@ so the state the executable prints is the shadow's, which equals the GPU's after
 `gpu_step_sampled(step, last)` is the same step under `--shadow sampled` (docs/gpu.md "Shadow
 policies"): every kernel first, in one submission (no scalar statement reads the card's
 reduced scalars, which `reduce` computes before the updates: else the policy is refused at
-start), G
-read back from the card for the host's mean, the card's results hashed into the chain (gpu.rt
-gpu_chain), then, on a step drawn to be proven, the host's step from its pre-step state
-compared as above; on any other step the card's states adopted.
+start), then the card's tree digest of its message (alphac/ptx/digest.py), the only result it
+copies back, into the chain (gpu.rt gpu_chain); on a step drawn to be proven, the card's
+messages before and after the step copied back, the host's step from the former compared with
+the latter, and both digests checked; on any other step the host reads nothing more.
 """
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ from alphac.lower.learner import clock_call
 from alphac.nvdrv import abi
 from alphac.nvdrv.abi import CONSTANTS
 from alphac.nvdrv.conversation import Conversation
-from alphac.nvdrv.image import GPFIFO_ENTRIES, SEM_RELEASED, GpuImage
+from alphac.nvdrv.image import GPFIFO_ENTRIES, READBACK, SEM_RELEASED, GpuImage
 from alphac.ptx.abi import batch_kernels, card_reductions, param_count, param_layout, sum_kernels
 
 # The completion wait (runtime/nvdrv.rt gpu_wait): its bound by the clock (10^6 polls of a 10 us
@@ -123,7 +123,8 @@ def chains(lr: Learner) -> tuple[tuple[str, ...], ...]:
     the gradient kernels, the updates, and a whole step (the sampled one with `reduce` and the
     digest's kernels)."""
     grad, red, upd = tuple(grad_kernels(lr)), tuple(reduce_kernels(lr)), tuple(update_kernels(lr))
-    return tuple(dict.fromkeys(c for c in (grad, upd, grad + upd, grad + red + upd + digest_kernels(lr)) if c))
+    return tuple(dict.fromkeys(c for c in (grad, upd, grad + upd, grad + red + upd + digest_kernels(lr),
+                                           READBACK * can_sample(lr)) if c))
 
 
 def can_sample(lr: Learner) -> bool:
@@ -236,18 +237,29 @@ def sampled_step(lr: Learner, img: GpuImage) -> str:
     out += [f"vec_copy({img.buffers['dhost'] + 8 * at:#x}, {'sn' if name in assigned else 'st'}_{name}, "
             f"{lr.state(name).size});" for name, at in host.items()]
     out += kick(img, grad_kernels(lr) + reduce_kernels(lr) + update_kernels(lr) + list(digest_kernels(lr)), wait=True)
-    out += [f"vec_copy(G_{p}, {va:#x}, {size});" for p, va, size in pieces]
-    if lr.loss is not None:
-        out.append(f"learner_mean({'n' if lr.batch else n});")
-    out += ["learner_reduce();"] * bool(card_reductions(lr))    # from the card's G: the host's step's
     out += ["vec_copy(gpu_chain_msg, gpu_chain_h, 4);", "store64(gpu_chain_msg + 32, step);",
-            f"vec_copy(gpu_chain_msg + 40, {img.results['dout']:#x}, 4);"]
-    out += ["if gpu_chain(step, last) {      // proven: the host's step, compared, and its digest"]
-    hostc = grad_lines(lr, img, 0, n, "step - 1", "step", [], card=False) if lr.loss is not None else []
+            f"vec_copy(gpu_chain_msg + 40, {img.results['dout']:#x}, 4);      // D_k: all the host reads"]
+    # drawn: the card's message before the step (its states: where the host's step starts; their
+    # digest must be D_{k-1}) and after it, copied back; the host's step from the former, compared
+    # with the latter, and the digest of its own message with D_k
+    prev, now, moff, at = img.results["dprev"], img.results["dmsg"], {}, 0
+    for name, k in message(lr):
+        moff[name], at = at, at + 8 * k
+    card = [s for s in lr.states if from_card(img, s)]
+    out += ["if gpu_chain(step, last) {", f"    gpu_submit({img.chain(READBACK).entry:#x});      // dprev, dmsg",
+            "    if step > 1 {", f"        gpu_tree({prev:#x}, {8 * words}, gpu_tree_d);",
+            "        if bytes_eq(gpu_tree_d, gpu_prev_d, 32) == 0 { gpu_digest_mismatch(step - 1); }"]
+    out += [f"        vec_copy(st_{s.name}, {prev + moff[s.name]:#x}, {s.size});" for s in card] + ["    }"]
+    hostc = []
+    if lr.loss is not None:
+        c, h, _ = grad_parts(lr, img, 0, n, "step - 1", "step", [], "hn", "n")
+        cmp = [f"gpu_compare({now + moff['G'] + 8 * param_layout(lr)[p]:#x}, G_{p}, {size}, step);" for p, _, size in pieces]
+        hostc += h + (["if n > 0 {"] + ["    " + x for x in cmp] + ["}"] if lr.batch else cmp)
+        hostc.append(f"learner_mean({'n' if lr.batch else n});")
+    hostc += ["learner_reduce();"] * bool(card_reductions(lr))    # the host's, compared below
     for g in lr.groups:
         hostc.append(f"learner_group_{g.index}(0, {g.size});")
-        hostc += [f"gpu_compare({img.results[f'state_{s.name}']:#x}, st_{s.name}, {s.size}, step);"
-                  for s in lr.states if s.group == g.index and from_card(img, s)]
+        hostc += [f"gpu_compare({now + moff[s.name]:#x}, st_{s.name}, {s.size}, step);" for s in card if s.group == g.index]
     hostc += reduced_compare(lr, img)
     at = 0
     for name, k in [(f"G_{p}", size) for p, _, size in pieces] + \
@@ -256,10 +268,9 @@ def sampled_step(lr: Learner, img: GpuImage) -> str:
         at += 8 * k
     hostc += [f"gpu_tree(gpu_dmsg, {8 * words}, gpu_tree_d);",
               "if bytes_eq(gpu_tree_d, gpu_chain_msg + 40, 32) == 0 { gpu_digest_mismatch(step); }"]
-    out += ["    " + x for x in hostc] + ['    rt_event_num("proven ", step);', "} else {"]
-    out += [f"    vec_copy(st_{s.name}, {img.results[f'state_{s.name}']:#x}, {s.size});"
-            for s in lr.states if from_card(img, s)] + ["}", "learner_commit();"]
-    return (f"const GPU_SAMPLED = 1;\nconst GPU_CHAIN_BYTES = 72;\nglobal gpu_chain_msg: [u8; 72];\n"
+    out += ["    " + x for x in hostc] + ['    rt_event_num("proven ", step);', "}"]
+    out += ["vec_copy(gpu_prev_d, gpu_chain_msg + 40, 4);", "learner_commit();"]
+    return (f"const GPU_SAMPLED = 1;\nconst GPU_CHAIN_BYTES = 72;\nglobal gpu_chain_msg: [u8; 72];\nglobal gpu_prev_d: [u8; 32];\n"
             f"global gpu_dmsg: [u8; {8 * max(1, words)}];\n" + host_tree(scratch_words(8 * words)) + out[0] + "\n"
             + "\n".join("    " + x for x in out[1:]) + "\n}\n")
 

@@ -152,6 +152,9 @@ MEMORY_KINDS = ("vidmem", "vidmem-gpu", "sysmem-cached")
 # Besides these, every state no update kernel writes (a scalar state) and, under exact_sum, G
 # (the host's rounded sum: no kernel writes it there) are read so (plan: `mirrored`).
 MIRRORED = ("idx", "rd")
+# The chain with no launch that a sampled step drawn to be proven submits: the copies of the card's
+# message before the step (`dprev`) and after it (`dmsg`) to `results` (alphac/ptx/digest.py gather)
+READBACK = ("digest_read",)
 
 
 def round_up(v: int, a: int) -> int:
@@ -593,8 +596,8 @@ def plan(od: OwnerData, built: list, sm: int, share: Share | None = None,
     qmd_off = {b.kernel.name: put(bytes(qmd_layout.nbytes), QMD_ALIGN) for b in built}
     empty = {f"update_g{i}" for i, (klo, khi) in enumerate(share.updates) if khi <= klo}
 
-    def launched(chain) -> tuple[str, ...]:   # an update kernel with no coordinates is left out
-        return tuple(k for k in chain if k not in empty)
+    def launched(chain) -> tuple[str, ...]:   # an update kernel with no coordinates is left out;
+        return tuple(k for k in chain if k not in empty and k in qmd_off)     # (digest_read: none)
     P = od.params
     exact_sum = any(p.role == "xd" for b in built for p in b.kernel.params)
     # the states the card writes: an update kernel's; any other (a scalar state, or a grouped one
@@ -603,7 +606,7 @@ def plan(od: OwnerData, built: list, sm: int, share: Share | None = None,
                for p in b.kernel.params if p.role == "state"}
     out_sizes = {"G": 8 * P, **({"xd": 8 * XS_WORDS * P, "xc": 8 * XC_WORDS * P} if exact_sum else {}),
                  **{f"state_{name}": 8 * len(init) for name, init in od.states if f"state_{name}" in written},
-                 **({"dout": 32} if od.digest else {})}
+                 **({"dout": 32, "dprev": 8 * od.digest[0], "dmsg": 8 * od.digest[0]} if od.digest else {})}
     results, at = {}, 0                 # each buffer's offset in the results allocation
     for name in out_sizes:
         results[name], at = at, round_up(at + out_sizes[name], 256)
@@ -613,13 +616,16 @@ def plan(od: OwnerData, built: list, sm: int, share: Share | None = None,
 
     def outs(chain) -> list[str]:       # what the host reads after the chain: what its kernels write
         upd = [k for k in chain if k.startswith("update_g")]
+        if chain == READBACK:           # a sampled step drawn: the card's message before and after it
+            return ["dprev", "dmsg"]
+        if any(k.startswith("digest_") for k in chain):     # any other sampled step: its digest alone
+            return ["dout"]
         grad = (["xd", "xc"] if exact_sum else ["G"]) if len(upd) < len(chain) else []
-        dig = ["dout"] if any(k.startswith("digest_") for k in chain) else []
-        return [k for k in grad + [k for k in results if k in written and upd] + dig if out_sizes[k]]
+        return [k for k in grad + [k for k in results if k in written and upd] if out_sizes[k]]
     # per launch invalidate, PCAS A, PCAS2 B (2 dwords each), a wait-for-idle between; the release;
     # the copies out
-    pb_off = {c: put(bytes(4 * (8 * len(launched(c)) - 2 + 6 + copies_dwords(
-        [(0, 0, out_sizes[k]) for k in outs(launched(c))]))), 256) for c in od.chains if launched(c)}
+    pb_off = {c: put(bytes(4 * (max(0, 8 * len(launched(c)) - 2) + 6 + copies_dwords(
+        [(0, 0, out_sizes[k]) for k in outs(c)]))), 256) for c in od.chains if launched(c) or c == READBACK}
 
     buffers: dict[str, int] = {}
     for name, init in od.states:
@@ -662,7 +668,8 @@ def plan(od: OwnerData, built: list, sm: int, share: Share | None = None,
         exact = {"xd": end, "xc": end + 8 * XS_WORDS * P}
         end = round_up(exact["xc"] + 8 * XC_WORDS * P, 256)
     if od.digest:                       # the message, the levels' digests, the root
-        exact.update(dmsg=end, dg=round_up(end + 8 * max(1, od.digest[0]), 256))
+        exact.update(dmsg=end, dprev=round_up(end + 8 * max(1, od.digest[0]), 256))
+        exact["dg"] = round_up(exact["dprev"] + 8 * max(1, od.digest[0]), 256)
         exact["dout"] = round_up(exact["dg"] + 8 * od.digest[1], 256)
         end = round_up(exact["dout"] + 32, 256)
     arena_size = round_up(end, HUGE)
@@ -740,7 +747,7 @@ def plan(od: OwnerData, built: list, sm: int, share: Share | None = None,
         launches.append(la)
     chains = {}
     for c, off in pb_off.items():
-        copies = tuple((vas[k], results[k], out_sizes[k]) for k in outs(launched(c)))
+        copies = tuple((vas[k], results[k], out_sizes[k]) for k in outs(c if c == READBACK else launched(c)))
         pb = launch_pushbuf(arch, [ARENA_VA + qmd_off[k] for k in launched(c)], sem_va, copies)
         arena[off:off + 4 * len(pb)] = struct.pack(f"<{len(pb)}I", *pb)
         chains[c] = Chain(launched(c), ARENA_VA + off, tuple(pb), gpfifo_entry(arch, ARENA_VA + off, len(pb)),

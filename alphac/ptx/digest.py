@@ -216,10 +216,12 @@ def owner_kernels(lr, sm: int = 90) -> list[Kernel]:
 
 
 def gather(pieces: list[tuple[Param, int, int]], sm: int = 90) -> Kernel:
-    """`digest_gather`: the message, contiguous, into `msg`: one thread a word w, read from the
-    piece (a buffer parameter, its first word there, its words; in message order) holding w."""
+    """`digest_gather`: the message, contiguous, into `msg`, the one it replaces kept in `prev`
+    (the states a step started from, for a step drawn to be proven): one thread a word w, read
+    from the piece (a buffer parameter, its first word there, its words; message order) holding w."""
     em, total = Emitter(), sum(n for _, _, n in pieces)
-    params = [Param("msg", "u64", "dmsg")] + list({p.name: p for p, _, _ in pieces}.values())
+    params = [Param("msg", "u64", "dmsg"), Param("prev", "u64", "dprev")] + \
+        list({p.name: p for p, _, _ in pieces}.values())
     base = {p.name: em.op("global", em.op("ldp64", p.name)) for p in params}
     w = em.thread_index()
     em.op("braif", em.op("ge", w, total), "$done")
@@ -228,7 +230,9 @@ def gather(pieces: list[tuple[Param, int, int]], sm: int = 90) -> Kernel:
         mine = em.op("add64", base[p.name], em.op("wide", em.op("add32", em.op("sub32", w, start), first), 8))
         em.op("selp64", mine, at, em.op("ge", w, start), d=at)
         start += n
-    em.op("stu64", em.op("add64", base["msg"], em.op("wide", w, 8)), 0, em.op("ldu64", at, 0))
+    word = em.op("add64", base["msg"], em.op("wide", w, 8))
+    em.op("stu64", em.op("add64", base["prev"], em.op("wide", w, 8)), 0, em.op("ldu64", word, 0))
+    em.op("stu64", word, 0, em.op("ldu64", at, 0))
     em.label("$done")
     em.op("ret")
     text = em.module("digest_gather", [(p.name, p.type) for p in params], sm, f"the message: {total} words")

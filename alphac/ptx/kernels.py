@@ -841,10 +841,7 @@ def kernels(lr: Learner, sm: int = 90) -> list[Kernel]:
     batched = [vectors(lr, int(name[7:]), sm) if name.startswith("vectors") else
                product(lr, int(name[6:]), sm) for name in batch_kernels(lr)]
     out = [grad_samples(lr, sm)] + batched + sums if lr.loss is not None else []
-    from alphac.lower.gpu import can_sample
-    from alphac.ptx.digest import owner_kernels
-    return out + [reduce(lr, sm)] * bool(card_reductions(lr)) + [update(lr, g, sm) for g in lr.groups] + \
-        (owner_kernels(lr, sm) if can_sample(lr) else [])
+    return out + [reduce(lr, sm)] * bool(card_reductions(lr)) + [update(lr, g, sm) for g in lr.groups]
 
 
 def module(lr: Learner, sm: int = 90) -> str:
