@@ -252,7 +252,7 @@ def sampled_step(lr: Learner, img: GpuImage) -> str:
     out += [f"        vec_copy(st_{s.name}, {prev + moff[s.name]:#x}, {s.size});" for s in card] + ["    }"]
     hostc = []
     if lr.loss is not None:
-        c, h, _ = grad_parts(lr, img, 0, n, "step - 1", "step", [], "hn", "n")
+        h = grad_parts(lr, img, 0, n, "step - 1", "step", [], "hn", "n")[1]     # the host's part
         cmp = [f"gpu_compare({now + moff['G'] + 8 * param_layout(lr)[p]:#x}, G_{p}, {size}, step);" for p, _, size in pieces]
         hostc += h + (["if n > 0 {"] + ["    " + x for x in cmp] + ["}"] if lr.batch else cmp)
         hostc.append(f"learner_mean({'n' if lr.batch else n});")
