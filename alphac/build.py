@@ -10,7 +10,7 @@ no hash seed: every table is iterated in a fixed order). `Image` keeps what list
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from alphac import __version__, compiler_digest
@@ -295,7 +295,11 @@ def gpu_role_image(plan, role, target_name: str, host, ptxas_path: str | None = 
     ranges = plan.updates(role.index)
     share = image.Share(lo, hi, plan.lr.nsamples or 0,
                         tuple(ranges.get(g.index, (0, 0)) for g in plan.lr.groups), plan.lr.batch or 0)
-    gpu = image.plan(owner_data(plan.lr), built, sm, share, host.topology, host_arena=True)
+    # a role runs the full shadow: none of the sampled step's digest (its buffers, its chains)
+    od = owner_data(plan.lr)
+    od = replace(od, digest=(), chains=tuple(c for c in od.chains if not any(k.startswith("digest_") for k in c)))
+    built = [b for b in built if not b.kernel.name.startswith("digest_")]
+    gpu = image.plan(od, built, sm, share, host.topology, host_arena=True)
     return gpu, conversation.conversation(host, gpu), built
 
 
@@ -304,13 +308,13 @@ def owner_data(lr: Learner):
     given to it as data: the states' initial values, the data arrays' row widths, the parameter
     count, the samples, the groups' sizes, the batch, the gs row's and the batch buffers' widths,
     the kernel chains the step submits."""
-    from alphac.lower.gpu import chains
+    from alphac.lower.gpu import chains, digest_sizes
     from alphac.nvdrv.image import OwnerData
     from alphac.ptx.abi import batch_widths, param_count, row_layout
     return OwnerData(lr.name, tuple((s.name, tuple(s.init)) for s in lr.states),
                      tuple((d.name, d.cols) for d in lr.data), param_count(lr), lr.nsamples or 0,
                      tuple(g.size for g in lr.groups), lr.batch or 0, row_layout(lr).width,
-                     tuple(batch_widths(lr)), chains(lr))
+                     tuple(batch_widths(lr)), chains(lr), digest_sizes(lr))
 
 
 def admit_cards(plan, hosts: dict, ptxas_path: str | None = None, targets: dict | None = None,

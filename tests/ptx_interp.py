@@ -66,7 +66,14 @@ INT = {"add.u32": lambda a, b: (a + b) & M32, "mul.lo.u32": lambda a, b: (a * b)
        "shr.s64": lambda a, n: (signed(a) >> min(n, 63)) & M64,
        "setp.lt.u64": lambda a, b: a < b, "setp.lt.s64": lambda a, b: signed(a) < signed(b),
        "setp.eq.u64": lambda a, b: a == b, "setp.ne.u64": lambda a, b: a != b,
-       "selp.u64": lambda a, b, p: a if p else b, "rem.u64": lambda a, b: a % b}
+       "selp.u64": lambda a, b, p: a if p else b, "rem.u64": lambda a, b: a % b,
+       # 32-bit words (SHA-256: alphac/ptx/digest.py); shf.r.wrap: (b:a) >> (c mod 32), low
+       # 32 bits; prmt (no sign mode): byte k of d is byte (c >> 4k) & 7 of (b:a)
+       "and.b32": lambda a, b: a & b, "or.b32": lambda a, b: a | b, "xor.b32": lambda a, b: a ^ b,
+       "shr.u32": lambda a, n: a >> n if n < 32 else 0,
+       "shf.r.wrap.b32": lambda a, b, c: ((b << 32 | a) >> (c & 31)) & M32,
+       "prmt.b32": lambda a, b, c: sum(((b << 32 | a) >> 8 * (c >> 4 * k & 7) & 0xFF) << 8 * k
+                                       for k in range(4))}
 # integer words in global memory (the exact sums' limbs, alphac/ptx/xsum.py): a store, and the
 # reductions `red` (PTX ISA: the old value op b, written back; one thread at a time here, so
 # each is atomic), modulo 2^64

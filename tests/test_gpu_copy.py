@@ -44,7 +44,8 @@ def test_every_chain_ends_with_its_copies_and_the_copy_engines_release():
     assert image_mod.method(4, h["SET_OBJECT"], 1) in g.setup_pushbuf
     grad, upd = ("grad_samples", "owner_sum"), ("update_g0",)
     states = [f"state_{s}" for s in ("w", "m", "v")]     # what update_g0 writes (p1, p2: the host's)
-    want = {grad: ["G"], upd: states, grad + upd: ["G", *states]}
+    sampled = grad + upd + ("digest_gather", "digest_0", "digest_1")     # and the digest's root
+    want = {grad: ["G"], upd: states, grad + upd: ["G", *states], sampled: ["dout"], ("digest_read",): ["dprev", "dmsg"]}
     for kernels, c in g.chains.items():
         assert decode_entry(ARCH, c.entry) == (c.pushbuf_va, len(c.pushbuf))
         assert [g.results[k] for k in want[kernels]] == [dst for _, dst, _ in c.copies]

@@ -101,7 +101,8 @@ def test_the_ordered_attention_example_under_sampled_has_its_clipping_norm_on_th
         uuid=host.uuid, name=host.product, driver=host.driver, sm=90), kernels=built.kernels, timeout=600)
     assert (r.returncode, r.errors, r.stderr) == (0, [], "")
     assert r.stdout == format_state(lr, run(lr, STEPS))
-    assert r.submissions == 1 + STEPS and [la[0] for la in r.launches].count("reduce") == STEPS
+    assert STEPS <= 2 and r.submissions == 1 + 2 * STEPS    # each step proven: its messages copied back by a second
+    assert [la[0] for la in r.launches].count("reduce") == STEPS
 
 
 def test_an_elementary_function_of_a_small_kept_vector_is_written_once(tmp_path):

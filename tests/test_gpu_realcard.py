@@ -51,12 +51,12 @@ def test_kernels_of_several_blocks_print_the_oracle_bits(monkeypatch):
         path, built = build("lsq_adam", sm, ".block4")
         fixed = {b.kernel.name: b.kernel.block for b in built.kernels if b.kernel.block}
         assert all(la.grid >= 2 and la.block == 4 for la in built.gpu.launches   # but owner_sum's
-                   if la.kernel not in fixed)
+                   if la.kernel not in fixed and not la.kernel.startswith("digest_"))     # (the tree's: one a node)
         r = mockgpu.run(path, ("--steps", "5"), card=card_for(sm), kernels=built.kernels)
         assert r.errors == [] and (r.returncode, r.stderr) == (0, ""), (r.errors, r.stderr)
         assert r.stdout == oracle.run("lsq_adam", steps=5)
         assert {(g, b) for _, g, b, _ in r.launches} == \
-            {(la.grid, fixed.get(la.kernel, 4)) for la in built.gpu.launches}
+            {(la.grid, fixed.get(la.kernel, 4)) for la in built.gpu.launches if not la.kernel.startswith("digest_")}
 
 
 def test_a_gpu_that_never_completes_is_refused_within_seconds():
@@ -91,7 +91,8 @@ def test_the_wait_spins_before_it_sleeps():
     assert r.errors == [] and (r.returncode, r.stderr) == (0, ""), (r.errors, r.stderr)
     assert r.stdout == oracle.run("lsq_adam", steps=2)
     calls = [t[0] for t in r.trace]
-    waits = 1 + 2 * len(built.kernels)                     # the setup, then each kernel a step
+    waits = 1 + 2 * sum(not b.kernel.name.startswith("digest_") for b in built.kernels)   # the setup, then each
+                                                                                          # kernel a step (full)
     assert "nanosleep" not in calls and calls.count("clock_gettime") >= 3 * waits
     r = mockgpu.run(path, ("--steps", "1"), card=card_for(90), kernels=built.kernels, hang=True,
                     timeout=30)

@@ -5,17 +5,22 @@ sampled policy prints the interpreter's bits, the full policy's output; the even
 policy, chain every step and say which were proven (the first two, the last, those getrandom
 drew: the mock answers getrandom, after the step's chain event); a card that computes another
 bit on a proven step is refused gpu-shadow-mismatch there, after its hash was written; one that
-lies on a step left unproven finishes, and `verify-record --replay` names that step; under
-exact_sum G is the card's (xsum_round), and so are the update's exact dots (`reduce`), their bits
-the interpreter's exact sums, a wrong rounding or term refused on a proven step and found by
-replay on another; a scalar state reading a reduction and an unknown policy are refused at
-start; a malformed events file is refused by name.
+lies on a step left unproven finishes, and `verify-record --replay` names that step; the chain
+reads only the card's tree digest D_k: an unproven step copies back its 32 bytes and nothing
+else, a proven one the card's messages before and after it; digest kernels that lie are refused
+at a proven step and found by replay elsewhere; a proven step starts from the card's kept states,
+whose digest must be the previous step's; `--shadow-rate N`; under exact_sum G is the card's
+(xsum_round), and so are the update's exact dots (`reduce`), their bits the interpreter's exact
+sums, a wrong rounding or term refused on a proven step and found by replay on another; a scalar
+state reading a reduction and an unknown policy are refused at start; a malformed events file is
+refused by name.
 """
 import re
 
 import pytest
 
 import oracle
+from alphac.ptx.digest import message
 from conftest import alphac, example, exact_sum_variant
 from alphac.driver import compile_file
 from alphac.refusals import Refusal, exit_code
@@ -32,6 +37,10 @@ def said(r, word):
     return [int(e.split(" ")[1]) for e in r.events.split("\n") if e.startswith(word + " ")]
 
 
+def draws(*values):                 # getrandom's answers: 8 bytes a step
+    return b"".join(v.to_bytes(8, "little") for v in values)
+
+
 def write_events(tmp_path, r):
     (tmp_path / "events.log").write_text(r.events)
     return tmp_path / "events.log"
@@ -46,18 +55,25 @@ def test_sampled_prints_the_interpreters_bits_and_says_what_it_proved(name, tmp_
     assert (r.returncode, r.stderr, r.errors) == (0, "", [])
     lr = compile_file(example(name)).learner
     assert r.stdout == format_state(lr, interp_run(lr, 6)) == run(name, 90, args=("--steps", "6", *data))[0].stdout
-    assert "\nshadow sampled @" in r.events and said(r, "chain") == [1, 2, 3, 4, 5, 6]
+    assert "\nshadow sampled 1/8 @" in r.events and said(r, "chain") == [1, 2, 3, 4, 5, 6]
     assert said(r, "proven") == [1, 2, 6]
     assert [la[0] for la in r.launches] == [b.kernel.name for b in built.kernels] * 6   # none twice
-    assert r.submissions == 1 + 6       # no scalar reads G: a step's kernels one submission
+    assert r.submissions == 1 + 6 + 3   # no scalar reads G: a step's kernels one submission; a
+                                        # proven step's message copied back by one more (no launch)
     assert sum(t[0] == "getrandom" for t in r.trace) == 3                              # steps 3..5
     from alphac.tools.replay import replay_chain
     assert replay_chain(lr, write_events(tmp_path, r), 6) is None
+    # what the card copies back to the host: an unproven step (3, 4, 5) its digest D_k alone, 32
+    # bytes; a proven one (1, 2, 6) also the message before and after the step
+    g, words = built.gpu, sum(k for _, k in message(lr))
+    dout, read = (g.buffers["dout"], g.results["dout"], 32), [(g.buffers["dprev"], g.results["dprev"], 8 * words),
+                                                              (g.buffers["dmsg"], g.results["dmsg"], 8 * words)]
+    assert r.copies[1:] == [dout, *read, dout, *read, dout, dout, dout, dout, *read]
 
 
 def test_the_draw_is_getrandoms_and_comes_after_the_chain():
     need_mock()
-    r, _ = run("lsq_adam", 90, args=("--steps", "8", *SAMPLED), draws=bytes([0, 1, 9, 8, 7]))
+    r, _ = run("lsq_adam", 90, args=("--steps", "8", *SAMPLED), draws=draws(0, 1, 9, 8, 7))
     assert r.returncode == 0 and r.stdout == oracle.run("lsq_adam", steps=8)
     assert said(r, "proven") == [1, 2, 3, 6, 8]          # steps 3..7 drew 0, 1, 9, 8, 7
     at = [i for i, t in enumerate(r.trace) if t[0] == "getrandom"]
@@ -65,6 +81,23 @@ def test_the_draw_is_getrandoms_and_comes_after_the_chain():
     full, _ = run("lsq_adam", 90, args=("--steps", "8"))
     assert not any(t[0] == "getrandom" for t in full.trace) and "\nshadow full @" in full.events
 
+
+
+def test_the_draw_rate_is_an_option_stated_in_the_record():
+    """--shadow-rate N proves one step in N (8 bytes of getrandom, their low 63 bits a multiple
+    of N), stated as `shadow sampled 1/N`; N < 1, a non-number, or the option without
+    `--shadow sampled`, refused `usage` naming it."""
+    need_mock()
+    r, _ = run("lsq_adam", 90, args=("--steps", "6", *SAMPLED, "--shadow-rate", "2"), draws=draws(0, 1, 2))
+    assert r.returncode == 0 and r.stdout == oracle.run("lsq_adam", steps=6)
+    assert "\nshadow sampled 1/2 @" in r.events and said(r, "proven") == [1, 2, 3, 5, 6]
+    r, _ = run("lsq_adam", 90, args=("--steps", "5", *SAMPLED, "--shadow-rate", "1"), draws=b"\x01")
+    assert r.returncode == 0 and said(r, "proven") == [1, 2, 3, 4, 5]
+    for rate, why in (("0", "N >= 1: one step in N proven"), ("x", "not a decimal whole number of at most 15 digits")):
+        r, _ = run("lsq_adam", 90, args=("--steps", "3", *SAMPLED, "--shadow-rate", rate))
+        assert r.returncode == 64 and r.stderr.splitlines()[-1] == f"refused: usage (--shadow-rate: {why})"
+    r, _ = run("lsq_adam", 90, args=("--steps", "3", "--shadow-rate", "4"))
+    assert r.stderr.splitlines()[-1] == "refused: usage (--shadow-rate: only with --shadow sampled)"
 
 def test_a_lie_on_a_proven_step_is_refused_after_its_hash():
     need_mock()
@@ -88,6 +121,42 @@ def test_a_lie_on_an_unproven_step_is_found_by_replay(tmp_path):
     assert (rc, out) == (3, "") and "step 4's hash is not the interpreter's" in err
     rc, out, _ = alphac("verify-record", events, "--replay", "3", "--learner", example("lsq_adam"))
     assert rc == 0 and "steps 1..3 are the interpreter's" in out
+
+
+
+def k0_off(ptx):                    # the digest's first round constant off by one
+    assert "1116352408" in ptx
+    return ptx.replace("1116352408", "1116352409", 1)
+
+
+def test_a_digest_kernel_that_lies_is_refused_when_proven_and_found_by_replay(tmp_path):
+    """The chain reads only the card's tree digest D_k (alphac/ptx/digest.py): a proven step also
+    checks D_k against the host's own tree over its own message, so a card whose G and states
+    are right but whose digest is not is refused there; on an unproven step it is found by replay."""
+    need_mock()
+    r, _ = run("lsq_adam", 90, args=("--steps", "6", *SAMPLED), mutate={"digest_1": k0_off})
+    refused(r, "gpu-shadow-mismatch")
+    assert said(r, "chain") == [1] and "digest mismatch at step 1" in r.events and said(r, "proven") == []
+    r, _ = run("lsq_adam", 90, args=("--steps", "6", *SAMPLED), draws=b"\x01",
+               mutate={"digest_0": (k0_off, 4)})             # step 4's leaves only
+    assert (r.returncode, r.errors) == (0, []) and said(r, "proven") == [1, 2, 6]
+    assert r.stdout == oracle.run("lsq_adam", steps=6)        # the states were right
+    rc, out, err = alphac("verify-record", write_events(tmp_path, r), "--replay", "6", "--learner", example("lsq_adam"))
+    assert (rc, out) == (3, "") and "step 4's hash is not the interpreter's" in err
+
+
+def test_a_proven_step_starts_from_the_card_s_kept_states_bound_to_the_chain():
+    """A step drawn to be proven is recomputed from the states the card kept from before it
+    (`digest_gather` keeps the message it replaces), whose tree digest must be the previous
+    step's D: a gather that keeps another message is refused naming the previous step."""
+    need_mock()
+    def keeps_zeros(ptx):           # the kept word stored as 0 instead of the message's
+        line = re.search(r"st\.global\.u64 \[%rd\d+\+0\], (%rd\d+);", ptx)
+        return ptx.replace(line[0], line[0].replace(line[1], "0"), 1)
+    r, _ = run("lsq_adam", 90, args=("--steps", "6", *SAMPLED), draws=b"\x01",
+               mutate={"digest_gather": (keeps_zeros, 2)})
+    refused(r, "gpu-shadow-mismatch")
+    assert said(r, "proven") == [1] and "digest mismatch at step 1" in r.events
 
 
 def test_a_scalar_state_reading_a_reduction_and_an_unknown_policy_are_refused_at_start(tmp_path):
@@ -136,7 +205,7 @@ def test_reduced_scalars_of_the_update_on_the_card_one_submission_a_step(tmp_pat
     for args, launched in ((("--steps", "6"), []), (("--steps", "6", *SAMPLED), ["reduce"])):
         r, lr = clipped(tmp_path, args=args, draws=b"\x01")
         assert (r.returncode, r.stderr, r.errors) == (0, "", [])
-        assert r.stdout == format_state(lr, interp_run(lr, 6)) and r.submissions == 1 + 6
+        assert r.stdout == format_state(lr, interp_run(lr, 6)) and r.submissions == 1 + 6 + 3 * bool(launched)
         assert [la[0] for la in r.launches[:4]] == ["grad_samples", "owner_sum", *launched, "update_g0", "grad_samples"][:4]
 
     def twice(ptx):                 # a round's second term added twice

@@ -256,7 +256,8 @@ def test_build_is_all_or_nothing(sm, monkeypatch, tmp_path):
     from alphac.ptx import build
     for name in LEARNER_NAMES:
         got = build(learner(name), sm)
-        assert [b.kernel.name for b in got] == [k.name for k in kernels(learner(name), sm)]
+        assert [b.kernel.name for b in got if not b.kernel.name.startswith("digest_")] == \
+            [k.name for k in kernels(learner(name), sm)]      # then the sampled shadow's digest
         assert all(b.image.sm == sm and b.image.name == b.kernel.name for b in got)
     monkeypatch.delenv("ALPHAC_PTXAS", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))

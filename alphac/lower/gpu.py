@@ -25,11 +25,11 @@ so the state the executable prints is the shadow's, which equals the GPU's after
 `gpu_step_sampled(step, last)` is the same step under `--shadow sampled` (docs/gpu.md "Shadow
 policies"): every kernel first, in one submission (no scalar statement reads the card's
 reduced scalars, which `reduce` computes before the updates: else the policy is refused at
-start), G
-read back from the card for the host's mean, the card's results hashed into the chain (gpu.rt
-gpu_chain), then, on a step drawn to be proven, the host's step from its pre-step state
-compared as above (exact_sum: G rounded on the card by xsum_round, against the host's own
-exact sums rounded); on any other step the card's states adopted.
+start), then the card's tree digest of its message (alphac/ptx/digest.py), the only result it
+copies back, into the chain (gpu.rt gpu_chain); on a step drawn to be proven, the card's
+messages before and after the step copied back, the host's step from the former compared with
+the latter (exact_sum: G rounded on the card by xsum_round, against the host's own exact sums
+rounded), and both digests checked; on any other step the host reads nothing more.
 """
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ from alphac.lower.learner import clock_call
 from alphac.nvdrv import abi
 from alphac.nvdrv.abi import CONSTANTS
 from alphac.nvdrv.conversation import Conversation
-from alphac.nvdrv.image import GPFIFO_ENTRIES, SEM_RELEASED, GpuImage
+from alphac.nvdrv.image import GPFIFO_ENTRIES, READBACK, SEM_RELEASED, GpuImage
 from alphac.ptx.abi import batch_kernels, card_reductions, param_count, param_layout, sum_kernels
 
 # The completion wait (runtime/nvdrv.rt gpu_wait): its bound by the clock (10^6 polls of a 10 us
@@ -131,9 +131,33 @@ def sampled_kernels(lr: Learner) -> list[str]:
 
 def chains(lr: Learner) -> tuple[tuple[str, ...], ...]:
     """The kernel sequences an owner submits, each one push buffer (image.plan lays them out):
-    the gradient kernels, the updates, and a whole step (the sampled one: sampled_kernels)."""
+    the gradient kernels, the updates, and a whole step (the sampled one: sampled_kernels and the
+    digest's kernels)."""
     grad, upd = tuple(grad_kernels(lr)), tuple(update_kernels(lr))
-    return tuple(dict.fromkeys(c for c in (grad, upd, grad + upd, tuple(sampled_kernels(lr))) if c))
+    return tuple(dict.fromkeys(c for c in (grad, upd, grad + upd, tuple(sampled_kernels(lr)) + digest_kernels(lr),
+                                           READBACK * can_sample(lr)) if c))
+
+
+def can_sample(lr: Learner) -> bool:
+    """May the owner run `--shadow sampled`? Not when a scalar statement reads a reduction the
+    card computes (sampled_refused)."""
+    return not sampled_refused(lr)
+
+
+def digest_kernels(lr: Learner) -> tuple[str, ...]:
+    """The sampled step's digest kernels (alphac/ptx/digest.py), in launch order."""
+    from alphac.ptx.digest import levels, message
+    return ("digest_gather", *(f"digest_{r}" for r in range(len(levels(8 * sum(n for _, n in message(lr)))) + 1))) \
+        if can_sample(lr) else ()
+
+
+def digest_sizes(lr: Learner) -> tuple[int, ...]:
+    """image.OwnerData.digest: the message's words, the levels' digest words, the host's words."""
+    from alphac.ptx.digest import host_words, message, scratch_words
+    if not can_sample(lr):
+        return ()
+    words = sum(n for _, n in message(lr))
+    return words, scratch_words(8 * words), sum(s.size for s in lr.states if s.name in host_words(lr))
 
 
 def kick(img: GpuImage, names, wait: bool = False) -> list[str]:
@@ -210,52 +234,111 @@ def host_reads_card_reductions(lr: Learner) -> bool:
 
 def sampled_step(lr: Learner, img: GpuImage) -> str:
     """`gpu_step_sampled(step, last)` and the chain's message `gpu_chain_msg` (the previous hash,
-    the step, G, every state after the step in declaration order: grouped states the card's,
-    scalar states the host's); GPU_SAMPLED 0 where it is refused (sampled_refused). Under
+    the step, the card's tree digest D of G and every state after the step, declaration order:
+    alphac/ptx/digest.py); GPU_SAMPLED 0 when the policy is refused (`can_sample`). Under
     exact_sum G is the card's xsum_round; a proven step's host rounds its own exact sums and
     compares G bit for bit (not the accumulators, which the sampled step does not read)."""
-    if sampled_refused(lr):  # (the host's update would read the card's G before it is back)
-        return "const GPU_SAMPLED = 0;\nconst GPU_CHAIN_BYTES = 40;\nglobal gpu_chain_msg: [u8; 40];\nfn gpu_step_sampled(step: i64, " \
+    if not can_sample(lr):              # (the host's scalars would read the card's G before it is back)
+        return "const GPU_SAMPLED = 0;\nconst GPU_CHAIN_BYTES = 72;\nglobal gpu_chain_msg: [u8; 72];\nfn gpu_step_sampled(step: i64, " \
                "last: i64) {\n    refuse(\"usage\");      // main refuses first: never reached\n}\n"
-    n = lr.nsamples or 0
+    from alphac.ptx.digest import host_words, message, scratch_words
+    n, host = lr.nsamples or 0, host_words(lr)
+    assigned = {a.target for a in lr.update}
     pieces = g_pieces(lr, img, read=True) if lr.loss is not None else []
-    at, off = 40, {}                 # each piece's offset in the message: the card's read once
-    for key, size in [(("G", p), size) for p, _, size in pieces] + [(s.name, s.size) for s in lr.states]:
-        off[key], at = at, at + 8 * size
+    words = sum(k for _, k in message(lr))
     out = ["fn gpu_step_sampled(step: i64, last: i64) {"]
     if lr.loss is not None:
         out += grad_parts(lr, img, 0, n, "step - 1", "step", [st for st in loss_reads(lr) if st.group is None])[0]
         out += ["let n = gn;"] if lr.batch else []
     # a scalar state never reads a gradient (types/check.py: one that does is a coordinate
-    # state), so the update kernels' parameters need no G: the whole step one submission
-    out += clock_call(lr, "step - 1") + scalars(lr) + update_params(lr, img) + \
-        kick(img, sampled_kernels(lr), wait=True)
-    for p, va, size in pieces:
-        out += [f"vec_copy(gpu_chain_msg + {off['G', p]}, {va:#x}, {size});",
-                f"vec_copy(G_{p}, gpu_chain_msg + {off['G', p]}, {size});"]
+    # state), so the update kernels' parameters need no G: the whole step one submission; the
+    # host's states written where the digest's gather reads them
+    out += clock_call(lr, "step - 1") + scalars(lr) + update_params(lr, img)
+    out += [f"vec_copy({img.buffers['dhost'] + 8 * at:#x}, {'sn' if name in assigned else 'st'}_{name}, "
+            f"{lr.state(name).size});" for name, at in host.items()]
+    out += kick(img, sampled_kernels(lr) + list(digest_kernels(lr)), wait=True)
+    out += ["vec_copy(gpu_chain_msg, gpu_chain_h, 4);", "store64(gpu_chain_msg + 32, step);",
+            f"vec_copy(gpu_chain_msg + 40, {img.results['dout']:#x}, 4);      // D_k: all the host reads"]
+    # drawn: the card's message before the step (its states: where the host's step starts; their
+    # digest must be D_{k-1}) and after it, copied back; the host's step from the former, compared
+    # with the latter, and the digest of its own message with D_k
+    prev, now, moff, at = img.results["dprev"], img.results["dmsg"], {}, 0
+    for name, k in message(lr):
+        moff[name], at = at, at + 8 * k
+    card = [s for s in lr.states if from_card(img, s)]
+    out += ["if gpu_chain(step, last) {", f"    gpu_submit({img.chain(READBACK).entry:#x});      // dprev, dmsg",
+            "    if step > 1 {", f"        gpu_tree({prev:#x}, {8 * words}, gpu_tree_d);",
+            "        if bytes_eq(gpu_tree_d, gpu_prev_d, 32) == 0 { gpu_digest_mismatch(step - 1); }"]
+    out += [f"        vec_copy(st_{s.name}, {prev + moff[s.name]:#x}, {s.size});" for s in card] + ["    }"]
+    hostc = []
     if lr.loss is not None:
-        out.append(f"learner_mean({'n' if lr.batch else n});")
-    out += ["learner_reduce();"] * bool(card_reductions(lr))    # from the card's G: the host's step's
-    out += ["vec_copy(gpu_chain_msg, gpu_chain_h, 4);", "store64(gpu_chain_msg + 32, step);"]
-    assigned = {a.target for a in lr.update}
-    out += [f"vec_copy(gpu_chain_msg + {off[s.name]}, " + (f"{img.results[f'state_{s.name}']:#x}" if from_card(img, s)
-            else f"{'sn' if s.name in assigned else 'st'}_{s.name}") + f", {s.size});" for s in lr.states]
-    out += ["if gpu_chain(step, last) {      // proven: the host's step, compared"]
-    host = grad_lines(lr, img, 0, n, "step - 1", "step", [], card=False) if lr.loss is not None else []
-    if lr.exact and host:           # its own exact sums rounded, G compared (the card's in the message)
-        _, host, _ = grad_parts(lr, img, 0, n, "step - 1", "step", [], "hn", "n")
-        cmp = [f"gpu_compare(gpu_chain_msg + {off['G', p]}, G_{p}, {size}, step);" for p, _, size in pieces]
-        host += ["learner_exact_round();"] + (["if n > 0 {"] + ["    " + x for x in cmp] + ["}"] if lr.batch else cmp)
+        h = grad_parts(lr, img, 0, n, "step - 1", "step", [], "hn", "n")[1]     # the host's part
+        cmp = [f"gpu_compare({now + moff['G'] + 8 * param_layout(lr)[p]:#x}, G_{p}, {size}, step);" for p, _, size in pieces]
+        h += ["learner_exact_round();"] * lr.exact       # its own exact sums rounded
+        hostc += h + (["if n > 0 {"] + ["    " + x for x in cmp] + ["}"] if lr.batch else cmp)
+        hostc.append(f"learner_mean({'n' if lr.batch else n});")
+    hostc += ["learner_reduce();"] * bool(card_reductions(lr))    # the host's, compared below
     for g in lr.groups:
-        host.append(f"learner_group_{g.index}(0, {g.size});")
-        host += [f"gpu_compare({img.results[f'state_{s.name}']:#x}, st_{s.name}, {s.size}, step);"
-                 for s in lr.states if s.group == g.index and from_card(img, s)]
-    host += reduced_compare(lr, img)
-    out += ["    " + x for x in host] + ['    rt_event_num("proven ", step);', "} else {"]
-    out += [f"    vec_copy(st_{s.name}, gpu_chain_msg + {off[s.name]}, {s.size});"
-            for s in lr.states if from_card(img, s)] + ["}", "learner_commit();"]
-    return (f"const GPU_SAMPLED = 1;\nconst GPU_CHAIN_BYTES = {at};\nglobal gpu_chain_msg: [u8; {at}];\n" + out[0] + "\n"
+        hostc.append(f"learner_group_{g.index}(0, {g.size});")
+        hostc += [f"gpu_compare({now + moff[s.name]:#x}, st_{s.name}, {s.size}, step);" for s in card if s.group == g.index]
+    hostc += reduced_compare(lr, img)
+    at = 0
+    for name, k in [(f"G_{p}", size) for p, _, size in pieces] + \
+            [(f"{'sn' if s.name in assigned and s.name in host else 'st'}_{s.name}", s.size) for s in lr.states]:
+        hostc.append(f"vec_copy(gpu_dmsg + {at}, {name}, {k});")       # digest.message's order
+        at += 8 * k
+    hostc += [f"gpu_tree(gpu_dmsg, {8 * words}, gpu_tree_d);",
+              "if bytes_eq(gpu_tree_d, gpu_chain_msg + 40, 32) == 0 { gpu_digest_mismatch(step); }"]
+    out += ["    " + x for x in hostc] + ['    rt_event_num("proven ", step);', "}"]
+    out += ["vec_copy(gpu_prev_d, gpu_chain_msg + 40, 4);", "learner_commit();"]
+    return (f"const GPU_SAMPLED = 1;\nconst GPU_CHAIN_BYTES = 72;\nglobal gpu_chain_msg: [u8; 72];\nglobal gpu_prev_d: [u8; 32];\n"
+            f"global gpu_dmsg: [u8; {8 * max(1, words)}];\n" + host_tree(scratch_words(8 * words)) + out[0] + "\n"
             + "\n".join("    " + x for x in out[1:]) + "\n}\n")
+
+
+def host_tree(scratch: int) -> str:
+    """`gpu_tree(msg, n, out)`: the tree digest (alphac/ptx/digest.py) of the n bytes at msg, on
+    the host, into out: what a proven step checks the card's D against."""
+    return f"""global gpu_tree_dg: [u8; {8 * scratch}];
+global gpu_tree_buf: [u8; 1040];
+global gpu_tree_d: [u8; 32];
+fn gpu_digest_mismatch(step: i64) {{
+    rt_event_num("digest mismatch at step ", step);
+    refuse("gpu-shadow-mismatch");
+}}
+fn gpu_tree(msg: i64, n: i64, out: i64 writes 32) {{
+    let count = (n + 1023) >> 10;
+    if count == 0 {{ count = 1; }}
+    let j = 0;
+    while j < count {{
+        let len = n - 1024 * j;
+        if len > 1024 {{ len = 1024; }}
+        store8(gpu_tree_buf, 0);
+        let k = put(gpu_tree_buf, 1, msg + 1024 * j, len, "buffer-bound");
+        sha256(gpu_tree_buf, k, room(gpu_tree_dg, 32 * j, 32, "buffer-bound"));
+        j = j + 1;
+    }}
+    let at = 0;
+    while count > 32 {{
+        let up = (count + 31) >> 5;
+        j = 0;
+        while j < up {{
+            let kids = count - 32 * j;
+            if kids > 32 {{ kids = 32; }}
+            store8(gpu_tree_buf, 1);
+            let k = put(gpu_tree_buf, 1, gpu_tree_dg + at + 1024 * j, 32 * kids, "buffer-bound");
+            sha256(gpu_tree_buf, k, room(gpu_tree_dg, at + 32 * count + 32 * j, 32, "buffer-bound"));
+            j = j + 1;
+        }}
+        at = at + 32 * count;
+        count = up;
+    }}
+    store8(gpu_tree_buf, 1);
+    let k = put(gpu_tree_buf, 1, gpu_tree_dg + at, 32 * count, "buffer-bound");
+    store64(room(gpu_tree_buf, k, 8, "buffer-bound"), n);
+    sha256(gpu_tree_buf, k + 8, out);
+}}
+"""
 
 
 def gpu_globals(lr: Learner, img: GpuImage, conv: Conversation, label: str) -> tuple[list[str], dict[str, bytes]]:

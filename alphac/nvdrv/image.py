@@ -153,6 +153,9 @@ MEMORY_KINDS = ("vidmem", "vidmem-gpu", "sysmem-cached")
 # (the host's rounded sum under --shadow full; a sampled step's xsum_round writes it there, and
 # the copy engine copies it out) are read so (plan: `mirrored`).
 MIRRORED = ("idx", "rd")
+# The chain with no launch that a sampled step drawn to be proven submits: the copies of the card's
+# message before the step (`dprev`) and after it (`dmsg`) to `results` (alphac/ptx/digest.py gather)
+READBACK = ("digest_read",)
 
 
 def round_up(v: int, a: int) -> int:
@@ -515,6 +518,8 @@ class OwnerData:
     row: int = 0
     products: tuple[int, ...] = ()  # each batch buffer mv<k>'s row width (abi.batch_widths)
     chains: tuple[tuple[str, ...], ...] = ()    # the kernels submitted together (lower.gpu.chains)
+    digest: tuple[int, ...] = ()    # the sampled shadow's tree digest (alphac/ptx/digest.py): its
+                                    # message's words, the levels' digest words, the host's words
 
 
 @dataclass(frozen=True)
@@ -592,8 +597,8 @@ def plan(od: OwnerData, built: list, sm: int, share: Share | None = None,
     qmd_off = {b.kernel.name: put(bytes(qmd_layout.nbytes), QMD_ALIGN) for b in built}
     empty = {f"update_g{i}" for i, (klo, khi) in enumerate(share.updates) if khi <= klo}
 
-    def launched(chain) -> tuple[str, ...]:   # an update kernel with no coordinates is left out
-        return tuple(k for k in chain if k not in empty)
+    def launched(chain) -> tuple[str, ...]:   # an update kernel with no coordinates is left out;
+        return tuple(k for k in chain if k not in empty and k in qmd_off)     # (digest_read: none)
     P = od.params
     exact_sum = any(p.role == "xd" for b in built for p in b.kernel.params)
     # the states the card writes: an update kernel's; any other (a scalar state, or a grouped one
@@ -601,22 +606,27 @@ def plan(od: OwnerData, built: list, sm: int, share: Share | None = None,
     written = {f"state_{p.ref}" for b in built if b.kernel.name.startswith("update_g")
                for p in b.kernel.params if p.role == "state"}
     out_sizes = {"G": 8 * P, **({"xd": 8 * XS_WORDS * P, "xc": 8 * XC_WORDS * P} if exact_sum else {}),
-                 **{f"state_{name}": 8 * len(init) for name, init in od.states if f"state_{name}" in written}}
+                 **{f"state_{name}": 8 * len(init) for name, init in od.states if f"state_{name}" in written},
+                 **({"dout": 32, "dprev": 8 * od.digest[0], "dmsg": 8 * od.digest[0]} if od.digest else {})}
     results, at = {}, 0                 # each buffer's offset in the results allocation
     for name in out_sizes:
         results[name], at = at, round_up(at + out_sizes[name], 256)
 
-    mirrored = {*MIRRORED, *({"G"} if exact_sum else ()),
+    mirrored = {*MIRRORED, *({"G"} if exact_sum else ()), *({"dhost"} if od.digest else ()),
                 *(f"state_{name}" for name, _ in od.states if f"state_{name}" not in written)}
 
     def outs(chain) -> list[str]:       # what the host reads after the chain: what its kernels write
         upd = [k for k in chain if k.startswith("update_g")]
+        if chain == READBACK:           # a sampled step drawn: the card's message before and after it
+            return ["dprev", "dmsg"]
+        if any(k.startswith("digest_") for k in chain):     # any other sampled step: its digest alone
+            return ["dout"]
         grad = (["xd", "xc"] if exact_sum and "xsum_round" not in chain else ["G"]) if len(upd) < len(chain) else []
         return [k for k in grad + [k for k in results if k in written and upd] if out_sizes[k]]
     # per launch invalidate, PCAS A, PCAS2 B (2 dwords each), a wait-for-idle between; the release;
     # the copies out
-    pb_off = {c: put(bytes(4 * (8 * len(launched(c)) - 2 + 6 + copies_dwords(
-        [(0, 0, out_sizes[k]) for k in outs(launched(c))]))), 256) for c in od.chains if launched(c)}
+    pb_off = {c: put(bytes(4 * (max(0, 8 * len(launched(c)) - 2) + 6 + copies_dwords(
+        [(0, 0, out_sizes[k]) for k in outs(c)]))), 256) for c in od.chains if launched(c) or c == READBACK}
 
     buffers: dict[str, int] = {}
     for name, init in od.states:
@@ -636,6 +646,8 @@ def plan(od: OwnerData, built: list, sm: int, share: Share | None = None,
         buffers["rd"] = put(bytes(8 * rd[0]), 256)
     if exact_sum:
         buffers["G"] = put(bytes(8 * max(1, P)), 256)
+    if od.digest:                       # the host's states in the digest's message
+        buffers["dhost"] = put(bytes(8 * max(1, od.digest[2])), 256)
     # the setup push buffer, last: it ends with the copy of the image and the rows from `staging`
     rows_bytes = sum(round_up(8 * max(1, rows * cols), 256) for _, cols in od.data)
     setup_dwords = SETUP_DWORDS + (SETUP_LOCAL_DWORDS if stack else 0)
@@ -652,13 +664,18 @@ def plan(od: OwnerData, built: list, sm: int, share: Share | None = None,
     gs_off = end
     g_off = round_up(gs_off + 8 * max(1, (od.row or P) * share.rows), 256)
     end = g_off if exact_sum else round_up(g_off + 8 * max(1, P), 256)
-    exact = {}                          # exact_sum: the card's dense and compact accumulators; rd
+    exact = {}                          # exact_sum: the card's dense and compact accumulators; the digest's
     if exact_sum:
         exact = {"xd": end, "xc": end + 8 * XS_WORDS * P}
         end = round_up(exact["xc"] + 8 * XC_WORDS * P, 256)
     xr = [b.kernel.threads for b in built if any(p.role == "xr" for p in b.kernel.params)]
     if xr:                              # `reduce`'s exact accumulators (exact_sum's dot, sum)
         exact["xr"], end = end, round_up(end + 8 * XS_WORDS * xr[0], 256)
+    if od.digest:                       # the message, the levels' digests, the root
+        exact.update(dmsg=end, dprev=round_up(end + 8 * max(1, od.digest[0]), 256))
+        exact["dg"] = round_up(exact["dprev"] + 8 * max(1, od.digest[0]), 256)
+        exact["dout"] = round_up(exact["dg"] + 8 * od.digest[1], 256)
+        end = round_up(exact["dout"] + 32, 256)
     arena_size = round_up(end, HUGE)
 
     upload_end = round_up(image_end, 256) + rows_bytes     # the image and the rows, from `staging`
@@ -734,7 +751,7 @@ def plan(od: OwnerData, built: list, sm: int, share: Share | None = None,
         launches.append(la)
     chains = {}
     for c, off in pb_off.items():
-        copies = tuple((vas[k], results[k], out_sizes[k]) for k in outs(launched(c)))
+        copies = tuple((vas[k], results[k], out_sizes[k]) for k in outs(c if c == READBACK else launched(c)))
         pb = launch_pushbuf(arch, [ARENA_VA + qmd_off[k] for k in launched(c)], sem_va, copies)
         arena[off:off + 4 * len(pb)] = struct.pack(f"<{len(pb)}I", *pb)
         chains[c] = Chain(launched(c), ARENA_VA + off, tuple(pb), gpfifo_entry(arch, ARENA_VA + off, len(pb)),

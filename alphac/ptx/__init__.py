@@ -7,6 +7,7 @@
                 coordinates and rows), `owner_sum` (its terms staged in shared memory), `reduce` (the
                 update's reduced scalars on the card), `update_g<N>`, as `abi.Kernel`s
     xsum.py     exact_sum's exact sums on the card: `xsum_clear`, `xsum_add`, `xsum_fold`, `xsum_round`
+    digest.py   the sampled shadow's tree digest of a step's message: `digest_gather`, `digest_<r>`
     tiled.py    the tiled kernels (shared memory, bar.sync): `outer_sum_<p>`, a fused weight
                 gradient's owner sum from the factors grad_samples writes; `matvec<k>` and
                 `vecmat<k>`, a param matrix times the step's vectors (data rows or
@@ -22,7 +23,8 @@ Every binary64 operation the kernels perform is one IEEE operation rounded to ne
 the order `alphac.ir.interp` performs it (docs/gpu.md); tests/test_ptx.py proves it by running
 the PTX in an interpreter written in the test and comparing bits.
 
-`build(lr, sm)` is the entry point: every kernel assembled and read back, or a named exception
+`build(lr, sm)` is the entry point: every kernel (the owner's, then, where the owner may run
+`--shadow sampled`, the digest's) assembled and read back, or a named exception
 (`PtxasMissing` first of all, which the compiler reports as a refusal of the GPU build) and no
 partial result.
 """
@@ -51,7 +53,9 @@ def build(lr: Learner, sm: int = 90, tool: Ptxas | None = None) -> list[Built]:
     differently from the kernel's own list)."""
     tool = tool or find_ptxas()
     out = []
-    for k in kernels(lr, sm):
+    from alphac.lower.gpu import can_sample
+    from alphac.ptx.digest import owner_kernels
+    for k in kernels(lr, sm) + (owner_kernels(lr, sm) if can_sample(lr) else []):
         blob = assemble(k.ptx, sm, tool)
         image = read_cubin(blob)[k.name]
         if [p.size for p in image.params] != [PARAM_TYPES[p.type] for p in k.params]:

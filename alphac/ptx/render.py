@@ -93,6 +93,13 @@ INSTR: dict[str, tuple[str | None, str]] = {
     "selp64": ("rd", "selp.u64 {d}, {a}, {b}, {c};"),
     "rem64":  ("rd", "rem.u64 {d}, {a}, {b};"),
     "sub32":  ("r",  "sub.u32 {d}, {a}, {b};"),
+    # 32-bit words (SHA-256: alphac/ptx/digest.py), modulo 2^32
+    "and32":  ("r",  "and.b32 {d}, {a}, {b};"),
+    "or32":   ("r",  "or.b32 {d}, {a}, {b};"),
+    "xor32":  ("r",  "xor.b32 {d}, {a}, {b};"),
+    "shr32":  ("r",  "shr.u32 {d}, {a}, {b};"),
+    "rotr32": ("r",  "shf.r.wrap.b32 {d}, {a}, {a}, {b};"),   # a rotated right by b (< 32)
+    "bswap32": ("r", "prmt.b32 {d}, {a}, 0, 291;"),          # selector 0x0123: bytes reversed
     "stu64":  (None, "st.global.u64 [{a}+{b}], {c};"),
     # the exact sums' limbs (xsum.py): integer reductions, order-free (PTX ISA, "red")
     "redadd64": (None, "red.global.add.u64 [{a}+{b}], {c};"),

@@ -3,9 +3,9 @@
 What it does
     A GPU owner run with `--shadow sampled` writes `chain K HEX` for every step K to its events
     file (alphac/runtime/gpu.rt gpu_chain): h_K = SHA-256(h_{K-1} | K as 8 bytes little-endian
-    | G | every state after step K, declaration order), h_0 = 32 zero bytes, G the step's gradient
-    sum (the learner's params in declaration order) and every value a binary64's 8 bytes, little
-    endian. This recomputes steps 1..STEP with the reference interpreter (alphac.ir.interp: the G
+    | D_K), h_0 = 32 zero bytes, D_K the tree digest (alphac/ptx/digest.py) of G then every state
+    after step K, declaration order, G the step's gradient sum (the learner's params in
+    declaration order) and every value a binary64's 8 bytes, little endian. This recomputes steps 1..STEP with the reference interpreter (alphac.ir.interp: the G
     and states the contract gives, which are the card's when it computed them) and rebuilds the
     chain, so a step the run did not prove is checked now.
 Requires
@@ -43,7 +43,7 @@ def chain_events(path: str | Path, name: str) -> list[str]:
         texts.append(what if at is not None else split_event(text.rpartition(" ")[0])[0])
     if not texts or not texts[0].startswith(f"gpu-owner {name} sm_"):
         raise bad(f"line 1: not the events of a GPU owner of learner {name}")
-    if "shadow sampled" not in texts:
+    if not any(t == "shadow sampled" or t.startswith("shadow sampled 1/") for t in texts):
         raise bad("no `shadow sampled`: a run under --shadow full keeps no chain (it proved every step)")
     hashes = []
     for i, what in enumerate(texts):
@@ -62,6 +62,7 @@ def replay_chain(lr: Learner, events: str | Path, upto: int) -> int | None:
     """The first of steps 1..upto whose hash is not the events file's; None if none."""
     from alphac.ir.interp import initial_state, owner_contribution, rounded, step_samples
     from alphac.ir.interp import apply_update, mean_gradient
+    from alphac.ptx.digest import tree_digest
     hashes = chain_events(events, lr.name)
     if len(hashes) < upto:
         raise Refusal("record-malformed", f"{events}: {len(hashes)} chained steps, not {upto}")
@@ -72,7 +73,8 @@ def replay_chain(lr: Learner, events: str | Path, upto: int) -> int | None:
         G = rounded(c)[0] if c is not None else {}
         state = apply_update(lr, state, mean_gradient(c), t)
         values = [v for p in lr.params for v in G.get(p.name, ())] + [v for s in lr.states for v in state[s.name]]
-        h = hashlib.sha256(h + struct.pack("<q", t + 1) + struct.pack(f"<{len(values)}d", *values)).digest()
+        D = tree_digest(struct.pack(f"<{len(values)}d", *values))
+        h = hashlib.sha256(h + struct.pack("<q", t + 1) + D).digest()
         if h.hex() != hashes[t]:
             return t + 1
     return None

@@ -240,8 +240,9 @@ class Driver:
             return listener.cont(n)
         self.trace.append((name,) + ((a[0],) if name in ("write", "exit_group") else ()))
         if name == "getrandom" and self.draws is not None:       # the next bytes of `draws`, repeated
-            got = self.draws[:a[1]]
-            self.draws = self.draws[a[1]:] + got
+            got = (self.draws * (a[1] // len(self.draws) + 1))[:a[1]]
+            k = a[1] % len(self.draws)
+            self.draws = self.draws[k:] + self.draws[:k]
             mem.write(a[0], got)
             return listener.reply(n, len(got))
         return listener.cont(n)
