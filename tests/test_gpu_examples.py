@@ -74,7 +74,8 @@ def test_the_example_as_a_gpu_owner_prints_the_interpreters_bits(tmp_path, examp
     r = mockgpu.run(exe, ["--steps", str(STEPS), "--shadow", "sampled"], card=Card(
         uuid=host.uuid, name=host.product, driver=host.driver, sm=90), kernels=built.kernels, timeout=600)
     assert (r.returncode, r.errors, r.stderr) == (0, [], "") and r.stdout == format_state(lr, run(lr, STEPS))
-    assert r.submissions == 1 + STEPS and [la[0] for la in r.launches].count("reduce") == STEPS
+    proven = sum(line.startswith("proven ") for line in r.events.splitlines())   # each read back once more
+    assert proven == STEPS and r.submissions == 1 + STEPS + proven and [la[0] for la in r.launches].count("reduce") == STEPS
 
 
 def test_the_ordered_attention_example_under_sampled_has_its_clipping_norm_on_the_card(tmp_path):

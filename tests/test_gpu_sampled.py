@@ -258,9 +258,10 @@ ROUND_ULP = lambda ptx: re.sub(r"(shl\.b64 %rd\d+, %rd\d+, 52;\n\tadd\.s64 (%rd\
 def test_exact_sum_sampled_g_is_the_cards_with_the_interpreters_bits(name, tmp_path):
     """Least squares, a classifier (A @ v, relu, logsumexp), sums that cancel and spill, and
     least squares clipped by its gradient's norm under `contract exact_sum` as single GPU owners
-    under --shadow sampled: G rounded once on the card (xsum_round, no xsum_fold: the host reads
-    G and the states, not the accumulators), the norm's exact dot too (`reduce`), one submission a
-    step, the interpreter's exact bits, the full policy's output; the chain replays."""
+    under --shadow sampled: G rounded once on the card (xsum_round, no xsum_fold: the accumulators
+    never read back), the norm's exact dot too (`reduce`), one submission a step with the tree
+    digest last (an unproven step copies back D_k alone), the interpreter's exact bits, the full
+    policy's output; the chain replays."""
     need_mock()
     from alphac.ir.interp import format_state, run as interp_run
     r, lr = clipped(tmp_path, EXACT[name](), ("--steps", "6", *SAMPLED), draws=b"\x01")
@@ -268,11 +269,12 @@ def test_exact_sum_sampled_g_is_the_cards_with_the_interpreters_bits(name, tmp_p
     assert r.stdout == format_state(lr, interp_run(lr, 6)) == clipped(tmp_path, EXACT[name]())[0].stdout
     ups = [f"update_g{g.index}" for g in lr.groups]
     red = ["reduce"] * (name == "clip")
-    assert [la[0] for la in r.launches] == (SAMPLED_EXACT + red + ups) * 6 and r.submissions == 1 + 6
-    from alphac.ptx.abi import param_count          # read back a step: G and the card's states
-    card = sum(s.size for s in lr.states if s.group is not None and s.name in {a.target for a in lr.update})
-    assert sum(c[2] for c in r.copies[1:]) == 6 * 8 * (param_count(lr) + card)    # (after the setup's)
+    from alphac.lower.gpu import digest_kernels
+    step = SAMPLED_EXACT + red + ups + list(digest_kernels(lr))     # then the tree digest of G and states
+    assert [la[0] for la in r.launches] == step * 6 and r.submissions == 1 + 6 + 3
     assert said(r, "proven") == [1, 2, 6]
+    words = sum(k for _, k in message(lr))         # copied back: D_k a step, both messages when proven
+    assert sum(c[2] for c in r.copies[1:]) == 6 * 32 + 3 * 2 * 8 * words     # (after the setup's)
     from alphac.tools.replay import replay_chain
     assert replay_chain(lr, write_events(tmp_path, r), 6) is None
     if name == "cancel":               # the ordered contract's fold gives other bits here
