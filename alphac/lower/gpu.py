@@ -39,7 +39,7 @@ from alphac.nvdrv import abi
 from alphac.nvdrv.abi import CONSTANTS
 from alphac.nvdrv.conversation import Conversation
 from alphac.nvdrv.image import GPFIFO_ENTRIES, READBACK, SEM_RELEASED, GpuImage
-from alphac.ptx.abi import batch_kernels, card_reductions, param_count, param_layout, sum_kernels
+from alphac.ptx.abi import batch_kernels, can_sample, card_reductions, param_count, param_layout, sum_kernels
 
 # The completion wait (runtime/nvdrv.rt gpu_wait): its bound by the clock (10^6 polls of a 10 us
 # nanosleep took about 90 s); spinning for SPIN_NS before sleeping between polls, with one clock
@@ -138,12 +138,6 @@ def chains(lr: Learner) -> tuple[tuple[str, ...], ...]:
                                            READBACK * can_sample(lr)) if c))
 
 
-def can_sample(lr: Learner) -> bool:
-    """May the owner run `--shadow sampled`? Not when a scalar statement reads a reduction the
-    card computes (sampled_refused)."""
-    return not sampled_refused(lr)
-
-
 def digest_kernels(lr: Learner) -> tuple[str, ...]:
     """The sampled step's digest kernels (alphac/ptx/digest.py), in launch order."""
     from alphac.ptx.digest import levels, message
@@ -218,18 +212,9 @@ def reduced_compare(lr: Learner, img: GpuImage) -> list[str]:
 
 
 def sampled_refused(lr: Learner) -> bool:
-    """Is `--shadow sampled` refused at start? When a scalar state reads a reduced scalar the card
-    computes (host_reads_card_reductions). Every other learner runs it, exact_sum's included: G
-    rounded on the card (xsum_round), its exact dots and sums too (`reduce`, abi.card_reductions)."""
-    return host_reads_card_reductions(lr)
-
-
-def host_reads_card_reductions(lr: Learner) -> bool:
-    """Does a scalar statement read a reduced scalar the card computes? (Then the host needs
-    the step's G before the updates: the sampled step, one submission, cannot.)"""
-    from alphac.ir.learner import postorder
-    card = {id(n) for k, n in enumerate(update_reductions(lr.update)) if k in card_reductions(lr)}
-    return any(id(n) in card for a in lr.update if lr.state(a.target).group is None for n in postorder([a.node]))
+    """Is `--shadow sampled` refused at start? (ptx.abi.can_sample: when a scalar state reads a
+    reduced scalar the card computes.)"""
+    return not can_sample(lr)
 
 
 def sampled_step(lr: Learner, img: GpuImage) -> str:

@@ -53,7 +53,7 @@ def build(lr: Learner, sm: int = 90, tool: Ptxas | None = None) -> list[Built]:
     differently from the kernel's own list)."""
     tool = tool or find_ptxas()
     out = []
-    from alphac.lower.gpu import can_sample
+    from alphac.ptx.abi import can_sample
     from alphac.ptx.digest import owner_kernels
     for k in kernels(lr, sm) + (owner_kernels(lr, sm) if can_sample(lr) else []):
         blob = assemble(k.ptx, sm, tool)

@@ -303,6 +303,20 @@ def card_reductions(lr: Learner) -> dict[int, int]:
     return out
 
 
+def host_reads_card_reductions(lr: Learner) -> bool:
+    """Does a scalar statement read a reduced scalar the card computes? (Then the host needs
+    the step's G before the updates: the sampled step, one submission, cannot.)"""
+    card = {id(n) for k, n in enumerate(update_reductions(lr.update)) if k in card_reductions(lr)}
+    return any(id(n) in card for a in lr.update if lr.state(a.target).group is None for n in postorder([a.node]))
+
+
+def can_sample(lr: Learner) -> bool:
+    """May a GPU owner run `--shadow sampled`? Not when a scalar statement reads a reduction the
+    card computes (host_reads_card_reductions); every other learner, exact_sum's included (G
+    rounded on the card by xsum_round, its exact dots and sums by `reduce`)."""
+    return not host_reads_card_reductions(lr)
+
+
 def host_scalars(lr: Learner, state: dict[str, tuple[float, ...]],
                  whole: tuple[dict, dict] | None = None, t: int = 0) -> dict[tuple[str, int], float]:
     """Every scalar state's (name, version) -> value at step t, and `step` and `epoch`
