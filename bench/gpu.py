@@ -273,7 +273,7 @@ def ms(xs: list[float]) -> str:
 def bench(args, runner) -> int:
     from alphac.build import build_gpu_owner, build_learner
     from alphac.driver import compile_file
-    from alphac.lower.gpu import sampled_refused
+    from alphac.ptx.abi import can_sample
     from alphac.targets import host_runs
     out = Path(args.out or tempfile.mkdtemp(prefix="alphac-bench-gpu-"))
     (out / "bin").mkdir(parents=True, exist_ok=True)
@@ -296,7 +296,7 @@ def bench(args, runner) -> int:
         gpu_exe = out / "bin" / f"{lr.name}.sm_{sm}"
         exes = {"gpu": (gpu_exe, gpu, gpu.image.elf, ()),
                 "cpu": (out / "bin" / f"{lr.name}.{level}", None, build_learner(lr, level).elf, ())}
-        if not sampled_refused(lr):     # the sampled shadow, where the owner allows it
+        if can_sample(lr):              # the sampled shadow, where the owner allows it
             exes["sampled"] = (gpu_exe, gpu, gpu.image.elf, ("--shadow", "sampled"))
         for path, _, elf, _ in exes.values():
             path.write_bytes(elf)

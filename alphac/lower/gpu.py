@@ -211,12 +211,6 @@ def reduced_compare(lr: Learner, img: GpuImage) -> list[str]:
     return [f"gpu_compare({img.buffers['rd'] + 8 * at:#x}, rd{k}, 1, step);" for k, at in card_reductions(lr).items()]
 
 
-def sampled_refused(lr: Learner) -> bool:
-    """Is `--shadow sampled` refused at start? (ptx.abi.can_sample: when a scalar state reads a
-    reduced scalar the card computes.)"""
-    return not can_sample(lr)
-
-
 def sampled_step(lr: Learner, img: GpuImage) -> str:
     """`gpu_step_sampled(step, last)` and the chain's message `gpu_chain_msg` (the previous hash,
     the step, the card's tree digest D of G and every state after the step, declaration order:
@@ -267,11 +261,9 @@ def sampled_step(lr: Learner, img: GpuImage) -> str:
         hostc.append(f"learner_group_{g.index}(0, {g.size});")
         hostc += [f"gpu_compare({now + moff[s.name]:#x}, st_{s.name}, {s.size}, step);" for s in card if s.group == g.index]
     hostc += reduced_compare(lr, img)
-    at = 0
-    for name, k in [(f"G_{p}", size) for p, _, size in pieces] + \
-            [(f"{'sn' if s.name in assigned and s.name in host else 'st'}_{s.name}", s.size) for s in lr.states]:
-        hostc.append(f"vec_copy(gpu_dmsg + {at}, {name}, {k});")       # digest.message's order
-        at += 8 * k
+    hostc += [f"vec_copy(gpu_dmsg + {moff['G'] + 8 * param_layout(lr)[p]}, G_{p}, {size});" for p, _, size in pieces]
+    hostc += [f"vec_copy(gpu_dmsg + {moff[s.name]}, {'sn' if s.name in assigned and s.name in host else 'st'}_{s.name}, "
+              f"{s.size});" for s in lr.states]                  # at digest.message's offsets (moff)
     hostc += [f"gpu_tree(gpu_dmsg, {8 * words}, gpu_tree_d);",
               "if bytes_eq(gpu_tree_d, gpu_chain_msg + 40, 32) == 0 { gpu_digest_mismatch(step); }"]
     out += ["    " + x for x in hostc] + ['    rt_event_num("proven ", step);', "}"]
