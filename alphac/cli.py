@@ -15,6 +15,7 @@ import textwrap
 
 from alphac import __version__, api
 from alphac.commands import COMMANDS as TABLE, INTRO, TOP, Group, OneOf, usage
+from alphac.nvdrv.host import CHOICES
 from alphac.diag import CODES, BuildError, CompileError, explain
 from alphac.refusals import DETAILED, REFUSALS, Refusal, exit_table, explain_run, tool_exit
 
@@ -145,8 +146,8 @@ def cmd_build(args) -> int:
         raise BuildError("--emit calls needs a GPU target (x86_64+sm_90)")
     built = api.build(compiled, args.file, target, args.eval_data, args.labels, args.gpu_host,
                       {"uuid": args.gpu_uuid, "product": args.gpu_product, "memory": args.gpu_memory,
-                       "driver": args.driver, "minor": args.gpu_minor, "topology": args.gpu_topology,
-                       "map": args.gpu_map},
+                       "driver": args.driver, "minor": args.gpu_minor, "topology": args.gpu_topology}
+                      | {k: getattr(args, f"gpu_{k.replace('-', '_')}") for k in CHOICES},
                       args.ptxas)
     if args.emit is not None:
         return _emitted(api.emit(compiled, args.file, built, args.emit), args.output)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 from typing import NamedTuple
 
+from alphac.nvdrv.host import CHOICES
 from alphac.refusals import DECIMAL_DIGITS
 from alphac.targets import gpu_targets, names
 
@@ -201,8 +202,7 @@ COMMANDS = (
             A("--gpu-minor", metavar="N", help="the card's device minor (/dev/nvidiaN; default 0)"),
             A("--gpu-topology", metavar="'G T S W'", help="GPCs, TPCs per GPC, SMs per TPC, warps "
               "per SM (--probe-identity prints them; needed when a kernel spills to local memory)"),
-            A("--gpu-map", choices=("uvm", "rm"), help="how the GPU maps the owner's memory: through "
-              "nvidia-uvm (uvm, the default) or with the RM alone (rm; docs/nvdrv.md)"),
+            *(A(f"--gpu-{key}", choices=values, help=what) for key, (values, what) in CHOICES.items()),
             A("--ptxas", type=path, metavar="PATH", help="the PTX assembler (default $ALPHAC_PTXAS or PATH)"),
         )),
     )),

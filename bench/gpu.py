@@ -143,11 +143,10 @@ def print_start_ups(title: str, starts: dict) -> None:
 def rm_start_ups(args, runner, host, lr, sm: int, where: Path) -> dict:
     """The owner built with `--gpu-map rm`: R `--steps 0` runs alone (its seconds and parts), then
     one of W + N steps (its exit and output); every failure caught and said in "why"."""
-    import dataclasses
     from alphac.build import build_gpu_owner
     r = {"start": [], "parts": [], "why": "", "run": None}
     try:
-        gpu = build_gpu_owner(lr, f"x86_64+sm_{sm}", dataclasses.replace(host, gpu_map="rm"))
+        gpu = build_gpu_owner(lr, f"x86_64+sm_{sm}", host.choose("map", "rm"))
         exe = where / f"{lr.name}.sm_{sm}.rm"
         exe.write_bytes(gpu.image.elf)
         exe.chmod(0o755)

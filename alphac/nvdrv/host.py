@@ -27,6 +27,8 @@ MAX_WARPS_PER_SM (`--probe-identity` prints them); it sizes a spilling owner's l
 
 `map`: how the owner maps its memory for the GPU (conversation.py, docs/nvdrv.md "Mapping with the
 RM alone"): `uvm` through nvidia-uvm.ko (what ran on the H200), `rm` with the RM alone (no UVM file).
+It is one row of `CHOICES`, the table of how the owner drives the card, which makes each key, its
+`--gpu-KEY` build option and its check.
 
 Requires nothing. Guarantees: a `GpuHost` with every field valid, or `HostError` naming the
 field and what is wrong with it.
@@ -40,8 +42,12 @@ from pathlib import Path
 from alphac.files import read_regular
 
 UNITS = {"": 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
-KEYS = ("uuid", "product", "memory", "driver", "minor", "topology", "map")
-GPU_MAPS = ("uvm", "rm")
+# How the owner drives the card, each a host key and the build option --gpu-KEY: the values, the
+# first the default, and what the choice is (the help text). One table: the options, the file's
+# keys, describe() and the checks read it.
+CHOICES = {"map": (("uvm", "rm"), "how the GPU maps the owner's memory: through nvidia-uvm (uvm, the "
+                   "default) or with the RM alone (rm; docs/nvdrv.md)")}
+KEYS = ("uuid", "product", "memory", "driver", "minor", "topology", *CHOICES)
 TOPOLOGY_NAMES = ("gpcs", "tpcs-per-gpc", "sms-per-tpc", "warps-per-sm")
 _UUID = re.compile(r"GPU-([0-9a-fA-F]{8})-([0-9a-fA-F]{4})-([0-9a-fA-F]{4})-([0-9a-fA-F]{4})-([0-9a-fA-F]{12})")
 _DRIVER = re.compile(r"[0-9]+(\.[0-9]+){1,3}")
@@ -90,7 +96,18 @@ class GpuHost:
     driver: str            # the driver version, e.g. "580.159.04"
     minor: int = 0         # the card's device file /dev/nvidia<minor>
     topology: Topology | None = None   # GR_GET_INFO's shape of the card, when described
-    gpu_map: str = "uvm"   # "uvm" | "rm": how the GPU maps the memory (GPU_MAPS)
+    choices: tuple[tuple[str, str], ...] = ()   # (key, value) of CHOICES other than the default, sorted
+
+    def choice(self, key: str) -> str:
+        return dict(self.choices).get(key, CHOICES[key][0][0])
+
+    def choose(self, key: str, value: str) -> "GpuHost":
+        """This host with CHOICES[key] set to value (refused HostError when not one of them)."""
+        return make(self.as_dict() | {key: value})
+
+    @property
+    def gpu_map(self) -> str:
+        return self.choice("map")
 
     @property
     def uuid_text(self) -> str:
@@ -100,13 +117,12 @@ class GpuHost:
         return (f"uuid {self.uuid_text}\nproduct {self.product}\nmemory {self.memory}\n"
                 f"driver {self.driver}\nminor {self.minor}\n"
                 + (f"topology {self.topology.text()}\n" if self.topology else "")
-                + (f"map {self.gpu_map}\n" if self.gpu_map != "uvm" else ""))
+                + "".join(f"{k} {v}\n" for k, v in self.choices))
 
     def as_dict(self) -> dict:
         return {"uuid": self.uuid_text, "product": self.product, "memory": self.memory,
                 "driver": self.driver, "minor": self.minor} | \
-            ({"topology": self.topology.text()} if self.topology else {}) | \
-            ({"map": self.gpu_map} if self.gpu_map != "uvm" else {})
+            ({"topology": self.topology.text()} if self.topology else {}) | dict(self.choices)
 
 
 def parse_uuid(text: str) -> bytes:
@@ -151,14 +167,17 @@ def make(fields: dict[str, str | int]) -> GpuHost:
     minor = str(fields.get("minor", 0)).strip()
     if not minor.isdigit() or int(minor) > 254:
         raise HostError(f"minor `{minor}` is not a device minor number (0..254)")
-    gpu_map = str(fields.get("map", "uvm")).strip()
-    if gpu_map not in GPU_MAPS:
-        raise HostError(f"map `{gpu_map}` is not one of {', '.join(GPU_MAPS)}")
+    choices = []
+    for key, (values, _) in CHOICES.items():
+        value = str(fields.get(key) or values[0]).strip()
+        if value not in values:
+            raise HostError(f"{key} `{value}` is not one of {', '.join(values)}")
+        choices += [(key, value)] * (value != values[0])
     return GpuHost(parse_uuid(str(fields["uuid"])),
                    _check_text("product", str(fields["product"]).strip(), NAME_MAX),
                    parse_memory(fields["memory"]), driver, int(minor),
                    parse_topology(fields["topology"]) if fields.get("topology") not in (None, "") else None,
-                   gpu_map)
+                   tuple(sorted(choices)))
 
 
 def read_fields(text: str) -> dict[str, str]:
