@@ -299,7 +299,7 @@ def gpu_role_image(plan, role, target_name: str, host, ptxas_path: str | None = 
     od = owner_data(plan.lr)
     od = replace(od, digest=(), chains=tuple(c for c in od.chains if not any(k.startswith("digest_") for k in c)))
     built = [b for b in built if not b.kernel.name.startswith("digest_")]
-    gpu = image.plan(od, built, sm, share, host.topology, host_arena=True)
+    gpu = image.plan(od, built, sm, share, host.topology, host_arena=True, choices=host.choices)
     return gpu, conversation.conversation(host, gpu), built
 
 
@@ -396,7 +396,7 @@ def build_gpu_owner(lr: Learner, target_name: str, host, ptxas_path: str | None 
                          "give --gpu-host FILE, or --gpu-uuid, --gpu-product, --gpu-memory and "
                          "--driver (docs/nvdrv.md)")
     built, tool = gpu_kernels(lr, sm, ptxas_path)
-    gpu = image.plan(owner_data(lr), built, sm, topology=host.topology)
+    gpu = image.plan(owner_data(lr), built, sm, topology=host.topology, choices=host.choices)
     if gpu.demand > host.memory:
         def part(m):                    # "vidmem 4194304 = gpfifo 2097152 + arena 2097152"
             inner = [f"{a.name} {a.size}" for a in gpu.allocations if a.within == m.name]

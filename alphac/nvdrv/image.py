@@ -16,7 +16,8 @@ the target's `abi.Arch` and the host, `plan()` fixes, at compile time, everythin
       results   after it        64 KiB units      what the copy engine copies out of the arena
                                                   at the end of a chain (G, xd, xc, the
                                                   states an update kernel takes), the only
-                                                  card results the host reads
+                                                  card results the host reads (none under
+                                                  `results bar1`: it reads the arena, BAR1)
       staging   after it        64 KiB units      the host writes the launch image and the data
                                                   rows there at the arena's offsets, the setup
                                                   push buffer (read from here) copies them into
@@ -91,7 +92,7 @@ from dataclasses import dataclass, field
 from alphac.nvdrv import abi
 from alphac.nvdrv.abi import BITFIELDS, CONSTANTS, METHODS, pack_bitfields, pack_qmd
 from alphac.formats import XC_WORDS, XS_WORDS
-from alphac.nvdrv.host import Topology
+from alphac.nvdrv.host import CHOICES, Topology
 
 ARENA_VA = 0x10_0000_0000          # 64 GiB: below 2^40 (GPFIFO entries and QMD addresses)
 HUGE = 2 << 20
@@ -223,7 +224,8 @@ class GpuImage:
     topology: Topology | None = None   # what the area was sized for (checked at start-up)
     chains: dict = field(default_factory=dict)    # OwnerData.chains' names -> Chain, or None: the
                                                    # share launches none of them
-    results: dict = field(default_factory=dict)   # buffer name -> its copy's address in `results`
+    results: dict = field(default_factory=dict)   # buffer name -> where the host reads it: its copy in
+                                                   # `results`, or under `results bar1` itself (BAR1)
 
     def alloc(self, name: str) -> Allocation:
         return next(a for a in self.allocations if a.name == name)
@@ -560,12 +562,19 @@ def _threads(od: OwnerData, kernel, share: Share) -> int:
 
 
 def plan(od: OwnerData, built: list, sm: int, share: Share | None = None,
-         topology: Topology | None = None, host_arena: bool = False) -> GpuImage:
+         topology: Topology | None = None, host_arena: bool = False, choices=()) -> GpuImage:
     """The owner's memory plan and launch image for every kernel in `built` (alphac.ptx.build),
     for `share` (default: the whole learner); `topology` (the host description's) sizes the
     local-memory area when a kernel spills, and is required then (BuildError without it).
     `host_arena`: the host writes into the arena (a deployment role's states and combined G), so
-    all of the video memory is mapped for the CPU; else only the GPFIFO area is."""
+    all of the video memory is mapped for the CPU; else only the GPFIFO area is. `choices`: the
+    host's (key, value) of host.CHOICES other than the default (GpuHost.choices): `results bar1`,
+    the host reads the card's results in the arena through BAR1 (all of the video memory mapped),
+    no copy out, each chain ending with the host's release with WFI (docs/nvdrv.md "Fallbacks to
+    the verified paths")."""
+    pick = dict((k, v[0][0]) for k, v in CHOICES.items()) | dict(choices)
+    copied = pick["results"] == "copy"          # else read through BAR1: what the H200 ran on 2026-12-04
+    host_arena = host_arena or not copied
     share = share or Share.whole(od)
     stack = max((b.image.local for b in built), default=0)
     per_thread = local_per_thread(stack)
@@ -626,7 +635,7 @@ def plan(od: OwnerData, built: list, sm: int, share: Share | None = None,
     # per launch invalidate, PCAS A, PCAS2 B (2 dwords each), a wait-for-idle between; the release;
     # the copies out
     pb_off = {c: put(bytes(4 * (max(0, 8 * len(launched(c)) - 2) + 6 + copies_dwords(
-        [(0, 0, out_sizes[k]) for k in outs(c)]))), 256) for c in od.chains if launched(c) or c == READBACK}
+        [(0, 0, out_sizes[k]) for k in outs(c) if copied]))), 256) for c in od.chains if launched(c) or c == READBACK}
 
     buffers: dict[str, int] = {}
     for name, init in od.states:
@@ -683,7 +692,7 @@ def plan(od: OwnerData, built: list, sm: int, share: Share | None = None,
     # GPFIFO area (the ring, USERD) then the arena, and one of system memory, mapped cached: the
     # error notifier and the semaphore, the results, the staging copy; each mapped once.
     parts = {"vidmem": [("gpfifo", GPFIFO_AREA), ("arena", arena_size)],
-             "host": [("sysmem", SYSMEM_SIZE), ("results", round_up(max(at, 1), SYSMEM_SIZE)),
+             "host": [("sysmem", SYSMEM_SIZE), *[("results", round_up(max(at, 1), SYSMEM_SIZE))] * copied,
                       ("staging", round_up(upload_end, SYSMEM_SIZE))]}
     table = [("vidmem", "vidmem"), ("host", "sysmem-cached"), ("channel", CHANNEL_RANGE, "reserved"),
              ("usermode", USERMODE_SIZE, "usermode")]
@@ -709,7 +718,7 @@ def plan(od: OwnerData, built: list, sm: int, share: Share | None = None,
     vas["gs"] = ARENA_VA + gs_off
     vas.setdefault("G", ARENA_VA + g_off)
     vas.update({k: ARENA_VA + v for k, v in exact.items()})
-    results = {k: by_name["results"].va + v for k, v in results.items()}
+    results = {k: by_name["results"].va + v if copied else vas[k] for k, v in results.items()}
 
     launches = []
     for b in built:
@@ -751,7 +760,7 @@ def plan(od: OwnerData, built: list, sm: int, share: Share | None = None,
         launches.append(la)
     chains = {}
     for c, off in pb_off.items():
-        copies = tuple((vas[k], results[k], out_sizes[k]) for k in outs(c if c == READBACK else launched(c)))
+        copies = tuple((vas[k], results[k], out_sizes[k]) for k in outs(c if c == READBACK else launched(c)) if copied)
         pb = launch_pushbuf(arch, [ARENA_VA + qmd_off[k] for k in launched(c)], sem_va, copies)
         arena[off:off + 4 * len(pb)] = struct.pack(f"<{len(pb)}I", *pb)
         chains[c] = Chain(launched(c), ARENA_VA + off, tuple(pb), gpfifo_entry(arch, ARENA_VA + off, len(pb)),

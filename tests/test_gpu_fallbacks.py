@@ -1,0 +1,77 @@
+"""The fallbacks to the paths the H200 ran on 2026-12-04, each a row of the host choices
+(alphac/nvdrv/host.py CHOICES; docs/nvdrv.md "Fallbacks to the verified paths"), against the mock.
+
+Requires what tests/test_nvdrv_owner.py requires (ptxas, the mock). Guarantees checked, for each
+choice (and all of them at once) on the least-squares Adam owner (sm_90), against a card that
+takes time (the mock's latency: the channel runs three calls after its doorbell):
+  * it prints the interpreter's bits under the full shadow and the sampled one (proven steps
+    1, 2 and 4, step 3 adopted), with the calls its conversation lists and no mock error;
+  * what it changes, in the plan, the push buffers and `--emit calls`: `results bar1`, no copy out
+    (the mock's copies are the start-up upload alone), every chain ending with the host's release
+    with WFI, the results read in the arena, all of the video memory mapped for the CPU;
+  * an executed mutant of the choice's path, caught: `results bar1`, a host that reads the arena
+    before its wait (gpu-shadow-mismatch).
+"""
+import pytest
+
+import mockgpu
+import oracle
+from alphac.nvdrv import abi, image as image_mod
+from test_nvdrv_owner import card_for, host_for, need_mock, owner, refused
+
+ARCH = abi.ARCHES["sm_90"]
+CHOICES = [{"results": "bar1"}]
+
+
+def fallback(name, **choices):
+    return owner(name, 90, **choices)
+
+
+def runs(path, built):
+    """The owner under the full shadow (3 steps) and the sampled one (4 steps, 3 unproven)."""
+    go = dict(card=card_for(90), kernels=built.kernels, latency=3)
+    return (mockgpu.run(path, ("--steps", "3"), **go),
+            mockgpu.run(path, ("--steps", "4", "--shadow", "sampled"), draws=b"\x01", **go))
+
+
+@pytest.mark.parametrize("choices", CHOICES, ids=lambda c: ",".join(f"{k}-{v}" for k, v in c.items()))
+def test_a_fallback_prints_the_interpreters_bits_full_and_sampled(choices):
+    need_mock()
+    path, built = fallback("lsq_adam", **choices)
+    full, sampled = runs(path, built)
+    for r, steps in ((full, 3), (sampled, 4)):
+        assert (r.returncode, r.stderr, r.errors) == (0, "", [])
+        assert r.stdout == oracle.run("lsq_adam", steps=steps)
+        assert r.device_calls() == built.conversation.expected_trace()
+    assert [int(e.split(" ")[1]) for e in sampled.events.split("\n") if e.startswith("proven ")] == [1, 2, 4]
+    g, default = built.gpu, owner("lsq_adam", 90)[1]
+    vid = g.alloc("vidmem")
+    mapped = [c.args[1] for c in built.conversation.calls if c.what == "mmap h_vidmem"]
+    if choices.get("results") == "bar1":
+        assert full.copies == sampled.copies == [full.copies[0]]          # the upload alone
+        assert full.submissions == 1 + 3 and sampled.submissions == 1 + 4 + 3
+        for c in g.chains.values():
+            assert c.copies == () and list(c.pushbuf[-6:]) == image_mod.semaphore_release(ARCH, g.semaphore_va)
+        assert all(va == g.buffers[k] for k, va in g.results.items())       # read in the arena
+        assert "results" not in {a.name for a in g.allocations}
+        assert mapped == [vid.size] and f"+{vid.size:#x} fd_map (h_vidmem)" in built.conversation.listing()
+        assert f"+{image_mod.GPFIFO_AREA:#x} fd_map (h_vidmem)" in default.conversation.listing()
+        assert all(c.copies for c in default.gpu.chains.values())
+
+
+def test_results_bar1_a_host_that_reads_the_arena_before_its_wait_is_caught(monkeypatch, tmp_path):
+    """Through BAR1 the host reads the buffers the kernels write: moved after its reads, the wait
+    lets it compare what the arena held before the card's step ran."""
+    need_mock()
+    from alphac.build import build_gpu_owner
+    from alphac.driver import compile_file
+    from alphac.lower import gpu as gpu_lowering
+    from conftest import example
+    step = gpu_lowering.step
+    monkeypatch.setattr(gpu_lowering, "step", lambda lr, img: step(lr, img).replace("    gpu_wait();\n", "").replace(
+        "    learner_commit();", "    gpu_wait();\n    learner_commit();"))
+    built = build_gpu_owner(compile_file(example("lsq_adam")).learner, "x86_64+sm_90", host_for(90, results="bar1"))
+    (tmp_path / "o").write_bytes(built.image.elf)
+    (tmp_path / "o").chmod(0o755)
+    r = mockgpu.run(tmp_path / "o", ("--steps", "2"), card=card_for(90), kernels=built.kernels, latency=3)
+    refused(r, "gpu-shadow-mismatch")
