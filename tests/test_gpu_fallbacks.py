@@ -9,22 +9,35 @@ takes time (the mock's latency: the channel runs three calls after its doorbell)
   * what it changes, in the plan, the push buffers and `--emit calls`: `results bar1`, no copy out
     (the mock's copies are the start-up upload alone), every chain ending with the host's release
     with WFI, the results read in the arena, all of the video memory mapped for the CPU;
+    `sysmem uncached`, the system memory allocated UNCACHED, which the mock's driver maps uncached
+    for the CPU (the default: CACHED);
   * an executed mutant of the choice's path, caught: `results bar1`, a host that reads the arena
-    before its wait (gpu-shadow-mismatch).
+    before its wait (gpu-shadow-mismatch); `sysmem uncached`, a conversation that asks uncached
+    only of the CPU mapping (the driver maps system memory as it was allocated: still cached).
 """
 import pytest
 
 import mockgpu
 import oracle
-from alphac.nvdrv import abi, image as image_mod
+from alphac.nvdrv import abi, conversation as conv_mod, image as image_mod
 from test_nvdrv_owner import card_for, host_for, need_mock, owner, refused
 
 ARCH = abi.ARCHES["sm_90"]
-CHOICES = [{"results": "bar1"}]
+CHOICES = [{"results": "bar1"}, {"sysmem": "uncached"}]
 
 
 def fallback(name, **choices):
     return owner(name, 90, **choices)
+
+
+def host_coherency(conv) -> int:
+    """The NVOS32 coherency the conversation asks for its system memory (its RM_ALLOC's attr)."""
+    call = next(c for c in conv.calls if c.what == "NV_ESC_RM_ALLOC NV01_MEMORY_SYSTEM")
+    params = next(value for _, _, kind, value in call.patches if kind == conv_mod.ADDR)
+    off, size = conv_mod.locate("NV_MEMORY_ALLOCATION_PARAMS", "attr")
+    attr = int.from_bytes(conv.region.buf[params + off:params + off + size], "little")
+    hi, lo = abi.BITFIELDS["NVOS32_ATTR_COHERENCY"]
+    return attr >> lo & (1 << hi - lo + 1) - 1
 
 
 def runs(path, built):
@@ -57,6 +70,11 @@ def test_a_fallback_prints_the_interpreters_bits_full_and_sampled(choices):
         assert mapped == [vid.size] and f"+{vid.size:#x} fd_map (h_vidmem)" in built.conversation.listing()
         assert f"+{image_mod.GPFIFO_AREA:#x} fd_map (h_vidmem)" in default.conversation.listing()
         assert all(c.copies for c in default.gpu.chains.values())
+    want = "UNCACHED" if choices.get("sysmem") == "uncached" else "CACHED"
+    assert full.caching == sampled.caching == [want]       # the CPU mapping as the driver makes it
+    assert g.alloc("host").where == f"sysmem-{want.lower()}"
+    assert host_coherency(built.conversation) == abi.CONSTANTS[f"NVOS32_ATTR_COHERENCY_{want}"]
+    assert host_coherency(default.conversation) == abi.CONSTANTS["NVOS32_ATTR_COHERENCY_CACHED"]
 
 
 def test_results_bar1_a_host_that_reads_the_arena_before_its_wait_is_caught(monkeypatch, tmp_path):
@@ -75,3 +93,23 @@ def test_results_bar1_a_host_that_reads_the_arena_before_its_wait_is_caught(monk
     (tmp_path / "o").chmod(0o755)
     r = mockgpu.run(tmp_path / "o", ("--steps", "2"), card=card_for(90), kernels=built.kernels, latency=3)
     refused(r, "gpu-shadow-mismatch")
+
+
+def test_sysmem_uncached_a_conversation_that_asks_it_only_of_the_mapping_is_caught(monkeypatch, tmp_path):
+    """RM_MAP_MEMORY's caching flag does not change how the driver maps system memory for the CPU
+    (nv-mmap.c: the allocation's own cache_type), so the allocation itself must be uncached."""
+    need_mock()
+    from alphac.build import build_gpu_owner
+    from alphac.driver import compile_file
+    from conftest import example
+    memory, map_cpu = conv_mod.Conversation.memory, conv_mod.Conversation.map_cpu
+    uncached = abi.pack_bitfields({"NVOS33_FLAGS_CACHING_TYPE": abi.CONSTANTS["NVOS33_FLAGS_CACHING_TYPE_UNCACHED"]})
+    monkeypatch.setattr(conv_mod.Conversation, "memory",
+                        lambda self, name, where, *a: memory(self, name, where.replace("uncached", "cached"), *a))
+    monkeypatch.setattr(conv_mod.Conversation, "map_cpu", lambda self, mem, va, size, system, flags: map_cpu(
+        self, mem, va, size, system, uncached if system else flags))
+    built = build_gpu_owner(compile_file(example("lsq_adam")).learner, "x86_64+sm_90", host_for(90, sysmem="uncached"))
+    (tmp_path / "o").write_bytes(built.image.elf)
+    (tmp_path / "o").chmod(0o755)
+    r = mockgpu.run(tmp_path / "o", ("--steps", "1"), card=card_for(90), kernels=built.kernels)
+    assert (r.returncode, r.errors) == (0, []) and r.caching == ["CACHED"]

@@ -23,8 +23,8 @@ is allocated.
     7  UVM: open, initialize; usermode page (mapped: the doorbell); VA space; register the GPU
        (`map rm`, host.py: no UVM; the VA space the RM's own, a virtual range per allocation)
     8  memory (image.GpuImage.memories): two allocations, sub-allocated by the plan: video
-       memory (the GPFIFO area, the arena) and system memory mapped cached (notifier and
-       semaphore, results, staging); each mapped once for the CPU (RM_MAP_MEMORY on a fresh fd,
+       memory (the GPFIFO area, the arena) and system memory mapped cached (`sysmem uncached`:
+       uncached; notifier and semaphore, results, staging); each mapped once for the CPU (RM_MAP_MEMORY on a fresh fd,
        then mmap at the planned address) and once for the GPU (UVM; `map rm`: RM_MAP_MEMORY_DMA
        at the planned address, the answer's address checked -> nvidia-call); then the
        local-memory area when a kernel spills, for the GPU only (not contiguous)
@@ -348,11 +348,13 @@ class Conversation:
                      | n("NVOS32_ALLOC_FLAGS_MAP_NOT_REQUIRED") | n("NVOS32_ALLOC_FLAGS_IGNORE_BANK_PLACEMENT")
                      | n("NVOS32_ALLOC_FLAGS_MEMORY_HANDLE_PROVIDED"))
             cls, kind, align = "NV1_MEMORY_USER", n("NVOS32_TYPE_IMAGE"), 2 << 20
-        else:       # sysmem-cached, all of it: cached, as pinned host memory is [inferred] (an
-                    # uncached one costs the driver a page-attribute change a page: nv-vm.c)
+        else:       # sysmem-cached: cached, as pinned host memory is [inferred] (an uncached one
+                    # costs the driver a page-attribute change a page: nv-vm.c); sysmem-uncached
+                    # (`sysmem uncached`): as the notifier and semaphore were on 2026-12-04
+            coherency = "CACHED" if where == "sysmem-cached" else "UNCACHED"
             attr = abi.pack_bitfields({"NVOS32_ATTR_PHYSICALITY": n("NVOS32_ATTR_PHYSICALITY_ALLOW_NONCONTIGUOUS"),
                                        "NVOS32_ATTR_LOCATION": n("NVOS32_ATTR_LOCATION_PCI"),
-                                       "NVOS32_ATTR_COHERENCY": n("NVOS32_ATTR_COHERENCY_CACHED")})
+                                       "NVOS32_ATTR_COHERENCY": n(f"NVOS32_ATTR_COHERENCY_{coherency}")})
             attr2 = abi.pack_bitfields({"NVOS32_ATTR2_ZBC": n("NVOS32_ATTR2_ZBC_PREFER_NO_ZBC"),
                                         "NVOS32_ATTR2_GPU_CACHEABLE": n("NVOS32_ATTR2_GPU_CACHEABLE_NO")})
             flags = (n("NVOS32_ALLOC_FLAGS_IGNORE_BANK_PLACEMENT") | n("NVOS32_ALLOC_FLAGS_MEMORY_HANDLE_PROVIDED")
@@ -363,7 +365,8 @@ class Conversation:
                     "size": size, "alignment": align, "offset": 0, "limit": size - 1},
                    [("owner", SLOT, "h_root")])
         self.mark(f"alloc {name.removeprefix('h_')}")     # the RM's allocation alone, then its mappings
-        # tinygrad maps host memory with flags 0: CACHED
+        # tinygrad maps host memory with flags 0: CACHED (for system memory nv-mmap.c maps the
+        # allocation's own caching whatever the flag asks: the coherency above decides)
         caching = abi.pack_bitfields({"NVOS33_FLAGS_CACHING_TYPE": n("NVOS33_FLAGS_CACHING_TYPE_CACHED"
                                                                      if where == "sysmem-cached" else
                                                                      "NVOS33_FLAGS_CACHING_TYPE_DEFAULT")})

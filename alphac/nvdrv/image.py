@@ -146,7 +146,7 @@ CODE_ALIGN, QMD_ALIGN, CBANK_ALIGN = 256, 256, 256
 CODE_TAIL = 0x1000                 # room past the last instruction for the prefetcher
 BLOCK = 128                        # threads per CTA at most
 SEM_RELEASED = 1                   # the payload the release writes; the owner clears it first
-MEMORY_KINDS = ("vidmem", "vidmem-gpu", "sysmem-cached")
+MEMORY_KINDS = ("vidmem", "vidmem-gpu", "sysmem-cached", "sysmem-uncached")
 # Buffers the host writes each step and the card only reads (`reduce` aside, which writes rd on
 # the card, where the host compares it): the card reads them from `staging`, system memory, as
 # it reads the constant banks, so the host never writes video memory through BAR1 for them.
@@ -169,7 +169,8 @@ class Allocation:
     va: int
     size: int
     where: str                     # "vidmem" | "vidmem-gpu" (not mapped for the CPU) |
-                                   # "sysmem-cached" (mapped cached) | "usermode" | "reserved"
+                                   # "sysmem-cached" (mapped cached) | "sysmem-uncached" |
+                                   # "usermode" | "reserved"
     within: str = ""               # a part of that allocation (not allocated by itself)
     cpu: int = 0                   # the bytes mapped for the CPU from its start (0: all of it)
 
@@ -570,8 +571,8 @@ def plan(od: OwnerData, built: list, sm: int, share: Share | None = None,
     all of the video memory is mapped for the CPU; else only the GPFIFO area is. `choices`: the
     host's (key, value) of host.CHOICES other than the default (GpuHost.choices): `results bar1`,
     the host reads the card's results in the arena through BAR1 (all of the video memory mapped),
-    no copy out, each chain ending with the host's release with WFI (docs/nvdrv.md "Fallbacks to
-    the verified paths")."""
+    no copy out, each chain ending with the host's release with WFI; `sysmem uncached`, the
+    system-memory allocation uncached (docs/nvdrv.md "Fallbacks to the verified paths")."""
     pick = dict((k, v[0][0]) for k, v in CHOICES.items()) | dict(choices)
     copied = pick["results"] == "copy"          # else read through BAR1: what the H200 ran on 2026-12-04
     host_arena = host_arena or not copied
@@ -694,7 +695,7 @@ def plan(od: OwnerData, built: list, sm: int, share: Share | None = None,
     parts = {"vidmem": [("gpfifo", GPFIFO_AREA), ("arena", arena_size)],
              "host": [("sysmem", SYSMEM_SIZE), *[("results", round_up(max(at, 1), SYSMEM_SIZE))] * copied,
                       ("staging", round_up(upload_end, SYSMEM_SIZE))]}
-    table = [("vidmem", "vidmem"), ("host", "sysmem-cached"), ("channel", CHANNEL_RANGE, "reserved"),
+    table = [("vidmem", "vidmem"), ("host", f"sysmem-{pick['sysmem']}"), ("channel", CHANNEL_RANGE, "reserved"),
              ("usermode", USERMODE_SIZE, "usermode")]
     per_tpc = local_per_tpc(per_thread, topology) if stack else 0
     if stack:

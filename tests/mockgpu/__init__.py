@@ -49,6 +49,7 @@ class MockResult:
     boosted: bool = False           # the driver granted the SM clock's boost (PERF_BOOST)
     submissions: int = 0            # doorbells rung: the setup's, then each step's
     copies: list = None             # the copy engine's copies, (src, dst, bytes) in order
+    caching: list = None            # each system memory's CPU mapping as the driver makes it
 
     def device_calls(self) -> list[tuple]:
         """The trace's calls on the driver's files, in conversation.expected_trace()'s form."""
@@ -176,7 +177,7 @@ def run(exe: str | Path, args=(), card: Card | None = None, kernels=(), present:
                               ev.read_text() if ev.exists() else "", drv.trace, drv.errors,
                               drv.gpu.launches, drv.allocations,
                               st.read_text().splitlines() if strace and st.exists() else None,
-                              drv.boosted, drv.submissions, drv.gpu.copies)
+                              drv.boosted, drv.submissions, drv.gpu.copies, drv.caching)
         finally:
             drv.close()
             out.close()

@@ -27,7 +27,7 @@ from alphac.nvdrv import abi
 from alphac.nvdrv.abi import CLASSES, CONSTANTS, CTRL_CMDS, NV_IOCTLS, STATUS_CODES, STRUCTS, UVM_IOCTLS
 from alphac.nvdrv.conversation import locate
 from alphac.nvdrv.image import USERMODE_SIZE
-from mockgpu.gpu import Alloc, Channel, Gpu, GpuMemory
+from mockgpu.gpu import Alloc, Channel, Gpu, GpuMemory, bits
 
 NV_CMDS = {io.cmd: io for io in NV_IOCTLS.values()}
 UVM_CMDS = {io.cmd: (name, io.params) for name, io in UVM_IOCTLS.items()}
@@ -139,6 +139,9 @@ class Driver:
     errors: list = field(default_factory=list)
     trace: list = field(default_factory=list)                  # every call, as the mock saw it
     allocations: list = field(default_factory=list)            # (class name, size) in order
+    caching: list = field(default_factory=list)                # each system memory's CPU mapping:
+    # its allocation's NVOS32 coherency name (nv-mmap.c maps system memory with the allocation's
+    # cache_type; RM_MAP_MEMORY's caching flag does not change it)
     cards: list = field(default_factory=list)                  # the machine's cards (default: card)
 
     def __post_init__(self):
@@ -237,6 +240,8 @@ class Driver:
                 return listener.reply(n, self.fail(f"mmap {a[1]:#x} bytes flags {a[3]:#x} prot {a[2]} "
                                                    f"offset {a[5]} of a {st.map_length:#x}-byte mapping"))
             self.cpu_maps[st.bound.handle] = a[0]
+            if st.bound.kind == "sysmem":
+                self.caching.append(st.bound.coherency)
             return listener.cont(n)
         self.trace.append((name,) + ((a[0],) if name in ("write", "exit_group") else ()))
         if name == "getrandom" and self.draws is not None:       # the next bytes of `draws`, repeated
@@ -401,6 +406,9 @@ class Driver:
                     return status("NV_ERR_NO_MEMORY", f"{size} bytes more than the card has")
                 self.vram += size
             obj.alloc = Alloc(self.next_handle, obj.where, size)
+            coherency = bits(p["attr"], "NVOS32_ATTR_COHERENCY")
+            obj.alloc.coherency = next((k[22:] for k, c in CONSTANTS.items()            # its value's name
+                                        if k.startswith("NVOS32_ATTR_COHERENCY_") and c == coherency), coherency)
             self.allocations.append((name, size))
         elif kind == "vaspace":
             obj.flags = p["flags"]
