@@ -10,10 +10,14 @@ takes time (the mock's latency: the channel runs three calls after its doorbell)
     (the mock's copies are the start-up upload alone), every chain ending with the host's release
     with WFI, the results read in the arena, all of the video memory mapped for the CPU;
     `sysmem uncached`, the system memory allocated UNCACHED, which the mock's driver maps uncached
-    for the CPU (the default: CACHED);
+    for the CPU (the default: CACHED); `inputs bar1`, the constant banks, their scalars and the
+    scalar states the kernels read in the arena (the default: in `staging`), all of the video
+    memory mapped for the CPU;
   * an executed mutant of the choice's path, caught: `results bar1`, a host that reads the arena
     before its wait (gpu-shadow-mismatch); `sysmem uncached`, a conversation that asks uncached
-    only of the CPU mapping (the driver maps system memory as it was allocated: still cached).
+    only of the CPU mapping (the driver maps system memory as it was allocated: still cached);
+    `inputs bar1`, a host that writes the step's scalars to `staging` while the kernels read their
+    banks in the arena (gpu-shadow-mismatch).
 """
 import pytest
 
@@ -23,7 +27,8 @@ from alphac.nvdrv import abi, conversation as conv_mod, image as image_mod
 from test_nvdrv_owner import card_for, host_for, need_mock, owner, refused
 
 ARCH = abi.ARCHES["sm_90"]
-CHOICES = [{"results": "bar1"}, {"sysmem": "uncached"}]
+ALL = {"results": "bar1", "sysmem": "uncached", "inputs": "bar1"}        # every fallback on
+CHOICES = [{"results": "bar1"}, {"sysmem": "uncached"}, {"inputs": "bar1"}, ALL]
 
 
 def fallback(name, **choices):
@@ -60,6 +65,9 @@ def test_a_fallback_prints_the_interpreters_bits_full_and_sampled(choices):
     g, default = built.gpu, owner("lsq_adam", 90)[1]
     vid = g.alloc("vidmem")
     mapped = [c.args[1] for c in built.conversation.calls if c.what == "mmap h_vidmem"]
+    if "bar1" in choices.values():          # the host reads or writes the arena: all of it mapped
+        assert mapped == [vid.size] and f"+{vid.size:#x} fd_map (h_vidmem)" in built.conversation.listing()
+        assert f"+{image_mod.GPFIFO_AREA:#x} fd_map (h_vidmem)" in default.conversation.listing()
     if choices.get("results") == "bar1":
         assert full.copies == sampled.copies == [full.copies[0]]          # the upload alone
         assert full.submissions == 1 + 3 and sampled.submissions == 1 + 4 + 3
@@ -67,14 +75,17 @@ def test_a_fallback_prints_the_interpreters_bits_full_and_sampled(choices):
             assert c.copies == () and list(c.pushbuf[-6:]) == image_mod.semaphore_release(ARCH, g.semaphore_va)
         assert all(va == g.buffers[k] for k, va in g.results.items())       # read in the arena
         assert "results" not in {a.name for a in g.allocations}
-        assert mapped == [vid.size] and f"+{vid.size:#x} fd_map (h_vidmem)" in built.conversation.listing()
-        assert f"+{image_mod.GPFIFO_AREA:#x} fd_map (h_vidmem)" in default.conversation.listing()
         assert all(c.copies for c in default.gpu.chains.values())
     want = "UNCACHED" if choices.get("sysmem") == "uncached" else "CACHED"
     assert full.caching == sampled.caching == [want]       # the CPU mapping as the driver makes it
     assert g.alloc("host").where == f"sysmem-{want.lower()}"
     assert host_coherency(built.conversation) == abi.CONSTANTS[f"NVOS32_ATTR_COHERENCY_{want}"]
     assert host_coherency(default.conversation) == abi.CONSTANTS["NVOS32_ATTR_COHERENCY_CACHED"]
+    # what the host writes each step (banks: scalars; p1, p2: scalar states) and the card reads
+    where = g.alloc("arena") if choices.get("inputs") == "bar1" else g.alloc("staging")
+    writes = [la.cbank_va for la in g.launches] + [s.va for la in g.launches for s in la.scalars] + \
+        [g.buffers["state_p1"], g.buffers["state_p2"]]
+    assert all(where.va <= va < where.va + where.size for va in writes)
 
 
 def test_results_bar1_a_host_that_reads_the_arena_before_its_wait_is_caught(monkeypatch, tmp_path):
@@ -113,3 +124,26 @@ def test_sysmem_uncached_a_conversation_that_asks_it_only_of_the_mapping_is_caug
     (tmp_path / "o").chmod(0o755)
     r = mockgpu.run(tmp_path / "o", ("--steps", "1"), card=card_for(90), kernels=built.kernels)
     assert (r.returncode, r.errors) == (0, []) and r.caching == ["CACHED"]
+
+
+def test_inputs_bar1_scalars_written_where_the_kernels_do_not_read_them_are_caught(monkeypatch, tmp_path):
+    """Under `inputs bar1` the banks are in the arena: a host that still writes each step's scalar
+    parameters to `staging` leaves the kernels reading the image's."""
+    need_mock()
+    import dataclasses
+    from alphac.build import build_gpu_owner
+    from alphac.driver import compile_file
+    from conftest import example
+    plan = image_mod.plan
+
+    def staged_scalars(*a, **k):
+        g = plan(*a, **k)
+        moved = g.alloc("staging").va - image_mod.ARENA_VA
+        return dataclasses.replace(g, launches=tuple(dataclasses.replace(la, scalars=tuple(
+            dataclasses.replace(s, va=s.va + moved) for s in la.scalars)) for la in g.launches))
+    monkeypatch.setattr(image_mod, "plan", staged_scalars)
+    built = build_gpu_owner(compile_file(example("lsq_adam")).learner, "x86_64+sm_90", host_for(90, inputs="bar1"))
+    (tmp_path / "o").write_bytes(built.image.elf)
+    (tmp_path / "o").chmod(0o755)
+    r = mockgpu.run(tmp_path / "o", ("--steps", "1"), card=card_for(90), kernels=built.kernels)
+    refused(r, "gpu-shadow-mismatch")

@@ -572,10 +572,12 @@ def plan(od: OwnerData, built: list, sm: int, share: Share | None = None,
     host's (key, value) of host.CHOICES other than the default (GpuHost.choices): `results bar1`,
     the host reads the card's results in the arena through BAR1 (all of the video memory mapped),
     no copy out, each chain ending with the host's release with WFI; `sysmem uncached`, the
-    system-memory allocation uncached (docs/nvdrv.md "Fallbacks to the verified paths")."""
+    system-memory allocation uncached; `inputs bar1`, the constant banks and MIRRORED buffers in
+    the arena, which the host writes through BAR1 (docs/nvdrv.md "Fallbacks to the verified
+    paths")."""
     pick = dict((k, v[0][0]) for k, v in CHOICES.items()) | dict(choices)
     copied = pick["results"] == "copy"          # else read through BAR1: what the H200 ran on 2026-12-04
-    host_arena = host_arena or not copied
+    host_arena = host_arena or not copied or pick["inputs"] == "bar1"
     share = share or Share.whole(od)
     stack = max((b.image.local for b in built), default=0)
     per_thread = local_per_thread(stack)
@@ -713,7 +715,8 @@ def plan(od: OwnerData, built: list, sm: int, share: Share | None = None,
     by_name = {a.name: a for a in allocs}
     sem_va = by_name["sysmem"].va + SEMAPHORE_OFFSET
     staging = by_name["staging"].va
-    vas = {k: (staging if k in mirrored else ARENA_VA) + v for k, v in buffers.items()}
+    inputs = staging if pick["inputs"] == "sysmem" else ARENA_VA     # where the host writes a step's inputs
+    vas = {k: (inputs if k in mirrored else ARENA_VA) + v for k, v in buffers.items()}
     for name, cols in od.data:          # kernels index rows by the global sample number
         vas[f"data_{name}"] = vas[f"rows_{name}"] - 8 * share.lo * cols
     vas["gs"] = ARENA_VA + gs_off
@@ -745,11 +748,11 @@ def plan(od: OwnerData, built: list, sm: int, share: Share | None = None,
             elif p.type == "u32":
                 struct.pack_into("<I", cbank, at, statics[p.role])
                 if share.batch and p.role in ("count", "n", "rows"):
-                    counts.append(staging + cbank_off[k.name] + at)
+                    counts.append(inputs + cbank_off[k.name] + at)
             else:
-                scalars.append(Scalar(p.ref, p.version, staging + cbank_off[k.name] + at))
+                scalars.append(Scalar(p.ref, p.version, inputs + cbank_off[k.name] + at))
         code_va = ARENA_VA + code_off[k.name]
-        cbank_va = staging + cbank_off[k.name]          # read by the card from system memory
+        cbank_va = inputs + cbank_off[k.name]           # read by the card from system memory (or the arena)
         qmd_va = ARENA_VA + qmd_off[k.name]
         la = Launch(k.name, threads, block, grid, code_va, im.code_sha256, qmd_va, b"", cbank_va,
                     bytes(cbank), tuple(scalars), tuple(counts))
