@@ -9,7 +9,9 @@ process opens its own. Guarantees checked:
     after five steps, with an empty mock error list and the planned kernels launched;
   * a mixed star of an sm_90 owner, a CPU owner and an sm_86 owner under ZeRO-3 does too, and
     so does a star of a CPU owner and a GPU owner whose card description says `map rm` (no UVM
-    file opened: docs/nvdrv.md "Mapping with the RM alone"), and
+    file opened: docs/nvdrv.md "Mapping with the RM alone") and every fallback to 2026-12-04's
+    paths (`results bar1`, `sysmem uncached`, `inputs bar1`: no copy but the upload, system
+    memory mapped uncached; docs/nvdrv.md "Fallbacks to the verified paths"), and
     a hierarchy whose root owner (an aggregator) and a leaf owner are GPU owners;
   * a checkpoint written by the GPU pair resumes on CPU owners and on another GPU pair (another
     product, other minors), one written by CPU owners on that pair: the uninterrupted bits;
@@ -120,7 +122,8 @@ def work(tmp_path_factory):
     (d / "lsq.alpha").write_text(Path(example("lsq_adam")).read_text() + DEPLOYMENTS)
     for key in CARDS:
         (d / f"{key}.gpuhost").write_text(host_text(key))
-    (d / "arm.gpuhost").write_text(host_text("a") + "map rm\n")
+    # the RM's mapping, and every fallback to 2026-12-04's paths (docs/nvdrv.md)
+    (d / "arm.gpuhost").write_text(host_text("a") + "map rm\nresults bar1\nsysmem uncached\ninputs bar1\n")
     for name in ("h200.gpuhost", "h200-1.gpuhost"):      # the example's own deployment's cards
         (d / name).write_bytes((ROOT / "examples" / name).read_bytes())
     old = os.getcwd()
@@ -201,11 +204,14 @@ def test_gpu_owners_with_cpu_owners_in_a_star_under_zero3_and_in_a_hierarchy(wor
 
 
 def test_an_rm_mapped_gpu_owner_beside_a_cpu_owner(work):
+    """Its host also takes every fallback (results bar1, sysmem uncached, inputs bar1): a role's
+    two submissions a step read and write the arena through BAR1."""
     rec = launched(work, "rm_star", 5)
     assert rec["passed"] and rec["published"] == reference(work, "rm_star", 5)
     log = rec["logs"]["owner.1"]
     assert log["errors"] == [] and log["card"] == 0 and log["launches"].count("update_g0") == 5
     assert log["opened"] == ["/dev/nvidia0", "/dev/nvidiactl"]
+    assert (log["copies"], log["caching"]) == (1, ["UNCACHED"])     # the upload alone; system memory uncached
 
 
 def test_checkpoints_move_between_gpu_and_cpu_owners(work, tmp_path):

@@ -12,7 +12,8 @@ CONFIG: {"cards": [{uuid (hex), name, driver, sm, minor, memory, gpu_id, device_
 and optionally "mutate": {kernel: [old, new]} with "mutate_minor": the card whose GPU runs that
 kernel's PTX with its first `old` replaced by `new` (a mutant the host shadow must catch)}.
 Each run writes logs/<pid>.json: argv, the card it opened, the mock's errors, the device calls,
-the kernels launched and the video memory allocated.
+the kernels launched, the video memory allocated, the copies the copy engine made and how the
+driver mapped each system memory for the CPU.
 """
 from __future__ import annotations
 
@@ -63,7 +64,7 @@ def main(argv: list[str]) -> int:
         drv.close()
     log = {"argv": argv[1:], "card": drv.opened.minor if drv.opened else None,
            "errors": drv.errors, "launches": [name for name, _, _, _ in drv.gpu.launches],
-           "vram": drv.vram, "opened": sorted({t[1] for t in drv.trace if t[0] == "openat"
+           "vram": drv.vram, "copies": len(drv.gpu.copies), "caching": drv.caching, "opened": sorted({t[1] for t in drv.trace if t[0] == "openat"
                                                 and str(t[1]).startswith("/dev/nvidia")})}
     Path(cfg["logs"], f"{os.getpid()}.json").write_text(json.dumps(log, indent=1))
     if code is None:
