@@ -12,23 +12,27 @@ takes time (the mock's latency: the channel runs three calls after its doorbell)
     `sysmem uncached`, the system memory allocated UNCACHED, which the mock's driver maps uncached
     for the CPU (the default: CACHED); `inputs bar1`, the constant banks, their scalars and the
     scalar states the kernels read in the arena (the default: in `staging`), all of the video
-    memory mapped for the CPU;
+    memory mapped for the CPU; `upload bar1`, no copy in at start-up, the image and the rows
+    written into the arena, the setup push buffer run from there and ending with the host's
+    release;
   * an executed mutant of the choice's path, caught: `results bar1`, a host that reads the arena
     before its wait (gpu-shadow-mismatch); `sysmem uncached`, a conversation that asks uncached
     only of the CPU mapping (the driver maps system memory as it was allocated: still cached);
     `inputs bar1`, a host that writes the step's scalars to `staging` while the kernels read their
-    banks in the arena (gpu-shadow-mismatch).
+    banks in the arena (gpu-shadow-mismatch); `upload bar1`, a host that writes the data rows to
+    `staging`, which nothing copies to the arena (gpu-shadow-mismatch).
 """
 import pytest
 
 import mockgpu
 import oracle
 from alphac.nvdrv import abi, conversation as conv_mod, image as image_mod
+from nvdrv_decode import decode_entry
 from test_nvdrv_owner import card_for, host_for, need_mock, owner, refused
 
 ARCH = abi.ARCHES["sm_90"]
-ALL = {"results": "bar1", "sysmem": "uncached", "inputs": "bar1"}        # every fallback on
-CHOICES = [{"results": "bar1"}, {"sysmem": "uncached"}, {"inputs": "bar1"}, ALL]
+ALL = {"results": "bar1", "sysmem": "uncached", "inputs": "bar1", "upload": "bar1"}   # every fallback on
+CHOICES = [{"results": "bar1"}, {"sysmem": "uncached"}, {"inputs": "bar1"}, {"upload": "bar1"}, ALL]
 
 
 def fallback(name, **choices):
@@ -69,7 +73,7 @@ def test_a_fallback_prints_the_interpreters_bits_full_and_sampled(choices):
         assert mapped == [vid.size] and f"+{vid.size:#x} fd_map (h_vidmem)" in built.conversation.listing()
         assert f"+{image_mod.GPFIFO_AREA:#x} fd_map (h_vidmem)" in default.conversation.listing()
     if choices.get("results") == "bar1":
-        assert full.copies == sampled.copies == [full.copies[0]]          # the upload alone
+        assert len(full.copies) == len(sampled.copies) == (choices.get("upload") != "bar1")   # the upload alone
         assert full.submissions == 1 + 3 and sampled.submissions == 1 + 4 + 3
         for c in g.chains.values():
             assert c.copies == () and list(c.pushbuf[-6:]) == image_mod.semaphore_release(ARCH, g.semaphore_va)
@@ -86,6 +90,14 @@ def test_a_fallback_prints_the_interpreters_bits_full_and_sampled(choices):
     writes = [la.cbank_va for la in g.launches] + [s.va for la in g.launches for s in la.scalars] + \
         [g.buffers["state_p1"], g.buffers["state_p2"]]
     assert all(where.va <= va < where.va + where.size for va in writes)
+    arena, staging = g.alloc("arena"), g.alloc("staging")
+    setup_va = decode_entry(ARCH, g.setup_entry)[0]
+    if choices.get("upload") == "bar1":      # the image and the rows written into the arena, no copy in
+        assert not any(c[:2] == (staging.va, arena.va) for c in full.copies)
+        assert list(g.setup_pushbuf[-6:]) == image_mod.semaphore_release(ARCH, g.semaphore_va)
+        assert arena.va <= setup_va < arena.va + arena.size and g.staged("rows_x") == g.buffers["rows_x"]
+    else:
+        assert full.copies[0][:2] == (staging.va, arena.va) and staging.va <= setup_va < staging.va + staging.size
 
 
 def test_results_bar1_a_host_that_reads_the_arena_before_its_wait_is_caught(monkeypatch, tmp_path):
@@ -143,6 +155,21 @@ def test_inputs_bar1_scalars_written_where_the_kernels_do_not_read_them_are_caug
             dataclasses.replace(s, va=s.va + moved) for s in la.scalars)) for la in g.launches))
     monkeypatch.setattr(image_mod, "plan", staged_scalars)
     built = build_gpu_owner(compile_file(example("lsq_adam")).learner, "x86_64+sm_90", host_for(90, inputs="bar1"))
+    (tmp_path / "o").write_bytes(built.image.elf)
+    (tmp_path / "o").chmod(0o755)
+    r = mockgpu.run(tmp_path / "o", ("--steps", "1"), card=card_for(90), kernels=built.kernels)
+    refused(r, "gpu-shadow-mismatch")
+
+
+def test_upload_bar1_rows_written_where_nothing_copies_them_are_caught(monkeypatch, tmp_path):
+    """Under `upload bar1` the setup copies nothing: rows written to `staging` never reach the card."""
+    need_mock()
+    from alphac.build import build_gpu_owner
+    from alphac.driver import compile_file
+    from conftest import example
+    monkeypatch.setattr(image_mod.GpuImage, "staged", lambda self, name: self.alloc("staging").va
+                        + self.buffers[name] - image_mod.ARENA_VA)
+    built = build_gpu_owner(compile_file(example("lsq_adam")).learner, "x86_64+sm_90", host_for(90, upload="bar1"))
     (tmp_path / "o").write_bytes(built.image.elf)
     (tmp_path / "o").chmod(0o755)
     r = mockgpu.run(tmp_path / "o", ("--steps", "1"), card=card_for(90), kernels=built.kernels)

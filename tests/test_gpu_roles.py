@@ -10,7 +10,7 @@ process opens its own. Guarantees checked:
   * a mixed star of an sm_90 owner, a CPU owner and an sm_86 owner under ZeRO-3 does too, and
     so does a star of a CPU owner and a GPU owner whose card description says `map rm` (no UVM
     file opened: docs/nvdrv.md "Mapping with the RM alone") and every fallback to 2026-12-04's
-    paths (`results bar1`, `sysmem uncached`, `inputs bar1`: no copy but the upload, system
+    paths (`results bar1`, `sysmem uncached`, `inputs bar1`, `upload bar1`: no copy, system
     memory mapped uncached; docs/nvdrv.md "Fallbacks to the verified paths"), and
     a hierarchy whose root owner (an aggregator) and a leaf owner are GPU owners;
   * a checkpoint written by the GPU pair resumes on CPU owners and on another GPU pair (another
@@ -123,7 +123,7 @@ def work(tmp_path_factory):
     for key in CARDS:
         (d / f"{key}.gpuhost").write_text(host_text(key))
     # the RM's mapping, and every fallback to 2026-12-04's paths (docs/nvdrv.md)
-    (d / "arm.gpuhost").write_text(host_text("a") + "map rm\nresults bar1\nsysmem uncached\ninputs bar1\n")
+    (d / "arm.gpuhost").write_text(host_text("a") + "map rm\nresults bar1\nsysmem uncached\ninputs bar1\nupload bar1\n")
     for name in ("h200.gpuhost", "h200-1.gpuhost"):      # the example's own deployment's cards
         (d / name).write_bytes((ROOT / "examples" / name).read_bytes())
     old = os.getcwd()
@@ -204,14 +204,14 @@ def test_gpu_owners_with_cpu_owners_in_a_star_under_zero3_and_in_a_hierarchy(wor
 
 
 def test_an_rm_mapped_gpu_owner_beside_a_cpu_owner(work):
-    """Its host also takes every fallback (results bar1, sysmem uncached, inputs bar1): a role's
-    two submissions a step read and write the arena through BAR1."""
+    """Its host also takes every fallback (results bar1, sysmem uncached, inputs bar1, upload
+    bar1): its start-up and a role's two submissions a step write and read the arena through BAR1."""
     rec = launched(work, "rm_star", 5)
     assert rec["passed"] and rec["published"] == reference(work, "rm_star", 5)
     log = rec["logs"]["owner.1"]
     assert log["errors"] == [] and log["card"] == 0 and log["launches"].count("update_g0") == 5
     assert log["opened"] == ["/dev/nvidia0", "/dev/nvidiactl"]
-    assert (log["copies"], log["caching"]) == (1, ["UNCACHED"])     # the upload alone; system memory uncached
+    assert (log["copies"], log["caching"]) == (0, ["UNCACHED"])     # no copy at all; system memory uncached
 
 
 def test_checkpoints_move_between_gpu_and_cpu_owners(work, tmp_path):

@@ -53,6 +53,7 @@ def constants(img: GpuImage, conv: Conversation, table: bytes) -> dict[str, int]
         "NV_SLOT_TOKEN": conv.slots["token"],
         "GPU_IMAGE_BYTES": len(img.image),
         "GPU_STAGING": img.alloc("staging").va,
+        "GPU_UPLOAD_BAR1": img.upload if img.upload != img.alloc("staging").va else 0,   # `upload bar1`
         "GPU_SEMAPHORE": img.semaphore_va,
         "GPU_RELEASED": SEM_RELEASED,
         "GPU_RING": img.ring_va,

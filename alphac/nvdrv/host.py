@@ -20,10 +20,11 @@ A host description is a small text file, one `key value` per line, `#` comments:
     results  copy                                        # copy (default) or bar1 (optional)
     sysmem   cached                                      # cached (default) or uncached (optional)
     inputs   sysmem                                      # sysmem (default) or bar1 (optional)
+    upload   copy                                        # copy (default) or bar1 (optional)
 
 or the same as build options (`--gpu-uuid`, `--gpu-product`, `--gpu-memory`, `--driver`,
 `--gpu-minor`, `--gpu-topology`, `--gpu-map`, `--gpu-results`, `--gpu-sysmem`,
-`--gpu-inputs`), which override the file's lines. `gpu/qualify.py` writes one from the machine.
+`--gpu-inputs`, `--gpu-upload`), which override the file's lines. `gpu/qualify.py` writes one from the machine.
 
 `topology`: GR_GET_INFO's LITTER_NUM_GPCS, LITTER_NUM_TPC_PER_GPC, LITTER_NUM_SM_PER_TPC and
 MAX_WARPS_PER_SM (`--probe-identity` prints them); it sizes a spilling owner's local memory (image.py).
@@ -31,7 +32,7 @@ MAX_WARPS_PER_SM (`--probe-identity` prints them); it sizes a spilling owner's l
 `map`: how the owner maps its memory for the GPU (conversation.py, docs/nvdrv.md "Mapping with the
 RM alone"): `uvm` through nvidia-uvm.ko (what ran on the H200), `rm` with the RM alone (no UVM file).
 It is one row of `CHOICES`, the table of how the owner drives the card, which makes each key, its
-`--gpu-KEY` build option and its check. `results`, `sysmem` and `inputs` each choose between
+`--gpu-KEY` build option and its check. `results`, `sysmem`, `inputs` and `upload` each choose between
 today's path (the default) and the one that ran on the H200 on 2026-12-04 (image.plan reads them;
 docs/nvdrv.md "Fallbacks to the verified paths").
 
@@ -50,7 +51,7 @@ UNITS = {"": 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1
 # How the owner drives the card, each a host key and the build option --gpu-KEY: the values, the
 # first the default, and what the choice is (the help text). One table: the options, the file's
 # keys, describe() and the checks read it.
-# Each default is today's path; the other value of results, sysmem and inputs is the fallback to
+# Each default is today's path; the other value of results, sysmem, inputs and upload is the fallback to
 # the paths the H200 ran on 2026-12-04 (docs/nvdrv.md "Fallbacks to the verified paths").
 CHOICES = {"map": (("uvm", "rm"), "how the GPU maps the owner's memory: through nvidia-uvm (uvm, the "
                    "default) or with the RM alone (rm; docs/nvdrv.md)"),
@@ -60,7 +61,10 @@ CHOICES = {"map": (("uvm", "rm"), "how the GPU maps the owner's memory: through 
                       "and staging: cached (the default) or uncached (uncached)"),
            "inputs": (("sysmem", "bar1"), "where the host writes a step's inputs (constant banks, idx, rd, "
                       "mirrored states) for the card: system memory (sysmem, the default) or video memory "
-                      "through BAR1 (bar1)")}
+                      "through BAR1 (bar1)"),
+           "upload": (("copy", "bar1"), "how the launch image and the data rows reach the card at start-up: "
+                      "written to system memory and copied by the copy engine (copy, the default) or written "
+                      "into video memory through BAR1 (bar1)")}
 KEYS = ("uuid", "product", "memory", "driver", "minor", "topology", *CHOICES)
 TOPOLOGY_NAMES = ("gpcs", "tpcs-per-gpc", "sms-per-tpc", "warps-per-sm")
 _UUID = re.compile(r"GPU-([0-9a-fA-F]{8})-([0-9a-fA-F]{4})-([0-9a-fA-F]{4})-([0-9a-fA-F]{4})-([0-9a-fA-F]{12})")

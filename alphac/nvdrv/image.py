@@ -36,6 +36,8 @@ semaphore, one GPFIFO entry, GPPut and the doorbell, and it reads the card's res
 `results`. The *launch
 image* is the arena's initial bytes (code to the end of the constants); the executable carries it
 with its SHA-256, checks that, and writes it to `staging`, whence the setup push buffer copies it.
+The host choices `results`, `inputs` and `upload` bar1 (host.CHOICES: the paths of 2026-12-04)
+put what the host reads, writes each step and uploads in the arena instead, through BAR1.
 
 Memory demand (what admission checks against the card's declared memory, E0120) is the video
 memory allocated: the arena with the GPFIFO area, and the local-memory area, in 2 MiB units.
@@ -227,6 +229,9 @@ class GpuImage:
                                                    # share launches none of them
     results: dict = field(default_factory=dict)   # buffer name -> where the host reads it: its copy in
                                                    # `results`, or under `results bar1` itself (BAR1)
+    upload: int = 0                # where the host writes the rows (and the card fetches the setup
+                                   # push buffer): `staging`, or under `upload bar1` the arena (BAR1),
+                                   # the image to both
 
     def alloc(self, name: str) -> Allocation:
         return next(a for a in self.allocations if a.name == name)
@@ -248,8 +253,8 @@ class GpuImage:
         return sum(a.size for a in self.memories if a.where in ("vidmem", "vidmem-gpu"))
 
     def staged(self, name: str) -> int:
-        """Where the host writes buffer `name` at start-up: its place in `staging`."""
-        return self.alloc("staging").va + self.buffers[name] - ARENA_VA
+        """Where the host writes buffer `name` at start-up: its place in `staging` (`upload`)."""
+        return self.upload + self.buffers[name] - ARENA_VA
 
     @property
     def semaphore_va(self) -> int:
@@ -573,11 +578,14 @@ def plan(od: OwnerData, built: list, sm: int, share: Share | None = None,
     the host reads the card's results in the arena through BAR1 (all of the video memory mapped),
     no copy out, each chain ending with the host's release with WFI; `sysmem uncached`, the
     system-memory allocation uncached; `inputs bar1`, the constant banks and MIRRORED buffers in
-    the arena, which the host writes through BAR1 (docs/nvdrv.md "Fallbacks to the verified
+    the arena, which the host writes through BAR1; `upload bar1`, the launch image and the data
+    rows written into the arena through BAR1 at start-up, the setup push buffer run from there
+    with no copy, ending with the host's release (docs/nvdrv.md "Fallbacks to the verified
     paths")."""
     pick = dict((k, v[0][0]) for k, v in CHOICES.items()) | dict(choices)
     copied = pick["results"] == "copy"          # else read through BAR1: what the H200 ran on 2026-12-04
-    host_arena = host_arena or not copied or pick["inputs"] == "bar1"
+    uploaded = pick["upload"] == "copy"         # else the image and the rows written through BAR1
+    host_arena = host_arena or not copied or not uploaded or pick["inputs"] == "bar1"
     share = share or Share.whole(od)
     stack = max((b.image.local for b in built), default=0)
     per_thread = local_per_thread(stack)
@@ -664,7 +672,7 @@ def plan(od: OwnerData, built: list, sm: int, share: Share | None = None,
     rows_bytes = sum(round_up(8 * max(1, rows * cols), 256) for _, cols in od.data)
     setup_dwords = SETUP_DWORDS + (SETUP_LOCAL_DWORDS if stack else 0)
     pieces = -(-(len(arena) + 4 * setup_dwords + 2048 + rows_bytes) // COPY_PIECE)
-    setup_off = put(bytes(4 * (setup_dwords + copies_dwords([(0, 0, pieces * COPY_PIECE)]))), 256)
+    setup_off = put(bytes(4 * (setup_dwords + copies_dwords([(0, 0, pieces * COPY_PIECE)] * uploaded))), 256)
     image_end = round_up(len(arena), 8)
     end = round_up(image_end, 256)
     for name, cols in od.data:          # written by the host at start-up: past the image
@@ -770,11 +778,12 @@ def plan(od: OwnerData, built: list, sm: int, share: Share | None = None,
         chains[c] = Chain(launched(c), ARENA_VA + off, tuple(pb), gpfifo_entry(arch, ARENA_VA + off, len(pb)),
                           copies)
     local_va = by_name["local"].va if stack else 0
-    setup = setup_pushbuf(arch, sem_va, local_va, per_tpc, (staging, ARENA_VA, upload_end))
+    setup = setup_pushbuf(arch, sem_va, local_va, per_tpc, (staging, ARENA_VA, upload_end) if uploaded else None)
     arena[setup_off:setup_off + 4 * len(setup)] = struct.pack(f"<{len(setup)}I", *setup)
+    upload = staging if uploaded else ARENA_VA          # where the host writes the rows
     image = bytes(arena[:image_end]) + bytes(image_end - len(arena))
     return GpuImage(sm, arch, tuple(allocs), tuple(launches), tuple(setup),
-                    gpfifo_entry(arch, staging + setup_off, len(setup)), vas, image,
+                    gpfifo_entry(arch, upload + setup_off, len(setup)), vas, image,
                     hashlib.sha256(image).digest(), per_thread, per_tpc, topology if stack else None,
-                    {c: chains.get(c) for c in od.chains}, results)
+                    {c: chains.get(c) for c in od.chains}, results, upload)
 
