@@ -183,6 +183,7 @@ class Accesses:
 
     def __init__(self, memory: GpuMemory):
         self.memory, self.loads, self.stores = memory, set(), set()
+        self.before: dict[int, bytes] = {}          # each stored word as it was before the launch
 
     def load(self, va: int) -> float:
         self.loads.add(va)
@@ -190,6 +191,8 @@ class Accesses:
 
     def store(self, va: int, value: float) -> None:
         self.stores.add(va)
+        if va not in self.before:
+            self.before[va] = self.memory.read(va, 8)
         self.memory.store(va, value)
 
 
@@ -200,7 +203,8 @@ class Channel:
         self.userd, self.userd_off, self.group = userd, userd_off, group
         self.compute: int | None = None               # the compute class allocated on it
         self.copy: int | None = None                  # the DMA copy class allocated on it
-        self.unfenced: dict[int, str] = {}            # since the last host WFI: word -> the launch that wrote it
+        self.unfenced: dict[int, tuple[str, bytes]] = {}   # since the last host WFI: word -> the launch
+                                                           # that wrote it, the bytes it held before
         self.get = 0
         self.subch: dict[int, int] = {}               # subchannel -> bound class
         self.regs: dict[str, int] = {}                # method name -> last data
@@ -378,7 +382,8 @@ class Gpu:
         """A LAUNCH_DMA: a linear copy (pitch to pitch, virtual addresses, one line) and/or the copy
         engine's one-word semaphore release; any other field set is an error, as is a copy of
         words a launch wrote since the last host WFI (the copy engine does not wait for the
-        compute engine), one outside the GPU's mappings, or a release without flush."""
+        compute engine: such a copy reads those words as they were before the launch, the worst
+        a card may do), one outside the GPU's mappings, or a release without flush."""
         b = self.arch.copy_methods
         f = lambda k: bits(data, f"{b}_LAUNCH_DMA_{k}")                          # noqa: E731
         v = lambda k, val: CONSTANTS[f"{b}_LAUNCH_DMA_{k}_{val}"]                # noqa: E731
@@ -412,13 +417,18 @@ class Gpu:
                 return
             try:
                 self.memory.where(dst, n)
-                got = self.memory.read(src, n)
+                got = bytearray(self.memory.read(src, n))
             except KeyError as e:
                 self.errors.append(f"a copy of {n} bytes from {src:#x} to {dst:#x}: {e.args[0]}")
                 return
-            for va in sorted(set(range(src - src % 8, src + n, 8)) & ch.unfenced.keys())[:1]:
-                self.errors.append(f"a copy reads {va:#x}, which {ch.unfenced[va]} wrote with no host WFI "
+            overtaken = sorted(set(range(src - src % 8, src + n, 8)) & ch.unfenced.keys())
+            for va in overtaken[:1]:
+                self.errors.append(f"a copy reads {va:#x}, which {ch.unfenced[va][0]} wrote with no host WFI "
                                    "between them")
+            for va in overtaken:            # the copy engine overtook the kernel: the word as it was
+                for j, byte in enumerate(ch.unfenced[va][1]):
+                    if src <= va + j < src + n:
+                        got[va + j - src] = byte
             self.memory.write(dst, got)
             self.copies.append((src, dst, n))
         sem = f("SEMAPHORE_TYPE")
@@ -524,6 +534,6 @@ class Gpu:
             self.errors.append(f"{k.name} {'writes' if va in seen.stores else 'reads'} {va:#x}, which {other} "
                                f"{'wrote' if va in ch.written else 'read'} with no wait-for-idle between them")
         ch.written.update(dict.fromkeys(seen.stores, k.name))
-        ch.unfenced.update(dict.fromkeys(seen.stores, k.name))
+        ch.unfenced.update({va: (k.name, ch.unfenced.get(va, ("", seen.before[va]))[1]) for va in seen.stores})
         ch.read.update(dict.fromkeys(seen.loads, k.name))
         self.launches.append((k.name, grid, block, args))
