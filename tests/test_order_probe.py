@@ -83,3 +83,17 @@ def test_verdicts_from_what_the_probe_printed():
     assert "in 2.500 ms" in v[0]["note"] and "exit 127, refused: gpu-timeout" in v[2]["note"]
     assert op.verdicts(out.replace(f"{m[0]} {m[0]}", f"{m[0]} {'0' * 16}"), 0, "", 3)[0]["result"] == "failed"
     assert op.marker(0, 0) == 1 and op.marker(0, 1) == (op.LCG_A + op.LCG_C) % (1 << 64)
+
+
+def test_a_probe_that_cannot_be_built_is_not_fatal(tmp_path, monkeypatch):
+    """qualify.py's `order`: whatever the probe does, one `no-verdict` line a case and why."""
+    from types import SimpleNamespace
+    q = script("qualify")
+    import order_probe
+
+    def broken(*args, **kw):
+        raise RuntimeError("ptxas said no")
+    monkeypatch.setattr(order_probe, "build", broken)
+    got = q.order(SimpleNamespace(order_spins=SPINS), None, 90, tmp_path, None)
+    assert [(v["case"], v["result"]) for v in got["verdicts"]] == [(c, "no-verdict") for c, *_ in order_probe.CASES]
+    assert all("RuntimeError: ptxas said no" in v["note"] for v in got["verdicts"]) and "exit" not in got
