@@ -121,8 +121,8 @@ budget_for() {        # budget_for WANTED: the seconds a stage may have, the dea
     [ "$1" -lt "$left" ] && echo "$1" || echo "$left"
 }
 
-line() {              # line STAGE RESULT MS BUDGET NOTE
-    printf '%-26s %-14s %8s %7s  %s\n' "$1" "$2" "$(secs "$3")" "$4" "$5" >>"$SUMMARY"
+line() {              # line STAGE RESULT MS BUDGET NOTE (MS "-": not timed)
+    printf '%-26s %-14s %8s %7s  %s\n' "$1" "$2" "$([ "$3" = - ] && echo - || secs "$3")" "$4" "$5" >>"$SUMMARY"
 }
 
 pack_records() {      # the run records and the raw trace, as they are now
@@ -235,7 +235,7 @@ for i in "${!VARIANTS[@]}"; do
     vrc=$RC vnote=$NOTE
     # the ordering probe's verdicts (qualify.py's `order CASE RESULT NOTE` lines), one line each
     while read -r _ case result note; do
-        line "order:$v:$case" "$result" 0 - "$note"
+        line "order:$v:$case" "$result" - - "$note"
     done < <(tail -c +"$((vfrom + 1))" "$OUT/qualify.txt" | grep '^order ')
     [ "$vrc" -eq -1 ] || dmesg_after "qualify:$v"
     if [ "$vrc" -eq 0 ]; then verdict="passed" why="variant $v"; break; fi
