@@ -37,7 +37,10 @@ import struct
 from dataclasses import replace
 
 LCG_A, LCG_C, M64 = 6364136223846793005, 1442695040888963407, (1 << 64) - 1   # Knuth's MMIX LCG
-SPINS = 200_000          # on a card: about 1 ms at the H200's boost clock, 6 ms at its idle 345 MHz
+# on a card: by estimate (about 16 cycles an iteration, a 64-bit multiply by a constant and an
+# add; not yet timed: the verdicts give each case's milliseconds) 1 to 2 ms at the H200's boost
+# clock, several at its idle 345 MHz. Under the mock keep it small: the PTX interpreter runs each.
+SPINS = 200_000
 WORDS = 4                # G: A's marker, B's copy of it, the compute-copy marker, the control's
 # (name, kernels of its chain, the word its verdict reads, the slot whose marker it must hold)
 CASES = (("compute-compute", ("order_spin0", "order_copy"), 1, 0),
@@ -127,7 +130,7 @@ def build(sm: int, host, spins: int, drop_wfi: tuple[str, ...] = (CONTROL,)):
     `kernels` what a mock GPU runs); `drop_wfi`: the cases whose push buffer loses the host's WFI
     (the control; a test adds compute-copy, a broken order)."""
     from alphac import ptx
-    from alphac.build import GpuBuild, link_program, program_for, with_data
+    from alphac.build import GpuBuild, Image, link_program, program_for, with_data
     from alphac.diag import CompileError, Sink, Source
     from alphac.driver import front_end
     from alphac.lower import gpu as gpu_lowering
@@ -159,7 +162,6 @@ def build(sm: int, host, spins: int, drop_wfi: tuple[str, ...] = (CONTROL,)):
     tgt = target("x86_64")
     prog, gen = program_for(lr, tgt, main="gpu", extra=text, blobs=blobs)
     elf, code, addrs = link_program(prog, tgt)
-    from alphac.build import Image
     return GpuBuild(Image(tgt, elf, code, prog, gen + "\n" + text, addrs), built, img, conv, tool)
 
 

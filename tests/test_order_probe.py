@@ -6,8 +6,9 @@
   * against the mock (the PTX interpreter runs A's 16 spins, B and the copies): B and the copy
     after the WFI see A's marker (`passed`), the control's copy does not (`no-order`: the mock's
     copy engine overtakes a kernel no WFI waited for) and the mock reports exactly that copy;
-  * a broken order, compute-copy built without its WFI, is reported `failed`; a probe that
-    printed nothing for a case says `no-verdict`, with its exit and refusal.
+  * a broken order, compute-copy built without its WFI or compute-compute without its
+    WAIT_FOR_IDLE, is reported `failed`; a probe that printed nothing for a case says
+    `no-verdict`, with its exit and refusal; one that cannot be built does not stop qualify.py.
 """
 from pathlib import Path
 
@@ -71,6 +72,17 @@ def test_a_broken_order_is_reported_failing(tmp_path):
     r, got = run(op, built, exe)
     assert got == {"compute-compute": "passed", "control-no-wfi": "no-order", "compute-copy": "failed"}
     assert r.errors == [copy_report(built, 3), copy_report(built, 2)]
+
+
+def test_kernels_without_their_wait_for_idle_are_reported_failing(tmp_path, monkeypatch):
+    """The owners' builder without the compute WAIT_FOR_IDLE: B may run beside A, and the mock's
+    B reads G[0] as it was before A (the second kernel overtook the first): `failed`."""
+    monkeypatch.setattr(image, "wait_for_idle", lambda arch: [])
+    op, built, exe = probe(tmp_path)
+    r, got = run(op, built, exe)
+    assert got == {"compute-compute": "failed", "control-no-wfi": "no-order", "compute-copy": "passed"}
+    assert r.errors == [f"order_copy reads {built.gpu.buffers['G']:#x}, which order_spin0 wrote with no "
+                        "wait-for-idle between them", copy_report(built, 3)]
 
 
 def test_verdicts_from_what_the_probe_printed():

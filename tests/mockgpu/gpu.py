@@ -179,14 +179,18 @@ class LocalFrames:
 
 
 class Accesses:
-    """The memory as one launch sees it: what it loads and stores, recorded."""
+    """The memory as one launch sees it: what it loads and stores, recorded; a word in `stale`
+    (an earlier launch wrote it with no wait-for-idle between) it loads as it was before that
+    launch, until it stores the word itself (this launch overtook the earlier one)."""
 
-    def __init__(self, memory: GpuMemory):
-        self.memory, self.loads, self.stores = memory, set(), set()
+    def __init__(self, memory: GpuMemory, stale: dict[int, bytes] | None = None):
+        self.memory, self.loads, self.stores, self.stale = memory, set(), set(), stale or {}
         self.before: dict[int, bytes] = {}          # each stored word as it was before the launch
 
     def load(self, va: int) -> float:
         self.loads.add(va)
+        if va in self.stale and va not in self.stores:
+            return struct.unpack("<d", self.stale[va])[0]
         return self.memory.load(va)
 
     def store(self, va: int, value: float) -> None:
@@ -208,7 +212,8 @@ class Channel:
         self.get = 0
         self.subch: dict[int, int] = {}               # subchannel -> bound class
         self.regs: dict[str, int] = {}                # method name -> last data
-        self.written: dict[int, str] = {}             # since the last wait-for-idle: word -> writer
+        self.written: dict[int, tuple[str, bytes]] = {}   # since the last wait-for-idle: word -> its
+                                                          # writer, the bytes it held before
         self.read: dict[int, str] = {}                # ... word -> a reader
 
     @property
@@ -523,17 +528,17 @@ class Gpu:
             local = self.local_frames(ch, k.name, im.local, q, self.memory.u64(cb + 40))
             if local is None:
                 return
-        seen = Accesses(self.memory)
+        seen = Accesses(self.memory, {va: before for va, (_, before) in ch.written.items()})
         try:
             prog.launch(seen, args, grid * block, block=block, grid=grid, ntid=ntid, nctaid=nctaid,
                         local=local)
         except KeyError as e:
             self.errors.append(f"{k.name}: {e}")
         for va in sorted((seen.loads | seen.stores) & ch.written.keys() | seen.stores & ch.read.keys())[:1]:
-            other = ch.written.get(va) or ch.read[va]
+            other = ch.written[va][0] if va in ch.written else ch.read[va]
             self.errors.append(f"{k.name} {'writes' if va in seen.stores else 'reads'} {va:#x}, which {other} "
                                f"{'wrote' if va in ch.written else 'read'} with no wait-for-idle between them")
-        ch.written.update(dict.fromkeys(seen.stores, k.name))
+        ch.written.update({va: (k.name, ch.written.get(va, ("", seen.before[va]))[1]) for va in seen.stores})
         ch.unfenced.update({va: (k.name, ch.unfenced.get(va, ("", seen.before[va]))[1]) for va in seen.stores})
         ch.read.update(dict.fromkeys(seen.loads, k.name))
         self.launches.append((k.name, grid, block, args))
