@@ -23,6 +23,9 @@ launch that reads or writes a word another launch since the last wait-for-idle w
 one it read: a chain of launches that leaves a dependency unordered is an error. The copy engine
 is another engine: the compute WAIT_FOR_IDLE does not order it, the host's WFI (or a release with
 RELEASE_WFI) does, so a copy that reads a word a launch wrote since the last of those is an error.
+Either way the unordered reader also gets the word as it was before that launch wrote it (it
+overtook the launch, the worst a card may do), so the missing order shows in the bits too: what
+gpu/order_probe.py's control reads.
 With the driver's `latency` the whole channel, copies included, runs only calls after the
 doorbell, so a host that reads the copies before its wait reads what was there before.
 
