@@ -64,7 +64,7 @@ def kernels(sm: int, spins: int) -> list:
     from alphac.ptx.abi import Kernel, Param
     from alphac.ptx.render import Emitter
     out = []
-    for slot in (0, 2, 3):
+    for slot in sorted({slot for *_, slot in CASES}):
         em = Emitter()
         g = em.op("global", em.op("ldp64", "G"))
         x, i = em.op("movi64", slot + 1), em.op("movi64", 0)
