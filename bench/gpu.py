@@ -7,8 +7,9 @@ The learners (issue 42), each trained with Adam:
 (gpu/local_check.py's generators write the first two, their data as .npy files beside them.)
 
 For each, the same span is timed on every side, the set-up apart and warm-up excluded:
-  * alphac's GPU owner (with the full host shadow, and with `--shadow sampled` where the owner
-    allows it, exact_sum's least squares included: docs/gpu.md "Shadow policies") and CPU executable: a step by difference, a run of
+  * alphac's GPU owner (with the full host shadow, and with `--shadow sampled` at each rate of
+    --rates where the owner allows it, exact_sum's least squares included: docs/gpu.md "Shadow
+    policies"; built with the host choices of --choose) and CPU executable: a step by difference, a run of
     W + N steps minus a run of W steps, over N (start-up, reading the data and the first W steps
     cancel); the GPU owner's start-up is a whole `--steps 0` run, its parts from its events file:
     alone (`cold`), then with this process holding the GPU's files open (`fds`), then holding
@@ -26,6 +27,7 @@ spread (lowest..highest) over the rounds, and whether the GPU owner's printed st
 steps is the CPU executable's, bit for bit, under each policy. Without a card, torch or CUDA, the rows say so.
 
     python bench/gpu.py [--learners lsq,mlp,digits] [--steps N] [--warmup W] [--rounds R] [--out DIR]
+                        [--rates 8,64] [--choose KEY=VALUE ...]
     python bench/gpu.py --quick [--runner FILE.py:FUNCTION] [--proc DIR]
 
 --quick: small learners (8 x 64 least squares, a 6-5-3 MLP on 16 samples), 2 + 2 steps, 2
@@ -281,6 +283,8 @@ def bench(args, runner) -> int:
     except NoCard as e:
         print(f"bench/gpu.py: {e.args[1]}", file=sys.stderr)
         return e.args[0]
+    for key, value in args.choose:      # how every owner drives the card (the default otherwise)
+        host = host.choose(key, value)
     level = next(t for t in ("x86_64-v4", "x86_64-v3", "x86_64") if host_runs(t))
     made = {}
     for name in args.learners:
@@ -295,8 +299,9 @@ def bench(args, runner) -> int:
         gpu_exe = out / "bin" / f"{lr.name}.sm_{sm}"
         exes = {"gpu": (gpu_exe, gpu, gpu.image.elf, ()),
                 "cpu": (out / "bin" / f"{lr.name}.{level}", None, build_learner(lr, level).elf, ())}
-        if can_sample(lr):              # the sampled shadow, where the owner allows it
-            exes["sampled"] = (gpu_exe, gpu, gpu.image.elf, ("--shadow", "sampled"))
+        for rate in args.rates * can_sample(lr):      # the sampled shadow, where the owner allows it
+            exes[f"sampled 1/{rate}"] = (gpu_exe, gpu, gpu.image.elf,
+                                         ("--shadow", "sampled", "--shadow-rate", str(rate)))
         for path, _, elf, _ in exes.values():
             path.write_bytes(elf)
             path.chmod(0o755)
@@ -313,9 +318,10 @@ def bench(args, runner) -> int:
     torch, why = torch_or_why()
     device = "cuda" if torch is not None and not why else "cpu"
     rows, ok, graph_failed = [], True, {}
+    sampled = [f"sampled 1/{rate}" for rate in args.rates]
     for name in args.learners:
         title, size, lr, gpu, exes, build_s = made[name]
-        times = {k: [] for k in ("gpu", "sampled", "cpu", "torch", "graph")}
+        times = {k: [] for k in ("gpu", *sampled, "cpu", "torch", "graph")}
         outputs, w, n = {}, args.warmup, args.steps
         for _ in range(args.rounds):
             for kind, (path, built, _, more) in exes.items():
@@ -332,20 +338,22 @@ def bench(args, runner) -> int:
                         graph_failed[name] = str(e).splitlines()[0][:200]
         same = all(outputs[k][:2] == (0, 0) and outputs[k][2] == outputs["cpu"][2] for k in outputs)
         ok = ok and same
-        rows.append({"learner": title, "gpu": times["gpu"], "sampled": times["sampled"], "cpu": times["cpu"],
+        rows.append({"learner": title, "gpu": times["gpu"], "sampled": {k: times[k] for k in sampled}, "cpu": times["cpu"],
                      "start": starts[name]["cold"]["start"], "start_ups": starts[name],
                      "torch": times["torch"], "graph": times["graph"], "bits": same,
                      "build_s": round(build_s, 2), "rm": {**{k: v for k, v in rms[name].items() if k != "run"},
                                                 "bits": rms[name]["run"] == (0, outputs["cpu"][2])}})
     where = "against the mock: times mean nothing" if args.runner else f"sm_{sm}, {host.product}"
     print(f"# GPU owner beside the CPU executable ({level}) and PyTorch float64 ({where}); "
-          f"{args.rounds} rounds of {args.warmup} + {args.steps} steps; ms a step, median (spread)")
+          f"{args.rounds} rounds of {args.warmup} + {args.steps} steps; ms a step, median (spread)"
+          + "".join(f"; {k} {v}" for k, v in host.choices))
     print(f"# torch: {why or 'CUDA, eager and a CUDA graph'}" if torch is not None else f"# {why}")
-    print("| learner | alphac GPU owner | alphac GPU owner, sampled shadow | alphac CPU executable | "
-          "PyTorch eager | PyTorch CUDA graph | GPU start-up | bits = CPU |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+    print("| learner | alphac GPU owner | " + "".join(f"alphac GPU owner, {k} | " for k in sampled)
+          + "alphac CPU executable | PyTorch eager | PyTorch CUDA graph | GPU start-up | bits = CPU |")
+    print("| --- | ---: | " + "---: | " * len(sampled) + "---: | ---: | ---: | ---: | --- |")
     for r in rows:
-        print(f"| {r['learner']} | {ms(r['gpu'])} | {ms(r['sampled'])} | {ms(r['cpu'])} | {ms(r['torch'])} | "
+        print(f"| {r['learner']} | {ms(r['gpu'])} | " + "".join(f"{ms(r['sampled'][k])} | " for k in sampled)
+              + f"{ms(r['cpu'])} | {ms(r['torch'])} | "
               f"{ms(r['graph'])} | {ms(r['start'])} | {'yes' if r['bits'] else 'NO'} |")
     for name, why_not in sorted(graph_failed.items()):
         print(f"# {name}: no CUDA graph: {why_not}")
@@ -362,6 +370,10 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=20, help="timed steps a round")
     ap.add_argument("--warmup", type=int, default=3, help="untimed steps before them")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds")
+    ap.add_argument("--rates", default=None, help="the sampled shadow's rates timed, comma-separated "
+                    "(--shadow-rate N: one step in N proven on the host; default 8,64, --quick 8)")
+    ap.add_argument("--choose", action="append", default=[], metavar="KEY=VALUE",
+                    help="a host choice for every GPU owner built (alphac/nvdrv/host.py CHOICES, e.g. map=rm)")
     ap.add_argument("--quick", action="store_true", help="small learners, 2 + 2 steps, 2 rounds")
     ap.add_argument("--out", help="where the executables, the host description and bench-gpu.json go")
     ap.add_argument("--runner", help="FILE.py:FUNCTION that runs each executable (a test hook)")
@@ -377,6 +389,18 @@ def main(argv=None) -> int:
     if min(args.steps, args.rounds) < 1 or args.warmup < 0:
         ap.error("--steps and --rounds at least 1, --warmup at least 0")
     args.learners = names
+    try:
+        args.rates = [int(r) for r in (args.rates or ("8" if args.quick else "8,64")).split(",")]
+    except ValueError:
+        ap.error("--rates: whole numbers, comma-separated")
+    if min(args.rates) < 1:
+        ap.error("--rates: each at least 1")
+    from alphac.nvdrv.host import CHOICES
+    for c in args.choose:
+        key, _, value = c.partition("=")
+        if value not in CHOICES.get(key, ((),))[0]:
+            ap.error(f"--choose {c}: " + "; ".join(f"{k}={'|'.join(v)}" for k, (v, _) in CHOICES.items()))
+    args.choose = [tuple(c.partition("=")[::2]) for c in args.choose]
     if args.runner:
         from qualify import load_runner
         runner = load_runner(args.runner)

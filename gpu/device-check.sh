@@ -14,6 +14,7 @@
 #               default first, then libcuda's fields when the trace has
 #               a QMD, then gpu/qualify.py's QMD_VARIANTS), stopping at
 #               the first that passes                                   -> $OUT/qualify.txt
+#               (and the ordering probe's verdicts, per variant,        -> summary.txt)
 #   dmesg       NVRM / Xid lines, new ones after every GPU stage        -> $OUT/dmesg.txt
 #   records     the run records and the raw trace, after every stage   -> $OUT/records.tgz
 # and $OUT/summary.txt: one line per stage (passed, failed, timed out, could not run and why,
@@ -33,6 +34,7 @@
 #   DEVCHECK_BUDGET_ENV, _TRACE, _VENDOR, _QUALIFY, _VARIANT, _DMESG   per-stage seconds
 #   DEVCHECK_CMD_TIMEOUT    seconds per command of the env stage (default 20)
 #   DEVCHECK_OWNER_TIMEOUT  seconds one owner may run (default 40)
+#   DEVCHECK_ORDER_SPINS    the ordering probe's spins (gpu/qualify.py --order-spins)
 #   DEVCHECK_WORK           scratch directory (default: a new one under /tmp)
 set -u
 
@@ -119,8 +121,8 @@ budget_for() {        # budget_for WANTED: the seconds a stage may have, the dea
     [ "$1" -lt "$left" ] && echo "$1" || echo "$left"
 }
 
-line() {              # line STAGE RESULT MS BUDGET NOTE
-    printf '%-26s %-14s %8s %7s  %s\n' "$1" "$2" "$(secs "$3")" "$4" "$5" >>"$SUMMARY"
+line() {              # line STAGE RESULT MS BUDGET NOTE (MS "-": not timed)
+    printf '%-26s %-14s %8s %7s  %s\n' "$1" "$2" "$([ "$3" = - ] && echo - || secs "$3")" "$4" "$5" >>"$SUMMARY"
 }
 
 pack_records() {      # the run records and the raw trace, as they are now
@@ -208,6 +210,7 @@ dmesg_after vendor
 # 4. our owners, one QMD variant after another until one passes
 QUALIFY=("$PYTHON" gpu/qualify.py --proc "$PROC" --steps "$STEPS" --qmd-from-trace "$WORK/cuda-trace")
 [ -n "${DEVCHECK_RUNNER:-}" ] && QUALIFY+=(--runner "$DEVCHECK_RUNNER")
+[ -n "${DEVCHECK_ORDER_SPINS:-}" ] && QUALIFY+=(--order-spins "$DEVCHECK_ORDER_SPINS")
 qualify_start=$(elapsed_ms)
 qualify_end=$((qualify_start / 1000 + ${DEVCHECK_BUDGET_QUALIFY:-280}))
 if [ -n "${DEVCHECK_VARIANTS:-}" ]; then
@@ -226,9 +229,14 @@ for i in "${!VARIANTS[@]}"; do
     left=$((qualify_end - $(elapsed_ms) / 1000))
     want=${DEVCHECK_BUDGET_VARIANT:-60}
     [ "$left" -lt "$want" ] && want=$left
+    vfrom=$(stat -c %s "$OUT/qualify.txt")
     run_stage "qualify:$v" "$want" "$OUT/qualify.txt" \
         "${QUALIFY[@]}" --records "$WORK/runs" --qmd-variant "$v" --owner-timeout "$OWNER_TIMEOUT"
     vrc=$RC vnote=$NOTE
+    # the ordering probe's verdicts (qualify.py's `order CASE RESULT NOTE` lines), one line each
+    while read -r _ case result note; do
+        line "order:$v:$case" "$result" - - "$note"
+    done < <(tail -c +"$((vfrom + 1))" "$OUT/qualify.txt" | grep '^order ')
     [ "$vrc" -eq -1 ] || dmesg_after "qualify:$v"
     if [ "$vrc" -eq 0 ]; then verdict="passed" why="variant $v"; break; fi
     if [ "$vrc" -eq 2 ]; then verdict="could-not-run" why="$vnote"; break; fi

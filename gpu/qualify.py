@@ -20,7 +20,14 @@
    interpreter (alphac.ir.interp) and the independent oracle (tests/oracle.py). The executable
    itself compares the GPU's bits with its host shadow after every kernel (refusing
    gpu-shadow-mismatch otherwise).
-5. Writes runs/gpu-qualify-NNNN/record.json: the host, the GPU (UUID, product, driver, memory,
+5. The ordering probe (gpu/order_probe.py): one executable of its own whose push buffers are
+   built by the owners' builders, settling whether the card orders a kernel after a kernel
+   (the compute WAIT_FOR_IDLE) and the copy engine after a kernel (the host's WFI), with a
+   control without the WFI; kernel A spins `--order-spins` iterations before it writes its
+   marker. One line each, `order CASE RESULT NOTE`; the record's `order` holds them. It never
+   stops the qualification nor changes its verdict: a probe that cannot be built or run says
+   `no-verdict` and why.
+6. Writes runs/gpu-qualify-NNNN/record.json: the host, the GPU (UUID, product, driver, memory,
    minor, SM), the probe's output, the SHA-256 of every artifact (executables, cubins, the host
    description) and the pinned ptxas, each run's exit, refusal, output, verdicts and event
    stream, and whether the whole qualification passed; authenticated with the record key as
@@ -292,6 +299,9 @@ def qualify(args, runner=None) -> tuple[int, Path | None]:
     (rdir / "host.gpuhost").write_text(host.describe())
     record["gpu"] = host.as_dict() | {"sm": sm}
     record["artifacts"]["host.gpuhost"] = sha256(rdir / "host.gpuhost")
+    record["order"] = order(args, host, sm, rdir, runner)
+    if "sha256" in record["order"]:
+        record["artifacts"]["bin/order-probe"] = record["order"]["sha256"]
     if args.cuda_trace:
         trace = subprocess.run([sys.executable, str(ROOT / "gpu" / "cuda_ioctl_trace.py"), "--out",
                                 str(rdir / "cuda-trace"), "--libcuda", args.libcuda])
@@ -327,6 +337,28 @@ def qualify(args, runner=None) -> tuple[int, Path | None]:
     return finish(rdir, record, key)
 
 
+def order(args, host, sm: int, rdir: Path, runner) -> dict:
+    """The ordering probe (gpu/order_probe.py) built for `host` and run: its verdicts, exit and
+    output; never an exception (a probe that cannot be built or started: every case
+    `no-verdict`, and why)."""
+    import order_probe
+    from alphac.artifacts import write_file
+    out = {"spins": args.order_spins}
+    exe, events = rdir / "bin" / "order-probe", rdir / "events" / "order-probe.log"
+    try:
+        built = order_probe.build(sm, host, args.order_spins)
+        write_file(exe, built.image.elf, 0o755)
+        events.parent.mkdir(exist_ok=True)
+        rc, stdout, stderr = runner(exe, ["--steps", str(len(order_probe.CASES)), "--events", str(events)], built)
+    except Exception as e:              # never fatal to the qualification: said, and recorded
+        why = f"{type(e).__name__}: {str(e)[:300]}"
+        return out | {"verdicts": [{"case": c, "result": "no-verdict", "note": f"the probe failed: {why}"}
+                                   for c, *_ in order_probe.CASES]}
+    said = events.read_text() if events.is_file() else ""
+    return out | {"sha256": sha256(exe), "exit": rc, "stdout": stdout, "stderr": stderr[-4000:],
+                  "verdicts": order_probe.verdicts(stdout, rc, stderr, args.order_spins, said)}
+
+
 def finish(rdir: Path, record: dict, key: bytes) -> tuple[int, Path]:
     write_record(rdir, seal(record, rdir, key))
     return (0 if record["passed"] else 1), rdir
@@ -346,10 +378,17 @@ def main(argv=None, runner=None) -> int:
     ap.add_argument("--qmd-from-trace", type=Path, help="a cuda_ioctl_trace.py output: adds the libcuda variant")
     ap.add_argument("--list-variants", action="store_true", help="print the QMD variants to try, in order")
     ap.add_argument("--owner-timeout", type=float, default=600, help="seconds an owner may run")
+    ap.add_argument("--order-spins", type=int, default=None,
+                    help="the ordering probe's spin iterations (default order_probe.SPINS: about 1 ms on an H200)")
     ap.add_argument("--runner", help="FILE.py:FUNCTION that runs each owner (a test hook)")
     ap.add_argument("--proc", default="/proc/driver/nvidia", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     args.learner = args.learner or LEARNERS
+    if args.order_spins is None:
+        from order_probe import SPINS
+        args.order_spins = SPINS
+    if args.order_spins < 0:
+        ap.error("--order-spins: a count of iterations, 0 or more")
     if args.runner and runner is None:
         runner = load_runner(args.runner)
     try:
@@ -373,6 +412,8 @@ def main(argv=None, runner=None) -> int:
         print(f"{r['role']}: {'PASS' if r.get('exit') == 0 and r.get('equals_oracle') else f'FAIL ({why})'}")
         if r.get("exit") != 0:
             print("".join(f"    {ln}\n" for ln in said[-8:]), end="")
+    for v in rec.get("order", {}).get("verdicts", []):
+        print(f"order {v['case']} {v['result']} {v['note']}")
     if rec.get("why"):
         print(f"qualify: {rec['why']}", file=sys.stderr)
     print(f"run record: {rdir}/record.json ({'pass' if rec['passed'] else 'FAIL'}, "

@@ -24,7 +24,7 @@ LEARNER_NAMES = ["scalar_regression", "two_coordinate", "independent_state", "ls
 # weight so far, a file's weight its seconds below (every file over 5 s, summed from a 2-core
 # run's `--durations=0`) or 0.25 s a test. Every file runs whole in one shard (its module
 # fixtures built once).
-SECONDS = {"test_learner_fuzz.py": 310, "test_repro.py": 123, "test_math.py": 79,
+SECONDS = {"test_learner_fuzz.py": 310, "test_gpu_choose.py": 16, "test_repro.py": 123, "test_math.py": 79,
            "test_update_reductions.py": 72, "test_bench.py": 61, "test_launch_hostile.py": 44,
            "test_gpu_examples.py": 41, "test_roles.py": 40, "test_wheel.py": 33,
            "test_x86_64_encode.py": 28, "test_models.py": 27, "test_slurm.py": 27,

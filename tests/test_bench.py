@@ -75,25 +75,30 @@ def test_gpu_benchmark_against_the_mock(tmp_path, runner, code, bits):
     r = subprocess.run([sys.executable, str(ROOT / "bench" / "gpu.py"), "--quick", "--runner",
                         str(ROOT / "tests" / runner.split(":")[0]) + ":" + runner.split(":")[1],
                         "--proc", str(fake_proc(tmp_path)), "--out", str(tmp_path / "out"),
-                        *(["--learners", "lsq"] if lying else [])],
+                        *(["--learners", "lsq", "--rates", "2,8", "--choose", "map=rm"] if lying else [])],
                        capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert r.returncode == code, (r.stdout, r.stderr[-2000:])
-    assert "| learner | alphac GPU owner | alphac GPU owner, sampled shadow | alphac CPU executable |" in r.stdout
+    assert ("| learner | alphac GPU owner | alphac GPU owner, sampled 1/2 | alphac GPU owner, sampled 1/8 | "
+            "alphac CPU executable |" if lying else
+            "| learner | alphac GPU owner | alphac GPU owner, sampled 1/8 | alphac CPU executable |") in r.stdout
+    assert lying == ("steps; ms a step, median (spread); map rm" in r.stdout), r.stdout   # --choose, said
     rows = [l for l in r.stdout.splitlines() if l.startswith("| ") and "---" not in l][1:]
     assert [l.split(" | ")[0] for l in rows] == ["| least squares 8 x 64, exact_sum, Adam",
                                                 "| MLP 6-5-3 tanh, batch 16, Adam"][:2 - lying]
     assert all(l.endswith(f"| {bits} |") for l in rows), r.stdout
     # the sampled shadow on every learner, exact_sum's least squares included
     assert [l.split(" | ")[2] == "-" for l in rows] == [False, False][:2 - lying], r.stdout
+    assert not lying or rows[0].split(" | ")[3] != "-", r.stdout
     # where start-up goes, from the owner's own events (issue 42): every span and every part
     # (each event the conversation writes: docs/nvdrv.md "Where start-up goes"), every learner
     lines = r.stdout.splitlines()
     spans = [l for l in lines if "start-up spans, ms:" in l]
     parts = [l for l in lines if "start-up parts, ms:" in l]
+    uvm = ("vaspace->map",) if lying else ("vaspace->uvm-register", "uvm-register->uvm")   # --choose map=rm
     assert len(spans) == len(parts) == len(rows) and all(k in l for l in spans for k in (
-        "identity->uvm", "uvm->memory", "memory->channel", "channel->uploaded")), r.stdout
-    assert all(k in l for l in parts for k in ("data checked->gpu-open", "gpu-open->device", "identity->boost", "vaspace->uvm-register",
-                                               "uvm-register->uvm", "memory->gpfifo", "rows->uploaded")), r.stdout
+        ("identity->memory",) if lying else ("identity->uvm", "uvm->memory")) + ("memory->channel", "channel->uploaded")), r.stdout
+    assert all(k in l for l in parts for k in ("data checked->gpu-open", "gpu-open->device", "identity->boost", *uvm,
+                                               "memory->gpfifo", "rows->uploaded")), r.stdout
     # the owner mapped by the RM alone (--gpu-map rm), after the default's lines: its parts, its bits
     rm = [l for l in lines if "start-up parts, map rm, ms:" in l]
     assert len(rm) == len(rows) and all("vaspace->map" in l and "uvm" not in l for l in rm), r.stdout

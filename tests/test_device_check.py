@@ -65,7 +65,7 @@ def test_device_check_against_the_mock(tmp_path):
     run, stages, out = device_check(
         tmp_path, DEVCHECK_PROC=str(fake_proc(tmp_path)),
         DEVCHECK_RUNNER=f"{ROOT / 'tests' / 'test_device_check.py'}:mock_runner",
-        DEVCHECK_VARIANTS="qmd-type-gpc-cga default group-id-0")
+        DEVCHECK_VARIANTS="qmd-type-gpc-cga default group-id-0", DEVCHECK_ORDER_SPINS="16")
     assert run.returncode == 0, (run.stdout, run.stderr, (out / "summary.txt").read_text())
     assert {p.name for p in out.iterdir()} == FILES
     assert stages["env"][0] == "passed"
@@ -75,6 +75,11 @@ def test_device_check_against_the_mock(tmp_path):
     assert stages["qualify:default"] == ("passed", "")
     assert stages["qualify:group-id-0"] == ("not-run", "an earlier variant passed")
     assert stages["qualify"] == ("passed", "variant default") and stages["total"][0] == "passed"
+    # the ordering probe, a line a case (the control's copy without the WFI: `no-order`, not a failure)
+    assert [(s, stages[s][0]) for s in stages if s.startswith("order:default:")] == \
+        [("order:default:compute-compute", "passed"), ("order:default:control-no-wfi", "no-order"),
+         ("order:default:compute-copy", "passed")]
+    assert "B saw A's marker" in stages["order:default:compute-compute"][1]
     assert all(stages[f"dmesg:{s}"][0] == "passed" for s in ("cuda-trace", "vendor", "qualify:default"))
     env = (out / "env.txt").read_text()
     assert "== uname -a" in env and "580.159.04" in env and "GPU UUID" in env and "== nvidia-smi -q" in env

@@ -8,6 +8,7 @@ giving the CPU executable's bits; and that an owner the mock fails (its area sho
 stage and the script's exit.
 """
 import json
+import re
 import os
 import subprocess
 import sys
@@ -146,6 +147,7 @@ def test_device_all_runs_both_checks_into_at_most_eight_files(tmp_path):
              DEVCHECK_LIBCUDA=str(tmp_path / "no-libcuda.so"), DEVCHECK_STEPS="2",
              DEVCHECK_VARIANTS="default", LOCALCHECK_WIDTHS="128", LOCALCHECK_STEPS="2",
              LOCALCHECK_LEARNERS="", DEVALL_BENCH_ARGS="--quick --learners lsq",
+             DEVALL_CHOOSE_ARGS="--quick --learners lsq --keys map --steps 2",
              DEVALL_WORK=str(tmp_path / "work"),
              PATH=f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
     run = subprocess.run(["bash", "gpu/device-all.sh"], cwd=ROOT, env=e, capture_output=True,
@@ -157,9 +159,17 @@ def test_device_all_runs_both_checks_into_at_most_eight_files(tmp_path):
     assert len(files) <= 8 and all(p.is_file() for p in out.iterdir())
     assert "gpu/device-check.sh: exit 0" in summary and "gpu/device-check-local.sh: exit 0" in summary
     assert "bench/gpu.py: exit 0" in summary and "| least squares 8 x 64, exact_sum, Adam |" in summary
-    assert summary.rstrip().endswith("device-all: check exit 0, local exit 0, bench exit 0")
+    assert re.search(r"device-all: check exit 0, choose exit 0, bench exit 0, local exit 0, [0-9]+ s of 540\n$",
+                     summary)
+    # the order a short lease must not lose: the qualification, the benchmark, then the spilling owners
+    stages = [l.split(":")[0] for l in summary.splitlines() if l.startswith("== ")]
+    assert stages == ["== gpu/device-check.sh", "== gpu/choose.py", "== bench/gpu.py",
+                      "== gpu/device-check-local.sh"], summary
+    assert "\nchosen: defaults\n" in summary and "steps; ms a step, median (spread)\n" in summary  # no --choose
     with tarfile.open(out / "results.tgz") as tar:
         names = tar.getnames()
-    assert "check/summary.txt" in names and "local/local.json" in names
+    assert "check/summary.txt" in names and "local/local.json" in names and "left-out.txt" in names
+    assert "choose/choose.txt" in names and "choose/choose.args" in names
+    assert not any(n.endswith(".npy") for n in names)           # the learners' data stay behind
     assert any(n.endswith("bench-gpu.json") for n in names)       # the benchmark's own record
     assert "lsq_wide128: PASS" in (out / "local.txt").read_text()

@@ -90,7 +90,7 @@ def test_identity_from_nvidia_smi_without_proc(tmp_path, monkeypatch):
         q.read_identity(tmp_path / "none", 1)
 
 
-def test_qualify_against_the_mock(tmp_path):
+def test_qualify_against_the_mock(tmp_path, capsys):
     require_tool("ptxas")
     why = mockgpu.available()
     if why:
@@ -103,17 +103,26 @@ def test_qualify_against_the_mock(tmp_path):
 
     def runner(exe, args, built):
         r = mockgpu.run(exe, args, card=card, kernels=built.kernels, events=False)
-        assert r.errors == []
+        # the ordering probe's control copies without the host's WFI, and the mock says so
+        g = built.gpu.buffers["G"] + 24
+        assert r.errors == ([f"a copy reads {g:#x}, which order_spin3 wrote with no host WFI between them"]
+                            if Path(exe).name == "order-probe" else [])
         seen.append((Path(exe).name, r.returncode, r.allocations != []))
         return r.returncode, r.stdout, r.stderr
-    rc = q.main(["--proc", str(fake_proc(tmp_path)), "--records", str(tmp_path / "runs"), "--steps", "3"],
-                runner=runner)
+    rc = q.main(["--proc", str(fake_proc(tmp_path)), "--records", str(tmp_path / "runs"), "--steps", "3",
+                 "--order-spins", "16"], runner=runner)
     assert rc == 0
+    said = capsys.readouterr().out
+    assert [ln.split()[1:3] for ln in said.splitlines() if ln.startswith("order ")] == \
+        [["compute-compute", "passed"], ["control-no-wfi", "no-order"], ["compute-copy", "passed"]]
     rdir = tmp_path / "runs" / "gpu-qualify-0001"
     rec = json.loads((rdir / "record.json").read_text())
     assert rec["passed"] and verify_record(rdir / "record.json") == []
     assert (rec["qmd_variant"]["name"], rec["qmd_variant"]["fields"]) == ("default", {})
-    assert seen == [("probe", 0, False), ("independent_state.sm_90", 0, True), ("lsq_adam.sm_90", 0, True)]
+    assert seen == [("probe", 0, False), ("order-probe", 0, True), ("independent_state.sm_90", 0, True),
+                    ("lsq_adam.sm_90", 0, True)]
+    assert [v["result"] for v in rec["order"]["verdicts"]] == ["passed", "no-order", "passed"]
+    assert rec["order"]["spins"] == 16 and rec["artifacts"]["bin/order-probe"] == rec["order"]["sha256"]
     assert rec["gpu"] == {"uuid": UUID, "product": "NVIDIA H200", "driver": "580.159.04",
                           "memory": 143771 << 20, "minor": 0, "sm": 90, "topology": "8 9 2 64"}
     assert (rdir / "host.gpuhost").read_text().startswith(f"uuid {UUID}\nproduct NVIDIA H200\n")

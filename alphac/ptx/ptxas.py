@@ -97,8 +97,14 @@ def command(sm: int, tool: Ptxas) -> list[str]:
 
 
 def assemble(ptx: str, sm: int, tool: Ptxas | None = None) -> bytes:
-    """The cubin for `ptx` on sm_<sm>."""
-    tool = tool or find_ptxas()
+    """The cubin for `ptx` on sm_<sm>: ptxas run once per text, architecture and ptxas (by its
+    path, version and SHA-256) in a process, since a build of several owners of one learner (the
+    host choices, the benchmark's variants, the tests) assembles the same kernels each time."""
+    return _assemble(ptx, sm, tool or find_ptxas())
+
+
+@lru_cache(maxsize=256)
+def _assemble(ptx: str, sm: int, tool: Ptxas) -> bytes:
     with tempfile.TemporaryDirectory(prefix="alphac-ptxas-") as tmp:
         Path(tmp, "kernel.ptx").write_text(ptx)
         run = subprocess.run(command(sm, tool), cwd=tmp, capture_output=True, text=True,

@@ -23,6 +23,9 @@ launch that reads or writes a word another launch since the last wait-for-idle w
 one it read: a chain of launches that leaves a dependency unordered is an error. The copy engine
 is another engine: the compute WAIT_FOR_IDLE does not order it, the host's WFI (or a release with
 RELEASE_WFI) does, so a copy that reads a word a launch wrote since the last of those is an error.
+Either way the unordered reader also gets the word as it was before that launch wrote it (it
+overtook the launch, the worst a card may do), so the missing order shows in the bits too: what
+gpu/order_probe.py's control reads.
 With the driver's `latency` the whole channel, copies included, runs only calls after the
 doorbell, so a host that reads the copies before its wait reads what was there before.
 
@@ -179,17 +182,24 @@ class LocalFrames:
 
 
 class Accesses:
-    """The memory as one launch sees it: what it loads and stores, recorded."""
+    """The memory as one launch sees it: what it loads and stores, recorded; a word in `stale`
+    (an earlier launch wrote it with no wait-for-idle between) it loads as it was before that
+    launch, until it stores the word itself (this launch overtook the earlier one)."""
 
-    def __init__(self, memory: GpuMemory):
-        self.memory, self.loads, self.stores = memory, set(), set()
+    def __init__(self, memory: GpuMemory, stale: dict[int, bytes] | None = None):
+        self.memory, self.loads, self.stores, self.stale = memory, set(), set(), stale or {}
+        self.before: dict[int, bytes] = {}          # each stored word as it was before the launch
 
     def load(self, va: int) -> float:
         self.loads.add(va)
+        if va in self.stale and va not in self.stores:
+            return struct.unpack("<d", self.stale[va])[0]
         return self.memory.load(va)
 
     def store(self, va: int, value: float) -> None:
         self.stores.add(va)
+        if va not in self.before:
+            self.before[va] = self.memory.read(va, 8)
         self.memory.store(va, value)
 
 
@@ -200,11 +210,13 @@ class Channel:
         self.userd, self.userd_off, self.group = userd, userd_off, group
         self.compute: int | None = None               # the compute class allocated on it
         self.copy: int | None = None                  # the DMA copy class allocated on it
-        self.unfenced: dict[int, str] = {}            # since the last host WFI: word -> the launch that wrote it
+        self.unfenced: dict[int, tuple[str, bytes]] = {}   # since the last host WFI: word -> the launch
+                                                           # that wrote it, the bytes it held before
         self.get = 0
         self.subch: dict[int, int] = {}               # subchannel -> bound class
         self.regs: dict[str, int] = {}                # method name -> last data
-        self.written: dict[int, str] = {}             # since the last wait-for-idle: word -> writer
+        self.written: dict[int, tuple[str, bytes]] = {}   # since the last wait-for-idle: word -> its
+                                                          # writer, the bytes it held before
         self.read: dict[int, str] = {}                # ... word -> a reader
 
     @property
@@ -378,7 +390,8 @@ class Gpu:
         """A LAUNCH_DMA: a linear copy (pitch to pitch, virtual addresses, one line) and/or the copy
         engine's one-word semaphore release; any other field set is an error, as is a copy of
         words a launch wrote since the last host WFI (the copy engine does not wait for the
-        compute engine), one outside the GPU's mappings, or a release without flush."""
+        compute engine: such a copy reads those words as they were before the launch, the worst
+        a card may do), one outside the GPU's mappings, or a release without flush."""
         b = self.arch.copy_methods
         f = lambda k: bits(data, f"{b}_LAUNCH_DMA_{k}")                          # noqa: E731
         v = lambda k, val: CONSTANTS[f"{b}_LAUNCH_DMA_{k}_{val}"]                # noqa: E731
@@ -412,13 +425,18 @@ class Gpu:
                 return
             try:
                 self.memory.where(dst, n)
-                got = self.memory.read(src, n)
+                got = bytearray(self.memory.read(src, n))
             except KeyError as e:
                 self.errors.append(f"a copy of {n} bytes from {src:#x} to {dst:#x}: {e.args[0]}")
                 return
-            for va in sorted(set(range(src - src % 8, src + n, 8)) & ch.unfenced.keys())[:1]:
-                self.errors.append(f"a copy reads {va:#x}, which {ch.unfenced[va]} wrote with no host WFI "
+            overtaken = sorted(set(range(src - src % 8, src + n, 8)) & ch.unfenced.keys())
+            for va in overtaken[:1]:
+                self.errors.append(f"a copy reads {va:#x}, which {ch.unfenced[va][0]} wrote with no host WFI "
                                    "between them")
+            for va in overtaken:            # the copy engine overtook the kernel: the word as it was
+                for j, byte in enumerate(ch.unfenced[va][1]):
+                    if src <= va + j < src + n:
+                        got[va + j - src] = byte
             self.memory.write(dst, got)
             self.copies.append((src, dst, n))
         sem = f("SEMAPHORE_TYPE")
@@ -513,17 +531,17 @@ class Gpu:
             local = self.local_frames(ch, k.name, im.local, q, self.memory.u64(cb + 40))
             if local is None:
                 return
-        seen = Accesses(self.memory)
+        seen = Accesses(self.memory, {va: before for va, (_, before) in ch.written.items()})
         try:
             prog.launch(seen, args, grid * block, block=block, grid=grid, ntid=ntid, nctaid=nctaid,
                         local=local)
         except KeyError as e:
             self.errors.append(f"{k.name}: {e}")
         for va in sorted((seen.loads | seen.stores) & ch.written.keys() | seen.stores & ch.read.keys())[:1]:
-            other = ch.written.get(va) or ch.read[va]
+            other = ch.written[va][0] if va in ch.written else ch.read[va]
             self.errors.append(f"{k.name} {'writes' if va in seen.stores else 'reads'} {va:#x}, which {other} "
                                f"{'wrote' if va in ch.written else 'read'} with no wait-for-idle between them")
-        ch.written.update(dict.fromkeys(seen.stores, k.name))
-        ch.unfenced.update(dict.fromkeys(seen.stores, k.name))
+        ch.written.update({va: (k.name, ch.written.get(va, ("", seen.before[va]))[1]) for va in seen.stores})
+        ch.unfenced.update({va: (k.name, ch.unfenced.get(va, ("", seen.before[va]))[1]) for va in seen.stores})
         ch.read.update(dict.fromkeys(seen.loads, k.name))
         self.launches.append((k.name, grid, block, args))
