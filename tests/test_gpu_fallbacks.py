@@ -35,10 +35,6 @@ ALL = {"results": "bar1", "sysmem": "uncached", "inputs": "bar1", "upload": "bar
 CHOICES = [{"results": "bar1"}, {"sysmem": "uncached"}, {"inputs": "bar1"}, {"upload": "bar1"}, ALL]
 
 
-def fallback(name, **choices):
-    return owner(name, 90, **choices)
-
-
 def host_coherency(conv) -> int:
     """The NVOS32 coherency the conversation asks for its system memory (its RM_ALLOC's attr)."""
     call = next(c for c in conv.calls if c.what == "NV_ESC_RM_ALLOC NV01_MEMORY_SYSTEM")
@@ -59,7 +55,7 @@ def runs(path, built):
 @pytest.mark.parametrize("choices", CHOICES, ids=lambda c: ",".join(f"{k}-{v}" for k, v in c.items()))
 def test_a_fallback_prints_the_interpreters_bits_full_and_sampled(choices):
     need_mock()
-    path, built = fallback("lsq_adam", **choices)
+    path, built = owner("lsq_adam", 90, **choices)
     full, sampled = runs(path, built)
     for r, steps in ((full, 3), (sampled, 4)):
         assert (r.returncode, r.stderr, r.errors) == (0, "", [])
@@ -73,7 +69,7 @@ def test_a_fallback_prints_the_interpreters_bits_full_and_sampled(choices):
         assert mapped == [vid.size] and f"+{vid.size:#x} fd_map (h_vidmem)" in built.conversation.listing()
         assert f"+{image_mod.GPFIFO_AREA:#x} fd_map (h_vidmem)" in default.conversation.listing()
     if choices.get("results") == "bar1":
-        assert len(full.copies) == len(sampled.copies) == (choices.get("upload") != "bar1")   # the upload alone
+        assert len(full.copies) == len(sampled.copies) == (choices.get("upload") != "bar1")   # the upload, if any
         assert full.submissions == 1 + 3 and sampled.submissions == 1 + 4 + 3
         for c in g.chains.values():
             assert c.copies == () and list(c.pushbuf[-6:]) == image_mod.semaphore_release(ARCH, g.semaphore_va)
