@@ -3,7 +3,7 @@
 Each host choice of alphac/nvdrv/host.py `CHOICES` is either a fallback to a path that ran on the
 H200 of 2026-12-04 or an option on trial (docs/nvdrv.md "Fallbacks to the verified paths"). For
 the candidates, in this order: the defaults; each choice alone at each of its other values; every
-choice at its last value, this script builds small learners (bench/gpu.py's least squares under
+choice at the value that ran on that H200 (`host.VERIFIED`), this script builds small learners (bench/gpu.py's least squares under
 exact_sum and its tanh MLP, both with Adam) as GPU owners for the card, runs each W steps under
 `--shadow full` and under `--shadow sampled --shadow-rate 1` (every step proven: the digest and
 the read-back too), and compares what each prints with the x86-64 executable's output, bit for
@@ -37,12 +37,13 @@ POLICIES = {"full": (), "sampled": ("--shadow", "sampled", "--shadow-rate", "1")
 
 
 def candidates(keys: list[str]) -> list[tuple[tuple[str, str], ...]]:
-    """The defaults, each key alone at each other value, then every key at its last value."""
-    from alphac.nvdrv.host import CHOICES
+    """The defaults, each key alone at each other value, then every key at its verified value (the
+    paths that ran on the H200 of 2026-12-04, `host.VERIFIED`), the defaults left out."""
+    from alphac.nvdrv.host import CHOICES, VERIFIED
     out: list[tuple[tuple[str, str], ...]] = [()]
     out += [((k, v),) for k in keys for v in CHOICES[k][0][1:]]
-    last = tuple((k, CHOICES[k][0][-1]) for k in keys)
-    return out + [last] * (last not in out)
+    verified = tuple((k, VERIFIED[k]) for k in keys if VERIFIED[k] != CHOICES[k][0][0])
+    return out + [verified] * (verified not in out)
 
 
 def say(pairs) -> str:

@@ -60,9 +60,13 @@ def test_candidates_and_usage():
     sys.path.insert(0, str(ROOT / "gpu"))
     import choose as c
     from alphac.nvdrv.host import CHOICES
+    from alphac.nvdrv.host import VERIFIED
     got = c.candidates(list(CHOICES))
-    assert got[0] == () and len(set(got)) == len(got)
-    assert all(len(p) == 1 for p in got[1:1 + sum(len(v) - 1 for v, _ in CHOICES.values())])
+    singles = sum(len(v) - 1 for v, _ in CHOICES.values())
+    assert got[0] == () and len(set(got)) == len(got) == singles + 2
+    assert all(len(p) == 1 for p in got[1:1 + singles])
+    assert dict(got[-1]) == {k: v for k, v in VERIFIED.items() if v != CHOICES[k][0][0]}   # the paths of 2026-12-04
+    assert set(VERIFIED) == set(CHOICES) and all(v in CHOICES[k][0] for k, v in VERIFIED.items())
     r = subprocess.run([sys.executable, str(ROOT / "gpu" / "choose.py"), "--out", "x", "--keys", "nope"],
                        capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 2 and "(not: nope)" in r.stderr

@@ -65,6 +65,9 @@ CHOICES = {"map": (("uvm", "rm"), "how the GPU maps the owner's memory: through 
            "upload": (("copy", "bar1"), "how the launch image and the data rows reach the card at start-up: "
                       "written to system memory and copied by the copy engine (copy, the default) or written "
                       "into video memory through BAR1 (bar1)")}
+# Each choice's value on the paths that ran on the H200 of 2026-12-04 (commit 885460c,
+# ../shared/device-runs/README.md): what gpu/choose.py tries when the defaults fail on a card.
+VERIFIED = {"map": "uvm", "results": "bar1", "sysmem": "uncached", "inputs": "bar1", "upload": "bar1"}
 KEYS = ("uuid", "product", "memory", "driver", "minor", "topology", *CHOICES)
 TOPOLOGY_NAMES = ("gpcs", "tpcs-per-gpc", "sms-per-tpc", "warps-per-sm")
 _UUID = re.compile(r"GPU-([0-9a-fA-F]{8})-([0-9a-fA-F]{4})-([0-9a-fA-F]{4})-([0-9a-fA-F]{4})-([0-9a-fA-F]{12})")
