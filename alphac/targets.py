@@ -39,8 +39,11 @@ def gpu_sms() -> tuple[int, ...]:
 
 
 def gpu_targets() -> tuple[str, ...]:
-    """`ISA+sm_NN` for every GPU architecture of every ISA: x86_64+sm_86, x86_64+sm_90."""
-    return tuple(f"{name}+sm_{sm}" for name, isa in ISAS.items() for sm in isa.gpu_sms)
+    """`HOST+sm_NN` for every GPU architecture of every ISA, HOST the ISA or one of its levels
+    (the host part's lanes; the kernels are the same): x86_64+sm_86, x86_64+sm_90,
+    x86_64-v3+sm_86, ..., x86_64-v4+sm_90."""
+    return tuple(f"{host}+sm_{sm}" for name, isa in ISAS.items()
+                 for host in (name, *(lv for lv, l in LEVELS.items() if l.isa == name)) for sm in isa.gpu_sms)
 
 
 def emulator(name: str) -> tuple[str, ...] | None:
