@@ -354,7 +354,7 @@ def bench(args, runner) -> int:
         print(f"# {name}: no CUDA graph: {why_not}")
     for r in rows:              # the RM-mapped owners' bits: said, not the exit code (an option on trial)
         print(f"# {r['learner']}: map rm, bits = CPU: {'yes' if r['rm']['bits'] else 'NO'}")
-    (out / "bench-gpu.json").write_text(json.dumps({"sm": sm, "level": level, "rows": rows}, indent=1,
+    (out / "bench-gpu.json").write_text(json.dumps({"sm": sm, "level": level, "target": target, "rows": rows}, indent=1,
                                                    sort_keys=True) + "\n")
     return 0 if ok else 1
 
