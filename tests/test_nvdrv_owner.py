@@ -7,7 +7,10 @@ boundary). Guarantees checked:
   * the independent-state learner and the least-squares Adam owner, for sm_90 and sm_86, run end
     to end and print the oracle's bits (tests/oracle.py) after five steps, with every driver call
     matching alphac's ABI tables (the mock's error list is empty) and the calls, in order, equal
-    to the conversation table's (`expected_trace`);
+    to the conversation table's (`expected_trace`); so does the least-squares owner with its host
+    part at x86_64-v3 and x86_64-v4 (its shadow in the level's lanes; the launch image and the
+    calls the baseline owner's), which gives the baseline owner's and the interpreter's bits and
+    refuses `cpu-level` under qemu's model of a CPU without the level's flags (and natively on one);
   * under strace, the executable makes only the calls the conversation lists, plus its output,
     its events file, the completion waits (clock_gettime; nanosleep only after spinning) and exit_group;
   * executed mutants: built for another UUID (device-uuid), another product or driver version, a
@@ -103,6 +106,8 @@ def test_owner_prints_the_oracle_bits(name, sm, level):
         from alphac.targets import LEVELS, host_runs
         vector, cpu = LEVELS_RUN[level]
         assert built.image.target.lanes == LEVELS[level].lanes and vector in built.image.rt_source
+        base = owner(name, sm)[1]       # the card's side unchanged: the launch image, the calls
+        assert (built.gpu.image, built.conversation.listing()) == (base.gpu.image, base.conversation.listing())
         q = subprocess.run([require_tool("qemu-x86_64"), "-cpu", cpu, str(owner(name, sm, level)[0]), "--steps", "5"],
                            capture_output=True, text=True, timeout=60)
         said = [line for line in q.stderr.splitlines() if not line.startswith("qemu-x86_64: warning")]
