@@ -47,7 +47,10 @@ def gpu_targets() -> tuple[str, ...]:
 
 
 def emulator(name: str) -> tuple[str, ...] | None:
-    """How target `name`'s executables run on a host that does not run them natively."""
+    """How target `name`'s executables run on a host that does not run them natively (a GPU
+    owner's, `HOST+sm_NN`: never, its driver's calls are not emulated)."""
+    if "+" in name:
+        return None
     return LEVELS[name].emulator if name in LEVELS else ISAS[name].emulator
 
 
@@ -60,9 +63,11 @@ def below(name: str) -> tuple[str, ...]:
 
 def host_runs(name: str) -> bool:
     """Whether this host runs target `name`'s executables natively: its backend is this machine's
-    and, for a level, Linux lists every flag the level needs for the first CPU."""
+    and, for a level, Linux lists every flag the level needs for the first CPU (for a GPU owner,
+    `HOST+sm_NN`, those of its host part)."""
     import platform
     from pathlib import Path
+    name = name.partition("+")[0]
     isa = LEVELS[name].isa if name in LEVELS else name
     if {"amd64": "x86_64", "arm64": "aarch64"}.get(platform.machine().lower(), platform.machine().lower()) != isa:
         return False

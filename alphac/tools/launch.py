@@ -83,7 +83,7 @@ def emulators(table: dict) -> dict[str, list[str]]:
         cpu, plus, gpu = t.partition("+")
         if cpu not in names():
             continue
-        how = [] if host_runs(cpu) else None if plus else emulator(cpu)
+        how = [] if host_runs(cpu) else emulator(t)
         if how is None and cpu not in LEVELS:
             raise Refusal("launch-tool", f"{t} roles need an {cpu} host: a GPU owner is not emulated")
         if how is None:
