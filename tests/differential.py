@@ -53,8 +53,8 @@ from conftest import require_tool
 
 ALL = ("interp", "plan", "ptx", "x86_64", "x86_64-v3", "x86_64-v4", "aarch64", "roles", "moved", "gpu",
        "gpu-built", "fleet")
-# "gpu": a copy of a program's first deployment with owner[0] an sm_90 and its last owner an
-# sm_86 GPU owner, each under its own mock driver (tests/mockgpu/wrap.py), launched, resumed,
+# "gpu": a copy of a program's first deployment with owner[0] an sm_90 (its host part at the
+# level the deployment drew, if any) and its last owner an sm_86 GPU owner, each under its own mock driver (tests/mockgpu/wrap.py), launched, resumed,
 # and resumed from the CPU deployment's checkpoint
 GPU_CARDS = {"a.gpuhost": ("GPU-5a1e7c3d-0b2f-4c6e-8a9d-1f2e3d4c5b6a", "NVIDIA H200", 90, 0),
              "c.gpuhost": ("GPU-11111111-2222-3333-4444-555555555555", "NVIDIA GeForce RTX 3090", 86, 1)}
