@@ -206,8 +206,11 @@ def test_gpu_owners_with_cpu_owners_in_a_star_under_zero3_and_in_a_hierarchy(wor
     assert {r: log["card"] for r, log in rec["logs"].items()} == cards
     if name == "tree":
         import subprocess
+        from conftest import alphac
         said = subprocess.run([work[0] / "build" / name / "owner.0", "--version"], capture_output=True, text=True)
         assert "\ntarget x86_64-v3\n" in said.stdout
+        code, _, err = alphac("verify", f"build/{name}/MANIFEST.json")    # its role recipe rebuilds it
+        assert code == 0, err
     for log in rec["logs"].values():
         assert log["errors"] == [] and log["launches"].count("update_g0") == 5
 
