@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 from alphac.nvdrv.host import CHOICES
 from alphac.refusals import DECIMAL_DIGITS
-from alphac.targets import LEVELS, gpu_targets, names
+from alphac.targets import LEVELS, gpu_sms, gpu_targets, names
 
 
 def target(text: str) -> str:
@@ -190,7 +190,7 @@ COMMANDS = (
                "does: samples, mean loss, correct predictions); repeat it per array"),
         A("--labels", metavar="NAME", help="with --eval-data: the data array of class "
           "labels (default: the one the loss passes to onehot(NAME[i], ...))"),
-        A("--sm", type=int, choices=(86, 90), default=90,
+        A("--sm", type=int, choices=gpu_sms(), default=90,
           help="the GPU architecture for --emit ptx and cubin-info (default 90)"),
         Group("GPU owners (docs/nvdrv.md)", (
             A("--gpu-host", type=path, metavar="FILE", help="the host description: uuid, product, memory, "
