@@ -15,7 +15,8 @@ grad_samples reads them all. Guarantees checked:
     added to a +0) give other bits, and a -0 first term survives; either barrier left out is
     caught by the interpreter (a read before the write, a race); the same for a batched product
     (each row's fold over the columns ascending from the first term), over any lo..hi;
-  * the MLP as a single GPU owner, sm_90 and sm_86, prints the interpreter's bits with an empty
+  * the MLP as a single GPU owner, sm_90 and sm_86 (and x86_64-v4+sm_90: its host shadow in
+    AVX-512's lanes), prints the interpreter's bits with an empty
     mock error list and the tiled kernels launched, in shuffled minibatches too; either tiled
     kernel's descending mutant (matvec0, matvec1, vecmat2, outer_sum_W1) is refused by the host
     shadow (gpu-shadow-mismatch); the step's kernels in launch order; on the interpreter, so does a
