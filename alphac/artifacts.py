@@ -12,8 +12,9 @@ What it does
     kind "learner": {"kind": "learner", "source": "examples/lsq_adam.alpha", "target": "x86_64"}
         an executable (mode 0755) from `alphac.driver.compile_file` and `alphac.build`; its
         inputs are the source and every `.npy` the learner loads.
-    kind "gpu-owner": the same with "target": "x86_64+sm_90" and "card": {uuid, product, memory,
-        driver, minor}; its tool is the pinned ptxas (version and SHA-256). A GPU owner is built
+    kind "gpu-owner": the same with "target": "x86_64+sm_90" (or a level's, "x86_64-v4+sm_90")
+        and "card": {uuid, product, memory, driver, minor}; its tool is the pinned ptxas
+        (version and SHA-256). A GPU owner is built
         for one machine's card (gpu/qualify.py builds them for the card it finds); the catalogue
         builds the examples' for the reference host, examples/h200.gpuhost.
 
@@ -157,7 +158,7 @@ def example_learners() -> list[tuple[str, dict]]:
 
 # ---- GPU owners --------------------------------------------------------------------------------
 def gpu_recipe(source: str | Path, target: str, host) -> dict:
-    """A GPU owner: the learner, the target (x86_64+sm_NN) and the host it is built for."""
+    """A GPU owner: the learner, the target (ISA or level +sm_NN) and the host it is built for."""
     return {"kind": "gpu-owner", "source": manifest.input_path(source), "target": target,
             "card": host.as_dict()}
 

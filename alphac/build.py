@@ -388,8 +388,8 @@ def build_gpu_owner(lr: Learner, target_name: str, host, ptxas_path: str | None 
     from alphac.nvdrv import conversation, image
     if target_name not in gpu_targets():
         raise _gpu_error("E0124", f"unsupported GPU target `{target_name}`",
-                         "a GPU owner is an x86-64 executable for sm_86 (Ampere) or sm_90 "
-                         "(Hopper): " + " or ".join(gpu_targets()))
+                         "a GPU owner is an x86-64 executable (at the baseline or a level) for "
+                         "sm_86 (Ampere) or sm_90 (Hopper): " + ", ".join(gpu_targets()))
     isa, sm = split_target(target_name)
     if host is None:
         raise _gpu_error("E0122", f"target `{target_name}` needs the GPU host it is built for",

@@ -12,12 +12,12 @@ from typing import NamedTuple
 
 from alphac.nvdrv.host import CHOICES
 from alphac.refusals import DECIMAL_DIGITS
-from alphac.targets import gpu_targets, names
+from alphac.targets import LEVELS, gpu_sms, gpu_targets, names
 
 
 def target(text: str) -> str:
-    """An ISA or a level (x86_64-v3, x86_64-v4), or ISA+sm_NN for a GPU owner (checked further by
-    the build: E0124)."""
+    """An ISA or a level (x86_64-v3, x86_64-v4), or either +sm_NN for a GPU owner (checked further
+    by the build: E0124)."""
     if text.partition("+")[0] not in names():
         raise argparse.ArgumentTypeError(f"unknown target {text!r} (targets: "
                                          f"{', '.join(names() + gpu_targets())})")
@@ -177,8 +177,8 @@ COMMANDS = (
           help="with --deployment: one executable per index node (its members chosen at "
                "run time by --rank) rather than per role; always so beyond 256 roles"),
         A("--target", dest="sub_target", type=target, default=None,
-          help="instruction set (default x86_64; x86_64-v3 for AVX2, x86_64-v4 for AVX-512), or x86_64+sm_86 / x86_64+sm_90 for a "
-               "GPU owner"),
+          help="instruction set (default x86_64; " + ", ".join(f"{n} for {lv.extension}" for n, lv in LEVELS.items())
+               + "), or for a GPU owner " + " / ".join(gpu_targets()) + " (its host part at that level)"),
         A("--emit", choices=("asm", "rt", "lir", "ptx", "cubin-info", "calls"), default=None,
           help="instead of the executable, write to OUT (-o) or else stdout: the disassembly "
                "annotated with source lines (asm; needs capstone: pip install 'alphac[listing]'), "
@@ -190,7 +190,7 @@ COMMANDS = (
                "does: samples, mean loss, correct predictions); repeat it per array"),
         A("--labels", metavar="NAME", help="with --eval-data: the data array of class "
           "labels (default: the one the loss passes to onehot(NAME[i], ...))"),
-        A("--sm", type=int, choices=(86, 90), default=90,
+        A("--sm", type=int, choices=gpu_sms(), default=90,
           help="the GPU architecture for --emit ptx and cubin-info (default 90)"),
         Group("GPU owners (docs/nvdrv.md)", (
             A("--gpu-host", type=path, metavar="FILE", help="the host description: uuid, product, memory, "

@@ -349,7 +349,7 @@ CODES: dict[str, tuple[str, str]] = {
               "accepted; one byte more is refused."),
     "E0111": ("target cannot run this role",
               "The target is not supported, or cannot run what this role must do: a GPU target "
-              "(x86_64+sm_86, x86_64+sm_90) runs an owner's compute, so only owners may have one."),
+              "(x86_64+sm_90, x86_64-v4+sm_86, ...) runs an owner's compute, so only owners may have one."),
     "E0112": ("bad strategy",
               "A strategy partitions or replicates the classes params, state and gradients; each "
               "class at most once. `replicated`, `zero1`, `zero2` and `zero3` are in the library "
@@ -401,8 +401,9 @@ CODES: dict[str, tuple[str, str]] = {
               "`product NAME`, `memory BYTES` (or N KiB/MiB/GiB), `driver VERSION`, and may give "
               "`minor N` (the card's /dev/nvidiaN); one `key value` per line, `#` comments."),
     "E0124": ("unsupported GPU target",
-              "A GPU owner is an x86-64 executable for an Ampere (sm_86) or Hopper (sm_90) card: "
-              "x86_64+sm_86 or x86_64+sm_90."),
+              "A GPU owner is an x86-64 executable for an Ampere (sm_86) or Hopper (sm_90) card, "
+              "its host part (the shadow) at the baseline or a level: x86_64+sm_86, x86_64+sm_90, "
+              "x86_64-v3+sm_90, x86_64-v4+sm_90 and so on (the build's refusal lists them all)."),
     "E0125": ("integer data used as a number",
               "Data declared `i64` (`data tok: i64[N, T] = load(\"tok.npy\")`) holds indices "
               "and labels: one of its elements is read only as the index of a declared array "

@@ -50,7 +50,8 @@ REFUSALS: dict[str, tuple[int, str]] = {
                   "the usage line, then `refused: usage (ARG: WHAT)` naming the argument"),
     "cpu-level": (67, "the executable was built for a target level (x86_64-v3: AVX2; x86_64-v4: "
                       "AVX-512 F, DQ, CD, BW and VL) that this CPU, "
-                      "or its operating system, does not provide; build for `x86_64` instead"),
+                      "or its operating system, does not provide; build for `x86_64` instead (a GPU "
+                      "owner built for x86_64-v4+sm_90: for `x86_64+sm_90`)"),
     "buffer-bound": (68, "text the runtime builds (a checkpoint path, an event line, a DNS query) "
                          "or a table it fills would not fit its buffer, whose size is fixed when "
                          "the executable is built; checked before a byte is written (every such "

@@ -39,12 +39,18 @@ def gpu_sms() -> tuple[int, ...]:
 
 
 def gpu_targets() -> tuple[str, ...]:
-    """`ISA+sm_NN` for every GPU architecture of every ISA: x86_64+sm_86, x86_64+sm_90."""
-    return tuple(f"{name}+sm_{sm}" for name, isa in ISAS.items() for sm in isa.gpu_sms)
+    """`HOST+sm_NN` for every GPU architecture of every ISA, HOST the ISA or one of its levels
+    (the host part's lanes; the kernels are the same): x86_64+sm_86, x86_64+sm_90,
+    x86_64-v3+sm_86, ..., x86_64-v4+sm_90."""
+    return tuple(f"{host}+sm_{sm}" for name, isa in ISAS.items()
+                 for host in (name, *(lv for lv, l in LEVELS.items() if l.isa == name)) for sm in isa.gpu_sms)
 
 
 def emulator(name: str) -> tuple[str, ...] | None:
-    """How target `name`'s executables run on a host that does not run them natively."""
+    """How target `name`'s executables run on a host that does not run them natively (a GPU
+    owner's, `HOST+sm_NN`: never, its driver's calls are not emulated)."""
+    if "+" in name:
+        return None
     return LEVELS[name].emulator if name in LEVELS else ISAS[name].emulator
 
 
@@ -57,9 +63,11 @@ def below(name: str) -> tuple[str, ...]:
 
 def host_runs(name: str) -> bool:
     """Whether this host runs target `name`'s executables natively: its backend is this machine's
-    and, for a level, Linux lists every flag the level needs for the first CPU."""
+    and, for a level, Linux lists every flag the level needs for the first CPU (for a GPU owner,
+    `HOST+sm_NN`, those of its host part)."""
     import platform
     from pathlib import Path
+    name = name.partition("+")[0]
     isa = LEVELS[name].isa if name in LEVELS else name
     if {"amd64": "x86_64", "arm64": "aarch64"}.get(platform.machine().lower(), platform.machine().lower()) != isa:
         return False

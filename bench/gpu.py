@@ -9,7 +9,9 @@ The learners (issue 42), each trained with Adam:
 For each, the same span is timed on every side, the set-up apart and warm-up excluded:
   * alphac's GPU owner (with the full host shadow, and with `--shadow sampled` at each rate of
     --rates where the owner allows it, exact_sum's least squares included: docs/gpu.md "Shadow
-    policies"; built with the host choices of --choose) and CPU executable: a step by difference, a run of
+    policies"; built with the host choices of --choose) and CPU executable, both at the best
+    level this CPU runs (x86_64-v4, -v3, else x86_64: the owner's host part, its shadow, is
+    lowered as the CPU executable is; the header names it): a step by difference, a run of
     W + N steps minus a run of W steps, over N (start-up, reading the data and the first W steps
     cancel); the GPU owner's start-up is a whole `--steps 0` run, its parts from its events file:
     alone (`cold`), then with this process holding the GPU's files open (`fds`), then holding
@@ -142,14 +144,14 @@ def print_start_ups(title: str, starts: dict) -> None:
                 f"{k} {ms([v / 1e3 for v in vs])}" for k, vs in s[what].items()), flush=True)
 
 
-def rm_start_ups(args, runner, host, lr, sm: int, where: Path) -> dict:
+def rm_start_ups(args, runner, host, lr, target: str, where: Path) -> dict:
     """The owner built with `--gpu-map rm`: R `--steps 0` runs alone (its seconds and parts), then
     one of W + N steps (its exit and output); every failure caught and said in "why"."""
     from alphac.build import build_gpu_owner
     r = {"start": [], "parts": [], "why": "", "run": None}
     try:
-        gpu = build_gpu_owner(lr, f"x86_64+sm_{sm}", host.choose("map", "rm"))
-        exe = where / f"{lr.name}.sm_{sm}.rm"
+        gpu = build_gpu_owner(lr, target, host.choose("map", "rm"))
+        exe = where / f"{lr.name}.{target}.rm"
         exe.write_bytes(gpu.image.elf)
         exe.chmod(0o755)
         marks = (*BEFORE_CONVERSATION, *gpu.conversation.marks(), *AFTER_CONVERSATION)
@@ -286,6 +288,7 @@ def bench(args, runner) -> int:
     for key, value in args.choose:      # how every owner drives the card (the default otherwise)
         host = host.choose(key, value)
     level = next(t for t in ("x86_64-v4", "x86_64-v3", "x86_64") if host_runs(t))
+    target = f"{level}+sm_{sm}"         # the owner's host part (its shadow) at the CPU's level
     made = {}
     for name in args.learners:
         title, full, quick = LEARNERS[name]
@@ -294,9 +297,9 @@ def bench(args, runner) -> int:
         src = learner_source(name, size, out / "bin")
         lr = compile_file(src).learner
         t0 = time.perf_counter()
-        gpu = build_gpu_owner(lr, f"x86_64+sm_{sm}", host)
+        gpu = build_gpu_owner(lr, target, host)
         build_s = time.perf_counter() - t0
-        gpu_exe = out / "bin" / f"{lr.name}.sm_{sm}"
+        gpu_exe = out / "bin" / f"{lr.name}.{target}"
         exes = {"gpu": (gpu_exe, gpu, gpu.image.elf, ()),
                 "cpu": (out / "bin" / f"{lr.name}.{level}", None, build_learner(lr, level).elf, ())}
         for rate in args.rates * can_sample(lr):      # the sampled shadow, where the owner allows it
@@ -313,7 +316,7 @@ def bench(args, runner) -> int:
     rms = {}                    # then the owners mapped by the RM alone: after the default's lines
     timed = (lambda exe, a, built: run_exe(exe, a, built, RM_RUN_TIMEOUT)) if runner is run_exe else runner
     for name, (title, _, lr, _, _, _) in made.items():
-        rms[name] = rm_start_ups(args, timed, host, lr, sm, out / "bin")
+        rms[name] = rm_start_ups(args, timed, host, lr, target, out / "bin")
         print_rm(title, rms[name])
     torch, why = torch_or_why()
     device = "cuda" if torch is not None and not why else "cpu"
@@ -344,7 +347,7 @@ def bench(args, runner) -> int:
                      "build_s": round(build_s, 2), "rm": {**{k: v for k, v in rms[name].items() if k != "run"},
                                                 "bits": rms[name]["run"] == (0, outputs["cpu"][2])}})
     where = "against the mock: times mean nothing" if args.runner else f"sm_{sm}, {host.product}"
-    print(f"# GPU owner beside the CPU executable ({level}) and PyTorch float64 ({where}); "
+    print(f"# GPU owner ({target}) beside the CPU executable ({level}) and PyTorch float64 ({where}); "
           f"{args.rounds} rounds of {args.warmup} + {args.steps} steps; ms a step, median (spread)"
           + "".join(f"; {k} {v}" for k, v in host.choices))
     print(f"# torch: {why or 'CUDA, eager and a CUDA graph'}" if torch is not None else f"# {why}")
@@ -359,7 +362,7 @@ def bench(args, runner) -> int:
         print(f"# {name}: no CUDA graph: {why_not}")
     for r in rows:              # the RM-mapped owners' bits: said, not the exit code (an option on trial)
         print(f"# {r['learner']}: map rm, bits = CPU: {'yes' if r['rm']['bits'] else 'NO'}")
-    (out / "bench-gpu.json").write_text(json.dumps({"sm": sm, "level": level, "rows": rows}, indent=1,
+    (out / "bench-gpu.json").write_text(json.dumps({"sm": sm, "level": level, "target": target, "rows": rows}, indent=1,
                                                    sort_keys=True) + "\n")
     return 0 if ok else 1
 

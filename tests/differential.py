@@ -53,8 +53,8 @@ from conftest import require_tool
 
 ALL = ("interp", "plan", "ptx", "x86_64", "x86_64-v3", "x86_64-v4", "aarch64", "roles", "moved", "gpu",
        "gpu-built", "fleet")
-# "gpu": a copy of a program's first deployment with owner[0] an sm_90 and its last owner an
-# sm_86 GPU owner, each under its own mock driver (tests/mockgpu/wrap.py), launched, resumed,
+# "gpu": a copy of a program's first deployment with owner[0] an sm_90 (its host part at the
+# level the deployment drew, if any) and its last owner an sm_86 GPU owner, each under its own mock driver (tests/mockgpu/wrap.py), launched, resumed,
 # and resumed from the CPU deployment's checkpoint
 GPU_CARDS = {"a.gpuhost": ("GPU-5a1e7c3d-0b2f-4c6e-8a9d-1f2e3d4c5b6a", "NVIDIA H200", 90, 0),
              "c.gpuhost": ("GPU-11111111-2222-3333-4444-555555555555", "NVIDIA GeForce RTX 3090", 86, 1)}
@@ -453,7 +453,8 @@ def gpu_built(rep: Report, lr) -> None:
 
 
 def gpu_variant(prog, lr, kept: list, src: Path):
-    """The first deployment with GPU owners (owner[0] on sm_90, the last owner on sm_86), when
+    """The first deployment with GPU owners (owner[0] on sm_90, its host part at the level the
+    deployment gives its CPU owners, if any; the last owner on sm_86), when
     the GPU kernels take the learner, it is within PTX_BUDGET, and ptxas and the mock driver
     are here; else None."""
     import learngen
@@ -465,15 +466,21 @@ def gpu_variant(prog, lr, kept: list, src: Path):
             return None
     except BuildError:
         return None
+    from alphac.targets import host_runs
     d = kept[0]
     owners = next(int(m.group(1)) for m in [re.search(r"owner\[(\d+)\]", d.items[0])])
     items = [it for it in d.items if not it.startswith("target ")]
     last = owners - 1
+    # owner[0]'s host part at the level learngen drew for the deployment's CPU owners, if any
+    # (x86_64-v3+sm_90: its shadow in AVX2's lanes), where this CPU runs it natively
+    level = next((it.rpartition(" = ")[2] for it in d.items if it.startswith("target ") and
+                  it.endswith(("x86_64-v3", "x86_64-v4"))), "x86_64")
+    level = level if host_runs(level) else "x86_64"
     if last:
-        items += [f"target owner[0] = x86_64+sm_90, owner[{last}] = x86_64+sm_86",
+        items += [f"target owner[0] = {level}+sm_90, owner[{last}] = x86_64+sm_86",
                   f'gpu owner[0] = "a.gpuhost", owner[{last}] = "c.gpuhost"']
     else:
-        items += ["target owner[0] = x86_64+sm_90", 'gpu owner[0] = "a.gpuhost"']
+        items += [f"target owner[0] = {level}+sm_90", 'gpu owner[0] = "a.gpuhost"']
     return learngen.Deployment(d.name + "_gpu", items)
 
 

@@ -1,6 +1,7 @@
 """Every benchmark runs, in its short mode, so that none can silently break (issue 21: `make
 bench` crashed while the docs quoted its numbers). The figures of a short run are not checked:
 benchmarks measure, tests do not time."""
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -82,6 +83,14 @@ def test_gpu_benchmark_against_the_mock(tmp_path, runner, code, bits):
             "alphac CPU executable |" if lying else
             "| learner | alphac GPU owner | alphac GPU owner, sampled 1/8 | alphac CPU executable |") in r.stdout
     assert lying == ("steps; ms a step, median (spread); map rm" in r.stdout), r.stdout   # --choose, said
+    # the GPU owner's host part at the CPU executable's level, the best this CPU runs, said in the header
+    from alphac.targets import LEVELS, host_runs
+    level = json.loads((tmp_path / "out" / "bench-gpu.json").read_text())["level"]
+    assert level == next((lv for lv in sorted(LEVELS, key=lambda lv: -LEVELS[lv].lanes) if host_runs(lv)), "x86_64")
+    assert f"# GPU owner ({level}+sm_90) beside the CPU executable ({level}) and" in r.stdout
+    owners = sorted((tmp_path / "out" / "bin").glob("*+sm_90"))
+    assert owners and all(f"\ntarget {level}\n" in subprocess.run([o, "--version"], capture_output=True,
+                                                                   text=True).stdout for o in owners)
     rows = [l for l in r.stdout.splitlines() if l.startswith("| ") and "---" not in l][1:]
     assert [l.split(" | ")[0] for l in rows] == ["| least squares 8 x 64, exact_sum, Adam",
                                                 "| MLP 6-5-3 tanh, batch 16, Adam"][:2 - lying]

@@ -89,7 +89,7 @@ deployment tree {{
   roles owner[4]
   topology hierarchy(fanout 2)
   samples owner[0] = 0..1, owner[1] = 1..3, owner[2] = 3..4, owner[3] = 4..8
-  target owner[0], owner[3] = x86_64+sm_90
+  target owner[0] = x86_64-v3+sm_90, owner[3] = x86_64+sm_90
   gpu owner[0] = "a.gpuhost", owner[3] = "b.gpuhost"
 }}
 
@@ -196,9 +196,24 @@ def test_two_gpu_owners_with_unequal_shares_print_the_interpreters_bits(work):
 @pytest.mark.parametrize("name,cards", [("mixed", {"owner.0": 0, "owner.2": 2}),
                                         ("tree", {"owner.0": 0, "owner.3": 1})])
 def test_gpu_owners_with_cpu_owners_in_a_star_under_zero3_and_in_a_hierarchy(work, name, cards):
+    """The hierarchy's owner[0] has its host part at x86_64-v3 (AVX2's lanes): the same bits; on
+    a CPU without AVX2 the launcher refuses it by name (a GPU owner is not emulated)."""
+    from alphac.refusals import Refusal
+    from alphac.targets import host_runs
+    if name == "tree" and not host_runs("x86_64-v3"):
+        with pytest.raises(Refusal, match="x86_64-v3\\+sm_90 roles need a CPU with AVX2"):
+            launched(work, name, 5)
+        return
     rec = launched(work, name, 5)
     assert rec["passed"] and rec["published"] == reference(work, name, 5)
     assert {r: log["card"] for r, log in rec["logs"].items()} == cards
+    if name == "tree":
+        import subprocess
+        from conftest import alphac
+        said = subprocess.run([work[0] / "build" / name / "owner.0", "--version"], capture_output=True, text=True)
+        assert "\ntarget x86_64-v3\n" in said.stdout
+        code, _, err = alphac("verify", f"build/{name}/MANIFEST.json")    # its role recipe rebuilds it
+        assert code == 0, err
     for log in rec["logs"].values():
         assert log["errors"] == [] and log["launches"].count("update_g0") == 5
 

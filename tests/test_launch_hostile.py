@@ -381,14 +381,21 @@ def test_a_malformed_record_is_refused_by_name(records, tmp_path, case):
     assert (code, out, one_line(err, "record-malformed")) == (REFUSALS["record-malformed"][0], "", True)
 
 
-def test_x86_64_v4_roles_on_a_cpu_without_avx512_are_refused(build, tmp_path, monkeypatch):
-    """qemu emulates no AVX-512: on a host without it, a deployment with an x86_64-v4 role is
-    refused `launch-tool` before any role starts (never run into a `cpu-level` refusal)."""
+@pytest.mark.parametrize("target,lacks,said", [
+    ("x86_64-v4", "x86_64-v4", "AVX-512 (qemu does not emulate it); build them for x86_64-v3 or x86_64)"),
+    ("x86_64-v4+sm_90", "x86_64-v4", "AVX-512 (a GPU owner is not emulated); build them for x86_64-v3+sm_90 or "
+                                     "x86_64+sm_90)"),
+    ("x86_64+sm_90", "x86_64", "x86_64+sm_90 roles need an x86_64 host: a GPU owner is not emulated)")])
+def test_x86_64_v4_roles_on_a_cpu_without_avx512_are_refused(build, tmp_path, monkeypatch, target, lacks, said):
+    """qemu emulates no AVX-512 (and a GPU owner's host part is never emulated): on a host
+    without it, a deployment with an x86_64-v4 role, or an x86_64-v4+sm_90 GPU owner (or any GPU
+    owner on a host of another ISA), is refused `launch-tool` before any role starts (never run
+    into a `cpu-level` refusal)."""
     import alphac.tools.launch as launcher
     real = launcher.host_runs
-    monkeypatch.setattr(launcher, "host_runs", lambda t: t != "x86_64-v4" and real(t))
+    monkeypatch.setattr(launcher, "host_runs", lambda t: t != lacks and real(t))
     runs = tmp_path / "runs"
     with pytest.raises(Refusal) as e:
-        launch(build / "roles" / DEP, steps=3, records=runs, targets={"owner.1": "x86_64-v4"})
-    assert e.value.name == "launch-tool" and "AVX-512" in str(e.value)
+        launch(build / "roles" / DEP, steps=3, records=runs, targets={"owner.1": target})
+    assert e.value.name == "launch-tool" and str(e.value).endswith(said)
     assert not runs.exists() or not any(runs.iterdir())

@@ -7,7 +7,10 @@ boundary). Guarantees checked:
   * the independent-state learner and the least-squares Adam owner, for sm_90 and sm_86, run end
     to end and print the oracle's bits (tests/oracle.py) after five steps, with every driver call
     matching alphac's ABI tables (the mock's error list is empty) and the calls, in order, equal
-    to the conversation table's (`expected_trace`);
+    to the conversation table's (`expected_trace`); so does the least-squares owner with its host
+    part at x86_64-v3 and x86_64-v4 (its shadow in the level's lanes; the launch image and the
+    calls the baseline owner's), which gives the baseline owner's and the interpreter's bits and
+    refuses `cpu-level` under qemu's model of a CPU without the level's flags (and natively on one);
   * under strace, the executable makes only the calls the conversation lists, plus its output,
     its events file, the completion waits (clock_gettime; nanosleep only after spinning) and exit_group;
   * executed mutants: built for another UUID (device-uuid), another product or driver version, a
@@ -45,6 +48,9 @@ from mockgpu import Card
 HOST = host_mod.make({"uuid": "GPU-5a1e7c3d-0b2f-4c6e-8a9d-1f2e3d4c5b6a", "product": "NVIDIA H200",
                       "memory": "143771 MiB", "driver": "580.159.04"})
 OWNERS = [("independent_state", 90), ("lsq_adam", 90), ("independent_state", 86), ("lsq_adam", 86)]
+# the host part at a level (x86_64-v3+sm_90): its shadow in the level's lanes, and qemu's CPU model
+# without the level's flags (-cpu Nehalem: no AVX2; -cpu max: no AVX-512)
+LEVELS_RUN = {"x86_64-v3": ("loadw(", "Nehalem"), "x86_64-v4": ("loadz(", "max")}
 PRODUCT = {90: "NVIDIA H200", 86: "NVIDIA GeForce RTX 3090"}
 _DIR = tempfile.mkdtemp(prefix="alphac-gpu-owners-")
 atexit.register(shutil.rmtree, _DIR, True)
@@ -68,28 +74,49 @@ def card_for(sm: int, **changes) -> Card:
 
 
 @lru_cache(maxsize=None)
-def owner(name: str, sm: int, **changes):
-    """(path, GpuBuild) of a GPU owner built for host_for(sm, **changes)."""
+def owner(name: str, sm: int, level: str = "x86_64", **changes):
+    """(path, GpuBuild) of a GPU owner, its host part at `level`, built for host_for(sm, **changes)."""
     from alphac.build import build_gpu_owner
-    built = build_gpu_owner(compile_file(example(name)).learner, f"x86_64+sm_{sm}", host_for(sm, **changes))
+    built = build_gpu_owner(compile_file(example(name)).learner, f"{level}+sm_{sm}", host_for(sm, **changes))
     out = Path(_DIR)
     tag = "-".join(f"{k}{abs(hash(v)) % 10**8}" for k, v in sorted(changes.items()))
-    path = out / f"{name}.sm_{sm}{'.' + tag if tag else ''}"
+    path = out / f"{name}.{level}.sm_{sm}{'.' + tag if tag else ''}"
     path.write_bytes(built.image.elf)
     os.chmod(path, 0o755)
     return path, built
 
 
 def run(name, sm, args=("--steps", "5"), card=None, **kw):
-    path, built = owner(name, sm, **kw.pop("host", {}))
+    path, built = owner(name, sm, kw.pop("level", "x86_64"), **kw.pop("host", {}))
     return mockgpu.run(path, args, card=card or card_for(sm), kernels=built.kernels, **kw), built
 
 
 # -- end to end ----------------------------------------------------------------------------------
-@pytest.mark.parametrize("name,sm", OWNERS)
-def test_owner_prints_the_oracle_bits(name, sm):
+@pytest.mark.parametrize("name,sm,level", [(n, s, "x86_64") for n, s in OWNERS] +
+                         [("lsq_adam", 90, lv) for lv in sorted(LEVELS_RUN)])
+def test_owner_prints_the_oracle_bits(name, sm, level):
+    """At a level (x86_64-v4+sm_90) the host part, the shadow, is lowered in the level's lanes and
+    gives the baseline owner's and the interpreter's bits; on a CPU without the level's flags
+    (natively, or qemu's model) it is refused `cpu-level` before any call, as a CPU executable is."""
     need_mock()
-    r, built = run(name, sm)
+    r, built = run(name, sm, level=level)
+    if level != "x86_64":
+        import subprocess
+        from alphac.ir.interp import format_state, run as interp_run
+        from alphac.targets import LEVELS, host_runs
+        vector, cpu = LEVELS_RUN[level]
+        assert built.image.target.lanes == LEVELS[level].lanes and vector in built.image.rt_source
+        base = owner(name, sm)[1]       # the card's side unchanged: the launch image, the calls
+        assert (built.gpu.image, built.conversation.listing()) == (base.gpu.image, base.conversation.listing())
+        q = subprocess.run([require_tool("qemu-x86_64"), "-cpu", cpu, str(owner(name, sm, level)[0]), "--steps", "5"],
+                           capture_output=True, text=True, timeout=60)
+        said = [line for line in q.stderr.splitlines() if not line.startswith("qemu-x86_64: warning")]
+        assert (q.returncode, q.stdout, said) == (exit_code("cpu-level"), "", ["refused: cpu-level"])
+        if not host_runs(level):        # this CPU: the same refusal, the driver never opened
+            assert (r.returncode, r.stdout, r.device_calls()) == (exit_code("cpu-level"), "", [])
+            return
+        lr = compile_file(example(name)).learner
+        assert r.stdout == run(name, sm)[0].stdout == format_state(lr, interp_run(lr, 5))
     assert r.errors == []
     assert (r.returncode, r.stderr) == (0, "")
     assert r.stdout == oracle.run(name, steps=5)

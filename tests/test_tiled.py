@@ -15,7 +15,8 @@ grad_samples reads them all. Guarantees checked:
     added to a +0) give other bits, and a -0 first term survives; either barrier left out is
     caught by the interpreter (a read before the write, a race); the same for a batched product
     (each row's fold over the columns ascending from the first term), over any lo..hi;
-  * the MLP as a single GPU owner, sm_90 and sm_86, prints the interpreter's bits with an empty
+  * the MLP as a single GPU owner, sm_90 and sm_86 (and x86_64-v4+sm_90: its host shadow in
+    AVX-512's lanes), prints the interpreter's bits with an empty
     mock error list and the tiled kernels launched, in shuffled minibatches too; either tiled
     kernel's descending mutant (matvec0, matvec1, vecmat2, outer_sum_W1) is refused by the host
     shadow (gpu-shadow-mismatch); the step's kernels in launch order; on the interpreter, so does a
@@ -278,23 +279,29 @@ def need_mock():
         pytest.fail(why) if os.environ.get("CI") else pytest.skip(why)
 
 
-def run(mlp, sm, mutate=None, tag="", lr=None, args=()):
+def run(mlp, sm, mutate=None, tag="", lr=None, args=(), level="x86_64"):
     from alphac.build import build_gpu_owner
     d, mine, _ = mlp
     lr = lr or mine
-    built = build_gpu_owner(lr, f"x86_64+sm_{sm}", host_for(sm))
-    path = d / f"owner.sm_{sm}{tag}"
+    built = build_gpu_owner(lr, f"{level}+sm_{sm}", host_for(sm))
+    path = d / f"owner.{level}.sm_{sm}{tag}"
     path.write_bytes(built.image.elf)
     os.chmod(path, 0o755)
     return mockgpu.run(path, args or ["--steps", str(STEPS)], card=card_for(sm), kernels=built.kernels,
                        mutate=mutate)
 
 
-@pytest.mark.parametrize("sm", [90, 86])
-def test_a_gpu_owner_of_the_mlp_prints_the_interpreters_bits(mlp, sm):
+@pytest.mark.parametrize("sm,level", [(90, "x86_64"), (86, "x86_64"), (90, "x86_64-v4")])
+def test_a_gpu_owner_of_the_mlp_prints_the_interpreters_bits(mlp, sm, level):
+    """x86_64-v4+sm_90: the host part's shadow in AVX-512's lanes, the same bits (on a CPU
+    without AVX-512, refused `cpu-level` before the driver is opened)."""
+    from alphac.targets import host_runs
     need_mock()
     _, _, want = mlp
-    r = run(mlp, sm)
+    r = run(mlp, sm, level=level)
+    if not host_runs(level):
+        assert (r.returncode, r.stdout, r.device_calls()) == (exit_code("cpu-level"), "", [])
+        return
     assert r.errors == [] and (r.returncode, r.stderr) == (0, "")
     assert r.stdout == want
     names = [la[0] for la in r.launches]

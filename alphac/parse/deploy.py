@@ -146,8 +146,8 @@ def memory_size(p: Parser) -> tuple[int, Span]:
 
 
 def target_name(p: Parser) -> Token:
-    """`x86_64`, `aarch64`, a level `x86_64-v3` or `x86_64-v4`, or a GPU target `x86_64+sm_90`: one token of
-    the whole text."""
+    """`x86_64`, `aarch64`, a level `x86_64-v3` or `x86_64-v4`, or a GPU target `x86_64+sm_90`
+    (`x86_64-v4+sm_90`: its host part at the level): one token of the whole text."""
     isa = p.expect("name", what="a target (x86_64, x86_64-v3, x86_64-v4, aarch64, x86_64+sm_90)")
     if p.accept("punct", "-"):
         level = p.expect("name", what="a target level such as v3")

@@ -75,13 +75,21 @@ def free_ports_at(offsets: list[int], taken: set[int]) -> int:
 
 
 def emulators(table: dict) -> dict[str, list[str]]:
-    """The table's targets -> what runs their roles here (alphac.targets); else `launch-tool`."""
+    """The table's targets -> what runs their roles here (alphac.targets); else `launch-tool`. A
+    GPU owner's host part (x86_64-v4 of x86_64-v4+sm_90) runs natively or not at all: the
+    driver's calls are not emulated."""
     emulate = {}
-    for t in sorted({r["target"] for r in table["roles"]} & set(names())):
-        how = [] if host_runs(t) else emulator(t)
+    for t in sorted({r["target"] for r in table["roles"]}):
+        cpu, plus, gpu = t.partition("+")
+        if cpu not in names():
+            continue
+        how = [] if host_runs(cpu) else emulator(t)
+        if how is None and cpu not in LEVELS:
+            raise Refusal("launch-tool", f"{t} roles need an {cpu} host: a GPU owner is not emulated")
         if how is None:
-            raise Refusal("launch-tool", f"{t} roles need a CPU with {LEVELS[t].extension} (qemu does "
-                                         f"not emulate it); build them for {' or '.join(below(t))}")
+            raise Refusal("launch-tool", f"{t} roles need a CPU with {LEVELS[cpu].extension} ("
+                          f"{'a GPU owner is not emulated' if plus else 'qemu does not emulate it'}); "
+                          f"build them for {' or '.join(b + plus + gpu for b in below(cpu))}")
         if how and shutil.which(how[0]) is None:
             raise Refusal("launch-tool", f"{how[0]} is needed for {t} roles on this host")
         emulate[t] = [shutil.which(how[0]), *how[1:]] if how else []
