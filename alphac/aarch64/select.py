@@ -398,11 +398,15 @@ class Selector(SelectorBase):
     def prefetch(self, op, d, a) -> None:
         self.emit(*self.mem("prefetch", a[0], a[1]))
 
-    def cpu_has_sha256(self, op, d, a) -> None:
+    def hwcap_bit(self, d, a, bit: int) -> None:
+        """d = bit `bit` of AT_HWCAP (a[0])."""
         x, r = self.use(a[0], S1), self.defreg(d, S1)
-        self.emit("lsr", S2, x, AImm(6))                 # HWCAP_SHA2: bit 6 of AT_HWCAP
+        self.emit("lsr", S2, x, AImm(bit))
         self.emit("and", r, S2, AImm(1))
         self.commit(d, r)
+
+    def cpu_has_sha256(self, op, d, a) -> None:
+        self.hwcap_bit(d, a, 6)                          # HWCAP_SHA2
 
     def cpu_has_avx2(self, op, d, a) -> None:
         """0: no AArch64 CPU runs x86-64's AVX2 or AVX-512 (the f64x4 and f64x8 ops, lir.WIDE,
@@ -437,10 +441,7 @@ class Selector(SelectorBase):
         self.out.append(Label(done))
 
     def cpu_has_clmul(self, op, d, a) -> None:
-        x, r = self.use(a[0], S1), self.defreg(d, S1)
-        self.emit("lsr", S2, x, AImm(4))                 # HWCAP_PMULL: bit 4 of AT_HWCAP
-        self.emit("and", r, S2, AImm(1))
-        self.commit(d, r)
+        self.hwcap_bit(d, a, 4)                          # HWCAP_PMULL
 
     def polyval_hw(self, op, d, a) -> None:
         """PMULL, PV_GROUP (8) blocks a reduction, as x86-64's: the state in v0, H^1 .. H^8 in
