@@ -23,7 +23,7 @@ from alphac.aarch64.encode import Mem, MemReg, is_bitmask_imm
 from alphac.aarch64.isa import COND, D, REGS, V, W, X, sp, xzr
 from alphac.formats import PV_GROUP
 from alphac.lower.assemble import MI, Label
-from alphac.lower.lir import NEGATE, Function, Imm, Inst, VReg
+from alphac.lower.lir import Function, Imm, VReg
 from alphac.lower.regalloc import Allocation, parallel_moves
 from alphac.lower.selector import SelectorBase, rules
 
@@ -59,6 +59,7 @@ def _aimm(v: int):
 class Selector(SelectorBase):
     REGS, INT_ARGS, FLOAT_ARGS = REGS, abi.INT_ARGS, abi.FLOAT_ARGS
     INT_RET, FLOAT_RET = abi.INT_RET, abi.FLOAT_RET
+    ISA, JUMP, CALL, TRAP = "aarch64", "b", "bl", ("brk", AImm(1))
 
     def __init__(self, fn: Function, alloc: Allocation):
         super().__init__(fn, alloc)
@@ -156,12 +157,6 @@ class Selector(SelectorBase):
         self.emit("ret")
 
     # -- instructions: one rule per LIR operation (RULES, below the class) ---------------------
-    def inst(self, inst: Inst) -> None:
-        rule = RULES.get(inst.op)
-        if rule is None:
-            raise ValueError(f"aarch64 selector: no rule for {inst.op}")
-        rule(self, inst.op, inst.dst, inst.args)
-
     def iconst(self, op, d, a) -> None:
         r = self.defreg(d, S1)
         self.li(r, a[0].value)
@@ -182,12 +177,6 @@ class Selector(SelectorBase):
         self.emit("adrp", r, ALabel(0), sym=a[0].name)
         self.emit("add", r, r, AImm(0), sym=a[0].name)
         self.commit(d, r)
-
-    def copy(self, op, d, a) -> None:
-        self.move(self.where(d), self.where(a[0]))
-
-    def int_alu(self, op, d, a) -> None:
-        self.alu(op, d, a[0], a[1])
 
     def int_shift(self, op, d, a) -> None:
         x, r = self.use(a[0], S1), self.defreg(d, S1)
@@ -398,12 +387,6 @@ class Selector(SelectorBase):
         self.emit("ld1", r, Mem(S3, 0))
         self.vcommit(d, r)
 
-    def call(self, op, d, a) -> None:
-        self.arg_moves(list(a[1:]), incoming=False)
-        self.emit("bl", target=a[0])
-        if d is not None:
-            self.commit(d, REGS[abi.FLOAT_RET if d.cls == "f" else abi.INT_RET])
-
     def syscall(self, op, d, a) -> None:
         self.moves([(REGS[r], self.where(v)) for r, v in zip(abi.SYSCALL_REGS, a)])
         self.emit("svc", AImm(0))
@@ -415,11 +398,15 @@ class Selector(SelectorBase):
     def prefetch(self, op, d, a) -> None:
         self.emit(*self.mem("prefetch", a[0], a[1]))
 
-    def cpu_has_sha256(self, op, d, a) -> None:
+    def hwcap_bit(self, d, a, bit: int) -> None:
+        """d = bit `bit` of AT_HWCAP (a[0])."""
         x, r = self.use(a[0], S1), self.defreg(d, S1)
-        self.emit("lsr", S2, x, AImm(6))                 # HWCAP_SHA2: bit 6 of AT_HWCAP
+        self.emit("lsr", S2, x, AImm(bit))
         self.emit("and", r, S2, AImm(1))
         self.commit(d, r)
+
+    def cpu_has_sha256(self, op, d, a) -> None:
+        self.hwcap_bit(d, a, 6)                          # HWCAP_SHA2
 
     def cpu_has_avx2(self, op, d, a) -> None:
         """0: no AArch64 CPU runs x86-64's AVX2 or AVX-512 (the f64x4 and f64x8 ops, lir.WIDE,
@@ -454,10 +441,7 @@ class Selector(SelectorBase):
         self.out.append(Label(done))
 
     def cpu_has_clmul(self, op, d, a) -> None:
-        x, r = self.use(a[0], S1), self.defreg(d, S1)
-        self.emit("lsr", S2, x, AImm(4))                 # HWCAP_PMULL: bit 4 of AT_HWCAP
-        self.emit("and", r, S2, AImm(1))
-        self.commit(d, r)
+        self.hwcap_bit(d, a, 4)                          # HWCAP_PMULL
 
     def polyval_hw(self, op, d, a) -> None:
         """PMULL, PV_GROUP (8) blocks a reduction, as x86-64's: the state in v0, H^1 .. H^8 in
@@ -545,29 +529,11 @@ class Selector(SelectorBase):
         else:
             self.emit("cmp", x, self.use(b, S2))
 
-    # -- terminators -------------------------------------------------------------------------
-    def term(self, t: Inst, nxt: str | None) -> None:
-        if t.op == "jmp":
-            if t.args[0] != nxt:
-                self.emit("b", target=t.args[0])
-        elif t.op == "br":
-            cc, a, b, yes, no = t.args
-            self.compare(a, b)
-            if yes == nxt:
-                self.emit("b." + CC[NEGATE[cc]], target=no)
-            else:
-                self.emit("b." + CC[cc], target=yes)
-                if no != nxt:
-                    self.emit("b", target=no)
-        elif t.op == "ret":
-            self.return_(t)
-        elif t.op == "trap":
-            self.emit("brk", AImm(1))
-        else:
-            raise ValueError(t.op)
+    def jcc(self, cc: str) -> str:
+        return "b." + CC[cc]
 
 
-RULES = rules(Selector)
+RULES = Selector.RULES = rules(Selector)
 
 
 def select(fn: Function, alloc: Allocation) -> list:

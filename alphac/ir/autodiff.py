@@ -156,11 +156,7 @@ def differentiate(lr: Learner) -> None:
             if t.name in lr.grads:
                 lr.grads[t.name].append(Contribution(0, dt))
         elif isinstance(t, Pick):
-            offset, root = 0, t
-            while isinstance(root, Pick):
-                row = max(1, root.a.size // root.a.shape[0])
-                offset += root.k * row
-                root = root.a
+            offset, root = t.root()
             if isinstance(root, Read) and root.name in lr.grads:
                 lr.grads[root.name].append(Contribution(offset, dt))
             elif not isinstance(t.a, (Const, DataRow, Grad, OneHot, MaxAdj, Read)):

@@ -149,6 +149,14 @@ class Pick(Node):
     k: int
     shape: tuple[int, ...]
 
+    def root(self) -> tuple[int, Node]:
+        """(offset, value): where this one starts in the value a chain of picks starts from, and that value."""
+        offset, n = 0, self
+        while isinstance(n, Pick):
+            offset += n.k * max(1, n.a.size // n.a.shape[0])
+            n = n.a
+        return offset, n
+
 
 @dataclass(eq=False)
 class MatVec(Node):

@@ -76,7 +76,7 @@ def _paren(x) -> str:
 def fmin(a, b):
     if isinstance(a, int) and isinstance(b, int):
         return min(a, b)
-    return Sym(f"fl_min({a}, {b})")
+    return Sym(f"min_i64({a}, {b})")
 
 
 @dataclass(frozen=True)
@@ -279,8 +279,7 @@ class FleetLowering(RoleLowering):
         ranks; its index, code, rank, parent, children and name."""
         plan, node = self.plan, self.node
         codes = role_codes(plan)
-        out = ["fn fl_min(a: i64, b: i64) -> i64 {", "    if a < b { return a; }", "    return b;", "}", "",
-               "fn role_setup(rank: i64) {",
+        out = ["fn role_setup(rank: i64) {",
                "    if rank < 0 { rt_usage_refuse(\"--rank\", \"missing\"); }  // an index node's member: --rank R",
                f"    if rank < {node.rank} || rank >= {node.rank + node.size} {{ refuse(\"rank-out-of-range\"); }}",
                f"    let k = rank - {node.rank - node.lo};",
@@ -304,7 +303,7 @@ class FleetLowering(RoleLowering):
                 out += [f"    let kid0 = k * {t.fanout};",
                         "    store64(role_kid0, kid0);",
                         f"    store64(role_kid_code, {codes[t.level_name(node.level + 1)] << 24} + kid0);",
-                        f"    store64(role_nkids, fl_min(kid0 + {t.fanout}, {below}) - kid0);"]
+                        f"    store64(role_nkids, min_i64(kid0 + {t.fanout}, {below}) - kid0);"]
             else:
                 out += ["    store64(role_nkids, 0);"]
         prefix = f"{node.name}."

@@ -217,9 +217,11 @@ def sampled_step(lr: Learner, img: GpuImage) -> str:
     the step, the card's tree digest D of G and every state after the step, declaration order:
     alphac/ptx/digest.py); GPU_SAMPLED 0 when the policy is refused (`can_sample`). Under
     exact_sum G is the card's xsum_round; a proven step's host rounds its own exact sums and
-    compares G bit for bit (not the accumulators, which the sampled step does not read)."""
+    compares G bit for bit (not the accumulators, which the sampled step does not read), and
+    gpu_tree_dg, the scratch of gpu.rt's `gpu_tree` (the host's digest of its own message)."""
     if not can_sample(lr):              # (the host's scalars would read the card's G before it is back)
-        return "const GPU_SAMPLED = 0;\nconst GPU_CHAIN_BYTES = 72;\nglobal gpu_chain_msg: [u8; 72];\nfn gpu_step_sampled(step: i64, " \
+        return "const GPU_SAMPLED = 0;\nconst GPU_CHAIN_BYTES = 72;\nglobal gpu_chain_msg: [u8; 72];\nglobal gpu_tree_dg: [u8; 32];\n" \
+               "fn gpu_step_sampled(step: i64, " \
                "last: i64) {\n    refuse(\"usage\");      // main refuses first: never reached\n}\n"
     from alphac.ptx.digest import host_words, message, scratch_words
     n, host = lr.nsamples or 0, host_words(lr)
@@ -270,53 +272,9 @@ def sampled_step(lr: Learner, img: GpuImage) -> str:
     out += ["    " + x for x in hostc] + ['    rt_event_num("proven ", step);', "}"]
     out += ["vec_copy(gpu_prev_d, gpu_chain_msg + 40, 4);", "learner_commit();"]
     return (f"const GPU_SAMPLED = 1;\nconst GPU_CHAIN_BYTES = 72;\nglobal gpu_chain_msg: [u8; 72];\nglobal gpu_prev_d: [u8; 32];\n"
-            f"global gpu_dmsg: [u8; {8 * max(1, words)}];\n" + host_tree(scratch_words(8 * words)) + out[0] + "\n"
+            f"global gpu_dmsg: [u8; {8 * max(1, words)}];\nglobal gpu_tree_dg: [u8; {8 * scratch_words(8 * words)}];\n"
+            + out[0] + "\n"
             + "\n".join("    " + x for x in out[1:]) + "\n}\n")
-
-
-def host_tree(scratch: int) -> str:
-    """`gpu_tree(msg, n, out)`: the tree digest (alphac/ptx/digest.py) of the n bytes at msg, on
-    the host, into out: what a proven step checks the card's D against."""
-    return f"""global gpu_tree_dg: [u8; {8 * scratch}];
-global gpu_tree_buf: [u8; 1040];
-global gpu_tree_d: [u8; 32];
-fn gpu_digest_mismatch(step: i64) {{
-    rt_event_num("digest mismatch at step ", step);
-    refuse("gpu-shadow-mismatch");
-}}
-fn gpu_tree(msg: i64, n: i64, out: i64 writes 32) {{
-    let count = (n + 1023) >> 10;
-    if count == 0 {{ count = 1; }}
-    let j = 0;
-    while j < count {{
-        let len = n - 1024 * j;
-        if len > 1024 {{ len = 1024; }}
-        store8(gpu_tree_buf, 0);
-        let k = put(gpu_tree_buf, 1, msg + 1024 * j, len, "buffer-bound");
-        sha256(gpu_tree_buf, k, room(gpu_tree_dg, 32 * j, 32, "buffer-bound"));
-        j = j + 1;
-    }}
-    let at = 0;
-    while count > 32 {{
-        let up = (count + 31) >> 5;
-        j = 0;
-        while j < up {{
-            let kids = count - 32 * j;
-            if kids > 32 {{ kids = 32; }}
-            store8(gpu_tree_buf, 1);
-            let k = put(gpu_tree_buf, 1, gpu_tree_dg + at + 1024 * j, 32 * kids, "buffer-bound");
-            sha256(gpu_tree_buf, k, room(gpu_tree_dg, at + 32 * count + 32 * j, 32, "buffer-bound"));
-            j = j + 1;
-        }}
-        at = at + 32 * count;
-        count = up;
-    }}
-    store8(gpu_tree_buf, 1);
-    let k = put(gpu_tree_buf, 1, gpu_tree_dg + at, 32 * count, "buffer-bound");
-    store64(room(gpu_tree_buf, k, 8, "buffer-bound"), n);
-    sha256(gpu_tree_buf, k + 8, out);
-}}
-"""
 
 
 def gpu_globals(lr: Learner, img: GpuImage, conv: Conversation, label: str) -> tuple[list[str], dict[str, bytes]]:

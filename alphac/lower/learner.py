@@ -866,11 +866,7 @@ class LearnerCode:
         if isinstance(n, DataRow):
             return f"loadf({row_of(n.name)})" if not n.shape else self.address(row_of(n.name), j)
         if isinstance(n, Pick):
-            offset, root = 0, n
-            while isinstance(root, Pick):
-                row = max(1, root.a.size // root.a.shape[0])
-                offset += root.k * row
-                root = root.a
+            offset, root = n.root()
             coord = str(offset) if not n.shape else (f"{offset} + {j}" if not j.isdigit()
                                                      else str(offset + int(j)))
             if isinstance(root, Read):

@@ -2,15 +2,19 @@
 
 `SelectorBase` walks a function's blocks in layout order (each block's label, its instructions,
 its terminator with the next block's label for fall-through), keeps the Alpha source line of the
-instruction being selected, and assigns call arguments to the ISA's argument registers in order.
+instruction being selected, and assigns call arguments to the ISA's argument registers in order;
+it selects each instruction by its operation's rule (`RULES`), and the rules and terminators
+that read the same on every ISA (a copy, an integer ALU operation, a call, jmp/br/ret/trap).
 A backend's `Selector` subclasses it and supplies the ISA: `REGS` (register objects by name),
-`INT_ARGS`/`FLOAT_ARGS`, `where(v)` (a register or a stack slot), `prologue()`, `inst(i)` and
-`term(t, next_label)`.
+`INT_ARGS`/`FLOAT_ARGS`, `ISA` (its name in messages), `RULES` (`rules(Selector)`, set after the
+class), `JUMP`, `CALL` and `TRAP` (the instructions), `where(v)` (a register or a stack slot),
+`move`, `alu`, `compare(a, b)`, `jcc(cc)` (the conditional jump's mnemonic), `prologue()` and the
+other rules' methods.
 """
 from __future__ import annotations
 
 from alphac.lower.assemble import MI, Label
-from alphac.lower.lir import Function, VReg
+from alphac.lower.lir import NEGATE, Function, Inst, VReg
 from alphac.lower.regalloc import Allocation
 
 
@@ -66,6 +70,11 @@ class SelectorBase:
     FLOAT_ARGS: tuple[str, ...]
     INT_RET: str
     FLOAT_RET: str
+    ISA: str
+    RULES: dict
+    JUMP: str
+    CALL: str
+    TRAP: tuple
 
     def __init__(self, fn: Function, alloc: Allocation):
         self.fn, self.alloc = fn, alloc
@@ -96,6 +105,46 @@ class SelectorBase:
             v = t.args[0]
             self.move(self.REGS[self.FLOAT_RET if v.cls == "f" else self.INT_RET], self.where(v))
         self.epilogue()
+
+    # -- instructions: one rule per LIR operation (RULES) --------------------------------------
+    def inst(self, inst: Inst) -> None:
+        rule = self.RULES.get(inst.op)
+        if rule is None:
+            raise ValueError(f"{self.ISA} selector: no rule for {inst.op}")
+        rule(self, inst.op, inst.dst, inst.args)
+
+    def copy(self, op, d, a) -> None:
+        self.move(self.where(d), self.where(a[0]))
+
+    def int_alu(self, op, d, a) -> None:
+        self.alu(op, d, a[0], a[1])
+
+    def call(self, op, d, a) -> None:
+        self.arg_moves(list(a[1:]), incoming=False)
+        self.emit(self.CALL, target=a[0])
+        if d is not None:
+            self.commit(d, self.REGS[self.FLOAT_RET if d.cls == "f" else self.INT_RET])
+
+    # -- terminators: a jump to the next block left out, a branch falling through where it can
+    def term(self, t: Inst, nxt: str | None) -> None:
+        if t.op == "jmp":
+            if t.args[0] != nxt:
+                self.emit(self.JUMP, target=t.args[0])
+        elif t.op == "br":
+            cc, a, b, yes, no = t.args
+            self.compare(a, b)
+            if yes == nxt:
+                self.emit(self.jcc(NEGATE[cc]), target=no)
+            else:
+                self.emit(self.jcc(cc), target=yes)
+                if no != nxt:
+                    self.emit(self.JUMP, target=no)
+        elif t.op == "ret":
+            self.return_(t)
+        elif t.op == "trap":
+            self.emit(*self.TRAP)
+        else:
+            raise ValueError(t.op)
 
     def select(self) -> list:
         self.prologue()

@@ -241,22 +241,14 @@ def block_items(p: Parser, parse_one) -> tuple[list, Span]:
     open_ = p.expect("punct", "{", what="`{`")
     items = []
     p.skip_newlines()
-    while not p.at("punct", "}"):
-        if p.at("eof"):
-            p.sink.error("E0011", open_.span, "this `{` is never closed")
-            raise _Bail()
+    while p.in_block(open_):
         try:
             items.append(parse_one(p))
             if not p.at("punct", "}"):
                 p.end_of_line()
         except _Bail:
-            while not (p.at("nl") or p.at("punct", "}") or p.at("eof")):
-                p.advance()
-            p.skip_newlines()
-    close = p.advance()
-    if not p.at("eof"):
-        p.end_of_line()
-    return items, open_.span.to(close.span)
+            p.skip_item()
+    return items, p.close_block(open_)
 
 
 def parse_deployment(p: Parser) -> DeploymentDecl:

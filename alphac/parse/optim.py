@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from alphac.diag import Span
 from alphac.parse import ast
-from alphac.parse.parser import Parser, _Bail
+from alphac.parse.parser import Parser
 
 
 @dataclass(frozen=True)
@@ -120,10 +120,7 @@ def _body(p: Parser) -> tuple[tuple, Span]:
     open_ = p.expect("punct", "{", what="`{`")
     stmts: list = []
     p.skip_newlines()
-    while not p.at("punct", "}"):
-        if p.at("eof"):
-            p.sink.error("E0011", open_.span, "this `{` is never closed")
-            raise _Bail()
+    while p.in_block(open_):
         stmts.append(_stmt(p))
         if not p.at("punct", "}"):
             p.end_of_line()

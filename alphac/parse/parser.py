@@ -31,7 +31,7 @@ several errors. The parser of each declaration is a table, `DECL_PARSERS`; `alph
 """
 from __future__ import annotations
 
-from alphac.diag import Sink
+from alphac.diag import Sink, Span
 from alphac.parse import ast
 from alphac.parse.lexer import Token, lex
 
@@ -112,6 +112,27 @@ class Parser:
             self.skip_newlines()
             return
         raise self.fail("end of line")
+
+    # -- blocks: `{`, an item a line, `}` (Alpha's, a deployment's, an optimizer's) --------------
+    def in_block(self, open_: Token) -> bool:
+        """False at the `}` that closes the block `open_` opened; the file's end first is E0011."""
+        if self.at("eof"):
+            self.sink.error("E0011", open_.span, "this `{` is never closed")
+            raise _Bail()
+        return not self.at("punct", "}")
+
+    def skip_item(self) -> None:
+        """After an error in a block's item: on to the next line, or to the block's `}`."""
+        while not (self.at("nl") or self.at("punct", "}") or self.at("eof")):
+            self.advance()
+        self.skip_newlines()
+
+    def close_block(self, open_: Token) -> Span:
+        """The block's `}` and the end of its line; the block's span."""
+        close = self.advance()
+        if not self.at("eof"):
+            self.end_of_line()
+        return open_.span.to(close.span)
 
     def recover_to_decl(self) -> None:
         """Skip to the start of the next top-level declaration."""
@@ -259,10 +280,7 @@ class Parser:
         stmts: list[ast.Let | ast.Assign] = []
         result = None
         self.skip_newlines()
-        while not self.at("punct", "}"):
-            if self.at("eof"):
-                self.sink.error("E0011", open_.span, "this `{` is never closed")
-                raise _Bail()
+        while self.in_block(open_):
             if result is not None:
                 raise self.fail("`}` after the block's result expression")
             try:
@@ -282,13 +300,8 @@ class Parser:
                 if not self.at("punct", "}"):
                     self.end_of_line()
             except _Bail:
-                while not (self.at("nl") or self.at("punct", "}") or self.at("eof")):
-                    self.advance()
-                self.skip_newlines()
-        close = self.advance()
-        if not self.at("eof"):
-            self.end_of_line()
-        return ast.Block(tuple(stmts), result, open_.span.to(close.span))
+                self.skip_item()
+        return ast.Block(tuple(stmts), result, self.close_block(open_))
 
     # -- expressions ---------------------------------------------------------------------------
     MAX_DEPTH = 100

@@ -22,13 +22,13 @@ from __future__ import annotations
 
 from alphac.formats import PV_GROUP
 from alphac.lower.assemble import MI, Label, pool_symbol
-from alphac.lower.lir import Function, Imm, Inst, VReg
+from alphac.lower.lir import Function, Imm, VReg
 from alphac.lower.regalloc import Allocation, parallel_moves
 from alphac.lower.selector import SelectorBase, rules
 from alphac.x86_64 import abi
 from alphac.x86_64.encode import Mem
 from alphac.x86_64.encode import Imm as XImm
-from alphac.x86_64.isa import GPR8, GPR16, GPR32, REGS, negate
+from alphac.x86_64.isa import GPR8, GPR16, GPR32, REGS
 
 CC = {"eq": "e", "ne": "ne", "lt": "l", "le": "le", "gt": "g", "ge": "ge",
       "ult": "b", "ule": "be", "ugt": "a", "uge": "ae"}
@@ -60,6 +60,7 @@ def _fits32(v: int) -> bool:
 class Selector(SelectorBase):
     REGS, INT_ARGS, FLOAT_ARGS = REGS, abi.INT_ARGS, abi.FLOAT_ARGS
     INT_RET, FLOAT_RET = abi.INT_RET, abi.FLOAT_RET
+    ISA, JUMP, CALL, TRAP = "x86-64", "jmp", "call", ("ud2",)
 
     def __init__(self, fn: Function, alloc: Allocation, vex: bool = False):
         super().__init__(fn, alloc)
@@ -177,12 +178,6 @@ class Selector(SelectorBase):
         self.emit("ret")
 
     # -- instructions: one rule per LIR operation (RULES, below the class) ---------------------
-    def inst(self, inst: Inst) -> None:
-        rule = RULES.get(inst.op)
-        if rule is None:
-            raise ValueError(f"x86-64 selector: no rule for {inst.op}")
-        rule(self, inst.op, inst.dst, inst.args)
-
     def iconst(self, op, d, a) -> None:
         r = self.defreg(d, S1)
         if a[0].value == 0:
@@ -203,12 +198,6 @@ class Selector(SelectorBase):
         r = self.defreg(d, S1)
         self.emit("lea", r, Mem(rip=True), sym=a[0].name)
         self.commit(d, r)
-
-    def copy(self, op, d, a) -> None:
-        self.move(self.where(d), self.where(a[0]))
-
-    def int_alu(self, op, d, a) -> None:
-        self.alu(op, d, a[0], a[1])
 
     def int_shift(self, op, d, a) -> None:
         self.shift(op, d, a[0], a[1])
@@ -247,9 +236,7 @@ class Selector(SelectorBase):
         self.commit(d, r)
 
     def setcc(self, op, d, a) -> None:
-        x = self.use(a[1], S1)
-        y = self.imm_or_reg(a[2], S2)
-        self.emit("cmp", x, y)
+        self.compare(a[1], a[2])
         self.emit("set" + CC[a[0]], GPR8[S1.num])
         self.emit("movzx", S1, GPR8[S1.num])
         self.commit(d, S1)
@@ -515,13 +502,6 @@ class Selector(SelectorBase):
                  ("mov", rbx, rsi))
         self.commit(d, S1)
 
-    def call(self, op, d, a) -> None:
-        args = list(a[1:])
-        self.arg_moves(args, incoming=False)
-        self.emit("call", target=a[0])
-        if d is not None:
-            self.commit(d, REGS[abi.FLOAT_RET if d.cls == "f" else abi.INT_RET])
-
     def syscall(self, op, d, a) -> None:
         regs = [REGS[r] for r in abi.SYSCALL_REGS[:len(a)]]
         self.moves([(r, self.where(v)) for r, v in zip(regs, a)], lambda d, s: "i")
@@ -677,35 +657,15 @@ class Selector(SelectorBase):
     def falu(self, mnem: str, d: VReg, a: VReg, b) -> None:
         self.op3(mnem, d, a, *self.fsrc(b))
 
-    # -- terminators -------------------------------------------------------------------------
-    def term(self, t: Inst, nxt: str | None) -> None:
-        if t.op == "jmp":
-            if t.args[0] != nxt:
-                self.emit("jmp", target=t.args[0])
-        elif t.op == "br":
-            cc, a, b, yes, no = t.args
-            x = self.use(a, S1)
-            y = self.imm_or_reg(b, S2)
-            if isinstance(y, Mem):
-                self.emit("mov", S2, y)
-                y = S2
-            self.emit("cmp", x, y)
-            c = CC[cc]
-            if yes == nxt:
-                self.emit("j" + negate(c), target=no)
-            else:
-                self.emit("j" + c, target=yes)
-                if no != nxt:
-                    self.emit("jmp", target=no)
-        elif t.op == "ret":
-            self.return_(t)
-        elif t.op == "trap":
-            self.emit("ud2")
-        else:
-            raise ValueError(t.op)
+    # -- terminators (SelectorBase.term) -------------------------------------------------------
+    def compare(self, a: VReg, b) -> None:
+        self.emit("cmp", self.use(a, S1), self.imm_or_reg(b, S2))
+
+    def jcc(self, cc: str) -> str:
+        return "j" + CC[cc]
 
 
-RULES = rules(Selector)
+RULES = Selector.RULES = rules(Selector)
 
 
 def select(fn: Function, alloc: Allocation, vex: bool = False) -> list:
