@@ -13,6 +13,11 @@ one another thread read (a race: the hardware's interleaving is not this one): K
 
 A memory is anything with `load(addr) -> float` and `store(addr, value)`; both raise KeyError
 outside the memory (a GPU fault).
+
+Speed (not semantics): a kernel runs as its basic blocks, each made one Python function when a
+thread first enters it (`_Blocks`), which makes the instructions' steps in order, each through
+its table's function (F64, INT, WORD) or its `_compile` step, the same operations as one step
+at a time; blocks are kept per kernel text, so a second launch or a second run reuses them.
 """
 import bisect
 import math
