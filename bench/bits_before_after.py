@@ -32,15 +32,18 @@ import sys
 from alphac.build import build_learner
 from alphac.driver import compile_file
 lr = compile_file(sys.argv[1]).learner
-open(sys.argv[3], "wb").write(build_learner(lr, sys.argv[2]).elf)
+for isa, out in zip(sys.argv[2::2], sys.argv[3::2]):
+    open(out, "wb").write(build_learner(lr, isa).elf)
 """
 
 
-def build(tree: Path, src: Path, isa: str, out: Path) -> None:
+def build(tree: Path, src: Path, outs: dict[str, Path]) -> None:
+    """src built by the compiler of `tree` for each ISA of `outs` (ISA -> executable), in one process."""
     env = dict(os.environ, PYTHONPATH=str(tree))
-    subprocess.run([sys.executable, "-c", BUILD, str(src), isa, str(out)], check=True, env=env,
-                   cwd=src.parent, capture_output=True)
-    out.chmod(0o755)
+    subprocess.run([sys.executable, "-c", BUILD, str(src), *(str(x) for pair in outs.items() for x in pair)],
+                   check=True, env=env, cwd=src.parent, capture_output=True)
+    for out in outs.values():
+        out.chmod(0o755)
 
 
 def learner_only(src: Path, into: Path, exact: bool = False) -> Path:
@@ -97,14 +100,14 @@ def main() -> int:
         try:
             for full in sources:
                 src = learner_only(full, tmp / "src", args.exact)
-                for isa in targets:
-                    a, b = tmp / f"{src.stem}.{isa}.old", tmp / f"{src.stem}.{isa}.new"
-                    try:
-                        build(old, src, isa, a)        # the same source file, two compilers
-                    except subprocess.CalledProcessError:   # it uses what REV cannot read
-                        new.append(full)
-                        break
-                    build(ROOT, src, isa, b)
+                exes = {isa: (tmp / f"{src.stem}.{isa}.old", tmp / f"{src.stem}.{isa}.new") for isa in targets}
+                try:                                   # the same source file, two compilers
+                    build(old, src, {isa: a for isa, (a, _) in exes.items()})
+                except subprocess.CalledProcessError:   # it uses what REV cannot read
+                    new.append(full)
+                    continue
+                build(ROOT, src, {isa: b for isa, (_, b) in exes.items()})
+                for isa, (a, b) in exes.items():
                     (out_a, ta), (out_b, tb) = (run(e, isa, args.steps, src.parent) for e in (a, b))
                     same = out_a == out_b
                     same_all &= same

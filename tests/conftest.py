@@ -22,14 +22,16 @@ LEARNER_NAMES = ["scalar_regression", "two_coordinate", "independent_state", "ls
 # `make test` runs the suite as two pytest processes at once (the CI host has two cores), each
 # with `--shard K/2`: the test files dealt heaviest first, each to the shard with the least
 # weight so far, a file's weight its seconds below (every file over 5 s, summed from a 2-core
-# run's `--durations=0`) or 0.25 s a test. Every file runs whole in one shard (its module
-# fixtures built once).
-SECONDS = {"test_learner_fuzz.py": 310, "test_gpu_choose.py": 16, "test_repro.py": 123, "test_math.py": 79,
-           "test_update_reductions.py": 72, "test_bench.py": 61, "test_launch_hostile.py": 44,
-           "test_gpu_examples.py": 41, "test_roles.py": 40, "test_wheel.py": 33,
+# run's `--durations=0`; a file a change made cheaper: its weight times its CPU seconds after
+# over before, both measured on one machine) or 0.25 s a test. Every file runs whole in one
+# shard (its module fixtures built once).
+SECONDS = {"test_learner_fuzz.py": 310, "test_gpu_choose.py": 16, "test_order_probe.py": 8,
+           "test_gpu_fallbacks.py": 8, "test_repro.py": 123, "test_math.py": 39,
+           "test_update_reductions.py": 72, "test_bench.py": 53, "test_launch_hostile.py": 23,
+           "test_gpu_examples.py": 31, "test_roles.py": 33, "test_wheel.py": 33,
            "test_x86_64_encode.py": 28, "test_models.py": 27, "test_slurm.py": 27,
-           "test_math_lanes.py": 24, "test_interp_fast.py": 24, "test_tiled.py": 23,
-           "test_ptx.py": 23, "test_gather.py": 22, "test_gpu_roles.py": 21, "test_fleet.py": 20,
+           "test_math_lanes.py": 24, "test_interp_fast.py": 24, "test_tiled.py": 19,
+           "test_ptx.py": 19, "test_gather.py": 22, "test_gpu_roles.py": 21, "test_fleet.py": 20,
            "test_exact_sum.py": 20, "test_k8s.py": 20, "test_recover.py": 18,
            "test_runtime_fuzz.py": 18, "test_data.py": 17, "test_ckpt.py": 17,
            "test_digits.py": 16, "test_device_check_local.py": 16, "test_slices.py": 14,
@@ -38,7 +40,8 @@ SECONDS = {"test_learner_fuzz.py": 310, "test_gpu_choose.py": 16, "test_repro.py
            "test_hostile.py": 8, "test_device_check.py": 8, "test_mesh.py": 8,
            "test_readers.py": 8, "test_membership.py": 7, "test_gpu_sampled.py": 6,
            "test_schedules.py": 6, "test_netns.py": 6, "test_eval.py": 6, "test_gpu_copy.py": 5,
-           "test_encode.py": 5, "test_elf_reader.py": 5}
+           "test_encode.py": 5, "test_elf_reader.py": 5,
+           "test_digest_card.py": 11}
 
 
 def pytest_addoption(parser):

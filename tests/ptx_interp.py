@@ -13,7 +13,13 @@ one another thread read (a race: the hardware's interleaving is not this one): K
 
 A memory is anything with `load(addr) -> float` and `store(addr, value)`; both raise KeyError
 outside the memory (a GPU fault).
+
+Speed (not semantics): a kernel runs as its basic blocks, each made one Python function when a
+thread first enters it (`_Blocks`), which makes the instructions' steps in order, each through
+its table's function (F64, INT, WORD) or its `_compile` step, the same operations as one step
+at a time; blocks are kept per kernel text, so a second launch or a second run reuses them.
 """
+import bisect
 import math
 import re
 import struct
@@ -171,7 +177,7 @@ class Ptx:
                 guard, line = line[1:].split(None, 1)
             op, _, rest = line.rstrip(";").partition(" ")
             self.code.append((guard, op, [a.strip() for a in rest.split(",")] if rest else []))
-        self.steps = None                           # compiled on the first thread
+        self.text, self.blocks = text, None         # compiled on the first thread (_Blocks)
 
     def launch(self, mem, args, threads, block=4, grid=None, ntid=None, nctaid=None, local=None):
         """A 1-D grid covering `threads` with a spare block: its threads must do nothing. `ntid` and
@@ -201,20 +207,24 @@ class Ptx:
 
     def thread(self, mem, args, sregs):
         """One thread as a generator: it yields True at each bar.sync and stops at its end."""
-        if self.steps is None:
-            self.steps = [self._compile(pc, *ins) for pc, ins in enumerate(self.code)]
+        if self.blocks is None:
+            self.blocks = _BLOCKS.get(self.text) or _Blocks(self)
+            self.local_words = {a + 8 * w: None for a, size in self.local.values() for w in range(size // 8)}
         R = dict(sregs)
-        R["%local"] = {a + 8 * w: None for a, size in self.local.values() for w in range(size // 8)}
+        R["%local"] = self.local_words.copy()
         env = (R, mem, args)
-        steps, pc = self.steps, 0
-        for _ in range(1 << 20):
-            pc = steps[pc](env)
+        blocks, pc, left = self.blocks, 0, 1 << 20      # at most 2^20 instructions a thread
+        while True:
+            run, size = blocks[pc]
+            left -= size
+            if left < 0:
+                raise RuntimeError("runaway thread")
+            pc = run(env)
             if pc < 0:
                 if pc == -1:
                     return
                 pc = -2 - pc
                 yield True
-        raise RuntimeError("runaway thread")
 
     def _compile(self, pc, guard, op, a):
         """Instruction `pc` as a function of (registers, memory, params) -> the next pc (-1: ret).
@@ -335,6 +345,96 @@ class Ptx:
             return body
         neg, reg = guard[0] == "!", guard.lstrip("!")
         return lambda env: nxt if (env[0][reg] if neg else not env[0][reg]) else body(env)
+
+
+class _Blocks(dict):
+    """A program's code as basic blocks, each compiled when first entered into one Python function
+    that does its instructions' steps in order (each F64, INT or WORD instruction its table's
+    function; what the text does not translate, as .local and .shared accesses, arrays'
+    addresses and any op only _compile knows, its _compile step) and returns the next pc as a
+    step does: {leader pc: (function, instructions in the block)}. Kept for the last programs'
+    texts (_BLOCKS), so that runs of the same kernels compile them once."""
+
+    ENDS = ("bra", "bra.uni", "ret", "bar.sync")
+
+    def __init__(self, prog):
+        super().__init__()
+        self.prog, code = prog, prog.code
+        self.leaders = sorted({0, *prog.labels.values(), len(code)} |
+                              {pc + 1 for pc, (_, op, _) in enumerate(code) if op in self.ENDS})
+        self.names = {"bits_of": bits_of, "float_of": float_of, "as_float": _as_float, "as_bits": _as_bits}
+        _BLOCKS[prog.text] = self
+        while len(_BLOCKS) > 64:
+            del _BLOCKS[next(iter(_BLOCKS))]
+
+    def __missing__(self, start):
+        prog, names = self.prog, self.names
+        stop = self.leaders[bisect.bisect_right(self.leaders, start)]
+
+        def val(x):                         # an operand as Python text
+            if x.startswith("%"):
+                return f"R[{x!r}]"
+            v = struct.unpack("<d", bytes.fromhex(x[2:])[::-1])[0] if x.startswith("0d") else int(x)
+            names[f"c{len(names)}"] = v
+            return f"c{len(names) - 1}"
+
+        def addr(x):
+            reg, _, off = x.strip("[]").partition("+")
+            return f"R[{reg!r}] + {int(off or 0)}"
+
+        def fn(f):
+            names[f"f{len(names)}"] = f
+            return f"f{len(names) - 1}"
+
+        def line(pc, op, a):
+            if op in ("bra", "bra.uni"):
+                return f"return {prog.labels[a[0]]}"
+            if op == "ret":
+                return "return -1"
+            if op == "bar.sync":
+                return f"return {-2 - (pc + 1)}"
+            if op.startswith("ld.param."):
+                return f"R[{a[0]!r}] = P[{a[1].strip('[]')!r}]"
+            if op in ("ld.global.f64", "ld.global.u64"):
+                load = f"M.load({addr(a[1])})"
+                return f"R[{a[0]!r}] = " + (f"bits_of({load})" if op == "ld.global.u64" else load)
+            if op == "st.global.f64":
+                return f"M.store({addr(a[0])}, {val(a[1])})"
+            if op == "mov.b64":             # between %fd and %rd: the same 64 bits
+                return f"R[{a[0]!r}] = {'as_float' if a[0].startswith('%fd') else 'as_bits'}({val(a[1])})"
+            if op in WORD:
+                return f"w = {addr(a[0])}; M.store(w, float_of({fn(WORD[op])}(bits_of(M.load(w)), {val(a[1])})))"
+            if (op in F64 or op in INT) and not (op == "mov.u64" and (a[1] in prog.local or a[1] in prog.shared)):
+                return f"R[{a[0]!r}] = {fn(F64.get(op) or INT[op])}({', '.join(val(x) for x in a[1:])})"
+            step = fn(prog._compile(pc, None, op, a))
+            return f"t = {step}(env)\nif t != {pc + 1}: return t"
+
+        body = []
+        for pc in range(start, stop):
+            guard, op, a = prog.code[pc]
+            text = line(pc, op, a)
+            if guard is not None:           # a guarded instruction runs when its predicate holds
+                neg, reg = guard[0] == "!", guard.lstrip("!")
+                text = f"if {'not ' if neg else ''}R[{reg!r}]:\n" + "\n".join("    " + t for t in text.split("\n"))
+            body += text.split("\n")
+        guard, op, _ = prog.code[stop - 1]
+        if op not in self.ENDS or guard is not None:
+            body.append(f"return {stop}")
+        src = f"def b{start}(env):\n    R, M, P = env\n" + "".join(f"    {t}\n" for t in body)
+        exec(compile(src, f"<ptx block {start}>", "exec"), names)
+        self[start] = names.pop(f"b{start}"), stop - start
+        return self[start]
+
+
+_BLOCKS: dict[str, _Blocks] = {}
+
+
+def _as_float(v):                           # mov.b64 into a %fd register: the same 64 bits
+    return v if isinstance(v, float) else float_of(v)
+
+
+def _as_bits(v):
+    return bits_of(v) if isinstance(v, float) else v
 
 
 class InterpDevice:

@@ -29,10 +29,10 @@ EDITED = "the record was edited: its MAC does not match"
 
 
 @pytest.fixture(scope="module")
-def build(tmp_path_factory):
-    """lsq_adam's deployments: DIR/roles/DEPLOYMENT/ROLE and DIR/MANIFEST.json (never changed)."""
-    from backend import build_roles
-    return build_roles(tmp_path_factory.mktemp("hostile"), sources={"examples/lsq_adam.alpha"}).parent
+def build(example_roles):
+    """The reference learners' deployments (lsq_adam's among them), built once for the run:
+    DIR/roles/DEPLOYMENT/ROLE and DIR/MANIFEST.json (never changed: a test changes a copy)."""
+    return example_roles.parent
 
 
 def copy_of(build, tmp_path) -> Path:

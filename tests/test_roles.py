@@ -256,6 +256,7 @@ def test_foreign_peers_built_from_mutated_sources(tmp_path, roles):
     from alphac.build import build_role
     from alphac.dist.structure import Role
     from alphac.driver import compile_deployments
+    started = {}                                # the cases' deployments run at once, each its port
     for want, text in cases.items():
         assert text != base, want
         src = tmp_path / "lsq_adam.alpha"
@@ -276,6 +277,8 @@ def test_foreign_peers_built_from_mutated_sources(tmp_path, roles):
         for k in (0, 2, 3):
             procs[f"owner.{k}"] = subprocess.Popen([str(real / f"owner.{k}"), "--parent", f"127.0.0.1:{pn}",
                                                     "--deadline-ms", "3000"], stderr=subprocess.PIPE, text=True)
+        started[want] = procs
+    for want, procs in started.items():
         results = {n: (p.wait(timeout=20), p.stderr.read()) for n, p in procs.items()}
         assert results["coordinator"][1] == f"refused: {want}\n", (want, results)
         assert all(code != 0 for code, _ in results.values())
