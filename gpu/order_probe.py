@@ -111,6 +111,7 @@ def without_wfi(img, chain: tuple[str, ...]):
 def step_source(img) -> str:
     """`gpu_step(step)`: case `step` (CASES' order) submitted and waited for, then `order K` and
     the four words of G the copy brought back, flushed at once (a later refusal keeps them)."""
+    from alphac.lower.gpu import no_sampled_step
     res = img.results["G"]
     out = ["fn gpu_step(step: i64) {"]
     out += [f"    store64({res + 8 * i:#x}, 0);" for i in range(WORDS)]
@@ -118,11 +119,8 @@ def step_source(img) -> str:
             for k, (name, c, _, _) in enumerate(CASES, 1)]
     out += ['    rt_out_cstr("order ");', "    rt_out_dec(step);", "    let i = 0;", f"    while i < {WORDS} {{",
             "        rt_out_byte(' ');", f"        rt_out_hex16(load64({res:#x} + 8 * i));", "        i = i + 1;",
-            "    }", "    rt_out_byte('\\n');", "    rt_flush();", "}", "",
-            # gpu.rt's --shadow sampled: not for the probe (as for a learner that cannot sample)
-            "const GPU_SAMPLED = 0;", "const GPU_CHAIN_BYTES = 72;", "global gpu_chain_msg: [u8; 72];",
-            "fn gpu_step_sampled(step: i64, last: i64) {", '    refuse("usage");', "}", ""]
-    return "\n".join(out)
+            "    }", "    rt_out_byte('\\n');", "    rt_flush();", "}", ""]
+    return "\n".join(out) + no_sampled_step()     # gpu.rt's --shadow sampled: refused, as for a learner that cannot sample
 
 
 def build(sm: int, host, spins: int, drop_wfi: tuple[str, ...] = (CONTROL,)):

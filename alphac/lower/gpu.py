@@ -212,6 +212,13 @@ def reduced_compare(lr: Learner, img: GpuImage) -> list[str]:
     return [f"gpu_compare({img.buffers['rd'] + 8 * at:#x}, rd{k}, 1, step);" for k, at in card_reductions(lr).items()]
 
 
+def no_sampled_step() -> str:
+    """What gpu.rt reads of the sampled shadow, for an executable that refuses it (gpu.rt's main
+    refuses `--shadow sampled` first: the step is never reached)."""
+    return ("const GPU_SAMPLED = 0;\nconst GPU_CHAIN_BYTES = 72;\nglobal gpu_chain_msg: [u8; 72];\n"
+            "global gpu_tree_dg: [u8; 32];\nfn gpu_step_sampled(step: i64, last: i64) {\n    refuse(\"usage\");\n}\n")
+
+
 def sampled_step(lr: Learner, img: GpuImage) -> str:
     """`gpu_step_sampled(step, last)` and the chain's message `gpu_chain_msg` (the previous hash,
     the step, the card's tree digest D of G and every state after the step, declaration order:
@@ -220,9 +227,7 @@ def sampled_step(lr: Learner, img: GpuImage) -> str:
     compares G bit for bit (not the accumulators, which the sampled step does not read), and
     gpu_tree_dg, the scratch of gpu.rt's `gpu_tree` (the host's digest of its own message)."""
     if not can_sample(lr):              # (the host's scalars would read the card's G before it is back)
-        return "const GPU_SAMPLED = 0;\nconst GPU_CHAIN_BYTES = 72;\nglobal gpu_chain_msg: [u8; 72];\nglobal gpu_tree_dg: [u8; 32];\n" \
-               "fn gpu_step_sampled(step: i64, " \
-               "last: i64) {\n    refuse(\"usage\");      // main refuses first: never reached\n}\n"
+        return no_sampled_step()
     from alphac.ptx.digest import host_words, message, scratch_words
     n, host = lr.nsamples or 0, host_words(lr)
     assigned = {a.target for a in lr.update}
