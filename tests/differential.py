@@ -19,7 +19,17 @@
                   kernels in the PTX interpreter, local memory set up for a kernel that keeps
                   vectors there); a learner over PTX_BUDGET (wide ones) instead has its GPU
                   owners built through ptxas, their stacks checked against the local-memory
-                  area (the engine `gpu-built`: `gpu-built: sm_NN`)
+                  area (the engine `gpu-built`: `gpu-built: sm_NN`); and the learner's single
+                  GPU owner on the sm_90 card, run under the mock as drawn below (`gpu: ...`)
+
+The gpu engine's choices are drawn per learner from its name (`fuzzSEED`, so a failing seed, and
+the reducer's edits of it, replay them: `gpu_draw`): the single owner's `--shadow full` or
+`--shadow sampled` (where `alphac.ptx.abi.can_sample` takes the learner; a sampled owner of one
+it does not take must be refused `usage`, and the full one then gives the bits), `--shadow-rate`
+1, 2 or 8 under sampled with getrandom's answers drawn too, and under sampled now and then
+`alphac verify-record EVENTS --replay 5 --learner FILE` on its events (exit 0); and each card's
+`map` (alphac.nvdrv.host CHOICES: uvm or rm), written into its host file, which the GPU roles,
+the single owner and `gpu-built` read. Every label of a gpu engine's run names the draw.
 
 and compares each with what the contract says, computed here from the interpreter's primitive
 operations (an owner's (G, n), a combine, the update) by a driver written in this file: for the
@@ -42,6 +52,7 @@ and disagrees in every engine.
 from __future__ import annotations
 
 import os
+import random
 import re
 import shutil
 import subprocess
@@ -65,6 +76,35 @@ PTX_BUDGET = 55_000     # kernel lines x samples x (the widest param or row / 64
                         # them; the gpu engine builds their owners through ptxas only:
                         # gpu_built; `make fuzz` says how many). 55,000 since tanh's PTX text
                         # grew by its lean path (EXACT_REDUCED's three tanh: 49,657 -> 51,445)
+
+
+@dataclass(frozen=True)
+class GpuDraw:
+    """How the gpu engine drives its cards for one learner (module docstring): the single
+    owner's shadow policy and rate, getrandom's answers to it, each card's `map` (in GPU_CARDS'
+    order), and whether its chain is replayed."""
+    shadow: str = "full"
+    rate: int = 0                       # --shadow-rate under sampled
+    draws: bytes = b""
+    maps: tuple[str, ...] = ("uvm", "uvm")
+    replay: bool = False
+
+    def maps_text(self) -> str:                 # what the GPU roles run with
+        return ", ".join(f"{name} map {m}" for name, m in zip(GPU_CARDS, self.maps))
+
+    def owner_text(self) -> str:                # what the single owner runs with
+        return (f"{next(iter(GPU_CARDS))} map {self.maps[0]}, --shadow {self.shadow}"
+                + (f" --shadow-rate {self.rate}" if self.rate else ""))
+
+
+def gpu_draw(name: str) -> GpuDraw:
+    """The gpu engine's draw for the learner `name`, from a stream of its own."""
+    from alphac.nvdrv.host import CHOICES
+    r = random.Random(f"gpu {name}")
+    maps = tuple(r.choice(CHOICES["map"][0]) for _ in GPU_CARDS)
+    if r.random() < 0.5:
+        return GpuDraw(maps=maps)
+    return GpuDraw("sampled", r.choice((1, 2, 8)), r.randbytes(8 * STEPS), maps, r.random() < 0.5)
 
 
 @dataclass
@@ -259,9 +299,11 @@ def first_difference(a: str, b: str) -> tuple[str, str]:
 
 
 # -- one learner file ----------------------------------------------------------------------------
-def check_text(text: str, work: Path, engines=ALL, files: dict[str, bytes] | None = None) -> Report:
+def check_text(text: str, work: Path, engines=ALL, files: dict[str, bytes] | None = None,
+               gpu: GpuDraw | None = None) -> Report:
     """Every engine in `engines` against the contract, for the learner file `text`, with `files`
-    ({relative path: bytes}, the .npy files it loads) beside it."""
+    ({relative path: bytes}, the .npy files it loads) beside it; with `gpu`, a GPU deployment's
+    labels name that draw and its single owner runs so (else only its roles run)."""
     from alphac.diag import CompileError
     from alphac.driver import compile_deployments
     rep = Report(text, files=dict(files or {}))
@@ -326,7 +368,7 @@ def check_text(text: str, work: Path, engines=ALL, files: dict[str, bytes] | Non
                     run_exe(exe, target, "--steps", STEPS - FIRST, "--resume", work / "ck-x86_64"), w5)
     if {"roles", "moved", "fleet", "gpu"} & set(engines):
         for name, plan in sorted(plans.items()):
-            check_roles(rep, src, name, plan, contract, work, engines, single.get("x86_64"), deps)
+            check_roles(rep, src, name, plan, contract, work, engines, single.get("x86_64"), deps, gpu)
     return rep
 
 
@@ -390,13 +432,13 @@ def build_single(lr, target: str, work: Path) -> str:
     return str(path)
 
 
-def gpu_host_text(name: str) -> str:
+def gpu_host_text(name: str, gpu_map: str = "uvm") -> str:
     """A card's host description, with the mock card's topology (a kernel that keeps vectors
-    in local memory has its area sized from it)."""
+    in local memory has its area sized from it) and how the owner maps its memory."""
     from mockgpu.driver import TOPOLOGY
     uuid, product, sm, minor = GPU_CARDS[name]
     return (f"uuid {uuid}\nproduct {product}\nmemory 24 GiB\ndriver 580.159.04\nminor {minor}\n"
-            f"topology {' '.join(map(str, TOPOLOGY[sm]))}\n")
+            f"topology {' '.join(map(str, TOPOLOGY[sm]))}\nmap {gpu_map}\n")
 
 
 def gpu_here() -> bool:
@@ -405,7 +447,7 @@ def gpu_here() -> bool:
     return not ((_sh.which("ptxas") is None and not os.environ.get("ALPHAC_PTXAS")) or mockgpu.available())
 
 
-def gpu_built(rep: Report, lr) -> None:
+def gpu_built(rep: Report, lr, maps: tuple[str, ...] = ("uvm", "uvm")) -> None:
     """A learner over PTX_BUDGET on GPU owners without the PTX interpreter: the owner built for
     each card (ptxas, the memory plan admitted, the conversation, the executable with its host
     shadow), and each kernel that keeps vectors in local memory checked against the area its
@@ -419,9 +461,9 @@ def gpu_built(rep: Report, lr) -> None:
     from alphac.nvdrv.image import STACK_TOP
     from mockgpu.gpu import Channel, Gpu, GpuMemory
     from nvdrv_decode import unpack_qmd
-    for name, (_, _, sm, _) in sorted(GPU_CARDS.items()):
+    for (name, (_, _, sm, _)), gpu_map in sorted(zip(GPU_CARDS.items(), maps)):
         def check() -> str:
-            host = host_mod.make(dict(line.split(" ", 1) for line in gpu_host_text(name).splitlines()))
+            host = host_mod.make(dict(line.split(" ", 1) for line in gpu_host_text(name, gpu_map).splitlines()))
             try:
                 built = build_gpu_owner(lr, f"x86_64+sm_{sm}", host)
             except CompileError as e:
@@ -449,7 +491,7 @@ def gpu_built(rep: Report, lr) -> None:
         if got.startswith("refused: E0120"):
             rep.skipped.append(f"gpu-built: sm_{sm}: {got}")
         elif not got.startswith("built"):
-            rep.problem(f"gpu-built: sm_{sm}: {got}")
+            rep.problem(f"gpu-built: sm_{sm} (map {gpu_map}): {got}")
 
 
 def gpu_variant(prog, lr, kept: list, src: Path):
@@ -505,16 +547,21 @@ def gpu_wrapper(lr, work: Path) -> list[str]:
 
 
 def check_roles(rep: Report, src: Path, name: str, plan, contract, work: Path, engines, single,
-                deps: dict) -> None:
+                deps: dict, gpu: GpuDraw | None = None) -> None:
     from alphac.dist.structure import Star
     from alphac.tools.launch import launch
     from backend import build_deployment
     dep = plan.dep
-    extra = {}
+    extra, drawn = {}, ""
     if dep.gpus:                       # the GPU copy: its owners under the mock
         if "gpu" not in engines:
             return
         extra["gpu_wrapper"] = gpu_wrapper(plan.lr, work)
+        drawn = f" ({gpu.maps_text()})" if gpu else ""
+        if gpu:
+            check_gpu_owner(rep, plan.lr, src, work, expected(contract, [(STEPS, None)]), gpu)
+    elif not {"roles", "moved", "fleet"} & set(engines):
+        return                         # nothing would run its roles: not built
     out = work / "roles"
     try:
         dep_dir = build_deployment(src, name, out)
@@ -528,26 +575,67 @@ def check_roles(rep: Report, src: Path, name: str, plan, contract, work: Path, e
     def go(steps, **kw) -> str:
         return guarded(lambda: launch_outcome(launch(dep_dir, steps=steps, records=runs, **extra, **kw)))
     if "roles" in engines or extra:
-        compare(rep, f"roles:{name}", go(STEPS), want5)
+        compare(rep, f"roles:{name}{drawn}", go(STEPS), want5)
         ck = work / f"ck-{name}"
         shutil.rmtree(ck, ignore_errors=True)
-        compare(rep, f"roles:{name} 3 steps, checkpoint", go(FIRST, checkpoint=ck), want3)
+        compare(rep, f"roles:{name} 3 steps, checkpoint{drawn}", go(FIRST, checkpoint=ck), want3)
         if finite(want3):
-            compare(rep, f"roles:{name} resumed 2 steps", go(STEPS - FIRST, resume=ck), want5)
+            compare(rep, f"roles:{name} resumed 2 steps{drawn}", go(STEPS - FIRST, resume=ck), want5)
     if ("moved" in engines or extra) and isinstance(dep.topology, Star):
         ck = work / "ck-x86_64"
         if single is not None and (ck / "MANIFEST").exists() and finite(expected(contract, [(FIRST, None)])):
-            compare(rep, f"moved:{name} (single's checkpoint, 2 steps)", go(STEPS - FIRST, resume=ck),
+            compare(rep, f"moved:{name} (single's checkpoint, 2 steps){drawn}", go(STEPS - FIRST, resume=ck),
                     expected(contract, [(FIRST, None), (STEPS - FIRST, dep)]))
         for other, odep in sorted(deps.items()):             # checkpoints of the stars before
             ck = work / f"ck-{other}"
             if other < name and isinstance(odep.topology, Star) and (ck / "MANIFEST").exists() \
                     and finite(expected(contract, [(FIRST, odep)])):
-                compare(rep, f"moved:{name} ({other}'s checkpoint, 2 steps)",
+                compare(rep, f"moved:{name} ({other}'s checkpoint, 2 steps){drawn}",
                         go(STEPS - FIRST, resume=ck), expected(contract, [(FIRST, odep), (STEPS - FIRST, dep)]))
     if "fleet" in engines and not dep.gpus:
         check_fleet(rep, src, name, plan, work, want5, want3, go)
     shutil.rmtree(runs, ignore_errors=True)
+
+
+def check_gpu_owner(rep: Report, lr, src: Path, work: Path, want5: str, gpu: GpuDraw) -> None:
+    """The learner's single GPU owner on the sm_90 card (a.gpuhost, its drawn `map`) under the
+    mock, 5 steps with the drawn shadow policy: the contract's bits; under sampled, a learner
+    can_sample refuses is refused `usage` (and runs full), and a replayed chain exits 0."""
+    from alphac.build import build_gpu_owner
+    from alphac.nvdrv import host as host_mod
+    from alphac.ptx.abi import can_sample
+    from conftest import alphac
+    import mockgpu
+    name = next(iter(GPU_CARDS))
+    label = f"gpu: the single owner on sm_90 ({gpu.owner_text()})"
+    host = host_mod.make(dict(line.split(" ", 1) for line in gpu_host_text(name, gpu.maps[0]).splitlines()))
+    built = guarded(lambda: build_gpu_owner(lr, "x86_64+sm_90", host))
+    if isinstance(built, str):
+        rep.problem(f"{label}: the build failed: {built}")
+        return
+    exe = work / "single.gpu"
+    exe.write_bytes(built.image.elf)
+    os.chmod(exe, 0o755)
+    card = mockgpu.Card(uuid=host.uuid, name=host.product, driver=host.driver, sm=90,
+                        minor=host.minor, memory=host.memory)
+
+    def run(*shadow) -> tuple[str, str]:
+        r = mockgpu.run(exe, ["--steps", STEPS, *shadow], card=card, kernels=built.kernels,
+                        draws=gpu.draws or None)
+        return (exe_outcome(r) if not r.errors else f"failed: the mock: {r.errors[0]}"), r.events
+    sampled = gpu.shadow == "sampled"
+    if sampled and not can_sample(lr):
+        compare(rep, f"{label}, refused", run("--shadow", "sampled", "--shadow-rate", gpu.rate)[0],
+                "refused: usage")
+        sampled = False
+    got, events = run(*(("--shadow", "sampled", "--shadow-rate", gpu.rate) if sampled else ()))
+    compare(rep, label, got, want5)
+    if sampled and gpu.replay and finite(want5):
+        (work / "single.gpu.events").write_text(events)
+        code, out, err = alphac("verify-record", work / "single.gpu.events", "--replay", STEPS,
+                                "--learner", src)
+        compare(rep, f"{label}, its chain replayed", f"exit {code}" + (f": {err.strip()}" if code else ""),
+                "exit 0")
 
 
 def check_fleet(rep: Report, src: Path, name: str, plan, work: Path, want5: str, want3: str, go) -> None:
@@ -618,15 +706,16 @@ def check_program(prog, work: Path, engines=ALL, seed: int | None = None) -> Rep
             rep.problem(f"crash: the compiler raised on deployment {d.name}: " + traceback.format_exc(limit=8))
             return rep
     gpu = gpu_variant(prog, lr, kept, src) if "gpu" in engines and kept else None
+    draw = gpu_draw(prog.name)
     if gpu is not None:
         kept.append(gpu)
-        files.update({name: gpu_host_text(name).encode() for name in GPU_CARDS})
+        files.update({name: gpu_host_text(name, m).encode() for name, m in zip(GPU_CARDS, draw.maps)})
     prog.deployments = kept
-    rep = check_text(learngen.render(prog), work, engines, files)
+    rep = check_text(learngen.render(prog), work, engines, files, draw)
     rep.refused_deployments = refused
     if "gpu-built" in engines and kept and gpu_here() and not gpu_refuses(Report(""), lr) \
             and too_large(Report(""), lr):
-        gpu_built(rep, lr)                      # over PTX_BUDGET: through ptxas only
+        gpu_built(rep, lr, draw.maps)           # over PTX_BUDGET: through ptxas only
     if code:
         rep.problem(f"checker: `{text}` must be refused {code}, and was accepted")
     return rep

@@ -47,6 +47,9 @@ def campaign(first: int, minutes: float, engines, keep: Path, out=sys.stderr) ->
             counts["deployments refused"] += len(rep.refused_deployments)
             counts["engine runs"] += len(rep.outcomes)
             counts["gpu roles"] += sum(k.startswith("roles:") and "_gpu" in k for k in rep.outcomes)
+            owner = [k for k in rep.outcomes if k.startswith("gpu:")]    # the single GPU owner, as drawn
+            counts.update(f"gpu {w}" for w in ("--shadow full", "--shadow sampled", "refused", "replayed",
+                                               "map rm") if any(w in k for k in owner))
             counts["too large for the PTX interpreter"] += any(s.startswith("ptx") for s in rep.skipped)
             counts["gpu owners built through ptxas only"] += any(k.startswith("gpu-built") for k in rep.outcomes)
             counts["fleet runs"] += sum(k.startswith("fleet:") for k in rep.outcomes)
@@ -90,7 +93,10 @@ def main(argv=None) -> int:
         print(f"{key:>20}: {counts[key]}")
     print(f"deployments: {counts['deployments']} checked ({counts['deployments refused']} refused); "
           f"engine runs compared: {counts['engine runs']} ({counts['gpu roles']} of GPU owners under "
-          f"the mock; {counts['fleet runs']} of index-node builds, {counts['deployments not built as fleets']} "
+          f"the mock; single GPU owners: {counts['gpu --shadow full']} --shadow full, "
+          f"{counts['gpu --shadow sampled']} sampled ({counts['gpu refused']} refused: usage, "
+          f"{counts['gpu replayed']} replayed), {counts['gpu map rm']} on map rm; "
+          f"{counts['fleet runs']} of index-node builds, {counts['deployments not built as fleets']} "
           f"deployments not built so); too large for the PTX interpreter: "
           f"{counts['too large for the PTX interpreter']} ({counts['gpu owners built through ptxas only']} "
           f"of them built as GPU owners through ptxas only); "

@@ -5,7 +5,9 @@ proof that it finds the two miscompiles of issue 13 when they are put back into 
 Engines (tests/differential.py): the reference interpreter, the plan executor of every
 deployment, the GPU kernels in the PTX interpreter, the x86-64 and AArch64 executables (5
 steps; 3 + checkpoint + 2; AArch64 resumed from the x86-64 checkpoint), every deployment's role
-executables (5; 3 + checkpoint + 2), and checkpoints moved between a single process and stars.
+executables (5; 3 + checkpoint + 2), checkpoints moved between a single process and stars, and
+GPU owners under the mock driver: a deployment's and the single owner, each learner's shadow
+policy, rate and memory mapping drawn from its seed (differential.gpu_draw).
 """
 import re
 from collections import Counter
@@ -48,6 +50,9 @@ def campaign(seeds, engines, tmp_path):
         counts[rep.status] += 1
         counts["runs"] += len(rep.outcomes)
         counts["gpu roles"] += sum(k.startswith("roles:") and "_gpu" in k for k in rep.outcomes)
+        for k in rep.outcomes:          # the gpu engine's draws, as its labels name them
+            counts.update(w for w in ("--shadow full", "--shadow sampled", "map rm", "replayed")
+                          if w in k and k.startswith(("gpu:", "roles:")))
         if rep.status == "disagreed":
             bad.append((seed, rep.summary()))
     return counts, bad
@@ -67,6 +72,74 @@ def test_fuzz_share_every_engine(tmp_path):
     assert not bad, f"seed {bad[0][0]}:\n{bad[0][1]}"
     assert counts["agreed"] >= len(FULL_SEEDS) - 2 and counts["runs"] > 12 * len(FULL_SEEDS)
     assert counts["gpu roles"] >= 2 * 3         # GPU owners under the mock, in two programs at least
+    # the single GPU owner under both shadow policies (a sampled chain replayed), the RM mapping
+    assert counts["--shadow full"] and counts["--shadow sampled"] and counts["replayed"], counts
+    assert counts["map rm"] >= 2, counts
+
+
+def test_gpu_draws_follow_the_seed_and_cover_every_choice():
+    """The gpu engine's draw is a function of the program's name (its seed), so a seed and its
+    reductions replay it; over 60 seeds it reaches both policies, every rate, both mappings on
+    each card, and replays."""
+    assert differential.gpu_draw("fuzz7") == differential.gpu_draw("fuzz7") != differential.gpu_draw("fuzz8")
+    draws = [differential.gpu_draw(f"fuzz{s}") for s in range(60)]
+    assert {d.shadow for d in draws} == {"full", "sampled"}
+    assert {d.rate for d in draws if d.shadow == "sampled"} == {1, 2, 8}
+    assert all(d.rate == 0 and not d.replay and not d.draws for d in draws if d.shadow == "full")
+    assert {d.maps[0] for d in draws} == {d.maps[1] for d in draws} == {"uvm", "rm"}
+    assert any(d.replay for d in draws) and not all(d.replay for d in draws if d.shadow == "sampled")
+
+
+MOMENTUM = """learner mom
+data x = [[1.0, 2.0], [0.5, -1.0], [0.25, 0.75]]
+data y = [1.0, 2.0, -0.5]
+param w: f64[2] = 0.2
+state m: f64[2] = 0.0
+loss(i) = (dot(w, x[i]) - y[i])^2
+update {
+  m = 0.9 * m + grad(w)
+  w = w - 0.1 * m
+}
+"""
+SCALAR_READS_NORM = MOMENTUM.replace("learner mom", "learner norm").replace(
+    "state m: f64[2] = 0.0", "state m: f64[2] = 0.0\nstate p: f64 = 0.0").replace(
+    "  m = 0.9", "  p = p + dot(grad(w), grad(w))\n  m = 0.9")
+
+
+def test_the_single_gpu_owner_is_checked_as_drawn(tmp_path, monkeypatch):
+    """The gpu engine's single owner (differential.check_gpu_owner): its bits and its replayed
+    chain agree; a card whose update is one bit off on step 4, which the drawn sampled shadow
+    leaves unproven, publishes wrong bits and a chain whose replay exits 3, each problem naming
+    the draw; a learner `can_sample` refuses (a scalar state reads a reduction of the
+    gradients), drawn sampled, is refused `usage` by name and runs full with the contract's bits."""
+    import mockgpu
+    from alphac.driver import compile_file
+    if not differential.gpu_here():
+        pytest.skip("no ptxas or no mock driver here")
+    odd = b"".join((2 * k + 1).to_bytes(8, "little") for k in range(5))    # rate 2: 3, 4 unproven
+    draw = differential.GpuDraw("sampled", 2, odd, ("rm", "uvm"), True)
+
+    def check(text):
+        src = tmp_path / text.split()[1] / "learner.alpha"
+        src.parent.mkdir(exist_ok=True)
+        src.write_text(text)
+        lr = compile_file(src).learner
+        rep, want = differential.Report(text), differential.expected(lr, [(differential.STEPS, None)])
+        differential.check_gpu_owner(rep, lr, src, src.parent, want, draw)
+        return rep, want
+    rep, want = check(MOMENTUM)
+    assert rep.status == "agreed" and sorted(rep.outcomes.values()) == ["exit 0", want], rep.summary()
+    real = mockgpu.run
+    lie = lambda ptx: ptx.replace("add.rn.f64", "sub.rn.f64", 1)
+    monkeypatch.setattr(mockgpu, "run", lambda *a, **k: real(*a, **k, mutate={"update_g0": (lie, 4)}))
+    rep, _ = check(MOMENTUM)
+    label = "gpu: the single owner on sm_90 (a.gpuhost map rm, --shadow sampled --shadow-rate 2)"
+    assert [p.split(" differs")[0] for p in rep.problems] == [label, label + ", its chain replayed"], rep.summary()
+    assert "got  exit 3" in rep.summary(), rep.summary()
+    monkeypatch.setattr(mockgpu, "run", real)
+    rep, want = check(SCALAR_READS_NORM)
+    assert rep.status == "agreed" and want.startswith("w[0] ") and rep.outcomes == {
+        f"{label}, refused": "refused: usage", label: want}, rep.summary()
 
 
 # an exact_sum learner whose update reduces (a clipped global norm over dot(grad(w2), grad(w2)),
