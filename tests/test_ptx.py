@@ -880,5 +880,37 @@ def regenerate():
     print(f"wrote {len(golden_texts())} files to {GOLDEN}")
 
 
+TWO_MAX = """learner twomax
+data x = [[1.0, 2.0], [0.5, -1.0], [0.25, 0.75]]
+data y = [1.0, 2.0, -0.5]
+param w: f64[2] = 0.2
+param b: f64[2] = 0.1
+loss(i) = (dot(w, x[i]) + sum(b) - y[i])^2
+update {
+  let norm = max(abs(grad(w))) + max(abs(grad(b)))
+  w = w - 0.1 * grad(w) / (1.0 + norm)
+  b = b - 0.1 * grad(b)
+}
+"""
+
+
+def test_a_kernel_lowering_max_twice_has_its_labels_once(tmp_path):
+    """`reduce` lowers each reduction's terms through a math lowering of its own: two `max` of
+    the update gave two `$m1_else` labels and ptxas refused the kernel (the fuzzer's seed
+    1208003); the labels are the kernel's emitter's now, and the kernels give the interpreter's
+    bits."""
+    require_tool("ptxas")
+    from alphac.ptx import build
+    (tmp_path / "t.alpha").write_text(TWO_MAX)
+    lr = compile_file(tmp_path / "t.alpha").learner
+    assert "reduce" in [b.kernel.name for b in build(lr, 90)]
+    owner = Owner(InterpDevice(), lr, kernels(lr))
+    want = interp.initial_state(lr)
+    for t in range(3):
+        owner.step(t)
+        want = interp.step(lr, want, t)
+    assert interp.format_state(lr, owner.read_state()) == interp.format_state(lr, want)
+
+
 if __name__ == "__main__":
     sys.exit(regenerate())

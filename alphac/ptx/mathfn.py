@@ -33,7 +33,6 @@ PTX_OPS: dict[str, tuple[str, str]] = {
 class PtxSource(Backend):       # outline: inline, every GPU thread has its own registers
     def __init__(self, em: Emitter, table_base: Callable[[Table], str]):
         self.em, self.table_base = em, table_base
-        self.labels = 0
 
     def f(self, x: float) -> Val:
         return Val(self, "f", self.em.op("movf", f64imm(float(x))))
@@ -68,8 +67,8 @@ class PtxSource(Backend):       # outline: inline, every GPU thread has its own 
 
     def cond(self, c: Val, then: Callable[[], tuple], else_: Callable[[], tuple]) -> tuple:
         em = self.em
-        self.labels += 1
-        other, end = f"$m{self.labels}_else", f"$m{self.labels}_end"
+        em.math_labels += 1         # the emitter's: a kernel may lower through several of these
+        other, end = f"$m{em.math_labels}_else", f"$m{em.math_labels}_end"
         em.op("braifnot", em.op("ne64", c.v, "0"), other)
         a = then()
         outs = [em.reg("fd" if v.kind == "f" else "rd") for v in a]

@@ -131,6 +131,7 @@ class Emitter:
         self.arrays: list[tuple[str, int]] = []     # .local arrays: (name, binary64 words)
         self.blocks: list[tuple[str, int]] = []     # .shared arrays: (name, binary64 words)
         self.labels = 0
+        self.math_labels = 0        # mathfn.PtxSource.cond's labels, $m<N>_else/_end
 
     def local(self, words: int) -> str:
         """A fresh .local array of `words` binary64 values; returns its name."""
