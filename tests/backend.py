@@ -57,17 +57,18 @@ def run_exe(path: Path, *args, target: str = "x86_64", timeout: float = 60):
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
 
 
-def build_deployment(src, dep: str, out: Path, target_of=None, fleet: bool = False) -> Path:
+def build_deployment(src, dep: str, out: Path, target_of=None, fleet: bool = False, plan=None) -> Path:
     """Build one deployment's roles (each for `target_of(role)` or its planned target) into
     out/<dep>/, with roles.json and out/MANIFEST.json: what `alphac launch` runs. With `fleet`,
-    one executable per index node (alphac.lower.fleet; BuildError for what is not built so)."""
+    one executable per index node (alphac.lower.fleet; BuildError for what is not built so).
+    `plan`: src's plan of `dep` when the caller has compiled it (its learner's GPU kernels are
+    then the ones already built for it)."""
     import json
     from alphac import artifacts, manifest
     from alphac.build import build_node, build_role
     from alphac.driver import compile_deployments
     from alphac.lower.fleet import nodes
-    _, plans = compile_deployments(src)
-    plan = plans[dep]
+    plan = plan or compile_deployments(src)[1][dep]
     entries = {}
     table = artifacts.roles_table(plan, fleet)
     table["source"] = str(src)

@@ -564,7 +564,7 @@ def check_roles(rep: Report, src: Path, name: str, plan, contract, work: Path, e
         return                         # nothing would run its roles: not built
     out = work / "roles"
     try:
-        dep_dir = build_deployment(src, name, out)
+        dep_dir = build_deployment(src, name, out, plan=plan)
     except Exception:
         rep.problem(f"roles:{name}: the build failed: " + traceback.format_exc(limit=6))
         return
@@ -645,7 +645,7 @@ def check_fleet(rep: Report, src: Path, name: str, plan, work: Path, want5: str,
     from alphac.tools.launch import launch
     from backend import build_deployment
     try:
-        fdir = build_deployment(src, name, work / "fleet", fleet=True)
+        fdir = build_deployment(src, name, work / "fleet", fleet=True, plan=plan)
     except BuildError as e:
         rep.skipped.append(f"fleet:{name}: {e}")
         return
