@@ -81,30 +81,39 @@ PTX_BUDGET = 55_000     # kernel lines x samples x (the widest param or row / 64
 @dataclass(frozen=True)
 class GpuDraw:
     """How the gpu engine drives its cards for one learner (module docstring): the single
-    owner's shadow policy and rate, getrandom's answers to it, each card's `map` (in GPU_CARDS'
-    order), and whether its chain is replayed."""
+    owner's shadow policy and rate, getrandom's answers to it, each card's host choices (every
+    row of alphac/nvdrv/host.py CHOICES, `key value` pairs, in GPU_CARDS' order), and whether its
+    chain is replayed."""
     shadow: str = "full"
     rate: int = 0                       # --shadow-rate under sampled
     draws: bytes = b""
-    maps: tuple[str, ...] = ("uvm", "uvm")
+    cards: tuple[tuple[tuple[str, str], ...], ...] = ((), ())     # () : every choice its default
     replay: bool = False
 
-    def maps_text(self) -> str:                 # what the GPU roles run with
-        return ", ".join(f"{name} map {m}" for name, m in zip(GPU_CARDS, self.maps))
+    def cards_text(self) -> str:                # what the GPU roles run with
+        return ", ".join(f"{name} {choices_text(c)}" for name, c in zip(GPU_CARDS, self.cards))
 
     def owner_text(self) -> str:                # what the single owner runs with
-        return (f"{next(iter(GPU_CARDS))} map {self.maps[0]}, --shadow {self.shadow}"
+        return (f"{next(iter(GPU_CARDS))} {choices_text(self.cards[0])}, --shadow {self.shadow}"
                 + (f" --shadow-rate {self.rate}" if self.rate else ""))
 
 
+def choices_text(choices) -> str:
+    return " ".join(f"{k} {v}" for k, v in choices) or "defaults"
+
+
 def gpu_draw(name: str) -> GpuDraw:
-    """The gpu engine's draw for the learner `name`, from a stream of its own."""
+    """The gpu engine's draw for the learner `name`, from streams of its own: each card's `map`
+    either way, each other host choice (from a second stream) at a value other than its default
+    one time in three."""
     from alphac.nvdrv.host import CHOICES
-    r = random.Random(f"gpu {name}")
-    maps = tuple(r.choice(CHOICES["map"][0]) for _ in GPU_CARDS)
+    r, more = random.Random(f"gpu {name}"), random.Random(f"gpu choices {name}")
+    maps = [r.choice(CHOICES["map"][0]) for _ in GPU_CARDS]
+    cards = tuple(tuple((k, m if k == "map" else more.choice(vs[1:]) if more.random() < 1 / 3 else vs[0])
+                        for k, (vs, _) in CHOICES.items()) for m in maps)
     if r.random() < 0.5:
-        return GpuDraw(maps=maps)
-    return GpuDraw("sampled", r.choice((1, 2, 8)), r.randbytes(8 * STEPS), maps, r.random() < 0.5)
+        return GpuDraw(cards=cards)
+    return GpuDraw("sampled", r.choice((1, 2, 8)), r.randbytes(8 * STEPS), cards, r.random() < 0.5)
 
 
 @dataclass
@@ -432,13 +441,13 @@ def build_single(lr, target: str, work: Path) -> str:
     return str(path)
 
 
-def gpu_host_text(name: str, gpu_map: str = "uvm") -> str:
+def gpu_host_text(name: str, choices=()) -> str:
     """A card's host description, with the mock card's topology (a kernel that keeps vectors
-    in local memory has its area sized from it) and how the owner maps its memory."""
+    in local memory has its area sized from it) and its host choices (`key value` pairs)."""
     from mockgpu.driver import TOPOLOGY
     uuid, product, sm, minor = GPU_CARDS[name]
     return (f"uuid {uuid}\nproduct {product}\nmemory 24 GiB\ndriver 580.159.04\nminor {minor}\n"
-            f"topology {' '.join(map(str, TOPOLOGY[sm]))}\nmap {gpu_map}\n")
+            f"topology {' '.join(map(str, TOPOLOGY[sm]))}\n" + "".join(f"{k} {v}\n" for k, v in choices))
 
 
 def gpu_here() -> bool:
@@ -447,7 +456,7 @@ def gpu_here() -> bool:
     return not ((_sh.which("ptxas") is None and not os.environ.get("ALPHAC_PTXAS")) or mockgpu.available())
 
 
-def gpu_built(rep: Report, lr, maps: tuple[str, ...] = ("uvm", "uvm")) -> None:
+def gpu_built(rep: Report, lr, cards=((), ())) -> None:
     """A learner over PTX_BUDGET on GPU owners without the PTX interpreter: the owner built for
     each card (ptxas, the memory plan admitted, the conversation, the executable with its host
     shadow), and each kernel that keeps vectors in local memory checked against the area its
@@ -461,9 +470,9 @@ def gpu_built(rep: Report, lr, maps: tuple[str, ...] = ("uvm", "uvm")) -> None:
     from alphac.nvdrv.image import STACK_TOP
     from mockgpu.gpu import Channel, Gpu, GpuMemory
     from nvdrv_decode import unpack_qmd
-    for (name, (_, _, sm, _)), gpu_map in sorted(zip(GPU_CARDS.items(), maps)):
+    for (name, (_, _, sm, _)), choices in sorted(zip(GPU_CARDS.items(), cards)):
         def check() -> str:
-            host = host_mod.make(dict(line.split(" ", 1) for line in gpu_host_text(name, gpu_map).splitlines()))
+            host = host_mod.make(dict(line.split(" ", 1) for line in gpu_host_text(name, choices).splitlines()))
             try:
                 built = build_gpu_owner(lr, f"x86_64+sm_{sm}", host)
             except CompileError as e:
@@ -491,7 +500,7 @@ def gpu_built(rep: Report, lr, maps: tuple[str, ...] = ("uvm", "uvm")) -> None:
         if got.startswith("refused: E0120"):
             rep.skipped.append(f"gpu-built: sm_{sm}: {got}")
         elif not got.startswith("built"):
-            rep.problem(f"gpu-built: sm_{sm} (map {gpu_map}): {got}")
+            rep.problem(f"gpu-built: sm_{sm} ({choices_text(choices)}): {got}")
 
 
 def gpu_variant(prog, lr, kept: list, src: Path):
@@ -557,7 +566,7 @@ def check_roles(rep: Report, src: Path, name: str, plan, contract, work: Path, e
         if "gpu" not in engines:
             return
         extra["gpu_wrapper"] = gpu_wrapper(plan.lr, work)
-        drawn = f" ({gpu.maps_text()})" if gpu else ""
+        drawn = f" ({gpu.cards_text()})" if gpu else ""
         if gpu:
             check_gpu_owner(rep, plan.lr, src, work, expected(contract, [(STEPS, None)]), gpu)
     elif not {"roles", "moved", "fleet"} & set(engines):
@@ -598,7 +607,7 @@ def check_roles(rep: Report, src: Path, name: str, plan, contract, work: Path, e
 
 
 def check_gpu_owner(rep: Report, lr, src: Path, work: Path, want5: str, gpu: GpuDraw) -> None:
-    """The learner's single GPU owner on the sm_90 card (a.gpuhost, its drawn `map`) under the
+    """The learner's single GPU owner on the sm_90 card (a.gpuhost, its drawn host choices) under the
     mock, 5 steps with the drawn shadow policy: the contract's bits; under sampled, a learner
     can_sample refuses is refused `usage` (and runs full), and a replayed chain exits 0."""
     from alphac.build import build_gpu_owner
@@ -608,7 +617,7 @@ def check_gpu_owner(rep: Report, lr, src: Path, work: Path, want5: str, gpu: Gpu
     import mockgpu
     name = next(iter(GPU_CARDS))
     label = f"gpu: the single owner on sm_90 ({gpu.owner_text()})"
-    host = host_mod.make(dict(line.split(" ", 1) for line in gpu_host_text(name, gpu.maps[0]).splitlines()))
+    host = host_mod.make(dict(line.split(" ", 1) for line in gpu_host_text(name, gpu.cards[0]).splitlines()))
     built = guarded(lambda: build_gpu_owner(lr, "x86_64+sm_90", host))
     if isinstance(built, str):
         rep.problem(f"{label}: the build failed: {built}")
@@ -709,13 +718,13 @@ def check_program(prog, work: Path, engines=ALL, seed: int | None = None) -> Rep
     draw = gpu_draw(prog.name)
     if gpu is not None:
         kept.append(gpu)
-        files.update({name: gpu_host_text(name, m).encode() for name, m in zip(GPU_CARDS, draw.maps)})
+        files.update({name: gpu_host_text(name, c).encode() for name, c in zip(GPU_CARDS, draw.cards)})
     prog.deployments = kept
     rep = check_text(learngen.render(prog), work, engines, files, draw)
     rep.refused_deployments = refused
     if "gpu-built" in engines and kept and gpu_here() and not gpu_refuses(Report(""), lr) \
             and too_large(Report(""), lr):
-        gpu_built(rep, lr, draw.maps)           # over PTX_BUDGET: through ptxas only
+        gpu_built(rep, lr, draw.cards)          # over PTX_BUDGET: through ptxas only
     if code:
         rep.problem(f"checker: `{text}` must be refused {code}, and was accepted")
     return rep

@@ -79,14 +79,16 @@ def test_fuzz_share_every_engine(tmp_path):
 
 def test_gpu_draws_follow_the_seed_and_cover_every_choice():
     """The gpu engine's draw is a function of the program's name (its seed), so a seed and its
-    reductions replay it; over 60 seeds it reaches both policies, every rate, both mappings on
-    each card, and replays."""
+    reductions replay it; over 60 seeds it reaches both policies, every rate, every value of
+    every host choice on each card (alphac/nvdrv/host.py CHOICES), and replays."""
+    from alphac.nvdrv.host import CHOICES
     assert differential.gpu_draw("fuzz7") == differential.gpu_draw("fuzz7") != differential.gpu_draw("fuzz8")
     draws = [differential.gpu_draw(f"fuzz{s}") for s in range(60)]
     assert {d.shadow for d in draws} == {"full", "sampled"}
     assert {d.rate for d in draws if d.shadow == "sampled"} == {1, 2, 8}
     assert all(d.rate == 0 and not d.replay and not d.draws for d in draws if d.shadow == "full")
-    assert {d.maps[0] for d in draws} == {d.maps[1] for d in draws} == {"uvm", "rm"}
+    assert all(list(dict(c)) == list(CHOICES) for d in draws for c in d.cards)
+    assert all({dict(d.cards[i])[k] for d in draws} == set(vs) for i in (0, 1) for k, (vs, _) in CHOICES.items())
     assert any(d.replay for d in draws) and not all(d.replay for d in draws if d.shadow == "sampled")
 
 
@@ -117,7 +119,7 @@ def test_the_single_gpu_owner_is_checked_as_drawn(tmp_path, monkeypatch):
     if not differential.gpu_here():
         pytest.skip("no ptxas or no mock driver here")
     odd = b"".join((2 * k + 1).to_bytes(8, "little") for k in range(5))    # rate 2: 3, 4 unproven
-    draw = differential.GpuDraw("sampled", 2, odd, ("rm", "uvm"), True)
+    draw = differential.GpuDraw("sampled", 2, odd, ((("map", "rm"), ("results", "bar1")), ()), True)
 
     def check(text):
         src = tmp_path / text.split()[1] / "learner.alpha"
@@ -133,7 +135,7 @@ def test_the_single_gpu_owner_is_checked_as_drawn(tmp_path, monkeypatch):
     lie = lambda ptx: ptx.replace("add.rn.f64", "sub.rn.f64", 1)
     monkeypatch.setattr(mockgpu, "run", lambda *a, **k: real(*a, **k, mutate={"update_g0": (lie, 4)}))
     rep, _ = check(MOMENTUM)
-    label = "gpu: the single owner on sm_90 (a.gpuhost map rm, --shadow sampled --shadow-rate 2)"
+    label = "gpu: the single owner on sm_90 (a.gpuhost map rm results bar1, --shadow sampled --shadow-rate 2)"
     assert [p.split(" differs")[0] for p in rep.problems] == [label, label + ", its chain replayed"], rep.summary()
     assert "got  exit 3" in rep.summary(), rep.summary()
     monkeypatch.setattr(mockgpu, "run", real)
