@@ -404,12 +404,8 @@ def main(argv=None) -> int:
         if value not in CHOICES.get(key, ((),))[0]:
             ap.error(f"--choose {c}: " + "; ".join(f"{k}={'|'.join(v)}" for k, (v, _) in CHOICES.items()))
     args.choose = [tuple(c.partition("=")[::2]) for c in args.choose]
-    if args.runner:
-        from qualify import load_runner
-        runner = load_runner(args.runner)
-    else:
-        runner = run_exe
-    return bench(args, runner)
+    from qualify import load_runner
+    return bench(args, load_runner(args.runner, run_exe))
 
 
 if __name__ == "__main__":

@@ -123,12 +123,8 @@ def main(argv=None) -> int:
     if bad or not args.learners or args.steps < 1:
         ap.error(f"--keys of {', '.join(CHOICES)}; --learners of {', '.join(SIZES)}; --steps at least 1"
                  + (f" (not: {', '.join(bad)})" if bad else ""))
-    if args.runner:
-        from qualify import load_runner
-        runner = load_runner(args.runner)
-    else:
-        runner = run_exe
-    return choose(args, runner)
+    from qualify import load_runner
+    return choose(args, load_runner(args.runner, run_exe))
 
 
 if __name__ == "__main__":

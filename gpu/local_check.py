@@ -370,13 +370,9 @@ def main(argv=None) -> int:
         return measure(specs, args.sm or 90, args.rows)
     if not args.out:
         ap.error("--out DIR is required (unless --measure)")
-    if args.runner:
-        from qualify import load_runner
-        runner = load_runner(args.runner)
-    else:
-        import functools
-        runner = functools.partial(run_exe, timeout=args.owner_timeout)
-    return check(args, runner)
+    import functools
+    from qualify import load_runner
+    return check(args, load_runner(args.runner, functools.partial(run_exe, timeout=args.owner_timeout)))
 
 
 if __name__ == "__main__":

@@ -230,8 +230,10 @@ def run_owner(exe: Path, args: list[str], built, timeout: float = 600) -> tuple[
     return p.returncode, p.stdout, p.stderr
 
 
-def load_runner(spec: str):
-    """FILE.py:FUNCTION, the --runner hook."""
+def load_runner(spec: str | None, default=None):
+    """FILE.py:FUNCTION, the --runner hook; `default` when none is given."""
+    if not spec:
+        return default
     path, _, name = spec.rpartition(":")
     mod_spec = importlib.util.spec_from_file_location(Path(path).stem, path)
     mod = importlib.util.module_from_spec(mod_spec)
