@@ -307,14 +307,15 @@ def owner_data(lr: Learner):
     """What the driver layer's memory plan needs of a learner (alphac.nvdrv.image.OwnerData),
     given to it as data: the states' initial values, the data arrays' row widths, the parameter
     count, the samples, the groups' sizes, the batch, the gs row's and the batch buffers' widths,
-    the kernel chains the step submits."""
+    the kernel chains the step submits, the digest's sizes, `sc`'s initial words."""
     from alphac.lower.gpu import chains, digest_sizes
     from alphac.nvdrv.image import OwnerData
-    from alphac.ptx.abi import batch_widths, param_count, row_layout
+    from alphac.ptx.abi import batch_widths, card_scalars, param_count, row_layout
     return OwnerData(lr.name, tuple((s.name, tuple(s.init)) for s in lr.states),
                      tuple((d.name, d.cols) for d in lr.data), param_count(lr), lr.nsamples or 0,
                      tuple(g.size for g in lr.groups), lr.batch or 0, row_layout(lr).width,
-                     tuple(batch_widths(lr)), chains(lr), digest_sizes(lr))
+                     tuple(batch_widths(lr)), chains(lr), digest_sizes(lr),
+                     tuple(lr.state(s).init[0] for s in card_scalars(lr) for _ in range(2)))
 
 
 def admit_cards(plan, hosts: dict, ptxas_path: str | None = None, targets: dict | None = None,

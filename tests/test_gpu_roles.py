@@ -492,6 +492,34 @@ def test_a_loss_that_reads_a_scalar_state_the_host_computes(work, tmp_path):
     assert rec["passed"] and rec["published"] == format_state(lr, run_plan(lr, plans["cards"], 4))
 
 
+def test_scalar_states_the_card_runs_when_sampled_are_written_by_each_gpu_role(work, tmp_path):
+    """A scalar state reading the gradients' norm (AdaGrad-Norm's): a single GPU owner's update
+    kernels read it from `sc` (abi.card_scalars); a deployment's GPU roles, which launch no
+    `scalars`, write the host's values there each step: a star of a CPU and two GPU owners gives
+    the interpreter's bits."""
+    from test_gpu_sampled import NORM
+    from alphac.ptx.abi import card_scalars
+    d, _, _ = work
+    (d / "norm.alpha").write_text(NORM + """
+deployment cards {
+  roles coordinator, owner[3]
+  topology star(coordinator)
+  samples owner[0] = 0..3, owner[1] = 3..4, owner[2] = 4..8
+  target owner[0], owner[2] = x86_64+sm_90
+  gpu owner[0] = "a.gpuhost", owner[2] = "b.gpuhost"
+}
+""")
+    from alphac.artifacts import build_deployment
+    from alphac.tools.launch import launch
+    _, plans = compile_deployments("norm.alpha")
+    lr = plans["cards"].lr
+    assert list(card_scalars(lr)) == ["acc", "rate", "p1", "p2"]
+    build_deployment("norm.alpha", "cards", tmp_path / "dep")
+    rec = launch(tmp_path / "dep", steps=4, records=tmp_path / "runs",
+                 gpu_wrapper=wrapper_for(work, lr, tmp_path))
+    assert rec["passed"] and rec["published"] == format_state(lr, run_plan(lr, plans["cards"], 4))
+
+
 IDLE = """\
 learner idle
 data x = [[1.0, 2.0], [0.5, -1.0], [2.0, 0.25]]

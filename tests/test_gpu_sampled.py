@@ -12,7 +12,8 @@ at a proven step and found by replay elsewhere; a proven step starts from the ca
 whose digest must be the previous step's; `--shadow-rate N`; under exact_sum G is the card's
 (xsum_round), and so are the update's exact dots (`reduce`), their bits the interpreter's exact
 sums, a wrong rounding or term refused on a proven step and found by replay on another; a scalar
-state reading a reduction and an unknown policy are refused at start; a malformed events file is
+state reading a reduction is the card's (`scalars`), proven and replayed as the rest; one the
+host would still need, and an unknown policy, are refused at start; a malformed events file is
 refused by name.
 """
 import re
@@ -159,21 +160,69 @@ def test_a_proven_step_starts_from_the_card_s_kept_states_bound_to_the_chain():
     assert said(r, "proven") == [1] and "digest mismatch at step 1" in r.events
 
 
-def test_a_scalar_state_reading_a_reduction_and_an_unknown_policy_are_refused_at_start(tmp_path):
+def test_an_unknown_policy_and_a_scalar_state_the_card_cannot_run_are_refused_at_start(tmp_path):
     need_mock()
     def usage(r, why):                  # the usage line, then the refusal naming --shadow
         assert (r.errors, r.returncode, r.stdout) == ([], 64, "") and r.stderr.startswith("usage: ")
         assert r.stderr.splitlines()[-1] == f"refused: usage (--shadow: {why})", r.stderr
     r, _ = run("lsq_adam", 90, args=("--shadow", "some"))
     usage(r, "full or sampled")
-    # a scalar state that reads a reduced scalar of the gradients: the host would need the card's G
-    scalar = example("lsq_adam").read_text().replace("  p2 = p2 * b2\n", "  p2 = p2 * b2 + 0 * dot(grad(w), grad(w))\n")
-    assert "0 * dot(grad(w)" in scalar
-    r, _ = clipped(tmp_path, scalar, ("--steps", "3", *SAMPLED))
+    # a scalar state that reads a reduced scalar of the gradients and that the loss reads: the
+    # card could run the statement (`scalars`), but grad_samples reads the host's value
+    text = example("lsq_adam").read_text().replace("  p2 = p2 * b2\n", "  p2 = p2 * b2 + 0 * dot(grad(w), grad(w))\n")
+    text = text.replace("  0.5 * r^2\n", "  0.5 * r^2 * p2\n")
+    assert "0 * dot(grad(w)" in text and "r^2 * p2" in text
+    r, _ = clipped(tmp_path, text, ("--steps", "3", *SAMPLED))
     usage(r, WHY)
     assert f"--shadow {WHY}" in r.events and r.allocations == []
-    r, _ = clipped(tmp_path, exact_sum_variant(scalar), ("--steps", "3", *SAMPLED))    # exact_sum too
+    r, _ = clipped(tmp_path, exact_sum_variant(text), ("--steps", "3", *SAMPLED))    # exact_sum too
     usage(r, WHY)
+
+
+# AdaGrad-Norm on lsq_adam's data: a scalar state accumulating the gradient's squared norm (scaled
+# by another scalar state's old value, which `reduce` reads), read by the update of w, and another
+# reading its new value and the clock
+NORM = example("lsq_adam").read_text().split("# -- deployments")[0].replace(
+    "state p1: f64 = 1.0", "state acc: f64 = 0.01\nstate rate: f64 = 0.0\nstate p1: f64 = 1.0").replace(
+    "update {\n  let g = grad(w)\n", "update {\n  let g = grad(w)\n  acc = acc + dot(g, g * p1)\n"
+    "  rate = lr / sqrt(acc) + 0 * step\n").replace(
+    "  w = w - (lr * mh) / (sqrt(vh) + eps)\n", "  w = w - rate * g + 0 * (mh / (sqrt(vh) + eps))\n")
+
+
+def test_a_scalar_state_reading_a_reduction_is_the_card_s_under_sampled(tmp_path):
+    """A scalar statement reading the card's reduction (abi.card_scalars): under `sampled` the
+    card runs the scalar statements (`scalars`, after `reduce`), every kernel reads the scalar
+    states from `sc`, a step is one submission, and the output is the interpreter's and the full
+    policy's (whose host writes sc itself; no `scalars` launched), ordered and under exact_sum; a
+    `scalars` that computes another bit is refused on a proven step and found by replay on
+    another; the states the host reads back and proves include the scalar states."""
+    need_mock()
+    from alphac.ir.interp import format_state, run as interp_run
+    assert "acc = acc + dot(g, g * p1)" in NORM and "rate * g" in NORM
+    for text in (NORM, exact_sum_variant(NORM)):
+        full, lr = clipped(tmp_path, text, ("--steps", "6"))
+        assert (full.returncode, full.stderr, full.errors) == (0, "", [])
+        assert full.stdout == format_state(lr, interp_run(lr, 6))
+        assert "scalars" not in [la[0] for la in full.launches]
+        r, _ = clipped(tmp_path, text, ("--steps", "6", *SAMPLED), draws=b"\x01")
+        assert (r.returncode, r.stderr, r.errors) == (0, "", []) and r.stdout == full.stdout
+        assert said(r, "proven") == [1, 2, 6] and r.submissions == 1 + 6 + 3
+        names = [la[0] for la in r.launches]
+        assert names.index("reduce") + 1 == names.index("scalars") == names.index("update_g0") - 1
+        from alphac.tools.replay import replay_chain
+        assert replay_chain(lr, write_events(tmp_path, r), 6) is None
+    # `reduce` runs before `scalars`: p1 before the step is sc[2 * 2 + 1]; sc[4] is p1 a step older
+    older = lambda ptx: ptx.replace("+40];", "+32];") if "+40];" in ptx else "no load of sc[5]"   # noqa: E731
+    r, _ = clipped(tmp_path, NORM, ("--steps", "6", *SAMPLED), mutate={"reduce": older})
+    refused(r, "gpu-shadow-mismatch")
+    assert said(r, "proven") == [1] and "mismatch at step 2" in r.events
+    r, _ = clipped(tmp_path, NORM, ("--steps", "6", *SAMPLED), mutate={"scalars": off_by_one})
+    refused(r, "gpu-shadow-mismatch")
+    assert said(r, "chain") == [1] and "mismatch at step 1" in r.events
+    r, lr = clipped(tmp_path, NORM, ("--steps", "6", *SAMPLED), draws=b"\x01", mutate={"scalars": (off_by_one, 4)})
+    assert (r.returncode, r.errors) == (0, []) and said(r, "proven") == [1, 2, 6] and r.stdout != full.stdout
+    rc, out, err = alphac("verify-record", write_events(tmp_path, r), "--replay", "6", "--learner", tmp_path / "x.alpha")
+    assert (rc, out) == (3, "") and "step 4's hash is not the interpreter's" in err
 
 
 WHY = "sampled: a scalar state reads a reduction of the gradients"
@@ -198,8 +247,8 @@ def test_reduced_scalars_of_the_update_on_the_card_one_submission_a_step(tmp_pat
     """The update's `dot(grad(w), grad(w))`: under `sampled` the card's `reduce` computes it
     between the sums and the updates (abi.card_reductions), under `full` the host writes its own
     into rd; either way a step is one submission with the interpreter's bits, and a `reduce` that
-    adds a term twice is refused at step 1 (proven). A scalar state reading such a reduction
-    keeps `--shadow sampled` refused (the test above)."""
+    adds a term twice is refused at step 1 (proven). A scalar state reading such a reduction:
+    test_a_scalar_state_reading_a_reduction_is_the_card_s_under_sampled."""
     need_mock()
     from alphac.ir.interp import format_state, run as interp_run
     for args, launched in ((("--steps", "6"), []), (("--steps", "6", *SAMPLED), ["reduce"])):

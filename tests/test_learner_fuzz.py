@@ -106,14 +106,18 @@ update {
 SCALAR_READS_NORM = MOMENTUM.replace("learner mom", "learner norm").replace(
     "state m: f64[2] = 0.0", "state m: f64[2] = 0.0\nstate p: f64 = 0.0").replace(
     "  m = 0.9", "  p = p + dot(grad(w), grad(w))\n  m = 0.9")
+# ... and its loss reading p: the host would need the card's p before grad_samples (can_sample refuses)
+NORM_IN_LOSS = SCALAR_READS_NORM.replace("learner norm", "learner lossnorm").replace(
+    "loss(i) = (dot(w, x[i]) - y[i])^2", "loss(i) = (dot(w, x[i]) - y[i])^2 * (1 + 0 * p)")
 
 
 def test_the_single_gpu_owner_is_checked_as_drawn(tmp_path, monkeypatch):
     """The gpu engine's single owner (differential.check_gpu_owner): its bits and its replayed
     chain agree; a card whose update is one bit off on step 4, which the drawn sampled shadow
     leaves unproven, publishes wrong bits and a chain whose replay exits 3, each problem naming
-    the draw; a learner `can_sample` refuses (a scalar state reads a reduction of the
-    gradients), drawn sampled, is refused `usage` by name and runs full with the contract's bits."""
+    the draw; a scalar state reading the gradients' norm runs sampled (the card's `scalars`) and
+    replays; a learner `can_sample` refuses (that state read by the loss too), drawn sampled, is
+    refused `usage` by name and runs full with the contract's bits."""
     import mockgpu
     from alphac.driver import compile_file
     if not differential.gpu_here():
@@ -140,6 +144,9 @@ def test_the_single_gpu_owner_is_checked_as_drawn(tmp_path, monkeypatch):
     assert "got  exit 3" in rep.summary(), rep.summary()
     monkeypatch.setattr(mockgpu, "run", real)
     rep, want = check(SCALAR_READS_NORM)
+    assert rep.status == "agreed" and want.startswith("w[0] ") and rep.outcomes == {
+        label: want, f"{label}, its chain replayed": "exit 0"}, rep.summary()
+    rep, want = check(NORM_IN_LOSS)
     assert rep.status == "agreed" and want.startswith("w[0] ") and rep.outcomes == {
         f"{label}, refused": "refused: usage", label: want}, rep.summary()
 

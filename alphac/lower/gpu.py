@@ -39,7 +39,8 @@ from alphac.nvdrv import abi
 from alphac.nvdrv.abi import CONSTANTS
 from alphac.nvdrv.conversation import Conversation
 from alphac.nvdrv.image import GPFIFO_ENTRIES, READBACK, SEM_RELEASED, GpuImage
-from alphac.ptx.abi import batch_kernels, can_sample, card_reductions, param_count, param_layout, sum_kernels
+from alphac.ptx.abi import (batch_kernels, can_sample, card_reductions, card_scalars, param_count, param_layout,
+                            sum_kernels)
 
 # The completion wait (runtime/nvdrv.rt gpu_wait): its bound by the clock (10^6 polls of a 10 us
 # nanosleep took about 90 s); spinning for SPIN_NS before sleeping between polls, with one clock
@@ -108,16 +109,21 @@ def update_kernels(lr: Learner) -> list[str]:
 
 
 def reduce_kernels(lr: Learner) -> list[str]:
-    """`reduce`, where the card computes reduced scalars of the update (abi.card_reductions): the
-    sampled step launches it before the updates; the full step, whose host computes them anyway
-    from its own G, and a deployment's GPU role, which may not hold a whole group, write the
-    host's into rd instead (`host_reduced`): `reduce` folds on one thread a reduction."""
-    return ["reduce"] if card_reductions(lr) else []
+    """`reduce`, where the card computes reduced scalars of the update (abi.card_reductions), and
+    `scalars`, where it runs the scalar statements (abi.card_scalars): the sampled step launches
+    them before the updates; the full step, whose host computes them anyway from its own G, and
+    a deployment's GPU role, which may not hold a whole group, write the host's into rd and sc
+    instead (`host_reduced`): `reduce` folds on one thread a reduction."""
+    return ["reduce"] * bool(card_reductions(lr)) + ["scalars"] * bool(card_scalars(lr))
 
 
 def host_reduced(lr: Learner, img: GpuImage) -> list[str]:
-    """The host's reduced scalars rd<k> written into the card's rd, for the update kernels."""
-    return [f"storef({img.buffers['rd'] + 8 * at:#x}, loadf(rd{k}));" for k, at in card_reductions(lr).items()]
+    """The host's reduced scalars rd<k> written into the card's rd, and its scalar states before
+    and after the step into sc (abi.card_scalars), for the update kernels."""
+    assigned = {a.target for a in lr.update}
+    return [f"storef({img.buffers['rd'] + 8 * at:#x}, loadf(rd{k}));" for k, at in card_reductions(lr).items()] + \
+        [f"storef({img.buffers['sc'] + 16 * i + 8 * v:#x}, loadf({'sn' if v and name in assigned else 'st'}_{name}));"
+         for name, i in card_scalars(lr).items() for v in (0, 1)]
 
 
 def sampled_kernels(lr: Learner) -> list[str]:
@@ -161,9 +167,12 @@ def kick(img: GpuImage, names, wait: bool = False) -> list[str]:
     return [f"gpu_{'submit' if wait else 'kick'}({c.entry:#x});      // {', '.join(c.kernels)}"] if c else []
 
 
-def scalars(lr: Learner) -> list[str]:
+def scalars(lr: Learner, card: bool = False) -> list[str]:
     """The host's scalar statements, after its reduced scalars (learner_reduce) when the
-    update has any."""
+    update has any. `card`: a sampled step's, where the card runs them (abi.card_scalars): the
+    reduced scalars the card does not compute alone (of scalars and constants), for its kernels."""
+    if card and card_scalars(lr):
+        return ["learner_reduce();"] * (len(update_reductions(lr.update)) > len(card_reductions(lr)))
     return ["learner_reduce();"] * bool(update_reductions(lr.update)) + ["learner_scalars();"]
 
 
@@ -240,7 +249,7 @@ def sampled_step(lr: Learner, img: GpuImage) -> str:
     # a scalar state never reads a gradient (types/check.py: one that does is a coordinate
     # state), so the update kernels' parameters need no G: the whole step one submission; the
     # host's states written where the digest's gather reads them
-    out += clock_call(lr, "step - 1") + scalars(lr) + update_params(lr, img)
+    out += clock_call(lr, "step - 1") + scalars(lr, card=True) + update_params(lr, img)
     out += [f"vec_copy({img.buffers['dhost'] + 8 * at:#x}, {'sn' if name in assigned else 'st'}_{name}, "
             f"{lr.state(name).size});" for name, at in host.items()]
     out += kick(img, sampled_kernels(lr) + list(digest_kernels(lr)), wait=True)
@@ -252,7 +261,8 @@ def sampled_step(lr: Learner, img: GpuImage) -> str:
     prev, now, moff, at = img.results["dprev"], img.results["dmsg"], {}, 0
     for name, k in message(lr):
         moff[name], at = at, at + 8 * k
-    card = [s for s in lr.states if from_card(img, s)]
+    slots = card_scalars(lr)
+    card = [s for s in lr.states if from_card(img, s) or s.name in slots]
     out += ["if gpu_chain(step, last) {", f"    gpu_submit({img.chain(READBACK).entry:#x});      // dprev, dmsg",
             "    if step > 1 {", f"        gpu_tree({prev:#x}, {8 * words}, gpu_tree_d);",
             "        if bytes_eq(gpu_tree_d, gpu_prev_d, 32) == 0 { gpu_digest_mismatch(step - 1); }"]
@@ -265,12 +275,15 @@ def sampled_step(lr: Learner, img: GpuImage) -> str:
         hostc += h + (["if n > 0 {"] + ["    " + x for x in cmp] + ["}"] if lr.batch else cmp)
         hostc.append(f"learner_mean({'n' if lr.batch else n});")
     hostc += ["learner_reduce();"] * bool(card_reductions(lr))    # the host's, compared below
+    hostc += ["learner_scalars();"] * bool(slots)                 # from the card's states before
+    hostc += [f"gpu_compare({now + moff[name]:#x}, {'sn' if name in assigned else 'st'}_{name}, 1, step);"
+              for name in slots]
     for g in lr.groups:
         hostc.append(f"learner_group_{g.index}(0, {g.size});")
         hostc += [f"gpu_compare({now + moff[s.name]:#x}, st_{s.name}, {s.size}, step);" for s in card if s.group == g.index]
     hostc += reduced_compare(lr, img)
     hostc += [f"vec_copy(gpu_dmsg + {moff['G'] + 8 * param_layout(lr)[p]}, G_{p}, {size});" for p, _, size in pieces]
-    hostc += [f"vec_copy(gpu_dmsg + {moff[s.name]}, {'sn' if s.name in assigned and s.name in host else 'st'}_{s.name}, "
+    hostc += [f"vec_copy(gpu_dmsg + {moff[s.name]}, {'sn' if s.name in assigned and s.group is None else 'st'}_{s.name}, "
               f"{s.size});" for s in lr.states]                  # at digest.message's offsets (moff)
     hostc += [f"gpu_tree(gpu_dmsg, {8 * words}, gpu_tree_d);",
               "if bytes_eq(gpu_tree_d, gpu_chain_msg + 40, 32) == 0 { gpu_digest_mismatch(step); }"]

@@ -154,7 +154,9 @@ MEMORY_KINDS = ("vidmem", "vidmem-gpu", "sysmem-cached", "sysmem-uncached")
 # it reads the constant banks, so the host never writes video memory through BAR1 for them.
 # Besides these, every state no update kernel writes (a scalar state) and, under exact_sum, G
 # (the host's rounded sum under --shadow full; a sampled step's xsum_round writes it there, and
-# the copy engine copies it out) are read so (plan: `mirrored`).
+# the copy engine copies it out) are read so (plan: `mirrored`), and `sc`, the scalar states
+# where the card runs the scalar statements (the host writes them under --shadow full; a
+# sampled step's `scalars` kernel writes them there).
 MIRRORED = ("idx", "rd")
 # The chain with no launch that a sampled step drawn to be proven submits: the copies of the card's
 # message before the step (`dprev`) and after it (`dmsg`) to `results` (alphac/ptx/digest.py gather)
@@ -528,6 +530,8 @@ class OwnerData:
     chains: tuple[tuple[str, ...], ...] = ()    # the kernels submitted together (lower.gpu.chains)
     digest: tuple[int, ...] = ()    # the sampled shadow's tree digest (alphac/ptx/digest.py): its
                                     # message's words, the levels' digest words, the host's words
+    scalars: tuple[float, ...] = ()     # `sc`'s initial words, where the card runs the scalar
+                                        # statements (alphac/ptx/abi.py card_scalars)
 
 
 @dataclass(frozen=True)
@@ -633,6 +637,7 @@ def plan(od: OwnerData, built: list, sm: int, share: Share | None = None,
         results[name], at = at, round_up(at + out_sizes[name], 256)
 
     mirrored = {*MIRRORED, *({"G"} if exact_sum else ()), *({"dhost"} if od.digest else ()),
+                *({"sc"} if od.scalars else ()),
                 *(f"state_{name}" for name, _ in od.states if f"state_{name}" not in written)}
 
     def outs(chain) -> list[str]:       # what the host reads after the chain: what its kernels write
@@ -666,6 +671,8 @@ def plan(od: OwnerData, built: list, sm: int, share: Share | None = None,
         buffers["rd"] = put(bytes(8 * rd[0]), 256)
     if exact_sum:
         buffers["G"] = put(bytes(8 * max(1, P)), 256)
+    if od.scalars:                      # the scalar states, two words each (the host's or `scalars`')
+        buffers["sc"] = put(struct.pack(f"<{len(od.scalars)}d", *od.scalars), 256)
     if od.digest:                       # the host's states in the digest's message
         buffers["dhost"] = put(bytes(8 * max(1, od.digest[2])), 256)
     # the setup push buffer, last: it ends with the copy of the image and the rows from `staging`

@@ -78,13 +78,23 @@ outer_sum_<p> takes its own block size and grid: `Kernel.block`, `Kernel.threads
       mul.rn products, a sum's values; max(v)'s folded by the max of alphac.math), the first term
       the start: `interp.reduced_value`'s bits; an exact reduction (exact_sum's dot or sum): its
       terms added exactly into xr's words of t and rounded once (xsum.py's add_term, round_to).
+    scalars       one thread, after `reduce`, where the card runs the scalar statements
+                  (`card_scalars`: one reads a reduction the card computes)
+        sc u64 (in and out: two words a scalar state), then as update_g<N>'s: the host's
+        reduced_<k>, rd, clock_<c>
+      sc[2i] = sc[2i + 1] (the value before the step), then the scalar statements in source
+      order, each into sc[2i + 1]: the interpreter's scalar update. Where it runs, every kernel
+      reads scalar state i from sc instead of scalar_<s>_old/new: version 0 from sc[2i] (from
+      sc[2i + 1] in `reduce`, which runs before `scalars`), version 1 from sc[2i + 1]; a full
+      step (and a deployment's role) does not launch it and writes both words itself.
     update_g<N>   one thread per coordinate k in [klo, khi) of coordinate group N
         state_<s>  u64  for every member of the group the statements read or assign (decl. order)
         G, n       u64, u32  only if the update reads a gradient: the combined sum G (P coords,
                              as owner_sum writes it) and the total sample count; the kernel
                              divides, grad(p)[k] = G[off(p) + k] / float(n)
         scalar_<s>_old / scalar_<s>_new  f64  each scalar state version the statements read
-                             (the host runs the scalar statements first: `host_scalars`)
+                             (the host runs the scalar statements first: `host_scalars`), or
+                             sc u64 where the card runs them (`scalars`)
         reduced_<k> f64 / rd u64  each reduced scalar of the update the statements read: the
                              host's rd<k> (`host_scalars`), or word `card_reductions[k]` of
                              rd, which `reduce` wrote (a sampled step) or the host (a full
@@ -305,16 +315,35 @@ def card_reductions(lr: Learner) -> dict[int, int]:
 
 def host_reads_card_reductions(lr: Learner) -> bool:
     """Does a scalar statement read a reduced scalar the card computes? (Then the host needs
-    the step's G before the updates: the sampled step, one submission, cannot.)"""
+    the step's G before the updates: the sampled step, one submission, cannot; `card_scalars`.)"""
     card = {id(n) for k, n in enumerate(update_reductions(lr.update)) if k in card_reductions(lr)}
     return any(id(n) in card for a in lr.update if lr.state(a.target).group is None for n in postorder([a.node]))
 
 
+def card_scalars(lr: Learner) -> dict[str, int]:
+    """Where a scalar statement reads a reduction the card computes (`host_reads_card_reductions`),
+    the card runs the scalar statements (`scalars`, after `reduce`) and every kernel reads each
+    scalar state from `sc`: scalar state name -> i, its words sc[2i] (the value before the step)
+    and sc[2i + 1] (after it), declaration order. Empty otherwise, and where the host would still
+    need a scalar state the card computes: the loss reads one (grad_samples' parameters), or a
+    reduction the host computes (of scalars and constants alone) reads one."""
+    if not host_reads_card_reductions(lr):
+        return {}
+    card = card_reductions(lr)
+    host = [n for k, n in enumerate(update_reductions(lr.update)) if k not in card]
+    scalar = {s.name for s in lr.scalar_states}
+    roots = host + ([lr.loss] if lr.loss is not None else [])
+    if any(isinstance(n, Read) and n.name in scalar for n in postorder(roots)):
+        return {}
+    return {s.name: i for i, s in enumerate(lr.scalar_states)}
+
+
 def can_sample(lr: Learner) -> bool:
     """May a GPU owner run `--shadow sampled`? Not when a scalar statement reads a reduction the
-    card computes (host_reads_card_reductions); every other learner, exact_sum's included (G
-    rounded on the card by xsum_round, its exact dots and sums by `reduce`)."""
-    return not host_reads_card_reductions(lr)
+    card computes (host_reads_card_reductions) and the card cannot run the scalar statements
+    (`card_scalars`); every other learner, exact_sum's included (G rounded on the card by
+    xsum_round, its exact dots and sums by `reduce`)."""
+    return not host_reads_card_reductions(lr) or bool(card_scalars(lr))
 
 
 def host_scalars(lr: Learner, state: dict[str, tuple[float, ...]],

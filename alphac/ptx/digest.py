@@ -195,23 +195,27 @@ def message(lr) -> list[tuple[str, int]]:
 
 
 def host_words(lr) -> dict[str, int]:
-    """The states the host holds (scalar states), each one's first word in `dhost`."""
-    out, at = {}, 0
+    """The states the host holds (scalar states, where the card does not run the scalar
+    statements: abi.card_scalars), each one's first word in `dhost`."""
+    from alphac.ptx.abi import card_scalars
+    out, at, card = {}, 0, card_scalars(lr)
     for s in lr.states:
-        if s.group is None:
+        if s.group is None and s.name not in card:
             out[s.name], at = at, at + s.size
     return out
 
 
 def owner_kernels(lr, sm: int = 90) -> list[Kernel]:
     """The sampled owner's digest: `digest_gather` (G from the card's G, a grouped state from its
-    buffer, a scalar state from `dhost`, where the host writes it before the step's submission),
-    then `kernels` of the message's length."""
-    host, pieces = host_words(lr), []
+    buffer, a scalar state from `dhost`, where the host writes it before the step's submission,
+    or from `sc`'s word after the step where the card computes it), then `kernels` of the
+    message's length."""
+    from alphac.ptx.abi import card_scalars
+    host, card, pieces = host_words(lr), card_scalars(lr), []
     for name, n in message(lr):
         p = Param("G", "u64", "G") if name == "G" else Param("dhost", "u64", "dhost") if name in host \
-            else Param(f"state_{name}", "u64", "state", name)
-        pieces.append((p, host.get(name, 0), n))
+            else Param("sc", "u64", "sc") if name in card else Param(f"state_{name}", "u64", "state", name)
+        pieces.append((p, host[name] if name in host else 2 * card[name] + 1 if name in card else 0, n))
     return [gather(pieces, sm)] + kernels(8 * sum(n for _, n in message(lr)), sm)
 
 

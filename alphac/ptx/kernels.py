@@ -23,7 +23,7 @@ from alphac.ir.learner import (Bcast, Clock, Const, DataRow, Dot, Elem, Gather, 
                                Sum, Unary, VecMat, Where, children, exact_reduction, postorder,
                                reduction_group, update_reductions)
 from alphac.ptx.abi import (Kernel, Param, batch_kernels, batch_nodes, batch_widths, card_reductions,
-                            fused, param_count, param_layout, products, row_layout, sum_kernels)
+                            card_scalars, fused, param_count, param_layout, products, row_layout, sum_kernels)
 from alphac.ptx import xsum
 from alphac.ptx.mathfn import PtxSource, table_words_as_floats
 from alphac.ptx.render import PTX_VERSION, Emitter, f64imm
@@ -675,7 +675,8 @@ def _value_params(lr: Learner, everything: list[Node], nodes: list[Node],
     order = {s.name: i for i, s in enumerate(lr.states)}
     scalars = sorted({(n.name, n.version) for n in everything if isinstance(n, Read) and lr.state(n.name).group is None},
                      key=lambda sv: (order[sv[0]], sv[1]))
-    params += [Param(f"scalar_{s}_{('old', 'new')[v]}", "f64", "scalar", s, v) for s, v in scalars] + reduced
+    params += ([Param("sc", "u64", "sc")] * bool(scalars) if card_scalars(lr) else
+               [Param(f"scalar_{s}_{('old', 'new')[v]}", "f64", "scalar", s, v) for s, v in scalars]) + reduced
     clocks = sorted({n.kind for n in nodes if isinstance(n, Clock)}, reverse=True)     # step, epoch
     params += [Param(f"clock_{c}", "f64", "scalar", f"clock.{c}") for c in clocks]
     consts: dict[tuple[int, ...], str] = {}
@@ -690,13 +691,16 @@ def _value_params(lr: Learner, everything: list[Node], nodes: list[Node],
 
 class _Coordinate:
     """The leaves of a coordinate's values (update_g<N>, reduce): coordinate k's word of a
-    buffer (`kb` its byte offset), each loaded once; `new`: members already assigned."""
+    buffer (`kb` its byte offset), each loaded once; `new`: members already assigned; a scalar
+    state from its bank parameter, or from `sc` where the card runs the scalar statements
+    (`before`: in `reduce`, launched before `scalars`, the value before the step is sc[2i + 1])."""
 
     def __init__(self, lr: Learner, em: Emitter, base: dict[str, str], kb: str,
-                 consts: dict[tuple[int, ...], str], new: dict[str, str]):
+                 consts: dict[tuple[int, ...], str], new: dict[str, str], before: bool = False):
         self.lr, self.em, self.base, self.kb, self.consts, self.new = lr, em, base, kb, consts, new
         self.cache: dict[str, str] = {}
         self.offsets = param_layout(lr)
+        self.slots, self.before = card_scalars(lr), before
 
     def once(self, key: str, make: Callable[[], str]) -> str:
         if key not in self.cache:
@@ -720,12 +724,65 @@ class _Coordinate:
         if isinstance(n, Clock):                    # the host writes step t's (abi.host_scalars)
             return [once(f"clock_{n.kind}", lambda: em.op("ldpf", f"clock_{n.kind}"))]
         if self.lr.state(n.name).group is None:
+            if self.slots:
+                w = 2 * self.slots[n.name] + (n.version or self.before)
+                return [once(f"sc{w}", lambda: em.op("ld", self.base["sc"], 8 * w))]
             name = f"scalar_{n.name}_{('old', 'new')[n.version]}"
             return [once(name, lambda: em.op("ldpf", name))]
         if n.version == 1:
             return [self.new[n.name]]
         name = f"state_{n.name}"
         return [once(name, lambda: em.op("ld", at(name), 0))]
+
+
+def _statement_reductions(lr: Learner, stmts: list) -> tuple[list[tuple[int, Node]], list[Param]]:
+    """The update's reduced scalars `stmts` read, (k, node), and their parameters: the host's
+    rd<k> (`reduced_<k>`), or the card's (`rd`, card_reductions)."""
+    card = card_reductions(lr)
+    reduced = [(k, r) for k, r in enumerate(update_reductions(lr.update))
+               if any(r is n for n in postorder([a.node for a in stmts]))]
+    host = [Param(f"reduced_{k}", "f64", "scalar", f"rd{k}", 2) for k, _ in reduced if k not in card]
+    return reduced, host + ([Param("rd", "u64", "rd")] if any(k in card for k, _ in reduced) else [])
+
+
+def _reduced_values(lr: Learner, em: Emitter, base: dict[str, str], reduced) -> dict[int, list[str]]:
+    card = card_reductions(lr)
+    return {id(r): [em.op("ld", base["rd"], 8 * card[k]) if k in card else em.op("ldpf", f"reduced_{k}")]
+            for k, r in reduced}
+
+
+def scalars(lr: Learner, sm: int = 90) -> Kernel:
+    """`scalars` (abi.card_scalars): one thread; each scalar state's value before the step,
+    sc[2i + 1], kept in sc[2i], then the scalar statements in source order, each value into
+    sc[2i + 1]: the interpreter's scalar update (`interp.apply_update_coords`), its reduced scalars
+    read from rd (the card's `reduce`) or the host's bank parameters."""
+    em, slots = Emitter(), card_scalars(lr)
+    stmts = [a for a in lr.update if lr.state(a.target).group is None]
+    reduced, host = _statement_reductions(lr, stmts)
+    stopped = postorder([a.node for a in stmts], {id(r) for _, r in reduced})
+    more, _ = _value_params(lr, stopped, stopped, host)
+    params = [Param("sc", "u64", "sc")] + [p for p in more if p.name != "sc"]
+    base = _pointers(em, params)
+    em.op("braifnot", em.op("eq32", em.thread_index(), 0), "$done")
+    old, new = {}, {}
+    for name, i in slots.items():
+        old[name] = em.op("ld", base["sc"], 8 * (2 * i + 1))
+        em.op("st", base["sc"], 8 * 2 * i, old[name])
+
+    def leaf(n: Node) -> list[str]:
+        if isinstance(n, Const):
+            return [em.op("movf", f64imm(x)) for x in n.values]
+        if isinstance(n, Clock):
+            return [em.op("ldpf", f"clock_{n.kind}")]
+        return [new[n.name] if n.version and n.name in new else old[n.name]]
+    lower = _Lower(em, leaf, per_coordinate=False, base=base)
+    lower.memo.update(_reduced_values(lr, em, base, reduced))
+    for a in stmts:
+        em.comment(f"line {a.line}: {a.target}")
+        (new[a.target],) = lower(a.node)
+        em.op("st", base["sc"], 8 * (2 * slots[a.target] + 1), new[a.target])
+    k = _module(em, lr, "scalars", params, sm)
+    return Kernel(k.name, sm, k.params, k.ptx, threads=1)
 
 
 def update(lr: Learner, group: Group, sm: int = 90) -> Kernel:
@@ -736,11 +793,7 @@ def update(lr: Learner, group: Group, sm: int = 90) -> Kernel:
     touched = {a.target for a in stmts} | {n.name for n in reads}
     params = [Param(f"state_{s.name}", "u64", "state", s.name)
               for s in lr.states if s.group == group.index and s.name in touched]
-    card = card_reductions(lr)
-    reduced = [(k, r) for k, r in enumerate(update_reductions(lr.update))    # the host's rd<k>
-               if any(r is n for n in postorder([a.node for a in stmts]))]  # or the card's rd
-    host = [Param(f"reduced_{k}", "f64", "scalar", f"rd{k}", 2) for k, _ in reduced if k not in card]
-    host += [Param("rd", "u64", "rd")] if any(k in card for k, _ in reduced) else []
+    reduced, host = _statement_reductions(lr, stmts)
     stopped = postorder([a.node for a in stmts], {id(r) for _, r in reduced})
     more, consts = _value_params(lr, nodes, stopped, host)
     params += more + [Param("klo", "u32", "klo"), Param("khi", "u32", "khi")]
@@ -751,8 +804,7 @@ def update(lr: Learner, group: Group, sm: int = 90) -> Kernel:
     new: dict[str, str] = {}
     co = _Coordinate(lr, em, base, em.op("wide", k, 8), consts, new)
     lower = _Lower(em, co.leaf, per_coordinate=True, base=base)
-    lower.memo.update({id(r): [em.op("ld", base["rd"], 8 * card[k]) if k in card else em.op("ldpf", f"reduced_{k}")]
-                       for k, r in reduced})
+    lower.memo.update(_reduced_values(lr, em, base, reduced))
     for a in stmts:
         em.comment(f"line {a.line}: {a.target}")
         (new[a.target],) = lower(a.node)
@@ -798,7 +850,7 @@ def reduce(lr: Learner, sm: int = 90) -> Kernel:
         for u in range(min(REDUCE_AHEAD, size)):
             at = em.op("add32", j, u) if u else j
             at = em.op("selp32", size - 1, at, em.op("ge", at, size)) if u else at
-            lower = _Lower(em, _Coordinate(lr, em, base, em.op("wide", at, 8), consts, {}).leaf, True, base)
+            lower = _Lower(em, _Coordinate(lr, em, base, em.op("wide", at, 8), consts, {}, True).leaf, True, base)
             terms.append(em.op("mul", *(lower(c)[0] for c in (r.a, r.b))) if isinstance(r, Dot) else lower(r.a)[0])
         for u, term in enumerate(terms):
             if u:
@@ -834,7 +886,8 @@ def kernels(lr: Learner, sm: int = 90) -> list[Kernel]:
     """The owner's kernels: grad_samples, the batched products' matvec<k> (launched before it),
     owner_sum and the fused params' outer_sum_<p> (with a loss; under `contract exact_sum`
     neither the products nor these sums but the exact sums' kernels of alphac/ptx/xsum.py), then
-    `reduce` (the update's reduced scalars the card computes, if any), then one update per group. A
+    `reduce` (the update's reduced scalars the card computes, if any), `scalars` (the scalar
+    statements, where they read those: abi.card_scalars), then one update per group. A
     learner with an operation these kernels do not have is refused with BuildError before
     anything is generated."""
     from alphac.diag import BuildError
@@ -850,7 +903,8 @@ def kernels(lr: Learner, sm: int = 90) -> list[Kernel]:
     batched = [vectors(lr, int(name[7:]), sm) if name.startswith("vectors") else
                product(lr, int(name[6:]), sm) for name in batch_kernels(lr)]
     out = [grad_samples(lr, sm)] + batched + sums if lr.loss is not None else []
-    return out + [reduce(lr, sm)] * bool(card_reductions(lr)) + [update(lr, g, sm) for g in lr.groups]
+    out += [reduce(lr, sm)] if card_reductions(lr) else []
+    return out + ([scalars(lr, sm)] if card_scalars(lr) else []) + [update(lr, g, sm) for g in lr.groups]
 
 
 def module(lr: Learner, sm: int = 90) -> str:
