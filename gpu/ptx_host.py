@@ -7,7 +7,9 @@ products and `grad_samples` over the owner's samples, the sum kernels (`abi.sum_
 exact_sum the exact sums' kernels, alphac/ptx/xsum.py, and their accumulators rounded), combine
 (the caller's combine tree, on the host), run the scalar-state statements on the host
 (`host_scalars`), then launch `reduce` (the update's reduced scalars the card computes,
-`abi.card_reductions`) and each group's `update_g<N>` over its coordinates. A `Device` is
+`abi.card_reductions`; reduce_add and reduce_round for exact sums), `scalars` (where the card
+runs the scalar statements, `abi.card_scalars`: their values are then the card's, from `sc`)
+and each group's `update_g<N>` over its coordinates. A `Device` is
 anything that can allocate, copy and launch: the PTX interpreter in tests/ptx_interp.py, or CUDA's
 driver API in gpu/vendor_check.py.
 
@@ -23,8 +25,8 @@ from typing import Protocol, Sequence
 from alphac.ir.learner import Learner, update_reductions
 from alphac.ir.order import step_samples
 from alphac.math import binary64 as f
-from alphac.ptx.abi import (Kernel, batch_kernels, batch_widths, card_reductions, host_scalars, param_count,
-                            param_layout, row_layout, sum_kernels)
+from alphac.ptx.abi import (Kernel, batch_kernels, batch_widths, card_reductions, card_scalars, host_scalars,
+                            param_count, param_layout, row_layout, sum_kernels)
 
 
 class Device(Protocol):
@@ -54,6 +56,7 @@ class Owner:
         self.rd = dev.alloc([0.0] * max(1, len(card_reductions(lr))))     # written by `reduce`
         from alphac.formats import XS_WORDS             # its exact sums' accumulators (exact_sum)
         self.xr = dev.alloc([0.0] * (XS_WORDS * max(1, len(card_reductions(lr)))))
+        self.sc = dev.alloc([0.0] * max(1, 2 * len(card_scalars(lr))))      # the card's scalar states
         self.consts = {(k.name, p.name): dev.alloc(p.values)
                        for k in kernels for p in k.params if p.role == "const"}
 
@@ -64,7 +67,7 @@ class Owner:
                 out.append(self.state[p.ref])
             elif p.role == "data":
                 out.append(self.data[p.ref])
-            elif p.role in ("gs", "G", "idx", "rd", "xr"):
+            elif p.role in ("gs", "G", "idx", "rd", "xr", "sc"):
                 out.append(getattr(self, p.role))
             elif p.role == "mv":
                 out.append(self.mv[p.ref])
@@ -147,14 +150,19 @@ class Owner:
                       for p in self.lr.params} if G is not None else {})
         values = host_scalars(self.lr, {s.name: tuple(self.dev.read(self.state[s.name], 1))
                                         for s in self.lr.scalar_states}, whole, t)
-        if "reduce" in self.kernels:    # the card's reduced scalars, before the updates read them
-            k = self.kernels["reduce"]
-            self.dev.launch(k, self._args(k, n=n, values=values), k.threads)
+        slots = card_scalars(self.lr)   # the card runs the scalar statements: sc[2i + 1] before
+        if slots:
+            self.dev.write(self.sc, [v for name in slots for v in (0.0, values[(name, 0)])])
+        for name in ("reduce", "reduce_add", "reduce_round", "scalars"):    # before the updates
+            if name in self.kernels:
+                k = self.kernels[name]
+                self.dev.launch(k, self._args(k, n=n, values=values), k.threads)
         for g in self.lr.groups:
             k = self.kernels[f"update_g{g.index}"]
             self.dev.launch(k, self._args(k, n=n, klo=0, khi=g.size, values=values), g.size)
         for s in self.lr.scalar_states:
-            self.dev.write(self.state[s.name], [values[(s.name, 1)]])
+            new = self.dev.read(self.sc + 8 * (2 * slots[s.name] + 1), 1) if slots else [values[(s.name, 1)]]
+            self.dev.write(self.state[s.name], new)
 
     def step(self, t: int = 0) -> None:
         """Step t of the single-owner learner (the owner holds every sample)."""

@@ -412,7 +412,7 @@ def too_large(rep: Report, lr) -> bool:
     widest = max([p.size for p in lr.params] + [d.cols for d in lr.data] + [1])
     lines = {k.name: k.ptx.count("\n") for k in kernels(lr)}      # owner_sum's text: a stage's
     lines["owner_sum"] = -(-lines.get("owner_sum", 0) * (1 + SUM_LOADERS) // SUM_STAGE)  # terms, by its warps
-    once = lines.pop("reduce", 0)              # one thread a reduction, whatever the samples
+    once = sum(lines.pop(k, 0) for k in ("reduce", "reduce_add", "reduce_round", "scalars"))   # not per sample
     cost = (sum(lines.values()) * max(1, lr.nsamples or 0) + once) * max(1, widest // 64)
     if cost > PTX_BUDGET:
         rep.skipped.append(f"ptx, gpu: {cost} kernel lines x samples, over {PTX_BUDGET}")

@@ -208,7 +208,8 @@ def test_a_scalar_state_reading_a_reduction_is_the_card_s_under_sampled(tmp_path
         assert (r.returncode, r.stderr, r.errors) == (0, "", []) and r.stdout == full.stdout
         assert said(r, "proven") == [1, 2, 6] and r.submissions == 1 + 6 + 3
         names = [la[0] for la in r.launches]
-        assert names.index("reduce") + 1 == names.index("scalars") == names.index("update_g0") - 1
+        between = ["reduce", *["reduce_add", "reduce_round"] * lr.exact, "scalars", "update_g0"]
+        assert names[names.index("reduce"):names.index("update_g0") + 1] == between
         from alphac.tools.replay import replay_chain
         assert replay_chain(lr, write_events(tmp_path, r), 6) is None
     # `reduce` runs before `scalars`: p1 before the step is sc[2 * 2 + 1]; sc[4] is p1 a step older
@@ -308,7 +309,8 @@ def test_exact_sum_sampled_g_is_the_cards_with_the_interpreters_bits(name, tmp_p
     """Least squares, a classifier (A @ v, relu, logsumexp), sums that cancel and spill, and
     least squares clipped by its gradient's norm under `contract exact_sum` as single GPU owners
     under --shadow sampled: G rounded once on the card (xsum_round, no xsum_fold: the accumulators
-    never read back), the norm's exact dot too (`reduce`), one submission a step with the tree
+    never read back), the norm's exact dot too (`reduce` zeroes its accumulator, `reduce_add` adds
+    every term at once, `reduce_round` rounds it), one submission a step with the tree
     digest last (an unproven step copies back D_k alone), the interpreter's exact bits, the full
     policy's output; the chain replays."""
     need_mock()
@@ -317,7 +319,7 @@ def test_exact_sum_sampled_g_is_the_cards_with_the_interpreters_bits(name, tmp_p
     assert (r.returncode, r.stderr, r.errors) == (0, "", [])
     assert r.stdout == format_state(lr, interp_run(lr, 6)) == clipped(tmp_path, EXACT[name]())[0].stdout
     ups = [f"update_g{g.index}" for g in lr.groups]
-    red = ["reduce"] * (name == "clip")
+    red = ["reduce", "reduce_add", "reduce_round"] * (name == "clip")
     from alphac.lower.gpu import digest_kernels
     step = SAMPLED_EXACT + red + ups + list(digest_kernels(lr))     # then the tree digest of G and states
     assert [la[0] for la in r.launches] == step * 6 and r.submissions == 1 + 6 + 3
@@ -348,12 +350,12 @@ def test_exact_sum_a_rounding_one_ulp_off_is_refused_when_proven_and_found_by_re
 
 def test_exact_sum_a_reduce_term_one_ulp_off_is_refused_when_proven(tmp_path):
     """The clipping's exact dot on the card with one term's significand one more (the add of
-    xsum.py's add_term in `reduce`): refused on a proven step, at step 2 (at step 1 that term's
+    xsum.py's add_term in `reduce_add`): refused on a proven step, at step 2 (at step 1 that term's
     ulp is lost in the sum's rounding: the dot's bits are the host's), after its hash."""
     need_mock()
     ulp = lambda ptx: re.sub(r"(shl\.b64 (%rd\d+), %rd\d+, 52;\n\tor\.b64 (%rd\d+), %rd\d+, \2;)",
                              r"\1\n\tadd.s64 \3, \3, 1;", ptx, count=1)
     assert ulp(ROUND_ULP("x")) == "x"
-    r, _ = clipped(tmp_path, EXACT["clip"](), ("--steps", "6", *SAMPLED), mutate={"reduce": ulp})
+    r, _ = clipped(tmp_path, EXACT["clip"](), ("--steps", "6", *SAMPLED), mutate={"reduce_add": ulp})
     refused(r, "gpu-shadow-mismatch")
     assert said(r, "chain") == [1, 2] and said(r, "proven") == [1] and "mismatch at step 2" in r.events

@@ -39,8 +39,8 @@ from alphac.nvdrv import abi
 from alphac.nvdrv.abi import CONSTANTS
 from alphac.nvdrv.conversation import Conversation
 from alphac.nvdrv.image import GPFIFO_ENTRIES, READBACK, SEM_RELEASED, GpuImage
-from alphac.ptx.abi import (batch_kernels, can_sample, card_reductions, card_scalars, param_count, param_layout,
-                            sum_kernels)
+from alphac.ptx.abi import (batch_kernels, can_sample, card_reductions, card_scalars, exact_positions, param_count,
+                            param_layout, sum_kernels)
 
 # The completion wait (runtime/nvdrv.rt gpu_wait): its bound by the clock (10^6 polls of a 10 us
 # nanosleep took about 90 s); spinning for SPIN_NS before sleeping between polls, with one clock
@@ -109,12 +109,14 @@ def update_kernels(lr: Learner) -> list[str]:
 
 
 def reduce_kernels(lr: Learner) -> list[str]:
-    """`reduce`, where the card computes reduced scalars of the update (abi.card_reductions), and
-    `scalars`, where it runs the scalar statements (abi.card_scalars): the sampled step launches
+    """`reduce`, where the card computes reduced scalars of the update (abi.card_reductions; with
+    reduce_add and reduce_round where any is an exact sum), and `scalars`, where it runs the
+    scalar statements (abi.card_scalars): the sampled step launches
     them before the updates; the full step, whose host computes them anyway from its own G, and
     a deployment's GPU role, which may not hold a whole group, write the host's into rd and sc
     instead (`host_reduced`): `reduce` folds on one thread a reduction."""
-    return ["reduce"] * bool(card_reductions(lr)) + ["scalars"] * bool(card_scalars(lr))
+    return ["reduce"] * bool(card_reductions(lr)) + ["reduce_add", "reduce_round"] * bool(exact_positions(lr)) + \
+        ["scalars"] * bool(card_scalars(lr))
 
 
 def host_reduced(lr: Learner, img: GpuImage) -> list[str]:

@@ -695,9 +695,8 @@ def plan(od: OwnerData, built: list, sm: int, share: Share | None = None,
     if exact_sum:
         exact = {"xd": end, "xc": end + 8 * XS_WORDS * P}
         end = round_up(exact["xc"] + 8 * XC_WORDS * P, 256)
-    xr = [b.kernel.threads for b in built if any(p.role == "xr" for p in b.kernel.params)]
-    if xr:                              # `reduce`'s exact accumulators (exact_sum's dot, sum)
-        exact["xr"], end = end, round_up(end + 8 * XS_WORDS * xr[0], 256)
+    if rd and any(p.role == "xr" for b in built for p in b.kernel.params):
+        exact["xr"], end = end, round_up(end + 8 * XS_WORDS * rd[0], 256)   # reduce's exact sums' accumulators
     if od.digest:                       # the message, the levels' digests, the root
         exact.update(dmsg=end, dprev=round_up(end + 8 * max(1, od.digest[0]), 256))
         exact["dg"] = round_up(exact["dprev"] + 8 * max(1, od.digest[0]), 256)
@@ -753,7 +752,7 @@ def plan(od: OwnerData, built: list, sm: int, share: Share | None = None,
         klo, khi = share.updates[k.group] if k.group is not None else (0, 0)
         statics = {"lo": share.lo, "hi": share.hi, "klo": klo, "khi": khi, "count": 0,
                    "rows": 0 if share.batch else rows,
-                   "n": 0 if share.batch else rows if k.group is None and k.name != "reduce" else share.total}
+                   "n": 0 if share.batch else rows if k.group is None and not k.name.startswith("reduce") else share.total}
         for p, kp in zip(k.params, im.params):
             at = im.param_base + kp.offset
             if p.type == "u64":

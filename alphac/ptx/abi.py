@@ -76,8 +76,15 @@ outer_sum_<p> takes its own block size and grid: `Kernel.block`, `Kernel.threads
         exact_sum, a dense accumulator of XS_WORDS words a reduction)
       rd[t] = the left fold over the group's coordinates j ascending of the terms at j (a dot's
       mul.rn products, a sum's values; max(v)'s folded by the max of alphac.math), the first term
-      the start: `interp.reduced_value`'s bits; an exact reduction (exact_sum's dot or sum): its
-      terms added exactly into xr's words of t and rounded once (xsum.py's add_term, round_to).
+      the start: `interp.reduced_value`'s bits; an exact reduction (exact_sum's dot or sum,
+      `exact_positions`): xr's words of t zeroed, for
+    reduce_add    one thread a term of every exact reduction (reduction t's threads: its group's
+                  coordinates j, after the earlier ones'), after `reduce`
+        as reduce's, without rd
+      the term at j added exactly into xr's words of t (xsum.py's add_term: red, any order), and
+    reduce_round  one thread per reduced scalar, after reduce_add
+        xr u64, rd u64 (out)
+      rd[t] = xr's words of t rounded once (xsum.py's round_to): the exact sum's bits.
     scalars       one thread, after `reduce`, where the card runs the scalar statements
                   (`card_scalars`: one reads a reduction the card computes)
         sc u64 (in and out: two words a scalar state), then as update_g<N>'s: the host's
@@ -122,7 +129,7 @@ from dataclasses import dataclass, field
 
 from alphac.ir.evaluate import Env, evaluate
 from alphac.ir.interp import reduced_value
-from alphac.ir.learner import (DataRow, Learner, MatVec, Node, Outer, Read, VecMat, children,
+from alphac.ir.learner import (DataRow, Learner, MatVec, Node, Outer, Read, VecMat, children, exact_reduction,
                                postorder, reduction_group, update_reductions)
 
 
@@ -311,6 +318,13 @@ def card_reductions(lr: Learner) -> dict[int, int]:
         if reduction_group(lr, n) is not None:
             out[k] = len(out)
     return out
+
+
+def exact_positions(lr: Learner) -> list[int]:
+    """The card's reduced scalars (their words in rd) that are exact sums (exact_sum's dot, sum):
+    `reduce_add` and `reduce_round` are launched where there are any."""
+    todo = [update_reductions(lr.update)[k] for k in card_reductions(lr)]
+    return [pos for pos, r in enumerate(todo) if exact_reduction(lr, r)]
 
 
 def host_reads_card_reductions(lr: Learner) -> bool:

@@ -17,13 +17,14 @@ from __future__ import annotations
 
 from typing import Callable
 
+from alphac.formats import XS_WORDS
 from alphac.math import ELEMENTARY, binary64
 from alphac.ir.learner import (Bcast, Clock, Const, DataRow, Dot, Elem, Gather, Grad, Group, Learner,
                                MatVec, Max, MaxAdj, Node, OneHot, Outer, Pick, Pow, Read, Scatter, Stack,
                                Sum, Unary, VecMat, Where, children, exact_reduction, postorder,
                                reduction_group, update_reductions)
 from alphac.ptx.abi import (Kernel, Param, batch_kernels, batch_nodes, batch_widths, card_reductions,
-                            card_scalars, fused, param_count, param_layout, products, row_layout, sum_kernels)
+                            card_scalars, exact_positions, fused, param_count, param_layout, products, row_layout, sum_kernels)
 from alphac.ptx import xsum
 from alphac.ptx.mathfn import PtxSource, table_words_as_floats
 from alphac.ptx.render import PTX_VERSION, Emitter, f64imm
@@ -817,31 +818,48 @@ def update(lr: Learner, group: Group, sm: int = 90) -> Kernel:
 REDUCE_AHEAD = 8    # reduce: the terms a round computes (their loads issued) before it folds them
 
 
-def reduce(lr: Learner, sm: int = 90) -> Kernel:
-    """`reduce`: thread t computes the card's reduced scalar t (abi.card_reductions, in their
-    order) into rd[t]: the left fold over the group's coordinates j ascending of its terms (a
-    dot's products, a sum's values, max(v)'s values folded by max), the first term the start,
-    each term lowered as update_g<N> lowers coordinate j (the step's starting state, G / n). A
-    round computes the terms of j .. j + REDUCE_AHEAD - 1 first (past the group: the last
-    coordinate's, read, never folded), then folds those in the group in order, so a round waits
-    for its loads once."""
-    em = Emitter()
-    todo = [update_reductions(lr.update)[k] for k in card_reductions(lr)]
+def _reduce_params(lr: Learner, todo: list[Node]) -> tuple[list[Param], dict[tuple[int, ...], str]]:
+    """What the terms of the reductions `todo` read: the group members, then as update_g<N>'s."""
     nodes = postorder(todo)
     read = {n.name for n in nodes if isinstance(n, Read)}
     params = [Param(f"state_{s.name}", "u64", "state", s.name) for s in lr.states
               if s.group is not None and s.name in read]
     more, consts = _value_params(lr, nodes, nodes, [])
-    exact = [exact_reduction(lr, r) for r in todo]     # added exactly in xr, rounded once
-    params += more + [Param("rd", "u64", "rd")] + [Param("xr", "u64", "xr")] * any(exact)
+    return params + more, consts
+
+
+def _term(lr: Learner, em: Emitter, base: dict[str, str], consts, r: Node, j: str) -> tuple[str, _Lower]:
+    """Reduction r's term at coordinate j (a dot's product, a sum's or max's value), lowered as
+    update_g<N> lowers coordinate j (the step's starting state, G / n; a scalar state before the
+    step: `reduce` runs before `scalars`)."""
+    lower = _Lower(em, _Coordinate(lr, em, base, em.op("wide", j, 8), consts, {}, True).leaf, True, base)
+    return (em.op("mul", *(lower(c)[0] for c in (r.a, r.b))) if isinstance(r, Dot) else lower(r.a)[0]), lower
+
+
+def reduce(lr: Learner, sm: int = 90) -> Kernel:
+    """`reduce`: thread t computes the card's reduced scalar t (abi.card_reductions, in their
+    order) into rd[t]: the left fold over the group's coordinates j ascending of its terms (a
+    dot's products, a sum's values, max(v)'s values folded by max), the first term the start. A
+    round computes the terms of j .. j + REDUCE_AHEAD - 1 first (past the group: the last
+    coordinate's, read, never folded), then folds those in the group in order, so a round waits
+    for its loads once. An exact reduction (exact_sum's dot or sum) has its accumulator in xr
+    zeroed here; `reduce_add` adds its terms, `reduce_round` rounds it into rd[t]."""
+    em = Emitter()
+    todo = [update_reductions(lr.update)[k] for k in card_reductions(lr)]
+    params, consts = _reduce_params(lr, todo)
+    exact = [exact_reduction(lr, r) for r in todo]
+    params += [Param("rd", "u64", "rd")] + [Param("xr", "u64", "xr")] * any(exact)
     base = _pointers(em, params)
     t = em.thread_index()
     for pos, r in enumerate(todo):
         em.comment(f"rd[{pos}]")
         skip = em.fresh_label()
         em.op("braifnot", em.op("eq32", t, pos), skip)
+        if exact[pos]:
+            xsum.clear(em, base["xr"], pos)
+            em.label(skip)
+            continue
         size, acc, j = lr.groups[reduction_group(lr, r)].size, em.op("movf", f64imm(0.0)), em.op("mov32", 0)
-        rec = xsum.clear(em, base["xr"], pos) if exact[pos] else None
         top, end = em.fresh_label(), em.fresh_label()
         em.label(top)
         em.op("nounroll")
@@ -850,16 +868,12 @@ def reduce(lr: Learner, sm: int = 90) -> Kernel:
         for u in range(min(REDUCE_AHEAD, size)):
             at = em.op("add32", j, u) if u else j
             at = em.op("selp32", size - 1, at, em.op("ge", at, size)) if u else at
-            lower = _Lower(em, _Coordinate(lr, em, base, em.op("wide", at, 8), consts, {}, True).leaf, True, base)
-            terms.append(em.op("mul", *(lower(c)[0] for c in (r.a, r.b))) if isinstance(r, Dot) else lower(r.a)[0])
+            term, lower = _term(lr, em, base, consts, r, at)
+            terms.append(term)
         for u, term in enumerate(terms):
             if u:
                 em.op("braif", em.op("ge", em.op("add32", j, u), size), end)
-            if rec is not None:         # any order: the exact sum
-                added = em.fresh_label()
-                xsum.add_term(em, rec, em.op("f2b", term), added)
-                em.label(added)
-            elif u == 0:                # the first term starts the fold
+            if u == 0:                  # the first term starts the fold
                 fold = lower.call("max", acc, term) if isinstance(r, Max) else em.op("add", acc, term)
                 em.op("selpf", term, fold, em.op("eq32", j, 0), d=acc)
             elif isinstance(r, Max):
@@ -869,13 +883,51 @@ def reduce(lr: Learner, sm: int = 90) -> Kernel:
         em.op("add32", j, len(terms), d=j)
         em.op("bra", top)
         em.label(end)
-        if rec is not None:
-            xsum.round_to(em, rec, em.op("add64", base["rd"], 8 * pos), skip)
-        else:
-            em.op("st", base["rd"], 8 * pos, acc)
+        em.op("st", base["rd"], 8 * pos, acc)
         em.label(skip)
     k = _module(em, lr, "reduce", params, sm)
     return Kernel(k.name, sm, k.params, k.ptx, threads=len(todo))
+
+
+def reduce_add(lr: Learner, sm: int = 90) -> Kernel:
+    """`reduce_add`: one thread a term of the exact reductions, every term at once: the threads
+    of reduction t (exact_positions, in order) are its group's coordinates j, each adding its term
+    exactly to xr's accumulator t (xsum.py's add_term: integer red, so any order gives the same
+    words, which `reduce` zeroed)."""
+    em = Emitter()
+    todo = [update_reductions(lr.update)[k] for k in card_reductions(lr)]
+    mine = exact_positions(lr)
+    params, consts = _reduce_params(lr, [todo[pos] for pos in mine])
+    params += [Param("xr", "u64", "xr")]
+    base = _pointers(em, params)
+    t, start = em.thread_index(), 0
+    for pos in mine:
+        size, after = lr.groups[reduction_group(lr, todo[pos])].size, em.fresh_label()
+        em.comment(f"the terms of xr[{pos}]: threads {start} .. {start + size - 1}")
+        em.op("braif", em.op("ge", t, start + size), after)
+        term, _ = _term(lr, em, base, consts, todo[pos], em.op("sub32", t, start) if start else t)
+        xsum.add_term(em, em.op("add64", base["xr"], 8 * XS_WORDS * pos), em.op("f2b", term), "$done")
+        em.op("bra", "$done")
+        em.label(after)
+        start += size
+    k = _module(em, lr, "reduce_add", params, sm)
+    return Kernel(k.name, sm, k.params, k.ptx, threads=start)
+
+
+def reduce_round(lr: Learner, sm: int = 90) -> Kernel:
+    """`reduce_round`: thread t, an exact reduction's word in rd, rounds xr's accumulator t once
+    into rd[t] (xsum.py's round_to, xsum_round's bits)."""
+    em = Emitter()
+    params = [Param("xr", "u64", "xr"), Param("rd", "u64", "rd")]
+    base = _pointers(em, params)
+    t = em.thread_index()
+    for pos in exact_positions(lr):
+        skip = em.fresh_label()
+        em.op("braifnot", em.op("eq32", t, pos), skip)
+        xsum.round_to(em, em.op("add64", base["xr"], 8 * XS_WORDS * pos), em.op("add64", base["rd"], 8 * pos), skip)
+        em.label(skip)
+    k = _module(em, lr, "reduce_round", params, sm)
+    return Kernel(k.name, sm, k.params, k.ptx, threads=len(card_reductions(lr)))
 
 
 GPU_NODES = (Const, Read, DataRow, Grad, Clock, Elem, Unary, Where, Pow, Dot, Sum, Pick, Bcast, MatVec,
@@ -886,7 +938,8 @@ def kernels(lr: Learner, sm: int = 90) -> list[Kernel]:
     """The owner's kernels: grad_samples, the batched products' matvec<k> (launched before it),
     owner_sum and the fused params' outer_sum_<p> (with a loss; under `contract exact_sum`
     neither the products nor these sums but the exact sums' kernels of alphac/ptx/xsum.py), then
-    `reduce` (the update's reduced scalars the card computes, if any), `scalars` (the scalar
+    `reduce` (the update's reduced scalars the card computes, if any; reduce_add and
+    reduce_round, where any is an exact sum), `scalars` (the scalar
     statements, where they read those: abi.card_scalars), then one update per group. A
     learner with an operation these kernels do not have is refused with BuildError before
     anything is generated."""
@@ -904,6 +957,7 @@ def kernels(lr: Learner, sm: int = 90) -> list[Kernel]:
                product(lr, int(name[6:]), sm) for name in batch_kernels(lr)]
     out = [grad_samples(lr, sm)] + batched + sums if lr.loss is not None else []
     out += [reduce(lr, sm)] if card_reductions(lr) else []
+    out += [reduce_add(lr, sm), reduce_round(lr, sm)] if exact_positions(lr) else []
     return out + ([scalars(lr, sm)] if card_scalars(lr) else []) + [update(lr, g, sm) for g in lr.groups]
 
 
