@@ -169,12 +169,15 @@ def kick(img: GpuImage, names, wait: bool = False) -> list[str]:
     return [f"gpu_{'submit' if wait else 'kick'}({c.entry:#x});      // {', '.join(c.kernels)}"] if c else []
 
 
-def scalars(lr: Learner, card: bool = False) -> list[str]:
+def scalars(lr: Learner, sampled: bool = False) -> list[str]:
     """The host's scalar statements, after its reduced scalars (learner_reduce) when the
-    update has any. `card`: a sampled step's, where the card runs them (abi.card_scalars): the
-    reduced scalars the card does not compute alone (of scalars and constants), for its kernels."""
-    if card and card_scalars(lr):
-        return ["learner_reduce();"] * (len(update_reductions(lr.update)) > len(card_reductions(lr)))
+    update has any. `sampled`: before a sampled step's submission, whose host has no G: its
+    reduced scalars only where the card does not compute one (of scalars and constants alone,
+    which the kernels read), its scalar statements only where the card does not run them
+    (abi.card_scalars)."""
+    if sampled:
+        return ["learner_reduce();"] * (len(update_reductions(lr.update)) > len(card_reductions(lr))) + \
+            ["learner_scalars();"] * (not card_scalars(lr))
     return ["learner_reduce();"] * bool(update_reductions(lr.update)) + ["learner_scalars();"]
 
 
@@ -251,7 +254,7 @@ def sampled_step(lr: Learner, img: GpuImage) -> str:
     # a scalar state never reads a gradient (types/check.py: one that does is a coordinate
     # state), so the update kernels' parameters need no G: the whole step one submission; the
     # host's states written where the digest's gather reads them
-    out += clock_call(lr, "step - 1") + scalars(lr, card=True) + update_params(lr, img)
+    out += clock_call(lr, "step - 1") + scalars(lr, sampled=True) + update_params(lr, img)
     out += [f"vec_copy({img.buffers['dhost'] + 8 * at:#x}, {'sn' if name in assigned else 'st'}_{name}, "
             f"{lr.state(name).size});" for name, at in host.items()]
     out += kick(img, sampled_kernels(lr) + list(digest_kernels(lr)), wait=True)
