@@ -317,7 +317,16 @@ def test_exact_sum_sampled_g_is_the_cards_with_the_interpreters_bits(name, tmp_p
     from alphac.ir.interp import format_state, run as interp_run
     r, lr = clipped(tmp_path, EXACT[name](), ("--steps", "6", *SAMPLED), draws=b"\x01")
     assert (r.returncode, r.stderr, r.errors) == (0, "", [])
-    assert r.stdout == format_state(lr, interp_run(lr, 6)) == clipped(tmp_path, EXACT[name]())[0].stdout
+    full, _ = clipped(tmp_path, EXACT[name]())
+    assert r.stdout == format_state(lr, interp_run(lr, 6)) == full.stdout
+    # G in video memory (`Gv`, the arena) for the sampled run, in `staging` for the full one
+    from alphac.build import build_gpu_owner
+    from test_nvdrv_owner import host_for
+    img = build_gpu_owner(lr, "x86_64+sm_90", host_for(90)).gpu
+    arena = next(a for a in img.allocations if a.name == "arena")
+    assert arena.va <= img.buffers["Gv"] < arena.va + arena.size and img.buffers["G"] != img.buffers["Gv"]
+    for run_, where in ((r, img.buffers["Gv"]), (full, img.buffers["G"])):
+        assert {la[3]["G"] for la in run_.launches if "G" in la[3]} == {where}
     ups = [f"update_g{g.index}" for g in lr.groups]
     red = ["reduce", "reduce_add", "reduce_round"] * (name == "clip")
     from alphac.lower.gpu import digest_kernels

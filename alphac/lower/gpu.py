@@ -230,7 +230,17 @@ def no_sampled_step() -> str:
     """What gpu.rt reads of the sampled shadow, for an executable that refuses it (gpu.rt's main
     refuses `--shadow sampled` first: the step is never reached)."""
     return ("const GPU_SAMPLED = 0;\nconst GPU_CHAIN_BYTES = 72;\nglobal gpu_chain_msg: [u8; 72];\n"
-            "global gpu_tree_dg: [u8; 32];\nfn gpu_step_sampled(step: i64, last: i64) {\n    refuse(\"usage\");\n}\n")
+            "global gpu_tree_dg: [u8; 32];\nfn gpu_step_sampled(step: i64, last: i64) {\n    refuse(\"usage\");\n}\n"
+            "fn gpu_sampled_start() {\n}\n")
+
+
+def sampled_start(img: GpuImage) -> str:
+    """`gpu_sampled_start()`, before a sampled run's first step: under exact_sum every kernel's
+    bank pointed at `Gv`, G in video memory (the card alone writes and reads it there: no 8P
+    bytes over the bus each way a step), in place of `staging`'s G, the full step's."""
+    body = [f"    store64({va:#x}, {img.buffers['Gv']:#x});" for la in img.launches for va in la.gslots] \
+        if "Gv" in img.buffers else []
+    return "fn gpu_sampled_start() {\n" + "".join(x + "\n" for x in body) + "}\n"
 
 
 def sampled_step(lr: Learner, img: GpuImage) -> str:
@@ -297,7 +307,7 @@ def sampled_step(lr: Learner, img: GpuImage) -> str:
     return (f"const GPU_SAMPLED = 1;\nconst GPU_CHAIN_BYTES = 72;\nglobal gpu_chain_msg: [u8; 72];\nglobal gpu_prev_d: [u8; 32];\n"
             f"global gpu_dmsg: [u8; {8 * max(1, words)}];\nglobal gpu_tree_dg: [u8; {8 * scratch_words(8 * words)}];\n"
             + out[0] + "\n"
-            + "\n".join("    " + x for x in out[1:]) + "\n}\n")
+            + "\n".join("    " + x for x in out[1:]) + "\n}\n" + sampled_start(img))
 
 
 def gpu_globals(lr: Learner, img: GpuImage, conv: Conversation, label: str) -> tuple[list[str], dict[str, bytes]]:

@@ -201,6 +201,8 @@ class Launch:
     cbank: bytes
     scalars: tuple[Scalar, ...]
     counts: tuple[int, ...] = ()   # a minibatch learner: the u32 counts the host writes each step
+    gslots: tuple[int, ...] = ()   # exact_sum: where the bank holds G's address (a sampled run
+                                   # points it at `Gv`, in video memory)
 
 
 @dataclass(frozen=True)
@@ -690,7 +692,9 @@ def plan(od: OwnerData, built: list, sm: int, share: Share | None = None,
         end = round_up(end + 8 * max(1, width * share.rows), 256)
     gs_off = end
     g_off = round_up(gs_off + 8 * max(1, (od.row or P) * share.rows), 256)
-    end = g_off if exact_sum else round_up(g_off + 8 * max(1, P), 256)
+    # under exact_sum G lies in `staging` (the full step's host writes it); a sampled run, whose
+    # card alone writes and reads it (xsum_round, the updates, the digest), has it here (`Gv`)
+    end = g_off if exact_sum and not od.digest else round_up(g_off + 8 * max(1, P), 256)
     exact = {}                          # exact_sum: the card's dense and compact accumulators; the digest's
     if exact_sum:
         exact = {"xd": end, "xc": end + 8 * XS_WORDS * P}
@@ -735,6 +739,8 @@ def plan(od: OwnerData, built: list, sm: int, share: Share | None = None,
         vas[f"data_{name}"] = vas[f"rows_{name}"] - 8 * share.lo * cols
     vas["gs"] = ARENA_VA + gs_off
     vas.setdefault("G", ARENA_VA + g_off)
+    if exact_sum and od.digest:
+        vas["Gv"] = ARENA_VA + g_off
     vas.update({k: ARENA_VA + v for k, v in exact.items()})
     results = {k: by_name["results"].va + v if copied else vas[k] for k, v in results.items()}
 
@@ -748,7 +754,7 @@ def plan(od: OwnerData, built: list, sm: int, share: Share | None = None,
         for dw, value in cbank_prefix(arch).items():
             struct.pack_into("<Q", cbank, 4 * dw, value)
         struct.pack_into("<6I", cbank, 0, block, 1, 1, grid, 1, 1)     # %ntid, %nctaid
-        scalars, counts = [], []
+        scalars, counts, gslots = [], [], []
         klo, khi = share.updates[k.group] if k.group is not None else (0, 0)
         statics = {"lo": share.lo, "hi": share.hi, "klo": klo, "khi": khi, "count": 0,
                    "rows": 0 if share.batch else rows,
@@ -759,6 +765,8 @@ def plan(od: OwnerData, built: list, sm: int, share: Share | None = None,
                 key = {"state": f"state_{p.ref}", "data": f"data_{p.ref}", "mv": f"mv{p.ref}"}.get(p.role) or \
                     (f"{k.name}.{p.name}" if p.role == "const" else p.role)
                 struct.pack_into("<Q", cbank, at, vas[key])
+                if key == "G" and exact_sum:
+                    gslots.append(inputs + cbank_off[k.name] + at)
             elif p.type == "u32":
                 struct.pack_into("<I", cbank, at, statics[p.role])
                 if share.batch and p.role in ("count", "n", "rows"):
@@ -769,7 +777,7 @@ def plan(od: OwnerData, built: list, sm: int, share: Share | None = None,
         cbank_va = inputs + cbank_off[k.name]           # read by the card from system memory (or the arena)
         qmd_va = ARENA_VA + qmd_off[k.name]
         la = Launch(k.name, threads, block, grid, code_va, im.code_sha256, qmd_va, b"", cbank_va,
-                    bytes(cbank), tuple(scalars), tuple(counts))
+                    bytes(cbank), tuple(scalars), tuple(counts), tuple(gslots))
         qmd = pack_qmd(qmd_layout, qmd_fields(arch, la, im.registers, im.shared, len(im.code), len(cbank),
                                               per_thread))
         la = Launch(**{**la.__dict__, "qmd": qmd})
