@@ -21,6 +21,11 @@ SHA-256, and `gpu_step(step)`:
     then every member of every group
     learner_commit
 
+(where the card needs nothing the host computes from its own G, the ordered contract without a
+reduced scalar over a group, the scalar statements and the submission come first, and
+learner_grad and learner_mean run on the CPU while the card works: a step costs the slower of
+the two, not their sum),
+
 so the state the executable prints is the shadow's, which equals the GPU's after every step.
 `gpu_step_sampled(step, last)` is the same step under `--shadow sampled` (docs/gpu.md "Shadow
 policies"): every kernel first, in one submission (no scalar statement reads the card's
@@ -203,18 +208,23 @@ def scalar_value(s) -> str:
 
 
 def step(lr: Learner, img: GpuImage) -> str:
+    """`gpu_step(step)`, the full shadow's step. Where the card needs nothing the host computes
+    from its own G (no exact_sum G, no reduced scalar over a group), the submission goes first
+    and the host's learner_grad runs while the card works (`early`); else after it."""
     n = lr.nsamples or 0
-    out, compare = [], []
+    out, compare, host = [], [], []
+    early = not lr.exact and not card_reductions(lr)
     if lr.loss is not None:     # scalar states the loss reads: the host computes them
         card, host, compare = grad_parts(lr, img, 0, n, "step - 1", "step",
                                          [st for st in loss_reads(lr) if st.group is None])
-        out += card + host
+        out += card
         if lr.exact:             # rounded once; the update kernels read it from the card
-            out.append("learner_exact_round();")
-            out += [f"vec_copy({va:#x}, G_{p}, {size});" for p, va, size in g_pieces(lr, img)]
-        out.append(f"learner_mean({'n' if lr.batch else n});")
-    out += clock_call(lr, "step - 1") + scalars(lr) + update_params(lr, img)
-    out += host_reduced(lr, img) + kick(img, grad_kernels(lr) + update_kernels(lr))
+            host.append("learner_exact_round();")
+            host += [f"vec_copy({va:#x}, G_{p}, {size});" for p, va, size in g_pieces(lr, img)]
+        host.append(f"learner_mean({'n' if lr.batch else n});")
+    pre = clock_call(lr, "step - 1") + scalars(lr) + update_params(lr, img, "gn" if early else "n")
+    pre += host_reduced(lr, img) + kick(img, grad_kernels(lr) + update_kernels(lr))
+    out += pre + host if early else host + pre
     out += [f"learner_group_{g.index}(0, {g.size});" for g in lr.groups] + ["gpu_wait();"] + compare
     out += [f"gpu_compare({img.results[f'state_{s.name}']:#x}, st_{s.name}, {s.size}, step);"
             for g in lr.groups for s in lr.states if s.group == g.index and from_card(img, s)]
