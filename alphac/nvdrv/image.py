@@ -153,8 +153,8 @@ MEMORY_KINDS = ("vidmem", "vidmem-gpu", "sysmem-cached", "sysmem-uncached")
 # the card, where the host compares it): the card reads them from `staging`, system memory, as
 # it reads the constant banks, so the host never writes video memory through BAR1 for them.
 # Besides these, every state no update kernel writes (a scalar state) and, under exact_sum, G
-# (the host's rounded sum under --shadow full; a sampled step's xsum_round writes it there, and
-# the copy engine copies it out) are read so (plan: `mirrored`), and `sc`, the scalar states
+# (the host's rounded sum under --shadow full; a sampled run's kernels are pointed at `Gv`, in
+# the arena, where xsum_round writes it) are read so (plan: `mirrored`), and `sc`, the scalar states
 # where the card runs the scalar statements (the host writes them under --shadow full; a
 # sampled step's `scalars` kernel writes them there).
 MIRRORED = ("idx", "rd")
