@@ -153,10 +153,10 @@ class Owner:
         slots = card_scalars(self.lr)   # the card runs the scalar statements: sc[2i + 1] before
         if slots:
             self.dev.write(self.sc, [v for name in slots for v in (0.0, values[(name, 0)])])
-        for name in ("reduce", "reduce_add", "reduce_round", "scalars"):    # before the updates
-            if name in self.kernels:
-                k = self.kernels[name]
-                self.dev.launch(k, self._args(k, n=n, values=values), k.threads)
+        from alphac.lower.gpu import reduce_kernels
+        for name in reduce_kernels(self.lr):    # before the updates, in the owner's order
+            k = self.kernels[name]
+            self.dev.launch(k, self._args(k, n=n, values=values), k.threads)
         for g in self.lr.groups:
             k = self.kernels[f"update_g{g.index}"]
             self.dev.launch(k, self._args(k, n=n, klo=0, khi=g.size, values=values), g.size)
